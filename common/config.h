@@ -1,0 +1,50 @@
+// Daemon configuration: built-in defaults, overridden by a YAML file, overridden
+// by command-line flags (applied by overlapd's main).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace overlap {
+
+struct DaemonConfig {
+  std::string backend = "auto";  // auto | cuda | host
+  std::string listen;            // empty = the default unix socket (see DefaultListenAddress)
+  bool allow_insecure_tcp = false;  // allow host:port on non-loopback addresses
+  std::string state_dir;         // empty = DefaultStateDir()
+  std::string log_level = "info";
+
+  // Host backend.
+  int host_device_count = 2;
+  int64_t host_device_memory_bytes = int64_t{2} << 30;
+  bool hazard_checks = false;  // on in tests: a missing event wait fails the job
+
+  // CUDA backend.
+  int64_t pool_bytes_per_device = int64_t{16} << 30;
+  int64_t gemm_workspace_bytes = int64_t{64} << 20;
+  bool nvls_enable = false;  // NVLink multicast; off unless asked for
+  double collective_timeout_s = 60;  // watchdog on a hung collective
+
+  // Limits.
+  int max_iterations = 10000;
+  int max_queued_jobs = 256;
+  double drain_timeout_s = 30;
+  int64_t max_spec_bytes = 1 << 20;
+};
+
+// Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text);
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
+// The built-in defaults as YAML (what `overlapd --print-default-config` shows).
+std::string DefaultConfigYaml();
+
+// unix:/run/overlapd/overlapd.sock as root, else unix:$XDG_RUNTIME_DIR/overlapd.sock
+// (falling back to /tmp/overlapd-$UID/overlapd.sock without XDG_RUNTIME_DIR).
+std::string DefaultListenAddress();
+// /var/lib/overlapd as root, else $XDG_STATE_HOME/overlapd (~/.local/state/overlapd).
+std::string DefaultStateDir();
+
+}  // namespace overlap

@@ -1,0 +1,37 @@
+// Element types of layer ops and conversions between them and float.
+// Portable: no CUDA headers. bf16 and fp16 are stored as raw 16-bit patterns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace overlap {
+
+enum class DType { kF32, kF16, kBF16 };
+
+size_t DTypeSize(DType dtype);
+std::string DTypeName(DType dtype);  // "fp32" | "fp16" | "bf16"
+// Accepts fp32/f32/float32, fp16/f16/float16/half, bf16/bfloat16.
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+// Verification tolerance on max|y - ref| / max|ref|.
+double DTypeTolerance(DType dtype);
+
+float Bf16ToFloat(uint16_t bits);
+uint16_t FloatToBf16(float value);  // round to nearest even
+float Fp16ToFloat(uint16_t bits);
+uint16_t FloatToFp16(float value);  // round to nearest even
+
+// Element `index` of a typed array as float / stored from float.
+float LoadAsFloat(const void* data, DType dtype, size_t index);
+void StoreFromFloat(void* data, DType dtype, size_t index, float value);
+
+// The deterministic random input value for element `index` of a tensor seeded
+// with `seed`: uniform in [-1, 1), identical on every backend (the CUDA fill
+// kernel computes the same function), so references can regenerate inputs.
+float SeededValue(uint64_t seed, uint64_t index);
+
+}  // namespace overlap

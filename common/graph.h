@@ -1,0 +1,67 @@
+// The layer-graph model: what a job asks the daemon to run. Parsed from YAML or
+// JSON by graph_parser, checked by graph_validator. Portable, no GPU types.
+//
+// Shapes are global (before the tensor-parallel split); tp = number of devices.
+//   ag_gemm: rank holds A[m/tp, k], W[k, n/tp]; Y[m, n/tp] = AllGather_m(A) x W
+//   gemm_rs: rank holds A[m, k/tp], W[k/tp, n]; Y[m/tp, n] = ReduceScatter_m(A x W)
+//   gemm_ar: rank holds A[m, k/tp], W[k/tp, n]; Y[m, n]    = AllReduce(A x W)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+
+namespace overlap {
+
+enum class OpType { kAgGemm, kGemmRs, kGemmAr };
+enum class OverlapMode { kSerial, kBulk, kChunked, kRing, kAuto };
+enum class Transport { kAuto, kNccl, kP2p };
+
+std::string OpTypeName(OpType type);          // "ag_gemm" ...
+std::string OverlapModeName(OverlapMode mode);  // "serial" ...
+std::string TransportName(Transport transport); // "auto" | "nccl" | "p2p"
+absl::StatusOr<OpType> ParseOpType(absl::string_view name);
+absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
+absl::StatusOr<Transport> ParseTransport(absl::string_view name);
+
+struct OpSpec {
+  std::string id;
+  OpType type = OpType::kAgGemm;
+  int64_t m = 0;
+  int64_t k = 0;
+  int64_t n = 0;
+  OverlapMode mode = OverlapMode::kAuto;
+  int chunks = 0;  // chunked only; 0 = not given (the schedule picks)
+  Transport transport = Transport::kAuto;
+  std::vector<std::string> after;  // ids of ops this one depends on
+};
+
+struct JobSpec {
+  std::string name;
+  std::vector<int> devices;  // empty = every device of the backend
+  DType dtype = DType::kBF16;
+  int iterations = 20;
+  int warmup = 5;
+  bool verify = true;
+  int priority = 0;
+  uint64_t seed = 1234;
+  std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()
+};
+
+// The op shapes one rank sees for a tensor-parallel degree `tp`.
+struct LocalShapes {
+  int64_t a_rows, a_cols;  // this rank's A
+  int64_t w_rows, w_cols;  // this rank's W
+  int64_t y_rows, y_cols;  // this rank's Y
+  int64_t gemm_m, gemm_n, gemm_k;  // the unchunked per-rank GEMM
+};
+LocalShapes LocalShapesFor(const OpSpec& op, int tp);
+
+// FLOPs of the whole op over all ranks: 2*m*n*k.
+double OpFlops(const OpSpec& op);
+
+}  // namespace overlap

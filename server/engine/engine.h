@@ -1,0 +1,169 @@
+// The engine: the one interface the overlapped schedules are written against.
+//
+// It models a single process that owns several devices, the way one CUDA process
+// owns several GPUs. Every call only *enqueues* work on a stream and returns;
+// streams run in order, and the only cross-stream ordering is through events:
+//
+//   RecordEvent(e, s)  marks the point in s's queue reached so far;
+//   WaitEvent(t, e)    makes later work on t wait for the latest record of e
+//                      made before this call (a wait on a never-recorded event
+//                      does nothing). Streams of different devices may wait on
+//                      each other's events.
+//
+// Collectives and point-to-point groups are issued once for all ranks (like an
+// ncclGroupStart/End from one process) and run on each rank's given stream.
+// Work on one communicator channel never runs concurrently: a schedule that wants
+// two collectives in flight at once uses two channels.
+//
+// Thread safety: calls for disjoint device sets may come from different threads
+// at once; calls touching the same devices must come from one thread at a time.
+// Errors: INVALID_ARGUMENT for bad handles or ranges, RESOURCE_EXHAUSTED when a
+// device is out of memory, FAILED_PRECONDITION for a failed check (the host
+// backend's hazard checker), ABORTED when a communicator was aborted, UNAVAILABLE
+// when a device is lost; the backend's own message is kept.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+
+namespace overlap::engine {
+
+using BufferId = int64_t;
+using StreamId = int32_t;
+using EventId = int64_t;
+constexpr BufferId kNoBuffer = -1;
+
+enum class StreamRole {
+  kCompute,  // lowest priority: GEMMs, reductions
+  kComm,     // highest priority: collectives, peer copies
+};
+
+// A byte range of a buffer.
+struct BufferRef {
+  BufferId buffer = kNoBuffer;
+  size_t offset = 0;  // bytes
+  size_t bytes = 0;
+};
+
+// A row-major matrix view inside a buffer. `ld` is the row stride in elements.
+struct MatrixRef {
+  BufferId buffer = kNoBuffer;
+  size_t offset = 0;  // elements
+  int64_t ld = 0;
+};
+
+// C = A x B + beta * C, row-major, `batch` times with the given element strides.
+// A is [m, k], B is [k, n], C is [m, n]. Accumulation is in fp32.
+struct GemmArgs {
+  DType dtype = DType::kBF16;
+  int64_t m = 0, n = 0, k = 0;
+  MatrixRef a, b, c;
+  float beta = 0.0f;  // 0 or 1
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// One rank's part of a collective.
+struct RankBuffers {
+  int device = 0;
+  StreamId stream = 0;
+  BufferRef send;
+  BufferRef recv;
+};
+
+// Collectives in rank order (ranks[i] is rank i). `count` is in elements:
+// AllGather: sent per rank; ReduceScatter: received per rank; AllReduce: total.
+struct CollectiveArgs {
+  DType dtype = DType::kBF16;
+  size_t count = 0;
+  int channel = 0;  // communicator index: two channels may run concurrently
+  std::vector<RankBuffers> ranks;
+};
+
+// One transfer of a point-to-point group: src (on src_device, issued on
+// src_stream) to dst (on dst_device, issued on dst_stream).
+struct Transfer {
+  int src_device = 0;
+  StreamId src_stream = 0;
+  BufferRef src;
+  int dst_device = 0;
+  StreamId dst_stream = 0;
+  BufferRef dst;
+};
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int64_t memory_bytes = 0;  // what jobs may allocate
+  std::string pci_bus_id;
+};
+
+struct BackendVersions {
+  std::string cuda_runtime, cuda_driver, nccl, cublas;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual std::string Name() const = 0;  // "host" | "cuda"
+  virtual int DeviceCount() const = 0;
+  virtual DeviceInfo GetDeviceInfo(int device) const = 0;
+  virtual BackendVersions Versions() const = 0;
+  virtual int64_t MemoryInUse(int device) const = 0;
+
+  // Streams exist for the engine's lifetime: `index` selects among several
+  // streams of one role (0 is always valid; up to StreamsPerRole()).
+  virtual StreamId GetStream(int device, StreamRole role, int index = 0) = 0;
+  virtual int StreamsPerRole() const = 0;
+
+  // Memory of one device. Contents of a new buffer are undefined.
+  virtual absl::StatusOr<BufferId> Allocate(int device, size_t bytes) = 0;
+  virtual void Free(BufferId buffer) = 0;
+
+  virtual absl::StatusOr<EventId> CreateEvent(int device) = 0;
+  virtual void DestroyEvent(EventId event) = 0;
+  virtual absl::Status RecordEvent(EventId event, StreamId stream) = 0;
+  virtual absl::Status WaitEvent(StreamId stream, EventId event) = 0;
+  // Milliseconds between two completed records of events on one device.
+  virtual absl::StatusOr<double> ElapsedMs(EventId start, EventId end) = 0;
+
+  // Fill with SeededUniform(seed, i) * scale, or with a constant (poisoning
+  // uses NaN). `count` elements of `dtype` from the start of `dst`.
+  virtual absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                                  float scale) = 0;
+  virtual absl::Status FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) = 0;
+
+  virtual absl::Status Gemm(StreamId stream, const GemmArgs& args) = 0;
+  // dst[i] += src[i] for count elements (fp32 math).
+  virtual absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) = 0;
+
+  virtual absl::Status AllGather(const CollectiveArgs& args) = 0;
+  virtual absl::Status ReduceScatter(const CollectiveArgs& args) = 0;
+  virtual absl::Status AllReduce(const CollectiveArgs& args) = 0;
+  // Library point-to-point (NCCL send/recv): one group, every transfer at once.
+  virtual absl::Status SendRecv(int channel, const std::vector<Transfer>& transfers) = 0;
+  // Copy-engine peer copy, issued on `stream` (of either device).
+  virtual absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
+                                int src_device) = 0;
+  // A device-side barrier across the given streams (one per rank).
+  virtual absl::Status Barrier(int channel, const std::vector<int>& devices,
+                               const std::vector<StreamId>& streams) = 0;
+
+  // Host <-> device, synchronous with respect to all prior work on the device.
+  virtual absl::Status CopyToHost(void* dst, BufferRef src, int device) = 0;
+  virtual absl::Status CopyFromHost(BufferRef dst, int device, const void* src) = 0;
+
+  // Blocks until every stream of the given devices is idle; returns the first
+  // asynchronous error seen there (the hazard checker's, a library's).
+  virtual absl::Status Synchronize(const std::vector<int>& devices) = 0;
+};
+
+}  // namespace overlap::engine
