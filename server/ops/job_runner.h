@@ -1,0 +1,37 @@
+// Runs one job's layer graph on an engine: per op, setup, GEMM-alone and
+// comm-alone baselines, (autotune,) warm-up, timed iterations, verification.
+// Called on the daemon's executor thread, never on a gRPC thread.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/graph.h"
+#include "overlap/v1/overlap.pb.h"
+#include "server/engine/engine.h"
+
+namespace overlap::ops {
+
+class TuningCache;  // server/ops/tuning_cache.h
+
+struct RunHooks {
+  // Called after every phase change and every iteration; cheap, may be null.
+  std::function<void(const v1::Progress&)> on_progress;
+  // Polled between iterations; when it returns true the run stops with CANCELLED.
+  std::function<bool()> cancelled;
+};
+
+// `devices` is the resolved, validated TP group (rank i = devices[i]).
+// Returns the result, or: CANCELLED when hooks.cancelled() fired, ABORTED when a
+// communicator was aborted, FAILED_PRECONDITION when verification or a hazard
+// check failed, RESOURCE_EXHAUSTED when buffers did not fit, or the engine's error.
+absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec,
+                                     const std::vector<int>& devices, const RunHooks& hooks,
+                                     TuningCache* tuning_cache);
+
+// Bytes every device of the group needs for the job's largest op (ops run one
+// after another and free their buffers). Used to refuse a job at submission.
+int64_t JobBytesPerDevice(const JobSpec& spec, int tp);
+
+}  // namespace overlap::ops
