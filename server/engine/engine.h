@@ -149,7 +149,10 @@ class Engine {
   virtual absl::Status ReduceScatter(const CollectiveArgs& args) = 0;
   virtual absl::Status AllReduce(const CollectiveArgs& args) = 0;
   // Library point-to-point (NCCL send/recv): one group, every transfer at once.
-  virtual absl::Status SendRecv(int channel, const std::vector<Transfer>& transfers) = 0;
+  // `group` lists the devices in rank order (the communicator the group uses);
+  // every transfer's devices must be in it.
+  virtual absl::Status SendRecv(int channel, const std::vector<int>& group,
+                                const std::vector<Transfer>& transfers) = 0;
   // Copy-engine peer copy, issued on `stream` (of either device).
   virtual absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
                                 int src_device) = 0;
@@ -164,6 +167,10 @@ class Engine {
   // Blocks until every stream of the given devices is idle; returns the first
   // asynchronous error seen there (the hazard checker's, a library's).
   virtual absl::Status Synchronize(const std::vector<int>& devices) = 0;
+
+  // False once a device hit a sticky error (the context is lost): the daemon
+  // reports NOT_SERVING and exits so that systemd restarts it.
+  virtual bool Healthy() const = 0;
 };
 
 }  // namespace overlap::engine
