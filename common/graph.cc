@@ -1,0 +1,108 @@
+#include "common/graph.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace overlap {
+
+std::string OpTypeName(OpType type) {
+  switch (type) {
+    case OpType::kAgGemm:
+      return "ag_gemm";
+    case OpType::kGemmRs:
+      return "gemm_rs";
+    case OpType::kGemmAr:
+      return "gemm_ar";
+  }
+  return "unknown";
+}
+
+std::string OverlapModeName(OverlapMode mode) {
+  switch (mode) {
+    case OverlapMode::kSerial:
+      return "serial";
+    case OverlapMode::kBulk:
+      return "bulk";
+    case OverlapMode::kChunked:
+      return "chunked";
+    case OverlapMode::kRing:
+      return "ring";
+    case OverlapMode::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+std::string TransportName(Transport transport) {
+  switch (transport) {
+    case Transport::kAuto:
+      return "auto";
+    case Transport::kNccl:
+      return "nccl";
+    case Transport::kP2p:
+      return "p2p";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
+  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+    if (name == OpTypeName(type)) return type;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown op type \"", name, "\" (expected ag_gemm, gemm_rs, gemm_ar)"));
+}
+
+absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
+  for (OverlapMode mode : {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
+                           OverlapMode::kRing, OverlapMode::kAuto}) {
+    if (name == OverlapModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mode \"", name, "\" (expected serial, bulk, chunked, ring, auto)"));
+}
+
+absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
+  for (Transport transport : {Transport::kAuto, Transport::kNccl, Transport::kP2p}) {
+    if (name == TransportName(transport)) return transport;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport \"", name, "\" (expected auto, nccl, p2p)"));
+}
+
+LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
+  const int64_t t = tp > 0 ? tp : 1;
+  LocalShapes s{};
+  switch (op.type) {
+    case OpType::kAgGemm:
+      s.a_rows = op.m / t;
+      s.a_cols = op.k;
+      s.w_rows = op.k;
+      s.w_cols = op.n / t;
+      s.y_rows = op.m;
+      s.y_cols = op.n / t;
+      s.gemm_m = op.m;
+      s.gemm_n = op.n / t;
+      s.gemm_k = op.k;
+      break;
+    case OpType::kGemmRs:
+    case OpType::kGemmAr:
+      s.a_rows = op.m;
+      s.a_cols = op.k / t;
+      s.w_rows = op.k / t;
+      s.w_cols = op.n;
+      s.y_rows = op.type == OpType::kGemmRs ? op.m / t : op.m;
+      s.y_cols = op.n;
+      s.gemm_m = op.m;
+      s.gemm_n = op.n;
+      s.gemm_k = op.k / t;
+      break;
+  }
+  return s;
+}
+
+double OpFlops(const OpSpec& op) {
+  return 2.0 * static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.k);
+}
+
+}  // namespace overlap

@@ -1,0 +1,247 @@
+#include "common/dtype.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/seeded_random.h"
+#include "gtest/gtest.h"
+
+namespace overlap {
+namespace {
+
+float FromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint32_t ToBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+TEST(DTypeTest, SizesNamesTolerances) {
+  EXPECT_EQ(DTypeSize(DType::kF32), 4u);
+  EXPECT_EQ(DTypeSize(DType::kF16), 2u);
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
+  EXPECT_EQ(DTypeName(DType::kF32), "fp32");
+  EXPECT_EQ(DTypeName(DType::kF16), "fp16");
+  EXPECT_EQ(DTypeName(DType::kBF16), "bf16");
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kF32), 1e-4);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kF16), 5e-3);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kBF16), 1e-2);
+}
+
+TEST(DTypeTest, ParseAcceptsAliases) {
+  for (const char* name : {"fp32", "f32", "float32", "FP32"}) {
+    ASSERT_TRUE(ParseDType(name).ok()) << name;
+    EXPECT_EQ(*ParseDType(name), DType::kF32) << name;
+  }
+  for (const char* name : {"fp16", "f16", "float16", "half"}) {
+    ASSERT_TRUE(ParseDType(name).ok()) << name;
+    EXPECT_EQ(*ParseDType(name), DType::kF16) << name;
+  }
+  for (const char* name : {"bf16", "bfloat16"}) {
+    ASSERT_TRUE(ParseDType(name).ok()) << name;
+    EXPECT_EQ(*ParseDType(name), DType::kBF16) << name;
+  }
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(*ParseDType(DTypeName(d)), d);
+  }
+}
+
+TEST(DTypeTest, ParseRejectsUnknown) {
+  auto result = ParseDType("fp8");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("unknown dtype \"fp8\""), std::string::npos);
+  EXPECT_FALSE(ParseDType("").ok());
+}
+
+TEST(Bf16Test, KnownPatterns) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xC000);
+  EXPECT_EQ(FloatToBf16(0.0f), 0x0000);
+  EXPECT_EQ(FloatToBf16(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToBf16(3.140625f), 0x4049);
+  EXPECT_EQ(Bf16ToFloat(0x3F80), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(0x4049), 3.140625f);
+  EXPECT_EQ(Bf16ToFloat(0xC000), -2.0f);
+}
+
+TEST(Bf16Test, RoundsToNearestEven) {
+  // 1 + 2^-8 is exactly halfway between 0x3F80 (even) and 0x3F81: ties to even.
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F808000)), 0x3F80);
+  // Halfway between 0x3F81 (odd) and 0x3F82: rounds up to even.
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F818000)), 0x3F82);
+  // Just above and just below halfway.
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F808001)), 0x3F81);
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F807FFF)), 0x3F80);
+  // Mantissa carry into the exponent: 0x3FFF8000 (odd, halfway) -> 2.0.
+  EXPECT_EQ(FloatToBf16(FromBits(0x3FFF8000)), 0x4000);
+  // Largest float rounds up to infinity; bf16 max stays finite.
+  EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::max()), 0x7F80);
+  EXPECT_EQ(FloatToBf16(FromBits(0x7F7F0000)), 0x7F7F);
+}
+
+TEST(Bf16Test, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FloatToBf16(inf), 0x7F80);
+  EXPECT_EQ(FloatToBf16(-inf), 0xFF80);
+  EXPECT_TRUE(std::isinf(Bf16ToFloat(0x7F80)));
+  EXPECT_TRUE(std::isinf(Bf16ToFloat(0xFF80)) && Bf16ToFloat(0xFF80) < 0);
+  // A NaN whose payload sits only in the low 16 bits must stay a NaN.
+  const uint16_t nan_low = FloatToBf16(FromBits(0x7F800001));
+  EXPECT_EQ(nan_low & 0x7F80, 0x7F80);
+  EXPECT_NE(nan_low & 0x007F, 0);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(nan_low)));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::nanf("")))));
+  EXPECT_EQ(FloatToBf16(-std::numeric_limits<float>::quiet_NaN()) & 0x8000, 0x8000);
+  // Subnormals pass through (bf16 shares float's exponent range).
+  EXPECT_EQ(FloatToBf16(FromBits(0x00010000)), 0x0001);
+  EXPECT_EQ(Bf16ToFloat(0x0001), FromBits(0x00010000));
+  // Smallest float subnormal is below half a bf16 ulp: rounds to zero.
+  EXPECT_EQ(FloatToBf16(FromBits(0x00000001)), 0x0000);
+}
+
+TEST(Bf16Test, RoundTripsEveryFinitePattern) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const uint16_t bits = static_cast<uint16_t>(b);
+    const float f = Bf16ToFloat(bits);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToBf16(f), bits) << std::hex << b;
+  }
+}
+
+TEST(Fp16Test, KnownPatterns) {
+  EXPECT_EQ(FloatToFp16(1.0f), 0x3C00);
+  EXPECT_EQ(FloatToFp16(-2.0f), 0xC000);
+  EXPECT_EQ(FloatToFp16(0.5f), 0x3800);
+  EXPECT_EQ(FloatToFp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(FloatToFp16(0.0f), 0x0000);
+  EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1023.0f, -24)), 0x03FF);  // largest subnormal
+  EXPECT_EQ(Fp16ToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(0x7BFF), 65504.0f);
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(Fp16ToFloat(0x83FF), -std::ldexp(1023.0f, -24));
+  EXPECT_EQ(Fp16ToFloat(0x3555), 0.333251953125f);
+  EXPECT_EQ(FloatToFp16(1.0f / 3.0f), 0x3555);
+}
+
+TEST(Fp16Test, RoundsToNearestEven) {
+  // 1 + 2^-11 is halfway between 0x3C00 (even) and 0x3C01: ties to even.
+  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  // 1 + 3*2^-11 is halfway between 0x3C01 (odd) and 0x3C02.
+  EXPECT_EQ(FloatToFp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  EXPECT_EQ(FloatToFp16(std::nextafter(1.0f + std::ldexp(1.0f, -11), 2.0f)), 0x3C01);
+  // Overflow: 65519 rounds to 65504, 65520 (tie, odd mantissa) to infinity.
+  EXPECT_EQ(FloatToFp16(65519.0f), 0x7BFF);
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7C00);
+  EXPECT_EQ(FloatToFp16(-1e6f), 0xFC00);
+  // Subnormal ties: 2^-25 is halfway between 0 and 2^-24 -> 0 (even).
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(FloatToFp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  // 1.5 * 2^-24 is halfway between 1 and 2 units -> 2 (even); 2.5 units -> 2.
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);
+  EXPECT_EQ(FloatToFp16(std::ldexp(5.0f, -25)), 0x0002);
+  EXPECT_EQ(FloatToFp16(std::ldexp(7.0f, -25)), 0x0004);
+  // Largest subnormal + half an ulp rounds up into the smallest normal.
+  EXPECT_EQ(FloatToFp16(std::ldexp(2047.0f, -25)), 0x0400);
+  // Float subnormals are far below fp16's range.
+  EXPECT_EQ(FloatToFp16(FromBits(0x00000001)), 0x0000);
+  EXPECT_EQ(FloatToFp16(FromBits(0x80400000)), 0x8000);
+}
+
+TEST(Fp16Test, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FloatToFp16(inf), 0x7C00);
+  EXPECT_EQ(FloatToFp16(-inf), 0xFC00);
+  EXPECT_TRUE(std::isinf(Fp16ToFloat(0x7C00)));
+  EXPECT_EQ(Fp16ToFloat(0xFC00), -inf);
+  const uint16_t nan = FloatToFp16(std::nanf(""));
+  EXPECT_EQ(nan & 0x7C00, 0x7C00);
+  EXPECT_NE(nan & 0x03FF, 0);
+  // Payload only in bits fp16 drops must still be NaN.
+  const uint16_t nan_low = FloatToFp16(FromBits(0x7F800001));
+  EXPECT_NE(nan_low & 0x03FF, 0);
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7E00)));
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7C01)));
+}
+
+TEST(Fp16Test, RoundTripsEveryFinitePatternAndMatchesReference) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const uint16_t bits = static_cast<uint16_t>(b);
+    const float f = Fp16ToFloat(bits);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToFp16(f), bits) << std::hex << b;
+  }
+  // Independent float64 reference of fp16 decoding for normals and subnormals.
+  for (uint32_t b = 0; b < 0x7C00; ++b) {
+    const int exponent = (b >> 10) & 0x1F;
+    const int mantissa = b & 0x3FF;
+    const double ref = exponent == 0 ? std::ldexp(mantissa, -24)
+                                     : std::ldexp(1024 + mantissa, exponent - 25);
+    ASSERT_EQ(static_cast<double>(Fp16ToFloat(static_cast<uint16_t>(b))), ref) << b;
+  }
+}
+
+// Rounding of arbitrary floats checked against a brute-force nearest search.
+TEST(Fp16Test, RandomValuesRoundToNearest) {
+  for (uint64_t i = 0; i < 20000; ++i) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(i % 44) - 28);
+    const float f = SeededUniform(7, i) * scale;
+    const uint16_t h = FloatToFp16(f);
+    const double err = std::fabs(static_cast<double>(Fp16ToFloat(h)) - f);
+    for (int delta : {-1, 1}) {
+      const uint16_t neighbour = static_cast<uint16_t>(h + delta);
+      const float nf = Fp16ToFloat(neighbour);
+      if (std::isnan(nf) || ((neighbour ^ h) & 0x8000)) continue;
+      const double nerr = std::fabs(static_cast<double>(nf) - f);
+      ASSERT_TRUE(err < nerr || (err == nerr && (h & 1) == 0))
+          << f << " -> " << std::hex << h << " vs " << neighbour;
+    }
+  }
+}
+
+TEST(DTypeTest, LoadStoreRoundTrip) {
+  std::vector<float> f32(4);
+  std::vector<uint16_t> f16(4), bf16(4);
+  const float values[] = {1.5f, -0.25f, 3.0f, 1.0f + std::ldexp(1.0f, -11)};
+  for (size_t i = 0; i < 4; ++i) {
+    StoreFromFloat(f32.data(), DType::kF32, i, values[i]);
+    StoreFromFloat(f16.data(), DType::kF16, i, values[i]);
+    StoreFromFloat(bf16.data(), DType::kBF16, i, values[i]);
+  }
+  EXPECT_EQ(ToBits(f32[3]), ToBits(values[3]));
+  EXPECT_EQ(f16[0], 0x3E00);
+  EXPECT_EQ(bf16[1], 0xBE80);
+  EXPECT_EQ(LoadAsFloat(f32.data(), DType::kF32, 3), values[3]);
+  EXPECT_EQ(LoadAsFloat(f16.data(), DType::kF16, 2), 3.0f);
+  EXPECT_EQ(LoadAsFloat(f16.data(), DType::kF16, 3), 1.0f);  // tie rounded to even
+  EXPECT_EQ(LoadAsFloat(bf16.data(), DType::kBF16, 1), -0.25f);
+}
+
+TEST(DTypeTest, SeededValueIsDeterministicAndInRange) {
+  EXPECT_EQ(SeededValue(1234, 0), SeededUniform(1234, 0));
+  EXPECT_EQ(SeededValue(1234, 99), SeededValue(1234, 99));
+  EXPECT_NE(SeededValue(1234, 0), SeededValue(1235, 0));
+  EXPECT_NE(SeededValue(1234, 0), SeededValue(1234, 1));
+  double sum = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const float v = SeededValue(42, i);
+    ASSERT_GE(v, -1.0f);
+    ASSERT_LT(v, 1.0f);
+    sum += v;
+  }
+  EXPECT_LT(std::fabs(sum / 10000), 0.05);  // roughly centred
+}
+
+}  // namespace
+}  // namespace overlap
