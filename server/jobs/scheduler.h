@@ -1,0 +1,152 @@
+// The scheduler and executor: owns every QUEUED and RUNNING job, decides which
+// jobs start, and runs them on its own executor threads (never on gRPC threads).
+//
+// Scheduling rule. A job runs on its device group. Walk the pending jobs sorted
+// by (priority desc, sequence asc) keeping a set of claimed devices, initially
+// the devices of running jobs; a job whose devices do not intersect the claimed
+// set starts, and either way its devices join the set. So jobs whose device sets
+// intersect run one at a time in priority-then-submission order (a passed-over
+// job also blocks later, lower-ranked jobs on its devices: no starvation), and
+// jobs on disjoint devices run at once.
+//
+// Every state change and result is written to the JobStore before it becomes
+// visible; progress ticks stay in memory and only wake watchers. A finished job
+// leaves memory and is read back from the store.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "overlap/v1/overlap.pb.h"
+#include "server/jobs/job_store.h"
+#include "server/ops/job_runner.h"
+
+namespace overlap::jobs {
+
+// Runs one job (on an executor thread). `job` carries the spec text and the
+// resolved devices. The status maps to the final state: OK -> SUCCEEDED,
+// CANCELLED -> CANCELLED, ABORTED -> ABORTED, anything else -> FAILED.
+using JobRunner =
+    std::function<absl::StatusOr<v1::JobResult>(const v1::Job& job, const ops::RunHooks& hooks)>;
+
+struct SchedulerOptions {
+  int max_queued_jobs = 256;
+  // Executor threads: at most one job per device runs, so the device count.
+  int executor_threads = 1;
+};
+
+struct JobSnapshot {
+  v1::Job job;
+  uint64_t version = 0;  // grows with every change; kFinalVersion once out of memory
+};
+
+struct DeviceStatsRow {
+  double busy_ms = 0;
+  int64_t jobs_run = 0;
+};
+
+struct SchedulerStats {
+  std::map<v1::JobState, int64_t> jobs_by_state;  // every stored job
+  std::map<int, DeviceStatsRow> devices;          // jobs that started; running ones so far
+};
+
+bool IsFinalState(v1::JobState state);
+
+// Fills the job's final state, error, error_code and result from the runner's
+// outcome. `cancel_reason` (may be empty) replaces the error text of a CANCELLED run.
+void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome,
+                     const std::string& cancel_reason, v1::Job* job);
+
+class Scheduler {
+ public:
+  static constexpr uint64_t kFinalVersion = ~uint64_t{0};
+
+  // Recovers from the store (a RUNNING job ends FAILED "daemon restarted"; QUEUED
+  // jobs are pending again, same ids and order), then starts the executors.
+  // `store` must outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(JobStore* store, JobRunner runner,
+                                                           SchedulerOptions options);
+  ~Scheduler();  // Shutdown()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // `job` carries name, priority, devices and spec; the scheduler assigns id,
+  // sequence, state and submit time, stores it, and returns the stored job.
+  // UNAVAILABLE while draining, RESOURCE_EXHAUSTED when max_queued_jobs are queued.
+  absl::StatusOr<v1::Job> Submit(v1::Job job);
+
+  // NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::Job> Get(const std::string& id);
+  // See JobStore::List; active jobs carry their live progress.
+  absl::StatusOr<std::vector<v1::Job>> List(v1::JobState state, int limit);
+
+  // QUEUED -> CANCELLED at once; RUNNING -> the runner is asked to stop and the
+  // job (still RUNNING) is returned; a final job -> FAILED_PRECONDITION; unknown
+  // -> NOT_FOUND.
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+
+  // Returns the job as soon as its version is above `seen_version`, or after
+  // `timeout` unchanged. NOT_FOUND for an unknown id; UNAVAILABLE once Shutdown
+  // began.
+  absl::StatusOr<JobSnapshot> WaitForChange(const std::string& id, uint64_t seen_version,
+                                            absl::Duration timeout);
+
+  // Submit answers UNAVAILABLE and no further job starts; queued jobs stay QUEUED.
+  void StartDrain();
+  bool draining() const;
+  // Asks every running job to stop; they end CANCELLED with `reason`. Returns how many.
+  int CancelRunning(const std::string& reason);
+  // True once no job is running (within `timeout`).
+  bool WaitIdle(absl::Duration timeout);
+  int QueuedCount() const;
+  int RunningCount() const;
+
+  absl::StatusOr<SchedulerStats> GetStats();
+
+  // Ends watchers (UNAVAILABLE) and joins the executors. Running jobs are waited
+  // for: call WaitIdle (and CancelRunning) first. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Entry;
+  using PendingKey = std::pair<int, uint64_t>;  // (-priority, sequence)
+
+  Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options);
+  absl::Status Recover();
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StoreLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChangedLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExecutorLoop();
+  void Execute(const std::shared_ptr<Entry>& entry);
+
+  JobStore* const store_;
+  const JobRunner runner_;
+  const SchedulerOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // any job changed, a job was made ready, or shutdown
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);
+  std::map<PendingKey, std::shared_ptr<Entry>> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Entry>> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> executors_;
+};
+
+}  // namespace overlap::jobs
