@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/seeded_random.h"
 
@@ -55,7 +56,7 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   }
   if (lower == "bf16" || lower == "bfloat16") return DType::kBF16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", name, "\" (expected fp32, fp16, bf16)"));
+      absl::StrCat("unknown dtype \"", absl::CHexEscape(name), "\" (expected fp32, fp16, bf16)"));
 }
 
 double DTypeTolerance(DType dtype) {

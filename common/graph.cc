@@ -1,6 +1,7 @@
 #include "common/graph.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace overlap {
@@ -49,8 +50,8 @@ absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
   for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
     if (name == OpTypeName(type)) return type;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown op type \"", name, "\" (expected ag_gemm, gemm_rs, gemm_ar)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown op type \"", absl::CHexEscape(name),
+                                                 "\" (expected ag_gemm, gemm_rs, gemm_ar)"));
 }
 
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
@@ -58,16 +59,17 @@ absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
                            OverlapMode::kRing, OverlapMode::kAuto}) {
     if (name == OverlapModeName(mode)) return mode;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode \"", name, "\" (expected serial, bulk, chunked, ring, auto)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode \"", absl::CHexEscape(name),
+                   "\" (expected serial, bulk, chunked, ring, auto)"));
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
   for (Transport transport : {Transport::kAuto, Transport::kNccl, Transport::kP2p}) {
     if (name == TransportName(transport)) return transport;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport \"", name, "\" (expected auto, nccl, p2p)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown transport \"", absl::CHexEscape(name),
+                                                 "\" (expected auto, nccl, p2p)"));
 }
 
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {

@@ -18,8 +18,8 @@ std::mutex& LoggingMutex() {
 
 // Plain (uncoloured) stderr: journald and log files get no escape codes.
 spdlog::sink_ptr SharedSink() {
-  static spdlog::sink_ptr* sink = new spdlog::sink_ptr(
-      std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  static spdlog::sink_ptr* sink =
+      new spdlog::sink_ptr(std::make_shared<spdlog::sinks::stderr_sink_mt>());
   return *sink;
 }
 
@@ -59,8 +59,7 @@ void InitLogging(const std::string& level) {
   spdlog::flush_on(spdlog::level::warn);
   spdlog::cfg::load_env_levels();
   if (!ok) {
-    spdlog::get(kRootLoggerName)
-        ->warn("unknown log level \"{}\", using info", level);
+    spdlog::get(kRootLoggerName)->warn("unknown log level \"{}\", using info", level);
   }
 }
 

@@ -124,8 +124,8 @@ TEST(Fp16Test, KnownPatterns) {
   EXPECT_EQ(FloatToFp16(65504.0f), 0x7BFF);
   EXPECT_EQ(FloatToFp16(0.0f), 0x0000);
   EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
   EXPECT_EQ(FloatToFp16(std::ldexp(1023.0f, -24)), 0x03FF);  // largest subnormal
   EXPECT_EQ(Fp16ToFloat(0x3C00), 1.0f);
   EXPECT_EQ(Fp16ToFloat(0x7BFF), 65504.0f);
@@ -186,8 +186,8 @@ TEST(Fp16Test, RoundTripsEveryFinitePatternAndMatchesReference) {
   for (uint32_t b = 0; b < 0x7C00; ++b) {
     const int exponent = (b >> 10) & 0x1F;
     const int mantissa = b & 0x3FF;
-    const double ref = exponent == 0 ? std::ldexp(mantissa, -24)
-                                     : std::ldexp(1024 + mantissa, exponent - 25);
+    const double ref =
+        exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
     ASSERT_EQ(static_cast<double>(Fp16ToFloat(static_cast<uint16_t>(b))), ref) << b;
   }
 }

@@ -67,8 +67,8 @@ TEST(LoggingTest, WritesTimeLevelAndNameToStderr) {
 }
 
 TEST(LoggingTest, ValidLevels) {
-  for (const char* level : {"trace", "debug", "info", "warn", "warning", "error", "critical",
-                            "off"}) {
+  for (const char* level :
+       {"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}) {
     EXPECT_TRUE(IsValidLogLevel(level)) << level;
   }
   EXPECT_FALSE(IsValidLogLevel("verbose"));

@@ -1,0 +1,205 @@
+#include "common/graph_parser.h"
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "common/yaml_util.h"
+
+namespace overlap {
+namespace {
+
+using yaml_util::Describe;
+using yaml_util::FieldError;
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+const char* const kTopLevelFields[] = {"name",   "devices",  "dtype", "iterations", "warmup",
+                                       "verify", "priority", "seed",  "ops"};
+const char* const kOpFields[] = {"id",   "type",   "m",         "k",    "n",
+                                 "mode", "chunks", "transport", "after"};
+
+// Adds the field path to an error from a reader that does not know it.
+absl::Status AtPath(const absl::Status& status, absl::string_view path) {
+  return FieldError(path, status.message());
+}
+
+template <typename T>
+absl::StatusOr<T> WithPath(absl::StatusOr<T> result, absl::string_view path) {
+  if (!result.ok()) return AtPath(result.status(), path);
+  return result;
+}
+
+// Walks a mapping's entries in file order, rejecting duplicate and unknown keys.
+// `visit(key, value)` returns a Status.
+template <size_t N, typename Visit>
+absl::Status ForEachField(const YAML::Node& map, absl::string_view path,
+                          const char* const (&known)[N], absl::string_view unknown_prefix,
+                          Visit visit) {
+  std::set<std::string> seen;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (!it->first.IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          unknown_prefix, "field names must be strings (got ", Describe(it->first), ")"));
+    }
+    const std::string key = it->first.Scalar();
+    bool is_known = false;
+    for (const char* name : known) is_known |= key == name;
+    if (!is_known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(unknown_prefix, "unknown ", path.empty() ? "top-level " : "", "field ",
+                       Describe(it->first), " (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(unknown_prefix, "duplicate field ", Describe(it->first)));
+    }
+    RETURN_IF_ERROR(visit(key, it->second));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ReadInt(const YAML::Node& node, int64_t min, absl::string_view path) {
+  ASSIGN_OR_RETURN(int64_t value, WithPath(yaml_util::ReadInt64(node, min, kInt32Max), path));
+  return static_cast<int>(value);
+}
+
+absl::StatusOr<std::vector<std::string>> ReadAfter(const YAML::Node& node, absl::string_view path) {
+  std::vector<std::string> after;
+  if (node.IsScalar()) {
+    after.push_back(node.Scalar());
+    return after;
+  }
+  if (node.IsNull()) return after;
+  if (!node.IsSequence()) {
+    return FieldError(
+        path, absl::StrCat("must be an op id or a list of op ids (got ", Describe(node), ")"));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string id,
+                     WithPath(yaml_util::ReadString(node[i]), absl::StrCat(path, "[", i, "]")));
+    after.push_back(std::move(id));
+  }
+  return after;
+}
+
+absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
+  const std::string path = absl::StrCat("ops[", index, "]");
+  if (!node.IsMap()) {
+    return FieldError(path, absl::StrCat("must be a mapping (got ", Describe(node), ")"));
+  }
+  OpSpec op;
+  std::set<std::string> given;
+  auto visit = [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+    given.insert(key);
+    const std::string field = absl::StrCat(path, ".", key);
+    if (key == "id") {
+      ASSIGN_OR_RETURN(op.id, WithPath(yaml_util::ReadString(value), field));
+    } else if (key == "type") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.type, WithPath(ParseOpType(name), field));
+    } else if (key == "m" || key == "k" || key == "n") {
+      int64_t& dim = key == "m" ? op.m : key == "k" ? op.k : op.n;
+      ASSIGN_OR_RETURN(dim, WithPath(yaml_util::ReadInt64(value, 1, kInt64Max), field));
+    } else if (key == "mode") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.mode, WithPath(ParseOverlapMode(name), field));
+    } else if (key == "chunks") {
+      ASSIGN_OR_RETURN(op.chunks, ReadInt(value, 1, field));
+    } else if (key == "transport") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.transport, WithPath(ParseTransport(name), field));
+    } else if (key == "after") {
+      ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachField(node, path, kOpFields, absl::StrCat(path, ": "), visit));
+  for (const char* required : {"id", "type", "m", "k", "n"}) {
+    if (!given.count(required)) {
+      return FieldError(absl::StrCat(path, ".", required), "required field missing");
+    }
+  }
+  return op;
+}
+
+absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
+  if (root.IsNull()) return absl::InvalidArgumentError("job spec is empty");
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec must be a mapping (got ", Describe(root), ")"));
+  }
+  JobSpec spec;
+  spec.name = "unnamed";
+  bool has_ops = false;
+  auto visit = [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+    if (key == "name") {
+      ASSIGN_OR_RETURN(spec.name, WithPath(yaml_util::ReadString(value), key));
+    } else if (key == "devices") {
+      if (!value.IsSequence()) {
+        return FieldError(
+            key, absl::StrCat("must be a list of device indices (got ", Describe(value), ")"));
+      }
+      if (value.size() == 0) {
+        return FieldError(key, "must not be empty (omit it to use every device)");
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        ASSIGN_OR_RETURN(int device, ReadInt(value[i], 0, absl::StrCat("devices[", i, "]")));
+        spec.devices.push_back(device);
+      }
+    } else if (key == "dtype") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
+      ASSIGN_OR_RETURN(spec.dtype, WithPath(ParseDType(name), key));
+    } else if (key == "iterations") {
+      ASSIGN_OR_RETURN(spec.iterations, ReadInt(value, 1, key));
+    } else if (key == "warmup") {
+      ASSIGN_OR_RETURN(spec.warmup, ReadInt(value, 0, key));
+    } else if (key == "verify") {
+      ASSIGN_OR_RETURN(spec.verify, WithPath(yaml_util::ReadBool(value), key));
+    } else if (key == "priority") {
+      ASSIGN_OR_RETURN(spec.priority, ReadInt(value, kInt32Min, key));
+    } else if (key == "seed") {
+      ASSIGN_OR_RETURN(spec.seed, WithPath(yaml_util::ReadUint64(value), key));
+    } else if (key == "ops") {
+      has_ops = true;
+      if (!value.IsSequence()) {
+        return FieldError(key, absl::StrCat("must be a list of ops (got ", Describe(value), ")"));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        ASSIGN_OR_RETURN(OpSpec op, ParseOp(value[i], i));
+        spec.ops.push_back(std::move(op));
+      }
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachField(root, "", kTopLevelFields, "", visit));
+  if (!has_ops) return FieldError("ops", "required field missing");
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name) {
+  absl::StatusOr<JobSpec> spec;
+  {
+    ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(text, source_name));
+    try {
+      spec = ParseDocument(root);
+    } catch (const std::exception& e) {  // yaml-cpp conversion errors; should not happen
+      spec = absl::InvalidArgumentError(absl::StrCat("malformed job spec: ", e.what()));
+    }
+  }
+  if (!spec.ok() && !source_name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+}  // namespace overlap

@@ -1,0 +1,31 @@
+// Parses a job spec (the layer graph a client submits) from YAML or JSON text.
+//
+//   name: llama70b-mlp-tp2
+//   devices: [0, 1]      # the TP group; omitted = every device of the backend
+//   dtype: bf16          # fp32 | fp16 | bf16
+//   iterations: 20
+//   warmup: 5
+//   verify: true
+//   priority: 0          # higher runs first
+//   seed: 1234
+//   ops:
+//     - {id: fc1, type: ag_gemm, m: 8192, k: 8192, n: 28672, mode: chunked, chunks: 4}
+//     - {id: fc2, type: gemm_rs, m: 8192, k: 28672, n: 8192, after: [fc1], transport: p2p}
+//
+// Only syntax and types are checked here (unknown fields, integers that are not
+// integers, unknown enum names); graph_validator checks shapes, devices and the
+// dependency graph. Thread-safe; never throws.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/graph.h"
+
+namespace overlap {
+
+// INVALID_ARGUMENT with a one-line message naming the field path, e.g.
+// `ops[1].chunks: must be a positive integer (got "abc")`, or the line and column
+// of a syntax error; prefixed with "<source_name>: " when source_name is given.
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name = "");
+
+}  // namespace overlap

@@ -1,0 +1,41 @@
+// Strict readers for yaml-cpp nodes, shared by the job-spec and config parsers.
+// yaml-cpp throws; everything here catches at this edge and returns
+// INVALID_ARGUMENT with a one-line message. Messages carry no field path: the
+// caller prefixes it with FieldError().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "yaml-cpp/yaml.h"
+
+namespace overlap {
+namespace yaml_util {
+
+// Parses one YAML (or JSON) document. A syntax error is INVALID_ARGUMENT naming
+// the 1-based line and column, prefixed with `source_name` when given.
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name);
+
+// INVALID_ARGUMENT "<path>: <message>".
+absl::Status FieldError(absl::string_view path, absl::string_view message);
+
+// How a node appears in "(got ...)": a quoted, escaped, shortened scalar, or
+// "null", "a list", "a mapping".
+std::string Describe(const YAML::Node& node);
+
+// A decimal integer in [min, max] written as a plain (unquoted) scalar. 1.5,
+// "12", 1e3 and 0x10 are rejected, as are values outside int64.
+absl::StatusOr<int64_t> ReadInt64(const YAML::Node& node, int64_t min, int64_t max);
+absl::StatusOr<uint64_t> ReadUint64(const YAML::Node& node);
+// A plain true/false (any case; YAML 1.1 yes/no/on/off are rejected).
+absl::StatusOr<bool> ReadBool(const YAML::Node& node);
+// Any scalar, quoted or not (so `id: 1` is the id "1"); null, lists and maps are rejected.
+absl::StatusOr<std::string> ReadString(const YAML::Node& node);
+// A finite number (integer or decimal): > 0, or >= 0 when zero is allowed.
+absl::StatusOr<double> ReadDouble(const YAML::Node& node, bool allow_zero);
+
+}  // namespace yaml_util
+}  // namespace overlap
