@@ -1,0 +1,166 @@
+#include "client/commands.h"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "client/progress_printer.h"
+#include "client/report.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace overlap::client {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::StatusOr<std::string> ReadSpec(const std::string& file) {
+  std::ostringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", file));
+  return text.str();
+}
+
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  options.add_whitespace = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  // Only fails for malformed Any fields, which the API does not use.
+  if (!status.ok()) return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
+  return json;
+}
+
+int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {
+  if (IsUnreachable(status)) {
+    err << "overlapctl: cannot reach overlapd at " << address << ": " << status.message() << "\n";
+    return kExitUnreachable;
+  }
+  err << "overlapctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+      << "\n";
+  return kExitRefused;
+}
+
+int Commands::Fail(const absl::Status& status) {
+  return ReportCallError(status, client_.address(), err_);
+}
+
+int Commands::PrintFinal(const v1::Job& job) {
+  if (json_) {
+    out_ << ToJson(job);
+  } else {
+    out_ << FormatReport(job);
+  }
+  if (IsUnsuccessfulState(job.state())) {
+    err_ << "overlapctl: job " << job.id() << " " << JobStateName(job.state());
+    if (!job.error().empty()) err_ << ": " << job.error();
+    err_ << "\n";
+    return kExitJobFailed;
+  }
+  return kExitOk;
+}
+
+int Commands::FollowAndPrint(const std::string& id) {
+  ProgressPrinter progress(err_, err_is_tty_);
+  absl::StatusOr<v1::Job> job =
+      client_.WatchJob(id, [&progress](const v1::Job& event) { progress.Update(event); });
+  progress.Finish();
+  if (!job.ok()) return Fail(job.status());
+  return PrintFinal(*job);
+}
+
+int Commands::Submit(const std::string& file, bool wait) {
+  absl::StatusOr<std::string> spec = ReadSpec(file);
+  if (!spec.ok()) {
+    err_ << "overlapctl: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::Job> job = client_.SubmitJob(*spec, file == "-" ? "<stdin>" : file);
+  if (!job.ok()) return Fail(job.status());
+  if (!wait) {
+    if (json_) {
+      out_ << ToJson(*job);
+    } else {
+      out_ << job->id() << "\n";
+    }
+    return kExitOk;
+  }
+  err_ << "submitted job " << job->id() << "\n";
+  return FollowAndPrint(job->id());
+}
+
+int Commands::Get(const std::string& id) {
+  absl::StatusOr<v1::Job> job = client_.GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  out_ << (json_ ? ToJson(*job) : FormatJobDetail(*job, NowMs()));
+  return kExitOk;
+}
+
+int Commands::List(const std::string& state, int limit) {
+  v1::JobState wanted = v1::JOB_STATE_UNSPECIFIED;
+  if (!state.empty() && !v1::JobState_Parse(absl::AsciiStrToUpper(state), &wanted)) {
+    err_ << "overlapctl: unknown state \"" << state
+         << "\" (expected queued, running, succeeded, failed, cancelled, aborted)\n";
+    return kExitUsage;
+  }
+  if (limit < 0) {
+    err_ << "overlapctl: --limit must be >= 0\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::ListJobsResponse> jobs = client_.ListJobs(wanted, limit);
+  if (!jobs.ok()) return Fail(jobs.status());
+  out_ << (json_ ? ToJson(*jobs) : FormatJobList(jobs->jobs(), NowMs()));
+  return kExitOk;
+}
+
+int Commands::Cancel(const std::string& id) {
+  absl::StatusOr<v1::Job> job = client_.CancelJob(id);
+  if (!job.ok()) return Fail(job.status());
+  out_ << (json_ ? ToJson(*job) : FormatJobLine(*job));
+  return kExitOk;
+}
+
+int Commands::Watch(const std::string& id) { return FollowAndPrint(id); }
+
+int Commands::Node() {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client_.GetNodeInfo();
+  if (!node.ok()) return Fail(node.status());
+  out_ << (json_ ? ToJson(*node) : FormatNodeInfo(*node));
+  return kExitOk;
+}
+
+int Commands::Stats() {
+  absl::StatusOr<v1::GetStatsResponse> stats = client_.GetStats();
+  if (!stats.ok()) return Fail(stats.status());
+  out_ << (json_ ? ToJson(*stats) : FormatStats(*stats));
+  return kExitOk;
+}
+
+int Commands::Report(const std::string& id) {
+  absl::StatusOr<v1::Job> job = client_.GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  if (!IsFinalState(job->state())) {
+    err_ << "overlapctl: FAILED_PRECONDITION: job " << id << " is " << JobStateName(job->state())
+         << " and has no report yet (use `overlapctl watch " << id << "`)\n";
+    return kExitRefused;
+  }
+  return PrintFinal(*job);
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,64 @@
+// The overlapctl commands, separated from argument parsing (client/main.cc) so
+// that they only see a DaemonClient and two streams.
+//
+// Exit status of every command: kExitOk on success; kExitJobFailed when the job
+// being followed or reported ended FAILED, CANCELLED or ABORTED; kExitUnreachable
+// when no daemon answered; kExitRefused when the daemon refused the request
+// (printed as "overlapctl: <CODE_NAME>: <message>"); kExitUsage for bad
+// arguments.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "client/daemon_client.h"
+#include "google/protobuf/message.h"
+
+namespace overlap::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUnreachable = 2;
+inline constexpr int kExitRefused = 3;
+inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
+
+// The protobuf JSON form: proto field names, primitive fields always printed.
+std::string ToJson(const google::protobuf::Message& message);
+
+// The one-line error for a failed call and the matching exit status.
+int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err);
+
+class Commands {
+ public:
+  // `err_is_tty` picks how progress is drawn: a live counter on a terminal,
+  // one line per phase change otherwise (logs stay short).
+  Commands(DaemonClient& client, std::ostream& out, std::ostream& err, bool err_is_tty, bool json)
+      : client_(client), out_(out), err_(err), err_is_tty_(err_is_tty), json_(json) {}
+
+  // `file` "-" reads standard input.
+  int Submit(const std::string& file, bool wait);
+  int Get(const std::string& id);
+  // `state` is a state name in any case ("running"); empty means all.
+  int List(const std::string& state, int limit);
+  int Cancel(const std::string& id);
+  int Watch(const std::string& id);
+  int Node();
+  int Stats();
+  int Report(const std::string& id);
+
+ private:
+  int Fail(const absl::Status& status);
+  // Follows a job to its end, drawing progress on err_, then prints it.
+  int FollowAndPrint(const std::string& id);
+  // Prints a final job (report or JSON) and returns its exit status.
+  int PrintFinal(const v1::Job& job);
+
+  DaemonClient& client_;
+  std::ostream& out_;
+  std::ostream& err_;
+  bool err_is_tty_;
+  bool json_;
+};
+
+}  // namespace overlap::client

@@ -1,0 +1,154 @@
+#include "client/daemon_client.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "client/report.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace overlap::client {
+namespace {
+
+constexpr char kUnreachablePayload[] = "type.overlap.dev/overlapctl.unreachable";
+
+std::string ToTarget(const std::string& address) {
+  if (absl::StartsWith(address, "/")) return "unix:" + address;
+  return address;
+}
+
+}  // namespace
+
+bool IsUnreachable(const absl::Status& status) {
+  return status.GetPayload(kUnreachablePayload).has_value();
+}
+
+std::unique_ptr<DaemonClient> DaemonClient::Create(const std::string& address,
+                                                   absl::Duration deadline) {
+  grpc::ChannelArguments args;
+  // One quick connection attempt is what a CLI wants; the default backoff would
+  // only matter for a long-lived client.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  auto channel =
+      grpc::CreateCustomChannel(ToTarget(address), grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<DaemonClient>(new DaemonClient(address, std::move(channel), deadline));
+}
+
+DaemonClient::DaemonClient(std::string address, std::shared_ptr<grpc::Channel> channel,
+                           absl::Duration deadline)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      jobs_(v1::Jobs::NewStub(channel_)),
+      node_(v1::Node::NewStub(channel_)),
+      deadline_(deadline) {}
+
+void DaemonClient::PrepareUnary(grpc::ClientContext& context) const {
+  context.set_wait_for_ready(false);
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline_));
+}
+
+absl::Status DaemonClient::Convert(const grpc::Status& status) const {
+  if (status.ok()) return absl::OkStatus();
+  absl::Status result(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  const bool transport_failure = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                 status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  // The daemon may itself answer UNAVAILABLE (device unhealthy); then the
+  // channel is connected, and that is a refusal, not an unreachable daemon.
+  if (transport_failure && channel_->GetState(false) != GRPC_CHANNEL_READY) {
+    result.SetPayload(kUnreachablePayload, absl::Cord("1"));
+  }
+  return result;
+}
+
+absl::StatusOr<v1::Job> DaemonClient::SubmitJob(const std::string& spec,
+                                                const std::string& source_name) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::SubmitJobRequest request;
+  request.set_spec(spec);
+  request.set_source_name(source_name);
+  v1::SubmitJobResponse response;
+  absl::Status status = Convert(jobs_->SubmitJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<v1::Job> DaemonClient::GetJob(const std::string& id) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::GetJobResponse response;
+  absl::Status status = Convert(jobs_->GetJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<v1::ListJobsResponse> DaemonClient::ListJobs(v1::JobState state, int limit) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::ListJobsRequest request;
+  request.set_state(state);
+  request.set_limit(limit);
+  v1::ListJobsResponse response;
+  absl::Status status = Convert(jobs_->ListJobs(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::Job> DaemonClient::CancelJob(const std::string& id) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  v1::CancelJobResponse response;
+  absl::Status status = Convert(jobs_->CancelJob(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<v1::GetNodeInfoResponse> DaemonClient::GetNodeInfo() {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::GetNodeInfoResponse response;
+  absl::Status status = Convert(node_->GetNodeInfo(&context, v1::GetNodeInfoRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::GetStatsResponse> DaemonClient::GetStats() {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::GetStatsResponse response;
+  absl::Status status = Convert(node_->GetStats(&context, v1::GetStatsRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::Job> DaemonClient::WatchJob(
+    const std::string& id, const std::function<void(const v1::Job&)>& on_event) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(false);
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = jobs_->WatchJob(&context, request);
+  v1::JobEvent event;
+  v1::Job last;
+  bool got_event = false;
+  while (reader->Read(&event)) {
+    got_event = true;
+    last = std::move(*event.mutable_job());
+    if (on_event) on_event(last);
+  }
+  absl::Status status = Convert(reader->Finish());
+  if (!status.ok()) return status;
+  if (got_event && IsFinalState(last.state())) return last;
+  // The stream ended cleanly without a final state (it should not): ask once.
+  return GetJob(id);
+}
+
+}  // namespace overlap::client

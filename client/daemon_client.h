@@ -1,0 +1,64 @@
+// The overlapctl side of the gRPC API: one channel to overlapd and its Jobs and
+// Node stubs, with gRPC statuses turned into absl::Status (the codes map 1:1).
+//
+// Unreachable vs refused: a call that fails because no daemon answered (nothing
+// listening, connection refused, deadline hit before connecting) returns
+// UNAVAILABLE or DEADLINE_EXCEEDED marked so that IsUnreachable() is true; a
+// status the daemon itself sent never is. Calls never wait for the channel to
+// become ready (wait_for_ready=false), so a missing daemon fails fast.
+//
+// Thread-compatible: one caller at a time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "overlap/v1/overlap.grpc.pb.h"
+
+namespace overlap::client {
+
+// True when `status` says the daemon could not be reached at all.
+bool IsUnreachable(const absl::Status& status);
+
+class DaemonClient {
+ public:
+  // `address` is a gRPC target ("unix:/path", "host:port"); a bare absolute path
+  // means a unix socket. `deadline` bounds each unary call. Never fails: the
+  // channel connects lazily on the first call.
+  static std::unique_ptr<DaemonClient> Create(const std::string& address,
+                                              absl::Duration deadline = absl::Seconds(5));
+
+  // The address as given by the user (what error messages name).
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<v1::Job> SubmitJob(const std::string& spec, const std::string& source_name);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& id);
+  absl::StatusOr<v1::GetNodeInfoResponse> GetNodeInfo();
+  absl::StatusOr<v1::GetStatsResponse> GetStats();
+
+  // Follows WatchJob until the job is final, calling `on_event` for every event
+  // (may be null), and returns the final job. No deadline: jobs run for minutes.
+  absl::StatusOr<v1::Job> WatchJob(const std::string& id,
+                                   const std::function<void(const v1::Job&)>& on_event);
+
+ private:
+  DaemonClient(std::string address, std::shared_ptr<grpc::Channel> channel,
+               absl::Duration deadline);
+
+  void PrepareUnary(grpc::ClientContext& context) const;
+  absl::Status Convert(const grpc::Status& status) const;
+
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Node::Stub> node_;
+  absl::Duration deadline_;
+};
+
+}  // namespace overlap::client

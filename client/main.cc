@@ -1,0 +1,75 @@
+// overlapctl: submit layer-graph jobs to overlapd, follow them, print reports.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "client/commands.h"
+#include "client/daemon_client.h"
+#include "common/config.h"
+
+namespace {
+
+std::string DefaultAddress() {
+  const char* env = std::getenv("OVERLAPD_ADDR");
+  if (env != nullptr && env[0] != '\0') return env;
+  return overlap::DefaultListenAddress();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using overlap::client::Commands;
+
+  CLI::App app{"overlapctl: submit layer-graph jobs to overlapd and read their reports"};
+  app.fallthrough();  // --addr/--json may follow the command
+  app.require_subcommand(1);
+  std::string address = DefaultAddress();
+  bool json = false;
+  app.add_option("--addr", address, "overlapd address: unix:/path or host:port (env OVERLAPD_ADDR)")
+      ->capture_default_str();
+  app.add_flag("--json", json, "print the protobuf JSON form instead of text");
+
+  std::string file, id, state;
+  bool wait = false;
+  int limit = 0;
+  CLI::App* submit = app.add_subcommand("submit", "submit a layer graph (YAML or JSON file)");
+  submit->add_option("FILE", file, "graph file; - reads standard input")->required();
+  submit->add_flag("--wait", wait, "follow the job and print its report");
+  CLI::App* get = app.add_subcommand("get", "show one job");
+  get->add_option("ID", id, "job id")->required();
+  CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
+  list->add_option("--state", state, "only jobs in this state (queued, running, ...)");
+  list->add_option("--limit", limit, "at most this many jobs (0 = all)");
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
+  cancel->add_option("ID", id, "job id")->required();
+  CLI::App* watch = app.add_subcommand("watch", "follow a job to its end, then print its report");
+  watch->add_option("ID", id, "job id")->required();
+  CLI::App* node = app.add_subcommand("node", "show the daemon's backend and devices");
+  CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
+  CLI::App* report = app.add_subcommand("report", "print the report of a finished job");
+  report->add_option("ID", id, "job id")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? overlap::client::kExitOk : overlap::client::kExitUsage;
+  }
+
+  auto client = overlap::client::DaemonClient::Create(address);
+  Commands commands(*client, std::cout, std::cerr, isatty(STDERR_FILENO) == 1, json);
+  int rc = overlap::client::kExitUsage;
+  if (submit->parsed()) rc = commands.Submit(file, wait);
+  if (get->parsed()) rc = commands.Get(id);
+  if (list->parsed()) rc = commands.List(state, limit);
+  if (cancel->parsed()) rc = commands.Cancel(id);
+  if (watch->parsed()) rc = commands.Watch(id);
+  if (node->parsed()) rc = commands.Node();
+  if (stats->parsed()) rc = commands.Stats();
+  if (report->parsed()) rc = commands.Report(id);
+  std::cout.flush();
+  return rc;
+}

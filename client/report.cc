@@ -1,0 +1,262 @@
+#include "client/report.h"
+
+#include <time.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/table.h"
+
+namespace overlap::client {
+namespace {
+
+// TFLOP/s and GB/s span 0.01 (host backend) to ~800 (H200): keep three
+// significant-ish digits without a column of zeros.
+std::string FormatRate(double value) {
+  return std::fabs(value) < 10 ? absl::StrFormat("%.3f", value) : absl::StrFormat("%.1f", value);
+}
+
+std::string FormatVerify(const v1::OpResult& op) {
+  if (!op.verified()) return "off";
+  const bool ok = op.max_rel_error() <= op.tolerance();
+  return absl::StrFormat("%s %.1e", ok ? "ok" : "FAIL", op.max_rel_error());
+}
+
+std::string FormatShape(const v1::OpResult& op) {
+  return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
+}
+
+std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
+
+int64_t ElapsedEndMs(const v1::Job& job, int64_t now_ms) {
+  return job.end_time_ms() > 0 ? job.end_time_ms() : now_ms;
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState state) {
+  if (state == v1::JOB_STATE_UNSPECIFIED) return "UNSPECIFIED";
+  const std::string& name = v1::JobState_Name(state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+bool IsFinalState(v1::JobState state) {
+  return state == v1::SUCCEEDED || IsUnsuccessfulState(state);
+}
+
+bool IsUnsuccessfulState(v1::JobState state) {
+  return state == v1::FAILED || state == v1::CANCELLED || state == v1::ABORTED;
+}
+
+std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }
+
+std::string FormatBytes(int64_t bytes) {
+  constexpr double kKiB = 1024.0;
+  const double b = static_cast<double>(bytes);
+  if (b >= kKiB * kKiB * kKiB) return absl::StrFormat("%.2f GiB", b / (kKiB * kKiB * kKiB));
+  if (b >= kKiB * kKiB) return absl::StrFormat("%.2f MiB", b / (kKiB * kKiB));
+  if (b >= kKiB) return absl::StrFormat("%.2f KiB", b / kKiB);
+  return absl::StrCat(bytes, " B");
+}
+
+std::string FormatUtc(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const time_t seconds = static_cast<time_t>(unix_ms / 1000);
+  struct tm utc;
+  gmtime_r(&seconds, &utc);
+  char buffer[32];
+  strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%SZ", &utc);
+  return buffer;
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds < 1) return absl::StrFormat("%.0f ms", seconds * 1000);
+  if (seconds < 60) return absl::StrFormat("%.1f s", seconds);
+  const int64_t whole = static_cast<int64_t>(seconds);
+  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
+  return absl::StrFormat("%dh%02dm", whole / 3600, (whole % 3600) / 60);
+}
+
+std::string FormatReportHeader(const v1::Job& job) {
+  const auto& ops = job.result().ops();
+  const std::string tp = ops.empty() ? std::string("-") : absl::StrCat(ops[0].tp());
+  const std::string dtype = ops.empty() ? std::string("-") : OrDash(ops[0].dtype());
+  return absl::StrCat("job ", job.id(), "  name: ", OrDash(job.name()),
+                      "  backend: ", OrDash(job.result().backend()), "  tp: ", tp,
+                      "  dtype: ", dtype, "\n");
+}
+
+std::string FormatReport(const v1::Job& job) {
+  std::string out = FormatReportHeader(job);
+  const v1::JobResult& result = job.result();
+  if (result.ops().empty()) {
+    absl::StrAppend(&out, "state: ", JobStateName(job.state()));
+    if (!job.error().empty()) absl::StrAppend(&out, "  error: ", job.error());
+    absl::StrAppend(&out, "\n");
+    return out;
+  }
+  TextTable table({{"op"},
+                   {"type"},
+                   {"shape (m x k x n)"},
+                   {"mode"},
+                   {"chunks", Align::kRight},
+                   {"transport"},
+                   {"step ms", Align::kRight},
+                   {"GEMM alone ms", Align::kRight},
+                   {"comm alone ms", Align::kRight},
+                   {"exposed comm ms", Align::kRight},
+                   {"hidden %", Align::kRight},
+                   {"TFLOP/s", Align::kRight},
+                   {"busbw GB/s", Align::kRight},
+                   {"verify"}});
+  for (const v1::OpResult& op : result.ops()) {
+    table.AddRow({op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
+                  op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
+                  FormatMs(op.step().median_ms()), FormatMs(op.gemm_alone().median_ms()),
+                  FormatMs(op.comm_alone().median_ms()), FormatMs(op.exposed_comm_ms()),
+                  absl::StrFormat("%.1f", op.hidden_fraction() * 100), FormatRate(op.tflops()),
+                  FormatRate(op.busbw_gbps()), FormatVerify(op)});
+  }
+  table.AddSeparator();
+  table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "",
+                FormatMs(result.total_exposed_comm_ms())});
+  out += table.Render();
+  for (const v1::OpResult& op : result.ops()) {
+    if (op.requested_mode() != "auto") continue;
+    absl::StrAppend(&out, op.id(), ": auto chose ", op.mode(), "/", op.transport());
+    if (!op.auto_reason().empty()) absl::StrAppend(&out, " (", op.auto_reason(), ")");
+    absl::StrAppend(&out, "\n");
+  }
+  if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");
+  return out;
+}
+
+std::string FormatJobLine(const v1::Job& job) {
+  std::string line =
+      absl::StrCat(job.id(), "  ", JobStateName(job.state()), "  ", OrDash(job.name()));
+  if (!job.error().empty()) absl::StrAppend(&line, "  error: ", job.error());
+  return line + "\n";
+}
+
+std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
+  TextTable table({{"ID"},
+                   {"STATE"},
+                   {"NAME"},
+                   {"PRIO", Align::kRight},
+                   {"DEVICES"},
+                   {"OPS", Align::kRight},
+                   {"SUBMITTED (UTC)"},
+                   {"DURATION", Align::kRight},
+                   {"STEP ms", Align::kRight}});
+  for (const v1::Job& job : jobs) {
+    const bool started = job.start_time_ms() > 0;
+    const bool has_result = job.result().ops_size() > 0;
+    table.AddRow(
+        {job.id(), JobStateName(job.state()), OrDash(job.name()), absl::StrCat(job.priority()),
+         job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","),
+         has_result ? absl::StrCat(job.result().ops_size()) : "-", FormatUtc(job.submit_time_ms()),
+         started ? FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
+         has_result ? FormatMs(job.result().total_step_ms()) : "-"});
+  }
+  return table.Render();
+}
+
+std::string FormatProgress(const v1::Progress& progress) {
+  std::string line = absl::StrCat("[", progress.op_index() + 1, "/", progress.op_count(), "] ",
+                                  OrDash(progress.op_id()), " ", OrDash(progress.phase()));
+  if (progress.iterations() > 0) {
+    absl::StrAppend(&line, " ", progress.iteration(), "/", progress.iterations());
+  }
+  return line;
+}
+
+std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
+  std::string out;
+  auto field = [&out](const std::string& key, const std::string& value) {
+    absl::StrAppend(&out, absl::StrFormat("%-10s %s\n", key + ":", value));
+  };
+  field("id", job.id());
+  field("name", OrDash(job.name()));
+  field("state", JobStateName(job.state()));
+  field("priority", absl::StrCat(job.priority()));
+  field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));
+  field("submitted", FormatUtc(job.submit_time_ms()));
+  field("started", FormatUtc(job.start_time_ms()));
+  field("ended", FormatUtc(job.end_time_ms()));
+  if (job.start_time_ms() > 0) {
+    field("duration", FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0));
+  }
+  if (job.state() == v1::RUNNING && job.has_progress()) {
+    field("progress", FormatProgress(job.progress()));
+  }
+  if (!job.error().empty()) field("error", job.error());
+  if (job.result().ops_size() > 0) absl::StrAppend(&out, "\n", FormatReport(job));
+  return out;
+}
+
+std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
+  std::string out;
+  auto field = [&out](const std::string& key, const std::string& value) {
+    if (!value.empty()) absl::StrAppend(&out, absl::StrFormat("%-9s %s\n", key + ":", value));
+  };
+  field("backend", node.backend());
+  field("healthy", node.healthy() ? "yes" : "no");
+  field("hostname", node.hostname());
+  field("version", absl::StrCat(node.overlapd_version(),
+                                node.git_commit().empty() ? "" : " (" + node.git_commit() + ")"));
+  field("listen", node.listen_address());
+  field("state", node.state_dir());
+  field("cuda", node.cuda_runtime_version().empty()
+                    ? ""
+                    : absl::StrCat("runtime ", node.cuda_runtime_version(), ", driver ",
+                                   OrDash(node.cuda_driver_version())));
+  field("nccl", node.nccl_version());
+  field("cublas", node.cublas_version());
+  absl::StrAppend(&out, "devices:  ", node.devices_size(), "\n");
+  TextTable table({{"INDEX", Align::kRight},
+                   {"NAME"},
+                   {"MEMORY", Align::kRight},
+                   {"USED", Align::kRight},
+                   {"PCI"}});
+  for (const v1::Device& device : node.devices()) {
+    table.AddRow({absl::StrCat(device.index()), OrDash(device.name()),
+                  FormatBytes(device.memory_bytes()), FormatBytes(device.memory_used_bytes()),
+                  OrDash(device.pci_bus_id())});
+  }
+  if (node.devices_size() > 0) out += table.Render();
+  return out;
+}
+
+std::string FormatStats(const v1::GetStatsResponse& stats) {
+  std::string out;
+  absl::StrAppend(&out, "uptime:         ", FormatDuration(stats.uptime_s()), "\n");
+  absl::StrAppend(&out, "jobs submitted: ", stats.jobs_submitted(), "\n");
+  absl::StrAppend(&out, "jobs rejected:  ", stats.jobs_rejected(), "\n");
+  // Known states first in lifecycle order, then anything else the daemon sends.
+  std::map<std::string, int64_t> rest(stats.jobs_by_state().begin(), stats.jobs_by_state().end());
+  std::vector<std::string> parts;
+  for (v1::JobState state :
+       {v1::QUEUED, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED, v1::ABORTED}) {
+    const std::string name = JobStateName(state);
+    auto it = rest.find(name);
+    parts.push_back(absl::StrCat(name, " ", it == rest.end() ? 0 : it->second));
+    if (it != rest.end()) rest.erase(it);
+  }
+  for (const auto& [name, count] : rest) parts.push_back(absl::StrCat(name, " ", count));
+  absl::StrAppend(&out, "jobs by state:  ", absl::StrJoin(parts, ", "), "\n");
+  TextTable table({{"DEVICE", Align::kRight}, {"JOBS", Align::kRight}, {"BUSY", Align::kRight}});
+  for (const v1::DeviceStats& device : stats.devices()) {
+    table.AddRow({absl::StrCat(device.device()), absl::StrCat(device.jobs_run()),
+                  FormatDuration(device.busy_ms() / 1000.0)});
+  }
+  if (stats.devices_size() > 0) out += table.Render();
+  return out;
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,56 @@
+// Human-readable output of overlapctl: the per-op report table of a finished
+// job, the job list, job details, node info and stats. Pure functions of the
+// protobuf messages (no I/O, no clock: callers pass `now_ms`), so every row can
+// be unit-tested without a daemon. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "google/protobuf/repeated_field.h"
+#include "overlap/v1/overlap.pb.h"
+
+namespace overlap::client {
+
+// "QUEUED", "RUNNING", ... ("UNSPECIFIED" for 0).
+std::string JobStateName(v1::JobState state);
+// SUCCEEDED, FAILED, CANCELLED or ABORTED.
+bool IsFinalState(v1::JobState state);
+// FAILED, CANCELLED or ABORTED: overlapctl exits 1 for these.
+bool IsUnsuccessfulState(v1::JobState state);
+
+// The report of a job: a header line (id, name, backend, tp, dtype), one row
+// per op (op | type | shape | mode | chunks | transport | step ms | GEMM alone
+// ms | comm alone ms | exposed comm ms | hidden % | TFLOP/s | busbw GB/s |
+// verify), a total row (sum of step medians, sum of exposed comm), then one
+// line per op whose mode was picked by auto, saying why. A job without results
+// prints the header and its state (and error).
+std::string FormatReport(const v1::Job& job);
+
+// The header line of FormatReport.
+std::string FormatReportHeader(const v1::Job& job);
+
+// One line: "<id>  <STATE>  <name>" plus the error when there is one.
+std::string FormatJobLine(const v1::Job& job);
+
+// A table, one job per row: id, state, name, priority, devices, ops, submitted
+// (UTC), duration, total step ms.
+std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms);
+
+// `key: value` lines describing one job (times, devices, progress, error),
+// followed by the report when the job has results.
+std::string FormatJobDetail(const v1::Job& job, int64_t now_ms);
+
+// "[2/3] fc2 timed 7/20": where a running job is.
+std::string FormatProgress(const v1::Progress& progress);
+
+std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node);
+std::string FormatStats(const v1::GetStatsResponse& stats);
+
+// Small helpers shared by the formatters, exposed for tests.
+std::string FormatMs(double ms);             // "1.234"
+std::string FormatBytes(int64_t bytes);      // "2.00 GiB", "512.00 MiB", "17 B"
+std::string FormatUtc(int64_t unix_ms);      // "2026-11-30 12:34:56Z", "-" for 0
+std::string FormatDuration(double seconds);  // "850 ms", "12.3 s", "4m05s", "2h03m"
+
+}  // namespace overlap::client

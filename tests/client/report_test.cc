@@ -1,0 +1,322 @@
+#include "client/report.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "client/progress_printer.h"
+#include "client/table.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+void SetTiming(v1::TimingStats* stats, double median) {
+  stats->set_median_ms(median);
+  stats->set_min_ms(median * 0.9);
+  stats->set_max_ms(median * 1.1);
+  stats->set_samples(20);
+}
+
+v1::OpResult MakeOp(const std::string& id, const std::string& type, int64_t m, int64_t k, int64_t n,
+                    const std::string& mode, int chunks, double step, double gemm, double comm) {
+  v1::OpResult op;
+  op.set_id(id);
+  op.set_type(type);
+  op.set_mode(mode);
+  op.set_requested_mode(mode);
+  op.set_transport("nccl");
+  op.set_chunks(chunks);
+  op.set_m(m);
+  op.set_k(k);
+  op.set_n(n);
+  op.set_tp(2);
+  op.set_dtype("bf16");
+  SetTiming(op.mutable_step(), step);
+  SetTiming(op.mutable_gemm_alone(), gemm);
+  SetTiming(op.mutable_comm_alone(), comm);
+  op.set_exposed_comm_ms(std::max(0.0, step - gemm));
+  op.set_hidden_fraction(1 - std::max(0.0, step - gemm) / comm);
+  return op;
+}
+
+v1::Job MakeJob() {
+  v1::Job job;
+  job.set_id("42");
+  job.set_name("llama70b-mlp");
+  job.set_state(v1::SUCCEEDED);
+  v1::JobResult* result = job.mutable_result();
+  result->set_backend("cuda");
+  v1::OpResult fc1 = MakeOp("fc1", "ag_gemm", 8192, 8192, 28672, "chunked", 4, 5.25, 4.75, 1.5);
+  fc1.set_tflops(715.81);
+  fc1.set_busbw_gbps(231.4);
+  fc1.set_verified(true);
+  fc1.set_max_rel_error(3.1e-3);
+  fc1.set_tolerance(2e-2);
+  fc1.set_requested_mode("auto");
+  fc1.set_transport("p2p");
+  fc1.set_auto_reason("comm 1.500 ms < gemm 4.750 ms");
+  v1::OpResult fc2 = MakeOp("fc2", "gemm_rs", 8192, 28672, 8192, "serial", 1, 6.5, 4.75, 1.75);
+  fc2.set_tflops(9.8765);
+  fc2.set_busbw_gbps(0.5);
+  fc2.set_verified(true);
+  fc2.set_max_rel_error(0.2);
+  fc2.set_tolerance(2e-2);
+  v1::OpResult out = MakeOp("out", "gemm_ar", 64, 128, 256, "bulk", 0, 0.125, 0.1, 0.05);
+  out.set_verified(false);
+  *result->add_ops() = fc1;
+  *result->add_ops() = fc2;
+  *result->add_ops() = out;
+  result->set_total_step_ms(5.25 + 6.5 + 0.125);
+  result->set_total_exposed_comm_ms(0.5 + 1.75 + 0.025);
+  return job;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(ReportTest, ExactTable) {
+  const std::string report = FormatReport(MakeJob());
+  const std::vector<std::string> expected = {
+      "job 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16",
+      "op     type     shape (m x k x n)    mode     chunks  transport  step ms  GEMM alone ms"
+      "  comm alone ms  exposed comm ms  hidden %  TFLOP/s  busbw GB/s  verify",
+      std::string(164, '-'),
+      "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250          4.750"
+      "          1.500            0.500      66.7    715.8       231.4  ok 3.1e-03",
+      "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500          4.750"
+      "          1.750            1.750       0.0    9.877       0.500  FAIL 2.0e-01",
+      "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125          0.100"
+      "          0.050            0.025      50.0    0.000       0.000  off",
+      std::string(164, '-'),
+      "total                                                             11.875"
+      "                                          2.275",
+      "fc1: auto chose chunked/p2p (comm 1.500 ms < gemm 4.750 ms)",
+  };
+  EXPECT_EQ(Lines(report), expected) << report;
+}
+
+TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
+  const std::vector<std::string> lines = Lines(FormatReport(MakeJob()));
+  const size_t verify_col = lines[1].find("verify");
+  ASSERT_NE(verify_col, std::string::npos);
+  EXPECT_EQ(lines[3].find("ok 3.1e-03"), verify_col);
+  EXPECT_EQ(lines[4].find("FAIL 2.0e-01"), verify_col);
+  EXPECT_EQ(lines[5].find("off"), verify_col);
+  // Right-aligned numbers: the total's figures end where their titles end.
+  const size_t step_end = lines[1].find("step ms") + 7;
+  EXPECT_EQ(lines[7].find("11.875") + 6, step_end);
+  const size_t exposed_end = lines[1].find("exposed comm ms") + 15;
+  EXPECT_EQ(lines[7].find("2.275") + 5, exposed_end);
+}
+
+TEST(ReportTest, JobWithoutResultsShowsStateAndError) {
+  v1::Job job;
+  job.set_id("7");
+  job.set_name("mlp");
+  job.set_state(v1::FAILED);
+  job.set_error("daemon restarted");
+  EXPECT_EQ(FormatReport(job),
+            "job 7  name: mlp  backend: -  tp: -  dtype: -\n"
+            "state: FAILED  error: daemon restarted\n");
+}
+
+TEST(ReportTest, States) {
+  EXPECT_EQ(JobStateName(v1::RUNNING), "RUNNING");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "UNSPECIFIED");
+  EXPECT_TRUE(IsFinalState(v1::SUCCEEDED));
+  EXPECT_TRUE(IsFinalState(v1::ABORTED));
+  EXPECT_FALSE(IsFinalState(v1::RUNNING));
+  EXPECT_FALSE(IsFinalState(v1::QUEUED));
+  EXPECT_FALSE(IsUnsuccessfulState(v1::SUCCEEDED));
+  EXPECT_TRUE(IsUnsuccessfulState(v1::CANCELLED));
+  EXPECT_TRUE(IsUnsuccessfulState(v1::FAILED));
+}
+
+TEST(ReportTest, Helpers) {
+  EXPECT_EQ(FormatMs(1.23456), "1.235");
+  EXPECT_EQ(FormatBytes(17), "17 B");
+  EXPECT_EQ(FormatBytes(int64_t{2} << 30), "2.00 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 19), "1.50 MiB");
+  EXPECT_EQ(FormatUtc(0), "-");
+  EXPECT_EQ(FormatUtc(1764505696000), "2025-11-30 12:28:16Z");
+  EXPECT_EQ(FormatDuration(0.25), "250 ms");
+  EXPECT_EQ(FormatDuration(12.34), "12.3 s");
+  EXPECT_EQ(FormatDuration(245), "4m05s");
+  EXPECT_EQ(FormatDuration(7380), "2h03m");
+}
+
+TEST(ReportTest, JobList) {
+  google::protobuf::RepeatedPtrField<v1::Job> jobs;
+  v1::Job* done = jobs.Add();
+  *done = MakeJob();
+  done->add_devices(0);
+  done->add_devices(1);
+  done->set_submit_time_ms(1764505696000);
+  done->set_start_time_ms(1764505697000);
+  done->set_end_time_ms(1764505699500);
+  v1::Job* queued = jobs.Add();
+  queued->set_id("43");
+  queued->set_state(v1::QUEUED);
+  queued->set_priority(5);
+  queued->set_submit_time_ms(1764505700000);
+  v1::Job* running = jobs.Add();
+  running->set_id("44");
+  running->set_name("long");
+  running->set_state(v1::RUNNING);
+  running->set_submit_time_ms(1764505700000);
+  running->set_start_time_ms(1764505700000);
+  const std::vector<std::string> expected = {
+      "ID  STATE      NAME          PRIO  DEVICES  OPS  SUBMITTED (UTC)       DURATION  STEP ms",
+      std::string(88, '-'),
+      "42  SUCCEEDED  llama70b-mlp     0  0,1        3  2025-11-30 12:28:16Z     2.5 s   11.875",
+      "43  QUEUED     -                5  -          -  2025-11-30 12:28:20Z         -        -",
+      "44  RUNNING    long             0  -          -  2025-11-30 12:28:20Z     1m05s        -",
+  };
+  EXPECT_EQ(Lines(FormatJobList(jobs, 1764505765000)), expected);
+}
+
+TEST(ReportTest, JobDetailOfRunningJobShowsProgress) {
+  v1::Job job;
+  job.set_id("44");
+  job.set_name("long");
+  job.set_state(v1::RUNNING);
+  job.add_devices(0);
+  job.add_devices(1);
+  job.set_submit_time_ms(1764505700000);
+  job.set_start_time_ms(1764505700000);
+  v1::Progress* progress = job.mutable_progress();
+  progress->set_op_index(1);
+  progress->set_op_count(3);
+  progress->set_op_id("fc2");
+  progress->set_phase("timed");
+  progress->set_iteration(7);
+  progress->set_iterations(20);
+  const std::string detail = FormatJobDetail(job, 1764505712300);
+  EXPECT_THAT(detail, HasSubstr("state:     RUNNING\n"));
+  EXPECT_THAT(detail, HasSubstr("devices:   0,1\n"));
+  EXPECT_THAT(detail, HasSubstr("duration:  12.3 s\n"));
+  EXPECT_THAT(detail, HasSubstr("progress:  [2/3] fc2 timed 7/20\n"));
+  EXPECT_THAT(detail, HasSubstr("ended:     -\n"));
+  EXPECT_THAT(detail, Not(HasSubstr("step ms")));
+}
+
+TEST(ReportTest, JobDetailOfFinishedJobIncludesReport) {
+  const std::string detail = FormatJobDetail(MakeJob(), 0);
+  EXPECT_THAT(detail, HasSubstr("state:     SUCCEEDED\n"));
+  EXPECT_THAT(detail,
+              HasSubstr("\njob 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16\n"));
+  EXPECT_THAT(detail, HasSubstr("ok 3.1e-03"));
+}
+
+TEST(ReportTest, NodeInfo) {
+  v1::GetNodeInfoResponse node;
+  node.set_backend("host");
+  node.set_healthy(true);
+  node.set_overlapd_version("0.1.0");
+  node.set_git_commit("abc1234");
+  for (int i = 0; i < 2; ++i) {
+    v1::Device* device = node.add_devices();
+    device->set_index(i);
+    device->set_name("host" + std::to_string(i));
+    device->set_memory_bytes(int64_t{2} << 30);
+    device->set_memory_used_bytes(i == 0 ? (int64_t{1} << 20) : 0);
+  }
+  const std::string text = FormatNodeInfo(node);
+  EXPECT_THAT(text, HasSubstr("backend:  host\n"));
+  EXPECT_THAT(text, HasSubstr("healthy:  yes\n"));
+  EXPECT_THAT(text, HasSubstr("version:  0.1.0 (abc1234)\n"));
+  EXPECT_THAT(text, HasSubstr("devices:  2\n"));
+  EXPECT_THAT(text, HasSubstr("    0  host0  2.00 GiB  1.00 MiB  -\n"));
+  EXPECT_THAT(text, HasSubstr("    1  host1  2.00 GiB       0 B  -\n"));
+  EXPECT_THAT(text, Not(HasSubstr("cuda:")));
+}
+
+TEST(ReportTest, StatsListsEveryStateInOrder) {
+  v1::GetStatsResponse stats;
+  (*stats.mutable_jobs_by_state())["SUCCEEDED"] = 3;
+  (*stats.mutable_jobs_by_state())["FAILED"] = 1;
+  stats.set_jobs_submitted(5);
+  stats.set_jobs_rejected(2);
+  stats.set_uptime_s(65);
+  v1::DeviceStats* device = stats.add_devices();
+  device->set_device(0);
+  device->set_jobs_run(4);
+  device->set_busy_ms(1500);
+  const std::string text = FormatStats(stats);
+  EXPECT_THAT(text, HasSubstr("uptime:         1m05s\n"));
+  EXPECT_THAT(text, HasSubstr("jobs submitted: 5\n"));
+  EXPECT_THAT(text, HasSubstr("jobs rejected:  2\n"));
+  EXPECT_THAT(text, HasSubstr("jobs by state:  QUEUED 0, RUNNING 0, SUCCEEDED 3, FAILED 1, "
+                              "CANCELLED 0, ABORTED 0\n"));
+  EXPECT_THAT(text, HasSubstr("     0     4  1.5 s\n"));
+}
+
+TEST(TextTableTest, AlignsAndTrims) {
+  TextTable table({{"a"}, {"num", Align::kRight}, {"z"}});
+  table.AddRow({"long-cell", "1"});
+  table.AddRow({"x", "12345", "end"});
+  EXPECT_EQ(table.Render(),
+            "a            num  z\n"
+            "---------------------\n"
+            "long-cell      1\n"
+            "x          12345  end\n");
+}
+
+v1::Job ProgressEvent(v1::JobState state, int op_index, const std::string& op_id,
+                      const std::string& phase, int iteration, int iterations) {
+  v1::Job job;
+  job.set_id("9");
+  job.set_state(state);
+  if (!phase.empty()) {
+    job.mutable_progress()->set_op_index(op_index);
+    job.mutable_progress()->set_op_count(2);
+    job.mutable_progress()->set_op_id(op_id);
+    job.mutable_progress()->set_phase(phase);
+    job.mutable_progress()->set_iteration(iteration);
+    job.mutable_progress()->set_iterations(iterations);
+  }
+  return job;
+}
+
+void Feed(ProgressPrinter& printer) {
+  printer.Update(ProgressEvent(v1::QUEUED, 0, "", "", 0, 0));
+  printer.Update(ProgressEvent(v1::RUNNING, 0, "fc1", "setup", 0, 0));
+  for (int i = 1; i <= 3; ++i) printer.Update(ProgressEvent(v1::RUNNING, 0, "fc1", "timed", i, 3));
+  printer.Update(ProgressEvent(v1::RUNNING, 1, "fc2", "timed", 1, 3));
+  printer.Update(ProgressEvent(v1::SUCCEEDED, 0, "", "", 0, 0));
+  printer.Finish();
+}
+
+TEST(ProgressPrinterTest, OffTerminalOneLinePerChange) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*is_tty=*/false);
+  Feed(printer);
+  EXPECT_EQ(out.str(),
+            "job 9 QUEUED\n"
+            "job 9 RUNNING\n"
+            "job 9 [1/2] fc1 setup\n"
+            "job 9 [1/2] fc1 timed (3 iterations)\n"
+            "job 9 [2/2] fc2 timed (3 iterations)\n"
+            "job 9 SUCCEEDED\n");
+}
+
+TEST(ProgressPrinterTest, TerminalRewritesCounterInPlace) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*is_tty=*/true);
+  Feed(printer);
+  const std::string text = out.str();
+  EXPECT_THAT(text, HasSubstr("\r\033[K  [1/2] fc1 timed 1/3\r\033[K  [1/2] fc1 timed 2/3"));
+  EXPECT_THAT(text, HasSubstr("\r\033[K  [1/2] fc1 timed 3/3\r\033[Kjob 9 [2/2] fc2 timed"));
+  // The counter is erased before the final state line and at the end.
+  EXPECT_THAT(text, HasSubstr("\r\033[Kjob 9 SUCCEEDED\n"));
+}
+
+}  // namespace
+}  // namespace overlap::client
