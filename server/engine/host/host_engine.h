@@ -1,0 +1,46 @@
+// The host backend: every "device" is a rank of this process with its own
+// share of host memory, every stream a worker thread, GEMMs run on OpenBLAS
+// (one BLAS thread per stream) and collectives are real copies between the
+// ranks' buffers, so overlapped schedules run and verify on machines without
+// GPUs. Semantics are engine.h's; see HostEngineOptions for the extras.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/engine/engine.h"
+
+namespace overlap::engine {
+
+struct HostEngineOptions {
+  int device_count = 2;
+  int64_t device_memory_bytes = 2LL << 30;  // capacity of each device
+  // Check every call for data races at enqueue time (hazard_tracker.h); a race
+  // fails the call with FAILED_PRECONDITION and is also reported by Synchronize.
+  bool hazard_checks = false;
+  int streams_per_role = 2;
+
+  // Failure injection, for tests of error paths. Call number `fail_after`
+  // (0-based, counted per engine) of `fail_op` fails with the code the real
+  // library failure maps to: "all_gather", "reduce_scatter", "all_reduce",
+  // "send_recv", "barrier" -> ABORTED (NCCL); "gemm" -> INTERNAL (cuBLAS);
+  // "fill_random", "fill_constant", "accumulate", "peer_copy", "copy_to_host",
+  // "copy_from_host" -> UNAVAILABLE (CUDA); "allocate" -> RESOURCE_EXHAUSTED.
+  // Empty: no injection.
+  std::string fail_op;
+  int fail_after = 0;
+  // The failing call returns OK and its streams report the error at the next
+  // Synchronize (like an asynchronous NCCL error); otherwise the call returns
+  // it (and Synchronize reports it as well).
+  bool fail_async = false;
+  // After the injected failure Healthy() is false and every later call that
+  // does work fails with the same status (a lost CUDA context).
+  bool inject_sticky_error = false;
+};
+
+// INVALID_ARGUMENT for bad options (no devices, unknown fail_op, ...).
+absl::StatusOr<std::unique_ptr<Engine>> CreateHostEngine(const HostEngineOptions& options);
+
+}  // namespace overlap::engine

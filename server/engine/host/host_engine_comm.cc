@@ -1,0 +1,246 @@
+// The host engine's collectives and point-to-point groups. Each participating
+// stream runs a part: rendezvous (every rank's earlier work is done, so every
+// input is ready), compute this rank's output into scratch from the others'
+// inputs, rendezvous again (no input is read any more), then write the output.
+// The scratch makes any aliasing (in-place collectives) safe.
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/engine/host/host_engine_impl.h"
+#include "server/engine/host/host_kernels.h"
+
+namespace overlap::engine::host {
+namespace {
+
+const char* KindName(int kind) {
+  static const char* names[] = {"all_gather", "reduce_scatter", "all_reduce"};
+  return names[kind];
+}
+
+absl::Status CheckChannel(int channel, absl::string_view op) {
+  if (channel < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": negative channel ", channel));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status HostEngine::AllGather(const CollectiveArgs& args) {
+  return Collective(CollectiveKind::kAllGather, args);
+}
+
+absl::Status HostEngine::ReduceScatter(const CollectiveArgs& args) {
+  return Collective(CollectiveKind::kReduceScatter, args);
+}
+
+absl::Status HostEngine::AllReduce(const CollectiveArgs& args) {
+  return Collective(CollectiveKind::kAllReduce, args);
+}
+
+absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& args) {
+  const char* op = KindName(static_cast<int>(kind));
+  RETURN_IF_ERROR(CheckChannel(args.channel, op));
+  const size_t n = args.ranks.size();
+  if (n == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": no ranks"));
+  const size_t es = DTypeSize(args.dtype);
+  const size_t send_count = kind == CollectiveKind::kReduceScatter ? args.count * n : args.count;
+  const size_t recv_count = kind == CollectiveKind::kAllGather ? args.count * n : args.count;
+
+  std::vector<StreamId> streams;
+  std::vector<Range> sends, recvs;
+  std::vector<Access> accesses;
+  std::set<int> devices;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < n; ++i) {
+    const RankBuffers& rank = args.ranks[i];
+    const std::string what = absl::StrCat(op, " rank ", i);
+    RETURN_IF_ERROR(CheckDevice(rank.device, what));
+    if (!devices.insert(rank.device).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": device ", rank.device, " appears twice"));
+    }
+    ASSIGN_OR_RETURN(const Stream* s, FindStream(rank.stream, what));
+    if (s->device != rank.device) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": stream ", s->name,
+                                                     " is not on device ", rank.device));
+    }
+    const struct {
+      const BufferRef& ref;
+      size_t count;
+      const char* name;
+      std::vector<Range>& out;
+    } parts[] = {{rank.send, send_count, "send", sends}, {rank.recv, recv_count, "recv", recvs}};
+    for (const auto& part : parts) {
+      const std::string part_what = absl::StrCat(what, " ", part.name);
+      if (part.ref.bytes < part.count * es) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            part_what, ": ", part.ref.bytes, " bytes given, ", part.count, " ",
+            DTypeName(args.dtype), " elements (", part.count * es, " bytes) needed"));
+      }
+      // Only the bytes the collective touches count, for ranges and hazards.
+      BufferRef used = part.ref;
+      used.bytes = part.count * es;
+      ASSIGN_OR_RETURN(Range range, ResolveTyped(used, rank.device, args.dtype, part_what));
+      part.out.push_back(range);
+    }
+    streams.push_back(rank.stream);
+    accesses.push_back(
+        {rank.send.buffer, Region::Contiguous(rank.send.offset, send_count * es), false,
+         rank.stream});
+    accesses.push_back(
+        {rank.recv.buffer, Region::Contiguous(rank.recv.offset, recv_count * es), true,
+         rank.stream});
+  }
+  absl::Status result;
+  if (!PassFailurePoint(op, streams, &result)) return result;
+  RETURN_IF_ERROR(CheckHazards(streams, accesses, op));
+  if (args.count == 0) return absl::OkStatus();
+
+  auto rendezvous = std::make_shared<Rendezvous>(static_cast<int>(n));
+  auto inputs = std::make_shared<const std::vector<Range>>(std::move(sends));
+  const DType dtype = args.dtype;
+  const size_t count = args.count;
+  for (size_t i = 0; i < n; ++i) {
+    streams_[streams[i]].worker->Enqueue([kind, i, n, dtype, count, es, rendezvous, inputs,
+                                          recv = recvs[i]] {
+      rendezvous->ArriveAndWait();
+      std::vector<uint8_t> scratch(recv.bytes);
+      if (kind == CollectiveKind::kAllGather) {
+        for (size_t r = 0; r < n; ++r) {
+          std::memcpy(scratch.data() + r * count * es, (*inputs)[r].data(), count * es);
+        }
+      } else {
+        const size_t block = kind == CollectiveKind::kReduceScatter ? i * count * es : 0;
+        std::vector<const uint8_t*> blocks;
+        for (size_t r = 0; r < n; ++r) blocks.push_back((*inputs)[r].data() + block);
+        SumKernel(blocks, dtype, count, scratch.data());
+      }
+      rendezvous->ArriveAndWait();
+      std::memcpy(recv.data(), scratch.data(), recv.bytes);
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostEngine::SendRecv(int channel, const std::vector<int>& group,
+                                  const std::vector<Transfer>& transfers) {
+  RETURN_IF_ERROR(CheckChannel(channel, "send_recv"));
+  std::set<int> members;
+  for (int d : group) {
+    RETURN_IF_ERROR(CheckDevice(d, "send_recv group"));
+    if (!members.insert(d).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("send_recv group: device ", d, " appears twice"));
+    }
+  }
+  struct Copy {
+    StreamId stream;  // the destination's stream performs the copy
+    Range from, to;
+  };
+  std::vector<Copy> copies;
+  std::vector<Access> accesses;
+  std::vector<StreamId> streams;
+  absl::MutexLock lock(&mu_);
+  for (size_t t = 0; t < transfers.size(); ++t) {
+    const Transfer& x = transfers[t];
+    const std::string what = absl::StrCat("send_recv transfer ", t);
+    for (int device : {x.src_device, x.dst_device}) {
+      if (!members.count(device)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": device ", device, " is not in the group"));
+      }
+    }
+    ASSIGN_OR_RETURN(const Stream* src_stream, FindStream(x.src_stream, what + " src"));
+    ASSIGN_OR_RETURN(const Stream* dst_stream, FindStream(x.dst_stream, what + " dst"));
+    if (src_stream->device != x.src_device || dst_stream->device != x.dst_device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": streams ", src_stream->name, " -> ", dst_stream->name,
+          " do not match devices ", x.src_device, " -> ", x.dst_device));
+    }
+    if (x.src.bytes != x.dst.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": src has ", x.src.bytes,
+                                                     " bytes but dst has ", x.dst.bytes));
+    }
+    ASSIGN_OR_RETURN(Range from, Resolve(x.src, x.src_device, what + " src"));
+    ASSIGN_OR_RETURN(Range to, Resolve(x.dst, x.dst_device, what + " dst"));
+    const Region dst_region = Region::Contiguous(x.dst.offset, x.dst.bytes);
+    for (size_t u = 0; u < t; ++u) {
+      if (transfers[u].dst.buffer == x.dst.buffer &&
+          Region::Contiguous(transfers[u].dst.offset, transfers[u].dst.bytes)
+              .Overlaps(dst_region)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": dst overlaps the dst of transfer ", u));
+      }
+    }
+    copies.push_back({x.dst_stream, from, to});
+    accesses.push_back(
+        {x.src.buffer, Region::Contiguous(x.src.offset, x.src.bytes), false, x.src_stream});
+    accesses.push_back({x.dst.buffer, dst_region, true, x.dst_stream});
+    for (StreamId s : {x.src_stream, x.dst_stream}) {
+      if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
+    }
+  }
+  if (transfers.empty()) return absl::OkStatus();
+  absl::Status result;
+  if (!PassFailurePoint("send_recv", streams, &result)) return result;
+  RETURN_IF_ERROR(CheckHazards(streams, accesses, "send_recv"));
+
+  auto rendezvous = std::make_shared<Rendezvous>(static_cast<int>(streams.size()));
+  for (StreamId stream : streams) {
+    std::vector<Copy> mine;
+    for (const Copy& copy : copies) {
+      if (copy.stream == stream) mine.push_back(copy);
+    }
+    streams_[stream].worker->Enqueue([rendezvous, mine = std::move(mine)] {
+      rendezvous->ArriveAndWait();
+      std::vector<std::vector<uint8_t>> scratch;
+      for (const Copy& copy : mine) {
+        scratch.emplace_back(copy.from.data(), copy.from.data() + copy.from.bytes);
+      }
+      rendezvous->ArriveAndWait();
+      for (size_t c = 0; c < mine.size(); ++c) {
+        std::memcpy(mine[c].to.data(), scratch[c].data(), scratch[c].size());
+      }
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
+                                 const std::vector<StreamId>& streams) {
+  RETURN_IF_ERROR(CheckChannel(channel, "barrier"));
+  if (devices.size() != streams.size() || devices.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("barrier: ", devices.size(), " devices and ",
+                                                   streams.size(),
+                                                   " streams (need one stream per device)"));
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    RETURN_IF_ERROR(CheckDevice(devices[i], "barrier"));
+    if (!seen.insert(devices[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("barrier: device ", devices[i], " appears twice"));
+    }
+    ASSIGN_OR_RETURN(const Stream* s, FindStream(streams[i], "barrier"));
+    if (s->device != devices[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("barrier: stream ", s->name,
+                                                     " is not on device ", devices[i]));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  absl::Status result;
+  if (!PassFailurePoint("barrier", streams, &result)) return result;
+  RETURN_IF_ERROR(CheckHazards(streams, {}, "barrier"));
+  auto rendezvous = std::make_shared<Rendezvous>(static_cast<int>(streams.size()));
+  for (StreamId stream : streams) {
+    streams_[stream].worker->Enqueue([rendezvous] { rendezvous->ArriveAndWait(); });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::engine::host

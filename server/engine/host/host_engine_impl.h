@@ -1,0 +1,153 @@
+// The host engine's class, shared by its .cc files (not a public header: use
+// host_engine.h).
+//
+// Locking: mu_ guards all bookkeeping and is held for the whole of an enqueue
+// (validate, hazard check, push to the stream queues). Stream threads never take
+// mu_, and no call waits for a stream while holding it, so a stream blocked in a
+// collective's rendezvous can never stall the thread that enqueues its partners.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "server/engine/engine.h"
+#include "server/engine/host/hazard_tracker.h"
+#include "server/engine/host/host_engine.h"
+#include "server/engine/host/stream_worker.h"
+
+namespace overlap::engine::host {
+
+class HostEngine final : public Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const HostEngineOptions& options);
+  ~HostEngine() override;
+
+  std::string Name() const override { return "host"; }
+  int DeviceCount() const override { return options_.device_count; }
+  DeviceInfo GetDeviceInfo(int device) const override;
+  BackendVersions Versions() const override;
+  int64_t MemoryInUse(int device) const override;
+
+  StreamId GetStream(int device, StreamRole role, int index = 0) override;
+  int StreamsPerRole() const override { return options_.streams_per_role; }
+
+  absl::StatusOr<BufferId> Allocate(int device, size_t bytes) override;
+  void Free(BufferId buffer) override;
+
+  absl::StatusOr<EventId> CreateEvent(int device) override;
+  void DestroyEvent(EventId event) override;
+  absl::Status RecordEvent(EventId event, StreamId stream) override;
+  absl::Status WaitEvent(StreamId stream, EventId event) override;
+  absl::StatusOr<double> ElapsedMs(EventId start, EventId end) override;
+
+  absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                          float scale) override;
+  absl::Status FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) override;
+  absl::Status Gemm(StreamId stream, const GemmArgs& args) override;
+  absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) override;
+
+  absl::Status AllGather(const CollectiveArgs& args) override;
+  absl::Status ReduceScatter(const CollectiveArgs& args) override;
+  absl::Status AllReduce(const CollectiveArgs& args) override;
+  absl::Status SendRecv(int channel, const std::vector<int>& group,
+                        const std::vector<Transfer>& transfers) override;
+  absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
+                        int src_device) override;
+  absl::Status Barrier(int channel, const std::vector<int>& devices,
+                       const std::vector<StreamId>& streams) override;
+
+  absl::Status CopyToHost(void* dst, BufferRef src, int device) override;
+  absl::Status CopyFromHost(BufferRef dst, int device, const void* src) override;
+  absl::Status Synchronize(const std::vector<int>& devices) override;
+  bool Healthy() const override { return healthy_.load(); }
+
+ private:
+  // Buffer memory is shared with the tasks that use it, so a Free racing with
+  // another device's queued work can never leave that work a dangling pointer.
+  struct Storage {
+    std::unique_ptr<uint8_t[]> data;
+  };
+  struct Buffer {
+    int device = 0;
+    size_t bytes = 0;
+    std::shared_ptr<Storage> storage;
+  };
+  struct Event {
+    int device = 0;
+    std::shared_ptr<EventRecord> latest;  // null until the first record
+    HazardTracker::Clock snapshot;
+  };
+  struct Stream {
+    int device = 0;
+    std::string name;  // "comm0@dev1"
+    std::unique_ptr<StreamWorker> worker;
+  };
+  // A validated byte range: where it lives and who keeps it alive.
+  struct Range {
+    BufferId buffer = kNoBuffer;
+    std::shared_ptr<Storage> storage;
+    size_t offset = 0;
+    size_t bytes = 0;
+    uint8_t* data() const { return storage->data.get() + offset; }
+  };
+  enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
+
+  explicit HostEngine(const HostEngineOptions& options);
+
+  // Validation (INVALID_ARGUMENT naming `what`).
+  absl::Status CheckDevice(int device, absl::string_view what) const;
+  absl::StatusOr<const Stream*> FindStream(StreamId stream, absl::string_view what) const;
+  absl::StatusOr<Range> Resolve(const BufferRef& ref, int device, absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Range> ResolveTyped(const BufferRef& ref, int device, DType dtype,
+                                    absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<StreamId> DeviceStreams(absl::Span<const int> devices) const;
+
+  // Sticky and injected failures. Returns false when the call must not do its
+  // work; *result is then what the call returns.
+  bool PassFailurePoint(const char* op, absl::Span<const StreamId> streams, absl::Status* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hazard check of one op (OK when checks are off); a race is also recorded
+  // as an asynchronous error of the streams' devices.
+  absl::Status CheckHazards(absl::Span<const StreamId> streams, absl::Span<const Access> accesses,
+                            const char* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void RecordError(int device, const absl::Status& status);
+  void WaitIdle(absl::Span<const int> devices);
+  absl::Status Collective(CollectiveKind kind, const CollectiveArgs& args);
+  absl::Status HostCopy(BufferRef ref, int device, bool to_host, void* host);
+
+  const HostEngineOptions options_;
+  std::vector<Stream> streams_;  // fixed at construction; index = StreamId
+  std::atomic<bool> healthy_{true};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<EventId, Event> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> memory_in_use_ ABSL_GUARDED_BY(mu_);
+  BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
+  EventId next_event_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unique_ptr<HazardTracker> hazards_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> call_counts_ ABSL_GUARDED_BY(mu_);
+  absl::Status sticky_ ABSL_GUARDED_BY(mu_);
+
+  // Asynchronous errors, written by stream threads too.
+  struct DeviceError {
+    absl::Status status;
+    uint64_t sequence = 0;
+  };
+  absl::Mutex errors_mu_;
+  std::vector<DeviceError> errors_ ABSL_GUARDED_BY(errors_mu_);
+  uint64_t error_sequence_ ABSL_GUARDED_BY(errors_mu_) = 0;
+};
+
+}  // namespace overlap::engine::host

@@ -1,0 +1,143 @@
+#include "server/engine/host/host_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "common/seeded_random.h"
+
+namespace overlap::engine::host {
+namespace {
+
+// Scratch reused by each stream thread across GEMMs.
+std::vector<float>& Scratch(int which) {
+  thread_local std::vector<float> scratch[3];
+  return scratch[which];
+}
+
+// Packs a rows x cols matrix with row stride `ld` (elements) into fp32, dense.
+void Pack(const uint8_t* base, DType dtype, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  const size_t es = DTypeSize(dtype);
+  for (int64_t r = 0; r < rows; ++r) ToFloat(base + r * ld * es, dtype, cols, out + r * cols);
+}
+
+}  // namespace
+
+void InitBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void ToFloat(const uint8_t* src, DType dtype, size_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * i, 2);
+        dst[i] = Bf16ToFloat(bits);
+      }
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * i, 2);
+        dst[i] = Fp16ToFloat(bits);
+      }
+      return;
+  }
+}
+
+void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t bits = FloatToBf16(src[i]);
+        std::memcpy(dst + 2 * i, &bits, 2);
+      }
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t bits = FloatToFp16(src[i]);
+        std::memcpy(dst + 2 * i, &bits, 2);
+      }
+      return;
+  }
+}
+
+void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* c) {
+  const size_t es = DTypeSize(g.dtype);
+  for (int i = 0; i < g.batch; ++i) {
+    const uint8_t* ai = a + (g.a.offset + i * g.stride_a) * es;
+    const uint8_t* bi = b + (g.b.offset + i * g.stride_b) * es;
+    uint8_t* ci = c + (g.c.offset + i * g.stride_c) * es;
+    if (g.dtype == DType::kF32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f,
+                  reinterpret_cast<const float*>(ai), g.a.ld, reinterpret_cast<const float*>(bi),
+                  g.b.ld, g.beta, reinterpret_cast<float*>(ci), g.c.ld);
+      continue;
+    }
+    std::vector<float>& fa = Scratch(0);
+    std::vector<float>& fb = Scratch(1);
+    std::vector<float>& fc = Scratch(2);
+    fa.resize(g.m * g.k);
+    fb.resize(g.k * g.n);
+    fc.resize(g.m * g.n);
+    Pack(ai, g.dtype, g.m, g.k, g.a.ld, fa.data());
+    Pack(bi, g.dtype, g.k, g.n, g.b.ld, fb.data());
+    // With beta 0, C is never read: it may hold NaN poison.
+    if (g.beta != 0.0f) Pack(ci, g.dtype, g.m, g.n, g.c.ld, fc.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f, fa.data(), g.k,
+                fb.data(), g.n, g.beta, fc.data(), g.n);
+    for (int64_t r = 0; r < g.m; ++r) FromFloat(fc.data() + r * g.n, g.dtype, g.n, ci + r * g.c.ld * es);
+  }
+}
+
+// Elementwise kernels work through fp32 blocks of this many elements.
+constexpr size_t kBlock = 1 << 16;
+
+void FillRandomKernel(uint8_t* dst, DType dtype, size_t count, uint64_t seed, float scale) {
+  const size_t es = DTypeSize(dtype);
+  std::vector<float> values(std::min(count, kBlock));
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    const size_t n = std::min(kBlock, count - begin);
+    for (size_t i = 0; i < n; ++i) values[i] = SeededUniform(seed, begin + i) * scale;
+    FromFloat(values.data(), dtype, n, dst + begin * es);
+  }
+}
+
+void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value) {
+  const size_t es = DTypeSize(dtype);
+  const std::vector<float> values(std::min(count, kBlock), value);
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    FromFloat(values.data(), dtype, std::min(kBlock, count - begin), dst + begin * es);
+  }
+}
+
+void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count) {
+  SumKernel({dst, src}, dtype, count, dst);
+}
+
+void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
+               uint8_t* out) {
+  const size_t es = DTypeSize(dtype);
+  std::vector<float> acc(std::min(count, kBlock)), add(acc.size());
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    const size_t n = std::min(kBlock, count - begin);
+    ToFloat(inputs[0] + begin * es, dtype, n, acc.data());
+    for (size_t r = 1; r < inputs.size(); ++r) {
+      ToFloat(inputs[r] + begin * es, dtype, n, add.data());
+      for (size_t i = 0; i < n; ++i) acc[i] += add[i];
+    }
+    FromFloat(acc.data(), dtype, n, out + begin * es);
+  }
+}
+
+}  // namespace overlap::engine::host

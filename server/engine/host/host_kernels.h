@@ -1,0 +1,32 @@
+// The arithmetic of the host engine, run on stream threads. Pointers are raw
+// buffer storage; callers have validated every range. 16-bit types are
+// converted to fp32, computed, and rounded back to nearest even.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "server/engine/engine.h"
+
+namespace overlap::engine::host {
+
+// Call once per process before the first Gemm: streams run GEMMs concurrently,
+// each on one BLAS thread.
+void InitBlas();
+
+void ToFloat(const uint8_t* src, DType dtype, size_t count, float* dst);
+void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst);
+
+// `a`, `b`, `c` are the bases of the buffers that args.a/b/c name.
+void GemmKernel(const GemmArgs& args, const uint8_t* a, const uint8_t* b, uint8_t* c);
+void FillRandomKernel(uint8_t* dst, DType dtype, size_t count, uint64_t seed, float scale);
+void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value);
+void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count);
+
+// out = sum over inputs, elementwise in fp32, in input order.
+void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
+               uint8_t* out);
+
+}  // namespace overlap::engine::host

@@ -1,0 +1,74 @@
+// Execution primitives of the host engine: a stream is one worker thread that
+// runs its tasks in order; an event record completes when its stream reaches
+// it; a rendezvous lines up the ranks of one collective.
+//
+// Deadlock freedom rests on one rule kept by the engine: a task only ever waits
+// for work enqueued before it (an event record made before the wait call, or
+// the other ranks' parts of the same collective, which are enqueued together).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace overlap::engine::host {
+
+// One in-order queue served by its own thread. Thread-safe.
+class StreamWorker {
+ public:
+  explicit StreamWorker(std::string name);
+  // Runs what is still queued, then joins the thread.
+  ~StreamWorker();
+  StreamWorker(const StreamWorker&) = delete;
+  StreamWorker& operator=(const StreamWorker&) = delete;
+
+  const std::string& name() const { return name_; }
+  void Enqueue(std::function<void()> task);
+  // Blocks until the queue is empty and no task is running.
+  void WaitIdle();
+
+ private:
+  void Run();
+
+  const std::string name_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// One execution of RecordEvent: completes (with a timestamp) when the stream
+// runs it. Shared by the event and the tasks that wait for it.
+class EventRecord {
+ public:
+  void Complete();
+  void Wait();
+  bool done();
+  std::chrono::steady_clock::time_point time();
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point time_ ABSL_GUARDED_BY(mu_);
+};
+
+// A reusable barrier for a fixed number of parties.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int parties) : parties_(parties) {}
+  void ArriveAndWait();
+
+ private:
+  const int parties_;
+  absl::Mutex mu_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace overlap::engine::host
