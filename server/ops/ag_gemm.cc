@@ -1,0 +1,143 @@
+// AG+GEMM (column-parallel with sequence parallelism): rank r holds A[m/tp, k]
+// and W[k, n/tp]; Y[m, n/tp] = AllGather_m(A) x W, rows in global order.
+#include "common/status_macros.h"
+#include "server/ops/collectives.h"
+#include "server/ops/layer_ops.h"
+
+namespace overlap::ops {
+namespace {
+
+using engine::BufferRef;
+
+absl::Status Serial(OpContext& ctx, Transport transport) {
+  const int tp = ctx.tp();
+  const LocalShapes& sh = ctx.shapes();
+  std::vector<BufferRef> src, dst;
+  for (int r = 0; r < tp; ++r) {
+    src.push_back(ctx.Rows(ctx.rank(r).a, 0, sh.a_rows, sh.a_cols));
+    dst.push_back(ctx.Rows(ctx.rank(r).full, 0, ctx.op().m, sh.a_cols));
+  }
+  RETURN_IF_ERROR(AllGather(ctx, transport, On::kCompute, src, dst));
+  for (int r = 0; r < tp; ++r) {
+    RETURN_IF_ERROR(GemmRows(ctx, r, ctx.rank(r).compute, ctx.rank(r).full, 0, ctx.rank(r).y, 0,
+                             ctx.op().m));
+  }
+  return absl::OkStatus();
+}
+
+// One all-gather of everything on the comm stream while the local shard's rows
+// are computed from A directly; the other shards' rows follow once it lands.
+absl::Status Bulk(OpContext& ctx, Transport transport) {
+  const int tp = ctx.tp();
+  const LocalShapes& sh = ctx.shapes();
+  const int64_t mr = sh.a_rows;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  std::vector<BufferRef> src, dst;
+  for (int r = 0; r < tp; ++r) {
+    src.push_back(ctx.Rows(ctx.rank(r).a, 0, mr, sh.a_cols));
+    dst.push_back(ctx.Rows(ctx.rank(r).full, 0, ctx.op().m, sh.a_cols));
+  }
+  RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst));
+  for (int r = 0; r < tp; ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered"));
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));
+    RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "gathered"));
+    if (r > 0) RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, 0, rs.y, 0, r * mr));
+    if (r < tp - 1) {
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, (r + 1) * mr, rs.y, (r + 1) * mr,
+                               (tp - 1 - r) * mr));
+    }
+  }
+  return ctx.JoinComm();
+}
+
+// Chunk c of every rank is gathered into ping-pong buffer c % 2 (rank-major),
+// one chunk ahead of the GEMM; one batched GEMM per chunk writes each rank's
+// rows back to their global positions, so the row order is the serial one.
+absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
+  const int tp = ctx.tp();
+  const LocalShapes& sh = ctx.shapes();
+  const int64_t mr = sh.a_rows, k = sh.a_cols, nl = sh.w_cols;
+  const int64_t rc = mr / chunks;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  for (int c = 0; c < chunks; ++c) {
+    const int p = c % 2;
+    std::vector<BufferRef> src, dst;
+    for (int r = 0; r < tp; ++r) {
+      if (c >= 2) RETURN_IF_ERROR(ctx.Wait(r, ctx.rank(r).comm, r, "gemm", c - 2));
+      src.push_back(ctx.Rows(ctx.rank(r).a, c * rc, rc, k));
+      dst.push_back(ctx.Rows(ctx.rank(r).pingpong[p], 0, tp * rc, k));
+    }
+    RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst));
+    for (int r = 0; r < tp; ++r) {
+      RankState& rs = ctx.rank(r);
+      RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered", c));
+      RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "gathered", c));
+      engine::GemmArgs g;
+      g.dtype = ctx.dtype();
+      g.m = rc;
+      g.n = nl;
+      g.k = k;
+      g.a = ctx.Matrix(rs.pingpong[p], 0, k);
+      g.b = ctx.Matrix(rs.w, 0, nl);
+      g.c = ctx.Matrix(rs.y, c * rc, nl);
+      g.batch = tp;
+      g.stride_a = rc * k;
+      g.stride_b = 0;
+      g.stride_c = mr * nl;
+      RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
+    }
+  }
+  return ctx.JoinComm();
+}
+
+// Local shard first; each peer's shard is exchanged straight into its rows of
+// the gathered buffer while the previous shard's GEMM runs.
+absl::Status Ring(OpContext& ctx, Transport transport) {
+  const int tp = ctx.tp();
+  const int64_t mr = ctx.shapes().a_rows, k = ctx.shapes().a_cols;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  for (int r = 0; r < tp; ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));
+  }
+  for (int s = 1; s < tp; ++s) {
+    std::vector<RankTransfer> step;
+    for (int r = 0; r < tp; ++r) {
+      const int q = (r + s) % tp;
+      step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).a, 0, mr, k), r,
+                                  ctx.Rows(ctx.rank(r).full, q * mr, mr, k)});
+    }
+    RETURN_IF_ERROR(Exchange(ctx, transport, step));
+    for (int r = 0; r < tp; ++r) {
+      RankState& rs = ctx.rank(r);
+      const int q = (r + s) % tp;
+      RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", s));
+      RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "arrived", s));
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, q * mr, rs.y, q * mr, mr));
+    }
+  }
+  return ctx.JoinComm();
+}
+
+}  // namespace
+
+absl::Status EnqueueAgGemm(OpContext& ctx, const Schedule& s) {
+  switch (s.mode) {
+    case OverlapMode::kSerial:
+      return Serial(ctx, s.transport);
+    case OverlapMode::kBulk:
+      return Bulk(ctx, s.transport);
+    case OverlapMode::kChunked:
+      return Chunked(ctx, s.transport, s.chunks);
+    case OverlapMode::kRing:
+      return Ring(ctx, s.transport);
+    case OverlapMode::kAuto:
+      break;
+  }
+  return absl::InvalidArgumentError("ag_gemm: mode auto must be resolved before enqueueing");
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,50 @@
+// Collectives over an op's TP group, on either transport:
+//   kNccl: the engine's library collectives and send/recv groups;
+//   kP2p:  copy-engine peer copies that each rank pulls from its peers, plus an
+//          accumulate for reductions (into the rank's receive slots).
+// Every helper enqueues on the stream `on` picks on each rank and never waits on
+// producers itself: before a p2p pull the caller makes the puller wait for the
+// peer's producing event (WaitAll), which a library collective does implicitly.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/ops/op_context.h"
+
+namespace overlap::ops {
+
+enum class On { kCompute, kComm };
+engine::StreamId StreamOf(OpContext& ctx, int r, On on);
+
+// Rank q's src[q] (all the same size) lands in every rank's dst[r] at offset
+// q * src[q].bytes; dst[r] covers tp such blocks.
+absl::Status AllGather(OpContext& ctx, Transport transport, On on,
+                       const std::vector<engine::BufferRef>& src,
+                       const std::vector<engine::BufferRef>& dst);
+
+// src[r] holds tp equal blocks; dst[r] gets the sum over ranks of block r.
+// p2p uses rank r's first tp-1 slots (each at least a block).
+absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
+                           const std::vector<engine::BufferRef>& src,
+                           const std::vector<engine::BufferRef>& dst);
+
+// In place: `rows` rows of `cols` elements starting at `row` of every rank's
+// buffer `buffer_of(r)` become their sum over ranks. `tag` names the internal
+// events (one per call site and iteration step) for the p2p two-phase version.
+absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
+                           const std::vector<engine::BufferId>& buffers, int64_t row,
+                           int64_t rows, int64_t cols, int tag);
+
+// One point-to-point step: transfer i copies src[i] of rank from[i] into dst[i]
+// of rank to[i]. NCCL: a send/recv group on both ranks' comm streams; p2p: the
+// receiver pulls on its comm stream.
+struct RankTransfer {
+  int from = 0;
+  engine::BufferRef src;
+  int to = 0;
+  engine::BufferRef dst;
+};
+absl::Status Exchange(OpContext& ctx, Transport transport, const std::vector<RankTransfer>& step);
+
+}  // namespace overlap::ops

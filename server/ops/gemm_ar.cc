@@ -1,0 +1,94 @@
+// GEMM+AR (row-parallel without sequence parallelism): rank r holds A[m, k/tp]
+// and W[k/tp, n]; every rank ends with Y[m, n] = sum over ranks of A x W.
+#include "common/status_macros.h"
+#include "server/ops/collectives.h"
+#include "server/ops/layer_ops.h"
+
+namespace overlap::ops {
+namespace {
+
+std::vector<engine::BufferId> Outputs(OpContext& ctx) {
+  std::vector<engine::BufferId> out;
+  for (int r = 0; r < ctx.tp(); ++r) out.push_back(ctx.rank(r).y);
+  return out;
+}
+
+// GEMM rows [row, row + rows) into Y on every rank, then all-reduce them on the
+// stream `on`. The comm stream (or, for p2p, every rank's) waits for the GEMMs.
+absl::Status GemmThenAllReduce(OpContext& ctx, Transport transport, On on, int64_t row,
+                               int64_t rows, int index) {
+  const int tp = ctx.tp();
+  for (int r = 0; r < tp; ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, row, rs.y, row, rows));
+    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", index));
+  }
+  for (int r = 0; r < tp; ++r) {
+    const engine::StreamId stream = StreamOf(ctx, r, on);
+    if (transport == Transport::kP2p) {
+      RETURN_IF_ERROR(ctx.WaitAll(r, stream, "gemm", index));
+    } else if (on == On::kComm) {
+      RETURN_IF_ERROR(ctx.Wait(r, stream, r, "gemm", index));
+    }
+  }
+  return AllReduceRows(ctx, transport, on, Outputs(ctx), row, rows, ctx.op().n, index);
+}
+
+// The first tp-1 row blocks are all-reduced in one collective while the last
+// block's GEMM runs; the last block's all-reduce follows.
+absl::Status Bulk(OpContext& ctx, Transport transport) {
+  const int64_t mr = ctx.op().m / ctx.tp();
+  const int64_t head = (ctx.tp() - 1) * mr;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, 0, head, 0));
+  RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, head, mr, 1));
+  return ctx.JoinComm();
+}
+
+absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
+  const int64_t rows = ctx.op().m / chunks;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  for (int c = 0; c < chunks; ++c) {
+    RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, c * rows, rows, c));
+  }
+  return ctx.JoinComm();
+}
+
+// Ring reduce-scatter into each rank's own block of Y, then an all-gather of
+// the reduced blocks (in place).
+absl::Status Ring(OpContext& ctx, Transport transport) {
+  const int tp = ctx.tp();
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n;
+  RETURN_IF_ERROR(RingReduceScatter(ctx, transport, Outputs(ctx), /*out_row_is_block=*/true));
+  std::vector<engine::BufferRef> src, dst;
+  for (int r = 0; r < tp; ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced"));
+    src.push_back(ctx.Rows(rs.y, r * mr, mr, n));
+    dst.push_back(ctx.Rows(rs.y, 0, ctx.op().m, n));
+  }
+  if (transport == Transport::kP2p) {
+    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(r, ctx.rank(r).compute, "reduced"));
+  }
+  return AllGather(ctx, transport, On::kCompute, src, dst);
+}
+
+}  // namespace
+
+absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& s) {
+  switch (s.mode) {
+    case OverlapMode::kSerial:
+      return GemmThenAllReduce(ctx, s.transport, On::kCompute, 0, ctx.op().m, 0);
+    case OverlapMode::kBulk:
+      return Bulk(ctx, s.transport);
+    case OverlapMode::kChunked:
+      return Chunked(ctx, s.transport, s.chunks);
+    case OverlapMode::kRing:
+      return Ring(ctx, s.transport);
+    case OverlapMode::kAuto:
+      break;
+  }
+  return absl::InvalidArgumentError("gemm_ar: mode auto must be resolved before enqueueing");
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,283 @@
+#include "server/ops/job_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/graph_validator.h"
+#include "common/logging.h"
+#include "common/stats.h"
+#include "common/status_macros.h"
+#include "server/ops/layer_ops.h"
+#include "server/ops/reference.h"
+#include "server/ops/tuning_cache.h"
+
+namespace overlap::ops {
+namespace {
+
+// Autotune measures each candidate this many times (after one warm-up).
+constexpr int kTuneIterations = 5;
+// Overlap must beat serial by this much for `auto` to choose it.
+constexpr double kAutoMargin = 0.02;
+
+struct OpRun {
+  engine::Engine& engine;
+  const JobSpec& spec;
+  const RunHooks& hooks;
+  int op_index;
+  int op_count;
+  OpContext& ctx;
+
+  void Progress(const std::string& phase, int iteration, int iterations) const {
+    if (!hooks.on_progress) return;
+    v1::Progress p;
+    p.set_op_index(op_index);
+    p.set_op_count(op_count);
+    p.set_op_id(ctx.op().id);
+    p.set_phase(phase);
+    p.set_iteration(iteration);
+    p.set_iterations(iterations);
+    hooks.on_progress(p);
+  }
+
+  // Runs `enqueue` warmup + count times; each iteration starts with a barrier
+  // across the ranks, each rank times itself on its compute stream, and the
+  // iteration's time is the max over ranks. Host sync only between iterations.
+  template <typename Fn>
+  absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
+                                            Fn&& enqueue) {
+    const std::vector<int> devices = ctx.devices();
+    std::vector<engine::StreamId> compute;
+    for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
+    std::vector<double> times;
+    for (int it = 0; it < warmup + count; ++it) {
+      if (hooks.cancelled && hooks.cancelled()) {
+        return absl::CancelledError("cancelled by request");
+      }
+      RETURN_IF_ERROR(engine.Synchronize(devices));
+      RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
+      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
+      RETURN_IF_ERROR(enqueue());
+      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
+      RETURN_IF_ERROR(engine.Synchronize(devices));
+      if (it >= warmup) {
+        double worst = 0;
+        for (int r = 0; r < ctx.tp(); ++r) {
+          ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
+          ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, "iter_end"));
+          ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
+          worst = std::max(worst, ms);
+        }
+        times.push_back(worst);
+      }
+      Progress(phase, it + 1, warmup + count);
+    }
+    return times;
+  }
+};
+
+v1::TimingStats ToProto(const Summary& s) {
+  v1::TimingStats t;
+  t.set_median_ms(s.median);
+  t.set_min_ms(s.min);
+  t.set_max_ms(s.max);
+  t.set_samples(s.samples);
+  return t;
+}
+
+std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
+                      int first_device) {
+  const engine::BackendVersions v = engine.Versions();
+  return absl::StrCat(OpTypeName(op.type), " m=", op.m, " k=", op.k, " n=", op.n,
+                      " dtype=", DTypeName(dtype), " tp=", tp, " mode=", OverlapModeName(op.mode),
+                      " chunks=", op.chunks, " transport=", TransportName(op.transport),
+                      " backend=", engine.Name(),
+                      " device=", engine.GetDeviceInfo(first_device).name,
+                      " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
+}
+
+// The collective's bytes as nccl-tests counts them, and its bus-bandwidth factor.
+std::pair<double, double> CollectiveBytes(const OpSpec& op, DType dtype, int tp) {
+  const double es = static_cast<double>(DTypeSize(dtype));
+  const double f = tp > 1 ? static_cast<double>(tp - 1) / tp : 0;
+  switch (op.type) {
+    case OpType::kAgGemm:
+      return {static_cast<double>(op.m) * op.k * es, f};
+    case OpType::kGemmRs:
+      return {static_cast<double>(op.m) * op.n * es, f};
+    case OpType::kGemmAr:
+      return {static_cast<double>(op.m) * op.n * es, 2 * f};
+  }
+  return {0, 0};
+}
+
+absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::string* reason) {
+  const OpSpec& op = run.ctx.op();
+  const int tp = run.ctx.tp();
+  std::vector<Schedule> candidates = CandidateSchedules(op, tp);
+  if (candidates.size() == 1) {
+    *reason = op.mode == OverlapMode::kAuto ? "only one schedule applies" : "as requested";
+    return candidates[0];
+  }
+  const std::string key =
+      TuningKey(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
+  if (cache != nullptr) {
+    if (auto hit = cache->Lookup(key)) {
+      *reason = absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms);
+      return hit->schedule;
+    }
+  }
+  double best_ms = 0, serial_ms = 0;
+  Schedule best;
+  bool have_best = false, have_serial = false;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Schedule& s = candidates[i];
+    ASSIGN_OR_RETURN(std::vector<double> t,
+                     run.Timed(absl::StrCat("autotune ", s.Name()), 1, kTuneIterations,
+                               [&] { return EnqueueOp(run.ctx, s); }));
+    const double ms = Summarize(t).median;
+    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms", op.id, s.Name(), ms);
+    if (s.mode == OverlapMode::kSerial && s.transport == Transport::kNccl) {
+      serial_ms = ms;
+      have_serial = true;
+    }
+    if (!have_best || ms < best_ms) {
+      best_ms = ms;
+      best = s;
+      have_best = true;
+    }
+  }
+  if (op.mode == OverlapMode::kAuto && have_serial && best.mode != OverlapMode::kSerial &&
+      best_ms > serial_ms * (1 - kAutoMargin)) {
+    *reason = absl::StrFormat("overlap does not pay: best %s %.3f ms vs serial %.3f ms",
+                              best.Name(), best_ms, serial_ms);
+    best = candidates[0];
+    best_ms = serial_ms;
+  } else {
+    *reason = absl::StrFormat("autotuned over %d schedules: %.3f ms", candidates.size(), best_ms);
+    if (have_serial) absl::StrAppendFormat(reason, " (serial %.3f ms)", serial_ms);
+  }
+  if (cache != nullptr) RETURN_IF_ERROR(cache->Store(key, TunedChoice{best, best_ms}));
+  return best;
+}
+
+absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
+                                   const std::vector<int>& devices, const RunHooks& hooks,
+                                   TuningCache* cache, int op_index, int op_count,
+                                   const OpSpec& op) {
+  const int tp = static_cast<int>(devices.size());
+  BufferSizes sizes;
+  for (const Schedule& s : CandidateSchedules(op, tp)) sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
+  ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx,
+                   OpContext::Create(engine, op, spec.dtype, devices, sizes));
+  OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
+  run.Progress("setup", 0, 0);
+  RETURN_IF_ERROR(FillInputs(*ctx, spec.seed, op_index));
+  RETURN_IF_ERROR(engine.Synchronize(devices));
+
+  const int iters = spec.iterations;
+  const int warm = std::max(1, std::min(spec.warmup, 5));
+  ASSIGN_OR_RETURN(std::vector<double> gemm_t,
+                   run.Timed("gemm_alone", warm, iters, [&] { return EnqueueGemmAlone(*ctx); }));
+  std::string reason;
+  ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason));
+  std::vector<double> comm_t{0.0};
+  if (tp > 1) {
+    ASSIGN_OR_RETURN(comm_t, run.Timed("comm_alone", warm, iters, [&] {
+      return EnqueueCommAlone(*ctx, schedule.transport);
+    }));
+  }
+  ASSIGN_OR_RETURN(std::vector<double> step_t,
+                   run.Timed("timed", spec.warmup, iters,
+                             [&] { return EnqueueOp(*ctx, schedule); }));
+
+  v1::OpResult res;
+  res.set_id(op.id);
+  res.set_type(OpTypeName(op.type));
+  res.set_mode(OverlapModeName(schedule.mode));
+  res.set_requested_mode(OverlapModeName(op.mode));
+  res.set_transport(TransportName(schedule.transport));
+  res.set_chunks(schedule.chunks);
+  res.set_m(op.m);
+  res.set_k(op.k);
+  res.set_n(op.n);
+  res.set_tp(tp);
+  res.set_dtype(DTypeName(spec.dtype));
+  res.set_auto_reason(reason);
+  const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
+  *res.mutable_step() = ToProto(step);
+  *res.mutable_gemm_alone() = ToProto(gemm);
+  *res.mutable_comm_alone() = ToProto(comm);
+  const double exposed = std::max(0.0, step.median - gemm.median);
+  res.set_exposed_comm_ms(exposed);
+  res.set_hidden_fraction(comm.median > 0 ? 1.0 - exposed / comm.median : 1.0);
+  res.set_ideal_ms(std::max(gemm.median, comm.median));
+  if (step.median > 0) res.set_tflops(OpFlops(op) / (step.median * 1e-3) / 1e12);
+  const auto [bytes, bus_factor] = CollectiveBytes(op, spec.dtype, tp);
+  if (comm.median > 0) {
+    const double algbw = bytes / (comm.median * 1e-3) / 1e9;
+    res.set_algbw_gbps(algbw);
+    res.set_busbw_gbps(algbw * bus_factor);
+  }
+
+  res.set_tolerance(DTypeTolerance(spec.dtype));
+  if (spec.verify) {
+    run.Progress("verify", 0, 1);
+    RETURN_IF_ERROR(PoisonOutputs(*ctx));
+    ASSIGN_OR_RETURN(std::vector<double> unused,
+                     run.Timed("verify", 0, 1, [&] { return EnqueueOp(*ctx, schedule); }));
+    (void)unused;
+    ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*ctx, spec.seed, op_index));
+    res.set_verified(true);
+    res.set_max_rel_error(v.max_rel_error);
+    if (!(v.max_rel_error <= res.tolerance())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.1g for %s", op.id,
+          schedule.Name(), v.max_rel_error, res.tolerance(), DTypeName(spec.dtype)));
+    }
+  }
+  return res;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec,
+                                     const std::vector<int>& devices, const RunHooks& hooks,
+                                     TuningCache* tuning_cache) {
+  ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
+  v1::JobResult result;
+  result.set_backend(engine.Name());
+  double total = 0, exposed = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const OpSpec& op = spec.ops[order[i]];
+    ASSIGN_OR_RETURN(v1::OpResult r, RunOp(engine, spec, devices, hooks, tuning_cache, order[i],
+                                           static_cast<int>(order.size()), op));
+    total += r.step().median_ms();
+    exposed += r.exposed_comm_ms();
+    *result.add_ops() = std::move(r);
+  }
+  result.set_total_step_ms(total);
+  result.set_total_exposed_comm_ms(exposed);
+  return result;
+}
+
+int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
+  int64_t worst = 0;
+  for (const OpSpec& op : spec.ops) {
+    BufferSizes sizes;
+    for (const Schedule& s : CandidateSchedules(op, tp)) {
+      sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
+    }
+    // In double: absurd shapes must saturate, not wrap, so that they are refused.
+    const double bytes = (static_cast<double>(sizes.a) + sizes.w + sizes.y + sizes.full +
+                          2.0 * sizes.pingpong + static_cast<double>(sizes.slots) * sizes.slot_count) *
+                         static_cast<double>(DTypeSize(spec.dtype));
+    if (bytes >= 9.0e18) return std::numeric_limits<int64_t>::max();
+    worst = std::max(worst, static_cast<int64_t>(bytes));
+  }
+  return worst;
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,79 @@
+#include "server/ops/layer_ops.h"
+
+#include "common/status_macros.h"
+#include "server/ops/collectives.h"
+
+namespace overlap::ops {
+
+absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
+                      int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
+                      float beta) {
+  if (rows == 0) return absl::OkStatus();
+  const LocalShapes& sh = ctx.shapes();
+  engine::GemmArgs g;
+  g.dtype = ctx.dtype();
+  g.m = rows;
+  g.n = sh.w_cols;
+  g.k = sh.w_rows;
+  g.a = ctx.Matrix(a, a_row, sh.w_rows);
+  g.b = ctx.Matrix(ctx.rank(r).w, 0, sh.w_cols);
+  g.c = ctx.Matrix(c, c_row, sh.w_cols);
+  g.beta = beta;
+  return ctx.engine().Gemm(stream, g);
+}
+
+absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
+  switch (ctx.op().type) {
+    case OpType::kAgGemm:
+      return EnqueueAgGemm(ctx, s);
+    case OpType::kGemmRs:
+      return EnqueueGemmRs(ctx, s);
+    case OpType::kGemmAr:
+      return EnqueueGemmAr(ctx, s);
+  }
+  return absl::InvalidArgumentError("unknown op type");
+}
+
+absl::Status EnqueueGemmAlone(OpContext& ctx) {
+  for (int r = 0; r < ctx.tp(); ++r) {
+    RankState& rs = ctx.rank(r);
+    const bool ag = ctx.op().type == OpType::kAgGemm;
+    const engine::BufferId a = ag ? rs.full : rs.a;
+    const engine::BufferId c = ctx.op().type == OpType::kGemmRs ? rs.full : rs.y;
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, ctx.op().m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
+  const int tp = ctx.tp();
+  if (tp == 1) return absl::OkStatus();
+  const int64_t m = ctx.op().m, mr = m / tp;
+  std::vector<engine::BufferRef> src, dst;
+  switch (ctx.op().type) {
+    case OpType::kAgGemm: {
+      const int64_t k = ctx.op().k;
+      for (int r = 0; r < tp; ++r) {
+        src.push_back(ctx.Rows(ctx.rank(r).a, 0, mr, k));
+        dst.push_back(ctx.Rows(ctx.rank(r).full, 0, m, k));
+      }
+      return AllGather(ctx, transport, On::kCompute, src, dst);
+    }
+    case OpType::kGemmRs: {
+      const int64_t n = ctx.op().n;
+      for (int r = 0; r < tp; ++r) {
+        src.push_back(ctx.Rows(ctx.rank(r).full, 0, m, n));
+        dst.push_back(ctx.Rows(ctx.rank(r).y, 0, mr, n));
+      }
+      return ReduceScatter(ctx, transport, On::kCompute, src, dst);
+    }
+    case OpType::kGemmAr: {
+      std::vector<engine::BufferId> bufs;
+      for (int r = 0; r < tp; ++r) bufs.push_back(ctx.rank(r).y);
+      return AllReduceRows(ctx, transport, On::kCompute, bufs, 0, m, ctx.op().n, /*tag=*/100);
+    }
+  }
+  return absl::InvalidArgumentError("unknown op type");
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,37 @@
+// The overlapped layer ops, written once against the engine. Each Enqueue*
+// function enqueues one iteration on every rank of the context, starting from
+// the compute stream and joining everything back into it, so the caller can
+// bracket it with events on the compute stream. No host synchronisation inside.
+#pragma once
+
+#include "absl/status/status.h"
+#include "server/ops/op_context.h"
+#include "server/ops/schedule.h"
+
+namespace overlap::ops {
+
+absl::Status EnqueueAgGemm(OpContext& ctx, const Schedule& schedule);  // ag_gemm.cc
+absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& schedule);  // gemm_rs.cc
+absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& schedule);  // gemm_ar.cc
+
+// Dispatches on the op type.
+absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
+// The unchunked per-rank GEMM alone, no communication.
+absl::Status EnqueueGemmAlone(OpContext& ctx);
+// The unchunked collective alone, no GEMM (reads whatever the buffers hold).
+absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
+
+// Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter. Each
+// rank computes the partial for one peer per step into a ping-pong buffer and
+// sends it while the next GEMM runs; the local block is computed last, straight
+// into rank r's `out` rows [out_row, out_row + m/tp), and the arrivals are
+// accumulated there. Leaves the reduced block on the compute stream.
+absl::Status RingReduceScatter(OpContext& ctx, Transport transport,
+                               const std::vector<engine::BufferId>& out, bool out_row_is_block);
+
+// Row-major GEMM helper: C[rows of c at c_row] = A[rows at a_row] x W.
+absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
+                      int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
+                      float beta = 0.0f);
+
+}  // namespace overlap::ops

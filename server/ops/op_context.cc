@@ -1,0 +1,169 @@
+#include "server/ops/op_context.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace overlap::ops {
+
+using engine::BufferId;
+using engine::BufferRef;
+using engine::MatrixRef;
+using engine::StreamId;
+
+BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
+  const LocalShapes sh = LocalShapesFor(op, tp);
+  BufferSizes b;
+  b.a = sh.a_rows * sh.a_cols;
+  b.w = sh.w_rows * sh.w_cols;
+  b.y = sh.y_rows * sh.y_cols;
+  // The unchunked baselines (GEMM alone, comm alone on either transport) run
+  // for every op, so the full buffers and the receive slots are always there.
+  const int64_t rows_per_rank = op.m / tp;
+  const int64_t chunk_rows = rows_per_rank / std::max(1, s.chunks);
+  const bool chunked = s.mode == OverlapMode::kChunked;
+  const bool ring = s.mode == OverlapMode::kRing;
+  b.slot_count = tp - 1;
+  switch (op.type) {
+    case OpType::kAgGemm:
+      b.full = op.m * op.k;
+      b.slot_count = 0;
+      if (chunked) b.pingpong = tp * chunk_rows * op.k;
+      break;
+    case OpType::kGemmRs:
+      b.full = op.m * op.n;
+      b.slots = rows_per_rank * op.n;
+      if (chunked) b.pingpong = tp * chunk_rows * op.n;
+      if (ring) b.pingpong = rows_per_rank * op.n;
+      break;
+    case OpType::kGemmAr:
+      b.slots = rows_per_rank * op.n;
+      if (ring) b.pingpong = rows_per_rank * op.n;
+      break;
+  }
+  if (b.slot_count == 0) b.slots = 0;
+  return b;
+}
+
+BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
+  BufferSizes m;
+  m.a = std::max(a.a, b.a);
+  m.w = std::max(a.w, b.w);
+  m.y = std::max(a.y, b.y);
+  m.full = std::max(a.full, b.full);
+  m.pingpong = std::max(a.pingpong, b.pingpong);
+  m.slots = std::max(a.slots, b.slots);
+  m.slot_count = std::max(a.slot_count, b.slot_count);
+  return m;
+}
+
+OpContext::OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp)
+    : engine_(engine), op_(op), dtype_(dtype), shapes_(LocalShapesFor(op, tp)) {}
+
+absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& engine,
+                                                             const OpSpec& op, DType dtype,
+                                                             const std::vector<int>& devices,
+                                                             const BufferSizes& sizes) {
+  std::unique_ptr<OpContext> ctx(
+      new OpContext(engine, op, dtype, static_cast<int>(devices.size())));
+  RETURN_IF_ERROR(ctx->Allocate(devices, sizes));
+  return ctx;
+}
+
+absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSizes& sizes) {
+  sizes_ = sizes;
+  ranks_.resize(devices.size());
+  const size_t es = esize();
+  auto alloc = [&](int device, int64_t elements, BufferId* out) -> absl::Status {
+    if (elements <= 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(*out, engine_.Allocate(device, static_cast<size_t>(elements) * es));
+    return absl::OkStatus();
+  };
+  for (size_t r = 0; r < devices.size(); ++r) {
+    RankState& rs = ranks_[r];
+    rs.device = devices[r];
+    rs.compute = engine_.GetStream(rs.device, engine::StreamRole::kCompute);
+    rs.comm = engine_.GetStream(rs.device, engine::StreamRole::kComm);
+    RETURN_IF_ERROR(alloc(rs.device, sizes.a, &rs.a));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.w, &rs.w));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.y, &rs.y));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.full, &rs.full));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[0]));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[1]));
+    rs.slots.assign(sizes.slot_count, engine::kNoBuffer);
+    for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, &slot));
+  }
+  return absl::OkStatus();
+}
+
+OpContext::~OpContext() {
+  for (auto& [key, event] : events_) engine_.DestroyEvent(event);
+  for (RankState& rs : ranks_) {
+    for (BufferId b : {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1]}) {
+      if (b != engine::kNoBuffer) engine_.Free(b);
+    }
+    for (BufferId b : rs.slots) {
+      if (b != engine::kNoBuffer) engine_.Free(b);
+    }
+  }
+}
+
+std::vector<int> OpContext::devices() const {
+  std::vector<int> out;
+  for (const RankState& rs : ranks_) out.push_back(rs.device);
+  return out;
+}
+
+BufferRef OpContext::Rows(BufferId buffer, int64_t row, int64_t rows, int64_t cols) const {
+  const size_t es = DTypeSize(dtype_);
+  return BufferRef{buffer, static_cast<size_t>(row * cols) * es,
+                   static_cast<size_t>(rows * cols) * es};
+}
+
+MatrixRef OpContext::Matrix(BufferId buffer, int64_t row, int64_t ld) const {
+  return MatrixRef{buffer, static_cast<size_t>(row * ld), ld};
+}
+
+absl::StatusOr<engine::EventId> OpContext::Event(int r, const std::string& tag, int index) {
+  auto key = std::make_tuple(r, tag, index);
+  auto it = events_.find(key);
+  if (it != events_.end()) return it->second;
+  ASSIGN_OR_RETURN(engine::EventId event, engine_.CreateEvent(ranks_[r].device));
+  events_.emplace(key, event);
+  return event;
+}
+
+absl::Status OpContext::Record(int r, StreamId stream, const std::string& tag, int index) {
+  ASSIGN_OR_RETURN(engine::EventId event, Event(r, tag, index));
+  return engine_.RecordEvent(event, stream);
+}
+
+absl::Status OpContext::Wait(int r, StreamId stream, int event_rank, const std::string& tag,
+                             int index) {
+  ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, tag, index));
+  return engine_.WaitEvent(stream, event);
+}
+
+absl::Status OpContext::WaitAll(int r, StreamId stream, const std::string& tag, int index) {
+  for (int q = 0; q < tp(); ++q) RETURN_IF_ERROR(Wait(r, stream, q, tag, index));
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::ForkComm() {
+  for (int r = 0; r < tp(); ++r) {
+    RETURN_IF_ERROR(Record(r, ranks_[r].compute, "fork"));
+    RETURN_IF_ERROR(Wait(r, ranks_[r].comm, r, "fork"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpContext::JoinComm() {
+  for (int r = 0; r < tp(); ++r) {
+    RETURN_IF_ERROR(Record(r, ranks_[r].comm, "join"));
+    RETURN_IF_ERROR(Wait(r, ranks_[r].compute, r, "join"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,100 @@
+// OpContext: the buffers, streams and events one layer op uses on every rank of
+// its tensor-parallel group, plus the helpers the schedules are written with.
+//
+// Buffers are allocated once per op (sized for every schedule the op may run,
+// see ScratchNeeds) and freed when the context is destroyed. Events are created
+// on first use and cached under a (tag, index) key so that each iteration reuses
+// them; a wait always refers to the latest record enqueued before it (engine.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/graph.h"
+#include "server/engine/engine.h"
+#include "server/ops/schedule.h"
+
+namespace overlap::ops {
+
+// Per-rank buffer sizes in elements. Zero means "not needed".
+struct BufferSizes {
+  int64_t a = 0, w = 0, y = 0;  // inputs and output
+  int64_t full = 0;             // gathered A (ag_gemm) or full partial P (gemm_rs)
+  int64_t pingpong = 0;         // each of the two ping-pong buffers
+  int64_t slots = 0;            // each of the tp-1 receive slots (p2p reductions)
+  int64_t slot_count = 0;
+  int64_t TotalElements() const { return a + w + y + full + 2 * pingpong + slots * slot_count; }
+};
+
+// What `schedule` needs for `op` at tensor-parallel degree `tp`.
+BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& schedule);
+// Element-wise maximum: one allocation serves every schedule autotune may try.
+BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b);
+
+struct RankState {
+  int device = 0;
+  engine::StreamId compute = 0;
+  engine::StreamId comm = 0;
+  engine::BufferId a = engine::kNoBuffer, w = engine::kNoBuffer, y = engine::kNoBuffer;
+  engine::BufferId full = engine::kNoBuffer;
+  engine::BufferId pingpong[2] = {engine::kNoBuffer, engine::kNoBuffer};
+  std::vector<engine::BufferId> slots;
+};
+
+class OpContext {
+ public:
+  // Allocates the buffers; RESOURCE_EXHAUSTED when they do not fit.
+  static absl::StatusOr<std::unique_ptr<OpContext>> Create(engine::Engine& engine,
+                                                           const OpSpec& op, DType dtype,
+                                                           const std::vector<int>& devices,
+                                                           const BufferSizes& sizes);
+  ~OpContext();
+  OpContext(const OpContext&) = delete;
+  OpContext& operator=(const OpContext&) = delete;
+
+  engine::Engine& engine() { return engine_; }
+  const OpSpec& op() const { return op_; }
+  DType dtype() const { return dtype_; }
+  int tp() const { return static_cast<int>(ranks_.size()); }
+  size_t esize() const { return DTypeSize(dtype_); }
+  const LocalShapes& shapes() const { return shapes_; }
+  const BufferSizes& sizes() const { return sizes_; }
+  RankState& rank(int r) { return ranks_[r]; }
+  std::vector<int> devices() const;
+
+  // A byte range of `rows` rows of `cols` elements starting at row `row` of a
+  // row-major buffer whose rows hold `cols` elements.
+  engine::BufferRef Rows(engine::BufferId buffer, int64_t row, int64_t rows, int64_t cols) const;
+  engine::MatrixRef Matrix(engine::BufferId buffer, int64_t row, int64_t ld) const;
+
+  // The cached event (tag, index) of rank r's device.
+  absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);
+  absl::Status Record(int r, engine::StreamId stream, const std::string& tag, int index = 0);
+  absl::Status Wait(int r, engine::StreamId stream, int event_rank, const std::string& tag,
+                    int index = 0);
+  // Rank r's stream waits for event (tag, index) of every rank.
+  absl::Status WaitAll(int r, engine::StreamId stream, const std::string& tag, int index = 0);
+
+  // Fork/join of one iteration: the comm stream waits for the compute stream
+  // (at the start), and the compute stream for the comm stream (at the end).
+  absl::Status ForkComm();
+  absl::Status JoinComm();
+
+ private:
+  OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp);
+  absl::Status Allocate(const std::vector<int>& devices, const BufferSizes& sizes);
+
+  engine::Engine& engine_;
+  OpSpec op_;
+  DType dtype_;
+  LocalShapes shapes_;
+  BufferSizes sizes_;
+  std::vector<RankState> ranks_;
+  std::map<std::tuple<int, std::string, int>, engine::EventId> events_;
+};
+
+}  // namespace overlap::ops

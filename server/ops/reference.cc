@@ -1,0 +1,180 @@
+#include "server/ops/reference.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/seeded_random.h"
+#include "common/status_macros.h"
+
+namespace overlap::ops {
+namespace {
+
+float WScale(const OpSpec& op) { return 1.0f / std::sqrt(static_cast<float>(op.k)); }
+
+// Input element as the device holds it: the seeded value rounded to the dtype.
+double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
+  uint32_t storage = 0;
+  StoreFromFloat(&storage, dtype, 0, SeededUniform(seed, index) * scale);
+  return LoadAsFloat(&storage, dtype, 0);
+}
+
+std::vector<int64_t> RowsToCheck(const OpContext& ctx, int64_t y_rows, int max_rows,
+                                 uint64_t seed) {
+  const OpSpec& op = ctx.op();
+  const int64_t macs_per_row = static_cast<int64_t>(ctx.shapes().y_cols) * op.k;
+  std::vector<int64_t> rows;
+  if (y_rows * macs_per_row <= (int64_t{1} << 26) || y_rows <= max_rows) {
+    for (int64_t i = 0; i < y_rows; ++i) rows.push_back(i);
+    return rows;
+  }
+  std::set<int64_t> picked;
+  // Boundaries of rank blocks and of the finest chunking any schedule uses.
+  const int64_t step = std::max<int64_t>(1, y_rows / 16);
+  for (int64_t b = 0; b < y_rows && static_cast<int>(picked.size()) < max_rows / 2; b += step) {
+    picked.insert(b);
+    if (b > 0) picked.insert(b - 1);
+  }
+  picked.insert(y_rows - 1);
+  uint64_t s = seed;
+  while (static_cast<int>(picked.size()) < max_rows) {
+    s = SplitMix64(s);
+    picked.insert(static_cast<int64_t>(s % static_cast<uint64_t>(y_rows)));
+  }
+  return {picked.begin(), picked.end()};
+}
+
+}  // namespace
+
+uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
+  return SplitMix64(job_seed * 1000003u + static_cast<uint64_t>(op_index) * 4099u +
+                    static_cast<uint64_t>(tensor) * 131u + static_cast<uint64_t>(rank));
+}
+
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
+  const LocalShapes& sh = ctx.shapes();
+  for (int r = 0; r < ctx.tp(); ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
+                                            ctx.dtype(), InputSeed(job_seed, op_index, 0, r),
+                                            1.0f));
+    RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
+                                            ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
+                                            WScale(ctx.op())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PoisonOutputs(OpContext& ctx) {
+  const LocalShapes& sh = ctx.shapes();
+  for (int r = 0; r < ctx.tp(); ++r) {
+    RankState& rs = ctx.rank(r);
+    RETURN_IF_ERROR(ctx.engine().FillConstant(
+        rs.compute, ctx.Rows(rs.y, 0, sh.y_rows, sh.y_cols), ctx.dtype(), std::nanf("")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+                                           int max_rows) {
+  const OpSpec& op = ctx.op();
+  const LocalShapes& sh = ctx.shapes();
+  const int tp = ctx.tp();
+  const DType dt = ctx.dtype();
+  const size_t es = ctx.esize();
+  const int64_t mr = op.m / tp;
+
+  // Outputs back to the host; every element must have been written.
+  std::vector<std::vector<uint8_t>> y(tp);
+  for (int r = 0; r < tp; ++r) {
+    y[r].resize(static_cast<size_t>(sh.y_rows * sh.y_cols) * es);
+    RETURN_IF_ERROR(ctx.engine().CopyToHost(y[r].data(), ctx.Rows(ctx.rank(r).y, 0, sh.y_rows,
+                                                                  sh.y_cols),
+                                            ctx.rank(r).device));
+    for (int64_t i = 0; i < sh.y_rows * sh.y_cols; ++i) {
+      if (!std::isfinite(LoadAsFloat(y[r].data(), dt, i))) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "op %s: output not fully written: rank %d row %d col %d is not finite", op.id, r,
+            i / sh.y_cols, i % sh.y_cols));
+      }
+    }
+  }
+
+  // W of every rank, as the devices hold it.
+  std::vector<std::vector<float>> w(tp);
+  for (int q = 0; q < tp; ++q) {
+    w[q].resize(static_cast<size_t>(sh.w_rows * sh.w_cols));
+    const uint64_t seed = InputSeed(job_seed, op_index, 1, q);
+    for (size_t i = 0; i < w[q].size(); ++i) {
+      w[q][i] = static_cast<float>(InputValue(dt, seed, i, WScale(op)));
+    }
+  }
+
+  const std::vector<int64_t> rows = RowsToCheck(ctx, sh.y_rows, max_rows, job_seed + op_index);
+  struct Task {
+    int rank;
+    int64_t row;
+  };
+  std::vector<Task> tasks;
+  for (int r = 0; r < tp; ++r) {
+    for (int64_t i : rows) tasks.push_back({r, i});
+  }
+  std::vector<double> max_err(tasks.size(), 0), max_ref(tasks.size(), 0);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    std::vector<double> acc(sh.y_cols);
+    std::vector<double> a_row(sh.a_cols);
+    for (size_t t = next++; t < tasks.size(); t = next++) {
+      const int r = tasks[t].rank;
+      const int64_t i = tasks[t].row;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      // Sum over the ranks whose inputs contribute to this output row.
+      for (int q = 0; q < tp; ++q) {
+        int64_t a_rank = q, a_row_index = 0;
+        const std::vector<float>* wq = &w[q];
+        if (op.type == OpType::kAgGemm) {
+          if (q > 0) break;  // one contribution: gathered row i from rank i / mr, times W_r
+          a_rank = static_cast<int>(i / mr);
+          a_row_index = i % mr;
+          wq = &w[r];
+        } else {
+          a_row_index = op.type == OpType::kGemmRs ? r * mr + i : i;
+        }
+        const uint64_t seed = InputSeed(job_seed, op_index, 0, static_cast<int>(a_rank));
+        for (int64_t kk = 0; kk < sh.a_cols; ++kk) {
+          a_row[kk] = InputValue(dt, seed, a_row_index * sh.a_cols + kk, 1.0f);
+        }
+        for (int64_t kk = 0; kk < sh.w_rows; ++kk) {
+          const double a = a_row[kk];
+          const float* wrow = wq->data() + kk * sh.w_cols;
+          for (int64_t j = 0; j < sh.w_cols; ++j) acc[j] += a * wrow[j];
+        }
+      }
+      for (int64_t j = 0; j < sh.y_cols; ++j) {
+        const double got = LoadAsFloat(y[r].data(), dt, i * sh.y_cols + j);
+        max_err[t] = std::max(max_err[t], std::abs(got - acc[j]));
+        max_ref[t] = std::max(max_ref[t], std::abs(acc[j]));
+      }
+    }
+  };
+  const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  for (auto& th : pool) th.join();
+
+  double err = 0, ref = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    err = std::max(err, max_err[t]);
+    ref = std::max(ref, max_ref[t]);
+  }
+  Verification v;
+  v.max_rel_error = ref > 0 ? err / ref : err;
+  v.rows_checked = static_cast<int64_t>(rows.size());
+  return v;
+}
+
+}  // namespace overlap::ops

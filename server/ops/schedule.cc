@@ -1,0 +1,84 @@
+#include "server/ops/schedule.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace overlap::ops {
+
+std::string Schedule::Name() const {
+  std::string name = OverlapModeName(mode);
+  if (mode == OverlapMode::kChunked) absl::StrAppend(&name, "/", chunks);
+  absl::StrAppend(&name, "/", TransportName(transport));
+  return name;
+}
+
+namespace {
+
+// Chunk counts worth trying: each chunk must keep enough rows for the GEMM to
+// stay efficient, so small shards get fewer chunks.
+std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
+  std::vector<int> counts;
+  for (int c : {2, 4, 8}) {
+    if (rows_per_rank % c == 0 && rows_per_rank / c >= 64) counts.push_back(c);
+  }
+  if (counts.empty() && rows_per_rank % 2 == 0) counts.push_back(2);
+  return counts;
+}
+
+int DefaultChunks(int64_t rows_per_rank) {
+  for (int c = 4; c > 1; --c) {
+    if (rows_per_rank % c == 0) return c;
+  }
+  return 1;
+}
+
+}  // namespace
+
+std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
+  if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
+  std::vector<Transport> transports;
+  if (op.transport == Transport::kAuto) {
+    transports = {Transport::kNccl, Transport::kP2p};
+  } else {
+    transports = {op.transport};
+  }
+  std::vector<OverlapMode> modes;
+  if (op.mode == OverlapMode::kAuto) {
+    modes = {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked, OverlapMode::kRing};
+  } else {
+    modes = {op.mode};
+  }
+  const int64_t rows_per_rank = op.m / tp;
+  std::vector<Schedule> out;
+  // Serial over NCCL first: the baseline every other candidate must beat.
+  if (op.mode == OverlapMode::kAuto && op.transport == Transport::kAuto) {
+    out.push_back(Schedule{OverlapMode::kSerial, 1, Transport::kNccl});
+  }
+  for (OverlapMode mode : modes) {
+    for (Transport transport : transports) {
+      if (mode == OverlapMode::kChunked) {
+        std::vector<int> counts =
+            op.chunks > 0 ? std::vector<int>{op.chunks} : ChunkCandidates(rows_per_rank);
+        for (int c : counts) out.push_back(Schedule{mode, c, transport});
+      } else {
+        Schedule s{mode, 1, transport};
+        bool seen = false;
+        for (const Schedule& o : out) seen = seen || o == s;
+        if (!seen) out.push_back(s);
+      }
+    }
+  }
+  return out;
+}
+
+Schedule ExplicitSchedule(const OpSpec& op, int tp) {
+  Schedule s;
+  s.mode = op.mode == OverlapMode::kAuto ? OverlapMode::kSerial : op.mode;
+  s.transport = op.transport == Transport::kAuto ? Transport::kNccl : op.transport;
+  s.chunks = s.mode == OverlapMode::kChunked
+                 ? (op.chunks > 0 ? op.chunks : DefaultChunks(op.m / tp))
+                 : 1;
+  if (tp == 1) s = Schedule{OverlapMode::kSerial, 1, Transport::kNccl};
+  return s;
+}
+
+}  // namespace overlap::ops
