@@ -1,0 +1,275 @@
+#include "server/jobs/scheduler.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "tests/server/test_util.h"
+
+namespace overlap::jobs {
+namespace {
+
+using ::overlap::testing::FakeRunner;
+using ::overlap::testing::RunRecord;
+using ::overlap::testing::TempDir;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Start(int devices = 4, int max_queued = 256) {
+    auto store = JobStore::Open(dir_.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    SchedulerOptions options;
+    options.executor_threads = devices;
+    options.max_queued_jobs = max_queued;
+    auto scheduler = Scheduler::Create(
+        store_.get(),
+        [this](const v1::Job& j, const ops::RunHooks& h) { return runner_.Run(j, h); }, options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  v1::Job Submit(const std::string& name, std::vector<int> devices, int priority = 0) {
+    v1::Job job;
+    job.set_name(name);
+    job.set_priority(priority);
+    for (int d : devices) job.add_devices(d);
+    auto submitted = scheduler_->Submit(job);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    return submitted.ok() ? *submitted : v1::Job();
+  }
+
+  // Waits until the job is in `state` (10 s at most).
+  v1::Job AwaitState(const std::string& id, v1::JobState state) {
+    uint64_t version = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      auto snapshot = scheduler_->WaitForChange(id, version, absl::Milliseconds(100));
+      EXPECT_TRUE(snapshot.ok()) << snapshot.status();
+      if (!snapshot.ok()) break;
+      if (snapshot->job.state() == state) return snapshot->job;
+      version = snapshot->version;
+    }
+    ADD_FAILURE() << id << " never reached " << v1::JobState_Name(state);
+    return v1::Job();
+  }
+
+  TempDir dir_;
+  FakeRunner runner_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+std::vector<std::string> RunOrder(const std::vector<RunRecord>& records) {
+  std::vector<RunRecord> sorted = records;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RunRecord& a, const RunRecord& b) { return a.start < b.start; });
+  std::vector<std::string> ids;
+  for (const RunRecord& r : sorted) ids.push_back(r.id);
+  return ids;
+}
+
+bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
+  for (int x : a) {
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  }
+  return false;
+}
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenSubmissionOrder) {
+  Start();
+  v1::Job blocker = Submit("block", {0});
+  AwaitState(blocker.id(), v1::RUNNING);
+  v1::Job a = Submit("sleep:1", {0}, 0);
+  v1::Job b = Submit("sleep:1", {0}, 5);
+  v1::Job c = Submit("sleep:1", {0}, 0);
+  v1::Job d = Submit("sleep:1", {0}, 5);
+  v1::Job e = Submit("sleep:1", {0}, -1);
+  EXPECT_EQ(a.state(), v1::QUEUED);
+  EXPECT_EQ(scheduler_->QueuedCount(), 5);
+  ASSERT_TRUE(scheduler_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(RunOrder(runner_.records()),
+            (std::vector<std::string>{blocker.id(), b.id(), d.id(), a.id(), c.id(), e.id()}));
+}
+
+TEST_F(SchedulerTest, DisjointDevicesRunConcurrently) {
+  Start();
+  Submit("sleep:300", {0});
+  Submit("sleep:300", {1, 2});
+  Submit("sleep:300", {3});
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  std::vector<RunRecord> records = runner_.records();
+  ASSERT_EQ(records.size(), 3u);
+  auto latest_start = std::max({records[0].start, records[1].start, records[2].start});
+  auto earliest_end = std::min({records[0].end, records[1].end, records[2].end});
+  EXPECT_LT(latest_start, earliest_end) << "the three jobs did not overlap in time";
+}
+
+// Many jobs with random device sets and priorities, all queued behind a blocker:
+// no two jobs sharing a device overlap in time, and of two such jobs the one
+// ranked higher (priority desc, sequence asc) runs first.
+TEST_F(SchedulerTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
+  Start();
+  v1::Job blocker = Submit("block", {0, 1, 2, 3});
+  AwaitState(blocker.id(), v1::RUNNING);
+  std::mt19937 rng(42);
+  std::vector<v1::Job> jobs;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int> devices;
+    for (int d = 0; d < 4; ++d) {
+      if (rng() % 3 == 0) devices.push_back(d);
+    }
+    if (devices.empty()) devices.push_back(static_cast<int>(rng() % 4));
+    jobs.push_back(Submit("sleep:" + std::to_string(5 + rng() % 20), devices,
+                          static_cast<int>(rng() % 3)));
+  }
+  ASSERT_TRUE(scheduler_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(20)));
+
+  std::map<std::string, RunRecord> by_id;
+  for (const RunRecord& r : runner_.records()) by_id[r.id] = r;
+  ASSERT_EQ(by_id.size(), jobs.size() + 1);
+  bool any_concurrent = false;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    for (size_t j = i + 1; j < jobs.size(); ++j) {
+      const RunRecord& a = by_id[jobs[i].id()];
+      const RunRecord& b = by_id[jobs[j].id()];
+      const bool overlap = a.start < b.end && b.start < a.end;
+      if (!Intersect(a.devices, b.devices)) {
+        any_concurrent |= overlap;
+        continue;
+      }
+      EXPECT_FALSE(overlap) << a.id << " and " << b.id << " share a device but overlapped";
+      // jobs[i] was submitted first; it goes first unless j has a higher priority.
+      const bool i_first = jobs[i].priority() >= jobs[j].priority();
+      EXPECT_EQ(i_first, a.start < b.start)
+          << a.id << " (priority " << jobs[i].priority() << ") vs " << b.id << " (priority "
+          << jobs[j].priority() << ")";
+    }
+  }
+  EXPECT_TRUE(any_concurrent) << "no disjoint jobs ran at the same time";
+}
+
+TEST_F(SchedulerTest, CancelQueuedAndRunning) {
+  Start(1);
+  v1::Job running = Submit("block", {0});
+  AwaitState(running.id(), v1::RUNNING);
+  v1::Job queued = Submit("sleep:1", {0});
+
+  auto cancelled = scheduler_->Cancel(queued.id());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(cancelled->error(), "cancelled by request");
+  EXPECT_EQ(store_->Get(queued.id())->state(), v1::CANCELLED);
+
+  auto stopping = scheduler_->Cancel(running.id());
+  ASSERT_TRUE(stopping.ok()) << stopping.status();
+  EXPECT_EQ(stopping->state(), v1::RUNNING);  // the runner stops at its next poll
+  v1::Job ended = AwaitState(running.id(), v1::CANCELLED);
+  EXPECT_EQ(ended.error(), "cancelled by request");
+  EXPECT_EQ(ended.error_code(), static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_GT(ended.end_time_ms(), 0);
+
+  auto again = scheduler_->Cancel(running.id());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(), "job " + running.id() + " already finished (CANCELLED)");
+  EXPECT_EQ(scheduler_->Cancel("job-999999").status().code(), absl::StatusCode::kNotFound);
+
+  // Only the running job ever reached the runner.
+  ASSERT_EQ(runner_.records().size(), 1u);
+  EXPECT_EQ(runner_.records()[0].id, running.id());
+}
+
+TEST_F(SchedulerTest, RunnerOutcomeMapsToState) {
+  Start();
+  v1::Job ok = Submit("sleep:1", {0});
+  v1::Job failed = Submit("fail", {1});
+  v1::Job aborted = Submit("abort", {2});
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  v1::Job j = *scheduler_->Get(ok.id());
+  EXPECT_EQ(j.state(), v1::SUCCEEDED);
+  EXPECT_EQ(j.result().backend(), "fake");
+  EXPECT_EQ(j.error_code(), 0);
+  j = *scheduler_->Get(failed.id());
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_EQ(j.error(), "verification failed: op ag");
+  EXPECT_EQ(j.error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  j = *scheduler_->Get(aborted.id());
+  EXPECT_EQ(j.state(), v1::ABORTED);
+  EXPECT_EQ(j.error(), "communicator aborted: collective timeout");
+}
+
+TEST_F(SchedulerTest, QueueCapIsResourceExhausted) {
+  Start(1, /*max_queued=*/2);
+  v1::Job blocker = Submit("block", {0});
+  AwaitState(blocker.id(), v1::RUNNING);
+  Submit("sleep:1", {0});
+  Submit("sleep:1", {0});
+  v1::Job extra;
+  extra.add_devices(0);
+  auto refused = scheduler_->Submit(extra);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("max_queued_jobs"), std::string::npos);
+  scheduler_->CancelRunning("test over");
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(scheduler_->Get(blocker.id())->error(), "test over");
+}
+
+TEST_F(SchedulerTest, DrainStopsSubmissionsAndKeepsQueuedJobs) {
+  Start(1);
+  v1::Job running = Submit("iter:5:20", {0});
+  AwaitState(running.id(), v1::RUNNING);
+  v1::Job queued = Submit("sleep:1", {0});
+  scheduler_->StartDrain();
+  v1::Job late;
+  late.add_devices(0);
+  auto refused = scheduler_->Submit(late);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused.status().message(), "overlapd is draining");
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(scheduler_->Get(running.id())->state(), v1::SUCCEEDED);
+  scheduler_->Shutdown();
+  EXPECT_EQ(store_->Get(queued.id())->state(), v1::QUEUED);
+  // Watchers end once the scheduler shuts down.
+  EXPECT_EQ(scheduler_->WaitForChange(queued.id(), 0, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, WatchersSeeProgressAndTheFinalState) {
+  Start(1);
+  v1::Job job = Submit("iter:4:30", {0});
+  uint64_t version = 0;
+  int max_iteration = 0;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  for (int i = 0; i < 1000 && !IsFinalState(last); ++i) {
+    auto snapshot = scheduler_->WaitForChange(job.id(), version, absl::Seconds(5));
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    ASSERT_GT(snapshot->version, version);
+    version = snapshot->version;
+    last = snapshot->job.state();
+    max_iteration = std::max(max_iteration, snapshot->job.progress().iteration());
+  }
+  EXPECT_EQ(last, v1::SUCCEEDED);
+  EXPECT_EQ(max_iteration, 4);
+  EXPECT_EQ(version, Scheduler::kFinalVersion);
+}
+
+TEST_F(SchedulerTest, StatsComeFromStoredTimes) {
+  Start();
+  Submit("sleep:50", {0, 1});
+  Submit("sleep:50", {1});
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  auto stats = scheduler_->GetStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->jobs_by_state[v1::SUCCEEDED], 2);
+  EXPECT_EQ(stats->devices[0].jobs_run, 1);
+  EXPECT_EQ(stats->devices[1].jobs_run, 2);
+  EXPECT_GE(stats->devices[0].busy_ms, 50);
+  EXPECT_GE(stats->devices[1].busy_ms, 100);
+  EXPECT_EQ(stats->devices.count(2), 0u);
+}
+
+}  // namespace
+}  // namespace overlap::jobs
