@@ -1,0 +1,228 @@
+#include "common/graph_validator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace overlap {
+namespace {
+
+absl::Status Error(absl::string_view path, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
+}
+
+std::string Quoted(absl::string_view text) {
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+}
+
+absl::StatusOr<std::vector<int>> ResolveDevices(const JobSpec& spec,
+                                                const ValidationLimits& limits) {
+  std::vector<int> group;
+  if (spec.devices.empty()) {
+    if (limits.device_count <= 0) return Error("devices", "this node has no devices");
+    for (int d = 0; d < limits.device_count; ++d) group.push_back(d);
+    return group;
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    const int device = spec.devices[i];
+    const std::string path = absl::StrCat("devices[", i, "]");
+    if (device < 0 || device >= limits.device_count) {
+      return Error(path, absl::StrCat("device ", device, " does not exist (this node has ",
+                                      limits.device_count, ")"));
+    }
+    if (!seen.insert(device).second) {
+      return Error(path, absl::StrCat("device ", device, " is listed twice"));
+    }
+    group.push_back(device);
+  }
+  return group;
+}
+
+absl::Status CheckIterations(const JobSpec& spec, const ValidationLimits& limits) {
+  if (spec.iterations < 1) {
+    return Error("iterations", absl::StrCat("must be at least 1 (got ", spec.iterations, ")"));
+  }
+  if (spec.iterations > limits.max_iterations) {
+    return Error("iterations",
+                 absl::StrCat(spec.iterations, " exceeds the limit of ", limits.max_iterations));
+  }
+  if (spec.warmup < 0) {
+    return Error("warmup", absl::StrCat("must be non-negative (got ", spec.warmup, ")"));
+  }
+  if (spec.warmup > limits.max_iterations) {
+    return Error("warmup",
+                 absl::StrCat(spec.warmup, " exceeds the limit of ", limits.max_iterations));
+  }
+  return absl::OkStatus();
+}
+
+// Products of the global dimensions must fit in int64, and every global tensor
+// (per-rank tensors are no larger) must have a byte size that fits too, so that
+// later size arithmetic in int64 or size_t can never wrap.
+absl::Status CheckOverflow(const OpSpec& op, const std::string& path, DType dtype) {
+  int64_t mk = 0, kn = 0, mn = 0, mnk = 0;
+  if (__builtin_mul_overflow(op.m, op.k, &mk)) return Error(path, "m*k overflows 64 bits");
+  if (__builtin_mul_overflow(op.k, op.n, &kn)) return Error(path, "k*n overflows 64 bits");
+  if (__builtin_mul_overflow(op.m, op.n, &mn)) return Error(path, "m*n overflows 64 bits");
+  if (__builtin_mul_overflow(mn, op.k, &mnk)) return Error(path, "m*n*k overflows 64 bits");
+  const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
+  constexpr int64_t kMaxBytes =
+      std::numeric_limits<size_t>::max() < static_cast<uint64_t>(INT64_MAX)
+          ? static_cast<int64_t>(std::numeric_limits<size_t>::max())
+          : INT64_MAX;
+  const struct {
+    const char* name;
+    int64_t elements;
+  } tensors[] = {{"A (m*k)", mk}, {"W (k*n)", kn}, {"Y (m*n)", mn}};
+  for (const auto& t : tensors) {
+    if (t.elements > kMaxBytes / elem) {
+      return Error(path, absl::StrCat(t.name, " has ", t.elements, " elements; its size in bytes (",
+                                      DTypeName(dtype), ") overflows 64 bits"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
+  const std::string path = absl::StrCat("ops[", index, "]");
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"m", op.m}, {"k", op.k}, {"n", op.n}}) {
+    if (value <= 0) {
+      return Error(absl::StrCat(path, ".", name),
+                   absl::StrCat("must be positive (got ", value, ")"));
+    }
+  }
+  RETURN_IF_ERROR(CheckOverflow(op, path, dtype));
+  const bool split_n = op.type == OpType::kAgGemm;
+  const std::pair<const char*, int64_t> split[] = {{"m", op.m},
+                                                   {split_n ? "n" : "k", split_n ? op.n : op.k}};
+  for (const auto& [name, value] : split) {
+    if (value % tp != 0) {
+      return Error(absl::StrCat(path, ".", name),
+                   absl::StrCat(value, " is not divisible by tp = ", tp, " (required by ",
+                                OpTypeName(op.type), ")"));
+    }
+  }
+  const std::string chunks_path = absl::StrCat(path, ".chunks");
+  if (op.chunks != 0 && op.mode != OverlapMode::kChunked) {
+    return Error(chunks_path, "only valid with mode: chunked");
+  }
+  if (op.chunks < 0) {
+    return Error(chunks_path, absl::StrCat("must be at least 1 (got ", op.chunks, ")"));
+  }
+  if (op.chunks > 0 && (op.m / tp) % op.chunks != 0) {
+    return Error(chunks_path, absl::StrCat(op.chunks, " does not divide m/tp = ", op.m / tp));
+  }
+  return absl::OkStatus();
+}
+
+// Spec has a cycle among `remaining` ops (each still waits on one of them).
+// Walks `after` edges until a node repeats, then reports the loop in execution
+// order starting from its first op in file order.
+absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& index_of,
+                        const std::vector<bool>& remaining) {
+  int start = 0;
+  while (!remaining[start]) ++start;
+  std::vector<int> walk;
+  std::vector<int> position(spec.ops.size(), -1);
+  int v = start;
+  while (position[v] < 0) {
+    position[v] = static_cast<int>(walk.size());
+    walk.push_back(v);
+    for (const std::string& dep : spec.ops[v].after) {
+      const int d = index_of.at(dep);
+      if (remaining[d]) {
+        v = d;
+        break;
+      }
+    }
+  }
+  std::vector<int> cycle(walk.begin() + position[v], walk.end());
+  std::reverse(cycle.begin(), cycle.end());
+  std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+  cycle.push_back(cycle.front());
+  std::vector<std::string> ids;
+  for (int i : cycle) ids.push_back(absl::CHexEscape(spec.ops[i].id));
+  return Error("ops", absl::StrCat("dependency cycle ", absl::StrJoin(ids, " -> ")));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec) {
+  const int count = static_cast<int>(spec.ops.size());
+  std::map<std::string, int> index_of;
+  for (int i = 0; i < count; ++i) {
+    if (!index_of.emplace(spec.ops[i].id, i).second) {
+      return Error(absl::StrCat("ops[", i, "].id"),
+                   absl::StrCat("duplicate id ", Quoted(spec.ops[i].id)));
+    }
+  }
+  std::vector<std::vector<int>> dependents(count);
+  std::vector<int> waiting_on(count, 0);
+  for (int i = 0; i < count; ++i) {
+    std::set<int> deps;
+    for (const std::string& dep : spec.ops[i].after) {
+      auto it = index_of.find(dep);
+      if (it == index_of.end()) {
+        return Error(absl::StrCat("ops[", i, "].after"), absl::StrCat("unknown op ", Quoted(dep)));
+      }
+      if (deps.insert(it->second).second) {
+        dependents[it->second].push_back(i);
+        ++waiting_on[i];
+      }
+    }
+  }
+  // Kahn's algorithm; the min-heap on file index keeps the order stable.
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < count; ++i) {
+    if (waiting_on[i] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  std::vector<bool> remaining(count, true);
+  while (!ready.empty()) {
+    const int v = ready.top();
+    ready.pop();
+    order.push_back(v);
+    remaining[v] = false;
+    for (int d : dependents[v]) {
+      if (--waiting_on[d] == 0) ready.push(d);
+    }
+  }
+  if (static_cast<int>(order.size()) != count) return CycleError(spec, index_of, remaining);
+  return order;
+}
+
+absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
+                                                 const ValidationLimits& limits) {
+  if (spec.name.empty()) return Error("name", "must not be empty");
+  if (spec.ops.empty()) return Error("ops", "at least one op is required");
+  ASSIGN_OR_RETURN(std::vector<int> group, ResolveDevices(spec, limits));
+  RETURN_IF_ERROR(CheckIterations(spec, limits));
+  const int tp = static_cast<int>(group.size());
+  std::set<std::string> ids;
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const OpSpec& op = spec.ops[i];
+    const std::string id_path = absl::StrCat("ops[", i, "].id");
+    if (op.id.empty()) return Error(id_path, "must not be empty");
+    if (!ids.insert(op.id).second) {
+      return Error(id_path, absl::StrCat("duplicate id ", Quoted(op.id)));
+    }
+    RETURN_IF_ERROR(CheckOp(op, i, tp, spec.dtype));
+  }
+  RETURN_IF_ERROR(TopologicalOrder(spec).status());
+  return group;
+}
+
+}  // namespace overlap

@@ -1,0 +1,29 @@
+// Checks a parsed job spec against everything that does not need the engine:
+// shapes, tensor-parallel divisibility, 64-bit overflow, devices, limits and
+// the dependency graph. Thread-safe (pure functions); never throws.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/graph.h"
+
+namespace overlap {
+
+struct ValidationLimits {
+  int device_count = 0;  // devices the backend has on this node
+  int max_iterations = 10000;
+};
+
+// The resolved device group (empty `devices` = 0..device_count-1); tp is its
+// size, and tp == 1 is allowed (no communication). INVALID_ARGUMENT with a
+// one-line message naming the field on error, e.g. `ops[0]: m*n*k overflows 64 bits`.
+absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
+                                                 const ValidationLimits& limits);
+
+// Indices into spec.ops in dependency order; ties keep file order.
+// INVALID_ARGUMENT on a duplicate id, an unknown `after` or a cycle
+// (`ops: dependency cycle fc1 -> fc2 -> fc1`).
+absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec);
+
+}  // namespace overlap

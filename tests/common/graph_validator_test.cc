@@ -1,0 +1,340 @@
+#include "common/graph_validator.h"
+
+#include <string>
+
+#include "common/graph_parser.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+OpSpec Op(std::string id, OpType type, int64_t m, int64_t k, int64_t n,
+          std::vector<std::string> after = {}) {
+  OpSpec op;
+  op.id = std::move(id);
+  op.type = type;
+  op.m = m;
+  op.k = k;
+  op.n = n;
+  op.after = std::move(after);
+  return op;
+}
+
+JobSpec TwoOpSpec() {
+  JobSpec spec;
+  spec.name = "mlp";
+  spec.devices = {0, 1};
+  spec.ops.push_back(Op("fc1", OpType::kAgGemm, 8192, 8192, 28672));
+  spec.ops.push_back(Op("fc2", OpType::kGemmRs, 8192, 28672, 8192, {"fc1"}));
+  return spec;
+}
+
+ValidationLimits TwoDevices() {
+  ValidationLimits limits;
+  limits.device_count = 2;
+  return limits;
+}
+
+void ExpectInvalid(const JobSpec& spec, const std::string& message,
+                   ValidationLimits limits = TwoDevices()) {
+  auto result = ValidateJobSpec(spec, limits);
+  ASSERT_FALSE(result.ok()) << "expected: " << message;
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr(message));
+}
+
+TEST(GraphValidatorTest, AcceptsValidSpecAndResolvesDevices) {
+  JobSpec spec = TwoOpSpec();
+  auto group = ValidateJobSpec(spec, TwoDevices());
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_THAT(*group, ElementsAre(0, 1));
+
+  spec.devices = {1};  // tp = 1: no divisibility constraint beyond 1
+  spec.ops[0].m = 8191;
+  group = ValidateJobSpec(spec, TwoDevices());
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_THAT(*group, ElementsAre(1));
+
+  spec = TwoOpSpec();
+  spec.devices.clear();
+  ValidationLimits four;
+  four.device_count = 4;
+  group = ValidateJobSpec(spec, four);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_THAT(*group, ElementsAre(0, 1, 2, 3));
+
+  spec.devices = {3, 1};  // order of the group is kept: it defines the ranks
+  group = ValidateJobSpec(spec, four);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_THAT(*group, ElementsAre(3, 1));
+}
+
+TEST(GraphValidatorTest, ParsedExampleValidates) {
+  auto spec = ParseJobSpec(R"(
+name: llama70b-mlp-tp2
+devices: [0, 1]
+ops:
+  - {id: fc1, type: ag_gemm, m: 8192, k: 8192, n: 28672, mode: chunked, chunks: 4}
+  - {id: fc2, type: gemm_rs, m: 8192, k: 28672, n: 8192, mode: ring, after: [fc1]}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto group = ValidateJobSpec(*spec, TwoDevices());
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_THAT(*group, ElementsAre(0, 1));
+}
+
+TEST(GraphValidatorTest, SpecLevelErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.name = "";
+  ExpectInvalid(spec, "name: must not be empty");
+
+  spec = TwoOpSpec();
+  spec.ops.clear();
+  ExpectInvalid(spec, "ops: at least one op is required");
+
+  spec = TwoOpSpec();
+  spec.devices = {0, 7};
+  ExpectInvalid(spec, "devices[1]: device 7 does not exist (this node has 2)");
+  spec.devices = {-1};
+  ExpectInvalid(spec, "devices[0]: device -1 does not exist (this node has 2)");
+  spec.devices = {1, 1};
+  ExpectInvalid(spec, "devices[1]: device 1 is listed twice");
+  spec.devices = {};
+  ExpectInvalid(spec, "devices: this node has no devices", ValidationLimits{});
+
+  spec = TwoOpSpec();
+  spec.iterations = 20000;
+  ExpectInvalid(spec, "iterations: 20000 exceeds the limit of 10000");
+  spec.iterations = 0;
+  ExpectInvalid(spec, "iterations: must be at least 1 (got 0)");
+  spec.iterations = 10000;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.warmup = -1;
+  ExpectInvalid(spec, "warmup: must be non-negative (got -1)");
+  spec.warmup = 10001;
+  ExpectInvalid(spec, "warmup: 10001 exceeds the limit of 10000");
+  ValidationLimits tight = TwoDevices();
+  tight.max_iterations = 50;
+  spec = TwoOpSpec();
+  spec.iterations = 51;
+  ExpectInvalid(spec, "iterations: 51 exceeds the limit of 50", tight);
+}
+
+TEST(GraphValidatorTest, OpIdErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[1].id = "";
+  ExpectInvalid(spec, "ops[1].id: must not be empty");
+
+  spec = TwoOpSpec();
+  spec.ops.push_back(Op("fc3", OpType::kGemmAr, 64, 64, 64));
+  spec.ops.push_back(Op("fc1", OpType::kGemmAr, 64, 64, 64));
+  ExpectInvalid(spec, "ops[3].id: duplicate id \"fc1\"");
+}
+
+TEST(GraphValidatorTest, ShapeErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[0].k = 0;
+  ExpectInvalid(spec, "ops[0].k: must be positive (got 0)");
+  spec = TwoOpSpec();
+  spec.ops[1].n = -5;
+  ExpectInvalid(spec, "ops[1].n: must be positive (got -5)");
+
+  // ag_gemm splits m and n.
+  spec = TwoOpSpec();
+  spec.ops[0].m = 8191;
+  ExpectInvalid(spec, "ops[0].m: 8191 is not divisible by tp = 2");
+  spec = TwoOpSpec();
+  spec.ops[0].n = 28671;
+  ExpectInvalid(spec, "ops[0].n: 28671 is not divisible by tp = 2");
+  spec = TwoOpSpec();
+  spec.ops[0].k = 8191;  // k is not split for ag_gemm
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+
+  // gemm_rs and gemm_ar split m and k, not n.
+  for (OpType type : {OpType::kGemmRs, OpType::kGemmAr}) {
+    spec = TwoOpSpec();
+    spec.ops[1].type = type;
+    spec.ops[1].n = 8191;
+    EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok()) << OpTypeName(type);
+    spec.ops[1].k = 28673;
+    ExpectInvalid(spec, "ops[1].k: 28673 is not divisible by tp = 2");
+    spec.ops[1].k = 28672;
+    spec.ops[1].m = 8193;
+    ExpectInvalid(spec, "ops[1].m: 8193 is not divisible by tp = 2");
+  }
+}
+
+TEST(GraphValidatorTest, OverflowErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops.pop_back();
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 32, int64_t{1} << 32, 2);
+  ExpectInvalid(spec, "ops[0]: m*k overflows 64 bits");
+  spec.ops[0] = Op("big", OpType::kAgGemm, 2, int64_t{1} << 32, int64_t{1} << 32);
+  ExpectInvalid(spec, "ops[0]: k*n overflows 64 bits");
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 32, 2, int64_t{1} << 32);
+  ExpectInvalid(spec, "ops[0]: m*n overflows 64 bits");
+  // Each pairwise product fits; the triple does not.
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 22, int64_t{1} << 21, int64_t{1} << 22);
+  ExpectInvalid(spec, "ops[0]: m*n*k overflows 64 bits");
+  // m*n*k = 2^62 fits, but A = m*k = 2^62 elements of 2 bytes does not fit in 63 bits.
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 61, 2, 1);
+  ExpectInvalid(spec, "ops[0]: A (m*k) has 4611686018427387904 elements");
+  spec.dtype = DType::kF32;
+  spec.ops[0] = Op("big", OpType::kAgGemm, 1, 2, int64_t{1} << 61);
+  ExpectInvalid(spec, "ops[0]: W (k*n) has");
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 31, 1, int64_t{1} << 31);
+  ExpectInvalid(spec, "ops[0]: Y (m*n) has");
+  spec.ops[0] = Op("big", OpType::kAgGemm, 2, 1, int64_t{1} << 61);
+  ExpectInvalid(spec, "ops[0]: W (k*n) has 2305843009213693952 elements; its size in bytes (fp32)");
+  // Largest sizes that still fit are accepted.
+  spec.dtype = DType::kBF16;
+  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 30, int64_t{1} << 30, 2);
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+}
+
+TEST(GraphValidatorTest, ChunkErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[0].chunks = 4;
+  ExpectInvalid(spec, "ops[0].chunks: only valid with mode: chunked");
+  spec.ops[0].mode = OverlapMode::kChunked;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[0].chunks = 3;
+  ExpectInvalid(spec, "ops[0].chunks: 3 does not divide m/tp = 4096");
+  spec.ops[0].chunks = -1;
+  ExpectInvalid(spec, "ops[0].chunks: must be at least 1 (got -1)");
+  spec.ops[0].chunks = 4096;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[0].chunks = 0;  // not given: the schedule picks
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[0].chunks = 8192;
+  ExpectInvalid(spec, "ops[0].chunks: 8192 does not divide m/tp = 4096");
+}
+
+TEST(GraphValidatorTest, DependencyErrors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[1].after = {"fc9"};
+  ExpectInvalid(spec, "ops[1].after: unknown op \"fc9\"");
+  spec.ops[1].after = {"fc1"};
+  spec.ops[0].after = {"fc2"};
+  ExpectInvalid(spec, "ops: dependency cycle fc1 -> fc2 -> fc1");
+  spec.ops[0].after = {"fc1"};
+  ExpectInvalid(spec, "ops: dependency cycle fc1 -> fc1");
+}
+
+TEST(TopologicalOrderTest, SmallDagStableOrder) {
+  //   a   b
+  //   |\ /
+  //   | c    d (independent)
+  //   |/
+  //   e
+  JobSpec spec;
+  spec.ops.push_back(Op("e", OpType::kAgGemm, 8, 8, 8, {"c", "a"}));
+  spec.ops.push_back(Op("c", OpType::kAgGemm, 8, 8, 8, {"a", "b"}));
+  spec.ops.push_back(Op("a", OpType::kAgGemm, 8, 8, 8));
+  spec.ops.push_back(Op("d", OpType::kAgGemm, 8, 8, 8));
+  spec.ops.push_back(Op("b", OpType::kAgGemm, 8, 8, 8));
+  auto order = TopologicalOrder(spec);
+  ASSERT_TRUE(order.ok()) << order.status();
+  // Ready first: a(2), d(3), b(4) in file order; a frees nothing alone; after
+  // b, c(1) is ready, then e(0).
+  EXPECT_THAT(*order, ElementsAre(2, 3, 4, 1, 0));
+}
+
+TEST(TopologicalOrderTest, NoDependenciesKeepsFileOrderAndDuplicateAfterIsHarmless) {
+  JobSpec spec;
+  spec.ops.push_back(Op("x", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(Op("y", OpType::kGemmAr, 8, 8, 8, {"x", "x"}));
+  spec.ops.push_back(Op("z", OpType::kGemmAr, 8, 8, 8));
+  auto order = TopologicalOrder(spec);
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_THAT(*order, ElementsAre(0, 1, 2));
+}
+
+TEST(TopologicalOrderTest, LongerCycleIsReportedInExecutionOrder) {
+  JobSpec spec;
+  spec.ops.push_back(Op("ok", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(Op("p", OpType::kGemmAr, 8, 8, 8, {"r", "ok"}));
+  spec.ops.push_back(Op("q", OpType::kGemmAr, 8, 8, 8, {"p"}));
+  spec.ops.push_back(Op("r", OpType::kGemmAr, 8, 8, 8, {"q"}));
+  spec.ops.push_back(Op("tail", OpType::kGemmAr, 8, 8, 8, {"r"}));
+  auto order = TopologicalOrder(spec);
+  ASSERT_FALSE(order.ok());
+  EXPECT_EQ(order.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(order.status().message(), "ops: dependency cycle p -> q -> r -> p");
+}
+
+TEST(TopologicalOrderTest, UnknownAndDuplicateIds) {
+  JobSpec spec;
+  spec.ops.push_back(Op("a", OpType::kGemmAr, 8, 8, 8, {"nope"}));
+  auto order = TopologicalOrder(spec);
+  ASSERT_FALSE(order.ok());
+  EXPECT_EQ(order.status().message(), "ops[0].after: unknown op \"nope\"");
+  spec.ops[0].after.clear();
+  spec.ops.push_back(Op("a", OpType::kGemmAr, 8, 8, 8));
+  order = TopologicalOrder(spec);
+  ASSERT_FALSE(order.ok());
+  EXPECT_EQ(order.status().message(), "ops[1].id: duplicate id \"a\"");
+}
+
+TEST(LocalShapesTest, PerRankShapesAndFlops) {
+  const LocalShapes ag = LocalShapesFor(Op("a", OpType::kAgGemm, 8192, 1024, 4096), 4);
+  EXPECT_EQ(ag.a_rows, 2048);
+  EXPECT_EQ(ag.a_cols, 1024);
+  EXPECT_EQ(ag.w_rows, 1024);
+  EXPECT_EQ(ag.w_cols, 1024);
+  EXPECT_EQ(ag.y_rows, 8192);
+  EXPECT_EQ(ag.y_cols, 1024);
+  EXPECT_EQ(ag.gemm_m, 8192);
+  EXPECT_EQ(ag.gemm_n, 1024);
+  EXPECT_EQ(ag.gemm_k, 1024);
+
+  const LocalShapes rs = LocalShapesFor(Op("r", OpType::kGemmRs, 8192, 1024, 4096), 4);
+  EXPECT_EQ(rs.a_rows, 8192);
+  EXPECT_EQ(rs.a_cols, 256);
+  EXPECT_EQ(rs.w_rows, 256);
+  EXPECT_EQ(rs.w_cols, 4096);
+  EXPECT_EQ(rs.y_rows, 2048);
+  EXPECT_EQ(rs.y_cols, 4096);
+  EXPECT_EQ(rs.gemm_m, 8192);
+  EXPECT_EQ(rs.gemm_n, 4096);
+  EXPECT_EQ(rs.gemm_k, 256);
+
+  const LocalShapes ar = LocalShapesFor(Op("r", OpType::kGemmAr, 8192, 1024, 4096), 4);
+  EXPECT_EQ(ar.a_cols, 256);
+  EXPECT_EQ(ar.w_rows, 256);
+  EXPECT_EQ(ar.y_rows, 8192);
+  EXPECT_EQ(ar.y_cols, 4096);
+  EXPECT_EQ(ar.gemm_k, 256);
+
+  const LocalShapes one = LocalShapesFor(Op("a", OpType::kAgGemm, 12, 5, 7), 1);
+  EXPECT_EQ(one.a_rows, 12);
+  EXPECT_EQ(one.w_cols, 7);
+
+  EXPECT_DOUBLE_EQ(OpFlops(Op("a", OpType::kAgGemm, 8192, 8192, 28672)), 2.0 * 8192 * 8192 * 28672);
+}
+
+TEST(GraphEnumsTest, NamesRoundTrip) {
+  for (OpType t : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+    EXPECT_EQ(*ParseOpType(OpTypeName(t)), t);
+  }
+  for (OverlapMode m : {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
+                        OverlapMode::kRing, OverlapMode::kAuto}) {
+    EXPECT_EQ(*ParseOverlapMode(OverlapModeName(m)), m);
+  }
+  for (Transport t : {Transport::kAuto, Transport::kNccl, Transport::kP2p}) {
+    EXPECT_EQ(*ParseTransport(TransportName(t)), t);
+  }
+  EXPECT_EQ(OpTypeName(OpType::kGemmRs), "gemm_rs");
+  EXPECT_EQ(OverlapModeName(OverlapMode::kChunked), "chunked");
+  EXPECT_EQ(TransportName(Transport::kP2p), "p2p");
+  EXPECT_EQ(ParseOpType("gemm").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseOverlapMode("Chunked").ok());
+  EXPECT_FALSE(ParseTransport("").ok());
+}
+
+}  // namespace
+}  // namespace overlap
