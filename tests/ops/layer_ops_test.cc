@@ -1,0 +1,151 @@
+// Every op x mode x chunk count x transport x tp on the host backend with the
+// hazard checker on, against the float64 reference (which checks row order:
+// all input rows differ), after poisoning the output with NaN.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "server/engine/host/host_engine.h"
+#include "server/ops/layer_ops.h"
+#include "server/ops/reference.h"
+
+namespace overlap::ops {
+namespace {
+
+using Param = std::tuple<OpType, OverlapMode, int /*chunks*/, Transport, int /*tp*/>;
+
+class LayerOpsTest : public ::testing::TestWithParam<Param> {};
+
+OpSpec SmallOp(OpType type, int tp) {
+  OpSpec op;
+  op.id = "op";
+  op.type = type;
+  op.m = 16 * tp;  // 16 rows per rank: chunks 1, 2, 4, 8 all divide it
+  op.k = 24 * tp;
+  op.n = 8 * tp;
+  return op;
+}
+
+absl::Status RunOnce(engine::Engine& engine, OpContext& ctx, const Schedule& s) {
+  std::vector<int> devices = ctx.devices();
+  absl::Status st = PoisonOutputs(ctx);
+  if (!st.ok()) return st;
+  st = EnqueueOp(ctx, s);
+  if (!st.ok()) return st;
+  return engine.Synchronize(devices);
+}
+
+TEST_P(LayerOpsTest, MatchesFloat64Reference) {
+  const auto [type, mode, chunks, transport, tp] = GetParam();
+  engine::HostEngineOptions options;
+  options.device_count = 4;
+  options.device_memory_bytes = 64 << 20;
+  options.hazard_checks = true;
+  auto engine = engine::CreateHostEngine(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+
+  OpSpec op = SmallOp(type, tp);
+  const Schedule s{mode, chunks, transport};
+  std::vector<int> devices;
+  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  auto ctx = OpContext::Create(**engine, op, DType::kF32, devices, BuffersFor(op, tp, s));
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_TRUE(FillInputs(**ctx, 7, 0).ok());
+
+  // Twice: the second iteration must recompute everything, not build on the first.
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    absl::Status st = RunOnce(**engine, **ctx, s);
+    ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
+    auto v = VerifyOutputs(**ctx, 7, 0, /*max_rows=*/1000);
+    ASSERT_TRUE(v.ok()) << s.Name() << ": " << v.status();
+    EXPECT_EQ(v->rows_checked, ctx->get()->shapes().y_rows);
+    EXPECT_LT(v->max_rel_error, 1e-5) << s.Name();
+  }
+}
+
+std::string Name(const ::testing::TestParamInfo<Param>& info) {
+  const auto [type, mode, chunks, transport, tp] = info.param;
+  return OpTypeName(type) + "_" + OverlapModeName(mode) + "_c" + std::to_string(chunks) + "_" +
+         TransportName(transport) + "_tp" + std::to_string(tp);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    NonChunked, LayerOpsTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kSerial, OverlapMode::kBulk,
+                                         OverlapMode::kRing),
+                       ::testing::Values(1), ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(2, 4)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(
+    Chunked, LayerOpsTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kChunked), ::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(2, 4)),
+    Name);
+
+// One rank: no communication at all, every schedule degenerates to the GEMM.
+INSTANTIATE_TEST_SUITE_P(
+    SingleRank, LayerOpsTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kSerial, OverlapMode::kChunked),
+                       ::testing::Values(2), ::testing::Values(Transport::kNccl),
+                       ::testing::Values(1)),
+    Name);
+
+// 16-bit dtypes: stored as such, computed in fp32, within their tolerance.
+TEST(LayerOps16BitTest, Bf16AndFp16WithinTolerance) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.hazard_checks = true;
+  auto engine = engine::CreateHostEngine(options);
+  ASSERT_TRUE(engine.ok());
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+      OpSpec op = SmallOp(type, 2);
+      op.k = 256;  // a longer reduction makes the rounding visible
+      const Schedule s{OverlapMode::kChunked, 2, Transport::kP2p};
+      auto ctx = OpContext::Create(**engine, op, dt, {0, 1}, BuffersFor(op, 2, s));
+      ASSERT_TRUE(ctx.ok());
+      ASSERT_TRUE(FillInputs(**ctx, 11, 3).ok());
+      ASSERT_TRUE(RunOnce(**engine, **ctx, s).ok());
+      auto v = VerifyOutputs(**ctx, 11, 3);
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_LT(v->max_rel_error, DTypeTolerance(dt)) << DTypeName(dt) << " " << OpTypeName(type);
+      EXPECT_GT(v->max_rel_error, 0.0) << "16-bit output cannot be exact";
+    }
+  }
+}
+
+// A wrong output is caught: skipping the collective leaves rows that differ
+// from the reference, and an unwritten (poisoned) output is reported as such.
+TEST(LayerOpsVerifyTest, DetectsWrongAndUnwrittenOutputs) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  auto engine = engine::CreateHostEngine(options);
+  ASSERT_TRUE(engine.ok());
+  OpSpec op = SmallOp(OpType::kGemmAr, 2);
+  const Schedule s{OverlapMode::kSerial, 1, Transport::kNccl};
+  auto ctx = OpContext::Create(**engine, op, DType::kF32, {0, 1}, BuffersFor(op, 2, s));
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE(FillInputs(**ctx, 5, 0).ok());
+  ASSERT_TRUE(PoisonOutputs(**ctx).ok());
+  ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
+  auto unwritten = VerifyOutputs(**ctx, 5, 0);
+  EXPECT_EQ(unwritten.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(unwritten.status().message()).find("not fully written"),
+            std::string::npos);
+
+  // The GEMM alone (no all-reduce) writes every element, but only a partial sum.
+  ASSERT_TRUE(EnqueueGemmAlone(**ctx).ok());
+  ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
+  auto partial = VerifyOutputs(**ctx, 5, 0);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_GT(partial->max_rel_error, 0.05);
+}
+
+}  // namespace
+}  // namespace overlap::ops
