@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""PyTorch baselines for overlapd's op benchmark, timed the way overlapd times.
+
+Two peers per shape, on the same GPUs, dtype and shapes as `overlapctl bench`:
+  serial  NCCL collective + cuBLAS matmul (all_gather_into_tensor then matmul;
+          matmul then reduce_scatter_tensor; matmul then all_reduce)
+  async   PyTorch async TP over symmetric memory
+          (torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter)
+
+Every iteration starts with a barrier across the ranks; each rank times itself
+with CUDA events; the iteration's time is the max over ranks; we report the
+median (and min/max) of the timed iterations after warm-up. Inputs are random.
+
+Run:  torchrun --nproc_per_node=2 bench/peers/torch_tp.py --json $OUT/torch.json
+"""
+import argparse
+import json
+import os
+import statistics
+
+import torch
+import torch.distributed as dist
+
+# Global (m, k, n) per op, as in overlapctl bench's default sweep.
+SWEEP = {
+    "ag_gemm": [(4096, 8192, 8192), (8192, 8192, 28672), (16384, 8192, 28672),
+                (8192, 4096, 4096), (16384, 8192, 7168)],
+    "gemm_rs": [(4096, 8192, 8192), (8192, 28672, 8192), (16384, 28672, 8192),
+                (8192, 4096, 4096), (16384, 7168, 8192)],
+}
+SWEEP["gemm_ar"] = SWEEP["gemm_rs"]
+
+
+def timed(fn, warmup, iters, device):
+    times = []
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    for i in range(warmup + iters):
+        torch.cuda.synchronize(device)
+        dist.barrier()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        if i >= warmup:
+            t = torch.tensor([start.elapsed_time(end)], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            times.append(t.item())
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+            "samples": len(times)}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default="")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    args = p.parse_args()
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    dist.init_process_group("nccl")
+    rank, tp = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    torch.cuda.set_device(device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    group = dist.group.WORLD
+    group_name = group.group_name
+
+    symm_ok = True
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+        symm_mem.enable_symm_mem_for_group(group_name)
+    except Exception as e:  # noqa: BLE001 - report and carry on with the serial peer
+        symm_ok = False
+        if rank == 0:
+            print(f"async TP unavailable: {e}")
+
+    rows = []
+    gen = torch.Generator(device=device).manual_seed(1234 + rank)
+    for op, shapes in SWEEP.items():
+        for (m, k, n) in shapes:
+            row = {"op": op, "m": m, "k": k, "n": n, "tp": tp, "dtype": args.dtype}
+            if op == "ag_gemm":
+                a = torch.rand(m // tp, k, device=device, dtype=dtype, generator=gen) - 0.5
+                w = torch.rand(k, n // tp, device=device, dtype=dtype, generator=gen) - 0.5
+                full = torch.empty(m, k, device=device, dtype=dtype)
+
+                def serial():
+                    dist.all_gather_into_tensor(full, a)
+                    torch.matmul(full, w)
+
+                def fused():
+                    torch.ops.symm_mem.fused_all_gather_matmul(a, [w], gather_dim=0,
+                                                               group_name=group_name)
+                gemm = lambda: torch.matmul(full, w)  # noqa: E731
+                comm = lambda: dist.all_gather_into_tensor(full, a)  # noqa: E731
+            else:
+                a = torch.rand(m, k // tp, device=device, dtype=dtype, generator=gen) - 0.5
+                w = torch.rand(k // tp, n, device=device, dtype=dtype, generator=gen) - 0.5
+                part = torch.empty(m, n, device=device, dtype=dtype)
+                out = torch.empty(m // tp, n, device=device, dtype=dtype)
+                if op == "gemm_rs":
+                    def serial():
+                        torch.matmul(a, w, out=part)
+                        dist.reduce_scatter_tensor(out, part)
+
+                    def fused():
+                        torch.ops.symm_mem.fused_matmul_reduce_scatter(
+                            a, w, "sum", scatter_dim=0, group_name=group_name)
+                    comm = lambda: dist.reduce_scatter_tensor(out, part)  # noqa: E731
+                else:
+                    def serial():
+                        torch.matmul(a, w, out=part)
+                        dist.all_reduce(part)
+                    fused = None
+                    comm = lambda: dist.all_reduce(part)  # noqa: E731
+                gemm = lambda: torch.matmul(a, w, out=part)  # noqa: E731
+            row["gemm_alone"] = timed(gemm, args.warmup, args.iters, device)
+            row["comm_alone"] = timed(comm, args.warmup, args.iters, device)
+            row["serial"] = timed(serial, args.warmup, args.iters, device)
+            if fused is not None and symm_ok:
+                try:
+                    row["async_tp"] = timed(fused, args.warmup, args.iters, device)
+                except Exception as e:  # noqa: BLE001
+                    row["async_tp_error"] = str(e)[:200]
+            rows.append(row)
+            if rank == 0:
+                best = row["serial"]["median_ms"]
+                if "async_tp" in row:
+                    best = min(best, row["async_tp"]["median_ms"])
+                print(f"{op:8s} {m:6d}x{k:6d}x{n:6d}  gemm {row['gemm_alone']['median_ms']:7.3f}"
+                      f"  comm {row['comm_alone']['median_ms']:7.3f}"
+                      f"  serial {row['serial']['median_ms']:7.3f}"
+                      f"  async {row.get('async_tp', {}).get('median_ms', float('nan')):7.3f}"
+                      f"  best {best:7.3f} ms", flush=True)
+    if rank == 0 and args.json:
+        meta = {"torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "gpu": torch.cuda.get_device_name(device), "tp": tp}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
