@@ -1,0 +1,268 @@
+// overlapctl against the real overlapd (host backend, 4 devices): the happy
+// path of every command, text and JSON, and the exit statuses.
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace overlap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Splits a report row into its cells (columns are separated by 2+ spaces; no
+// cell contains two spaces in a row).
+std::vector<std::string> Cells(const std::string& row) {
+  static const std::regex kGap("  +");
+  std::vector<std::string> cells(std::sregex_token_iterator(row.begin(), row.end(), kGap, -1), {});
+  return cells;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The report row of op `id`, or empty.
+std::vector<std::string> RowOf(const std::string& report, const std::string& id) {
+  for (const std::string& line : Lines(report)) {
+    if (line.rfind(id + " ", 0) == 0) return Cells(line);
+  }
+  return {};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    daemon_ = std::make_unique<Daemon>(dir_.path());
+    ASSERT_TRUE(daemon_->Start());
+    graph_ = dir_.File("small.yaml");
+    WriteFileOrDie(graph_, kSmallGraph);
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+  std::string graph_;
+};
+
+TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
+  RunResult submit = daemon_->Ctl({"submit", graph_, "--wait"});
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
+  const std::vector<std::string> lines = Lines(submit.out);
+  ASSERT_GE(lines.size(), 7u) << submit.out;
+  std::smatch header;
+  ASSERT_TRUE(std::regex_match(
+      lines[0], header,
+      std::regex("job (\\S+)  name: small-block  backend: host  tp: 4  dtype: bf16")))
+      << lines[0];
+  const std::string id = header[1];
+  EXPECT_THAT(lines[1], StartsWith("op     type     shape (m x k x n)"));
+  EXPECT_THAT(submit.err, HasSubstr("submitted job " + id + "\n"));
+  EXPECT_THAT(submit.err, HasSubstr("job " + id + " SUCCEEDED\n"));
+  EXPECT_THAT(submit.err, HasSubstr("job " + id + " [1/3] "));
+
+  struct Expected {
+    std::string id, type, shape, mode, chunks, transport;
+  };
+  for (const Expected& e : {Expected{"fc1", "ag_gemm", "128 x 128 x 256", "chunked", "2", "nccl"},
+                            Expected{"fc2", "gemm_rs", "128 x 256 x 128", "serial", "1", "nccl"},
+                            Expected{"out", "gemm_ar", "128 x 128 x 128", "bulk", "1", "nccl"}}) {
+    SCOPED_TRACE(e.id);
+    const std::vector<std::string> row = RowOf(submit.out, e.id);
+    ASSERT_EQ(row.size(), 14u) << submit.out;
+    EXPECT_EQ(row[1], e.type);
+    EXPECT_EQ(row[2], e.shape);
+    EXPECT_EQ(row[3], e.mode);
+    EXPECT_EQ(row[4], e.chunks);
+    EXPECT_EQ(row[5], e.transport);
+    EXPECT_GT(std::stod(row[6]), 0.0) << "step ms";
+    EXPECT_GT(std::stod(row[7]), 0.0) << "GEMM alone ms";
+    EXPECT_GT(std::stod(row[8]), 0.0) << "comm alone ms";
+    EXPECT_GE(std::stod(row[9]), 0.0) << "exposed comm ms";
+    EXPECT_THAT(row[13], StartsWith("ok ")) << "verify";
+  }
+  const std::vector<std::string> total = RowOf(submit.out, "total");
+  ASSERT_EQ(total.size(), 3u) << submit.out;
+  EXPECT_GT(std::stod(total[1]), 0.0);
+
+  RunResult list = daemon_->Ctl({"list"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  EXPECT_TRUE(std::regex_search(list.out, std::regex("\n" + id +
+                                                     " +SUCCEEDED +small-block +0 +"
+                                                     "0,1,2,3 +3 ")))
+      << list.out;
+
+  RunResult get = daemon_->Ctl({"get", id});
+  ASSERT_EQ(get.exit_code, 0) << Describe(get);
+  EXPECT_THAT(get.out, HasSubstr("state:     SUCCEEDED\n"));
+  EXPECT_THAT(get.out, HasSubstr("devices:   0,1,2,3\n"));
+  EXPECT_THAT(get.out, HasSubstr(lines[0] + "\n"));
+
+  RunResult report = daemon_->Ctl({"report", id});
+  ASSERT_EQ(report.exit_code, 0) << Describe(report);
+  EXPECT_EQ(report.out, submit.out);
+
+  RunResult watch = daemon_->Ctl({"watch", id});
+  ASSERT_EQ(watch.exit_code, 0) << Describe(watch);
+  EXPECT_EQ(watch.out, submit.out);
+
+  RunResult stats = daemon_->Ctl({"stats"});
+  ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
+  EXPECT_THAT(stats.out, HasSubstr("jobs submitted: 1\n"));
+  EXPECT_THAT(stats.out, HasSubstr("jobs rejected:  0\n"));
+  EXPECT_THAT(stats.out, HasSubstr("QUEUED 0, RUNNING 0, SUCCEEDED 1, FAILED 0"));
+}
+
+TEST_F(CliTest, JsonOutputParses) {
+  RunResult submit = daemon_->Ctl({"submit", graph_, "--wait", "--json"});
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
+  nlohmann::json job = ParseJson(submit.out);
+  EXPECT_EQ(job["state"], "SUCCEEDED");
+  EXPECT_EQ(job["name"], "small-block");
+  EXPECT_EQ(job["error"], "");  // primitive fields are always printed
+  EXPECT_EQ(job["devices"], nlohmann::json::array({0, 1, 2, 3}));
+  const std::string id = job["id"];
+  ASSERT_EQ(job["result"]["ops"].size(), 3u);
+  EXPECT_EQ(job["result"]["backend"], "host");
+  const nlohmann::json& fc1 = job["result"]["ops"][0];
+  EXPECT_EQ(fc1["id"], "fc1");
+  EXPECT_EQ(fc1["type"], "ag_gemm");
+  EXPECT_EQ(fc1["tp"], 4);
+  EXPECT_EQ(fc1["chunks"], 2);
+  EXPECT_EQ(fc1["m"], "128");  // int64 is a string in the protobuf JSON form
+  EXPECT_GT(fc1["step"]["median_ms"].get<double>(), 0.0);
+  EXPECT_EQ(fc1["step"]["samples"], 3);
+  EXPECT_TRUE(fc1["verified"].get<bool>());
+  EXPECT_LE(fc1["max_rel_error"].get<double>(), fc1["tolerance"].get<double>());
+  EXPECT_GT(job["result"]["total_step_ms"].get<double>(), 0.0);
+
+  RunResult list = daemon_->Ctl({"--json", "list", "--state", "succeeded"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  nlohmann::json jobs = ParseJson(list.out)["jobs"];
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0]["id"], id);
+
+  RunResult running = daemon_->Ctl({"list", "--state", "RUNNING", "--json"});
+  ASSERT_EQ(running.exit_code, 0) << Describe(running);
+  EXPECT_TRUE(ParseJson(running.out)["jobs"].empty()) << running.out;
+
+  RunResult get = daemon_->Ctl({"get", id, "--json"});
+  ASSERT_EQ(get.exit_code, 0) << Describe(get);
+  EXPECT_EQ(ParseJson(get.out)["result"], job["result"]);
+
+  RunResult stats = daemon_->Ctl({"stats", "--json"});
+  ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
+  nlohmann::json s = ParseJson(stats.out);
+  EXPECT_EQ(s["jobs_submitted"], "1");
+  EXPECT_EQ(s["jobs_by_state"]["SUCCEEDED"], "1");
+  EXPECT_EQ(s["devices"].size(), 4u);
+}
+
+TEST_F(CliTest, NodeShowsHostBackendWithFourDevices) {
+  RunResult node = daemon_->Ctl({"node"});
+  ASSERT_EQ(node.exit_code, 0) << Describe(node);
+  EXPECT_THAT(node.out, HasSubstr("backend:  host\n"));
+  EXPECT_THAT(node.out, HasSubstr("healthy:  yes\n"));
+  EXPECT_THAT(node.out, HasSubstr("devices:  4\n"));
+  EXPECT_THAT(node.out, HasSubstr("listen:   " + daemon_->address() + "\n"));
+
+  RunResult json = daemon_->Ctl({"node", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  nlohmann::json info = ParseJson(json.out);
+  EXPECT_EQ(info["backend"], "host");
+  EXPECT_EQ(info["healthy"], true);
+  ASSERT_EQ(info["devices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(info["devices"][i]["index"], i);
+  EXPECT_EQ(info["state_dir"], daemon_->state_dir());
+}
+
+TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
+  RunResult submit = Overlapctl(dir_.path(), daemon_->address(), {"submit", "-"},
+                                std::chrono::seconds(30), {}, graph_);
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
+  const std::string id = Trim(submit.out);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(id.find('\n'), std::string::npos) << "only the id is printed: " << submit.out;
+
+  RunResult watch = daemon_->Ctl({"watch", id});
+  ASSERT_EQ(watch.exit_code, 0) << Describe(watch);
+  EXPECT_THAT(watch.out, StartsWith("job " + id + "  name: small-block  backend: host"));
+  EXPECT_THAT(watch.err, HasSubstr("job " + id + " SUCCEEDED\n"));
+}
+
+TEST_F(CliTest, UnknownJobIdIsNotFound) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"get", "no-such-job"},
+                                             {"cancel", "no-such-job"},
+                                             {"watch", "no-such-job"},
+                                             {"report", "no-such-job"}}) {
+    SCOPED_TRACE(args[0]);
+    RunResult r = daemon_->Ctl(args);
+    EXPECT_EQ(r.exit_code, 3) << Describe(r);
+    EXPECT_THAT(r.err, StartsWith("overlapctl: NOT_FOUND: "));
+    EXPECT_THAT(r.err, HasSubstr("no-such-job"));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CliTest, CancelOfAFinishedJobIsRefused) {
+  RunResult submit = daemon_->Ctl({"submit", graph_, "--wait", "--json"});
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
+  const std::string id = ParseJson(submit.out)["id"];
+  RunResult cancel = daemon_->Ctl({"cancel", id});
+  EXPECT_EQ(cancel.exit_code, 3) << Describe(cancel);
+  EXPECT_THAT(cancel.err, StartsWith("overlapctl: FAILED_PRECONDITION: "));
+}
+
+TEST(CliNoDaemonTest, UnreachableDaemonExits2NamingTheAddress) {
+  TempDir dir;
+  const std::string address = "unix:" + dir.File("nobody.sock");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"node"}, {"list"}, {"get", "1"}, {"watch", "1"}, {"stats"}}) {
+    SCOPED_TRACE(args[0]);
+    const auto start = Clock::now();
+    RunResult r = Overlapctl(dir.path(), address, args, std::chrono::seconds(20));
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+    EXPECT_THAT(r.err, StartsWith("overlapctl: cannot reach overlapd at " + address + ": "));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(8));
+  }
+  // OVERLAPD_ADDR sets the default address.
+  const std::string env_address = "unix:" + dir.File("from-env.sock");
+  RunResult r = Overlapctl(dir.path(), "", {"node"}, std::chrono::seconds(20),
+                           {"OVERLAPD_ADDR=" + env_address});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, StartsWith("overlapctl: cannot reach overlapd at " + env_address + ": "));
+}
+
+TEST(CliNoDaemonTest, UsageErrorsExit64) {
+  TempDir dir;
+  const std::string address = "unix:" + dir.File("nobody.sock");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"frobnicate"},
+                                             {"get"},
+                                             {"list", "--state", "sleeping"},
+                                             {"list", "--limit", "many"},
+                                             {"submit", dir.File("missing.yaml")}}) {
+    SCOPED_TRACE(::testing::PrintToString(args));
+    RunResult r = Overlapctl(dir.path(), address, args, std::chrono::seconds(20));
+    EXPECT_EQ(r.exit_code, 64) << Describe(r);
+  }
+  RunResult help = Overlapctl(dir.path(), "", {"--help"});
+  EXPECT_EQ(help.exit_code, 0) << Describe(help);
+  EXPECT_THAT(help.out, HasSubstr("submit"));
+}
+
+}  // namespace
+}  // namespace overlap::testing

@@ -1,0 +1,321 @@
+// Test harness for the integration tests: runs the real overlapd and overlapctl
+// binaries as child processes in a private temporary directory. Header-only
+// (tests are one executable per *_test.cc). Not thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace overlap::testing {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+inline void WriteFileOrDie(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+// A directory under /tmp (short: unix socket paths are limited to 107 bytes),
+// removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/ovl-it-XXXXXX";
+    const char* made = mkdtemp(pattern);
+    if (made != nullptr) path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal or timed out
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// A child process whose stdout and stderr go to files (no pipe can fill up).
+class Child {
+ public:
+  // `env` entries ("NAME=value") are added to the inherited environment.
+  // `stdin_path` empty means /dev/null. Output files are written under `dir`.
+  static std::unique_ptr<Child> Spawn(const std::vector<std::string>& argv, const std::string& dir,
+                                      const std::vector<std::string>& env = {},
+                                      const std::string& stdin_path = "") {
+    static int counter = 0;
+    auto child = std::unique_ptr<Child>(new Child());
+    const std::string base =
+        dir + "/proc-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    child->out_path_ = base + ".out";
+    child->err_path_ = base + ".err";
+    child->pid_ = fork();
+    if (child->pid_ == 0) {
+      const int in = open(stdin_path.empty() ? "/dev/null" : stdin_path.c_str(), O_RDONLY);
+      const int out = open(child->out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = open(child->err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0 || err < 0) _exit(125);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      for (const std::string& entry : env) putenv(strdup(entry.c_str()));
+      std::vector<char*> args;
+      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    return child;
+  }
+
+  ~Child() {
+    if (running()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& out_path() const { return out_path_; }
+  const std::string& err_path() const { return err_path_; }
+  bool running() const { return pid_ > 0 && !status_.has_value(); }
+
+  void Signal(int signal) {
+    if (running()) kill(pid_, signal);
+  }
+
+  // Waits up to `timeout` for the child to exit; on timeout kills it (when
+  // `kill_on_timeout`) and reports timed_out.
+  RunResult Wait(std::chrono::milliseconds timeout, bool kill_on_timeout = true) {
+    const auto deadline = Clock::now() + timeout;
+    bool timed_out = false;
+    while (running()) {
+      int status = 0;
+      const pid_t done = waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) {
+        status_ = status;
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        timed_out = true;
+        if (!kill_on_timeout) break;
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        status_ = status;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    RunResult result;
+    result.timed_out = timed_out;
+    if (status_.has_value() && WIFEXITED(*status_) && !timed_out) {
+      result.exit_code = WEXITSTATUS(*status_);
+    }
+    result.out = ReadFileOrEmpty(out_path_);
+    result.err = ReadFileOrEmpty(err_path_);
+    return result;
+  }
+
+  // True when the process exited on its own with `signal`-free status.
+  std::optional<int> ExitSignal() const {
+    if (status_.has_value() && WIFSIGNALED(*status_)) return WTERMSIG(*status_);
+    return std::nullopt;
+  }
+
+ private:
+  Child() = default;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+inline std::string Describe(const RunResult& r) {
+  return "exit " + std::to_string(r.exit_code) + (r.timed_out ? " (timed out)" : "") +
+         "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
+// Runs overlapctl against `address` (empty: no --addr) and waits for it.
+inline RunResult Overlapctl(const std::string& dir, const std::string& address,
+                            const std::vector<std::string>& args,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                            const std::vector<std::string>& env = {},
+                            const std::string& stdin_path = "") {
+  std::vector<std::string> argv = {OVERLAPCTL_BIN};
+  if (!address.empty()) {
+    argv.push_back("--addr");
+    argv.push_back(address);
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Child::Spawn(argv, dir, env, stdin_path)->Wait(timeout);
+}
+
+// The real overlapd on a host backend with 4 devices and hazard checks, on a
+// unix socket and state dir inside `dir`.
+class Daemon {
+ public:
+  Daemon(const std::string& dir, std::vector<std::string> extra_flags = {})
+      : dir_(dir), extra_flags_(std::move(extra_flags)) {
+    address_ = "unix:" + dir_ + "/s.sock";
+    state_dir_ = dir_ + "/state";
+  }
+  ~Daemon() { Kill(); }
+
+  const std::string& address() const { return address_; }
+  const std::string& state_dir() const { return state_dir_; }
+  // What the daemon printed so far (its log goes to stderr).
+  std::string Log() const {
+    return child_ ? ReadFileOrEmpty(child_->err_path()) + ReadFileOrEmpty(child_->out_path()) : "";
+  }
+
+  // Starts the daemon and waits until `overlapctl node` answers.
+  ::testing::AssertionResult Start(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    std::vector<std::string> argv = {OVERLAPD_BIN,  "--backend",       "host",     "--host-devices",
+                                     "4",           "--hazard-checks", "--listen", address_,
+                                     "--state-dir", state_dir_};
+    argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+    child_ = Child::Spawn(argv, dir_);
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      RunResult node = Ctl({"node"}, std::chrono::seconds(10));
+      if (node.exit_code == 0) return ::testing::AssertionSuccess();
+      RunResult early = child_->Wait(std::chrono::milliseconds(0), /*kill_on_timeout=*/false);
+      if (!child_->running()) {
+        return ::testing::AssertionFailure()
+               << "overlapd exited during startup (exit " << early.exit_code << ")\n"
+               << early.err << early.out;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return ::testing::AssertionFailure() << "overlapd did not answer within the timeout";
+  }
+
+  RunResult Ctl(const std::vector<std::string>& args,
+                std::chrono::milliseconds timeout = std::chrono::seconds(60)) const {
+    return Overlapctl(dir_, address_, args, timeout);
+  }
+
+  // Starts an overlapctl without waiting (e.g. `submit --wait` of a long job).
+  std::unique_ptr<Child> CtlAsync(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {OVERLAPCTL_BIN, "--addr", address_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Child::Spawn(argv, dir_);
+  }
+
+  // SIGTERM and wait; the daemon's own output is in the result.
+  RunResult Terminate(std::chrono::milliseconds timeout) {
+    if (!child_) return {};
+    child_->Signal(SIGTERM);
+    return child_->Wait(timeout);
+  }
+
+  void Kill() {
+    if (!child_ || !child_->running()) return;
+    child_->Signal(SIGKILL);
+    child_->Wait(std::chrono::seconds(10));
+  }
+
+  bool running() const { return child_ && child_->running(); }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> extra_flags_;
+  std::string address_;
+  std::string state_dir_;
+  std::unique_ptr<Child> child_;
+};
+
+// Parses overlapctl's --json output; a parse failure is a test failure.
+inline nlohmann::json ParseJson(const std::string& text) {
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(json.is_discarded()) << "not JSON:\n" << text;
+  return json;
+}
+
+// Polls `get --json ID` until `done(job)` or the timeout; returns the last job.
+inline nlohmann::json PollJob(const Daemon& daemon, const std::string& id,
+                              const std::function<bool(const nlohmann::json&)>& done,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  const auto deadline = Clock::now() + timeout;
+  nlohmann::json job;
+  while (Clock::now() < deadline) {
+    RunResult get = daemon.Ctl({"get", id, "--json"}, std::chrono::seconds(10));
+    if (get.exit_code == 0) {
+      job = ParseJson(get.out);
+      if (done(job)) return job;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "job " << id << " did not reach the expected state; last seen:\n" << job.dump(2);
+  return job;
+}
+
+inline std::function<bool(const nlohmann::json&)> StateIs(const std::string& state) {
+  return [state](const nlohmann::json& job) { return job.value("state", "") == state; };
+}
+
+inline std::string Trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// Graphs used by several tests. Small shapes keep the suite within minutes on
+// two cores; the long job runs until cancelled.
+inline constexpr char kSmallGraph[] = R"(name: small-block
+dtype: bf16
+iterations: 3
+warmup: 1
+verify: true
+ops:
+  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: chunked, chunks: 2}
+  - {id: fc2, type: gemm_rs, m: 128, k: 256, n: 128, mode: serial, after: [fc1]}
+  - {id: out, type: gemm_ar, m: 128, k: 128, n: 128, mode: bulk}
+)";
+
+inline constexpr char kLongGraph[] = R"(name: long-job
+dtype: fp32
+iterations: 10000
+warmup: 0
+verify: false
+ops:
+  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
+)";
+
+}  // namespace overlap::testing

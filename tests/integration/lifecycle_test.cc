@@ -1,0 +1,181 @@
+// Job lifecycle through the real daemon: cancelling a running job, a full
+// queue, draining on SIGTERM, and recovery after a restart or a SIGKILL.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/harness.h"
+
+namespace overlap::testing {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    long_graph_ = dir_.File("long.yaml");
+    small_graph_ = dir_.File("small.yaml");
+    WriteFileOrDie(long_graph_, kLongGraph);
+    WriteFileOrDie(small_graph_, kSmallGraph);
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
+  }
+
+  void StartDaemon(std::vector<std::string> flags = {}) {
+    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
+    ASSERT_TRUE(daemon_->Start());
+  }
+
+  // Submits without waiting; returns the id.
+  std::string Submit(const std::string& graph) {
+    RunResult submit = daemon_->Ctl({"submit", graph});
+    EXPECT_EQ(submit.exit_code, 0) << Describe(submit);
+    return Trim(submit.out);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+  std::string long_graph_;
+  std::string small_graph_;
+};
+
+TEST_F(LifecycleTest, CancelARunningJob) {
+  StartDaemon();
+  // `submit --wait` follows the job; it must exit 1 once the job is cancelled.
+  std::unique_ptr<Child> waiter = daemon_->CtlAsync({"submit", long_graph_, "--wait"});
+  nlohmann::json listed;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  std::string id;
+  while (id.empty() && Clock::now() < deadline) {
+    RunResult list = daemon_->Ctl({"list", "--state", "running", "--json"});
+    ASSERT_EQ(list.exit_code, 0) << Describe(list);
+    listed = ParseJson(list.out);
+    if (!listed["jobs"].empty()) id = listed["jobs"][0]["id"];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(id.empty()) << "the long job never showed RUNNING";
+  nlohmann::json running = PollJob(*daemon_, id, StateIs("RUNNING"));
+  EXPECT_EQ(running["progress"]["op_id"], "big");
+
+  RunResult cancel = daemon_->Ctl({"cancel", id});
+  ASSERT_EQ(cancel.exit_code, 0) << Describe(cancel);
+  EXPECT_THAT(cancel.out, StartsWith(id + "  "));
+
+  RunResult waited = waiter->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(waited.exit_code, 1) << Describe(waited);
+  EXPECT_THAT(waited.err, HasSubstr("overlapctl: job " + id + " CANCELLED"));
+  EXPECT_THAT(waited.out, HasSubstr("state: CANCELLED"));
+
+  nlohmann::json job = PollJob(*daemon_, id, StateIs("CANCELLED"), std::chrono::seconds(5));
+  EXPECT_EQ(job["state"], "CANCELLED");
+  EXPECT_NE(job["end_time_ms"], "0");
+
+  RunResult watch = daemon_->Ctl({"watch", id});
+  EXPECT_EQ(watch.exit_code, 1) << Describe(watch);
+  RunResult report = daemon_->Ctl({"report", id});
+  EXPECT_EQ(report.exit_code, 1) << Describe(report);
+  EXPECT_THAT(report.err, HasSubstr("CANCELLED"));
+
+  // The devices are free again: a small job runs to completion.
+  RunResult small = daemon_->Ctl({"submit", small_graph_, "--wait"});
+  EXPECT_EQ(small.exit_code, 0) << Describe(small);
+}
+
+TEST_F(LifecycleTest, CancelAQueuedJob) {
+  StartDaemon();
+  const std::string running = Submit(long_graph_);
+  const std::string queued = Submit(small_graph_);
+  PollJob(*daemon_, running, StateIs("RUNNING"));
+  EXPECT_EQ(PollJob(*daemon_, queued, StateIs("QUEUED"))["state"], "QUEUED");
+  RunResult cancel = daemon_->Ctl({"cancel", queued, "--json"});
+  ASSERT_EQ(cancel.exit_code, 0) << Describe(cancel);
+  EXPECT_EQ(ParseJson(cancel.out)["state"], "CANCELLED");
+  EXPECT_EQ(daemon_->Ctl({"cancel", running}).exit_code, 0);
+  PollJob(*daemon_, running, StateIs("CANCELLED"));
+}
+
+TEST_F(LifecycleTest, FullQueueIsResourceExhausted) {
+  StartDaemon({"--max-queued-jobs", "1"});
+  const std::string running = Submit(long_graph_);
+  PollJob(*daemon_, running, StateIs("RUNNING"));
+  const std::string queued = Submit(small_graph_);  // the one queue slot
+  RunResult refused = daemon_->Ctl({"submit", small_graph_});
+  EXPECT_EQ(refused.exit_code, 3) << Describe(refused);
+  EXPECT_THAT(refused.err, StartsWith("overlapctl: RESOURCE_EXHAUSTED: "));
+  EXPECT_THAT(refused.err, HasSubstr("queue"));
+  EXPECT_EQ(daemon_->Ctl({"node"}).exit_code, 0);
+
+  // Once the long job is gone the queued one runs.
+  ASSERT_EQ(daemon_->Ctl({"cancel", running}).exit_code, 0);
+  RunResult watch = daemon_->Ctl({"watch", queued});
+  EXPECT_EQ(watch.exit_code, 0) << Describe(watch);
+}
+
+TEST_F(LifecycleTest, SigtermDrainsThenRestartKeepsEveryJob) {
+  StartDaemon({"--drain-timeout", "2"});
+  RunResult done = daemon_->Ctl({"submit", small_graph_, "--wait", "--json"});
+  ASSERT_EQ(done.exit_code, 0) << Describe(done);
+  const nlohmann::json finished = ParseJson(done.out);
+  const std::string long_id = Submit(long_graph_);
+  PollJob(*daemon_, long_id, StateIs("RUNNING"));
+
+  const auto start = Clock::now();
+  RunResult exited = daemon_->Terminate(std::chrono::seconds(20));
+  EXPECT_FALSE(exited.timed_out);
+  EXPECT_EQ(exited.exit_code, 0) << daemon_->Log();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "drain timeout is 2 s";
+
+  StartDaemon({"--drain-timeout", "2"});
+  RunResult list = daemon_->Ctl({"list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  const nlohmann::json jobs = ParseJson(list.out)["jobs"];
+  ASSERT_EQ(jobs.size(), 2u) << list.out;
+  nlohmann::json long_job = PollJob(*daemon_, long_id, [](const nlohmann::json& j) {
+    return j["state"] == "CANCELLED" || j["state"] == "SUCCEEDED";
+  });
+  EXPECT_THAT(long_job["state"].get<std::string>(), AnyOf("CANCELLED", "SUCCEEDED"));
+  RunResult get = daemon_->Ctl({"get", finished["id"], "--json"});
+  ASSERT_EQ(get.exit_code, 0) << Describe(get);
+  const nlohmann::json again = ParseJson(get.out);
+  EXPECT_EQ(again["state"], "SUCCEEDED");
+  EXPECT_EQ(again["result"], finished["result"]) << "results survive the restart";
+  RunResult report = daemon_->Ctl({"report", finished["id"]});
+  EXPECT_EQ(report.exit_code, 0) << Describe(report);
+  EXPECT_THAT(report.out, HasSubstr("\nfc1 "));
+}
+
+TEST_F(LifecycleTest, SigkilledRunningJobFailsAndQueuedJobRunsAfterRestart) {
+  StartDaemon();
+  const std::string long_id = Submit(long_graph_);
+  PollJob(*daemon_, long_id, StateIs("RUNNING"));
+  const std::string queued_id = Submit(small_graph_);
+  EXPECT_EQ(PollJob(*daemon_, queued_id, StateIs("QUEUED"))["state"], "QUEUED");
+  daemon_->Kill();
+
+  StartDaemon();
+  nlohmann::json killed = PollJob(*daemon_, long_id, StateIs("FAILED"), std::chrono::seconds(10));
+  EXPECT_EQ(killed["state"], "FAILED");
+  EXPECT_THAT(killed["error"].get<std::string>(), HasSubstr("daemon restarted"));
+  RunResult report = daemon_->Ctl({"report", long_id});
+  EXPECT_EQ(report.exit_code, 1) << Describe(report);
+  EXPECT_THAT(report.err, HasSubstr("FAILED: daemon restarted"));
+
+  RunResult watch = daemon_->Ctl({"watch", queued_id});
+  EXPECT_EQ(watch.exit_code, 0) << Describe(watch);
+  EXPECT_THAT(watch.out, HasSubstr("\nout "));
+
+  RunResult list = daemon_->Ctl({"list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  EXPECT_EQ(ParseJson(list.out)["jobs"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace overlap::testing
