@@ -1,0 +1,298 @@
+#include "common/config.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "common/config_internal.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/yaml_util.h"
+
+namespace overlap {
+namespace {
+
+using yaml_util::Describe;
+using yaml_util::FieldError;
+
+// One YAML key of DaemonConfig: how to read it and how to print it.
+struct Field {
+  const char* name;
+  const char* comment;
+  std::function<absl::Status(const YAML::Node&, DaemonConfig*)> parse;
+  std::function<std::string(const DaemonConfig&)> format;
+};
+
+// A YAML double-quoted scalar.
+std::string YamlQuote(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7F) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest form that reads back as the same double.
+std::string FormatDouble(double value) {
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, value);
+    double parsed = 0;
+    if (absl::SimpleAtod(text, &parsed) && parsed == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
+}
+
+absl::Status ValidateBackend(const std::string& value) {
+  if (value == "auto" || value == "cuda" || value == "host") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be auto, cuda or host (got ", YamlQuote(value), ")"));
+}
+
+absl::Status ValidateLogLevel(const std::string& value) {
+  if (IsValidLogLevel(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "must be trace, debug, info, warn, error, critical or off (got ", YamlQuote(value), ")"));
+}
+
+// A null value (`listen:`) means the empty string, i.e. the computed default.
+Field StringField(const char* name, const char* comment, std::string DaemonConfig::*member,
+                  absl::Status (*validate)(const std::string&) = nullptr) {
+  return {name, comment,
+          [member, validate](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+            std::string value;
+            if (!node.IsNull()) {
+              ASSIGN_OR_RETURN(value, yaml_util::ReadString(node));
+            }
+            if (validate != nullptr) RETURN_IF_ERROR(validate(value));
+            config->*member = std::move(value);
+            return absl::OkStatus();
+          },
+          [member](const DaemonConfig& config) { return YamlQuote(config.*member); }};
+}
+
+Field BoolField(const char* name, const char* comment, bool DaemonConfig::*member) {
+  return {name, comment,
+          [member](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+            ASSIGN_OR_RETURN(config->*member, yaml_util::ReadBool(node));
+            return absl::OkStatus();
+          },
+          [member](const DaemonConfig& config) {
+            return std::string(config.*member ? "true" : "false");
+          }};
+}
+
+Field IntField(const char* name, const char* comment, int DaemonConfig::*member) {
+  return {name, comment,
+          [member](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+            ASSIGN_OR_RETURN(int64_t value,
+                             yaml_util::ReadInt64(node, 1, std::numeric_limits<int>::max()));
+            config->*member = static_cast<int>(value);
+            return absl::OkStatus();
+          },
+          [member](const DaemonConfig& config) { return absl::StrCat(config.*member); }};
+}
+
+Field BytesField(const char* name, const char* comment, int64_t DaemonConfig::*member,
+                 bool allow_zero) {
+  return {name, comment,
+          [member, allow_zero](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+            if (!node.IsScalar()) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "must be a byte size like 4096, 512MiB or 2GiB (got ", Describe(node), ")"));
+            }
+            ASSIGN_OR_RETURN(int64_t value, ParseByteSize(node.Scalar()));
+            if (value == 0 && !allow_zero) {
+              return absl::InvalidArgumentError("must be greater than zero");
+            }
+            config->*member = value;
+            return absl::OkStatus();
+          },
+          [member](const DaemonConfig& config) { return FormatByteSize(config.*member); }};
+}
+
+Field SecondsField(const char* name, const char* comment, double DaemonConfig::*member,
+                   bool allow_zero) {
+  return {name, comment,
+          [member, allow_zero](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+            ASSIGN_OR_RETURN(config->*member, yaml_util::ReadDouble(node, allow_zero));
+            return absl::OkStatus();
+          },
+          [member](const DaemonConfig& config) { return FormatDouble(config.*member); }};
+}
+
+const std::vector<Field>& Fields() {
+  static const std::vector<Field>* fields = new std::vector<Field>{
+      StringField("backend", "auto | cuda | host (auto: cuda when a GPU is usable)",
+                  &DaemonConfig::backend, ValidateBackend),
+      StringField("listen", "\"\" = the default unix socket; or unix:PATH, or HOST:PORT",
+                  &DaemonConfig::listen),
+      BoolField("allow_insecure_tcp", "allow HOST:PORT on non-loopback addresses (no TLS)",
+                &DaemonConfig::allow_insecure_tcp),
+      StringField("state_dir", "\"\" = the default state directory (job database)",
+                  &DaemonConfig::state_dir),
+      StringField("log_level", "trace | debug | info | warn | error | critical | off",
+                  &DaemonConfig::log_level, ValidateLogLevel),
+      IntField("host_device_count", "host backend: simulated devices",
+               &DaemonConfig::host_device_count),
+      BytesField("host_device_memory_bytes", "host backend: memory per simulated device",
+                 &DaemonConfig::host_device_memory_bytes, /*allow_zero=*/false),
+      BoolField("hazard_checks", "host backend: a missing event wait fails the job",
+                &DaemonConfig::hazard_checks),
+      BytesField("pool_bytes_per_device", "cuda backend: buffer pool per GPU",
+                 &DaemonConfig::pool_bytes_per_device, /*allow_zero=*/false),
+      BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",
+                 &DaemonConfig::gemm_workspace_bytes, /*allow_zero=*/true),
+      BoolField("nvls_enable", "cuda backend: NVLink multicast (NVLS)", &DaemonConfig::nvls_enable),
+      SecondsField("collective_timeout_s", "abort a collective hung this long (seconds)",
+                   &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
+      IntField("max_iterations", "largest iterations/warmup a job may ask for",
+               &DaemonConfig::max_iterations),
+      IntField("max_queued_jobs", "submissions beyond this are RESOURCE_EXHAUSTED",
+               &DaemonConfig::max_queued_jobs),
+      SecondsField("drain_timeout_s", "on shutdown, wait this long for the running job",
+                   &DaemonConfig::drain_timeout_s, /*allow_zero=*/true),
+      BytesField("max_spec_bytes", "largest job spec accepted", &DaemonConfig::max_spec_bytes,
+                 /*allow_zero=*/false),
+  };
+  return *fields;
+}
+
+absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
+  DaemonConfig config;
+  if (root.IsNull()) return config;  // an empty file: all defaults
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config must be a mapping of keys to values (got ", Describe(root), ")"));
+  }
+  std::set<std::string> seen;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+    const Field* field = nullptr;
+    for (const Field& f : Fields()) {
+      if (key == f.name) field = &f;
+    }
+    if (field == nullptr) {
+      std::vector<const char*> names;
+      for (const Field& f : Fields()) names.push_back(f.name);
+      return absl::InvalidArgumentError(absl::StrCat("unknown config key ", Describe(it->first),
+                                                     " (known: ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate config key ", Describe(it->first)));
+    }
+    absl::Status status = field->parse(it->second, &config);
+    if (!status.ok()) return FieldError(key, status.message());
+  }
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text) {
+  ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(yaml_text, ""));
+  try {
+    return ParseRoot(root);
+  } catch (const std::exception& e) {  // yaml-cpp conversion errors; not expected
+    return absl::InvalidArgumentError(absl::StrCat("malformed config: ", e.what()));
+  }
+}
+
+absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    return absl::Status(absl::ErrnoToStatusCode(error),
+                        absl::StrCat("cannot read config file ", path, ": ", std::strerror(error)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read config file ", path));
+  }
+  absl::StatusOr<DaemonConfig> config = ParseDaemonConfig(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+std::string DefaultConfigYaml() {
+  const DaemonConfig defaults;
+  std::string out =
+      "# overlapd configuration. Every key is optional; these are the defaults.\n"
+      "# Command-line flags override this file.\n";
+  for (const Field& f : Fields()) {
+    const std::string line = absl::StrCat(f.name, ": ", f.format(defaults));
+    absl::StrAppend(&out, absl::StrFormat("%-40s # %s\n", line, f.comment));
+  }
+  absl::StrAppend(&out, "# default listen address here: ", DefaultListenAddress(), "\n",
+                  "# default state_dir here: ", DefaultStateDir(), "\n");
+  return out;
+}
+
+namespace config_internal {
+
+UserContext CurrentUser() {
+  UserContext user;
+  user.root = geteuid() == 0;
+  user.uid = static_cast<unsigned>(getuid());
+  user.getenv = [](const char* name) -> const char* { return std::getenv(name); };
+  if (const struct passwd* pw = getpwuid(getuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    user.home_from_passwd = pw->pw_dir;
+  }
+  return user;
+}
+
+std::string DefaultListenAddressFor(const UserContext& user) {
+  if (user.root) return "unix:/run/overlapd/overlapd.sock";
+  const char* runtime_dir = user.getenv("XDG_RUNTIME_DIR");
+  if (runtime_dir != nullptr && runtime_dir[0] == '/') {
+    return absl::StrCat("unix:", runtime_dir, "/overlapd.sock");
+  }
+  return absl::StrCat("unix:/tmp/overlapd-", user.uid, "/overlapd.sock");
+}
+
+std::string DefaultStateDirFor(const UserContext& user) {
+  if (user.root) return "/var/lib/overlapd";
+  // The XDG spec says relative values are invalid and must be ignored.
+  const char* state_home = user.getenv("XDG_STATE_HOME");
+  if (state_home != nullptr && state_home[0] == '/') return absl::StrCat(state_home, "/overlapd");
+  const char* home = user.getenv("HOME");
+  const std::string home_dir = home != nullptr && home[0] != '\0' ? home : user.home_from_passwd;
+  return absl::StrCat(home_dir, "/.local/state/overlapd");
+}
+
+}  // namespace config_internal
+
+std::string DefaultListenAddress() {
+  return config_internal::DefaultListenAddressFor(config_internal::CurrentUser());
+}
+
+std::string DefaultStateDir() {
+  return config_internal::DefaultStateDirFor(config_internal::CurrentUser());
+}
+
+}  // namespace overlap

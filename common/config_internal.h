@@ -1,0 +1,24 @@
+// Testable forms of DefaultListenAddress() / DefaultStateDir(): the process's
+// identity and environment come in as arguments. Not for use outside common/
+// and its tests.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace overlap {
+namespace config_internal {
+
+struct UserContext {
+  bool root = false;
+  unsigned uid = 0;
+  std::function<const char*(const char*)> getenv;  // nullptr when the variable is unset
+  std::string home_from_passwd;                    // used when HOME is unset
+};
+
+UserContext CurrentUser();
+std::string DefaultListenAddressFor(const UserContext& user);
+std::string DefaultStateDirFor(const UserContext& user);
+
+}  // namespace config_internal
+}  // namespace overlap

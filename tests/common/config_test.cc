@@ -1,0 +1,257 @@
+#include "common/config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "common/byte_size.h"
+#include "common/config_internal.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap {
+namespace {
+
+using ::testing::HasSubstr;
+
+void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
+  EXPECT_EQ(a.backend, b.backend);
+  EXPECT_EQ(a.listen, b.listen);
+  EXPECT_EQ(a.allow_insecure_tcp, b.allow_insecure_tcp);
+  EXPECT_EQ(a.state_dir, b.state_dir);
+  EXPECT_EQ(a.log_level, b.log_level);
+  EXPECT_EQ(a.host_device_count, b.host_device_count);
+  EXPECT_EQ(a.host_device_memory_bytes, b.host_device_memory_bytes);
+  EXPECT_EQ(a.hazard_checks, b.hazard_checks);
+  EXPECT_EQ(a.pool_bytes_per_device, b.pool_bytes_per_device);
+  EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes);
+  EXPECT_EQ(a.nvls_enable, b.nvls_enable);
+  EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
+  EXPECT_EQ(a.max_iterations, b.max_iterations);
+  EXPECT_EQ(a.max_queued_jobs, b.max_queued_jobs);
+  EXPECT_EQ(a.drain_timeout_s, b.drain_timeout_s);
+  EXPECT_EQ(a.max_spec_bytes, b.max_spec_bytes);
+}
+
+void ExpectInvalid(const std::string& yaml, const std::string& message) {
+  auto config = ParseDaemonConfig(yaml);
+  ASSERT_FALSE(config.ok()) << yaml;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(message)) << yaml;
+}
+
+TEST(ConfigTest, EmptyTextGivesDefaults) {
+  for (const char* text : {"", "\n", "# only a comment\n", "{}"}) {
+    auto config = ParseDaemonConfig(text);
+    ASSERT_TRUE(config.ok()) << config.status();
+    ExpectSameConfig(*config, DaemonConfig{});
+  }
+}
+
+TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
+  const std::string yaml = DefaultConfigYaml();
+  auto config = ParseDaemonConfig(yaml);
+  ASSERT_TRUE(config.ok()) << config.status() << "\n" << yaml;
+  ExpectSameConfig(*config, DaemonConfig{});
+  for (const char* key :
+       {"backend", "listen", "allow_insecure_tcp", "state_dir", "log_level", "host_device_count",
+        "host_device_memory_bytes", "hazard_checks", "pool_bytes_per_device",
+        "gemm_workspace_bytes", "nvls_enable", "collective_timeout_s", "max_iterations",
+        "max_queued_jobs", "drain_timeout_s", "max_spec_bytes"}) {
+    EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
+  }
+  EXPECT_THAT(yaml, HasSubstr("host_device_memory_bytes: 2GiB"));
+  EXPECT_THAT(yaml, HasSubstr("pool_bytes_per_device: 16GiB"));
+  EXPECT_THAT(yaml, HasSubstr("max_spec_bytes: 1MiB"));
+  EXPECT_THAT(yaml, HasSubstr("backend: \"auto\""));
+  EXPECT_THAT(yaml, HasSubstr("# auto | cuda | host"));
+}
+
+TEST(ConfigTest, ParsesEveryKey) {
+  auto config = ParseDaemonConfig(R"(
+backend: host
+listen: "127.0.0.1:7070"
+allow_insecure_tcp: true
+state_dir: /srv/overlapd
+log_level: debug
+host_device_count: 4
+host_device_memory_bytes: 512MiB
+hazard_checks: true
+pool_bytes_per_device: 2GiB
+gemm_workspace_bytes: 0
+nvls_enable: true
+collective_timeout_s: 2.5
+max_iterations: 500
+max_queued_jobs: 8
+drain_timeout_s: 0
+max_spec_bytes: 65536
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->backend, "host");
+  EXPECT_EQ(config->listen, "127.0.0.1:7070");
+  EXPECT_TRUE(config->allow_insecure_tcp);
+  EXPECT_EQ(config->state_dir, "/srv/overlapd");
+  EXPECT_EQ(config->log_level, "debug");
+  EXPECT_EQ(config->host_device_count, 4);
+  EXPECT_EQ(config->host_device_memory_bytes, int64_t{512} << 20);
+  EXPECT_TRUE(config->hazard_checks);
+  EXPECT_EQ(config->pool_bytes_per_device, int64_t{2} << 30);
+  EXPECT_EQ(config->gemm_workspace_bytes, 0);
+  EXPECT_TRUE(config->nvls_enable);
+  EXPECT_EQ(config->collective_timeout_s, 2.5);
+  EXPECT_EQ(config->max_iterations, 500);
+  EXPECT_EQ(config->max_queued_jobs, 8);
+  EXPECT_EQ(config->drain_timeout_s, 0);
+  EXPECT_EQ(config->max_spec_bytes, 65536);
+
+  // Keys not given keep their defaults.
+  config = ParseDaemonConfig("backend: cuda\nlisten:\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->backend, "cuda");
+  EXPECT_EQ(config->listen, "");
+  EXPECT_EQ(config->max_queued_jobs, 256);
+}
+
+TEST(ConfigTest, ByteSizeSuffixes) {
+  const std::map<std::string, int64_t> cases = {
+      {"0", 0},
+      {"4096", 4096},
+      {"12B", 12},
+      {"1KiB", 1024},
+      {"512MiB", int64_t{512} << 20},
+      {"2GiB", int64_t{2} << 30},
+      {"2 GiB", int64_t{2} << 30},
+      {"3tib", int64_t{3} << 40},
+      {"1KB", 1000},
+      {"5MB", 5000000},
+      {"2GB", 2000000000},
+      {"1TB", 1000000000000},
+      {"8388607TiB", int64_t{8388607} << 40},
+  };
+  for (const auto& [text, bytes] : cases) {
+    auto parsed = ParseByteSize(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, bytes) << text;
+  }
+  for (const char* bad :
+       {"", "GiB", "-1", "1.5GiB", "2 GiBs", "2XB", "0x10", "8388608TiB", "9223372036854775808"}) {
+    auto parsed = ParseByteSize(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(ParseByteSize("8388608TiB").status().message()),
+              HasSubstr("does not fit in 64 bits"));
+  EXPECT_EQ(FormatByteSize(int64_t{2} << 30), "2GiB");
+  EXPECT_EQ(FormatByteSize(int64_t{3} << 20), "3MiB");
+  EXPECT_EQ(FormatByteSize(1536), "1536");
+  EXPECT_EQ(FormatByteSize(int64_t{1536} << 10), "1536KiB");
+  EXPECT_EQ(FormatByteSize(1000), "1000");
+  EXPECT_EQ(FormatByteSize(0), "0");
+  for (int64_t x : {int64_t{0}, int64_t{1}, int64_t{1} << 40, int64_t{12345} << 20,
+                    int64_t{9223372036854775807}}) {
+    EXPECT_EQ(*ParseByteSize(FormatByteSize(x)), x) << x;
+  }
+
+  auto config = ParseDaemonConfig("pool_bytes_per_device: \"1GiB\"\nmax_spec_bytes: 4KiB");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->pool_bytes_per_device, int64_t{1} << 30);
+  EXPECT_EQ(config->max_spec_bytes, 4096);
+}
+
+TEST(ConfigTest, Errors) {
+  ExpectInvalid("bakend: host", "unknown config key \"bakend\"");
+  ExpectInvalid("backend: gpu", "backend: must be auto, cuda or host (got \"gpu\")");
+  ExpectInvalid("log_level: loud", "log_level: must be trace, debug");
+  ExpectInvalid("host_device_count: 0",
+                "host_device_count: must be a positive integer (got \"0\")");
+  ExpectInvalid("host_device_count: 1.5", "host_device_count: must be a positive integer");
+  ExpectInvalid("max_queued_jobs: -4", "max_queued_jobs: must be a positive integer");
+  ExpectInvalid("max_iterations: 3000000000", "max_iterations: must be at most 2147483647");
+  ExpectInvalid("pool_bytes_per_device: 2QiB", "pool_bytes_per_device: must be a byte size");
+  ExpectInvalid("pool_bytes_per_device: 0", "pool_bytes_per_device: must be greater than zero");
+  ExpectInvalid("host_device_memory_bytes: [1]", "host_device_memory_bytes: must be a byte size");
+  ExpectInvalid("collective_timeout_s: 0", "collective_timeout_s: must be a positive number");
+  ExpectInvalid("collective_timeout_s: inf", "collective_timeout_s: must be a positive number");
+  ExpectInvalid("drain_timeout_s: -1", "drain_timeout_s: must be a non-negative number");
+  ExpectInvalid("nvls_enable: 1", "nvls_enable: must be true or false (got \"1\")");
+  ExpectInvalid("listen: [a]", "listen: must be a string (got a list)");
+  ExpectInvalid("backend: host\nbackend: cuda", "duplicate config key \"backend\"");
+  ExpectInvalid("- backend", "config must be a mapping");
+  ExpectInvalid("backend: [host", "malformed YAML/JSON at line ");
+}
+
+TEST(ConfigTest, LoadFromFile) {
+  char path[] = "/tmp/overlapd_config_testXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << "backend: host\nhost_device_count: 3\n";
+  }
+  auto config = LoadDaemonConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->backend, "host");
+  EXPECT_EQ(config->host_device_count, 3);
+  {
+    std::ofstream out(path);
+    out << "backend: host\nbogus: 1\n";
+  }
+  config = LoadDaemonConfig(path);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr(std::string(path) + ": unknown config key \"bogus\""));
+  std::remove(path);
+  config = LoadDaemonConfig(path);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(path));
+}
+
+TEST(ConfigTest, DefaultPaths) {
+  using config_internal::UserContext;
+  std::map<std::string, std::string> env;
+  UserContext user;
+  user.uid = 1000;
+  user.home_from_passwd = "/home/pw";
+  user.getenv = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+
+  user.root = true;
+  env = {{"XDG_RUNTIME_DIR", "/run/user/0"}, {"HOME", "/root"}};
+  EXPECT_EQ(config_internal::DefaultListenAddressFor(user), "unix:/run/overlapd/overlapd.sock");
+  EXPECT_EQ(config_internal::DefaultStateDirFor(user), "/var/lib/overlapd");
+
+  user.root = false;
+  env = {{"XDG_RUNTIME_DIR", "/run/user/1000"},
+         {"XDG_STATE_HOME", "/data/state"},
+         {"HOME", "/home/me"}};
+  EXPECT_EQ(config_internal::DefaultListenAddressFor(user), "unix:/run/user/1000/overlapd.sock");
+  EXPECT_EQ(config_internal::DefaultStateDirFor(user), "/data/state/overlapd");
+
+  env = {{"HOME", "/home/me"}, {"XDG_STATE_HOME", "relative/ignored"}};
+  EXPECT_EQ(config_internal::DefaultListenAddressFor(user),
+            "unix:/tmp/overlapd-1000/overlapd.sock");
+  EXPECT_EQ(config_internal::DefaultStateDirFor(user), "/home/me/.local/state/overlapd");
+
+  env = {};
+  EXPECT_EQ(config_internal::DefaultStateDirFor(user), "/home/pw/.local/state/overlapd");
+
+  // The real process: consistent with its identity.
+  if (geteuid() == 0) {
+    EXPECT_EQ(DefaultListenAddress(), "unix:/run/overlapd/overlapd.sock");
+    EXPECT_EQ(DefaultStateDir(), "/var/lib/overlapd");
+  } else {
+    EXPECT_EQ(DefaultListenAddress().rfind("unix:", 0), 0u);
+    EXPECT_THAT(DefaultStateDir(), HasSubstr("overlapd"));
+  }
+}
+
+}  // namespace
+}  // namespace overlap
