@@ -1,0 +1,285 @@
+// Collectives, point-to-point groups, peer copies and barriers of the CUDA engine.
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/cuda/cuda_check.h"
+#include "server/cuda/cuda_engine_impl.h"
+#include "server/cuda/scoped_device.h"
+
+namespace overlap::cuda {
+namespace {
+
+ncclDataType_t NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+int RankOf(const std::vector<int>& group, int device) {
+  auto it = std::find(group.begin(), group.end(), device);
+  return it == group.end() ? -1 : static_cast<int>(it - group.begin());
+}
+
+}  // namespace
+
+absl::Status CudaEngineImpl::AbortAfterNcclError(const std::vector<int>& devices,
+                                                 const absl::Status& error, const char* op) {
+  // Refused arguments leave the communicator usable.
+  if (error.code() == absl::StatusCode::kInvalidArgument) return error;
+  const std::vector<std::string> aborted = comms_->AbortTouching(devices);
+  GetLogger("nccl")->error("{} on devices [{}] failed, aborted {} communicator(s): {}", op,
+                           absl::StrJoin(devices, ","), aborted.size(), error.ToString());
+  return absl::AbortedError(absl::StrCat(op, " on devices [", absl::StrJoin(devices, ","),
+                                         "] failed: ", error.message(),
+                                         ": communicators aborted"));
+}
+
+template <typename IssueFn>
+absl::Status CudaEngineImpl::RunGroup(NcclGroup& group, const IssueFn& issue, const char* op) {
+  NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  absl::Status status;
+  for (int rank = 0; rank < group.size() && status.ok(); ++rank) {
+    ScopedDevice guard(group.devices()[rank]);
+    status = guard.status();
+    if (status.ok()) status = issue(rank);
+  }
+  // The group must be closed whatever happened inside it.
+  const ncclResult_t end = ncclGroupEnd();
+  if (status.ok() && end != ncclSuccess && end != ncclInProgress) {
+    status = NcclErrorToStatus(end, "ncclGroupEnd", __FILE__, __LINE__);
+  }
+  if (status.ok()) status = group.WaitReady(config_.collective_timeout_s);
+  if (!status.ok()) return AbortAfterNcclError(group.devices(), status, op);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CudaEngineImpl::RankPtrs>> CudaEngineImpl::PrepareCollective(
+    const engine::CollectiveArgs& args, size_t send_elems, size_t recv_elems,
+    const char* op) const {
+  if (args.ranks.empty()) return absl::InvalidArgumentError(absl::StrCat(op, " with no ranks"));
+  const size_t elem = DTypeSize(args.dtype);
+  std::vector<RankPtrs> ranks;
+  for (size_t r = 0; r < args.ranks.size(); ++r) {
+    const engine::RankBuffers& rank = args.ranks[r];
+    if (!ValidDevice(rank.device)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " rank ", r, ": unknown device ", rank.device));
+    }
+    ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(rank.stream));
+    if (slot->device != rank.device) {
+      return absl::InvalidArgumentError(absl::StrCat(op, " rank ", r, ": stream ", rank.stream,
+                                                     " is on device ", slot->device,
+                                                     ", not the rank's device ", rank.device));
+    }
+    const std::string send_what = absl::StrCat(op, " rank ", r, " send");
+    const std::string recv_what = absl::StrCat(op, " rank ", r, " recv");
+    if (rank.send.bytes < send_elems * elem) {
+      return absl::InvalidArgumentError(absl::StrCat(send_what, ": ", rank.send.bytes,
+                                                     " bytes, needs ", send_elems * elem));
+    }
+    if (rank.recv.bytes < recv_elems * elem) {
+      return absl::InvalidArgumentError(absl::StrCat(recv_what, ": ", rank.recv.bytes,
+                                                     " bytes, needs ", recv_elems * elem));
+    }
+    ASSIGN_OR_RETURN(char* send, Resolve(rank.send, rank.device, send_what.c_str()));
+    ASSIGN_OR_RETURN(char* recv, Resolve(rank.recv, rank.device, recv_what.c_str()));
+    ranks.push_back(RankPtrs{rank.device, slot->stream.get(), send, recv});
+  }
+  return ranks;
+}
+
+absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
+  const size_t n = args.ranks.size();
+  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
+                   PrepareCollective(args, args.count, args.count * n, "AllGather"));
+  if (args.count == 0) return absl::OkStatus();
+  std::vector<int> devices;
+  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        NCCL_RETURN_IF_ERROR(ncclAllGather(ranks[r].send, ranks[r].recv, args.count,
+                                           NcclType(args.dtype), group->comm(r), ranks[r].stream));
+        return absl::OkStatus();
+      },
+      "AllGather");
+}
+
+absl::Status CudaEngineImpl::ReduceScatter(const engine::CollectiveArgs& args) {
+  const size_t n = args.ranks.size();
+  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
+                   PrepareCollective(args, args.count * n, args.count, "ReduceScatter"));
+  if (args.count == 0) return absl::OkStatus();
+  std::vector<int> devices;
+  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        NCCL_RETURN_IF_ERROR(ncclReduceScatter(ranks[r].send, ranks[r].recv, args.count,
+                                               NcclType(args.dtype), ncclSum, group->comm(r),
+                                               ranks[r].stream));
+        return absl::OkStatus();
+      },
+      "ReduceScatter");
+}
+
+absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
+  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
+                   PrepareCollective(args, args.count, args.count, "AllReduce"));
+  if (args.count == 0) return absl::OkStatus();
+  std::vector<int> devices;
+  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        NCCL_RETURN_IF_ERROR(ncclAllReduce(ranks[r].send, ranks[r].recv, args.count,
+                                           NcclType(args.dtype), ncclSum, group->comm(r),
+                                           ranks[r].stream));
+        return absl::OkStatus();
+      },
+      "AllReduce");
+}
+
+absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group_devices,
+                                      const std::vector<engine::Transfer>& transfers) {
+  for (int device : group_devices) {
+    if (!ValidDevice(device)) {
+      return absl::InvalidArgumentError(absl::StrCat("SendRecv group: unknown device ", device));
+    }
+  }
+  struct Resolved {
+    int src_rank, dst_rank;
+    cudaStream_t src_stream, dst_stream;
+    const char* src;
+    char* dst;
+    size_t bytes;
+  };
+  std::vector<Resolved> resolved;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const engine::Transfer& t = transfers[i];
+    const std::string what = absl::StrCat("SendRecv transfer ", i);
+    const int src_rank = RankOf(group_devices, t.src_device);
+    const int dst_rank = RankOf(group_devices, t.dst_device);
+    if (src_rank < 0 || dst_rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": device ", src_rank < 0 ? t.src_device : t.dst_device, " is not in group [",
+          absl::StrJoin(group_devices, ","), "]"));
+    }
+    ASSIGN_OR_RETURN(const StreamSlot* src_slot, LookupStream(t.src_stream));
+    ASSIGN_OR_RETURN(const StreamSlot* dst_slot, LookupStream(t.dst_stream));
+    if (src_slot->device != t.src_device || dst_slot->device != t.dst_device) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": src_stream must be on src_device ", t.src_device,
+                       " and dst_stream on dst_device ", t.dst_device));
+    }
+    if (t.dst.bytes < t.src.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": destination has ", t.dst.bytes,
+                                                     " bytes, source ", t.src.bytes));
+    }
+    ASSIGN_OR_RETURN(char* src, Resolve(t.src, t.src_device, (what + " source").c_str()));
+    ASSIGN_OR_RETURN(char* dst, Resolve(t.dst, t.dst_device, (what + " destination").c_str()));
+    if (t.src.bytes == 0) continue;
+    resolved.push_back(Resolved{src_rank, dst_rank, src_slot->stream.get(),
+                                dst_slot->stream.get(), src, dst, t.src.bytes});
+  }
+  if (resolved.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(group_devices, channel));
+  // Every send and receive is issued in the first rank's slot of one group: NCCL
+  // matches them by (peer, order), which is the transfer order on both sides.
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        if (r != 0) return absl::OkStatus();
+        for (const Resolved& t : resolved) {
+          {
+            ScopedDevice guard(group_devices[t.src_rank]);
+            NCCL_RETURN_IF_ERROR(ncclSend(t.src, t.bytes, ncclUint8, t.dst_rank,
+                                          group->comm(t.src_rank), t.src_stream));
+          }
+          ScopedDevice guard(group_devices[t.dst_rank]);
+          NCCL_RETURN_IF_ERROR(ncclRecv(t.dst, t.bytes, ncclUint8, t.src_rank,
+                                        group->comm(t.dst_rank), t.dst_stream));
+        }
+        return absl::OkStatus();
+      },
+      "SendRecv");
+}
+
+absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef dst,
+                                      int dst_device, engine::BufferRef src, int src_device) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  if (!ValidDevice(dst_device) || !ValidDevice(src_device)) {
+    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: unknown device ",
+                                                   ValidDevice(dst_device) ? src_device
+                                                                           : dst_device));
+  }
+  if (slot->device != src_device && slot->device != dst_device) {
+    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: stream ", stream, " is on device ",
+                                                   slot->device, ", neither source ", src_device,
+                                                   " nor destination ", dst_device));
+  }
+  ASSIGN_OR_RETURN(char* dst_ptr, Resolve(dst, dst_device, "PeerCopy destination"));
+  ASSIGN_OR_RETURN(char* src_ptr, Resolve(src, src_device, "PeerCopy source"));
+  if (dst.bytes < src.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: destination has ", dst.bytes,
+                                                   " bytes, source ", src.bytes));
+  }
+  if (src.bytes == 0) return absl::OkStatus();
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  if (src_device == dst_device) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDeviceToDevice,
+                                         slot->stream.get()));
+  } else {
+    // Copy engines, no SMs: the GEMM beside it keeps the whole GPU.
+    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, dst_device, src_ptr, src_device, src.bytes,
+                                             slot->stream.get()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& devices,
+                                     const std::vector<engine::StreamId>& streams) {
+  if (devices.size() != streams.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Barrier: ", devices.size(), " devices but ",
+                                                   streams.size(), " streams"));
+  }
+  std::vector<cudaStream_t> raw;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    if (!ValidDevice(devices[r])) {
+      return absl::InvalidArgumentError(absl::StrCat("Barrier: unknown device ", devices[r]));
+    }
+    ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(streams[r]));
+    if (slot->device != devices[r]) {
+      return absl::InvalidArgumentError(absl::StrCat("Barrier rank ", r, ": stream ", streams[r],
+                                                     " is not on device ", devices[r]));
+    }
+    raw.push_back(slot->stream.get());
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, channel));
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        void* scratch = devices_[devices[r]]->barrier_scratch;
+        NCCL_RETURN_IF_ERROR(
+            ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, group->comm(r), raw[r]));
+        return absl::OkStatus();
+      },
+      "Barrier");
+}
+
+}  // namespace overlap::cuda

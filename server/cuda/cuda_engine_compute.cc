@@ -1,0 +1,154 @@
+// Fills, GEMM and accumulate of the CUDA engine.
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/cuda/cuda_check.h"
+#include "server/cuda/cuda_engine_impl.h"
+#include "server/cuda/kernels.h"
+#include "server/cuda/scoped_device.h"
+
+namespace overlap::cuda {
+namespace {
+
+absl::Status CheckWholeElements(const engine::BufferRef& ref, DType dtype, const char* what) {
+  if (ref.bytes % DTypeSize(dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", ref.bytes, " bytes is not a whole ",
+                                                   "number of ", DTypeName(dtype), " elements"));
+  }
+  return absl::OkStatus();
+}
+
+// Elements spanned by `batch` matrices of `rows` x `cols` with row stride `ld`.
+absl::StatusOr<size_t> MatrixSpan(const char* name, int64_t rows, int64_t cols, int64_t ld,
+                                  int batch, int64_t stride) {
+  if (ld < cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM ", name, ": ld ", ld, " is smaller than its ", cols, " columns"));
+  }
+  if (stride < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": negative batch stride"));
+  }
+  const double span = static_cast<double>(batch - 1) * stride +
+                      static_cast<double>(rows - 1) * ld + static_cast<double>(cols);
+  if (span > static_cast<double>(std::numeric_limits<int64_t>::max() / 4)) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": extent overflows"));
+  }
+  return static_cast<size_t>(batch - 1) * stride + static_cast<size_t>(rows - 1) * ld + cols;
+}
+
+}  // namespace
+
+absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst,
+                                        DType dtype, uint64_t seed, float scale) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, "FillRandom destination"));
+  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "FillRandom destination"));
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  CUDA_RETURN_IF_ERROR(LaunchFillRandom(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype),
+                                        seed, scale, slot->stream.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::FillConstant(engine::StreamId stream, engine::BufferRef dst,
+                                          DType dtype, float value) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, "FillConstant destination"));
+  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "FillConstant destination"));
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  CUDA_RETURN_IF_ERROR(LaunchFillConstant(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype),
+                                          value, slot->stream.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferRef dst,
+                                        engine::BufferRef src, DType dtype) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(char* dst_ptr, Resolve(dst, slot->device, "Accumulate destination"));
+  ASSIGN_OR_RETURN(BufferEntry src_entry, LookupBuffer(src.buffer));
+  // A source on another device is read over NVLink when peer access is on.
+  if (!peer_access_[slot->device][src_entry.device]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Accumulate source is on device ", src_entry.device, ", which device ",
+                     slot->device, " cannot access"));
+  }
+  ASSIGN_OR_RETURN(char* src_ptr, Resolve(src, src_entry.device, "Accumulate source"));
+  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "Accumulate destination"));
+  if (src.bytes < dst.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("Accumulate source has ", src.bytes,
+                                                   " bytes, destination ", dst.bytes));
+  }
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  CUDA_RETURN_IF_ERROR(LaunchAccumulate(dst_ptr, src_ptr, ToElemType(dtype),
+                                        dst.bytes / DTypeSize(dtype), slot->stream.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM dims must be positive: m=", args.m, " n=", args.n, " k=", args.k));
+  }
+  if (args.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM batch must be >= 1, got ", args.batch));
+  }
+  const int64_t stride_a = args.batch > 1 ? args.stride_a : 0;
+  const int64_t stride_b = args.batch > 1 ? args.stride_b : 0;
+  const int64_t stride_c = args.batch > 1 ? args.stride_c : 0;
+  ASSIGN_OR_RETURN(size_t span_a, MatrixSpan("A", args.m, args.k, args.a.ld, args.batch, stride_a));
+  ASSIGN_OR_RETURN(size_t span_b, MatrixSpan("B", args.k, args.n, args.b.ld, args.batch, stride_b));
+  ASSIGN_OR_RETURN(size_t span_c, MatrixSpan("C", args.m, args.n, args.c.ld, args.batch, stride_c));
+  if (args.batch > 1 && stride_c < (args.m - 1) * args.c.ld + args.n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM C: batch stride ", stride_c, " makes the batch outputs overlap"));
+  }
+  const size_t elem = DTypeSize(args.dtype);
+  const struct {
+    const engine::MatrixRef* ref;
+    size_t span;
+    const char* what;
+  } operands[] = {{&args.a, span_a, "GEMM A"}, {&args.b, span_b, "GEMM B"},
+                  {&args.c, span_c, "GEMM C"}};
+  char* ptrs[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    const engine::MatrixRef& ref = *operands[i].ref;
+    engine::BufferRef range{ref.buffer, ref.offset * elem, operands[i].span * elem};
+    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, slot->device, operands[i].what));
+  }
+  GemmProblem problem;
+  problem.type = ToElemType(args.dtype);
+  problem.m = args.m;
+  problem.n = args.n;
+  problem.k = args.k;
+  problem.lda = args.a.ld;
+  problem.ldb = args.b.ld;
+  problem.ldc = args.c.ld;
+  problem.batch = args.batch;
+  problem.stride_a = stride_a;
+  problem.stride_b = stride_b;
+  problem.stride_c = stride_c;
+  problem.beta = args.beta;
+  problem.a = ptrs[0];
+  problem.b = ptrs[1];
+  problem.c = ptrs[2];
+  DeviceState& state = *devices_[slot->device];
+  const int device = slot->device;
+  ScopedDevice guard(device);
+  RETURN_IF_ERROR(guard.status());
+  const absl::Status status =
+      state.gemm->Run(problem, slot->stream.get(), slot->workspace, slot->workspace_bytes,
+                      state.sm_count_target.load(), [this, device] { return WaitIdle({device}); });
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("GEMM ", DTypeName(args.dtype), " m=", args.m, " n=", args.n,
+                                     " k=", args.k, " batch=", args.batch, " on device ", device,
+                                     ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::cuda

@@ -1,0 +1,162 @@
+// The concrete CUDA engine (see cuda_engine.h for the contract). Its methods are
+// split by concern: cuda_engine.cc (setup, memory, events, host copies),
+// cuda_engine_compute.cc (fills, GEMM, accumulate), cuda_engine_comm.cc
+// (collectives, point-to-point, peer copies) and cuda_engine_sync.cc (watchdog).
+//
+// Handles: StreamId = device * 4 + role * 2 + index, fixed at start; buffer and
+// event ids count up from 1 and are never reused. The id maps are guarded by mu_,
+// held only for look-ups; entries are copied out before any CUDA call.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/cuda/cuda_engine.h"
+#include "server/cuda/cuda_resources.h"
+#include "server/cuda/device_pool.h"
+#include "server/cuda/gemm_lt.h"
+#include "server/cuda/kernels.h"
+#include "server/cuda/nccl_comms.h"
+
+namespace overlap::cuda {
+
+class CudaEngineImpl final : public CudaEngine {
+ public:
+  static constexpr int kStreamsPerRole = 2;
+  static constexpr int kStreamsPerDevice = 2 * kStreamsPerRole;
+
+  static absl::StatusOr<std::unique_ptr<CudaEngineImpl>> Create(const DaemonConfig& config,
+                                                                int device_count);
+  ~CudaEngineImpl() override;
+
+  std::string Name() const override { return "cuda"; }
+  int DeviceCount() const override { return static_cast<int>(devices_.size()); }
+  engine::DeviceInfo GetDeviceInfo(int device) const override;
+  engine::BackendVersions Versions() const override;
+  int64_t MemoryInUse(int device) const override;
+
+  engine::StreamId GetStream(int device, engine::StreamRole role, int index) override;
+  int StreamsPerRole() const override { return kStreamsPerRole; }
+
+  absl::StatusOr<engine::BufferId> Allocate(int device, size_t bytes) override;
+  void Free(engine::BufferId buffer) override;
+
+  absl::StatusOr<engine::EventId> CreateEvent(int device) override;
+  void DestroyEvent(engine::EventId event) override;
+  absl::Status RecordEvent(engine::EventId event, engine::StreamId stream) override;
+  absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override;
+  absl::StatusOr<double> ElapsedMs(engine::EventId start, engine::EventId end) override;
+
+  absl::Status FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                          uint64_t seed, float scale) override;
+  absl::Status FillConstant(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                            float value) override;
+  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override;
+  absl::Status Accumulate(engine::StreamId stream, engine::BufferRef dst, engine::BufferRef src,
+                          DType dtype) override;
+
+  absl::Status AllGather(const engine::CollectiveArgs& args) override;
+  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
+  absl::Status AllReduce(const engine::CollectiveArgs& args) override;
+  absl::Status SendRecv(int channel, const std::vector<int>& group,
+                        const std::vector<engine::Transfer>& transfers) override;
+  absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
+                        engine::BufferRef src, int src_device) override;
+  absl::Status Barrier(int channel, const std::vector<int>& devices,
+                       const std::vector<engine::StreamId>& streams) override;
+
+  absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override;
+  absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override;
+  absl::Status Synchronize(const std::vector<int>& devices) override;
+  bool Healthy() const override;
+
+  void SetGemmSmCountTarget(int device, int sms) override;
+  int MultiprocessorCount(int device) const override;
+
+ private:
+  struct StreamSlot {
+    int device = 0;
+    engine::StreamRole role = engine::StreamRole::kCompute;
+    CudaStream stream;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  struct DeviceState {
+    int index = 0;
+    std::string name, pci_bus_id;
+    int sm_count = 0;
+    std::unique_ptr<DevicePool> pool;
+    std::unique_ptr<GemmLt> gemm;
+    void* barrier_scratch = nullptr;
+    size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
+    std::atomic<int> sm_count_target{0};
+  };
+  struct BufferEntry {
+    int device = 0;
+    char* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  struct EventEntry {
+    int device = 0;
+    std::shared_ptr<CudaEvent> event;
+    bool recorded = false;
+  };
+  // What a collective needs of one rank, resolved and checked.
+  struct RankPtrs {
+    int device;
+    cudaStream_t stream;
+    void* send;
+    void* recv;
+  };
+
+  explicit CudaEngineImpl(const DaemonConfig& config);
+  absl::Status InitDevice(int device);
+  void EnablePeerAccess();
+
+  bool ValidDevice(int device) const { return device >= 0 && device < DeviceCount(); }
+  absl::StatusOr<const StreamSlot*> LookupStream(engine::StreamId stream) const;
+  absl::StatusOr<BufferEntry> LookupBuffer(engine::BufferId buffer) const;
+  absl::StatusOr<EventEntry> LookupEvent(engine::EventId event) const;
+  // ptr of `ref`, checked to lie inside its buffer, on `device` unless device < 0.
+  absl::StatusOr<char*> Resolve(const engine::BufferRef& ref, int device, const char* what) const;
+  absl::StatusOr<std::vector<RankPtrs>> PrepareCollective(const engine::CollectiveArgs& args,
+                                                          size_t send_elems, size_t recv_elems,
+                                                          const char* op) const;
+  // Issues `issue(rank)` for every rank inside one NCCL group, then waits for the
+  // enqueue to finish; an NCCL error aborts the communicators of these devices.
+  template <typename IssueFn>
+  absl::Status RunGroup(NcclGroup& group, const IssueFn& issue, const char* op);
+  absl::Status AbortAfterNcclError(const std::vector<int>& devices, const absl::Status& error,
+                                   const char* op);
+
+  // The watchdog behind Synchronize, CopyTo/FromHost and GEMM tuning.
+  absl::Status WaitIdle(const std::vector<int>& devices);
+  // Polls until the devices' streams are idle or `timeout_s` passes; true when idle.
+  absl::StatusOr<bool> PollStreamsIdle(const std::vector<int>& devices, double timeout_s,
+                                       bool check_nccl);
+
+  const DaemonConfig config_;
+  std::vector<StreamSlot> streams_;  // immutable after Create
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+  std::vector<std::vector<bool>> peer_access_;  // [from][to]
+  std::atomic<bool> healthy_{true};
+
+  mutable absl::Mutex mu_;
+  std::map<engine::BufferId, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
+  std::map<engine::EventId, EventEntry> events_ ABSL_GUARDED_BY(mu_);
+  int64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Declared last: destroyed first, while streams and pools still exist.
+  std::unique_ptr<NcclComms> comms_;
+};
+
+// engine DType -> kernel element type.
+ElemType ToElemType(DType dtype);
+
+}  // namespace overlap::cuda

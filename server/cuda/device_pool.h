@@ -1,0 +1,58 @@
+// The memory of one device, cudaMalloc'ed once at engine start and carved up by a
+// RangeAllocator (jobs allocate and free often; cudaMalloc/cudaFree synchronise
+// the device and would serialise the overlapped schedules).
+//
+// Frees are stream-ordered: FreeAfter() keeps the block until every given fence
+// event has completed, so work still queued on any stream may keep using it.
+// Allocate() reclaims completed frees first, and when still short waits for the
+// pending ones before giving up with RESOURCE_EXHAUSTED.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/cuda/cuda_resources.h"
+#include "server/cuda/range_allocator.h"
+
+namespace overlap::cuda {
+
+class DevicePool {
+ public:
+  // Takes min(requested_bytes, 90% of the device's free memory).
+  static absl::StatusOr<std::unique_ptr<DevicePool>> Create(int device, int64_t requested_bytes);
+
+  // RESOURCE_EXHAUSTED naming the device, the request and the free bytes.
+  absl::StatusOr<void*> Allocate(size_t bytes);
+  // INVALID_ARGUMENT when `ptr` is not a live block of this pool.
+  absl::Status Free(void* ptr);
+  absl::Status FreeAfter(void* ptr, std::vector<CudaEvent> fences);
+
+  int device() const { return device_; }
+  size_t capacity() const { return capacity_; }
+  size_t BytesInUse() const;  // includes blocks waiting on their fences
+  // True when `ptr` .. `ptr + bytes` lies inside this pool's block.
+  bool Contains(const void* ptr, size_t bytes) const;
+
+ private:
+  struct PendingFree {
+    size_t offset;
+    std::vector<CudaEvent> fences;
+  };
+  DevicePool(int device, DeviceMemory memory);
+  void ReclaimLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int device_;
+  DeviceMemory memory_;
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  RangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingFree> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap::cuda

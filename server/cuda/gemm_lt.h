@@ -1,0 +1,83 @@
+// Row-major GEMM on cuBLASLt for one device: C = A x B + beta * C, optionally
+// batched with element strides, fp32 accumulation (TF32 off for fp32 inputs).
+//
+// cuBLASLt is column-major, so the row-major product is computed as
+// C^T = B^T A^T: m' = n, n' = m, A' = B (ld = ldb), B' = A (ld = lda), C' = C.
+//
+// Algorithm choice: the first call for a shape key (dtype, m, n, k, lds, batch,
+// strides, beta, SM target, pointer alignment, workspace) asks the heuristic for
+// up to kCandidates algorithms and, when there is more than one, quiesces the
+// device through the caller's callback and times each on the calling stream,
+// keeping the fastest. The winner (with its descriptors) is cached; later calls
+// are pure enqueues. With beta != 0, timing writes into a scratch C so the real
+// C is untouched; without scratch memory the heuristic's first choice is used.
+//
+// Thread safety: Run may be called concurrently; the cache has its own mutex.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/cuda/kernels.h"
+
+namespace overlap::cuda {
+
+struct GemmProblem {
+  ElemType type = ElemType::kBF16;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  float beta = 0.0f;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+};
+
+class GemmLt {
+ public:
+  static constexpr int kCandidates = 8;
+  static constexpr int kTimedRuns = 3;
+
+  static absl::StatusOr<std::unique_ptr<GemmLt>> Create(int device);
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+
+  // Enqueues on `stream` (the current device must be this one's). `quiesce`
+  // blocks until the device is idle; it is called only when a shape is tuned.
+  // `sm_count_target` 0 = no target.
+  absl::Status Run(const GemmProblem& problem, cudaStream_t stream, void* workspace,
+                   size_t workspace_bytes, int sm_count_target,
+                   const std::function<absl::Status()>& quiesce);
+
+  size_t CachedShapes() const;
+
+  struct Plan;  // descriptors + chosen algorithm of one shape (gemm_lt.cc)
+
+ private:
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
+                         int64_t, int64_t, float, int, int, size_t>;
+
+  GemmLt(int device, cublasLtHandle_t handle) : device_(device), handle_(handle) {}
+  absl::StatusOr<std::shared_ptr<const Plan>> Tune(const GemmProblem& problem, cudaStream_t stream,
+                                                   void* workspace, size_t workspace_bytes,
+                                                   int sm_count_target,
+                                                   const std::function<absl::Status()>& quiesce);
+
+  const int device_;
+  cublasLtHandle_t handle_;
+  mutable absl::Mutex mu_;
+  std::map<Key, std::shared_ptr<const Plan>> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap::cuda

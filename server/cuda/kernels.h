@@ -1,0 +1,25 @@
+// Element-wise kernels of the CUDA engine (kernels.cu). Only CUDA runtime types
+// here: nvcc never sees abseil. Each launcher enqueues on `stream` of the current
+// device and returns cudaGetLastError().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace overlap::cuda {
+
+enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// dst[i] = SeededUniform(seed, i) * scale, rounded to nearest even into the type:
+// bit-identical to the host's StoreFromFloat(SeededUniform(seed, i) * scale).
+cudaError_t LaunchFillRandom(void* dst, ElemType type, size_t count, uint64_t seed, float scale,
+                             cudaStream_t stream);
+cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float value,
+                               cudaStream_t stream);
+// dst[i] = dst[i] + src[i] in fp32, rounded back into the type.
+cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t count,
+                             cudaStream_t stream);
+
+}  // namespace overlap::cuda

@@ -1,0 +1,80 @@
+// NCCL communicators of one process that drives every rank itself, keyed by
+// (ordered device list, channel) and created lazily on first use: one
+// ncclGetUniqueId, then ncclCommInitRankConfig for all ranks inside one
+// ncclGroupStart/End from the calling thread.
+//
+// Communicators are NON-BLOCKING (config.blocking = 0): calls may return
+// ncclInProgress and the caller polls ncclCommGetAsyncError (WaitReady). That is
+// what lets the watchdog abort a hung collective instead of hanging with it.
+// An aborted group is dropped from the cache and rebuilt on next use.
+//
+// Thread safety: all methods may be called concurrently; the cache mutex is held
+// only for look-ups, never across NCCL calls. A Group is shared_ptr-owned, so a
+// caller keeps using it even while another thread drops it from the cache.
+#pragma once
+
+#include <nccl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace overlap::cuda {
+
+class NcclGroup {
+ public:
+  NcclGroup(std::vector<int> devices, int channel, std::vector<ncclComm_t> comms)
+      : devices_(std::move(devices)), channel_(channel), comms_(std::move(comms)) {}
+  ~NcclGroup();  // finalize + destroy (abort when that fails); no-op after Abort
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+  const std::vector<int>& devices() const { return devices_; }
+  int channel() const { return channel_; }
+  ncclComm_t comm(int rank) const { return comms_[rank]; }
+  int size() const { return static_cast<int>(comms_.size()); }
+  std::string Name() const;  // "channel C on devices [a,b]"
+
+  // Polls until no rank has an operation in progress. The first async error
+  // becomes the status; DEADLINE_EXCEEDED after timeout_s.
+  absl::Status WaitReady(double timeout_s) const;
+  // One non-blocking poll: OK, or the first rank's async error (ncclInProgress is OK).
+  absl::Status AsyncError() const;
+  void Abort();
+
+ private:
+  const std::vector<int> devices_;
+  const int channel_;
+  std::vector<ncclComm_t> comms_;
+  bool aborted_ = false;
+};
+
+class NcclComms {
+ public:
+  explicit NcclComms(double init_timeout_s) : init_timeout_s_(init_timeout_s) {}
+  ~NcclComms();
+
+  // The cached group, or a new one (INVALID_ARGUMENT for an empty or repeating
+  // device list; the NCCL error of a failed init otherwise).
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Get(const std::vector<int>& devices, int channel);
+  // Every cached group that includes any of `devices`.
+  std::vector<std::shared_ptr<NcclGroup>> Touching(const std::vector<int>& devices) const;
+  // Aborts and drops every group touching `devices`; returns their names.
+  std::vector<std::string> AbortTouching(const std::vector<int>& devices);
+
+ private:
+  using Key = std::pair<std::vector<int>, int>;
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel);
+
+  const double init_timeout_s_;
+  mutable absl::Mutex mu_;
+  std::map<Key, std::shared_ptr<NcclGroup>> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap::cuda
