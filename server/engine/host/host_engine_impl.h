@@ -12,10 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "server/engine/engine.h"
@@ -131,8 +131,8 @@ class HostEngine final : public Engine {
   std::atomic<bool> healthy_{true};
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<EventId, Event> events_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<EventId, Event> events_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> memory_in_use_ ABSL_GUARDED_BY(mu_);
   BufferId next_buffer_ ABSL_GUARDED_BY(mu_) = 1;
   EventId next_event_ ABSL_GUARDED_BY(mu_) = 1;
