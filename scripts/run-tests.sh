@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test suite: install the build dependencies, build everything (Release)
+# into build/, run every test except the GPU ones.
+#
+# Tests that need a GPU carry the ctest label `gpu` and are excluded here (-LE
+# gpu): on a CPU-only machine they could only skip. On a GPU node run them with
+#   ctest --test-dir build --output-on-failure -L gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+ctest --test-dir build --output-on-failure -LE gpu -j2
