@@ -45,9 +45,12 @@ struct OpRun {
   // Runs `enqueue` warmup + count times; each iteration starts with a barrier
   // across the ranks, each rank times itself on its compute stream, and the
   // iteration's time is the max over ranks. Host sync only between iterations.
+  // `end_tag` names the event that ends the timed region on each rank's compute
+  // stream; "iter_end" is recorded after `enqueue`, any other must be recorded
+  // by `enqueue` itself.
   template <typename Fn>
   absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
-                                            Fn&& enqueue) {
+                                            Fn&& enqueue, const std::string& end_tag = "iter_end") {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
@@ -66,7 +69,7 @@ struct OpRun {
         double worst = 0;
         for (int r = 0; r < ctx.tp(); ++r) {
           ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
-          ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, "iter_end"));
+          ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
           worst = std::max(worst, ms);
         }
@@ -183,11 +186,24 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                    run.Timed("gemm_alone", warm, iters, [&] { return EnqueueGemmAlone(*ctx); }));
   std::string reason;
   ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason));
-  std::vector<double> comm_t{0.0};
+  // The collective alone on both transports; the faster one is "comm alone".
+  std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0}, beside_t;
   if (tp > 1) {
-    ASSIGN_OR_RETURN(comm_t, run.Timed("comm_alone", warm, iters, [&] {
-      return EnqueueCommAlone(*ctx, schedule.transport);
+    ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters, [&] {
+      return EnqueueCommAlone(*ctx, Transport::kNccl);
     }));
+    ASSIGN_OR_RETURN(p2p_t, run.Timed("comm_alone p2p", warm, iters, [&] {
+      return EnqueueCommAlone(*ctx, Transport::kP2p);
+    }));
+    const bool p2p_faster = Summarize(p2p_t).median < Summarize(nccl_t).median;
+    comm_t = p2p_faster ? p2p_t : nccl_t;
+    const Transport fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
+    // The GEMM's own time while the collective runs beside it: contention for
+    // SMs and HBM bounds what any schedule can hide.
+    ASSIGN_OR_RETURN(beside_t, run.Timed(
+                                   "gemm_beside_comm", warm, iters,
+                                   [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); },
+                                   "gemm_end"));
   }
   ASSIGN_OR_RETURN(std::vector<double> step_t,
                    run.Timed("timed", spec.warmup, iters,
@@ -210,6 +226,13 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
   *res.mutable_comm_alone() = ToProto(comm);
+  if (tp > 1) {
+    *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
+    *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));
+    const Summary beside = Summarize(beside_t);
+    *res.mutable_gemm_beside_comm() = ToProto(beside);
+    if (gemm.median > 0) res.set_gemm_slowdown(beside.median / gemm.median);
+  }
   const double exposed = std::max(0.0, step.median - gemm.median);
   res.set_exposed_comm_ms(exposed);
   res.set_hidden_fraction(comm.median > 0 ? 1.0 - exposed / comm.median : 1.0);

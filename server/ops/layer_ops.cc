@@ -45,7 +45,11 @@ absl::Status EnqueueGemmAlone(OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
+namespace {
+
+// The unchunked collective on stream `on`; with `use_spare` it works on the spare
+// buffer instead of the one the GEMM alone touches (gathered A, partial, or Y).
+absl::Status Collective(OpContext& ctx, Transport transport, On on, bool use_spare) {
   const int tp = ctx.tp();
   if (tp == 1) return absl::OkStatus();
   const int64_t m = ctx.op().m, mr = m / tp;
@@ -55,25 +59,40 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
       const int64_t k = ctx.op().k;
       for (int r = 0; r < tp; ++r) {
         src.push_back(ctx.Rows(ctx.rank(r).a, 0, mr, k));
-        dst.push_back(ctx.Rows(ctx.rank(r).full, 0, m, k));
+        dst.push_back(ctx.Rows(use_spare ? ctx.rank(r).spare : ctx.rank(r).full, 0, m, k));
       }
-      return AllGather(ctx, transport, On::kCompute, src, dst);
+      return AllGather(ctx, transport, on, src, dst);
     }
     case OpType::kGemmRs: {
       const int64_t n = ctx.op().n;
       for (int r = 0; r < tp; ++r) {
-        src.push_back(ctx.Rows(ctx.rank(r).full, 0, m, n));
+        src.push_back(ctx.Rows(use_spare ? ctx.rank(r).spare : ctx.rank(r).full, 0, m, n));
         dst.push_back(ctx.Rows(ctx.rank(r).y, 0, mr, n));
       }
-      return ReduceScatter(ctx, transport, On::kCompute, src, dst);
+      return ReduceScatter(ctx, transport, on, src, dst);
     }
     case OpType::kGemmAr: {
       std::vector<engine::BufferId> bufs;
-      for (int r = 0; r < tp; ++r) bufs.push_back(ctx.rank(r).y);
-      return AllReduceRows(ctx, transport, On::kCompute, bufs, 0, m, ctx.op().n, /*tag=*/100);
+      for (int r = 0; r < tp; ++r) bufs.push_back(use_spare ? ctx.rank(r).spare : ctx.rank(r).y);
+      return AllReduceRows(ctx, transport, on, bufs, 0, m, ctx.op().n, /*tag=*/100);
     }
   }
   return absl::InvalidArgumentError("unknown op type");
+}
+
+}  // namespace
+
+absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
+  return Collective(ctx, transport, On::kCompute, /*use_spare=*/false);
+}
+
+absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
+                                   const std::string& end_tag) {
+  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));
+  RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
+  for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end_tag));
+  return ctx.JoinComm();
 }
 
 }  // namespace overlap::ops

@@ -4,6 +4,8 @@
 // bracket it with events on the compute stream. No host synchronisation inside.
 #pragma once
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "server/ops/op_context.h"
 #include "server/ops/schedule.h"
@@ -20,6 +22,12 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
 absl::Status EnqueueGemmAlone(OpContext& ctx);
 // The unchunked collective alone, no GEMM (reads whatever the buffers hold).
 absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
+
+// The unchunked GEMM on the compute stream while the unchunked collective runs
+// on the comm stream (independent buffers); records (end_tag) on each rank's
+// compute stream right after its GEMM, then joins.
+absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
+                                   const std::string& end_tag);
 
 // Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter. Each
 // rank computes the partial for one peer per step into a ping-pong buffer and

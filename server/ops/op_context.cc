@@ -42,6 +42,7 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
       if (ring) b.pingpong = rows_per_rank * op.n;
       break;
   }
+  if (tp > 1) b.spare = op.type == OpType::kGemmAr ? b.y : b.full;
   if (b.slot_count == 0) b.slots = 0;
   return b;
 }
@@ -55,6 +56,7 @@ BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
   m.pingpong = std::max(a.pingpong, b.pingpong);
   m.slots = std::max(a.slots, b.slots);
   m.slot_count = std::max(a.slot_count, b.slot_count);
+  m.spare = std::max(a.spare, b.spare);
   return m;
 }
 
@@ -91,6 +93,7 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     RETURN_IF_ERROR(alloc(rs.device, sizes.full, &rs.full));
     RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[0]));
     RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[1]));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.spare, &rs.spare));
     rs.slots.assign(sizes.slot_count, engine::kNoBuffer);
     for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, &slot));
   }
@@ -100,7 +103,7 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
 OpContext::~OpContext() {
   for (auto& [key, event] : events_) engine_.DestroyEvent(event);
   for (RankState& rs : ranks_) {
-    for (BufferId b : {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1]}) {
+    for (BufferId b : {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1], rs.spare}) {
       if (b != engine::kNoBuffer) engine_.Free(b);
     }
     for (BufferId b : rs.slots) {

@@ -27,7 +27,10 @@ struct BufferSizes {
   int64_t pingpong = 0;         // each of the two ping-pong buffers
   int64_t slots = 0;            // each of the tp-1 receive slots (p2p reductions)
   int64_t slot_count = 0;
-  int64_t TotalElements() const { return a + w + y + full + 2 * pingpong + slots * slot_count; }
+  int64_t spare = 0;            // the collective's side of the GEMM-beside-comm measurement
+  int64_t TotalElements() const {
+    return a + w + y + full + 2 * pingpong + slots * slot_count + spare;
+  }
 };
 
 // What `schedule` needs for `op` at tensor-parallel degree `tp`.
@@ -43,6 +46,7 @@ struct RankState {
   engine::BufferId full = engine::kNoBuffer;
   engine::BufferId pingpong[2] = {engine::kNoBuffer, engine::kNoBuffer};
   std::vector<engine::BufferId> slots;
+  engine::BufferId spare = engine::kNoBuffer;
 };
 
 class OpContext {

@@ -62,6 +62,7 @@ TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
   const uint64_t seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   ASSERT_TRUE(FillInputs(**ctx, seed, 0).ok());
+  ASSERT_TRUE(engine->Synchronize(devices).ok());
   for (int iteration = 0; iteration < 2; ++iteration) {
     ASSERT_TRUE(PoisonOutputs(**ctx).ok());
     absl::Status st = EnqueueOp(**ctx, s);

@@ -52,6 +52,8 @@ TEST_P(LayerOpsTest, MatchesFloat64Reference) {
   auto ctx = OpContext::Create(**engine, op, DType::kF32, devices, BuffersFor(op, tp, s));
   ASSERT_TRUE(ctx.ok()) << ctx.status();
   ASSERT_TRUE(FillInputs(**ctx, 7, 0).ok());
+  // Inputs are written once, before any iteration (as the job runner does).
+  ASSERT_TRUE((*engine)->Synchronize(devices).ok());
 
   // Twice: the second iteration must recompute everything, not build on the first.
   for (int iteration = 0; iteration < 2; ++iteration) {
@@ -111,6 +113,7 @@ TEST(LayerOps16BitTest, Bf16AndFp16WithinTolerance) {
       auto ctx = OpContext::Create(**engine, op, dt, {0, 1}, BuffersFor(op, 2, s));
       ASSERT_TRUE(ctx.ok());
       ASSERT_TRUE(FillInputs(**ctx, 11, 3).ok());
+      ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
       ASSERT_TRUE(RunOnce(**engine, **ctx, s).ok());
       auto v = VerifyOutputs(**ctx, 11, 3);
       ASSERT_TRUE(v.ok()) << v.status();
