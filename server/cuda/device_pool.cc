@@ -46,7 +46,7 @@ DevicePool::DevicePool(int device, DeviceMemory memory)
       capacity_(memory_.bytes()),
       allocator_(memory_.bytes()) {}
 
-void DevicePool::ReclaimLocked(bool wait) {
+void DevicePool::ReclaimLocked(bool wait) const {
   for (size_t i = 0; i < pending_.size();) {
     bool done = true;
     for (const CudaEvent& fence : pending_[i].fences) {
@@ -112,6 +112,7 @@ absl::Status DevicePool::FreeAfter(void* ptr, std::vector<CudaEvent> fences) {
 
 size_t DevicePool::BytesInUse() const {
   absl::MutexLock lock(&mu_);
+  ReclaimLocked(/*wait=*/false);
   return allocator_.bytes_in_use();
 }
 

@@ -35,7 +35,7 @@ class DevicePool {
 
   int device() const { return device_; }
   size_t capacity() const { return capacity_; }
-  size_t BytesInUse() const;  // includes blocks waiting on their fences
+  size_t BytesInUse() const;  // includes blocks whose fences have not completed
   // True when `ptr` .. `ptr + bytes` lies inside this pool's block.
   bool Contains(const void* ptr, size_t bytes) const;
 
@@ -45,14 +45,16 @@ class DevicePool {
     std::vector<CudaEvent> fences;
   };
   DevicePool(int device, DeviceMemory memory);
-  void ReclaimLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns blocks whose fences completed (with `wait`, after waiting for them).
+  // Const: reclaiming frees nothing that is still in use.
+  void ReclaimLocked(bool wait) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;
   DeviceMemory memory_;
   const size_t capacity_;
   mutable absl::Mutex mu_;
-  RangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
-  std::vector<PendingFree> pending_ ABSL_GUARDED_BY(mu_);
+  mutable RangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<PendingFree> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::cuda
