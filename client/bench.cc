@@ -1,0 +1,283 @@
+#include "client/bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/commands.h"
+#include "client/progress_printer.h"
+#include "client/report.h"
+#include "client/table.h"
+
+extern char** environ;
+
+namespace overlap::client {
+namespace {
+
+std::string ShapeName(const BenchShape& s) {
+  return absl::StrCat(s.op, "-", s.m, "x", s.k, "x", s.n);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Spread(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return *hi - *lo;
+}
+
+double GeoMean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double log_sum = 0;
+  for (double x : v) log_sum += std::log(x);
+  return std::exp(log_sum / static_cast<double>(v.size()));
+}
+
+}  // namespace
+
+std::vector<BenchShape> DefaultBenchShapes() {
+  std::vector<BenchShape> shapes = {
+      {"ag_gemm", 4096, 8192, 8192},  {"ag_gemm", 8192, 8192, 28672},
+      {"ag_gemm", 16384, 8192, 28672}, {"ag_gemm", 8192, 4096, 4096},
+      {"ag_gemm", 16384, 8192, 7168},
+  };
+  const std::vector<BenchShape> rs = {
+      {"gemm_rs", 4096, 8192, 8192},  {"gemm_rs", 8192, 28672, 8192},
+      {"gemm_rs", 16384, 28672, 8192}, {"gemm_rs", 8192, 4096, 4096},
+      {"gemm_rs", 16384, 7168, 8192},
+  };
+  for (const BenchShape& s : rs) shapes.push_back(s);
+  for (BenchShape s : rs) {
+    s.op = "gemm_ar";
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text) {
+  std::vector<BenchShape> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(item, ':');
+    std::vector<std::string> dims =
+        parts.size() == 2 ? absl::StrSplit(parts[1], 'x') : std::vector<std::string>{};
+    BenchShape s;
+    if (parts.size() != 2 || dims.size() != 3 || !absl::SimpleAtoi(dims[0], &s.m) ||
+        !absl::SimpleAtoi(dims[1], &s.k) || !absl::SimpleAtoi(dims[2], &s.n) ||
+        (parts[0] != "ag_gemm" && parts[0] != "gemm_rs" && parts[0] != "gemm_ar")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shapes: bad item \"", item, "\" (expected op:MxKxN, e.g. ag_gemm:4096x8192x8192)"));
+    }
+    s.op = parts[0];
+    out.push_back(s);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--shapes: no shapes given");
+  return out;
+}
+
+std::string BuildBenchSpec(const BenchOptions& o) {
+  const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
+  std::string spec = absl::StrFormat(
+      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nops:\n", o.dtype,
+      o.iterations, o.warmup, o.verify ? "true" : "false");
+  // Interleaved repeats: auto and serial alternate so that drift hits both.
+  for (const BenchShape& s : shapes) {
+    for (int r = 0; r < o.repeats; ++r) {
+      for (const char* mode : {"auto", "serial"}) {
+        absl::StrAppendFormat(&spec, "  - {id: %s-%s-%d, type: %s, m: %d, k: %d, n: %d, mode: %s%s}\n",
+                              ShapeName(s), mode, r, s.op, s.m, s.k, s.n, mode,
+                              std::string(mode) == "serial" ? ", transport: nccl" : "");
+      }
+    }
+  }
+  return spec;
+}
+
+std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
+  const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
+  std::map<std::string, const v1::OpResult*> by_id;
+  for (const v1::OpResult& r : job.result().ops()) by_id[r.id()] = &r;
+  std::vector<BenchRow> rows;
+  for (const BenchShape& s : shapes) {
+    BenchRow row;
+    row.shape = s;
+    std::vector<double> gemm, comm, nccl, p2p, tflops, busbw, slowdown, err;
+    for (int r = 0; r < o.repeats; ++r) {
+      auto a = by_id.find(absl::StrCat(ShapeName(s), "-auto-", r));
+      auto b = by_id.find(absl::StrCat(ShapeName(s), "-serial-", r));
+      if (a == by_id.end() || b == by_id.end()) continue;
+      const v1::OpResult& x = *a->second;
+      row.tp = x.tp();
+      row.mode = x.mode() + (x.mode() == "chunked" ? absl::StrCat("/", x.chunks()) : "") + "/" +
+                 x.transport();
+      row.auto_repeats.push_back(x.step().median_ms());
+      row.serial_repeats.push_back(b->second->step().median_ms());
+      gemm.push_back(x.gemm_alone().median_ms());
+      comm.push_back(x.comm_alone().median_ms());
+      nccl.push_back(x.comm_alone_nccl().median_ms());
+      p2p.push_back(x.comm_alone_p2p().median_ms());
+      tflops.push_back(x.tflops());
+      busbw.push_back(x.busbw_gbps());
+      slowdown.push_back(x.gemm_slowdown());
+      err.push_back(std::max(x.max_rel_error(), b->second->max_rel_error()));
+    }
+    if (row.auto_repeats.empty()) continue;
+    row.step_ms = Median(row.auto_repeats);
+    row.serial_ms = Median(row.serial_repeats);
+    row.step_spread = Spread(row.auto_repeats);
+    row.serial_spread = Spread(row.serial_repeats);
+    row.gemm_ms = Median(gemm);
+    row.comm_ms = Median(comm);
+    row.comm_nccl_ms = Median(nccl);
+    row.comm_p2p_ms = Median(p2p);
+    row.exposed_ms = std::max(0.0, row.step_ms - row.gemm_ms);
+    row.hidden = row.comm_ms > 0 ? 1 - row.exposed_ms / row.comm_ms : 1;
+    row.tflops = 2.0 * s.m * s.k * s.n / (row.step_ms * 1e-3) / 1e12;
+    row.mfu = row.tflops / (o.peak_tflops * std::max(1, row.tp));
+    row.busbw = Median(busbw);
+    row.ideal_ms = std::max(row.gemm_ms, row.comm_ms);
+    row.gemm_slowdown = Median(slowdown);
+    row.max_rel_error = *std::max_element(err.begin(), err.end());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string FormatBench(const std::vector<BenchRow>& rows) {
+  TextTable t({{"op"},
+               {"shape (m x k x n)"},
+               {"tp", Align::kRight},
+               {"auto mode"},
+               {"step ms", Align::kRight},
+               {"serial ms", Align::kRight},
+               {"GEMM alone", Align::kRight},
+               {"comm alone", Align::kRight},
+               {"nccl/p2p", Align::kRight},
+               {"exposed", Align::kRight},
+               {"hidden %", Align::kRight},
+               {"TFLOP/s", Align::kRight},
+               {"MFU %", Align::kRight},
+               {"busbw", Align::kRight},
+               {"step/ideal", Align::kRight},
+               {"GEMM slow", Align::kRight},
+               {"max err", Align::kRight}});
+  std::vector<double> ratios, speedups;
+  int hidden_checked = 0, hidden_ok = 0, auto_ok = 0;
+  for (const BenchRow& r : rows) {
+    const double ratio = r.ideal_ms > 0 ? r.step_ms / r.ideal_ms : 0;
+    if (ratio > 0) ratios.push_back(ratio);
+    if (r.step_ms > 0) speedups.push_back(r.serial_ms / r.step_ms);
+    if (r.comm_ms <= r.gemm_ms) {
+      ++hidden_checked;
+      hidden_ok += r.hidden >= 0.85;
+    }
+    const double allowed = std::max(0.02 * r.serial_ms, 2 * std::max(r.step_spread, r.serial_spread));
+    auto_ok += r.step_ms <= r.serial_ms + allowed;
+    t.AddRow({r.shape.op, absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
+              absl::StrCat(r.tp), r.mode, FormatMs(r.step_ms), FormatMs(r.serial_ms),
+              FormatMs(r.gemm_ms), FormatMs(r.comm_ms),
+              absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms), FormatMs(r.exposed_ms),
+              absl::StrFormat("%.1f", 100 * r.hidden), absl::StrFormat("%.0f", r.tflops),
+              absl::StrFormat("%.1f", 100 * r.mfu), absl::StrFormat("%.0f", r.busbw),
+              absl::StrFormat("%.3f", ratio), absl::StrFormat("%.3f", r.gemm_slowdown),
+              absl::StrFormat("%.1e", r.max_rel_error)});
+  }
+  std::string out = t.Render();
+  if (!ratios.empty()) {
+    absl::StrAppendFormat(
+        &out,
+        "step/ideal: geomean %.3f, worst %.3f (target <= 1.05, none above 1.12)\n"
+        "auto vs serial: geomean speedup %.3fx; auto within max(2%%, 2x spread) of serial on %d/%d\n"
+        "hidden >= 85%% where comm alone <= GEMM alone: %d/%d shapes\n",
+        GeoMean(ratios), *std::max_element(ratios.begin(), ratios.end()), GeoMean(speedups),
+        auto_ok, static_cast<int>(rows.size()), hidden_ok, hidden_checked);
+  }
+  return out;
+}
+
+nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                         const std::vector<BenchRow>& rows, const BenchOptions& o) {
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_", 0) == 0) {
+      const size_t eq = kv.find('=');
+      env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    }
+  }
+  nlohmann::json j;
+  j["job_id"] = job.id();
+  j["backend"] = node.backend();
+  j["git_commit"] = node.git_commit();
+  j["overlapd_version"] = node.overlapd_version();
+  j["cuda_runtime"] = node.cuda_runtime_version();
+  j["cuda_driver"] = node.cuda_driver_version();
+  j["nccl"] = node.nccl_version();
+  j["cublas"] = node.cublas_version();
+  j["hostname"] = node.hostname();
+  j["gpus"] = nlohmann::json::array();
+  for (const v1::Device& d : node.devices()) j["gpus"].push_back(d.name());
+  j["client_env"] = env;
+  j["dtype"] = o.dtype;
+  j["iterations"] = o.iterations;
+  j["warmup"] = o.warmup;
+  j["repeats"] = o.repeats;
+  j["peak_tflops"] = o.peak_tflops;
+  j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;
+  j["rows"] = nlohmann::json::array();
+  for (const BenchRow& r : rows) {
+    j["rows"].push_back({{"op", r.shape.op}, {"m", r.shape.m}, {"k", r.shape.k}, {"n", r.shape.n},
+                         {"tp", r.tp}, {"auto_mode", r.mode}, {"step_ms", r.step_ms},
+                         {"serial_ms", r.serial_ms}, {"gemm_alone_ms", r.gemm_ms},
+                         {"comm_alone_ms", r.comm_ms}, {"comm_alone_nccl_ms", r.comm_nccl_ms},
+                         {"comm_alone_p2p_ms", r.comm_p2p_ms}, {"exposed_ms", r.exposed_ms},
+                         {"hidden", r.hidden}, {"tflops", r.tflops}, {"mfu", r.mfu},
+                         {"busbw_gbps", r.busbw}, {"ideal_ms", r.ideal_ms},
+                         {"gemm_slowdown", r.gemm_slowdown}, {"auto_repeats_ms", r.auto_repeats},
+                         {"serial_repeats_ms", r.serial_repeats},
+                         {"max_rel_error", r.max_rel_error}});
+  }
+  return j;
+}
+
+int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,
+             bool json, bool err_is_tty, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  absl::StatusOr<v1::Job> job = client.SubmitJob(BuildBenchSpec(options), "bench");
+  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+  err << "bench: job " << job->id() << " on " << node->devices_size() << " " << node->backend()
+      << " device(s)\n";
+  ProgressPrinter progress(err, err_is_tty);
+  job = client.WatchJob(job->id(), [&progress](const v1::Job& e) { progress.Update(e); });
+  progress.Finish();
+  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+  if (job->state() != v1::SUCCEEDED) {
+    err << FormatJobLine(*job);
+    return kExitJobFailed;
+  }
+  const std::vector<BenchRow> rows = FoldBench(*job, options);
+  const nlohmann::json j = BenchJson(*job, *node, rows, options);
+  if (!json_file.empty()) {
+    std::ofstream f(json_file);
+    f << j.dump(1) << "\n";
+    if (!f) {
+      err << "overlapctl: cannot write " << json_file << "\n";
+      return kExitUsage;
+    }
+  }
+  out << (json ? j.dump(1) + "\n" : FormatBench(rows));
+  return kExitOk;
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,69 @@
+// `overlapctl bench`: an op benchmark the daemon runs as an ordinary job.
+//
+// The client writes one layer graph with, per op type and shape, `repeats`
+// interleaved pairs of ops: mode auto (autotuned on first sight, re-measured
+// after) and mode serial over NCCL. The daemon measures each op (step, GEMM
+// alone, comm alone on both transports, GEMM beside the collective) and
+// verifies it; the client folds the repeats into one row per shape and prints
+// the table users know from the literature, plus JSON that makes the run
+// reproducible.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "client/daemon_client.h"
+#include "nlohmann/json.hpp"
+#include "overlap/v1/overlap.pb.h"
+
+namespace overlap::client {
+
+struct BenchShape {
+  std::string op;  // ag_gemm | gemm_rs | gemm_ar
+  int64_t m, k, n;
+};
+
+struct BenchOptions {
+  std::vector<BenchShape> shapes;  // empty = DefaultBenchShapes()
+  std::string dtype = "bf16";
+  int iterations = 20;
+  int warmup = 5;
+  int repeats = 3;
+  bool verify = true;
+  double peak_tflops = 989;  // dense bf16/fp16 datasheet peak of an H100/H200 SXM
+};
+
+// The default sweep (global m x k x n, tp = the daemon's device count).
+std::vector<BenchShape> DefaultBenchShapes();
+// Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
+absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text);
+
+// The job spec (YAML) for the options.
+std::string BuildBenchSpec(const BenchOptions& options);
+
+// One row per op type and shape, repeats folded (medians of the per-repeat medians).
+struct BenchRow {
+  BenchShape shape;
+  int tp = 0;
+  std::string mode;  // what auto chose
+  double step_ms = 0, serial_ms = 0, gemm_ms = 0, comm_ms = 0, comm_nccl_ms = 0, comm_p2p_ms = 0;
+  double exposed_ms = 0, hidden = 0, tflops = 0, mfu = 0, busbw = 0, ideal_ms = 0;
+  double gemm_slowdown = 0;
+  double step_spread = 0, serial_spread = 0;  // max - min over the repeats' medians
+  double max_rel_error = 0;
+  std::vector<double> auto_repeats, serial_repeats;
+};
+std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options);
+
+// The table and the summary against the targets.
+std::string FormatBench(const std::vector<BenchRow>& rows);
+nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                         const std::vector<BenchRow>& rows, const BenchOptions& options);
+
+// Submits, follows with progress on `err`, prints the table (or JSON), writes
+// `json_file` when given. Exit status as the other commands.
+int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,
+             bool json, bool err_is_tty, std::ostream& out, std::ostream& err);
+
+}  // namespace overlap::client
