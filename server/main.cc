@@ -1,0 +1,363 @@
+// overlapd: the per-node daemon. Loads the config (defaults < YAML file < flags),
+// picks the engine, recovers the job store, serves gRPC, and on SIGTERM/SIGINT
+// drains: no new jobs, running ones finish (or are cancelled after
+// drain_timeout_s), queued ones stay queued for the next start. It exits 0
+// after a drain, 1 when the engine became unhealthy or startup failed, 2 for a
+// bad command line or config (systemd does not restart those).
+#include <pthread.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/byte_size.h"
+#include "common/config.h"
+#include "common/logging.h"
+#include "server/engine_select.h"
+#include "server/jobs/job_execution.h"
+#include "server/jobs/job_store.h"
+#include "server/jobs/scheduler.h"
+#include "server/ops/tuning_cache.h"
+#include "server/rpc/listen_address.h"
+#include "server/rpc/rpc_server.h"
+
+namespace overlap {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr absl::Duration kCancelGrace = absl::Seconds(10);
+constexpr absl::Duration kRpcGrace = absl::Seconds(2);
+
+// Command-line values; each one given overrides the config file.
+struct Flags {
+  std::string config_path;
+  bool print_default_config = false;
+  std::optional<std::string> backend, listen, state_dir, log_level;
+  std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable;
+  std::optional<int> host_devices, max_iterations, max_queued_jobs;
+  std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
+      max_spec_bytes;
+  std::optional<double> collective_timeout_s, drain_timeout_s;
+};
+
+absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag,
+                        int64_t* out) {
+  if (!text) return absl::OkStatus();
+  absl::StatusOr<int64_t> bytes = ParseByteSize(*text);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", bytes.status().message()));
+  }
+  *out = *bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
+  DaemonConfig config;
+  if (!flags.config_path.empty()) {
+    absl::StatusOr<DaemonConfig> loaded = LoadDaemonConfig(flags.config_path);
+    if (!loaded.ok()) return loaded.status();
+    config = *loaded;
+  }
+  if (flags.backend) config.backend = *flags.backend;
+  if (flags.listen) config.listen = *flags.listen;
+  if (flags.state_dir) config.state_dir = *flags.state_dir;
+  if (flags.log_level) config.log_level = *flags.log_level;
+  if (flags.allow_insecure_tcp) config.allow_insecure_tcp = *flags.allow_insecure_tcp;
+  if (flags.hazard_checks) config.hazard_checks = *flags.hazard_checks;
+  if (flags.nvls_enable) config.nvls_enable = *flags.nvls_enable;
+  if (flags.host_devices) config.host_device_count = *flags.host_devices;
+  if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
+  if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
+  if (flags.collective_timeout_s) config.collective_timeout_s = *flags.collective_timeout_s;
+  if (flags.drain_timeout_s) config.drain_timeout_s = *flags.drain_timeout_s;
+  if (absl::Status s = ApplyBytes(flags.host_device_memory, "--host-device-memory",
+                                  &config.host_device_memory_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ApplyBytes(flags.pool_bytes_per_device, "--pool-bytes-per-device",
+                                  &config.pool_bytes_per_device);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ApplyBytes(flags.gemm_workspace_bytes, "--gemm-workspace-bytes",
+                                  &config.gemm_workspace_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ApplyBytes(flags.max_spec_bytes, "--max-spec-bytes", &config.max_spec_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (!IsValidLogLevel(config.log_level)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_level: unknown level \"", config.log_level, "\""));
+  }
+  if (config.listen.empty()) config.listen = DefaultListenAddress();
+  if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
+  // Checked here too (RpcServer checks again) so that a bad address is a
+  // config error, found before the engine spends seconds starting.
+  if (auto target = rpc::ResolveListenAddress(config.listen, config.allow_insecure_tcp);
+      !target.ok()) {
+    return target.status();
+  }
+  return config;
+}
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--config", f.config_path, "YAML config file (see --print-default-config)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--print-default-config", f.print_default_config,
+               "print the default config as YAML and exit");
+  app.add_option("--backend", f.backend, "auto | cuda | host")
+      ->check(CLI::IsMember({"auto", "cuda", "host"}));
+  app.add_option("--listen", f.listen, "unix:PATH or HOST:PORT (loopback unless allowed)");
+  app.add_flag("--allow-insecure-tcp,!--no-allow-insecure-tcp", f.allow_insecure_tcp,
+               "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
+  app.add_option("--state-dir", f.state_dir, "directory of the job database");
+  app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error|critical|off");
+  app.add_option("--host-devices", f.host_devices, "host backend: simulated devices")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--host-device-memory", f.host_device_memory,
+                 "host backend: memory per device (e.g. 2GiB)");
+  app.add_flag("--hazard-checks,!--no-hazard-checks", f.hazard_checks,
+               "host backend: fail a job on a missing event wait");
+  app.add_option("--pool-bytes-per-device", f.pool_bytes_per_device,
+                 "cuda backend: buffer pool per GPU (e.g. 16GiB)");
+  app.add_option("--gemm-workspace-bytes", f.gemm_workspace_bytes,
+                 "cuda backend: cuBLASLt workspace per stream");
+  app.add_flag("--nvls-enable,!--no-nvls-enable", f.nvls_enable,
+               "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
+  app.add_option("--collective-timeout", f.collective_timeout_s,
+                 "seconds before a hung collective is aborted")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-iterations", f.max_iterations, "largest iterations a job may ask for")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-queued-jobs", f.max_queued_jobs, "queued jobs beyond this are refused")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--drain-timeout", f.drain_timeout_s,
+                 "seconds running jobs get to finish on shutdown")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-spec-bytes", f.max_spec_bytes, "largest job spec accepted");
+}
+
+// Blocks SIGTERM/SIGINT in this thread and every thread created after; they are
+// received only by SignalWatcher's sigtimedwait.
+sigset_t BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// The one reason the daemon stops (first one wins) and the exit code it implies.
+class StopRequest {
+ public:
+  void Request(int exit_code, const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (requested_) return;
+    requested_ = true;
+    exit_code_ = exit_code;
+    why_ = why;
+  }
+  // True when stopped within `timeout`.
+  bool Wait(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&requested_), timeout);
+  }
+  bool requested() {
+    absl::MutexLock lock(&mu_);
+    return requested_;
+  }
+  int exit_code() {
+    absl::MutexLock lock(&mu_);
+    return exit_code_;
+  }
+  std::string why() {
+    absl::MutexLock lock(&mu_);
+    return why_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  int exit_code_ ABSL_GUARDED_BY(mu_) = kExitOk;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+};
+
+void Notify(const std::string& state) {
+  // Returns 0 when not under systemd (no NOTIFY_SOCKET): nothing to do.
+  if (sd_notify(0, state.c_str()) < 0) {
+    GetLogger("overlapd")->warn("sd_notify({}) failed", state.substr(0, state.find('\n')));
+  }
+}
+
+int Run(const DaemonConfig& config) {
+  auto log = GetLogger("overlapd");
+  log->info("overlapd {} ({}) starting: backend={} state_dir={}", OVERLAP_VERSION,
+            OVERLAP_GIT_COMMIT, config.backend, config.state_dir);
+
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
+  if (!engine.ok()) {
+    log->error("cannot start the engine: {}", std::string(engine.status().message()));
+    return kExitFailure;
+  }
+  log->info("engine {}: {} device(s)", (*engine)->Name(), (*engine)->DeviceCount());
+
+  absl::StatusOr<std::unique_ptr<jobs::JobStore>> store = jobs::JobStore::Open(config.state_dir);
+  if (!store.ok()) {
+    log->error("cannot open the job store: {}", std::string(store.status().message()));
+    return kExitFailure;
+  }
+  // Autotuning still works without the cache; it just re-tunes after a restart.
+  std::unique_ptr<ops::TuningCache> tuning_cache;
+  if (auto cache = ops::TuningCache::Open(config.state_dir + "/tuning.db"); cache.ok()) {
+    tuning_cache = std::move(*cache);
+  } else {
+    log->warn("tuning cache disabled: {}", std::string(cache.status().message()));
+  }
+
+  jobs::SchedulerOptions scheduler_options;
+  scheduler_options.max_queued_jobs = config.max_queued_jobs;
+  scheduler_options.executor_threads = (*engine)->DeviceCount();
+  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler = jobs::Scheduler::Create(
+      store->get(), jobs::MakeEngineRunner(**engine, config.max_iterations, tuning_cache.get()),
+      scheduler_options);
+  if (!scheduler.ok()) {
+    log->error("cannot recover jobs: {}", std::string(scheduler.status().message()));
+    return kExitFailure;
+  }
+
+  rpc::RpcServerOptions rpc_options;
+  rpc_options.listen = config.listen;
+  rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
+  rpc_options.state_dir = config.state_dir;
+  rpc_options.jobs.max_iterations = config.max_iterations;
+  rpc_options.jobs.max_spec_bytes = config.max_spec_bytes;
+  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
+      rpc::RpcServer::Start(rpc_options, **scheduler, **engine);
+  if (!server.ok()) {
+    log->error("cannot start the gRPC server: {}", std::string(server.status().message()));
+    (*scheduler)->StartDrain();
+    (*scheduler)->CancelRunning("overlapd failed to start");
+    (*scheduler)->WaitIdle(kCancelGrace);
+    return kExitFailure;
+  }
+  Notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->listen_address()));
+
+  StopRequest stop;
+  std::atomic<bool> threads_done{false};
+  const sigset_t signals = [] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    return set;
+  }();
+  jobs::Scheduler* sched = scheduler->get();
+  std::thread signal_thread([&] {
+    const timespec poll{0, 200 * 1000 * 1000};
+    while (!threads_done.load()) {
+      const int sig = sigtimedwait(&signals, nullptr, &poll);
+      if (sig <= 0) continue;
+      if (!stop.requested()) {
+        log->info("{} received: draining", strsignal(sig));
+        stop.Request(kExitOk, strsignal(sig));
+      } else {
+        log->warn("{} received again: cancelling running jobs now", strsignal(sig));
+        sched->CancelRunning("cancelled: overlapd shutting down (second signal)");
+      }
+    }
+  });
+  engine::Engine* eng = engine->get();
+  std::thread health_thread([&] {
+    while (!stop.Wait(absl::Milliseconds(500))) {
+      if (!eng->Healthy()) {
+        log->error("engine {} is unhealthy (a device hit a sticky error): draining and exiting "
+                   "so that the service manager restarts overlapd",
+                   eng->Name());
+        stop.Request(kExitFailure, "engine unhealthy");
+      }
+    }
+  });
+
+  stop.Wait(absl::InfiniteDuration());
+  Notify(absl::StrCat("STOPPING=1\nSTATUS=draining (", stop.why(), ")"));
+  (*server)->SetServing(false);
+  sched->StartDrain();
+  bool stuck = false;
+  const absl::Duration drain_timeout = absl::Seconds(config.drain_timeout_s);
+  if (!sched->WaitIdle(drain_timeout)) {
+    const int cancelled = sched->CancelRunning(absl::StrFormat(
+        "cancelled: overlapd shut down (drain timeout %gs)", config.drain_timeout_s));
+    log->warn("drain timeout ({}s): cancelled {} running job(s)", config.drain_timeout_s,
+              cancelled);
+    stuck = !sched->WaitIdle(kCancelGrace);
+  }
+  threads_done.store(true);
+  signal_thread.join();
+  health_thread.join();
+  if (stuck) {
+    // A job that ignores cancellation cannot be joined; its row stays RUNNING and
+    // the next start marks it FAILED "daemon restarted".
+    log->error("{} job(s) did not stop after cancel; exiting without them",
+               sched->RunningCount());
+    (*server)->Shutdown(kRpcGrace);
+    spdlog::shutdown();
+    std::_Exit(kExitFailure);
+  }
+  const int queued = sched->QueuedCount();
+  sched->Shutdown();  // ends WatchJob streams
+  (*server)->Shutdown(kRpcGrace);
+  server->reset();
+  scheduler->reset();
+  log->info("overlapd stopped ({} queued job(s) kept for the next start)", queued);
+  return stop.exit_code();
+}
+
+}  // namespace
+}  // namespace overlap
+
+int main(int argc, char** argv) {
+  // Before any thread exists, so that every thread inherits the mask.
+  overlap::BlockShutdownSignals();
+
+  CLI::App app{"overlapd: runs tensor-parallel layer ops with overlapped communication"};
+  overlap::Flags flags;
+  overlap::AddFlags(app, flags);
+  app.set_version_flag("--version",
+                       std::string("overlapd ") + OVERLAP_VERSION + " (" OVERLAP_GIT_COMMIT ")");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : overlap::kExitUsage;
+  }
+  if (flags.print_default_config) {
+    std::cout << overlap::DefaultConfigYaml();
+    return 0;
+  }
+  absl::StatusOr<overlap::DaemonConfig> config = overlap::BuildConfig(flags);
+  if (!config.ok()) {
+    std::cerr << "overlapd: " << config.status().message() << "\n";
+    return overlap::kExitUsage;
+  }
+  overlap::InitLogging(config->log_level);
+  return overlap::Run(*config);
+}

@@ -1,0 +1,157 @@
+#include "server/rpc/jobs_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/graph_parser.h"
+#include "common/graph_validator.h"
+#include "common/logging.h"
+#include "server/ops/job_runner.h"
+#include "server/rpc/status_util.h"
+
+namespace overlap::rpc {
+namespace {
+
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(250);
+
+std::shared_ptr<spdlog::logger> Log() { return GetLogger("rpc"); }
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1LL << 30); }
+
+absl::Status RequireId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("id: required");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+JobsService::JobsService(jobs::Scheduler& scheduler, const engine::Engine& engine,
+                         JobsServiceOptions options, DaemonCounters& counters)
+    : scheduler_(scheduler), engine_(engine), options_(std::move(options)), counters_(counters) {}
+
+absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
+                                           const std::string& source_name) {
+  if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
+  if (static_cast<int64_t>(spec_text.size()) > options_.max_spec_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", spec_text.size(),
+                                                   " bytes is over max_spec_bytes (",
+                                                   options_.max_spec_bytes, ")"));
+  }
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
+  if (!spec.ok()) return spec.status();
+  ValidationLimits limits;
+  limits.device_count = engine_.DeviceCount();
+  limits.max_iterations = options_.max_iterations;
+  absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
+  if (!devices.ok()) return devices.status();
+
+  const int tp = static_cast<int>(devices->size());
+  const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(*spec, tp)
+                                                   : ops::JobBytesPerDevice(*spec, tp);
+  for (int device : *devices) {
+    const int64_t capacity = engine_.GetDeviceInfo(device).memory_bytes;
+    if (needed > capacity) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("job needs %.2f GiB per device, device %d has %.2f GiB", GiB(needed),
+                          device, GiB(capacity)));
+    }
+  }
+
+  v1::Job job;
+  job.set_name(!spec->name.empty() ? spec->name : source_name);
+  job.set_priority(spec->priority);
+  for (int device : *devices) job.add_devices(device);
+  job.set_spec(spec_text);
+  // Queue room and draining are checked again by the scheduler, atomically with
+  // storing the job.
+  return scheduler_.Submit(std::move(job));
+}
+
+absl::StatusOr<v1::Job> JobsService::Submit(const std::string& spec_text,
+                                            const std::string& source_name) {
+  absl::StatusOr<v1::Job> job = Admit(spec_text, source_name);
+  if (!job.ok()) {
+    counters_.jobs_rejected.fetch_add(1);
+    if (job.status().code() == absl::StatusCode::kInternal ||
+        job.status().code() == absl::StatusCode::kDataLoss) {
+      Log()->error("SubmitJob failed: {}", job.status().ToString());
+    } else {
+      Log()->info("SubmitJob refused: {}", job.status().ToString());
+    }
+    return job;
+  }
+  counters_.jobs_submitted.fetch_add(1);
+  return job;
+}
+
+grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
+                                    const v1::SubmitJobRequest* request,
+                                    v1::SubmitJobResponse* response) {
+  absl::StatusOr<v1::Job> job = Submit(request->spec(), request->source_name());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                                 v1::GetJobResponse* response) {
+  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<v1::Job> job = scheduler_.Get(request->id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::ListJobs(grpc::ServerContext* context,
+                                   const v1::ListJobsRequest* request,
+                                   v1::ListJobsResponse* response) {
+  if (request->limit() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("limit: must be >= 0 (got ", request->limit(), ")")));
+  }
+  if (!v1::JobState_IsValid(request->state())) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("state: unknown job state ", static_cast<int>(request->state()))));
+  }
+  absl::StatusOr<std::vector<v1::Job>> jobs = scheduler_.List(request->state(), request->limit());
+  if (!jobs.ok()) {
+    Log()->error("ListJobs failed: {}", jobs.status().ToString());
+    return ToGrpcStatus(jobs.status());
+  }
+  for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
+                                    const v1::CancelJobRequest* request,
+                                    v1::CancelJobResponse* response) {
+  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<v1::Job> job = scheduler_.Cancel(request->id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobsService::WatchJob(grpc::ServerContext* context,
+                                   const v1::WatchJobRequest* request,
+                                   grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+  uint64_t seen = 0;
+  while (true) {
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    // A short wait so that a client that went away (or a server shutdown) is
+    // noticed even while the job sits unchanged in the queue.
+    absl::StatusOr<jobs::JobSnapshot> snapshot =
+        scheduler_.WaitForChange(request->id(), seen, kWatchPoll);
+    if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+    if (snapshot->version != seen) {
+      seen = snapshot->version;
+      v1::JobEvent event;
+      *event.mutable_job() = std::move(snapshot->job);
+      const bool final_state = jobs::IsFinalState(event.job().state());
+      if (!writer->Write(event)) return grpc::Status::CANCELLED;  // the client is gone
+      if (final_state) return grpc::Status::OK;
+    }
+  }
+}
+
+}  // namespace overlap::rpc

@@ -1,0 +1,100 @@
+#include "server/rpc/rpc_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/rpc/listen_address.h"
+
+namespace overlap::rpc {
+namespace {
+
+constexpr char kJobsServiceName[] = "overlap.v1.Jobs";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options,
+                                                            jobs::Scheduler& scheduler,
+                                                            const engine::Engine& engine) {
+  auto log = GetLogger("rpc");
+  absl::StatusOr<ListenTarget> target =
+      ResolveListenAddress(options.listen, options.allow_insecure_tcp);
+  if (!target.ok()) return target.status();
+  if (!target->socket_path.empty()) {
+    if (absl::Status s = PrepareUnixSocketPath(target->socket_path); !s.ok()) return s;
+  }
+  if (target->insecure_network) {
+    log->warn("*** listening on {} without TLS or authentication: anyone who can reach this "
+              "port can run and cancel jobs (allow_insecure_tcp is set) ***",
+              target->grpc_uri);
+  }
+
+  std::unique_ptr<RpcServer> server(new RpcServer());
+  server->jobs_service_ =
+      std::make_unique<JobsService>(scheduler, engine, options.jobs, server->counters_);
+  server->node_service_ = std::make_unique<NodeService>(
+      scheduler, engine, NodeInfoStatic{options.state_dir, ""}, server->counters_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(target->grpc_uri, grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(server->jobs_service_.get());
+  builder.RegisterService(server->node_service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || selected_port == 0) {
+    server->server_.reset();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listen: cannot listen on ", target->grpc_uri,
+        " (address in use, not permitted, or the host does not resolve)"));
+  }
+  if (!target->socket_path.empty()) {
+    server->socket_path_ = target->socket_path;
+    server->listen_address_ = target->grpc_uri;
+    // Group members may talk to the daemon; others may not.
+    if (::chmod(target->socket_path.c_str(), 0660) != 0) {
+      log->warn("cannot chmod 0660 {}: {}", target->socket_path, std::strerror(errno));
+    }
+  } else {
+    const size_t colon = target->grpc_uri.rfind(':');
+    server->listen_address_ =
+        absl::StrCat(target->grpc_uri.substr(0, colon), ":", selected_port);
+  }
+  server->node_service_->set_listen_address(server->listen_address_);
+  server->SetServing(true);
+  log->info("listening on {}", server->listen_address_);
+  return server;
+}
+
+RpcServer::~RpcServer() { Shutdown(absl::ZeroDuration()); }
+
+void RpcServer::SetServing(bool serving) {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kJobsServiceName, serving);
+}
+
+void RpcServer::Shutdown(absl::Duration grace) {
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    // Ends health Watch streams, which would otherwise hold Shutdown up.
+    health->Shutdown();
+  }
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+  if (!socket_path_.empty()) ::unlink(socket_path_.c_str());
+  GetLogger("rpc")->info("gRPC server stopped");
+}
+
+}  // namespace overlap::rpc

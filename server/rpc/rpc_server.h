@@ -1,0 +1,64 @@
+// The gRPC server of overlapd: the Jobs and Node services and the standard
+// grpc.health.v1 service (SERVING for "" and "overlap.v1.Jobs" while the daemon
+// takes work), listening on one unix socket (mode 0660) or loopback TCP port.
+//
+// Thread safety: SetServing and listen_address may be called from any thread;
+// Shutdown once, from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine/engine.h"
+#include "server/jobs/scheduler.h"
+#include "server/rpc/jobs_service.h"
+#include "server/rpc/node_service.h"
+
+namespace overlap::rpc {
+
+struct RpcServerOptions {
+  std::string listen;  // see listen_address.h
+  bool allow_insecure_tcp = false;
+  std::string state_dir;  // shown by GetNodeInfo
+  JobsServiceOptions jobs;
+};
+
+class RpcServer {
+ public:
+  // Listening when this returns. INVALID_ARGUMENT for a bad listen address,
+  // FAILED_PRECONDITION when it cannot be bound. `scheduler` and `engine`
+  // must outlive the server.
+  static absl::StatusOr<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options,
+                                                          jobs::Scheduler& scheduler,
+                                                          const engine::Engine& engine);
+  ~RpcServer();  // Shutdown(0)
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  // The bound address ("unix:/run/overlapd/overlapd.sock", "127.0.0.1:41234").
+  const std::string& listen_address() const { return listen_address_; }
+  // Health of "" and "overlap.v1.Jobs".
+  void SetServing(bool serving);
+  // Stops accepting calls; calls still running after `grace` are cancelled. Blocks
+  // until every handler returned. Removes the unix socket file.
+  void Shutdown(absl::Duration grace);
+
+  const DaemonCounters& counters() const { return counters_; }
+
+ private:
+  RpcServer() = default;
+
+  DaemonCounters counters_;
+  std::unique_ptr<JobsService> jobs_service_;
+  std::unique_ptr<NodeService> node_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string listen_address_;
+  std::string socket_path_;
+  bool shut_down_ = false;
+};
+
+}  // namespace overlap::rpc
