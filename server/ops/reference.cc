@@ -104,14 +104,25 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
     }
   }
 
-  // W of every rank, as the devices hold it.
+  const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
+  auto parallel = [threads](const auto& fn) {
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) pool.emplace_back(fn, i);
+    for (auto& th : pool) th.join();
+  };
+
+  // W of every rank, as the devices hold it (regenerated from its seed).
   std::vector<std::vector<float>> w(tp);
   for (int q = 0; q < tp; ++q) {
     w[q].resize(static_cast<size_t>(sh.w_rows * sh.w_cols));
     const uint64_t seed = InputSeed(job_seed, op_index, 1, q);
-    for (size_t i = 0; i < w[q].size(); ++i) {
-      w[q][i] = static_cast<float>(InputValue(dt, seed, i, WScale(op)));
-    }
+    const size_t size = w[q].size();
+    parallel([&, q, seed, size](int t) {
+      const size_t block = (size + threads - 1) / threads;
+      for (size_t i = t * block; i < std::min(size, (t + 1) * block); ++i) {
+        w[q][i] = static_cast<float>(InputValue(dt, seed, i, WScale(op)));
+      }
+    });
   }
 
   const std::vector<int64_t> rows = RowsToCheck(ctx, sh.y_rows, max_rows, job_seed + op_index);
@@ -161,10 +172,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       }
     }
   };
-  const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
-  for (auto& th : pool) th.join();
+  parallel([&](int) { worker(); });
 
   double err = 0, ref = 0;
   for (size_t t = 0; t < tasks.size(); ++t) {
