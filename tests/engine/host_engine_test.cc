@@ -475,6 +475,48 @@ TEST(HostEngineFailureTest, AsyncFailureSurfacesAtSynchronize) {
   EXPECT_EQ(Download(*engine, 1, Whole(g.c.buffer, 4)), std::vector<float>({5}));  // not run
 }
 
+TEST(HostEngineFailureTest, AsyncCollectiveFailureReachesEveryRank) {
+  HostEngineOptions options;
+  options.device_count = 4;
+  options.fail_op = "reduce_scatter";
+  options.fail_async = true;
+  auto engine = *CreateHostEngine(options);
+  CollectiveArgs args;
+  args.dtype = DType::kF32;
+  args.count = 2;
+  for (int d = 0; d < 4; ++d) {
+    args.ranks.push_back({d, engine->GetStream(d, StreamRole::kComm),
+                          Whole(Upload(*engine, d, std::vector<float>(8, 1)), 32),
+                          Whole(Upload(*engine, d, {-1, -1}), 8)});
+  }
+  EXPECT_TRUE(engine->ReduceScatter(args).ok());
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(engine->Synchronize({d}).code(), absl::StatusCode::kAborted) << "device " << d;
+    EXPECT_EQ(Download(*engine, d, args.ranks[d].recv), std::vector<float>({-1, -1}));
+  }
+  EXPECT_TRUE(engine->ReduceScatter(args).ok());  // only call #0 fails
+  EXPECT_EQ(Download(*engine, 3, args.ranks[3].recv), std::vector<float>({4, 4}));
+}
+
+TEST(HostEngineTest, DestructionRunsQueuedWorkAndJoins) {
+  for (int round = 0; round < 10; ++round) {
+    auto engine = MakeHostEngine(2, false);
+    CollectiveArgs args;
+    args.dtype = DType::kBF16;
+    args.count = 1 << 12;
+    for (int d = 0; d < 2; ++d) {
+      const BufferId b = *engine->Allocate(d, 2 << 12);
+      ASSERT_TRUE(engine->FillRandom(engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12),
+                                     DType::kBF16, d, 1)
+                      .ok());
+      args.ranks.push_back({d, engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12),
+                            Whole(b, 2 << 12)});
+    }
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->AllReduce(args).ok());
+    // No Synchronize: the destructor must neither hang nor leave threads behind.
+  }
+}
+
 TEST(HostEngineFailureTest, StickyFailureMakesEngineUnhealthy) {
   HostEngineOptions options;
   options.fail_op = "allocate";

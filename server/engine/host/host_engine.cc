@@ -115,7 +115,7 @@ BackendVersions HostEngine::Versions() const {
 }
 
 int64_t HostEngine::MemoryInUse(int device) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (device < 0 || device >= options_.device_count) return 0;
   return memory_in_use_[device];
 }
@@ -229,7 +229,7 @@ absl::Status HostEngine::CheckHazards(absl::Span<const StreamId> streams,
 }
 
 void HostEngine::RecordError(int device, const absl::Status& status) {
-  absl::MutexLock lock(&errors_mu_);
+  std::lock_guard<std::mutex> lock(errors_mu_);
   DeviceError& error = errors_[device];
   if (error.status.ok()) error = DeviceError{status, ++error_sequence_};
 }
@@ -240,7 +240,7 @@ void HostEngine::WaitIdle(absl::Span<const int> devices) {
 
 absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
   RETURN_IF_ERROR(CheckDevice(device, "Allocate"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   absl::Status result;
   if (!PassFailurePoint("allocate", {}, &result)) return result;
   const int64_t capacity = options_.device_memory_bytes;
@@ -267,7 +267,7 @@ absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
 void HostEngine::Free(BufferId buffer) {
   int device;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = buffers_.find(buffer);
     if (it == buffers_.end()) {
       GetLogger("engine")->warn("host engine: Free of unknown buffer {}", buffer);
@@ -278,7 +278,7 @@ void HostEngine::Free(BufferId buffer) {
   // As if after Synchronize(device): work on the device's streams is done (and
   // other devices' queued work keeps the storage alive until it finishes).
   WaitIdle({device});
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.find(buffer);
   if (it == buffers_.end()) return;
   memory_in_use_[device] -= static_cast<int64_t>(it->second.bytes);
@@ -291,20 +291,20 @@ void HostEngine::Free(BufferId buffer) {
 
 absl::StatusOr<EventId> HostEngine::CreateEvent(int device) {
   RETURN_IF_ERROR(CheckDevice(device, "CreateEvent"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const EventId id = next_event_++;
   events_[id] = Event{device, nullptr, {}};
   return id;
 }
 
 void HostEngine::DestroyEvent(EventId event) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   events_.erase(event);
 }
 
 absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "RecordEvent"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("RecordEvent: unknown event ", event));
@@ -323,7 +323,7 @@ absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
 
 absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "WaitEvent"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("WaitEvent: unknown event ", event));
@@ -338,7 +338,7 @@ absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
 absl::StatusOr<double> HostEngine::ElapsedMs(EventId start, EventId end) {
   std::shared_ptr<EventRecord> records[2];
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     int devices[2];
     const EventId ids[2] = {start, end};
     for (int i = 0; i < 2; ++i) {
@@ -373,10 +373,10 @@ absl::Status HostEngine::Synchronize(const std::vector<int>& devices) {
   for (int d : devices) RETURN_IF_ERROR(CheckDevice(d, "Synchronize"));
   WaitIdle(devices);
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (hazards_ != nullptr) hazards_->SyncHost(DeviceStreams(devices));
   }
-  absl::MutexLock lock(&errors_mu_);
+  std::lock_guard<std::mutex> lock(errors_mu_);
   absl::Status first;
   uint64_t first_sequence = 0;
   for (int d : devices) {
@@ -405,13 +405,13 @@ absl::Status HostEngine::HostCopy(BufferRef ref, int device, bool to_host, void*
     return absl::InvalidArgumentError(absl::StrCat(op, ": null host pointer"));
   }
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     RETURN_IF_ERROR(Resolve(ref, device, op).status());
   }
   WaitIdle({device});
   Range range;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     // Re-resolve: the buffer could only have gone away through a misuse of the
     // threading contract, but a clean error beats a dangling pointer.
     ASSIGN_OR_RETURN(range, Resolve(ref, device, op));

@@ -3,6 +3,11 @@
 // (one BLAS thread per stream) and collectives are real copies between the
 // ranks' buffers, so overlapped schedules run and verify on machines without
 // GPUs. Semantics are engine.h's; see HostEngineOptions for the extras.
+//
+// Differences from the CUDA backend worth knowing: every collective is its own
+// rendezvous, so two collectives on one channel are not serialized against each
+// other (issue order is already the same on every rank, since one call issues
+// all ranks); the destructor runs all queued work before joining the streams.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +28,7 @@ struct HostEngineOptions {
   int streams_per_role = 2;
 
   // Failure injection, for tests of error paths. Call number `fail_after`
-  // (0-based, counted per engine) of `fail_op` fails with the code the real
+  // (0-based, per engine, counting calls that passed validation) of `fail_op` fails with the code the real
   // library failure maps to: "all_gather", "reduce_scatter", "all_reduce",
   // "send_recv", "barrier" -> ABORTED (NCCL); "gemm" -> INTERNAL (cuBLAS);
   // "fill_random", "fill_constant", "accumulate", "peer_copy", "copy_to_host",

@@ -55,7 +55,7 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
   std::vector<Range> sends, recvs;
   std::vector<Access> accesses;
   std::set<int> devices;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < n; ++i) {
     const RankBuffers& rank = args.ranks[i];
     const std::string what = absl::StrCat(op, " rank ", i);
@@ -145,7 +145,7 @@ absl::Status HostEngine::SendRecv(int channel, const std::vector<int>& group,
   std::vector<Copy> copies;
   std::vector<Access> accesses;
   std::vector<StreamId> streams;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t t = 0; t < transfers.size(); ++t) {
     const Transfer& x = transfers[t];
     const std::string what = absl::StrCat("send_recv transfer ", t);
@@ -232,7 +232,7 @@ absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
                                                      " is not on device ", devices[i]));
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   absl::Status result;
   if (!PassFailurePoint("barrier", streams, &result)) return result;
   RETURN_IF_ERROR(CheckHazards(streams, {}, "barrier"));

@@ -42,7 +42,7 @@ bool AnyOverlap(const std::vector<Region>& x, const std::vector<Region>& y) {
 absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
                                     float scale) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillRandom"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillRandom dst"));
   absl::Status result;
   if (!PassFailurePoint("fill_random", {stream}, &result)) return result;
@@ -57,7 +57,7 @@ absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype,
 
 absl::Status HostEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillConstant"));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillConstant dst"));
   absl::Status result;
   if (!PassFailurePoint("fill_constant", {stream}, &result)) return result;
@@ -87,7 +87,7 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   const Operand operands[3] = {{"a", g.a, g.m, g.k, g.stride_a},
                                {"b", g.b, g.k, g.n, g.stride_b},
                                {"c", g.c, g.m, g.n, g.stride_c}};
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Storage> storage[3];
   for (int i = 0; i < 3; ++i) {
     const Operand& op = operands[i];
@@ -157,7 +157,7 @@ absl::Status HostEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef sr
     return absl::InvalidArgumentError(absl::StrCat("Accumulate: dst has ", dst.bytes,
                                                    " bytes but src has ", src.bytes));
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Range to, ResolveTyped(dst, s->device, dtype, "Accumulate dst"));
   ASSIGN_OR_RETURN(Range from, ResolveTyped(src, s->device, dtype, "Accumulate src"));
   const Region dst_region = Region::Contiguous(dst.offset, dst.bytes);
@@ -191,7 +191,7 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
     return absl::InvalidArgumentError(
         absl::StrCat("PeerCopy: dst has ", dst.bytes, " bytes but src has ", src.bytes));
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Range to, Resolve(dst, dst_device, "PeerCopy dst"));
   ASSIGN_OR_RETURN(Range from, Resolve(src, src_device, "PeerCopy src"));
   const Region dst_region = Region::Contiguous(dst.offset, dst.bytes);

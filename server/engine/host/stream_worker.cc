@@ -10,36 +10,32 @@ StreamWorker::StreamWorker(std::string name) : name_(std::move(name)) {
 
 StreamWorker::~StreamWorker() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  changed_.notify_all();
   thread_.join();
 }
 
 void StreamWorker::Enqueue(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(task));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  changed_.notify_all();
 }
 
 void StreamWorker::WaitIdle() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](StreamWorker* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return self->queue_.empty() && !self->busy_;
-      },
-      this));
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
 }
 
 void StreamWorker::Run() {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](StreamWorker* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-            return !self->queue_.empty() || self->stop_;
-          },
-          this));
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return !queue_.empty() || stop_; });
       // Stop only once drained: queued collectives have partners on other
       // streams that would otherwise wait forever.
       if (queue_.empty()) return;
@@ -48,47 +44,50 @@ void StreamWorker::Run() {
       busy_ = true;
     }
     task();
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
+    task = nullptr;  // release what the task holds before reporting idle
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    changed_.notify_all();
   }
 }
 
 void EventRecord::Complete() {
-  absl::MutexLock lock(&mu_);
-  time_ = std::chrono::steady_clock::now();
-  done_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    time_ = std::chrono::steady_clock::now();
+    done_ = true;
+  }
+  completed_.notify_all();
 }
 
 void EventRecord::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
+  std::unique_lock<std::mutex> lock(mu_);
+  completed_.wait(lock, [this] { return done_; });
 }
 
 bool EventRecord::done() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
 
 std::chrono::steady_clock::time_point EventRecord::time() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return time_;
 }
 
 void Rendezvous::ArriveAndWait() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const int64_t generation = generation_;
   if (++arrived_ == parties_) {
     arrived_ = 0;
     ++generation_;
+    lock.unlock();
+    released_.notify_all();
     return;
   }
-  struct Args {
-    Rendezvous* self;
-    int64_t generation;
-  } args{this, generation};
-  mu_.Await(absl::Condition(
-      +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->generation_ != a->generation; },
-      &args));
+  released_.wait(lock, [&] { return generation_ != generation; });
 }
 
 }  // namespace overlap::engine::host

@@ -2,19 +2,23 @@
 // runs its tasks in order; an event record completes when its stream reaches
 // it; a rendezvous lines up the ranks of one collective.
 //
+// std::mutex rather than absl::Mutex: ThreadSanitizer sees pthread-based
+// locks even though the system abseil is not instrumented.
+//
 // Deadlock freedom rests on one rule kept by the engine: a task only ever waits
 // for work enqueued before it (an event record made before the wait call, or
 // the other ranks' parts of the same collective, which are enqueued together).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 namespace overlap::engine::host {
 
@@ -36,7 +40,8 @@ class StreamWorker {
   void Run();
 
   const std::string name_;
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable changed_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -53,7 +58,8 @@ class EventRecord {
   std::chrono::steady_clock::time_point time();
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable completed_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point time_ ABSL_GUARDED_BY(mu_);
 };
@@ -66,7 +72,8 @@ class Rendezvous {
 
  private:
   const int parties_;
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable released_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
