@@ -23,15 +23,24 @@ std::string Where(const char* expr, const char* file, int line) {
 
 const char* NcclResultName(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "ncclSuccess";
-    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
-    case ncclSystemError: return "ncclSystemError";
-    case ncclInternalError: return "ncclInternalError";
-    case ncclInvalidArgument: return "ncclInvalidArgument";
-    case ncclInvalidUsage: return "ncclInvalidUsage";
-    case ncclRemoteError: return "ncclRemoteError";
-    case ncclInProgress: return "ncclInProgress";
-    default: return "ncclUnknownResult";
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclUnknownResult";
   }
 }
 
@@ -93,9 +102,9 @@ absl::Status CudaErrorToStatus(cudaError_t error, const char* expr, const char* 
 
 absl::Status CublasErrorToStatus(cublasStatus_t status, const char* expr, const char* file,
                                  int line) {
-  const std::string message = absl::StrCat(Where(expr, file, line), ": ",
-                                           cublasLtGetStatusName(status), ": ",
-                                           cublasLtGetStatusString(status));
+  const std::string message =
+      absl::StrCat(Where(expr, file, line), ": ", cublasLtGetStatusName(status), ": ",
+                   cublasLtGetStatusString(status));
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(message);

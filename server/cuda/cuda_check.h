@@ -33,27 +33,26 @@ void MarkStickyErrorSeen();
 
 }  // namespace overlap::cuda
 
-#define CUDA_RETURN_IF_ERROR(expr)                                                        \
-  do {                                                                                    \
-    const cudaError_t overlap_cuda_err_ = (expr);                                         \
-    if (overlap_cuda_err_ != cudaSuccess) {                                               \
+#define CUDA_RETURN_IF_ERROR(expr)                                                             \
+  do {                                                                                         \
+    const cudaError_t overlap_cuda_err_ = (expr);                                              \
+    if (overlap_cuda_err_ != cudaSuccess) {                                                    \
       return ::overlap::cuda::CudaErrorToStatus(overlap_cuda_err_, #expr, __FILE__, __LINE__); \
-    }                                                                                     \
+    }                                                                                          \
   } while (0)
 
-#define CUBLAS_RETURN_IF_ERROR(expr)                                                      \
-  do {                                                                                    \
-    const cublasStatus_t overlap_cublas_st_ = (expr);                                     \
-    if (overlap_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                    \
-      return ::overlap::cuda::CublasErrorToStatus(overlap_cublas_st_, #expr, __FILE__,    \
-                                                  __LINE__);                              \
-    }                                                                                     \
+#define CUBLAS_RETURN_IF_ERROR(expr)                                                              \
+  do {                                                                                            \
+    const cublasStatus_t overlap_cublas_st_ = (expr);                                             \
+    if (overlap_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      return ::overlap::cuda::CublasErrorToStatus(overlap_cublas_st_, #expr, __FILE__, __LINE__); \
+    }                                                                                             \
   } while (0)
 
-#define NCCL_RETURN_IF_ERROR(expr)                                                        \
-  do {                                                                                    \
-    const ncclResult_t overlap_nccl_res_ = (expr);                                        \
-    if (overlap_nccl_res_ != ncclSuccess && overlap_nccl_res_ != ncclInProgress) {        \
+#define NCCL_RETURN_IF_ERROR(expr)                                                             \
+  do {                                                                                         \
+    const ncclResult_t overlap_nccl_res_ = (expr);                                             \
+    if (overlap_nccl_res_ != ncclSuccess && overlap_nccl_res_ != ncclInProgress) {             \
       return ::overlap::cuda::NcclErrorToStatus(overlap_nccl_res_, #expr, __FILE__, __LINE__); \
-    }                                                                                     \
+    }                                                                                          \
   } while (0)

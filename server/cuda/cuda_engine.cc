@@ -21,8 +21,7 @@ constexpr size_t kBarrierScratchBytes = 256;
 
 std::string DottedVersion(int code, int major_div, int minor_div) {
   if (code <= 0) return "none";
-  return absl::StrCat(code / major_div, ".", (code % major_div) / minor_div, ".",
-                      code % minor_div);
+  return absl::StrCat(code / major_div, ".", (code % major_div) / minor_div, ".", code % minor_div);
 }
 
 }  // namespace
@@ -49,17 +48,17 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CreateCudaEngineTyped(const DaemonCo
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it for whoever asks next
-    return absl::UnavailableError(absl::StrCat("no GPU visible: ", cudaGetErrorName(error), ": ",
-                                               cudaGetErrorString(error)));
+    return absl::UnavailableError(
+        absl::StrCat("no GPU visible: ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
   }
   if (count <= 0) return absl::UnavailableError("no GPU visible: cudaGetDeviceCount found 0");
   if (config.collective_timeout_s <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("collective_timeout_s must be positive, got ",
-                                                   config.collective_timeout_s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective_timeout_s must be positive, got ", config.collective_timeout_s));
   }
   if (config.gemm_workspace_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm_workspace_bytes must be >= 0, got ",
-                                                   config.gemm_workspace_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm_workspace_bytes must be >= 0, got ", config.gemm_workspace_bytes));
   }
   // NVLink multicast (NVLS) stays off unless asked for; it must be set before the
   // first communicator is made, and overrides whatever the environment had.
@@ -366,8 +365,8 @@ absl::StatusOr<double> CudaEngineImpl::ElapsedMs(engine::EventId start, engine::
                                                    second.device, ": no common clock"));
   }
   if (!first.recorded || !second.recorded) {
-    return absl::InvalidArgumentError(absl::StrCat("event ", first.recorded ? end : start,
-                                                   " was never recorded"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("event ", first.recorded ? end : start, " was never recorded"));
   }
   ScopedDevice guard(first.device);
   RETURN_IF_ERROR(guard.status());

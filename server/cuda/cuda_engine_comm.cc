@@ -41,8 +41,7 @@ absl::Status CudaEngineImpl::AbortAfterNcclError(const std::vector<int>& devices
   GetLogger("nccl")->error("{} on devices [{}] failed, aborted {} communicator(s): {}", op,
                            absl::StrJoin(devices, ","), aborted.size(), error.ToString());
   return absl::AbortedError(absl::StrCat(op, " on devices [", absl::StrJoin(devices, ","),
-                                         "] failed: ", error.message(),
-                                         ": communicators aborted"));
+                                         "] failed: ", error.message(), ": communicators aborted"));
 }
 
 template <typename IssueFn>
@@ -85,12 +84,12 @@ absl::StatusOr<std::vector<CudaEngineImpl::RankPtrs>> CudaEngineImpl::PrepareCol
     const std::string send_what = absl::StrCat(op, " rank ", r, " send");
     const std::string recv_what = absl::StrCat(op, " rank ", r, " recv");
     if (rank.send.bytes < send_elems * elem) {
-      return absl::InvalidArgumentError(absl::StrCat(send_what, ": ", rank.send.bytes,
-                                                     " bytes, needs ", send_elems * elem));
+      return absl::InvalidArgumentError(
+          absl::StrCat(send_what, ": ", rank.send.bytes, " bytes, needs ", send_elems * elem));
     }
     if (rank.recv.bytes < recv_elems * elem) {
-      return absl::InvalidArgumentError(absl::StrCat(recv_what, ": ", rank.recv.bytes,
-                                                     " bytes, needs ", recv_elems * elem));
+      return absl::InvalidArgumentError(
+          absl::StrCat(recv_what, ": ", rank.recv.bytes, " bytes, needs ", recv_elems * elem));
     }
     ASSIGN_OR_RETURN(char* send, Resolve(rank.send, rank.device, send_what.c_str()));
     ASSIGN_OR_RETURN(char* recv, Resolve(rank.recv, rank.device, recv_what.c_str()));
@@ -175,26 +174,26 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
     const int src_rank = RankOf(group_devices, t.src_device);
     const int dst_rank = RankOf(group_devices, t.dst_device);
     if (src_rank < 0 || dst_rank < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": device ", src_rank < 0 ? t.src_device : t.dst_device, " is not in group [",
-          absl::StrJoin(group_devices, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": device ", src_rank < 0 ? t.src_device : t.dst_device,
+                       " is not in group [", absl::StrJoin(group_devices, ","), "]"));
     }
     ASSIGN_OR_RETURN(const StreamSlot* src_slot, LookupStream(t.src_stream));
     ASSIGN_OR_RETURN(const StreamSlot* dst_slot, LookupStream(t.dst_stream));
     if (src_slot->device != t.src_device || dst_slot->device != t.dst_device) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": src_stream must be on src_device ", t.src_device,
-                       " and dst_stream on dst_device ", t.dst_device));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": src_stream must be on src_device ",
+                                                     t.src_device, " and dst_stream on dst_device ",
+                                                     t.dst_device));
     }
     if (t.dst.bytes < t.src.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": destination has ", t.dst.bytes,
-                                                     " bytes, source ", t.src.bytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": destination has ", t.dst.bytes, " bytes, source ", t.src.bytes));
     }
     ASSIGN_OR_RETURN(char* src, Resolve(t.src, t.src_device, (what + " source").c_str()));
     ASSIGN_OR_RETURN(char* dst, Resolve(t.dst, t.dst_device, (what + " destination").c_str()));
     if (t.src.bytes == 0) continue;
-    resolved.push_back(Resolved{src_rank, dst_rank, src_slot->stream.get(),
-                                dst_slot->stream.get(), src, dst, t.src.bytes});
+    resolved.push_back(Resolved{src_rank, dst_rank, src_slot->stream.get(), dst_slot->stream.get(),
+                                src, dst, t.src.bytes});
   }
   if (resolved.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(group_devices, channel));
@@ -223,9 +222,8 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
                                       int dst_device, engine::BufferRef src, int src_device) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
   if (!ValidDevice(dst_device) || !ValidDevice(src_device)) {
-    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: unknown device ",
-                                                   ValidDevice(dst_device) ? src_device
-                                                                           : dst_device));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PeerCopy: unknown device ", ValidDevice(dst_device) ? src_device : dst_device));
   }
   if (slot->device != src_device && slot->device != dst_device) {
     return absl::InvalidArgumentError(absl::StrCat("PeerCopy: stream ", stream, " is on device ",
@@ -235,15 +233,15 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
   ASSIGN_OR_RETURN(char* dst_ptr, Resolve(dst, dst_device, "PeerCopy destination"));
   ASSIGN_OR_RETURN(char* src_ptr, Resolve(src, src_device, "PeerCopy source"));
   if (dst.bytes < src.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: destination has ", dst.bytes,
-                                                   " bytes, source ", src.bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PeerCopy: destination has ", dst.bytes, " bytes, source ", src.bytes));
   }
   if (src.bytes == 0) return absl::OkStatus();
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
   if (src_device == dst_device) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDeviceToDevice,
-                                         slot->stream.get()));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDeviceToDevice, slot->stream.get()));
   } else {
     // Copy engines, no SMs: the GEMM beside it keeps the whole GPU.
     CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, dst_device, src_ptr, src_device, src.bytes,
@@ -255,8 +253,8 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
 absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& devices,
                                      const std::vector<engine::StreamId>& streams) {
   if (devices.size() != streams.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Barrier: ", devices.size(), " devices but ",
-                                                   streams.size(), " streams"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Barrier: ", devices.size(), " devices but ", streams.size(), " streams"));
   }
   std::vector<cudaStream_t> raw;
   for (size_t r = 0; r < devices.size(); ++r) {

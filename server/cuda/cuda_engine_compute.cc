@@ -29,8 +29,8 @@ absl::StatusOr<size_t> MatrixSpan(const char* name, int64_t rows, int64_t cols, 
   if (stride < 0) {
     return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": negative batch stride"));
   }
-  const double span = static_cast<double>(batch - 1) * stride +
-                      static_cast<double>(rows - 1) * ld + static_cast<double>(cols);
+  const double span = static_cast<double>(batch - 1) * stride + static_cast<double>(rows - 1) * ld +
+                      static_cast<double>(cols);
   if (span > static_cast<double>(std::numeric_limits<int64_t>::max() / 4)) {
     return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": extent overflows"));
   }
@@ -39,15 +39,15 @@ absl::StatusOr<size_t> MatrixSpan(const char* name, int64_t rows, int64_t cols, 
 
 }  // namespace
 
-absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst,
-                                        DType dtype, uint64_t seed, float scale) {
+absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                                        uint64_t seed, float scale) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
   ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, "FillRandom destination"));
   RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "FillRandom destination"));
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
-  CUDA_RETURN_IF_ERROR(LaunchFillRandom(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype),
-                                        seed, scale, slot->stream.get()));
+  CUDA_RETURN_IF_ERROR(LaunchFillRandom(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype), seed,
+                                        scale, slot->stream.get()));
   return absl::OkStatus();
 }
 
@@ -70,15 +70,15 @@ absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferR
   ASSIGN_OR_RETURN(BufferEntry src_entry, LookupBuffer(src.buffer));
   // A source on another device is read over NVLink when peer access is on.
   if (!peer_access_[slot->device][src_entry.device]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Accumulate source is on device ", src_entry.device, ", which device ",
-                     slot->device, " cannot access"));
+    return absl::InvalidArgumentError(absl::StrCat("Accumulate source is on device ",
+                                                   src_entry.device, ", which device ",
+                                                   slot->device, " cannot access"));
   }
   ASSIGN_OR_RETURN(char* src_ptr, Resolve(src, src_entry.device, "Accumulate source"));
   RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "Accumulate destination"));
   if (src.bytes < dst.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("Accumulate source has ", src.bytes,
-                                                   " bytes, destination ", dst.bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Accumulate source has ", src.bytes, " bytes, destination ", dst.bytes));
   }
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
@@ -111,8 +111,8 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
     const engine::MatrixRef* ref;
     size_t span;
     const char* what;
-  } operands[] = {{&args.a, span_a, "GEMM A"}, {&args.b, span_b, "GEMM B"},
-                  {&args.c, span_c, "GEMM C"}};
+  } operands[] = {
+      {&args.a, span_a, "GEMM A"}, {&args.b, span_b, "GEMM B"}, {&args.c, span_c, "GEMM C"}};
   char* ptrs[3] = {};
   for (int i = 0; i < 3; ++i) {
     const engine::MatrixRef& ref = *operands[i].ref;
@@ -143,10 +143,10 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
       state.gemm->Run(problem, slot->stream.get(), slot->workspace, slot->workspace_bytes,
                       state.sm_count_target.load(), [this, device] { return WaitIdle({device}); });
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("GEMM ", DTypeName(args.dtype), " m=", args.m, " n=", args.n,
-                                     " k=", args.k, " batch=", args.batch, " on device ", device,
-                                     ": ", status.message()));
+    return absl::Status(
+        status.code(),
+        absl::StrCat("GEMM ", DTypeName(args.dtype), " m=", args.m, " n=", args.n, " k=", args.k,
+                     " batch=", args.batch, " on device ", device, ": ", status.message()));
   }
   return absl::OkStatus();
 }

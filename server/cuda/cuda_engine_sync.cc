@@ -37,9 +37,11 @@ absl::StatusOr<bool> CudaEngineImpl::PollStreamsIdle(const std::vector<int>& dev
           continue;
         }
         if (error != cudaSuccess) {
-          const absl::Status status = CudaErrorToStatus(error, "cudaStreamQuery", __FILE__, __LINE__);
+          const absl::Status status =
+              CudaErrorToStatus(error, "cudaStreamQuery", __FILE__, __LINE__);
           if (IsStickyCudaError(error)) healthy_.store(false);
-          return absl::Status(status.code(), absl::StrCat("device ", device, ": ", status.message()));
+          return absl::Status(status.code(),
+                              absl::StrCat("device ", device, ": ", status.message()));
         }
       }
     }
@@ -51,9 +53,9 @@ absl::StatusOr<bool> CudaEngineImpl::PollStreamsIdle(const std::vector<int>& dev
           GetLogger("nccl")->error("NCCL error on devices [{}]: {}; aborted {}",
                                    absl::StrJoin(devices, ","), async.ToString(),
                                    absl::StrJoin(aborted, "; "));
-          return absl::AbortedError(absl::StrCat("NCCL error on devices [",
-                                                 absl::StrJoin(devices, ","), "]: ",
-                                                 async.message(), ": communicators aborted"));
+          return absl::AbortedError(
+              absl::StrCat("NCCL error on devices [", absl::StrJoin(devices, ","),
+                           "]: ", async.message(), ": communicators aborted"));
         }
       }
     }

@@ -13,8 +13,8 @@ void LogReleaseError(const char* what, int device, cudaError_t error) noexcept {
   // Release can fail after a sticky error or during process teardown (the
   // driver is unloading); there is nothing to do but say so.
   if (IsStickyCudaError(error)) MarkStickyErrorSeen();
-  GetLogger("cuda")->error("{} on device {} failed: {}: {}", what, device,
-                           cudaGetErrorName(error), cudaGetErrorString(error));
+  GetLogger("cuda")->error("{} on device {} failed: {}: {}", what, device, cudaGetErrorName(error),
+                           cudaGetErrorString(error));
 }
 
 }  // namespace

@@ -29,8 +29,8 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device,
   size_t bytes = std::min(static_cast<size_t>(requested_bytes), free_bytes / 10 * 9);
   bytes = bytes / kPoolGranularity * kPoolGranularity;
   if (bytes == 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", device, ": only ", free_bytes, " bytes free, cannot create a memory pool"));
+    return absl::ResourceExhaustedError(absl::StrCat("device ", device, ": only ", free_bytes,
+                                                     " bytes free, cannot create a memory pool"));
   }
   if (bytes < static_cast<size_t>(requested_bytes)) {
     GetLogger("cuda")->warn("device {}: pool capped to {} bytes (90% of {} free), {} requested",
@@ -89,9 +89,9 @@ absl::Status DevicePool::Free(void* ptr) { return FreeAfter(ptr, {}); }
 
 absl::Status DevicePool::FreeAfter(void* ptr, std::vector<CudaEvent> fences) {
   if (!Contains(ptr, 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pointer ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
-                     " is not in device ", device_, "'s pool"));
+    return absl::InvalidArgumentError(absl::StrCat("pointer ",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                                   " is not in device ", device_, "'s pool"));
   }
   const size_t offset = static_cast<char*>(ptr) - static_cast<char*>(memory_.get());
   absl::MutexLock lock(&mu_);
@@ -101,8 +101,8 @@ absl::Status DevicePool::FreeAfter(void* ptr, std::vector<CudaEvent> fences) {
   }
   for (const PendingFree& pending : pending_) {
     if (pending.offset == offset) {
-      return absl::InvalidArgumentError(absl::StrCat("block at offset ", offset, " of device ",
-                                                     device_, "'s pool freed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("block at offset ", offset, " of device ", device_, "'s pool freed twice"));
     }
   }
   if (fences.empty()) return allocator_.Free(offset);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,8 +106,8 @@ absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const Gem
                     void* c, cudaStream_t stream, void* workspace, size_t workspace_bytes) {
   const float alpha = 1.0f;
   const float beta = p.beta;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b,
-                                        &beta, c, plan->c, c, plan->c, &plan->algo, workspace,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b, &beta,
+                                        c, plan->c, c, plan->c, &plan->algo, workspace,
                                         workspace_bytes, stream));
   return absl::OkStatus();
 }
@@ -117,11 +117,21 @@ absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const Gem
 absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* workspace,
                          size_t workspace_bytes, int sm_count_target,
                          const std::function<absl::Status()>& quiesce) {
-  const int align_code =
-      Alignment(p.a) | (Alignment(p.b) << 9) | (Alignment(p.c) << 18);
-  const Key key{static_cast<int>(p.type), p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.batch,
-                p.batch > 1 ? p.stride_a : 0, p.batch > 1 ? p.stride_b : 0,
-                p.batch > 1 ? p.stride_c : 0, p.beta, sm_count_target, align_code,
+  const int align_code = Alignment(p.a) | (Alignment(p.b) << 9) | (Alignment(p.c) << 18);
+  const Key key{static_cast<int>(p.type),
+                p.m,
+                p.n,
+                p.k,
+                p.lda,
+                p.ldb,
+                p.ldc,
+                p.batch,
+                p.batch > 1 ? p.stride_a : 0,
+                p.batch > 1 ? p.stride_b : 0,
+                p.batch > 1 ? p.stride_c : 0,
+                p.beta,
+                sm_count_target,
+                align_code,
                 workspace_bytes};
   std::shared_ptr<const Plan> plan;
   {
@@ -176,10 +186,10 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
 
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t heuristic =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c, pref,
-                                     kCandidates, results, &found);
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || (heuristic == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan->op, plan->a, plan->b, plan->c, plan->c, pref, kCandidates, results, &found);
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (heuristic == CUBLAS_STATUS_SUCCESS && found == 0)) {
     return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(p),
                                                    " with ", workspace_bytes,
                                                    " bytes of workspace"));
@@ -190,8 +200,8 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
     if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i]);
   }
   if (candidates.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no usable algorithm for ",
-                                                   Describe(p)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuBLASLt has no usable algorithm for ", Describe(p)));
   }
   plan->algo = candidates[0].algo;
   plan->workspace_needed = candidates[0].workspaceSize;

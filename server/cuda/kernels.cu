@@ -15,9 +15,13 @@ constexpr int kVec = 8;  // elements per 16-byte vector of 16-bit types
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -136,12 +140,12 @@ cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float val
                                                                  value);
       break;
     case ElemType::kF16:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__half*>(dst),
-                                                                 count, value);
+      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__half*>(dst), count,
+                                                                 value);
       break;
     case ElemType::kBF16:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(dst), count, value);
+      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
+                                                                 count, value);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -154,9 +158,9 @@ namespace {
 template <typename T>
 cudaError_t AccumulateTyped(void* dst, const void* src, size_t count, cudaStream_t stream) {
   const bool vectorized = Aligned16(dst) && Aligned16(src);
-  AccumulateKernel<T><<<Blocks(vectorized ? count / (16 / sizeof(T)) + 1 : count), kThreads, 0,
-                        stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), count,
-                                  vectorized);
+  AccumulateKernel<T>
+      <<<Blocks(vectorized ? count / (16 / sizeof(T)) + 1 : count), kThreads, 0, stream>>>(
+          static_cast<T*>(dst), static_cast<const T*>(src), count, vectorized);
   return cudaGetLastError();
 }
 

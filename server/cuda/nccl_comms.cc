@@ -38,8 +38,8 @@ absl::Status NcclGroup::AsyncError() const {
     if (async != ncclSuccess && async != ncclInProgress) {
       const absl::Status status =
           NcclErrorToStatus(async, "ncclCommGetAsyncError", __FILE__, __LINE__);
-      return absl::Status(status.code(), absl::StrCat("communicator ", Name(), " rank ", rank,
-                                                      ": ", status.message()));
+      return absl::Status(status.code(), absl::StrCat("communicator ", Name(), " rank ", rank, ": ",
+                                                      status.message()));
     }
   }
   return absl::OkStatus();
@@ -145,8 +145,7 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
                                                              int channel) {
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-  const std::string name =
-      absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."));
+  const std::string name = absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."));
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const int nranks = static_cast<int>(devices.size());
   NCCL_RETURN_IF_ERROR(ncclGroupStart());
@@ -176,9 +175,9 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   if (init_status.ok()) init_status = group->WaitReady(init_timeout_s_);
   if (!init_status.ok()) {
     group->Abort();
-    return absl::Status(init_status.code(),
-                        absl::StrCat("creating NCCL communicator ", group->Name(), ": ",
-                                     init_status.message()));
+    return absl::Status(
+        init_status.code(),
+        absl::StrCat("creating NCCL communicator ", group->Name(), ": ", init_status.message()));
   }
   GetLogger("nccl")->info("created communicator {}", group->Name());
   return group;

@@ -16,9 +16,8 @@ class ScopedDevice {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
     if (previous_ == device) return;
     const cudaError_t error = cudaSetDevice(device);
-    status_ = error == cudaSuccess
-                  ? absl::OkStatus()
-                  : CudaErrorToStatus(error, "cudaSetDevice", __FILE__, __LINE__);
+    status_ = error == cudaSuccess ? absl::OkStatus()
+                                   : CudaErrorToStatus(error, "cudaSetDevice", __FILE__, __LINE__);
     switched_ = error == cudaSuccess && previous_ >= 0;
   }
   ~ScopedDevice() {

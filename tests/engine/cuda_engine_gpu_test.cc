@@ -95,8 +95,8 @@ class CudaEngineTest : public ::testing::Test {
 CudaEngine* CudaEngineTest::engine_ = nullptr;
 absl::Status* CudaEngineTest::create_status_ = nullptr;
 
-#define REQUIRE_GPUS(n)                                                                 \
-  if (eng().DeviceCount() < (n)) {                                                      \
+#define REQUIRE_GPUS(n)                                                                \
+  if (eng().DeviceCount() < (n)) {                                                     \
     GTEST_SKIP() << "needs " << (n) << " GPUs, " << eng().DeviceCount() << " visible"; \
   }
 
@@ -166,7 +166,8 @@ TEST_F(CudaEngineTest, FillConstantPoisonsWithNaN) {
     for (size_t i = 0; i < count; ++i) {
       ASSERT_TRUE(std::isnan(LoadAsFloat(host.data(), dtype, i))) << DTypeName(dtype) << " " << i;
     }
-    ASSERT_TRUE(eng().FillConstant(stream, {buffer, 0, count * DTypeSize(dtype)}, dtype, 2.5f).ok());
+    ASSERT_TRUE(
+        eng().FillConstant(stream, {buffer, 0, count * DTypeSize(dtype)}, dtype, 2.5f).ok());
     const std::vector<uint8_t> twos = Download(buffer, count * DTypeSize(dtype), 0);
     EXPECT_EQ(LoadAsFloat(twos.data(), dtype, count - 1), 2.5f);
   }
@@ -260,8 +261,8 @@ TEST_P(CudaGemmTest, MatchesFloat64Reference) {
   const std::vector<uint8_t> got = Download(cbuf, count_c * elem, 0);
   const std::vector<uint8_t> ha = HostRandom(dtype, count_a, 11, 1.0f);
   const std::vector<uint8_t> hb = HostRandom(dtype, count_b, 12, 1.0f);
-  const std::vector<uint8_t> hc = c.beta == 0.0f ? std::vector<uint8_t>()
-                                                 : HostRandom(dtype, count_c, 13, 1.0f);
+  const std::vector<uint8_t> hc =
+      c.beta == 0.0f ? std::vector<uint8_t>() : HostRandom(dtype, count_c, 13, 1.0f);
   double max_err = 0, max_ref = 0;
   size_t untouched_bad = 0;
   std::vector<bool> inside(count_c, false);
@@ -386,8 +387,10 @@ TEST_F(CudaEngineTest, PoolExhaustionIsResourceExhausted) {
   EXPECT_GE(eng().MemoryInUse(0), before + capacity - 4096);
   EXPECT_EQ(eng().Allocate(0, 1 << 20).status().code(), absl::StatusCode::kResourceExhausted);
   // Freed memory is usable again, even with the last use still queued.
-  ASSERT_TRUE(eng().FillRandom(eng().GetStream(0, StreamRole::kCompute, 0),
-                               {*half1, 0, size_t(capacity / 2)}, DType::kF32, 1, 1.0f).ok());
+  ASSERT_TRUE(eng()
+                  .FillRandom(eng().GetStream(0, StreamRole::kCompute, 0),
+                              {*half1, 0, size_t(capacity / 2)}, DType::kF32, 1, 1.0f)
+                  .ok());
   eng().Free(*half1);
   eng().Free(*half2);
   absl::StatusOr<BufferId> again = eng().Allocate(0, capacity / 2);
@@ -489,7 +492,8 @@ TEST_F(CudaEngineTest, ReduceScatterAndAllReduceSumExactly) {
       const std::vector<float> values = IntPattern(count * n, r);
       for (size_t i = 0; i < values.size(); ++i) total[i] += values[i];
       const BufferId send = Alloc(r, count * n * elem);
-      ASSERT_TRUE(eng().CopyFromHost({send, 0, count * n * elem}, r, Encode(values, dtype).data()).ok());
+      ASSERT_TRUE(
+          eng().CopyFromHost({send, 0, count * n * elem}, r, Encode(values, dtype).data()).ok());
       engine::RankBuffers rank;
       rank.device = r;
       rank.stream = eng().GetStream(r, StreamRole::kComm, 1);
@@ -548,29 +552,31 @@ TEST_F(CudaEngineTest, SendRecvRingMovesExactBytes) {
   REQUIRE_GPUS(2);
   const int n = eng().DeviceCount();
   const size_t bytes = 12347;  // odd: counted in bytes
-  std::vector<engine::Transfer> transfers;
-  std::vector<BufferId> dst(n);
+  std::vector<BufferId> src(n), dst(n);
   for (int r = 0; r < n; ++r) {
-    const BufferId src = Alloc(r, bytes);
-    dst[(r + 1) % n] = Alloc((r + 1) % n, bytes + 1);
-    const engine::StreamId stream = eng().GetStream(r, StreamRole::kComm, 0);
-    ASSERT_TRUE(eng().FillRandom(stream, {src, 0, bytes - 1}, DType::kBF16, 300 + r, 1.0f).ok());
+    src[r] = Alloc(r, bytes);
+    dst[r] = Alloc(r, bytes + 1);
+    // The last byte is whatever the pool held: what was sent is read back below.
+    ASSERT_TRUE(eng()
+                    .FillRandom(eng().GetStream(r, StreamRole::kComm, 0), {src[r], 0, bytes - 1},
+                                DType::kBF16, 300 + r, 1.0f)
+                    .ok());
   }
-  for (int r = 0; r < n; ++r) {
+  std::vector<engine::Transfer> transfers;
+  for (int r = 0; r < n; ++r) {  // rank r sends to rank r + 1
+    const int to = (r + 1) % n;
     engine::Transfer t;
     t.src_device = r;
     t.src_stream = eng().GetStream(r, StreamRole::kComm, 0);
-    t.src = {buffers_[r].first, 0, bytes};
-    t.dst_device = (r + 1) % n;
-    t.dst_stream = eng().GetStream((r + 1) % n, StreamRole::kComm, 0);
-    t.dst = {dst[(r + 1) % n], 1, bytes};  // odd offset too
+    t.src = {src[r], 0, bytes};
+    t.dst_device = to;
+    t.dst_stream = eng().GetStream(to, StreamRole::kComm, 0);
+    t.dst = {dst[to], 1, bytes};  // odd offset too
     transfers.push_back(t);
   }
-  // Source buffers were allocated first, one per rank, in rank order.
   ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
   std::vector<std::vector<uint8_t>> sent(n);
-  for (int r = 0; r < n; ++r) sent[r] = Download(buffers_[2 * r].first, bytes, r);
-  for (int r = 0; r < n; ++r) transfers[r].src.buffer = buffers_[2 * r].first;
+  for (int r = 0; r < n; ++r) sent[r] = Download(src[r], bytes, r);
   const absl::Status status = eng().SendRecv(0, AllDevices(n), transfers);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
@@ -588,8 +594,10 @@ TEST_F(CudaEngineTest, PeerCopyOnEitherDevicesStream) {
   const BufferId src = Alloc(0, bytes);
   const BufferId dst = Alloc(1, bytes);
   const BufferId back = Alloc(0, bytes);
-  ASSERT_TRUE(eng().FillRandom(eng().GetStream(0, StreamRole::kComm, 0), {src, 0, bytes},
-                               DType::kF16, 7, 1.0f).ok());
+  ASSERT_TRUE(eng()
+                  .FillRandom(eng().GetStream(0, StreamRole::kComm, 0), {src, 0, bytes},
+                              DType::kF16, 7, 1.0f)
+                  .ok());
   ASSERT_TRUE(eng().Synchronize({0}).ok());
   // Issued on the source's stream, then back on the destination's stream.
   const engine::StreamId s0 = eng().GetStream(0, StreamRole::kComm, 0);
@@ -605,8 +613,8 @@ TEST_F(CudaEngineTest, PeerCopyOnEitherDevicesStream) {
   const std::vector<uint8_t> got = Download(back, bytes, 0);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin()));
   EXPECT_EQ(Download(dst, bytes, 1), got);
-  const engine::StreamId s2 = eng().DeviceCount() > 2 ? eng().GetStream(2, StreamRole::kComm, 0)
-                                                       : -1;
+  const engine::StreamId s2 =
+      eng().DeviceCount() > 2 ? eng().GetStream(2, StreamRole::kComm, 0) : -1;
   if (s2 >= 0) {
     EXPECT_EQ(eng().PeerCopy(s2, {dst, 0, bytes}, 1, {src, 0, bytes}, 0).code(),
               absl::StatusCode::kInvalidArgument);

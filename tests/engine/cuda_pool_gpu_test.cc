@@ -49,7 +49,7 @@ TEST(RangeAllocatorTest, FreeCoalescesBothNeighbours) {
   ASSERT_TRUE(allocator.Free(c).ok());
   EXPECT_EQ(allocator.free_block_count(), 2u);
   EXPECT_FALSE(allocator.Allocate(512).ok());  // fragmented: two 256-byte holes
-  ASSERT_TRUE(allocator.Free(b).ok());           // joins a, b and c
+  ASSERT_TRUE(allocator.Free(b).ok());         // joins a, b and c
   EXPECT_EQ(allocator.free_block_count(), 1u);
   EXPECT_EQ(allocator.largest_free_block(), 768u);
   ASSERT_TRUE(allocator.Free(d).ok());
