@@ -1,0 +1,420 @@
+// The gRPC server in-process: a real host engine and job store, the scheduler
+// with a fake runner (so that jobs block or finish on demand), and the generated
+// client stubs over a unix socket.
+#include "server/rpc/rpc_server.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/engine/host/host_engine.h"
+#include "server/rpc/listen_address.h"
+#include "tests/server/test_util.h"
+
+namespace overlap::rpc {
+namespace {
+
+using ::overlap::testing::FakeRunner;
+using ::overlap::testing::TempDir;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+std::string Spec(const std::string& name, const std::string& devices = "[0]") {
+  return "name: \"" + name + "\"\ndevices: " + devices +
+         "\niterations: 1\nwarmup: 0\nops:\n  - {id: a, type: ag_gemm, m: 64, k: 64, n: 64}\n";
+}
+
+// grpc.health.v1.Health/Check without the generated health stub: the request
+// is field 1 (service, string), the response field 1 (status, enum).
+int HealthStatus(grpc::Channel* channel, const std::string& service) {
+  std::string request = {'\x0a', static_cast<char>(service.size())};
+  request += service;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer send(&slice, 1), receive;
+  grpc::GenericStub stub(channel->shared_from_this());
+  grpc::ClientContext context;
+  grpc::Status status;
+  bool done = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &send, &receive,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) return -static_cast<int>(status.error_code());
+  std::vector<grpc::Slice> slices;
+  (void)receive.Dump(&slices);
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes.empty()) return 0;  // UNKNOWN is the default value: not sent
+  return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : -100;
+}
+
+class RpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine::HostEngineOptions engine_options;
+    engine_options.device_count = 2;
+    engine_options.device_memory_bytes = 2 * kGiB;
+    auto engine = engine::CreateHostEngine(engine_options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    auto store = jobs::JobStore::Open(dir_.path() + "/state");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    jobs::SchedulerOptions scheduler_options;
+    scheduler_options.executor_threads = 2;
+    auto scheduler = jobs::Scheduler::Create(
+        store_.get(),
+        [this](const v1::Job& j, const ops::RunHooks& h) { return runner_.Run(j, h); },
+        scheduler_options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+
+    RpcServerOptions options;
+    options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
+    options.state_dir = dir_.path() + "/state";
+    options.jobs.max_spec_bytes = 4096;
+    // Jobs named "huge" ask for 3 GiB per device; the devices have 2.
+    options.jobs.bytes_per_device = [](const JobSpec& spec, int tp) -> int64_t {
+      return spec.name == "huge" ? 3 * kGiB : 1 << 20;
+    };
+    auto server = RpcServer::Start(options, *scheduler_, *engine_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(server_->listen_address(), grpc::InsecureChannelCredentials());
+    jobs_ = v1::Jobs::NewStub(channel_);
+    node_ = v1::Node::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (scheduler_ != nullptr) {
+      scheduler_->StartDrain();
+      scheduler_->CancelRunning("test over");
+      scheduler_->WaitIdle(absl::Seconds(10));
+      scheduler_->Shutdown();
+    }
+    if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
+  }
+
+  grpc::Status Submit(const std::string& spec, v1::Job* job = nullptr) {
+    grpc::ClientContext context;
+    v1::SubmitJobRequest request;
+    request.set_spec(spec);
+    request.set_source_name("test.yaml");
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(&context, request, &response);
+    if (job != nullptr) *job = response.job();
+    return status;
+  }
+
+  grpc::Status Get(const std::string& id, v1::Job* job) {
+    grpc::ClientContext context;
+    v1::GetJobRequest request;
+    request.set_id(id);
+    v1::GetJobResponse response;
+    grpc::Status status = jobs_->GetJob(&context, request, &response);
+    *job = response.job();
+    return status;
+  }
+
+  grpc::Status Cancel(const std::string& id, v1::Job* job) {
+    grpc::ClientContext context;
+    v1::CancelJobRequest request;
+    request.set_id(id);
+    v1::CancelJobResponse response;
+    grpc::Status status = jobs_->CancelJob(&context, request, &response);
+    *job = response.job();
+    return status;
+  }
+
+  std::vector<v1::Job> List(v1::JobState state, int limit = 0) {
+    grpc::ClientContext context;
+    v1::ListJobsRequest request;
+    request.set_state(state);
+    request.set_limit(limit);
+    v1::ListJobsResponse response;
+    grpc::Status status = jobs_->ListJobs(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.jobs().begin(), response.jobs().end()};
+  }
+
+  // Every event of WatchJob, and the status it ended with.
+  grpc::Status Watch(const std::string& id, std::vector<v1::Job>* events) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    auto reader = jobs_->WatchJob(&context, request);
+    v1::JobEvent event;
+    while (reader->Read(&event)) events->push_back(event.job());
+    return reader->Finish();
+  }
+
+  void AwaitRunning(const std::string& id) {
+    for (int i = 0; i < 200; ++i) {
+      v1::Job job;
+      ASSERT_TRUE(Get(id, &job).ok());
+      if (job.state() == v1::RUNNING) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << id << " never started";
+  }
+
+  TempDir dir_;
+  FakeRunner runner_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<jobs::JobStore> store_;
+  std::unique_ptr<jobs::Scheduler> scheduler_;
+  std::unique_ptr<RpcServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Node::Stub> node_;
+};
+
+TEST_F(RpcServerTest, SocketIsGroupOnly) {
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_.path() + "/run/overlapd.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(server_->listen_address(), "unix:" + dir_.path() + "/run/overlapd.sock");
+}
+
+TEST_F(RpcServerTest, SubmitGetListCancelWatchRoundTrip) {
+  v1::Job submitted;
+  grpc::Status status = Submit(Spec("block"), &submitted);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(submitted.id(), "job-000001");
+  EXPECT_EQ(submitted.name(), "block");
+  EXPECT_EQ(submitted.spec(), Spec("block"));
+  ASSERT_EQ(submitted.devices_size(), 1);
+  AwaitRunning(submitted.id());
+
+  // Queued behind it on device 0, with every device resolved when none is given.
+  v1::Job queued;
+  ASSERT_TRUE(Submit("name: all\niterations: 1\nops:\n  - {id: a, type: gemm_ar, m: 64, k: 64, "
+                     "n: 64}\n",
+                     &queued)
+                  .ok());
+  EXPECT_EQ(queued.id(), "job-000002");
+  EXPECT_EQ(queued.state(), v1::QUEUED);
+  EXPECT_EQ(std::vector<int>(queued.devices().begin(), queued.devices().end()),
+            (std::vector<int>{0, 1}));
+
+  std::vector<v1::Job> running = List(v1::RUNNING);
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].id(), "job-000001");
+  std::vector<v1::Job> newest = List(v1::JOB_STATE_UNSPECIFIED, 1);
+  ASSERT_EQ(newest.size(), 1u);
+  EXPECT_EQ(newest[0].id(), "job-000002");
+
+  v1::Job job;
+  status = Cancel(queued.id(), &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(job.state(), v1::CANCELLED);
+
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    v1::Job ignored;
+    EXPECT_TRUE(Cancel(submitted.id(), &ignored).ok());
+  });
+  std::vector<v1::Job> events;
+  status = Watch(submitted.id(), &events);
+  canceller.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.front().state(), v1::RUNNING);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(),
+                          [](const v1::Job& e) { return e.progress().iteration() > 0; }))
+      << "no progress event";
+  EXPECT_EQ(events.back().state(), v1::CANCELLED);
+  EXPECT_EQ(events.back().error(), "cancelled by request");
+
+  ASSERT_TRUE(Get(submitted.id(), &job).ok());
+  EXPECT_EQ(job.state(), v1::CANCELLED);
+  status = Cancel(submitted.id(), &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(), "job job-000001 already finished (CANCELLED)");
+
+  // Watching a finished job sends it once and ends.
+  events.clear();
+  ASSERT_TRUE(Watch(queued.id(), &events).ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].state(), v1::CANCELLED);
+
+  EXPECT_EQ(List(v1::CANCELLED).size(), 2u);
+  EXPECT_EQ(List(v1::JOB_STATE_UNSPECIFIED).size(), 2u);
+}
+
+TEST_F(RpcServerTest, UnknownIdsAreNotFound) {
+  v1::Job job;
+  grpc::Status status = Get("job-424242", &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(), "job job-424242 not found");
+  EXPECT_EQ(Cancel("job-424242", &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  std::vector<v1::Job> events;
+  EXPECT_EQ(Watch("job-424242", &events).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Get("", &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(RpcServerTest, RefusalsHaveTheRightCodeAndNameTheField) {
+  grpc::Status status = Submit("name: x\nops: [ {id: a, type: ag_gemm, m: 64");  // unterminated
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("test.yaml"), std::string::npos) << status.error_message();
+
+  status = Submit(Spec("bad-devices", "[0, 7]"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("devices"), std::string::npos) << status.error_message();
+
+  status = Submit(Spec("huge", "[0, 1]"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(status.error_message(), "job needs 3.00 GiB per device, device 0 has 2.00 GiB");
+
+  status = Submit(Spec("big") + "# " + std::string(5000, 'x') + "\n");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("max_spec_bytes"), std::string::npos);
+
+  EXPECT_TRUE(List(v1::JOB_STATE_UNSPECIFIED).empty()) << "a refused job was stored";
+
+  grpc::ClientContext context;
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(node_->GetStats(&context, v1::GetStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.jobs_rejected(), 4);
+  EXPECT_EQ(stats.jobs_submitted(), 0);
+}
+
+TEST_F(RpcServerTest, DrainingRefusesSubmissionsAndReportsNotServing) {
+  EXPECT_EQ(HealthStatus(channel_.get(), ""), 1);  // SERVING
+  EXPECT_EQ(HealthStatus(channel_.get(), "overlap.v1.Jobs"), 1);
+  scheduler_->StartDrain();
+  server_->SetServing(false);
+  EXPECT_EQ(HealthStatus(channel_.get(), ""), 2);  // NOT_SERVING
+  EXPECT_EQ(HealthStatus(channel_.get(), "overlap.v1.Jobs"), 2);
+  grpc::Status status = Submit(Spec("late"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(status.error_message(), "overlapd is draining");
+
+  grpc::ClientContext context;
+  v1::GetNodeInfoResponse info;
+  ASSERT_TRUE(node_->GetNodeInfo(&context, v1::GetNodeInfoRequest(), &info).ok());
+  EXPECT_FALSE(info.healthy());
+}
+
+TEST_F(RpcServerTest, WatchEndsWhenTheDaemonStops) {
+  v1::Job blocker, queued;
+  ASSERT_TRUE(Submit(Spec("block"), &blocker).ok());
+  ASSERT_TRUE(Submit(Spec("sleep:1"), &queued).ok());
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    scheduler_->StartDrain();
+    scheduler_->CancelRunning("drain timeout");
+    scheduler_->WaitIdle(absl::Seconds(5));
+    scheduler_->Shutdown();
+  });
+  std::vector<v1::Job> events;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status status = Watch(queued.id(), &events);
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state(), v1::QUEUED);
+  EXPECT_EQ(store_->Get(queued.id())->state(), v1::QUEUED);  // runs after a restart
+}
+
+TEST_F(RpcServerTest, NodeInfoAndStats) {
+  grpc::ClientContext info_context;
+  v1::GetNodeInfoResponse info;
+  ASSERT_TRUE(node_->GetNodeInfo(&info_context, v1::GetNodeInfoRequest(), &info).ok());
+  EXPECT_EQ(info.backend(), "host");
+  ASSERT_EQ(info.devices_size(), 2);
+  EXPECT_EQ(info.devices(1).index(), 1);
+  EXPECT_EQ(info.devices(1).memory_bytes(), 2 * kGiB);
+  EXPECT_EQ(info.state_dir(), dir_.path() + "/state");
+  EXPECT_EQ(info.listen_address(), server_->listen_address());
+  EXPECT_EQ(info.overlapd_version(), OVERLAP_VERSION);
+  EXPECT_EQ(info.git_commit(), OVERLAP_GIT_COMMIT);
+  EXPECT_FALSE(info.hostname().empty());
+  EXPECT_TRUE(info.healthy());
+
+  v1::Job a, b;
+  ASSERT_TRUE(Submit(Spec("sleep:40", "[0, 1]"), &a).ok());
+  ASSERT_TRUE(Submit(Spec("fail", "[1]"), &b).ok());
+  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  grpc::ClientContext stats_context;
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(node_->GetStats(&stats_context, v1::GetStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.jobs_by_state().at("SUCCEEDED"), 1);
+  EXPECT_EQ(stats.jobs_by_state().at("FAILED"), 1);
+  EXPECT_EQ(stats.jobs_by_state().at("QUEUED"), 0);
+  EXPECT_EQ(stats.jobs_submitted(), 2);
+  EXPECT_EQ(stats.jobs_rejected(), 0);
+  ASSERT_EQ(stats.devices_size(), 2);
+  EXPECT_EQ(stats.devices(0).jobs_run(), 1);
+  EXPECT_EQ(stats.devices(1).jobs_run(), 2);
+  EXPECT_GE(stats.devices(0).busy_ms(), 40);
+  EXPECT_GT(stats.uptime_s(), 0);
+}
+
+TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
+  auto unix_target = ResolveListenAddress("unix:/run/overlapd/overlapd.sock", false);
+  ASSERT_TRUE(unix_target.ok());
+  EXPECT_EQ(unix_target->socket_path, "/run/overlapd/overlapd.sock");
+  EXPECT_EQ(ResolveListenAddress("unix:///tmp/x.sock", false)->socket_path, "/tmp/x.sock");
+  for (const char* ok : {"127.0.0.1:50051", "127.8.9.10:1", "localhost:0", "[::1]:50051"}) {
+    auto target = ResolveListenAddress(ok, false);
+    ASSERT_TRUE(target.ok()) << ok << ": " << target.status();
+    EXPECT_FALSE(target->insecure_network);
+    EXPECT_TRUE(target->socket_path.empty());
+  }
+  for (const char* remote : {"0.0.0.0:50051", "10.1.2.3:50051", "[::]:50051", "node7:50051"}) {
+    auto refused = ResolveListenAddress(remote, false);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << remote;
+    EXPECT_NE(refused.status().message().find("allow_insecure_tcp"), std::string::npos);
+    auto allowed = ResolveListenAddress(remote, true);
+    ASSERT_TRUE(allowed.ok()) << remote;
+    EXPECT_TRUE(allowed->insecure_network);
+  }
+  for (const char* bad : {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000",
+                          "http://localhost:80"}) {
+    EXPECT_EQ(ResolveListenAddress(bad, true).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(ListenAddressTest, ALiveSocketIsNotStolen) {
+  TempDir dir;
+  const std::string path = dir.path() + "/sub/d.sock";
+  ASSERT_TRUE(PrepareUnixSocketPath(path).ok());  // makes sub/
+  grpc::ServerBuilder builder;
+  v1::Node::Service unimplemented;
+  builder.RegisterService(&unimplemented);
+  int port = 0;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials(), &port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  absl::Status status = PrepareUnixSocketPath(path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("already listening"), std::string::npos);
+  server->Shutdown();
+  // What a crashed daemon leaves: a socket file nobody listens on. Removed.
+  EXPECT_TRUE(PrepareUnixSocketPath(path).ok());
+}
+
+}  // namespace
+}  // namespace overlap::rpc
