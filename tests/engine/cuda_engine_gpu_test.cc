@@ -340,6 +340,44 @@ TEST_F(CudaEngineTest, GemmRejectsBadShapesAndRanges) {
   EXPECT_EQ(eng().Gemm(stream, unknown).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CudaEngineTest, GemmWithSmCountTargetGivesTheSameProduct) {
+  const int64_t m = 512, n = 384, k = 256;
+  const DType dtype = DType::kF32;
+  const BufferId a = Alloc(0, m * k * 4);
+  const BufferId b = Alloc(0, k * n * 4);
+  const BufferId c_full = Alloc(0, m * n * 4);
+  const BufferId c_part = Alloc(0, m * n * 4);
+  const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 1);
+  ASSERT_TRUE(eng().FillRandom(stream, {a, 0, size_t(m * k * 4)}, dtype, 5, 1.0f).ok());
+  ASSERT_TRUE(eng().FillRandom(stream, {b, 0, size_t(k * n * 4)}, dtype, 6, 1.0f).ok());
+  ASSERT_TRUE(eng().FillConstant(stream, {c_part, 0, size_t(m * n * 4)}, dtype, NAN).ok());
+  engine::GemmArgs args;
+  args.dtype = dtype;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = {a, 0, k};
+  args.b = {b, 0, n};
+  args.c = {c_full, 0, n};
+  ASSERT_TRUE(eng().Gemm(stream, args).ok());
+  eng().SetGemmSmCountTarget(0, std::max(1, eng().MultiprocessorCount(0) / 2));
+  args.c.buffer = c_part;
+  const absl::Status status = eng().Gemm(stream, args);
+  eng().SetGemmSmCountTarget(0, 0);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  const std::vector<uint8_t> full = Download(c_full, m * n * 4, 0);
+  const std::vector<uint8_t> part = Download(c_part, m * n * 4, 0);
+  double max_diff = 0, max_abs = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double x = LoadAsFloat(full.data(), dtype, i), y = LoadAsFloat(part.data(), dtype, i);
+    ASSERT_TRUE(std::isfinite(y)) << i;
+    max_diff = std::max(max_diff, std::fabs(x - y));
+    max_abs = std::max(max_abs, std::fabs(x));
+  }
+  EXPECT_LT(max_diff / max_abs, 1e-5);  // fp32 without TF32: only summation order differs
+}
+
 TEST_F(CudaEngineTest, EventsTimeWorkOnOneDevice) {
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
   absl::StatusOr<engine::EventId> start = eng().CreateEvent(0);
