@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "client/bench.h"
 #include "client/commands.h"
 #include "client/daemon_client.h"
 #include "common/config.h"
@@ -51,6 +52,23 @@ int main(int argc, char** argv) {
   CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
   CLI::App* report = app.add_subcommand("report", "print the report of a finished job");
   report->add_option("ID", id, "job id")->required();
+  overlap::client::BenchOptions bench_options;
+  std::string bench_shapes, bench_json;
+  bool no_verify = false;
+  CLI::App* bench = app.add_subcommand("bench", "run the op benchmark sweep on the daemon");
+  bench->add_option("--shapes", bench_shapes,
+                    "op:MxKxN,... (global shapes; default: the standard sweep)");
+  bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  bench->add_option("--iterations", bench_options.iterations, "timed iterations per op")
+      ->capture_default_str();
+  bench->add_option("--warmup", bench_options.warmup, "warm-up iterations per op")
+      ->capture_default_str();
+  bench->add_option("--repeats", bench_options.repeats, "interleaved auto/serial repeats")
+      ->capture_default_str();
+  bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
+      ->capture_default_str();
+  bench->add_flag("--no-verify", no_verify, "skip the float64 verification");
+  bench->add_option("--json-out", bench_json, "also write the JSON report to this file");
 
   try {
     app.parse(argc, argv);
@@ -70,6 +88,20 @@ int main(int argc, char** argv) {
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
   if (report->parsed()) rc = commands.Report(id);
+  if (bench->parsed()) {
+    bench_options.verify = !no_verify;
+    if (!bench_shapes.empty()) {
+      auto shapes = overlap::client::ParseBenchShapes(bench_shapes);
+      if (!shapes.ok()) {
+        std::cerr << "overlapctl: " << shapes.status().message() << "\n";
+        return overlap::client::kExitUsage;
+      }
+      bench_options.shapes = *shapes;
+    }
+    // A long sweep: no per-call deadline beyond the client's default on unary calls.
+    rc = overlap::client::RunBench(*client, bench_options, bench_json, json,
+                                   isatty(STDERR_FILENO) == 1, std::cout, std::cerr);
+  }
   std::cout.flush();
   return rc;
 }

@@ -18,23 +18,36 @@ namespace {
 
 using Param = std::tuple<OpType, OverlapMode, int /*chunks*/, Transport, DType>;
 
-engine::Engine* SharedEngine(std::string* why) {
-  static std::unique_ptr<engine::Engine> engine;
-  static std::string error;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
+// One engine for the whole binary (communicators and pools are expensive),
+// destroyed in TearDown: while static destructors run, the CUDA runtime and NCCL
+// may already be gone.
+class EngineEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
     DaemonConfig config;
     config.pool_bytes_per_device = int64_t{8} << 30;
     auto e = cuda::CreateCudaEngine(config);
     if (e.ok()) {
-      engine = std::move(*e);
+      engine_ = std::move(*e);
     } else {
-      error = std::string(e.status().message());
+      error_ = std::string(e.status().message());
     }
   }
-  *why = error;
-  return engine.get();
+  void TearDown() override { engine_.reset(); }
+  static engine::Engine* engine() { return engine_.get(); }
+  static const std::string& error() { return error_; }
+
+ private:
+  static inline std::unique_ptr<engine::Engine> engine_;
+  static inline std::string error_;
+};
+
+[[maybe_unused]] ::testing::Environment* const kEngineEnvironment =
+    ::testing::AddGlobalTestEnvironment(new EngineEnvironment);
+
+engine::Engine* SharedEngine(std::string* why) {
+  *why = EngineEnvironment::error();
+  return EngineEnvironment::engine();
 }
 
 class LayerOpsGpuTest : public ::testing::TestWithParam<Param> {};
