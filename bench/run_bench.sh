@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call for the op benchmark: start overlapd on the GPUs, run the
+# Llama-70B MLP graph and `overlapctl bench` (default sweep), stop the daemon.
+# Usage on the GPU machine, from the repo root, after device-bundle:
+#   bash bench/run_bench.sh            (results under $OUT)
+set -uo pipefail
+source .device/env.sh
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+work=$(mktemp -d /tmp/overlapd-bench.XXXXXX)
+addr="unix:$work/overlapd.sock"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv > "$OUT/gpu_before.csv" 2>&1
+overlapd --backend cuda --listen "$addr" --state-dir "$work/state" ${OVERLAPD_FLAGS:-} \
+  > "$OUT/overlapd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+overlapctl --addr "$addr" node
+if [ "${RUN_GRAPH:-1}" = 1 ]; then
+  timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp.yaml --wait 2>&1 | tee "$OUT/llama70b_mlp.txt"
+fi
+start=$(date +%s)
+timeout 420 overlapctl --addr "$addr" bench --json-out "$OUT/bench.json" ${BENCH_FLAGS:-} 2>"$OUT/bench.err" | tee "$OUT/bench.txt"
+echo "bench exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+tail -3 "$OUT/bench.err"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv > "$OUT/gpu_after.csv" 2>&1
+kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $?"
+grep -iE "error|warn" "$OUT/overlapd.log" | head -10
