@@ -295,7 +295,8 @@ int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
     }
     // In double: absurd shapes must saturate, not wrap, so that they are refused.
     const double bytes = (static_cast<double>(sizes.a) + sizes.w + sizes.y + sizes.full +
-                          2.0 * sizes.pingpong + static_cast<double>(sizes.slots) * sizes.slot_count) *
+                          2.0 * sizes.pingpong + sizes.spare +
+                          static_cast<double>(sizes.slots) * sizes.slot_count) *
                          static_cast<double>(DTypeSize(spec.dtype));
     if (bytes >= 9.0e18) return std::numeric_limits<int64_t>::max();
     worst = std::max(worst, static_cast<int64_t>(bytes));

@@ -1,0 +1,153 @@
+// The job runner on the host backend: results, autotune and its cache,
+// cancellation, progress, and the memory estimate used to refuse jobs.
+#include "server/ops/job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "server/engine/host/host_engine.h"
+#include "server/ops/tuning_cache.h"
+
+namespace overlap::ops {
+namespace {
+
+JobSpec SmallJob() {
+  JobSpec spec;
+  spec.name = "t";
+  spec.dtype = DType::kF32;
+  spec.iterations = 3;
+  spec.warmup = 1;
+  OpSpec fc1;
+  fc1.id = "fc1";
+  fc1.type = OpType::kAgGemm;
+  fc1.m = 128;
+  fc1.k = 64;
+  fc1.n = 96;
+  OpSpec fc2 = fc1;
+  fc2.id = "fc2";
+  fc2.type = OpType::kGemmRs;
+  fc2.k = 96;
+  fc2.n = 64;
+  fc2.mode = OverlapMode::kChunked;
+  fc2.chunks = 2;
+  fc2.transport = Transport::kP2p;
+  fc2.after = {"fc1"};
+  // Listed first but runs second: it depends on fc2.
+  OpSpec out = fc2;
+  out.id = "out";
+  out.type = OpType::kGemmAr;
+  out.mode = OverlapMode::kRing;
+  out.transport = Transport::kNccl;
+  out.after = {"fc2"};
+  spec.ops = {out, fc1, fc2};
+  return spec;
+}
+
+std::unique_ptr<engine::Engine> Engine() {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.hazard_checks = true;
+  return std::move(engine::CreateHostEngine(options)).value();
+}
+
+TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
+  auto engine = Engine();
+  std::vector<std::string> phases;
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress& p) { phases.push_back(p.op_id() + ":" + p.phase()); };
+  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->ops_size(), 3);
+  EXPECT_EQ(result->ops(0).id(), "fc1");
+  EXPECT_EQ(result->ops(1).id(), "fc2");
+  EXPECT_EQ(result->ops(2).id(), "out");
+  EXPECT_EQ(result->backend(), "host");
+  // Explicit schedules run as asked; auto resolves to a concrete mode.
+  EXPECT_EQ(result->ops(1).mode(), "chunked");
+  EXPECT_EQ(result->ops(1).chunks(), 2);
+  EXPECT_EQ(result->ops(1).transport(), "p2p");
+  EXPECT_EQ(result->ops(2).mode(), "ring");
+  EXPECT_NE(result->ops(0).mode(), "auto");
+  EXPECT_NE(result->ops(0).transport(), "auto");
+  double total = 0;
+  for (const v1::OpResult& op : result->ops()) {
+    EXPECT_TRUE(op.verified());
+    EXPECT_LT(op.max_rel_error(), 1e-4);
+    EXPECT_EQ(op.step().samples(), 3);
+    EXPECT_GT(op.step().median_ms(), 0);
+    EXPECT_GT(op.gemm_alone().median_ms(), 0);
+    EXPECT_GT(op.comm_alone().median_ms(), 0);
+    EXPECT_LE(op.comm_alone().median_ms(),
+              std::max(op.comm_alone_nccl().median_ms(), op.comm_alone_p2p().median_ms()));
+    EXPECT_LE(op.step().min_ms(), op.step().median_ms());
+    EXPECT_LE(op.hidden_fraction(), 1.0);
+    EXPECT_GT(op.tflops(), 0);
+    EXPECT_GT(op.busbw_gbps(), 0);
+    total += op.step().median_ms();
+  }
+  EXPECT_DOUBLE_EQ(result->total_step_ms(), total);
+  EXPECT_NE(std::find(phases.begin(), phases.end(), "fc1:verify"), phases.end());
+}
+
+TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "overlap_tuning_test.db").string();
+  std::filesystem::remove(path);
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.ops.resize(2);  // out (explicit) and fc1 (auto)
+  spec.ops[0].after.clear();
+  {
+    auto cache = TuningCache::Open(path);
+    ASSERT_TRUE(cache.ok());
+    auto first = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->ops(1).auto_reason().find("tuning cache"), std::string::npos);
+  }
+  // A new cache object on the same file: what a restarted daemon sees.
+  auto cache = TuningCache::Open(path);
+  ASSERT_TRUE(cache.ok());
+  auto second = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->ops(1).auto_reason().find("tuning cache"), std::string::npos)
+      << second->ops(1).auto_reason();
+  std::filesystem::remove(path);
+}
+
+TEST(JobRunnerTest, CancelStopsBetweenIterations) {
+  auto engine = Engine();
+  std::atomic<int> ticks{0};
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress&) { ++ticks; };
+  hooks.cancelled = [&] { return ticks.load() >= 4; };
+  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  // The engine is still usable: the next job runs.
+  EXPECT_TRUE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+}
+
+TEST(JobRunnerTest, OutOfMemoryIsResourceExhausted) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.device_memory_bytes = 64 << 10;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  auto result = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_GT(JobBytesPerDevice(SmallJob(), 2), 64 << 10);
+}
+
+TEST(JobRunnerTest, MemoryEstimateCoversEveryBufferAndSaturates) {
+  JobSpec spec = SmallJob();
+  spec.ops.resize(1);
+  spec.ops[0].after.clear();  // gemm_ar 128 x 96 x 64, ring, tp 2, fp32
+  // a 128x48 + w 48x64 + y 128x64 + pingpong 2x 64x64 + 1 slot 64x64 + spare 128x64
+  const int64_t elements = 128 * 48 + 48 * 64 + 128 * 64 + 2 * 64 * 64 + 64 * 64 + 128 * 64;
+  EXPECT_EQ(JobBytesPerDevice(spec, 2), elements * 4);
+  spec.ops[0].m = spec.ops[0].n = int64_t{1} << 31;
+  EXPECT_EQ(JobBytesPerDevice(spec, 2), std::numeric_limits<int64_t>::max());
+}
+
+}  // namespace
+}  // namespace overlap::ops
