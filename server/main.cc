@@ -155,15 +155,28 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-spec-bytes", f.max_spec_bytes, "largest job spec accepted");
 }
 
-// Blocks SIGTERM/SIGINT in this thread and every thread created after; they are
-// received only by SignalWatcher's sigtimedwait.
-sigset_t BlockShutdownSignals() {
+volatile sig_atomic_t g_stray_signal = 0;
+
+void RecordStraySignal(int sig) { g_stray_signal = sig; }
+
+// SIGTERM/SIGINT are blocked in main before it makes any thread, so every thread
+// of ours inherits the mask and only the signal thread's sigtimedwait takes
+// them. Libraries can start threads before main (OpenBLAS's pool starts in a
+// shared-library constructor) and those do not block them; a signal the kernel
+// hands to one of those runs this handler instead of killing the process, and
+// the signal thread picks it up from g_stray_signal.
+void BlockShutdownSignals() {
+  struct sigaction action {};
+  action.sa_handler = RecordStraySignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
 }
 
 // The one reason the daemon stops (first one wins) and the exit code it implies.
@@ -274,7 +287,11 @@ int Run(const DaemonConfig& config) {
   std::thread signal_thread([&] {
     const timespec poll{0, 200 * 1000 * 1000};
     while (!threads_done.load()) {
-      const int sig = sigtimedwait(&signals, nullptr, &poll);
+      int sig = sigtimedwait(&signals, nullptr, &poll);
+      if (sig <= 0) {
+        sig = g_stray_signal;
+        g_stray_signal = 0;
+      }
       if (sig <= 0) continue;
       if (!stop.requested()) {
         log->info("{} received: draining", strsignal(sig));
@@ -339,6 +356,8 @@ int main(int argc, char** argv) {
   overlap::BlockShutdownSignals();
 
   CLI::App app{"overlapd: runs tensor-parallel layer ops with overlapped communication"};
+  // A flag given twice: the last one wins (a wrapper script can append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   overlap::Flags flags;
   overlap::AddFlags(app, flags);
   app.set_version_flag("--version",
