@@ -219,7 +219,9 @@ TEST_F(OverlapdBinaryTest, QueuedJobsRunAfterRestart) {
     daemon.Signal(SIGTERM);
     ASSERT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
   }
-  Daemon daemon(Args(), dir_.path() + "/overlapd.log");
+  NotifySocket notify(dir_.path() + "/notify2.sock");
+  Daemon daemon(Args(), dir_.path() + "/overlapd.log", notify.path());
+  ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
   auto stub = Stub();
   v1::Job queued = AwaitState(*stub, queued_id, v1::SUCCEEDED);
   EXPECT_EQ(queued.id(), "job-000002");
