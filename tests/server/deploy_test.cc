@@ -1,0 +1,130 @@
+// deploy/: the systemd unit verifies, install.sh stages a complete install
+// without root, and the shipped config is the built-in default.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "common/config.h"
+#include "gtest/gtest.h"
+#include "tests/server/test_util.h"
+
+namespace overlap {
+namespace {
+
+using ::overlap::testing::TempDir;
+
+const std::string kDeploy = std::string(OVERLAP_SOURCE_DIR) + "/deploy";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Exit status of `command` run by /bin/sh (output appended to `log`).
+int Shell(const std::string& command, const std::string& log) {
+  const int status = std::system((command + " >>" + log + " 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The config without the two comment lines that depend on who runs it.
+std::string WithoutMachineLines(const std::string& yaml) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    if (absl::StartsWith(line, "# default ")) continue;
+    out.append(line.data(), line.size());
+    out += '\n';
+  }
+  return out;
+}
+
+TEST(DeployTest, ShippedConfigIsTheDefault) {
+  const std::string shipped = ReadFile(kDeploy + "/overlapd.yaml");
+  ASSERT_FALSE(shipped.empty());
+  EXPECT_EQ(WithoutMachineLines(shipped), WithoutMachineLines(DefaultConfigYaml()));
+  // As installed it runs as root: those lines name root's defaults.
+  EXPECT_NE(shipped.find("unix:/run/overlapd/overlapd.sock"), std::string::npos);
+  auto parsed = ParseDaemonConfig(shipped);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const DaemonConfig defaults;
+  EXPECT_EQ(parsed->backend, defaults.backend);
+  EXPECT_EQ(parsed->drain_timeout_s, defaults.drain_timeout_s);
+  EXPECT_EQ(parsed->max_queued_jobs, defaults.max_queued_jobs);
+  EXPECT_EQ(parsed->pool_bytes_per_device, defaults.pool_bytes_per_device);
+  EXPECT_EQ(parsed->nvls_enable, false);
+}
+
+TEST(DeployTest, UnitKeepsGpuAccessAndOutlastsTheDrain) {
+  const std::string unit = ReadFile(kDeploy + "/overlapd.service");
+  std::map<std::string, std::string> settings;
+  for (absl::string_view line : absl::StrSplit(unit, '\n')) {
+    if (line.empty() || line[0] == '#' || line[0] == '[') continue;
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
+    settings[kv.first] = kv.second;
+  }
+  EXPECT_EQ(settings["Type"], "notify");
+  EXPECT_EQ(settings["ExecStart"], "/usr/local/bin/overlapd --config /etc/overlapd/overlapd.yaml");
+  EXPECT_EQ(settings["RuntimeDirectory"], "overlapd");
+  EXPECT_EQ(settings["RuntimeDirectoryMode"], "0755");
+  EXPECT_EQ(settings["StateDirectory"], "overlapd");
+  EXPECT_EQ(settings["Restart"], "on-failure");
+  EXPECT_EQ(settings["LimitMEMLOCK"], "infinity");
+  EXPECT_EQ(settings["ProtectSystem"], "strict");
+  EXPECT_GT(std::stod(settings["TimeoutStopSec"]), DaemonConfig().drain_timeout_s);
+  // These would hide /dev/nvidia* or stop nvidia-modprobe from creating them.
+  EXPECT_EQ(settings.count("PrivateDevices"), 0u);
+  EXPECT_EQ(settings.count("NoNewPrivileges"), 0u);
+  EXPECT_EQ(settings.count("ProtectKernelModules"), 0u);
+}
+
+TEST(DeployTest, SystemdAnalyzeVerifyPasses) {
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "systemd-analyze is not installed";
+  }
+  ASSERT_EQ(::access(OVERLAPD_BIN, X_OK), 0) << "build the overlapd target first";
+  TempDir dir;
+  const std::string log = dir.path() + "/log";
+  EXPECT_EQ(Shell(kDeploy + "/verify-unit.sh " + OVERLAPD_BIN, log), 0) << ReadFile(log);
+}
+
+TEST(DeployTest, InstallStagesUnderDestdir) {
+  ASSERT_EQ(::access(OVERLAPD_BIN, X_OK), 0) << "build the overlapd target first";
+  const std::string build_dir =
+      std::filesystem::path(OVERLAPD_BIN).parent_path().parent_path().string();
+  TempDir dir;
+  const std::string stage = dir.path() + "/stage";
+  const std::string log = dir.path() + "/log";
+  ASSERT_EQ(Shell("DESTDIR=" + stage + " " + kDeploy + "/install.sh --build-dir " + build_dir +
+                      " --prefix /opt/overlap",
+                  log),
+            0)
+      << ReadFile(log);
+  EXPECT_EQ(::access((stage + "/opt/overlap/bin/overlapd").c_str(), X_OK), 0);
+  EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml"), ReadFile(kDeploy + "/overlapd.yaml"));
+  const std::string unit = ReadFile(stage + "/etc/systemd/system/overlapd.service");
+  EXPECT_NE(unit.find("ExecStart=/opt/overlap/bin/overlapd --config /etc/overlapd/overlapd.yaml"),
+            std::string::npos);
+
+  // A second install keeps an edited config.
+  { std::ofstream(stage + "/etc/overlapd/overlapd.yaml") << "backend: host\n"; }
+  ASSERT_EQ(Shell(kDeploy + "/install.sh --build-dir " + build_dir + " --destdir " + stage, log), 0)
+      << ReadFile(log);
+  EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml"), "backend: host\n");
+  EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml.new"),
+            ReadFile(kDeploy + "/overlapd.yaml"));
+  EXPECT_EQ(::access((stage + "/usr/local/bin/overlapd").c_str(), X_OK), 0);
+
+  EXPECT_EQ(Shell(kDeploy + "/install.sh --prefix relative --destdir " + stage, log), 2);
+}
+
+}  // namespace
+}  // namespace overlap
