@@ -33,7 +33,10 @@ void ProgressPrinter::Update(const v1::Job& job) {
     Finish();
     out_ << "job " << job.id() << " [" << progress.op_index() + 1 << "/" << progress.op_count()
          << "] " << progress.op_id() << " " << progress.phase();
-    if (progress.iterations() > 0) out_ << " (" << progress.iterations() << " iterations)";
+    if (progress.iterations() > 0) {
+      out_ << " (" << progress.iterations()
+           << (progress.iterations() == 1 ? " iteration)" : " iterations)");
+    }
     out_ << "\n";
     step_key_ = key;
   }

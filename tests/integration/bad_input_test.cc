@@ -105,7 +105,7 @@ std::vector<BadSpec> BadSpecs() {
       {"buffers exceed memory",
        OneOp("m: 1048576, k: 1048576, n: 1048576"),
        "RESOURCE_EXHAUSTED",
-       {"memory"}},
+       {"GiB per device", "device 0 has 2.00 GiB"}},
   };
 }
 

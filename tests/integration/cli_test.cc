@@ -75,7 +75,7 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
     std::string id, type, shape, mode, chunks, transport;
   };
   for (const Expected& e : {Expected{"fc1", "ag_gemm", "128 x 128 x 256", "chunked", "2", "nccl"},
-                            Expected{"fc2", "gemm_rs", "128 x 256 x 128", "serial", "1", "nccl"},
+                            Expected{"fc2", "gemm_rs", "128 x 256 x 128", "serial", "1", "p2p"},
                             Expected{"out", "gemm_ar", "128 x 128 x 128", "bulk", "1", "nccl"}}) {
     SCOPED_TRACE(e.id);
     const std::vector<std::string> row = RowOf(submit.out, e.id);

@@ -304,9 +304,9 @@ iterations: 3
 warmup: 1
 verify: true
 ops:
-  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: chunked, chunks: 2}
-  - {id: fc2, type: gemm_rs, m: 128, k: 256, n: 128, mode: serial, after: [fc1]}
-  - {id: out, type: gemm_ar, m: 128, k: 128, n: 128, mode: bulk}
+  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: chunked, chunks: 2, transport: nccl}
+  - {id: fc2, type: gemm_rs, m: 128, k: 256, n: 128, mode: serial, transport: p2p, after: [fc1]}
+  - {id: out, type: gemm_ar, m: 128, k: 128, n: 128, mode: bulk, transport: nccl}
 )";
 
 inline constexpr char kLongGraph[] = R"(name: long-job
@@ -315,7 +315,7 @@ iterations: 10000
 warmup: 0
 verify: false
 ops:
-  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
+  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial, transport: nccl}
 )";
 
 }  // namespace overlap::testing
