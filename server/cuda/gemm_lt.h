@@ -45,8 +45,10 @@ struct GemmProblem {
 
 class GemmLt {
  public:
-  static constexpr int kCandidates = 8;
+  static constexpr int kCandidates = 16;
   static constexpr int kTimedRuns = 3;
+  static constexpr int kTimedRounds = 2;  // round-robin over the candidates, min kept
+  static constexpr float kWarmupMs = 30;  // clocks ramp up before anything is timed
 
   static absl::StatusOr<std::unique_ptr<GemmLt>> Create(int device);
   ~GemmLt();
