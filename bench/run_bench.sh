@@ -24,5 +24,12 @@ echo "bench exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
 tail -3 "$OUT/bench.err"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$OUT/gpu_after.csv" 2>&1
-kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $?"
+kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $? (0 = drained cleanly)"
 grep -iE "error|warn" "$OUT/overlapd.log" | head -10
+# The PyTorch peers in the same call, on the same GPUs, after the daemon is gone.
+if [ "${RUN_PEERS:-1}" = 1 ]; then
+  PYTHONUNBUFFERED=1 timeout 300 torchrun --nproc_per_node="$(nvidia-smi -L | wc -l)" \
+    bench/peers/torch_tp.py --json "$OUT/torch_peers.json" > "$OUT/torch_peers.log" 2>&1
+  echo "torch peers exit $?"
+  python3 bench/compare.py "$OUT/bench.json" "$OUT/torch_peers.json" | tee "$OUT/compare.md"
+fi
