@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -19,6 +20,14 @@ namespace {
 // significant-ish digits without a column of zeros.
 std::string FormatRate(double value) {
   return std::fabs(value) < 10 ? absl::StrFormat("%.3f", value) : absl::StrFormat("%.1f", value);
+}
+
+// The fraction of the collective's time hidden behind the GEMM. When the step
+// is slower than GEMM alone plus the whole collective (contention, noise) the
+// raw fraction goes negative; none of the collective was hidden, so print 0.
+// The JSON form keeps the raw value.
+std::string FormatHidden(double fraction) {
+  return absl::StrFormat("%.1f", std::clamp(fraction, 0.0, 1.0) * 100);
 }
 
 std::string FormatVerify(const v1::OpResult& op) {
@@ -120,7 +129,7 @@ std::string FormatReport(const v1::Job& job) {
                   op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
                   FormatMs(op.step().median_ms()), FormatMs(op.gemm_alone().median_ms()),
                   FormatMs(op.comm_alone().median_ms()), FormatMs(op.exposed_comm_ms()),
-                  absl::StrFormat("%.1f", op.hidden_fraction() * 100), FormatRate(op.tflops()),
+                  FormatHidden(op.hidden_fraction()), FormatRate(op.tflops()),
                   FormatRate(op.busbw_gbps()), FormatVerify(op)});
   }
   table.AddSeparator();
@@ -130,7 +139,7 @@ std::string FormatReport(const v1::Job& job) {
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto") continue;
     absl::StrAppend(&out, op.id(), ": auto chose ", op.mode(), "/", op.transport());
-    if (!op.auto_reason().empty()) absl::StrAppend(&out, " (", op.auto_reason(), ")");
+    if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
   }
   if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");

@@ -97,7 +97,7 @@ TEST(ReportTest, ExactTable) {
       std::string(164, '-'),
       "total                                                             11.875"
       "                                          2.275",
-      "fc1: auto chose chunked/p2p (comm 1.500 ms < gemm 4.750 ms)",
+      "fc1: auto chose chunked/p2p: comm 1.500 ms < gemm 4.750 ms",
   };
   EXPECT_EQ(Lines(report), expected) << report;
 }
@@ -114,6 +114,17 @@ TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
   EXPECT_EQ(lines[7].find("11.875") + 6, step_end);
   const size_t exposed_end = lines[1].find("exposed comm ms") + 15;
   EXPECT_EQ(lines[7].find("2.275") + 5, exposed_end);
+}
+
+TEST(ReportTest, HiddenIsFlooredAtZeroAndCappedAt100) {
+  v1::Job job = MakeJob();
+  job.mutable_result()->mutable_ops(1)->set_hidden_fraction(-9.373);  // slower than serial
+  job.mutable_result()->mutable_ops(2)->set_hidden_fraction(1.2);
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  const std::vector<std::string> base = Lines(FormatReport(MakeJob()));
+  EXPECT_EQ(lines[4], base[4]) << "fc2 prints 0.0 as with a fraction of exactly 0";
+  const size_t hidden_end = lines[1].find("hidden %") + 8;
+  EXPECT_EQ(lines[5].substr(hidden_end - 5, 5), "100.0");
 }
 
 TEST(ReportTest, JobWithoutResultsShowsStateAndError) {
