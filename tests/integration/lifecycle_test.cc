@@ -156,9 +156,16 @@ TEST_F(LifecycleTest, SigkilledRunningJobFailsAndQueuedJobRunsAfterRestart) {
   StartDaemon();
   const std::string long_id = Submit(long_graph_);
   PollJob(*daemon_, long_id, StateIs("RUNNING"));
+  std::unique_ptr<Child> watcher = daemon_->CtlAsync({"watch", long_id});
   const std::string queued_id = Submit(small_graph_);
   EXPECT_EQ(PollJob(*daemon_, queued_id, StateIs("QUEUED"))["state"], "QUEUED");
   daemon_->Kill();
+
+  // A client following the job loses the daemon: exit 2, naming the address.
+  RunResult watched = watcher->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(watched.exit_code, 2) << Describe(watched);
+  EXPECT_THAT(watched.err,
+              HasSubstr("overlapctl: cannot reach overlapd at " + daemon_->address() + ": "));
 
   StartDaemon();
   nlohmann::json killed = PollJob(*daemon_, long_id, StateIs("FAILED"), std::chrono::seconds(10));
