@@ -53,8 +53,7 @@ struct Flags {
   std::optional<double> collective_timeout_s, drain_timeout_s;
 };
 
-absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag,
-                        int64_t* out) {
+absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag, int64_t* out) {
   if (!text) return absl::OkStatus();
   absl::StatusOr<int64_t> bytes = ParseByteSize(*text);
   if (!bytes.ok()) {
@@ -98,8 +97,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          ApplyBytes(flags.max_spec_bytes, "--max-spec-bytes", &config.max_spec_bytes);
+  if (absl::Status s = ApplyBytes(flags.max_spec_bytes, "--max-spec-bytes", &config.max_spec_bytes);
       !s.ok()) {
     return s;
   }
@@ -306,9 +304,10 @@ int Run(const DaemonConfig& config) {
   std::thread health_thread([&] {
     while (!stop.Wait(absl::Milliseconds(500))) {
       if (!eng->Healthy()) {
-        log->error("engine {} is unhealthy (a device hit a sticky error): draining and exiting "
-                   "so that the service manager restarts overlapd",
-                   eng->Name());
+        log->error(
+            "engine {} is unhealthy (a device hit a sticky error): draining and exiting "
+            "so that the service manager restarts overlapd",
+            eng->Name());
         stop.Request(kExitFailure, "engine unhealthy");
       }
     }
@@ -333,8 +332,7 @@ int Run(const DaemonConfig& config) {
   if (stuck) {
     // A job that ignores cancellation cannot be joined; its row stays RUNNING and
     // the next start marks it FAILED "daemon restarted".
-    log->error("{} job(s) did not stop after cancel; exiting without them",
-               sched->RunningCount());
+    log->error("{} job(s) did not stop after cancel; exiting without them", sched->RunningCount());
     (*server)->Shutdown(kRpcGrace);
     spdlog::shutdown();
     std::_Exit(kExitFailure);

@@ -61,8 +61,8 @@ absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {
   const int bytes = sqlite3_column_bytes(stmt, column);
   v1::Job job;
   if (!job.ParseFromArray(blob, bytes)) {
-    return absl::DataLossError(absl::StrCat("job store: row ", sqlite3_column_int64(stmt, 0),
-                                            " holds an unreadable job"));
+    return absl::DataLossError(
+        absl::StrCat("job store: row ", sqlite3_column_int64(stmt, 0), " holds an unreadable job"));
   }
   return job;
 }
@@ -81,9 +81,7 @@ absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt
 
 }  // namespace
 
-std::string JobIdForSequence(uint64_t sequence) {
-  return absl::StrFormat("job-%06d", sequence);
-}
+std::string JobIdForSequence(uint64_t sequence) { return absl::StrFormat("job-%06d", sequence); }
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& state_dir) {
   if (state_dir.empty()) return absl::InvalidArgumentError("state_dir is empty");
@@ -98,13 +96,13 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   }
   const std::string path = (std::filesystem::path(state_dir) / kStoreFileName).string();
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
-    absl::Status status = absl::InvalidArgumentError(absl::StrCat(
-        "state_dir ", state_dir, ": cannot open ", path, ": ",
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+    absl::Status status = absl::InvalidArgumentError(
+        absl::StrCat("state_dir ", state_dir, ": cannot open ", path, ": ",
+                     db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
     sqlite3_close(db);
     return status;
   }
@@ -123,13 +121,13 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
     user_version = sqlite3_column_int(version.get(), 0);
   }
   if (user_version > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " has schema version ", user_version, ", newer than this overlapd (",
-        kSchemaVersion, "); refusing to touch it"));
+    return absl::FailedPreconditionError(absl::StrCat(path, " has schema version ", user_version,
+                                                      ", newer than this overlapd (",
+                                                      kSchemaVersion, "); refusing to touch it"));
   }
   if (user_version < kSchemaVersion) {
-    if (auto s = store->ExecLocked(
-            absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str());
+    if (auto s =
+            store->ExecLocked(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str());
         !s.ok()) {
       return s;
     }
@@ -240,8 +238,8 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
     const int64_t start = sqlite3_column_int64(stmt.get(), 1);
     const int64_t end = sqlite3_column_int64(stmt.get(), 2);
     const double ms = end >= start ? static_cast<double>(end - start) : 0.0;
-    for (absl::string_view part : absl::StrSplit(text != nullptr ? text : "", ',',
-                                                 absl::SkipEmpty())) {
+    for (absl::string_view part :
+         absl::StrSplit(text != nullptr ? text : "", ',', absl::SkipEmpty())) {
       int device = 0;
       if (!absl::SimpleAtoi(part, &device)) continue;
       DeviceUsage& u = usage[device];

@@ -24,8 +24,8 @@ bool IsFinalState(v1::JobState state) {
          state == v1::ABORTED;
 }
 
-void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome,
-                     const std::string& cancel_reason, v1::Job* job) {
+void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
+                     v1::Job* job) {
   job->clear_error();
   job->set_error_code(0);
   if (outcome.ok()) {
@@ -125,9 +125,9 @@ absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
   absl::MutexLock lock(&mu_);
   if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
   if (static_cast<int>(pending_.size()) >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat("queue full: ", pending_.size(),
-                                                     " jobs queued (max_queued_jobs = ",
-                                                     options_.max_queued_jobs, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", pending_.size(),
+                     " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
   }
   const uint64_t sequence = next_sequence_;
   job.set_sequence(sequence);
@@ -163,8 +163,8 @@ void Scheduler::ScheduleLocked() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     std::shared_ptr<Entry> entry = it->second;
     const auto& devices = entry->job.devices();
-    const bool blocked = std::any_of(devices.begin(), devices.end(),
-                                     [&](int d) { return claimed.count(d) > 0; });
+    const bool blocked =
+        std::any_of(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
     claimed.insert(devices.begin(), devices.end());
     if (blocked) {
       ++it;
@@ -257,8 +257,8 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
   if (it == active_.end()) {
     auto stored = store_->Get(id);
     if (!stored.ok()) return stored.status();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));
   }
   std::shared_ptr<Entry> entry = it->second;
   if (entry->job.state() == v1::QUEUED) {
@@ -282,8 +282,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
   return entry->job;
 }
 
-absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id,
-                                                     uint64_t seen_version,
+absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint64_t seen_version,
                                                      absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);

@@ -68,8 +68,8 @@ bool IsFinalState(v1::JobState state);
 
 // Fills the job's final state, error, error_code and result from the runner's
 // outcome. `cancel_reason` (may be empty) replaces the error text of a CANCELLED run.
-void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome,
-                     const std::string& cancel_reason, v1::Job* job);
+void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
+                     v1::Job* job);
 
 class Scheduler {
  public:

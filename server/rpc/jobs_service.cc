@@ -101,8 +101,7 @@ grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobR
   return grpc::Status::OK;
 }
 
-grpc::Status JobsService::ListJobs(grpc::ServerContext* context,
-                                   const v1::ListJobsRequest* request,
+grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                                    v1::ListJobsResponse* response) {
   if (request->limit() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -131,8 +130,7 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobsService::WatchJob(grpc::ServerContext* context,
-                                   const v1::WatchJobRequest* request,
+grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                    grpc::ServerWriter<v1::JobEvent>* writer) {
   if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
   uint64_t seen = 0;

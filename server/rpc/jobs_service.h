@@ -34,8 +34,8 @@ struct JobsServiceOptions {
 class JobsService final : public v1::Jobs::Service {
  public:
   // All references must outlive the service.
-  JobsService(jobs::Scheduler& scheduler, const engine::Engine& engine,
-              JobsServiceOptions options, DaemonCounters& counters);
+  JobsService(jobs::Scheduler& scheduler, const engine::Engine& engine, JobsServiceOptions options,
+              DaemonCounters& counters);
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;

@@ -92,8 +92,8 @@ absl::Status PrepareUnixSocketPath(const std::string& socket_path) {
   if (path.has_parent_path() && !std::filesystem::exists(path.parent_path(), ec)) {
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "listen: cannot create ", path.parent_path().string(), ": ", ec.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("listen: cannot create ", path.parent_path().string(), ": ", ec.message()));
     }
     ::chmod(path.parent_path().c_str(), 0755);
   }
@@ -111,12 +111,12 @@ absl::Status PrepareUnixSocketPath(const std::string& socket_path) {
   const bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   if (live) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "listen: another process (overlapd?) is already listening on ", socket_path));
+    return absl::FailedPreconditionError(
+        absl::StrCat("listen: another process (overlapd?) is already listening on ", socket_path));
   }
   if (::unlink(socket_path.c_str()) != 0 && errno != ENOENT) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "listen: cannot remove stale socket ", socket_path, ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat("listen: cannot remove stale socket ",
+                                                      socket_path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -11,8 +11,8 @@
 namespace overlap::rpc {
 
 struct ListenTarget {
-  std::string grpc_uri;     // what ServerBuilder::AddListeningPort takes
-  std::string socket_path;  // unix only: the socket file; empty for TCP
+  std::string grpc_uri;           // what ServerBuilder::AddListeningPort takes
+  std::string socket_path;        // unix only: the socket file; empty for TCP
   bool insecure_network = false;  // TCP on a non-loopback host (allowed by config)
 };
 

@@ -52,8 +52,7 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::GetStats(grpc::ServerContext* context,
-                                   const v1::GetStatsRequest* request,
+grpc::Status NodeService::GetStats(grpc::ServerContext* context, const v1::GetStatsRequest* request,
                                    v1::GetStatsResponse* response) {
   absl::StatusOr<jobs::SchedulerStats> stats = scheduler_.GetStats();
   if (!stats.ok()) {

@@ -5,7 +5,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"

@@ -1,14 +1,13 @@
 #include "server/rpc/rpc_server.h"
 
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -32,9 +31,10 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
     if (absl::Status s = PrepareUnixSocketPath(target->socket_path); !s.ok()) return s;
   }
   if (target->insecure_network) {
-    log->warn("*** listening on {} without TLS or authentication: anyone who can reach this "
-              "port can run and cancel jobs (allow_insecure_tcp is set) ***",
-              target->grpc_uri);
+    log->warn(
+        "*** listening on {} without TLS or authentication: anyone who can reach this "
+        "port can run and cancel jobs (allow_insecure_tcp is set) ***",
+        target->grpc_uri);
   }
 
   std::unique_ptr<RpcServer> server(new RpcServer());
@@ -52,9 +52,9 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || selected_port == 0) {
     server->server_.reset();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "listen: cannot listen on ", target->grpc_uri,
-        " (address in use, not permitted, or the host does not resolve)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("listen: cannot listen on ", target->grpc_uri,
+                     " (address in use, not permitted, or the host does not resolve)"));
   }
   if (!target->socket_path.empty()) {
     server->socket_path_ = target->socket_path;
@@ -65,8 +65,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
     }
   } else {
     const size_t colon = target->grpc_uri.rfind(':');
-    server->listen_address_ =
-        absl::StrCat(target->grpc_uri.substr(0, colon), ":", selected_port);
+    server->listen_address_ = absl::StrCat(target->grpc_uri.substr(0, colon), ":", selected_port);
   }
   server->node_service_->set_listen_address(server->listen_address_);
   server->SetServing(true);

@@ -6,10 +6,10 @@
 // Shutdown once, from one thread.
 #pragma once
 
+#include <grpcpp/server.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"

@@ -5,13 +5,13 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
-#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"

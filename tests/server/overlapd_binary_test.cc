@@ -2,6 +2,7 @@
 // runner: systemd readiness and stop notifications, the exit status of a drain,
 // a real job over gRPC, and queued jobs surviving a restart.
 #include <fcntl.h>
+#include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -15,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/create_channel.h>
 
 #include "gtest/gtest.h"
 #include "overlap/v1/overlap.grpc.pb.h"
@@ -126,9 +125,9 @@ class OverlapdBinaryTest : public ::testing::Test {
   }
 
   std::vector<std::string> Args(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--backend", "host",     "--host-devices",
-                                     "2",         "--listen", address_,
-                                     "--state-dir", dir_.path() + "/state"};
+    std::vector<std::string> args = {
+        "--backend", "host",   "--host-devices", "2",
+        "--listen",  address_, "--state-dir",    dir_.path() + "/state"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -204,10 +203,8 @@ TEST_F(OverlapdBinaryTest, QueuedJobsRunAfterRestart) {
   std::string running_id, queued_id;
   {
     NotifySocket notify(dir_.path() + "/notify.sock");
-    Daemon daemon(Args({"--drain-timeout", "0.5"}), dir_.path() + "/overlapd.log",
-                  notify.path());
-    ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos)
-        << Log();
+    Daemon daemon(Args({"--drain-timeout", "0.5"}), dir_.path() + "/overlapd.log", notify.path());
+    ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
     auto stub = Stub();
     v1::Job job;
     ASSERT_TRUE(Submit(*stub, kLongJob, &job).ok());

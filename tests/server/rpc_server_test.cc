@@ -59,7 +59,8 @@ int HealthStatus(grpc::Channel* channel, const std::string& service) {
   std::vector<grpc::Slice> slices;
   (void)receive.Dump(&slices);
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   if (bytes.empty()) return 0;  // UNKNOWN is the default value: not sent
   return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : -100;
 }
@@ -238,9 +239,9 @@ TEST_F(RpcServerTest, SubmitGetListCancelWatchRoundTrip) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.front().state(), v1::RUNNING);
-  EXPECT_TRUE(std::any_of(events.begin(), events.end(),
-                          [](const v1::Job& e) { return e.progress().iteration() > 0; }))
-      << "no progress event";
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const v1::Job& e) {
+    return e.progress().iteration() > 0;
+  })) << "no progress event";
   EXPECT_EQ(events.back().state(), v1::CANCELLED);
   EXPECT_EQ(events.back().error(), "cancelled by request");
 
@@ -389,10 +390,9 @@ TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
     ASSERT_TRUE(allowed.ok()) << remote;
     EXPECT_TRUE(allowed->insecure_network);
   }
-  for (const char* bad : {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000",
-                          "http://localhost:80"}) {
-    EXPECT_EQ(ResolveListenAddress(bad, true).status().code(),
-              absl::StatusCode::kInvalidArgument)
+  for (const char* bad :
+       {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000", "http://localhost:80"}) {
+    EXPECT_EQ(ResolveListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
 }

@@ -122,8 +122,8 @@ TEST_F(SchedulerTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
       if (rng() % 3 == 0) devices.push_back(d);
     }
     if (devices.empty()) devices.push_back(static_cast<int>(rng() % 4));
-    jobs.push_back(Submit("sleep:" + std::to_string(5 + rng() % 20), devices,
-                          static_cast<int>(rng() % 3)));
+    jobs.push_back(
+        Submit("sleep:" + std::to_string(5 + rng() % 20), devices, static_cast<int>(rng() % 3)));
   }
   ASSERT_TRUE(scheduler_->Cancel(blocker.id()).ok());
   ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(20)));

@@ -52,8 +52,10 @@ struct RunRecord {
 class FakeRunner {
  public:
   absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const ops::RunHooks& hooks) {
-    RunRecord record{job.id(), {job.devices().begin(), job.devices().end()},
-                     std::chrono::steady_clock::now(), {}};
+    RunRecord record{job.id(),
+                     {job.devices().begin(), job.devices().end()},
+                     std::chrono::steady_clock::now(),
+                     {}};
     absl::StatusOr<v1::JobResult> result = RunBody(job, hooks);
     record.end = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
