@@ -275,8 +275,18 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
-    ASSIGN_OR_RETURN(v1::OpResult r, RunOp(engine, spec, devices, hooks, tuning_cache, order[i],
-                                           static_cast<int>(order.size()), op));
+    absl::StatusOr<v1::OpResult> op_result = RunOp(engine, spec, devices, hooks, tuning_cache,
+                                                   order[i], static_cast<int>(order.size()), op);
+    if (!op_result.ok()) {
+      // Drain what is still queued and consume the asynchronous errors it left,
+      // so that the next job on these devices starts clean; report the first error.
+      const absl::Status drained = engine.Synchronize(devices);
+      if (!drained.ok()) {
+        GetLogger("ops")->debug("after a failed op: {}", std::string(drained.message()));
+      }
+      return op_result.status();
+    }
+    v1::OpResult r = std::move(op_result).value();
     total += r.step().median_ms();
     exposed += r.exposed_comm_ms();
     *result.add_ops() = std::move(r);

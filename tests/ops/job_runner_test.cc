@@ -151,3 +151,50 @@ TEST(JobRunnerTest, MemoryEstimateCoversEveryBufferAndSaturates) {
 
 }  // namespace
 }  // namespace overlap::ops
+
+namespace overlap::ops {
+namespace {
+
+// Library failures injected into the host backend surface with the code the
+// real library failure maps to, and the engine keeps running the next job.
+TEST(JobRunnerFailureTest, CollectiveFailureAbortsTheJobOnly) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.fail_op = "all_gather";
+  options.fail_after = 0;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
+  EXPECT_NE(std::string(failed.status().message()).find("injected"), std::string::npos);
+  EXPECT_TRUE(engine->Healthy());
+  auto next = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  EXPECT_TRUE(next.ok()) << next.status();
+}
+
+TEST(JobRunnerFailureTest, StickyErrorMakesTheEngineUnhealthy) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.fail_op = "gemm";
+  options.fail_after = 3;
+  options.inject_sticky_error = true;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_FALSE(engine->Healthy());
+  EXPECT_FALSE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+}
+
+TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.fail_op = "reduce_scatter";
+  options.fail_after = 1;
+  options.fail_async = true;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
+  EXPECT_TRUE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace overlap::ops
