@@ -21,6 +21,12 @@ struct DaemonConfig {
   int host_device_count = 2;
   int64_t host_device_memory_bytes = int64_t{2} << 30;
   bool hazard_checks = false;  // on in tests: a missing event wait fails the job
+  // Failure injection into the host backend, for tests of the daemon's error
+  // paths: call number host_fail_after (1-based) of host_fail_op fails as the
+  // real library would; with host_fail_sticky the engine turns unhealthy.
+  std::string host_fail_op;
+  int host_fail_after = 1;
+  bool host_fail_sticky = false;
 
   // CUDA backend.
   int64_t pool_bytes_per_device = int64_t{16} << 30;

@@ -24,13 +24,6 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
   return counts;
 }
 
-int DefaultChunks(int64_t rows_per_rank) {
-  for (int c = 4; c > 1; --c) {
-    if (rows_per_rank % c == 0) return c;
-  }
-  return 1;
-}
-
 }  // namespace
 
 std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
@@ -68,17 +61,6 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
     }
   }
   return out;
-}
-
-Schedule ExplicitSchedule(const OpSpec& op, int tp) {
-  Schedule s;
-  s.mode = op.mode == OverlapMode::kAuto ? OverlapMode::kSerial : op.mode;
-  s.transport = op.transport == Transport::kAuto ? Transport::kNccl : op.transport;
-  s.chunks = s.mode == OverlapMode::kChunked
-                 ? (op.chunks > 0 ? op.chunks : DefaultChunks(op.m / tp))
-                 : 1;
-  if (tp == 1) s = Schedule{OverlapMode::kSerial, 1, Transport::kNccl};
-  return s;
 }
 
 }  // namespace overlap::ops

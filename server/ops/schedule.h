@@ -21,12 +21,8 @@ struct Schedule {
 
 // The schedules `auto` chooses among for `op` at degree `tp` (the mode and
 // transport fields of `op` narrow the set when they are not auto). Serial with
-// the NCCL transport is always first: it is the fallback.
+// the NCCL transport is always first: it is the fallback. An explicit mode with
+// transport auto still tunes the transport.
 std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp);
-
-// The one schedule an op with an explicit mode runs. For an explicit mode with
-// transport auto the transport is NCCL; chunked without `chunks` uses 4 when it
-// divides m/tp, else the largest divisor below it.
-Schedule ExplicitSchedule(const OpSpec& op, int tp);
 
 }  // namespace overlap::ops

@@ -241,5 +241,41 @@ TEST_F(OverlapdBinaryTest, BadConfigurationExitsWithUsageStatus) {
   EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 2);
 }
 
+// Library failures injected into the host backend through the config: a failed
+// collective fails that job with ABORTED and the next job runs; a sticky error
+// (a lost device) fails the job, and the daemon drains and exits 1 so that
+// systemd restarts it.
+TEST_F(OverlapdBinaryTest, InjectedFailuresFailTheJobOrRestartTheDaemon) {
+  {
+    const std::string config = dir_.path() + "/abort.yaml";
+    std::ofstream(config) << "host_fail_op: all_gather\nhost_fail_after: 1\n";
+    NotifySocket notify(dir_.path() + "/notify.sock");
+    Daemon daemon(Args({"--config", config}), dir_.path() + "/overlapd.log", notify.path());
+    ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
+    auto stub = Stub();
+    v1::Job job;
+    ASSERT_TRUE(Submit(*stub, kSmallJob, &job).ok());
+    job = AwaitState(*stub, job.id(), v1::ABORTED);
+    EXPECT_NE(job.error().find("injected NCCL failure"), std::string::npos) << job.error();
+    EXPECT_EQ(job.error_code(), static_cast<int>(absl::StatusCode::kAborted));
+    ASSERT_TRUE(Submit(*stub, kSmallJob, &job).ok());
+    AwaitState(*stub, job.id(), v1::SUCCEEDED);
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
+  }
+  const std::string config = dir_.path() + "/sticky.yaml";
+  std::ofstream(config) << "host_fail_op: gemm\nhost_fail_after: 2\nhost_fail_sticky: true\n";
+  NotifySocket notify(dir_.path() + "/notify2.sock");
+  Daemon daemon(Args({"--config", config}), dir_.path() + "/overlapd.log", notify.path());
+  ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
+  auto stub = Stub();
+  v1::Job job;
+  ASSERT_TRUE(Submit(*stub, kSmallJob, &job).ok());
+  job = AwaitState(*stub, job.id(), v1::FAILED);
+  EXPECT_NE(job.error().find("injected cuBLAS failure"), std::string::npos) << job.error();
+  EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 1) << Log();
+  EXPECT_NE(Log().find("unhealthy"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace overlap
