@@ -56,7 +56,15 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--shapes", default="",
+                   help="op:MxKxN,... instead of the default sweep (as overlapctl bench --shapes)")
     args = p.parse_args()
+    sweep = SWEEP
+    if args.shapes:
+        sweep = {}
+        for item in args.shapes.split(","):
+            op, dims = item.split(":")
+            sweep.setdefault(op, []).append(tuple(int(x) for x in dims.split("x")))
 
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -79,7 +87,7 @@ def main():
 
     rows = []
     gen = torch.Generator(device=device).manual_seed(1234 + rank)
-    for op, shapes in SWEEP.items():
+    for op, shapes in sweep.items():
         for (m, k, n) in shapes:
             row = {"op": op, "m": m, "k": k, "n": n, "tp": tp, "dtype": args.dtype}
             if op == "ag_gemm":
