@@ -271,6 +271,9 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
     }
   }
   plan->algo = best_algo;
+  GetLogger("cuda")->debug("device {}: GEMM {}: {} candidates, heuristic pick {:.3f} ms, best {:.3f} ms",
+                           device_, Describe(p), candidates.size(),
+                           best_per_candidate[0] / kTimedRuns, best_ms / kTimedRuns);
   if (!std::isfinite(best_ms)) {
     return absl::InvalidArgumentError(
         absl::StrCat("every cuBLASLt candidate failed for ", Describe(p)));
