@@ -19,8 +19,11 @@ if [ "${RUN_GRAPH:-1}" = 1 ]; then
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp.yaml --wait 2>&1 | tee "$OUT/llama70b_mlp.txt"
 fi
 start=$(date +%s)
+nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.txt" 2>&1 &
+dmon=$!
 timeout 420 overlapctl --addr "$addr" bench --json-out "$OUT/bench.json" ${BENCH_FLAGS:-} 2>"$OUT/bench.err" | tee "$OUT/bench.txt"
 echo "bench exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+kill "$dmon" 2>/dev/null
 tail -3 "$OUT/bench.err"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$OUT/gpu_after.csv" 2>&1
