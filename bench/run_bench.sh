@@ -36,3 +36,6 @@ if [ "${RUN_PEERS:-1}" = 1 ]; then
   echo "torch peers exit $?"
   python3 bench/compare.py "$OUT/bench.json" "$OUT/torch_peers.json" | tee "$OUT/compare.md"
 fi
+# At most 8 files come back from a device call: pack the logs.
+(cd "$OUT" && tar -czf logs.tgz --remove-files overlapd.log bench.err dmon.txt gpu_before.csv \
+  gpu_after.csv $( [ -f torch_peers.log ] && echo torch_peers.log ))
