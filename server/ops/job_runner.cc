@@ -60,7 +60,8 @@ struct OpRun {
         return absl::CancelledError("cancelled by request");
       }
       RETURN_IF_ERROR(engine.Synchronize(devices));
-      RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
+      // One rank has nothing to align with.
+      if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
       RETURN_IF_ERROR(enqueue());
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
