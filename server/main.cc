@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "overlap_git_commit.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "common/logging.h"
+#include "overlap_git_commit.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::rpc {

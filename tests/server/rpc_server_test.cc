@@ -1,6 +1,7 @@
 // The gRPC server in-process: a real host engine and job store, the scheduler
 // with a fake runner (so that jobs block or finish on demand), and the generated
 // client stubs over a unix socket.
+#include "overlap_git_commit.h"
 #include "server/rpc/rpc_server.h"
 
 #include <grpcpp/create_channel.h>
