@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/progress_printer.h"
@@ -88,8 +89,12 @@ absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text
 std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
-      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nops:\n", o.dtype,
+      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n", o.dtype,
       o.iterations, o.warmup, o.verify ? "true" : "false");
+  if (!o.devices.empty()) {
+    absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
+  }
+  spec += "ops:\n";
   // Interleaved repeats: auto and serial alternate so that drift hits both.
   for (const BenchShape& s : shapes) {
     for (int r = 0; r < o.repeats; ++r) {

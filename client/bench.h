@@ -26,6 +26,7 @@ struct BenchShape {
 
 struct BenchOptions {
   std::vector<BenchShape> shapes;  // empty = DefaultBenchShapes()
+  std::vector<int> devices;        // the TP group; empty = every device of the daemon
   std::string dtype = "bf16";
   int iterations = 20;
   int warmup = 5;

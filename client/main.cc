@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
   bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
       ->capture_default_str();
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");
+  bench->add_option("--devices", bench_options.devices,
+                    "the TP group, e.g. 0,1,2,3 (default: every device)")
+      ->delimiter(',');
   bench->add_option("--json-out", bench_json, "also write the JSON report to this file");
 
   try {

@@ -1,0 +1,98 @@
+// overlapctl bench without a daemon: the spec it submits, shape parsing, and how
+// it folds repeats into rows.
+#include "client/bench.h"
+
+#include <gtest/gtest.h>
+
+#include "common/graph_parser.h"
+
+namespace overlap::client {
+namespace {
+
+TEST(BenchSpecTest, InterleavesAutoAndSerialRepeatsPerShape) {
+  BenchOptions o;
+  o.shapes = {{"ag_gemm", 256, 128, 64}, {"gemm_ar", 128, 64, 32}};
+  o.repeats = 2;
+  o.devices = {1, 0};
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->devices, (std::vector<int>{1, 0}));
+  ASSERT_EQ(spec->ops.size(), 8u);
+  const std::vector<std::string> ids = {
+      "ag_gemm-256x128x64-auto-0", "ag_gemm-256x128x64-serial-0", "ag_gemm-256x128x64-auto-1",
+      "ag_gemm-256x128x64-serial-1", "gemm_ar-128x64x32-auto-0", "gemm_ar-128x64x32-serial-0",
+      "gemm_ar-128x64x32-auto-1", "gemm_ar-128x64x32-serial-1"};
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(spec->ops[i].id, ids[i]);
+  EXPECT_EQ(spec->ops[0].mode, OverlapMode::kAuto);
+  EXPECT_EQ(spec->ops[1].mode, OverlapMode::kSerial);
+  EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
+  EXPECT_EQ(spec->ops[4].type, OpType::kGemmAr);
+  EXPECT_EQ(spec->ops[4].m, 128);
+  EXPECT_EQ(spec->ops[4].k, 64);
+  EXPECT_EQ(spec->ops[4].n, 32);
+}
+
+TEST(BenchSpecTest, DefaultSweepHasFifteenShapes) {
+  EXPECT_EQ(DefaultBenchShapes().size(), 15u);
+  auto spec = ParseJobSpec(BuildBenchSpec(BenchOptions{}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ops.size(), 15u * 3 * 2);
+  EXPECT_TRUE(spec->devices.empty());
+}
+
+TEST(BenchShapesTest, ParsesAndRejects) {
+  auto ok = ParseBenchShapes("ag_gemm:4096x8192x8192,gemm_rs:1x2x3");
+  ASSERT_TRUE(ok.ok());
+  ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[1].op, "gemm_rs");
+  EXPECT_EQ((*ok)[1].n, 3);
+  for (const char* bad : {"", "ag_gemm:1x2", "gemm_xx:1x2x3", "ag_gemm:1xax3", "ag_gemm"}) {
+    EXPECT_EQ(ParseBenchShapes(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+v1::OpResult Op(const std::string& id, double step, double gemm, double comm) {
+  v1::OpResult r;
+  r.set_id(id);
+  r.set_tp(2);
+  r.set_mode("ring");
+  r.set_transport("p2p");
+  r.mutable_step()->set_median_ms(step);
+  r.mutable_gemm_alone()->set_median_ms(gemm);
+  r.mutable_comm_alone()->set_median_ms(comm);
+  r.set_max_rel_error(1e-3);
+  return r;
+}
+
+TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
+  BenchOptions o;
+  o.shapes = {{"ag_gemm", 1000, 1000, 1000}};
+  o.repeats = 3;
+  v1::Job job;
+  job.set_state(v1::SUCCEEDED);
+  const std::string base = "ag_gemm-1000x1000x1000";
+  *job.mutable_result()->add_ops() = Op(base + "-auto-0", 1.2, 1.0, 0.5);
+  *job.mutable_result()->add_ops() = Op(base + "-serial-0", 1.6, 1.0, 0.5);
+  *job.mutable_result()->add_ops() = Op(base + "-auto-1", 1.1, 1.0, 0.5);
+  *job.mutable_result()->add_ops() = Op(base + "-serial-1", 1.5, 1.0, 0.5);
+  *job.mutable_result()->add_ops() = Op(base + "-auto-2", 1.3, 1.0, 0.5);
+  *job.mutable_result()->add_ops() = Op(base + "-serial-2", 1.4, 1.0, 0.5);
+  std::vector<BenchRow> rows = FoldBench(job, o);
+  ASSERT_EQ(rows.size(), 1u);
+  const BenchRow& r = rows[0];
+  EXPECT_DOUBLE_EQ(r.step_ms, 1.2);
+  EXPECT_DOUBLE_EQ(r.serial_ms, 1.5);
+  EXPECT_NEAR(r.step_spread, 0.2, 1e-12);
+  EXPECT_NEAR(r.exposed_ms, 0.2, 1e-12);
+  EXPECT_NEAR(r.hidden, 0.6, 1e-12);  // 1 - 0.2 / 0.5
+  EXPECT_DOUBLE_EQ(r.ideal_ms, 1.0);
+  EXPECT_NEAR(r.tflops, 2e9 / 1.2e-3 / 1e12, 1e-9);
+  EXPECT_EQ(r.mode, "ring/p2p");
+  const std::string table = FormatBench(rows);
+  EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
+  EXPECT_NE(table.find("auto within max(2%, 2x spread) of serial on 1/1"), std::string::npos);
+  EXPECT_NE(table.find("hidden >= 85% where comm alone <= GEMM alone: 0/1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace overlap::client
