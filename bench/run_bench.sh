@@ -7,6 +7,15 @@ set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 work=$(mktemp -d /tmp/overlapd-bench.XXXXXX)
+ngpu=$(nvidia-smi -L | wc -l)
+peers() {  # the PyTorch peers on every GPU, JSON to $OUT/$1
+  PYTHONUNBUFFERED=1 timeout 300 torchrun --nproc_per_node="$ngpu" bench/peers/torch_tp.py \
+    --json "$OUT/$1" >> "$OUT/torch_peers.log" 2>&1
+  echo "torch peers ($1) exit $?"
+}
+# The peers run before and after our sweep: GEMM speed drifts with the GPU's power
+# state, so each baseline is the best of its two runs (bench/compare.py).
+[ "${RUN_PEERS:-1}" = 1 ] && peers torch_peers_before.json
 addr="unix:$work/overlapd.sock"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$OUT/gpu_before.csv" 2>&1
@@ -29,12 +38,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   --format=csv > "$OUT/gpu_after.csv" 2>&1
 kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $? (0 = drained cleanly)"
 grep -iE "error|warn" "$OUT/overlapd.log" | head -10
-# The PyTorch peers in the same call, on the same GPUs, after the daemon is gone.
 if [ "${RUN_PEERS:-1}" = 1 ]; then
-  PYTHONUNBUFFERED=1 timeout 300 torchrun --nproc_per_node="$(nvidia-smi -L | wc -l)" \
-    bench/peers/torch_tp.py --json "$OUT/torch_peers.json" > "$OUT/torch_peers.log" 2>&1
-  echo "torch peers exit $?"
-  python3 bench/compare.py "$OUT/bench.json" "$OUT/torch_peers.json" | tee "$OUT/compare.md"
+  peers torch_peers.json
+  python3 bench/compare.py "$OUT/bench.json" "$OUT/torch_peers_before.json" "$OUT/torch_peers.json" \
+    | tee "$OUT/compare.md"
 fi
 # At most 8 files come back from a device call: pack the logs.
 (cd "$OUT" && tar -czf logs.tgz --remove-files overlapd.log bench.err dmon.txt gpu_before.csv \

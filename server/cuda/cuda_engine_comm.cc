@@ -98,10 +98,11 @@ absl::StatusOr<std::vector<CudaEngineImpl::RankPtrs>> CudaEngineImpl::PrepareCol
   return ranks;
 }
 
-absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
-  const size_t n = args.ranks.size();
+absl::Status CudaEngineImpl::RunCollective(
+    const engine::CollectiveArgs& args, size_t send_elems, size_t recv_elems, const char* op,
+    const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call) {
   ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
-                   PrepareCollective(args, args.count, args.count * n, "AllGather"));
+                   PrepareCollective(args, send_elems, recv_elems, op));
   if (args.count == 0) return absl::OkStatus();
   std::vector<int> devices;
   for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
@@ -109,48 +110,34 @@ absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
   return RunGroup(
       *group,
       [&](int r) -> absl::Status {
-        NCCL_RETURN_IF_ERROR(ncclAllGather(ranks[r].send, ranks[r].recv, args.count,
-                                           NcclType(args.dtype), group->comm(r), ranks[r].stream));
+        NCCL_RETURN_IF_ERROR(call(ranks[r], group->comm(r)));
         return absl::OkStatus();
       },
-      "AllGather");
+      op);
+}
+
+absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
+  return RunCollective(args, args.count, args.count * args.ranks.size(), "AllGather",
+                       [&](const RankPtrs& rank, ncclComm_t comm) {
+                         return ncclAllGather(rank.send, rank.recv, args.count,
+                                              NcclType(args.dtype), comm, rank.stream);
+                       });
 }
 
 absl::Status CudaEngineImpl::ReduceScatter(const engine::CollectiveArgs& args) {
-  const size_t n = args.ranks.size();
-  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
-                   PrepareCollective(args, args.count * n, args.count, "ReduceScatter"));
-  if (args.count == 0) return absl::OkStatus();
-  std::vector<int> devices;
-  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
-  return RunGroup(
-      *group,
-      [&](int r) -> absl::Status {
-        NCCL_RETURN_IF_ERROR(ncclReduceScatter(ranks[r].send, ranks[r].recv, args.count,
-                                               NcclType(args.dtype), ncclSum, group->comm(r),
-                                               ranks[r].stream));
-        return absl::OkStatus();
-      },
-      "ReduceScatter");
+  return RunCollective(args, args.count * args.ranks.size(), args.count, "ReduceScatter",
+                       [&](const RankPtrs& rank, ncclComm_t comm) {
+                         return ncclReduceScatter(rank.send, rank.recv, args.count,
+                                                  NcclType(args.dtype), ncclSum, comm, rank.stream);
+                       });
 }
 
 absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
-  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
-                   PrepareCollective(args, args.count, args.count, "AllReduce"));
-  if (args.count == 0) return absl::OkStatus();
-  std::vector<int> devices;
-  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
-  return RunGroup(
-      *group,
-      [&](int r) -> absl::Status {
-        NCCL_RETURN_IF_ERROR(ncclAllReduce(ranks[r].send, ranks[r].recv, args.count,
-                                           NcclType(args.dtype), ncclSum, group->comm(r),
-                                           ranks[r].stream));
-        return absl::OkStatus();
-      },
-      "AllReduce");
+  return RunCollective(args, args.count, args.count, "AllReduce",
+                       [&](const RankPtrs& rank, ncclComm_t comm) {
+                         return ncclAllReduce(rank.send, rank.recv, args.count,
+                                              NcclType(args.dtype), ncclSum, comm, rank.stream);
+                       });
 }
 
 absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group_devices,

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,6 +125,11 @@ class CudaEngineImpl final : public CudaEngine {
   absl::StatusOr<EventEntry> LookupEvent(engine::EventId event) const;
   // ptr of `ref`, checked to lie inside its buffer, on `device` unless device < 0.
   absl::StatusOr<char*> Resolve(const engine::BufferRef& ref, int device, const char* what) const;
+  // Validates, gets the group's communicators and issues `call` for every rank
+  // inside one NCCL group.
+  absl::Status RunCollective(const engine::CollectiveArgs& args, size_t send_elems,
+                             size_t recv_elems, const char* op,
+                             const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call);
   absl::StatusOr<std::vector<RankPtrs>> PrepareCollective(const engine::CollectiveArgs& args,
                                                           size_t send_elems, size_t recv_elems,
                                                           const char* op) const;

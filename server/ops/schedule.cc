@@ -17,7 +17,7 @@ namespace {
 // stay efficient, so small shards get fewer chunks.
 std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
   std::vector<int> counts;
-  for (int c : {2, 4, 8}) {
+  for (int c : {2, 4, 8, 16}) {
     if (rows_per_rank % c == 0 && rows_per_rank / c >= 64) counts.push_back(c);
   }
   if (counts.empty() && rows_per_rank % 2 == 0) counts.push_back(2);
