@@ -210,7 +210,26 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
   return out;
 }
 
+namespace {
+
+nlohmann::json Telemetry(const v1::GetNodeInfoResponse& node) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const v1::Device& d : node.devices()) {
+    if (!d.telemetry_valid()) continue;
+    out.push_back({{"device", d.index()},
+                   {"sm_clock_mhz", d.sm_clock_mhz()},
+                   {"mem_clock_mhz", d.mem_clock_mhz()},
+                   {"temperature_c", d.temperature_c()},
+                   {"power_w", d.power_w()},
+                   {"utilization_pct", d.utilization_pct()}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                         const v1::GetNodeInfoResponse* node_after,
                          const std::vector<BenchRow>& rows, const BenchOptions& o) {
   nlohmann::json env = nlohmann::json::object();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -233,6 +252,8 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["gpus"] = nlohmann::json::array();
   for (const v1::Device& d : node.devices()) j["gpus"].push_back(d.name());
   j["client_env"] = env;
+  j["telemetry_before"] = Telemetry(node);
+  j["telemetry_after"] = node_after ? Telemetry(*node_after) : nlohmann::json::array();
   j["dtype"] = o.dtype;
   j["iterations"] = o.iterations;
   j["warmup"] = o.warmup;
@@ -272,7 +293,10 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
     return kExitJobFailed;
   }
   const std::vector<BenchRow> rows = FoldBench(*job, options);
-  const nlohmann::json j = BenchJson(*job, *node, rows, options);
+  // Clocks and temperature after the run (the daemon's NVML readings), beside those before.
+  absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
+  const nlohmann::json j =
+      BenchJson(*job, *node, node_after.ok() ? &*node_after : nullptr, rows, options);
   if (!json_file.empty()) {
     std::ofstream f(json_file);
     f << j.dump(1) << "\n";

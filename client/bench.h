@@ -59,7 +59,9 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options)
 
 // The table and the summary against the targets.
 std::string FormatBench(const std::vector<BenchRow>& rows);
+// `node_after` (clocks, temperature, power after the run) may be null.
 nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                         const v1::GetNodeInfoResponse* node_after,
                          const std::vector<BenchRow>& rows, const BenchOptions& options);
 
 // Submits, follows with progress on `err`, prints the table (or JSON), writes

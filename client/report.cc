@@ -228,15 +228,32 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   field("nccl", node.nccl_version());
   field("cublas", node.cublas_version());
   absl::StrAppend(&out, "devices:  ", node.devices_size(), "\n");
-  TextTable table({{"INDEX", Align::kRight},
-                   {"NAME"},
-                   {"MEMORY", Align::kRight},
-                   {"USED", Align::kRight},
-                   {"PCI"}});
+  bool telemetry = false;
+  for (const v1::Device& device : node.devices()) telemetry = telemetry || device.telemetry_valid();
+  std::vector<TextTable::Column> columns = {{"INDEX", Align::kRight},
+                                            {"NAME"},
+                                            {"MEMORY", Align::kRight},
+                                            {"USED", Align::kRight},
+                                            {"PCI"}};
+  if (telemetry) {
+    for (const char* title : {"SM MHz", "MEM MHz", "TEMP C", "POWER W", "UTIL %"}) {
+      columns.push_back({title, Align::kRight});
+    }
+  }
+  TextTable table(columns);
   for (const v1::Device& device : node.devices()) {
-    table.AddRow({absl::StrCat(device.index()), OrDash(device.name()),
-                  FormatBytes(device.memory_bytes()), FormatBytes(device.memory_used_bytes()),
-                  OrDash(device.pci_bus_id())});
+    std::vector<std::string> row = {absl::StrCat(device.index()), OrDash(device.name()),
+                                    FormatBytes(device.memory_bytes()),
+                                    FormatBytes(device.memory_used_bytes()),
+                                    OrDash(device.pci_bus_id())};
+    if (device.telemetry_valid()) {
+      row.push_back(absl::StrCat(device.sm_clock_mhz()));
+      row.push_back(absl::StrCat(device.mem_clock_mhz()));
+      row.push_back(absl::StrCat(device.temperature_c()));
+      row.push_back(absl::StrFormat("%.0f", device.power_w()));
+      row.push_back(absl::StrCat(device.utilization_pct()));
+    }
+    table.AddRow(row);
   }
   if (node.devices_size() > 0) out += table.Render();
   return out;

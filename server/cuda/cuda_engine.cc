@@ -83,6 +83,9 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
     }
   }
   engine->EnablePeerAccess();
+  std::vector<std::string> pci_bus_ids;
+  for (const auto& state : engine->devices_) pci_bus_ids.push_back(state->pci_bus_id);
+  engine->nvml_ = NvmlTelemetry::Open(pci_bus_ids);
   for (const auto& state : engine->devices_) {
     GetLogger("cuda")->info("device {}: {} ({}), {} SMs, pool {} bytes, {} reserved", state->index,
                             state->name, state->pci_bus_id, state->sm_count,
@@ -176,6 +179,10 @@ engine::DeviceInfo CudaEngineImpl::GetDeviceInfo(int device) const {
   info.pci_bus_id = state.pci_bus_id;
   info.memory_bytes = static_cast<int64_t>(state.pool->capacity() - state.reserved_bytes);
   return info;
+}
+
+engine::DeviceTelemetry CudaEngineImpl::Telemetry(int device) const {
+  return nvml_ ? nvml_->Read(device) : engine::DeviceTelemetry{};
 }
 
 engine::BackendVersions CudaEngineImpl::Versions() const {

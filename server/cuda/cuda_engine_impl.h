@@ -23,6 +23,7 @@
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 #include "server/cuda/nccl_comms.h"
+#include "server/cuda/nvml_telemetry.h"
 
 namespace overlap::cuda {
 
@@ -38,6 +39,7 @@ class CudaEngineImpl final : public CudaEngine {
   std::string Name() const override { return "cuda"; }
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
   engine::DeviceInfo GetDeviceInfo(int device) const override;
+  engine::DeviceTelemetry Telemetry(int device) const override;
   engine::BackendVersions Versions() const override;
   int64_t MemoryInUse(int device) const override;
 
@@ -160,6 +162,7 @@ class CudaEngineImpl final : public CudaEngine {
 
   // Declared last: destroyed first, while streams and pools still exist.
   std::unique_ptr<NcclComms> comms_;
+  std::unique_ptr<NvmlTelemetry> nvml_;  // null without NVML
 };
 
 // engine DType -> kernel element type.

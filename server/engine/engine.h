@@ -105,6 +105,17 @@ struct DeviceInfo {
   std::string pci_bus_id;
 };
 
+// Live readings of one device (NVML on the CUDA backend); valid is false where
+// the backend has none (the host backend, a machine without libnvidia-ml).
+struct DeviceTelemetry {
+  bool valid = false;
+  int sm_clock_mhz = 0;
+  int mem_clock_mhz = 0;
+  int temperature_c = 0;
+  double power_w = 0;
+  int utilization_pct = 0;  // percent of the last sample period a kernel ran
+};
+
 struct BackendVersions {
   std::string cuda_runtime, cuda_driver, nccl, cublas;
 };
@@ -118,6 +129,7 @@ class Engine {
   virtual DeviceInfo GetDeviceInfo(int device) const = 0;
   virtual BackendVersions Versions() const = 0;
   virtual int64_t MemoryInUse(int device) const = 0;
+  virtual DeviceTelemetry Telemetry(int device) const { return {}; }
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).

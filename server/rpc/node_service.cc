@@ -35,6 +35,13 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
     device->set_memory_bytes(info.memory_bytes);
     device->set_memory_used_bytes(engine_.MemoryInUse(d));
     device->set_pci_bus_id(info.pci_bus_id);
+    const engine::DeviceTelemetry t = engine_.Telemetry(d);
+    device->set_telemetry_valid(t.valid);
+    device->set_sm_clock_mhz(t.sm_clock_mhz);
+    device->set_mem_clock_mhz(t.mem_clock_mhz);
+    device->set_temperature_c(t.temperature_c);
+    device->set_power_w(t.power_w);
+    device->set_utilization_pct(t.utilization_pct);
   }
   response->set_overlapd_version(OVERLAP_VERSION);
   response->set_git_commit(OVERLAP_GIT_COMMIT);

@@ -96,3 +96,34 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
 
 }  // namespace
 }  // namespace overlap::client
+
+namespace overlap::client {
+namespace {
+
+TEST(BenchJsonTest, RecordsTelemetryBeforeAndAfter) {
+  v1::GetNodeInfoResponse before, after;
+  before.set_backend("cuda");
+  v1::Device* d = before.add_devices();
+  d->set_index(1);
+  d->set_telemetry_valid(true);
+  d->set_sm_clock_mhz(345);
+  d->set_temperature_c(34);
+  d->set_power_w(79.5);
+  after = before;
+  after.mutable_devices(0)->set_sm_clock_mhz(1980);
+  after.add_devices()->set_telemetry_valid(false);  // a device NVML could not read: left out
+  v1::Job job;
+  job.set_id("job-000007");
+  const nlohmann::json j = BenchJson(job, before, &after, {}, BenchOptions{});
+  EXPECT_EQ(j["job_id"], "job-000007");
+  ASSERT_EQ(j["telemetry_before"].size(), 1u);
+  EXPECT_EQ(j["telemetry_before"][0]["sm_clock_mhz"], 345);
+  EXPECT_EQ(j["telemetry_before"][0]["device"], 1);
+  EXPECT_DOUBLE_EQ(j["telemetry_before"][0]["power_w"].get<double>(), 79.5);
+  ASSERT_EQ(j["telemetry_after"].size(), 1u);
+  EXPECT_EQ(j["telemetry_after"][0]["sm_clock_mhz"], 1980);
+  EXPECT_TRUE(BenchJson(job, before, nullptr, {}, BenchOptions{})["telemetry_after"].empty());
+}
+
+}  // namespace
+}  // namespace overlap::client

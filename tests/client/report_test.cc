@@ -247,6 +247,26 @@ TEST(ReportTest, NodeInfo) {
   EXPECT_THAT(text, HasSubstr("    0  host0  2.00 GiB  1.00 MiB  -\n"));
   EXPECT_THAT(text, HasSubstr("    1  host1  2.00 GiB       0 B  -\n"));
   EXPECT_THAT(text, Not(HasSubstr("cuda:")));
+  EXPECT_THAT(text, Not(HasSubstr("SM MHz")));  // no telemetry: no telemetry columns
+}
+
+TEST(ReportTest, NodeInfoShowsTelemetryWhenTheBackendHasIt) {
+  v1::GetNodeInfoResponse node;
+  node.set_backend("cuda");
+  v1::Device* device = node.add_devices();
+  device->set_index(0);
+  device->set_name("NVIDIA H200");
+  device->set_memory_bytes(int64_t{16} << 30);
+  device->set_pci_bus_id("0000:00:06.0");
+  device->set_telemetry_valid(true);
+  device->set_sm_clock_mhz(1980);
+  device->set_mem_clock_mhz(3201);
+  device->set_temperature_c(41);
+  device->set_power_w(129.4);
+  device->set_utilization_pct(87);
+  const std::string text = FormatNodeInfo(node);
+  EXPECT_THAT(text, HasSubstr("SM MHz  MEM MHz  TEMP C  POWER W  UTIL %"));
+  EXPECT_THAT(text, HasSubstr("0000:00:06.0    1980     3201      41      129      87\n")) << text;
 }
 
 TEST(ReportTest, StatsListsEveryStateInOrder) {
