@@ -42,7 +42,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered"));
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));
-    RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "gathered"));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "gathered"));
     if (r > 0) RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, 0, rs.y, 0, r * mr));
     if (r < tp - 1) {
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, (r + 1) * mr, rs.y, (r + 1) * mr,
@@ -65,7 +65,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
     const int p = c % 2;
     std::vector<BufferRef> src, dst;
     for (int r = 0; r < tp; ++r) {
-      if (c >= 2) RETURN_IF_ERROR(ctx.Wait(r, ctx.rank(r).comm, r, "gemm", c - 2));
+      if (c >= 2) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).comm, r, "gemm", c - 2));
       src.push_back(ctx.Rows(ctx.rank(r).a, c * rc, rc, k));
       dst.push_back(ctx.Rows(ctx.rank(r).pingpong[p], 0, tp * rc, k));
     }
@@ -73,7 +73,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
       RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered", c));
-      RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "gathered", c));
+      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "gathered", c));
       engine::GemmArgs g;
       g.dtype = ctx.dtype();
       g.m = rc;
@@ -115,7 +115,7 @@ absl::Status Ring(OpContext& ctx, Transport transport) {
       RankState& rs = ctx.rank(r);
       const int q = (r + s) % tp;
       RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", s));
-      RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "arrived", s));
+      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", s));
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, q * mr, rs.y, q * mr, mr));
     }
   }

@@ -117,7 +117,7 @@ absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
     const StreamId stream = StreamOf(ctx, r, on);
     // Peers must have reduced their part (which we pull) and finished pulling
     // ours before we overwrite it.
-    RETURN_IF_ERROR(ctx.WaitAll(r, stream, "ar_reduced", tag));
+    RETURN_IF_ERROR(ctx.WaitAll(stream, "ar_reduced", tag));
     for (int i = 1; i < tp; ++i) {
       const int q = (r + i) % tp;
       const int64_t n = part_rows(q);

@@ -26,9 +26,9 @@ absl::Status GemmThenAllReduce(OpContext& ctx, Transport transport, On on, int64
   for (int r = 0; r < tp; ++r) {
     const engine::StreamId stream = StreamOf(ctx, r, on);
     if (transport == Transport::kP2p) {
-      RETURN_IF_ERROR(ctx.WaitAll(r, stream, "gemm", index));
+      RETURN_IF_ERROR(ctx.WaitAll(stream, "gemm", index));
     } else if (on == On::kComm) {
-      RETURN_IF_ERROR(ctx.Wait(r, stream, r, "gemm", index));
+      RETURN_IF_ERROR(ctx.Wait(stream, r, "gemm", index));
     }
   }
   return AllReduceRows(ctx, transport, on, Outputs(ctx), row, rows, ctx.op().n, index);
@@ -68,7 +68,7 @@ absl::Status Ring(OpContext& ctx, Transport transport) {
     dst.push_back(ctx.Rows(rs.y, 0, ctx.op().m, n));
   }
   if (transport == Transport::kP2p) {
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(r, ctx.rank(r).compute, "reduced"));
+    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "reduced"));
   }
   return AllGather(ctx, transport, On::kCompute, src, dst);
 }

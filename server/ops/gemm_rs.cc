@@ -14,8 +14,8 @@ using engine::BufferRef;
 // GEMM; a library collective synchronises the ranks itself.
 absl::Status WaitForProducers(OpContext& ctx, int r, engine::StreamId stream, Transport transport,
                               const std::string& tag, int index) {
-  if (transport == Transport::kP2p) return ctx.WaitAll(r, stream, tag, index);
-  return ctx.Wait(r, stream, r, tag, index);
+  if (transport == Transport::kP2p) return ctx.WaitAll(stream, tag, index);
+  return ctx.Wait(stream, r, tag, index);
 }
 
 absl::Status Serial(OpContext& ctx, Transport transport) {
@@ -30,7 +30,7 @@ absl::Status Serial(OpContext& ctx, Transport transport) {
     dst.push_back(ctx.Rows(rs.y, 0, mr, n));
   }
   if (transport == Transport::kP2p) {
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(r, ctx.rank(r).compute, "gemm"));
+    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "gemm"));
   }
   return ReduceScatter(ctx, transport, On::kCompute, src, dst);
 }
@@ -64,7 +64,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.Record(r, rs.comm, "received"));
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr, rs.y, 0, mr));
-    RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "received"));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "received"));
     for (int i = 1; i < tp; ++i) {
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.compute, ctx.Rows(rs.y, 0, mr, n),
                                               ctx.Rows(rs.slots[i - 1], 0, mr, n), ctx.dtype()));
@@ -128,7 +128,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport,
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
       // Ping-pong p was last sent at step s-2: that transfer must be complete.
-      if (s >= 3) RETURN_IF_ERROR(ctx.WaitAll(r, rs.compute, "sent", s - 2));
+      if (s >= 3) RETURN_IF_ERROR(ctx.WaitAll(rs.compute, "sent", s - 2));
       const int d = (r + s) % tp;
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, d * mr, rs.pingpong[p], 0, mr));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", s));
@@ -148,7 +148,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport,
     const int64_t out_row = out_row_is_block ? r * mr : 0;
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr, out[r], out_row, mr));
     for (int s = 1; s < tp; ++s) {
-      RETURN_IF_ERROR(ctx.Wait(r, rs.compute, r, "sent", s));
+      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "sent", s));
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.compute, ctx.Rows(out[r], out_row, mr, n),
                                               ctx.Rows(rs.slots[s - 1], 0, mr, n), ctx.dtype()));
     }

@@ -142,21 +142,21 @@ absl::Status OpContext::Record(int r, StreamId stream, const std::string& tag, i
   return engine_.RecordEvent(event, stream);
 }
 
-absl::Status OpContext::Wait(int r, StreamId stream, int event_rank, const std::string& tag,
+absl::Status OpContext::Wait(StreamId stream, int event_rank, const std::string& tag,
                              int index) {
   ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, tag, index));
   return engine_.WaitEvent(stream, event);
 }
 
-absl::Status OpContext::WaitAll(int r, StreamId stream, const std::string& tag, int index) {
-  for (int q = 0; q < tp(); ++q) RETURN_IF_ERROR(Wait(r, stream, q, tag, index));
+absl::Status OpContext::WaitAll(StreamId stream, const std::string& tag, int index) {
+  for (int q = 0; q < tp(); ++q) RETURN_IF_ERROR(Wait(stream, q, tag, index));
   return absl::OkStatus();
 }
 
 absl::Status OpContext::ForkComm() {
   for (int r = 0; r < tp(); ++r) {
     RETURN_IF_ERROR(Record(r, ranks_[r].compute, "fork"));
-    RETURN_IF_ERROR(Wait(r, ranks_[r].comm, r, "fork"));
+    RETURN_IF_ERROR(Wait(ranks_[r].comm, r, "fork"));
   }
   return absl::OkStatus();
 }
@@ -164,7 +164,7 @@ absl::Status OpContext::ForkComm() {
 absl::Status OpContext::JoinComm() {
   for (int r = 0; r < tp(); ++r) {
     RETURN_IF_ERROR(Record(r, ranks_[r].comm, "join"));
-    RETURN_IF_ERROR(Wait(r, ranks_[r].compute, r, "join"));
+    RETURN_IF_ERROR(Wait(ranks_[r].compute, r, "join"));
   }
   return absl::OkStatus();
 }

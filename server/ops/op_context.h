@@ -78,10 +78,10 @@ class OpContext {
   // The cached event (tag, index) of rank r's device.
   absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);
   absl::Status Record(int r, engine::StreamId stream, const std::string& tag, int index = 0);
-  absl::Status Wait(int r, engine::StreamId stream, int event_rank, const std::string& tag,
+  absl::Status Wait(engine::StreamId stream, int event_rank, const std::string& tag,
                     int index = 0);
-  // Rank r's stream waits for event (tag, index) of every rank.
-  absl::Status WaitAll(int r, engine::StreamId stream, const std::string& tag, int index = 0);
+  // `stream` waits for event (tag, index) of every rank.
+  absl::Status WaitAll(engine::StreamId stream, const std::string& tag, int index = 0);
 
   // Fork/join of one iteration: the comm stream waits for the compute stream
   // (at the start), and the compute stream for the comm stream (at the end).
