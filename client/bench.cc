@@ -123,8 +123,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       if (a == by_id.end() || b == by_id.end()) continue;
       const v1::OpResult& x = *a->second;
       row.tp = x.tp();
-      row.mode = x.mode() + (x.mode() == "chunked" ? absl::StrCat("/", x.chunks()) : "") + "/" +
-                 x.transport();
+      row.mode = ScheduleLabel(x);
       row.auto_repeats.push_back(x.step().median_ms());
       row.serial_repeats.push_back(b->second->step().median_ms());
       gemm.push_back(x.gemm_alone().median_ms());

@@ -62,6 +62,13 @@ bool IsUnsuccessfulState(v1::JobState state) {
   return state == v1::FAILED || state == v1::CANCELLED || state == v1::ABORTED;
 }
 
+std::string ScheduleLabel(const v1::OpResult& op) {
+  // Ring without sub-chunks and serial/bulk carry no count (server/ops/schedule.cc).
+  const bool counted = op.mode() == "chunked" || (op.mode() == "ring" && op.chunks() > 1);
+  return absl::StrCat(op.mode(), counted ? absl::StrCat("/", op.chunks()) : "", "/",
+                      op.transport());
+}
+
 std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }
 
 std::string FormatBytes(int64_t bytes) {
@@ -138,7 +145,7 @@ std::string FormatReport(const v1::Job& job) {
   out += table.Render();
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto") continue;
-    absl::StrAppend(&out, op.id(), ": auto chose ", op.mode(), "/", op.transport());
+    absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
   }

@@ -48,6 +48,9 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node);
 std::string FormatStats(const v1::GetStatsResponse& stats);
 
 // Small helpers shared by the formatters, exposed for tests.
+// The schedule an op ran, as the daemon names it: "chunked/4/p2p", "ring/p2p".
+std::string ScheduleLabel(const v1::OpResult& op);
+
 std::string FormatMs(double ms);             // "1.234"
 std::string FormatBytes(int64_t bytes);      // "2.00 GiB", "512.00 MiB", "17 B"
 std::string FormatUtc(int64_t unix_ms);      // "2026-11-30 12:34:56Z", "-" for 0

@@ -116,8 +116,8 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
     }
   }
   const std::string chunks_path = absl::StrCat(path, ".chunks");
-  if (op.chunks != 0 && op.mode != OverlapMode::kChunked) {
-    return Error(chunks_path, "only valid with mode: chunked");
+  if (op.chunks != 0 && op.mode != OverlapMode::kChunked && op.mode != OverlapMode::kRing) {
+    return Error(chunks_path, "only valid with mode: chunked or ring");
   }
   if (op.chunks < 0) {
     return Error(chunks_path, absl::StrCat("must be at least 1 (got ", op.chunks, ")"));

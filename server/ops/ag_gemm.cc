@@ -94,29 +94,34 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 }
 
 // Local shard first; each peer's shard is exchanged straight into its rows of
-// the gathered buffer while the previous shard's GEMM runs.
-absl::Status Ring(OpContext& ctx, Transport transport) {
+// the gathered buffer, in `chunks` pieces, and each piece's GEMM starts as soon
+// as it lands, so only the last piece's transfer can stand between GEMMs.
+absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.shapes().a_rows, k = ctx.shapes().a_cols;
+  const int64_t rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm());
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));
   }
   for (int s = 1; s < tp; ++s) {
-    std::vector<RankTransfer> step;
-    for (int r = 0; r < tp; ++r) {
-      const int q = (r + s) % tp;
-      step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).a, 0, mr, k), r,
-                                  ctx.Rows(ctx.rank(r).full, q * mr, mr, k)});
-    }
-    RETURN_IF_ERROR(Exchange(ctx, transport, step));
-    for (int r = 0; r < tp; ++r) {
-      RankState& rs = ctx.rank(r);
-      const int q = (r + s) % tp;
-      RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", s));
-      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", s));
-      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, q * mr, rs.y, q * mr, mr));
+    for (int c = 0; c < chunks; ++c) {
+      const int index = s * chunks + c;
+      std::vector<RankTransfer> step;
+      for (int r = 0; r < tp; ++r) {
+        const int q = (r + s) % tp;
+        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).a, c * rc, rc, k), r,
+                                    ctx.Rows(ctx.rank(r).full, q * mr + c * rc, rc, k)});
+      }
+      RETURN_IF_ERROR(Exchange(ctx, transport, step));
+      for (int r = 0; r < tp; ++r) {
+        RankState& rs = ctx.rank(r);
+        const int64_t row = ((r + s) % tp) * mr + c * rc;
+        RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", index));
+        RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", index));
+        RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, row, rs.y, row, rc));
+      }
     }
   }
   return ctx.JoinComm();
@@ -133,7 +138,7 @@ absl::Status EnqueueAgGemm(OpContext& ctx, const Schedule& s) {
     case OverlapMode::kChunked:
       return Chunked(ctx, s.transport, s.chunks);
     case OverlapMode::kRing:
-      return Ring(ctx, s.transport);
+      return Ring(ctx, s.transport, s.chunks);
     case OverlapMode::kAuto:
       break;
   }

@@ -34,6 +34,12 @@ StreamId StreamOf(OpContext& ctx, int r, On on) {
   return on == On::kComm ? ctx.rank(r).comm : ctx.rank(r).compute;
 }
 
+absl::Status WaitForProducers(OpContext& ctx, int r, StreamId stream, Transport transport,
+                              const std::string& tag, int index) {
+  if (transport == Transport::kP2p) return ctx.WaitAll(stream, tag, index);
+  return ctx.Wait(stream, r, tag, index);
+}
+
 absl::Status AllGather(OpContext& ctx, Transport transport, On on,
                        const std::vector<BufferRef>& src, const std::vector<BufferRef>& dst) {
   const int tp = ctx.tp();

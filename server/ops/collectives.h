@@ -7,6 +7,7 @@
 // peer's producing event (WaitAll), which a library collective does implicitly.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,12 @@ namespace overlap::ops {
 
 enum class On { kCompute, kComm };
 engine::StreamId StreamOf(OpContext& ctx, int r, On on);
+
+// Before a transfer of data produced under event (tag, index): p2p pulls on the
+// receiver, so rank r's `stream` waits for that event on every rank; a library
+// collective synchronises the ranks itself, so it waits for rank r's own.
+absl::Status WaitForProducers(OpContext& ctx, int r, engine::StreamId stream, Transport transport,
+                              const std::string& tag, int index);
 
 // Rank q's src[q] (all the same size) lands in every rank's dst[r] at offset
 // q * src[q].bytes; dst[r] covers tp such blocks.

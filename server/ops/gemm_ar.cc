@@ -54,23 +54,34 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   return ctx.JoinComm();
 }
 
-// Ring reduce-scatter into each rank's own block of Y, then an all-gather of
-// the reduced blocks (in place).
-absl::Status Ring(OpContext& ctx, Transport transport) {
+// The fused ring reduce-scatter leaves each rank's own block reduced in its Y,
+// piece by piece; every peer pulls (or is sent) each reduced piece as soon as
+// its GEMM is done, so only the last piece's all-gather follows the last GEMM.
+// Peers' partials live in Y itself, in the rows their reduced block overwrites.
+absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
-  const int64_t mr = ctx.op().m / tp, n = ctx.op().n;
-  RETURN_IF_ERROR(RingReduceScatter(ctx, transport, Outputs(ctx), /*out_row_is_block=*/true));
-  std::vector<engine::BufferRef> src, dst;
-  for (int r = 0; r < tp; ++r) {
-    RankState& rs = ctx.rank(r);
-    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced"));
-    src.push_back(ctx.Rows(rs.y, r * mr, mr, n));
-    dst.push_back(ctx.Rows(rs.y, 0, ctx.op().m, n));
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
+  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(
+      RingReduceScatter(ctx, transport, chunks, Outputs(ctx), Outputs(ctx), /*out_row_is_block=*/true));
+  for (int c = 0; c < chunks; ++c) {
+    // A pull must wait for the owner's reduced piece, which comes after the
+    // owner has pulled our partial out of the same rows.
+    for (int r = 0; r < tp; ++r) {
+      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "reduced", c));
+    }
+    for (int s = 1; s < tp; ++s) {
+      std::vector<RankTransfer> step;
+      for (int q = 0; q < tp; ++q) {
+        const int r = (q + s) % tp;
+        const int64_t row = q * mr + c * rc;
+        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).y, row, rc, n), r,
+                                    ctx.Rows(ctx.rank(r).y, row, rc, n)});
+      }
+      RETURN_IF_ERROR(Exchange(ctx, transport, step));
+    }
   }
-  if (transport == Transport::kP2p) {
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "reduced"));
-  }
-  return AllGather(ctx, transport, On::kCompute, src, dst);
+  return ctx.JoinComm();
 }
 
 }  // namespace
@@ -84,7 +95,7 @@ absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& s) {
     case OverlapMode::kChunked:
       return Chunked(ctx, s.transport, s.chunks);
     case OverlapMode::kRing:
-      return Ring(ctx, s.transport);
+      return Ring(ctx, s.transport, s.chunks);
     case OverlapMode::kAuto:
       break;
   }

@@ -10,14 +10,6 @@ namespace {
 
 using engine::BufferRef;
 
-// The p2p transport pulls peers' partials, so it must wait for every rank's
-// GEMM; a library collective synchronises the ranks itself.
-absl::Status WaitForProducers(OpContext& ctx, int r, engine::StreamId stream, Transport transport,
-                              const std::string& tag, int index) {
-  if (transport == Transport::kP2p) return ctx.WaitAll(stream, tag, index);
-  return ctx.Wait(stream, r, tag, index);
-}
-
 absl::Status Serial(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp;
@@ -118,42 +110,62 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 
 }  // namespace
 
-absl::Status RingReduceScatter(OpContext& ctx, Transport transport,
+absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
+                               const std::vector<engine::BufferId>& partial,
                                const std::vector<engine::BufferId>& out, bool out_row_is_block) {
   const int tp = ctx.tp();
-  const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
+  auto out_row = [&](int r) { return (out_row_is_block ? r * mr : 0); };
+  // Step s: every rank computes block (r + s) % tp, piece by piece, and sends
+  // each piece to its owner as soon as it is done. The first arrival lands in
+  // the owner's output rows; later ones (tp > 2) in receive slot s - 2.
   for (int s = 1; s < tp; ++s) {
-    const int p = s % 2;
+    for (int c = 0; c < chunks; ++c) {
+      const int index = s * chunks + c;
+      for (int r = 0; r < tp; ++r) {
+        RankState& rs = ctx.rank(r);
+        const int64_t row = ((r + s) % tp) * mr + c * rc;
+        RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, row, partial[r], row, rc));
+        RETURN_IF_ERROR(ctx.Record(r, rs.compute, "partial", index));
+      }
+      std::vector<RankTransfer> step;
+      for (int r = 0; r < tp; ++r) {
+        RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "partial", index));
+        const int d = (r + s) % tp;
+        const engine::BufferRef dst =
+            s == 1 ? ctx.Rows(out[d], out_row(d) + c * rc, rc, n)
+                   : ctx.Rows(ctx.rank(d).slots[s - 2], c * rc, rc, n);
+        step.push_back(RankTransfer{r, ctx.Rows(partial[r], d * mr + c * rc, rc, n), d, dst});
+      }
+      RETURN_IF_ERROR(Exchange(ctx, transport, step));
+      // After the last step's transfer of piece c, the owner adds the earlier
+      // arrivals held in slots (tp > 2) on its comm stream; piece c is then
+      // complete, and recorded at once so that its GEMM need not wait for later pieces.
+      if (s < tp - 1) continue;
+      for (int r = 0; r < tp; ++r) {
+        RankState& rs = ctx.rank(r);
+        const engine::BufferRef mine = ctx.Rows(out[r], out_row(r) + c * rc, rc, n);
+        for (int slot = 0; slot < tp - 2; ++slot) {
+          RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine,
+                                                  ctx.Rows(rs.slots[slot], c * rc, rc, n),
+                                                  ctx.dtype()));
+        }
+        RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
+      }
+    }
+  }
+  // Each rank computes its own block on top of the arrivals with beta = 1: no
+  // reduction kernel after the last GEMM.
+  for (int c = 0; c < chunks; ++c) {
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
-      // Ping-pong p was last sent at step s-2: that transfer must be complete.
-      if (s >= 3) RETURN_IF_ERROR(ctx.WaitAll(rs.compute, "sent", s - 2));
-      const int d = (r + s) % tp;
-      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, d * mr, rs.pingpong[p], 0, mr));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", s));
-    }
-    std::vector<RankTransfer> step;
-    for (int r = 0; r < tp; ++r) {
-      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "gemm", s));
-      const int d = (r + s) % tp;  // rank d receives from r = d - s in slot s-1
-      step.push_back(RankTransfer{r, ctx.Rows(ctx.rank(r).pingpong[p], 0, mr, n), d,
-                                  ctx.Rows(ctx.rank(d).slots[s - 1], 0, mr, n)});
-    }
-    RETURN_IF_ERROR(Exchange(ctx, transport, step));
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).comm, "sent", s));
-  }
-  for (int r = 0; r < tp; ++r) {
-    RankState& rs = ctx.rank(r);
-    const int64_t out_row = out_row_is_block ? r * mr : 0;
-    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr, out[r], out_row, mr));
-    for (int s = 1; s < tp; ++s) {
-      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "sent", s));
-      RETURN_IF_ERROR(ctx.engine().Accumulate(rs.compute, ctx.Rows(out[r], out_row, mr, n),
-                                              ctx.Rows(rs.slots[s - 1], 0, mr, n), ctx.dtype()));
+      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", c));
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr + c * rc, out[r],
+                               out_row(r) + c * rc, rc, /*beta=*/1.0f));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced", c));
     }
   }
-  return ctx.JoinComm();
+  return absl::OkStatus();
 }
 
 absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {
@@ -165,9 +177,15 @@ absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {
     case OverlapMode::kChunked:
       return Chunked(ctx, s.transport, s.chunks);
     case OverlapMode::kRing: {
-      std::vector<engine::BufferId> out;
-      for (int r = 0; r < ctx.tp(); ++r) out.push_back(ctx.rank(r).y);
-      return RingReduceScatter(ctx, s.transport, out, /*out_row_is_block=*/false);
+      std::vector<engine::BufferId> partial, out;
+      for (int r = 0; r < ctx.tp(); ++r) {
+        partial.push_back(ctx.rank(r).full);
+        out.push_back(ctx.rank(r).y);
+      }
+      RETURN_IF_ERROR(ctx.ForkComm());
+      RETURN_IF_ERROR(RingReduceScatter(ctx, s.transport, s.chunks, partial, out,
+                                        /*out_row_is_block=*/false));
+      return ctx.JoinComm();
     }
     case OverlapMode::kAuto:
       break;

@@ -21,6 +21,8 @@ namespace {
 constexpr int kTuneIterations = 5;
 // Overlap must beat serial by this much for `auto` to choose it.
 constexpr double kAutoMargin = 0.02;
+// The timed iterations are split into this many rounds, each GEMM alone then step.
+constexpr int kTimedRounds = 4;
 
 struct OpRun {
   engine::Engine& engine;
@@ -189,8 +191,6 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
 
   const int iters = spec.iterations;
   const int warm = std::max(1, std::min(spec.warmup, 5));
-  ASSIGN_OR_RETURN(std::vector<double> gemm_t,
-                   run.Timed("gemm_alone", warm, iters, [&] { return EnqueueGemmAlone(*ctx); }));
   std::string reason;
   ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason));
   // The collective alone on both transports; the faster one is "comm alone".
@@ -212,9 +212,23 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); },
                                    "gemm_end"));
   }
-  ASSIGN_OR_RETURN(std::vector<double> step_t,
-                   run.Timed("timed", spec.warmup, iters,
-                             [&] { return EnqueueOp(*ctx, schedule); }));
+  // The GEMM alone and the step alternate in rounds: sustained GEMMs lower the
+  // SM clock within seconds, so measuring one long after the other would put
+  // them at different clocks and skew step / ideal either way.
+  std::vector<double> gemm_t, step_t;
+  const int rounds = std::max(1, std::min(kTimedRounds, iters));
+  for (int i = 0; i < rounds; ++i) {
+    const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
+    const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
+    ASSIGN_OR_RETURN(std::vector<double> g,
+                     run.Timed("gemm_alone" + round, i == 0 ? warm : 1, count,
+                               [&] { return EnqueueGemmAlone(*ctx); }));
+    ASSIGN_OR_RETURN(std::vector<double> t,
+                     run.Timed("timed" + round, i == 0 ? spec.warmup : 1, count,
+                               [&] { return EnqueueOp(*ctx, schedule); }));
+    gemm_t.insert(gemm_t.end(), g.begin(), g.end());
+    step_t.insert(step_t.end(), t.begin(), t.end());
+  }
 
   v1::OpResult res;
   res.set_id(op.id);

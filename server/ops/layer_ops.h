@@ -29,12 +29,15 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
 absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
                                    const std::string& end_tag);
 
-// Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter. Each
-// rank computes the partial for one peer per step into a ping-pong buffer and
-// sends it while the next GEMM runs; the local block is computed last, straight
-// into rank r's `out` rows [out_row, out_row + m/tp), and the arrivals are
-// accumulated there. Leaves the reduced block on the compute stream.
-absl::Status RingReduceScatter(OpContext& ctx, Transport transport,
+// Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter with the
+// reduction fused into the GEMM. For each peer in turn, rank r computes that
+// peer's block of the partial into `partial[r]` (rows d*m/tp, in `chunks`
+// pieces) and sends each piece as soon as it is done; then it computes its own
+// block with beta = 1 on top of what arrived, into `out[r]` rows starting at
+// r*m/tp (out_row_is_block) or 0. Records (reduced, c) on the compute stream
+// after piece c of the own block. The caller forks and joins the comm stream.
+absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
+                               const std::vector<engine::BufferId>& partial,
                                const std::vector<engine::BufferId>& out, bool out_row_is_block);
 
 // Row-major GEMM helper: C[rows of c at c_row] = A[rows at a_row] x W.

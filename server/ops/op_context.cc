@@ -23,7 +23,6 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
   const int64_t rows_per_rank = op.m / tp;
   const int64_t chunk_rows = rows_per_rank / std::max(1, s.chunks);
   const bool chunked = s.mode == OverlapMode::kChunked;
-  const bool ring = s.mode == OverlapMode::kRing;
   b.slot_count = tp - 1;
   switch (op.type) {
     case OpType::kAgGemm:
@@ -35,11 +34,9 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
       b.full = op.m * op.n;
       b.slots = rows_per_rank * op.n;
       if (chunked) b.pingpong = tp * chunk_rows * op.n;
-      if (ring) b.pingpong = rows_per_rank * op.n;
       break;
     case OpType::kGemmAr:
       b.slots = rows_per_rank * op.n;
-      if (ring) b.pingpong = rows_per_rank * op.n;
       break;
   }
   if (tp > 1) b.spare = op.type == OpType::kGemmAr ? b.y : b.full;

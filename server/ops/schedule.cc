@@ -6,7 +6,10 @@ namespace overlap::ops {
 
 std::string Schedule::Name() const {
   std::string name = OverlapModeName(mode);
-  if (mode == OverlapMode::kChunked) absl::StrAppend(&name, "/", chunks);
+  // Ring without sub-chunks keeps its short name.
+  if (mode == OverlapMode::kChunked || (mode == OverlapMode::kRing && chunks > 1)) {
+    absl::StrAppend(&name, "/", chunks);
+  }
   absl::StrAppend(&name, "/", TransportName(transport));
   return name;
 }
@@ -48,9 +51,11 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   }
   for (OverlapMode mode : modes) {
     for (Transport transport : transports) {
-      if (mode == OverlapMode::kChunked) {
-        std::vector<int> counts =
-            op.chunks > 0 ? std::vector<int>{op.chunks} : ChunkCandidates(rows_per_rank);
+      if (mode == OverlapMode::kChunked || mode == OverlapMode::kRing) {
+        std::vector<int> counts = ChunkCandidates(rows_per_rank);
+        // Ring also runs whole shards; chunked with one chunk is serial on two streams.
+        if (mode == OverlapMode::kRing) counts.insert(counts.begin(), 1);
+        if (op.chunks > 0) counts = {op.chunks};
         for (int c : counts) out.push_back(Schedule{mode, c, transport});
       } else {
         Schedule s{mode, 1, transport};

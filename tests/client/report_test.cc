@@ -97,7 +97,7 @@ TEST(ReportTest, ExactTable) {
       std::string(164, '-'),
       "total                                                             11.875"
       "                                          2.275",
-      "fc1: auto chose chunked/p2p: comm 1.500 ms < gemm 4.750 ms",
+      "fc1: auto chose chunked/4/p2p: comm 1.500 ms < gemm 4.750 ms",
   };
   EXPECT_EQ(Lines(report), expected) << report;
 }

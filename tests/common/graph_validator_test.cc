@@ -199,7 +199,9 @@ TEST(GraphValidatorTest, OverflowErrors) {
 TEST(GraphValidatorTest, ChunkErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops[0].chunks = 4;
-  ExpectInvalid(spec, "ops[0].chunks: only valid with mode: chunked");
+  ExpectInvalid(spec, "ops[0].chunks: only valid with mode: chunked or ring");
+  spec.ops[0].mode = OverlapMode::kRing;  // sub-chunks of each shard
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
   spec.ops[0].mode = OverlapMode::kChunked;
   EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
   spec.ops[0].chunks = 3;

@@ -95,18 +95,18 @@ std::string Name(const ::testing::TestParamInfo<Param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    NonChunked, LayerOpsGpuTest,
+    Whole, LayerOpsGpuTest,
     ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
-                       ::testing::Values(OverlapMode::kSerial, OverlapMode::kBulk,
-                                         OverlapMode::kRing),
+                       ::testing::Values(OverlapMode::kSerial, OverlapMode::kBulk),
                        ::testing::Values(1), ::testing::Values(Transport::kNccl, Transport::kP2p),
                        ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
     Name);
 
 INSTANTIATE_TEST_SUITE_P(
-    Chunked, LayerOpsGpuTest,
+    ChunkedAndRing, LayerOpsGpuTest,
     ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
-                       ::testing::Values(OverlapMode::kChunked), ::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
+                       ::testing::Values(1, 2, 4, 8),
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
                        ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
     Name);
