@@ -17,8 +17,10 @@
 namespace overlap::ops {
 namespace {
 
-// Autotune measures each candidate this many times (after one warm-up).
+// Autotune measures each candidate this many times (after one warm-up) per
+// round, in kTuneRounds round-robin passes over the candidates.
 constexpr int kTuneIterations = 5;
+constexpr int kTuneRounds = 2;
 // Overlap must beat serial by this much for `auto` to choose it.
 constexpr double kAutoMargin = 0.02;
 // The timed iterations are split into this many rounds, each GEMM alone then step.
@@ -136,22 +138,32 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
       return hit->schedule;
     }
   }
+  // Round-robin over the candidates, keeping each one's best median: the SM
+  // clock drifts within seconds, and a single pass would favour whichever
+  // candidates happened to run while it was high.
+  std::vector<double> ms(candidates.size(), std::numeric_limits<double>::infinity());
+  for (int round = 0; round < kTuneRounds; ++round) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const Schedule& s = candidates[i];
+      ASSIGN_OR_RETURN(std::vector<double> t,
+                       run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1,
+                                                 kTuneRounds),
+                                 1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }));
+      ms[i] = std::min(ms[i], Summarize(t).median);
+    }
+  }
   double best_ms = 0, serial_ms = 0;
   Schedule best;
   bool have_best = false, have_serial = false;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Schedule& s = candidates[i];
-    ASSIGN_OR_RETURN(std::vector<double> t,
-                     run.Timed(absl::StrCat("autotune ", s.Name()), 1, kTuneIterations,
-                               [&] { return EnqueueOp(run.ctx, s); }));
-    const double ms = Summarize(t).median;
-    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms", op.id, s.Name(), ms);
+    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms", op.id, s.Name(), ms[i]);
     if (s.mode == OverlapMode::kSerial && s.transport == Transport::kNccl) {
-      serial_ms = ms;
+      serial_ms = ms[i];
       have_serial = true;
     }
-    if (!have_best || ms < best_ms) {
-      best_ms = ms;
+    if (!have_best || ms[i] < best_ms) {
+      best_ms = ms[i];
       best = s;
       have_best = true;
     }
@@ -194,7 +206,8 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   std::string reason;
   ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason));
   // The collective alone on both transports; the faster one is "comm alone".
-  std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0}, beside_t;
+  std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
+  Transport fastest = Transport::kNccl;
   if (tp > 1) {
     ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters, [&] {
       return EnqueueCommAlone(*ctx, Transport::kNccl);
@@ -204,30 +217,39 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     }));
     const bool p2p_faster = Summarize(p2p_t).median < Summarize(nccl_t).median;
     comm_t = p2p_faster ? p2p_t : nccl_t;
-    const Transport fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
-    // The GEMM's own time while the collective runs beside it: contention for
-    // SMs and HBM bounds what any schedule can hide.
-    ASSIGN_OR_RETURN(beside_t, run.Timed(
-                                   "gemm_beside_comm", warm, iters,
-                                   [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); },
-                                   "gemm_end"));
+    fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
   }
-  // The GEMM alone and the step alternate in rounds: sustained GEMMs lower the
-  // SM clock within seconds, so measuring one long after the other would put
-  // them at different clocks and skew step / ideal either way.
-  std::vector<double> gemm_t, step_t;
+  // The GEMM alone, the GEMM beside the collective and the step alternate in
+  // rounds: sustained GEMMs lower the SM clock within seconds, so measuring one
+  // long after the other would put them at different clocks and skew step /
+  // ideal and the slowdown either way.
+  std::vector<double> gemm_t, beside_t, step_t;
+  auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
   const int rounds = std::max(1, std::min(kTimedRounds, iters));
   for (int i = 0; i < rounds; ++i) {
     const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
+    const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
     ASSIGN_OR_RETURN(std::vector<double> g,
-                     run.Timed("gemm_alone" + round, i == 0 ? warm : 1, count,
+                     run.Timed("gemm_alone" + round, first_warm, count,
                                [&] { return EnqueueGemmAlone(*ctx); }));
+    append(gemm_t, g);
+    if (tp > 1) {
+      // The GEMM's own time while the collective runs beside it: contention for
+      // SMs and HBM bounds what any schedule can hide.
+      ASSIGN_OR_RETURN(std::vector<double> b,
+                       run.Timed(
+                           "gemm_beside_comm" + round, first_warm, count,
+                           [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); },
+                           "gemm_end"));
+      append(beside_t, b);
+    }
     ASSIGN_OR_RETURN(std::vector<double> t,
                      run.Timed("timed" + round, i == 0 ? spec.warmup : 1, count,
                                [&] { return EnqueueOp(*ctx, schedule); }));
-    gemm_t.insert(gemm_t.end(), g.begin(), g.end());
-    step_t.insert(step_t.end(), t.begin(), t.end());
+    append(step_t, t);
   }
 
   v1::OpResult res;
