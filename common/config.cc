@@ -171,6 +171,8 @@ const std::vector<Field>& Fields() {
       BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",
                  &DaemonConfig::gemm_workspace_bytes, /*allow_zero=*/true),
       BoolField("nvls_enable", "cuda backend: NVLink multicast (NVLS)", &DaemonConfig::nvls_enable),
+      BoolField("nccl_nonblocking", "cuda backend: false launches faster, but a hang can block inside NCCL",
+                &DaemonConfig::nccl_nonblocking),
       SecondsField("collective_timeout_s", "abort a collective hung this long (seconds)",
                    &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
       IntField("max_iterations", "largest iterations/warmup a job may ask for",

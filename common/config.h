@@ -32,6 +32,11 @@ struct DaemonConfig {
   int64_t pool_bytes_per_device = int64_t{16} << 30;
   int64_t gemm_workspace_bytes = int64_t{64} << 20;
   bool nvls_enable = false;  // NVLink multicast; off unless asked for
+  // Non-blocking NCCL communicators never block the host inside NCCL, which is
+  // what lets the watchdog abort a hung collective. Blocking ones launched each
+  // collective ~85 us sooner on H200, but a held-back peer then kept the host
+  // inside NCCL where the watchdog cannot act (both measured, docs/PERFORMANCE.md).
+  bool nccl_nonblocking = true;
   double collective_timeout_s = 60;  // watchdog on a hung collective
 
   // Limits.

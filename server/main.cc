@@ -47,7 +47,7 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   std::optional<std::string> backend, listen, state_dir, log_level;
-  std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable;
+  std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking;
   std::optional<int> host_devices, max_iterations, max_queued_jobs;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
@@ -78,6 +78,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.allow_insecure_tcp) config.allow_insecure_tcp = *flags.allow_insecure_tcp;
   if (flags.hazard_checks) config.hazard_checks = *flags.hazard_checks;
   if (flags.nvls_enable) config.nvls_enable = *flags.nvls_enable;
+  if (flags.nccl_nonblocking) config.nccl_nonblocking = *flags.nccl_nonblocking;
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
@@ -141,6 +142,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "cuda backend: cuBLASLt workspace per stream");
   app.add_flag("--nvls-enable,!--no-nvls-enable", f.nvls_enable,
                "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
+  app.add_flag("--nccl-nonblocking,!--no-nccl-nonblocking", f.nccl_nonblocking,
+               "cuda backend: non-blocking NCCL communicators (default; the watchdog needs them)");
   app.add_option("--collective-timeout", f.collective_timeout_s,
                  "seconds before a hung collective is aborted")
       ->check(CLI::PositiveNumber);

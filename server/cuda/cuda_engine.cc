@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CreateCudaEngineTyped(const DaemonCo
 }
 
 CudaEngineImpl::CudaEngineImpl(const DaemonConfig& config)
-    : config_(config), comms_(std::make_unique<NcclComms>(config.collective_timeout_s)) {}
+    : config_(config), comms_(std::make_unique<NcclComms>(config.collective_timeout_s, config.nccl_nonblocking)) {}
 
 absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const DaemonConfig& config,
                                                                        int device_count) {

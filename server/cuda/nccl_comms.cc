@@ -16,6 +16,9 @@ namespace overlap::cuda {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::microseconds(100);
+// A launch usually completes within microseconds: poll without sleeping this
+// long first, so that the next enqueue is not held back by a whole interval.
+constexpr double kSpinS = 500e-6;
 constexpr double kFinalizeTimeoutS = 10;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -65,7 +68,11 @@ absl::Status NcclGroup::WaitReady(double timeout_s) const {
         return absl::DeadlineExceededError(absl::StrCat(
             "communicator ", Name(), " rank ", rank, " still in progress after ", timeout_s, " s"));
       }
-      std::this_thread::sleep_for(kPollInterval);
+      if (SecondsSince(start) < kSpinS) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kPollInterval);
+      }
     }
   }
   return absl::OkStatus();
@@ -155,7 +162,7 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
     init_status = guard.status();
     if (!init_status.ok()) break;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    config.blocking = nonblocking_ ? 0 : 1;
     config.commName = name.c_str();
     const ncclResult_t result = ncclCommInitRankConfig(&comms[rank], nranks, id, rank, &config);
     if (result != ncclSuccess && result != ncclInProgress) {

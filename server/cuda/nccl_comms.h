@@ -3,9 +3,12 @@
 // ncclGetUniqueId, then ncclCommInitRankConfig for all ranks inside one
 // ncclGroupStart/End from the calling thread.
 //
-// Communicators are NON-BLOCKING (config.blocking = 0): calls may return
-// ncclInProgress and the caller polls ncclCommGetAsyncError (WaitReady). That is
-// what lets the watchdog abort a hung collective instead of hanging with it.
+// Communicators are NON-BLOCKING (config.blocking = 0) unless `nonblocking` is
+// false: calls may return ncclInProgress and the caller polls
+// ncclCommGetAsyncError (WaitReady). That is what lets the watchdog abort a hung
+// collective instead of hanging with it; with blocking ones, measured on H200, a
+// peer held back behind GEMMs kept the host inside NCCL until it arrived (they
+// did launch each collective ~85 us sooner: docs/PERFORMANCE.md).
 // An aborted group is dropped from the cache and rebuilt on next use.
 //
 // Thread safety: all methods may be called concurrently; the cache mutex is held
@@ -57,7 +60,8 @@ class NcclGroup {
 
 class NcclComms {
  public:
-  explicit NcclComms(double init_timeout_s) : init_timeout_s_(init_timeout_s) {}
+  NcclComms(double init_timeout_s, bool nonblocking)
+      : init_timeout_s_(init_timeout_s), nonblocking_(nonblocking) {}
   ~NcclComms();
 
   // The cached group, or a new one (INVALID_ARGUMENT for an empty or repeating
@@ -73,6 +77,7 @@ class NcclComms {
   absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel);
 
   const double init_timeout_s_;
+  const bool nonblocking_;
   mutable absl::Mutex mu_;
   std::map<Key, std::shared_ptr<NcclGroup>> groups_ ABSL_GUARDED_BY(mu_);
 };

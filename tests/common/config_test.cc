@@ -29,6 +29,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.pool_bytes_per_device, b.pool_bytes_per_device);
   EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes);
   EXPECT_EQ(a.nvls_enable, b.nvls_enable);
+  EXPECT_EQ(a.nccl_nonblocking, b.nccl_nonblocking);
   EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
   EXPECT_EQ(a.max_iterations, b.max_iterations);
   EXPECT_EQ(a.max_queued_jobs, b.max_queued_jobs);
@@ -59,7 +60,8 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
   for (const char* key :
        {"backend", "listen", "allow_insecure_tcp", "state_dir", "log_level", "host_device_count",
         "host_device_memory_bytes", "hazard_checks", "pool_bytes_per_device",
-        "gemm_workspace_bytes", "nvls_enable", "collective_timeout_s", "max_iterations",
+        "gemm_workspace_bytes", "nvls_enable", "nccl_nonblocking", "collective_timeout_s",
+        "max_iterations",
         "max_queued_jobs", "drain_timeout_s", "max_spec_bytes"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
   }
