@@ -130,8 +130,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
     *reason = op.mode == OverlapMode::kAuto ? "only one schedule applies" : "as requested";
     return candidates[0];
   }
-  const std::string key =
-      TuningKey(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
+  const std::string key = TuningKey(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
   if (cache != nullptr) {
     if (auto hit = cache->Lookup(key)) {
       *reason = absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms);
@@ -145,10 +144,10 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   for (int round = 0; round < kTuneRounds; ++round) {
     for (size_t i = 0; i < candidates.size(); ++i) {
       const Schedule& s = candidates[i];
-      ASSIGN_OR_RETURN(std::vector<double> t,
-                       run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1,
-                                                 kTuneRounds),
-                                 1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }));
+      ASSIGN_OR_RETURN(
+          std::vector<double> t,
+          run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds),
+                    1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }));
       ms[i] = std::min(ms[i], Summarize(t).median);
     }
   }
@@ -188,7 +187,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const OpSpec& op) {
   const int tp = static_cast<int>(devices.size());
   BufferSizes sizes;
-  for (const Schedule& s : CandidateSchedules(op, tp)) sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
+  for (const Schedule& s : CandidateSchedules(op, tp)) {
+    sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx,
                    OpContext::Create(engine, op, spec.dtype, devices, sizes));
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
@@ -209,12 +210,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
   Transport fastest = Transport::kNccl;
   if (tp > 1) {
-    ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters, [&] {
-      return EnqueueCommAlone(*ctx, Transport::kNccl);
-    }));
-    ASSIGN_OR_RETURN(p2p_t, run.Timed("comm_alone p2p", warm, iters, [&] {
-      return EnqueueCommAlone(*ctx, Transport::kP2p);
-    }));
+    ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters,
+                                       [&] { return EnqueueCommAlone(*ctx, Transport::kNccl); }));
+    ASSIGN_OR_RETURN(p2p_t, run.Timed("comm_alone p2p", warm, iters,
+                                      [&] { return EnqueueCommAlone(*ctx, Transport::kP2p); }));
     const bool p2p_faster = Summarize(p2p_t).median < Summarize(nccl_t).median;
     comm_t = p2p_faster ? p2p_t : nccl_t;
     fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
@@ -232,18 +231,17 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
     const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
-    ASSIGN_OR_RETURN(std::vector<double> g,
-                     run.Timed("gemm_alone" + round, first_warm, count,
-                               [&] { return EnqueueGemmAlone(*ctx); }));
+    ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,
+                                                      [&] { return EnqueueGemmAlone(*ctx); }));
     append(gemm_t, g);
     if (tp > 1) {
       // The GEMM's own time while the collective runs beside it: contention for
       // SMs and HBM bounds what any schedule can hide.
-      ASSIGN_OR_RETURN(std::vector<double> b,
-                       run.Timed(
-                           "gemm_beside_comm" + round, first_warm, count,
-                           [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); },
-                           "gemm_end"));
+      ASSIGN_OR_RETURN(
+          std::vector<double> b,
+          run.Timed(
+              "gemm_beside_comm" + round, first_warm, count,
+              [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); }, "gemm_end"));
       append(beside_t, b);
     }
     ASSIGN_OR_RETURN(std::vector<double> t,
@@ -347,10 +345,10 @@ int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
       sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
     }
     // In double: absurd shapes must saturate, not wrap, so that they are refused.
-    const double bytes = (static_cast<double>(sizes.a) + sizes.w + sizes.y + sizes.full +
-                          2.0 * sizes.pingpong + sizes.spare +
-                          static_cast<double>(sizes.slots) * sizes.slot_count) *
-                         static_cast<double>(DTypeSize(spec.dtype));
+    const double bytes =
+        (static_cast<double>(sizes.a) + sizes.w + sizes.y + sizes.full + 2.0 * sizes.pingpong +
+         sizes.spare + static_cast<double>(sizes.slots) * sizes.slot_count) *
+        static_cast<double>(DTypeSize(spec.dtype));
     if (bytes >= 9.0e18) return std::numeric_limits<int64_t>::max();
     worst = std::max(worst, static_cast<int64_t>(bytes));
   }
