@@ -16,8 +16,8 @@ namespace overlap::cuda {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::microseconds(100);
-// A launch usually completes within microseconds: poll without sleeping this
-// long first, so that the next enqueue is not held back by a whole interval.
+// Poll without sleeping this long first, so that a launch that completes
+// quickly does not hold the host's next enqueue back by a whole interval.
 constexpr double kSpinS = 500e-6;
 constexpr double kFinalizeTimeoutS = 10;
 
