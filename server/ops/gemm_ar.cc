@@ -62,8 +62,8 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm());
-  RETURN_IF_ERROR(RingReduceScatter(ctx, transport, chunks, Outputs(ctx), Outputs(ctx),
-                                    /*out_row_is_block=*/true));
+  const std::vector<engine::BufferId> y = Outputs(ctx);  // partials and results share Y
+  RETURN_IF_ERROR(RingReduceScatter(ctx, transport, chunks, y, y, /*out_row_is_block=*/true));
   for (int c = 0; c < chunks; ++c) {
     // A pull must wait for the owner's reduced piece, which comes after the
     // owner has pulled our partial out of the same rows.

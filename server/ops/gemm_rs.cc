@@ -108,6 +108,20 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   return ctx.JoinComm();
 }
 
+// The fused ring reduce-scatter: peers' blocks of the partial go through the
+// full buffer, the own block lands in Y.
+absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
+  std::vector<engine::BufferId> partial, out;
+  for (int r = 0; r < ctx.tp(); ++r) {
+    partial.push_back(ctx.rank(r).full);
+    out.push_back(ctx.rank(r).y);
+  }
+  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(
+      RingReduceScatter(ctx, transport, chunks, partial, out, /*out_row_is_block=*/false));
+  return ctx.JoinComm();
+}
+
 }  // namespace
 
 absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
@@ -132,9 +146,8 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
       for (int r = 0; r < tp; ++r) {
         RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "partial", index));
         const int d = (r + s) % tp;
-        const engine::BufferRef dst =
-            s == 1 ? ctx.Rows(out[d], out_row(d) + c * rc, rc, n)
-                   : ctx.Rows(ctx.rank(d).slots[s - 2], c * rc, rc, n);
+        const engine::BufferRef dst = s == 1 ? ctx.Rows(out[d], out_row(d) + c * rc, rc, n)
+                                             : ctx.Rows(ctx.rank(d).slots[s - 2], c * rc, rc, n);
         step.push_back(RankTransfer{r, ctx.Rows(partial[r], d * mr + c * rc, rc, n), d, dst});
       }
       RETURN_IF_ERROR(Exchange(ctx, transport, step));
@@ -146,9 +159,8 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
         RankState& rs = ctx.rank(r);
         const engine::BufferRef mine = ctx.Rows(out[r], out_row(r) + c * rc, rc, n);
         for (int slot = 0; slot < tp - 2; ++slot) {
-          RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine,
-                                                  ctx.Rows(rs.slots[slot], c * rc, rc, n),
-                                                  ctx.dtype()));
+          RETURN_IF_ERROR(ctx.engine().Accumulate(
+              rs.comm, mine, ctx.Rows(rs.slots[slot], c * rc, rc, n), ctx.dtype()));
         }
         RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
       }
@@ -176,17 +188,8 @@ absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {
       return Bulk(ctx, s.transport);
     case OverlapMode::kChunked:
       return Chunked(ctx, s.transport, s.chunks);
-    case OverlapMode::kRing: {
-      std::vector<engine::BufferId> partial, out;
-      for (int r = 0; r < ctx.tp(); ++r) {
-        partial.push_back(ctx.rank(r).full);
-        out.push_back(ctx.rank(r).y);
-      }
-      RETURN_IF_ERROR(ctx.ForkComm());
-      RETURN_IF_ERROR(RingReduceScatter(ctx, s.transport, s.chunks, partial, out,
-                                        /*out_row_is_block=*/false));
-      return ctx.JoinComm();
-    }
+    case OverlapMode::kRing:
+      return Ring(ctx, s.transport, s.chunks);
     case OverlapMode::kAuto:
       break;
   }
