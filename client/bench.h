@@ -51,6 +51,10 @@ struct BenchRow {
   double step_ms = 0, serial_ms = 0, gemm_ms = 0, comm_ms = 0, comm_nccl_ms = 0, comm_p2p_ms = 0;
   double exposed_ms = 0, hidden = 0, tflops = 0, mfu = 0, busbw = 0, ideal_ms = 0;
   double gemm_slowdown = 0;
+  // What contention leaves for any schedule: max(GEMM beside the collective,
+  // comm alone). Step / floor says how much of step / ideal is left to schedule.
+  double floor_ms = 0;
+  double host_ms = 0;  // host time to enqueue one iteration of auto's schedule
   double step_spread = 0, serial_spread = 0;  // max - min over the repeats' medians
   double max_rel_error = 0;
   std::vector<double> auto_repeats, serial_repeats;

@@ -22,7 +22,6 @@ namespace {
 // collective timeout (tests use 1-5 s) must not fail it.
 constexpr double kMinInitTimeoutS = 30;
 
-constexpr size_t kBarrierScratchBytes = 256;
 
 std::string DottedVersion(int code, int major_div, int minor_div) {
   if (code <= 0) return "none";
@@ -138,8 +137,7 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
       }
     }
   }
-  ASSIGN_OR_RETURN(state.barrier_scratch, state.pool->Allocate(kBarrierScratchBytes));
-  CUDA_RETURN_IF_ERROR(cudaMemset(state.barrier_scratch, 0, kBarrierScratchBytes));
+  ASSIGN_OR_RETURN(state.barrier_event, CudaEvent::Create(device, /*timing=*/false));
   state.reserved_bytes = state.pool->BytesInUse();
   ASSIGN_OR_RETURN(state.gemm, GemmLt::Create(device));
   return absl::OkStatus();

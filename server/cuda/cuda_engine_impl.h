@@ -95,7 +95,7 @@ class CudaEngineImpl final : public CudaEngine {
     int sm_count = 0;
     std::unique_ptr<DevicePool> pool;
     std::unique_ptr<GemmLt> gemm;
-    void* barrier_scratch = nullptr;
+    CudaEvent barrier_event;  // recorded by Barrier, waited on by the other ranks
     size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
     std::atomic<int> sm_count_target{0};
   };

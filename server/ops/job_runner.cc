@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/graph_validator.h"
 #include "common/logging.h"
 #include "common/stats.h"
@@ -33,6 +35,7 @@ struct OpRun {
   int op_index;
   int op_count;
   OpContext& ctx;
+  double host_enqueue_ms = 0;  // median over the last Timed call's iterations
 
   void Progress(const std::string& phase, int iteration, int iterations) const {
     if (!hooks.on_progress) return;
@@ -58,18 +61,20 @@ struct OpRun {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
-    std::vector<double> times;
+    std::vector<double> times, host_ms;
     // Each iteration ends with a sync, so only the first needs one here.
     RETURN_IF_ERROR(engine.Synchronize(devices));
     for (int it = 0; it < warmup + count; ++it) {
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
       }
+      const absl::Time host_start = absl::Now();
       // One rank has nothing to align with.
       if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
       RETURN_IF_ERROR(enqueue());
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
+      if (it >= warmup) host_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - host_start));
       RETURN_IF_ERROR(engine.Synchronize(devices));
       if (it >= warmup) {
         double worst = 0;
@@ -83,6 +88,7 @@ struct OpRun {
       }
       Progress(phase, it + 1, warmup + count);
     }
+    host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
     return times;
   }
 };
@@ -141,6 +147,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   // clock drifts within seconds, and a single pass would favour whichever
   // candidates happened to run while it was high.
   std::vector<double> ms(candidates.size(), std::numeric_limits<double>::infinity());
+  std::vector<double> host(candidates.size(), 0);
   for (int round = 0; round < kTuneRounds; ++round) {
     for (size_t i = 0; i < candidates.size(); ++i) {
       const Schedule& s = candidates[i];
@@ -149,6 +156,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
           run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds),
                     1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }));
       ms[i] = std::min(ms[i], Summarize(t).median);
+      host[i] = run.host_enqueue_ms;
     }
   }
   double best_ms = 0, serial_ms = 0;
@@ -156,7 +164,8 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   bool have_best = false, have_serial = false;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Schedule& s = candidates[i];
-    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms", op.id, s.Name(), ms[i]);
+    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id, s.Name(),
+                            ms[i], host[i]);
     if (s.mode == OverlapMode::kSerial && s.transport == Transport::kNccl) {
       serial_ms = ms[i];
       have_serial = true;
@@ -222,7 +231,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // rounds: sustained GEMMs lower the SM clock within seconds, so measuring one
   // long after the other would put them at different clocks and skew step /
   // ideal and the slowdown either way.
-  std::vector<double> gemm_t, beside_t, step_t;
+  std::vector<double> gemm_t, beside_t, step_t, host_t;
   auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
@@ -248,6 +257,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                      run.Timed("timed" + round, i == 0 ? spec.warmup : 1, count,
                                [&] { return EnqueueOp(*ctx, schedule); }));
     append(step_t, t);
+    host_t.push_back(run.host_enqueue_ms);
   }
 
   v1::OpResult res;
@@ -267,6 +277,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
   *res.mutable_comm_alone() = ToProto(comm);
+  res.set_host_enqueue_ms(Summarize(host_t).median);
   if (tp > 1) {
     *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
     *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));

@@ -61,6 +61,8 @@ v1::OpResult Op(const std::string& id, double step, double gemm, double comm) {
   r.mutable_gemm_alone()->set_median_ms(gemm);
   r.mutable_comm_alone()->set_median_ms(comm);
   r.set_max_rel_error(1e-3);
+  r.set_gemm_slowdown(1.1);
+  r.set_host_enqueue_ms(step / 4);
   return r;
 }
 
@@ -88,7 +90,10 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_DOUBLE_EQ(r.ideal_ms, 1.0);
   EXPECT_NEAR(r.tflops, 2e9 / 1.2e-3 / 1e12, 1e-9);
   EXPECT_EQ(r.mode, "ring/p2p");
+  EXPECT_NEAR(r.floor_ms, 1.1, 1e-12);  // max(GEMM 1.0 x slowdown 1.1, comm 0.5)
+  EXPECT_NEAR(r.host_ms, 0.3, 1e-12);   // median of 0.3, 0.275, 0.325
   const std::string table = FormatBench(rows);
+  EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
   EXPECT_NE(table.find("auto within max(2%, 2x spread) of serial on 1/1"), std::string::npos);
   EXPECT_NE(table.find("hidden >= 85% where comm alone <= GEMM alone: 0/1"), std::string::npos);

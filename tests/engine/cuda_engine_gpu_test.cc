@@ -3,6 +3,7 @@
 //
 // Inputs are made on the device with FillRandom and regenerated on the host with
 // SeededUniform + StoreFromFloat, so references never need the inputs copied back.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -732,6 +733,32 @@ TEST_F(CudaEngineTest, BarrierAndEventsAcrossDevices) {
   eng().DestroyEvent(*e0);
   eng().DestroyEvent(*e1);
   EXPECT_TRUE(eng().Healthy());
+}
+
+// The barrier is made of cross-device event waits: device 0 must not pass it
+// before device 1 has finished what it queued first (seconds of fills here),
+// so the copy device 0 makes right after it sees device 1's final values.
+TEST_F(CudaEngineTest, BarrierHoldsEveryRankUntilTheLastArrives) {
+  REQUIRE_GPUS(2);
+  const size_t count = 1 << 20;
+  const size_t bytes = count * sizeof(float);
+  const BufferId marker = Alloc(1, bytes), copy = Alloc(0, bytes);
+  const BufferId ballast = Alloc(1, size_t{256} << 20);
+  const engine::StreamId s0 = eng().GetStream(0, StreamRole::kCompute);
+  const engine::StreamId s1 = eng().GetStream(1, StreamRole::kCompute);
+  ASSERT_TRUE(eng().FillConstant(s1, {marker, 0, bytes}, DType::kF32, 0.0f).ok());
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  for (int i = 0; i < 200; ++i) {  // ~20 ms of work on device 1 before its marker
+    ASSERT_TRUE(eng().FillRandom(s1, {ballast, 0, size_t{256} << 20}, DType::kF32, i, 1.0f).ok());
+  }
+  ASSERT_TRUE(eng().FillConstant(s1, {marker, 0, bytes}, DType::kF32, 7.0f).ok());
+  ASSERT_TRUE(eng().Barrier(0, {0, 1}, {s0, s1}).ok());
+  ASSERT_TRUE(eng().PeerCopy(s0, {copy, 0, bytes}, 0, {marker, 0, bytes}, 1).ok());
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  const std::vector<uint8_t> got = Download(copy, bytes, 0);
+  std::vector<float> values(count);
+  std::memcpy(values.data(), got.data(), bytes);
+  EXPECT_EQ(std::count(values.begin(), values.end(), 7.0f), static_cast<long>(count));
 }
 
 }  // namespace
