@@ -1,0 +1,165 @@
+// gemm_algos: which cuBLASLt algorithm is fastest for one bf16 GEMM shape when
+// the GPU is cold (as a quick tuner sees it) and when it has run GEMMs for a
+// while (as a training step, or our bench, sees it: the SM clock drops under
+// the power limit)? Times every heuristic candidate both ways, then our
+// GemmLt's pick. Usage: gemm_algos M N K [sustain_ms]
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "server/cuda/gemm_lt.h"
+#include "server/cuda/kernels.h"
+
+namespace {
+
+#define CHECK_CUDA(x)                                                         \
+  do {                                                                        \
+    cudaError_t e = (x);                                                      \
+    if (e != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));            \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+#define CHECK_LT(x)                                                           \
+  do {                                                                        \
+    cublasStatus_t s = (x);                                                   \
+    if (s != CUBLAS_STATUS_SUCCESS) {                                         \
+      std::fprintf(stderr, "%s: status %d\n", #x, static_cast<int>(s));      \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: gemm_algos M N K [sustain_ms]\n");
+    return 64;
+  }
+  const int64_t m = std::atoll(argv[1]), n = std::atoll(argv[2]), k = std::atoll(argv[3]);
+  const double sustain_ms = argc > 4 ? std::atof(argv[4]) : 300;
+  const size_t ws_bytes = size_t{64} << 20;
+  void *a, *b, *c, *ws;
+  CHECK_CUDA(cudaMalloc(&a, m * k * 2));
+  CHECK_CUDA(cudaMalloc(&b, k * n * 2));
+  CHECK_CUDA(cudaMalloc(&c, m * n * 2));
+  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreate(&s));
+  using overlap::cuda::ElemType;
+  CHECK_CUDA(overlap::cuda::LaunchFillRandom(a, ElemType::kBF16, m * k, 1, 1.0f, s));
+  CHECK_CUDA(overlap::cuda::LaunchFillRandom(b, ElemType::kBF16, k * n, 2, 0.01f, s));
+
+  // Row-major C[m,n] = A[m,k] B[k,n] is column-major C^T = B^T A^T.
+  cublasLtHandle_t lt;
+  CHECK_LT(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t op;
+  CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatrixLayout_t la, lb, lc;
+  CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
+  cublasLtMatmulPreference_t pref;
+  CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t max_ws = ws_bytes;
+  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &max_ws, sizeof(max_ws)));
+  cublasLtMatmulHeuristicResult_t results[16] = {};
+  int found = 0;
+  CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, results, &found));
+  const float alpha = 1, beta = 0;
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(lt, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, ws, ws_bytes,
+                          s) == CUBLAS_STATUS_SUCCESS;
+  };
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  // One GEMM per timed iteration with a host sync between, as the job runner times.
+  auto time_iterations = [&](auto&& launch, int iters) {
+    std::vector<double> t;
+    for (int i = 0; i < iters; ++i) {
+      CHECK_CUDA(cudaEventRecord(e0, s));
+      if (!launch()) return -1.0;
+      CHECK_CUDA(cudaEventRecord(e1, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    return Median(t);
+  };
+  // Runs `launch` back to back for about `ms` so that the power state settles.
+  auto heat = [&](auto&& launch, double ms) {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+               .count() < ms) {
+      for (int i = 0; i < 10; ++i) launch();
+      CHECK_CUDA(cudaStreamSynchronize(s));
+    }
+  };
+  const double flops = 2.0 * m * n * k;
+  std::printf("GEMM %ldx%ldx%ld bf16: %d heuristic candidates\n", long(m), long(n), long(k), found);
+  std::printf("%-4s %10s %10s %8s  %s\n", "#", "cold ms", "hot ms", "hot TF/s", "workspace");
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    auto launch = [&] { return run(results[i].algo); };
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle: clocks recover
+    const double cold = time_iterations(launch, 3);
+    heat(launch, sustain_ms);
+    const double hot = time_iterations(launch, 20);
+    std::printf("%-4d %10.3f %10.3f %8.0f  %zu\n", i, cold, hot, flops / hot / 1e9,
+                results[i].workspaceSize);
+  }
+  // cuBLAS's own entry point (what PyTorch's matmul calls), with a 32 MiB workspace.
+  {
+    cublasHandle_t handle;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
+    cublasSetStream(handle, s);
+    cublasSetWorkspace(handle, ws, size_t{32} << 20);
+    auto launch = [&] {
+      return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, n, a,
+                          CUDA_R_16BF, k, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+    };
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    launch();
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const double cold = time_iterations(launch, 3);
+    heat(launch, sustain_ms);
+    const double hot = time_iterations(launch, 20);
+    std::printf("%-4s %10.3f %10.3f %8.0f  (cublasGemmEx)\n", "blas", cold, hot, flops / hot / 1e9);
+    cublasDestroy(handle);
+  }
+  // Our tuner's pick (GemmLt tunes on first use), hot.
+  auto ours = overlap::cuda::GemmLt::Create(0);
+  if (!ours.ok()) return 1;
+  overlap::cuda::GemmProblem p;
+  p.type = ElemType::kBF16;
+  p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = n, p.ldc = n;
+  p.a = a, p.b = b, p.c = c;
+  auto quiesce = [&] {
+    return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()
+                                                   : absl::InternalError("sync");
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto launch_ours = [&] { return (*ours)->Run(p, s, ws, ws_bytes, 0, quiesce).ok(); };
+  launch_ours();  // tunes
+  heat(launch_ours, sustain_ms);
+  const double hot = time_iterations(launch_ours, 20);
+  std::printf("%-4s %10s %10.3f %8.0f\n", "ours", "-", hot, flops / hot / 1e9);
+  return 0;
+}
