@@ -89,8 +89,8 @@ absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text
 std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
-      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\ncooldown_ms: %d\nverify: %s\n",
-      o.dtype, o.iterations, o.warmup, o.cooldown_ms, o.verify ? "true" : "false");
+      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n", o.dtype,
+      o.iterations, o.warmup, o.verify ? "true" : "false");
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }
@@ -271,7 +271,6 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["dtype"] = o.dtype;
   j["iterations"] = o.iterations;
   j["warmup"] = o.warmup;
-  j["cooldown_ms"] = o.cooldown_ms;
   j["repeats"] = o.repeats;
   j["peak_tflops"] = o.peak_tflops;
   j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;

@@ -29,9 +29,6 @@ struct BenchOptions {
   std::vector<int> devices;        // the TP group; empty = every device of the daemon
   std::string dtype = "bf16";
   int iterations = 20;
-  // Idle before each timed round (the JobSpec's cooldown_ms); the PyTorch peers
-  // (bench/peers/torch_tp.py --cooldown-ms) idle as long before each timed phase.
-  int cooldown_ms = 200;
   int warmup = 5;
   int repeats = 3;
   bool verify = true;

@@ -65,11 +65,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--repeats", bench_options.repeats, "interleaved auto/serial repeats")
       ->capture_default_str();
-  bench->add_option("--cooldown-ms", bench_options.cooldown_ms,
-                    "idle before each timed round, so every shape starts from the same power "
-                    "state (the PyTorch peers take the same)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 10000));
   bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
       ->capture_default_str();
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");

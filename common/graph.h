@@ -46,10 +46,6 @@ struct JobSpec {
   DType dtype = DType::kBF16;
   int iterations = 20;
   int warmup = 5;
-  // Idle time before each timed round, so that every measurement starts from
-  // the same power state: seconds of back-to-back GEMMs pull the SM clock down
-  // under the power limit, and a sweep would otherwise time its later shapes hotter.
-  int cooldown_ms = 0;
   bool verify = true;
   int priority = 0;
   uint64_t seed = 1234;

@@ -21,9 +21,8 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-const char* const kTopLevelFields[] = {"name",     "devices", "dtype",       "iterations",
-                                       "warmup",   "verify",  "cooldown_ms", "priority",
-                                       "seed",     "ops"};
+const char* const kTopLevelFields[] = {"name",   "devices",  "dtype", "iterations", "warmup",
+                                       "verify", "priority", "seed",  "ops"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",    "n",
                                  "mode", "chunks", "transport", "after"};
 
@@ -162,8 +161,6 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.iterations, ReadInt(value, 1, key));
     } else if (key == "warmup") {
       ASSIGN_OR_RETURN(spec.warmup, ReadInt(value, 0, key));
-    } else if (key == "cooldown_ms") {
-      ASSIGN_OR_RETURN(spec.cooldown_ms, ReadInt(value, 0, key));
     } else if (key == "verify") {
       ASSIGN_OR_RETURN(spec.verify, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {

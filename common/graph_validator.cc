@@ -18,8 +18,6 @@
 namespace overlap {
 namespace {
 
-constexpr int kMaxCooldownMs = 10000;  // per timed round; a sweep has hundreds of rounds
-
 absl::Status Error(absl::string_view path, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
 }
@@ -66,10 +64,6 @@ absl::Status CheckIterations(const JobSpec& spec, const ValidationLimits& limits
   if (spec.warmup > limits.max_iterations) {
     return Error("warmup",
                  absl::StrCat(spec.warmup, " exceeds the limit of ", limits.max_iterations));
-  }
-  if (spec.cooldown_ms < 0 || spec.cooldown_ms > kMaxCooldownMs) {
-    return Error("cooldown_ms", absl::StrCat("must be between 0 and ", kMaxCooldownMs, " (got ",
-                                             spec.cooldown_ms, ")"));
   }
   return absl::OkStatus();
 }

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -40,9 +39,7 @@ def uniform(shape, scale, dtype, device, gen):
     return ((x * 2 - 1) * scale).to(dtype)
 
 
-def timed(fn, warmup, iters, device, cooldown_ms=0):
-    torch.cuda.synchronize(device)
-    time.sleep(cooldown_ms / 1000)  # the same idle overlapctl bench takes before each round
+def timed(fn, warmup, iters, device):
     times = []
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -66,8 +63,6 @@ def main():
     p.add_argument("--json", default="")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--cooldown-ms", type=int, default=200,
-                   help="idle before each timed phase (overlapctl bench --cooldown-ms)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--shapes", default="",
                    help="op:MxKxN,... instead of the default sweep (as overlapctl bench --shapes)")
@@ -138,12 +133,12 @@ def main():
                     fused = None
                     comm = lambda: dist.all_reduce(part)  # noqa: E731
                 gemm = lambda: torch.matmul(a, w, out=part)  # noqa: E731
-            row["gemm_alone"] = timed(gemm, args.warmup, args.iters, device, args.cooldown_ms)
-            row["comm_alone"] = timed(comm, args.warmup, args.iters, device, args.cooldown_ms)
-            row["serial"] = timed(serial, args.warmup, args.iters, device, args.cooldown_ms)
+            row["gemm_alone"] = timed(gemm, args.warmup, args.iters, device)
+            row["comm_alone"] = timed(comm, args.warmup, args.iters, device)
+            row["serial"] = timed(serial, args.warmup, args.iters, device)
             if fused is not None and symm_ok:
                 try:
-                    row["async_tp"] = timed(fused, args.warmup, args.iters, device, args.cooldown_ms)
+                    row["async_tp"] = timed(fused, args.warmup, args.iters, device)
                 except Exception as e:  # noqa: BLE001
                     row["async_tp_error"] = str(e)[:200]
             rows.append(row)

@@ -238,10 +238,6 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   const int rounds = std::max(1, std::min(kTimedRounds, iters));
   for (int i = 0; i < rounds; ++i) {
     const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
-    if (spec.cooldown_ms > 0) {
-      RETURN_IF_ERROR(engine.Synchronize(devices));
-      absl::SleepFor(absl::Milliseconds(spec.cooldown_ms));
-    }
     const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
     ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,

@@ -103,7 +103,6 @@ ops:
   EXPECT_EQ(spec->dtype, DType::kBF16);
   EXPECT_EQ(spec->iterations, 20);
   EXPECT_EQ(spec->warmup, 5);
-  EXPECT_EQ(spec->cooldown_ms, 0);
   EXPECT_TRUE(spec->verify);
   EXPECT_EQ(spec->priority, 0);
   EXPECT_EQ(spec->seed, 1234u);
@@ -124,7 +123,6 @@ priority: -3
 seed: 18446744073709551615
 iterations: 1
 warmup: 0
-cooldown_ms: 250
 ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
        transport: nccl}]
 )");
@@ -135,7 +133,6 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   EXPECT_EQ(spec->seed, 18446744073709551615u);
   EXPECT_EQ(spec->iterations, 1);
   EXPECT_EQ(spec->warmup, 0);
-  EXPECT_EQ(spec->cooldown_ms, 250);
   EXPECT_EQ(spec->ops[0].m, 9223372036854775807);
   EXPECT_EQ(spec->ops[0].mode, OverlapMode::kSerial);
   EXPECT_EQ(spec->ops[0].transport, Transport::kNccl);
