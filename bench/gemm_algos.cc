@@ -14,19 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench/probe_util.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 
 namespace {
 
-#define CHECK_CUDA(x)                                                         \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));            \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
+using overlap::bench::Median;
+
 #define CHECK_LT(x)                                                           \
   do {                                                                        \
     cublasStatus_t s = (x);                                                   \
@@ -35,11 +30,6 @@ namespace {
       std::exit(1);                                                           \
     }                                                                         \
   } while (0)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/probe_util.h"
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/gemm_lt.h"
@@ -21,19 +22,7 @@
 
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-#define CHECK_CUDA(x)                                                      \
-  do {                                                                     \
-    cudaError_t e = (x);                                                   \
-    if (e != cudaSuccess) {                                                \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));         \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
+using overlap::bench::Median;
 
 double TimeRaw(int64_t m, int64_t n, int64_t k, int iters, int priority) {
   using overlap::cuda::ElemType;
