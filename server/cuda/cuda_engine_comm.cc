@@ -248,6 +248,11 @@ absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& device
     if (!ValidDevice(devices[r])) {
       return absl::InvalidArgumentError(absl::StrCat("Barrier: unknown device ", devices[r]));
     }
+    // Each device has one barrier event: a device named twice would overwrite its own record.
+    if (std::find(devices.begin(), devices.begin() + r, devices[r]) != devices.begin() + r) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Barrier: device ", devices[r], " appears twice"));
+    }
     ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(streams[r]));
     if (slot->device != devices[r]) {
       return absl::InvalidArgumentError(absl::StrCat("Barrier rank ", r, ": stream ", streams[r],
@@ -259,7 +264,7 @@ absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& device
   // no stream passes it before every rank's stream reached it. An NCCL
   // all-reduce did the same but cost ~0.1 ms of host time per call on
   // non-blocking communicators and tied p2p schedules to NCCL.
-  (void)channel;
+  (void)channel;  // no communicator involved
   for (size_t r = 0; r < devices.size(); ++r) {
     ScopedDevice guard(devices[r]);
     RETURN_IF_ERROR(guard.status());

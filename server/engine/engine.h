@@ -168,7 +168,9 @@ class Engine {
   // Copy-engine peer copy, issued on `stream` (of either device).
   virtual absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
                                 int src_device) = 0;
-  // A device-side barrier across the given streams (one per rank).
+  // A device-side barrier across the given streams (one per rank, each device
+  // once). `channel` is for backends whose barrier is a collective; the CUDA
+  // backend's is made of cross-device event waits and needs no communicator.
   virtual absl::Status Barrier(int channel, const std::vector<int>& devices,
                                const std::vector<StreamId>& streams) = 0;
 

@@ -722,6 +722,8 @@ TEST_F(CudaEngineTest, BarrierAndEventsAcrossDevices) {
   ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
   EXPECT_EQ(eng().Barrier(0, AllDevices(n), {streams[0]}).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng().Barrier(0, {0, 0}, {streams[0], streams[0]}).code(),
+            absl::StatusCode::kInvalidArgument);
   absl::StatusOr<engine::EventId> e0 = eng().CreateEvent(0);
   absl::StatusOr<engine::EventId> e1 = eng().CreateEvent(1);
   ASSERT_TRUE(e0.ok() && e1.ok());
