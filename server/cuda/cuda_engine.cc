@@ -22,7 +22,6 @@ namespace {
 // collective timeout (tests use 1-5 s) must not fail it.
 constexpr double kMinInitTimeoutS = 30;
 
-
 std::string DottedVersion(int code, int major_div, int minor_div) {
   if (code <= 0) return "none";
   return absl::StrCat(code / major_div, ".", (code % major_div) / minor_div, ".", code % minor_div);
