@@ -124,6 +124,7 @@ std::string FormatReport(const v1::Job& job) {
                    {"chunks", Align::kRight},
                    {"transport"},
                    {"step ms", Align::kRight},
+                   {"host ms", Align::kRight},
                    {"GEMM alone ms", Align::kRight},
                    {"comm alone ms", Align::kRight},
                    {"exposed comm ms", Align::kRight},
@@ -134,13 +135,14 @@ std::string FormatReport(const v1::Job& job) {
   for (const v1::OpResult& op : result.ops()) {
     table.AddRow({op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
                   op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
-                  FormatMs(op.step().median_ms()), FormatMs(op.gemm_alone().median_ms()),
+                  FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
+                  FormatMs(op.gemm_alone().median_ms()),
                   FormatMs(op.comm_alone().median_ms()), FormatMs(op.exposed_comm_ms()),
                   FormatHidden(op.hidden_fraction()), FormatRate(op.tflops()),
                   FormatRate(op.busbw_gbps()), FormatVerify(op)});
   }
   table.AddSeparator();
-  table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "",
+  table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",
                 FormatMs(result.total_exposed_comm_ms())});
   out += table.Render();
   for (const v1::OpResult& op : result.ops()) {

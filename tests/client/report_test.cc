@@ -42,6 +42,7 @@ v1::OpResult MakeOp(const std::string& id, const std::string& type, int64_t m, i
   SetTiming(op.mutable_comm_alone(), comm);
   op.set_exposed_comm_ms(std::max(0.0, step - gemm));
   op.set_hidden_fraction(1 - std::max(0.0, step - gemm) / comm);
+  op.set_host_enqueue_ms(step / 25);
   return op;
 }
 
@@ -85,18 +86,18 @@ TEST(ReportTest, ExactTable) {
   const std::string report = FormatReport(MakeJob());
   const std::vector<std::string> expected = {
       "job 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16",
-      "op     type     shape (m x k x n)    mode     chunks  transport  step ms  GEMM alone ms"
-      "  comm alone ms  exposed comm ms  hidden %  TFLOP/s  busbw GB/s  verify",
-      std::string(164, '-'),
-      "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250          4.750"
-      "          1.500            0.500      66.7    715.8       231.4  ok 3.1e-03",
-      "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500          4.750"
-      "          1.750            1.750       0.0    9.877       0.500  FAIL 2.0e-01",
-      "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125          0.100"
-      "          0.050            0.025      50.0    0.000       0.000  off",
-      std::string(164, '-'),
+      "op     type     shape (m x k x n)    mode     chunks  transport  step ms  host ms"
+      "  GEMM alone ms  comm alone ms  exposed comm ms  hidden %  TFLOP/s  busbw GB/s  verify",
+      std::string(173, '-'),
+      "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250    0.210"
+      "          4.750          1.500            0.500      66.7    715.8       231.4  ok 3.1e-03",
+      "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500    0.260"
+      "          4.750          1.750            1.750       0.0    9.877       0.500  FAIL 2.0e-01",
+      "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125    0.005"
+      "          0.100          0.050            0.025      50.0    0.000       0.000  off",
+      std::string(173, '-'),
       "total                                                             11.875"
-      "                                          2.275",
+      "                                                   2.275",
       "fc1: auto chose chunked/4/p2p: comm 1.500 ms < gemm 4.750 ms",
   };
   EXPECT_EQ(Lines(report), expected) << report;

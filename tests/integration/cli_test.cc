@@ -79,17 +79,18 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
                             Expected{"out", "gemm_ar", "128 x 128 x 128", "bulk", "1", "nccl"}}) {
     SCOPED_TRACE(e.id);
     const std::vector<std::string> row = RowOf(submit.out, e.id);
-    ASSERT_EQ(row.size(), 14u) << submit.out;
+    ASSERT_EQ(row.size(), 15u) << submit.out;
     EXPECT_EQ(row[1], e.type);
     EXPECT_EQ(row[2], e.shape);
     EXPECT_EQ(row[3], e.mode);
     EXPECT_EQ(row[4], e.chunks);
     EXPECT_EQ(row[5], e.transport);
     EXPECT_GT(std::stod(row[6]), 0.0) << "step ms";
-    EXPECT_GT(std::stod(row[7]), 0.0) << "GEMM alone ms";
-    EXPECT_GT(std::stod(row[8]), 0.0) << "comm alone ms";
-    EXPECT_GE(std::stod(row[9]), 0.0) << "exposed comm ms";
-    EXPECT_THAT(row[13], StartsWith("ok ")) << "verify";
+    EXPECT_GT(std::stod(row[7]), 0.0) << "host ms";
+    EXPECT_GT(std::stod(row[8]), 0.0) << "GEMM alone ms";
+    EXPECT_GT(std::stod(row[9]), 0.0) << "comm alone ms";
+    EXPECT_GE(std::stod(row[10]), 0.0) << "exposed comm ms";
+    EXPECT_THAT(row[14], StartsWith("ok ")) << "verify";
   }
   const std::vector<std::string> total = RowOf(submit.out, "total");
   ASSERT_EQ(total.size(), 3u) << submit.out;
