@@ -1,6 +1,7 @@
-"""PyTorch's matmul for one bf16 shape, timed hot the way bench/gemm_algos times
-cuBLASLt candidates: run back to back for a while, then one GEMM per timed
-iteration with a host sync between. Usage: python3 torch_gemm_hot.py M N K [ms]"""
+"""PyTorch's matmul for one bf16 shape, timed the way bench/gemm_algos times the
+cuBLASLt candidates: cold (after 300 ms idle) and hot (after `ms` of back-to-back
+GEMMs), one GEMM per timed iteration with a host sync between.
+Usage: python3 torch_gemm_hot.py M N K [ms]"""
 import statistics
 import sys
 import time
@@ -11,7 +12,7 @@ m, n, k = (int(x) for x in sys.argv[1:4])
 sustain_ms = float(sys.argv[4]) if len(sys.argv) > 4 else 300
 # Uniform in [-scale, scale), drawn in fp32, as overlapd fills its inputs: torch.rand
 # straight in bf16 has low-entropy mantissas that draw less power and run faster.
-a = ((torch.rand(m, k, device="cuda") * 2 - 1)).to(torch.bfloat16)
+a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.bfloat16)
 b = ((torch.rand(k, n, device="cuda") * 2 - 1) * 0.01).to(torch.bfloat16)
 c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
