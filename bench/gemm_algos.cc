@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench/probe_util.h"
@@ -100,16 +101,19 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaStreamSynchronize(s));
     }
   };
+  // Cold (after idling, clocks recovered) and hot (after `sustain_ms` of back-to-back runs).
+  auto cold_and_hot = [&](auto&& launch) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const double cold = time_iterations(launch, 3);
+    heat(launch, sustain_ms);
+    return std::make_pair(cold, time_iterations(launch, 20));
+  };
   const double flops = 2.0 * m * n * k;
   std::printf("GEMM %ldx%ldx%ld bf16: %d heuristic candidates\n", long(m), long(n), long(k), found);
   std::printf("%-4s %10s %10s %8s  %s\n", "#", "cold ms", "hot ms", "hot TF/s", "workspace");
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    auto launch = [&] { return run(results[i].algo); };
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle: clocks recover
-    const double cold = time_iterations(launch, 3);
-    heat(launch, sustain_ms);
-    const double hot = time_iterations(launch, 20);
+    const auto [cold, hot] = cold_and_hot([&] { return run(results[i].algo); });
     std::printf("%-4d %10.3f %10.3f %8.0f  %zu\n", i, cold, hot, flops / hot / 1e9,
                 results[i].workspaceSize);
   }
@@ -124,13 +128,9 @@ int main(int argc, char** argv) {
                           CUDA_R_16BF, k, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
     };
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    launch();
+    launch();  // cuBLAS's first-call setup, not timed
     CHECK_CUDA(cudaStreamSynchronize(s));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const double cold = time_iterations(launch, 3);
-    heat(launch, sustain_ms);
-    const double hot = time_iterations(launch, 20);
+    const auto [cold, hot] = cold_and_hot(launch);
     std::printf("%-4s %10.3f %10.3f %8.0f  (cublasGemmEx)\n", "blas", cold, hot, flops / hot / 1e9);
     cublasDestroy(handle);
   }
