@@ -66,7 +66,7 @@ std::string ScheduleLabel(const v1::OpResult& op) {
   // Ring without sub-chunks and serial/bulk carry no count (server/ops/schedule.cc).
   const bool counted = op.mode() == "chunked" || (op.mode() == "ring" && op.chunks() > 1);
   return absl::StrCat(op.mode(), counted ? absl::StrCat("/", op.chunks()) : "", "/",
-                      op.transport());
+                      op.transport(), op.graph_replay() ? "+graph" : "");
 }
 
 std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }

@@ -174,6 +174,8 @@ const std::vector<Field>& Fields() {
       BoolField("nccl_nonblocking",
                 "cuda backend: false launches faster, but a hang can block inside NCCL",
                 &DaemonConfig::nccl_nonblocking),
+      BoolField("graph_replay", "cuda backend: replay p2p schedules' iterations as CUDA graphs",
+                &DaemonConfig::graph_replay),
       SecondsField("collective_timeout_s", "abort a collective hung this long (seconds)",
                    &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
       IntField("max_iterations", "largest iterations/warmup a job may ask for",
@@ -248,15 +250,29 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
   return config;
 }
 
-std::string DefaultConfigYaml() {
-  const DaemonConfig defaults;
-  std::string out =
-      "# overlapd configuration. Every key is optional; these are the defaults.\n"
-      "# Command-line flags override this file.\n";
+namespace {
+
+std::string FieldLines(const DaemonConfig& config) {
+  std::string out;
   for (const Field& f : Fields()) {
-    const std::string line = absl::StrCat(f.name, ": ", f.format(defaults));
+    const std::string line = absl::StrCat(f.name, ": ", f.format(config));
     absl::StrAppend(&out, absl::StrFormat("%-40s # %s\n", line, f.comment));
   }
+  return out;
+}
+
+}  // namespace
+
+std::string ConfigYaml(const DaemonConfig& config) {
+  return "# overlapd configuration in effect (config file and flags merged).\n" +
+         FieldLines(config);
+}
+
+std::string DefaultConfigYaml() {
+  std::string out =
+      "# overlapd configuration. Every key is optional; these are the defaults.\n"
+      "# Command-line flags override this file.\n" +
+      FieldLines(DaemonConfig{});
   absl::StrAppend(&out, "# default listen address here: ", DefaultListenAddress(), "\n",
                   "# default state_dir here: ", DefaultStateDir(), "\n");
   return out;

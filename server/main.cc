@@ -46,8 +46,10 @@ constexpr absl::Duration kRpcGrace = absl::Seconds(2);
 struct Flags {
   std::string config_path;
   bool print_default_config = false;
+  bool print_config = false;
   std::optional<std::string> backend, listen, state_dir, log_level;
-  std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking;
+  std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
+      graph_replay;
   std::optional<int> host_devices, max_iterations, max_queued_jobs;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
@@ -79,6 +81,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.hazard_checks) config.hazard_checks = *flags.hazard_checks;
   if (flags.nvls_enable) config.nvls_enable = *flags.nvls_enable;
   if (flags.nccl_nonblocking) config.nccl_nonblocking = *flags.nccl_nonblocking;
+  if (flags.graph_replay) config.graph_replay = *flags.graph_replay;
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
@@ -118,15 +121,27 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   return config;
 }
 
+// CLI11 2.1 stores false into an optional<bool> bound to a flag that was not
+// given, which would override the config file (nccl_nonblocking: true was lost
+// that way); a flag function runs only when the flag (+1) or its negation (-1)
+// appears.
+void AddBoolFlag(CLI::App& app, const std::string& names, std::optional<bool>* target,
+                 const std::string& help) {
+  app.add_flag_function(
+      names, [target](std::int64_t count) { *target = count > 0; }, help);
+}
+
 void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--config", f.config_path, "YAML config file (see --print-default-config)")
       ->check(CLI::ExistingFile);
   app.add_flag("--print-default-config", f.print_default_config,
                "print the default config as YAML and exit");
+  app.add_flag("--print-config", f.print_config,
+               "print the config in effect (file and flags merged) as YAML and exit");
   app.add_option("--backend", f.backend, "auto | cuda | host")
       ->check(CLI::IsMember({"auto", "cuda", "host"}));
   app.add_option("--listen", f.listen, "unix:PATH or HOST:PORT (loopback unless allowed)");
-  app.add_flag("--allow-insecure-tcp,!--no-allow-insecure-tcp", f.allow_insecure_tcp,
+  AddBoolFlag(app, "--allow-insecure-tcp,!--no-allow-insecure-tcp", &f.allow_insecure_tcp,
                "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error|critical|off");
@@ -134,16 +149,18 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--host-device-memory", f.host_device_memory,
                  "host backend: memory per device (e.g. 2GiB)");
-  app.add_flag("--hazard-checks,!--no-hazard-checks", f.hazard_checks,
+  AddBoolFlag(app, "--hazard-checks,!--no-hazard-checks", &f.hazard_checks,
                "host backend: fail a job on a missing event wait");
   app.add_option("--pool-bytes-per-device", f.pool_bytes_per_device,
                  "cuda backend: buffer pool per GPU (e.g. 16GiB)");
   app.add_option("--gemm-workspace-bytes", f.gemm_workspace_bytes,
                  "cuda backend: cuBLASLt workspace per stream");
-  app.add_flag("--nvls-enable,!--no-nvls-enable", f.nvls_enable,
+  AddBoolFlag(app, "--nvls-enable,!--no-nvls-enable", &f.nvls_enable,
                "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
-  app.add_flag("--nccl-nonblocking,!--no-nccl-nonblocking", f.nccl_nonblocking,
+  AddBoolFlag(app, "--nccl-nonblocking,!--no-nccl-nonblocking", &f.nccl_nonblocking,
                "cuda backend: non-blocking NCCL communicators (default; the watchdog needs them)");
+  AddBoolFlag(app, "--graph-replay,!--no-graph-replay", &f.graph_replay,
+               "cuda backend: replay p2p schedules' timed iterations as CUDA graphs (default)");
   app.add_option("--collective-timeout", f.collective_timeout_s,
                  "seconds before a hung collective is aborted")
       ->check(CLI::PositiveNumber);
@@ -378,6 +395,10 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::cerr << "overlapd: " << config.status().message() << "\n";
     return overlap::kExitUsage;
+  }
+  if (flags.print_config) {
+    std::cout << overlap::ConfigYaml(*config);
+    return 0;
   }
   overlap::InitLogging(config->log_level);
   return overlap::Run(*config);

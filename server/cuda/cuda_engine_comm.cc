@@ -226,11 +226,14 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
   if (src.bytes == 0) return absl::OkStatus();
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
-  if (src_device == dst_device) {
+  const int other = slot->device == src_device ? dst_device : src_device;
+  if (src_device == dst_device || peer_access_[slot->device][other]) {
+    // Copy engines, no SMs: the GEMM beside it keeps the whole GPU. With peer
+    // access a plain async copy goes device to device over NVLink, and unlike
+    // cudaMemcpyPeerAsync it can be captured into a graph.
     CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDeviceToDevice, slot->stream.get()));
+        cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDefault, slot->stream.get()));
   } else {
-    // Copy engines, no SMs: the GEMM beside it keeps the whole GPU.
     CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, dst_device, src_ptr, src_device, src.bytes,
                                              slot->stream.get()));
   }

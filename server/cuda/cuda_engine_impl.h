@@ -1,7 +1,8 @@
 // The concrete CUDA engine (see cuda_engine.h for the contract). Its methods are
 // split by concern: cuda_engine.cc (setup, memory, events, host copies),
 // cuda_engine_compute.cc (fills, GEMM, accumulate), cuda_engine_comm.cc
-// (collectives, point-to-point, peer copies) and cuda_engine_sync.cc (watchdog).
+// (collectives, point-to-point, peer copies), cuda_engine_sync.cc (watchdog) and
+// cuda_engine_graph.cc (graph capture and replay).
 //
 // Handles: StreamId = device * 4 + role * 2 + index, fixed at start; buffer and
 // event ids count up from 1 and are never reused. The id maps are guarded by mu_,
@@ -78,6 +79,11 @@ class CudaEngineImpl final : public CudaEngine {
   absl::Status Synchronize(const std::vector<int>& devices) override;
   bool Healthy() const override;
 
+  absl::Status BeginCapture(engine::StreamId origin) override;
+  absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
+  absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
+  void DestroyGraph(engine::GraphId graph) override;
+
   void SetGemmSmCountTarget(int device, int sms) override;
   int MultiprocessorCount(int device) const override;
 
@@ -103,6 +109,13 @@ class CudaEngineImpl final : public CudaEngine {
     int device = 0;
     char* ptr = nullptr;
     size_t bytes = 0;
+  };
+  struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t exec) const noexcept;
+  };
+  struct GraphEntry {
+    int device = 0;  // of the origin stream
+    std::shared_ptr<CUgraphExec_st> exec;
   };
   struct EventEntry {
     int device = 0;
@@ -159,6 +172,8 @@ class CudaEngineImpl final : public CudaEngine {
   std::map<engine::EventId, EventEntry> events_ ABSL_GUARDED_BY(mu_);
   int64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<engine::GraphId, GraphEntry> graphs_ ABSL_GUARDED_BY(mu_);
+  int64_t next_graph_id_ ABSL_GUARDED_BY(mu_) = 1;
 
   // Declared last: destroyed first, while streams and pools still exist.
   std::unique_ptr<NcclComms> comms_;

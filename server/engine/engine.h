@@ -38,6 +38,7 @@ namespace overlap::engine {
 using BufferId = int64_t;
 using StreamId = int32_t;
 using EventId = int64_t;
+using GraphId = int64_t;
 constexpr BufferId kNoBuffer = -1;
 
 enum class StreamRole {
@@ -181,6 +182,25 @@ class Engine {
   // Blocks until every stream of the given devices is idle; returns the first
   // asynchronous error seen there (the hazard checker's, a library's).
   virtual absl::Status Synchronize(const std::vector<int>& devices) = 0;
+
+  // Steady-state replay (CUDA graphs). Between BeginCapture and EndCapture,
+  // work enqueued on `origin`, and on every stream that joins it by waiting on
+  // an event recorded there (of any device), is recorded instead of run; each
+  // joined stream must be joined back into `origin` before EndCapture. A failed
+  // call inside the capture ends it: EndCapture then returns the error.
+  // LaunchGraph runs the recorded work once, after what is queued on `stream`
+  // (of origin's device), and later work on `stream` waits for all of it.
+  // Backends without graphs return UNIMPLEMENTED and callers enqueue directly.
+  virtual absl::Status BeginCapture(StreamId origin) {
+    return absl::UnimplementedError(Name() + " backend: no graph replay");
+  }
+  virtual absl::StatusOr<GraphId> EndCapture(StreamId origin) {
+    return absl::UnimplementedError(Name() + " backend: no graph replay");
+  }
+  virtual absl::Status LaunchGraph(GraphId graph, StreamId stream) {
+    return absl::UnimplementedError(Name() + " backend: no graph replay");
+  }
+  virtual void DestroyGraph(GraphId graph) {}
 
   // False once a device hit a sticky error (the context is lost): the daemon
   // reports NOT_SERVING and exits so that systemd restarts it.

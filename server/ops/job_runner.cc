@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -12,6 +14,7 @@
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
+#include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
 #include "server/ops/tuning_cache.h"
@@ -36,6 +39,7 @@ struct OpRun {
   int op_count;
   OpContext& ctx;
   double host_enqueue_ms = 0;  // median over the last Timed call's iterations
+  bool replayed = false;       // the last Timed call's iterations replayed a graph
 
   void Progress(const std::string& phase, int iteration, int iterations) const {
     if (!hooks.on_progress) return;
@@ -55,30 +59,53 @@ struct OpRun {
   // `end_tag` names the event that ends the timed region on each rank's compute
   // stream; "iter_end" is recorded after `enqueue`, any other must be recorded
   // by `enqueue` itself.
+  //
+  // With `replay`, the timed iterations replay one captured after the warm-up
+  // (graph_replay.h) and are timed on rank 0, whose launch stream sees the whole
+  // graph finish. Where capture fails they enqueue: a backend without graphs,
+  // or a GEMM shape whose algorithm is not chosen yet (no warm-up, no autotune).
   template <typename Fn>
   absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
-                                            Fn&& enqueue, const std::string& end_tag = "iter_end") {
+                                            Fn&& enqueue, const std::string& end_tag = "iter_end",
+                                            bool replay = false) {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
     std::vector<double> times, host_ms;
+    std::optional<engine::GraphId> graph;
+    absl::Cleanup destroy_graph = [&] {
+      if (graph) engine.DestroyGraph(*graph);
+    };
     // Each iteration ends with a sync, so only the first needs one here.
     RETURN_IF_ERROR(engine.Synchronize(devices));
     for (int it = 0; it < warmup + count; ++it) {
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
       }
+      if (replay && it == warmup) {
+        absl::StatusOr<engine::GraphId> captured = CaptureIteration(ctx, enqueue);
+        if (captured.ok()) {
+          graph = *captured;
+        } else {
+          GetLogger("ops")->debug("{} {}: enqueued, not replayed: {}", ctx.op().id, phase,
+                                  captured.status().ToString());
+        }
+      }
       const absl::Time host_start = absl::Now();
       // One rank has nothing to align with.
       if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
-      RETURN_IF_ERROR(enqueue());
+      if (graph) {
+        RETURN_IF_ERROR(LaunchIteration(ctx, *graph));
+      } else {
+        RETURN_IF_ERROR(enqueue());
+      }
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
       if (it >= warmup) host_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - host_start));
       RETURN_IF_ERROR(engine.Synchronize(devices));
       if (it >= warmup) {
         double worst = 0;
-        for (int r = 0; r < ctx.tp(); ++r) {
+        for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
           ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
           ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
@@ -89,9 +116,15 @@ struct OpRun {
       Progress(phase, it + 1, warmup + count);
     }
     host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
+    replayed = graph.has_value();
     return times;
   }
 };
+
+// Copy-engine schedules replay as graphs (where the engine has them: the CUDA
+// backend unless graph_replay is off). NCCL's are enqueued: its communicators
+// are non-blocking, and capturing them is not something we have verified.
+bool Replays(Transport transport) { return transport == Transport::kP2p; }
 
 v1::TimingStats ToProto(const Summary& s) {
   v1::TimingStats t;
@@ -154,7 +187,8 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
       ASSIGN_OR_RETURN(
           std::vector<double> t,
           run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds),
-                    1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }));
+                    1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }, "iter_end",
+                    Replays(s.transport)));
       ms[i] = std::min(ms[i], Summarize(t).median);
       host[i] = run.host_enqueue_ms;
     }
@@ -221,8 +255,11 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   if (tp > 1) {
     ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters,
                                        [&] { return EnqueueCommAlone(*ctx, Transport::kNccl); }));
-    ASSIGN_OR_RETURN(p2p_t, run.Timed("comm_alone p2p", warm, iters,
-                                      [&] { return EnqueueCommAlone(*ctx, Transport::kP2p); }));
+    // Replayed like the p2p schedules, so that step and ideal are timed alike.
+    ASSIGN_OR_RETURN(p2p_t, run.Timed(
+                                "comm_alone p2p", warm, iters,
+                                [&] { return EnqueueCommAlone(*ctx, Transport::kP2p); },
+                                "iter_end", Replays(Transport::kP2p)));
     const bool p2p_faster = Summarize(p2p_t).median < Summarize(nccl_t).median;
     comm_t = p2p_faster ? p2p_t : nccl_t;
     fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
@@ -232,6 +269,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // long after the other would put them at different clocks and skew step /
   // ideal and the slowdown either way.
   std::vector<double> gemm_t, beside_t, step_t, host_t;
+  bool step_replayed = true;
   auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
@@ -254,10 +292,12 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
       append(beside_t, b);
     }
     ASSIGN_OR_RETURN(std::vector<double> t,
-                     run.Timed("timed" + round, i == 0 ? spec.warmup : 1, count,
-                               [&] { return EnqueueOp(*ctx, schedule); }));
+                     run.Timed(
+                         "timed" + round, i == 0 ? spec.warmup : 1, count,
+                         [&] { return EnqueueOp(*ctx, schedule); }, "iter_end", Replays(schedule.transport)));
     append(step_t, t);
     host_t.push_back(run.host_enqueue_ms);
+    step_replayed = step_replayed && run.replayed;
   }
 
   v1::OpResult res;
@@ -278,6 +318,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   *res.mutable_gemm_alone() = ToProto(gemm);
   *res.mutable_comm_alone() = ToProto(comm);
   res.set_host_enqueue_ms(Summarize(host_t).median);
+  res.set_graph_replay(step_replayed);
   if (tp > 1) {
     *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
     *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));
@@ -302,7 +343,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     run.Progress("verify", 0, 1);
     RETURN_IF_ERROR(PoisonOutputs(*ctx));
     ASSIGN_OR_RETURN(std::vector<double> unused,
-                     run.Timed("verify", 0, 1, [&] { return EnqueueOp(*ctx, schedule); }));
+                     run.Timed(
+                         "verify", 0, 1, [&] { return EnqueueOp(*ctx, schedule); }, "iter_end",
+                         Replays(schedule.transport)));
     (void)unused;
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*ctx, spec.seed, op_index));
     res.set_verified(true);

@@ -103,6 +103,13 @@ TEST(ReportTest, ExactTable) {
   EXPECT_EQ(Lines(report), expected) << report;
 }
 
+TEST(ReportTest, ReplayedScheduleIsMarked) {
+  v1::Job job = MakeJob();
+  job.mutable_result()->mutable_ops(0)->set_graph_replay(true);
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  EXPECT_EQ(lines.back(), "fc1: auto chose chunked/4/p2p+graph: comm 1.500 ms < gemm 4.750 ms");
+}
+
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
   const std::vector<std::string> lines = Lines(FormatReport(MakeJob()));
   const size_t verify_col = lines[1].find("verify");

@@ -712,6 +712,93 @@ TEST_F(CudaEngineTest, CrossDeviceEventOrdersPeerCopyAfterGemm) {
   eng().DestroyEvent(*done);
 }
 
+// A captured graph spanning both GPUs (GEMM on device 0, then device 1 pulls C
+// after a cross-device event wait) replays the chain in order, every launch.
+TEST_F(CudaEngineTest, GraphReplaysACrossDeviceChain) {
+  REQUIRE_GPUS(2);
+  const int64_t m = 4096, n = 4096, k = 4096;
+  const size_t elem = 2;
+  const BufferId a = Alloc(0, m * k * elem);
+  const BufferId b = Alloc(0, k * n * elem);
+  const BufferId c = Alloc(0, m * n * elem);
+  const BufferId copy = Alloc(1, m * n * elem);
+  const engine::StreamId compute = eng().GetStream(0, StreamRole::kCompute, 0);
+  const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
+  ASSERT_TRUE(eng().FillRandom(compute, {a, 0, m * k * elem}, DType::kBF16, 3, 1.0f).ok());
+  ASSERT_TRUE(eng().FillRandom(compute, {b, 0, k * n * elem}, DType::kBF16, 4, 1.0f).ok());
+  engine::GemmArgs args;
+  args.dtype = DType::kBF16;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = {a, 0, k};
+  args.b = {b, 0, n};
+  args.c = {c, 0, n};
+  ASSERT_TRUE(eng().Gemm(compute, args).ok());  // chooses the algorithm: no sync in the capture
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  const std::vector<uint8_t> want = Download(c, m * n * elem, 0);
+
+  const BufferRef c_ref{c, 0, m * n * elem};
+  const BufferRef copy_ref{copy, 0, m * n * elem};
+  absl::StatusOr<engine::EventId> produced = eng().CreateEvent(0);
+  absl::StatusOr<engine::EventId> pulled = eng().CreateEvent(1);
+  ASSERT_TRUE(produced.ok() && pulled.ok());
+  ASSERT_TRUE(eng().BeginCapture(compute).ok());
+  ASSERT_TRUE(eng().Gemm(compute, args).ok());
+  ASSERT_TRUE(eng().RecordEvent(*produced, compute).ok());
+  ASSERT_TRUE(eng().WaitEvent(comm1, *produced).ok());
+  ASSERT_TRUE(eng().PeerCopy(comm1, copy_ref, 1, c_ref, 0).ok());
+  ASSERT_TRUE(eng().RecordEvent(*pulled, comm1).ok());
+  ASSERT_TRUE(eng().WaitEvent(compute, *pulled).ok());
+  absl::StatusOr<engine::GraphId> graph = eng().EndCapture(compute);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_TRUE(eng().FillConstant(compute, c_ref, DType::kBF16, NAN).ok());
+    ASSERT_TRUE(eng().FillConstant(comm1, copy_ref, DType::kBF16, NAN).ok());
+    ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+    ASSERT_TRUE(eng().LaunchGraph(*graph, compute).ok());
+    ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+    EXPECT_TRUE(Download(c, m * n * elem, 0) == want) << "launch " << launch;
+    EXPECT_TRUE(Download(copy, m * n * elem, 1) == want)
+        << "launch " << launch << ": device 1 copied C before the GEMM finished";
+  }
+  // Launched from another device's stream, or unknown: refused, nothing runs.
+  EXPECT_EQ(eng().LaunchGraph(*graph, comm1).code(), absl::StatusCode::kInvalidArgument);
+  eng().DestroyGraph(*graph);
+  EXPECT_EQ(eng().LaunchGraph(*graph, compute).code(), absl::StatusCode::kInvalidArgument);
+  eng().DestroyEvent(*produced);
+  eng().DestroyEvent(*pulled);
+}
+
+// A capture left with a stream that never joined back fails at EndCapture with
+// the runtime's message, and the engine carries on.
+TEST_F(CudaEngineTest, UnjoinedCaptureFailsAndTheEngineCarriesOn) {
+  REQUIRE_GPUS(2);
+  const size_t bytes = size_t{1} << 20;
+  const BufferId src = Alloc(0, bytes);
+  const BufferId dst = Alloc(1, bytes);
+  const engine::StreamId compute = eng().GetStream(0, StreamRole::kCompute, 0);
+  const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
+  absl::StatusOr<engine::EventId> fork = eng().CreateEvent(0);
+  ASSERT_TRUE(fork.ok());
+  ASSERT_TRUE(eng().BeginCapture(compute).ok());
+  ASSERT_TRUE(eng().RecordEvent(*fork, compute).ok());
+  ASSERT_TRUE(eng().WaitEvent(comm1, *fork).ok());
+  ASSERT_TRUE(eng().PeerCopy(comm1, {dst, 0, bytes}, 1, {src, 0, bytes}, 0).ok());
+  absl::StatusOr<engine::GraphId> graph = eng().EndCapture(compute);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_THAT(std::string(graph.status().message()), HasSubstr("cudaStreamEndCapture"));
+  // Both streams work directly again.
+  ASSERT_TRUE(eng().FillRandom(compute, {src, 0, bytes}, DType::kF16, 9, 1.0f).ok());
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  ASSERT_TRUE(eng().PeerCopy(comm1, {dst, 0, bytes}, 1, {src, 0, bytes}, 0).ok());
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  EXPECT_EQ(Download(dst, bytes, 1), Download(src, bytes, 0));
+  EXPECT_TRUE(eng().Healthy());
+  eng().DestroyEvent(*fork);
+}
+
 TEST_F(CudaEngineTest, BarrierAndEventsAcrossDevices) {
   REQUIRE_GPUS(2);
   const int n = eng().DeviceCount();

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
+#include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
 
@@ -50,6 +51,16 @@ engine::Engine* SharedEngine(std::string* why) {
   return EngineEnvironment::engine();
 }
 
+OpSpec GpuOp(OpType type, int tp) {
+  OpSpec op;
+  op.id = "op";
+  op.type = type;
+  op.m = 512 * tp;
+  op.k = 768 * tp;
+  op.n = 384 * tp;
+  return op;
+}
+
 class LayerOpsGpuTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
@@ -60,12 +71,7 @@ TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
   const int tp = engine->DeviceCount();
   if (tp < 2 && mode != OverlapMode::kSerial) GTEST_SKIP() << "needs 2 GPUs";
 
-  OpSpec op;
-  op.id = "op";
-  op.type = type;
-  op.m = 512 * tp;
-  op.k = 768 * tp;
-  op.n = 384 * tp;
+  const OpSpec op = GpuOp(type, tp);
   const Schedule s{mode, chunks, transport};
   std::vector<int> devices;
   for (int d = 0; d < tp; ++d) devices.push_back(d);
@@ -86,6 +92,46 @@ TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
     ASSERT_TRUE(v.ok()) << s.Name() << ": " << v.status();
     EXPECT_LT(v->max_rel_error, DTypeTolerance(dtype)) << s.Name() << " " << DTypeName(dtype);
   }
+}
+
+// One iteration captured as a graph (after a direct one has chosen the GEMM
+// algorithms) and replayed twice, the output poisoned before each replay: what
+// the job runner times for copy-engine schedules.
+class LayerOpsGraphGpuTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LayerOpsGraphGpuTest, ReplayMatchesFloat64Reference) {
+  std::string why;
+  engine::Engine* engine = SharedEngine(&why);
+  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
+  const auto [type, mode, chunks, transport, dtype] = GetParam();
+  const int tp = engine->DeviceCount();
+  if (tp < 2) GTEST_SKIP() << "needs 2 GPUs";
+
+  const OpSpec op = GpuOp(type, tp);
+  const Schedule s{mode, chunks, transport};
+  std::vector<int> devices;
+  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  auto ctx = OpContext::Create(*engine, op, dtype, devices, BuffersFor(op, tp, s));
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const uint64_t seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ASSERT_TRUE(FillInputs(**ctx, seed, 0).ok());
+  ASSERT_TRUE(EnqueueOp(**ctx, s).ok());
+  ASSERT_TRUE(engine->Synchronize(devices).ok());
+  absl::StatusOr<engine::GraphId> graph =
+      CaptureIteration(**ctx, [&] { return EnqueueOp(**ctx, s); });
+  ASSERT_TRUE(graph.ok()) << s.Name() << ": " << graph.status();
+  for (int replay = 0; replay < 2; ++replay) {
+    ASSERT_TRUE(PoisonOutputs(**ctx).ok());
+    absl::Status st = LaunchIteration(**ctx, *graph);
+    ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
+    st = engine->Synchronize(devices);
+    ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
+    auto v = VerifyOutputs(**ctx, seed, 0, /*max_rows=*/64);
+    ASSERT_TRUE(v.ok()) << s.Name() << " replay " << replay << ": " << v.status();
+    EXPECT_LT(v->max_rel_error, DTypeTolerance(dtype)) << s.Name() << " " << DTypeName(dtype);
+  }
+  engine->DestroyGraph(*graph);
 }
 
 std::string Name(const ::testing::TestParamInfo<Param>& info) {
@@ -109,6 +155,23 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1, 2, 4, 8),
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
                        ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+    Name);
+
+// Every copy-engine schedule (the ones the job runner replays).
+INSTANTIATE_TEST_SUITE_P(
+    ReplayedWhole, LayerOpsGraphGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kSerial, OverlapMode::kBulk),
+                       ::testing::Values(1), ::testing::Values(Transport::kP2p),
+                       ::testing::Values(DType::kBF16)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(
+    ReplayedChunkedAndRing, LayerOpsGraphGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
+                       ::testing::Values(1, 2, 4, 8), ::testing::Values(Transport::kP2p),
+                       ::testing::Values(DType::kBF16, DType::kF32)),
     Name);
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -239,6 +240,39 @@ TEST_F(OverlapdBinaryTest, BadConfigurationExitsWithUsageStatus) {
   EXPECT_NE(Log().find("allow_insecure_tcp"), std::string::npos) << Log();
   Daemon daemon(Args({"--config", dir_.path() + "/missing.yaml"}), dir_.path() + "/overlapd.log");
   EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 2);
+}
+
+// The config file's booleans hold unless a flag names them (CLI11 used to
+// write false into every boolean flag not given, so `nccl_nonblocking: true`,
+// the default, was silently off), and --print-config shows what is in effect.
+TEST_F(OverlapdBinaryTest, BooleanFlagsOverrideTheConfigFileOnlyWhenGiven) {
+  const std::string config = dir_.path() + "/overlapd.yaml";
+  std::ofstream(config) << "hazard_checks: true\nnccl_nonblocking: false\n";
+  auto printed = [&](std::vector<std::string> extra) {
+    std::remove((dir_.path() + "/print.txt").c_str());
+    Daemon daemon(Args(extra), dir_.path() + "/print.txt");
+    EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 0);
+    return ReadFile(dir_.path() + "/print.txt");
+  };
+  auto has = [](const std::string& yaml, const std::string& line) {
+    return yaml.find("\n" + line + " ") != std::string::npos;
+  };
+  std::string yaml = printed({"--print-config"});
+  EXPECT_TRUE(has(yaml, "nccl_nonblocking: true")) << yaml;
+  EXPECT_TRUE(has(yaml, "graph_replay: true")) << yaml;
+  EXPECT_TRUE(has(yaml, "hazard_checks: false")) << yaml;
+  EXPECT_TRUE(has(yaml, "backend: \"host\"")) << yaml;
+
+  yaml = printed({"--config", config, "--print-config"});
+  EXPECT_TRUE(has(yaml, "hazard_checks: true")) << yaml;
+  EXPECT_TRUE(has(yaml, "nccl_nonblocking: false")) << yaml;
+  EXPECT_TRUE(has(yaml, "graph_replay: true")) << yaml;
+
+  yaml = printed({"--config", config, "--no-hazard-checks", "--nccl-nonblocking",
+                  "--no-graph-replay", "--print-config"});
+  EXPECT_TRUE(has(yaml, "hazard_checks: false")) << yaml;
+  EXPECT_TRUE(has(yaml, "nccl_nonblocking: true")) << yaml;
+  EXPECT_TRUE(has(yaml, "graph_replay: false")) << yaml;
 }
 
 // Library failures injected into the host backend through the config: a failed

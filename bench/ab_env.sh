@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A/B of daemon environment settings in one device call: runs the bench once per
+# variant, interleaved over rounds, and collects the op lines per variant.
+# Usage: VARIANTS="base:X=1 split2:OVERLAPD_AR_SPLIT=2,Y=3" SHAPES=... bash bench/ab_env.sh
+set -uo pipefail
+source .device/env.sh
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+start=$(date +%s)
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for v in $VARIANTS; do
+    name=${v%%:*}; envs=${v#*:}
+    if (( $(date +%s) - start > ${BUDGET_S:-480} )); then echo "budget spent before $name round $round"; break 2; fi
+    work=$(mktemp -d /tmp/ab.XXXXXX); addr="unix:$work/d.sock"
+    env $(echo "$envs" | tr ',' ' ') overlapd --backend cuda --listen "$addr" --state-dir "$work/state" ${OVERLAPD_FLAGS:-} \
+      > "$OUT/overlapd-$name-$round.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+    t0=$(date +%s)
+    timeout 200 overlapctl --addr "$addr" bench --shapes "$SHAPES" --repeats "${REPEATS:-1}" \
+      > "$work/bench.txt" 2> "$work/bench.err"
+    echo "== $name round $round ($(( $(date +%s) - t0 )) s, exit $?)" | tee -a "$OUT/ab.txt"
+    grep -E "^(ag_gemm|gemm_rs|gemm_ar)" "$work/bench.txt" | tee -a "$OUT/ab.txt"
+    tail -2 "$work/bench.err" >> "$OUT/ab.txt"
+    kill -TERM "$pid"; wait "$pid"
+  done
+done
+(cd "$OUT" && tar -czf logs.tgz --remove-files overlapd-*.log)

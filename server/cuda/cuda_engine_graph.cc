@@ -1,0 +1,90 @@
+// Steady-state replay: stream capture into CUDA graphs, one executable graph per
+// captured iteration, launched on the origin stream. The captured work may span
+// devices (streams of other GPUs join through cross-device event waits).
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/cuda/cuda_check.h"
+#include "server/cuda/cuda_engine_impl.h"
+#include "server/cuda/scoped_device.h"
+
+namespace overlap::cuda {
+
+void CudaEngineImpl::GraphExecDeleter::operator()(cudaGraphExec_t exec) const noexcept {
+  const cudaError_t error = cudaGraphExecDestroy(exec);
+  if (error != cudaSuccess) {
+    GetLogger("cuda")->warn("cudaGraphExecDestroy: {}", cudaGetErrorString(error));
+  }
+}
+
+absl::Status CudaEngineImpl::BeginCapture(engine::StreamId origin) {
+  if (!config_.graph_replay) {
+    return absl::FailedPreconditionError("graph replay is off (graph_replay: false)");
+  }
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(origin));
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  // Thread-local: other threads (telemetry, other jobs' devices) keep making
+  // CUDA calls that a global capture would refuse.
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(slot->stream.get(), cudaStreamCaptureModeThreadLocal));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::GraphId> CudaEngineImpl::EndCapture(engine::StreamId origin) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(origin));
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(slot->stream.get(), &graph);
+  if (ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // an invalidated capture is not sticky: clear it
+    return CudaErrorToStatus(ended, "cudaStreamEndCapture", __FILE__, __LINE__);
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_RETURN_IF_ERROR(made);
+  absl::MutexLock lock(&mu_);
+  const engine::GraphId id = next_graph_id_++;
+  graphs_[id] = GraphEntry{slot->device, std::shared_ptr<CUgraphExec_st>(exec, GraphExecDeleter{})};
+  return id;
+}
+
+absl::Status CudaEngineImpl::LaunchGraph(engine::GraphId graph, engine::StreamId stream) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  GraphEntry entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = graphs_.find(graph);
+    if (it == graphs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
+    entry = it->second;
+  }
+  if (entry.device != slot->device) {
+    return absl::InvalidArgumentError(absl::StrCat("LaunchGraph: graph ", graph,
+                                                   " was captured on device ", entry.device,
+                                                   ", stream ", stream, " is on ", slot->device));
+  }
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec.get(), slot->stream.get()));
+  return absl::OkStatus();
+}
+
+void CudaEngineImpl::DestroyGraph(engine::GraphId graph) {
+  std::shared_ptr<CUgraphExec_st> exec;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = graphs_.find(graph);
+    if (it == graphs_.end()) return;
+    exec = std::move(it->second.exec);
+    graphs_.erase(it);
+  }
+  // Released outside the lock; cudaGraphExecDestroy waits for nothing, a launch
+  // already queued keeps running.
+}
+
+}  // namespace overlap::cuda
