@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# A/B of daemon environment settings in one device call: runs the bench once per
-# variant, interleaved over rounds, and collects the op lines per variant.
-# Usage: VARIANTS="base:X=1 split2:OVERLAPD_AR_SPLIT=2,Y=3" SHAPES=... bash bench/ab_env.sh
+# A/B of daemon environments in one device call: starts one daemon per variant,
+# runs `overlapctl bench` on SHAPES, interleaved over ROUNDS (default 2), and
+# collects the op lines per variant in $OUT/ab.txt (daemon logs in logs.tgz).
+# A variant is NAME:VAR=VALUE[,VAR=VALUE...]; OVERLAPD_FLAGS go to every daemon;
+# BUDGET_S (default 480) stops starting new runs once spent.
+# Usage: VARIANTS="base:X=1 ch8:NCCL_MAX_NCHANNELS=8" SHAPES=gemm_ar:8192x4096x4096 \
+#          bash bench/ab_env.sh
 set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
