@@ -16,7 +16,6 @@
 #include <string>
 #include <thread>
 
-#include "overlap_git_commit.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +24,7 @@
 #include "common/byte_size.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "overlap_git_commit.h"
 #include "server/engine_select.h"
 #include "server/jobs/job_execution.h"
 #include "server/jobs/job_store.h"
@@ -142,7 +142,7 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::IsMember({"auto", "cuda", "host"}));
   app.add_option("--listen", f.listen, "unix:PATH or HOST:PORT (loopback unless allowed)");
   AddBoolFlag(app, "--allow-insecure-tcp,!--no-allow-insecure-tcp", &f.allow_insecure_tcp,
-               "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
+              "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error|critical|off");
   app.add_option("--host-devices", f.host_devices, "host backend: simulated devices")
@@ -150,17 +150,17 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--host-device-memory", f.host_device_memory,
                  "host backend: memory per device (e.g. 2GiB)");
   AddBoolFlag(app, "--hazard-checks,!--no-hazard-checks", &f.hazard_checks,
-               "host backend: fail a job on a missing event wait");
+              "host backend: fail a job on a missing event wait");
   app.add_option("--pool-bytes-per-device", f.pool_bytes_per_device,
                  "cuda backend: buffer pool per GPU (e.g. 16GiB)");
   app.add_option("--gemm-workspace-bytes", f.gemm_workspace_bytes,
                  "cuda backend: cuBLASLt workspace per stream");
   AddBoolFlag(app, "--nvls-enable,!--no-nvls-enable", &f.nvls_enable,
-               "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
+              "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
   AddBoolFlag(app, "--nccl-nonblocking,!--no-nccl-nonblocking", &f.nccl_nonblocking,
-               "cuda backend: non-blocking NCCL communicators (default; the watchdog needs them)");
+              "cuda backend: non-blocking NCCL communicators (default; the watchdog needs them)");
   AddBoolFlag(app, "--graph-replay,!--no-graph-replay", &f.graph_replay,
-               "cuda backend: replay p2p schedules' timed iterations as CUDA graphs (default)");
+              "cuda backend: replay p2p schedules' timed iterations as CUDA graphs (default)");
   app.add_option("--collective-timeout", f.collective_timeout_s,
                  "seconds before a hung collective is aborted")
       ->check(CLI::PositiveNumber);

@@ -60,7 +60,8 @@ absl::Status CudaEngineImpl::LaunchGraph(engine::GraphId graph, engine::StreamId
   {
     absl::MutexLock lock(&mu_);
     auto it = graphs_.find(graph);
-    if (it == graphs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
+    if (it == graphs_.end())
+      return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
     entry = it->second;
   }
   if (entry.device != slot->device) {

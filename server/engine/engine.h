@@ -186,8 +186,9 @@ class Engine {
   // Steady-state replay (CUDA graphs). Between BeginCapture and EndCapture,
   // work enqueued on `origin`, and on every stream that joins it by waiting on
   // an event recorded there (of any device), is recorded instead of run; each
-  // joined stream must be joined back into `origin` before EndCapture. A failed
-  // call inside the capture ends it: EndCapture then returns the error.
+  // joined stream must be joined back into `origin` before EndCapture. A call
+  // that fails inside the capture spoils it: EndCapture must still be called,
+  // and then fails.
   // LaunchGraph runs the recorded work once, after what is queued on `stream`
   // (of origin's device), and later work on `stream` waits for all of it.
   // Backends without graphs return UNIMPLEMENTED and callers enqueue directly.

@@ -186,9 +186,10 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
       const Schedule& s = candidates[i];
       ASSIGN_OR_RETURN(
           std::vector<double> t,
-          run.Timed(absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds),
-                    1, kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }, "iter_end",
-                    Replays(s.transport)));
+          run.Timed(
+              absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds), 1,
+              kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }, "iter_end",
+              Replays(s.transport)));
       ms[i] = std::min(ms[i], Summarize(t).median);
       host[i] = run.host_enqueue_ms;
     }
@@ -258,8 +259,8 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     // Replayed like the p2p schedules, so that step and ideal are timed alike.
     ASSIGN_OR_RETURN(p2p_t, run.Timed(
                                 "comm_alone p2p", warm, iters,
-                                [&] { return EnqueueCommAlone(*ctx, Transport::kP2p); },
-                                "iter_end", Replays(Transport::kP2p)));
+                                [&] { return EnqueueCommAlone(*ctx, Transport::kP2p); }, "iter_end",
+                                Replays(Transport::kP2p)));
     const bool p2p_faster = Summarize(p2p_t).median < Summarize(nccl_t).median;
     comm_t = p2p_faster ? p2p_t : nccl_t;
     fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
@@ -291,10 +292,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
               [&] { return EnqueueGemmBesideComm(*ctx, fastest, "gemm_end"); }, "gemm_end"));
       append(beside_t, b);
     }
-    ASSIGN_OR_RETURN(std::vector<double> t,
-                     run.Timed(
-                         "timed" + round, i == 0 ? spec.warmup : 1, count,
-                         [&] { return EnqueueOp(*ctx, schedule); }, "iter_end", Replays(schedule.transport)));
+    ASSIGN_OR_RETURN(std::vector<double> t, run.Timed(
+                                                "timed" + round, i == 0 ? spec.warmup : 1, count,
+                                                [&] { return EnqueueOp(*ctx, schedule); },
+                                                "iter_end", Replays(schedule.transport)));
     append(step_t, t);
     host_t.push_back(run.host_enqueue_ms);
     step_replayed = step_replayed && run.replayed;
