@@ -79,6 +79,24 @@ class CudaEngineTest : public ::testing::Test {
     return host;
   }
 
+  // Dense row-major bf16 C = A x B, `batch` of them packed back to back.
+  static engine::GemmArgs Bf16Gemm(BufferId a, BufferId b, BufferId c, int64_t m, int64_t n,
+                                   int64_t k, int batch) {
+    engine::GemmArgs args;
+    args.dtype = DType::kBF16;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a = {a, 0, k};
+    args.b = {b, 0, n};
+    args.c = {c, 0, n};
+    args.batch = batch;
+    args.stride_a = m * k;
+    args.stride_b = k * n;
+    args.stride_c = m * n;
+    return args;
+  }
+
   // What FillRandom(seed, scale) stores, computed on the host.
   static std::vector<uint8_t> HostRandom(DType dtype, size_t count, uint64_t seed, float scale) {
     std::vector<uint8_t> host(count * DTypeSize(dtype));
@@ -676,18 +694,7 @@ TEST_F(CudaEngineTest, CrossDeviceEventOrdersPeerCopyAfterGemm) {
   const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
   ASSERT_TRUE(eng().FillRandom(compute, {a, 0, batch * m * k * elem}, DType::kBF16, 1, 1.0f).ok());
   ASSERT_TRUE(eng().FillRandom(compute, {b, 0, batch * k * n * elem}, DType::kBF16, 2, 1.0f).ok());
-  engine::GemmArgs args;
-  args.dtype = DType::kBF16;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = {a, 0, k};
-  args.b = {b, 0, n};
-  args.c = {c, 0, n};
-  args.batch = batch;
-  args.stride_a = m * k;
-  args.stride_b = k * n;
-  args.stride_c = m * n;
+  const engine::GemmArgs args = Bf16Gemm(a, b, c, m, n, k, batch);
   ASSERT_TRUE(eng().Gemm(compute, args).ok());  // tunes the shape outside the timed part
   const BufferRef c_ref{c, 0, batch * m * n * elem};
   const BufferRef copy_ref{copy, 0, batch * m * n * elem};
@@ -726,14 +733,7 @@ TEST_F(CudaEngineTest, GraphReplaysACrossDeviceChain) {
   const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
   ASSERT_TRUE(eng().FillRandom(compute, {a, 0, m * k * elem}, DType::kBF16, 3, 1.0f).ok());
   ASSERT_TRUE(eng().FillRandom(compute, {b, 0, k * n * elem}, DType::kBF16, 4, 1.0f).ok());
-  engine::GemmArgs args;
-  args.dtype = DType::kBF16;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = {a, 0, k};
-  args.b = {b, 0, n};
-  args.c = {c, 0, n};
+  const engine::GemmArgs args = Bf16Gemm(a, b, c, m, n, k, /*batch=*/1);
   ASSERT_TRUE(eng().Gemm(compute, args).ok());  // chooses the algorithm: no sync in the capture
   ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
   const std::vector<uint8_t> want = Download(c, m * n * elem, 0);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -61,13 +62,15 @@ OpSpec GpuOp(OpType type, int tp) {
   return op;
 }
 
-class LayerOpsGpuTest : public ::testing::TestWithParam<Param> {};
-
-TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
+// Runs the op twice on fresh random inputs, the output poisoned before each
+// run, against the float64 reference. With `replay` (what the job runner times
+// for copy-engine schedules), a direct iteration first chooses the GEMM
+// algorithms, then one iteration is captured as a graph and both runs replay it.
+void ExpectMatchesReference(const Param& param, bool replay) {
   std::string why;
   engine::Engine* engine = SharedEngine(&why);
   if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
-  const auto [type, mode, chunks, transport, dtype] = GetParam();
+  const auto [type, mode, chunks, transport, dtype] = param;
   const int tp = engine->DeviceCount();
   if (tp < 2 && mode != OverlapMode::kSerial) GTEST_SKIP() << "needs 2 GPUs";
 
@@ -82,56 +85,36 @@ TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   ASSERT_TRUE(FillInputs(**ctx, seed, 0).ok());
   ASSERT_TRUE(engine->Synchronize(devices).ok());
+  std::optional<engine::GraphId> graph;
+  if (replay) {
+    ASSERT_TRUE(EnqueueOp(**ctx, s).ok());
+    ASSERT_TRUE(engine->Synchronize(devices).ok());
+    absl::StatusOr<engine::GraphId> captured =
+        CaptureIteration(**ctx, [&] { return EnqueueOp(**ctx, s); });
+    ASSERT_TRUE(captured.ok()) << s.Name() << ": " << captured.status();
+    graph = *captured;
+  }
   for (int iteration = 0; iteration < 2; ++iteration) {
     ASSERT_TRUE(PoisonOutputs(**ctx).ok());
-    absl::Status st = EnqueueOp(**ctx, s);
+    absl::Status st = graph ? LaunchIteration(**ctx, *graph) : EnqueueOp(**ctx, s);
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
     st = engine->Synchronize(devices);
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
     auto v = VerifyOutputs(**ctx, seed, 0, /*max_rows=*/64);
-    ASSERT_TRUE(v.ok()) << s.Name() << ": " << v.status();
+    ASSERT_TRUE(v.ok()) << s.Name() << " run " << iteration << ": " << v.status();
     EXPECT_LT(v->max_rel_error, DTypeTolerance(dtype)) << s.Name() << " " << DTypeName(dtype);
   }
+  if (graph) engine->DestroyGraph(*graph);
 }
 
-// One iteration captured as a graph (after a direct one has chosen the GEMM
-// algorithms) and replayed twice, the output poisoned before each replay: what
-// the job runner times for copy-engine schedules.
+class LayerOpsGpuTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LayerOpsGpuTest, MatchesFloat64Reference) { ExpectMatchesReference(GetParam(), false); }
+
 class LayerOpsGraphGpuTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(LayerOpsGraphGpuTest, ReplayMatchesFloat64Reference) {
-  std::string why;
-  engine::Engine* engine = SharedEngine(&why);
-  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
-  const auto [type, mode, chunks, transport, dtype] = GetParam();
-  const int tp = engine->DeviceCount();
-  if (tp < 2) GTEST_SKIP() << "needs 2 GPUs";
-
-  const OpSpec op = GpuOp(type, tp);
-  const Schedule s{mode, chunks, transport};
-  std::vector<int> devices;
-  for (int d = 0; d < tp; ++d) devices.push_back(d);
-  auto ctx = OpContext::Create(*engine, op, dtype, devices, BuffersFor(op, tp, s));
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  const uint64_t seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  ASSERT_TRUE(FillInputs(**ctx, seed, 0).ok());
-  ASSERT_TRUE(EnqueueOp(**ctx, s).ok());
-  ASSERT_TRUE(engine->Synchronize(devices).ok());
-  absl::StatusOr<engine::GraphId> graph =
-      CaptureIteration(**ctx, [&] { return EnqueueOp(**ctx, s); });
-  ASSERT_TRUE(graph.ok()) << s.Name() << ": " << graph.status();
-  for (int replay = 0; replay < 2; ++replay) {
-    ASSERT_TRUE(PoisonOutputs(**ctx).ok());
-    absl::Status st = LaunchIteration(**ctx, *graph);
-    ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
-    st = engine->Synchronize(devices);
-    ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
-    auto v = VerifyOutputs(**ctx, seed, 0, /*max_rows=*/64);
-    ASSERT_TRUE(v.ok()) << s.Name() << " replay " << replay << ": " << v.status();
-    EXPECT_LT(v->max_rel_error, DTypeTolerance(dtype)) << s.Name() << " " << DTypeName(dtype);
-  }
-  engine->DestroyGraph(*graph);
+  ExpectMatchesReference(GetParam(), true);
 }
 
 std::string Name(const ::testing::TestParamInfo<Param>& info) {
