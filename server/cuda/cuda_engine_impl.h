@@ -10,8 +10,8 @@
 #pragma once
 
 #include <atomic>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +79,7 @@ class CudaEngineImpl final : public CudaEngine {
   absl::Status Synchronize(const std::vector<int>& devices) override;
   bool Healthy() const override;
 
+  bool ReplaysGraphs() const override { return config_.graph_replay; }
   absl::Status BeginCapture(engine::StreamId origin) override;
   absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
   absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
@@ -101,7 +102,7 @@ class CudaEngineImpl final : public CudaEngine {
     int sm_count = 0;
     std::unique_ptr<DevicePool> pool;
     std::unique_ptr<GemmLt> gemm;
-    CudaEvent barrier_event;  // recorded by Barrier, waited on by the other ranks
+    CudaEvent barrier_event;    // recorded by Barrier, waited on by the other ranks
     size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
     std::atomic<int> sm_count_target{0};
   };

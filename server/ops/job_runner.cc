@@ -82,7 +82,7 @@ struct OpRun {
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
       }
-      if (replay && it == warmup) {
+      if (replay && it == warmup && engine.ReplaysGraphs()) {
         absl::StatusOr<engine::GraphId> captured = CaptureIteration(ctx, enqueue);
         if (captured.ok()) {
           graph = *captured;
@@ -142,6 +142,9 @@ std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int
                       " dtype=", DTypeName(dtype), " tp=", tp, " mode=", OverlapModeName(op.mode),
                       " chunks=", op.chunks, " transport=", TransportName(op.transport),
                       " backend=", engine.Name(),
+                      // Replayed and enqueued schedules tune differently (finer pieces pay
+                      // once their hand-offs are cheap).
+                      " graphs=", engine.ReplaysGraphs() ? "on" : "off",
                       " device=", engine.GetDeviceInfo(first_device).name,
                       " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
 }

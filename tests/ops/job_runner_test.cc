@@ -3,9 +3,12 @@
 #include "server/ops/job_runner.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "server/engine/host/host_engine.h"
 #include "server/ops/tuning_cache.h"
@@ -105,6 +108,22 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
     auto first = RunJob(*engine, spec, {0, 1}, {}, cache->get());
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_EQ(first->ops(1).auto_reason().find("tuning cache"), std::string::npos);
+    EXPECT_FALSE(first->ops(1).graph_replay()) << "the host backend has no graphs";
+  }
+  // The key names everything the choice depends on, graph replay included.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT key FROM tuning", -1, &stmt, nullptr), SQLITE_OK);
+    std::vector<std::string> keys;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      keys.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+    }
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    ASSERT_EQ(keys.size(), 1u);
+    EXPECT_NE(keys[0].find(" backend=host graphs=off "), std::string::npos) << keys[0];
   }
   // A new cache object on the same file: what a restarted daemon sees.
   auto cache = TuningCache::Open(path);
