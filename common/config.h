@@ -39,7 +39,7 @@ struct DaemonConfig {
   bool nccl_nonblocking = true;
   double collective_timeout_s = 60;  // watchdog on a hung collective
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
-  // 2-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
+  // 3-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
   bool graph_replay = true;
 
   // Limits.
