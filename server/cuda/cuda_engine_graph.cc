@@ -56,14 +56,7 @@ absl::StatusOr<engine::GraphId> CudaEngineImpl::EndCapture(engine::StreamId orig
 
 absl::Status CudaEngineImpl::LaunchGraph(engine::GraphId graph, engine::StreamId stream) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  GraphEntry entry;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = graphs_.find(graph);
-    if (it == graphs_.end())
-      return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
-    entry = it->second;
-  }
+  ASSIGN_OR_RETURN(GraphEntry entry, LookupGraph(graph));
   if (entry.device != slot->device) {
     return absl::InvalidArgumentError(absl::StrCat("LaunchGraph: graph ", graph,
                                                    " was captured on device ", entry.device,
@@ -73,6 +66,14 @@ absl::Status CudaEngineImpl::LaunchGraph(engine::GraphId graph, engine::StreamId
   RETURN_IF_ERROR(guard.status());
   CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec.get(), slot->stream.get()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<CudaEngineImpl::GraphEntry> CudaEngineImpl::LookupGraph(
+    engine::GraphId graph) const {
+  absl::MutexLock lock(&mu_);
+  auto it = graphs_.find(graph);
+  if (it == graphs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
+  return it->second;
 }
 
 void CudaEngineImpl::DestroyGraph(engine::GraphId graph) {

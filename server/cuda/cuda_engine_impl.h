@@ -139,6 +139,7 @@ class CudaEngineImpl final : public CudaEngine {
   absl::StatusOr<const StreamSlot*> LookupStream(engine::StreamId stream) const;
   absl::StatusOr<BufferEntry> LookupBuffer(engine::BufferId buffer) const;
   absl::StatusOr<EventEntry> LookupEvent(engine::EventId event) const;
+  absl::StatusOr<GraphEntry> LookupGraph(engine::GraphId graph) const;
   // ptr of `ref`, checked to lie inside its buffer, on `device` unless device < 0.
   absl::StatusOr<char*> Resolve(const engine::BufferRef& ref, int device, const char* what) const;
   // Validates, gets the group's communicators and issues `call` for every rank

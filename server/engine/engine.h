@@ -191,8 +191,9 @@ class Engine {
   // and then fails.
   // LaunchGraph runs the recorded work once, after what is queued on `stream`
   // (of origin's device), and later work on `stream` waits for all of it.
-  // Backends without graphs return UNIMPLEMENTED and callers enqueue directly.
-  // Whether BeginCapture can succeed: the backend has graphs and they are on.
+  // Backends without graphs return UNIMPLEMENTED and callers enqueue directly;
+  // ReplaysGraphs says beforehand whether BeginCapture can succeed (the backend
+  // has graphs and they are on).
   virtual bool ReplaysGraphs() const { return false; }
   virtual absl::Status BeginCapture(StreamId origin) {
     return absl::UnimplementedError(Name() + " backend: no graph replay");

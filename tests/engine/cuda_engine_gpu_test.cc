@@ -79,11 +79,11 @@ class CudaEngineTest : public ::testing::Test {
     return host;
   }
 
-  // Dense row-major bf16 C = A x B, `batch` of them packed back to back.
-  static engine::GemmArgs Bf16Gemm(BufferId a, BufferId b, BufferId c, int64_t m, int64_t n,
-                                   int64_t k, int batch) {
+  // Dense row-major C = A x B, `batch` of them packed back to back.
+  static engine::GemmArgs DenseGemm(DType dtype, BufferId a, BufferId b, BufferId c, int64_t m,
+                                    int64_t n, int64_t k, int batch = 1) {
     engine::GemmArgs args;
-    args.dtype = DType::kBF16;
+    args.dtype = dtype;
     args.m = m;
     args.n = n;
     args.k = k;
@@ -370,14 +370,7 @@ TEST_F(CudaEngineTest, GemmWithSmCountTargetGivesTheSameProduct) {
   ASSERT_TRUE(eng().FillRandom(stream, {a, 0, size_t(m * k * 4)}, dtype, 5, 1.0f).ok());
   ASSERT_TRUE(eng().FillRandom(stream, {b, 0, size_t(k * n * 4)}, dtype, 6, 1.0f).ok());
   ASSERT_TRUE(eng().FillConstant(stream, {c_part, 0, size_t(m * n * 4)}, dtype, NAN).ok());
-  engine::GemmArgs args;
-  args.dtype = dtype;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = {a, 0, k};
-  args.b = {b, 0, n};
-  args.c = {c_full, 0, n};
+  engine::GemmArgs args = DenseGemm(dtype, a, b, c_full, m, n, k);
   ASSERT_TRUE(eng().Gemm(stream, args).ok());
   eng().SetGemmSmCountTarget(0, std::max(1, eng().MultiprocessorCount(0) / 2));
   args.c.buffer = c_part;
@@ -694,7 +687,7 @@ TEST_F(CudaEngineTest, CrossDeviceEventOrdersPeerCopyAfterGemm) {
   const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
   ASSERT_TRUE(eng().FillRandom(compute, {a, 0, batch * m * k * elem}, DType::kBF16, 1, 1.0f).ok());
   ASSERT_TRUE(eng().FillRandom(compute, {b, 0, batch * k * n * elem}, DType::kBF16, 2, 1.0f).ok());
-  const engine::GemmArgs args = Bf16Gemm(a, b, c, m, n, k, batch);
+  const engine::GemmArgs args = DenseGemm(DType::kBF16, a, b, c, m, n, k, batch);
   ASSERT_TRUE(eng().Gemm(compute, args).ok());  // tunes the shape outside the timed part
   const BufferRef c_ref{c, 0, batch * m * n * elem};
   const BufferRef copy_ref{copy, 0, batch * m * n * elem};
@@ -733,7 +726,7 @@ TEST_F(CudaEngineTest, GraphReplaysACrossDeviceChain) {
   const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
   ASSERT_TRUE(eng().FillRandom(compute, {a, 0, m * k * elem}, DType::kBF16, 3, 1.0f).ok());
   ASSERT_TRUE(eng().FillRandom(compute, {b, 0, k * n * elem}, DType::kBF16, 4, 1.0f).ok());
-  const engine::GemmArgs args = Bf16Gemm(a, b, c, m, n, k, /*batch=*/1);
+  const engine::GemmArgs args = DenseGemm(DType::kBF16, a, b, c, m, n, k);
   ASSERT_TRUE(eng().Gemm(compute, args).ok());  // chooses the algorithm: no sync in the capture
   ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
   const std::vector<uint8_t> want = Download(c, m * n * elem, 0);
