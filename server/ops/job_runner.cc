@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
+#include "server/ops/autotune.h"
 #include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
@@ -23,11 +24,12 @@ namespace overlap::ops {
 namespace {
 
 // Autotune measures each candidate this many times (after one warm-up) per
-// round, in kTuneRounds round-robin passes over the candidates.
+// round, in kTuneRounds round-robin passes over the candidates; then the
+// leaders kRunoffIterations times in each of kRunoffRounds (autotune.h).
 constexpr int kTuneIterations = 5;
 constexpr int kTuneRounds = 2;
-// Overlap must beat serial by this much for `auto` to choose it.
-constexpr double kAutoMargin = 0.02;
+constexpr int kRunoffIterations = 7;
+constexpr int kRunoffRounds = 3;
 // The timed iterations are split into this many rounds, each GEMM alone then step.
 constexpr int kTimedRounds = 4;
 
@@ -179,53 +181,40 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
       return hit->schedule;
     }
   }
-  // Round-robin over the candidates, keeping each one's best median: the SM
-  // clock drifts within seconds, and a single pass would favour whichever
-  // candidates happened to run while it was high.
-  std::vector<double> ms(candidates.size(), std::numeric_limits<double>::infinity());
-  std::vector<double> host(candidates.size(), 0);
+  Autotune tally(candidates);
+  auto time = [&](size_t i, const std::string& phase, int iterations) {
+    const Schedule& s = candidates[i];
+    return run.Timed(
+        absl::StrFormat("autotune %s (%s)", s.Name(), phase), 1, iterations,
+        [&] { return EnqueueOp(run.ctx, s); }, "iter_end", Replays(s.transport));
+  };
   for (int round = 0; round < kTuneRounds; ++round) {
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const Schedule& s = candidates[i];
       ASSIGN_OR_RETURN(
           std::vector<double> t,
-          run.Timed(
-              absl::StrFormat("autotune %s (round %d/%d)", s.Name(), round + 1, kTuneRounds), 1,
-              kTuneIterations, [&] { return EnqueueOp(run.ctx, s); }, "iter_end",
-              Replays(s.transport)));
-      ms[i] = std::min(ms[i], Summarize(t).median);
-      host[i] = run.host_enqueue_ms;
+          time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), kTuneIterations));
+      tally.AddRound(i, t);
+      GetLogger("ops")->debug("autotune {} {} round {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id,
+                              candidates[i].Name(), round + 1, Summarize(t).median,
+                              run.host_enqueue_ms);
     }
   }
-  double best_ms = 0, serial_ms = 0;
-  Schedule best;
-  bool have_best = false, have_serial = false;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const Schedule& s = candidates[i];
-    GetLogger("ops")->debug("autotune {} {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id, s.Name(),
-                            ms[i], host[i]);
-    if (s.mode == OverlapMode::kSerial && s.transport == Transport::kNccl) {
-      serial_ms = ms[i];
-      have_serial = true;
-    }
-    if (!have_best || ms[i] < best_ms) {
-      best_ms = ms[i];
-      best = s;
-      have_best = true;
+  const std::vector<size_t> leaders = tally.RunoffLeaders();
+  for (int round = 0; !leaders.empty() && round < kRunoffRounds; ++round) {
+    for (size_t i : leaders) {
+      ASSIGN_OR_RETURN(
+          std::vector<double> t,
+          time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), kRunoffIterations));
+      tally.AddRunoff(i, t);
     }
   }
-  if (op.mode == OverlapMode::kAuto && have_serial && best.mode != OverlapMode::kSerial &&
-      best_ms > serial_ms * (1 - kAutoMargin)) {
-    *reason = absl::StrFormat("overlap does not pay: best %s %.3f ms vs serial %.3f ms",
-                              best.Name(), best_ms, serial_ms);
-    best = candidates[0];
-    best_ms = serial_ms;
-  } else {
-    *reason = absl::StrFormat("autotuned over %d schedules: %.3f ms", candidates.size(), best_ms);
-    if (have_serial) absl::StrAppendFormat(reason, " (serial %.3f ms)", serial_ms);
+  const AutotuneChoice choice = tally.Decide(op.mode == OverlapMode::kAuto);
+  *reason = choice.reason;
+  GetLogger("ops")->debug("autotune {}: {}", op.id, choice.reason);
+  if (cache != nullptr) {
+    RETURN_IF_ERROR(cache->Store(key, TunedChoice{choice.schedule, choice.ms}));
   }
-  if (cache != nullptr) RETURN_IF_ERROR(cache->Store(key, TunedChoice{best, best_ms}));
-  return best;
+  return choice.schedule;
 }
 
 absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,

@@ -1,0 +1,65 @@
+// Autotune's tally: which schedule `auto` picks from the timings the job runner
+// takes. Pure bookkeeping, no engine: the runner times, this decides.
+//
+// Two stages. First, round-robin rounds over every candidate; each keeps its best
+// median (the SM clock drifts within seconds, and a single pass would favour
+// whichever candidates ran while it was high). The best medians of the leaders
+// are often within a few percent of each other, and a best-of-two median is a
+// noisy figure: alone it picked a schedule 5% slower than the runner-up on
+// H200s. So, second, a runoff: the leaders (within kRunoffWindow of the best,
+// at most kRunoffSize) run again in interleaved rounds, and the pooled median of
+// those samples decides.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/ops/schedule.h"
+
+namespace overlap::ops {
+
+struct AutotuneChoice {
+  Schedule schedule;
+  double ms = 0;  // the figure that chose it (runoff median, else best median)
+  std::string reason;
+};
+
+class Autotune {
+ public:
+  static constexpr double kRunoffWindow = 0.06;  // leaders: within 6% of the best
+  static constexpr size_t kRunoffSize = 3;
+  // Overlap must beat serial by this much for `auto` to choose it.
+  static constexpr double kAutoMargin = 0.02;
+
+  // `candidates` as CandidateSchedules returns them (serial over NCCL first
+  // when the op is auto).
+  explicit Autotune(std::vector<Schedule> candidates);
+
+  const std::vector<Schedule>& candidates() const { return candidates_; }
+
+  // Stage one: one round's samples of candidate `i`.
+  void AddRound(size_t i, const std::vector<double>& samples);
+
+  // The candidates worth a runoff, best first; empty when the best stands alone
+  // (no other candidate within the window) or stage one has no samples.
+  std::vector<size_t> RunoffLeaders() const;
+
+  // Stage two: samples of leader `i`, pooled over the runoff's rounds.
+  void AddRunoff(size_t i, const std::vector<double>& samples);
+
+  // The winner. With `fall_back_to_serial` (mode auto), a winner that does not
+  // beat serial over NCCL by kAutoMargin gives way to it.
+  AutotuneChoice Decide(bool fall_back_to_serial) const;
+
+ private:
+  // The figure candidate `i` is judged by: its runoff median if it ran one,
+  // else its best stage-one median.
+  double Score(size_t i) const;
+  int SerialIndex() const;  // serial over NCCL, or -1
+
+  std::vector<Schedule> candidates_;
+  std::vector<double> best_median_;          // stage one, +inf until timed
+  std::vector<std::vector<double>> runoff_;  // stage two, pooled
+};
+
+}  // namespace overlap::ops

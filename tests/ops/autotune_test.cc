@@ -1,0 +1,77 @@
+#include "server/ops/autotune.h"
+
+#include <gtest/gtest.h>
+
+namespace overlap::ops {
+namespace {
+
+const Schedule kSerial{OverlapMode::kSerial, 1, Transport::kNccl};
+const Schedule kBulk{OverlapMode::kBulk, 1, Transport::kP2p};
+const Schedule kRing1{OverlapMode::kRing, 1, Transport::kP2p};
+const Schedule kRing2{OverlapMode::kRing, 2, Transport::kP2p};
+
+TEST(AutotuneTest, StageOneKeepsEachCandidatesBestMedian) {
+  Autotune tally({kSerial, kRing1});
+  tally.AddRound(0, {2.0, 2.0, 9.0});
+  tally.AddRound(1, {1.5, 1.0, 1.0});
+  tally.AddRound(1, {3.0, 3.0, 3.0});  // a slower second round does not count against it
+  const AutotuneChoice choice = tally.Decide(true);
+  EXPECT_EQ(choice.schedule, kRing1);
+  EXPECT_DOUBLE_EQ(choice.ms, 1.0);
+  EXPECT_TRUE(tally.RunoffLeaders().empty()) << "2.0 is not within 6% of 1.0";
+}
+
+TEST(AutotuneTest, LeadersAreTheCloseOnesBestFirstAtMostThree) {
+  Autotune tally(
+      {kSerial, kBulk, kRing1, kRing2, Schedule{OverlapMode::kRing, 4, Transport::kP2p}});
+  tally.AddRound(0, {2.00});
+  tally.AddRound(1, {1.05});
+  tally.AddRound(2, {1.00});
+  tally.AddRound(3, {1.02});
+  tally.AddRound(4, {1.04});
+  EXPECT_EQ(tally.RunoffLeaders(), (std::vector<size_t>{2, 3, 4}));
+}
+
+TEST(AutotuneTest, TheRunoffDecidesAmongItsEntrantsOnly) {
+  // ring/1 led stage one by a hair on a lucky round; pooled over the runoff,
+  // ring/2 is faster. bulk, never in the runoff, does not win on its stage-one
+  // figure even though the runoff's medians came out higher.
+  Autotune tally({kSerial, kBulk, kRing1, kRing2});
+  tally.AddRound(0, {3.0});
+  tally.AddRound(1, {1.20});
+  tally.AddRound(2, {1.00});
+  tally.AddRound(3, {1.01});
+  ASSERT_EQ(tally.RunoffLeaders(), (std::vector<size_t>{2, 3}));
+  tally.AddRunoff(2, {1.30, 1.31, 1.29});
+  tally.AddRunoff(3, {1.26, 1.25});
+  tally.AddRunoff(2, {1.28, 1.32});
+  tally.AddRunoff(3, {1.24, 1.27, 1.25});
+  const AutotuneChoice choice = tally.Decide(true);
+  EXPECT_EQ(choice.schedule, kRing2);
+  EXPECT_DOUBLE_EQ(choice.ms, 1.25);
+  EXPECT_NE(choice.reason.find("runoff ring/2/p2p 1.250 / ring/p2p 1.300"), std::string::npos)
+      << choice.reason;
+}
+
+TEST(AutotuneTest, OverlapThatDoesNotBeatSerialByTheMarginGivesWay) {
+  Autotune tally({kSerial, kRing1});
+  tally.AddRound(0, {1.00});
+  tally.AddRound(1, {0.99});  // 1% better: under the 2% margin
+  tally.AddRunoff(0, {1.00});
+  tally.AddRunoff(1, {0.99});
+  AutotuneChoice choice = tally.Decide(/*fall_back_to_serial=*/true);
+  EXPECT_EQ(choice.schedule, kSerial);
+  EXPECT_DOUBLE_EQ(choice.ms, 1.00);
+  EXPECT_NE(choice.reason.find("overlap does not pay"), std::string::npos) << choice.reason;
+  // An explicit mode that tunes only its transport or chunks takes the fastest.
+  choice = tally.Decide(/*fall_back_to_serial=*/false);
+  EXPECT_EQ(choice.schedule, kRing1);
+}
+
+TEST(AutotuneTest, NoSamplesNoLeaders) {
+  Autotune tally({kSerial, kRing1});
+  EXPECT_TRUE(tally.RunoffLeaders().empty());
+}
+
+}  // namespace
+}  // namespace overlap::ops
