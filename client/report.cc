@@ -63,10 +63,10 @@ bool IsUnsuccessfulState(v1::JobState state) {
 }
 
 std::string ScheduleLabel(const v1::OpResult& op) {
-  // Ring without sub-chunks and serial/bulk carry no count (server/ops/schedule.cc).
-  const bool counted = op.mode() == "chunked" || (op.mode() == "ring" && op.chunks() > 1);
-  return absl::StrCat(op.mode(), counted ? absl::StrCat("/", op.chunks()) : "", "/",
-                      op.transport(), op.graph_replay() ? "+graph" : "");
+  // Results stored by a daemon older than the `schedule` field have only the parts.
+  const std::string name =
+      op.schedule().empty() ? absl::StrCat(op.mode(), "/", op.transport()) : op.schedule();
+  return absl::StrCat(name, op.graph_replay() ? "+graph" : "");
 }
 
 std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }

@@ -48,7 +48,8 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node);
 std::string FormatStats(const v1::GetStatsResponse& stats);
 
 // Small helpers shared by the formatters, exposed for tests.
-// The schedule an op ran, as the daemon names it: "chunked/4/p2p", "ring/p2p".
+// The schedule an op ran, as the daemon names it ("chunked/4/p2p", "ring/p2p"),
+// with "+graph" where its timed iterations replayed a CUDA graph.
 std::string ScheduleLabel(const v1::OpResult& op);
 
 std::string FormatMs(double ms);             // "1.234"

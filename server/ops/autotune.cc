@@ -22,7 +22,7 @@ void Autotune::AddRound(size_t i, const std::vector<double>& samples) {
   best_median_.at(i) = std::min(best_median_.at(i), Summarize(samples).median);
 }
 
-std::vector<size_t> Autotune::RunoffLeaders() const {
+std::vector<size_t> Autotune::RunoffEntrants(bool with_serial) const {
   std::vector<size_t> order(candidates_.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -35,6 +35,11 @@ std::vector<size_t> Autotune::RunoffLeaders() const {
     leaders.push_back(i);
   }
   if (leaders.size() < 2) return {};
+  const int serial = SerialIndex();
+  if (with_serial && serial >= 0 &&
+      std::find(leaders.begin(), leaders.end(), serial) == leaders.end()) {
+    leaders.push_back(serial);
+  }
   return leaders;
 }
 

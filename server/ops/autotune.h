@@ -8,7 +8,10 @@
 // noisy figure: alone it picked a schedule 5% slower than the runner-up on
 // H200s. So, second, a runoff: the leaders (within kRunoffWindow of the best,
 // at most kRunoffSize) run again in interleaved rounds, and the pooled median of
-// those samples decides.
+// those samples decides. Serial over NCCL runs in the runoff too wherever it is
+// the fallback: the runoff comes seconds later, often at a lower SM clock, and
+// its medians measured against serial's stage-one figure once made `auto` fall
+// back to serial on shapes where overlap won by 11%.
 #pragma once
 
 #include <string>
@@ -40,9 +43,11 @@ class Autotune {
   // Stage one: one round's samples of candidate `i`.
   void AddRound(size_t i, const std::vector<double>& samples);
 
-  // The candidates worth a runoff, best first; empty when the best stands alone
-  // (no other candidate within the window) or stage one has no samples.
-  std::vector<size_t> RunoffLeaders() const;
+  // The candidates worth a runoff, best first, then serial over NCCL if
+  // `with_serial` (it is the fallback) and it is not among them; empty when the
+  // best stands alone (no other candidate within the window) or stage one has
+  // no samples.
+  std::vector<size_t> RunoffEntrants(bool with_serial) const;
 
   // Stage two: samples of leader `i`, pooled over the runoff's rounds.
   void AddRunoff(size_t i, const std::vector<double>& samples);

@@ -199,16 +199,17 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
                               run.host_enqueue_ms);
     }
   }
-  const std::vector<size_t> leaders = tally.RunoffLeaders();
-  for (int round = 0; !leaders.empty() && round < kRunoffRounds; ++round) {
-    for (size_t i : leaders) {
+  const bool fall_back_to_serial = op.mode == OverlapMode::kAuto;
+  const std::vector<size_t> entrants = tally.RunoffEntrants(fall_back_to_serial);
+  for (int round = 0; !entrants.empty() && round < kRunoffRounds; ++round) {
+    for (size_t i : entrants) {
       ASSIGN_OR_RETURN(
           std::vector<double> t,
           time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), kRunoffIterations));
       tally.AddRunoff(i, t);
     }
   }
-  const AutotuneChoice choice = tally.Decide(op.mode == OverlapMode::kAuto);
+  const AutotuneChoice choice = tally.Decide(fall_back_to_serial);
   *reason = choice.reason;
   GetLogger("ops")->debug("autotune {}: {}", op.id, choice.reason);
   if (cache != nullptr) {
@@ -297,6 +298,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   res.set_id(op.id);
   res.set_type(OpTypeName(op.type));
   res.set_mode(OverlapModeName(schedule.mode));
+  res.set_schedule(schedule.Name());
   res.set_requested_mode(OverlapModeName(op.mode));
   res.set_transport(TransportName(schedule.transport));
   res.set_chunks(schedule.chunks);

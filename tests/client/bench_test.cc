@@ -57,6 +57,7 @@ v1::OpResult Op(const std::string& id, double step, double gemm, double comm) {
   r.set_tp(2);
   r.set_mode("ring");
   r.set_transport("p2p");
+  r.set_schedule("ring/p2p");
   r.mutable_step()->set_median_ms(step);
   r.mutable_gemm_alone()->set_median_ms(gemm);
   r.mutable_comm_alone()->set_median_ms(comm);

@@ -61,6 +61,7 @@ v1::Job MakeJob() {
   fc1.set_tolerance(2e-2);
   fc1.set_requested_mode("auto");
   fc1.set_transport("p2p");
+  fc1.set_schedule("chunked/4/p2p");
   fc1.set_auto_reason("comm 1.500 ms < gemm 4.750 ms");
   v1::OpResult fc2 = MakeOp("fc2", "gemm_rs", 8192, 28672, 8192, "serial", 1, 6.5, 4.75, 1.75);
   fc2.set_tflops(9.8765);
@@ -108,6 +109,13 @@ TEST(ReportTest, ReplayedScheduleIsMarked) {
   job.mutable_result()->mutable_ops(0)->set_graph_replay(true);
   const std::vector<std::string> lines = Lines(FormatReport(job));
   EXPECT_EQ(lines.back(), "fc1: auto chose chunked/4/p2p+graph: comm 1.500 ms < gemm 4.750 ms");
+}
+
+TEST(ReportTest, ResultWithoutTheScheduleNameShowsModeAndTransport) {
+  v1::Job job = MakeJob();  // as a daemon before OpResult.schedule stored it
+  job.mutable_result()->mutable_ops(0)->clear_schedule();
+  EXPECT_EQ(Lines(FormatReport(job)).back(),
+            "fc1: auto chose chunked/p2p: comm 1.500 ms < gemm 4.750 ms");
 }
 
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
