@@ -2,7 +2,8 @@
 # A/B of daemon environments in one device call: starts one daemon per variant,
 # runs `overlapctl bench` on SHAPES, interleaved over ROUNDS (default 2), and
 # collects the op lines per variant in $OUT/ab.txt (daemon logs in logs.tgz).
-# A variant is NAME:VAR=VALUE[,VAR=VALUE...]; OVERLAPD_FLAGS go to every daemon;
+# A variant is NAME:ITEM[,ITEM...], each ITEM an environment setting VAR=VALUE or
+# a daemon flag (--no-launch-gate); OVERLAPD_FLAGS go to every daemon;
 # BUDGET_S (default 480) stops starting new runs once spent.
 # Usage: VARIANTS="base:X=1 ch8:NCCL_MAX_NCHANNELS=8" SHAPES=gemm_ar:8192x4096x4096 \
 #          bash bench/ab_env.sh
@@ -12,10 +13,14 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in $VARIANTS; do
-    name=${v%%:*}; envs=${v#*:}
+    name=${v%%:*}; vars=(); flags=()
+    for item in $(echo "${v#*:}" | tr ',' ' '); do
+      case $item in --*) flags+=("$item") ;; *) vars+=("$item") ;; esac
+    done
     if (( $(date +%s) - start > ${BUDGET_S:-480} )); then echo "budget spent before $name round $round"; break 2; fi
     work=$(mktemp -d /tmp/ab.XXXXXX); addr="unix:$work/d.sock"
-    env $(echo "$envs" | tr ',' ' ') overlapd --backend cuda --listen "$addr" --state-dir "$work/state" ${OVERLAPD_FLAGS:-} \
+    env "${vars[@]}" overlapd --backend cuda --listen "$addr" --state-dir "$work/state" \
+      ${OVERLAPD_FLAGS:-} "${flags[@]}" \
       > "$OUT/overlapd-$name-$round.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done

@@ -41,6 +41,10 @@ struct DaemonConfig {
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
   // 3-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
   bool graph_replay = true;
+  // Each timed iteration's streams wait at a launch gate until the host has
+  // enqueued all of it, so that step times hold the GPUs' time and not the
+  // host's enqueue latency (engine.h, HoldStreams).
+  bool launch_gate = true;
 
   // Limits.
   int max_iterations = 10000;

@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateHost(const DaemonConfig& c
   options.device_count = config.host_device_count;
   options.device_memory_bytes = config.host_device_memory_bytes;
   options.hazard_checks = config.hazard_checks;
+  options.launch_gate = config.launch_gate;
   options.fail_op = config.host_fail_op;
   options.fail_after = config.host_fail_after - 1;
   options.inject_sticky_error = config.host_fail_sticky;

@@ -10,6 +10,9 @@ Two peers per shape, on the same GPUs, dtype and shapes as `overlapctl bench`:
 Every iteration starts with a barrier across the ranks; each rank times itself
 with CUDA events; the iteration's time is the max over ranks; we report the
 median (and min/max) of the timed iterations after warm-up. Inputs are random.
+Like overlapd's launch gate, a head start (a sleep kernel before the start
+event, --head-start-us) lets the host queue the whole iteration before the GPU
+reaches it, so the time is the GPUs' and not Python's launch latency.
 
 Run:  torchrun --nproc_per_node=2 bench/peers/torch_tp.py --json $OUT/torch.json
 """
@@ -39,6 +42,12 @@ def uniform(shape, scale, dtype, device, gen):
     return ((x * 2 - 1) * scale).to(dtype)
 
 
+# SM cycles per microsecond at the H200's top SM clock: at a lower clock the
+# head start lasts longer, which only gives the host more time.
+CYCLES_PER_US = 1980
+HEAD_START_US = 1000
+
+
 def timed(fn, warmup, iters, device):
     times = []
     start = torch.cuda.Event(enable_timing=True)
@@ -46,6 +55,8 @@ def timed(fn, warmup, iters, device):
     for i in range(warmup + iters):
         torch.cuda.synchronize(device)
         dist.barrier()
+        if i >= warmup and HEAD_START_US > 0:
+            torch.cuda._sleep(HEAD_START_US * CYCLES_PER_US)
         start.record()
         fn()
         end.record()
@@ -59,14 +70,18 @@ def timed(fn, warmup, iters, device):
 
 
 def main():
+    global HEAD_START_US
     p = argparse.ArgumentParser()
     p.add_argument("--json", default="")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--head-start-us", type=int, default=HEAD_START_US,
+                   help="sleep kernel before each timed iteration's start event (0: none)")
     p.add_argument("--shapes", default="",
                    help="op:MxKxN,... instead of the default sweep (as overlapctl bench --shapes)")
     args = p.parse_args()
+    HEAD_START_US = args.head_start_us
     sweep = SWEEP
     if args.shapes:
         sweep = {}
@@ -153,7 +168,8 @@ def main():
                       f"  best {best:7.3f} ms", flush=True)
     if rank == 0 and args.json:
         meta = {"torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                "gpu": torch.cuda.get_device_name(device), "tp": tp}
+                "gpu": torch.cuda.get_device_name(device), "tp": tp,
+                "head_start_us": HEAD_START_US}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     dist.destroy_process_group()

@@ -91,6 +91,14 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
   std::vector<std::string> pci_bus_ids;
   for (const auto& state : engine->devices_) pci_bus_ids.push_back(state->pci_bus_id);
   engine->nvml_ = NvmlTelemetry::Open(pci_bus_ids);
+  if (config.launch_gate) {
+    absl::StatusOr<std::unique_ptr<LaunchGate>> gate = LaunchGate::Create();
+    if (gate.ok()) {
+      engine->gate_ = std::move(gate).value();
+    } else {  // timings then include the host's enqueue latency, nothing worse
+      GetLogger("cuda")->warn("no launch gates: {}", gate.status().ToString());
+    }
+  }
   for (const auto& state : engine->devices_) {
     GetLogger("cuda")->info("device {}: {} ({}), {} SMs, pool {} bytes, {} reserved", state->index,
                             state->name, state->pci_bus_id, state->sm_count,

@@ -1,8 +1,9 @@
 // The concrete CUDA engine (see cuda_engine.h for the contract). Its methods are
 // split by concern: cuda_engine.cc (setup, memory, events, host copies),
 // cuda_engine_compute.cc (fills, GEMM, accumulate), cuda_engine_comm.cc
-// (collectives, point-to-point, peer copies), cuda_engine_sync.cc (watchdog) and
-// cuda_engine_graph.cc (graph capture and replay).
+// (collectives, point-to-point, peer copies), cuda_engine_sync.cc (watchdog),
+// cuda_engine_graph.cc (graph capture and replay) and cuda_engine_gate.cc
+// (launch gates).
 //
 // Handles: StreamId = device * 4 + role * 2 + index, fixed at start; buffer and
 // event ids count up from 1 and are never reused. The id maps are guarded by mu_,
@@ -23,6 +24,7 @@
 #include "server/cuda/device_pool.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
+#include "server/cuda/launch_gate.h"
 #include "server/cuda/nccl_comms.h"
 #include "server/cuda/nvml_telemetry.h"
 
@@ -84,6 +86,12 @@ class CudaEngineImpl final : public CudaEngine {
   absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
   absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
   void DestroyGraph(engine::GraphId graph) override;
+
+  bool HasGates() const override { return gate_ != nullptr; }
+  absl::StatusOr<int64_t> HoldStreams(const std::vector<engine::StreamId>& streams,
+                                      double max_hold_ms) override;
+  absl::Status ReleaseGate(int64_t ticket) override;
+  int64_t GateTimeouts(int device) const override;
 
   void SetGemmSmCountTarget(int device, int sms) override;
   int MultiprocessorCount(int device) const override;
@@ -176,6 +184,7 @@ class CudaEngineImpl final : public CudaEngine {
   int64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<engine::GraphId, GraphEntry> graphs_ ABSL_GUARDED_BY(mu_);
   int64_t next_graph_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unique_ptr<LaunchGate> gate_;  // null with launch_gate off or no pinned memory
 
   // Declared last: destroyed first, while streams and pools still exist.
   std::unique_ptr<NcclComms> comms_;

@@ -180,4 +180,33 @@ cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t c
   return cudaErrorInvalidValue;
 }
 
+namespace {
+
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+// volatile: every poll reads host memory again instead of a register.
+__global__ void HoldAtGateKernel(const volatile int64_t* opened, int64_t ticket,
+                                 uint64_t max_hold_ns, volatile int64_t* timeouts) {
+  const uint64_t start = GlobalTimerNs();
+  while (*opened < ticket) {
+    if (GlobalTimerNs() - start > max_hold_ns) {
+      *timeouts = *timeouts + 1;  // one hold per device at a time: no race
+      return;
+    }
+    __nanosleep(256);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchHoldAtGate(const int64_t* opened, int64_t ticket, uint64_t max_hold_ns,
+                             int64_t* timeouts, cudaStream_t stream) {
+  HoldAtGateKernel<<<1, 1, 0, stream>>>(opened, ticket, max_hold_ns, timeouts);
+  return cudaGetLastError();
+}
+
 }  // namespace overlap::cuda

@@ -22,4 +22,10 @@ cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float val
 cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t count,
                              cudaStream_t stream);
 
+// Holds `stream` until *opened >= ticket (mapped, pinned host memory that the
+// host writes) or until `max_hold_ns` of the GPU's global timer have passed, in
+// which case it adds one to *timeouts. One thread; launch_gate.h says why.
+cudaError_t LaunchHoldAtGate(const int64_t* opened, int64_t ticket, uint64_t max_hold_ns,
+                             int64_t* timeouts, cudaStream_t stream);
+
 }  // namespace overlap::cuda

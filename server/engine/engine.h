@@ -206,6 +206,26 @@ class Engine {
   }
   virtual void DestroyGraph(GraphId graph) {}
 
+  // Launch gates. HoldStreams holds each of `streams` (of any devices): what is
+  // queued behind the hold runs only once ReleaseGate(ticket) is called, or once
+  // `max_hold_ms` has passed (a held stream must never deadlock a host call that
+  // waits for the GPU). Timed behind a gate, an iteration measures the GPUs
+  // alone, as a training loop whose host runs ahead sees them, and not the
+  // host's enqueue latency: a non-blocking NCCL communicator queues its kernels
+  // from a background thread some 0.1 ms after the call returns. GateTimeouts
+  // counts the holds on `device` that ended by timing out (exact once the
+  // device is synchronized). Backends without gates, or with them off
+  // (launch_gate: false), say so with HasGates and return UNIMPLEMENTED.
+  virtual bool HasGates() const { return false; }
+  virtual absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
+                                              double max_hold_ms) {
+    return absl::UnimplementedError(Name() + " backend: no launch gates");
+  }
+  virtual absl::Status ReleaseGate(int64_t ticket) {
+    return absl::UnimplementedError(Name() + " backend: no launch gates");
+  }
+  virtual int64_t GateTimeouts(int device) const { return 0; }
+
   // False once a device hit a sticky error (the context is lost): the daemon
   // reports NOT_SERVING and exits so that systemd restarts it.
   virtual bool Healthy() const = 0;

@@ -32,6 +32,9 @@ constexpr int kRunoffIterations = 7;
 constexpr int kRunoffRounds = 3;
 // The timed iterations are split into this many rounds, each GEMM alone then step.
 constexpr int kTimedRounds = 4;
+// A timed iteration's streams wait at a launch gate until the host has enqueued
+// all of it, at most this long (engine.h, HoldStreams).
+constexpr double kMaxGateHoldMs = 500;
 
 struct OpRun {
   engine::Engine& engine;
@@ -66,6 +69,12 @@ struct OpRun {
   // (graph_replay.h) and are timed on rank 0, whose launch stream sees the whole
   // graph finish. Where capture fails they enqueue: a backend without graphs,
   // or a GEMM shape whose algorithm is not chosen yet (no warm-up, no autotune).
+  //
+  // Where the engine has launch gates, each timed iteration is enqueued behind
+  // one and runs once the host has enqueued all of it: the time is the GPUs',
+  // as in a training loop whose host runs ahead, not the host's enqueue latency
+  // (reported apart as host_enqueue_ms). Warm-up iterations run ungated: first
+  // calls may set up NCCL connections, which can wait for the GPU.
   template <typename Fn>
   absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
                                             Fn&& enqueue, const std::string& end_tag = "iter_end",
@@ -80,6 +89,7 @@ struct OpRun {
     };
     // Each iteration ends with a sync, so only the first needs one here.
     RETURN_IF_ERROR(engine.Synchronize(devices));
+    const int64_t gate_timeouts = GateTimeouts(devices);
     for (int it = 0; it < warmup + count; ++it) {
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
@@ -93,6 +103,14 @@ struct OpRun {
                                   captured.status().ToString());
         }
       }
+      std::optional<int64_t> ticket;
+      if (it >= warmup && engine.HasGates()) {
+        ASSIGN_OR_RETURN(ticket, engine.HoldStreams(compute, kMaxGateHoldMs));
+      }
+      // Opened on every path: a held stream would otherwise wait out its hold.
+      absl::Cleanup open_gate = [&] {
+        if (ticket) engine.ReleaseGate(*ticket).IgnoreError();
+      };
       const absl::Time host_start = absl::Now();
       // One rank has nothing to align with.
       if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
@@ -104,6 +122,7 @@ struct OpRun {
       }
       for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
       if (it >= warmup) host_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - host_start));
+      std::move(open_gate).Invoke();
       RETURN_IF_ERROR(engine.Synchronize(devices));
       if (it >= warmup) {
         double worst = 0;
@@ -119,7 +138,19 @@ struct OpRun {
     }
     host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
     replayed = graph.has_value();
+    if (const int64_t late = GateTimeouts(devices) - gate_timeouts; late > 0) {
+      GetLogger("ops")->warn(
+          "{} {}: {} launch-gate holds ran out ({} ms) before the host had enqueued the "
+          "iteration; those iterations include the host's latency",
+          ctx.op().id, phase, late, kMaxGateHoldMs);
+    }
     return times;
+  }
+
+  int64_t GateTimeouts(const std::vector<int>& devices) const {
+    int64_t total = 0;
+    for (int d : devices) total += engine.GateTimeouts(d);
+    return total;
   }
 };
 

@@ -31,6 +31,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.nvls_enable, b.nvls_enable);
   EXPECT_EQ(a.nccl_nonblocking, b.nccl_nonblocking);
   EXPECT_EQ(a.graph_replay, b.graph_replay);
+  EXPECT_EQ(a.launch_gate, b.launch_gate);
   EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
   EXPECT_EQ(a.max_iterations, b.max_iterations);
   EXPECT_EQ(a.max_queued_jobs, b.max_queued_jobs);
@@ -61,7 +62,7 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
   for (const char* key :
        {"backend", "listen", "allow_insecure_tcp", "state_dir", "log_level", "host_device_count",
         "host_device_memory_bytes", "hazard_checks", "pool_bytes_per_device",
-        "gemm_workspace_bytes", "nvls_enable", "nccl_nonblocking", "graph_replay", "collective_timeout_s",
+        "gemm_workspace_bytes", "nvls_enable", "nccl_nonblocking", "graph_replay", "launch_gate", "collective_timeout_s",
         "max_iterations",
         "max_queued_jobs", "drain_timeout_s", "max_spec_bytes"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
@@ -87,6 +88,7 @@ pool_bytes_per_device: 2GiB
 gemm_workspace_bytes: 0
 nvls_enable: true
 graph_replay: false
+launch_gate: false
 collective_timeout_s: 2.5
 max_iterations: 500
 max_queued_jobs: 8
@@ -106,6 +108,7 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->gemm_workspace_bytes, 0);
   EXPECT_TRUE(config->nvls_enable);
   EXPECT_FALSE(config->graph_replay);
+  EXPECT_FALSE(config->launch_gate);
   EXPECT_EQ(config->collective_timeout_s, 2.5);
   EXPECT_EQ(config->max_iterations, 500);
   EXPECT_EQ(config->max_queued_jobs, 8);

@@ -843,5 +843,52 @@ TEST_F(CudaEngineTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   EXPECT_EQ(std::count(values.begin(), values.end(), 7.0f), static_cast<long>(count));
 }
 
+// A launch gate holds device 0's stream: device 1, not held, copies device 0's
+// buffer and sees the fill queued behind the hold not yet run; once released,
+// the fill runs. A hold nobody releases lets go after its limit and is counted.
+TEST_F(CudaEngineTest, LaunchGateHoldsUntilReleasedOrItsLimit) {
+  REQUIRE_GPUS(2);
+  ASSERT_TRUE(eng().HasGates());
+  const size_t count = 1 << 16;
+  const size_t bytes = count * sizeof(float);
+  const BufferId buffer = Alloc(0, bytes), peek = Alloc(1, bytes);
+  const engine::StreamId s0 = eng().GetStream(0, StreamRole::kCompute);
+  const engine::StreamId s1 = eng().GetStream(1, StreamRole::kCompute);
+  ASSERT_TRUE(eng().FillConstant(s0, {buffer, 0, bytes}, DType::kF32, 0.0f).ok());
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  const int64_t timeouts = eng().GateTimeouts(0);
+
+  absl::StatusOr<int64_t> ticket = eng().HoldStreams({s0}, /*max_hold_ms=*/60000);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  ASSERT_TRUE(eng().FillConstant(s0, {buffer, 0, bytes}, DType::kF32, 7.0f).ok());
+  ASSERT_TRUE(eng().PeerCopy(s1, {peek, 0, bytes}, 1, {buffer, 0, bytes}, 0).ok());
+  ASSERT_TRUE(eng().Synchronize({1}).ok());
+  std::vector<float> values(count);
+  std::memcpy(values.data(), Download(peek, bytes, 1).data(), bytes);
+  EXPECT_EQ(std::count(values.begin(), values.end(), 0.0f), static_cast<long>(count));
+  ASSERT_TRUE(eng().ReleaseGate(*ticket).ok());
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  std::memcpy(values.data(), Download(buffer, bytes, 0).data(), bytes);
+  EXPECT_EQ(std::count(values.begin(), values.end(), 7.0f), static_cast<long>(count));
+  EXPECT_EQ(eng().GateTimeouts(0), timeouts);
+
+  absl::StatusOr<engine::EventId> before = eng().CreateEvent(0);
+  absl::StatusOr<engine::EventId> after = eng().CreateEvent(0);
+  ASSERT_TRUE(before.ok() && after.ok());
+  ASSERT_TRUE(eng().RecordEvent(*before, s0).ok());
+  ASSERT_TRUE(eng().HoldStreams({s0}, /*max_hold_ms=*/30).ok());
+  ASSERT_TRUE(eng().RecordEvent(*after, s0).ok());
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  absl::StatusOr<double> held_ms = eng().ElapsedMs(*before, *after);
+  ASSERT_TRUE(held_ms.ok()) << held_ms.status();
+  EXPECT_GE(*held_ms, 29.0);
+  EXPECT_LT(*held_ms, 5000.0);
+  EXPECT_EQ(eng().GateTimeouts(0), timeouts + 1);
+  eng().DestroyEvent(*before);
+  eng().DestroyEvent(*after);
+  EXPECT_EQ(eng().HoldStreams({9999}, 10).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(eng().Healthy());
+}
+
 }  // namespace
 }  // namespace overlap::cuda

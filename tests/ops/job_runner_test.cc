@@ -92,6 +92,10 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   }
   EXPECT_DOUBLE_EQ(result->total_step_ms(), total);
   EXPECT_NE(std::find(phases.begin(), phases.end(), "fc1:verify"), phases.end());
+  // Timed iterations ran behind launch gates, and the runner opened every one
+  // (a hold left closed lets go only after 500 ms, and is counted).
+  ASSERT_TRUE(engine->HasGates());
+  EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
 }
 
 TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {

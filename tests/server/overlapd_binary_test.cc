@@ -269,10 +269,11 @@ TEST_F(OverlapdBinaryTest, BooleanFlagsOverrideTheConfigFileOnlyWhenGiven) {
   EXPECT_TRUE(has(yaml, "graph_replay: true")) << yaml;
 
   yaml = printed({"--config", config, "--no-hazard-checks", "--nccl-nonblocking",
-                  "--no-graph-replay", "--print-config"});
+                  "--no-graph-replay", "--no-launch-gate", "--print-config"});
   EXPECT_TRUE(has(yaml, "hazard_checks: false")) << yaml;
   EXPECT_TRUE(has(yaml, "nccl_nonblocking: true")) << yaml;
   EXPECT_TRUE(has(yaml, "graph_replay: false")) << yaml;
+  EXPECT_TRUE(has(yaml, "launch_gate: false")) << yaml;
 }
 
 // Library failures injected into the host backend through the config: a failed

@@ -75,7 +75,10 @@ absl::StatusOr<std::unique_ptr<Engine>> HostEngine::Create(const HostEngineOptio
 }
 
 HostEngine::HostEngine(const HostEngineOptions& options)
-    : options_(options), memory_in_use_(options.device_count, 0), errors_(options.device_count) {
+    : options_(options),
+      gate_(std::make_shared<LaunchGate>(options.device_count)),
+      memory_in_use_(options.device_count, 0),
+      errors_(options.device_count) {
   const int spr = options.streams_per_role;
   std::vector<std::string> names;
   for (int d = 0; d < options.device_count; ++d) {

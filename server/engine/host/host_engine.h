@@ -26,6 +26,7 @@ struct HostEngineOptions {
   // fails the call with FAILED_PRECONDITION and is also reported by Synchronize.
   bool hazard_checks = false;
   int streams_per_role = 2;
+  bool launch_gate = true;  // HoldStreams and ReleaseGate (engine.h)
 
   // Failure injection, for tests of error paths. Call number `fail_after`
   // (0-based, per engine, counting calls that passed validation) of `fail_op` fails with the code the real

@@ -4,6 +4,7 @@
 // inputs, rendezvous again (no input is read any more), then write the output.
 // The scratch makes any aliasing (in-place collectives) safe.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -241,6 +242,38 @@ absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
     streams_[stream].worker->Enqueue([rendezvous] { rendezvous->ArriveAndWait(); });
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HostEngine::HoldStreams(const std::vector<StreamId>& streams,
+                                                double max_hold_ms) {
+  if (!options_.launch_gate) return Engine::HoldStreams(streams, max_hold_ms);
+  if (!(max_hold_ms > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("hold: max_hold_ms ", max_hold_ms));
+  }
+  std::vector<const Stream*> held;
+  for (StreamId stream : streams) {
+    ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "hold"));
+    held.push_back(s);
+  }
+  const int64_t ticket = gate_->NextTicket();
+  const auto max_hold = std::chrono::microseconds(static_cast<int64_t>(max_hold_ms * 1000));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Stream* s : held) {
+    s->worker->Enqueue([gate = gate_, ticket, device = s->device, max_hold] {
+      gate->Hold(ticket, device, max_hold);
+    });
+  }
+  return ticket;
+}
+
+absl::Status HostEngine::ReleaseGate(int64_t ticket) {
+  if (!options_.launch_gate) return Engine::ReleaseGate(ticket);
+  gate_->Open(ticket);
+  return absl::OkStatus();
+}
+
+int64_t HostEngine::GateTimeouts(int device) const {
+  return device >= 0 && device < options_.device_count ? gate_->Timeouts(device) : 0;
 }
 
 }  // namespace overlap::engine::host

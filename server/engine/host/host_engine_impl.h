@@ -69,6 +69,12 @@ class HostEngine final : public Engine {
   absl::Status Synchronize(const std::vector<int>& devices) override;
   bool Healthy() const override { return healthy_.load(); }
 
+  bool HasGates() const override { return options_.launch_gate; }
+  absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
+                                      double max_hold_ms) override;
+  absl::Status ReleaseGate(int64_t ticket) override;
+  int64_t GateTimeouts(int device) const override;
+
  private:
   // Buffer memory is shared with the tasks that use it, so a Free racing with
   // another device's queued work can never leave that work a dangling pointer.
@@ -108,7 +114,7 @@ class HostEngine final : public Engine {
   absl::StatusOr<Range> Resolve(const BufferRef& ref, int device, absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Range> ResolveTyped(const BufferRef& ref, int device, DType dtype,
-                                    absl::string_view what) const
+                                     absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<StreamId> DeviceStreams(absl::Span<const int> devices) const;
 
@@ -128,6 +134,8 @@ class HostEngine final : public Engine {
 
   const HostEngineOptions options_;
   std::vector<Stream> streams_;  // fixed at construction; index = StreamId
+  // Shared with the hold tasks, which may outlive a stream's queue entry.
+  std::shared_ptr<LaunchGate> gate_;
   std::atomic<bool> healthy_{true};
 
   mutable std::mutex mu_;

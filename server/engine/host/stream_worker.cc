@@ -1,5 +1,6 @@
 #include "server/engine/host/stream_worker.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace overlap::engine::host {
@@ -88,6 +89,32 @@ void Rendezvous::ArriveAndWait() {
     return;
   }
   released_.wait(lock, [&] { return generation_ != generation; });
+}
+
+int64_t LaunchGate::NextTicket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_ticket_++;
+}
+
+void LaunchGate::Hold(int64_t ticket, int device, std::chrono::microseconds max_hold) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!opened_cv_.wait_for(lock, max_hold, [&] { return IsOpen(ticket); })) {
+    ++timeouts_[device];
+  }
+}
+
+void LaunchGate::Open(int64_t ticket) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t& slot = opened_[ticket % kSlots];
+    slot = std::max(slot, ticket);
+  }
+  opened_cv_.notify_all();
+}
+
+int64_t LaunchGate::Timeouts(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timeouts_[device];
 }
 
 }  // namespace overlap::engine::host

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 
@@ -76,6 +77,32 @@ class Rendezvous {
   std::condition_variable released_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Launch gates (engine.h, HoldStreams): a hold on ticket t passes once Open(t)
+// was called or `max_hold` has passed. Tickets count up; a ring of slots keeps
+// the highest ticket opened per slot, so a hold is never released by another
+// ticket unless it lags 1024 tickets behind.
+class LaunchGate {
+ public:
+  explicit LaunchGate(int device_count) : timeouts_(device_count, 0) {}
+  int64_t NextTicket();
+  // Blocks the calling stream thread; counts a timeout against `device`.
+  void Hold(int64_t ticket, int device, std::chrono::microseconds max_hold);
+  void Open(int64_t ticket);
+  int64_t Timeouts(int device);
+
+ private:
+  static constexpr int kSlots = 1024;
+  bool IsOpen(int64_t ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return opened_[ticket % kSlots] >= ticket;
+  }
+
+  std::mutex mu_;
+  std::condition_variable opened_cv_;
+  int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t opened_[kSlots] ABSL_GUARDED_BY(mu_) = {};
+  std::vector<int64_t> timeouts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::engine::host
