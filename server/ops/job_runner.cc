@@ -178,6 +178,8 @@ std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int
                       // Replayed and enqueued schedules tune differently (finer pieces pay
                       // once their hand-offs are cheap).
                       " graphs=", engine.ReplaysGraphs() ? "on" : "off",
+                      // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
+                      " gates=", engine.HasGates() ? "on" : "off",
                       " device=", engine.GetDeviceInfo(first_device).name,
                       " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
 }

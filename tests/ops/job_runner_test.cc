@@ -127,7 +127,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
     sqlite3_finalize(stmt);
     sqlite3_close(db);
     ASSERT_EQ(keys.size(), 1u);
-    EXPECT_NE(keys[0].find(" backend=host graphs=off "), std::string::npos) << keys[0];
+    EXPECT_NE(keys[0].find(" backend=host graphs=off gates=on "), std::string::npos) << keys[0];
   }
   // A new cache object on the same file: what a restarted daemon sees.
   auto cache = TuningCache::Open(path);
