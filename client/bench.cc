@@ -274,6 +274,8 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["repeats"] = o.repeats;
   j["peak_tflops"] = o.peak_tflops;
   j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;
+  // Whether the GPUs waited for the host to enqueue each timed iteration (GPU time only).
+  j["launch_gate"] = job.result().launch_gate();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
     j["rows"].push_back({{"op", r.shape.op}, {"m", r.shape.m}, {"k", r.shape.k}, {"n", r.shape.n},

@@ -151,6 +151,11 @@ std::string FormatReport(const v1::Job& job) {
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
   }
+  if (!result.launch_gate()) {
+    absl::StrAppend(&out,
+                    "timing: ungated (launch_gate off, or a daemon before launch gates): step "
+                    "times include the host's enqueue latency\n");
+  }
   if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");
   return out;
 }

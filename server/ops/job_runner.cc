@@ -395,6 +395,7 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
   v1::JobResult result;
   result.set_backend(engine.Name());
+  result.set_launch_gate(engine.HasGates());
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];

@@ -131,5 +131,13 @@ TEST(BenchJsonTest, RecordsTelemetryBeforeAndAfter) {
   EXPECT_TRUE(BenchJson(job, before, nullptr, {}, BenchOptions{})["telemetry_after"].empty());
 }
 
+TEST(BenchJsonTest, SaysWhetherTheTimingWasGated) {
+  v1::GetNodeInfoResponse node;
+  v1::Job job;
+  EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["launch_gate"], false);
+  job.mutable_result()->set_launch_gate(true);
+  EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["launch_gate"], true);
+}
+
 }  // namespace
 }  // namespace overlap::client

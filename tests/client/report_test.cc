@@ -53,6 +53,7 @@ v1::Job MakeJob() {
   job.set_state(v1::SUCCEEDED);
   v1::JobResult* result = job.mutable_result();
   result->set_backend("cuda");
+  result->set_launch_gate(true);
   v1::OpResult fc1 = MakeOp("fc1", "ag_gemm", 8192, 8192, 28672, "chunked", 4, 5.25, 4.75, 1.5);
   fc1.set_tflops(715.81);
   fc1.set_busbw_gbps(231.4);
@@ -116,6 +117,15 @@ TEST(ReportTest, ResultWithoutTheScheduleNameShowsModeAndTransport) {
   job.mutable_result()->mutable_ops(0)->clear_schedule();
   EXPECT_EQ(Lines(FormatReport(job)).back(),
             "fc1: auto chose chunked/p2p: comm 1.500 ms < gemm 4.750 ms");
+}
+
+TEST(ReportTest, UngatedTimingIsSaid) {
+  v1::Job job = MakeJob();
+  EXPECT_EQ(FormatReport(job).find("timing: ungated"), std::string::npos);
+  job.mutable_result()->set_launch_gate(false);  // or stored by a daemon before the gates
+  EXPECT_EQ(Lines(FormatReport(job)).back(),
+            "timing: ungated (launch_gate off, or a daemon before launch gates): step times "
+            "include the host's enqueue latency");
 }
 
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
