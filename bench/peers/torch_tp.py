@@ -11,8 +11,11 @@ Every iteration starts with a barrier across the ranks; each rank times itself
 with CUDA events; the iteration's time is the max over ranks; we report the
 median (and min/max) of the timed iterations after warm-up. Inputs are random.
 Like overlapd's launch gate, a head start (a sleep kernel before the start
-event, --head-start-us) lets the host queue the whole iteration before the GPU
-reaches it, so the time is the GPUs' and not Python's launch latency.
+event) lets the host queue the whole iteration before the GPU reaches it, so the
+time is the GPUs' and not Python's launch latency. Its length is the host's
+enqueue time (measured in the warm-up, x1.25 + 20 us), as long as overlapd's
+gate holds: a longer idle lets the GPU run its GEMMs cooler and faster (a fixed
+1 ms made PyTorch's 8192x8192x14336 GEMM 7% faster than back to back).
 
 Run:  torchrun --nproc_per_node=2 bench/peers/torch_tp.py --json $OUT/torch.json
 """
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -45,20 +49,37 @@ def uniform(shape, scale, dtype, device, gen):
 # SM cycles per microsecond at the H200's top SM clock: at a lower clock the
 # head start lasts longer, which only gives the host more time.
 CYCLES_PER_US = 1980
-HEAD_START_US = 1000
+HEAD_START_US = -1  # -1: the measured enqueue time; 0: none; else fixed
+
+
+def head_start_us(enqueue_s, device):
+    """The head start for the timed iterations, the same on every rank."""
+    if HEAD_START_US >= 0:
+        return HEAD_START_US
+    steady = enqueue_s[1:] or enqueue_s  # the first warm-up pays one-time setup
+    if not steady:
+        return 0
+    us = torch.tensor([1.25 * max(steady) * 1e6 + 20], device=device)
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    return int(us.item())
 
 
 def timed(fn, warmup, iters, device):
-    times = []
+    times, enqueue_s = [], []
+    head_us = 0
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     for i in range(warmup + iters):
         torch.cuda.synchronize(device)
         dist.barrier()
-        if i >= warmup and HEAD_START_US > 0:
-            torch.cuda._sleep(HEAD_START_US * CYCLES_PER_US)
+        if i == warmup:
+            head_us = head_start_us(enqueue_s, device)
+        if i >= warmup and head_us > 0:
+            torch.cuda._sleep(head_us * CYCLES_PER_US)
         start.record()
+        t0 = time.perf_counter()
         fn()
+        enqueue_s.append(time.perf_counter() - t0)
         end.record()
         torch.cuda.synchronize(device)
         if i >= warmup:
@@ -66,7 +87,7 @@ def timed(fn, warmup, iters, device):
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             times.append(t.item())
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "samples": len(times)}
+            "samples": len(times), "head_start_us": head_us}
 
 
 def main():
@@ -77,7 +98,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--head-start-us", type=int, default=HEAD_START_US,
-                   help="sleep kernel before each timed iteration's start event (0: none)")
+                   help="sleep before each timed iteration's start event: -1 (default) the "
+                        "host's measured enqueue time, 0 none, else this many microseconds")
     p.add_argument("--shapes", default="",
                    help="op:MxKxN,... instead of the default sweep (as overlapctl bench --shapes)")
     args = p.parse_args()
