@@ -18,8 +18,9 @@ absl::StatusOr<int64_t> CudaEngineImpl::HoldStreams(const std::vector<engine::St
   for (size_t i = 0; i < slots.size(); ++i) {
     ScopedDevice guard(slots[i]->device);
     absl::Status held = guard.status();
-    if (held.ok())
+    if (held.ok()) {
       held = gate_->Hold(slots[i]->stream.get(), slots[i]->device, ticket, max_hold_ms);
+    }
     if (!held.ok()) {
       gate_->Open(ticket);  // the streams already held run on
       return held;

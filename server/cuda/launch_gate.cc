@@ -1,6 +1,5 @@
 #include "server/cuda/launch_gate.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
