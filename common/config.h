@@ -36,6 +36,7 @@ struct DaemonConfig {
   // what lets the watchdog abort a hung collective. Blocking ones launched each
   // collective ~85 us sooner on H200, but a held-back peer then kept the host
   // inside NCCL where the watchdog cannot act (both measured, docs/PERFORMANCE.md).
+  // Behind launch gates that launch latency no longer shows in step times.
   bool nccl_nonblocking = true;
   double collective_timeout_s = 60;  // watchdog on a hung collective
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
