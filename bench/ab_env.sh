@@ -4,6 +4,7 @@
 # collects the op lines per variant in $OUT/ab.txt (daemon logs in logs.tgz).
 # A variant is NAME:ITEM[,ITEM...], each ITEM an environment setting VAR=VALUE or
 # a daemon flag (--no-launch-gate); OVERLAPD_FLAGS go to every daemon;
+# BENCH_FLAGS go to every `overlapctl bench` (e.g. --transport nccl --no-verify);
 # BUDGET_S (default 480) stops starting new runs once spent.
 # Usage: VARIANTS="base:X=1 ch8:NCCL_MAX_NCHANNELS=8" SHAPES=gemm_ar:8192x4096x4096 \
 #          bash bench/ab_env.sh
@@ -25,7 +26,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     pid=$!
     for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
     t0=$(date +%s)
-    timeout 200 overlapctl --addr "$addr" bench --shapes "$SHAPES" --repeats "${REPEATS:-1}" \
+    timeout 200 overlapctl --addr "$addr" bench --shapes "$SHAPES" --repeats "${REPEATS:-1}" ${BENCH_FLAGS:-} \
       > "$work/bench.txt" 2> "$work/bench.err"
     echo "== $name round $round ($(( $(date +%s) - t0 )) s, exit $?)" | tee -a "$OUT/ab.txt"
     grep -E "^(ag_gemm|gemm_rs|gemm_ar)" "$work/bench.txt" | tee -a "$OUT/ab.txt"

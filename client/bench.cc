@@ -99,9 +99,11 @@ std::string BuildBenchSpec(const BenchOptions& o) {
   for (const BenchShape& s : shapes) {
     for (int r = 0; r < o.repeats; ++r) {
       for (const char* mode : {"auto", "serial"}) {
-        absl::StrAppendFormat(&spec, "  - {id: %s-%s-%d, type: %s, m: %d, k: %d, n: %d, mode: %s%s}\n",
-                              ShapeName(s), mode, r, s.op, s.m, s.k, s.n, mode,
-                              std::string(mode) == "serial" ? ", transport: nccl" : "");
+        const std::string transport = std::string(mode) == "serial" ? "nccl" : o.transport;
+        absl::StrAppendFormat(&spec,
+                              "  - {id: %s-%s-%d, type: %s, m: %d, k: %d, n: %d, mode: %s, "
+                              "transport: %s}\n",
+                              ShapeName(s), mode, r, s.op, s.m, s.k, s.n, mode, transport);
       }
     }
   }
@@ -269,6 +271,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["telemetry_before"] = Telemetry(node);
   j["telemetry_after"] = node_after ? Telemetry(*node_after) : nlohmann::json::array();
   j["dtype"] = o.dtype;
+  j["transport"] = o.transport;
   j["iterations"] = o.iterations;
   j["warmup"] = o.warmup;
   j["repeats"] = o.repeats;
@@ -276,6 +279,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;
   // Whether the GPUs waited for the host to enqueue each timed iteration (GPU time only).
   j["launch_gate"] = job.result().launch_gate();
+  j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
     j["rows"].push_back({{"op", r.shape.op}, {"m", r.shape.m}, {"k", r.shape.k}, {"n", r.shape.n},

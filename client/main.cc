@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   bench->add_option("--shapes", bench_shapes,
                     "op:MxKxN,... (global shapes; default: the standard sweep)");
   bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  bench->add_option("--transport", bench_options.transport,
+                    "transport auto may choose: auto | nccl | p2p (serial is always NCCL)")
+      ->check(CLI::IsMember({"auto", "nccl", "p2p"}))
+      ->capture_default_str();
   bench->add_option("--iterations", bench_options.iterations, "timed iterations per op")
       ->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "warm-up iterations per op")

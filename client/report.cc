@@ -156,6 +156,10 @@ std::string FormatReport(const v1::Job& job) {
                     "timing: ungated (launch_gate off, or a daemon before launch gates): step "
                     "times include the host's enqueue latency\n");
   }
+  if (result.nccl_overlap_ctas() > 0) {
+    absl::StrAppend(&out, "NCCL beside a GEMM: at most ", result.nccl_overlap_ctas(),
+                    " CTAs, the GEMM leaves their SMs free\n");
+  }
   if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");
   return out;
 }

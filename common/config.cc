@@ -30,6 +30,9 @@ namespace {
 using yaml_util::Describe;
 using yaml_util::FieldError;
 
+// NCCL's channel limit (MAXCHANNELS); one CTA per channel.
+constexpr int kMaxNcclCtas = 64;
+
 // One YAML key of DaemonConfig: how to read it and how to print it.
 struct Field {
   const char* name;
@@ -103,11 +106,12 @@ Field BoolField(const char* name, const char* comment, bool DaemonConfig::*membe
           }};
 }
 
-Field IntField(const char* name, const char* comment, int DaemonConfig::*member) {
+Field IntField(const char* name, const char* comment, int DaemonConfig::*member,
+               int min_value = 1, int max_value = std::numeric_limits<int>::max()) {
   return {name, comment,
-          [member](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
-            ASSIGN_OR_RETURN(int64_t value,
-                             yaml_util::ReadInt64(node, 1, std::numeric_limits<int>::max()));
+          [member, min_value, max_value](const YAML::Node& node,
+                                         DaemonConfig* config) -> absl::Status {
+            ASSIGN_OR_RETURN(int64_t value, yaml_util::ReadInt64(node, min_value, max_value));
             config->*member = static_cast<int>(value);
             return absl::OkStatus();
           },
@@ -179,6 +183,10 @@ const std::vector<Field>& Fields() {
       BoolField("launch_gate",
                 "hold each timed iteration until the host has enqueued it (time the GPUs only)",
                 &DaemonConfig::launch_gate),
+      IntField("nccl_overlap_ctas",
+               "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
+               "(0 = no budget)",
+               &DaemonConfig::nccl_overlap_ctas, 0, kMaxNcclCtas),
       SecondsField("collective_timeout_s", "abort a collective hung this long (seconds)",
                    &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
       IntField("max_iterations", "largest iterations/warmup a job may ask for",

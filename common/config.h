@@ -39,6 +39,13 @@ struct DaemonConfig {
   // Behind launch gates that launch latency no longer shows in step times.
   bool nccl_nonblocking = true;
   double collective_timeout_s = 60;  // watchdog on a hung collective
+  // SM budget where NCCL's kernels run beside a GEMM (overlapped schedules over
+  // NCCL): their communicators use at most this many CTAs (ncclConfig_t.maxCTAs)
+  // and the GEMMs beside them target the device's SMs minus this many
+  // (cuBLASLt's SM count target). Stream priority does not take SMs back from a
+  // GEMM that already holds them. 0 = no budget: NCCL's own CTA count, GEMMs
+  // on every SM.
+  int nccl_overlap_ctas = 0;
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
   // 3-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
   bool graph_replay = true;

@@ -50,7 +50,7 @@ struct Flags {
   std::optional<std::string> backend, listen, state_dir, log_level;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, launch_gate;
-  std::optional<int> host_devices, max_iterations, max_queued_jobs;
+  std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
   std::optional<double> collective_timeout_s, drain_timeout_s;
@@ -83,6 +83,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.nccl_nonblocking) config.nccl_nonblocking = *flags.nccl_nonblocking;
   if (flags.graph_replay) config.graph_replay = *flags.graph_replay;
   if (flags.launch_gate) config.launch_gate = *flags.launch_gate;
+  if (flags.nccl_overlap_ctas) config.nccl_overlap_ctas = *flags.nccl_overlap_ctas;
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
@@ -164,6 +165,10 @@ void AddFlags(CLI::App& app, Flags& f) {
               "cuda backend: replay p2p schedules' timed iterations as CUDA graphs (default)");
   AddBoolFlag(app, "--launch-gate,!--no-launch-gate", &f.launch_gate,
               "hold each timed iteration until the host has enqueued all of it (default)");
+  app.add_option("--nccl-overlap-ctas", f.nccl_overlap_ctas,
+                 "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
+                 "(0 = no budget)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--collective-timeout", f.collective_timeout_s,
                  "seconds before a hung collective is aborted")
       ->check(CLI::PositiveNumber);

@@ -87,6 +87,13 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
                           absl::StrCat("setting up device ", device, ": ", status.message()));
     }
   }
+  for (const auto& state : engine->devices_) {
+    if (config.nccl_overlap_ctas >= state->sm_count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl_overlap_ctas ", config.nccl_overlap_ctas, " leaves no SM for GEMMs: ",
+                       "device ", state->index, " has ", state->sm_count));
+    }
+  }
   engine->EnablePeerAccess();
   std::vector<std::string> pci_bus_ids;
   for (const auto& state : engine->devices_) pci_bus_ids.push_back(state->pci_bus_id);
@@ -103,6 +110,10 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
     GetLogger("cuda")->info("device {}: {} ({}), {} SMs, pool {} bytes, {} reserved", state->index,
                             state->name, state->pci_bus_id, state->sm_count,
                             state->pool->capacity(), state->reserved_bytes);
+  }
+  if (config.nccl_overlap_ctas > 0) {
+    GetLogger("cuda")->info("NCCL beside a GEMM: at most {} CTAs; the GEMM leaves them free",
+                            config.nccl_overlap_ctas);
   }
   return engine;
 }

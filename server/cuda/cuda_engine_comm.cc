@@ -106,7 +106,8 @@ absl::Status CudaEngineImpl::RunCollective(
   if (args.count == 0) return absl::OkStatus();
   std::vector<int> devices;
   for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(devices, args.channel));
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
+                   comms_->Get(devices, args.channel, CtasFor(args.beside_gemm)));
   return RunGroup(
       *group,
       [&](int r) -> absl::Status {
@@ -141,7 +142,8 @@ absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
 }
 
 absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group_devices,
-                                      const std::vector<engine::Transfer>& transfers) {
+                                      const std::vector<engine::Transfer>& transfers,
+                                      bool beside_gemm) {
   for (int device : group_devices) {
     if (!ValidDevice(device)) {
       return absl::InvalidArgumentError(absl::StrCat("SendRecv group: unknown device ", device));
@@ -183,7 +185,8 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
                                 src, dst, t.src.bytes});
   }
   if (resolved.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, comms_->Get(group_devices, channel));
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
+                   comms_->Get(group_devices, channel, CtasFor(beside_gemm)));
   // Every send and receive is issued in the first rank's slot of one group: NCCL
   // matches them by (peer, order), which is the transfer order on both sides.
   return RunGroup(

@@ -1,4 +1,5 @@
 // Fills, GEMM and accumulate of the CUDA engine.
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -139,9 +140,16 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   const int device = slot->device;
   ScopedDevice guard(device);
   RETURN_IF_ERROR(guard.status());
+  // Beside a collective with an SM budget the GEMM leaves the collective's SMs
+  // free: a GEMM that fills every SM first would hold NCCL's kernels back until
+  // it ends, whatever the streams' priorities.
+  const int budget = CollectiveSmBudget();
+  const int sm_target = args.beside_collective && budget > 0
+                            ? std::max(1, state.sm_count - budget)
+                            : state.sm_count_target.load();
   const absl::Status status =
       state.gemm->Run(problem, slot->stream.get(), slot->workspace, slot->workspace_bytes,
-                      state.sm_count_target.load(), [this, device] { return WaitIdle({device}); });
+                      sm_target, [this, device] { return WaitIdle({device}); });
   if (!status.ok()) {
     return absl::Status(
         status.code(),

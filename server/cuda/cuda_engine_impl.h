@@ -43,6 +43,7 @@ class CudaEngineImpl final : public CudaEngine {
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
   engine::DeviceInfo GetDeviceInfo(int device) const override;
   engine::DeviceTelemetry Telemetry(int device) const override;
+  int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
   engine::BackendVersions Versions() const override;
   int64_t MemoryInUse(int device) const override;
 
@@ -70,7 +71,7 @@ class CudaEngineImpl final : public CudaEngine {
   absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
   absl::Status AllReduce(const engine::CollectiveArgs& args) override;
   absl::Status SendRecv(int channel, const std::vector<int>& group,
-                        const std::vector<engine::Transfer>& transfers) override;
+                        const std::vector<engine::Transfer>& transfers, bool beside_gemm) override;
   absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
                         engine::BufferRef src, int src_device) override;
   absl::Status Barrier(int channel, const std::vector<int>& devices,
@@ -97,6 +98,9 @@ class CudaEngineImpl final : public CudaEngine {
   int MultiprocessorCount(int device) const override;
 
  private:
+  // The CTA cap of the communicator a collective uses (0 = NCCL's choice).
+  int CtasFor(bool beside_gemm) const { return beside_gemm ? config_.nccl_overlap_ctas : 0; }
+
   struct StreamSlot {
     int device = 0;
     engine::StreamRole role = engine::StreamRole::kCompute;

@@ -28,7 +28,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::string NcclGroup::Name() const {
-  return absl::StrCat("channel ", channel_, " on devices [", absl::StrJoin(devices_, ","), "]");
+  return absl::StrCat("channel ", channel_, " on devices [", absl::StrJoin(devices_, ","), "]",
+                      max_ctas_ > 0 ? absl::StrCat(" at most ", max_ctas_, " CTAs") : "");
 }
 
 absl::Status NcclGroup::AsyncError() const {
@@ -126,7 +127,7 @@ NcclComms::~NcclComms() {
 }
 
 absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>& devices,
-                                                          int channel) {
+                                                          int channel, int max_ctas) {
   if (devices.empty()) return absl::InvalidArgumentError("communicator with no devices");
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     return absl::InvalidArgumentError(
@@ -135,7 +136,10 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>
   if (channel < 0) {
     return absl::InvalidArgumentError(absl::StrCat("channel must be >= 0, got ", channel));
   }
-  const Key key{devices, channel};
+  if (max_ctas < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_ctas must be >= 0, got ", max_ctas));
+  }
+  const Key key{devices, channel, max_ctas};
   {
     absl::MutexLock lock(&mu_);
     auto it = groups_.find(key);
@@ -143,16 +147,18 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>
   }
   // Only the thread that owns these devices creates their group, so no other
   // thread races to insert the same key.
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, Create(devices, channel));
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, Create(devices, channel, max_ctas));
   absl::MutexLock lock(&mu_);
   return groups_.emplace(key, std::move(group)).first->second;
 }
 
 absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<int>& devices,
-                                                             int channel) {
+                                                             int channel, int max_ctas) {
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-  const std::string name = absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."));
+  const std::string name =
+      absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."),
+                   max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "");
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const int nranks = static_cast<int>(devices.size());
   NCCL_RETURN_IF_ERROR(ncclGroupStart());
@@ -164,6 +170,11 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = nonblocking_ ? 0 : 1;
     config.commName = name.c_str();
+    if (max_ctas > 0) {
+      config.maxCTAs = max_ctas;
+      // NCCL's default floor may be above a small budget.
+      config.minCTAs = 1;
+    }
     const ncclResult_t result = ncclCommInitRankConfig(&comms[rank], nranks, id, rank, &config);
     if (result != ncclSuccess && result != ncclInProgress) {
       init_status = NcclErrorToStatus(result, "ncclCommInitRankConfig", __FILE__, __LINE__);
@@ -173,7 +184,7 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   if (init_status.ok() && end != ncclSuccess && end != ncclInProgress) {
     init_status = NcclErrorToStatus(end, "ncclGroupEnd", __FILE__, __LINE__);
   }
-  auto group = std::make_shared<NcclGroup>(devices, channel, comms);
+  auto group = std::make_shared<NcclGroup>(devices, channel, max_ctas, comms);
   if (init_status.ok()) {
     for (ncclComm_t comm : comms) {
       if (comm == nullptr) init_status = absl::InternalError("ncclCommInitRankConfig gave no comm");
@@ -194,7 +205,7 @@ std::vector<std::shared_ptr<NcclGroup>> NcclComms::Touching(const std::vector<in
   std::vector<std::shared_ptr<NcclGroup>> touching;
   absl::MutexLock lock(&mu_);
   for (const auto& [key, group] : groups_) {
-    for (int device : key.first) {
+    for (int device : std::get<0>(key)) {
       if (std::find(devices.begin(), devices.end(), device) != devices.end()) {
         touching.push_back(group);
         break;
@@ -208,7 +219,7 @@ std::vector<std::string> NcclComms::AbortTouching(const std::vector<int>& device
   std::vector<std::shared_ptr<NcclGroup>> dropped = Touching(devices);
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& group : dropped) groups_.erase(Key{group->devices(), group->channel()});
+    for (const auto& group : dropped) groups_.erase(Key{group->devices(), group->channel(), group->max_ctas()});
   }
   std::vector<std::string> names;
   for (const auto& group : dropped) {

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,17 +33,21 @@ namespace overlap::cuda {
 
 class NcclGroup {
  public:
-  NcclGroup(std::vector<int> devices, int channel, std::vector<ncclComm_t> comms)
-      : devices_(std::move(devices)), channel_(channel), comms_(std::move(comms)) {}
+  NcclGroup(std::vector<int> devices, int channel, int max_ctas, std::vector<ncclComm_t> comms)
+      : devices_(std::move(devices)),
+        channel_(channel),
+        max_ctas_(max_ctas),
+        comms_(std::move(comms)) {}
   ~NcclGroup();  // finalize + destroy (abort when that fails); no-op after Abort
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
   const std::vector<int>& devices() const { return devices_; }
   int channel() const { return channel_; }
+  int max_ctas() const { return max_ctas_; }  // 0 = NCCL's own choice
   ncclComm_t comm(int rank) const { return comms_[rank]; }
   int size() const { return static_cast<int>(comms_.size()); }
-  std::string Name() const;  // "channel C on devices [a,b]"
+  std::string Name() const;  // "channel C on devices [a,b]" (+ " at most N CTAs")
 
   // Polls until no rank has an operation in progress. The first async error
   // becomes the status; DEADLINE_EXCEEDED after timeout_s.
@@ -54,6 +59,7 @@ class NcclGroup {
  private:
   const std::vector<int> devices_;
   const int channel_;
+  const int max_ctas_;
   std::vector<ncclComm_t> comms_;
   bool aborted_ = false;
 };
@@ -65,16 +71,20 @@ class NcclComms {
   ~NcclComms();
 
   // The cached group, or a new one (INVALID_ARGUMENT for an empty or repeating
-  // device list; the NCCL error of a failed init otherwise).
-  absl::StatusOr<std::shared_ptr<NcclGroup>> Get(const std::vector<int>& devices, int channel);
+  // device list; the NCCL error of a failed init otherwise). With `max_ctas` > 0
+  // its kernels use at most that many CTAs (ncclConfig_t.maxCTAs): a separate
+  // communicator from the unlimited one of the same devices and channel.
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Get(const std::vector<int>& devices, int channel,
+                                                 int max_ctas = 0);
   // Every cached group that includes any of `devices`.
   std::vector<std::shared_ptr<NcclGroup>> Touching(const std::vector<int>& devices) const;
   // Aborts and drops every group touching `devices`; returns their names.
   std::vector<std::string> AbortTouching(const std::vector<int>& devices);
 
  private:
-  using Key = std::pair<std::vector<int>, int>;
-  absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel);
+  using Key = std::tuple<std::vector<int>, int, int>;  // devices, channel, max_ctas
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel,
+                                                    int max_ctas);
 
   const double init_timeout_s_;
   const bool nonblocking_;

@@ -69,6 +69,11 @@ struct GemmArgs {
   float beta = 0.0f;  // 0 or 1
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // The GEMM may run while a library collective (NCCL's kernels) of the same op
+  // runs beside it: stream priority does not take SMs back from a GEMM that
+  // already holds them, so the backend may leave the collective's SMs free
+  // (CollectiveSmBudget).
+  bool beside_collective = false;
 };
 
 // One rank's part of a collective.
@@ -85,6 +90,9 @@ struct CollectiveArgs {
   DType dtype = DType::kBF16;
   size_t count = 0;
   int channel = 0;  // communicator index: two channels may run concurrently
+  // Runs beside GEMMs (on a comm stream): the backend may cap the SMs its
+  // kernels take (CollectiveSmBudget).
+  bool beside_gemm = false;
   std::vector<RankBuffers> ranks;
 };
 
@@ -131,6 +139,10 @@ class Engine {
   virtual BackendVersions Versions() const = 0;
   virtual int64_t MemoryInUse(int device) const = 0;
   virtual DeviceTelemetry Telemetry(int device) const { return {}; }
+  // SMs that library collectives marked beside_gemm may use, and that GEMMs
+  // marked beside_collective leave free; 0 = no budget (the library's own
+  // choice, and GEMMs take every SM). Config nccl_overlap_ctas.
+  virtual int CollectiveSmBudget() const { return 0; }
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).
@@ -163,9 +175,9 @@ class Engine {
   virtual absl::Status AllReduce(const CollectiveArgs& args) = 0;
   // Library point-to-point (NCCL send/recv): one group, every transfer at once.
   // `group` lists the devices in rank order (the communicator the group uses);
-  // every transfer's devices must be in it.
+  // every transfer's devices must be in it. `beside_gemm` as in CollectiveArgs.
   virtual absl::Status SendRecv(int channel, const std::vector<int>& group,
-                                const std::vector<Transfer>& transfers) = 0;
+                                const std::vector<Transfer>& transfers, bool beside_gemm) = 0;
   // Copy-engine peer copy, issued on `stream` (of either device).
   virtual absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
                                 int src_device) = 0;

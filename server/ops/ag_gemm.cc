@@ -31,7 +31,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const LocalShapes& sh = ctx.shapes();
   const int64_t mr = sh.a_rows;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   std::vector<BufferRef> src, dst;
   for (int r = 0; r < tp; ++r) {
     src.push_back(ctx.Rows(ctx.rank(r).a, 0, mr, sh.a_cols));
@@ -60,7 +60,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const LocalShapes& sh = ctx.shapes();
   const int64_t mr = sh.a_rows, k = sh.a_cols, nl = sh.w_cols;
   const int64_t rc = mr / chunks;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     const int p = c % 2;
     std::vector<BufferRef> src, dst;
@@ -85,6 +85,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.batch = tp;
       g.stride_a = rc * k;
       g.stride_b = 0;
+      g.beside_collective = ctx.gemms_beside_collective();
       g.stride_c = mr * nl;
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
@@ -100,7 +101,7 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.shapes().a_rows, k = ctx.shapes().a_cols;
   const int64_t rc = mr / chunks;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));

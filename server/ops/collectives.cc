@@ -21,6 +21,8 @@ engine::CollectiveArgs Args(OpContext& ctx, On on, size_t count,
   engine::CollectiveArgs args;
   args.dtype = ctx.dtype();
   args.count = count;
+  // The comm stream's collectives run beside the op's GEMMs.
+  args.beside_gemm = on == On::kComm;
   for (int r = 0; r < ctx.tp(); ++r) {
     args.ranks.push_back(
         engine::RankBuffers{ctx.rank(r).device, StreamOf(ctx, r, on), send[r], recv[r]});
@@ -144,7 +146,7 @@ absl::Status Exchange(OpContext& ctx, Transport transport, const std::vector<Ran
       transfers.push_back(engine::Transfer{ctx.rank(t.from).device, ctx.rank(t.from).comm, t.src,
                                            ctx.rank(t.to).device, ctx.rank(t.to).comm, t.dst});
     }
-    return ctx.engine().SendRecv(/*channel=*/0, ctx.devices(), transfers);
+    return ctx.engine().SendRecv(/*channel=*/0, ctx.devices(), transfers, /*beside_gemm=*/true);
   }
   for (const RankTransfer& t : step) {
     RETURN_IF_ERROR(ctx.engine().PeerCopy(ctx.rank(t.to).comm, t.dst, ctx.rank(t.to).device, t.src,

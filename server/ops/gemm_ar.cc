@@ -39,7 +39,7 @@ absl::Status GemmThenAllReduce(OpContext& ctx, Transport transport, On on, int64
 absl::Status Bulk(OpContext& ctx, Transport transport) {
   const int64_t mr = ctx.op().m / ctx.tp();
   const int64_t head = (ctx.tp() - 1) * mr;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, 0, head, 0));
   RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, head, mr, 1));
   return ctx.JoinComm();
@@ -47,7 +47,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
 
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int64_t rows = ctx.op().m / chunks;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, c * rows, rows, c));
   }
@@ -61,7 +61,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   const std::vector<engine::BufferId> y = Outputs(ctx);  // partials and results share Y
   RETURN_IF_ERROR(RingReduceScatter(ctx, transport, chunks, y, y, /*out_row_is_block=*/true));
   for (int c = 0; c < chunks; ++c) {

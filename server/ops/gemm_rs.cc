@@ -32,7 +32,7 @@ absl::Status Serial(OpContext& ctx, Transport transport) {
 absl::Status Bulk(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     if (r > 0) RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.full, 0, r * mr));
@@ -73,7 +73,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp, kl = ctx.shapes().a_cols;
   const int64_t rc = mr / chunks;
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     const int p = c % 2;
     std::vector<BufferRef> src, dst;
@@ -93,6 +93,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.batch = tp;
       g.stride_a = mr * kl;
       g.stride_b = 0;
+      g.beside_collective = ctx.gemms_beside_collective();
       g.stride_c = rc * n;
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
@@ -116,7 +117,7 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
     partial.push_back(ctx.rank(r).full);
     out.push_back(ctx.rank(r).y);
   }
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   RETURN_IF_ERROR(
       RingReduceScatter(ctx, transport, chunks, partial, out, /*out_row_is_block=*/false));
   return ctx.JoinComm();

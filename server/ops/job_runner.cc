@@ -180,6 +180,8 @@ std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int
                       " graphs=", engine.ReplaysGraphs() ? "on" : "off",
                       // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
                       " gates=", engine.HasGates() ? "on" : "off",
+                      // NCCL schedules run differently with an SM budget.
+                      " nccl_ctas=", engine.CollectiveSmBudget(),
                       " device=", engine.GetDeviceInfo(first_device).name,
                       " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
 }
@@ -396,6 +398,7 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   v1::JobResult result;
   result.set_backend(engine.Name());
   result.set_launch_gate(engine.HasGates());
+  result.set_nccl_overlap_ctas(engine.CollectiveSmBudget());
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];

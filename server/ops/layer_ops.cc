@@ -19,6 +19,7 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   g.b = ctx.Matrix(ctx.rank(r).w, 0, sh.w_cols);
   g.c = ctx.Matrix(c, c_row, sh.w_cols);
   g.beta = beta;
+  g.beside_collective = ctx.gemms_beside_collective();
   return ctx.engine().Gemm(stream, g);
 }
 
@@ -88,7 +89,7 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
 
 absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
                                    const std::string& end_tag) {
-  RETURN_IF_ERROR(ctx.ForkComm());
+  RETURN_IF_ERROR(ctx.ForkComm(transport));
   RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));
   RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
   for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end_tag));

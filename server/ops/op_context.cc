@@ -150,7 +150,8 @@ absl::Status OpContext::WaitAll(StreamId stream, const std::string& tag, int ind
   return absl::OkStatus();
 }
 
-absl::Status OpContext::ForkComm() {
+absl::Status OpContext::ForkComm(Transport transport) {
+  gemms_beside_collective_ = transport == Transport::kNccl && tp() > 1;
   for (int r = 0; r < tp(); ++r) {
     RETURN_IF_ERROR(Record(r, ranks_[r].compute, "fork"));
     RETURN_IF_ERROR(Wait(ranks_[r].comm, r, "fork"));
@@ -159,6 +160,7 @@ absl::Status OpContext::ForkComm() {
 }
 
 absl::Status OpContext::JoinComm() {
+  gemms_beside_collective_ = false;
   for (int r = 0; r < tp(); ++r) {
     RETURN_IF_ERROR(Record(r, ranks_[r].comm, "join"));
     RETURN_IF_ERROR(Wait(ranks_[r].compute, r, "join"));

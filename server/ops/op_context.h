@@ -85,8 +85,13 @@ class OpContext {
 
   // Fork/join of one iteration: the comm stream waits for the compute stream
   // (at the start), and the compute stream for the comm stream (at the end).
-  absl::Status ForkComm();
+  // Between them, the comm stream's transfers go over `transport`.
+  absl::Status ForkComm(Transport transport);
   absl::Status JoinComm();
+  // GEMMs enqueued now may run beside NCCL's kernels (forked, over NCCL): they
+  // are marked so, and the backend leaves those kernels' SMs free
+  // (engine.h, CollectiveSmBudget).
+  bool gemms_beside_collective() const { return gemms_beside_collective_; }
 
  private:
   OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp);
@@ -98,6 +103,7 @@ class OpContext {
   LocalShapes shapes_;
   BufferSizes sizes_;
   std::vector<RankState> ranks_;
+  bool gemms_beside_collective_ = false;
   std::map<std::tuple<int, std::string, int>, engine::EventId> events_;
 };
 

@@ -24,12 +24,26 @@ TEST(BenchSpecTest, InterleavesAutoAndSerialRepeatsPerShape) {
       "gemm_ar-128x64x32-auto-1", "gemm_ar-128x64x32-serial-1"};
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(spec->ops[i].id, ids[i]);
   EXPECT_EQ(spec->ops[0].mode, OverlapMode::kAuto);
+  EXPECT_EQ(spec->ops[0].transport, Transport::kAuto);
   EXPECT_EQ(spec->ops[1].mode, OverlapMode::kSerial);
   EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
   EXPECT_EQ(spec->ops[4].type, OpType::kGemmAr);
   EXPECT_EQ(spec->ops[4].m, 128);
   EXPECT_EQ(spec->ops[4].k, 64);
   EXPECT_EQ(spec->ops[4].n, 32);
+}
+
+TEST(BenchSpecTest, TransportNarrowsAutoButNotSerial) {
+  BenchOptions o;
+  o.shapes = {{"gemm_rs", 256, 128, 64}};
+  o.repeats = 1;
+  o.transport = "p2p";
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->ops.size(), 2u);
+  EXPECT_EQ(spec->ops[0].mode, OverlapMode::kAuto);
+  EXPECT_EQ(spec->ops[0].transport, Transport::kP2p);
+  EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
 }
 
 TEST(BenchSpecTest, DefaultSweepHasFifteenShapes) {

@@ -627,14 +627,14 @@ TEST_F(CudaEngineTest, SendRecvRingMovesExactBytes) {
   ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
   std::vector<std::vector<uint8_t>> sent(n);
   for (int r = 0; r < n; ++r) sent[r] = Download(src[r], bytes, r);
-  const absl::Status status = eng().SendRecv(0, AllDevices(n), transfers);
+  const absl::Status status = eng().SendRecv(0, AllDevices(n), transfers, /*beside_gemm=*/false);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(Download(dst[(r + 1) % n], bytes, (r + 1) % n, 1), sent[r]) << "from " << r;
   }
   std::vector<engine::Transfer> outside = {transfers[0]};
-  EXPECT_EQ(eng().SendRecv(0, {transfers[0].dst_device}, outside).code(),
+  EXPECT_EQ(eng().SendRecv(0, {transfers[0].dst_device}, outside, /*beside_gemm=*/false).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -215,7 +215,7 @@ TEST(HostCollectivesMiscTest, SendRecvRingExchange) {
     ring.push_back({r, engine->GetStream(r, StreamRole::kComm), BufferRef{bufs[r], 0, 32}, next,
                     engine->GetStream(next, StreamRole::kComm), BufferRef{bufs[next], 32, 32}});
   }
-  ASSERT_TRUE(engine->SendRecv(0, {0, 1, 2, 3}, ring).ok());
+  ASSERT_TRUE(engine->SendRecv(0, {0, 1, 2, 3}, ring, /*beside_gemm=*/false).ok());
   for (int r = 0; r < tp; ++r) {
     const int prev = (r + tp - 1) % tp;
     const std::vector<float> got = Download(*engine, r, Whole(bufs[r], 64));
@@ -225,7 +225,7 @@ TEST(HostCollectivesMiscTest, SendRecvRingExchange) {
     }
   }
   // Every transfer's devices must be in the group.
-  const absl::Status status = engine->SendRecv(0, {0, 1}, ring);
+  const absl::Status status = engine->SendRecv(0, {0, 1}, ring, /*beside_gemm=*/false);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("is not in the group"));
 }
@@ -240,7 +240,8 @@ TEST(HostCollectivesMiscTest, SendRecvSwapInPlace) {
   ASSERT_TRUE(engine
                   ->SendRecv(2, {0, 1},
                              {{0, s0, Whole(a, 8), 1, s1, Whole(b, 8)},
-                              {1, s1, Whole(b, 8), 0, s0, Whole(a, 8)}})
+                              {1, s1, Whole(b, 8), 0, s0, Whole(a, 8)}},
+                             /*beside_gemm=*/true)
                   .ok());
   EXPECT_EQ(Download(*engine, 0, Whole(a, 8)), std::vector<float>({3, 4}));
   EXPECT_EQ(Download(*engine, 1, Whole(b, 8)), std::vector<float>({1, 2}));

@@ -3,6 +3,7 @@
 // inputs, output poisoned first. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
@@ -28,6 +29,10 @@ class EngineEnvironment : public ::testing::Environment {
   void SetUp() override {
     DaemonConfig config;
     config.pool_bytes_per_device = int64_t{8} << 30;
+    // The device runs re-run the NCCL cases with an SM budget (config.h).
+    if (const char* ctas = std::getenv("OVERLAP_TEST_NCCL_OVERLAP_CTAS")) {
+      config.nccl_overlap_ctas = std::atoi(ctas);
+    }
     auto e = cuda::CreateCudaEngine(config);
     if (e.ok()) {
       engine_ = std::move(*e);

@@ -129,7 +129,8 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
 }
 
 absl::Status HostEngine::SendRecv(int channel, const std::vector<int>& group,
-                                  const std::vector<Transfer>& transfers) {
+                                  const std::vector<Transfer>& transfers,
+                                  bool /*beside_gemm: no SMs to budget here*/) {
   RETURN_IF_ERROR(CheckChannel(channel, "send_recv"));
   std::set<int> members;
   for (int d : group) {

@@ -58,7 +58,7 @@ class HostEngine final : public Engine {
   absl::Status ReduceScatter(const CollectiveArgs& args) override;
   absl::Status AllReduce(const CollectiveArgs& args) override;
   absl::Status SendRecv(int channel, const std::vector<int>& group,
-                        const std::vector<Transfer>& transfers) override;
+                        const std::vector<Transfer>& transfers, bool beside_gemm) override;
   absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
                         int src_device) override;
   absl::Status Barrier(int channel, const std::vector<int>& devices,
