@@ -8,9 +8,9 @@ source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 work=$(mktemp -d /tmp/overlapd-bench.XXXXXX)
 ngpu=$(nvidia-smi -L | wc -l)
-peers() {  # the PyTorch peers on every GPU, JSON to $OUT/$1
+peers() {  # the PyTorch peers on every GPU, JSON to $OUT/$1 (PEER_FLAGS: torch_tp.py's flags)
   PYTHONUNBUFFERED=1 timeout 300 torchrun --nproc_per_node="$ngpu" bench/peers/torch_tp.py \
-    --json "$OUT/$1" >> "$OUT/torch_peers.log" 2>&1
+    --json "$OUT/$1" ${PEER_FLAGS:-} >> "$OUT/torch_peers.log" 2>&1
   echo "torch peers ($1) exit $?"
 }
 # The peers run before and after our sweep: GEMM speed drifts with the GPU's power

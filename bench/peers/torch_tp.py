@@ -17,6 +17,13 @@ enqueue time (measured in the warm-up, x1.25 + 20 us), as long as overlapd's
 gate holds: a longer idle lets the GPU run its GEMMs cooler and faster (a fixed
 1 ms made PyTorch's 8192x8192x14336 GEMM 7% faster than back to back).
 
+Power state: an H200 runs a large GEMM ~15% faster for the first ~200 ms after
+idling than once its power limit bites (docs/PERFORMANCE.md, "GEMM speed").
+overlapd's sweep runs without pause, so its phases are timed in the sustained
+state a training loop sees; timed in short bursts, PyTorch's were not. So each
+phase here first runs the shape's GEMM back to back for --preheat-ms (default
+300; 0 = off, the earlier bursts), recorded in the JSON.
+
 Run:  torchrun --nproc_per_node=2 bench/peers/torch_tp.py --json $OUT/torch.json
 """
 import argparse
@@ -50,6 +57,7 @@ def uniform(shape, scale, dtype, device, gen):
 # head start lasts longer, which only gives the host more time.
 CYCLES_PER_US = 1980
 HEAD_START_US = -1  # -1: the measured enqueue time; 0: none; else fixed
+PREHEAT_MS = 300
 
 
 def head_start_us(enqueue_s, device):
@@ -64,7 +72,20 @@ def head_start_us(enqueue_s, device):
     return int(us.item())
 
 
-def timed(fn, warmup, iters, device):
+def preheat(gemm, device):
+    """The shape's GEMM back to back for PREHEAT_MS, to the power state of a busy GPU."""
+    if PREHEAT_MS <= 0:
+        return
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < PREHEAT_MS / 1000:
+        for _ in range(4):
+            gemm()
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, warmup, iters, device, heat):
+    preheat(heat, device)
     times, enqueue_s = [], []
     head_us = 0
     start = torch.cuda.Event(enable_timing=True)
@@ -87,11 +108,11 @@ def timed(fn, warmup, iters, device):
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             times.append(t.item())
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "samples": len(times), "head_start_us": head_us}
+            "samples": len(times), "head_start_us": head_us, "preheat_ms": PREHEAT_MS}
 
 
 def main():
-    global HEAD_START_US
+    global HEAD_START_US, PREHEAT_MS
     p = argparse.ArgumentParser()
     p.add_argument("--json", default="")
     p.add_argument("--iters", type=int, default=20)
@@ -100,10 +121,14 @@ def main():
     p.add_argument("--head-start-us", type=int, default=HEAD_START_US,
                    help="sleep before each timed iteration's start event: -1 (default) the "
                         "host's measured enqueue time, 0 none, else this many microseconds")
+    p.add_argument("--preheat-ms", type=int, default=PREHEAT_MS,
+                   help="run the shape's GEMM back to back this long before each phase "
+                        "(the sustained power state overlapd's sweep runs in); 0 = off")
     p.add_argument("--shapes", default="",
                    help="op:MxKxN,... instead of the default sweep (as overlapctl bench --shapes)")
     args = p.parse_args()
     HEAD_START_US = args.head_start_us
+    PREHEAT_MS = args.preheat_ms
     sweep = SWEEP
     if args.shapes:
         sweep = {}
@@ -170,12 +195,12 @@ def main():
                     fused = None
                     comm = lambda: dist.all_reduce(part)  # noqa: E731
                 gemm = lambda: torch.matmul(a, w, out=part)  # noqa: E731
-            row["gemm_alone"] = timed(gemm, args.warmup, args.iters, device)
-            row["comm_alone"] = timed(comm, args.warmup, args.iters, device)
-            row["serial"] = timed(serial, args.warmup, args.iters, device)
+            row["gemm_alone"] = timed(gemm, args.warmup, args.iters, device, gemm)
+            row["comm_alone"] = timed(comm, args.warmup, args.iters, device, gemm)
+            row["serial"] = timed(serial, args.warmup, args.iters, device, gemm)
             if fused is not None and symm_ok:
                 try:
-                    row["async_tp"] = timed(fused, args.warmup, args.iters, device)
+                    row["async_tp"] = timed(fused, args.warmup, args.iters, device, gemm)
                 except Exception as e:  # noqa: BLE001
                     row["async_tp_error"] = str(e)[:200]
             rows.append(row)
@@ -191,7 +216,7 @@ def main():
     if rank == 0 and args.json:
         meta = {"torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "gpu": torch.cuda.get_device_name(device), "tp": tp,
-                "head_start_us": HEAD_START_US}
+                "head_start_us": HEAD_START_US, "preheat_ms": PREHEAT_MS}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     dist.destroy_process_group()
