@@ -10,12 +10,15 @@ Two peers per shape, on the same GPUs, dtype and shapes as `overlapctl bench`:
 Every iteration starts with a barrier across the ranks; each rank times itself
 with CUDA events; the iteration's time is the max over ranks; we report the
 median (and min/max) of the timed iterations after warm-up. Inputs are random.
-Like overlapd's launch gate, a head start (a sleep kernel before the start
-event) lets the host queue the whole iteration before the GPU reaches it, so the
-time is the GPUs' and not Python's launch latency. Its length is the host's
-enqueue time (measured in the warm-up, x1.25 + 20 us), as long as overlapd's
-gate holds: a longer idle lets the GPU run its GEMMs cooler and faster (a fixed
-1 ms made PyTorch's 8192x8192x14336 GEMM 7% faster than back to back).
+Like overlapd's launch gate, a head start before the start event lets the host
+queue the whole iteration before the GPU reaches it, so the time is the GPUs'
+and not Python's launch latency. Its length is at least the host's enqueue time
+(measured in the warm-up, x1.25 + 20 us). By default the head start is the
+shape's GEMM, run as many times as cover it (--head-start heat): a sleep kernel
+(--head-start sleep) idles the GPU for as long as Python takes to enqueue
+(0.4-0.7 ms per async-TP iteration), and an idle GPU runs its next GEMMs cooler
+and faster (a 1 ms sleep made PyTorch's 8192x8192x14336 GEMM 7% faster than back
+to back), while overlapd's gate idles only for its own, shorter enqueue.
 
 Power state: an H200 runs a large GEMM ~15% faster for the first ~200 ms after
 idling than once its power limit bites (docs/PERFORMANCE.md, "GEMM speed").
@@ -28,6 +31,7 @@ Run:  torchrun --nproc_per_node=2 bench/peers/torch_tp.py --json $OUT/torch.json
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -58,6 +62,7 @@ def uniform(shape, scale, dtype, device, gen):
 CYCLES_PER_US = 1980
 HEAD_START_US = -1  # -1: the measured enqueue time; 0: none; else fixed
 PREHEAT_MS = 300
+HEAD_START = "heat"  # heat: the shape's GEMM; sleep: torch.cuda._sleep
 
 
 def head_start_us(enqueue_s, device):
@@ -84,10 +89,24 @@ def preheat(gemm, device):
         torch.cuda.synchronize(device)
 
 
+def gemm_ms(gemm, device):
+    """One run of the shape's GEMM, in ms (after one untimed run)."""
+    gemm()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        gemm()
+    end.record()
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end) / 3
+
+
 def timed(fn, warmup, iters, device, heat):
     preheat(heat, device)
+    heat_ms = gemm_ms(heat, device) if HEAD_START == "heat" else 0
     times, enqueue_s = [], []
-    head_us = 0
+    head_us, heat_runs = 0, 0
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     for i in range(warmup + iters):
@@ -95,8 +114,14 @@ def timed(fn, warmup, iters, device, heat):
         dist.barrier()
         if i == warmup:
             head_us = head_start_us(enqueue_s, device)
+            if HEAD_START == "heat" and head_us > 0:
+                heat_runs = max(1, math.ceil(head_us / 1000 / heat_ms))
         if i >= warmup and head_us > 0:
-            torch.cuda._sleep(head_us * CYCLES_PER_US)
+            if HEAD_START == "heat":
+                for _ in range(heat_runs):
+                    heat()
+            else:
+                torch.cuda._sleep(head_us * CYCLES_PER_US)
         start.record()
         t0 = time.perf_counter()
         fn()
@@ -108,11 +133,12 @@ def timed(fn, warmup, iters, device, heat):
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             times.append(t.item())
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "samples": len(times), "head_start_us": head_us, "preheat_ms": PREHEAT_MS}
+            "samples": len(times), "head_start_us": head_us, "head_start": HEAD_START,
+            "head_start_gemms": heat_runs, "preheat_ms": PREHEAT_MS}
 
 
 def main():
-    global HEAD_START_US, PREHEAT_MS
+    global HEAD_START_US, PREHEAT_MS, HEAD_START
     p = argparse.ArgumentParser()
     p.add_argument("--json", default="")
     p.add_argument("--iters", type=int, default=20)
@@ -121,6 +147,9 @@ def main():
     p.add_argument("--head-start-us", type=int, default=HEAD_START_US,
                    help="sleep before each timed iteration's start event: -1 (default) the "
                         "host's measured enqueue time, 0 none, else this many microseconds")
+    p.add_argument("--head-start", default=HEAD_START, choices=["heat", "sleep"],
+                   help="what the GPU runs during the head start: the shape's GEMM (default) "
+                        "or a sleep kernel")
     p.add_argument("--preheat-ms", type=int, default=PREHEAT_MS,
                    help="run the shape's GEMM back to back this long before each phase "
                         "(the sustained power state overlapd's sweep runs in); 0 = off")
@@ -129,6 +158,7 @@ def main():
     args = p.parse_args()
     HEAD_START_US = args.head_start_us
     PREHEAT_MS = args.preheat_ms
+    HEAD_START = args.head_start
     sweep = SWEEP
     if args.shapes:
         sweep = {}
@@ -163,7 +193,11 @@ def main():
             if op == "ag_gemm":
                 a = uniform((m // tp, k), 1.0, dtype, device, gen)
                 w = uniform((k, n // tp), k ** -0.5, dtype, device, gen)
-                full = torch.empty(m, k, device=device, dtype=dtype)
+                # The gathered A holds what the all-gather would bring (random rows) from
+                # the start: the GEMM-alone phase and the preheat run before any gather,
+                # and a GEMM over uninitialised (mostly zero) memory draws less power and
+                # runs faster than over the random data the steps multiply.
+                full = uniform((m, k), 1.0, dtype, device, gen)
 
                 def serial():
                     dist.all_gather_into_tensor(full, a)
@@ -216,7 +250,8 @@ def main():
     if rank == 0 and args.json:
         meta = {"torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "gpu": torch.cuda.get_device_name(device), "tp": tp,
-                "head_start_us": HEAD_START_US, "preheat_ms": PREHEAT_MS}
+                "head_start_us": HEAD_START_US, "head_start": HEAD_START,
+                "preheat_ms": PREHEAT_MS}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     dist.destroy_process_group()
