@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateEngineForConfig(const Daem
   if (!config.nvls_enable) ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
   absl::StatusOr<std::unique_ptr<engine::Engine>> cuda = cuda::CreateCudaEngine(config);
   if (cuda.ok()) return cuda;
+  // A config the GPUs cannot run (nccl_overlap_ctas above their SM count, ...)
+  // is the operator's error to fix, not a reason to run on the host instead.
+  if (cuda.status().code() == absl::StatusCode::kInvalidArgument) return cuda.status();
   if (config.backend == "cuda") {
     return absl::FailedPreconditionError(
         absl::StrCat("backend cuda: cannot start the CUDA engine: ", cuda.status().message()));

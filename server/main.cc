@@ -256,7 +256,9 @@ int Run(const DaemonConfig& config) {
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
   if (!engine.ok()) {
     log->error("cannot start the engine: {}", std::string(engine.status().message()));
-    return kExitFailure;
+    // A bad config is not retried by systemd (RestartPreventExitStatus=2).
+    return engine.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                        : kExitFailure;
   }
   log->info("engine {}: {} device(s)", (*engine)->Name(), (*engine)->DeviceCount());
 

@@ -238,8 +238,18 @@ TEST_F(OverlapdBinaryTest, BadConfigurationExitsWithUsageStatus) {
     EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 2);
   }
   EXPECT_NE(Log().find("allow_insecure_tcp"), std::string::npos) << Log();
-  Daemon daemon(Args({"--config", dir_.path() + "/missing.yaml"}), dir_.path() + "/overlapd.log");
+  {
+    Daemon daemon(Args({"--config", dir_.path() + "/missing.yaml"}),
+                  dir_.path() + "/overlapd.log");
+    EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 2);
+  }
+  // A config the engine refuses (here the host backend's) is the operator's to
+  // fix as well: systemd must not restart into it.
+  const std::string config = dir_.path() + "/bad-engine.yaml";
+  std::ofstream(config) << "host_fail_op: no_such_op\n";
+  Daemon daemon(Args({"--config", config}), dir_.path() + "/overlapd.log");
   EXPECT_EQ(daemon.Wait(std::chrono::seconds(10)), 2);
+  EXPECT_NE(Log().find("no_such_op"), std::string::npos) << Log();
 }
 
 // The config file's booleans hold unless a flag names them (CLI11 used to
