@@ -219,7 +219,9 @@ std::vector<std::string> NcclComms::AbortTouching(const std::vector<int>& device
   std::vector<std::shared_ptr<NcclGroup>> dropped = Touching(devices);
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& group : dropped) groups_.erase(Key{group->devices(), group->channel(), group->max_ctas()});
+    for (const auto& group : dropped) {
+      groups_.erase(Key{group->devices(), group->channel(), group->max_ctas()});
+    }
   }
   std::vector<std::string> names;
   for (const auto& group : dropped) {
