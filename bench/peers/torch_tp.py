@@ -115,7 +115,10 @@ def timed(fn, warmup, iters, device, heat):
         if i == warmup:
             head_us = head_start_us(enqueue_s, device)
             if HEAD_START == "heat" and head_us > 0:
-                heat_runs = max(1, math.ceil(head_us / 1000 / heat_ms))
+                # The same count on every rank, so that they reach their start events together.
+                runs = torch.tensor([max(1, math.ceil(head_us / 1000 / heat_ms))], device=device)
+                dist.all_reduce(runs, op=dist.ReduceOp.MAX)
+                heat_runs = int(runs.item())
         if i >= warmup and head_us > 0:
             if HEAD_START == "heat":
                 for _ in range(heat_runs):
@@ -145,8 +148,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--head-start-us", type=int, default=HEAD_START_US,
-                   help="sleep before each timed iteration's start event: -1 (default) the "
-                        "host's measured enqueue time, 0 none, else this many microseconds")
+                   help="head start before each timed iteration's start event: -1 (default) "
+                        "the host's measured enqueue time, 0 none, else this many microseconds")
     p.add_argument("--head-start", default=HEAD_START, choices=["heat", "sleep"],
                    help="what the GPU runs during the head start: the shape's GEMM (default) "
                         "or a sleep kernel")
