@@ -99,7 +99,9 @@ std::string BuildBenchSpec(const BenchOptions& o) {
   for (const BenchShape& s : shapes) {
     for (int r = 0; r < o.repeats; ++r) {
       for (const char* mode : {"auto", "serial"}) {
-        const std::string transport = std::string(mode) == "serial" ? "nccl" : o.transport;
+        std::string transport = std::string(mode) == "serial" ? "nccl" : o.transport;
+        // ag_gemm's GEMM stores nothing remotely: it keeps every transport.
+        if (transport == "direct" && s.op == "ag_gemm") transport = "auto";
         absl::StrAppendFormat(&spec,
                               "  - {id: %s-%s-%d, type: %s, m: %d, k: %d, n: %d, mode: %s, "
                               "transport: %s}\n",

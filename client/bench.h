@@ -28,7 +28,8 @@ struct BenchOptions {
   std::vector<BenchShape> shapes;  // empty = DefaultBenchShapes()
   std::vector<int> devices;        // the TP group; empty = every device of the daemon
   std::string dtype = "bf16";
-  // The transport auto may choose (auto | nccl | p2p); serial is always NCCL.
+  // The transport auto may choose (auto | nccl | p2p | direct); serial is always
+  // NCCL, and direct narrows gemm_rs and gemm_ar only.
   std::string transport = "auto";
   int iterations = 20;
   int warmup = 5;

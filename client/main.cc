@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
                     "op:MxKxN,... (global shapes; default: the standard sweep)");
   bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
   bench->add_option("--transport", bench_options.transport,
-                    "transport auto may choose: auto | nccl | p2p (serial is always NCCL)")
-      ->check(CLI::IsMember({"auto", "nccl", "p2p"}))
+                    "transport auto may choose: auto | nccl | p2p | direct (serial is always "
+                    "NCCL; direct narrows gemm_rs and gemm_ar only)")
+      ->check(CLI::IsMember({"auto", "nccl", "p2p", "direct"}))
       ->capture_default_str();
   bench->add_option("--iterations", bench_options.iterations, "timed iterations per op")
       ->capture_default_str();

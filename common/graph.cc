@@ -42,6 +42,8 @@ std::string TransportName(Transport transport) {
       return "nccl";
     case Transport::kP2p:
       return "p2p";
+    case Transport::kDirect:
+      return "direct";
   }
   return "unknown";
 }
@@ -65,11 +67,12 @@ absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
-  for (Transport transport : {Transport::kAuto, Transport::kNccl, Transport::kP2p}) {
+  for (Transport transport :
+       {Transport::kAuto, Transport::kNccl, Transport::kP2p, Transport::kDirect}) {
     if (name == TransportName(transport)) return transport;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown transport \"", absl::CHexEscape(name),
-                                                 "\" (expected auto, nccl, p2p)"));
+                                                 "\" (expected auto, nccl, p2p, direct)"));
 }
 
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {

@@ -19,11 +19,14 @@ namespace overlap {
 
 enum class OpType { kAgGemm, kGemmRs, kGemmAr };
 enum class OverlapMode { kSerial, kBulk, kChunked, kRing, kAuto };
-enum class Transport { kAuto, kNccl, kP2p };
+// How a schedule's bytes move between GPUs: NCCL's kernels, copy-engine peer
+// copies, or the GEMM's own stores straight into the peer's memory (direct:
+// gemm_rs and gemm_ar rings only, over peer access).
+enum class Transport { kAuto, kNccl, kP2p, kDirect };
 
 std::string OpTypeName(OpType type);          // "ag_gemm" ...
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
-std::string TransportName(Transport transport); // "auto" | "nccl" | "p2p"
+std::string TransportName(Transport transport); // "auto" | "nccl" | "p2p" | "direct"
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);

@@ -125,6 +125,18 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
   if (op.chunks > 0 && (op.m / tp) % op.chunks != 0) {
     return Error(chunks_path, absl::StrCat(op.chunks, " does not divide m/tp = ", op.m / tp));
   }
+  if (op.transport == Transport::kDirect) {
+    const std::string transport_path = absl::StrCat(path, ".transport");
+    if (op.type == OpType::kAgGemm) {
+      return Error(transport_path,
+                   "direct is only for gemm_rs and gemm_ar (the GEMM stores its partial into the "
+                   "peer's memory; ag_gemm has nothing to store remotely)");
+    }
+    if (op.mode != OverlapMode::kRing && op.mode != OverlapMode::kAuto) {
+      return Error(transport_path, absl::StrCat("direct only works with mode: ring or auto (got ",
+                                                OverlapModeName(op.mode), ")"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -118,7 +118,16 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   for (int i = 0; i < 3; ++i) {
     const engine::MatrixRef& ref = *operands[i].ref;
     engine::BufferRef range{ref.buffer, ref.offset * elem, operands[i].span * elem};
-    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, slot->device, operands[i].what));
+    const bool may_be_remote = i == 2 && args.c_on_peer;
+    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, operands[i].what));
+  }
+  if (args.c_on_peer) {
+    ASSIGN_OR_RETURN(BufferEntry c_entry, LookupBuffer(args.c.buffer));
+    if (!peer_access_[slot->device][c_entry.device]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GEMM C is on device ", c_entry.device, " but device ", slot->device,
+                       " has no peer access to it: use transport nccl or p2p"));
+    }
   }
   GemmProblem problem;
   problem.type = ToElemType(args.dtype);

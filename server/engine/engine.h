@@ -74,6 +74,10 @@ struct GemmArgs {
   // already holds them, so the backend may leave the collective's SMs free
   // (CollectiveSmBudget).
   bool beside_collective = false;
+  // C may be a buffer of another device that this one reaches over peer access
+  // (NVLink): the GEMM's epilogue stores (and with beta = 1 loads) it across the
+  // link, so a partial lands on its owner with no copy. A and B stay local.
+  bool c_on_peer = false;
 };
 
 // One rank's part of a collective.

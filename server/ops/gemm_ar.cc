@@ -57,13 +57,17 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 // The fused ring reduce-scatter leaves each rank's own block reduced in its Y,
 // piece by piece; every peer pulls (or is sent) each reduced piece as soon as
 // its GEMM is done, so only the last piece's all-gather follows the last GEMM.
-// Peers' partials live in Y itself, in the rows their reduced block overwrites.
+// Peers' partials live in Y itself, in the rows their reduced block overwrites
+// (over kDirect, peers store their partials of our block into our own rows).
 absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   const std::vector<engine::BufferId> y = Outputs(ctx);  // partials and results share Y
   RETURN_IF_ERROR(RingReduceScatter(ctx, transport, chunks, y, y, /*out_row_is_block=*/true));
+  // Direct stores only fuse the reduce-scatter: a reduced piece is needed on
+  // both ranks, and a GEMM stores to one place, so copy engines gather them.
+  if (transport == Transport::kDirect) transport = Transport::kP2p;
   for (int c = 0; c < chunks; ++c) {
     // A pull must wait for the owner's reduced piece, which comes after the
     // owner has pulled our partial out of the same rows.

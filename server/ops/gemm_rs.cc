@@ -123,11 +123,77 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   return ctx.JoinComm();
 }
 
+// Each rank computes its own block with beta = 1 on top of what arrived (no
+// reduction kernel after the last GEMM), in `chunks` pieces; piece c first
+// waits for the rank's own event (arrived_tag, c) unless the tag is empty, and
+// records (reduced, c) after.
+absl::Status OwnBlockOnArrivals(OpContext& ctx, int chunks, const std::vector<engine::BufferId>& out,
+                                bool out_row_is_block, const std::string& arrived_tag) {
+  const int tp = ctx.tp();
+  const int64_t mr = ctx.op().m / tp, rc = mr / chunks;
+  for (int c = 0; c < chunks; ++c) {
+    for (int r = 0; r < tp; ++r) {
+      RankState& rs = ctx.rank(r);
+      if (!arrived_tag.empty()) RETURN_IF_ERROR(ctx.Wait(rs.compute, r, arrived_tag, c));
+      const int64_t row = (out_row_is_block ? r * mr : 0) + c * rc;
+      RETURN_IF_ERROR(
+          GemmRows(ctx, r, rs.compute, rs.a, r * mr + c * rc, out[r], row, rc, /*beta=*/1.0f));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced", c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Over kDirect: rank r's GEMM for owner d's block stores straight into d's
+// memory, the first writer (step 1) into d's output rows and later ones (tp > 2)
+// into d's receive slots, which d adds in on its comm stream. No copy runs, so
+// the peers' blocks need no pieces; only the own block follows.
+absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
+                                 const std::vector<engine::BufferId>& out, bool out_row_is_block) {
+  const int tp = ctx.tp();
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n;
+  auto out_row = [&](int r) { return (out_row_is_block ? r * mr : 0); };
+  for (int r = 0; r < tp; ++r) {
+    // Peers store into our buffers from here on: each must have started this
+    // iteration (its fork), so it is done with them from the last one.
+    RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "fork"));
+  }
+  for (int s = 1; s < tp; ++s) {
+    for (int r = 0; r < tp; ++r) {
+      RankState& rs = ctx.rank(r);
+      const int d = (r + s) % tp;
+      const engine::BufferId dst = s == 1 ? out[d] : ctx.rank(d).slots[s - 2];
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, d * mr, dst, s == 1 ? out_row(d) : 0, mr,
+                               /*beta=*/0.0f, /*c_on_peer=*/true));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "stored", s));
+    }
+  }
+  // With two ranks the own block waits for the one writer itself; with more,
+  // the comm stream first adds the slots.
+  const bool via_comm = tp > 2;
+  for (int r = 0; r < tp; ++r) {
+    RankState& rs = ctx.rank(r);
+    const engine::StreamId waiter = via_comm ? rs.comm : rs.compute;
+    for (int s = 1; s < tp; ++s) RETURN_IF_ERROR(ctx.Wait(waiter, (r - s + tp) % tp, "stored", s));
+    if (!via_comm) continue;
+    const engine::BufferRef mine = ctx.Rows(out[r], out_row(r), mr, n);
+    for (int slot = 0; slot < tp - 2; ++slot) {
+      RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine, ctx.Rows(rs.slots[slot], 0, mr, n),
+                                              ctx.dtype()));
+    }
+    for (int c = 0; c < chunks; ++c) RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
+  }
+  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, via_comm ? "arrived" : "");
+}
+
 }  // namespace
 
 absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
                                const std::vector<engine::BufferId>& partial,
                                const std::vector<engine::BufferId>& out, bool out_row_is_block) {
+  if (transport == Transport::kDirect) {
+    return DirectReduceScatter(ctx, chunks, out, out_row_is_block);
+  }
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
   auto out_row = [&](int r) { return (out_row_is_block ? r * mr : 0); };
@@ -167,18 +233,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
       }
     }
   }
-  // Each rank computes its own block on top of the arrivals with beta = 1: no
-  // reduction kernel after the last GEMM.
-  for (int c = 0; c < chunks; ++c) {
-    for (int r = 0; r < tp; ++r) {
-      RankState& rs = ctx.rank(r);
-      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", c));
-      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr + c * rc, out[r],
-                               out_row(r) + c * rc, rc, /*beta=*/1.0f));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced", c));
-    }
-  }
-  return absl::OkStatus();
+  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, "arrived");
 }
 
 absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {

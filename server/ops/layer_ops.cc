@@ -1,5 +1,6 @@
 #include "server/ops/layer_ops.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/ops/collectives.h"
 
@@ -7,7 +8,7 @@ namespace overlap::ops {
 
 absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
                       int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
-                      float beta) {
+                      float beta, bool c_on_peer) {
   if (rows == 0) return absl::OkStatus();
   const LocalShapes& sh = ctx.shapes();
   engine::GemmArgs g;
@@ -20,10 +21,17 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   g.c = ctx.Matrix(c, c_row, sh.w_cols);
   g.beta = beta;
   g.beside_collective = ctx.gemms_beside_collective();
+  g.c_on_peer = c_on_peer;
   return ctx.engine().Gemm(stream, g);
 }
 
 absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
+  if (s.transport == Transport::kDirect &&
+      (s.mode != OverlapMode::kRing || ctx.op().type == OpType::kAgGemm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OpTypeName(ctx.op().type), " ", s.Name(),
+                     ": transport direct is only for the gemm_rs and gemm_ar rings"));
+  }
   switch (ctx.op().type) {
     case OpType::kAgGemm:
       return EnqueueAgGemm(ctx, s);

@@ -36,13 +36,16 @@ absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
 // block with beta = 1 on top of what arrived, into `out[r]` rows starting at
 // r*m/tp (out_row_is_block) or 0. Records (reduced, c) on the compute stream
 // after piece c of the own block. The caller forks and joins the comm stream.
+// Over kDirect the peers' blocks are not pieced and not sent: each is one GEMM
+// whose output is the owner's memory (`partial` is then unused).
 absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
                                const std::vector<engine::BufferId>& partial,
                                const std::vector<engine::BufferId>& out, bool out_row_is_block);
 
-// Row-major GEMM helper: C[rows of c at c_row] = A[rows at a_row] x W.
+// Row-major GEMM helper: C[rows of c at c_row] = A[rows at a_row] x W. With
+// c_on_peer, c may belong to another rank (engine.h, GemmArgs::c_on_peer).
 absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
                       int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
-                      float beta = 0.0f);
+                      float beta = 0.0f, bool c_on_peer = false);
 
 }  // namespace overlap::ops

@@ -34,6 +34,7 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   std::vector<Transport> transports;
   if (op.transport == Transport::kAuto) {
     transports = {Transport::kNccl, Transport::kP2p};
+    if (op.type != OpType::kAgGemm) transports.push_back(Transport::kDirect);
   } else {
     transports = {op.transport};
   }
@@ -51,10 +52,15 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   }
   for (OverlapMode mode : modes) {
     for (Transport transport : transports) {
+      // The GEMM's own stores exist only in the fused ring.
+      if (transport == Transport::kDirect && mode != OverlapMode::kRing) continue;
       if (mode == OverlapMode::kChunked || mode == OverlapMode::kRing) {
         std::vector<int> counts = ChunkCandidates(rows_per_rank);
         // Ring also runs whole shards; chunked with one chunk is serial on two streams.
         if (mode == OverlapMode::kRing) counts.insert(counts.begin(), 1);
+        // Direct gemm_rs has nothing to pipeline after its own block: pieces
+        // would only add kernel boundaries (gemm_ar's pieces feed its all-gather).
+        if (transport == Transport::kDirect && op.type == OpType::kGemmRs) counts = {1};
         if (op.chunks > 0) counts = {op.chunks};
         for (int c : counts) out.push_back(Schedule{mode, c, transport});
       } else {

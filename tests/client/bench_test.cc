@@ -46,6 +46,20 @@ TEST(BenchSpecTest, TransportNarrowsAutoButNotSerial) {
   EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
 }
 
+TEST(BenchSpecTest, DirectNarrowsTheReductionsAndLeavesAgGemmAuto) {
+  BenchOptions o;
+  o.shapes = {{"ag_gemm", 256, 128, 64}, {"gemm_ar", 256, 128, 64}};
+  o.repeats = 1;
+  o.transport = "direct";
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->ops.size(), 4u);
+  EXPECT_EQ(spec->ops[0].transport, Transport::kAuto);
+  EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
+  EXPECT_EQ(spec->ops[2].transport, Transport::kDirect);
+  EXPECT_EQ(spec->ops[3].transport, Transport::kNccl);
+}
+
 TEST(BenchSpecTest, DefaultSweepHasFifteenShapes) {
   EXPECT_EQ(DefaultBenchShapes().size(), 15u);
   auto spec = ParseJobSpec(BuildBenchSpec(BenchOptions{}));

@@ -216,6 +216,23 @@ TEST(GraphValidatorTest, ChunkErrors) {
   ExpectInvalid(spec, "ops[0].chunks: 8192 does not divide m/tp = 4096");
 }
 
+TEST(GraphValidatorTest, DirectTransportOnlyForTheReductionRings) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[0].transport = Transport::kDirect;
+  ExpectInvalid(spec, "ops[0].transport: direct is only for gemm_rs and gemm_ar");
+  spec.ops[0].transport = Transport::kAuto;
+  spec.ops[1].transport = Transport::kDirect;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());  // mode auto
+  spec.ops[1].mode = OverlapMode::kRing;
+  spec.ops[1].chunks = 2;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[1].mode = OverlapMode::kChunked;
+  ExpectInvalid(spec, "ops[1].transport: direct only works with mode: ring or auto (got chunked)");
+  spec.ops[1].chunks = 0;
+  spec.ops[1].mode = OverlapMode::kSerial;
+  ExpectInvalid(spec, "(got serial)");
+}
+
 TEST(GraphValidatorTest, DependencyErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops[1].after = {"fc9"};
@@ -327,9 +344,10 @@ TEST(GraphEnumsTest, NamesRoundTrip) {
                         OverlapMode::kRing, OverlapMode::kAuto}) {
     EXPECT_EQ(*ParseOverlapMode(OverlapModeName(m)), m);
   }
-  for (Transport t : {Transport::kAuto, Transport::kNccl, Transport::kP2p}) {
+  for (Transport t : {Transport::kAuto, Transport::kNccl, Transport::kP2p, Transport::kDirect}) {
     EXPECT_EQ(*ParseTransport(TransportName(t)), t);
   }
+  EXPECT_EQ(TransportName(Transport::kDirect), "direct");
   EXPECT_EQ(OpTypeName(OpType::kGemmRs), "gemm_rs");
   EXPECT_EQ(OverlapModeName(OverlapMode::kChunked), "chunked");
   EXPECT_EQ(TransportName(Transport::kP2p), "p2p");

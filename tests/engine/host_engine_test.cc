@@ -395,6 +395,34 @@ TEST(HostEngineTest, RejectsBadHandlesAndRangesWithoutEnqueueing) {
   EXPECT_EQ(Download(*engine, 1, Whole(buf1, 16)), std::vector<float>({1, 2, 3, 4}));
 }
 
+// c_on_peer lets C (only C) live on another device: the stores of a direct
+// schedule. With beta = 1 the peer's C is read as well.
+TEST(HostEngineTest, GemmStoresIntoAPeersBufferOnlyWhenAllowed) {
+  auto engine = MakeHostEngine(2, true, 1 << 20);
+  const StreamId s0 = engine->GetStream(0, StreamRole::kCompute);
+  const BufferId a = Upload(*engine, 0, {1, 2, 3, 4});
+  const BufferId b = Upload(*engine, 0, {1, 0, 0, 1});
+  const BufferId peer_c = Upload(*engine, 1, {10, 20, 30, 40});
+  GemmArgs g;
+  g.dtype = DType::kF32;
+  g.m = 2, g.n = 2, g.k = 2;
+  g.a = {a, 0, 2};
+  g.b = {b, 0, 2};
+  g.c = {peer_c, 0, 2};
+  g.beta = 1.0f;
+  const absl::Status refused = engine->Gemm(s0, g);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("is on device 1"));
+  g.c_on_peer = true;
+  ASSERT_TRUE(engine->Gemm(s0, g).ok());
+  ASSERT_TRUE(engine->Synchronize({0, 1}).ok());
+  EXPECT_EQ(Download(*engine, 1, Whole(peer_c, 16)), std::vector<float>({11, 22, 33, 44}));
+  GemmArgs remote_a = g;
+  remote_a.a = {peer_c, 0, 2};
+  remote_a.c = {a, 0, 2};
+  EXPECT_EQ(engine->Gemm(s0, remote_a).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HostEngineTest, FreeWaitsForQueuedWork) {
   auto engine = MakeHostEngine(1, false);
   const StreamId s = engine->GetStream(0, StreamRole::kCompute);

@@ -145,6 +145,23 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
     Name);
 
+// The GEMM's epilogue stores into the peer's memory over peer access.
+INSTANTIATE_TEST_SUITE_P(
+    DirectRing, LayerOpsGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kRing), ::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(Transport::kDirect),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(
+    ReplayedDirectRing, LayerOpsGraphGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kRing), ::testing::Values(1, 4),
+                       ::testing::Values(Transport::kDirect),
+                       ::testing::Values(DType::kBF16, DType::kF32)),
+    Name);
+
 // Every copy-engine schedule (the ones the job runner replays).
 INSTANTIATE_TEST_SUITE_P(
     ReplayedWhole, LayerOpsGraphGpuTest,

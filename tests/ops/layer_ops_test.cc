@@ -89,6 +89,14 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(2, 4)),
     Name);
 
+// The GEMM's own stores into the peers' memory: the reduction rings only.
+INSTANTIATE_TEST_SUITE_P(
+    DirectRing, LayerOpsTest,
+    ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kRing), ::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(Transport::kDirect), ::testing::Values(2, 3, 4)),
+    Name);
+
 // One rank: no communication at all, every schedule degenerates to the GEMM.
 INSTANTIATE_TEST_SUITE_P(
     SingleRank, LayerOpsTest,
@@ -120,6 +128,27 @@ TEST(LayerOps16BitTest, Bf16AndFp16WithinTolerance) {
       EXPECT_LT(v->max_rel_error, DTypeTolerance(dt)) << DTypeName(dt) << " " << OpTypeName(type);
       EXPECT_GT(v->max_rel_error, 0.0) << "16-bit output cannot be exact";
     }
+  }
+}
+
+// Direct is refused where no GEMM output belongs to another rank, and outside
+// the rings, before anything is enqueued.
+TEST(LayerOpsDirectTest, RefusedOutsideTheReductionRings) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  auto engine = engine::CreateHostEngine(options);
+  ASSERT_TRUE(engine.ok());
+  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs}) {
+    OpSpec op = SmallOp(type, 2);
+    const Schedule ring{OverlapMode::kRing, 1, Transport::kDirect};
+    auto ctx = OpContext::Create(**engine, op, DType::kF32, {0, 1}, BuffersFor(op, 2, ring));
+    ASSERT_TRUE(ctx.ok());
+    const absl::Status st = EnqueueOp(**ctx, type == OpType::kAgGemm
+                                                 ? ring
+                                                 : Schedule{OverlapMode::kChunked, 2,
+                                                            Transport::kDirect});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("transport direct is only for"), std::string::npos) << st;
   }
 }
 

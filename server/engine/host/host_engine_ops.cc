@@ -104,7 +104,8 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
       return absl::InvalidArgumentError(
           absl::StrCat("Gemm ", op.name, ": unknown buffer ", op.ref.buffer));
     }
-    if (it->second.device != s->device) {
+    const bool may_be_remote = i == 2 && g.c_on_peer;
+    if (it->second.device != s->device && !may_be_remote) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Gemm ", op.name, ": buffer ", op.ref.buffer, " is on device ", it->second.device,
           " but stream ", s->name, " is on device ", s->device));

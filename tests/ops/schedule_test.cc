@@ -1,0 +1,77 @@
+// What `auto` may choose among: the direct stores exist only in the rings of
+// the two ops whose GEMM output goes to other ranks.
+#include "server/ops/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace overlap::ops {
+namespace {
+
+OpSpec Op(OpType type, Transport transport = Transport::kAuto,
+          OverlapMode mode = OverlapMode::kAuto) {
+  OpSpec op;
+  op.id = "op";
+  op.type = type;
+  op.m = 1024;  // 512 rows per rank at tp = 2: chunks 2, 4, 8 keep >= 64 rows
+  op.k = 256;
+  op.n = 256;
+  op.transport = transport;
+  op.mode = mode;
+  return op;
+}
+
+std::vector<std::string> Names(const std::vector<Schedule>& schedules) {
+  std::vector<std::string> out;
+  for (const Schedule& s : schedules) out.push_back(s.Name());
+  return out;
+}
+
+std::vector<std::string> DirectOnes(const std::vector<Schedule>& schedules) {
+  std::vector<std::string> out;
+  for (const Schedule& s : schedules) {
+    if (s.transport == Transport::kDirect) out.push_back(s.Name());
+  }
+  return out;
+}
+
+TEST(CandidateSchedulesTest, SerialNcclComesFirst) {
+  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+    const std::vector<Schedule> all = CandidateSchedules(Op(type), 2);
+    ASSERT_FALSE(all.empty());
+    EXPECT_EQ(all[0].Name(), "serial/nccl");
+  }
+}
+
+TEST(CandidateSchedulesTest, DirectOnlyInTheReductionRings) {
+  EXPECT_TRUE(DirectOnes(CandidateSchedules(Op(OpType::kAgGemm), 2)).empty());
+  // gemm_rs over direct has nothing to pipeline after its own block: one piece.
+  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmRs), 2)),
+            std::vector<std::string>({"ring/direct"}));
+  // gemm_ar's own-block pieces feed its all-gather.
+  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmAr), 2)),
+            std::vector<std::string>(
+                {"ring/direct", "ring/2/direct", "ring/4/direct", "ring/8/direct"}));
+}
+
+TEST(CandidateSchedulesTest, ExplicitDirectNarrowsToItsRings) {
+  EXPECT_EQ(Names(CandidateSchedules(Op(OpType::kGemmRs, Transport::kDirect), 2)),
+            std::vector<std::string>({"ring/direct"}));
+  OpSpec ar = Op(OpType::kGemmAr, Transport::kDirect, OverlapMode::kRing);
+  ar.chunks = 4;
+  EXPECT_EQ(Names(CandidateSchedules(ar, 2)), std::vector<std::string>({"ring/4/direct"}));
+  ar.chunks = 2;
+  ar.type = OpType::kGemmRs;  // an explicit chunk count wins over the one-piece default
+  EXPECT_EQ(Names(CandidateSchedules(ar, 2)), std::vector<std::string>({"ring/2/direct"}));
+}
+
+TEST(CandidateSchedulesTest, OneRankRunsSerialOnly) {
+  EXPECT_EQ(Names(CandidateSchedules(Op(OpType::kGemmAr, Transport::kDirect), 1)),
+            std::vector<std::string>({"serial/nccl"}));
+}
+
+}  // namespace
+}  // namespace overlap::ops
