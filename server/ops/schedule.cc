@@ -33,8 +33,10 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
   std::vector<Transport> transports;
   if (op.transport == Transport::kAuto) {
+    // Direct stores are tried only when asked for: on 2x H200 they never beat
+    // the copy engines (docs/PERFORMANCE.md, "Direct stores"), and every extra
+    // candidate costs autotune time.
     transports = {Transport::kNccl, Transport::kP2p};
-    if (op.type != OpType::kAgGemm) transports.push_back(Transport::kDirect);
   } else {
     transports = {op.transport};
   }

@@ -1,5 +1,5 @@
-// What `auto` may choose among: the direct stores exist only in the rings of
-// the two ops whose GEMM output goes to other ranks.
+// What `auto` may choose among. Direct stores exist only in the rings of the two
+// ops whose GEMM output goes to other ranks, and only when asked for.
 #include "server/ops/schedule.h"
 
 #include <gtest/gtest.h>
@@ -46,13 +46,15 @@ TEST(CandidateSchedulesTest, SerialNcclComesFirst) {
   }
 }
 
-TEST(CandidateSchedulesTest, DirectOnlyInTheReductionRings) {
-  EXPECT_TRUE(DirectOnes(CandidateSchedules(Op(OpType::kAgGemm), 2)).empty());
+TEST(CandidateSchedulesTest, DirectOnlyWhenAskedAndOnlyInTheReductionRings) {
+  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+    EXPECT_TRUE(DirectOnes(CandidateSchedules(Op(type), 2)).empty()) << OpTypeName(type);
+  }
   // gemm_rs over direct has nothing to pipeline after its own block: one piece.
-  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmRs), 2)),
+  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmRs, Transport::kDirect), 2)),
             std::vector<std::string>({"ring/direct"}));
   // gemm_ar's own-block pieces feed its all-gather.
-  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmAr), 2)),
+  EXPECT_EQ(DirectOnes(CandidateSchedules(Op(OpType::kGemmAr, Transport::kDirect), 2)),
             std::vector<std::string>(
                 {"ring/direct", "ring/2/direct", "ring/4/direct", "ring/8/direct"}));
 }
