@@ -237,11 +237,6 @@ engine::StreamId CudaEngineImpl::GetStream(int device, engine::StreamRole role, 
   return device * kStreamsPerDevice + role_index * kStreamsPerRole + index;
 }
 
-void CudaEngineImpl::SetGemmSmCountTarget(int device, int sms) {
-  if (!ValidDevice(device) || sms < 0) return;
-  devices_[device]->sm_count_target.store(sms);
-}
-
 int CudaEngineImpl::MultiprocessorCount(int device) const {
   return ValidDevice(device) ? devices_[device]->sm_count : 0;
 }

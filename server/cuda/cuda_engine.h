@@ -29,10 +29,6 @@ namespace overlap::cuda {
 
 class CudaEngine : public engine::Engine {
  public:
-  // SMs the GEMMs of `device` aim to use (cuBLASLt's SM count target), leaving
-  // the rest to NCCL's kernels during an overlap; 0 = no target. Applies to GEMMs
-  // enqueued afterwards. Ignored for an unknown device or a negative count.
-  virtual void SetGemmSmCountTarget(int device, int sms) = 0;
   virtual int MultiprocessorCount(int device) const = 0;
 };
 

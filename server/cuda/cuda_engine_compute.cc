@@ -153,9 +153,8 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   // free: a GEMM that fills every SM first would hold NCCL's kernels back until
   // it ends, whatever the streams' priorities.
   const int budget = CollectiveSmBudget();
-  const int sm_target = args.beside_collective && budget > 0
-                            ? std::max(1, state.sm_count - budget)
-                            : state.sm_count_target.load();
+  const int sm_target =
+      args.beside_collective && budget > 0 ? std::max(1, state.sm_count - budget) : 0;
   const absl::Status status =
       state.gemm->Run(problem, slot->stream.get(), slot->workspace, slot->workspace_bytes,
                       sm_target, [this, device] { return WaitIdle({device}); });

@@ -94,7 +94,6 @@ class CudaEngineImpl final : public CudaEngine {
   absl::Status ReleaseGate(int64_t ticket) override;
   int64_t GateTimeouts(int device) const override;
 
-  void SetGemmSmCountTarget(int device, int sms) override;
   int MultiprocessorCount(int device) const override;
 
  private:
@@ -116,7 +115,6 @@ class CudaEngineImpl final : public CudaEngine {
     std::unique_ptr<GemmLt> gemm;
     CudaEvent barrier_event;    // recorded by Barrier, waited on by the other ranks
     size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
-    std::atomic<int> sm_count_target{0};
   };
   struct BufferEntry {
     int device = 0;

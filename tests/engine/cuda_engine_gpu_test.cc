@@ -27,6 +27,7 @@ using engine::StreamRole;
 using ::testing::HasSubstr;
 
 constexpr int64_t kPoolBytes = int64_t{1} << 30;
+constexpr int kNcclCtas = 16;
 
 class CudaEngineTest : public ::testing::Test {
  protected:
@@ -35,6 +36,9 @@ class CudaEngineTest : public ::testing::Test {
     config.pool_bytes_per_device = kPoolBytes;
     config.gemm_workspace_bytes = int64_t{32} << 20;
     config.collective_timeout_s = 60;
+    // A budget for NCCL beside GEMMs: GEMMs marked beside_collective leave
+    // kNcclCtas SMs free (unmarked work is unaffected).
+    config.nccl_overlap_ctas = kNcclCtas;
     absl::StatusOr<std::unique_ptr<CudaEngine>> created = CreateCudaEngineTyped(config);
     if (created.ok()) {
       engine_ = created->release();
@@ -359,7 +363,11 @@ TEST_F(CudaEngineTest, GemmRejectsBadShapesAndRanges) {
   EXPECT_EQ(eng().Gemm(stream, unknown).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(CudaEngineTest, GemmWithSmCountTargetGivesTheSameProduct) {
+// A GEMM beside a collective runs on SMs - nccl_overlap_ctas SMs (cuBLASLt's SM
+// count target): a different kernel configuration, the same product.
+TEST_F(CudaEngineTest, GemmBesideACollectiveGivesTheSameProduct) {
+  ASSERT_EQ(eng().CollectiveSmBudget(), kNcclCtas);
+  ASSERT_GT(eng().MultiprocessorCount(0), kNcclCtas);
   const int64_t m = 512, n = 384, k = 256;
   const DType dtype = DType::kF32;
   const BufferId a = Alloc(0, m * k * 4);
@@ -372,10 +380,9 @@ TEST_F(CudaEngineTest, GemmWithSmCountTargetGivesTheSameProduct) {
   ASSERT_TRUE(eng().FillConstant(stream, {c_part, 0, size_t(m * n * 4)}, dtype, NAN).ok());
   engine::GemmArgs args = DenseGemm(dtype, a, b, c_full, m, n, k);
   ASSERT_TRUE(eng().Gemm(stream, args).ok());
-  eng().SetGemmSmCountTarget(0, std::max(1, eng().MultiprocessorCount(0) / 2));
   args.c.buffer = c_part;
+  args.beside_collective = true;
   const absl::Status status = eng().Gemm(stream, args);
-  eng().SetGemmSmCountTarget(0, 0);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_TRUE(eng().Synchronize({0}).ok());
   const std::vector<uint8_t> full = Download(c_full, m * n * 4, 0);
@@ -388,6 +395,51 @@ TEST_F(CudaEngineTest, GemmWithSmCountTargetGivesTheSameProduct) {
     max_abs = std::max(max_abs, std::fabs(x));
   }
   EXPECT_LT(max_diff / max_abs, 1e-5);  // fp32 without TF32: only summation order differs
+}
+
+// c_on_peer: a GEMM on device 0 stores (beta = 0) and then accumulates
+// (beta = 1) straight into a device-1 buffer over peer access; the same GEMM
+// stored locally is the reference. Without the flag the peer's C is refused.
+TEST_F(CudaEngineTest, GemmStoresIntoAPeersBuffer) {
+  REQUIRE_GPUS(2);
+  const int64_t m = 256, n = 320, k = 192;
+  const DType dtype = DType::kF32;
+  const size_t c_bytes = m * n * 4;
+  const BufferId a = Alloc(0, m * k * 4);
+  const BufferId b = Alloc(0, k * n * 4);
+  const BufferId local = Alloc(0, c_bytes);
+  const BufferId remote = Alloc(1, c_bytes);
+  const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
+  ASSERT_TRUE(eng().FillRandom(stream, {a, 0, size_t(m * k * 4)}, dtype, 8, 1.0f).ok());
+  ASSERT_TRUE(eng().FillRandom(stream, {b, 0, size_t(k * n * 4)}, dtype, 9, 1.0f).ok());
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  ASSERT_TRUE(eng().FillConstant(eng().GetStream(1, StreamRole::kCompute, 0), {remote, 0, c_bytes},
+                                 dtype, NAN)
+                  .ok());
+  ASSERT_TRUE(eng().Synchronize({1}).ok());
+  engine::GemmArgs args = DenseGemm(dtype, a, b, local, m, n, k);
+  ASSERT_TRUE(eng().Gemm(stream, args).ok());
+  engine::GemmArgs to_peer = args;
+  to_peer.c.buffer = remote;
+  const absl::Status refused = eng().Gemm(stream, to_peer);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("GEMM C"));
+  to_peer.c_on_peer = true;
+  ASSERT_TRUE(eng().Gemm(stream, to_peer).ok());  // overwrites the NaN: beta = 0
+  to_peer.beta = 1.0f;
+  ASSERT_TRUE(eng().Gemm(stream, to_peer).ok());  // reads the peer's C back: twice the product
+  ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
+  const std::vector<uint8_t> once = Download(local, c_bytes, 0);
+  const std::vector<uint8_t> twice = Download(remote, c_bytes, 1);
+  double max_diff = 0, max_abs = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double x = 2 * LoadAsFloat(once.data(), dtype, i);
+    const double y = LoadAsFloat(twice.data(), dtype, i);
+    ASSERT_TRUE(std::isfinite(y)) << i;
+    max_diff = std::max(max_diff, std::fabs(x - y));
+    max_abs = std::max(max_abs, std::fabs(x));
+  }
+  EXPECT_LT(max_diff / max_abs, 1e-5);
 }
 
 TEST_F(CudaEngineTest, EventsTimeWorkOnOneDevice) {
