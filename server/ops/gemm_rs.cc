@@ -1,6 +1,9 @@
 // GEMM+RS (row-parallel with sequence parallelism): rank r holds A[m, k/tp] and
 // W[k/tp, n]; its partial P = A x W [m, n] is reduce-scattered along m, so rank r
 // ends with Y[m/tp, n] = sum over ranks of rows [r*m/tp, (r+1)*m/tp) of P.
+#include <string>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "server/ops/collectives.h"
 #include "server/ops/layer_ops.h"
@@ -127,8 +130,9 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
 // reduction kernel after the last GEMM), in `chunks` pieces; piece c first
 // waits for the rank's own event (arrived_tag, c) unless the tag is empty, and
 // records (reduced, c) after.
-absl::Status OwnBlockOnArrivals(OpContext& ctx, int chunks, const std::vector<engine::BufferId>& out,
-                                bool out_row_is_block, const std::string& arrived_tag) {
+absl::Status OwnBlockOnArrivals(OpContext& ctx, int chunks,
+                                const std::vector<engine::BufferId>& out, bool out_row_is_block,
+                                const std::string& arrived_tag) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp, rc = mr / chunks;
   for (int c = 0; c < chunks; ++c) {

@@ -154,9 +154,10 @@ struct OpRun {
   }
 };
 
-// Copy-engine and direct-store schedules replay as graphs (where the engine has them: the CUDA
-// backend unless graph_replay is off). NCCL's are enqueued: its communicators
-// are non-blocking, and capturing them is not something we have verified.
+// Copy-engine and direct-store schedules replay as graphs (where the engine has
+// them: the CUDA backend unless graph_replay is off). NCCL's are enqueued: its
+// communicators are non-blocking, and capturing them is not something we have
+// verified.
 bool Replays(Transport transport) { return transport != Transport::kNccl; }
 
 v1::TimingStats ToProto(const Summary& s) {
