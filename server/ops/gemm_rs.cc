@@ -172,8 +172,9 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "stored", s));
     }
   }
-  // With two ranks the own block waits for the one writer itself; with more,
-  // the comm stream first adds the slots.
+  // Every own piece runs on the compute stream, so one wait before the first
+  // covers them all: with two ranks for the one writer itself; with more, for
+  // the comm stream, which first adds the slots.
   const bool via_comm = tp > 2;
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
@@ -185,9 +186,10 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine, ctx.Rows(rs.slots[slot], 0, mr, n),
                                               ctx.dtype()));
     }
-    for (int c = 0; c < chunks; ++c) RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
+    RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived"));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived"));
   }
-  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, via_comm ? "arrived" : "");
+  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, /*arrived_tag=*/"");
 }
 
 }  // namespace
