@@ -102,10 +102,12 @@ std::string BuildBenchSpec(const BenchOptions& o) {
         std::string transport = std::string(mode) == "serial" ? "nccl" : o.transport;
         // ag_gemm's GEMM stores nothing remotely: it keeps every transport.
         if (transport == "direct" && s.op == "ag_gemm") transport = "auto";
+        const std::string chunks =
+            std::string(mode) == "auto" && o.chunks > 0 ? absl::StrCat(", chunks: ", o.chunks) : "";
         absl::StrAppendFormat(&spec,
                               "  - {id: %s-%s-%d, type: %s, m: %d, k: %d, n: %d, mode: %s, "
-                              "transport: %s}\n",
-                              ShapeName(s), mode, r, s.op, s.m, s.k, s.n, mode, transport);
+                              "transport: %s%s}\n",
+                              ShapeName(s), mode, r, s.op, s.m, s.k, s.n, mode, transport, chunks);
       }
     }
   }
@@ -274,6 +276,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["telemetry_after"] = node_after ? Telemetry(*node_after) : nlohmann::json::array();
   j["dtype"] = o.dtype;
   j["transport"] = o.transport;
+  j["chunks"] = o.chunks;
   j["iterations"] = o.iterations;
   j["warmup"] = o.warmup;
   j["repeats"] = o.repeats;

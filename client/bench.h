@@ -31,6 +31,8 @@ struct BenchOptions {
   // The transport auto may choose (auto | nccl | p2p | direct); serial is always
   // NCCL, and direct narrows gemm_rs and gemm_ar only.
   std::string transport = "auto";
+  // Pieces for auto's chunked and ring candidates (0: auto tries its usual counts).
+  int chunks = 0;
   int iterations = 20;
   int warmup = 5;
   int repeats = 3;

@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
                     "NCCL; direct narrows gemm_rs and gemm_ar only)")
       ->check(CLI::IsMember({"auto", "nccl", "p2p", "direct"}))
       ->capture_default_str();
+  bench
+      ->add_option("--chunks", bench_options.chunks,
+                   "pieces for auto's chunked and ring candidates (0: its usual counts)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   bench->add_option("--iterations", bench_options.iterations, "timed iterations per op")
       ->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "warm-up iterations per op")

@@ -116,14 +116,18 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
     }
   }
   const std::string chunks_path = absl::StrCat(path, ".chunks");
-  if (op.chunks != 0 && op.mode != OverlapMode::kChunked && op.mode != OverlapMode::kRing) {
-    return Error(chunks_path, "only valid with mode: chunked or ring");
+  // With mode auto, chunks narrows the chunked and ring candidates to that count.
+  if (op.chunks != 0 && (op.mode == OverlapMode::kSerial || op.mode == OverlapMode::kBulk)) {
+    return Error(chunks_path, "only valid with mode: chunked, ring or auto");
   }
   if (op.chunks < 0) {
     return Error(chunks_path, absl::StrCat("must be at least 1 (got ", op.chunks, ")"));
   }
-  if (op.chunks > 0 && (op.m / tp) % op.chunks != 0) {
-    return Error(chunks_path, absl::StrCat(op.chunks, " does not divide m/tp = ", op.m / tp));
+  // Chunks need not divide the rows (the pieces then differ a little, see
+  // ops::PieceOf), but each needs a row.
+  if (op.chunks > op.m / tp) {
+    return Error(chunks_path, absl::StrCat(op.chunks, " is more than m/tp = ", op.m / tp,
+                                           " rows (every chunk needs at least one row)"));
   }
   if (op.transport == Transport::kDirect) {
     const std::string transport_path = absl::StrCat(path, ".transport");

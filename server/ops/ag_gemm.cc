@@ -59,14 +59,14 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const LocalShapes& sh = ctx.shapes();
   const int64_t mr = sh.a_rows, k = sh.a_cols, nl = sh.w_cols;
-  const int64_t rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     const int p = c % 2;
+    const auto [row, rc] = PieceOf(mr, chunks, c);
     std::vector<BufferRef> src, dst;
     for (int r = 0; r < tp; ++r) {
       if (c >= 2) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).comm, r, "gemm", c - 2));
-      src.push_back(ctx.Rows(ctx.rank(r).a, c * rc, rc, k));
+      src.push_back(ctx.Rows(ctx.rank(r).a, row, rc, k));
       dst.push_back(ctx.Rows(ctx.rank(r).pingpong[p], 0, tp * rc, k));
     }
     RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst));
@@ -81,7 +81,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.k = k;
       g.a = ctx.Matrix(rs.pingpong[p], 0, k);
       g.b = ctx.Matrix(rs.w, 0, nl);
-      g.c = ctx.Matrix(rs.y, c * rc, nl);
+      g.c = ctx.Matrix(rs.y, row, nl);
       g.batch = tp;
       g.stride_a = rc * k;
       g.stride_b = 0;
@@ -100,7 +100,6 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.shapes().a_rows, k = ctx.shapes().a_cols;
-  const int64_t rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
@@ -109,16 +108,17 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   for (int s = 1; s < tp; ++s) {
     for (int c = 0; c < chunks; ++c) {
       const int index = s * chunks + c;
+      const auto [piece_row, rc] = PieceOf(mr, chunks, c);
       std::vector<RankTransfer> step;
       for (int r = 0; r < tp; ++r) {
         const int q = (r + s) % tp;
-        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).a, c * rc, rc, k), r,
-                                    ctx.Rows(ctx.rank(r).full, q * mr + c * rc, rc, k)});
+        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).a, piece_row, rc, k), r,
+                                    ctx.Rows(ctx.rank(r).full, q * mr + piece_row, rc, k)});
       }
       RETURN_IF_ERROR(Exchange(ctx, transport, step));
       for (int r = 0; r < tp; ++r) {
         RankState& rs = ctx.rank(r);
-        const int64_t row = ((r + s) % tp) * mr + c * rc;
+        const int64_t row = ((r + s) % tp) * mr + piece_row;
         RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", index));
         RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", index));
         RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, row, rs.y, row, rc));

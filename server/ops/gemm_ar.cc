@@ -46,10 +46,10 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
 }
 
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
-  const int64_t rows = ctx.op().m / chunks;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
-    RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, c * rows, rows, c));
+    const Piece piece = PieceOf(ctx.op().m, chunks, c);
+    RETURN_IF_ERROR(GemmThenAllReduce(ctx, transport, On::kComm, piece.row, piece.rows, c));
   }
   return ctx.JoinComm();
 }
@@ -61,7 +61,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
 // (over kDirect, peers store their partials of our block into our own rows).
 absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
-  const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   const std::vector<engine::BufferId> y = Outputs(ctx);  // partials and results share Y
   RETURN_IF_ERROR(RingReduceScatter(ctx, transport, chunks, y, y, /*out_row_is_block=*/true));
@@ -74,13 +74,14 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
     for (int r = 0; r < tp; ++r) {
       RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "reduced", c));
     }
+    const Piece piece = PieceOf(mr, chunks, c);
     for (int s = 1; s < tp; ++s) {
       std::vector<RankTransfer> step;
       for (int q = 0; q < tp; ++q) {
         const int r = (q + s) % tp;
-        const int64_t row = q * mr + c * rc;
-        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).y, row, rc, n), r,
-                                    ctx.Rows(ctx.rank(r).y, row, rc, n)});
+        const int64_t row = q * mr + piece.row;
+        step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).y, row, piece.rows, n), r,
+                                    ctx.Rows(ctx.rank(r).y, row, piece.rows, n)});
       }
       RETURN_IF_ERROR(Exchange(ctx, transport, step));
     }

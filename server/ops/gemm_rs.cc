@@ -68,17 +68,17 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
   return ctx.JoinComm();
 }
 
-// Chunk c: one batched GEMM computes, for every destination rank j, rows
-// [j*m/tp + c*rc, +rc) of the partial into ping-pong buffer c % 2 (destination
+// Chunk c: one batched GEMM computes, for every destination rank j, the rows
+// of piece c of block j of the partial into ping-pong buffer c % 2 (destination
 // major); the comm stream reduce-scatters it into Y rows [c*rc, +rc) while the
 // next chunk's GEMM runs.
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp, kl = ctx.shapes().a_cols;
-  const int64_t rc = mr / chunks;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     const int p = c % 2;
+    const auto [row, rc] = PieceOf(mr, chunks, c);
     std::vector<BufferRef> src, dst;
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
@@ -90,7 +90,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.m = rc;
       g.n = n;
       g.k = kl;
-      g.a = ctx.Matrix(rs.a, c * rc, kl);
+      g.a = ctx.Matrix(rs.a, row, kl);
       g.b = ctx.Matrix(rs.w, 0, n);
       g.c = ctx.Matrix(rs.pingpong[p], 0, n);
       g.batch = tp;
@@ -101,7 +101,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
       src.push_back(ctx.Rows(rs.pingpong[p], 0, tp * rc, n));
-      dst.push_back(ctx.Rows(rs.y, c * rc, rc, n));
+      dst.push_back(ctx.Rows(rs.y, row, rc, n));
     }
     for (int r = 0; r < tp; ++r) {
       RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "gemm", c));
@@ -134,14 +134,15 @@ absl::Status OwnBlockOnArrivals(OpContext& ctx, int chunks,
                                 const std::vector<engine::BufferId>& out, bool out_row_is_block,
                                 const std::string& arrived_tag) {
   const int tp = ctx.tp();
-  const int64_t mr = ctx.op().m / tp, rc = mr / chunks;
+  const int64_t mr = ctx.op().m / tp;
   for (int c = 0; c < chunks; ++c) {
+    const Piece piece = PieceOf(mr, chunks, c);
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
       if (!arrived_tag.empty()) RETURN_IF_ERROR(ctx.Wait(rs.compute, r, arrived_tag, c));
-      const int64_t row = (out_row_is_block ? r * mr : 0) + c * rc;
-      RETURN_IF_ERROR(
-          GemmRows(ctx, r, rs.compute, rs.a, r * mr + c * rc, out[r], row, rc, /*beta=*/1.0f));
+      const int64_t row = (out_row_is_block ? r * mr : 0) + piece.row;
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr + piece.row, out[r], row,
+                               piece.rows, /*beta=*/1.0f));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced", c));
     }
   }
@@ -201,7 +202,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
     return DirectReduceScatter(ctx, chunks, out, out_row_is_block);
   }
   const int tp = ctx.tp();
-  const int64_t mr = ctx.op().m / tp, n = ctx.op().n, rc = mr / chunks;
+  const int64_t mr = ctx.op().m / tp, n = ctx.op().n;
   auto out_row = [&](int r) { return (out_row_is_block ? r * mr : 0); };
   // Step s: every rank computes block (r + s) % tp, piece by piece, and sends
   // each piece to its owner as soon as it is done. The first arrival lands in
@@ -209,9 +210,10 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
   for (int s = 1; s < tp; ++s) {
     for (int c = 0; c < chunks; ++c) {
       const int index = s * chunks + c;
+      const auto [piece_row, rc] = PieceOf(mr, chunks, c);
       for (int r = 0; r < tp; ++r) {
         RankState& rs = ctx.rank(r);
-        const int64_t row = ((r + s) % tp) * mr + c * rc;
+        const int64_t row = ((r + s) % tp) * mr + piece_row;
         RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, row, partial[r], row, rc));
         RETURN_IF_ERROR(ctx.Record(r, rs.compute, "partial", index));
       }
@@ -219,9 +221,9 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
       for (int r = 0; r < tp; ++r) {
         RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "partial", index));
         const int d = (r + s) % tp;
-        const engine::BufferRef dst = s == 1 ? ctx.Rows(out[d], out_row(d) + c * rc, rc, n)
-                                             : ctx.Rows(ctx.rank(d).slots[s - 2], c * rc, rc, n);
-        step.push_back(RankTransfer{r, ctx.Rows(partial[r], d * mr + c * rc, rc, n), d, dst});
+        const engine::BufferRef dst = s == 1 ? ctx.Rows(out[d], out_row(d) + piece_row, rc, n)
+                                             : ctx.Rows(ctx.rank(d).slots[s - 2], piece_row, rc, n);
+        step.push_back(RankTransfer{r, ctx.Rows(partial[r], d * mr + piece_row, rc, n), d, dst});
       }
       RETURN_IF_ERROR(Exchange(ctx, transport, step));
       // After the last step's transfer of piece c, the owner adds the earlier
@@ -230,10 +232,10 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
       if (s < tp - 1) continue;
       for (int r = 0; r < tp; ++r) {
         RankState& rs = ctx.rank(r);
-        const engine::BufferRef mine = ctx.Rows(out[r], out_row(r) + c * rc, rc, n);
+        const engine::BufferRef mine = ctx.Rows(out[r], out_row(r) + piece_row, rc, n);
         for (int slot = 0; slot < tp - 2; ++slot) {
           RETURN_IF_ERROR(ctx.engine().Accumulate(
-              rs.comm, mine, ctx.Rows(rs.slots[slot], c * rc, rc, n), ctx.dtype()));
+              rs.comm, mine, ctx.Rows(rs.slots[slot], piece_row, rc, n), ctx.dtype()));
         }
         RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
       }

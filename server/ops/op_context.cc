@@ -21,7 +21,7 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
   // The unchunked baselines (GEMM alone, comm alone on either transport) run
   // for every op, so the full buffers and the receive slots are always there.
   const int64_t rows_per_rank = op.m / tp;
-  const int64_t chunk_rows = rows_per_rank / std::max(1, s.chunks);
+  const int64_t chunk_rows = MaxPieceRows(rows_per_rank, std::max(1, s.chunks));
   const bool chunked = s.mode == OverlapMode::kChunked;
   b.slot_count = tp - 1;
   switch (op.type) {

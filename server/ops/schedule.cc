@@ -1,5 +1,7 @@
 #include "server/ops/schedule.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace overlap::ops {
@@ -12,6 +14,33 @@ std::string Schedule::Name() const {
   }
   absl::StrAppend(&name, "/", TransportName(transport));
   return name;
+}
+
+namespace {
+
+// The row where piece c starts.
+int64_t PieceStart(int64_t rows, int chunks, int c) {
+  if (c >= chunks) return rows;
+  if (rows % chunks == 0) return c * (rows / chunks);
+  // Each boundary rounds up to the unit, so a piece is within one unit of
+  // rows / chunks; the unit stays below an eighth of that.
+  const int64_t per_piece = rows / chunks;
+  const int64_t unit = per_piece >= 512 ? 64 : per_piece >= 64 ? 8 : 1;
+  const int64_t exact_units = (c * rows + chunks * unit - 1) / (chunks * unit);  // ceil
+  return std::min(rows, exact_units * unit);
+}
+
+}  // namespace
+
+Piece PieceOf(int64_t rows, int chunks, int c) {
+  const int64_t start = PieceStart(rows, chunks, c);
+  return Piece{start, PieceStart(rows, chunks, c + 1) - start};
+}
+
+int64_t MaxPieceRows(int64_t rows, int chunks) {
+  int64_t most = 0;
+  for (int c = 0; c < chunks; ++c) most = std::max(most, PieceOf(rows, chunks, c).rows);
+  return most;
 }
 
 namespace {

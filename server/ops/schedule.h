@@ -1,6 +1,7 @@
 // A schedule: how one layer op overlaps its collective with its GEMM.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@ namespace overlap::ops {
 
 struct Schedule {
   OverlapMode mode = OverlapMode::kSerial;  // never kAuto here: auto resolves to one of these
-  int chunks = 1;                           // chunked only
+  int chunks = 1;                           // pieces, chunked and ring only
   Transport transport = Transport::kNccl;   // never kAuto here
 
   std::string Name() const;  // e.g. "chunked/4/p2p"
@@ -18,6 +19,18 @@ struct Schedule {
     return mode == other.mode && chunks == other.chunks && transport == other.transport;
   }
 };
+
+// Piece c of `rows` rows cut into `chunks` pieces (chunked and ring modes):
+// equal where `chunks` divides `rows`; otherwise the boundaries sit on whole
+// multiples of 64 rows (8 for small pieces), so the GEMM pieces keep whole
+// tiles, and the earlier pieces take the remainder: the last piece, whose
+// transfer or GEMM no later one can hide, is the smallest.
+struct Piece {
+  int64_t row = 0;
+  int64_t rows = 0;
+};
+Piece PieceOf(int64_t rows, int chunks, int c);
+int64_t MaxPieceRows(int64_t rows, int chunks);
 
 // The schedules `auto` chooses among for `op` at degree `tp` (the mode and
 // transport fields of `op` narrow the set when they are not auto). Serial with

@@ -46,6 +46,23 @@ TEST(BenchSpecTest, TransportNarrowsAutoButNotSerial) {
   EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
 }
 
+TEST(BenchSpecTest, ChunksNarrowAutoButNotSerial) {
+  BenchOptions o;
+  o.shapes = {{"gemm_rs", 384, 128, 64}};
+  o.repeats = 1;
+  o.chunks = 3;
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->ops.size(), 2u);
+  EXPECT_EQ(spec->ops[0].mode, OverlapMode::kAuto);
+  EXPECT_EQ(spec->ops[0].chunks, 3);
+  EXPECT_EQ(spec->ops[1].chunks, 0);
+  o.chunks = 0;  // not narrowed: the field stays out of the spec
+  spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ops[0].chunks, 0);
+}
+
 TEST(BenchSpecTest, DirectNarrowsTheReductionsAndLeavesAgGemmAuto) {
   BenchOptions o;
   o.shapes = {{"ag_gemm", 256, 128, 64}, {"gemm_ar", 256, 128, 64}};

@@ -98,6 +98,23 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
 }
 
+TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.ops = {spec.ops[2]};  // fc2, gemm_rs: 64 rows per rank, which 3 does not divide
+  spec.ops[0].after.clear();
+  spec.ops[0].mode = OverlapMode::kAuto;
+  spec.ops[0].chunks = 3;
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::OpResult& op = result->ops(0);
+  EXPECT_TRUE(op.verified());
+  EXPECT_LT(op.max_rel_error(), 1e-4);
+  // serial, bulk, chunked/3 and ring/3 over p2p; nothing with other counts.
+  EXPECT_EQ(op.auto_reason().rfind("autotuned over 4 schedules", 0), 0u) << op.auto_reason();
+  if (op.mode() == "chunked" || op.mode() == "ring") EXPECT_EQ(op.chunks(), 3);
+}
+
 TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "overlap_tuning_test.db").string();

@@ -162,6 +162,33 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kBF16, DType::kF32)),
     Name);
 
+// Chunk counts that do not divide the 512 rows per rank (at tp = 2): pieces of
+// 176, 168 and 168 rows (3) or 88 and 80 rows (6), on whole 8-row units.
+INSTANTIATE_TEST_SUITE_P(
+    UnevenChunks, LayerOpsGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
+                       ::testing::Values(3, 6),
+                       ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(DType::kBF16, DType::kF32)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(
+    ReplayedUnevenChunks, LayerOpsGraphGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
+                       ::testing::Values(3), ::testing::Values(Transport::kP2p),
+                       ::testing::Values(DType::kBF16)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(UnevenDirectRing, LayerOpsGraphGpuTest,
+                         ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
+                                            ::testing::Values(OverlapMode::kRing),
+                                            ::testing::Values(3, 6),
+                                            ::testing::Values(Transport::kDirect),
+                                            ::testing::Values(DType::kBF16)),
+                         Name);
+
 // Every copy-engine schedule (the ones the job runner replays).
 INSTANTIATE_TEST_SUITE_P(
     ReplayedWhole, LayerOpsGraphGpuTest,

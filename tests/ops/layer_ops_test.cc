@@ -21,7 +21,7 @@ OpSpec SmallOp(OpType type, int tp) {
   OpSpec op;
   op.id = "op";
   op.type = type;
-  op.m = 16 * tp;  // 16 rows per rank: chunks 1, 2, 4, 8 all divide it
+  op.m = 16 * tp;  // 16 rows per rank: chunks 1, 2, 4, 8 divide it, 3, 5, 6 do not
   op.k = 24 * tp;
   op.n = 8 * tp;
   return op;
@@ -88,6 +88,24 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
                        ::testing::Values(2, 4)),
     Name);
+
+// Chunk counts that do not divide the 16 rows per rank: pieces of unequal size.
+INSTANTIATE_TEST_SUITE_P(
+    UnevenChunks, LayerOpsTest,
+    ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
+                       ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
+                       ::testing::Values(3, 5),
+                       ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(2, 3)),
+    Name);
+
+INSTANTIATE_TEST_SUITE_P(UnevenDirectRing, LayerOpsTest,
+                         ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
+                                            ::testing::Values(OverlapMode::kRing),
+                                            ::testing::Values(3, 6),
+                                            ::testing::Values(Transport::kDirect),
+                                            ::testing::Values(2, 3)),
+                         Name);
 
 // The GEMM's own stores into the peers' memory: the reduction rings only.
 INSTANTIATE_TEST_SUITE_P(

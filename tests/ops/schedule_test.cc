@@ -75,5 +75,47 @@ TEST(CandidateSchedulesTest, OneRankRunsSerialOnly) {
             std::vector<std::string>({"serial/nccl"}));
 }
 
+TEST(CandidateSchedulesTest, ChunksNarrowAutosChunkedAndRingCandidates) {
+  OpSpec op = Op(OpType::kGemmRs, Transport::kP2p);
+  op.chunks = 3;
+  EXPECT_EQ(Names(CandidateSchedules(op, 2)),
+            std::vector<std::string>({"serial/p2p", "bulk/p2p", "chunked/3/p2p", "ring/3/p2p"}));
+}
+
+// The rows of every piece, in order.
+std::vector<int64_t> PieceRows(int64_t rows, int chunks) {
+  std::vector<int64_t> out;
+  int64_t next = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const Piece p = PieceOf(rows, chunks, c);
+    EXPECT_EQ(p.row, next) << "piece " << c << " of " << rows << "/" << chunks;
+    next = p.row + p.rows;
+    out.push_back(p.rows);
+  }
+  EXPECT_EQ(next, rows);
+  return out;
+}
+
+TEST(PieceTest, EqualWhereTheCountDivides) {
+  EXPECT_EQ(PieceRows(4096, 4), std::vector<int64_t>({1024, 1024, 1024, 1024}));
+  EXPECT_EQ(PieceRows(100, 4), std::vector<int64_t>({25, 25, 25, 25}));
+  EXPECT_EQ(PieceRows(7, 1), std::vector<int64_t>({7}));
+  EXPECT_EQ(MaxPieceRows(4096, 4), 1024);
+}
+
+TEST(PieceTest, OtherwiseOnWholeTilesWithTheSmallestLast) {
+  EXPECT_EQ(PieceRows(4096, 3), std::vector<int64_t>({1408, 1344, 1344}));
+  EXPECT_EQ(PieceRows(2048, 3), std::vector<int64_t>({704, 704, 640}));
+  EXPECT_EQ(PieceRows(256, 3), std::vector<int64_t>({88, 88, 80}));  // 8-row units
+  EXPECT_EQ(PieceRows(10, 4), std::vector<int64_t>({3, 2, 3, 2}));   // single rows
+  EXPECT_EQ(PieceRows(5, 5), std::vector<int64_t>({1, 1, 1, 1, 1}));
+  EXPECT_EQ(MaxPieceRows(4096, 3), 1408);
+  for (int64_t rows : {3, 17, 64, 129, 1000, 4095, 8191}) {
+    for (int chunks = 1; chunks <= std::min<int64_t>(rows, 16); ++chunks) {
+      for (int64_t r : PieceRows(rows, chunks)) EXPECT_GT(r, 0) << rows << "/" << chunks;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace overlap::ops
