@@ -70,7 +70,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
 
 // Chunk c: one batched GEMM computes, for every destination rank j, the rows
 // of piece c of block j of the partial into ping-pong buffer c % 2 (destination
-// major); the comm stream reduce-scatters it into Y rows [c*rc, +rc) while the
+// major); the comm stream reduce-scatters it into piece c's rows of Y while the
 // next chunk's GEMM runs.
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();

@@ -46,7 +46,9 @@ int64_t MaxPieceRows(int64_t rows, int chunks) {
 namespace {
 
 // Chunk counts worth trying: each chunk must keep enough rows for the GEMM to
-// stay efficient, so small shards get fewer chunks.
+// stay efficient, so small shards get fewer chunks. Only counts that divide the
+// rows: uneven pieces (PieceOf) run, but on 2x H200 3 and 6 never beat 2 or 4
+// (their pieces leave a partial wave of tiles; docs/PERFORMANCE.md).
 std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
   std::vector<int> counts;
   for (int c : {2, 4, 8, 16}) {
