@@ -9,6 +9,7 @@
 // Usage: piece_edges [M N K]   (row-major C[M,N] = A[M,K] x B[K,N], bf16)
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bench/probe_util.h"
+#include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 
@@ -24,12 +26,14 @@ namespace {
 
 using overlap::bench::Median;
 using overlap::cuda::ElemType;
+using overlap::cuda::GemmChain;
+using overlap::cuda::GemmFootprint;
 using overlap::cuda::GemmLt;
 using overlap::cuda::GemmProblem;
 
 constexpr size_t kWorkspace = 32 << 20;
 
-enum class Edge { kFull, kLaunchCompletion, kProgrammatic };
+enum class Edge { kFull, kLaunchCompletion, kProgrammatic, kChain };
 const char* EdgeName(Edge e) {
   switch (e) {
     case Edge::kFull:
@@ -38,6 +42,8 @@ const char* EdgeName(Edge e) {
       return "launch-completion";
     case Edge::kProgrammatic:
       return "programmatic";
+    case Edge::kChain:
+      return "chain (engine)";
   }
   return "?";
 }
@@ -59,7 +65,7 @@ struct Setup {
   GemmLt* gemm = nullptr;
 };
 
-void RunPiece(const Setup& s, int pieces, int p) {
+void RunPiece(const Setup& s, int pieces, int p, int workspace) {
   const int64_t rows = s.m / pieces;
   GemmProblem g;
   g.type = ElemType::kBF16;
@@ -72,7 +78,7 @@ void RunPiece(const Setup& s, int pieces, int p) {
   g.a = static_cast<const char*>(s.a) + p * rows * s.k * 2;
   g.b = s.b;
   g.c = static_cast<char*>(s.c) + p * rows * s.n * 2;
-  auto st = s.gemm->Run(g, s.stream, s.workspaces[p], kWorkspace, 0, [] {
+  auto st = s.gemm->Run(g, s.stream, s.workspaces[workspace], kWorkspace, 0, [] {
     return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
                                                   : absl::InternalError("synchronize");
   });
@@ -85,7 +91,28 @@ void RunPiece(const Setup& s, int pieces, int p) {
 cudaGraphExec_t Capture(const Setup& s, int pieces, Edge edge) {
   CHECK_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed));
   cudaGraphNode_t previous = nullptr;
+  GemmChain chain;
   for (int p = 0; p < pieces; ++p) {
+    if (edge == Edge::kChain) {
+      const int64_t rows = s.m / pieces;
+      const char* a = static_cast<const char*>(s.a) + p * rows * s.k * 2;
+      const char* c = static_cast<const char*>(s.c) + p * rows * s.n * 2;
+      GemmFootprint f;
+      f.a = {a, a + rows * s.k * 2};
+      f.b = {static_cast<const char*>(s.b), static_cast<const char*>(s.b) + s.k * s.n * 2};
+      f.c = {c, c + rows * s.n * 2};
+      absl::StatusOr<int> workspace = chain.Before(s.stream, f);
+      if (!workspace.ok()) {
+        std::fprintf(stderr, "chain: %s\n", std::string(workspace.status().message()).c_str());
+        std::exit(1);
+      }
+      RunPiece(s, pieces, p, *workspace);
+      if (absl::Status st = chain.After(s.stream); !st.ok()) {
+        std::fprintf(stderr, "chain: %s\n", std::string(st.message()).c_str());
+        std::exit(1);
+      }
+      continue;
+    }
     if (previous != nullptr && edge != Edge::kFull) {
       cudaGraphEdgeData data{};
       data.from_port = edge == Edge::kLaunchCompletion ? cudaGraphKernelNodePortLaunchCompletion
@@ -94,7 +121,7 @@ cudaGraphExec_t Capture(const Setup& s, int pieces, Edge edge) {
       CHECK_CUDA(cudaStreamUpdateCaptureDependencies(s.stream, &previous, &data, 1,
                                                      cudaStreamSetCaptureDependencies));
     }
-    RunPiece(s, pieces, p);
+    RunPiece(s, pieces, p, p);
     cudaStreamCaptureStatus status;
     const cudaGraphNode_t* deps = nullptr;
     size_t count = 0;
@@ -151,7 +178,7 @@ std::vector<uint16_t> Download(const Setup& s) {
 
 int main(int argc, char** argv) {
   Setup s;
-  if (argc == 4) {
+  if (argc >= 4) {
     s.m = std::atoll(argv[1]);
     s.n = std::atoll(argv[2]);
     s.k = std::atoll(argv[3]);
@@ -172,35 +199,53 @@ int main(int argc, char** argv) {
   if (!gemm.ok()) return 1;
   s.gemm = gemm->get();
 
-  RunPiece(s, 1, 0);
+  const int rounds = argc == 5 ? std::max(1, std::atoi(argv[4])) : 1;
+  RunPiece(s, 1, 0, 0);
   CHECK_CUDA(cudaStreamSynchronize(s.stream));
   const std::vector<uint16_t> reference = Download(s);
 
-  std::printf("GEMM %lldx%lldx%lld bf16, one replay of P pieces (us)\n",
-              static_cast<long long>(s.m), static_cast<long long>(s.n),
-              static_cast<long long>(s.k));
-  std::printf("%6s %-18s %10s %12s %10s\n", "pieces", "edge", "replay us", "vs 1 piece",
-              "max diff");
-  double whole = 0;
+  std::printf("GEMM %lldx%lldx%lld bf16, one replay of P pieces (us), %d interleaved rounds\n",
+              static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+              rounds);
+  struct Variant {
+    int pieces;
+    Edge edge;
+    std::vector<double> us;
+    double diff = 0;
+  };
+  std::vector<Variant> variants;
   for (int pieces : {1, 2, 4, 8}) {
-    for (Edge edge : {Edge::kFull, Edge::kLaunchCompletion, Edge::kProgrammatic}) {
+    for (Edge edge : {Edge::kFull, Edge::kLaunchCompletion, Edge::kProgrammatic, Edge::kChain}) {
       if (pieces == 1 && edge != Edge::kFull) continue;
-      for (int p = 0; p < pieces; ++p) RunPiece(s, pieces, p);  // tune outside the capture
+      variants.push_back({pieces, edge, {}, 0});
+    }
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (Variant& v : variants) {
+      for (int p = 0; p < v.pieces; ++p) {
+        for (int w = 0; w < 2; ++w) RunPiece(s, v.pieces, p, w);  // tune outside the capture
+      }
       CHECK_CUDA(cudaStreamSynchronize(s.stream));
       CHECK_CUDA(cudaMemset(s.c, 0xff, s.m * s.n * 2));  // NaN: every row must be rewritten
-      cudaGraphExec_t exec = Capture(s, pieces, edge);
-      const double us = TimeReplays(s, exec);
+      cudaGraphExec_t exec = Capture(s, v.pieces, v.edge);
+      v.us.push_back(TimeReplays(s, exec));
       CHECK_CUDA(cudaGraphExecDestroy(exec));
-      if (pieces == 1) whole = us;
       const std::vector<uint16_t> got = Download(s);
-      double diff = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         const double d = std::fabs(Bf16ToFloat(got[i]) - Bf16ToFloat(reference[i]));
-        diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+        v.diff = std::isnan(d) ? INFINITY : std::max(v.diff, d);
       }
-      std::printf("%6d %-18s %10.1f %11.1f%% %10.2g\n", pieces, EdgeName(edge), us,
-                  100.0 * (us / whole - 1), diff);
     }
+  }
+  std::printf("%6s %-18s %10s %12s %10s  %s\n", "pieces", "edge", "median us", "vs 1 piece",
+              "max diff", "each round");
+  const double whole = Median(variants[0].us);
+  for (const Variant& v : variants) {
+    const double us = Median(v.us);
+    std::printf("%6d %-18s %10.1f %11.1f%% %10.2g ", v.pieces, EdgeName(v.edge), us,
+                100.0 * (us / whole - 1), v.diff);
+    for (double u : v.us) std::printf(" %.1f", u);
+    std::printf("\n");
   }
   return 0;
 }

@@ -180,6 +180,10 @@ const std::vector<Field>& Fields() {
                 &DaemonConfig::nccl_nonblocking),
       BoolField("graph_replay", "cuda backend: replay p2p schedules' iterations as CUDA graphs",
                 &DaemonConfig::graph_replay),
+      BoolField("programmatic_edges",
+                "cuda backend: in those graphs, GEMM pieces start as the previous one's last "
+                "wave drains",
+                &DaemonConfig::programmatic_edges),
       BoolField("launch_gate",
                 "hold each timed iteration until the host has enqueued it (time the GPUs only)",
                 &DaemonConfig::launch_gate),

@@ -49,6 +49,12 @@ struct DaemonConfig {
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
   // 3-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
   bool graph_replay = true;
+  // In those graphs, consecutive GEMMs on a stream that share no written bytes
+  // (the pieces of a ring) are joined by programmatic edges, so the next piece
+  // may fill the SMs the previous one's last wave leaves idle (gemm_chain.h).
+  // Off: on H200 it took nothing off a piece boundary (a full edge there costs
+  // 2-3%), and with 8 pieces it lost up to 5% (docs/PERFORMANCE.md, 2026-12-01).
+  bool programmatic_edges = false;
   // Each timed iteration's streams wait at a launch gate until the host has
   // enqueued all of it, so that step times hold the GPUs' time and not the
   // host's enqueue latency (engine.h, HoldStreams).

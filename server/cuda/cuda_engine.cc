@@ -138,8 +138,11 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
 
   size_t workspace = static_cast<size_t>(config_.gemm_workspace_bytes) / 256 * 256;
   const size_t capacity = state.pool->capacity();
-  if (workspace * kStreamsPerDevice > capacity / 4) {
-    workspace = capacity / 4 / kStreamsPerDevice / 256 * 256;
+  // Compute streams chain GEMMs with programmatic edges: a second workspace each.
+  const bool chains = config_.programmatic_edges && config_.graph_replay;
+  const size_t workspaces = kStreamsPerDevice + (chains ? kStreamsPerRole : 0);
+  if (workspace * workspaces > capacity / 4) {
+    workspace = capacity / 4 / workspaces / 256 * 256;
     GetLogger("cuda")->warn("device {}: GEMM workspace cut to {} bytes per stream (pool {} bytes)",
                             device, workspace, capacity);
   }
@@ -149,10 +152,14 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
       slot.device = device;
       slot.role = role == 0 ? engine::StreamRole::kCompute : engine::StreamRole::kComm;
       ASSIGN_OR_RETURN(slot.stream, CudaStream::Create(device, role == 0 ? least : greatest));
+      const bool chained = chains && slot.role == engine::StreamRole::kCompute;
       if (workspace > 0) {
-        ASSIGN_OR_RETURN(slot.workspace, state.pool->Allocate(workspace));
+        for (int w = 0; w < (chained ? 2 : 1); ++w) {
+          ASSIGN_OR_RETURN(slot.workspace[w], state.pool->Allocate(workspace));
+        }
         slot.workspace_bytes = workspace;
       }
+      if (chained) slot.chain = std::make_unique<GemmChain>();
     }
   }
   ASSIGN_OR_RETURN(state.barrier_event, CudaEvent::Create(device, /*timing=*/false));

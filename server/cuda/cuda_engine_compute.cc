@@ -155,9 +155,18 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   const int budget = CollectiveSmBudget();
   const int sm_target =
       args.beside_collective && budget > 0 ? std::max(1, state.sm_count - budget) : 0;
-  const absl::Status status =
-      state.gemm->Run(problem, slot->stream.get(), slot->workspace, slot->workspace_bytes,
-                      sm_target, [this, device] { return WaitIdle({device}); });
+  int workspace = 0;
+  if (slot->chain != nullptr) {
+    GemmFootprint footprint;
+    const char* bytes[3] = {ptrs[0], ptrs[1], ptrs[2]};
+    GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
+    for (int i = 0; i < 3; ++i) *ranges[i] = {bytes[i], bytes[i] + operands[i].span * elem};
+    ASSIGN_OR_RETURN(workspace, slot->chain->Before(slot->stream.get(), footprint));
+  }
+  absl::Status status = state.gemm->Run(problem, slot->stream.get(), slot->workspace[workspace],
+                                        slot->workspace_bytes, sm_target,
+                                        [this, device] { return WaitIdle({device}); });
+  if (status.ok() && slot->chain != nullptr) status = slot->chain->After(slot->stream.get());
   if (!status.ok()) {
     return absl::Status(
         status.code(),

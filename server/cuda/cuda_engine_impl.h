@@ -22,6 +22,7 @@
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/cuda_resources.h"
 #include "server/cuda/device_pool.h"
+#include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 #include "server/cuda/launch_gate.h"
@@ -104,8 +105,11 @@ class CudaEngineImpl final : public CudaEngine {
     int device = 0;
     engine::StreamRole role = engine::StreamRole::kCompute;
     CudaStream stream;
-    void* workspace = nullptr;
+    // workspace[1] exists with programmatic_edges on, for the GEMM that may
+    // start while the previous one on this stream still runs (gemm_chain.h).
+    void* workspace[2] = {nullptr, nullptr};
     size_t workspace_bytes = 0;
+    std::unique_ptr<GemmChain> chain;  // null with programmatic_edges off
   };
   struct DeviceState {
     int index = 0;

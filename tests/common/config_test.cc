@@ -31,6 +31,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.nvls_enable, b.nvls_enable);
   EXPECT_EQ(a.nccl_nonblocking, b.nccl_nonblocking);
   EXPECT_EQ(a.graph_replay, b.graph_replay);
+  EXPECT_EQ(a.programmatic_edges, b.programmatic_edges);
   EXPECT_EQ(a.launch_gate, b.launch_gate);
   EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
   EXPECT_EQ(a.max_iterations, b.max_iterations);
@@ -59,12 +60,26 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
   auto config = ParseDaemonConfig(yaml);
   ASSERT_TRUE(config.ok()) << config.status() << "\n" << yaml;
   ExpectSameConfig(*config, DaemonConfig{});
-  for (const char* key :
-       {"backend", "listen", "allow_insecure_tcp", "state_dir", "log_level", "host_device_count",
-        "host_device_memory_bytes", "hazard_checks", "pool_bytes_per_device",
-        "gemm_workspace_bytes", "nvls_enable", "nccl_nonblocking", "graph_replay", "launch_gate", "collective_timeout_s",
-        "max_iterations",
-        "max_queued_jobs", "drain_timeout_s", "max_spec_bytes"}) {
+  for (const char* key : {"backend",
+                          "listen",
+                          "allow_insecure_tcp",
+                          "state_dir",
+                          "log_level",
+                          "host_device_count",
+                          "host_device_memory_bytes",
+                          "hazard_checks",
+                          "pool_bytes_per_device",
+                          "gemm_workspace_bytes",
+                          "nvls_enable",
+                          "nccl_nonblocking",
+                          "graph_replay",
+                          "programmatic_edges",
+                          "launch_gate",
+                          "collective_timeout_s",
+                          "max_iterations",
+                          "max_queued_jobs",
+                          "drain_timeout_s",
+                          "max_spec_bytes"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
   }
   EXPECT_THAT(yaml, HasSubstr("host_device_memory_bytes: 2GiB"));
@@ -88,6 +103,7 @@ pool_bytes_per_device: 2GiB
 gemm_workspace_bytes: 0
 nvls_enable: true
 graph_replay: false
+programmatic_edges: true
 launch_gate: false
 collective_timeout_s: 2.5
 max_iterations: 500
@@ -108,6 +124,7 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->gemm_workspace_bytes, 0);
   EXPECT_TRUE(config->nvls_enable);
   EXPECT_FALSE(config->graph_replay);
+  EXPECT_TRUE(config->programmatic_edges);
   EXPECT_FALSE(config->launch_gate);
   EXPECT_EQ(config->collective_timeout_s, 2.5);
   EXPECT_EQ(config->max_iterations, 500);

@@ -33,6 +33,10 @@ class EngineEnvironment : public ::testing::Environment {
     if (const char* ctas = std::getenv("OVERLAP_TEST_NCCL_OVERLAP_CTAS")) {
       config.nccl_overlap_ctas = std::atoi(ctas);
     }
+    // ... and the replayed cases with GEMM pieces chained by programmatic edges.
+    if (const char* edges = std::getenv("OVERLAP_TEST_PROGRAMMATIC_EDGES")) {
+      config.programmatic_edges = std::string(edges) == "1";
+    }
     auto e = cuda::CreateCudaEngine(config);
     if (e.ok()) {
       engine_ = std::move(*e);

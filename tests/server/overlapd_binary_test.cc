@@ -270,6 +270,7 @@ TEST_F(OverlapdBinaryTest, BooleanFlagsOverrideTheConfigFileOnlyWhenGiven) {
   std::string yaml = printed({"--print-config"});
   EXPECT_TRUE(has(yaml, "nccl_nonblocking: true")) << yaml;
   EXPECT_TRUE(has(yaml, "graph_replay: true")) << yaml;
+  EXPECT_TRUE(has(yaml, "programmatic_edges: false")) << yaml;
   EXPECT_TRUE(has(yaml, "hazard_checks: false")) << yaml;
   EXPECT_TRUE(has(yaml, "backend: \"host\"")) << yaml;
 
@@ -278,11 +279,13 @@ TEST_F(OverlapdBinaryTest, BooleanFlagsOverrideTheConfigFileOnlyWhenGiven) {
   EXPECT_TRUE(has(yaml, "nccl_nonblocking: false")) << yaml;
   EXPECT_TRUE(has(yaml, "graph_replay: true")) << yaml;
 
-  yaml = printed({"--config", config, "--no-hazard-checks", "--nccl-nonblocking",
-                  "--no-graph-replay", "--no-launch-gate", "--print-config"});
+  yaml =
+      printed({"--config", config, "--no-hazard-checks", "--nccl-nonblocking", "--no-graph-replay",
+               "--programmatic-edges", "--no-launch-gate", "--print-config"});
   EXPECT_TRUE(has(yaml, "hazard_checks: false")) << yaml;
   EXPECT_TRUE(has(yaml, "nccl_nonblocking: true")) << yaml;
   EXPECT_TRUE(has(yaml, "graph_replay: false")) << yaml;
+  EXPECT_TRUE(has(yaml, "programmatic_edges: true")) << yaml;
   EXPECT_TRUE(has(yaml, "launch_gate: false")) << yaml;
 }
 
