@@ -131,6 +131,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       row.tp = x.tp();
       row.mode = ScheduleLabel(x);
       row.auto_repeats.push_back(x.step().median_ms());
+      row.auto_reasons.push_back(x.auto_reason());
       row.serial_repeats.push_back(b->second->step().median_ms());
       gemm.push_back(x.gemm_alone().median_ms());
       comm.push_back(x.comm_alone().median_ms());
@@ -287,16 +288,30 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
-    j["rows"].push_back({{"op", r.shape.op}, {"m", r.shape.m}, {"k", r.shape.k}, {"n", r.shape.n},
-                         {"tp", r.tp}, {"auto_mode", r.mode}, {"step_ms", r.step_ms},
-                         {"serial_ms", r.serial_ms}, {"gemm_alone_ms", r.gemm_ms},
-                         {"comm_alone_ms", r.comm_ms}, {"comm_alone_nccl_ms", r.comm_nccl_ms},
-                         {"comm_alone_p2p_ms", r.comm_p2p_ms}, {"exposed_ms", r.exposed_ms},
-                         {"hidden", r.hidden}, {"tflops", r.tflops}, {"mfu", r.mfu},
-                         {"busbw_gbps", r.busbw}, {"ideal_ms", r.ideal_ms},
-                         {"gemm_slowdown", r.gemm_slowdown}, {"floor_ms", r.floor_ms},
-                         {"host_enqueue_ms", r.host_ms}, {"auto_repeats_ms", r.auto_repeats},
+    j["rows"].push_back({{"op", r.shape.op},
+                         {"m", r.shape.m},
+                         {"k", r.shape.k},
+                         {"n", r.shape.n},
+                         {"tp", r.tp},
+                         {"auto_mode", r.mode},
+                         {"step_ms", r.step_ms},
+                         {"serial_ms", r.serial_ms},
+                         {"gemm_alone_ms", r.gemm_ms},
+                         {"comm_alone_ms", r.comm_ms},
+                         {"comm_alone_nccl_ms", r.comm_nccl_ms},
+                         {"comm_alone_p2p_ms", r.comm_p2p_ms},
+                         {"exposed_ms", r.exposed_ms},
+                         {"hidden", r.hidden},
+                         {"tflops", r.tflops},
+                         {"mfu", r.mfu},
+                         {"busbw_gbps", r.busbw},
+                         {"ideal_ms", r.ideal_ms},
+                         {"gemm_slowdown", r.gemm_slowdown},
+                         {"floor_ms", r.floor_ms},
+                         {"host_enqueue_ms", r.host_ms},
+                         {"auto_repeats_ms", r.auto_repeats},
                          {"serial_repeats_ms", r.serial_repeats},
+                         {"auto_reasons", r.auto_reasons},
                          {"max_rel_error", r.max_rel_error}});
   }
   return j;

@@ -63,6 +63,9 @@ struct BenchRow {
   double step_spread = 0, serial_spread = 0;  // max - min over the repeats' medians
   double max_rel_error = 0;
   std::vector<double> auto_repeats, serial_repeats;
+  // Why auto chose, per repeat: the first tunes (its runoff's scores), the
+  // others name the tuning cache.
+  std::vector<std::string> auto_reasons;
 };
 std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options);
 

@@ -125,6 +125,8 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   *job.mutable_result()->add_ops() = Op(base + "-serial-1", 1.5, 1.0, 0.5);
   *job.mutable_result()->add_ops() = Op(base + "-auto-2", 1.3, 1.0, 0.5);
   *job.mutable_result()->add_ops() = Op(base + "-serial-2", 1.4, 1.0, 0.5);
+  job.mutable_result()->mutable_ops(0)->set_auto_reason("autotuned over 9 schedules");
+  job.mutable_result()->mutable_ops(2)->set_auto_reason("tuning cache (1.150 ms when tuned)");
   std::vector<BenchRow> rows = FoldBench(job, o);
   ASSERT_EQ(rows.size(), 1u);
   const BenchRow& r = rows[0];
@@ -138,6 +140,11 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_EQ(r.mode, "ring/p2p");
   EXPECT_NEAR(r.floor_ms, 1.1, 1e-12);  // max(GEMM 1.0 x slowdown 1.1, comm 0.5)
   EXPECT_NEAR(r.host_ms, 0.3, 1e-12);   // median of 0.3, 0.275, 0.325
+  EXPECT_EQ(r.auto_reasons, (std::vector<std::string>{"autotuned over 9 schedules",
+                                                      "tuning cache (1.150 ms when tuned)", ""}));
+  const nlohmann::json j = BenchJson(job, v1::GetNodeInfoResponse{}, nullptr, rows, o);
+  EXPECT_EQ(j["rows"][0]["auto_reasons"][0], "autotuned over 9 schedules");
+  EXPECT_EQ(j["rows"][0]["auto_mode"], "ring/p2p");
   const std::string table = FormatBench(rows);
   EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
