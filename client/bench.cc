@@ -123,6 +123,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
     BenchRow row;
     row.shape = s;
     std::vector<double> gemm, comm, nccl, p2p, tflops, busbw, slowdown, host, err;
+    std::vector<std::vector<double>> gemm_rank;
     for (int r = 0; r < o.repeats; ++r) {
       auto a = by_id.find(absl::StrCat(ShapeName(s), "-auto-", r));
       auto b = by_id.find(absl::StrCat(ShapeName(s), "-serial-", r));
@@ -134,6 +135,10 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       row.auto_reasons.push_back(x.auto_reason());
       row.serial_repeats.push_back(b->second->step().median_ms());
       gemm.push_back(x.gemm_alone().median_ms());
+      gemm_rank.resize(std::max<size_t>(gemm_rank.size(), x.gemm_alone_rank_ms_size()));
+      for (int i = 0; i < x.gemm_alone_rank_ms_size(); ++i) {
+        gemm_rank[i].push_back(x.gemm_alone_rank_ms(i));
+      }
       comm.push_back(x.comm_alone().median_ms());
       nccl.push_back(x.comm_alone_nccl().median_ms());
       p2p.push_back(x.comm_alone_p2p().median_ms());
@@ -162,6 +167,8 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
     row.floor_ms = std::max(row.gemm_ms * std::max(1.0, row.gemm_slowdown), row.comm_ms);
     row.host_ms = Median(host);
     row.max_rel_error = *std::max_element(err.begin(), err.end());
+    for (const std::vector<double>& t : gemm_rank) row.gemm_rank_ms.push_back(Median(t));
+    row.devices.assign(job.devices().begin(), job.devices().end());
     rows.push_back(row);
   }
   return rows;
@@ -212,6 +219,12 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
               absl::StrFormat("%.3f", floor_ratio), absl::StrFormat("%.1e", r.max_rel_error)});
   }
   std::string out = t.Render();
+  for (const BenchRow& r : rows) {
+    const std::string slow = SlowRankNote(r.gemm_rank_ms, r.devices);
+    if (slow.empty()) continue;
+    absl::StrAppendFormat(&out, "slow GPU? %s %d x %d x %d: %s\n", r.shape.op, r.shape.m, r.shape.k,
+                          r.shape.n, slow);
+  }
   if (!ratios.empty()) {
     absl::StrAppendFormat(
         &out,
@@ -312,6 +325,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
                          {"auto_repeats_ms", r.auto_repeats},
                          {"serial_repeats_ms", r.serial_repeats},
                          {"auto_reasons", r.auto_reasons},
+                         {"gemm_alone_rank_ms", r.gemm_rank_ms},
                          {"max_rel_error", r.max_rel_error}});
   }
   return j;

@@ -66,6 +66,10 @@ struct BenchRow {
   // Why auto chose, per repeat: the first tunes (its runoff's scores), the
   // others name the tuning cache.
   std::vector<std::string> auto_reasons;
+  // GEMM alone per rank (medians over the repeats), and the TP group's devices
+  // in rank order: a slow GPU stands out here (SlowRankNote).
+  std::vector<double> gemm_rank_ms;
+  std::vector<int> devices;
 };
 std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options);
 

@@ -108,6 +108,19 @@ std::string FormatReportHeader(const v1::Job& job) {
                       "  dtype: ", dtype, "\n");
 }
 
+std::string SlowRankNote(const std::vector<double>& ms, const std::vector<int>& devices) {
+  if (ms.size() < 2) return "";
+  const auto [fastest, slowest] = std::minmax_element(ms.begin(), ms.end());
+  if (*fastest <= 0 || *slowest <= *fastest * (1 + kSlowRankFraction)) return "";
+  auto name = [&](size_t rank) {
+    return rank < devices.size() ? absl::StrCat("rank ", rank, " (device ", devices[rank], ")")
+                                 : absl::StrCat("rank ", rank);
+  };
+  return absl::StrFormat("%s: GEMM alone %.3f ms, %.1f%% above %s's %.3f ms",
+                         name(slowest - ms.begin()), *slowest, 100 * (*slowest / *fastest - 1),
+                         name(fastest - ms.begin()), *fastest);
+}
+
 std::string FormatReport(const v1::Job& job) {
   std::string out = FormatReportHeader(job);
   const v1::JobResult& result = job.result();
@@ -150,6 +163,14 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
+  }
+  for (const v1::OpResult& op : result.ops()) {
+    const std::string slow =
+        SlowRankNote({op.gemm_alone_rank_ms().begin(), op.gemm_alone_rank_ms().end()},
+                     {job.devices().begin(), job.devices().end()});
+    if (slow.empty()) continue;
+    absl::StrAppend(&out, op.id(), ": slow GPU? ", slow,
+                    " (`overlapctl node` shows its clocks, power and temperature)\n");
   }
   if (!result.launch_gate()) {
     absl::StrAppend(&out,

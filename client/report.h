@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "google/protobuf/repeated_field.h"
 #include "overlap/v1/overlap.pb.h"
@@ -23,9 +24,20 @@ bool IsUnsuccessfulState(v1::JobState state);
 // per op (op | type | shape | mode | chunks | transport | step ms | GEMM alone
 // ms | comm alone ms | exposed comm ms | hidden % | TFLOP/s | busbw GB/s |
 // verify), a total row (sum of step medians, sum of exposed comm), then one
-// line per op whose mode was picked by auto, saying why. A job without results
+// line per op whose mode was picked by auto, saying why, and one per op with a
+// slow rank (SlowRankNote). A job without results
 // prints the header and its state (and error).
 std::string FormatReport(const v1::Job& job);
+
+// A rank whose GEMM alone ran more than this fraction above the fastest rank's
+// is called out: all ranks run the same GEMM at once, and ranks agreed within
+// ~2% on healthy H200s.
+inline constexpr double kSlowRankFraction = 0.05;
+// "rank 1 (device 3): GEMM alone 0.372 ms, 7.8% above rank 0 (device 2)'s
+// 0.345 ms", for the slowest rank when it is past kSlowRankFraction; ""
+// otherwise. `devices` is the TP group in rank order (may be empty).
+std::string SlowRankNote(const std::vector<double>& gemm_alone_rank_ms,
+                         const std::vector<int>& devices);
 
 // The header line of FormatReport.
 std::string FormatReportHeader(const v1::Job& job);

@@ -45,6 +45,9 @@ struct OpRun {
   OpContext& ctx;
   double host_enqueue_ms = 0;  // median over the last Timed call's iterations
   bool replayed = false;       // the last Timed call's iterations replayed a graph
+  // The last Timed call's times per rank ([rank][iteration]); empty when it
+  // replayed a graph, which only rank 0 times.
+  std::vector<std::vector<double>> rank_times;
 
   void Progress(const std::string& phase, int iteration, int iterations) const {
     if (!hooks.on_progress) return;
@@ -83,6 +86,7 @@ struct OpRun {
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
     std::vector<double> times, host_ms;
+    rank_times.assign(ctx.tp(), {});
     std::optional<engine::GraphId> graph;
     absl::Cleanup destroy_graph = [&] {
       if (graph) engine.DestroyGraph(*graph);
@@ -131,6 +135,7 @@ struct OpRun {
           ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
           worst = std::max(worst, ms);
+          rank_times[r].push_back(ms);
         }
         times.push_back(worst);
       }
@@ -138,6 +143,7 @@ struct OpRun {
     }
     host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
     replayed = graph.has_value();
+    if (replayed) rank_times.clear();
     if (const int64_t late = GateTimeouts(devices) - gate_timeouts; late > 0) {
       GetLogger("ops")->warn(
           "{} {}: {} launch-gate holds ran out ({} ms) before the host had enqueued the "
@@ -299,6 +305,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // long after the other would put them at different clocks and skew step /
   // ideal and the slowdown either way.
   std::vector<double> gemm_t, beside_t, step_t, host_t;
+  std::vector<std::vector<double>> gemm_rank_t(tp);  // a slow GPU shows here
   bool step_replayed = true;
   auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
@@ -311,6 +318,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,
                                                       [&] { return EnqueueGemmAlone(*ctx); }));
     append(gemm_t, g);
+    for (size_t r = 0; r < run.rank_times.size(); ++r) append(gemm_rank_t[r], run.rank_times[r]);
     if (tp > 1) {
       // The GEMM's own time while the collective runs beside it: contention for
       // SMs and HBM bounds what any schedule can hide.
@@ -347,6 +355,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
+  for (const std::vector<double>& t : gemm_rank_t) {
+    if (!t.empty()) res.add_gemm_alone_rank_ms(Summarize(t).median);
+  }
   *res.mutable_comm_alone() = ToProto(comm);
   res.set_host_enqueue_ms(Summarize(host_t).median);
   res.set_graph_replay(step_replayed);

@@ -126,6 +126,15 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   *job.mutable_result()->add_ops() = Op(base + "-auto-2", 1.3, 1.0, 0.5);
   *job.mutable_result()->add_ops() = Op(base + "-serial-2", 1.4, 1.0, 0.5);
   job.mutable_result()->mutable_ops(0)->set_auto_reason("autotuned over 9 schedules");
+  job.add_devices(0);
+  job.add_devices(1);
+  // Rank 1's GEMM runs 10% slower in two of three repeats: its median says so.
+  const double rank_ms[3][2] = {{1.0, 1.1}, {1.0, 1.0}, {1.0, 1.1}};
+  for (int rep = 0; rep < 3; ++rep) {
+    for (double ms : rank_ms[rep]) {
+      job.mutable_result()->mutable_ops(2 * rep)->add_gemm_alone_rank_ms(ms);
+    }
+  }
   job.mutable_result()->mutable_ops(2)->set_auto_reason("tuning cache (1.150 ms when tuned)");
   std::vector<BenchRow> rows = FoldBench(job, o);
   ASSERT_EQ(rows.size(), 1u);
@@ -142,7 +151,10 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NEAR(r.host_ms, 0.3, 1e-12);   // median of 0.3, 0.275, 0.325
   EXPECT_EQ(r.auto_reasons, (std::vector<std::string>{"autotuned over 9 schedules",
                                                       "tuning cache (1.150 ms when tuned)", ""}));
+  EXPECT_EQ(r.gemm_rank_ms, (std::vector<double>{1.0, 1.1}));
+  EXPECT_EQ(r.devices, (std::vector<int>{0, 1}));
   const nlohmann::json j = BenchJson(job, v1::GetNodeInfoResponse{}, nullptr, rows, o);
+  EXPECT_EQ(j["rows"][0]["gemm_alone_rank_ms"][1], 1.1);
   EXPECT_EQ(j["rows"][0]["auto_reasons"][0], "autotuned over 9 schedules");
   EXPECT_EQ(j["rows"][0]["auto_mode"], "ring/p2p");
   const std::string table = FormatBench(rows);
@@ -150,6 +162,10 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
   EXPECT_NE(table.find("auto within max(2%, 2x spread) of serial on 1/1"), std::string::npos);
   EXPECT_NE(table.find("hidden >= 85% where comm alone <= GEMM alone: 0/1"), std::string::npos);
+  EXPECT_NE(table.find("slow GPU? ag_gemm 1000 x 1000 x 1000: rank 1 (device 1): GEMM alone "
+                       "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
+            std::string::npos)
+      << table;
 }
 
 }  // namespace

@@ -128,6 +128,30 @@ TEST(ReportTest, UngatedTimingIsSaid) {
             "include the host's enqueue latency");
 }
 
+TEST(ReportTest, SlowRankNoteNamesTheSlowestRankPastTheThreshold) {
+  EXPECT_EQ(SlowRankNote({}, {}), "");
+  EXPECT_EQ(SlowRankNote({0.345}, {0}), "") << "one rank has no peers to compare with";
+  EXPECT_EQ(SlowRankNote({0.345, 0.360}, {0, 1}), "") << "4.3% is within the threshold";
+  EXPECT_EQ(SlowRankNote({0.0, 0.360}, {0, 1}), "") << "no timing, no verdict";
+  EXPECT_EQ(SlowRankNote({0.350, 0.345, 0.380, 0.372}, {4, 5, 6, 7}),
+            "rank 2 (device 6): GEMM alone 0.380 ms, 10.1% above rank 1 (device 5)'s 0.345 ms");
+  EXPECT_EQ(SlowRankNote({0.372, 0.345}, {}),
+            "rank 0: GEMM alone 0.372 ms, 7.8% above rank 1's 0.345 ms");
+}
+
+TEST(ReportTest, ASlowRankIsCalledOut) {
+  v1::Job job = MakeJob();
+  job.add_devices(2);
+  job.add_devices(3);
+  EXPECT_THAT(FormatReport(job), Not(HasSubstr("slow GPU?")));
+  for (double ms : {4.75, 5.2}) job.mutable_result()->mutable_ops(1)->add_gemm_alone_rank_ms(ms);
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains(
+                  "fc2: slow GPU? rank 1 (device 3): GEMM alone 5.200 ms, 9.5% above rank 0 "
+                  "(device 2)'s 4.750 ms (`overlapctl node` shows its clocks, power and "
+                  "temperature)"));
+}
+
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
   const std::vector<std::string> lines = Lines(FormatReport(MakeJob()));
   const size_t verify_col = lines[1].find("verify");

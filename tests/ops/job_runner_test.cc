@@ -81,6 +81,13 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
     EXPECT_EQ(op.step().samples(), 3);
     EXPECT_GT(op.step().median_ms(), 0);
     EXPECT_GT(op.gemm_alone().median_ms(), 0);
+    // Per rank, in rank order; each iteration's figure is the max over ranks,
+    // so its median is at least every rank's median.
+    ASSERT_EQ(op.gemm_alone_rank_ms_size(), 2);
+    for (double ms : op.gemm_alone_rank_ms()) {
+      EXPECT_GT(ms, 0);
+      EXPECT_LE(ms, op.gemm_alone().median_ms());
+    }
     EXPECT_GT(op.comm_alone().median_ms(), 0);
     EXPECT_LE(op.comm_alone().median_ms(),
               std::max(op.comm_alone_nccl().median_ms(), op.comm_alone_p2p().median_ms()));
