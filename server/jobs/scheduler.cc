@@ -207,6 +207,13 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
     *entry->job.mutable_progress() = progress;
     ChangedLocked(*entry);
   };
+  hooks.on_op_done = [this, entry](const v1::JobResult& so_far) {
+    absl::MutexLock lock(&mu_);
+    *entry->job.mutable_result() = so_far;
+    // Stored too: a daemon that dies mid-job keeps the ops that had finished.
+    StoreLocked(entry->job);
+    ChangedLocked(*entry);
+  };
   hooks.cancelled = [entry] { return entry->cancel.load(std::memory_order_relaxed); };
 
   absl::StatusOr<v1::JobResult> outcome;

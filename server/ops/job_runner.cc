@@ -429,9 +429,10 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
     total += r.step().median_ms();
     exposed += r.exposed_comm_ms();
     *result.add_ops() = std::move(r);
+    result.set_total_step_ms(total);
+    result.set_total_exposed_comm_ms(exposed);
+    if (hooks.on_op_done) hooks.on_op_done(result);
   }
-  result.set_total_step_ms(total);
-  result.set_total_exposed_comm_ms(exposed);
   return result;
 }
 

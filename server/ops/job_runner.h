@@ -18,6 +18,9 @@ class TuningCache;  // server/ops/tuning_cache.h
 struct RunHooks {
   // Called after every phase change and every iteration; cheap, may be null.
   std::function<void(const v1::Progress&)> on_progress;
+  // Called after each op with the result so far (its ops and totals), so that a
+  // running job shows the ops it has finished, and a failed one keeps them; may be null.
+  std::function<void(const v1::JobResult&)> on_op_done;
   // Polled between iterations; when it returns true the run stops with CANCELLED.
   std::function<bool()> cancelled;
 };

@@ -60,8 +60,14 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   std::vector<std::string> phases;
   RunHooks hooks;
   hooks.on_progress = [&](const v1::Progress& p) { phases.push_back(p.op_id() + ":" + p.phase()); };
+  std::vector<std::string> finished;  // the last op of each result so far
+  hooks.on_op_done = [&](const v1::JobResult& so_far) {
+    EXPECT_EQ(so_far.ops_size(), static_cast<int>(finished.size()) + 1);
+    finished.push_back(so_far.ops(so_far.ops_size() - 1).id());
+  };
   auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(finished, (std::vector<std::string>{"fc1", "fc2", "out"}));
   ASSERT_EQ(result->ops_size(), 3);
   EXPECT_EQ(result->ops(0).id(), "fc1");
   EXPECT_EQ(result->ops(1).id(), "fc2");

@@ -256,6 +256,38 @@ TEST_F(SchedulerTest, WatchersSeeProgressAndTheFinalState) {
   EXPECT_EQ(version, Scheduler::kFinalVersion);
 }
 
+TEST_F(SchedulerTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
+  Start(2);
+  v1::Job running = Submit("ops:1:block", {0});
+  v1::Job failed = Submit("ops:2:fail", {1});
+  // The first op's result is there, in memory and stored, while the job runs on.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::Job seen;
+  while (absl::Now() < deadline) {
+    seen = *scheduler_->Get(running.id());
+    if (seen.result().ops_size() == 1) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(seen.state(), v1::RUNNING);
+  ASSERT_EQ(seen.result().ops_size(), 1);
+  EXPECT_EQ(seen.result().ops(0).id(), "op0");
+  absl::StatusOr<v1::Job> stored = store_->Get(running.id());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->state(), v1::RUNNING);
+  EXPECT_EQ(stored->result().ops_size(), 1);
+
+  const v1::Job done = AwaitState(failed.id(), v1::FAILED);
+  EXPECT_EQ(done.error(), "op op2 failed");
+  ASSERT_EQ(done.result().ops_size(), 2);
+  EXPECT_EQ(done.result().ops(1).id(), "op1");
+  EXPECT_DOUBLE_EQ(done.result().total_step_ms(), 3);
+  EXPECT_EQ(store_->Get(failed.id())->result().ops_size(), 2);
+
+  ASSERT_TRUE(scheduler_->Cancel(running.id()).ok());
+  const v1::Job cancelled = AwaitState(running.id(), v1::CANCELLED);
+  EXPECT_EQ(cancelled.result().ops_size(), 1);
+}
+
 TEST_F(SchedulerTest, StatsComeFromStoredTimes) {
   Start();
   Submit("sleep:50", {0, 1});

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/ops/job_runner.h"
@@ -78,6 +79,22 @@ class FakeRunner {
       return value;
     };
     if (kind == "fail") return absl::FailedPreconditionError("verification failed: op ag");
+    // "ops:N:then": N ops finish (each reported), then "fail" or "block" until cancelled.
+    if (kind == "ops") {
+      v1::JobResult so_far;
+      for (int i = 0; i < arg(1); ++i) {
+        v1::OpResult* op = so_far.add_ops();
+        op->set_id(absl::StrCat("op", i));
+        op->mutable_step()->set_median_ms(i + 1);
+        so_far.set_total_step_ms(so_far.total_step_ms() + i + 1);
+        if (hooks.on_op_done) hooks.on_op_done(so_far);
+      }
+      while (parts.size() > 2 && parts[2] == "block") {
+        if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("run cancelled");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      return absl::FailedPreconditionError(absl::StrCat("op op", arg(1), " failed"));
+    }
     if (kind == "abort") return absl::AbortedError("communicator aborted: collective timeout");
     int iterations = 1, ms = 0;
     if (kind == "sleep") ms = arg(1);
