@@ -9,6 +9,7 @@
 #include "client/bench.h"
 #include "client/commands.h"
 #include "client/daemon_client.h"
+#include "client/top.h"
 #include "common/config.h"
 
 namespace {
@@ -50,6 +51,17 @@ int main(int argc, char** argv) {
   watch->add_option("ID", id, "job id")->required();
   CLI::App* node = app.add_subcommand("node", "show the daemon's backend and devices");
   CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
+  overlap::client::TopOptions top_options;
+  CLI::App* top = app.add_subcommand(
+      "top",
+      "live view of the GPUs, one line each per sample: clocks, temperature, power, "
+      "utilization, memory, and the job, op and last step there");
+  top->add_option("--interval", top_options.interval_s, "seconds between samples")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  top->add_option("--count", top_options.count, "samples to print (0: until interrupted)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI::App* report = app.add_subcommand("report", "print the report of a finished job");
   report->add_option("ID", id, "job id")->required();
   overlap::client::BenchOptions bench_options;
@@ -101,6 +113,9 @@ int main(int argc, char** argv) {
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
   if (report->parsed()) rc = commands.Report(id);
+  if (top->parsed()) {
+    rc = overlap::client::RunTop(*client, top_options, json, std::cout, std::cerr);
+  }
   if (bench->parsed()) {
     bench_options.verify = !no_verify;
     if (!bench_shapes.empty()) {

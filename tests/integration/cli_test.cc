@@ -187,6 +187,24 @@ TEST_F(CliTest, NodeShowsHostBackendWithFourDevices) {
   EXPECT_EQ(info["state_dir"], daemon_->state_dir());
 }
 
+TEST_F(CliTest, TopSamplesEveryGpuAndStopsAfterCount) {
+  RunResult top = daemon_->Ctl({"top", "--count", "2", "--interval", "0.05"});
+  ASSERT_EQ(top.exit_code, 0) << Describe(top);
+  const std::vector<std::string> lines = Lines(top.out);
+  ASSERT_EQ(lines.size(), 1u + 2 * 4) << top.out;  // the header once, 4 GPUs per sample
+  EXPECT_THAT(lines[0], StartsWith("# time"));
+  for (int i = 1; i < 9; ++i) EXPECT_EQ(lines[i].size(), lines[0].size()) << lines[i];
+
+  RunResult json = daemon_->Ctl({"top", "--count", "1", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  nlohmann::json sample = ParseJson(json.out);
+  ASSERT_EQ(sample["devices"].size(), 4u);
+  EXPECT_EQ(sample["devices"][3]["device"], 3);
+  EXPECT_EQ(sample["devices"][0]["telemetry_valid"], false);  // the host backend has none
+
+  EXPECT_EQ(daemon_->Ctl({"top", "--interval", "0"}).exit_code, 64);
+}
+
 TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
   RunResult submit = Overlapctl(dir_.path(), daemon_->address(), {"submit", "-"},
                                 std::chrono::seconds(30), {}, graph_);

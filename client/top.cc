@@ -1,0 +1,132 @@
+#include "client/top.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/commands.h"
+#include "client/report.h"
+
+namespace overlap::client {
+namespace {
+
+constexpr int kHeaderEvery = 20;
+constexpr char kLineFormat[] =
+    "%-8s %4s %6s %7s %5s %7s %5s %10s  %-11s %-12s %-36s %-12s %8s %7s\n";
+
+// The running job that holds `device`, or null.
+const v1::Job* JobOn(const std::vector<v1::Job>& running, int device) {
+  for (const v1::Job& job : running) {
+    if (std::find(job.devices().begin(), job.devices().end(), device) != job.devices().end()) {
+      return &job;
+    }
+  }
+  return nullptr;
+}
+
+std::string Phase(const v1::Progress& p) {
+  if (p.phase().empty()) return "-";
+  if (p.iterations() <= 0) return p.phase();
+  return absl::StrCat(p.phase(), " ", p.iteration(), "/", p.iterations());
+}
+
+const v1::OpResult* LastOp(const v1::Job& job) {
+  const auto& ops = job.result().ops();
+  return ops.empty() ? nullptr : &ops[ops.size() - 1];
+}
+
+std::string Or(bool valid, const std::string& value) { return valid ? value : "-"; }
+
+std::string Truncate(const std::string& s, size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 1) + "~";
+}
+
+}  // namespace
+
+std::string TopHeader() {
+  return absl::StrFormat(kLineFormat, "# time", "gpu", "sm MHz", "mem MHz", "temp", "power W",
+                         "util%", "mem used", "job", "op", "phase", "last op", "step ms",
+                         "hidden%");
+}
+
+std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
+                            const std::vector<v1::Job>& running, int64_t now_ms) {
+  const std::string time =
+      absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
+  std::string out;
+  for (const v1::Device& d : node.devices()) {
+    const bool t = d.telemetry_valid();
+    const v1::Job* job = JobOn(running, d.index());
+    const v1::OpResult* last = job ? LastOp(*job) : nullptr;
+    absl::StrAppendFormat(
+        &out, kLineFormat, time, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
+        Or(t, absl::StrCat(d.mem_clock_mhz())), Or(t, absl::StrCat(d.temperature_c())),
+        Or(t, absl::StrFormat("%.1f", d.power_w())), Or(t, absl::StrCat(d.utilization_pct())),
+        FormatBytes(d.memory_used_bytes()), job ? Truncate(job->id(), 11) : "-",
+        job && !job->progress().op_id().empty() ? Truncate(job->progress().op_id(), 12) : "-",
+        job ? Truncate(Phase(job->progress()), 36) : "-", last ? Truncate(last->id(), 12) : "-",
+        last ? absl::StrFormat("%.3f", last->step().median_ms()) : "-",
+        last ? absl::StrFormat("%.1f", 100 * std::clamp(last->hidden_fraction(), 0.0, 1.0)) : "-");
+  }
+  return out;
+}
+
+nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
+                             const std::vector<v1::Job>& running, int64_t now_ms) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const v1::Device& d : node.devices()) {
+    nlohmann::json j = {{"device", d.index()},
+                        {"telemetry_valid", d.telemetry_valid()},
+                        {"memory_used_bytes", d.memory_used_bytes()},
+                        {"job", nullptr},
+                        {"last_op", nullptr}};
+    if (d.telemetry_valid()) {
+      j["sm_clock_mhz"] = d.sm_clock_mhz();
+      j["mem_clock_mhz"] = d.mem_clock_mhz();
+      j["temperature_c"] = d.temperature_c();
+      j["power_w"] = d.power_w();
+      j["utilization_pct"] = d.utilization_pct();
+    }
+    if (const v1::Job* job = JobOn(running, d.index())) {
+      j["job"] = job->id();
+      j["op"] = job->progress().op_id();
+      j["phase"] = job->progress().phase();
+      j["iteration"] = job->progress().iteration();
+      j["iterations"] = job->progress().iterations();
+      if (const v1::OpResult* last = LastOp(*job)) {
+        j["last_op"] = {{"id", last->id()},
+                        {"schedule", last->schedule()},
+                        {"step_ms", last->step().median_ms()},
+                        {"exposed_comm_ms", last->exposed_comm_ms()},
+                        {"hidden", last->hidden_fraction()}};
+      }
+    }
+    devices.push_back(std::move(j));
+  }
+  return {{"time_ms", now_ms}, {"devices", std::move(devices)}};
+}
+
+int RunTop(DaemonClient& client, const TopOptions& options, bool json, std::ostream& out,
+           std::ostream& err) {
+  for (int sample = 0; options.count <= 0 || sample < options.count; ++sample) {
+    if (sample > 0) absl::SleepFor(absl::Seconds(options.interval_s));
+    absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+    if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+    absl::StatusOr<v1::ListJobsResponse> jobs = client.ListJobs(v1::RUNNING, 0);
+    if (!jobs.ok()) return ReportCallError(jobs.status(), client.address(), err);
+    const std::vector<v1::Job> running(jobs->jobs().begin(), jobs->jobs().end());
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    if (json) {
+      out << TopSampleJson(*node, running, now_ms).dump() << "\n";
+    } else {
+      if (sample % kHeaderEvery == 0) out << TopHeader();
+      out << FormatTopSample(*node, running, now_ms);
+    }
+    out.flush();
+  }
+  return kExitOk;
+}
+
+}  // namespace overlap::client

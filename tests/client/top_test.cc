@@ -1,0 +1,88 @@
+// `overlapctl top`: one fixed-width line per GPU per sample, and its JSON form.
+#include "client/top.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace overlap::client {
+namespace {
+
+// 2026-12-01 02:58:53.250 UTC.
+constexpr int64_t kNowMs = int64_t{1796093933} * 1000 + 250;
+
+v1::GetNodeInfoResponse TwoGpus() {
+  v1::GetNodeInfoResponse node;
+  v1::Device* d0 = node.add_devices();
+  d0->set_index(0);
+  d0->set_telemetry_valid(true);
+  d0->set_sm_clock_mhz(1980);
+  d0->set_mem_clock_mhz(3201);
+  d0->set_temperature_c(41);
+  d0->set_power_w(306.94);
+  d0->set_utilization_pct(99);
+  d0->set_memory_used_bytes(int64_t{12} << 30);
+  v1::Device* d1 = node.add_devices();
+  d1->set_index(1);  // no telemetry (host backend, or NVML missing)
+  return node;
+}
+
+v1::Job RunningOn0() {
+  v1::Job job;
+  job.set_id("job-000007");
+  job.add_devices(0);
+  job.mutable_progress()->set_op_id("fc2");
+  job.mutable_progress()->set_phase("timed");
+  job.mutable_progress()->set_iteration(7);
+  job.mutable_progress()->set_iterations(20);
+  v1::OpResult* fc1 = job.mutable_result()->add_ops();
+  fc1->set_id("fc1");
+  fc1->set_schedule("ring/p2p");
+  fc1->mutable_step()->set_median_ms(5.25);
+  fc1->set_hidden_fraction(0.667);
+  return job;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
+  const std::vector<std::string> lines =
+      Lines(TopHeader() + FormatTopSample(TwoGpus(), {RunningOn0()}, kNowMs));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("# time", 0), 0u);
+  // Every line has the header's width: the columns stay put as samples stream.
+  EXPECT_EQ(lines[1].size(), lines[0].size());
+  EXPECT_EQ(lines[2].size(), lines[0].size());
+  const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
+  EXPECT_EQ(gpu0, (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
+                                            "12.00", "GiB", "job-000007", "fc2", "timed", "7/20",
+                                            "fc1", "5.250", "66.7"}));
+  const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
+  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "0", "B", "-",
+                                            "-", "-", "-", "-", "-"}));
+}
+
+TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
+  const nlohmann::json j = TopSampleJson(TwoGpus(), {RunningOn0()}, kNowMs);
+  EXPECT_EQ(j["time_ms"], kNowMs);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  const nlohmann::json& gpu0 = j["devices"][0];
+  EXPECT_EQ(gpu0["sm_clock_mhz"], 1980);
+  EXPECT_EQ(gpu0["job"], "job-000007");
+  EXPECT_EQ(gpu0["phase"], "timed");
+  EXPECT_EQ(gpu0["iteration"], 7);
+  EXPECT_EQ(gpu0["last_op"]["id"], "fc1");
+  EXPECT_EQ(gpu0["last_op"]["schedule"], "ring/p2p");
+  EXPECT_DOUBLE_EQ(gpu0["last_op"]["step_ms"].get<double>(), 5.25);
+  const nlohmann::json& gpu1 = j["devices"][1];
+  EXPECT_FALSE(gpu1.contains("sm_clock_mhz"));
+  EXPECT_TRUE(gpu1["job"].is_null());
+  EXPECT_TRUE(gpu1["last_op"].is_null());
+}
+
+}  // namespace
+}  // namespace overlap::client
