@@ -89,8 +89,8 @@ absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text
 std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
-      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n", o.dtype,
-      o.iterations, o.warmup, o.verify ? "true" : "false");
+      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nhead_start: %s\n", o.dtype,
+      o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start);
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }
@@ -299,6 +299,8 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   // Whether the GPUs waited for the host to enqueue each timed iteration (GPU time only).
   j["launch_gate"] = job.result().launch_gate();
   j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
+  // What the GPUs did while the host enqueued each gated iteration (heat | idle).
+  j["head_start"] = job.result().head_start();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
     j["rows"].push_back({{"op", r.shape.op},

@@ -37,6 +37,8 @@ struct BenchOptions {
   int warmup = 5;
   int repeats = 3;
   bool verify = true;
+  std::string head_start =
+      "heat";                // heat | idle: what the GPUs do while a timed iteration is enqueued
   double peak_tflops = 989;  // dense bf16/fp16 datasheet peak of an H100/H200 SXM
 };
 

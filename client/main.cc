@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
   bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
       ->capture_default_str();
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");
+  bench
+      ->add_option("--head-start", bench_options.head_start,
+                   "what the GPUs do while the host enqueues a timed iteration: heat (the op's "
+                   "GEMM, as in a training loop) | idle")
+      ->check(CLI::IsMember({"heat", "idle"}))
+      ->capture_default_str();
   bench->add_option("--devices", bench_options.devices,
                     "the TP group, e.g. 0,1,2,3 (default: every device)")
       ->delimiter(',');

@@ -177,6 +177,11 @@ std::string FormatReport(const v1::Job& job) {
                     "timing: ungated (launch_gate off, or a daemon before launch gates): step "
                     "times include the host's enqueue latency\n");
   }
+  if (result.head_start() == "idle") {
+    absl::StrAppend(&out,
+                    "timing: idle head start: the GPUs waited while the host enqueued each "
+                    "iteration, and a rested GPU runs faster\n");
+  }
   if (result.nccl_overlap_ctas() > 0) {
     absl::StrAppend(&out, "NCCL beside a GEMM: at most ", result.nccl_overlap_ctas(),
                     " CTAs, the GEMM leaves their SMs free\n");

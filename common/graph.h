@@ -50,6 +50,12 @@ struct JobSpec {
   int iterations = 20;
   int warmup = 5;
   bool verify = true;
+  // What the GPUs do while the host enqueues each timed iteration behind its
+  // launch gate: run the op's GEMM (heat, the default), as a training loop's GPUs
+  // would be busy with the previous layer, or wait (idle). An idle GPU banks
+  // power headroom: a 2 ms rest made a 5.6 ms GEMM 10% faster on an H200, which
+  // favoured schedules with a slow enqueue (docs/PERFORMANCE.md).
+  bool heat_head_start = true;
   int priority = 0;
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()

@@ -22,7 +22,7 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 const char* const kTopLevelFields[] = {"name",   "devices",  "dtype", "iterations", "warmup",
-                                       "verify", "priority", "seed",  "ops"};
+                                       "verify", "priority", "seed",  "ops",        "head_start"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",    "n",
                                  "mode", "chunks", "transport", "after"};
 
@@ -163,6 +163,12 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.warmup, ReadInt(value, 0, key));
     } else if (key == "verify") {
       ASSIGN_OR_RETURN(spec.verify, WithPath(yaml_util::ReadBool(value), key));
+    } else if (key == "head_start") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
+      if (name != "heat" && name != "idle") {
+        return FieldError(key, absl::StrCat("must be heat or idle (got \"", name, "\")"));
+      }
+      spec.heat_head_start = name == "heat";
     } else if (key == "priority") {
       ASSIGN_OR_RETURN(spec.priority, ReadInt(value, kInt32Min, key));
     } else if (key == "seed") {

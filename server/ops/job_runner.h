@@ -33,6 +33,19 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
                                      const std::vector<int>& devices, const RunHooks& hooks,
                                      TuningCache* tuning_cache);
 
+// The heat head start before a gated timed iteration (JobSpec::heat_head_start):
+// `whole_gemms` runs of the per-rank GEMM, then one over its first `rows` rows,
+// together covering 1.25x the host's enqueue time `host_ms` plus a margin. The
+// share is a power of two (down to 1/kHeadStartMinShare of the m rows), so
+// that the GEMM shapes to tune stay few. `gemm_ms` is the whole GEMM's time.
+inline constexpr double kHeadStartMarginMs = 0.02;
+inline constexpr int64_t kHeadStartMinShare = 16;
+struct HeadStartPlan {
+  int whole_gemms = 0;
+  int64_t rows = 0;
+};
+HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m);
+
 // Bytes every device of the group needs for the job's largest op (ops run one
 // after another and free their buffers). Used to refuse a job at submission.
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp);

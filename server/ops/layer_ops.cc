@@ -43,13 +43,15 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
   return absl::InvalidArgumentError("unknown op type");
 }
 
-absl::Status EnqueueGemmAlone(OpContext& ctx) {
+absl::Status EnqueueGemmAlone(OpContext& ctx) { return EnqueueGemmAloneRows(ctx, ctx.op().m); }
+
+absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     const bool ag = ctx.op().type == OpType::kAgGemm;
     const engine::BufferId a = ag ? rs.full : rs.a;
     const engine::BufferId c = ctx.op().type == OpType::kGemmRs ? rs.full : rs.y;
-    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, ctx.op().m));
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,9 @@ absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& schedule);  // gemm_a
 absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
 // The unchunked per-rank GEMM alone, no communication.
 absl::Status EnqueueGemmAlone(OpContext& ctx);
+// Its first `rows` rows only: the head start that keeps a GPU busy while the
+// host enqueues a timed iteration (job_runner.cc).
+absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows);
 // The unchunked collective alone, no GEMM (reads whatever the buffers hold).
 absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
 

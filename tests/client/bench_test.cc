@@ -17,6 +17,7 @@ TEST(BenchSpecTest, InterleavesAutoAndSerialRepeatsPerShape) {
   auto spec = ParseJobSpec(BuildBenchSpec(o));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->devices, (std::vector<int>{1, 0}));
+  EXPECT_TRUE(spec->heat_head_start);
   ASSERT_EQ(spec->ops.size(), 8u);
   const std::vector<std::string> ids = {
       "ag_gemm-256x128x64-auto-0", "ag_gemm-256x128x64-serial-0", "ag_gemm-256x128x64-auto-1",
@@ -199,12 +200,22 @@ TEST(BenchJsonTest, RecordsTelemetryBeforeAndAfter) {
   EXPECT_TRUE(BenchJson(job, before, nullptr, {}, BenchOptions{})["telemetry_after"].empty());
 }
 
+TEST(BenchSpecTest, IdleHeadStartReachesTheSpec) {
+  BenchOptions o;
+  o.head_start = "idle";
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->heat_head_start);
+}
+
 TEST(BenchJsonTest, SaysWhetherTheTimingWasGated) {
   v1::GetNodeInfoResponse node;
   v1::Job job;
   EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["launch_gate"], false);
   job.mutable_result()->set_launch_gate(true);
   EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["launch_gate"], true);
+  job.mutable_result()->set_head_start("heat");
+  EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["head_start"], "heat");
 }
 
 }  // namespace

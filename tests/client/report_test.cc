@@ -128,6 +128,16 @@ TEST(ReportTest, UngatedTimingIsSaid) {
             "include the host's enqueue latency");
 }
 
+TEST(ReportTest, IdleHeadStartIsSaid) {
+  v1::Job job = MakeJob();
+  job.mutable_result()->set_head_start("heat");
+  EXPECT_EQ(FormatReport(job).find("head start"), std::string::npos);
+  job.mutable_result()->set_head_start("idle");
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains("timing: idle head start: the GPUs waited while the host "
+                                  "enqueued each iteration, and a rested GPU runs faster"));
+}
+
 TEST(ReportTest, SlowRankNoteNamesTheSlowestRankPastTheThreshold) {
   EXPECT_EQ(SlowRankNote({}, {}), "");
   EXPECT_EQ(SlowRankNote({0.345}, {0}), "") << "one rank has no peers to compare with";

@@ -104,6 +104,7 @@ ops:
   EXPECT_EQ(spec->iterations, 20);
   EXPECT_EQ(spec->warmup, 5);
   EXPECT_TRUE(spec->verify);
+  EXPECT_TRUE(spec->heat_head_start);
   EXPECT_EQ(spec->priority, 0);
   EXPECT_EQ(spec->seed, 1234u);
   ASSERT_EQ(spec->ops.size(), 1u);
@@ -119,6 +120,7 @@ TEST(GraphParserTest, ParsesOtherValues) {
 name: x
 dtype: fp16
 verify: false
+head_start: idle
 priority: -3
 seed: 18446744073709551615
 iterations: 1
@@ -129,6 +131,7 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->dtype, DType::kF16);
   EXPECT_FALSE(spec->verify);
+  EXPECT_FALSE(spec->heat_head_start);
   EXPECT_EQ(spec->priority, -3);
   EXPECT_EQ(spec->seed, 18446744073709551615u);
   EXPECT_EQ(spec->iterations, 1);
@@ -195,6 +198,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"warmup: -1\n" OP(""), "warmup: must be a non-negative integer (got \"-1\")"},
         ErrorCase{"verify: maybe\n" OP(""), "verify: must be true or false (got \"maybe\")"},
         ErrorCase{"verify: yes\n" OP(""), "verify: must be true or false (got \"yes\")"},
+        ErrorCase{"head_start: sleep\n" OP(""), "head_start: must be heat or idle (got \"sleep\")"},
         ErrorCase{"priority: high\n" OP(""), "priority: must be an integer (got \"high\")"},
         ErrorCase{"seed: -1\n" OP(""), "seed: must be a non-negative integer (got \"-1\")"},
         ErrorCase{"seed: 18446744073709551616\n" OP(""),

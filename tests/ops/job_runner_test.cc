@@ -111,6 +111,40 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
 }
 
+TEST(JobRunnerTest, HeadStartCoversTheEnqueueWithFewGemmShapes) {
+  // 1 ms GEMM over 1024 rows. A graph's 0.05 ms enqueue: an eighth of the rows
+  // (0.125 ms) covers 1.25 x 0.05 + 0.02 = 0.0825 ms, a sixteenth would not.
+  HeadStartPlan p = PlanHeadStart(0.05, 1.0, 1024);
+  EXPECT_EQ(p.whole_gemms, 0);
+  EXPECT_EQ(p.rows, 128);
+  // A 2 ms NCCL enqueue needs 2.52 ms: two whole GEMMs, then all rows again
+  // (half the rows, 0.5 ms, would fall short of the 0.52 left).
+  p = PlanHeadStart(2.0, 1.0, 1024);
+  EXPECT_EQ(p.whole_gemms, 2);
+  EXPECT_EQ(p.rows, 1024);
+  // Never below a sixteenth of the rows, however short the enqueue.
+  p = PlanHeadStart(0.0, 10.0, 1024);
+  EXPECT_EQ(p.whole_gemms, 0);
+  EXPECT_EQ(p.rows, 64);
+  // Odd row counts are not split.
+  EXPECT_EQ(PlanHeadStart(0.0, 10.0, 999).rows, 999);
+  EXPECT_EQ(PlanHeadStart(0.0, 10.0, 6).rows, 3);
+}
+
+TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
+  auto engine = Engine();
+  ASSERT_TRUE(engine->HasGates());
+  JobSpec spec = SmallJob();
+  auto heat = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(heat.ok()) << heat.status();
+  EXPECT_EQ(heat->head_start(), "heat");
+  spec.heat_head_start = false;
+  auto idle = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(idle->head_start(), "idle");
+  for (const v1::OpResult& op : idle->ops()) EXPECT_TRUE(op.verified());
+}
+
 TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   auto engine = Engine();
   JobSpec spec = SmallJob();
