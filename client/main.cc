@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "client/bench.h"
+#include "client/check.h"
 #include "client/commands.h"
 #include "client/daemon_client.h"
 #include "client/top.h"
@@ -51,6 +52,25 @@ int main(int argc, char** argv) {
   watch->add_option("ID", id, "job id")->required();
   CLI::App* node = app.add_subcommand("node", "show the daemon's backend and devices");
   CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
+  overlap::client::CheckOptions check_options;
+  bool no_links = false;
+  CLI::App* check = app.add_subcommand(
+      "check",
+      "find a slow GPU or link: the same GEMM on every GPU at once, then an all-gather "
+      "over every pair (exit 1 when something is slow)");
+  check
+      ->add_option("--devices", check_options.devices, "GPUs to check, e.g. 0,1,2,3 (default: all)")
+      ->delimiter(',');
+  check->add_option("--gemm-size", check_options.gemm_size, "m = k = n of each GPU's bf16 GEMM")
+      ->check(CLI::Range(int64_t{16}, int64_t{65536}))
+      ->capture_default_str();
+  check->add_option("--link-mib", check_options.link_mib, "MiB per rank in each pair's all-gather")
+      ->check(CLI::Range(int64_t{1}, int64_t{16384}))
+      ->capture_default_str();
+  check->add_option("--iterations", check_options.iterations, "timed iterations per job")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  check->add_flag("--no-links", no_links, "check the GPUs only");
   overlap::client::TopOptions top_options;
   CLI::App* top = app.add_subcommand(
       "top",
@@ -119,6 +139,10 @@ int main(int argc, char** argv) {
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
   if (report->parsed()) rc = commands.Report(id);
+  if (check->parsed()) {
+    check_options.links = !no_links;
+    rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);
+  }
   if (top->parsed()) {
     rc = overlap::client::RunTop(*client, top_options, json, std::cout, std::cerr);
   }

@@ -205,6 +205,28 @@ TEST_F(CliTest, TopSamplesEveryGpuAndStopsAfterCount) {
   EXPECT_EQ(daemon_->Ctl({"top", "--interval", "0"}).exit_code, 64);
 }
 
+TEST_F(CliTest, CheckRunsEveryGpuAndEveryPair) {
+  RunResult check = daemon_->Ctl(
+      {"check", "--gemm-size", "64", "--link-mib", "1", "--iterations", "2", "--json"});
+  // Host timings are noisy: "slow" (exit 1) may come up, a failure may not.
+  ASSERT_TRUE(check.exit_code == 0 || check.exit_code == 1) << Describe(check);
+  nlohmann::json j = ParseJson(check.out);
+  ASSERT_EQ(j["gpus"].size(), 4u);
+  ASSERT_EQ(j["links"].size(), 6u);  // every pair of 4
+  EXPECT_EQ(j["links"][5]["a"], 2);
+  EXPECT_EQ(j["links"][5]["b"], 3);
+  for (const auto& g : j["gpus"]) EXPECT_GT(g["gemm_ms"].get<double>(), 0);
+  for (const auto& l : j["links"]) EXPECT_GT(l["p2p_gbps"].get<double>(), 0);
+  EXPECT_EQ(check.exit_code == 1, !j["slow_gpus"].empty() || !j["slow_links"].empty());
+  // They ran as ordinary jobs: the list has them.
+  RunResult list = daemon_->Ctl({"list"});
+  EXPECT_THAT(list.out, HasSubstr("check-link-2-3"));
+  EXPECT_THAT(list.out, HasSubstr("check-gpu-0"));
+
+  RunResult bad = daemon_->Ctl({"check", "--devices", "0,9", "--no-links"});
+  EXPECT_EQ(bad.exit_code, 3) << Describe(bad);  // the daemon refuses device 9
+}
+
 TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
   RunResult submit = Overlapctl(dir_.path(), daemon_->address(), {"submit", "-"},
                                 std::chrono::seconds(30), {}, graph_);

@@ -1,0 +1,230 @@
+#include "client/check.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "client/report.h"
+#include "client/table.h"
+
+namespace overlap::client {
+namespace {
+
+// The link check's all-gather: shards of kLinkK bf16 columns, a GEMM of
+// kLinkN columns after it that costs next to nothing.
+constexpr int64_t kLinkK = 4096;
+constexpr int64_t kLinkN = 128;
+constexpr int kWarmup = 2;
+
+int64_t LinkShardRows(const CheckOptions& o) {
+  return o.link_mib * (int64_t{1} << 20) / (kLinkK * 2);
+}
+
+std::string JobHead(const std::string& name, const std::vector<int>& devices,
+                    const CheckOptions& o) {
+  return absl::StrFormat(
+      "name: %s\ndevices: [%s]\ndtype: bf16\niterations: %d\nwarmup: %d\nverify: false\nops:\n",
+      name, absl::StrJoin(devices, ", "), o.iterations, kWarmup);
+}
+
+std::string Percent(double x) { return absl::StrFormat("%+.1f%%", 100 * x); }
+
+// Submits `spec` and follows it to its end.
+absl::StatusOr<v1::Job> RunJob(DaemonClient& client, const std::string& spec) {
+  absl::StatusOr<v1::Job> job = client.SubmitJob(spec, "check");
+  if (!job.ok()) return job.status();
+  return client.WatchJob(job->id(), [](const v1::Job&) {});
+}
+
+}  // namespace
+
+std::string GpuCheckSpec(int device, const CheckOptions& o) {
+  const int64_t s = o.gemm_size;
+  return JobHead(absl::StrCat("check-gpu-", device), {device}, o) +
+         absl::StrFormat("  - {id: gemm, type: ag_gemm, m: %d, k: %d, n: %d, mode: serial}\n", s, s,
+                         s);
+}
+
+std::string LinkCheckSpec(int a, int b, const CheckOptions& o) {
+  return JobHead(absl::StrCat("check-link-", a, "-", b), {a, b}, o) +
+         absl::StrFormat(
+             "  - {id: link, type: ag_gemm, m: %d, k: %d, n: %d, mode: serial, transport: p2p}\n",
+             2 * LinkShardRows(o), kLinkK, 2 * kLinkN);
+}
+
+double LinkGbps(const CheckOptions& o, double ms) {
+  const double bytes = static_cast<double>(LinkShardRows(o)) * kLinkK * 2;
+  return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
+}
+
+std::vector<size_t> SlowGpus(const CheckResult& r) {
+  std::vector<size_t> slow;
+  double fastest = 0;
+  for (const GpuCheck& g : r.gpus) {
+    if (g.gemm_ms > 0 && (fastest == 0 || g.gemm_ms < fastest)) fastest = g.gemm_ms;
+  }
+  for (size_t i = 0; i < r.gpus.size(); ++i) {
+    if (fastest > 0 && r.gpus[i].gemm_ms > fastest * (1 + kSlowGpuFraction)) slow.push_back(i);
+  }
+  return slow;
+}
+
+std::vector<size_t> SlowLinks(const CheckResult& r) {
+  std::vector<size_t> slow;
+  double best = 0;
+  for (const LinkCheck& l : r.links) best = std::max(best, l.p2p_gbps);
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    if (r.links[i].p2p_gbps < best * (1 - kSlowLinkFraction)) slow.push_back(i);
+  }
+  return slow;
+}
+
+std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
+  std::string out;
+  const std::vector<size_t> slow_gpus = SlowGpus(r), slow_links = SlowLinks(r);
+  auto is_in = [](const std::vector<size_t>& v, size_t i) {
+    return std::find(v.begin(), v.end(), i) != v.end();
+  };
+  double fastest = 0;
+  for (const GpuCheck& g : r.gpus) {
+    if (g.gemm_ms > 0 && (fastest == 0 || g.gemm_ms < fastest)) fastest = g.gemm_ms;
+  }
+  absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each, all at once\n", o.gemm_size,
+                        o.gemm_size, o.gemm_size);
+  TextTable gpus({{"GPU", Align::kRight},
+                  {"GEMM ms", Align::kRight},
+                  {"TFLOP/s", Align::kRight},
+                  {"vs fastest", Align::kRight},
+                  {""}});
+  for (size_t i = 0; i < r.gpus.size(); ++i) {
+    const GpuCheck& g = r.gpus[i];
+    gpus.AddRow({absl::StrCat(g.device), FormatMs(g.gemm_ms), absl::StrFormat("%.1f", g.tflops),
+                 fastest > 0 ? Percent(g.gemm_ms / fastest - 1) : "-",
+                 is_in(slow_gpus, i) ? "SLOW" : ""});
+  }
+  out += gpus.Render();
+  if (!r.links.empty()) {
+    double best = 0;
+    for (const LinkCheck& l : r.links) best = std::max(best, l.p2p_gbps);
+    absl::StrAppendFormat(&out,
+                          "links: a two-rank all-gather of %d MiB shards per pair, both "
+                          "directions at once; GB/s per direction\n",
+                          o.link_mib);
+    TextTable links({{"pair"},
+                     {"p2p ms", Align::kRight},
+                     {"p2p GB/s", Align::kRight},
+                     {"nccl ms", Align::kRight},
+                     {"nccl GB/s", Align::kRight},
+                     {"p2p vs best", Align::kRight},
+                     {""}});
+    for (size_t i = 0; i < r.links.size(); ++i) {
+      const LinkCheck& l = r.links[i];
+      links.AddRow(
+          {absl::StrCat(l.a, "-", l.b), FormatMs(l.p2p_ms), absl::StrFormat("%.1f", l.p2p_gbps),
+           FormatMs(l.nccl_ms), absl::StrFormat("%.1f", l.nccl_gbps),
+           best > 0 ? Percent(l.p2p_gbps / best - 1) : "-", is_in(slow_links, i) ? "SLOW" : ""});
+    }
+    out += links.Render();
+  }
+  for (size_t i : slow_gpus) {
+    absl::StrAppendFormat(&out,
+                          "slow GPU: %d, its GEMM %.1f%% slower than the fastest GPU's (more than "
+                          "%.0f%%): `overlapctl node` shows its clocks, power and temperature\n",
+                          r.gpus[i].device, 100 * (r.gpus[i].gemm_ms / fastest - 1),
+                          100 * kSlowGpuFraction);
+  }
+  for (size_t i : slow_links) {
+    absl::StrAppendFormat(&out,
+                          "slow link: %d-%d, %.1f GB/s over the copy engines, more than %.0f%% "
+                          "below the best pair's\n",
+                          r.links[i].a, r.links[i].b, r.links[i].p2p_gbps, 100 * kSlowLinkFraction);
+  }
+  if (slow_gpus.empty() && slow_links.empty()) {
+    absl::StrAppend(&out, "no slow GPU", r.links.empty() ? "" : " or link", "\n");
+  }
+  return out;
+}
+
+nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
+  nlohmann::json j;
+  j["gemm_size"] = o.gemm_size;
+  j["link_mib"] = o.link_mib;
+  j["iterations"] = o.iterations;
+  j["gpus"] = nlohmann::json::array();
+  for (const GpuCheck& g : r.gpus) {
+    j["gpus"].push_back({{"device", g.device}, {"gemm_ms", g.gemm_ms}, {"tflops", g.tflops}});
+  }
+  j["links"] = nlohmann::json::array();
+  for (const LinkCheck& l : r.links) {
+    j["links"].push_back({{"a", l.a},
+                          {"b", l.b},
+                          {"p2p_ms", l.p2p_ms},
+                          {"p2p_gbps", l.p2p_gbps},
+                          {"nccl_ms", l.nccl_ms},
+                          {"nccl_gbps", l.nccl_gbps}});
+  }
+  j["slow_gpus"] = nlohmann::json::array();
+  for (size_t i : SlowGpus(r)) j["slow_gpus"].push_back(r.gpus[i].device);
+  j["slow_links"] = nlohmann::json::array();
+  for (size_t i : SlowLinks(r)) j["slow_links"].push_back({r.links[i].a, r.links[i].b});
+  return j;
+}
+
+int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::ostream& out,
+             std::ostream& err) {
+  CheckOptions o = options;
+  if (o.devices.empty()) {
+    absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+    if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+    for (const v1::Device& d : node->devices()) o.devices.push_back(d.index());
+  }
+  CheckResult result;
+  // Every GPU's job first, so that they run at once; then follow each.
+  std::vector<std::string> ids;
+  for (int d : o.devices) {
+    absl::StatusOr<v1::Job> job = client.SubmitJob(GpuCheckSpec(d, o), "check");
+    if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+    ids.push_back(job->id());
+  }
+  err << "check: GEMM on " << ids.size() << " GPU(s)\n";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    absl::StatusOr<v1::Job> job = client.WatchJob(ids[i], [](const v1::Job&) {});
+    if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+    if (job->state() != v1::SUCCEEDED || job->result().ops_size() != 1) {
+      err << FormatJobLine(*job);
+      return kExitJobFailed;
+    }
+    const v1::OpResult& op = job->result().ops(0);
+    GpuCheck g{o.devices[i], op.gemm_alone().median_ms(), 0};
+    const double s = static_cast<double>(o.gemm_size);
+    if (g.gemm_ms > 0) g.tflops = 2 * s * s * s / (g.gemm_ms * 1e-3) / 1e12;
+    result.gpus.push_back(g);
+  }
+  if (o.links && o.devices.size() > 1) {
+    const size_t pairs = o.devices.size() * (o.devices.size() - 1) / 2;
+    size_t done = 0;
+    for (size_t i = 0; i < o.devices.size(); ++i) {
+      for (size_t j = i + 1; j < o.devices.size(); ++j) {
+        const int a = o.devices[i], b = o.devices[j];
+        err << "check: link " << a << "-" << b << " (" << ++done << "/" << pairs << ")\n";
+        absl::StatusOr<v1::Job> job = RunJob(client, LinkCheckSpec(a, b, o));
+        if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+        if (job->state() != v1::SUCCEEDED || job->result().ops_size() != 1) {
+          err << FormatJobLine(*job);
+          return kExitJobFailed;
+        }
+        const v1::OpResult& op = job->result().ops(0);
+        LinkCheck l{a, b, op.comm_alone_p2p().median_ms(), op.comm_alone_nccl().median_ms()};
+        l.p2p_gbps = LinkGbps(o, l.p2p_ms);
+        l.nccl_gbps = LinkGbps(o, l.nccl_ms);
+        result.links.push_back(l);
+      }
+    }
+  }
+  out << (json ? CheckJson(result, o).dump(1) + "\n" : FormatCheck(result, o));
+  return SlowGpus(result).empty() && SlowLinks(result).empty() ? kExitOk : kExitJobFailed;
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,68 @@
+// `overlapctl check`: finds a slow GPU or a slow link, as ordinary jobs on the
+// daemon (so it queues behind running work and never shares a GPU with it).
+//
+// GPUs: every GPU runs the same square bf16 GEMM alone, all at once (a GPU that
+// cools or powers worse shows under load), one job per GPU; each GEMM's median
+// time and TFLOP/s, and a GPU more than kSlowGpuFraction slower than the fastest
+// is called slow. Links: for every pair, one after another, a two-rank
+// all-gather whose shards hold --link-mib MiB each, over the copy engines (p2p)
+// and NCCL, both directions at once; bandwidth per direction, and a pair whose
+// p2p bandwidth is more than kSlowLinkFraction below the best pair's is called
+// slow. Like `dcgmi diag` and nccl-tests, with the daemon's timing.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "client/daemon_client.h"
+#include "nlohmann/json.hpp"
+
+namespace overlap::client {
+
+inline constexpr double kSlowGpuFraction = 0.05;
+inline constexpr double kSlowLinkFraction = 0.10;
+
+struct CheckOptions {
+  std::vector<int> devices;  // empty = every device of the daemon
+  int64_t gemm_size = 8192;  // m = k = n of each GPU's GEMM
+  int64_t link_mib = 64;     // MiB in each rank's shard of a pair's all-gather
+  int iterations = 10;
+  bool links = true;
+};
+
+struct GpuCheck {
+  int device = 0;
+  double gemm_ms = 0;
+  double tflops = 0;
+};
+struct LinkCheck {
+  int a = 0, b = 0;
+  double p2p_ms = 0, nccl_ms = 0;
+  double p2p_gbps = 0, nccl_gbps = 0;  // per direction
+};
+struct CheckResult {
+  std::vector<GpuCheck> gpus;
+  std::vector<LinkCheck> links;
+};
+
+// The job specs (YAML).
+std::string GpuCheckSpec(int device, const CheckOptions& options);
+std::string LinkCheckSpec(int a, int b, const CheckOptions& options);
+// Per-direction GB/s of a pair's all-gather that took `ms`.
+double LinkGbps(const CheckOptions& options, double ms);
+
+// Indices into result.gpus / result.links that are called slow.
+std::vector<size_t> SlowGpus(const CheckResult& result);
+std::vector<size_t> SlowLinks(const CheckResult& result);
+
+std::string FormatCheck(const CheckResult& result, const CheckOptions& options);
+nlohmann::json CheckJson(const CheckResult& result, const CheckOptions& options);
+
+// Runs the jobs, progress on `err`, the tables (or JSON) on `out`. Exit status:
+// kExitOk when nothing is slow, kExitJobFailed when something is (or a job
+// failed), and the usual statuses for calls that fail.
+int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::ostream& out,
+             std::ostream& err);
+
+}  // namespace overlap::client

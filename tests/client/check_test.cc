@@ -1,0 +1,91 @@
+// `overlapctl check`: its job specs, the bandwidth it derives, and which GPUs
+// and links it calls slow.
+#include "client/check.h"
+
+#include <string>
+#include <vector>
+
+#include "common/graph_parser.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(CheckSpecTest, GpuJobIsOneSquareGemmOnThatGpu) {
+  CheckOptions o;
+  o.gemm_size = 4096;
+  o.iterations = 7;
+  auto spec = ParseJobSpec(GpuCheckSpec(3, o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->devices, (std::vector<int>{3}));
+  EXPECT_EQ(spec->iterations, 7);
+  EXPECT_FALSE(spec->verify);
+  ASSERT_EQ(spec->ops.size(), 1u);
+  EXPECT_EQ(spec->ops[0].m, 4096);
+  EXPECT_EQ(spec->ops[0].k, 4096);
+  EXPECT_EQ(spec->ops[0].n, 4096);
+  EXPECT_EQ(spec->ops[0].mode, OverlapMode::kSerial);
+}
+
+TEST(CheckSpecTest, LinkJobGathersShardsOfTheAskedSize) {
+  CheckOptions o;
+  o.link_mib = 64;
+  auto spec = ParseJobSpec(LinkCheckSpec(2, 5, o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->devices, (std::vector<int>{2, 5}));
+  ASSERT_EQ(spec->ops.size(), 1u);
+  const OpSpec& op = spec->ops[0];
+  EXPECT_EQ(op.type, OpType::kAgGemm);
+  EXPECT_EQ(op.transport, Transport::kP2p);
+  // Each rank's shard: m/2 rows of k bf16 values = 64 MiB.
+  EXPECT_EQ(op.m / 2 * op.k * 2, int64_t{64} << 20);
+  // 64 MiB in 0.2 ms is 335.5 GB/s per direction.
+  EXPECT_NEAR(LinkGbps(o, 0.2), 67108864.0 / 0.2e-3 / 1e9, 1e-9);
+  EXPECT_EQ(LinkGbps(o, 0), 0);
+}
+
+CheckResult Result() {
+  CheckResult r;
+  r.gpus = {{0, 1.00, 1100}, {1, 1.04, 1057}, {2, 1.08, 1018}, {3, 1.01, 1089}};
+  r.links = {
+      {0, 1, 0.20, 0.30, 335, 223}, {0, 2, 0.21, 0.30, 320, 223}, {1, 2, 0.25, 0.31, 268, 216}};
+  return r;
+}
+
+TEST(CheckTest, SlowIsPastTheThresholdFromTheBest) {
+  const CheckResult r = Result();
+  // GPU 2 is 8% slower than GPU 0 (past 5%); GPU 1's 4% is not.
+  EXPECT_EQ(SlowGpus(r), (std::vector<size_t>{2}));
+  // Pair 1-2 is 20% below the best (past 10%); 0-2's 4.5% is not.
+  EXPECT_EQ(SlowLinks(r), (std::vector<size_t>{2}));
+  EXPECT_TRUE(SlowGpus(CheckResult{}).empty());
+  EXPECT_TRUE(SlowLinks(CheckResult{}).empty());
+}
+
+TEST(CheckTest, TablesMarkAndExplainWhatIsSlow) {
+  const std::string text = FormatCheck(Result(), CheckOptions{});
+  EXPECT_THAT(text, HasSubstr("slow GPU: 2, its GEMM 8.0% slower than the fastest GPU's"));
+  EXPECT_THAT(text, HasSubstr("slow link: 1-2, 268.0 GB/s over the copy engines"));
+  EXPECT_THAT(text, Not(HasSubstr("slow GPU: 1")));
+  CheckResult fine = Result();
+  fine.gpus[2].gemm_ms = 1.02;
+  fine.links[2].p2p_gbps = 330;
+  EXPECT_THAT(FormatCheck(fine, CheckOptions{}), HasSubstr("no slow GPU or link\n"));
+}
+
+TEST(CheckTest, JsonListsEverythingAndTheSlowOnes) {
+  const nlohmann::json j = CheckJson(Result(), CheckOptions{});
+  ASSERT_EQ(j["gpus"].size(), 4u);
+  ASSERT_EQ(j["links"].size(), 3u);
+  EXPECT_EQ(j["gpus"][2]["device"], 2);
+  EXPECT_EQ(j["slow_gpus"], nlohmann::json::array({2}));
+  EXPECT_EQ(j["slow_links"], nlohmann::json::array({nlohmann::json::array({1, 2})}));
+  EXPECT_EQ(j["link_mib"], 64);
+}
+
+}  // namespace
+}  // namespace overlap::client
