@@ -60,6 +60,10 @@ struct DaemonConfig {
   // host's enqueue latency (engine.h, HoldStreams).
   bool launch_gate = true;
 
+  // Prometheus metrics on HOST:PORT (GET /metrics); "" = off. Read-only, no
+  // authentication: bind it where only the scraper can reach it.
+  std::string metrics_listen;
+
   // Limits.
   int max_iterations = 10000;
   int max_queued_jobs = 256;

@@ -31,6 +31,7 @@
 #include "server/jobs/scheduler.h"
 #include "server/ops/tuning_cache.h"
 #include "server/rpc/listen_address.h"
+#include "server/rpc/metrics.h"
 #include "server/rpc/rpc_server.h"
 
 namespace overlap {
@@ -47,7 +48,7 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   bool print_config = false;
-  std::optional<std::string> backend, listen, state_dir, log_level;
+  std::optional<std::string> backend, listen, state_dir, log_level, metrics_listen;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas;
@@ -82,6 +83,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.nvls_enable) config.nvls_enable = *flags.nvls_enable;
   if (flags.nccl_nonblocking) config.nccl_nonblocking = *flags.nccl_nonblocking;
   if (flags.graph_replay) config.graph_replay = *flags.graph_replay;
+  if (flags.metrics_listen) config.metrics_listen = *flags.metrics_listen;
   if (flags.programmatic_edges) config.programmatic_edges = *flags.programmatic_edges;
   if (flags.launch_gate) config.launch_gate = *flags.launch_gate;
   if (flags.nccl_overlap_ctas) config.nccl_overlap_ctas = *flags.nccl_overlap_ctas;
@@ -147,6 +149,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   AddBoolFlag(app, "--allow-insecure-tcp,!--no-allow-insecure-tcp", &f.allow_insecure_tcp,
               "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "serve Prometheus /metrics on HOST:PORT (\"\" = off, the default)");
   app.add_option("--log-level", f.log_level, "trace|debug|info|warn|error|critical|off");
   app.add_option("--host-devices", f.host_devices, "host backend: simulated devices")
       ->check(CLI::Range(1, 1024));
@@ -305,6 +309,22 @@ int Run(const DaemonConfig& config) {
     (*scheduler)->WaitIdle(kCancelGrace);
     return kExitFailure;
   }
+  std::unique_ptr<rpc::MetricsExporter> metrics;
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> started = rpc::MetricsExporter::Start(
+        config.metrics_listen, **scheduler, **engine, (*server)->counters());
+    if (!started.ok()) {
+      log->error("{}", std::string(started.status().message()));
+      (*server)->Shutdown(absl::ZeroDuration());
+      (*scheduler)->StartDrain();
+      (*scheduler)->CancelRunning("overlapd failed to start");
+      (*scheduler)->WaitIdle(kCancelGrace);
+      return kExitUsage;
+    }
+    metrics = std::move(*started);
+    log->info("metrics on http://{}:{}/metrics",
+              config.metrics_listen.substr(0, config.metrics_listen.rfind(':')), metrics->port());
+  }
   Notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->listen_address()));
 
   StopRequest stop;
@@ -373,6 +393,7 @@ int Run(const DaemonConfig& config) {
     std::_Exit(kExitFailure);
   }
   const int queued = sched->QueuedCount();
+  metrics.reset();    // it reads the server's counters and the scheduler
   sched->Shutdown();  // ends WatchJob streams
   (*server)->Shutdown(kRpcGrace);
   server->reset();

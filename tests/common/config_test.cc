@@ -34,6 +34,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.programmatic_edges, b.programmatic_edges);
   EXPECT_EQ(a.launch_gate, b.launch_gate);
   EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
+  EXPECT_EQ(a.metrics_listen, b.metrics_listen);
   EXPECT_EQ(a.max_iterations, b.max_iterations);
   EXPECT_EQ(a.max_queued_jobs, b.max_queued_jobs);
   EXPECT_EQ(a.drain_timeout_s, b.drain_timeout_s);
@@ -76,6 +77,7 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "programmatic_edges",
                           "launch_gate",
                           "collective_timeout_s",
+                          "metrics_listen",
                           "max_iterations",
                           "max_queued_jobs",
                           "drain_timeout_s",
@@ -106,6 +108,7 @@ graph_replay: false
 programmatic_edges: true
 launch_gate: false
 collective_timeout_s: 2.5
+metrics_listen: "127.0.0.1:9464"
 max_iterations: 500
 max_queued_jobs: 8
 drain_timeout_s: 0
@@ -127,6 +130,7 @@ max_spec_bytes: 65536
   EXPECT_TRUE(config->programmatic_edges);
   EXPECT_FALSE(config->launch_gate);
   EXPECT_EQ(config->collective_timeout_s, 2.5);
+  EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
   EXPECT_EQ(config->max_iterations, 500);
   EXPECT_EQ(config->max_queued_jobs, 8);
   EXPECT_EQ(config->drain_timeout_s, 0);

@@ -1,0 +1,192 @@
+#include "server/rpc/metrics.h"
+
+#include <algorithm>
+#include <exception>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "server/rpc/node_service.h"
+
+namespace overlap::rpc {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+MetricFamily Family(const std::string& name, const std::string& help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void Add(MetricFamily& f, double value, Labels labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+ClientMetric::Label DeviceLabel(int device) { return {"device", absl::StrCat(device)}; }
+
+}  // namespace
+
+std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
+                                       const v1::GetStatsResponse& stats,
+                                       const std::vector<v1::Job>& recent) {
+  std::vector<MetricFamily> out;
+  MetricFamily healthy = Family("overlapd_healthy",
+                                "1 while the daemon takes work and its "
+                                "devices are usable",
+                                MetricType::Gauge);
+  Add(healthy, node.healthy() ? 1 : 0, {{"backend", node.backend()}});
+  out.push_back(std::move(healthy));
+  MetricFamily uptime =
+      Family("overlapd_uptime_seconds", "since this process started", MetricType::Gauge);
+  Add(uptime, stats.uptime_s());
+  out.push_back(std::move(uptime));
+
+  MetricFamily jobs = Family("overlapd_jobs", "jobs in the job store by state", MetricType::Gauge);
+  const std::map<std::string, int64_t> by_state(stats.jobs_by_state().begin(),
+                                                stats.jobs_by_state().end());
+  for (const auto& [state, count] : by_state) {
+    Add(jobs, static_cast<double>(count), {{"state", state}});
+  }
+  out.push_back(std::move(jobs));
+  MetricFamily submitted = Family("overlapd_jobs_submitted_total",
+                                  "jobs accepted since this process started", MetricType::Counter);
+  Add(submitted, static_cast<double>(stats.jobs_submitted()));
+  out.push_back(std::move(submitted));
+  MetricFamily rejected =
+      Family("overlapd_jobs_rejected_total", "submissions refused since this process started",
+             MetricType::Counter);
+  Add(rejected, static_cast<double>(stats.jobs_rejected()));
+  out.push_back(std::move(rejected));
+
+  MetricFamily memory =
+      Family("overlapd_device_memory_bytes", "device memory the daemon may use", MetricType::Gauge);
+  MetricFamily used =
+      Family("overlapd_device_memory_used_bytes", "device memory jobs hold now", MetricType::Gauge);
+  MetricFamily sm = Family("overlapd_device_sm_clock_mhz", "SM clock (NVML)", MetricType::Gauge);
+  MetricFamily mem_clock =
+      Family("overlapd_device_mem_clock_mhz", "memory clock (NVML)", MetricType::Gauge);
+  MetricFamily temperature =
+      Family("overlapd_device_temperature_celsius", "GPU temperature (NVML)", MetricType::Gauge);
+  MetricFamily power =
+      Family("overlapd_device_power_watts", "power draw (NVML)", MetricType::Gauge);
+  MetricFamily util =
+      Family("overlapd_device_utilization_percent", "GPU utilization (NVML)", MetricType::Gauge);
+  for (const v1::Device& d : node.devices()) {
+    Add(memory, static_cast<double>(d.memory_bytes()),
+        {DeviceLabel(d.index()), {"name", d.name()}});
+    Add(used, static_cast<double>(d.memory_used_bytes()), {DeviceLabel(d.index())});
+    if (!d.telemetry_valid()) continue;  // no NVML: absent, not zero
+    Add(sm, d.sm_clock_mhz(), {DeviceLabel(d.index())});
+    Add(mem_clock, d.mem_clock_mhz(), {DeviceLabel(d.index())});
+    Add(temperature, d.temperature_c(), {DeviceLabel(d.index())});
+    Add(power, d.power_w(), {DeviceLabel(d.index())});
+    Add(util, d.utilization_pct(), {DeviceLabel(d.index())});
+  }
+  for (MetricFamily* f : {&memory, &used, &sm, &mem_clock, &temperature, &power, &util}) {
+    out.push_back(std::move(*f));
+  }
+
+  MetricFamily busy = Family("overlapd_device_busy_seconds_total",
+                             "wall time the device spent inside jobs", MetricType::Counter);
+  for (const v1::DeviceStats& d : stats.devices()) {
+    Add(busy, d.busy_ms() / 1000.0, {DeviceLabel(d.device())});
+  }
+  out.push_back(std::move(busy));
+
+  MetricFamily running = Family("overlapd_device_running_job",
+                                "1 for the job running on the device", MetricType::Gauge);
+  MetricFamily step =
+      Family("overlapd_last_op_step_seconds",
+             "step time (median) of the last op finished on the device", MetricType::Gauge);
+  MetricFamily exposed = Family("overlapd_last_op_exposed_comm_seconds",
+                                "its communication not hidden behind the GEMM", MetricType::Gauge);
+  MetricFamily hidden = Family("overlapd_last_op_hidden_ratio",
+                               "1 - exposed / communication alone, of that op", MetricType::Gauge);
+  MetricFamily gemm = Family("overlapd_last_op_gemm_alone_seconds",
+                             "that op's GEMM alone on this device's rank (a slow GPU shows here)",
+                             MetricType::Gauge);
+  for (const v1::Device& d : node.devices()) {
+    for (const v1::Job& job : recent) {
+      const auto& devices = job.devices();
+      const auto rank = std::find(devices.begin(), devices.end(), d.index());
+      if (rank == devices.end()) continue;
+      if (job.state() == v1::RUNNING) Add(running, 1, {DeviceLabel(d.index()), {"job", job.id()}});
+      if (job.result().ops().empty()) continue;
+      const v1::OpResult& op = job.result().ops(job.result().ops_size() - 1);
+      const Labels labels = {
+          DeviceLabel(d.index()), {"job", job.id()}, {"op", op.id()}, {"schedule", op.schedule()}};
+      Add(step, op.step().median_ms() / 1000.0, labels);
+      Add(exposed, op.exposed_comm_ms() / 1000.0, labels);
+      Add(hidden, op.hidden_fraction(), labels);
+      const int r = static_cast<int>(rank - devices.begin());
+      if (r < op.gemm_alone_rank_ms_size()) Add(gemm, op.gemm_alone_rank_ms(r) / 1000.0, labels);
+      break;  // the newest job on this device with a finished op
+    }
+  }
+  for (MetricFamily* f : {&running, &step, &exposed, &hidden, &gemm}) out.push_back(std::move(*f));
+  return out;
+}
+
+class MetricsExporter::Collector : public prometheus::Collectable {
+ public:
+  Collector(jobs::Scheduler& scheduler, const engine::Engine& engine,
+            const DaemonCounters& counters)
+      : scheduler_(scheduler), node_(scheduler, engine, NodeInfoStatic{}, counters) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    v1::GetNodeInfoResponse node;
+    v1::GetStatsResponse stats;
+    // Neither call reads its context; a failed GetStats (the job store) leaves
+    // its figures out rather than failing the scrape.
+    node_.GetNodeInfo(nullptr, nullptr, &node);
+    node_.GetStats(nullptr, nullptr, &stats);
+    std::vector<v1::Job> recent;
+    if (auto jobs = scheduler_.List(v1::JOB_STATE_UNSPECIFIED, kMetricsRecentJobs); jobs.ok()) {
+      recent = std::move(*jobs);
+    }
+    return BuildMetrics(node, stats, recent);
+  }
+
+ private:
+  jobs::Scheduler& scheduler_;
+  mutable NodeService node_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const std::string& address, jobs::Scheduler& scheduler, const engine::Engine& engine,
+    const DaemonCounters& counters) {
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
+  exporter->collector_ = std::make_shared<Collector>(scheduler, engine, counters);
+  try {
+    exporter->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics_listen: cannot serve metrics on ", address, ": ", e.what()));
+  }
+  exporter->exposer_->RegisterCollectable(exporter->collector_);
+  return exporter;
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+int MetricsExporter::port() const {
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports[0];
+}
+
+}  // namespace overlap::rpc

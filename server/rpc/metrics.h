@@ -1,0 +1,54 @@
+// Prometheus metrics of overlapd (config metrics_listen, off by default), for the
+// dashboards SREs already keep next to dcgm-exporter's: health, jobs by state,
+// per-GPU memory, busy time and telemetry, and per GPU the last op a job
+// finished there (its step, exposed communication, hidden share and the GEMM
+// alone of that GPU's rank). Built on scrape from what GetNodeInfo, GetStats
+// and the job list return, so the figures always agree with overlapctl's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "overlap/v1/overlap.pb.h"
+#include "prometheus/metric_family.h"
+#include "server/engine/engine.h"
+#include "server/jobs/scheduler.h"
+#include "server/rpc/jobs_service.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace overlap::rpc {
+
+// Jobs the last-op metrics look through (newest first).
+inline constexpr int kMetricsRecentJobs = 16;
+
+// The metric families for one scrape. `recent` is newest first; for each
+// device the newest job on it with a finished op gives that device's last op.
+std::vector<prometheus::MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
+                                                   const v1::GetStatsResponse& stats,
+                                                   const std::vector<v1::Job>& recent);
+
+class MetricsExporter {
+ public:
+  // Serves /metrics on `address` (HOST:PORT; port 0 picks one). The references
+  // must outlive the exporter. FAILED_PRECONDITION when it cannot listen there.
+  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& address,
+                                                                jobs::Scheduler& scheduler,
+                                                                const engine::Engine& engine,
+                                                                const DaemonCounters& counters);
+  ~MetricsExporter();
+
+  int port() const;
+
+ private:
+  MetricsExporter() = default;
+  class Collector;
+  std::shared_ptr<Collector> collector_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace overlap::rpc

@@ -1,0 +1,163 @@
+// Prometheus metrics: the families built from node, stats and jobs (exact text),
+// and the exporter serving them over HTTP from a live scheduler.
+#include "server/rpc/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+#include "server/engine/host/host_engine.h"
+#include "tests/server/test_util.h"
+
+namespace overlap::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Text(const std::vector<prometheus::MetricFamily>& families) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState state,
+              const std::string& last_op) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  for (int d : devices) job.add_devices(d);
+  if (!last_op.empty()) {
+    v1::OpResult* op = job.mutable_result()->add_ops();
+    op->set_id(last_op);
+    op->set_schedule("ring/2/p2p");
+    op->mutable_step()->set_median_ms(2.5);
+    op->set_exposed_comm_ms(0.25);
+    op->set_hidden_fraction(0.75);
+    for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
+      op->add_gemm_alone_rank_ms(2.0 + i);
+    }
+  }
+  return job;
+}
+
+TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
+  v1::GetNodeInfoResponse node;
+  node.set_backend("cuda");
+  node.set_healthy(true);
+  v1::Device* d0 = node.add_devices();
+  d0->set_index(0);
+  d0->set_name("NVIDIA H200");
+  d0->set_memory_bytes(1000);
+  d0->set_memory_used_bytes(250);
+  d0->set_telemetry_valid(true);
+  d0->set_sm_clock_mhz(1980);
+  d0->set_power_w(306.5);
+  v1::Device* d1 = node.add_devices();
+  d1->set_index(1);
+  d1->set_name("NVIDIA H200");
+  v1::GetStatsResponse stats;
+  (*stats.mutable_jobs_by_state())["RUNNING"] = 1;
+  (*stats.mutable_jobs_by_state())["SUCCEEDED"] = 7;
+  stats.set_jobs_submitted(9);
+  v1::DeviceStats* busy = stats.add_devices();
+  busy->set_device(1);
+  busy->set_busy_ms(1500);
+  // Newest first: job 3 runs on device 1 and has finished nothing yet, so
+  // device 1's last op comes from job 2 (rank 1 there); device 0's from job 2.
+  const std::vector<v1::Job> recent = {
+      JobOn("job-3", {1}, v1::RUNNING, ""),
+      JobOn("job-2", {0, 1}, v1::SUCCEEDED, "fc2"),
+      JobOn("job-1", {0}, v1::SUCCEEDED, "old"),
+  };
+  const std::string text = Text(BuildMetrics(node, stats, recent));
+  for (const char* line : {
+           "overlapd_healthy{backend=\"cuda\"} 1\n",
+           "overlapd_jobs{state=\"SUCCEEDED\"} 7\n",
+           "overlapd_jobs_submitted_total 9\n",
+           "overlapd_device_memory_used_bytes{device=\"0\"} 250\n",
+           "overlapd_device_memory_bytes{device=\"0\",name=\"NVIDIA H200\"} 1000\n",
+           "overlapd_device_sm_clock_mhz{device=\"0\"} 1980\n",
+           "overlapd_device_power_watts{device=\"0\"} 306.5\n",
+           "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
+           "overlapd_device_running_job{device=\"1\",job=\"job-3\"} 1\n",
+           "overlapd_last_op_step_seconds{device=\"0\",job=\"job-2\",op=\"fc2\","
+           "schedule=\"ring/2/p2p\"} 0.0025\n",
+           "overlapd_last_op_hidden_ratio{device=\"1\",job=\"job-2\",op=\"fc2\","
+           "schedule=\"ring/2/p2p\"} 0.75\n",
+           "overlapd_last_op_gemm_alone_seconds{device=\"1\",job=\"job-2\",op=\"fc2\","
+           "schedule=\"ring/2/p2p\"} 0.003\n",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line)) << line;
+  }
+  // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
+  EXPECT_THAT(text, HasSubstr("# TYPE overlapd_jobs_submitted_total counter\n"));
+}
+
+// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
+  close(fd);
+  return response;
+}
+
+TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
+  testing::TempDir dir;
+  engine::HostEngineOptions engine_options;
+  engine_options.device_count = 2;
+  auto engine = engine::CreateHostEngine(engine_options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto store = jobs::JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  testing::FakeRunner runner;
+  auto scheduler = jobs::Scheduler::Create(
+      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      jobs::SchedulerOptions{});
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  DaemonCounters counters;
+  counters.jobs_submitted = 3;
+
+  auto exporter = MetricsExporter::Start("127.0.0.1:0", **scheduler, **engine, counters);
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  const int port = (*exporter)->port();
+  ASSERT_GT(port, 0);
+  const std::string response = HttpGet(port, "/metrics");
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, HasSubstr("overlapd_healthy{backend=\"host\"} 1\n"));
+  EXPECT_THAT(response, HasSubstr("overlapd_jobs_submitted_total 3\n"));
+  EXPECT_THAT(response, HasSubstr("overlapd_device_memory_used_bytes{device=\"1\"} 0\n"));
+
+  auto second =
+      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), **scheduler, **engine, counters);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));
+  exporter->reset();
+  (*scheduler)->Shutdown();
+}
+
+}  // namespace
+}  // namespace overlap::rpc
