@@ -4,7 +4,9 @@
 #include <exception>
 #include <map>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
@@ -38,6 +40,28 @@ void Add(MetricFamily& f, double value, Labels labels = {}) {
 }
 
 ClientMetric::Label DeviceLabel(int device) { return {"device", absl::StrCat(device)}; }
+
+// The HTTP server's own messages (why it could not listen, say) go to our log,
+// and those since the last start into the error a failed start returns.
+absl::Mutex g_http_mu;
+std::string* g_last_http_error ABSL_GUARDED_BY(g_http_mu) = new std::string;
+
+int LogHttpMessage(const mg_connection*, const char* message) {
+  GetLogger("metrics")->warn("http server: {}", message);
+  absl::MutexLock lock(&g_http_mu);
+  if (!g_last_http_error->empty()) *g_last_http_error += "; ";
+  *g_last_http_error += message;
+  return 1;  // logged here; civetweb need not write it anywhere
+}
+
+const CivetCallbacks& HttpCallbacks() {
+  static const CivetCallbacks* callbacks = [] {
+    auto* c = new CivetCallbacks();
+    c->log_message = LogHttpMessage;
+    return c;
+  }();
+  return *callbacks;
+}
 
 }  // namespace
 
@@ -172,11 +196,18 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const DaemonCounters& counters) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
   exporter->collector_ = std::make_shared<Collector>(scheduler, engine, counters);
+  {
+    absl::MutexLock lock(&g_http_mu);
+    g_last_http_error->clear();
+  }
   try {
-    exporter->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    exporter->exposer_ =
+        std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2, &HttpCallbacks());
   } catch (const std::exception& e) {
+    absl::MutexLock lock(&g_http_mu);
     return absl::FailedPreconditionError(
-        absl::StrCat("metrics_listen: cannot serve metrics on ", address, ": ", e.what()));
+        absl::StrCat("metrics_listen: cannot serve metrics on ", address, ": ",
+                     g_last_http_error->empty() ? e.what() : *g_last_http_error));
   }
   exporter->exposer_->RegisterCollectable(exporter->collector_);
   return exporter;

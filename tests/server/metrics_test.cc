@@ -155,6 +155,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("Address already in use"));
   exporter->reset();
   (*scheduler)->Shutdown();
 }
