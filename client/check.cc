@@ -59,12 +59,22 @@ double LinkGbps(const CheckOptions& o, double ms) {
   return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
 }
 
-std::vector<size_t> SlowGpus(const CheckResult& r) {
-  std::vector<size_t> slow;
+namespace {
+
+// The shortest GEMM time measured (0 when none was).
+double FastestGemmMs(const CheckResult& r) {
   double fastest = 0;
   for (const GpuCheck& g : r.gpus) {
     if (g.gemm_ms > 0 && (fastest == 0 || g.gemm_ms < fastest)) fastest = g.gemm_ms;
   }
+  return fastest;
+}
+
+}  // namespace
+
+std::vector<size_t> SlowGpus(const CheckResult& r) {
+  std::vector<size_t> slow;
+  const double fastest = FastestGemmMs(r);
   for (size_t i = 0; i < r.gpus.size(); ++i) {
     if (fastest > 0 && r.gpus[i].gemm_ms > fastest * (1 + kSlowGpuFraction)) slow.push_back(i);
   }
@@ -87,10 +97,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   auto is_in = [](const std::vector<size_t>& v, size_t i) {
     return std::find(v.begin(), v.end(), i) != v.end();
   };
-  double fastest = 0;
-  for (const GpuCheck& g : r.gpus) {
-    if (g.gemm_ms > 0 && (fastest == 0 || g.gemm_ms < fastest)) fastest = g.gemm_ms;
-  }
+  const double fastest = FastestGemmMs(r);
   absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each, all at once\n", o.gemm_size,
                         o.gemm_size, o.gemm_size);
   TextTable gpus({{"GPU", Align::kRight},

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
 
 namespace overlap::cuda {
@@ -15,14 +16,29 @@ bool GemmFootprint::ConflictsWith(const GemmFootprint& other) const {
   return touches(*this, other.c) || touches(other, c);
 }
 
-absl::StatusOr<int> GemmChain::Before(cudaStream_t stream, const GemmFootprint& f) {
+namespace {
+
+// A stream's capture state and its current dependencies (the capture's tail).
+struct CaptureTail {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   const cudaGraphNode_t* deps = nullptr;
   const cudaGraphEdgeData* edges = nullptr;
   size_t count = 0;
+};
+
+absl::StatusOr<CaptureTail> QueryCapture(cudaStream_t stream) {
+  CaptureTail t;
   CUDA_RETURN_IF_ERROR(
-      cudaStreamGetCaptureInfo(stream, &status, &id, nullptr, &deps, &edges, &count));
+      cudaStreamGetCaptureInfo(stream, &t.status, &t.id, nullptr, &t.deps, &t.edges, &t.count));
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<int> GemmChain::Before(cudaStream_t stream, const GemmFootprint& f) {
+  ASSIGN_OR_RETURN(const CaptureTail tail, QueryCapture(stream));
+  const auto& [status, id, deps, edges, count] = tail;
   absl::MutexLock lock(&mu_);
   pending_footprint_ = f;
   pending_workspace_ = 0;
@@ -55,13 +71,8 @@ absl::StatusOr<int> GemmChain::Before(cudaStream_t stream, const GemmFootprint& 
 }
 
 absl::Status GemmChain::After(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;
-  size_t count = 0;
-  CUDA_RETURN_IF_ERROR(
-      cudaStreamGetCaptureInfo(stream, &status, &id, nullptr, &deps, &edges, &count));
+  ASSIGN_OR_RETURN(const CaptureTail tail, QueryCapture(stream));
+  const auto& [status, id, deps, edges, count] = tail;
   absl::MutexLock lock(&mu_);
   last_ = nullptr;
   if (status != cudaStreamCaptureStatusActive) {

@@ -48,7 +48,7 @@ struct OpRun {
   bool replayed = false;       // the last Timed call's iterations replayed a graph
   // The last Timed call's times per rank ([rank][iteration]); empty when it
   // replayed a graph, which only rank 0 times.
-  std::vector<std::vector<double>> rank_times;
+  std::vector<std::vector<double>> rank_times = {};
   // The per-rank GEMM alone's time when timed iterations get a heat head start
   // (JobSpec::heat_head_start); 0 = none: the GPUs idle at the gate.
   double heat_gemm_ms = 0;

@@ -159,7 +159,9 @@ TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   EXPECT_LT(op.max_rel_error(), 1e-4);
   // serial, bulk, chunked/3 and ring/3 over p2p; nothing with other counts.
   EXPECT_EQ(op.auto_reason().rfind("autotuned over 4 schedules", 0), 0u) << op.auto_reason();
-  if (op.mode() == "chunked" || op.mode() == "ring") EXPECT_EQ(op.chunks(), 3);
+  if (op.mode() == "chunked" || op.mode() == "ring") {
+    EXPECT_EQ(op.chunks(), 3);
+  }
 }
 
 TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
