@@ -149,11 +149,14 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       const auto& devices = job.devices();
       const auto rank = std::find(devices.begin(), devices.end(), d.index());
       if (rank == devices.end()) continue;
-      if (job.state() == v1::RUNNING) Add(running, 1, {DeviceLabel(d.index()), {"job", job.id()}});
+      if (job.state() == v1::RUNNING)
+        Add(running, 1, {DeviceLabel(d.index()), {"job_id", job.id()}});
       if (job.result().ops().empty()) continue;
       const v1::OpResult& op = job.result().ops(job.result().ops_size() - 1);
-      const Labels labels = {
-          DeviceLabel(d.index()), {"job", job.id()}, {"op", op.id()}, {"schedule", op.schedule()}};
+      const Labels labels = {DeviceLabel(d.index()),
+                             {"job_id", job.id()},
+                             {"op", op.id()},
+                             {"schedule", op.schedule()}};
       Add(step, op.step().median_ms() / 1000.0, labels);
       Add(exposed, op.exposed_comm_ms() / 1000.0, labels);
       Add(hidden, op.hidden_fraction(), labels);

@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -88,12 +91,12 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_device_sm_clock_mhz{device=\"0\"} 1980\n",
            "overlapd_device_power_watts{device=\"0\"} 306.5\n",
            "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
-           "overlapd_device_running_job{device=\"1\",job=\"job-3\"} 1\n",
-           "overlapd_last_op_step_seconds{device=\"0\",job=\"job-2\",op=\"fc2\","
+           "overlapd_device_running_job{device=\"1\",job_id=\"job-3\"} 1\n",
+           "overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
            "schedule=\"ring/2/p2p\"} 0.0025\n",
-           "overlapd_last_op_hidden_ratio{device=\"1\",job=\"job-2\",op=\"fc2\","
+           "overlapd_last_op_hidden_ratio{device=\"1\",job_id=\"job-2\",op=\"fc2\","
            "schedule=\"ring/2/p2p\"} 0.75\n",
-           "overlapd_last_op_gemm_alone_seconds{device=\"1\",job=\"job-2\",op=\"fc2\","
+           "overlapd_last_op_gemm_alone_seconds{device=\"1\",job_id=\"job-2\",op=\"fc2\","
            "schedule=\"ring/2/p2p\"} 0.003\n",
        }) {
     EXPECT_THAT(text, HasSubstr(line)) << line;
@@ -102,6 +105,30 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
   EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
   EXPECT_THAT(text, HasSubstr("# TYPE overlapd_jobs_submitted_total counter\n"));
+}
+
+TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
+  std::ifstream in(std::string(OVERLAP_SOURCE_DIR) + "/deploy/prometheus/overlapd-alerts.yml");
+  std::stringstream rules;
+  rules << in.rdbuf();
+  ASSERT_FALSE(rules.str().empty());
+  // Every family, populated (telemetry valid, a job with a finished op).
+  v1::GetNodeInfoResponse node;
+  v1::Device* d = node.add_devices();
+  d->set_telemetry_valid(true);
+  std::set<std::string> exported;
+  for (const prometheus::MetricFamily& f :
+       BuildMetrics(node, v1::GetStatsResponse{}, {JobOn("j", {0}, v1::RUNNING, "op")})) {
+    exported.insert(f.name);
+  }
+  const std::regex metric("overlapd_[a-z_]+");
+  const std::string text = rules.str();
+  int named = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), metric), end; it != end; ++it) {
+    EXPECT_TRUE(exported.count(it->str())) << it->str() << " is not exported";
+    ++named;
+  }
+  EXPECT_GE(named, 5);
 }
 
 // A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole response.
