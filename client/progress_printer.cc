@@ -18,6 +18,14 @@ void ProgressPrinter::Finish() {
 }
 
 void ProgressPrinter::Update(const v1::Job& job) {
+  // Ops that finished since the last event first: a final state comes after them.
+  for (; ops_done_ < job.result().ops_size(); ++ops_done_) {
+    const v1::OpResult& op = job.result().ops(ops_done_);
+    Finish();
+    out_ << "job " << job.id() << " " << op.id() << " done: " << ScheduleLabel(op) << ", step "
+         << FormatMs(op.step().median_ms()) << " ms, hidden " << FormatHidden(op.hidden_fraction())
+         << "%\n";
+  }
   if (first_ || job.state() != state_) {
     Finish();
     out_ << "job " << job.id() << " " << JobStateName(job.state()) << "\n";

@@ -1,7 +1,8 @@
 // Draws a followed job's progress on a stream (overlapctl's stderr): one line per
-// state, op or phase change; on a terminal also a live iteration counter that
-// rewrites itself in place. Off a terminal (CI logs) iterations print nothing,
-// so a 10,000-iteration job logs a handful of lines. Not thread-safe.
+// state, op or phase change, and one per op as it finishes (its schedule, step
+// and hidden share, so a long job shows results before it ends); on a terminal also a live
+// iteration counter that rewrites itself in place. Off a terminal (CI logs) iterations print
+// nothing, so a 10,000-iteration job logs a handful of lines. Not thread-safe.
 #pragma once
 
 #include <ostream>
@@ -26,6 +27,7 @@ class ProgressPrinter {
   bool first_ = true;
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
   std::string step_key_;  // op index, op id and phase last printed
+  int ops_done_ = 0;      // finished ops already printed
 };
 
 }  // namespace overlap::client

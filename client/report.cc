@@ -22,14 +22,6 @@ std::string FormatRate(double value) {
   return std::fabs(value) < 10 ? absl::StrFormat("%.3f", value) : absl::StrFormat("%.1f", value);
 }
 
-// The fraction of the collective's time hidden behind the GEMM. When the step
-// is slower than GEMM alone plus the whole collective (contention, noise) the
-// raw fraction goes negative; none of the collective was hidden, so print 0.
-// The JSON form keeps the raw value.
-std::string FormatHidden(double fraction) {
-  return absl::StrFormat("%.1f", std::clamp(fraction, 0.0, 1.0) * 100);
-}
-
 std::string FormatVerify(const v1::OpResult& op) {
   if (!op.verified()) return "off";
   const bool ok = op.max_rel_error() <= op.tolerance();
@@ -67,6 +59,13 @@ std::string ScheduleLabel(const v1::OpResult& op) {
   const std::string name =
       op.schedule().empty() ? absl::StrCat(op.mode(), "/", op.transport()) : op.schedule();
   return absl::StrCat(name, op.graph_replay() ? "+graph" : "");
+}
+
+// When the step is slower than GEMM alone plus the whole collective
+// (contention, noise) the raw fraction goes negative; none of the collective
+// was hidden, so print 0. The JSON form keeps the raw value.
+std::string FormatHidden(double fraction) {
+  return absl::StrFormat("%.1f", std::clamp(fraction, 0.0, 1.0) * 100);
 }
 
 std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }

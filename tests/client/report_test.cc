@@ -398,6 +398,26 @@ TEST(ProgressPrinterTest, OffTerminalOneLinePerChange) {
             "job 9 SUCCEEDED\n");
 }
 
+TEST(ProgressPrinterTest, EachOpIsReportedOnceAsItFinishes) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*is_tty=*/false);
+  v1::Job job = MakeJob();
+  job.set_id("9");
+  job.set_state(v1::RUNNING);
+  job.mutable_result()->mutable_ops()->DeleteSubrange(1, 2);  // only fc1 done so far
+  printer.Update(job);
+  printer.Update(job);
+  job = MakeJob();
+  job.set_id("9");
+  printer.Update(job);
+  EXPECT_EQ(out.str(),
+            "job 9 fc1 done: chunked/4/p2p, step 5.250 ms, hidden 66.7%\n"
+            "job 9 RUNNING\n"
+            "job 9 fc2 done: serial/nccl, step 6.500 ms, hidden 0.0%\n"
+            "job 9 out done: bulk/nccl, step 0.125 ms, hidden 50.0%\n"
+            "job 9 SUCCEEDED\n");
+}
+
 TEST(ProgressPrinterTest, TerminalRewritesCounterInPlace) {
   std::ostringstream out;
   ProgressPrinter printer(out, /*is_tty=*/true);
