@@ -362,7 +362,13 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
       return kExitUsage;
     }
   }
-  out << (json ? j.dump(1) + "\n" : FormatBench(rows));
+  std::string text = FormatBench(rows);
+  if (!job->result().head_start().empty()) {
+    absl::StrAppend(&text, "timing: ", job->result().head_start(),
+                    " head start (what the GPUs did while the host enqueued each timed "
+                    "iteration)\n");
+  }
+  out << (json ? j.dump(1) + "\n" : text);
   return kExitOk;
 }
 
