@@ -133,6 +133,9 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       row.mode = ScheduleLabel(x);
       row.auto_repeats.push_back(x.step().median_ms());
       row.auto_reasons.push_back(x.auto_reason());
+      if (row.candidates.empty()) {
+        row.candidates.assign(x.candidates().begin(), x.candidates().end());
+      }
       row.serial_repeats.push_back(b->second->step().median_ms());
       gemm.push_back(x.gemm_alone().median_ms());
       gemm_rank.resize(std::max<size_t>(gemm_rank.size(), x.gemm_alone_rank_ms_size()));
@@ -303,6 +306,11 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["head_start"] = job.result().head_start();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
+    nlohmann::json candidates = nlohmann::json::array();
+    for (const v1::CandidateTiming& c : r.candidates) {
+      candidates.push_back(
+          {{"schedule", c.schedule()}, {"best_ms", c.best_ms()}, {"runoff_ms", c.runoff_ms()}});
+    }
     j["rows"].push_back({{"op", r.shape.op},
                          {"m", r.shape.m},
                          {"k", r.shape.k},
@@ -328,6 +336,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
                          {"serial_repeats_ms", r.serial_repeats},
                          {"auto_reasons", r.auto_reasons},
                          {"gemm_alone_rank_ms", r.gemm_rank_ms},
+                         {"candidates", candidates},
                          {"max_rel_error", r.max_rel_error}});
   }
   return j;

@@ -68,6 +68,8 @@ struct BenchRow {
   // Why auto chose, per repeat: the first tunes (its runoff's scores), the
   // others name the tuning cache.
   std::vector<std::string> auto_reasons;
+  // What autotune measured of every candidate (the repeat that tuned).
+  std::vector<v1::CandidateTiming> candidates;
   // GEMM alone per rank (medians over the repeats), and the TP group's devices
   // in rank order: a slow GPU stands out here (SlowRankNote).
   std::vector<double> gemm_rank_ms;

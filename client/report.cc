@@ -120,6 +120,30 @@ std::string SlowRankNote(const std::vector<double>& ms, const std::vector<int>& 
                          name(fastest - ms.begin()), *fastest);
 }
 
+std::string FormatCandidates(const v1::OpResult& op, size_t shown) {
+  const auto& c = op.candidates();
+  if (c.empty()) return "";
+  const double best = c[0].best_ms();
+  auto part = [&](int i) {
+    std::string p = absl::StrFormat("%s %.3f", c[i].schedule(), c[i].best_ms());
+    if (i > 0 && best > 0) {
+      absl::StrAppendFormat(&p, " (%+.1f%%)", 100 * (c[i].best_ms() / best - 1));
+    }
+    return p;
+  };
+  std::vector<std::string> parts;
+  int serial = -1;
+  for (int i = 0; i < c.size(); ++i) {
+    if (static_cast<size_t>(i) < shown) parts.push_back(part(i));
+    if (c[i].schedule() == "serial/nccl") serial = i;
+  }
+  if (static_cast<size_t>(c.size()) > shown) {
+    parts.push_back("...");
+    if (serial >= static_cast<int>(shown)) parts.push_back(part(serial));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 std::string FormatReport(const v1::Job& job) {
   std::string out = FormatReportHeader(job);
   const v1::JobResult& result = job.result();
@@ -162,6 +186,9 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
+    if (const std::string c = FormatCandidates(op); !c.empty()) {
+      absl::StrAppend(&out, op.id(), ": measured ", c, "\n");
+    }
   }
   for (const v1::OpResult& op : result.ops()) {
     const std::string slow =

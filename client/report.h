@@ -39,6 +39,11 @@ inline constexpr double kSlowRankFraction = 0.05;
 std::string SlowRankNote(const std::vector<double>& gemm_alone_rank_ms,
                          const std::vector<int>& devices);
 
+// "ring/p2p 0.365, ring/2/p2p 0.371 (+1.6%), ..., serial/nccl 0.499 (+36.7%)":
+// what autotune measured of each candidate (best medians of its rounds), the
+// fastest `shown` and serial over NCCL; "" when the op was not tuned.
+std::string FormatCandidates(const v1::OpResult& op, size_t shown = 6);
+
 // The header line of FormatReport.
 std::string FormatReportHeader(const v1::Job& job);
 

@@ -101,4 +101,16 @@ AutotuneChoice Autotune::Decide(bool fall_back_to_serial) const {
   return choice;
 }
 
+std::vector<CandidateScore> Autotune::Scores() const {
+  std::vector<CandidateScore> out;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    out.push_back(
+        {candidates_[i], best_median_[i], runoff_[i].empty() ? 0.0 : Summarize(runoff_[i]).median});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const CandidateScore& a, const CandidateScore& b) {
+    return a.best_ms < b.best_ms;
+  });
+  return out;
+}
+
 }  // namespace overlap::ops

@@ -27,6 +27,13 @@ struct AutotuneChoice {
   std::string reason;
 };
 
+// What autotune measured of one candidate.
+struct CandidateScore {
+  Schedule schedule;
+  double best_ms = 0;    // best median over the stage-one rounds (+inf: never timed)
+  double runoff_ms = 0;  // pooled runoff median; 0 when it was not in the runoff
+};
+
 class Autotune {
  public:
   static constexpr double kRunoffWindow = 0.06;  // leaders: within 6% of the best
@@ -55,6 +62,10 @@ class Autotune {
   // The winner. With `fall_back_to_serial` (mode auto), a winner that does not
   // beat serial over NCCL by kAutoMargin gives way to it.
   AutotuneChoice Decide(bool fall_back_to_serial) const;
+
+  // Every candidate's figures, by stage-one best median (fastest first), so that
+  // users see by how much each schedule lost at their shape.
+  std::vector<CandidateScore> Scores() const;
 
  private:
   // The figure candidate `i` is judged by: its runoff median if it ran one,

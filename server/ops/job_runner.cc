@@ -231,7 +231,9 @@ std::pair<double, double> CollectiveBytes(const OpSpec& op, DType dtype, int tp)
   return {0, 0};
 }
 
-absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::string* reason) {
+// `scores` gets what autotune measured of every candidate (untouched when it did not tune).
+absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::string* reason,
+                                        std::vector<CandidateScore>* scores) {
   const OpSpec& op = run.ctx.op();
   const int tp = run.ctx.tp();
   std::vector<Schedule> candidates = CandidateSchedules(op, tp);
@@ -276,6 +278,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   }
   const AutotuneChoice choice = tally.Decide(fall_back_to_serial);
   *reason = choice.reason;
+  *scores = tally.Scores();
   GetLogger("ops")->debug("autotune {}: {}", op.id, choice.reason);
   if (cache != nullptr) {
     RETURN_IF_ERROR(cache->Store(key, TunedChoice{choice.schedule, choice.ms}));
@@ -312,7 +315,8 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   const int iters = spec.iterations;
   const int warm = std::max(1, std::min(spec.warmup, 5));
   std::string reason;
-  ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason));
+  std::vector<CandidateScore> scores;
+  ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason, &scores));
   // The collective alone on both transports; the faster one is "comm alone".
   std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
   Transport fastest = Transport::kNccl;
@@ -380,6 +384,13 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   res.set_tp(tp);
   res.set_dtype(DTypeName(spec.dtype));
   res.set_auto_reason(reason);
+  for (const CandidateScore& c : scores) {
+    if (!std::isfinite(c.best_ms)) continue;
+    v1::CandidateTiming* t = res.add_candidates();
+    t->set_schedule(c.schedule.Name());
+    t->set_best_ms(c.best_ms);
+    t->set_runoff_ms(c.runoff_ms);
+  }
   const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);

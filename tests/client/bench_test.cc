@@ -127,6 +127,10 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   *job.mutable_result()->add_ops() = Op(base + "-auto-2", 1.3, 1.0, 0.5);
   *job.mutable_result()->add_ops() = Op(base + "-serial-2", 1.4, 1.0, 0.5);
   job.mutable_result()->mutable_ops(0)->set_auto_reason("autotuned over 9 schedules");
+  v1::CandidateTiming* ring = job.mutable_result()->mutable_ops(0)->add_candidates();
+  ring->set_schedule("ring/p2p");
+  ring->set_best_ms(1.15);
+  ring->set_runoff_ms(1.18);
   job.add_devices(0);
   job.add_devices(1);
   // Rank 1's GEMM runs 10% slower in two of three repeats: its median says so.
@@ -157,6 +161,9 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   const nlohmann::json j = BenchJson(job, v1::GetNodeInfoResponse{}, nullptr, rows, o);
   EXPECT_EQ(j["rows"][0]["gemm_alone_rank_ms"][1], 1.1);
   EXPECT_EQ(j["rows"][0]["auto_reasons"][0], "autotuned over 9 schedules");
+  ASSERT_EQ(j["rows"][0]["candidates"].size(), 1u);  // from the repeat that tuned
+  EXPECT_EQ(j["rows"][0]["candidates"][0]["schedule"], "ring/p2p");
+  EXPECT_DOUBLE_EQ(j["rows"][0]["candidates"][0]["runoff_ms"].get<double>(), 1.18);
   EXPECT_EQ(j["rows"][0]["auto_mode"], "ring/p2p");
   const std::string table = FormatBench(rows);
   EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;

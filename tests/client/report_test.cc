@@ -128,6 +128,31 @@ TEST(ReportTest, UngatedTimingIsSaid) {
             "include the host's enqueue latency");
 }
 
+TEST(ReportTest, CandidatesShowByHowMuchEachScheduleLost) {
+  v1::OpResult op;
+  EXPECT_EQ(FormatCandidates(op), "");
+  const std::pair<const char*, double> measured[] = {{"ring/p2p", 0.365},
+                                                     {"ring/2/p2p", 0.371},
+                                                     {"chunked/4/p2p", 0.380},
+                                                     {"bulk/p2p", 0.41},
+                                                     {"serial/nccl", 0.499}};
+  for (const auto& [schedule, ms] : measured) {
+    v1::CandidateTiming* c = op.add_candidates();
+    c->set_schedule(schedule);
+    c->set_best_ms(ms);
+  }
+  EXPECT_EQ(FormatCandidates(op),
+            "ring/p2p 0.365, ring/2/p2p 0.371 (+1.6%), chunked/4/p2p 0.380 (+4.1%), bulk/p2p "
+            "0.410 (+12.3%), serial/nccl 0.499 (+36.7%)");
+  // Cut to the fastest two, serial over NCCL still shown.
+  EXPECT_EQ(FormatCandidates(op, 2),
+            "ring/p2p 0.365, ring/2/p2p 0.371 (+1.6%), ..., serial/nccl 0.499 (+36.7%)");
+  v1::Job job = MakeJob();
+  *job.mutable_result()->mutable_ops(0)->mutable_candidates() = op.candidates();
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains("fc1: measured " + FormatCandidates(op)));
+}
+
 TEST(ReportTest, IdleHeadStartIsSaid) {
   v1::Job job = MakeJob();
   job.mutable_result()->set_head_start("heat");

@@ -159,6 +159,16 @@ TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   EXPECT_LT(op.max_rel_error(), 1e-4);
   // serial, bulk, chunked/3 and ring/3 over p2p; nothing with other counts.
   EXPECT_EQ(op.auto_reason().rfind("autotuned over 4 schedules", 0), 0u) << op.auto_reason();
+  // Every one measured, fastest first.
+  ASSERT_EQ(op.candidates_size(), 4);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_LE(op.candidates(i - 1).best_ms(), op.candidates(i).best_ms());
+  }
+  for (const v1::CandidateTiming& c : op.candidates()) {
+    EXPECT_TRUE(c.schedule() == "serial/p2p" || c.schedule() == "bulk/p2p" ||
+                c.schedule() == "chunked/3/p2p" || c.schedule() == "ring/3/p2p")
+        << c.schedule();
+  }
   if (op.mode() == "chunked" || op.mode() == "ring") {
     EXPECT_EQ(op.chunks(), 3);
   }
