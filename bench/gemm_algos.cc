@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/gemm_util.h"
 #include "bench/probe_util.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
@@ -42,16 +43,14 @@ int main(int argc, char** argv) {
   const int64_t m = std::atoll(argv[1]), n = std::atoll(argv[2]), k = std::atoll(argv[3]);
   const double sustain_ms = argc > 4 ? std::atof(argv[4]) : 300;
   const size_t ws_bytes = size_t{64} << 20;
-  void *a, *b, *c, *ws;
-  CHECK_CUDA(cudaMalloc(&a, m * k * 2));
-  CHECK_CUDA(cudaMalloc(&b, k * n * 2));
-  CHECK_CUDA(cudaMalloc(&c, m * n * 2));
+  void* ws;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
-  using overlap::cuda::ElemType;
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(a, ElemType::kBF16, m * k, 1, 1.0f, s));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(b, ElemType::kBF16, k * n, 2, 0.01f, s));
+  overlap::bench::Bf16Gemm g;
+  g.m = m, g.n = n, g.k = k;
+  overlap::bench::AllocateFilled(g, s, 0.01f);
+  void *a = g.a, *b = g.b, *c = g.c;
 
   // Row-major C[m,n] = A[m,k] B[k,n] is column-major C^T = B^T A^T.
   cublasLtHandle_t lt;
@@ -137,10 +136,7 @@ int main(int argc, char** argv) {
   // Our tuner's pick (GemmLt tunes on first use), hot.
   auto ours = overlap::cuda::GemmLt::Create(0);
   if (!ours.ok()) return 1;
-  overlap::cuda::GemmProblem p;
-  p.type = ElemType::kBF16;
-  p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = n, p.ldc = n;
-  p.a = a, p.b = b, p.c = c;
+  const overlap::cuda::GemmProblem p = overlap::bench::Problem(g);
   auto quiesce = [&] {
     return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()
                                                    : absl::InternalError("sync");

@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/gemm_util.h"
 #include "bench/probe_util.h"
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
@@ -25,25 +26,17 @@ namespace {
 using overlap::bench::Median;
 
 double TimeRaw(int64_t m, int64_t n, int64_t k, int iters, int priority) {
-  using overlap::cuda::ElemType;
-  void *a, *b, *c, *ws;
+  void* ws;
   const size_t ws_bytes = 64 << 20;
-  CHECK_CUDA(cudaMalloc(&a, m * k * 2));
-  CHECK_CUDA(cudaMalloc(&b, k * n * 2));
-  CHECK_CUDA(cudaMalloc(&c, m * n * 2));
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(a, ElemType::kBF16, m * k, 1, 1.0f, s));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(b, ElemType::kBF16, k * n, 2, 0.01f, s));
+  overlap::bench::Bf16Gemm g;
+  g.m = m, g.n = n, g.k = k;
+  overlap::bench::AllocateFilled(g, s, 0.01f);
   auto lt = overlap::cuda::GemmLt::Create(0);
   if (!lt.ok()) std::exit(1);
-  overlap::cuda::GemmProblem p;
-  p.type = ElemType::kBF16;
-  p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = n, p.ldc = n;
-  p.a = a, p.b = b, p.c = c;
-  auto quiesce = [&] { return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()
-                                                                       : absl::InternalError("sync"); };
+  const overlap::cuda::GemmProblem p = overlap::bench::Problem(g);
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
@@ -51,14 +44,14 @@ double TimeRaw(int64_t m, int64_t n, int64_t k, int iters, int priority) {
   for (int i = 0; i < iters + 5; ++i) {
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUDA(cudaEventRecord(e0, s));
-    if (!(*lt)->Run(p, s, ws, ws_bytes, 0, quiesce).ok()) std::exit(1);
+    overlap::bench::RunOrDie(**lt, p, s, ws, ws_bytes);
     CHECK_CUDA(cudaEventRecord(e1, s));
     CHECK_CUDA(cudaStreamSynchronize(s));
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     if (i >= 5) t.push_back(ms);
   }
-  cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(ws);
+  cudaFree(g.a), cudaFree(g.b), cudaFree(g.c), cudaFree(ws);
   cudaStreamDestroy(s);
   return Median(t);
 }

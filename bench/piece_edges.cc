@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/gemm_util.h"
 #include "bench/probe_util.h"
 #include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
@@ -24,8 +25,10 @@
 
 namespace {
 
+using overlap::bench::AllocateFilled;
 using overlap::bench::Median;
-using overlap::cuda::ElemType;
+using overlap::bench::Problem;
+using overlap::bench::RunOrDie;
 using overlap::cuda::GemmChain;
 using overlap::cuda::GemmFootprint;
 using overlap::cuda::GemmLt;
@@ -55,37 +58,16 @@ float Bf16ToFloat(uint16_t v) {
   return f;
 }
 
-struct Setup {
-  int64_t m = 8192, n = 4096, k = 2048;  // gemm_rs 8192x4096x4096 at tp = 2, per rank
-  void* a = nullptr;
-  void* b = nullptr;
-  void* c = nullptr;
-  std::vector<void*> workspaces;  // one per piece: pieces may overlap in time
+struct Setup : overlap::bench::Bf16Gemm {
+  Setup() { m = 8192, n = 4096, k = 2048; }  // gemm_rs 8192x4096x4096 at tp = 2, per rank
+  std::vector<void*> workspaces;             // one per piece: pieces may overlap in time
   cudaStream_t stream = nullptr;
   GemmLt* gemm = nullptr;
 };
 
 void RunPiece(const Setup& s, int pieces, int p, int workspace) {
   const int64_t rows = s.m / pieces;
-  GemmProblem g;
-  g.type = ElemType::kBF16;
-  g.m = rows;
-  g.n = s.n;
-  g.k = s.k;
-  g.lda = s.k;
-  g.ldb = s.n;
-  g.ldc = s.n;
-  g.a = static_cast<const char*>(s.a) + p * rows * s.k * 2;
-  g.b = s.b;
-  g.c = static_cast<char*>(s.c) + p * rows * s.n * 2;
-  auto st = s.gemm->Run(g, s.stream, s.workspaces[workspace], kWorkspace, 0, [] {
-    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
-                                                  : absl::InternalError("synchronize");
-  });
-  if (!st.ok()) {
-    std::fprintf(stderr, "gemm: %s\n", std::string(st.message()).c_str());
-    std::exit(1);
-  }
+  RunOrDie(*s.gemm, Problem(s, p * rows, rows), s.stream, s.workspaces[workspace], kWorkspace);
 }
 
 cudaGraphExec_t Capture(const Setup& s, int pieces, Edge edge) {
@@ -95,11 +77,13 @@ cudaGraphExec_t Capture(const Setup& s, int pieces, Edge edge) {
   for (int p = 0; p < pieces; ++p) {
     if (edge == Edge::kChain) {
       const int64_t rows = s.m / pieces;
-      const char* a = static_cast<const char*>(s.a) + p * rows * s.k * 2;
-      const char* c = static_cast<const char*>(s.c) + p * rows * s.n * 2;
+      const GemmProblem g = Problem(s, p * rows, rows);
+      const char* a = static_cast<const char*>(g.a);
+      const char* b = static_cast<const char*>(g.b);
+      const char* c = static_cast<const char*>(g.c);
       GemmFootprint f;
       f.a = {a, a + rows * s.k * 2};
-      f.b = {static_cast<const char*>(s.b), static_cast<const char*>(s.b) + s.k * s.n * 2};
+      f.b = {b, b + s.k * s.n * 2};
       f.c = {c, c + rows * s.n * 2};
       absl::StatusOr<int> workspace = chain.Before(s.stream, f);
       if (!workspace.ok()) {
@@ -185,16 +169,12 @@ int main(int argc, char** argv) {
   }
   CHECK_CUDA(cudaSetDevice(0));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaMalloc(&s.a, s.m * s.k * 2));
-  CHECK_CUDA(cudaMalloc(&s.b, s.k * s.n * 2));
-  CHECK_CUDA(cudaMalloc(&s.c, s.m * s.n * 2));
+  AllocateFilled(s, s.stream, 0.05f);
   for (int p = 0; p < 16; ++p) {
     void* w;
     CHECK_CUDA(cudaMalloc(&w, kWorkspace));
     s.workspaces.push_back(w);
   }
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(s.a, ElemType::kBF16, s.m * s.k, 1, 1.0f, s.stream));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(s.b, ElemType::kBF16, s.k * s.n, 2, 0.05f, s.stream));
   auto gemm = GemmLt::Create(0);
   if (!gemm.ok()) return 1;
   s.gemm = gemm->get();

@@ -19,48 +19,30 @@
 #include <thread>
 #include <vector>
 
+#include "bench/gemm_util.h"
 #include "bench/probe_util.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 
 namespace {
 
+using overlap::bench::AllocateFilled;
 using overlap::bench::Median;
-using overlap::cuda::ElemType;
+using overlap::bench::Problem;
+using overlap::bench::RunOrDie;
 using overlap::cuda::GemmLt;
-using overlap::cuda::GemmProblem;
 
 constexpr size_t kWorkspace = 64 << 20;
 constexpr int kIterations = 20;
 
-struct Setup {
-  int64_t m = 16384, n = 8192, k = 14336;
-  void *a = nullptr, *b = nullptr, *c = nullptr, *workspace = nullptr;
+struct Setup : overlap::bench::Bf16Gemm {
+  Setup() { m = 16384, n = 8192, k = 14336; }
+  void* workspace = nullptr;
   cudaStream_t stream = nullptr;
   GemmLt* gemm = nullptr;
 };
 
-void RunGemm(const Setup& s) {
-  GemmProblem g;
-  g.type = ElemType::kBF16;
-  g.m = s.m;
-  g.n = s.n;
-  g.k = s.k;
-  g.lda = s.k;
-  g.ldb = s.n;
-  g.ldc = s.n;
-  g.a = s.a;
-  g.b = s.b;
-  g.c = s.c;
-  auto st = s.gemm->Run(g, s.stream, s.workspace, kWorkspace, 0, [] {
-    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
-                                                  : absl::InternalError("synchronize");
-  });
-  if (!st.ok()) {
-    std::fprintf(stderr, "gemm: %s\n", std::string(st.message()).c_str());
-    std::exit(1);
-  }
-}
+void RunGemm(const Setup& s) { RunOrDie(*s.gemm, Problem(s), s.stream, s.workspace, kWorkspace); }
 
 // Median ms of one GEMM. rest_ms < 0: back to back, one sync at the end;
 // otherwise each GEMM is synchronized and followed by rest_ms of idle GPU.
@@ -104,12 +86,8 @@ int main(int argc, char** argv) {
   const int rounds = argc >= 5 ? std::max(1, std::atoi(argv[4])) : 3;
   CHECK_CUDA(cudaSetDevice(0));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaMalloc(&s.a, s.m * s.k * 2));
-  CHECK_CUDA(cudaMalloc(&s.b, s.k * s.n * 2));
-  CHECK_CUDA(cudaMalloc(&s.c, s.m * s.n * 2));
+  AllocateFilled(s, s.stream, 0.05f);
   CHECK_CUDA(cudaMalloc(&s.workspace, kWorkspace));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(s.a, ElemType::kBF16, s.m * s.k, 1, 1.0f, s.stream));
-  CHECK_CUDA(overlap::cuda::LaunchFillRandom(s.b, ElemType::kBF16, s.k * s.n, 2, 0.05f, s.stream));
   auto gemm = GemmLt::Create(0);
   if (!gemm.ok()) return 1;
   s.gemm = gemm->get();

@@ -1,0 +1,66 @@
+// Shared by the bench tools that call our GemmLt directly (gemm_probe,
+// gemm_algos, piece_edges, rest_bias): one packed row-major bf16 GEMM,
+// C[m, n] = A[m, k] x B[k, n]. Bench code: a failed call ends the program.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench/probe_util.h"
+#include "server/cuda/gemm_lt.h"
+#include "server/cuda/kernels.h"
+
+namespace overlap::bench {
+
+struct Bf16Gemm {
+  int64_t m = 0, n = 0, k = 0;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+};
+
+// Allocates A, B and C on the current device and fills A and B with seeded
+// random values (B scaled by `b_scale`, so that sums of k products stay small).
+inline void AllocateFilled(Bf16Gemm& g, cudaStream_t stream, float b_scale) {
+  CHECK_CUDA(cudaMalloc(&g.a, g.m * g.k * 2));
+  CHECK_CUDA(cudaMalloc(&g.b, g.k * g.n * 2));
+  CHECK_CUDA(cudaMalloc(&g.c, g.m * g.n * 2));
+  using cuda::ElemType;
+  CHECK_CUDA(cuda::LaunchFillRandom(g.a, ElemType::kBF16, g.m * g.k, 1, 1.0f, stream));
+  CHECK_CUDA(cuda::LaunchFillRandom(g.b, ElemType::kBF16, g.k * g.n, 2, b_scale, stream));
+}
+
+// The problem for C's rows [row0, row0 + rows) (all of them by default).
+inline cuda::GemmProblem Problem(const Bf16Gemm& g, int64_t row0 = 0, int64_t rows = -1) {
+  cuda::GemmProblem p;
+  p.type = cuda::ElemType::kBF16;
+  p.m = rows < 0 ? g.m : rows;
+  p.n = g.n;
+  p.k = g.k;
+  p.lda = g.k;
+  p.ldb = g.n;
+  p.ldc = g.n;
+  p.a = static_cast<const char*>(g.a) + row0 * g.k * 2;
+  p.b = g.b;
+  p.c = static_cast<char*>(g.c) + row0 * g.n * 2;
+  return p;
+}
+
+// Enqueues `p` on `stream`; a first call for a shape tunes, quiescing the device.
+inline void RunOrDie(cuda::GemmLt& gemm, const cuda::GemmProblem& p, cudaStream_t stream,
+                     void* workspace, size_t workspace_bytes) {
+  const absl::Status st = gemm.Run(p, stream, workspace, workspace_bytes, 0, [] {
+    return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                  : absl::InternalError("synchronize");
+  });
+  if (!st.ok()) {
+    std::fprintf(stderr, "gemm: %s\n", std::string(st.message()).c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace overlap::bench
