@@ -61,30 +61,25 @@ double LinkGbps(const CheckOptions& o, double ms) {
 
 namespace {
 
-// The shortest GEMM time measured (0 when none was).
-double FastestGemmMs(const CheckResult& r) {
-  double fastest = 0;
-  for (const GpuCheck& g : r.gpus) {
-    if (g.gemm_ms > 0 && (fastest == 0 || g.gemm_ms < fastest)) fastest = g.gemm_ms;
-  }
-  return fastest;
+double BestLinkGbps(const CheckResult& r) {
+  double best = 0;
+  for (const LinkCheck& l : r.links) best = std::max(best, l.p2p_gbps);
+  return best;
+}
+
+std::vector<double> GemmTimes(const CheckResult& r) {
+  std::vector<double> ms;
+  for (const GpuCheck& g : r.gpus) ms.push_back(g.gemm_ms);
+  return ms;
 }
 
 }  // namespace
 
-std::vector<size_t> SlowGpus(const CheckResult& r) {
-  std::vector<size_t> slow;
-  const double fastest = FastestGemmMs(r);
-  for (size_t i = 0; i < r.gpus.size(); ++i) {
-    if (fastest > 0 && r.gpus[i].gemm_ms > fastest * (1 + kSlowGpuFraction)) slow.push_back(i);
-  }
-  return slow;
-}
+std::vector<size_t> SlowGpus(const CheckResult& r) { return SlowerThanFastest(GemmTimes(r)); }
 
 std::vector<size_t> SlowLinks(const CheckResult& r) {
   std::vector<size_t> slow;
-  double best = 0;
-  for (const LinkCheck& l : r.links) best = std::max(best, l.p2p_gbps);
+  const double best = BestLinkGbps(r);
   for (size_t i = 0; i < r.links.size(); ++i) {
     if (r.links[i].p2p_gbps < best * (1 - kSlowLinkFraction)) slow.push_back(i);
   }
@@ -97,7 +92,9 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   auto is_in = [](const std::vector<size_t>& v, size_t i) {
     return std::find(v.begin(), v.end(), i) != v.end();
   };
-  const double fastest = FastestGemmMs(r);
+  const std::vector<double> gemm_ms = GemmTimes(r);
+  const size_t fastest_index = FastestIndex(gemm_ms);
+  const double fastest = fastest_index < gemm_ms.size() ? gemm_ms[fastest_index] : 0;
   absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each, all at once\n", o.gemm_size,
                         o.gemm_size, o.gemm_size);
   TextTable gpus({{"GPU", Align::kRight},
@@ -113,8 +110,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   }
   out += gpus.Render();
   if (!r.links.empty()) {
-    double best = 0;
-    for (const LinkCheck& l : r.links) best = std::max(best, l.p2p_gbps);
+    const double best = BestLinkGbps(r);
     absl::StrAppendFormat(&out,
                           "links: a two-rank all-gather of %d MiB shards per pair, both "
                           "directions at once; GB/s per direction\n",
@@ -140,7 +136,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
                           "slow GPU: %d, its GEMM %.1f%% slower than the fastest GPU's (more than "
                           "%.0f%%): `overlapctl node` shows its clocks, power and temperature\n",
                           r.gpus[i].device, 100 * (r.gpus[i].gemm_ms / fastest - 1),
-                          100 * kSlowGpuFraction);
+                          100 * kSlowRankFraction);
   }
   for (size_t i : slow_links) {
     absl::StrAppendFormat(&out,

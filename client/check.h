@@ -3,8 +3,8 @@
 //
 // GPUs: every GPU runs the same square bf16 GEMM alone, all at once (a GPU that
 // cools or powers worse shows under load), one job per GPU; each GEMM's median
-// time and TFLOP/s, and a GPU more than kSlowGpuFraction slower than the fastest
-// is called slow. Links: for every pair, one after another, a two-rank
+// time and TFLOP/s, and a GPU more than kSlowRankFraction (report.h) slower
+// than the fastest is called slow. Links: for every pair, one after another, a two-rank
 // all-gather whose shards hold --link-mib MiB each, over the copy engines (p2p)
 // and NCCL, both directions at once; bandwidth per direction, and a pair whose
 // p2p bandwidth is more than kSlowLinkFraction below the best pair's is called
@@ -20,7 +20,6 @@
 
 namespace overlap::client {
 
-inline constexpr double kSlowGpuFraction = 0.05;
 inline constexpr double kSlowLinkFraction = 0.10;
 
 struct CheckOptions {

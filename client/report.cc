@@ -107,17 +107,36 @@ std::string FormatReportHeader(const v1::Job& job) {
                       "  dtype: ", dtype, "\n");
 }
 
+size_t FastestIndex(const std::vector<double>& ms) {
+  size_t fastest = ms.size();
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (ms[i] > 0 && (fastest == ms.size() || ms[i] < ms[fastest])) fastest = i;
+  }
+  return fastest;
+}
+
+std::vector<size_t> SlowerThanFastest(const std::vector<double>& ms) {
+  std::vector<size_t> slow;
+  const size_t fastest = FastestIndex(ms);
+  for (size_t i = 0; fastest < ms.size() && i < ms.size(); ++i) {
+    if (ms[i] > ms[fastest] * (1 + kSlowRankFraction)) slow.push_back(i);
+  }
+  return slow;
+}
+
 std::string SlowRankNote(const std::vector<double>& ms, const std::vector<int>& devices) {
-  if (ms.size() < 2) return "";
-  const auto [fastest, slowest] = std::minmax_element(ms.begin(), ms.end());
-  if (*fastest <= 0 || *slowest <= *fastest * (1 + kSlowRankFraction)) return "";
+  const std::vector<size_t> slow = SlowerThanFastest(ms);
+  if (slow.empty()) return "";
+  const size_t fastest = FastestIndex(ms);
+  const size_t slowest = *std::max_element(slow.begin(), slow.end(),
+                                           [&](size_t a, size_t b) { return ms[a] < ms[b]; });
   auto name = [&](size_t rank) {
     return rank < devices.size() ? absl::StrCat("rank ", rank, " (device ", devices[rank], ")")
                                  : absl::StrCat("rank ", rank);
   };
-  return absl::StrFormat("%s: GEMM alone %.3f ms, %.1f%% above %s's %.3f ms",
-                         name(slowest - ms.begin()), *slowest, 100 * (*slowest / *fastest - 1),
-                         name(fastest - ms.begin()), *fastest);
+  return absl::StrFormat("%s: GEMM alone %.3f ms, %.1f%% above %s's %.3f ms", name(slowest),
+                         ms[slowest], 100 * (ms[slowest] / ms[fastest] - 1), name(fastest),
+                         ms[fastest]);
 }
 
 std::string FormatCandidates(const v1::OpResult& op, size_t shown) {

@@ -29,15 +29,20 @@ bool IsUnsuccessfulState(v1::JobState state);
 // prints the header and its state (and error).
 std::string FormatReport(const v1::Job& job);
 
-// A rank whose GEMM alone ran more than this fraction above the fastest rank's
-// is called out: all ranks run the same GEMM at once, and ranks agreed within
-// ~2% on healthy H200s.
+// A rank (or, in `overlapctl check`, a GPU) whose GEMM alone ran more than this
+// fraction above the fastest one's is called out: all ranks run the same GEMM at once, and ranks
+// agreed within ~2% on healthy H200s.
 inline constexpr double kSlowRankFraction = 0.05;
 // "rank 1 (device 3): GEMM alone 0.372 ms, 7.8% above rank 0 (device 2)'s
 // 0.345 ms", for the slowest rank when it is past kSlowRankFraction; ""
 // otherwise. `devices` is the TP group in rank order (may be empty).
 std::string SlowRankNote(const std::vector<double>& gemm_alone_rank_ms,
                          const std::vector<int>& devices);
+// Shared with `overlapctl check`: the index of the smallest positive time
+// (ms.size() when there is none), and the indices more than kSlowRankFraction
+// above it.
+size_t FastestIndex(const std::vector<double>& ms);
+std::vector<size_t> SlowerThanFastest(const std::vector<double>& ms);
 
 // "ring/p2p 0.365, ring/2/p2p 0.371 (+1.6%), ..., serial/nccl 0.499 (+36.7%)":
 // what autotune measured of each candidate (best medians of its rounds), the
