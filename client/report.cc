@@ -209,7 +209,11 @@ std::string FormatReport(const v1::Job& job) {
       absl::StrAppend(&out, op.id(), ": measured ", c, "\n");
     }
   }
+  // Host-backend ranks are threads sharing CPU cores: their spread is the OS
+  // scheduler's, not a slow GPU's.
+  const bool gpu_ranks = result.backend() != "host";
   for (const v1::OpResult& op : result.ops()) {
+    if (!gpu_ranks) break;
     const std::string slow =
         SlowRankNote({op.gemm_alone_rank_ms().begin(), op.gemm_alone_rank_ms().end()},
                      {job.devices().begin(), job.devices().end()});

@@ -185,6 +185,9 @@ TEST(ReportTest, ASlowRankIsCalledOut) {
                   "fc2: slow GPU? rank 1 (device 3): GEMM alone 5.200 ms, 9.5% above rank 0 "
                   "(device 2)'s 4.750 ms (`overlapctl node` shows its clocks, power and "
                   "temperature)"));
+  job.mutable_result()->set_backend("host");
+  EXPECT_THAT(FormatReport(job), Not(HasSubstr("slow GPU?")))
+      << "host ranks are threads on shared cores: their spread is no GPU's";
 }
 
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
