@@ -136,8 +136,8 @@ Field BytesField(const char* name, const char* comment, int64_t DaemonConfig::*m
           [member](const DaemonConfig& config) { return FormatByteSize(config.*member); }};
 }
 
-Field SecondsField(const char* name, const char* comment, double DaemonConfig::*member,
-                   bool allow_zero) {
+Field NumberField(const char* name, const char* comment, double DaemonConfig::*member,
+                  bool allow_zero) {
   return {name, comment,
           [member, allow_zero](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
             ASSIGN_OR_RETURN(config->*member, yaml_util::ReadDouble(node, allow_zero));
@@ -191,8 +191,8 @@ const std::vector<Field>& Fields() {
                "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
                "(0 = no budget)",
                &DaemonConfig::nccl_overlap_ctas, 0, kMaxNcclCtas),
-      SecondsField("collective_timeout_s", "abort a collective hung this long (seconds)",
-                   &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
+      NumberField("collective_timeout_s", "abort a collective hung this long (seconds)",
+                  &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
       StringField("metrics_listen",
                   "Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9464 (\"\" = off)",
                   &DaemonConfig::metrics_listen),
@@ -200,8 +200,14 @@ const std::vector<Field>& Fields() {
                &DaemonConfig::max_iterations),
       IntField("max_queued_jobs", "submissions beyond this are RESOURCE_EXHAUSTED",
                &DaemonConfig::max_queued_jobs),
-      SecondsField("drain_timeout_s", "on shutdown, wait this long for the running job",
-                   &DaemonConfig::drain_timeout_s, /*allow_zero=*/true),
+      NumberField("drain_timeout_s", "on shutdown, wait this long for the running job",
+                  &DaemonConfig::drain_timeout_s, /*allow_zero=*/true),
+      IntField("keep_finished_jobs",
+               "the job database keeps this many finished jobs, the last to end (0 = all)",
+               &DaemonConfig::keep_finished_jobs, 0),
+      NumberField("keep_finished_days",
+                  "and deletes finished jobs older than this many days (0 = never)",
+                  &DaemonConfig::keep_finished_days, /*allow_zero=*/true),
       BytesField("max_spec_bytes", "largest job spec accepted", &DaemonConfig::max_spec_bytes,
                  /*allow_zero=*/false),
   };

@@ -68,6 +68,11 @@ struct DaemonConfig {
   int max_iterations = 10000;
   int max_queued_jobs = 256;
   double drain_timeout_s = 30;
+  // Retention of finished jobs in the job database (0 = no limit). What a pruned
+  // job counted for (stats, ids) stays; queued and running jobs are never pruned.
+  // A job row takes a few KiB (a bench sweep tens of KiB), so 10000 stay well under 1 GiB.
+  int keep_finished_jobs = 10000;
+  double keep_finished_days = 0;
   int64_t max_spec_bytes = 1 << 20;
 };
 

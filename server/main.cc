@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,10 +53,11 @@ struct Flags {
   std::optional<std::string> backend, listen, state_dir, log_level, metrics_listen;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
-  std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas;
+  std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
+      keep_finished_jobs;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
-  std::optional<double> collective_timeout_s, drain_timeout_s;
+  std::optional<double> collective_timeout_s, drain_timeout_s, keep_finished_days;
 };
 
 absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag, int64_t* out) {
@@ -92,6 +95,8 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
   if (flags.collective_timeout_s) config.collective_timeout_s = *flags.collective_timeout_s;
   if (flags.drain_timeout_s) config.drain_timeout_s = *flags.drain_timeout_s;
+  if (flags.keep_finished_jobs) config.keep_finished_jobs = *flags.keep_finished_jobs;
+  if (flags.keep_finished_days) config.keep_finished_days = *flags.keep_finished_days;
   if (absl::Status s = ApplyBytes(flags.host_device_memory, "--host-device-memory",
                                   &config.host_device_memory_bytes);
       !s.ok()) {
@@ -188,6 +193,12 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "seconds running jobs get to finish on shutdown")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-spec-bytes", f.max_spec_bytes, "largest job spec accepted");
+  app.add_option("--keep-finished-jobs", f.keep_finished_jobs,
+                 "the job database keeps this many finished jobs (0 = all)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  app.add_option("--keep-finished-days", f.keep_finished_days,
+                 "and deletes finished jobs older than this many days (0 = never)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 volatile sig_atomic_t g_stray_signal = 0;
@@ -286,6 +297,9 @@ int Run(const DaemonConfig& config) {
   jobs::SchedulerOptions scheduler_options;
   scheduler_options.max_queued_jobs = config.max_queued_jobs;
   scheduler_options.executor_threads = (*engine)->DeviceCount();
+  scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
+  scheduler_options.retention.keep_ms =
+      static_cast<int64_t>(std::min(config.keep_finished_days, 1e6) * 24 * 3600 * 1000);
   absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler = jobs::Scheduler::Create(
       store->get(), jobs::MakeEngineRunner(**engine, config.max_iterations, tuning_cache.get()),
       scheduler_options);

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -10,11 +11,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace overlap::jobs {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: pruned_states, pruned_devices and meta keep what retention deleted.
+constexpr int kSchemaVersion = 2;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
@@ -29,7 +32,28 @@ CREATE TABLE IF NOT EXISTS jobs (
   job BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, sequence);
+CREATE TABLE IF NOT EXISTS pruned_states (
+  state INTEGER PRIMARY KEY,
+  jobs INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pruned_devices (
+  device INTEGER PRIMARY KEY,
+  busy_ms REAL NOT NULL,
+  jobs_run INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
 )sql";
+
+constexpr char kMaxPrunedKey[] = "max_pruned_sequence";
+
+// The states a job never leaves (scheduler.h, IsFinalState), as an SQL list.
+std::string FinalStatesSql() {
+  return absl::StrCat("(", v1::SUCCEEDED, ", ", v1::FAILED, ", ", v1::CANCELLED, ", ", v1::ABORTED,
+                      ")");
+}
 
 absl::Status SqliteError(sqlite3* db, absl::string_view what) {
   return absl::InternalError(absl::StrCat("job store: ", what, ": ", sqlite3_errmsg(db)));
@@ -77,6 +101,22 @@ absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt
   }
   if (rc != SQLITE_DONE) return SqliteError(db, "reading jobs");
   return jobs;
+}
+
+// Adds one job's row to per-device usage: every device it started on ran one
+// more job, and one that also ended was busy for (end - start).
+void AddUsage(const char* devices, int64_t start_ms, int64_t end_ms,
+              std::map<int, DeviceUsage>* usage) {
+  if (start_ms <= 0) return;
+  const double ms = end_ms >= start_ms ? static_cast<double>(end_ms - start_ms) : 0.0;
+  for (absl::string_view part :
+       absl::StrSplit(devices != nullptr ? devices : "", ',', absl::SkipEmpty())) {
+    int device = 0;
+    if (!absl::SimpleAtoi(part, &device)) continue;
+    DeviceUsage& u = (*usage)[device];
+    ++u.jobs_run;
+    if (end_ms > 0) u.busy_ms += ms;
+  }
 }
 
 }  // namespace
@@ -178,14 +218,24 @@ absl::Status JobStore::Put(const v1::Job& job) {
 }
 
 absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
+  absl::string_view id_view = id;
   absl::MutexLock lock(&mu_);
   Statement stmt(db_, "SELECT sequence, job FROM jobs WHERE id = ?;");
   if (auto s = stmt.status("preparing get"); !s.ok()) return s;
   sqlite3_bind_text(stmt.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(stmt.get());
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
-  if (rc != SQLITE_ROW) return SqliteError(db_, absl::StrCat("reading ", id));
-  return JobFromColumn(stmt.get(), 1);
+  if (rc == SQLITE_ROW) return JobFromColumn(stmt.get(), 1);
+  if (rc != SQLITE_DONE) return SqliteError(db_, absl::StrCat("reading ", id));
+  uint64_t sequence = 0;
+  auto max_pruned = MaxPrunedSequenceLocked();
+  if (max_pruned.ok() && absl::ConsumePrefix(&id_view, "job-") &&
+      absl::SimpleAtoi(id_view, &sequence) && sequence > 0 && sequence <= *max_pruned) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", id,
+                     " not found: finished jobs past the retention limit (keep_finished_jobs, "
+                     "keep_finished_days) are deleted, and it may have been one"));
+  }
+  return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::List(v1::JobState state, int limit) {
@@ -206,7 +256,11 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListByState(v1::JobState state) {
 
 absl::StatusOr<uint64_t> JobStore::MaxSequence() {
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_, "SELECT COALESCE(MAX(sequence), 0) FROM jobs;");
+  // Pruned jobs keep their ids: numbering goes on past the highest ever stored.
+  Statement stmt(db_,
+                 "SELECT MAX((SELECT COALESCE(MAX(sequence), 0) FROM jobs), "
+                 "(SELECT COALESCE(MAX(value), 0) FROM meta WHERE key = ?));");
+  sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   if (auto s = stmt.status("preparing max"); !s.ok()) return s;
   if (sqlite3_step(stmt.get()) != SQLITE_ROW) return SqliteError(db_, "reading max sequence");
   return static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0));
@@ -214,7 +268,9 @@ absl::StatusOr<uint64_t> JobStore::MaxSequence() {
 
 absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state;");
+  Statement stmt(db_,
+                 "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY "
+                 "state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
   if (auto s = stmt.status("preparing count"); !s.ok()) return s;
   std::map<v1::JobState, int64_t> counts;
   int rc;
@@ -228,27 +284,122 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
 
 absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_,
-                 "SELECT devices, start_time_ms, end_time_ms FROM jobs WHERE start_time_ms > 0;");
-  if (auto s = stmt.status("preparing usage"); !s.ok()) return s;
   std::map<int, DeviceUsage> usage;
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    const char* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 0));
-    const int64_t start = sqlite3_column_int64(stmt.get(), 1);
-    const int64_t end = sqlite3_column_int64(stmt.get(), 2);
-    const double ms = end >= start ? static_cast<double>(end - start) : 0.0;
-    for (absl::string_view part :
-         absl::StrSplit(text != nullptr ? text : "", ',', absl::SkipEmpty())) {
-      int device = 0;
-      if (!absl::SimpleAtoi(part, &device)) continue;
-      DeviceUsage& u = usage[device];
-      ++u.jobs_run;
-      if (end > 0) u.busy_ms += ms;
+  {
+    Statement stmt(db_,
+                   "SELECT devices, start_time_ms, end_time_ms FROM jobs WHERE start_time_ms > 0;");
+    if (auto s = stmt.status("preparing usage"); !s.ok()) return s;
+    int rc;
+    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      AddUsage(reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 0)),
+               sqlite3_column_int64(stmt.get(), 1), sqlite3_column_int64(stmt.get(), 2), &usage);
     }
+    if (rc != SQLITE_DONE) return SqliteError(db_, "reading device usage");
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "reading device usage");
+  Statement pruned(db_, "SELECT device, busy_ms, jobs_run FROM pruned_devices;");
+  if (auto s = pruned.status("preparing pruned usage"); !s.ok()) return s;
+  int rc;
+  while ((rc = sqlite3_step(pruned.get())) == SQLITE_ROW) {
+    DeviceUsage& u = usage[sqlite3_column_int(pruned.get(), 0)];
+    u.busy_ms += sqlite3_column_double(pruned.get(), 1);
+    u.jobs_run += sqlite3_column_int64(pruned.get(), 2);
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "reading pruned device usage");
   return usage;
+}
+
+absl::StatusOr<uint64_t> JobStore::MaxPrunedSequenceLocked() {
+  Statement stmt(db_, "SELECT value FROM meta WHERE key = ?;");
+  if (auto s = stmt.status("preparing meta"); !s.ok()) return s;
+  sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
+  const int rc = sqlite3_step(stmt.get());
+  if (rc == SQLITE_DONE) return 0;
+  if (rc != SQLITE_ROW) return SqliteError(db_, "reading meta");
+  return static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0));
+}
+
+absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t now_ms) {
+  if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return 0;
+  // A finished job goes when it is not among the keep_jobs that ended last, or
+  // when it ended before now - keep_ms. (By end time, so that a job that has
+  // just ended is never the one to go.)
+  std::string where = absl::StrCat("state IN ", FinalStatesSql(), " AND (0");
+  if (policy.keep_jobs > 0) {
+    absl::StrAppend(&where, " OR sequence NOT IN (SELECT sequence FROM jobs WHERE state IN ",
+                    FinalStatesSql(), " ORDER BY end_time_ms DESC, sequence DESC LIMIT ",
+                    policy.keep_jobs, ")");
+  }
+  if (policy.keep_ms > 0) {
+    absl::StrAppend(&where, " OR end_time_ms < ", now_ms - policy.keep_ms);
+  }
+  absl::StrAppend(&where, ")");
+
+  absl::MutexLock lock(&mu_);
+  // One transaction: the rows chosen are the rows deleted, and the totals move
+  // with them, or nothing changes.
+  if (auto s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::StatusOr<int64_t> pruned = PruneLocked(where);
+  if (!pruned.ok()) {
+    ExecLocked("ROLLBACK;").IgnoreError();
+    return pruned.status();
+  }
+  if (auto s = ExecLocked("COMMIT;"); !s.ok()) return s;
+  return pruned;
+}
+
+absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
+  std::map<int, int64_t> by_state;
+  std::map<int, DeviceUsage> usage;
+  uint64_t max_sequence = 0;
+  int64_t count = 0;
+  {
+    const std::string sql = absl::StrCat(
+        "SELECT sequence, state, devices, start_time_ms, end_time_ms FROM jobs WHERE ", where, ";");
+    Statement stmt(db_, sql.c_str());
+    if (auto s = stmt.status("preparing prune"); !s.ok()) return s;
+    int rc;
+    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      max_sequence =
+          std::max(max_sequence, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
+      ++by_state[sqlite3_column_int(stmt.get(), 1)];
+      AddUsage(reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 2)),
+               sqlite3_column_int64(stmt.get(), 3), sqlite3_column_int64(stmt.get(), 4), &usage);
+      ++count;
+    }
+    if (rc != SQLITE_DONE) return SqliteError(db_, "choosing jobs to prune");
+  }
+  if (count == 0) return 0;
+  for (const auto& [state, jobs] : by_state) {
+    Statement up(db_,
+                 "INSERT INTO pruned_states (state, jobs) VALUES (?1, ?2) "
+                 "ON CONFLICT(state) DO UPDATE SET jobs = jobs + ?2;");
+    if (auto s = up.status("preparing pruned states"); !s.ok()) return s;
+    sqlite3_bind_int(up.get(), 1, state);
+    sqlite3_bind_int64(up.get(), 2, jobs);
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqliteError(db_, "storing pruned states");
+  }
+  for (const auto& [device, u] : usage) {
+    Statement up(db_,
+                 "INSERT INTO pruned_devices (device, busy_ms, jobs_run) VALUES (?1, ?2, ?3) "
+                 "ON CONFLICT(device) DO UPDATE SET busy_ms = busy_ms + ?2, "
+                 "jobs_run = jobs_run + ?3;");
+    if (auto s = up.status("preparing pruned devices"); !s.ok()) return s;
+    sqlite3_bind_int(up.get(), 1, device);
+    sqlite3_bind_double(up.get(), 2, u.busy_ms);
+    sqlite3_bind_int64(up.get(), 3, u.jobs_run);
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqliteError(db_, "storing pruned devices");
+  }
+  Statement meta(db_,
+                 "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+                 "ON CONFLICT(key) DO UPDATE SET value = MAX(value, ?2);");
+  if (auto s = meta.status("preparing meta"); !s.ok()) return s;
+  sqlite3_bind_text(meta.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(meta.get(), 2, static_cast<sqlite3_int64>(max_sequence));
+  if (sqlite3_step(meta.get()) != SQLITE_DONE) return SqliteError(db_, "storing meta");
+  if (auto s = ExecLocked(absl::StrCat("DELETE FROM jobs WHERE ", where, ";").c_str()); !s.ok()) {
+    return s;
+  }
+  return count;
 }
 
 }  // namespace overlap::jobs

@@ -3,7 +3,8 @@
 // restart keeps the history and runs the jobs that were still queued.
 //
 // Each row keeps the whole v1::Job serialized next to the columns queries need
-// (id, sequence, state, priority, name, devices, start/end times).
+// (id, sequence, state, priority, name, devices, start/end times). Retention
+// (Prune) deletes old finished rows but keeps what they counted for.
 //
 // Thread safety: every method may be called from any thread (one connection,
 // serialized by an internal mutex). Errors: INVALID_ARGUMENT for an unusable
@@ -38,6 +39,13 @@ struct DeviceUsage {
   int64_t jobs_run = 0;
 };
 
+// Which finished jobs (SUCCEEDED, FAILED, CANCELLED, ABORTED) the store keeps;
+// 0 = no limit. Queued and running jobs are never pruned.
+struct RetentionPolicy {
+  int64_t keep_jobs = 0;  // the this many finished jobs that ended last
+  int64_t keep_ms = 0;    // jobs that ended within this long of now
+};
+
 class JobStore {
  public:
   // Creates `state_dir` (and parents) when missing and opens state_dir/overlapd.db.
@@ -69,11 +77,20 @@ class JobStore {
   // number of jobs that started on it.
   absl::StatusOr<std::map<int, DeviceUsage>> UsageByDevice();
 
+  // Deletes the finished jobs `policy` does not keep and returns how many. What
+  // they counted for stays: CountByState and UsageByDevice go on including them,
+  // and MaxSequence never goes back, so ids are never reused. Get of a pruned id
+  // is NOT_FOUND saying it may have been pruned.
+  absl::StatusOr<int64_t> Prune(const RetentionPolicy& policy, int64_t now_ms);
+
   const std::string& path() const { return path_; }
 
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status ExecLocked(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> MaxPrunedSequenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inside Prune's transaction: moves the rows matching `where` into the totals.
+  absl::StatusOr<int64_t> PruneLocked(const std::string& where) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -104,6 +104,7 @@ absl::Status Scheduler::Recover() {
     active_[entry->job.id()] = entry;
   }
   if (!queued->empty()) Log()->info("recovered {} queued job(s)", queued->size());
+  PruneLocked();
   return absl::OkStatus();
 }
 
@@ -113,6 +114,15 @@ void Scheduler::StoreLocked(const v1::Job& job) {
   if (absl::Status s = store_->Put(job); !s.ok()) {
     Log()->error("cannot store job {} ({}): {}", job.id(), v1::JobState_Name(job.state()),
                  s.ToString());
+  }
+}
+
+void Scheduler::PruneLocked() {
+  absl::StatusOr<int64_t> pruned = store_->Prune(options_.retention, NowMs());
+  if (!pruned.ok()) {
+    Log()->error("cannot prune finished jobs: {}", pruned.status().ToString());
+  } else if (*pruned > 0) {
+    Log()->info("pruned {} finished job(s) past the retention limit", *pruned);
   }
 }
 
@@ -238,6 +248,7 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   }
   running_.erase(entry->job.sequence());
   active_.erase(entry->job.id());
+  PruneLocked();
   ChangedLocked(*entry);
   ScheduleLocked();
 }
@@ -278,6 +289,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
     StoreLocked(entry->job);
     ChangedLocked(*entry);
     Log()->info("job {} cancelled while queued", id);
+    PruneLocked();
     // It may have been holding back lower-ranked jobs on its devices.
     ScheduleLocked();
     return entry->job;

@@ -47,6 +47,8 @@ struct SchedulerOptions {
   int max_queued_jobs = 256;
   // Executor threads: at most one job per device runs, so the device count.
   int executor_threads = 1;
+  // Finished jobs beyond this are deleted from the store at start and as jobs end.
+  RetentionPolicy retention;
 };
 
 struct JobSnapshot {
@@ -129,6 +131,8 @@ class Scheduler {
   absl::Status Recover();
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the retention policy; a failure is logged, never fatal.
+  void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangedLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
   void Execute(const std::shared_ptr<Entry>& entry);

@@ -38,6 +38,8 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.max_iterations, b.max_iterations);
   EXPECT_EQ(a.max_queued_jobs, b.max_queued_jobs);
   EXPECT_EQ(a.drain_timeout_s, b.drain_timeout_s);
+  EXPECT_EQ(a.keep_finished_jobs, b.keep_finished_jobs);
+  EXPECT_EQ(a.keep_finished_days, b.keep_finished_days);
   EXPECT_EQ(a.max_spec_bytes, b.max_spec_bytes);
 }
 
@@ -81,6 +83,8 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "max_iterations",
                           "max_queued_jobs",
                           "drain_timeout_s",
+                          "keep_finished_jobs",
+                          "keep_finished_days",
                           "max_spec_bytes"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
   }
@@ -112,6 +116,8 @@ metrics_listen: "127.0.0.1:9464"
 max_iterations: 500
 max_queued_jobs: 8
 drain_timeout_s: 0
+keep_finished_jobs: 0
+keep_finished_days: 7.5
 max_spec_bytes: 65536
 )");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -134,6 +140,8 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->max_iterations, 500);
   EXPECT_EQ(config->max_queued_jobs, 8);
   EXPECT_EQ(config->drain_timeout_s, 0);
+  EXPECT_EQ(config->keep_finished_jobs, 0);
+  EXPECT_EQ(config->keep_finished_days, 7.5);
   EXPECT_EQ(config->max_spec_bytes, 65536);
 
   // Keys not given keep their defaults.
@@ -205,6 +213,8 @@ TEST(ConfigTest, Errors) {
   ExpectInvalid("collective_timeout_s: 0", "collective_timeout_s: must be a positive number");
   ExpectInvalid("collective_timeout_s: inf", "collective_timeout_s: must be a positive number");
   ExpectInvalid("drain_timeout_s: -1", "drain_timeout_s: must be a non-negative number");
+  ExpectInvalid("keep_finished_jobs: -1", "keep_finished_jobs: must be");
+  ExpectInvalid("keep_finished_days: -2", "keep_finished_days: must be a non-negative number");
   ExpectInvalid("nvls_enable: 1", "nvls_enable: must be true or false (got \"1\")");
   ExpectInvalid("listen: [a]", "listen: must be a string (got a list)");
   ExpectInvalid("backend: host\nbackend: cuda", "duplicate config key \"backend\"");

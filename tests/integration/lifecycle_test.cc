@@ -152,6 +152,37 @@ TEST_F(LifecycleTest, SigtermDrainsThenRestartKeepsEveryJob) {
   EXPECT_THAT(report.out, HasSubstr("\nfc1 "));
 }
 
+// Retention: the database keeps the finished jobs asked for, a pruned job's id
+// answers NOT_FOUND with the reason, ids are not given out again after a
+// restart, and the stats still count every job.
+TEST_F(LifecycleTest, RetentionPrunesFinishedJobsAndNeverReusesTheirIds) {
+  StartDaemon({"--keep-finished-jobs", "1"});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    RunResult done = daemon_->Ctl({"submit", small_graph_, "--wait", "--json"});
+    ASSERT_EQ(done.exit_code, 0) << Describe(done);
+    ids.push_back(ParseJson(done.out)["id"]);
+  }
+  RunResult list = daemon_->Ctl({"list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  nlohmann::json jobs = ParseJson(list.out)["jobs"];
+  ASSERT_EQ(jobs.size(), 1u) << list.out;
+  EXPECT_EQ(jobs[0]["id"], ids[1]);
+  RunResult gone = daemon_->Ctl({"get", ids[0]});
+  EXPECT_EQ(gone.exit_code, 3) << Describe(gone);
+  EXPECT_THAT(gone.err, StartsWith("overlapctl: NOT_FOUND: job " + ids[0] + " not found: "));
+  EXPECT_THAT(gone.err, HasSubstr("keep_finished_jobs"));
+
+  ASSERT_EQ(daemon_->Terminate(std::chrono::seconds(20)).exit_code, 0) << daemon_->Log();
+  StartDaemon({"--keep-finished-jobs", "1"});
+  RunResult third = daemon_->Ctl({"submit", small_graph_, "--wait", "--json"});
+  ASSERT_EQ(third.exit_code, 0) << Describe(third);
+  EXPECT_EQ(ParseJson(third.out)["id"], "job-000003");
+  RunResult stats = daemon_->Ctl({"stats", "--json"});
+  ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
+  EXPECT_EQ(ParseJson(stats.out)["jobs_by_state"]["SUCCEEDED"], "3") << stats.out;
+}
+
 TEST_F(LifecycleTest, SigkilledRunningJobFailsAndQueuedJobRunsAfterRestart) {
   StartDaemon();
   const std::string long_id = Submit(long_graph_);

@@ -1,7 +1,10 @@
 #include "server/jobs/job_store.h"
 
+#include <sqlite3.h>
+
 #include <filesystem>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/jobs/scheduler.h"
 #include "tests/server/test_util.h"
@@ -155,6 +158,167 @@ TEST(JobStoreTest, RestartRecovery) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 5u);
   EXPECT_EQ((*all)[0].state(), v1::SUCCEEDED);
+}
+
+v1::Job Finished(uint64_t sequence, v1::JobState state, std::vector<int> devices, int64_t start_ms,
+                 int64_t end_ms) {
+  v1::Job job = MakeJob(sequence, state, std::move(devices));
+  job.set_start_time_ms(start_ms);
+  job.set_end_time_ms(end_ms);
+  return job;
+}
+
+std::vector<std::string> StoredIds(JobStore& store) {
+  std::vector<std::string> ids;
+  const absl::StatusOr<std::vector<v1::Job>> jobs = store.List(v1::JOB_STATE_UNSPECIFIED, 0);
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  for (const v1::Job& job : jobs.value_or(std::vector<v1::Job>{})) ids.push_back(job.id());
+  return ids;
+}
+
+// Retention keeps the finished jobs that ended last (a job that ran long and
+// ended late is "newer" than one submitted after it), never touches queued or
+// running ones, and what the pruned jobs counted for stays counted.
+TEST(JobStoreTest, PruneKeepsTheLastToEndAndWhatThePrunedCountedFor) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobStore& s = **store;
+  ASSERT_TRUE(s.Put(Finished(1, v1::SUCCEEDED, {0, 1}, 1000, 9000)).ok());  // ends last
+  ASSERT_TRUE(s.Put(Finished(2, v1::FAILED, {0}, 2000, 2500)).ok());
+  ASSERT_TRUE(s.Put(Finished(3, v1::CANCELLED, {1}, 0, 3000)).ok());  // cancelled while queued
+  ASSERT_TRUE(s.Put(Finished(4, v1::ABORTED, {1}, 4000, 4100)).ok());
+  ASSERT_TRUE(s.Put(Finished(5, v1::SUCCEEDED, {0}, 5000, 6000)).ok());
+  v1::Job running = MakeJob(6, v1::RUNNING, {0});
+  running.set_start_time_ms(7000);
+  ASSERT_TRUE(s.Put(running).ok());
+  ASSERT_TRUE(s.Put(MakeJob(7, v1::QUEUED, {1})).ok());
+  const auto counts_before = *s.CountByState();
+  const auto usage_before = *s.UsageByDevice();
+
+  auto pruned = s.Prune(RetentionPolicy{/*keep_jobs=*/2, /*keep_ms=*/0}, /*now_ms=*/10000);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, 3);
+  EXPECT_EQ(StoredIds(s),
+            (std::vector<std::string>{"job-000001", "job-000005", "job-000006", "job-000007"}));
+
+  const auto counts_after = *s.CountByState();
+  EXPECT_EQ(counts_after, counts_before);
+  EXPECT_EQ(counts_after.at(v1::FAILED), 1);
+  EXPECT_EQ(counts_after.at(v1::ABORTED), 1);
+  const auto usage_after = *s.UsageByDevice();
+  ASSERT_EQ(usage_after.size(), usage_before.size());
+  for (const auto& [device, u] : usage_before) {
+    EXPECT_DOUBLE_EQ(usage_after.at(device).busy_ms, u.busy_ms) << device;
+    EXPECT_EQ(usage_after.at(device).jobs_run, u.jobs_run) << device;
+  }
+  EXPECT_DOUBLE_EQ(usage_after.at(0).busy_ms, 8000 + 500 + 1000);
+  EXPECT_EQ(usage_after.at(1).jobs_run, 2);  // jobs 1 and 4; 3 and 7 never started
+
+  // Nothing more to prune: a second pass changes nothing.
+  EXPECT_EQ(*s.Prune(RetentionPolicy{2, 0}, 10000), 0);
+  EXPECT_EQ(*s.CountByState(), counts_before);
+}
+
+TEST(JobStoreTest, PruneByAgeAndNoLimitMeansKeepAll) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(s.Put(Finished(i, v1::SUCCEEDED, {0}, 100 * i, 1000 * i)).ok());
+  }
+  EXPECT_EQ(*s.Prune(RetentionPolicy{}, 1'000'000), 0) << "no limit given";
+  EXPECT_EQ(StoredIds(s).size(), 4u);
+  // now 5000, keep 2500 ms: jobs that ended before 2500 go.
+  EXPECT_EQ(*s.Prune(RetentionPolicy{0, 2500}, 5000), 2);
+  EXPECT_EQ(StoredIds(s), (std::vector<std::string>{"job-000003", "job-000004"}));
+  // Both limits: either one prunes.
+  EXPECT_EQ(*s.Prune(RetentionPolicy{1, 1'000'000}, 5000), 1);
+  EXPECT_EQ(StoredIds(s), (std::vector<std::string>{"job-000004"}));
+}
+
+// Pruning the job with the highest id must not give that id out again, after a
+// restart too, and asking for a pruned job says why it is gone.
+TEST(JobStoreTest, PrunedIdsAreNeverReusedAndSayWhyTheyAreGone) {
+  TempDir dir;
+  {
+    auto store = JobStore::Open(dir.path());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
+    ASSERT_TRUE((*store)->Put(Finished(2, v1::FAILED, {0}, 30, 40)).ok());
+    EXPECT_EQ(*(*store)->Prune(RetentionPolicy{0, 5}, 100), 2);
+    EXPECT_TRUE(StoredIds(**store).empty());
+  }
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->MaxSequence(), 2u);
+  EXPECT_EQ((*(*store)->CountByState())[v1::FAILED], 1) << "the totals are on disk";
+
+  auto gone = (*store)->Get("job-000002");
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(gone.status().message()),
+              ::testing::HasSubstr("keep_finished_jobs, keep_finished_days"));
+  auto never = (*store)->Get("job-000003");
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(never.status().message(), "job job-000003 not found");
+  EXPECT_EQ((*store)->Get("nonsense").status().message(), "job nonsense not found");
+}
+
+// A database written by the first schema (jobs table only) opens, is upgraded
+// in place, and prunes.
+TEST(JobStoreTest, OpensAndUpgradesAVersionOneDatabase) {
+  TempDir dir;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir.path() + "/" + kStoreFileName).c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE jobs (id TEXT PRIMARY KEY, sequence INTEGER NOT NULL "
+                           "UNIQUE, state INTEGER NOT NULL, priority INTEGER NOT NULL, name TEXT "
+                           "NOT NULL, devices TEXT NOT NULL, start_time_ms INTEGER NOT NULL, "
+                           "end_time_ms INTEGER NOT NULL, job BLOB NOT NULL); "
+                           "PRAGMA user_version=1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
+  ASSERT_TRUE((*store)->Put(Finished(2, v1::SUCCEEDED, {0}, 30, 40)).ok());
+  EXPECT_EQ(*(*store)->Prune(RetentionPolicy{1, 0}, 100), 1);
+  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 2);
+}
+
+// The scheduler applies its retention policy as jobs end: the history holds
+// the last few, the stats all of them.
+TEST(JobStoreTest, SchedulerPrunesAsJobsEnd) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  FakeRunner runner;
+  SchedulerOptions options;
+  options.retention.keep_jobs = 2;
+  auto scheduler = Scheduler::Create(
+      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  for (int i = 0; i < 5; ++i) {
+    v1::Job job;
+    job.set_name("sleep:1");
+    job.add_devices(0);
+    ASSERT_TRUE((*scheduler)->Submit(job).ok());
+  }
+  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  auto listed = (*scheduler)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  ASSERT_TRUE(listed.ok());
+  std::vector<std::string> ids;
+  for (const v1::Job& job : *listed) ids.push_back(job.id());
+  EXPECT_EQ(ids, (std::vector<std::string>{"job-000004", "job-000005"}));
+  auto stats = (*scheduler)->GetStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->jobs_by_state.at(v1::SUCCEEDED), 5);
+  EXPECT_EQ(stats->devices.at(0).jobs_run, 5);
 }
 
 }  // namespace
