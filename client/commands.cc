@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/progress_printer.h"
 #include "client/report.h"
@@ -50,6 +51,13 @@ std::string ToJson(const google::protobuf::Message& message) {
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {
   if (IsUnreachable(status)) {
     err << "overlapctl: cannot reach overlapd at " << address << ": " << status.message() << "\n";
+    // Something answered on a TCP port but the connection did not come up: the
+    // usual cause is TLS on one side only, or a certificate the other refused.
+    const bool tcp = !absl::StartsWith(address, "unix:") && !absl::StartsWith(address, "/");
+    if (tcp && !absl::StrContains(status.message(), "Connection refused")) {
+      err << "overlapctl: if overlapd uses TLS, pass --tls-ca (and --tls-cert/--tls-key when it "
+             "requires client certificates)\n";
+    }
     return kExitUnreachable;
   }
   err << "overlapctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()

@@ -5,7 +5,10 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/report.h"
+#include "common/pem_file.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -25,16 +28,41 @@ bool IsUnreachable(const absl::Status& status) {
   return status.GetPayload(kUnreachablePayload).has_value();
 }
 
-std::unique_ptr<DaemonClient> DaemonClient::Create(const std::string& address,
-                                                   absl::Duration deadline) {
+absl::StatusOr<std::unique_ptr<DaemonClient>> DaemonClient::Create(const std::string& address,
+                                                                   const ClientTls& tls,
+                                                                   absl::Duration deadline) {
   grpc::ChannelArguments args;
   // One quick connection attempt is what a CLI wants; the default backoff would
   // only matter for a long-lived client.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-  auto channel =
-      grpc::CreateCustomChannel(ToTarget(address), grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls.enabled()) {
+    const std::string target = ToTarget(address);
+    if (absl::StartsWith(target, "unix:")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls-*: TLS is for a daemon on HOST:PORT, not ", address));
+    }
+    if (tls.cert_file.empty() != tls.key_file.empty()) {
+      return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+    }
+    grpc::SslCredentialsOptions options;
+    if (!tls.ca_file.empty()) {
+      ASSIGN_OR_RETURN(options.pem_root_certs, ReadPemFile(tls.ca_file, "--tls-ca", "CERTIFICATE"));
+    }
+    if (!tls.cert_file.empty()) {
+      ASSIGN_OR_RETURN(options.pem_cert_chain,
+                       ReadPemFile(tls.cert_file, "--tls-cert", "CERTIFICATE"));
+      ASSIGN_OR_RETURN(options.pem_private_key,
+                       ReadPemFile(tls.key_file, "--tls-key", "PRIVATE KEY"));
+    }
+    credentials = grpc::SslCredentials(options);
+    if (!tls.server_name.empty()) {
+      args.SetSslTargetNameOverride(tls.server_name);
+    }
+  }
+  auto channel = grpc::CreateCustomChannel(ToTarget(address), credentials, args);
   return std::unique_ptr<DaemonClient>(new DaemonClient(address, std::move(channel), deadline));
 }
 

@@ -24,13 +24,26 @@ namespace overlap::client {
 // True when `status` says the daemon could not be reached at all.
 bool IsUnreachable(const absl::Status& status);
 
+// TLS to a daemon on HOST:PORT (server_tls.h on its side). Any file given
+// turns TLS on; with no CA file the system's roots verify the daemon.
+struct ClientTls {
+  std::string ca_file;      // PEM CA that signed the daemon's certificate
+  std::string cert_file;    // PEM client certificate, for a daemon that asks (mutual TLS)
+  std::string key_file;     // its PEM private key
+  std::string server_name;  // name to check the daemon's certificate against ("" = the host)
+
+  bool enabled() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
+
 class DaemonClient {
  public:
   // `address` is a gRPC target ("unix:/path", "host:port"); a bare absolute path
-  // means a unix socket. `deadline` bounds each unary call. Never fails: the
-  // channel connects lazily on the first call.
-  static std::unique_ptr<DaemonClient> Create(const std::string& address,
-                                              absl::Duration deadline = absl::Seconds(5));
+  // means a unix socket. `deadline` bounds each unary call. The channel
+  // connects lazily on the first call; INVALID_ARGUMENT only for TLS files that
+  // cannot be read, a certificate without its key, or TLS to a unix socket.
+  static absl::StatusOr<std::unique_ptr<DaemonClient>> Create(
+      const std::string& address, const ClientTls& tls = {},
+      absl::Duration deadline = absl::Seconds(5));
 
   // The address as given by the user (what error messages name).
   const std::string& address() const { return address_; }

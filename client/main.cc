@@ -1,8 +1,10 @@
 // overlapctl: submit layer-graph jobs to overlapd, follow them, print reports.
+#include <grpc/support/log.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -15,10 +17,20 @@
 
 namespace {
 
+// gRPC core's own log lines (a failed TLS handshake, in its format) say what
+// overlapctl's error message says again; GRPC_VERBOSITY brings them back.
+void QuietGrpcCore() {
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
+}
+
+std::string FromEnv(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr ? env : "";
+}
+
 std::string DefaultAddress() {
-  const char* env = std::getenv("OVERLAPD_ADDR");
-  if (env != nullptr && env[0] != '\0') return env;
-  return overlap::DefaultListenAddress();
+  const std::string env = FromEnv("OVERLAPD_ADDR");
+  return !env.empty() ? env : overlap::DefaultListenAddress();
 }
 
 }  // namespace
@@ -26,6 +38,7 @@ std::string DefaultAddress() {
 int main(int argc, char** argv) {
   using overlap::client::Commands;
 
+  QuietGrpcCore();
   CLI::App app{"overlapctl: submit layer-graph jobs to overlapd and read their reports"};
   app.fallthrough();  // --addr/--json may follow the command
   app.require_subcommand(1);
@@ -34,6 +47,16 @@ int main(int argc, char** argv) {
   app.add_option("--addr", address, "overlapd address: unix:/path or host:port (env OVERLAPD_ADDR)")
       ->capture_default_str();
   app.add_flag("--json", json, "print the protobuf JSON form instead of text");
+  overlap::client::ClientTls tls{FromEnv("OVERLAPD_TLS_CA"), FromEnv("OVERLAPD_TLS_CERT"),
+                                 FromEnv("OVERLAPD_TLS_KEY"), ""};
+  app.add_option("--tls-ca", tls.ca_file,
+                 "TLS: PEM CA that signed overlapd's certificate (env OVERLAPD_TLS_CA)");
+  app.add_option("--tls-cert", tls.cert_file,
+                 "TLS: PEM client certificate, for mutual TLS (env OVERLAPD_TLS_CERT)");
+  app.add_option("--tls-key", tls.key_file,
+                 "TLS: PEM private key of --tls-cert (env OVERLAPD_TLS_KEY)");
+  app.add_option("--tls-server-name", tls.server_name,
+                 "TLS: name to check overlapd's certificate against (default: the host)");
 
   std::string file, id, state;
   bool wait = false;
@@ -128,7 +151,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? overlap::client::kExitOk : overlap::client::kExitUsage;
   }
 
-  auto client = overlap::client::DaemonClient::Create(address);
+  absl::StatusOr<std::unique_ptr<overlap::client::DaemonClient>> created =
+      overlap::client::DaemonClient::Create(address, tls);
+  if (!created.ok()) {
+    std::cerr << "overlapctl: " << created.status().message() << "\n";
+    return overlap::client::kExitUsage;
+  }
+  std::unique_ptr<overlap::client::DaemonClient> client = std::move(*created);
   Commands commands(*client, std::cout, std::cerr, isatty(STDERR_FILENO) == 1, json);
   int rc = overlap::client::kExitUsage;
   if (submit->parsed()) rc = commands.Submit(file, wait);

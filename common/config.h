@@ -14,6 +14,12 @@ struct DaemonConfig {
   std::string backend = "auto";  // auto | cuda | host
   std::string listen;            // empty = the default unix socket (see DefaultListenAddress)
   bool allow_insecure_tcp = false;  // allow host:port on non-loopback addresses
+  // TLS on a HOST:PORT listen address (PEM files; "" = off). With
+  // tls_client_ca, clients must present a certificate it signed (mutual TLS),
+  // and the port may face the network without allow_insecure_tcp.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   std::string state_dir;         // empty = DefaultStateDir()
   std::string log_level = "info";
 

@@ -32,6 +32,7 @@
 #include "server/jobs/job_store.h"
 #include "server/jobs/scheduler.h"
 #include "server/ops/tuning_cache.h"
+#include "server/rpc/grpc_log.h"
 #include "server/rpc/listen_address.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rpc_server.h"
@@ -50,7 +51,8 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   bool print_config = false;
-  std::optional<std::string> backend, listen, state_dir, log_level, metrics_listen;
+  std::optional<std::string> backend, listen, state_dir, log_level, metrics_listen, tls_cert,
+      tls_key, tls_client_ca;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
@@ -70,6 +72,10 @@ absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag
   return absl::OkStatus();
 }
 
+rpc::ServerTls TlsOf(const DaemonConfig& config) {
+  return rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
+}
+
 absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   DaemonConfig config;
   if (!flags.config_path.empty()) {
@@ -87,6 +93,9 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.nccl_nonblocking) config.nccl_nonblocking = *flags.nccl_nonblocking;
   if (flags.graph_replay) config.graph_replay = *flags.graph_replay;
   if (flags.metrics_listen) config.metrics_listen = *flags.metrics_listen;
+  if (flags.tls_cert) config.tls_cert = *flags.tls_cert;
+  if (flags.tls_key) config.tls_key = *flags.tls_key;
+  if (flags.tls_client_ca) config.tls_client_ca = *flags.tls_client_ca;
   if (flags.programmatic_edges) config.programmatic_edges = *flags.programmatic_edges;
   if (flags.launch_gate) config.launch_gate = *flags.launch_gate;
   if (flags.nccl_overlap_ctas) config.nccl_overlap_ctas = *flags.nccl_overlap_ctas;
@@ -122,11 +131,18 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   }
   if (config.listen.empty()) config.listen = DefaultListenAddress();
   if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
-  // Checked here too (RpcServer checks again) so that a bad address is a
-  // config error, found before the engine spends seconds starting.
-  if (auto target = rpc::ResolveListenAddress(config.listen, config.allow_insecure_tcp);
-      !target.ok()) {
-    return target.status();
+  // Checked here too (RpcServer checks again) so that a bad address or TLS
+  // file is a config error, found before the engine spends seconds starting.
+  const rpc::ServerTls tls = TlsOf(config);
+  auto target = rpc::ResolveListenAddress(config.listen, config.allow_insecure_tcp,
+                                          tls.clients_authenticated());
+  if (!target.ok()) return target.status();
+  if (tls.enabled() && !target->socket_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses, not ", config.listen));
+  }
+  if (auto credentials = rpc::ServerCredentialsFor(tls); !credentials.ok()) {
+    return credentials.status();
   }
   return config;
 }
@@ -150,9 +166,14 @@ void AddFlags(CLI::App& app, Flags& f) {
                "print the config in effect (file and flags merged) as YAML and exit");
   app.add_option("--backend", f.backend, "auto | cuda | host")
       ->check(CLI::IsMember({"auto", "cuda", "host"}));
-  app.add_option("--listen", f.listen, "unix:PATH or HOST:PORT (loopback unless allowed)");
+  app.add_option("--listen", f.listen,
+                 "unix:PATH or HOST:PORT (loopback, or any with mutual TLS or when allowed)");
   AddBoolFlag(app, "--allow-insecure-tcp,!--no-allow-insecure-tcp", &f.allow_insecure_tcp,
-              "allow HOST:PORT on non-loopback addresses (plaintext, unauthenticated)");
+              "allow HOST:PORT on non-loopback addresses without mutual TLS");
+  app.add_option("--tls-cert", f.tls_cert, "TLS on HOST:PORT: PEM certificate chain");
+  app.add_option("--tls-key", f.tls_key, "TLS on HOST:PORT: PEM private key");
+  app.add_option("--tls-client-ca", f.tls_client_ca,
+                 "require client certificates signed by this PEM CA (mutual TLS)");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
   app.add_option("--metrics-listen", f.metrics_listen,
                  "serve Prometheus /metrics on HOST:PORT (\"\" = off, the default)");
@@ -311,6 +332,7 @@ int Run(const DaemonConfig& config) {
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
   rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
+  rpc_options.tls = TlsOf(config);
   rpc_options.state_dir = config.state_dir;
   rpc_options.jobs.max_iterations = config.max_iterations;
   rpc_options.jobs.max_spec_bytes = config.max_spec_bytes;
@@ -450,5 +472,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   overlap::InitLogging(config->log_level);
+  overlap::rpc::RouteGrpcLogsToSpdlog();
   return overlap::Run(*config);
 }

@@ -41,7 +41,8 @@ bool IsLoopbackHost(const std::string& host) {
 }  // namespace
 
 absl::StatusOr<ListenTarget> ResolveListenAddress(const std::string& listen,
-                                                  bool allow_insecure_tcp) {
+                                                  bool allow_insecure_tcp,
+                                                  bool clients_authenticated) {
   ListenTarget target;
   if (absl::StartsWith(listen, "unix:")) {
     std::string path = listen.substr(5);
@@ -73,12 +74,12 @@ absl::StatusOr<ListenTarget> ResolveListenAddress(const std::string& listen,
     return Invalid(listen, "write an IPv6 host in brackets, e.g. [::1]:50051");
   }
   if (host.empty()) return Invalid(listen, "empty host (use 127.0.0.1 for loopback)");
-  if (!IsLoopbackHost(host)) {
+  if (!IsLoopbackHost(host) && !clients_authenticated) {
     if (!allow_insecure_tcp) {
       return Invalid(listen,
-                     "not a loopback address; overlapd's TCP port is unauthenticated "
-                     "plaintext, so set allow_insecure_tcp (--allow-insecure-tcp) to listen "
-                     "on the network");
+                     "not a loopback address, and clients are not authenticated: set "
+                     "tls_cert, tls_key and tls_client_ca (mutual TLS) to listen on the "
+                     "network, or allow_insecure_tcp (--allow-insecure-tcp) to do it anyway");
     }
     target.insecure_network = true;
   }

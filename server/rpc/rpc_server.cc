@@ -24,17 +24,26 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
                                                             jobs::Scheduler& scheduler,
                                                             const engine::Engine& engine) {
   auto log = GetLogger("rpc");
-  absl::StatusOr<ListenTarget> target =
-      ResolveListenAddress(options.listen, options.allow_insecure_tcp);
+  absl::StatusOr<ListenTarget> target = ResolveListenAddress(
+      options.listen, options.allow_insecure_tcp, options.tls.clients_authenticated());
   if (!target.ok()) return target.status();
+  if (options.tls.enabled() && !target->socket_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses; ", options.listen,
+                     " is a unix socket, which its file mode guards (0660)"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(options.tls);
+  if (!credentials.ok()) return credentials.status();
   if (!target->socket_path.empty()) {
     if (absl::Status s = PrepareUnixSocketPath(target->socket_path); !s.ok()) return s;
   }
   if (target->insecure_network) {
     log->warn(
-        "*** listening on {} without TLS or authentication: anyone who can reach this "
-        "port can run and cancel jobs (allow_insecure_tcp is set) ***",
-        target->grpc_uri);
+        "*** listening on {} {}: anyone who can reach this port can run and cancel jobs "
+        "(allow_insecure_tcp is set) ***",
+        target->grpc_uri,
+        options.tls.enabled() ? "with TLS but no client certificates" : "without TLS");
   }
 
   std::unique_ptr<RpcServer> server(new RpcServer());
@@ -46,15 +55,16 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(target->grpc_uri, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(target->grpc_uri, *credentials, &selected_port);
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->node_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || selected_port == 0) {
     server->server_.reset();
-    return absl::FailedPreconditionError(
-        absl::StrCat("listen: cannot listen on ", target->grpc_uri,
-                     " (address in use, not permitted, or the host does not resolve)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listen: cannot listen on ", target->grpc_uri,
+        " (address in use, not permitted, or the host does not resolve",
+        options.tls.enabled() ? "; or tls_cert and tls_key are not a matching pair" : "", ")"));
   }
   if (!target->socket_path.empty()) {
     server->socket_path_ = target->socket_path;
@@ -69,7 +79,10 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   }
   server->node_service_->set_listen_address(server->listen_address_);
   server->SetServing(true);
-  log->info("listening on {}", server->listen_address_);
+  log->info("listening on {}{}", server->listen_address_,
+            !options.tls.enabled()                ? ""
+            : options.tls.clients_authenticated() ? " (TLS, client certificates required)"
+                                                  : " (TLS)");
   return server;
 }
 

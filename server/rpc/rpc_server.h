@@ -1,6 +1,7 @@
 // The gRPC server of overlapd: the Jobs and Node services and the standard
 // grpc.health.v1 service (SERVING for "" and "overlap.v1.Jobs" while the daemon
-// takes work), listening on one unix socket (mode 0660) or loopback TCP port.
+// takes work), listening on one unix socket (mode 0660) or TCP port (loopback,
+// or the network with mutual TLS: server_tls.h).
 //
 // Thread safety: SetServing and listen_address may be called from any thread;
 // Shutdown once, from one thread.
@@ -17,20 +18,22 @@
 #include "server/jobs/scheduler.h"
 #include "server/rpc/jobs_service.h"
 #include "server/rpc/node_service.h"
+#include "server/rpc/server_tls.h"
 
 namespace overlap::rpc {
 
 struct RpcServerOptions {
   std::string listen;  // see listen_address.h
   bool allow_insecure_tcp = false;
+  ServerTls tls;          // TCP only
   std::string state_dir;  // shown by GetNodeInfo
   JobsServiceOptions jobs;
 };
 
 class RpcServer {
  public:
-  // Listening when this returns. INVALID_ARGUMENT for a bad listen address,
-  // FAILED_PRECONDITION when it cannot be bound. `scheduler` and `engine`
+  // Listening when this returns. INVALID_ARGUMENT for a bad listen address or
+  // TLS settings, FAILED_PRECONDITION when it cannot be bound. `scheduler` and `engine`
   // must outlive the server.
   static absl::StatusOr<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options,
                                                           jobs::Scheduler& scheduler,

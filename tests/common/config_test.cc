@@ -21,6 +21,9 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.backend, b.backend);
   EXPECT_EQ(a.listen, b.listen);
   EXPECT_EQ(a.allow_insecure_tcp, b.allow_insecure_tcp);
+  EXPECT_EQ(a.tls_cert, b.tls_cert);
+  EXPECT_EQ(a.tls_key, b.tls_key);
+  EXPECT_EQ(a.tls_client_ca, b.tls_client_ca);
   EXPECT_EQ(a.state_dir, b.state_dir);
   EXPECT_EQ(a.log_level, b.log_level);
   EXPECT_EQ(a.host_device_count, b.host_device_count);
@@ -66,6 +69,9 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
   for (const char* key : {"backend",
                           "listen",
                           "allow_insecure_tcp",
+                          "tls_cert",
+                          "tls_key",
+                          "tls_client_ca",
                           "state_dir",
                           "log_level",
                           "host_device_count",
@@ -100,6 +106,9 @@ TEST(ConfigTest, ParsesEveryKey) {
 backend: host
 listen: "127.0.0.1:7070"
 allow_insecure_tcp: true
+tls_cert: /etc/overlapd/tls/server.pem
+tls_key: /etc/overlapd/tls/server.key
+tls_client_ca: /etc/overlapd/tls/clients-ca.pem
 state_dir: /srv/overlapd
 log_level: debug
 host_device_count: 4
@@ -124,6 +133,9 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->backend, "host");
   EXPECT_EQ(config->listen, "127.0.0.1:7070");
   EXPECT_TRUE(config->allow_insecure_tcp);
+  EXPECT_EQ(config->tls_cert, "/etc/overlapd/tls/server.pem");
+  EXPECT_EQ(config->tls_key, "/etc/overlapd/tls/server.key");
+  EXPECT_EQ(config->tls_client_ca, "/etc/overlapd/tls/clients-ca.pem");
   EXPECT_EQ(config->state_dir, "/srv/overlapd");
   EXPECT_EQ(config->log_level, "debug");
   EXPECT_EQ(config->host_device_count, 4);

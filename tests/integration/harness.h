@@ -3,9 +3,12 @@
 // (tests are one executable per *_test.cc). Not thread-safe.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -200,6 +203,10 @@ class Daemon {
 
   const std::string& address() const { return address_; }
   const std::string& state_dir() const { return state_dir_; }
+  // Before Start: listen on `address` (e.g. 127.0.0.1:PORT) instead of the
+  // socket in `dir`, and pass `flags` (e.g. --tls-ca) to every Ctl call.
+  void set_address(std::string address) { address_ = std::move(address); }
+  void set_ctl_flags(std::vector<std::string> flags) { ctl_flags_ = std::move(flags); }
   // What the daemon printed so far (its log goes to stderr).
   std::string Log() const {
     return child_ ? ReadFileOrEmpty(child_->err_path()) + ReadFileOrEmpty(child_->out_path()) : "";
@@ -229,7 +236,9 @@ class Daemon {
 
   RunResult Ctl(const std::vector<std::string>& args,
                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) const {
-    return Overlapctl(dir_, address_, args, timeout);
+    std::vector<std::string> all = ctl_flags_;
+    all.insert(all.end(), args.begin(), args.end());
+    return Overlapctl(dir_, address_, all, timeout);
   }
 
   // Starts an overlapctl without waiting (e.g. `submit --wait` of a long job).
@@ -259,8 +268,26 @@ class Daemon {
   std::vector<std::string> extra_flags_;
   std::string address_;
   std::string state_dir_;
+  std::vector<std::string> ctl_flags_;
   std::unique_ptr<Child> child_;
 };
+
+// A TCP port on 127.0.0.1 that nothing listens on right now.
+inline int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
 
 // Parses overlapctl's --json output; a parse failure is a test failure.
 inline nlohmann::json ParseJson(const std::string& text) {

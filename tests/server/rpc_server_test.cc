@@ -387,9 +387,14 @@ TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
     auto refused = ResolveListenAddress(remote, false);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << remote;
     EXPECT_NE(refused.status().message().find("allow_insecure_tcp"), std::string::npos);
+    EXPECT_NE(refused.status().message().find("tls_client_ca"), std::string::npos);
     auto allowed = ResolveListenAddress(remote, true);
     ASSERT_TRUE(allowed.ok()) << remote;
     EXPECT_TRUE(allowed->insecure_network);
+    // Mutual TLS authenticates every client: no opt-in needed, nothing insecure.
+    auto authenticated = ResolveListenAddress(remote, false, /*clients_authenticated=*/true);
+    ASSERT_TRUE(authenticated.ok()) << remote;
+    EXPECT_FALSE(authenticated->insecure_network);
   }
   for (const char* bad :
        {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000", "http://localhost:80"}) {
