@@ -265,9 +265,8 @@ nlohmann::json Telemetry(const v1::GetNodeInfoResponse& node) {
 
 }  // namespace
 
-nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
-                         const v1::GetNodeInfoResponse* node_after,
-                         const std::vector<BenchRow>& rows, const BenchOptions& o) {
+nlohmann::json RunHeaderJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                             const v1::GetNodeInfoResponse* node_after) {
   nlohmann::json env = nlohmann::json::object();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string kv = *e;
@@ -291,6 +290,16 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["client_env"] = env;
   j["telemetry_before"] = Telemetry(node);
   j["telemetry_after"] = node_after ? Telemetry(*node_after) : nlohmann::json::array();
+  j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;
+  // Whether the GPUs waited for the host to enqueue each timed iteration (GPU time only).
+  j["launch_gate"] = job.result().launch_gate();
+  return j;
+}
+
+nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                         const v1::GetNodeInfoResponse* node_after,
+                         const std::vector<BenchRow>& rows, const BenchOptions& o) {
+  nlohmann::json j = RunHeaderJson(job, node, node_after);
   j["dtype"] = o.dtype;
   j["transport"] = o.transport;
   j["chunks"] = o.chunks;
@@ -298,9 +307,6 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["warmup"] = o.warmup;
   j["repeats"] = o.repeats;
   j["peak_tflops"] = o.peak_tflops;
-  j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;
-  // Whether the GPUs waited for the host to enqueue each timed iteration (GPU time only).
-  j["launch_gate"] = job.result().launch_gate();
   j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
   // What the GPUs did while the host enqueued each gated iteration (heat | idle).
   j["head_start"] = job.result().head_start();

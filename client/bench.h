@@ -79,7 +79,12 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options)
 
 // The table and the summary against the targets.
 std::string FormatBench(const std::vector<BenchRow>& rows);
+// What makes a run reproducible, shared with commbench: job id, backend,
+// commit, versions of CUDA, NCCL, cuBLAS and driver, GPUs, NCCL_*/CUDA_*
+// environment, telemetry before and after, wall time, launch gate.
 // `node_after` (clocks, temperature, power after the run) may be null.
+nlohmann::json RunHeaderJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                             const v1::GetNodeInfoResponse* node_after);
 nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
                          const v1::GetNodeInfoResponse* node_after,
                          const std::vector<BenchRow>& rows, const BenchOptions& options);

@@ -6,13 +6,16 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "CLI/CLI.hpp"
 #include "client/bench.h"
 #include "client/check.h"
 #include "client/commands.h"
+#include "client/commbench.h"
 #include "client/daemon_client.h"
 #include "client/top.h"
+#include "common/byte_size.h"
 #include "common/config.h"
 
 namespace {
@@ -144,6 +147,35 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   bench->add_option("--json-out", bench_json, "also write the JSON report to this file");
 
+  overlap::client::CommBenchOptions comm_options;
+  std::string comm_min = "1MiB", comm_max = "1GiB", comm_json;
+  bool comm_no_verify = false;
+  CLI::App* commbench = app.add_subcommand(
+      "commbench",
+      "the collectives alone over a range of sizes, NCCL and copy engines side by side "
+      "(nccl-tests' time, algbw, busbw), each checked against float64");
+  commbench->add_option("--collectives", comm_options.collectives, "which, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  commbench->add_option("--transports", comm_options.transports, "nccl, p2p (copy engines)")
+      ->delimiter(',')
+      ->capture_default_str();
+  commbench->add_option("--min-bytes", comm_min, "smallest size, e.g. 64KiB")
+      ->capture_default_str();
+  commbench->add_option("--max-bytes", comm_max, "largest size")->capture_default_str();
+  commbench->add_option("--factor", comm_options.factor, "each size is this many times the last")
+      ->capture_default_str();
+  commbench
+      ->add_option("--devices", comm_options.devices, "the group, e.g. 0,1 (default: every device)")
+      ->delimiter(',');
+  commbench->add_option("--dtype", comm_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  commbench->add_option("--iterations", comm_options.iterations, "timed iterations per size")
+      ->capture_default_str();
+  commbench->add_option("--warmup", comm_options.warmup, "warm-up iterations per size")
+      ->capture_default_str();
+  commbench->add_flag("--no-verify", comm_no_verify, "skip the float64 verification");
+  commbench->add_option("--json-out", comm_json, "also write the JSON report to this file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -174,6 +206,20 @@ int main(int argc, char** argv) {
   }
   if (top->parsed()) {
     rc = overlap::client::RunTop(*client, top_options, json, std::cout, std::cerr);
+  }
+  if (commbench->parsed()) {
+    comm_options.verify = !comm_no_verify;
+    for (auto [text, flag, out] : {std::tuple{&comm_min, "--min-bytes", &comm_options.min_bytes},
+                                   std::tuple{&comm_max, "--max-bytes", &comm_options.max_bytes}}) {
+      absl::StatusOr<int64_t> bytes = overlap::ParseByteSize(*text);
+      if (!bytes.ok()) {
+        std::cerr << "overlapctl: " << flag << ": " << bytes.status().message() << "\n";
+        return overlap::client::kExitUsage;
+      }
+      *out = *bytes;
+    }
+    rc = overlap::client::RunCommBench(*client, comm_options, comm_json, json,
+                                       isatty(STDERR_FILENO) == 1, std::cout, std::cerr);
   }
   if (bench->parsed()) {
     bench_options.verify = !no_verify;

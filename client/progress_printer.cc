@@ -23,8 +23,12 @@ void ProgressPrinter::Update(const v1::Job& job) {
     const v1::OpResult& op = job.result().ops(ops_done_);
     Finish();
     out_ << "job " << job.id() << " " << op.id() << " done: " << ScheduleLabel(op) << ", step "
-         << FormatMs(op.step().median_ms()) << " ms, hidden " << FormatHidden(op.hidden_fraction())
-         << "%\n";
+         << FormatMs(op.step().median_ms()) << " ms, ";
+    if (IsCollectiveAlone(op)) {
+      out_ << "busbw " << FormatRate(op.busbw_gbps()) << " GB/s\n";
+    } else {
+      out_ << "hidden " << FormatHidden(op.hidden_fraction()) << "%\n";
+    }
   }
   if (first_ || job.state() != state_) {
     Finish();

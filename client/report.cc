@@ -12,15 +12,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/table.h"
+#include "common/graph.h"
 
 namespace overlap::client {
-namespace {
-
 // TFLOP/s and GB/s span 0.01 (host backend) to ~800 (H200): keep three
 // significant-ish digits without a column of zeros.
 std::string FormatRate(double value) {
   return std::fabs(value) < 10 ? absl::StrFormat("%.3f", value) : absl::StrFormat("%.1f", value);
 }
+
+namespace {
 
 std::string FormatVerify(const v1::OpResult& op) {
   if (!op.verified()) return "off";
@@ -29,10 +30,20 @@ std::string FormatVerify(const v1::OpResult& op) {
 }
 
 std::string FormatShape(const v1::OpResult& op) {
+  if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
   return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
 }
 
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
+
+}  // namespace
+
+bool IsCollectiveAlone(const v1::OpResult& op) {
+  const absl::StatusOr<OpType> type = ParseOpType(op.type());
+  return type.ok() && IsCollectiveOnly(*type);
+}
+
+namespace {
 
 int64_t ElapsedEndMs(const v1::Job& job, int64_t now_ms) {
   return job.end_time_ms() > 0 ? job.end_time_ms() : now_ms;
@@ -188,13 +199,14 @@ std::string FormatReport(const v1::Job& job) {
                    {"busbw GB/s", Align::kRight},
                    {"verify"}});
   for (const v1::OpResult& op : result.ops()) {
-    table.AddRow({op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
-                  op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
-                  FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
-                  FormatMs(op.gemm_alone().median_ms()),
-                  FormatMs(op.comm_alone().median_ms()), FormatMs(op.exposed_comm_ms()),
-                  FormatHidden(op.hidden_fraction()), FormatRate(op.tflops()),
-                  FormatRate(op.busbw_gbps()), FormatVerify(op)});
+    const bool gemm = !IsCollectiveAlone(op);
+    table.AddRow(
+        {op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
+         op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
+         FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
+         gemm ? FormatMs(op.gemm_alone().median_ms()) : "-", FormatMs(op.comm_alone().median_ms()),
+         FormatMs(op.exposed_comm_ms()), gemm ? FormatHidden(op.hidden_fraction()) : "-",
+         gemm ? FormatRate(op.tflops()) : "-", FormatRate(op.busbw_gbps()), FormatVerify(op)});
   }
   table.AddSeparator();
   table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",

@@ -20,6 +20,10 @@ bool IsFinalState(v1::JobState state);
 // FAILED, CANCELLED or ABORTED: overlapctl exits 1 for these.
 bool IsUnsuccessfulState(v1::JobState state);
 
+// all_gather, reduce_scatter or all_reduce: a collective with no GEMM, whose
+// GEMM alone, hidden % and TFLOP/s the report shows as "-".
+bool IsCollectiveAlone(const v1::OpResult& op);
+
 // The report of a job: a header line (id, name, backend, tp, dtype), one row
 // per op (op | type | shape | mode | chunks | transport | step ms | GEMM alone
 // ms | comm alone ms | exposed comm ms | hidden % | TFLOP/s | busbw GB/s |
@@ -76,6 +80,7 @@ std::string ScheduleLabel(const v1::OpResult& op);
 
 std::string FormatMs(double ms);             // "1.234"
 std::string FormatHidden(double fraction);   // percent of the collective hidden, "66.7", 0-100
+std::string FormatRate(double value);        // TFLOP/s or GB/s: "0.125", "812.4"
 std::string FormatBytes(int64_t bytes);      // "2.00 GiB", "512.00 MiB", "17 B"
 std::string FormatUtc(int64_t unix_ms);      // "2026-11-30 12:34:56Z", "-" for 0
 std::string FormatDuration(double seconds);  // "850 ms", "12.3 s", "4m05s", "2h03m"

@@ -14,8 +14,18 @@ std::string OpTypeName(OpType type) {
       return "gemm_rs";
     case OpType::kGemmAr:
       return "gemm_ar";
+    case OpType::kAllGather:
+      return "all_gather";
+    case OpType::kReduceScatter:
+      return "reduce_scatter";
+    case OpType::kAllReduce:
+      return "all_reduce";
   }
   return "unknown";
+}
+
+bool IsCollectiveOnly(OpType type) {
+  return type == OpType::kAllGather || type == OpType::kReduceScatter || type == OpType::kAllReduce;
 }
 
 std::string OverlapModeName(OverlapMode mode) {
@@ -49,11 +59,13 @@ std::string TransportName(Transport transport) {
 }
 
 absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
-  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
+                      OpType::kReduceScatter, OpType::kAllReduce}) {
     if (name == OpTypeName(type)) return type;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown op type \"", absl::CHexEscape(name),
-                                                 "\" (expected ag_gemm, gemm_rs, gemm_ar)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown op type \"", absl::CHexEscape(name),
+      "\" (expected ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce)"));
 }
 
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
@@ -101,6 +113,14 @@ LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
       s.gemm_m = op.m;
       s.gemm_n = op.n;
       s.gemm_k = op.k / t;
+      break;
+    case OpType::kAllGather:
+    case OpType::kReduceScatter:
+    case OpType::kAllReduce:
+      s.a_rows = op.type == OpType::kAllGather ? op.m / t : op.m;
+      s.a_cols = op.n;
+      s.y_rows = op.type == OpType::kReduceScatter ? op.m / t : op.m;
+      s.y_cols = op.n;
       break;
   }
   return s;

@@ -5,6 +5,11 @@
 //   ag_gemm: rank holds A[m/tp, k], W[k, n/tp]; Y[m, n/tp] = AllGather_m(A) x W
 //   gemm_rs: rank holds A[m, k/tp], W[k/tp, n]; Y[m/tp, n] = ReduceScatter_m(A x W)
 //   gemm_ar: rank holds A[m, k/tp], W[k/tp, n]; Y[m, n]    = AllReduce(A x W)
+// and the collectives alone (no GEMM, no k), e.g. a data-parallel gradient
+// all-reduce in a layer graph, or a bandwidth sweep (overlapctl commbench):
+//   all_gather:     rank holds X[m/tp, n]; Y[m, n]    = AllGather_m(X)
+//   reduce_scatter: rank holds X[m, n];    Y[m/tp, n] = ReduceScatter_m(X)
+//   all_reduce:     rank holds X[m, n];    Y[m, n]    = AllReduce(X)
 #pragma once
 
 #include <cstdint>
@@ -17,14 +22,16 @@
 
 namespace overlap {
 
-enum class OpType { kAgGemm, kGemmRs, kGemmAr };
+enum class OpType { kAgGemm, kGemmRs, kGemmAr, kAllGather, kReduceScatter, kAllReduce };
+// all_gather, reduce_scatter, all_reduce: a collective with no GEMM (k unused).
+bool IsCollectiveOnly(OpType type);
 enum class OverlapMode { kSerial, kBulk, kChunked, kRing, kAuto };
 // How a schedule's bytes move between GPUs: NCCL's kernels, copy-engine peer
 // copies, or the GEMM's own stores straight into the peer's memory (direct:
 // gemm_rs and gemm_ar rings only, over peer access).
 enum class Transport { kAuto, kNccl, kP2p, kDirect };
 
-std::string OpTypeName(OpType type);          // "ag_gemm" ...
+std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
 std::string TransportName(Transport transport); // "auto" | "nccl" | "p2p" | "direct"
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
@@ -66,11 +73,11 @@ struct LocalShapes {
   int64_t a_rows, a_cols;  // this rank's A
   int64_t w_rows, w_cols;  // this rank's W
   int64_t y_rows, y_cols;  // this rank's Y
-  int64_t gemm_m, gemm_n, gemm_k;  // the unchunked per-rank GEMM
+  int64_t gemm_m, gemm_n, gemm_k;  // the unchunked per-rank GEMM (0 for a collective alone)
 };
 LocalShapes LocalShapesFor(const OpSpec& op, int tp);
 
-// FLOPs of the whole op over all ranks: 2*m*n*k.
+// FLOPs of the whole op over all ranks: 2*m*n*k (0 for a collective alone).
 double OpFlops(const OpSpec& op);
 
 }  // namespace overlap

@@ -122,10 +122,19 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(ForEachField(node, path, kOpFields, absl::StrCat(path, ": "), visit));
-  for (const char* required : {"id", "type", "m", "k", "n"}) {
+  for (const char* required : {"id", "type", "m", "n"}) {
     if (!given.count(required)) {
       return FieldError(absl::StrCat(path, ".", required), "required field missing");
     }
+  }
+  const bool collective = IsCollectiveOnly(op.type);
+  if (!collective && !given.count("k")) {
+    return FieldError(absl::StrCat(path, ".k"), "required field missing");
+  }
+  if (collective && given.count("k")) {
+    return FieldError(
+        absl::StrCat(path, ".k"),
+        absl::StrCat(OpTypeName(op.type), " is a collective alone, with no GEMM: leave k out"));
   }
   return op;
 }

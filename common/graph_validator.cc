@@ -95,16 +95,45 @@ absl::Status CheckOverflow(const OpSpec& op, const std::string& path, DType dtyp
   return absl::OkStatus();
 }
 
+// A collective alone: its rows split over the ranks, serial (nothing to
+// overlap with) over NCCL or copy engines.
+absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int tp) {
+  const std::string type = OpTypeName(op.type);
+  if (op.k != 0) {
+    return Error(absl::StrCat(path, ".k"),
+                 absl::StrCat(type, " is a collective alone, with no GEMM: leave k out"));
+  }
+  if (op.m % tp != 0) {
+    return Error(absl::StrCat(path, ".m"),
+                 absl::StrCat(op.m, " is not divisible by tp = ", tp, " (required by ", type, ")"));
+  }
+  if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
+    return Error(absl::StrCat(path, ".mode"),
+                 absl::StrCat(type, " has no GEMM to overlap with: mode serial or auto (got ",
+                              OverlapModeName(op.mode), ")"));
+  }
+  if (op.chunks != 0) return Error(absl::StrCat(path, ".chunks"), "only valid for GEMM ops");
+  if (op.transport == Transport::kDirect) {
+    return Error(absl::StrCat(path, ".transport"),
+                 "direct is only for gemm_rs and gemm_ar (a GEMM's own stores); use nccl, p2p "
+                 "or auto");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
   const std::string path = absl::StrCat("ops[", index, "]");
+  const bool collective = IsCollectiveOnly(op.type);
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"m", op.m}, {"k", op.k}, {"n", op.n}}) {
+    if (collective && std::string(name) == "k") continue;
     if (value <= 0) {
       return Error(absl::StrCat(path, ".", name),
                    absl::StrCat("must be positive (got ", value, ")"));
     }
   }
   RETURN_IF_ERROR(CheckOverflow(op, path, dtype));
+  if (collective) return CheckCollectiveOnly(op, path, tp);
   const bool split_n = op.type == OpType::kAgGemm;
   const std::pair<const char*, int64_t> split[] = {{"m", op.m},
                                                    {split_n ? "n" : "k", split_n ? op.n : op.k}};

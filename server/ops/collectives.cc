@@ -91,12 +91,29 @@ absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
 absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
                            const std::vector<engine::BufferId>& buffers, int64_t row,
                            int64_t rows, int64_t cols, int tag) {
+  return AllReduceRowsInto(ctx, transport, on, buffers, buffers, row, rows, cols, tag);
+}
+
+absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
+                               const std::vector<engine::BufferId>& src,
+                               const std::vector<engine::BufferId>& dst, int64_t row, int64_t rows,
+                               int64_t cols, int tag) {
   const int tp = ctx.tp();
-  if (tp == 1 || rows == 0) return absl::OkStatus();
+  if (rows == 0) return absl::OkStatus();
+  const bool in_place = src == dst;
+  if (tp == 1) {
+    if (in_place) return absl::OkStatus();
+    const int device = ctx.rank(0).device;
+    return ctx.engine().PeerCopy(StreamOf(ctx, 0, on), ctx.Rows(dst[0], row, rows, cols), device,
+                                 ctx.Rows(src[0], row, rows, cols), device);
+  }
   if (transport == Transport::kNccl) {
-    std::vector<BufferRef> refs;
-    for (int r = 0; r < tp; ++r) refs.push_back(ctx.Rows(buffers[r], row, rows, cols));
-    return ctx.engine().AllReduce(Args(ctx, on, rows * cols, refs, refs));
+    std::vector<BufferRef> send, recv;
+    for (int r = 0; r < tp; ++r) {
+      send.push_back(ctx.Rows(src[r], row, rows, cols));
+      recv.push_back(ctx.Rows(dst[r], row, rows, cols));
+    }
+    return ctx.engine().AllReduce(Args(ctx, on, rows * cols, send, recv));
   }
   // Two phases: reduce part r of the rows on rank r, then every rank pulls the
   // reduced parts of its peers. Parts are ceil(rows / tp) rows, the last shorter.
@@ -104,15 +121,19 @@ absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
   auto part_rows = [&](int q) { return std::max<int64_t>(0, std::min(part, rows - q * part)); };
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
+    const int device = ctx.rank(r).device;
     const int64_t n = part_rows(r);
     if (n > 0) {
-      const BufferRef mine = ctx.Rows(buffers[r], row + r * part, n, cols);
+      const BufferRef mine = ctx.Rows(dst[r], row + r * part, n, cols);
+      if (!in_place) {
+        RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, mine, device,
+                                              ctx.Rows(src[r], row + r * part, n, cols), device));
+      }
       for (int i = 1; i < tp; ++i) {
         const int q = (r + i) % tp;
         const BufferRef slot{ctx.rank(r).slots[i - 1], 0, mine.bytes};
-        RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, slot, ctx.rank(r).device,
-                                              ctx.Rows(buffers[q], row + r * part, n, cols),
-                                              ctx.rank(q).device));
+        RETURN_IF_ERROR(ctx.engine().PeerCopy(
+            stream, slot, device, ctx.Rows(src[q], row + r * part, n, cols), ctx.rank(q).device));
       }
       for (int i = 1; i < tp; ++i) {
         const BufferRef slot{ctx.rank(r).slots[i - 1], 0, mine.bytes};
@@ -123,17 +144,16 @@ absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
   }
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
-    // Peers must have reduced their part (which we pull) and finished pulling
-    // ours before we overwrite it.
+    // Peers must have reduced their part (which we pull) and, in place,
+    // finished pulling ours before we overwrite it.
     RETURN_IF_ERROR(ctx.WaitAll(stream, "ar_reduced", tag));
     for (int i = 1; i < tp; ++i) {
       const int q = (r + i) % tp;
       const int64_t n = part_rows(q);
       if (n == 0) continue;
-      RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, ctx.Rows(buffers[r], row + q * part, n, cols),
-                                            ctx.rank(r).device,
-                                            ctx.Rows(buffers[q], row + q * part, n, cols),
-                                            ctx.rank(q).device));
+      RETURN_IF_ERROR(ctx.engine().PeerCopy(
+          stream, ctx.Rows(dst[r], row + q * part, n, cols), ctx.rank(r).device,
+          ctx.Rows(dst[q], row + q * part, n, cols), ctx.rank(q).device));
     }
   }
   return absl::OkStatus();

@@ -227,6 +227,11 @@ std::pair<double, double> CollectiveBytes(const OpSpec& op, DType dtype, int tp)
       return {static_cast<double>(op.m) * op.n * es, f};
     case OpType::kGemmAr:
       return {static_cast<double>(op.m) * op.n * es, 2 * f};
+    case OpType::kAllGather:
+    case OpType::kReduceScatter:
+      return {static_cast<double>(op.m) * op.n * es, f};
+    case OpType::kAllReduce:
+      return {static_cast<double>(op.m) * op.n * es, 2 * f};
   }
   return {0, 0};
 }
@@ -306,7 +311,8 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // memory reads zeros and runs faster than it will on real data.
   RETURN_IF_ERROR(EnqueueOp(*ctx, Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
   RETURN_IF_ERROR(engine.Synchronize(devices));
-  if (spec.heat_head_start && engine.HasGates()) {
+  const bool collective_only = IsCollectiveOnly(op.type);
+  if (spec.heat_head_start && engine.HasGates() && !collective_only) {
     ASSIGN_OR_RETURN(std::vector<double> probe,
                      run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*ctx); }));
     run.heat_gemm_ms = Summarize(probe).median;
@@ -320,7 +326,8 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // The collective alone on both transports; the faster one is "comm alone".
   std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
   Transport fastest = Transport::kNccl;
-  if (tp > 1) {
+  // A collective alone is its own "comm alone": its steps, below.
+  if (tp > 1 && !collective_only) {
     ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters,
                                        [&] { return EnqueueCommAlone(*ctx, Transport::kNccl); }));
     // Replayed like the p2p schedules, so that step and ideal are timed alike.
@@ -347,11 +354,13 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
     const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
-    ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,
-                                                      [&] { return EnqueueGemmAlone(*ctx); }));
-    append(gemm_t, g);
-    for (size_t r = 0; r < run.rank_times.size(); ++r) append(gemm_rank_t[r], run.rank_times[r]);
-    if (tp > 1) {
+    if (!collective_only) {
+      ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,
+                                                        [&] { return EnqueueGemmAlone(*ctx); }));
+      append(gemm_t, g);
+      for (size_t r = 0; r < run.rank_times.size(); ++r) append(gemm_rank_t[r], run.rank_times[r]);
+    }
+    if (tp > 1 && !collective_only) {
       // The GEMM's own time while the collective runs beside it: contention for
       // SMs and HBM bounds what any schedule can hide.
       ASSIGN_OR_RETURN(
@@ -391,6 +400,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     t->set_best_ms(c.best_ms);
     t->set_runoff_ms(c.runoff_ms);
   }
+  if (collective_only) {
+    comm_t = step_t;
+    (schedule.transport == Transport::kP2p ? p2p_t : nccl_t) = step_t;
+  }
   const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
@@ -403,13 +416,18 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   if (tp > 1) {
     *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
     *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));
+  }
+  if (tp > 1 && !collective_only) {
     const Summary beside = Summarize(beside_t);
     *res.mutable_gemm_beside_comm() = ToProto(beside);
     if (gemm.median > 0) res.set_gemm_slowdown(beside.median / gemm.median);
   }
   const double exposed = std::max(0.0, step.median - gemm.median);
   res.set_exposed_comm_ms(exposed);
-  res.set_hidden_fraction(comm.median > 0 ? 1.0 - exposed / comm.median : 1.0);
+  // A collective alone has nothing to hide behind: all of it is exposed.
+  res.set_hidden_fraction(collective_only   ? 0.0
+                          : comm.median > 0 ? 1.0 - exposed / comm.median
+                                            : 1.0);
   res.set_ideal_ms(std::max(gemm.median, comm.median));
   if (step.median > 0) res.set_tflops(OpFlops(op) / (step.median * 1e-3) / 1e12);
   const auto [bytes, bus_factor] = CollectiveBytes(op, spec.dtype, tp);

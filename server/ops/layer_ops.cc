@@ -39,6 +39,10 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
       return EnqueueGemmRs(ctx, s);
     case OpType::kGemmAr:
       return EnqueueGemmAr(ctx, s);
+    case OpType::kAllGather:
+    case OpType::kReduceScatter:
+    case OpType::kAllReduce:
+      return EnqueueCollectiveOnly(ctx, s);
   }
   return absl::InvalidArgumentError("unknown op type");
 }
@@ -46,6 +50,10 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
 absl::Status EnqueueGemmAlone(OpContext& ctx) { return EnqueueGemmAloneRows(ctx, ctx.op().m); }
 
 absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
+  if (IsCollectiveOnly(ctx.op().type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OpTypeName(ctx.op().type), " has no GEMM to run alone"));
+  }
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     const bool ag = ctx.op().type == OpType::kAgGemm;
@@ -87,6 +95,15 @@ absl::Status Collective(OpContext& ctx, Transport transport, On on, bool use_spa
       for (int r = 0; r < tp; ++r) bufs.push_back(use_spare ? ctx.rank(r).spare : ctx.rank(r).y);
       return AllReduceRows(ctx, transport, on, bufs, 0, m, ctx.op().n, /*tag=*/100);
     }
+    case OpType::kAllGather:
+    case OpType::kReduceScatter:
+    case OpType::kAllReduce:
+      // The op itself is the collective alone, and has no GEMM to run beside it.
+      if (use_spare) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(OpTypeName(ctx.op().type), " has no GEMM to run beside its collective"));
+      }
+      return EnqueueCollectiveOnly(ctx, Schedule{OverlapMode::kSerial, 1, transport});
   }
   return absl::InvalidArgumentError("unknown op type");
 }

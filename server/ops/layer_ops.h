@@ -15,10 +15,12 @@ namespace overlap::ops {
 absl::Status EnqueueAgGemm(OpContext& ctx, const Schedule& schedule);  // ag_gemm.cc
 absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& schedule);  // gemm_rs.cc
 absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& schedule);  // gemm_ar.cc
+// all_gather, reduce_scatter, all_reduce (collective_ops.cc): serial only.
+absl::Status EnqueueCollectiveOnly(OpContext& ctx, const Schedule& schedule);
 
 // Dispatches on the op type.
 absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
-// The unchunked per-rank GEMM alone, no communication.
+// The unchunked per-rank GEMM alone, no communication (GEMM ops only).
 absl::Status EnqueueGemmAlone(OpContext& ctx);
 // Its first `rows` rows only: the head start that keeps a GPU busy while the
 // host enqueues a timed iteration (job_runner.cc).

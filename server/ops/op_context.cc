@@ -38,8 +38,17 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
     case OpType::kGemmAr:
       b.slots = rows_per_rank * op.n;
       break;
+    case OpType::kAllGather:
+      b.slot_count = 0;
+      break;
+    case OpType::kReduceScatter:
+    case OpType::kAllReduce:
+      b.slots = rows_per_rank * op.n;  // p2p reductions pull peers' blocks here
+      break;
   }
-  if (tp > 1) b.spare = op.type == OpType::kGemmAr ? b.y : b.full;
+  // The collective's own buffers while the GEMM alone runs beside it; a
+  // collective alone has no GEMM, so no such measurement.
+  if (tp > 1 && !IsCollectiveOnly(op.type)) b.spare = op.type == OpType::kGemmAr ? b.y : b.full;
   if (b.slot_count == 0) b.slots = 0;
   return b;
 }

@@ -26,7 +26,9 @@ double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
 std::vector<int64_t> RowsToCheck(const OpContext& ctx, int64_t y_rows, int max_rows,
                                  uint64_t seed) {
   const OpSpec& op = ctx.op();
-  const int64_t macs_per_row = static_cast<int64_t>(ctx.shapes().y_cols) * op.k;
+  // A collective's row costs one input row per rank, a GEMM's a k-long dot per column.
+  const int64_t macs_per_row =
+      static_cast<int64_t>(ctx.shapes().y_cols) * (IsCollectiveOnly(op.type) ? ctx.tp() : op.k);
   std::vector<int64_t> rows;
   if (y_rows * macs_per_row <= (int64_t{1} << 26) || y_rows <= max_rows) {
     for (int64_t i = 0; i < y_rows; ++i) rows.push_back(i);
@@ -48,6 +50,23 @@ std::vector<int64_t> RowsToCheck(const OpContext& ctx, int64_t y_rows, int max_r
   return {picked.begin(), picked.end()};
 }
 
+// Adds to `acc` what a collective alone must leave in rank r's output row i:
+// all_gather, row i of the gathered X (rank i / mr's row i % mr); reduce_scatter,
+// the sum over ranks of row r*mr + i; all_reduce, the sum over ranks of row i.
+void AddCollectiveRow(OpType type, DType dt, uint64_t job_seed, int op_index, int tp, int64_t mr,
+                      int r, int64_t i, int64_t cols, std::vector<double>* acc) {
+  auto add_row = [&](int rank, int64_t row) {
+    const uint64_t seed = InputSeed(job_seed, op_index, 0, rank);
+    for (int64_t j = 0; j < cols; ++j) (*acc)[j] += InputValue(dt, seed, row * cols + j, 1.0f);
+  };
+  if (type == OpType::kAllGather) {
+    add_row(static_cast<int>(i / mr), i % mr);
+    return;
+  }
+  const int64_t row = type == OpType::kReduceScatter ? r * mr + i : i;
+  for (int q = 0; q < tp; ++q) add_row(q, row);
+}
+
 }  // namespace
 
 uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
@@ -62,6 +81,7 @@ absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
                                             ctx.dtype(), InputSeed(job_seed, op_index, 0, r),
                                             1.0f));
+    if (sh.w_rows * sh.w_cols == 0) continue;  // a collective alone has no W
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
                                             ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
                                             WScale(ctx.op())));
@@ -143,8 +163,11 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       const int r = tasks[t].rank;
       const int64_t i = tasks[t].row;
       std::fill(acc.begin(), acc.end(), 0.0);
+      if (IsCollectiveOnly(op.type)) {
+        AddCollectiveRow(op.type, dt, job_seed, op_index, tp, mr, r, i, sh.a_cols, &acc);
+      }
       // Sum over the ranks whose inputs contribute to this output row.
-      for (int q = 0; q < tp; ++q) {
+      for (int q = 0; q < tp && !IsCollectiveOnly(op.type); ++q) {
         int64_t a_rank = q, a_row_index = 0;
         const std::vector<float>* wq = &w[q];
         if (op.type == OpType::kAgGemm) {

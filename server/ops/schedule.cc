@@ -71,6 +71,13 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   } else {
     transports = {op.transport};
   }
+  // A collective alone has nothing to overlap: only its transport is a choice.
+  if (IsCollectiveOnly(op.type)) {
+    std::vector<Schedule> out;
+    for (Transport transport : transports)
+      out.push_back(Schedule{OverlapMode::kSerial, 1, transport});
+    return out;
+  }
   std::vector<OverlapMode> modes;
   if (op.mode == OverlapMode::kAuto) {
     modes = {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked, OverlapMode::kRing};

@@ -141,6 +141,16 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   EXPECT_EQ(spec->ops[0].transport, Transport::kNccl);
 }
 
+TEST(GraphParserTest, CollectiveAloneTakesNoK) {
+  auto spec =
+      ParseJobSpec("ops: [{id: grads, type: all_reduce, m: 4096, n: 8192, transport: p2p}]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ops[0].type, OpType::kAllReduce);
+  EXPECT_EQ(spec->ops[0].k, 0);
+  EXPECT_EQ(spec->ops[0].n, 8192);
+  EXPECT_EQ(spec->ops[0].transport, Transport::kP2p);
+}
+
 struct ErrorCase {
   const char* text;
   const char* message;
@@ -169,7 +179,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"ops:\n  - {id: a, type: ag_gemm, m: 8, k: 8, n: 8}\n"
                   "  - {id: b, type: ag_gemm, m: 8, k: 8, n: 8}\n"
                   "  - {id: c, type: gemm_xx, m: 8, k: 8, n: 8}",
-                  "ops[2].type: unknown op type \"gemm_xx\" (expected ag_gemm, gemm_rs, gemm_ar)"},
+                  "ops[2].type: unknown op type \"gemm_xx\" (expected ag_gemm, gemm_rs, gemm_ar, "
+                  "all_gather, reduce_scatter, all_reduce)"},
+        ErrorCase{"ops: [{id: a, type: ag_gemm, m: 8, n: 8}]", "ops[0].k: required field missing"},
+        ErrorCase{"ops: [{id: g, type: all_reduce, m: 8, k: 8, n: 8}]",
+                  "ops[0].k: all_reduce is a collective alone, with no GEMM: leave k out"},
         ErrorCase{OP(", chunks: 1.5"), "ops[0].chunks: must be a positive integer (got \"1.5\")"},
         ErrorCase{OP(", chunks: 0"), "ops[0].chunks: must be a positive integer (got \"0\")"},
         ErrorCase{OP(", chunks: \"4\""), "ops[0].chunks: must be a positive integer (got \"4\")"},

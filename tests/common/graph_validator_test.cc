@@ -240,6 +240,40 @@ TEST(GraphValidatorTest, DirectTransportOnlyForTheReductionRings) {
   ExpectInvalid(spec, "(got serial)");
 }
 
+// A collective alone: no k, rows split over the ranks, serial or auto, no
+// chunks, no direct stores.
+TEST(GraphValidatorTest, CollectiveAloneRules) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops.push_back(Op("grads", OpType::kAllReduce, 4096, 0, 8192, {"fc2"}));
+  spec.ops.push_back(Op("gather", OpType::kAllGather, 64, 0, 8));
+  spec.ops.push_back(Op("scatter", OpType::kReduceScatter, 64, 0, 8));
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[2].mode = OverlapMode::kSerial;
+  spec.ops[2].transport = Transport::kP2p;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+
+  JobSpec bad = spec;
+  bad.ops[2].k = 16;
+  ExpectInvalid(bad, "ops[2].k: all_reduce is a collective alone, with no GEMM: leave k out");
+  bad = spec;
+  bad.ops[3].m = 63;
+  ExpectInvalid(bad, "ops[3].m: 63 is not divisible by tp = 2 (required by all_gather)");
+  bad = spec;
+  bad.ops[4].mode = OverlapMode::kRing;
+  ExpectInvalid(bad,
+                "ops[4].mode: reduce_scatter has no GEMM to overlap with: mode serial or "
+                "auto (got ring)");
+  bad = spec;
+  bad.ops[4].chunks = 2;
+  ExpectInvalid(bad, "ops[4].chunks: only valid for GEMM ops");
+  bad = spec;
+  bad.ops[2].transport = Transport::kDirect;
+  ExpectInvalid(bad, "ops[2].transport: direct is only for gemm_rs and gemm_ar");
+  bad = spec;
+  bad.ops[2].n = 0;
+  ExpectInvalid(bad, "ops[2].n: must be positive (got 0)");
+}
+
 TEST(GraphValidatorTest, DependencyErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops[1].after = {"fc9"};
@@ -341,12 +375,31 @@ TEST(LocalShapesTest, PerRankShapesAndFlops) {
   EXPECT_EQ(one.w_cols, 7);
 
   EXPECT_DOUBLE_EQ(OpFlops(Op("a", OpType::kAgGemm, 8192, 8192, 28672)), 2.0 * 8192 * 8192 * 28672);
+
+  // The collectives alone: X in A, no W, no GEMM.
+  const LocalShapes gather = LocalShapesFor(Op("g", OpType::kAllGather, 8192, 0, 4096), 4);
+  EXPECT_EQ(gather.a_rows, 2048);
+  EXPECT_EQ(gather.a_cols, 4096);
+  EXPECT_EQ(gather.y_rows, 8192);
+  EXPECT_EQ(gather.y_cols, 4096);
+  EXPECT_EQ(gather.w_rows * gather.w_cols, 0);
+  EXPECT_EQ(gather.gemm_m, 0);
+  const LocalShapes scatter = LocalShapesFor(Op("s", OpType::kReduceScatter, 8192, 0, 4096), 4);
+  EXPECT_EQ(scatter.a_rows, 8192);
+  EXPECT_EQ(scatter.y_rows, 2048);
+  const LocalShapes reduce = LocalShapesFor(Op("r", OpType::kAllReduce, 8192, 0, 4096), 4);
+  EXPECT_EQ(reduce.a_rows, 8192);
+  EXPECT_EQ(reduce.y_rows, 8192);
+  EXPECT_EQ(OpFlops(Op("r", OpType::kAllReduce, 8192, 0, 4096)), 0);
 }
 
 TEST(GraphEnumsTest, NamesRoundTrip) {
-  for (OpType t : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr}) {
+  for (OpType t : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
+                   OpType::kReduceScatter, OpType::kAllReduce}) {
     EXPECT_EQ(*ParseOpType(OpTypeName(t)), t);
+    EXPECT_EQ(IsCollectiveOnly(t), OpTypeName(t).find("gemm") == std::string::npos);
   }
+  EXPECT_EQ(OpTypeName(OpType::kReduceScatter), "reduce_scatter");
   for (OverlapMode m : {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
                         OverlapMode::kRing, OverlapMode::kAuto}) {
     EXPECT_EQ(*ParseOverlapMode(OverlapModeName(m)), m);

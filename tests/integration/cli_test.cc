@@ -227,6 +227,43 @@ TEST_F(CliTest, CheckRunsEveryGpuAndEveryPair) {
   EXPECT_EQ(bad.exit_code, 3) << Describe(bad);  // the daemon refuses device 9
 }
 
+// The collectives alone over sizes, both transports, verified, on a group of
+// three (sizes that do not split evenly round down to whole rows per rank).
+TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
+  RunResult run =
+      daemon_->Ctl({"commbench", "--devices", "0,1,2", "--min-bytes", "64KiB", "--max-bytes",
+                    "256KiB", "--iterations", "3", "--warmup", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  nlohmann::json j = ParseJson(run.out);
+  EXPECT_EQ(j["tp"], 3);
+  EXPECT_EQ(j["backend"], "host");
+  ASSERT_EQ(j["rows"].size(), 6u);  // 3 collectives x (64 KiB, 256 KiB)
+  EXPECT_EQ(j["rows"][0]["collective"], "all_reduce");
+  EXPECT_EQ(j["rows"][5]["collective"], "reduce_scatter");
+  for (const auto& row : j["rows"]) {
+    EXPECT_LE(row["bytes"].get<int64_t>(), 256 * 1024) << row.dump();
+    for (const char* t : {"nccl", "p2p"}) {
+      const auto& r = row["transports"][t];
+      EXPECT_TRUE(r["verified"].get<bool>()) << row.dump();
+      EXPECT_LE(r["max_rel_error"].get<double>(), 1e-2) << row.dump();
+      EXPECT_GT(r["busbw_gbps"].get<double>(), 0) << row.dump();
+    }
+  }
+  RunResult text = daemon_->Ctl({"commbench", "--collectives", "all_gather", "--transports", "p2p",
+                                 "--min-bytes", "64KiB", "--max-bytes", "64KiB"});
+  ASSERT_EQ(text.exit_code, 0) << Describe(text);
+  EXPECT_THAT(text.out, HasSubstr("commbench: 4 rank(s), bf16"));
+  EXPECT_THAT(text.out, HasSubstr("best busbw: all_gather over p2p "));
+  EXPECT_THAT(text.err, HasSubstr("commbench: job "));
+
+  RunResult bad = daemon_->Ctl({"commbench", "--collectives", "broadcast"});
+  EXPECT_EQ(bad.exit_code, 64) << Describe(bad);
+  EXPECT_THAT(bad.err, HasSubstr("unknown collective \"broadcast\""));
+  RunResult bad_size = daemon_->Ctl({"commbench", "--min-bytes", "lots"});
+  EXPECT_EQ(bad_size.exit_code, 64) << Describe(bad_size);
+  EXPECT_THAT(bad_size.err, StartsWith("overlapctl: --min-bytes: "));
+}
+
 TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
   RunResult submit = Overlapctl(dir_.path(), daemon_->address(), {"submit", "-"},
                                 std::chrono::seconds(30), {}, graph_);

@@ -111,6 +111,49 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
 }
 
+// A collective alone in a layer graph: its steps are its comm alone, all of it
+// exposed; no GEMM phases run, and its busbw follows nccl-tests' factors.
+TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  OpSpec grads;
+  grads.id = "grads";
+  grads.type = OpType::kAllReduce;
+  grads.m = 256;
+  grads.n = 64;
+  grads.after = {"out"};
+  spec.ops.push_back(grads);
+  std::vector<std::string> phases;
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress& p) {
+    if (p.op_id() == "grads") phases.push_back(p.phase());
+  };
+  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->ops_size(), 4);
+  const v1::OpResult& op = result->ops(3);
+  EXPECT_EQ(op.id(), "grads");
+  EXPECT_EQ(op.type(), "all_reduce");
+  EXPECT_EQ(op.mode(), "serial");
+  EXPECT_EQ(op.gemm_alone().samples(), 0);
+  EXPECT_GT(op.step().median_ms(), 0);
+  EXPECT_DOUBLE_EQ(op.comm_alone().median_ms(), op.step().median_ms());
+  EXPECT_DOUBLE_EQ(op.exposed_comm_ms(), op.step().median_ms());
+  EXPECT_DOUBLE_EQ(op.hidden_fraction(), 0);
+  EXPECT_DOUBLE_EQ(op.tflops(), 0);
+  // 2(N-1)/N at N = 2: busbw equals algbw, which is the buffer over the step.
+  EXPECT_NEAR(op.busbw_gbps(), 256 * 64 * 4 / (op.step().median_ms() * 1e-3) / 1e9, 1e-9);
+  EXPECT_TRUE(op.verified());
+  EXPECT_LE(op.max_rel_error(), op.tolerance());
+  for (const std::string& phase : phases) {
+    EXPECT_EQ(phase.find("gemm"), std::string::npos) << phase;
+    EXPECT_EQ(phase.find("comm_alone"), std::string::npos) << phase;
+  }
+  EXPECT_DOUBLE_EQ(result->total_exposed_comm_ms(),
+                   result->ops(0).exposed_comm_ms() + result->ops(1).exposed_comm_ms() +
+                       result->ops(2).exposed_comm_ms() + op.exposed_comm_ms());
+}
+
 TEST(JobRunnerTest, HeadStartCoversTheEnqueueWithFewGemmShapes) {
   // 1 ms GEMM over 1024 rows. A graph's 0.05 ms enqueue: an eighth of the rows
   // (0.125 ms) covers 1.25 x 0.05 + 0.02 = 0.0825 ms, a sixteenth would not.

@@ -66,7 +66,7 @@ OpSpec GpuOp(OpType type, int tp) {
   op.id = "op";
   op.type = type;
   op.m = 512 * tp;
-  op.k = 768 * tp;
+  op.k = IsCollectiveOnly(type) ? 0 : 768 * tp;
   op.n = 384 * tp;
   return op;
 }
@@ -208,6 +208,23 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
                        ::testing::Values(1, 2, 4, 8), ::testing::Values(Transport::kP2p),
                        ::testing::Values(DType::kBF16, DType::kF32)),
+    Name);
+
+// The collectives alone, out of place, enqueued and replayed (one GPU: a copy).
+INSTANTIATE_TEST_SUITE_P(
+    CollectiveAlone, LayerOpsGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAllGather, OpType::kReduceScatter,
+                                         OpType::kAllReduce),
+                       ::testing::Values(OverlapMode::kSerial), ::testing::Values(1),
+                       ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+    Name);
+INSTANTIATE_TEST_SUITE_P(
+    ReplayedCollectiveAlone, LayerOpsGraphGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kAllGather, OpType::kReduceScatter,
+                                         OpType::kAllReduce),
+                       ::testing::Values(OverlapMode::kSerial), ::testing::Values(1),
+                       ::testing::Values(Transport::kP2p), ::testing::Values(DType::kBF16)),
     Name);
 
 }  // namespace

@@ -22,7 +22,7 @@ OpSpec SmallOp(OpType type, int tp) {
   op.id = "op";
   op.type = type;
   op.m = 16 * tp;  // 16 rows per rank: chunks 1, 2, 4, 8 divide it, 3, 5, 6 do not
-  op.k = 24 * tp;
+  op.k = IsCollectiveOnly(type) ? 0 : 24 * tp;
   op.n = 8 * tp;
   return op;
 }
@@ -123,6 +123,18 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(2), ::testing::Values(Transport::kNccl),
                        ::testing::Values(1)),
     Name);
+
+// The collectives alone (no GEMM), out of place, on both transports; one rank
+// copies X to Y.
+INSTANTIATE_TEST_SUITE_P(CollectiveAlone, LayerOpsTest,
+                         ::testing::Combine(::testing::Values(OpType::kAllGather,
+                                                              OpType::kReduceScatter,
+                                                              OpType::kAllReduce),
+                                            ::testing::Values(OverlapMode::kSerial),
+                                            ::testing::Values(1),
+                                            ::testing::Values(Transport::kNccl, Transport::kP2p),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         Name);
 
 // 16-bit dtypes: stored as such, computed in fp32, within their tolerance.
 TEST(LayerOps16BitTest, Bf16AndFp16WithinTolerance) {

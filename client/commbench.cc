@@ -1,0 +1,270 @@
+#include "client/commbench.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/bench.h"
+#include "client/commands.h"
+#include "client/progress_printer.h"
+#include "client/report.h"
+#include "client/table.h"
+#include "common/byte_size.h"
+#include "common/dtype.h"
+
+namespace overlap::client {
+namespace {
+
+// Rows of this many elements where the size allows: long enough rows that a
+// row-split collective moves whole cache lines, few enough that small sizes
+// still have rows for every rank.
+constexpr int64_t kRowElements = 1024;
+
+const char* ShortName(const std::string& collective) {
+  if (collective == "all_reduce") return "ar";
+  if (collective == "all_gather") return "ag";
+  return "rs";
+}
+
+struct Shape {
+  int64_t m = 0, n = 0;
+};
+
+Shape ShapeFor(int64_t bytes, int64_t element_bytes, int tp) {
+  const int64_t elements = std::max<int64_t>(bytes / element_bytes, tp);
+  Shape s;
+  s.n = elements >= kRowElements * tp ? kRowElements : std::max<int64_t>(1, elements / tp);
+  s.m = std::max<int64_t>(tp, elements / s.n / tp * tp);
+  return s;
+}
+
+std::vector<int64_t> Sizes(const CommBenchOptions& o) {
+  std::vector<int64_t> sizes;
+  for (int64_t b = o.min_bytes; b <= o.max_bytes; b *= o.factor) {
+    sizes.push_back(b);
+    if (b > o.max_bytes / o.factor) break;  // the next one would overflow or pass the top
+  }
+  return sizes;
+}
+
+int64_t ElementBytes(const std::string& dtype) {
+  const absl::StatusOr<DType> parsed = ParseDType(dtype);
+  return parsed.ok() ? static_cast<int64_t>(DTypeSize(*parsed)) : 2;
+}
+
+}  // namespace
+
+absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
+  for (const std::string& c : o.collectives) {
+    if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--collectives: unknown collective \"", c,
+                       "\" (all_reduce, all_gather, reduce_scatter)"));
+    }
+  }
+  if (o.collectives.empty()) return absl::InvalidArgumentError("--collectives: none given");
+  for (const std::string& t : o.transports) {
+    if (t != "nccl" && t != "p2p") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--transports: unknown transport \"", t, "\" (nccl, p2p)"));
+    }
+  }
+  if (o.transports.empty()) return absl::InvalidArgumentError("--transports: none given");
+  if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--min-bytes ", FormatByteSize(o.min_bytes),
+                                                   " and --max-bytes ", FormatByteSize(o.max_bytes),
+                                                   ": need 0 < min <= max"));
+  }
+  if (o.factor < 2) return absl::InvalidArgumentError("--factor: must be at least 2");
+  if (!ParseDType(o.dtype).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype \"", o.dtype, "\""));
+  }
+  return absl::OkStatus();
+}
+
+std::string BuildCommBenchSpec(const CommBenchOptions& o, int tp) {
+  std::string spec =
+      absl::StrFormat("name: commbench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n",
+                      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false");
+  if (!o.devices.empty()) {
+    absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
+  }
+  spec += "ops:\n";
+  const int64_t es = ElementBytes(o.dtype);
+  for (const std::string& collective : o.collectives) {
+    for (int64_t bytes : Sizes(o)) {
+      const Shape s = ShapeFor(bytes, es, tp);
+      // The transports of one size back to back: drift hits them alike.
+      for (const std::string& transport : o.transports) {
+        absl::StrAppendFormat(&spec,
+                              "  - {id: %s-%d-%s, type: %s, m: %d, n: %d, mode: serial, "
+                              "transport: %s}\n",
+                              ShortName(collective), s.m * s.n * es, transport, collective, s.m,
+                              s.n, transport);
+      }
+    }
+  }
+  return spec;
+}
+
+std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
+  std::vector<CommBenchRow> rows;
+  for (const v1::OpResult& op : job.result().ops()) {
+    if (!IsCollectiveAlone(op)) continue;
+    const int64_t count = op.m() * op.n();
+    const int64_t bytes = count * ElementBytes(op.dtype());
+    auto row = std::find_if(rows.begin(), rows.end(), [&](const CommBenchRow& r) {
+      return r.collective == op.type() && r.count == count;
+    });
+    if (row == rows.end()) {
+      rows.push_back(CommBenchRow{op.type(), bytes, count, {}});
+      row = rows.end() - 1;
+    }
+    CommBenchResult& result = row->by_transport[op.transport()];
+    result.ms = op.step().median_ms();
+    result.min_ms = op.step().min_ms();
+    result.max_ms = op.step().max_ms();
+    result.algbw_gbps = op.algbw_gbps();
+    result.busbw_gbps = op.busbw_gbps();
+    result.verified = op.verified();
+    result.max_rel_error = op.max_rel_error();
+    result.tolerance = op.tolerance();
+  }
+  return rows;
+}
+
+std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
+                            const std::vector<std::string>& transports, int tp,
+                            const std::string& dtype) {
+  std::vector<TextTable::Column> columns = {
+      {"collective"}, {"size", Align::kRight}, {"count", Align::kRight}};
+  for (const std::string& t : transports) {
+    columns.push_back({t + " ms", Align::kRight});
+    columns.push_back({"algbw", Align::kRight});
+    columns.push_back({"busbw", Align::kRight});
+  }
+  columns.push_back({"faster"});
+  columns.push_back({"verify"});
+  TextTable table(columns);
+  // Per collective and transport: the best bus bandwidth and the size it came at.
+  std::map<std::pair<std::string, std::string>, std::pair<double, int64_t>> best;
+  for (const CommBenchRow& r : rows) {
+    std::vector<std::string> cells = {r.collective, FormatByteSize(r.bytes), absl::StrCat(r.count)};
+    std::string faster = "-";
+    double fastest_ms = 0;
+    double worst_error = 0;
+    bool verified = false, within = true;
+    for (const std::string& t : transports) {
+      auto it = r.by_transport.find(t);
+      if (it == r.by_transport.end()) {
+        cells.insert(cells.end(), {"-", "-", "-"});
+        continue;
+      }
+      const CommBenchResult& c = it->second;
+      cells.push_back(FormatMs(c.ms));
+      cells.push_back(FormatRate(c.algbw_gbps));
+      cells.push_back(FormatRate(c.busbw_gbps));
+      if (c.ms > 0 && (fastest_ms == 0 || c.ms < fastest_ms)) {
+        fastest_ms = c.ms;
+        faster = t;
+      }
+      worst_error = std::max(worst_error, c.max_rel_error);
+      verified = verified || c.verified;
+      within = within && (!c.verified || c.max_rel_error <= c.tolerance);
+      auto& b = best[{r.collective, t}];
+      if (c.busbw_gbps > b.first) b = {c.busbw_gbps, r.bytes};
+    }
+    if (r.by_transport.size() > 1 && fastest_ms > 0) {
+      double other = 0;
+      for (const auto& [t, c] : r.by_transport) {
+        if (t != faster && (other == 0 || c.ms < other)) other = c.ms;
+      }
+      if (other > 0) absl::StrAppendFormat(&faster, " %.2fx", other / fastest_ms);
+    }
+    cells.push_back(faster);
+    cells.push_back(verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error)
+                             : "off");
+    table.AddRow(cells);
+  }
+  std::string out = absl::StrFormat(
+      "commbench: %d rank(s), %s; busbw = algbw x 2(N-1)/N "
+      "(all_reduce) or (N-1)/N (all_gather, reduce_scatter)\n",
+      tp, dtype);
+  out += table.Render();
+  for (const auto& [key, value] : best) {
+    absl::StrAppendFormat(&out, "best busbw: %s over %s %s GB/s (at %s)\n", key.first, key.second,
+                          FormatRate(value.first), FormatByteSize(value.second));
+  }
+  return out;
+}
+
+nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                             const v1::GetNodeInfoResponse* node_after,
+                             const std::vector<CommBenchRow>& rows, const CommBenchOptions& o,
+                             int tp) {
+  nlohmann::json j = RunHeaderJson(job, node, node_after);
+  j["tp"] = tp;
+  j["dtype"] = o.dtype;
+  j["iterations"] = o.iterations;
+  j["warmup"] = o.warmup;
+  j["rows"] = nlohmann::json::array();
+  for (const CommBenchRow& r : rows) {
+    nlohmann::json transports = nlohmann::json::object();
+    for (const auto& [t, c] : r.by_transport) {
+      transports[t] = {{"ms", c.ms},
+                       {"min_ms", c.min_ms},
+                       {"max_ms", c.max_ms},
+                       {"algbw_gbps", c.algbw_gbps},
+                       {"busbw_gbps", c.busbw_gbps},
+                       {"verified", c.verified},
+                       {"max_rel_error", c.max_rel_error}};
+    }
+    j["rows"].push_back({{"collective", r.collective},
+                         {"bytes", r.bytes},
+                         {"count", r.count},
+                         {"transports", transports}});
+  }
+  return j;
+}
+
+int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
+                 const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
+                 std::ostream& err) {
+  if (absl::Status s = ValidateCommBenchOptions(options); !s.ok()) {
+    err << "overlapctl: " << s.message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  const int tp =
+      options.devices.empty() ? node->devices_size() : static_cast<int>(options.devices.size());
+  absl::StatusOr<v1::Job> job = client.SubmitJob(BuildCommBenchSpec(options, tp), "commbench");
+  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+  err << "commbench: job " << job->id() << " on " << tp << " " << node->backend() << " device(s)\n";
+  ProgressPrinter progress(err, err_is_tty);
+  job = client.WatchJob(job->id(), [&progress](const v1::Job& e) { progress.Update(e); });
+  progress.Finish();
+  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
+  if (job->state() != v1::SUCCEEDED) {
+    err << FormatJobLine(*job);
+    return kExitJobFailed;
+  }
+  const std::vector<CommBenchRow> rows = FoldCommBench(*job);
+  absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
+  const nlohmann::json j =
+      CommBenchJson(*job, *node, node_after.ok() ? &*node_after : nullptr, rows, options, tp);
+  if (!json_file.empty()) {
+    std::ofstream f(json_file);
+    f << j.dump(1) << "\n";
+    if (!f) {
+      err << "overlapctl: cannot write " << json_file << "\n";
+      return kExitUsage;
+    }
+  }
+  out << (json ? j.dump(1) + "\n" : FormatCommBench(rows, options.transports, tp, options.dtype));
+  return kExitOk;
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,78 @@
+// `overlapctl commbench`: the collectives alone over a range of message sizes,
+// on each transport, as one daemon job: what nccl-tests reports (time, algbw,
+// busbw), for NCCL and for the copy engines side by side, each result checked
+// against a float64 reference.
+//
+// Sizes follow nccl-tests: the all-reduce's buffer, the all-gather's gathered
+// output, the reduce-scatter's input, in bytes over all ranks of the group. Bus
+// bandwidth is algbw x 2(N-1)/N for all-reduce and x (N-1)/N for the other two.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/daemon_client.h"
+#include "nlohmann/json.hpp"
+#include "overlap/v1/overlap.pb.h"
+
+namespace overlap::client {
+
+struct CommBenchOptions {
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter"};
+  std::vector<std::string> transports = {"nccl", "p2p"};
+  int64_t min_bytes = int64_t{1} << 20;
+  int64_t max_bytes = int64_t{1} << 30;
+  int factor = 4;            // each size is this many times the last
+  std::vector<int> devices;  // the group; empty = every device of the daemon
+  std::string dtype = "bf16";
+  int iterations = 20;
+  int warmup = 5;
+  bool verify = true;
+};
+
+// INVALID_ARGUMENT naming the flag for a collective or transport it does not
+// know, sizes out of order, or a factor below 2.
+absl::Status ValidateCommBenchOptions(const CommBenchOptions& options);
+
+// One op per collective, size and transport, as rows m x columns n with m a
+// multiple of `tp` (n = 1024 elements where the size allows): the sizes are
+// min_bytes, min_bytes * factor, ... up to max_bytes, each rounded down to what
+// such a shape holds.
+std::string BuildCommBenchSpec(const CommBenchOptions& options, int tp);
+
+struct CommBenchResult {
+  double ms = 0, min_ms = 0, max_ms = 0;  // median and spread of the timed iterations
+  double algbw_gbps = 0, busbw_gbps = 0;
+  double max_rel_error = 0, tolerance = 0;
+  bool verified = false;
+};
+// One row per collective and size, in the order the job ran them.
+struct CommBenchRow {
+  std::string collective;
+  int64_t bytes = 0;  // as nccl-tests counts them
+  int64_t count = 0;  // elements in that buffer
+  std::map<std::string, CommBenchResult> by_transport;
+};
+std::vector<CommBenchRow> FoldCommBench(const v1::Job& job);
+
+// The table (one column group per transport, the faster one named per row)
+// and, per collective and transport, the best bus bandwidth seen.
+std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
+                            const std::vector<std::string>& transports, int tp,
+                            const std::string& dtype);
+nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                             const v1::GetNodeInfoResponse* node_after,
+                             const std::vector<CommBenchRow>& rows, const CommBenchOptions& options,
+                             int tp);
+
+// Submits, follows with progress on `err`, prints the table (or JSON), writes
+// `json_file` when given. Exit status as the other commands.
+int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
+                 const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
+                 std::ostream& err);
+
+}  // namespace overlap::client
