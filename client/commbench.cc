@@ -176,6 +176,7 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       auto& b = best[{r.collective, t}];
       if (c.busbw_gbps > b.first) b = {c.busbw_gbps, r.bytes};
     }
+    if (r.by_transport.size() < 2) faster = "-";  // nothing to compare with
     if (r.by_transport.size() > 1 && fastest_ms > 0) {
       double other = 0;
       for (const auto& [t, c] : r.by_transport) {
@@ -193,7 +194,11 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       "(all_reduce) or (N-1)/N (all_gather, reduce_scatter)\n",
       tp, dtype);
   out += table.Render();
+  if (tp < 2) {
+    out += "one rank: nothing crosses a link, so each time is a local copy and busbw is 0\n";
+  }
   for (const auto& [key, value] : best) {
+    if (value.first <= 0) continue;
     absl::StrAppendFormat(&out, "best busbw: %s over %s %s GB/s (at %s)\n", key.first, key.second,
                           FormatRate(value.first), FormatByteSize(value.second));
   }

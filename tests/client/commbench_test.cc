@@ -126,5 +126,19 @@ TEST(CommBenchFoldTest, RowsPerCollectiveAndSizeWithTheFasterTransport) {
   EXPECT_THAT(FormatCommBench(rows, {"p2p"}, 2, "bf16"), ::testing::Not(HasSubstr("nccl ms")));
 }
 
+// One rank moves nothing between GPUs: no bus bandwidth to name as best, and
+// one transport measured has no "faster".
+TEST(CommBenchFoldTest, OneRankSaysItMeasuredALocalCopy) {
+  v1::Job job;
+  v1::OpResult op = Result("all_reduce", 512, 1024, "nccl", 0.004, 0, 0);
+  op.set_algbw_gbps(950);
+  *job.mutable_result()->add_ops() = op;
+  const std::string text = FormatCommBench(FoldCommBench(job), {"nccl", "p2p"}, 1, "bf16");
+  EXPECT_THAT(text, HasSubstr("one rank: nothing crosses a link"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("best busbw")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("nccl  ")));
+  EXPECT_THAT(text, ::testing::ContainsRegex("950\\.0 +0\\.000 +- +- +- +- +ok"));
+}
+
 }  // namespace
 }  // namespace overlap::client
