@@ -348,14 +348,12 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   return j;
 }
 
-int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,
-             bool json, bool err_is_tty, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
-  if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
-  absl::StatusOr<v1::Job> job = client.SubmitJob(BuildBenchSpec(options), "bench");
+int SubmitAndFollow(DaemonClient& client, const std::string& spec, const std::string& source,
+                    int devices, const std::string& backend, bool err_is_tty, std::ostream& err,
+                    v1::Job* finished) {
+  absl::StatusOr<v1::Job> job = client.SubmitJob(spec, source);
   if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
-  err << "bench: job " << job->id() << " on " << node->devices_size() << " " << node->backend()
-      << " device(s)\n";
+  err << source << ": job " << job->id() << " on " << devices << " " << backend << " device(s)\n";
   ProgressPrinter progress(err, err_is_tty);
   job = client.WatchJob(job->id(), [&progress](const v1::Job& e) { progress.Update(e); });
   progress.Finish();
@@ -364,22 +362,40 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
     err << FormatJobLine(*job);
     return kExitJobFailed;
   }
-  const std::vector<BenchRow> rows = FoldBench(*job, options);
+  *finished = std::move(*job);
+  return kExitOk;
+}
+
+int WriteJsonFile(const nlohmann::json& j, const std::string& json_file, std::ostream& err) {
+  if (json_file.empty()) return kExitOk;
+  std::ofstream f(json_file);
+  f << j.dump(1) << "\n";
+  if (!f) {
+    err << "overlapctl: cannot write " << json_file << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,
+             bool json, bool err_is_tty, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  v1::Job job;
+  if (int rc = SubmitAndFollow(client, BuildBenchSpec(options), "bench", node->devices_size(),
+                               node->backend(), err_is_tty, err, &job);
+      rc != kExitOk) {
+    return rc;
+  }
+  const std::vector<BenchRow> rows = FoldBench(job, options);
   // Clocks and temperature after the run (the daemon's NVML readings), beside those before.
   absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
   const nlohmann::json j =
-      BenchJson(*job, *node, node_after.ok() ? &*node_after : nullptr, rows, options);
-  if (!json_file.empty()) {
-    std::ofstream f(json_file);
-    f << j.dump(1) << "\n";
-    if (!f) {
-      err << "overlapctl: cannot write " << json_file << "\n";
-      return kExitUsage;
-    }
-  }
+      BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, options);
+  if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   std::string text = FormatBench(rows);
-  if (!job->result().head_start().empty()) {
-    absl::StrAppend(&text, "timing: ", job->result().head_start(),
+  if (!job.result().head_start().empty()) {
+    absl::StrAppend(&text, "timing: ", job.result().head_start(),
                     " head start (what the GPUs did while the host enqueued each timed "
                     "iteration)\n");
   }

@@ -89,6 +89,16 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
                          const v1::GetNodeInfoResponse* node_after,
                          const std::vector<BenchRow>& rows, const BenchOptions& options);
 
+// Shared with commbench: submits `spec` (named `source`), says so on `err`
+// ("bench: job ID on N BACKEND device(s)"), follows the job with progress
+// there, and stores it in `finished` once it SUCCEEDED (kExitOk); otherwise
+// prints why and returns the exit status.
+int SubmitAndFollow(DaemonClient& client, const std::string& spec, const std::string& source,
+                    int devices, const std::string& backend, bool err_is_tty, std::ostream& err,
+                    v1::Job* finished);
+// Writes `j` to `json_file` unless it is empty; kExitUsage, said on `err`, when it cannot.
+int WriteJsonFile(const nlohmann::json& j, const std::string& json_file, std::ostream& err);
+
 // Submits, follows with progress on `err`, prints the table (or JSON), writes
 // `json_file` when given. Exit status as the other commands.
 int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,

@@ -1,14 +1,12 @@
 #include "client/commbench.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/bench.h"
 #include "client/commands.h"
-#include "client/progress_printer.h"
 #include "client/report.h"
 #include "client/table.h"
 #include "common/byte_size.h"
@@ -245,29 +243,17 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
   const int tp =
       options.devices.empty() ? node->devices_size() : static_cast<int>(options.devices.size());
-  absl::StatusOr<v1::Job> job = client.SubmitJob(BuildCommBenchSpec(options, tp), "commbench");
-  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
-  err << "commbench: job " << job->id() << " on " << tp << " " << node->backend() << " device(s)\n";
-  ProgressPrinter progress(err, err_is_tty);
-  job = client.WatchJob(job->id(), [&progress](const v1::Job& e) { progress.Update(e); });
-  progress.Finish();
-  if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
-  if (job->state() != v1::SUCCEEDED) {
-    err << FormatJobLine(*job);
-    return kExitJobFailed;
+  v1::Job job;
+  if (int rc = SubmitAndFollow(client, BuildCommBenchSpec(options, tp), "commbench", tp,
+                               node->backend(), err_is_tty, err, &job);
+      rc != kExitOk) {
+    return rc;
   }
-  const std::vector<CommBenchRow> rows = FoldCommBench(*job);
+  const std::vector<CommBenchRow> rows = FoldCommBench(job);
   absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
   const nlohmann::json j =
-      CommBenchJson(*job, *node, node_after.ok() ? &*node_after : nullptr, rows, options, tp);
-  if (!json_file.empty()) {
-    std::ofstream f(json_file);
-    f << j.dump(1) << "\n";
-    if (!f) {
-      err << "overlapctl: cannot write " << json_file << "\n";
-      return kExitUsage;
-    }
-  }
+      CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, options, tp);
+  if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   out << (json ? j.dump(1) + "\n" : FormatCommBench(rows, options.transports, tp, options.dtype));
   return kExitOk;
 }
