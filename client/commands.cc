@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/compare.h"
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "google/protobuf/util/json_util.h"
@@ -169,6 +170,24 @@ int Commands::Report(const std::string& id) {
     return kExitRefused;
   }
   return PrintFinal(*job);
+}
+
+int Commands::Compare(const std::string& a, const std::string& b) {
+  absl::StatusOr<v1::Job> job_a = client_.GetJob(a);
+  if (!job_a.ok()) return Fail(job_a.status());
+  absl::StatusOr<v1::Job> job_b = client_.GetJob(b);
+  if (!job_b.ok()) return Fail(job_b.status());
+  for (const v1::Job* job : {&*job_a, &*job_b}) {
+    if (job->result().ops().empty()) {
+      err_ << "overlapctl: FAILED_PRECONDITION: job " << job->id() << " is "
+           << JobStateName(job->state()) << " and has no op results to compare\n";
+      return kExitRefused;
+    }
+  }
+  const Comparison c = CompareJobs(*job_a, *job_b);
+  out_ << (json_ ? ComparisonJson(*job_a, *job_b, c).dump(1) + "\n"
+                 : FormatComparison(*job_a, *job_b, c));
+  return kExitOk;
 }
 
 }  // namespace overlap::client

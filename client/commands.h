@@ -46,6 +46,8 @@ class Commands {
   int Node();
   int Stats();
   int Report(const std::string& id);
+  // Two finished jobs op by op (compare.h).
+  int Compare(const std::string& a, const std::string& b);
 
  private:
   int Fail(const absl::Status& status);

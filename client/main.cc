@@ -110,6 +110,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI::App* report = app.add_subcommand("report", "print the report of a finished job");
   report->add_option("ID", id, "job id")->required();
+  std::string id_b;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "two finished jobs op by op: schedules, steps and B's change against A");
+  compare->add_option("A", id, "job id")->required();
+  compare->add_option("B", id_b, "job id")->required();
   overlap::client::BenchOptions bench_options;
   std::string bench_shapes, bench_json;
   bool no_verify = false;
@@ -200,6 +205,7 @@ int main(int argc, char** argv) {
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
   if (report->parsed()) rc = commands.Report(id);
+  if (compare->parsed()) rc = commands.Compare(id, id_b);
   if (check->parsed()) {
     check_options.links = !no_links;
     rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);

@@ -29,11 +29,6 @@ std::string FormatVerify(const v1::OpResult& op) {
   return absl::StrFormat("%s %.1e", ok ? "ok" : "FAIL", op.max_rel_error());
 }
 
-std::string FormatShape(const v1::OpResult& op) {
-  if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
-  return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
-}
-
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
 }  // namespace
@@ -41,6 +36,11 @@ std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; 
 bool IsCollectiveAlone(const v1::OpResult& op) {
   const absl::StatusOr<OpType> type = ParseOpType(op.type());
   return type.ok() && IsCollectiveOnly(*type);
+}
+
+std::string FormatShape(const v1::OpResult& op) {
+  if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
+  return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
 }
 
 namespace {

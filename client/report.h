@@ -23,6 +23,8 @@ bool IsUnsuccessfulState(v1::JobState state);
 // all_gather, reduce_scatter or all_reduce: a collective with no GEMM, whose
 // GEMM alone, hidden % and TFLOP/s the report shows as "-".
 bool IsCollectiveAlone(const v1::OpResult& op);
+// "8192 x 8192 x 28672" (m x k x n); "8192 x - x 8192" for a collective alone.
+std::string FormatShape(const v1::OpResult& op);
 
 // The report of a job: a header line (id, name, backend, tp, dtype), one row
 // per op (op | type | shape | mode | chunks | transport | step ms | GEMM alone

@@ -12,6 +12,7 @@ namespace overlap::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // Splits a report row into its cells (columns are separated by 2+ spaces; no
@@ -262,6 +263,32 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   RunResult bad_size = daemon_->Ctl({"commbench", "--min-bytes", "lots"});
   EXPECT_EQ(bad_size.exit_code, 64) << Describe(bad_size);
   EXPECT_THAT(bad_size.err, StartsWith("overlapctl: --min-bytes: "));
+}
+
+// Two runs of one graph, op by op; a job without results or an unknown id is refused.
+TEST_F(CliTest, CompareShowsTwoJobsOpByOp) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    RunResult done = daemon_->Ctl({"submit", graph_, "--wait", "--json"});
+    ASSERT_EQ(done.exit_code, 0) << Describe(done);
+    ids.push_back(ParseJson(done.out)["id"]);
+  }
+  RunResult text = daemon_->Ctl({"compare", ids[0], ids[1]});
+  ASSERT_EQ(text.exit_code, 0) << Describe(text);
+  EXPECT_THAT(text.out,
+              StartsWith("A: " + ids[0] + " (small-block)  B: " + ids[1] + " (small-block)\n"));
+  EXPECT_THAT(text.out, HasSubstr("\nfc1 "));
+  EXPECT_THAT(text.out, HasSubstr("\ntotal "));
+  EXPECT_THAT(text.out, Not(HasSubstr("differs:")));
+  RunResult json = daemon_->Ctl({"compare", ids[0], ids[1], "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  const nlohmann::json j = ParseJson(json.out);
+  ASSERT_FALSE(j["ops"].empty());
+  EXPECT_GT(j["ops"][0]["step_ratio"].get<double>(), 0);
+
+  RunResult unknown = daemon_->Ctl({"compare", ids[0], "job-999999"});
+  EXPECT_EQ(unknown.exit_code, 3) << Describe(unknown);
+  EXPECT_THAT(unknown.err, StartsWith("overlapctl: NOT_FOUND: "));
 }
 
 TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {

@@ -1,0 +1,117 @@
+#include "client/compare.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/report.h"
+#include "client/table.h"
+
+namespace overlap::client {
+namespace {
+
+const v1::OpResult* FindOp(const v1::Job& job, const std::string& id) {
+  for (const v1::OpResult& op : job.result().ops()) {
+    if (op.id() == id) return &op;
+  }
+  return nullptr;
+}
+
+void Caveat(std::vector<std::string>* out, const std::string& what, const std::string& a,
+            const std::string& b) {
+  if (a != b) out->push_back(absl::StrCat(what, ": ", a, " -> ", b));
+}
+
+std::string Signed(double ratio) { return absl::StrFormat("%+.1f%%", 100 * (ratio - 1)); }
+
+}  // namespace
+
+Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
+  Comparison c;
+  for (const v1::OpResult& op : a.result().ops()) {
+    ComparedOp row{op.id(), &op, FindOp(b, op.id()), 0};
+    if (row.b != nullptr) {
+      const double sa = op.step().median_ms(), sb = row.b->step().median_ms();
+      if (sa > 0) row.step_ratio = sb / sa;
+      c.total_a_ms += sa;
+      c.total_b_ms += sb;
+      if (FormatShape(op) != FormatShape(*row.b) || op.type() != row.b->type()) {
+        c.caveats.push_back(absl::StrCat("op ", op.id(), ": ", op.type(), " ", FormatShape(op),
+                                         " -> ", row.b->type(), " ", FormatShape(*row.b)));
+      }
+    }
+    c.ops.push_back(row);
+  }
+  for (const v1::OpResult& op : b.result().ops()) {
+    if (FindOp(a, op.id()) == nullptr) c.ops.push_back(ComparedOp{op.id(), nullptr, &op, 0});
+  }
+  const v1::JobResult &ra = a.result(), &rb = b.result();
+  Caveat(&c.caveats, "backend", ra.backend(), rb.backend());
+  Caveat(&c.caveats, "devices", absl::StrJoin(a.devices(), ","), absl::StrJoin(b.devices(), ","));
+  const std::string dtype_a = ra.ops().empty() ? "" : ra.ops(0).dtype();
+  const std::string dtype_b = rb.ops().empty() ? "" : rb.ops(0).dtype();
+  Caveat(&c.caveats, "dtype", dtype_a, dtype_b);
+  Caveat(&c.caveats, "launch gate", ra.launch_gate() ? "on" : "off",
+         rb.launch_gate() ? "on" : "off");
+  Caveat(&c.caveats, "head start", ra.head_start(), rb.head_start());
+  Caveat(&c.caveats, "nccl_overlap_ctas", absl::StrCat(ra.nccl_overlap_ctas()),
+         absl::StrCat(rb.nccl_overlap_ctas()));
+  return c;
+}
+
+std::string FormatComparison(const v1::Job& a, const v1::Job& b, const Comparison& c) {
+  std::string out = absl::StrFormat("A: %s (%s)  B: %s (%s)\n", a.id(), a.name(), b.id(), b.name());
+  TextTable table({{"op"},
+                   {"type"},
+                   {"shape (m x k x n)"},
+                   {"A schedule"},
+                   {"A step ms", Align::kRight},
+                   {"B schedule"},
+                   {"B step ms", Align::kRight},
+                   {"B vs A", Align::kRight},
+                   {"A exposed ms", Align::kRight},
+                   {"B exposed ms", Align::kRight}});
+  std::vector<std::string> only;
+  for (const ComparedOp& op : c.ops) {
+    if (op.a == nullptr || op.b == nullptr) {
+      only.push_back(absl::StrCat(op.id, " (only in ", op.a != nullptr ? "A" : "B", ")"));
+      continue;
+    }
+    table.AddRow({op.id, op.a->type(), FormatShape(*op.a), ScheduleLabel(*op.a),
+                  FormatMs(op.a->step().median_ms()), ScheduleLabel(*op.b),
+                  FormatMs(op.b->step().median_ms()),
+                  op.step_ratio > 0 ? Signed(op.step_ratio) : "-",
+                  FormatMs(op.a->exposed_comm_ms()), FormatMs(op.b->exposed_comm_ms())});
+  }
+  table.AddSeparator();
+  table.AddRow({"total", "", "", "", FormatMs(c.total_a_ms), "", FormatMs(c.total_b_ms),
+                c.total_a_ms > 0 ? Signed(c.total_b_ms / c.total_a_ms) : "-"});
+  out += table.Render();
+  if (!only.empty()) absl::StrAppend(&out, "not compared: ", absl::StrJoin(only, ", "), "\n");
+  for (const std::string& caveat : c.caveats) absl::StrAppend(&out, "differs: ", caveat, "\n");
+  return out;
+}
+
+nlohmann::json ComparisonJson(const v1::Job& a, const v1::Job& b, const Comparison& c) {
+  nlohmann::json ops = nlohmann::json::array();
+  auto side = [](const v1::OpResult* op) -> nlohmann::json {
+    if (op == nullptr) return nullptr;
+    return {{"schedule", op->schedule()},
+            {"step_ms", op->step().median_ms()},
+            {"exposed_comm_ms", op->exposed_comm_ms()},
+            {"hidden", op->hidden_fraction()}};
+  };
+  for (const ComparedOp& op : c.ops) {
+    ops.push_back(
+        {{"id", op.id}, {"a", side(op.a)}, {"b", side(op.b)}, {"step_ratio", op.step_ratio}});
+  }
+  return {{"a", a.id()},
+          {"b", b.id()},
+          {"ops", ops},
+          {"total_a_ms", c.total_a_ms},
+          {"total_b_ms", c.total_b_ms},
+          {"caveats", c.caveats}};
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,92 @@
+// overlapctl compare without a daemon: which ops pair up, B's change against
+// A, the totals over shared ops only, and the differences that are called out.
+#include "client/compare.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace overlap::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::OpResult Op(const std::string& id, const std::string& type, const std::string& schedule,
+                double step_ms, double exposed_ms) {
+  v1::OpResult op;
+  op.set_id(id);
+  op.set_type(type);
+  op.set_m(8192);
+  op.set_k(type == "all_reduce" ? 0 : 8192);
+  op.set_n(28672);
+  op.set_dtype("bf16");
+  op.set_schedule(schedule);
+  op.mutable_step()->set_median_ms(step_ms);
+  op.set_exposed_comm_ms(exposed_ms);
+  return op;
+}
+
+v1::Job Job(const std::string& id, std::vector<v1::OpResult> ops) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_name("mlp");
+  job.add_devices(0);
+  job.add_devices(1);
+  job.mutable_result()->set_backend("cuda");
+  job.mutable_result()->set_launch_gate(true);
+  job.mutable_result()->set_head_start("heat");
+  for (v1::OpResult& op : ops) *job.mutable_result()->add_ops() = std::move(op);
+  return job;
+}
+
+TEST(CompareTest, PairsOpsByIdAndSaysHowMuchBChanged) {
+  const v1::Job a = Job("job-000001", {Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5),
+                                       Op("fc2", "gemm_rs", "serial/nccl", 2.0, 0.4),
+                                       Op("old", "gemm_ar", "serial/nccl", 1.0, 0.2)});
+  const v1::Job b = Job("job-000002", {Op("fc2", "gemm_rs", "ring/2/p2p", 2.5, 0.1),
+                                       Op("fc1", "ag_gemm", "ring/p2p", 3.0, 0.0),
+                                       Op("grads", "all_reduce", "serial/p2p", 0.3, 0.3)});
+  const Comparison c = CompareJobs(a, b);
+  std::vector<std::string> ids;
+  for (const ComparedOp& op : c.ops) ids.push_back(op.id);
+  EXPECT_THAT(ids, ElementsAre("fc1", "fc2", "old", "grads"));  // A's order, then B's own
+  EXPECT_DOUBLE_EQ(c.ops[0].step_ratio, 0.75);
+  EXPECT_DOUBLE_EQ(c.ops[1].step_ratio, 1.25);
+  EXPECT_EQ(c.ops[2].b, nullptr);
+  EXPECT_EQ(c.ops[3].a, nullptr);
+  EXPECT_DOUBLE_EQ(c.total_a_ms, 6.0);  // shared ops only
+  EXPECT_DOUBLE_EQ(c.total_b_ms, 5.5);
+  EXPECT_TRUE(c.caveats.empty());
+
+  const std::string text = FormatComparison(a, b, c);
+  EXPECT_THAT(text, HasSubstr("A: job-000001 (mlp)  B: job-000002 (mlp)"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("fc1 +ag_gemm +8192 x 8192 x 28672 +serial/nccl +"
+                                             "4\\.000 +ring/p2p +3\\.000 +-25\\.0%"));
+  EXPECT_THAT(text, HasSubstr("+25.0%"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("total +6\\.000 +5\\.500 +-8\\.3%"));
+  EXPECT_THAT(text, HasSubstr("not compared: old (only in A), grads (only in B)"));
+
+  const nlohmann::json j = ComparisonJson(a, b, c);
+  EXPECT_EQ(j["ops"].size(), 4u);
+  EXPECT_EQ(j["ops"][0]["b"]["schedule"], "ring/p2p");
+  EXPECT_TRUE(j["ops"][2]["b"].is_null());
+  EXPECT_DOUBLE_EQ(j["total_b_ms"].get<double>(), 5.5);
+}
+
+TEST(CompareTest, CallsOutWhatMakesTheRunsLessComparable) {
+  const v1::Job a = Job("a", {Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5)});
+  v1::Job b = Job("b", {Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5)});
+  b.mutable_result()->mutable_ops(0)->set_dtype("fp16");
+  b.mutable_result()->mutable_ops(0)->set_n(7168);
+  b.mutable_result()->set_head_start("idle");
+  b.clear_devices();
+  b.add_devices(2);
+  const Comparison c = CompareJobs(a, b);
+  EXPECT_THAT(c.caveats,
+              ElementsAre("op fc1: ag_gemm 8192 x 8192 x 28672 -> ag_gemm 8192 x 8192 x 7168",
+                          "devices: 0,1 -> 2", "dtype: bf16 -> fp16", "head start: heat -> idle"));
+  EXPECT_THAT(FormatComparison(a, b, c), HasSubstr("differs: dtype: bf16 -> fp16\n"));
+}
+
+}  // namespace
+}  // namespace overlap::client
