@@ -57,6 +57,18 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
   Caveat(&c.caveats, "head start", ra.head_start(), rb.head_start());
   Caveat(&c.caveats, "nccl_overlap_ctas", absl::StrCat(ra.nccl_overlap_ctas()),
          absl::StrCat(rb.nccl_overlap_ctas()));
+  // Results stored before these were recorded have them empty: nothing to say.
+  const std::pair<const char*, std::pair<std::string, std::string>> versions[] = {
+      {"overlapd", {ra.overlapd_version(), rb.overlapd_version()}},
+      {"gpu", {ra.gpu(), rb.gpu()}},
+      {"cuda runtime", {ra.cuda_runtime(), rb.cuda_runtime()}},
+      {"cuda driver", {ra.cuda_driver(), rb.cuda_driver()}},
+      {"nccl", {ra.nccl(), rb.nccl()}},
+      {"cublas", {ra.cublas(), rb.cublas()}}};
+  for (const auto& [what, pair] : versions) {
+    if (!pair.first.empty() && !pair.second.empty())
+      Caveat(&c.caveats, what, pair.first, pair.second);
+  }
   return c;
 }
 

@@ -26,8 +26,9 @@ struct ComparedOp {
 struct Comparison {
   std::vector<ComparedOp> ops;  // A's order, then ops only B has
   // Differences that make the numbers less comparable, one line each
-  // ("dtype: bf16 -> fp16"): backend, group size, dtype, launch gate, head
-  // start, NCCL's SM budget.
+  // ("dtype: bf16 -> fp16"): backend, devices, dtype, launch gate, head
+  // start, NCCL's SM budget, and the versions the results record (overlapd,
+  // GPU model, CUDA runtime and driver, NCCL, cuBLAS).
   std::vector<std::string> caveats;
   double total_a_ms = 0, total_b_ms = 0;  // over the ops both have
 };

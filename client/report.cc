@@ -310,7 +310,14 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
     field("progress", FormatProgress(job.progress()));
   }
   if (!job.error().empty()) field("error", job.error());
-  if (job.result().ops_size() > 0) absl::StrAppend(&out, "\n", FormatReport(job));
+  const v1::JobResult& r = job.result();
+  if (!r.overlapd_version().empty()) {
+    // What ran it, as recorded with the result.
+    field("ran on", absl::StrCat(OrDash(r.gpu()), "; overlapd ", r.overlapd_version(), "; cuda ",
+                                 OrDash(r.cuda_runtime()), ", driver ", OrDash(r.cuda_driver()),
+                                 "; nccl ", OrDash(r.nccl()), "; cublas ", OrDash(r.cublas())));
+  }
+  if (r.ops_size() > 0) absl::StrAppend(&out, "\n", FormatReport(job));
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
+#include "overlap_git_commit.h"
 #include "server/ops/autotune.h"
 #include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
@@ -470,6 +471,13 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   result.set_launch_gate(engine.HasGates());
   if (engine.HasGates()) result.set_head_start(spec.heat_head_start ? "heat" : "idle");
   result.set_nccl_overlap_ctas(engine.CollectiveSmBudget());
+  const engine::BackendVersions versions = engine.Versions();
+  result.set_overlapd_version(absl::StrCat(OVERLAP_VERSION, " (", OVERLAP_GIT_COMMIT, ")"));
+  if (!devices.empty()) result.set_gpu(engine.GetDeviceInfo(devices[0]).name);
+  result.set_cuda_runtime(versions.cuda_runtime);
+  result.set_cuda_driver(versions.cuda_driver);
+  result.set_nccl(versions.nccl);
+  result.set_cublas(versions.cublas);
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];

@@ -88,5 +88,22 @@ TEST(CompareTest, CallsOutWhatMakesTheRunsLessComparable) {
   EXPECT_THAT(FormatComparison(a, b, c), HasSubstr("differs: dtype: bf16 -> fp16\n"));
 }
 
+// An upgrade between the runs is named; a result stored before versions were
+// recorded says nothing about them.
+TEST(CompareTest, NamesTheVersionsThatChanged) {
+  v1::Job a = Job("a", {Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5)});
+  v1::Job b = a;
+  for (v1::Job* job : {&a, &b}) {
+    job->mutable_result()->set_gpu("NVIDIA H200");
+    job->mutable_result()->set_cuda_driver("13.0");
+  }
+  a.mutable_result()->set_nccl("2.28.3");
+  b.mutable_result()->set_nccl("2.29.1");
+  b.mutable_result()->set_cuda_driver("13.1");
+  b.mutable_result()->set_overlapd_version("0.1.0 (abc1234)");  // A predates the field
+  EXPECT_THAT(CompareJobs(a, b).caveats,
+              ElementsAre("cuda driver: 13.0 -> 13.1", "nccl: 2.28.3 -> 2.29.1"));
+}
+
 }  // namespace
 }  // namespace overlap::client

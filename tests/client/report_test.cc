@@ -312,6 +312,19 @@ TEST(ReportTest, JobDetailOfFinishedJobIncludesReport) {
   EXPECT_THAT(detail,
               HasSubstr("\njob 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16\n"));
   EXPECT_THAT(detail, HasSubstr("ok 3.1e-03"));
+  EXPECT_THAT(detail, Not(HasSubstr("ran on:"))) << "a result from before versions were kept";
+
+  v1::Job job = MakeJob();
+  v1::JobResult* r = job.mutable_result();
+  r->set_overlapd_version("0.1.0 (abc1234)");
+  r->set_gpu("NVIDIA H200");
+  r->set_cuda_runtime("13.0");
+  r->set_cuda_driver("13.0");
+  r->set_nccl("2.28.3");
+  r->set_cublas("13.1.0");
+  EXPECT_THAT(FormatJobDetail(job, 0),
+              HasSubstr("ran on:    NVIDIA H200; overlapd 0.1.0 (abc1234); cuda 13.0, driver 13.0; "
+                        "nccl 2.28.3; cublas 13.1.0\n"));
 }
 
 TEST(ReportTest, NodeInfo) {

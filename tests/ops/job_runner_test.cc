@@ -2,6 +2,7 @@
 // cancellation, progress, and the memory estimate used to refuse jobs.
 #include "server/ops/job_runner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -149,6 +150,8 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
     EXPECT_EQ(phase.find("gemm"), std::string::npos) << phase;
     EXPECT_EQ(phase.find("comm_alone"), std::string::npos) << phase;
   }
+  EXPECT_EQ(result->gpu(), "host-rank-0");
+  EXPECT_THAT(result->overlapd_version(), ::testing::StartsWith(OVERLAP_VERSION));
   EXPECT_DOUBLE_EQ(result->total_exposed_comm_ms(),
                    result->ops(0).exposed_comm_ms() + result->ops(1).exposed_comm_ms() +
                        result->ops(2).exposed_comm_ms() + op.exposed_comm_ms());
