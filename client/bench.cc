@@ -89,8 +89,9 @@ absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text
 std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
-      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nhead_start: %s\n", o.dtype,
-      o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start);
+      "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nhead_start: %s\n"
+      "layer_step: false\n",
+      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start);
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }

@@ -83,9 +83,10 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
 }
 
 std::string BuildCommBenchSpec(const CommBenchOptions& o, int tp) {
-  std::string spec =
-      absl::StrFormat("name: commbench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n",
-                      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false");
+  std::string spec = absl::StrFormat(
+      "name: commbench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\n"
+      "layer_step: false\n",
+      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false");
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }

@@ -38,6 +38,22 @@ bool IsCollectiveAlone(const v1::OpResult& op) {
   return type.ok() && IsCollectiveOnly(*type);
 }
 
+std::string FormatLayerStep(const v1::JobResult& result) {
+  if (!result.layer_note().empty()) return absl::StrCat("layer: ", result.layer_note(), "\n");
+  const double layer = result.layer_step().median_ms();
+  if (layer <= 0) return "";
+  std::string out = absl::StrFormat("layer: %s ms as one step", FormatMs(layer));
+  if (result.layer_deferred_size() > 0) {
+    absl::StrAppend(&out, " (", absl::StrJoin(result.layer_deferred(), ", "),
+                    " ran beside the ops after it on a side stream)");
+  }
+  if (result.total_step_ms() > 0) {
+    absl::StrAppendFormat(&out, ", %s ms op by op: %+.1f%%", FormatMs(result.total_step_ms()),
+                          100 * (layer / result.total_step_ms() - 1));
+  }
+  return out + "\n";
+}
+
 std::string FormatShape(const v1::OpResult& op) {
   if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
   return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
@@ -212,6 +228,7 @@ std::string FormatReport(const v1::Job& job) {
   table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",
                 FormatMs(result.total_exposed_comm_ms())});
   out += table.Render();
+  absl::StrAppend(&out, FormatLayerStep(result));
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto") continue;
     absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));

@@ -63,6 +63,9 @@ struct JobSpec {
   // power headroom: a 2 ms rest made a 5.6 ms GEMM 10% faster on an H200, which
   // favoured schedules with a slow enqueue (docs/PERFORMANCE.md).
   bool heat_head_start = true;
+  // After every op ran alone, time the whole graph as one step (ops/layer_step.h).
+  // Sweeps of unrelated ops (bench, commbench) turn it off.
+  bool layer_step = true;
   int priority = 0;
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()

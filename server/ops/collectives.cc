@@ -21,6 +21,7 @@ engine::CollectiveArgs Args(OpContext& ctx, On on, size_t count,
   engine::CollectiveArgs args;
   args.dtype = ctx.dtype();
   args.count = count;
+  args.channel = ctx.channel();
   // The comm stream's collectives run beside the op's GEMMs.
   args.beside_gemm = on == On::kComm;
   for (int r = 0; r < ctx.tp(); ++r) {

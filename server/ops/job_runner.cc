@@ -18,6 +18,8 @@
 #include "server/ops/autotune.h"
 #include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
+#include "server/ops/layer_step.h"
+#include "server/ops/op_run.h"
 #include "server/ops/reference.h"
 #include "server/ops/tuning_cache.h"
 
@@ -33,171 +35,6 @@ constexpr int kRunoffIterations = 7;
 constexpr int kRunoffRounds = 3;
 // The timed iterations are split into this many rounds, each GEMM alone then step.
 constexpr int kTimedRounds = 4;
-// A timed iteration's streams wait at a launch gate until the host has enqueued
-// all of it, at most this long (engine.h, HoldStreams).
-constexpr double kMaxGateHoldMs = 500;
-constexpr size_t kHostEstimateWindow = 3;  // iterations whose enqueue times estimate the next
-
-struct OpRun {
-  engine::Engine& engine;
-  const JobSpec& spec;
-  const RunHooks& hooks;
-  int op_index;
-  int op_count;
-  OpContext& ctx;
-  double host_enqueue_ms = 0;  // median over the last Timed call's iterations
-  bool replayed = false;       // the last Timed call's iterations replayed a graph
-  // The last Timed call's times per rank ([rank][iteration]); empty when it
-  // replayed a graph, which only rank 0 times.
-  std::vector<std::vector<double>> rank_times = {};
-  // The per-rank GEMM alone's time when timed iterations get a heat head start
-  // (JobSpec::heat_head_start); 0 = none: the GPUs idle at the gate.
-  double heat_gemm_ms = 0;
-
-  // Before a gated iteration: the op's GEMM (or a power-of-two share of its
-  // rows) on every rank's compute stream, covering the host's enqueue with
-  // margin, so that the GPUs start the iteration busy, as in a training loop,
-  // and not rested. Power-of-two shares keep the GEMM shapes to tune few.
-  absl::Status HeadStart(double host_ms) {
-    if (heat_gemm_ms <= 0) return absl::OkStatus();
-    const HeadStartPlan plan = PlanHeadStart(host_ms, heat_gemm_ms, ctx.op().m);
-    for (int i = 0; i < plan.whole_gemms; ++i) RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
-    return EnqueueGemmAloneRows(ctx, plan.rows);
-  }
-
-  void Progress(const std::string& phase, int iteration, int iterations) const {
-    if (!hooks.on_progress) return;
-    v1::Progress p;
-    p.set_op_index(op_index);
-    p.set_op_count(op_count);
-    p.set_op_id(ctx.op().id);
-    p.set_phase(phase);
-    p.set_iteration(iteration);
-    p.set_iterations(iterations);
-    hooks.on_progress(p);
-  }
-
-  // Runs `enqueue` warmup + count times; each iteration starts with a barrier
-  // across the ranks, each rank times itself on its compute stream, and the
-  // iteration's time is the max over ranks. Host sync only between iterations.
-  // `end_tag` names the event that ends the timed region on each rank's compute
-  // stream; "iter_end" is recorded after `enqueue`, any other must be recorded
-  // by `enqueue` itself.
-  //
-  // With `replay`, the timed iterations replay one captured after the warm-up
-  // (graph_replay.h) and are timed on rank 0, whose launch stream sees the whole
-  // graph finish. Where capture fails they enqueue: a backend without graphs,
-  // or a GEMM shape whose algorithm is not chosen yet (no warm-up, no autotune).
-  //
-  // Where the engine has launch gates, each timed iteration is enqueued behind
-  // one and runs once the host has enqueued all of it: the time is the GPUs',
-  // as in a training loop whose host runs ahead, not the host's enqueue latency
-  // (reported apart as host_enqueue_ms). Warm-up iterations run ungated: first
-  // calls may set up NCCL connections, which can wait for the GPU.
-  template <typename Fn>
-  absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
-                                            Fn&& enqueue, const std::string& end_tag = "iter_end",
-                                            bool replay = false) {
-    const std::vector<int> devices = ctx.devices();
-    std::vector<engine::StreamId> compute;
-    for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
-    std::vector<double> times, host_ms;
-    std::vector<double> recent_host_ms;  // the last few iterations', warm-up included
-    rank_times.assign(ctx.tp(), {});
-    std::optional<engine::GraphId> graph;
-    absl::Cleanup destroy_graph = [&] {
-      if (graph) engine.DestroyGraph(*graph);
-    };
-    // Each iteration ends with a sync, so only the first needs one here.
-    RETURN_IF_ERROR(engine.Synchronize(devices));
-    const int64_t gate_timeouts = GateTimeouts(devices);
-    for (int it = 0; it < warmup + count; ++it) {
-      if (hooks.cancelled && hooks.cancelled()) {
-        return absl::CancelledError("cancelled by request");
-      }
-      if (replay && it == warmup && engine.ReplaysGraphs()) {
-        absl::StatusOr<engine::GraphId> captured = CaptureIteration(ctx, enqueue);
-        if (captured.ok()) {
-          graph = *captured;
-        } else {
-          GetLogger("ops")->debug("{} {}: enqueued, not replayed: {}", ctx.op().id, phase,
-                                  captured.status().ToString());
-        }
-      }
-      std::optional<int64_t> ticket;
-      if (it >= warmup && engine.HasGates()) {
-        RETURN_IF_ERROR(
-            HeadStart(recent_host_ms.empty()
-                          ? 0
-                          : *std::max_element(recent_host_ms.begin(), recent_host_ms.end())));
-        ASSIGN_OR_RETURN(ticket, engine.HoldStreams(compute, kMaxGateHoldMs));
-      }
-      // Opened on every path: a held stream would otherwise wait out its hold.
-      absl::Cleanup open_gate = [&] {
-        if (ticket) engine.ReleaseGate(*ticket).IgnoreError();
-      };
-      const absl::Time host_start = absl::Now();
-      // One rank has nothing to align with.
-      if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
-      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
-      if (graph) {
-        RETURN_IF_ERROR(LaunchIteration(ctx, *graph));
-      } else {
-        RETURN_IF_ERROR(enqueue());
-      }
-      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
-      const double enqueue_ms = absl::ToDoubleMilliseconds(absl::Now() - host_start);
-      if (it >= warmup) host_ms.push_back(enqueue_ms);
-      recent_host_ms.push_back(enqueue_ms);
-      if (recent_host_ms.size() > kHostEstimateWindow) recent_host_ms.erase(recent_host_ms.begin());
-      std::move(open_gate).Invoke();
-      RETURN_IF_ERROR(engine.Synchronize(devices));
-      if (it >= warmup) {
-        double worst = 0;
-        for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
-          ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
-          ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
-          ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
-          worst = std::max(worst, ms);
-          rank_times[r].push_back(ms);
-        }
-        times.push_back(worst);
-      }
-      Progress(phase, it + 1, warmup + count);
-    }
-    host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
-    replayed = graph.has_value();
-    if (replayed) rank_times.clear();
-    if (const int64_t late = GateTimeouts(devices) - gate_timeouts; late > 0) {
-      GetLogger("ops")->warn(
-          "{} {}: {} launch-gate holds ran out ({} ms) before the host had enqueued the "
-          "iteration; those iterations include the host's latency",
-          ctx.op().id, phase, late, kMaxGateHoldMs);
-    }
-    return times;
-  }
-
-  int64_t GateTimeouts(const std::vector<int>& devices) const {
-    int64_t total = 0;
-    for (int d : devices) total += engine.GateTimeouts(d);
-    return total;
-  }
-};
-
-// Copy-engine and direct-store schedules replay as graphs (where the engine has
-// them: the CUDA backend unless graph_replay is off). NCCL's are enqueued: its
-// communicators are non-blocking, and capturing them is not something we have
-// verified.
-bool Replays(Transport transport) { return transport != Transport::kNccl; }
-
-v1::TimingStats ToProto(const Summary& s) {
-  v1::TimingStats t;
-  t.set_median_ms(s.median);
-  t.set_min_ms(s.min);
-  t.set_max_ms(s.max);
-  t.set_samples(s.samples);
-  return t;
-}
 
 std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
                       int first_device) {
@@ -499,6 +336,13 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
     result.set_total_step_ms(total);
     result.set_total_exposed_comm_ms(exposed);
     if (hooks.on_op_done) hooks.on_op_done(result);
+  }
+  if (absl::Status s = TimeLayerStep(engine, spec, devices, hooks, order, &result); !s.ok()) {
+    const absl::Status drained = engine.Synchronize(devices);
+    if (!drained.ok()) {
+      GetLogger("ops")->debug("after a failed layer step: {}", std::string(drained.message()));
+    }
+    return s;
   }
   return result;
 }

@@ -106,6 +106,19 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
   return absl::OkStatus();
 }
 
+absl::Status OpContext::MoveToSideStreams() {
+  if (engine_.StreamsPerRole() < 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(engine_.Name(), " backend has one stream per role: no side stream"));
+  }
+  for (RankState& rs : ranks_) {
+    rs.compute = engine_.GetStream(rs.device, engine::StreamRole::kComm, 1);
+    rs.comm = rs.compute;
+  }
+  channel_ = 1;
+  return absl::OkStatus();
+}
+
 OpContext::~OpContext() {
   for (auto& [key, event] : events_) engine_.DestroyEvent(event);
   for (RankState& rs : ranks_) {

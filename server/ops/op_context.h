@@ -93,6 +93,15 @@ class OpContext {
   // (engine.h, CollectiveSmBudget).
   bool gemms_beside_collective() const { return gemms_beside_collective_; }
 
+  // A collective alone deferred in a layer step (job_runner.cc): from now on
+  // every rank's compute and comm streams are its second comm stream (high
+  // priority, beside the ops of the main streams), and its library
+  // collectives use communicator channel 1, so that they never queue behind
+  // the main ops' channel 0. FAILED_PRECONDITION where the engine has one
+  // stream per role.
+  absl::Status MoveToSideStreams();
+  int channel() const { return channel_; }
+
  private:
   OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp);
   absl::Status Allocate(const std::vector<int>& devices, const BufferSizes& sizes);
@@ -104,6 +113,7 @@ class OpContext {
   BufferSizes sizes_;
   std::vector<RankState> ranks_;
   bool gemms_beside_collective_ = false;
+  int channel_ = 0;
   std::map<std::tuple<int, std::string, int>, engine::EventId> events_;
 };
 

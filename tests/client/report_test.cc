@@ -163,6 +163,21 @@ TEST(ReportTest, IdleHeadStartIsSaid) {
                                   "enqueued each iteration, and a rested GPU runs faster"));
 }
 
+TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
+  v1::Job job = MakeJob();
+  EXPECT_EQ(FormatLayerStep(job.result()), "") << "not measured";
+  job.mutable_result()->mutable_layer_step()->set_median_ms(11.0);
+  job.mutable_result()->add_layer_deferred("grads");
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains("layer: 11.000 ms as one step (grads ran beside the ops after it "
+                                  "on a side stream), 11.875 ms op by op: -7.4%"));
+  job.mutable_result()->clear_layer_step();
+  job.mutable_result()->clear_layer_deferred();
+  job.mutable_result()->set_layer_note("no layer step: the buffers of every op do not fit");
+  EXPECT_EQ(FormatLayerStep(job.result()),
+            "layer: no layer step: the buffers of every op do not fit\n");
+}
+
 TEST(ReportTest, SlowRankNoteNamesTheSlowestRankPastTheThreshold) {
   EXPECT_EQ(SlowRankNote({}, {}), "");
   EXPECT_EQ(SlowRankNote({0.345}, {0}), "") << "one rank has no peers to compare with";

@@ -157,6 +157,88 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
                        result->ops(2).exposed_comm_ms() + op.exposed_comm_ms());
 }
 
+// After the ops ran alone, the graph runs as one step: the collective alone
+// that nothing waits on is deferred to a side stream (the hazard checker
+// watches its hand-offs), and every output is checked again.
+TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  OpSpec grads;
+  grads.id = "grads";
+  grads.type = OpType::kAllReduce;
+  grads.m = 256;
+  grads.n = 64;
+  grads.after = {"fc1"};
+  spec.ops.push_back(grads);
+  std::vector<std::string> layer_phases;
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress& p) {
+    if (p.op_id() == "layer" && (layer_phases.empty() || layer_phases.back() != p.phase())) {
+      layer_phases.push_back(p.phase());
+    }
+  };
+  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->layer_step().samples(), spec.iterations);
+  EXPECT_GT(result->layer_step().median_ms(), 0);
+  ASSERT_EQ(result->layer_deferred_size(), 1);
+  EXPECT_EQ(result->layer_deferred(0), "grads");
+  EXPECT_TRUE(result->layer_note().empty());
+  EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "verify"}));
+
+  // Waited on, the collective stays on the main streams; without the layer
+  // step, or with one op, nothing is timed as a layer.
+  OpSpec after_grads = spec.ops[1];  // fc1's shape
+  after_grads.id = "tail";
+  after_grads.after = {"grads"};
+  spec.ops.push_back(after_grads);
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->layer_step().samples(), 0);
+  EXPECT_EQ(result->layer_deferred_size(), 0);
+  spec.layer_step = false;
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->has_layer_step());
+  spec.layer_step = true;
+  spec.ops = {grads};
+  spec.ops[0].after.clear();
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->has_layer_step());
+}
+
+// Every op fits alone, but not all of them at once: the ops' results stand and
+// the layer step says why it is missing.
+TEST(JobRunnerTest, LayerStepThatDoesNotFitIsSkippedWithAReason) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.device_memory_bytes = (5 << 20) / 2;  // one op fits, two do not
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  JobSpec spec;
+  spec.name = "big";
+  spec.dtype = DType::kF32;
+  spec.iterations = 1;
+  spec.warmup = 0;
+  spec.verify = false;
+  for (const char* id : {"a", "b"}) {
+    OpSpec op;
+    op.id = id;
+    op.type = OpType::kAllGather;
+    op.m = 512;
+    op.n = 512;  // X 0.5 MiB + Y 1 MiB per rank
+    op.mode = OverlapMode::kSerial;
+    op.transport = Transport::kP2p;
+    spec.ops.push_back(op);
+  }
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->ops_size(), 2);
+  EXPECT_FALSE(result->has_layer_step());
+  EXPECT_THAT(result->layer_note(), ::testing::StartsWith("no layer step: the buffers of every op "
+                                                          "do not fit in device memory at once"));
+}
+
 TEST(JobRunnerTest, HeadStartCoversTheEnqueueWithFewGemmShapes) {
   // 1 ms GEMM over 1024 rows. A graph's 0.05 ms enqueue: an eighth of the rows
   // (0.125 ms) covers 1.25 x 0.05 + 0.02 = 0.0825 ms, a sixteenth would not.

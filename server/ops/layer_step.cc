@@ -1,0 +1,151 @@
+#include "server/ops/layer_step.h"
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/ops/op_run.h"
+#include "server/ops/reference.h"
+
+namespace overlap::ops {
+namespace {
+
+struct Member {
+  int spec_index = 0;  // the op's index in the spec: its input seeds
+  Schedule schedule;
+  std::unique_ptr<OpContext> ctx;
+  bool deferred = false;
+};
+
+absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
+  ASSIGN_OR_RETURN(OverlapMode mode, ParseOverlapMode(r.mode()));
+  ASSIGN_OR_RETURN(Transport transport, ParseTransport(r.transport()));
+  return Schedule{mode, std::max(1, r.chunks()), transport};
+}
+
+// One layer iteration: each op on its streams in order; a deferred op starts
+// on its side streams once the main streams reach it, and the main streams
+// wait for it at the end.
+absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    Member& m = members[i];
+    OpContext& ctx = *m.ctx;
+    if (m.deferred) {
+      for (int r = 0; r < main.tp(); ++r) {
+        RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, "layer_fork", static_cast<int>(i)));
+        RETURN_IF_ERROR(main.Wait(ctx.rank(r).compute, r, "layer_fork", static_cast<int>(i)));
+      }
+    }
+    RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
+    if (m.deferred) {
+      for (int r = 0; r < ctx.tp(); ++r) {
+        RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, "layer_done"));
+      }
+    }
+  }
+  for (Member& m : members) {
+    if (!m.deferred) continue;
+    for (int r = 0; r < main.tp(); ++r) {
+      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, "layer_done"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
+                           const std::vector<int>& devices, const RunHooks& hooks,
+                           const std::vector<int>& order, v1::JobResult* result) {
+  if (order.size() < 2 || !spec.layer_step) return absl::OkStatus();
+  const int tp = static_cast<int>(devices.size());
+  std::set<std::string> waited_on;
+  for (const OpSpec& op : spec.ops) waited_on.insert(op.after.begin(), op.after.end());
+
+  std::vector<Member> members(order.size());
+  bool any_main = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const OpSpec& op = spec.ops[order[i]];
+    members[i].spec_index = order[i];
+    ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(static_cast<int>(i))));
+    members[i].deferred =
+        IsCollectiveOnly(op.type) && waited_on.count(op.id) == 0 && engine.StreamsPerRole() >= 2;
+    any_main = any_main || !members[i].deferred;
+  }
+  // With nothing on the main streams, there is nothing to run beside.
+  if (!any_main) {
+    for (Member& m : members) m.deferred = false;
+  }
+
+  for (Member& m : members) {
+    const OpSpec& op = spec.ops[m.spec_index];
+    absl::StatusOr<std::unique_ptr<OpContext>> ctx =
+        OpContext::Create(engine, op, spec.dtype, devices, BuffersFor(op, tp, m.schedule));
+    if (!ctx.ok()) {
+      if (!absl::IsResourceExhausted(ctx.status())) return ctx.status();
+      result->set_layer_note(absl::StrCat(
+          "no layer step: the buffers of every op do not fit in device memory at once (",
+          ctx.status().message(), ")"));
+      return absl::OkStatus();
+    }
+    m.ctx = std::move(*ctx);
+    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, m.spec_index));
+    if (m.deferred) RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
+  }
+  RETURN_IF_ERROR(engine.Synchronize(devices));
+
+  // The main streams' first op times the step; a GEMM op's GEMM is its head start.
+  Member* main = nullptr;
+  for (Member& m : members) {
+    if (m.deferred) continue;
+    if (main == nullptr ||
+        (IsCollectiveOnly(main->ctx->op().type) && !IsCollectiveOnly(m.ctx->op().type))) {
+      main = &m;
+    }
+  }
+  const int count = static_cast<int>(order.size());
+  OpRun run{engine, spec, hooks, count - 1, count, *main->ctx};
+  run.label = "layer";
+  auto enqueue = [&] { return EnqueueLayer(members, *main->ctx); };
+  bool replay = true;
+  for (const Member& m : members) replay = replay && Replays(m.schedule.transport);
+
+  // One direct iteration first: it sets up what capture must not (GEMM
+  // algorithms of shapes not seen yet, communicator channel 1).
+  RETURN_IF_ERROR(enqueue());
+  RETURN_IF_ERROR(engine.Synchronize(devices));
+  if (spec.heat_head_start && engine.HasGates() && !IsCollectiveOnly(main->ctx->op().type)) {
+    ASSIGN_OR_RETURN(std::vector<double> probe,
+                     run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*main->ctx); }));
+    run.heat_gemm_ms = Summarize(probe).median;
+  }
+  ASSIGN_OR_RETURN(std::vector<double> times,
+                   run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
+                             enqueue, "iter_end", replay));
+  *result->mutable_layer_step() = ToProto(Summarize(times));
+  for (const Member& m : members) {
+    if (m.deferred) result->add_layer_deferred(m.ctx->op().id);
+  }
+
+  if (!spec.verify) return absl::OkStatus();
+  // Run side by side, every op must still compute what it computes alone.
+  run.heat_gemm_ms = 0;
+  for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
+  ASSIGN_OR_RETURN(std::vector<double> unused,
+                   run.Timed("verify", 0, 1, enqueue, "iter_end", replay));
+  (void)unused;
+  for (Member& m : members) {
+    ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
+    const double tolerance = DTypeTolerance(spec.dtype);
+    if (!(v.max_rel_error <= tolerance)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.1g",
+          m.ctx->op().id, m.schedule.Name(), v.max_rel_error, tolerance));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::ops
