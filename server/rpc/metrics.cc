@@ -80,7 +80,8 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
   Add(uptime, stats.uptime_s());
   out.push_back(std::move(uptime));
 
-  MetricFamily jobs = Family("overlapd_jobs", "jobs in the job store by state", MetricType::Gauge);
+  MetricFamily jobs =
+      Family("overlapd_jobs", "jobs by state, pruned ones included", MetricType::Gauge);
   const std::map<std::string, int64_t> by_state(stats.jobs_by_state().begin(),
                                                 stats.jobs_by_state().end());
   for (const auto& [state, count] : by_state) {
