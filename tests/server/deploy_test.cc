@@ -13,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/graph_parser.h"
+#include "common/graph_validator.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -45,6 +47,26 @@ std::string WithoutMachineLines(const std::string& yaml) {
     out += '\n';
   }
   return out;
+}
+
+// Every shipped example graph parses and validates on groups of 1, 2, 4 and 8
+// GPUs (the graphs leave `devices` out: every GPU of the node).
+TEST(DeployTest, ShippedGraphsAreValidOnEveryGroupSize) {
+  int graphs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kDeploy + "/graphs")) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".yaml") continue;
+    ++graphs;
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(ReadFile(path), path);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    for (int gpus : {1, 2, 4, 8}) {
+      ValidationLimits limits;
+      limits.device_count = gpus;
+      EXPECT_TRUE(ValidateJobSpec(*spec, limits).ok())
+          << path << " on " << gpus << " GPUs: " << ValidateJobSpec(*spec, limits).status();
+    }
+  }
+  EXPECT_GE(graphs, 8);
 }
 
 TEST(DeployTest, ShippedConfigIsTheDefault) {
