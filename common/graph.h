@@ -66,6 +66,11 @@ struct JobSpec {
   // After every op ran alone, time the whole graph as one step (ops/layer_step.h).
   // Sweeps of unrelated ops (bench, commbench) turn it off.
   bool layer_step = true;
+  // In the layer step, deferred all-reduces (over one transport) that nothing
+  // waits on are merged into buckets of up to this many MiB, each fired once
+  // its last gradient is ready, as PyTorch DDP does (its default cap is 25 MiB);
+  // 0 = no buckets.
+  int bucket_mib = 25;
   int priority = 0;
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()

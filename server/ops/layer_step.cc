@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/ops/op_run.h"
 #include "server/ops/reference.h"
 
@@ -14,10 +15,71 @@ namespace {
 
 struct Member {
   int spec_index = 0;  // the op's index in the spec: its input seeds
+  OpSpec op;
   Schedule schedule;
   std::unique_ptr<OpContext> ctx;
   bool deferred = false;
+  std::vector<std::string> bucketed;  // a bucket: the ids of the all-reduces it merges
 };
+
+// Bucket inputs get seeds apart from every op's (an op's are its spec index).
+constexpr int kBucketSeedBase = 1 << 20;
+// A bucket's rows: long enough for whole cache lines, padded to whole rows per rank.
+constexpr int64_t kBucketRowElements = 1024;
+
+// Merges runs of deferred all-reduces over one transport, each at most
+// `cap_bytes`, into buckets of at most `cap_bytes`: one all-reduce of their
+// elements (padded to whole rows), where the last of them ran. A bucket of
+// one stays that op.
+std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
+  const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+  auto bucketable = [&](const Member& m) {
+    return m.deferred && m.op.type == OpType::kAllReduce && m.op.m * m.op.n * es <= cap_bytes;
+  };
+  std::vector<Member> out;
+  std::vector<Member> open;  // the bucket being filled
+  int64_t open_bytes = 0;
+  int buckets = 0;
+  auto close = [&] {
+    if (open.size() == 1) out.push_back(std::move(open[0]));
+    if (open.size() > 1) {
+      Member b;
+      b.spec_index = kBucketSeedBase + buckets++;
+      b.schedule = open[0].schedule;
+      b.deferred = true;
+      int64_t elements = 0;
+      for (const Member& m : open) {
+        elements += m.op.m * m.op.n;
+        b.bucketed.push_back(m.op.id);
+      }
+      b.op.id = absl::StrCat("bucket(", absl::StrJoin(b.bucketed, "+"), ")");
+      b.op.type = OpType::kAllReduce;
+      b.op.n = kBucketRowElements;
+      const int64_t rows = (elements + kBucketRowElements - 1) / kBucketRowElements;
+      b.op.m = (rows + tp - 1) / tp * tp;
+      b.op.mode = OverlapMode::kSerial;
+      b.op.transport = b.schedule.transport;
+      out.push_back(std::move(b));
+    }
+    open.clear();
+    open_bytes = 0;
+  };
+  for (Member& m : members) {
+    if (!bucketable(m)) {
+      out.push_back(std::move(m));
+      continue;
+    }
+    const int64_t bytes = m.op.m * m.op.n * es;
+    if (!open.empty() &&
+        (open_bytes + bytes > cap_bytes || open[0].schedule.transport != m.schedule.transport)) {
+      close();
+    }
+    open_bytes += bytes;
+    open.push_back(std::move(m));
+  }
+  close();
+  return out;
+}
 
 absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
   ASSIGN_OR_RETURN(OverlapMode mode, ParseOverlapMode(r.mode()));
@@ -69,6 +131,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
     members[i].spec_index = order[i];
+    members[i].op = op;
     ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(static_cast<int>(i))));
     members[i].deferred =
         IsCollectiveOnly(op.type) && waited_on.count(op.id) == 0 && engine.StreamsPerRole() >= 2;
@@ -78,9 +141,12 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   if (!any_main) {
     for (Member& m : members) m.deferred = false;
   }
+  if (spec.bucket_mib > 0) {
+    members = Bucket(std::move(members), int64_t{spec.bucket_mib} << 20, spec.dtype, tp);
+  }
 
   for (Member& m : members) {
-    const OpSpec& op = spec.ops[m.spec_index];
+    const OpSpec& op = m.op;
     absl::StatusOr<std::unique_ptr<OpContext>> ctx =
         OpContext::Create(engine, op, spec.dtype, devices, BuffersFor(op, tp, m.schedule));
     if (!ctx.ok()) {

@@ -7,7 +7,9 @@
 // data-parallel gradient all-reduce, typically): those are deferred, run on
 // each rank's second comm stream (communicator channel 1) beside the ops that
 // follow them, and joined back into the main streams by the end of the step,
-// the bound they may be deferred to. The step is timed as an op's steps are
+// the bound they may be deferred to. Deferred all-reduces over one transport
+// are merged into buckets of up to JobSpec::bucket_mib, each fired where its
+// last member ran, as PyTorch DDP buckets gradients. The step is timed as an op's steps are
 // (barrier, launch gate, heat head start, max over ranks, graph replay where
 // no schedule uses NCCL) and, with verify, every op's output is checked again
 // against float64 after a layer iteration.

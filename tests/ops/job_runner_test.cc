@@ -208,6 +208,42 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   EXPECT_FALSE(result->has_layer_step());
 }
 
+// Small deferred all-reduces merge into buckets of up to bucket_mib, fired
+// where the last of them ran; a large one, or another transport, stays apart.
+TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.bucket_mib = 1;
+  auto grads = [](const std::string& id, int64_t m, Transport transport) {
+    OpSpec op;
+    op.id = id;
+    op.type = OpType::kAllReduce;
+    op.m = m;
+    op.n = 256;
+    op.transport = transport;
+    op.after = {"fc1"};
+    return op;
+  };
+  // fp32: 64 rows x 256 = 64 KiB; 1024 rows = 1 MiB
+  spec.ops.push_back(grads("g1", 64, Transport::kP2p));
+  spec.ops.push_back(grads("g2", 128, Transport::kP2p));
+  spec.ops.push_back(grads("big", 2048, Transport::kP2p));
+  spec.ops.push_back(grads("g3", 64, Transport::kP2p));
+  spec.ops.push_back(grads("g4", 64, Transport::kNccl));
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<std::string> deferred(result->layer_deferred().begin(),
+                                    result->layer_deferred().end());
+  // The bucket fires where g3 ran, after big; g4 (NCCL) closes it and stays alone.
+  EXPECT_EQ(deferred, (std::vector<std::string>{"big", "bucket(g1+g2+g3)", "g4"}));
+  EXPECT_GT(result->layer_step().median_ms(), 0);
+
+  spec.bucket_mib = 0;
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->layer_deferred_size(), 5);
+}
+
 // Every op fits alone, but not all of them at once: the ops' results stand and
 // the layer step says why it is missing.
 TEST(JobRunnerTest, LayerStepThatDoesNotFitIsSkippedWithAReason) {
