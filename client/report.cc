@@ -45,7 +45,8 @@ std::string FormatLayerStep(const v1::JobResult& result) {
   std::string out = absl::StrFormat("layer: %s ms as one step", FormatMs(layer));
   if (result.layer_deferred_size() > 0) {
     absl::StrAppend(&out, " (", absl::StrJoin(result.layer_deferred(), ", "),
-                    " ran beside the ops after it on a side stream)");
+                    " ran beside the ops after ", result.layer_deferred_size() == 1 ? "it" : "them",
+                    " on a side stream)");
   }
   if (result.total_step_ms() > 0) {
     absl::StrAppendFormat(&out, ", %s ms op by op: %+.1f%%", FormatMs(result.total_step_ms()),

@@ -171,6 +171,9 @@ TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
   EXPECT_THAT(Lines(FormatReport(job)),
               ::testing::Contains("layer: 11.000 ms as one step (grads ran beside the ops after it "
                                   "on a side stream), 11.875 ms op by op: -7.4%"));
+  job.mutable_result()->add_layer_deferred("bucket(g1+g2)");
+  EXPECT_THAT(FormatLayerStep(job.result()),
+              HasSubstr("(grads, bucket(g1+g2) ran beside the ops after them on a side stream)"));
   job.mutable_result()->clear_layer_step();
   job.mutable_result()->clear_layer_deferred();
   job.mutable_result()->set_layer_note("no layer step: the buffers of every op do not fit");
