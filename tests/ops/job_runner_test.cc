@@ -112,18 +112,25 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
 }
 
+// A collective alone: an all-reduce of m x n after `after`.
+OpSpec AllReduceAfter(const std::string& id, int64_t m, int64_t n, const std::string& after,
+                      Transport transport = Transport::kAuto) {
+  OpSpec op;
+  op.id = id;
+  op.type = OpType::kAllReduce;
+  op.m = m;
+  op.n = n;
+  op.transport = transport;
+  op.after = {after};
+  return op;
+}
+
 // A collective alone in a layer graph: its steps are its comm alone, all of it
 // exposed; no GEMM phases run, and its busbw follows nccl-tests' factors.
 TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
   auto engine = Engine();
   JobSpec spec = SmallJob();
-  OpSpec grads;
-  grads.id = "grads";
-  grads.type = OpType::kAllReduce;
-  grads.m = 256;
-  grads.n = 64;
-  grads.after = {"out"};
-  spec.ops.push_back(grads);
+  spec.ops.push_back(AllReduceAfter("grads", 256, 64, "out"));
   std::vector<std::string> phases;
   RunHooks hooks;
   hooks.on_progress = [&](const v1::Progress& p) {
@@ -163,12 +170,7 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
 TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   auto engine = Engine();
   JobSpec spec = SmallJob();
-  OpSpec grads;
-  grads.id = "grads";
-  grads.type = OpType::kAllReduce;
-  grads.m = 256;
-  grads.n = 64;
-  grads.after = {"fc1"};
+  const OpSpec grads = AllReduceAfter("grads", 256, 64, "fc1");
   spec.ops.push_back(grads);
   std::vector<std::string> layer_phases;
   RunHooks hooks;
@@ -215,14 +217,7 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   JobSpec spec = SmallJob();
   spec.bucket_mib = 1;
   auto grads = [](const std::string& id, int64_t m, Transport transport) {
-    OpSpec op;
-    op.id = id;
-    op.type = OpType::kAllReduce;
-    op.m = m;
-    op.n = 256;
-    op.transport = transport;
-    op.after = {"fc1"};
-    return op;
+    return AllReduceAfter(id, m, 256, "fc1", transport);
   };
   // fp32: 64 rows x 256 = 64 KiB; 1024 rows = 1 MiB
   spec.ops.push_back(grads("g1", 64, Transport::kP2p));
