@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the op benchmark: start overlapd on the GPUs, run the
-# Llama-70B MLP graph and `overlapctl bench` (default sweep), stop the daemon.
+# Llama-70B MLP graphs (RUN_GRAPH), `overlapctl bench` (default sweep) and
+# `overlapctl commbench` (RUN_COMMBENCH), stop the daemon.
 # Usage on the GPU machine, from the repo root, after device-bundle:
 #   bash bench/run_bench.sh            (results under $OUT)
 set -uo pipefail
@@ -26,6 +27,8 @@ for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && bre
 overlapctl --addr "$addr" node
 if [ "${RUN_GRAPH:-1}" = 1 ]; then
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp.yaml --wait 2>&1 | tee "$OUT/llama70b_mlp.txt"
+  # The same block with a gradient all-reduce the layer step defers beside fc2.
+  timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp-grads.yaml --wait 2>/dev/null | tee "$OUT/llama70b_mlp_grads.txt"
 fi
 start=$(date +%s)
 nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.txt" 2>&1 &
@@ -34,6 +37,9 @@ timeout 420 overlapctl --addr "$addr" bench --json-out "$OUT/bench.json" ${BENCH
 echo "bench exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
 kill "$dmon" 2>/dev/null
 tail -3 "$OUT/bench.err"
+if [ "${RUN_COMMBENCH:-1}" = 1 ]; then  # the collectives alone, NCCL beside the copy engines
+  timeout 300 overlapctl --addr "$addr" commbench --json-out "$OUT/commbench.json" 2>/dev/null | tee "$OUT/commbench.txt"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$OUT/gpu_after.csv" 2>&1
 kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $? (0 = drained cleanly)"
