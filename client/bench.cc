@@ -90,8 +90,8 @@ std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
       "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nhead_start: %s\n"
-      "layer_step: false\n",
-      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start);
+      "layer_step: false\nseed: %d\n",
+      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start, o.seed);
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }
@@ -157,6 +157,10 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
     row.serial_ms = Median(row.serial_repeats);
     row.step_spread = Spread(row.auto_repeats);
     row.serial_spread = Spread(row.serial_repeats);
+    row.gemm_spread = Spread(gemm);
+    row.comm_spread = Spread(comm);
+    row.comm_nccl_spread = Spread(nccl);
+    row.comm_p2p_spread = Spread(p2p);
     row.gemm_ms = Median(gemm);
     row.comm_ms = Median(comm);
     row.comm_nccl_ms = Median(nccl);
@@ -308,6 +312,7 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["warmup"] = o.warmup;
   j["repeats"] = o.repeats;
   j["peak_tflops"] = o.peak_tflops;
+  j["seed"] = o.seed;
   j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
   // What the GPUs did while the host enqueued each gated iteration (heat | idle).
   j["head_start"] = job.result().head_start();
@@ -344,6 +349,13 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
                          {"auto_reasons", r.auto_reasons},
                          {"gemm_alone_rank_ms", r.gemm_rank_ms},
                          {"candidates", candidates},
+                         {"spread_ms",
+                          {{"step", r.step_spread},
+                           {"serial", r.serial_spread},
+                           {"gemm_alone", r.gemm_spread},
+                           {"comm_alone", r.comm_spread},
+                           {"comm_alone_nccl", r.comm_nccl_spread},
+                           {"comm_alone_p2p", r.comm_p2p_spread}}},
                          {"max_rel_error", r.max_rel_error}});
   }
   return j;

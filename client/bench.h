@@ -40,6 +40,7 @@ struct BenchOptions {
   std::string head_start =
       "heat";                // heat | idle: what the GPUs do while a timed iteration is enqueued
   double peak_tflops = 989;  // dense bf16/fp16 datasheet peak of an H100/H200 SXM
+  uint64_t seed = 1234;      // the inputs' seed (the job's `seed`)
 };
 
 // The default sweep (global m x k x n, tp = the daemon's device count).
@@ -62,7 +63,9 @@ struct BenchRow {
   // comm alone). Step / floor says how much of step / ideal is left to schedule.
   double floor_ms = 0;
   double host_ms = 0;  // host time to enqueue one iteration of auto's schedule
-  double step_spread = 0, serial_spread = 0;  // max - min over the repeats' medians
+  // max - min over the repeats' medians, of each figure.
+  double step_spread = 0, serial_spread = 0, gemm_spread = 0, comm_spread = 0;
+  double comm_nccl_spread = 0, comm_p2p_spread = 0;
   double max_rel_error = 0;
   std::vector<double> auto_repeats, serial_repeats;
   // Why auto chose, per repeat: the first tunes (its runoff's scores), the

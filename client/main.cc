@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--repeats", bench_options.repeats, "interleaved auto/serial repeats")
       ->capture_default_str();
+  bench->add_option("--seed", bench_options.seed, "seed of the random inputs")
+      ->capture_default_str();
   bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
       ->capture_default_str();
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");

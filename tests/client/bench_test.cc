@@ -18,6 +18,8 @@ TEST(BenchSpecTest, InterleavesAutoAndSerialRepeatsPerShape) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->devices, (std::vector<int>{1, 0}));
   EXPECT_TRUE(spec->heat_head_start);
+  EXPECT_EQ(spec->seed, 1234u);
+  EXPECT_FALSE(spec->layer_step) << "a sweep of unrelated ops has no layer";
   ASSERT_EQ(spec->ops.size(), 8u);
   const std::vector<std::string> ids = {
       "ag_gemm-256x128x64-auto-0", "ag_gemm-256x128x64-serial-0", "ag_gemm-256x128x64-auto-1",
@@ -165,6 +167,10 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_EQ(j["rows"][0]["candidates"][0]["schedule"], "ring/p2p");
   EXPECT_DOUBLE_EQ(j["rows"][0]["candidates"][0]["runoff_ms"].get<double>(), 1.18);
   EXPECT_EQ(j["rows"][0]["auto_mode"], "ring/p2p");
+  EXPECT_EQ(j["seed"], 1234u);
+  EXPECT_NEAR(j["rows"][0]["spread_ms"]["step"].get<double>(), 0.2, 1e-12);  // 1.1 .. 1.3
+  EXPECT_NEAR(j["rows"][0]["spread_ms"]["serial"].get<double>(), 0.2, 1e-12);
+  EXPECT_DOUBLE_EQ(j["rows"][0]["spread_ms"]["gemm_alone"].get<double>(), 0);
   const std::string table = FormatBench(rows);
   EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
