@@ -15,8 +15,7 @@
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "client/table.h"
-
-extern char** environ;
+#include "common/library_env.h"
 
 namespace overlap::client {
 namespace {
@@ -272,14 +271,6 @@ nlohmann::json Telemetry(const v1::GetNodeInfoResponse& node) {
 
 nlohmann::json RunHeaderJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
                              const v1::GetNodeInfoResponse* node_after) {
-  nlohmann::json env = nlohmann::json::object();
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv = *e;
-    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_", 0) == 0) {
-      const size_t eq = kv.find('=');
-      env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    }
-  }
   nlohmann::json j;
   j["job_id"] = job.id();
   j["backend"] = node.backend();
@@ -292,7 +283,10 @@ nlohmann::json RunHeaderJson(const v1::Job& job, const v1::GetNodeInfoResponse& 
   j["hostname"] = node.hostname();
   j["gpus"] = nlohmann::json::array();
   for (const v1::Device& d : node.devices()) j["gpus"].push_back(d.name());
-  j["client_env"] = env;
+  j["client_env"] = LibraryEnvironment();
+  // What NCCL and CUDA read is the daemon's environment, not the client's.
+  j["daemon_env"] =
+      std::map<std::string, std::string>(node.library_env().begin(), node.library_env().end());
   j["telemetry_before"] = Telemetry(node);
   j["telemetry_after"] = node_after ? Telemetry(*node_after) : nlohmann::json::array();
   j["job_wall_s"] = (job.end_time_ms() - job.start_time_ms()) / 1000.0;

@@ -1,6 +1,7 @@
 #include "client/compare.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -66,8 +67,21 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
       {"nccl", {ra.nccl(), rb.nccl()}},
       {"cublas", {ra.cublas(), rb.cublas()}}};
   for (const auto& [what, pair] : versions) {
-    if (!pair.first.empty() && !pair.second.empty())
+    if (!pair.first.empty() && !pair.second.empty()) {
       Caveat(&c.caveats, what, pair.first, pair.second);
+    }
+  }
+  if (!ra.library_env().empty() && !rb.library_env().empty()) {
+    std::map<std::string, std::pair<std::string, std::string>> env;
+    for (const auto& [name, value] : ra.library_env()) env[name].first = value;
+    for (const auto& [name, value] : rb.library_env()) env[name].second = value;
+    for (const auto& [name, values] : env) {
+      auto shown = [&name](const auto& map, const std::string& value) {
+        return map.count(name) ? value : std::string("(unset)");
+      };
+      Caveat(&c.caveats, absl::StrCat("env ", name), shown(ra.library_env(), values.first),
+             shown(rb.library_env(), values.second));
+    }
   }
   return c;
 }

@@ -27,8 +27,9 @@ struct Comparison {
   std::vector<ComparedOp> ops;  // A's order, then ops only B has
   // Differences that make the numbers less comparable, one line each
   // ("dtype: bf16 -> fp16"): backend, devices, dtype, launch gate, head
-  // start, NCCL's SM budget, and the versions the results record (overlapd,
-  // GPU model, CUDA runtime and driver, NCCL, cuBLAS).
+  // start, NCCL's SM budget, and what the results record of the daemon
+  // (overlapd, GPU model, CUDA runtime and driver, NCCL, cuBLAS, NCCL_* and
+  // CUDA_* environment).
   std::vector<std::string> caveats;
   double total_a_ms = 0, total_b_ms = 0;  // over the ops both have
 };

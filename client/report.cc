@@ -356,6 +356,12 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
                     : absl::StrCat("runtime ", node.cuda_runtime_version(), ", driver ",
                                    OrDash(node.cuda_driver_version())));
   field("nccl", node.nccl_version());
+  std::vector<std::string> env;
+  for (const auto& [name, value] :
+       std::map<std::string, std::string>(node.library_env().begin(), node.library_env().end())) {
+    env.push_back(absl::StrCat(name, "=", value));
+  }
+  field("env", absl::StrJoin(env, " "));
   field("cublas", node.cublas_version());
   absl::StrAppend(&out, "devices:  ", node.devices_size(), "\n");
   bool telemetry = false;

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/graph_validator.h"
+#include "common/library_env.h"
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
@@ -315,6 +316,8 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   result.set_cuda_driver(versions.cuda_driver);
   result.set_nccl(versions.nccl);
   result.set_cublas(versions.cublas);
+  for (const auto& [name, value] : LibraryEnvironment())
+    (*result.mutable_library_env())[name] = value;
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];

@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "common/library_env.h"
 #include "common/logging.h"
 #include "overlap_git_commit.h"
 #include "server/rpc/status_util.h"
@@ -51,6 +52,9 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
   response->set_nccl_version(versions.nccl);
   response->set_cublas_version(versions.cublas);
   response->set_hostname(Hostname());
+  for (const auto& [name, value] : LibraryEnvironment()) {
+    (*response->mutable_library_env())[name] = value;
+  }
   {
     absl::MutexLock lock(&mu_);
     response->set_state_dir(info_.state_dir);

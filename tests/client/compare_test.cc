@@ -103,6 +103,13 @@ TEST(CompareTest, NamesTheVersionsThatChanged) {
   b.mutable_result()->set_overlapd_version("0.1.0 (abc1234)");  // A predates the field
   EXPECT_THAT(CompareJobs(a, b).caveats,
               ElementsAre("cuda driver: 13.0 -> 13.1", "nccl: 2.28.3 -> 2.29.1"));
+
+  // The daemon's NCCL environment: a variable set on one side only is "(unset)" on the other.
+  (*a.mutable_result()->mutable_library_env())["NCCL_NVLS_ENABLE"] = "0";
+  (*b.mutable_result()->mutable_library_env())["NCCL_NVLS_ENABLE"] = "0";
+  (*b.mutable_result()->mutable_library_env())["NCCL_ALGO"] = "Tree";
+  EXPECT_THAT(CompareJobs(a, b).caveats, ::testing::Contains("env NCCL_ALGO: (unset) -> Tree"));
+  EXPECT_EQ(CompareJobs(a, b).caveats.size(), 3u);
 }
 
 }  // namespace

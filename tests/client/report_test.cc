@@ -358,7 +358,10 @@ TEST(ReportTest, NodeInfo) {
     device->set_memory_bytes(int64_t{2} << 30);
     device->set_memory_used_bytes(i == 0 ? (int64_t{1} << 20) : 0);
   }
+  (*node.mutable_library_env())["NCCL_NVLS_ENABLE"] = "0";
+  (*node.mutable_library_env())["CUDA_VISIBLE_DEVICES"] = "0,1";
   const std::string text = FormatNodeInfo(node);
+  EXPECT_THAT(text, HasSubstr("env:      CUDA_VISIBLE_DEVICES=0,1 NCCL_NVLS_ENABLE=0\n"));
   EXPECT_THAT(text, HasSubstr("backend:  host\n"));
   EXPECT_THAT(text, HasSubstr("healthy:  yes\n"));
   EXPECT_THAT(text, HasSubstr("version:  0.1.0 (abc1234)\n"));
