@@ -1,0 +1,79 @@
+// The layer step on real GPUs (every visible GPU in the group): a small MLP
+// block with gradient all-reduces that nothing waits on, deferred to the side
+// stream over NCCL (communicator channel 1) and over the copy engines, two of
+// them merged into a bucket; every output checked against float64 after a
+// layer iteration. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "server/cuda/cuda_engine.h"
+#include "server/ops/job_runner.h"
+
+namespace overlap::ops {
+namespace {
+
+OpSpec Op(const std::string& id, OpType type, int64_t m, int64_t k, int64_t n, Transport transport,
+          std::vector<std::string> after) {
+  OpSpec op;
+  op.id = id;
+  op.type = type;
+  op.m = m;
+  op.k = k;
+  op.n = n;
+  op.mode = OverlapMode::kSerial;
+  op.transport = transport;
+  op.after = std::move(after);
+  return op;
+}
+
+class LayerStepGpuTest : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
+  DaemonConfig config;
+  config.pool_bytes_per_device = int64_t{4} << 30;
+  auto engine = cuda::CreateCudaEngine(config);
+  if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
+  const int tp = (*engine)->DeviceCount();
+  std::vector<int> devices;
+  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  const Transport transport = GetParam();
+
+  JobSpec spec;
+  spec.name = "layer-step-gpu";
+  spec.dtype = DType::kBF16;
+  spec.iterations = 5;
+  spec.warmup = 2;
+  spec.bucket_mib = 1;
+  spec.ops = {
+      Op("fc1", OpType::kAgGemm, 512 * tp, 1024, 768 * tp, transport, {}),
+      Op("fc2", OpType::kGemmRs, 512 * tp, 768 * tp, 1024, transport, {"fc1"}),
+      Op("big", OpType::kAllReduce, 512 * tp, 0, 2048, transport, {"fc1"}),  // 2 MiB x tp
+      Op("g1", OpType::kAllReduce, 64 * tp, 0, 1024, transport, {"fc1"}),
+      Op("g2", OpType::kAllReduce, 32 * tp, 0, 1024, transport, {"fc1"}),
+  };
+  auto result = RunJob(**engine, spec, devices, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->layer_step().samples(), spec.iterations);
+  EXPECT_GT(result->layer_step().median_ms(), 0);
+  std::vector<std::string> deferred(result->layer_deferred().begin(),
+                                    result->layer_deferred().end());
+  EXPECT_EQ(deferred, (std::vector<std::string>{"big", "bucket(g1+g2)"}));
+  for (const v1::OpResult& op : result->ops()) {
+    EXPECT_TRUE(op.verified()) << op.id();
+    EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
+  }
+  engine->reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LayerStepGpuTest,
+                         ::testing::Values(Transport::kNccl, Transport::kP2p),
+                         [](const ::testing::TestParamInfo<Transport>& info) {
+                           return TransportName(info.param);
+                         });
+
+}  // namespace
+}  // namespace overlap::ops
