@@ -52,6 +52,9 @@ std::string FormatLayerStep(const v1::JobResult& result) {
     absl::StrAppendFormat(&out, ", %s ms op by op: %+.1f%%", FormatMs(result.total_step_ms()),
                           100 * (layer / result.total_step_ms() - 1));
   }
+  absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)",
+                        FormatMs(result.layer_exposed_comm_ms()),
+                        FormatMs(result.total_exposed_comm_ms()));
   return out + "\n";
 }
 

@@ -1,5 +1,6 @@
 #include "server/ops/layer_step.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -191,6 +192,9 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
                              enqueue, "iter_end", replay));
   *result->mutable_layer_step() = ToProto(Summarize(times));
+  double gemms_ms = 0;
+  for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
+  result->set_layer_exposed_comm_ms(std::max(0.0, result->layer_step().median_ms() - gemms_ms));
   for (const Member& m : members) {
     if (m.deferred) result->add_layer_deferred(m.ctx->op().id);
   }

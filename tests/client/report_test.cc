@@ -168,9 +168,11 @@ TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
   EXPECT_EQ(FormatLayerStep(job.result()), "") << "not measured";
   job.mutable_result()->mutable_layer_step()->set_median_ms(11.0);
   job.mutable_result()->add_layer_deferred("grads");
+  job.mutable_result()->set_layer_exposed_comm_ms(1.4);
   EXPECT_THAT(Lines(FormatReport(job)),
               ::testing::Contains("layer: 11.000 ms as one step (grads ran beside the ops after it "
-                                  "on a side stream), 11.875 ms op by op: -7.4%"));
+                                  "on a side stream), 11.875 ms op by op: -7.4%; exposed comm "
+                                  "1.400 ms (op by op 2.275)"));
   job.mutable_result()->add_layer_deferred("bucket(g1+g2)");
   EXPECT_THAT(FormatLayerStep(job.result()),
               HasSubstr("(grads, bucket(g1+g2) ran beside the ops after them on a side stream)"));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <string>
@@ -183,6 +184,10 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
+  double gemms_ms = 0;
+  for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
+  EXPECT_DOUBLE_EQ(result->layer_exposed_comm_ms(),
+                   std::max(0.0, result->layer_step().median_ms() - gemms_ms));
   ASSERT_EQ(result->layer_deferred_size(), 1);
   EXPECT_EQ(result->layer_deferred(0), "grads");
   EXPECT_TRUE(result->layer_note().empty());
