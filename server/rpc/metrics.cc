@@ -167,6 +167,27 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
     }
   }
   for (MetricFamily* f : {&running, &step, &exposed, &hidden, &gemm}) out.push_back(std::move(*f));
+
+  MetricFamily layer = Family("overlapd_last_layer_step_seconds",
+                              "the whole graph as one step (median), of the newest job on the "
+                              "device that measured one",
+                              MetricType::Gauge);
+  MetricFamily layer_exposed = Family(
+      "overlapd_last_layer_exposed_comm_seconds",
+      "that step minus its ops' GEMMs alone: the communication it left exposed", MetricType::Gauge);
+  for (const v1::Device& d : node.devices()) {
+    for (const v1::Job& job : recent) {
+      const auto& devices = job.devices();
+      if (std::find(devices.begin(), devices.end(), d.index()) == devices.end()) continue;
+      if (!job.result().has_layer_step()) continue;
+      const Labels labels = {DeviceLabel(d.index()), {"job_id", job.id()}};
+      Add(layer, job.result().layer_step().median_ms() / 1000.0, labels);
+      Add(layer_exposed, job.result().layer_exposed_comm_ms() / 1000.0, labels);
+      break;
+    }
+  }
+  out.push_back(std::move(layer));
+  out.push_back(std::move(layer_exposed));
   return out;
 }
 

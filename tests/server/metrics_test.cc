@@ -81,8 +81,13 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
       JobOn("job-2", {0, 1}, v1::SUCCEEDED, "fc2"),
       JobOn("job-1", {0}, v1::SUCCEEDED, "old"),
   };
-  const std::string text = Text(BuildMetrics(node, stats, recent));
+  std::vector<v1::Job> with_layer = recent;
+  with_layer[2].mutable_result()->mutable_layer_step()->set_median_ms(11.25);
+  with_layer[2].mutable_result()->set_layer_exposed_comm_ms(0.5);
+  const std::string text = Text(BuildMetrics(node, stats, with_layer));
   for (const char* line : {
+           "overlapd_last_layer_step_seconds{device=\"0\",job_id=\"job-1\"} 0.01125\n",
+           "overlapd_last_layer_exposed_comm_seconds{device=\"0\",job_id=\"job-1\"} 0.0005\n",
            "overlapd_healthy{backend=\"cuda\"} 1\n",
            "overlapd_jobs{state=\"SUCCEEDED\"} 7\n",
            "overlapd_jobs_submitted_total 9\n",
@@ -104,6 +109,8 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
   EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
+  // Device 1 never ran a job with a layer step.
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{device=\"1\"")));
   EXPECT_THAT(text, HasSubstr("# TYPE overlapd_jobs_submitted_total counter\n"));
 }
 
