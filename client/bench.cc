@@ -248,6 +248,11 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
           GeoMean(floor_ratios), *std::max_element(floor_ratios.begin(), floor_ratios.end()));
     }
   }
+  if (!rows.empty() && rows[0].tp == 1) {
+    out +=
+        "one GPU: nothing to communicate, so auto and serial run the same schedule and their "
+        "difference is noise; run the sweep on the TP group you train with\n";
+  }
   return out;
 }
 

@@ -176,6 +176,9 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
   EXPECT_NE(table.find("auto within max(2%, 2x spread) of serial on 1/1"), std::string::npos);
   EXPECT_NE(table.find("hidden >= 85% where comm alone <= GEMM alone: 0/1"), std::string::npos);
+  EXPECT_EQ(table.find("one GPU:"), std::string::npos) << "tp = 2";
+  rows[0].tp = 1;
+  EXPECT_NE(FormatBench(rows).find("one GPU: nothing to communicate"), std::string::npos);
   EXPECT_NE(table.find("slow GPU? ag_gemm 1000 x 1000 x 1000: rank 1 (device 1): GEMM alone "
                        "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
             std::string::npos)
