@@ -55,24 +55,22 @@ std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int
                       " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
 }
 
-// The collective's bytes as nccl-tests counts them, and its bus-bandwidth factor.
-std::pair<double, double> CollectiveBytes(const OpSpec& op, DType dtype, int tp) {
+// The op's collective and its bytes as nccl-tests counts them (common/stats.h).
+std::pair<Collective, double> CollectiveBytes(const OpSpec& op, DType dtype) {
   const double es = static_cast<double>(DTypeSize(dtype));
-  const double f = tp > 1 ? static_cast<double>(tp - 1) / tp : 0;
   switch (op.type) {
     case OpType::kAgGemm:
-      return {static_cast<double>(op.m) * op.k * es, f};
-    case OpType::kGemmRs:
-      return {static_cast<double>(op.m) * op.n * es, f};
-    case OpType::kGemmAr:
-      return {static_cast<double>(op.m) * op.n * es, 2 * f};
+      return {Collective::kAllGather, static_cast<double>(op.m) * op.k * es};
     case OpType::kAllGather:
+      return {Collective::kAllGather, static_cast<double>(op.m) * op.n * es};
+    case OpType::kGemmRs:
     case OpType::kReduceScatter:
-      return {static_cast<double>(op.m) * op.n * es, f};
+      return {Collective::kReduceScatter, static_cast<double>(op.m) * op.n * es};
+    case OpType::kGemmAr:
     case OpType::kAllReduce:
-      return {static_cast<double>(op.m) * op.n * es, 2 * f};
+      return {Collective::kAllReduce, static_cast<double>(op.m) * op.n * es};
   }
-  return {0, 0};
+  return {Collective::kAllReduce, 0};
 }
 
 // `scores` gets what autotune measured of every candidate (untouched when it did not tune).
@@ -269,11 +267,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                             : 1.0);
   res.set_ideal_ms(std::max(gemm.median, comm.median));
   if (step.median > 0) res.set_tflops(OpFlops(op) / (step.median * 1e-3) / 1e12);
-  const auto [bytes, bus_factor] = CollectiveBytes(op, spec.dtype, tp);
+  const auto [collective, bytes] = CollectiveBytes(op, spec.dtype);
   if (comm.median > 0) {
-    const double algbw = bytes / (comm.median * 1e-3) / 1e9;
-    res.set_algbw_gbps(algbw);
-    res.set_busbw_gbps(algbw * bus_factor);
+    res.set_algbw_gbps(AlgBwGBps(bytes, comm.median));
+    res.set_busbw_gbps(BusBwGBps(collective, bytes, comm.median, tp));
   }
 
   res.set_tolerance(DTypeTolerance(spec.dtype));
