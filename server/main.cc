@@ -33,9 +33,9 @@
 #include "server/jobs/scheduler.h"
 #include "server/ops/tuning_cache.h"
 #include "server/rpc/grpc_log.h"
-#include "server/rpc/listen_address.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rpc_server.h"
+#include "server/rpc/server_tls.h"
 
 namespace overlap {
 namespace {
@@ -134,12 +134,9 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   // Checked here too (RpcServer checks again) so that a bad address or TLS
   // file is a config error, found before the engine spends seconds starting.
   const rpc::ServerTls tls = TlsOf(config);
-  auto target = rpc::ResolveListenAddress(config.listen, config.allow_insecure_tcp,
-                                          tls.clients_authenticated());
-  if (!target.ok()) return target.status();
-  if (tls.enabled() && !target->socket_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses, not ", config.listen));
+  if (auto target = rpc::ResolveListenWithTls(config.listen, config.allow_insecure_tcp, tls);
+      !target.ok()) {
+    return target.status();
   }
   if (auto credentials = rpc::ServerCredentialsFor(tls); !credentials.ok()) {
     return credentials.status();

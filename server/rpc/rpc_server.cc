@@ -24,14 +24,9 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
                                                             jobs::Scheduler& scheduler,
                                                             const engine::Engine& engine) {
   auto log = GetLogger("rpc");
-  absl::StatusOr<ListenTarget> target = ResolveListenAddress(
-      options.listen, options.allow_insecure_tcp, options.tls.clients_authenticated());
+  absl::StatusOr<ListenTarget> target =
+      ResolveListenWithTls(options.listen, options.allow_insecure_tcp, options.tls);
   if (!target.ok()) return target.status();
-  if (options.tls.enabled() && !target->socket_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses; ", options.listen,
-                     " is a unix socket, which its file mode guards (0660)"));
-  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentialsFor(options.tls);
   if (!credentials.ok()) return credentials.status();

@@ -20,6 +20,18 @@ absl::Status ValidateServerTls(const ServerTls& tls) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ListenTarget> ResolveListenWithTls(const std::string& listen,
+                                                  bool allow_insecure_tcp, const ServerTls& tls) {
+  ASSIGN_OR_RETURN(ListenTarget target,
+                   ResolveListenAddress(listen, allow_insecure_tcp, tls.clients_authenticated()));
+  if (tls.enabled() && !target.socket_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses; ", listen,
+                     " is a unix socket, which its file mode guards (0660)"));
+  }
+  return target;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const ServerTls& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();

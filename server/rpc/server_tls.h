@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc/listen_address.h"
 
 namespace overlap::rpc {
 
@@ -28,6 +29,10 @@ struct ServerTls {
 // its key, a client CA without a certificate) or a file is unreadable or holds
 // no PEM block of its kind. Insecure credentials when TLS is not enabled.
 absl::Status ValidateServerTls(const ServerTls& tls);
+// ResolveListenAddress with these TLS settings: mutual TLS lets a non-loopback
+// host in, and TLS on a unix socket is INVALID_ARGUMENT (its file mode guards it).
+absl::StatusOr<ListenTarget> ResolveListenWithTls(const std::string& listen,
+                                                  bool allow_insecure_tcp, const ServerTls& tls);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const ServerTls& tls);
 
 }  // namespace overlap::rpc
