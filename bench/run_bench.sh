@@ -29,6 +29,8 @@ if [ "${RUN_GRAPH:-1}" = 1 ]; then
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp.yaml --wait 2>&1 | tee "$OUT/llama70b_mlp.txt"
   # The same block with a gradient all-reduce the layer step defers beside fc2.
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp-grads.yaml --wait 2>/dev/null | tee "$OUT/llama70b_mlp_grads.txt"
+  # Its backward pass: X gathered on the side stream beside fc2's weight gradient.
+  timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp-backward.yaml --wait 2>/dev/null | tee "$OUT/llama70b_mlp_backward.txt"
 fi
 start=$(date +%s)
 nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.txt" 2>&1 &

@@ -26,6 +26,8 @@ void ProgressPrinter::Update(const v1::Job& job) {
          << FormatMs(op.step().median_ms()) << " ms, ";
     if (IsCollectiveAlone(op)) {
       out_ << "busbw " << FormatRate(op.busbw_gbps()) << " GB/s\n";
+    } else if (IsGemmAlone(op)) {
+      out_ << FormatRate(op.tflops()) << " TFLOP/s\n";
     } else {
       out_ << "hidden " << FormatHidden(op.hidden_fraction()) << "%\n";
     }

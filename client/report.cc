@@ -38,24 +38,44 @@ bool IsCollectiveAlone(const v1::OpResult& op) {
   return type.ok() && IsCollectiveOnly(*type);
 }
 
+bool IsGemmAlone(const v1::OpResult& op) {
+  const absl::StatusOr<OpType> type = ParseOpType(op.type());
+  return type.ok() && IsGemmOnly(*type);
+}
+
 std::string FormatLayerStep(const v1::JobResult& result) {
   if (!result.layer_note().empty()) return absl::StrCat("layer: ", result.layer_note(), "\n");
   const double layer = result.layer_step().median_ms();
   if (layer <= 0) return "";
   std::string out = absl::StrFormat("layer: %s ms as one step", FormatMs(layer));
   if (result.layer_deferred_size() > 0) {
-    absl::StrAppend(&out, " (", absl::StrJoin(result.layer_deferred(), ", "),
-                    " ran beside the ops after ", result.layer_deferred_size() == 1 ? "it" : "them",
-                    " on a side stream)");
+    // Each side op with where it joined back: "x_gather until wgrad1, grads to the end".
+    std::vector<std::string> side;
+    for (int i = 0; i < result.layer_deferred_size(); ++i) {
+      const bool joined =
+          i < result.layer_joined_before_size() && !result.layer_joined_before(i).empty();
+      side.push_back(absl::StrCat(result.layer_deferred(i), joined ? " until " : " to the end",
+                                  joined ? result.layer_joined_before(i) : ""));
+    }
+    absl::StrAppend(
+        &out, " (beside the ops after them on a side stream: ", absl::StrJoin(side, ", "), ")");
   }
   if (result.total_step_ms() > 0) {
     absl::StrAppendFormat(&out, ", %s ms op by op: %+.1f%%", FormatMs(result.total_step_ms()),
                           100 * (layer / result.total_step_ms() - 1));
   }
-  absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)",
+  absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)\n",
                         FormatMs(result.layer_exposed_comm_ms()),
                         FormatMs(result.total_exposed_comm_ms()));
-  return out + "\n";
+  std::vector<std::string> ops_order;
+  for (const v1::OpResult& op : result.ops()) ops_order.push_back(op.id());
+  const std::vector<std::string> layer_order(result.layer_order().begin(),
+                                             result.layer_order().end());
+  if (!layer_order.empty() && layer_order != ops_order) {
+    absl::StrAppend(&out, "layer order (critical-path collectives first): ",
+                    absl::StrJoin(layer_order, ", "), "\n");
+  }
+  return out;
 }
 
 std::string FormatShape(const v1::OpResult& op) {
@@ -220,13 +240,17 @@ std::string FormatReport(const v1::Job& job) {
                    {"verify"}});
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
+    const bool comm = !IsGemmAlone(op);
+    const bool both = gemm && comm;
     table.AddRow(
         {op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
-         op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", OrDash(op.transport()),
+         op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", comm ? OrDash(op.transport()) : "-",
          FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
-         gemm ? FormatMs(op.gemm_alone().median_ms()) : "-", FormatMs(op.comm_alone().median_ms()),
-         FormatMs(op.exposed_comm_ms()), gemm ? FormatHidden(op.hidden_fraction()) : "-",
-         gemm ? FormatRate(op.tflops()) : "-", FormatRate(op.busbw_gbps()), FormatVerify(op)});
+         gemm ? FormatMs(op.gemm_alone().median_ms()) : "-",
+         comm ? FormatMs(op.comm_alone().median_ms()) : "-",
+         comm ? FormatMs(op.exposed_comm_ms()) : "-",
+         both ? FormatHidden(op.hidden_fraction()) : "-", gemm ? FormatRate(op.tflops()) : "-",
+         comm ? FormatRate(op.busbw_gbps()) : "-", FormatVerify(op)});
   }
   table.AddSeparator();
   table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",
@@ -234,7 +258,8 @@ std::string FormatReport(const v1::Job& job) {
   out += table.Render();
   absl::StrAppend(&out, FormatLayerStep(result));
   for (const v1::OpResult& op : result.ops()) {
-    if (op.requested_mode() != "auto") continue;
+    // A GEMM alone has one schedule: nothing to choose.
+    if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;
     absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");

@@ -23,9 +23,14 @@ bool IsUnsuccessfulState(v1::JobState state);
 // all_gather, reduce_scatter or all_reduce: a collective with no GEMM, whose
 // GEMM alone, hidden % and TFLOP/s the report shows as "-".
 bool IsCollectiveAlone(const v1::OpResult& op);
-// "layer: 10.790 ms as one step (grads ran beside the ops after it on a side
-// stream), 10.862 ms op by op: -0.7%; exposed comm 0.190 ms (op by op 0.262)\n";
-// the reason when there is no layer step; "" for a job of one op.
+// gemm: a GEMM with no collective, whose transport, comm alone, exposed comm,
+// hidden % and busbw the report shows as "-".
+bool IsGemmAlone(const v1::OpResult& op);
+// "layer: 10.790 ms as one step (beside the ops after them on a side stream:
+// grads to the end), 10.862 ms op by op: -0.7%; exposed comm 0.190 ms (op by
+// op 0.262)\n", and a "layer order: ..." line when the step ran the ops in
+// another order than the table's; the reason when there is no layer step; ""
+// for a job of one op.
 std::string FormatLayerStep(const v1::JobResult& result);
 // "8192 x 8192 x 28672" (m x k x n); "8192 x - x 8192" for a collective alone.
 std::string FormatShape(const v1::OpResult& op);

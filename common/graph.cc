@@ -20,6 +20,8 @@ std::string OpTypeName(OpType type) {
       return "reduce_scatter";
     case OpType::kAllReduce:
       return "all_reduce";
+    case OpType::kGemm:
+      return "gemm";
   }
   return "unknown";
 }
@@ -27,6 +29,8 @@ std::string OpTypeName(OpType type) {
 bool IsCollectiveOnly(OpType type) {
   return type == OpType::kAllGather || type == OpType::kReduceScatter || type == OpType::kAllReduce;
 }
+
+bool IsGemmOnly(OpType type) { return type == OpType::kGemm; }
 
 std::string OverlapModeName(OverlapMode mode) {
   switch (mode) {
@@ -54,18 +58,20 @@ std::string TransportName(Transport transport) {
       return "p2p";
     case Transport::kDirect:
       return "direct";
+    case Transport::kNone:
+      return "none";
   }
   return "unknown";
 }
 
 absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
   for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
-                      OpType::kReduceScatter, OpType::kAllReduce}) {
+                      OpType::kReduceScatter, OpType::kAllReduce, OpType::kGemm}) {
     if (name == OpTypeName(type)) return type;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown op type \"", absl::CHexEscape(name),
-      "\" (expected ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce)"));
+      "\" (expected ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, gemm)"));
 }
 
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
@@ -79,18 +85,29 @@ absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
-  for (Transport transport :
-       {Transport::kAuto, Transport::kNccl, Transport::kP2p, Transport::kDirect}) {
+  for (Transport transport : {Transport::kAuto, Transport::kNccl, Transport::kP2p,
+                              Transport::kDirect, Transport::kNone}) {
     if (name == TransportName(transport)) return transport;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown transport \"", absl::CHexEscape(name),
-                                                 "\" (expected auto, nccl, p2p, direct)"));
+                                                 "\" (expected auto, nccl, p2p, direct, none)"));
 }
 
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
   const int64_t t = tp > 0 ? tp : 1;
   LocalShapes s{};
   switch (op.type) {
+    case OpType::kGemm:
+      s.a_rows = op.m;
+      s.a_cols = op.k;
+      s.w_rows = op.k;
+      s.w_cols = op.n / t;
+      s.y_rows = op.m;
+      s.y_cols = op.n / t;
+      s.gemm_m = op.m;
+      s.gemm_n = op.n / t;
+      s.gemm_k = op.k;
+      break;
     case OpType::kAgGemm:
       s.a_rows = op.m / t;
       s.a_cols = op.k;

@@ -10,6 +10,9 @@
 //   all_gather:     rank holds X[m/tp, n]; Y[m, n]    = AllGather_m(X)
 //   reduce_scatter: rank holds X[m, n];    Y[m/tp, n] = ReduceScatter_m(X)
 //   all_reduce:     rank holds X[m, n];    Y[m, n]    = AllReduce(X)
+// and a GEMM alone (no collective), e.g. a weight-gradient GEMM in a backward
+// graph, split over the ranks by its columns as ag_gemm's:
+//   gemm:           rank holds A[m, k], W[k, n/tp]; Y[m, n/tp] = A x W
 #pragma once
 
 #include <cstdint>
@@ -22,18 +25,20 @@
 
 namespace overlap {
 
-enum class OpType { kAgGemm, kGemmRs, kGemmAr, kAllGather, kReduceScatter, kAllReduce };
+enum class OpType { kAgGemm, kGemmRs, kGemmAr, kAllGather, kReduceScatter, kAllReduce, kGemm };
 // all_gather, reduce_scatter, all_reduce: a collective with no GEMM (k unused).
 bool IsCollectiveOnly(OpType type);
+// gemm: a GEMM with no collective (its transport is none).
+bool IsGemmOnly(OpType type);
 enum class OverlapMode { kSerial, kBulk, kChunked, kRing, kAuto };
 // How a schedule's bytes move between GPUs: NCCL's kernels, copy-engine peer
 // copies, or the GEMM's own stores straight into the peer's memory (direct:
-// gemm_rs and gemm_ar rings only, over peer access).
-enum class Transport { kAuto, kNccl, kP2p, kDirect };
+// gemm_rs and gemm_ar rings only, over peer access); none for a GEMM alone.
+enum class Transport { kAuto, kNccl, kP2p, kDirect, kNone };
 
 std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
-std::string TransportName(Transport transport); // "auto" | "nccl" | "p2p" | "direct"
+std::string TransportName(Transport transport);  // "auto" | "nccl" | "p2p" | "direct" | "none"
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);

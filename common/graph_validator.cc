@@ -121,6 +121,29 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
   return absl::OkStatus();
 }
 
+// A GEMM alone: its columns split over the ranks; nothing to overlap, nothing
+// to move.
+absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp) {
+  if (op.n % tp != 0) {
+    return Error(absl::StrCat(path, ".n"),
+                 absl::StrCat(op.n, " is not divisible by tp = ", tp, " (required by gemm)"));
+  }
+  if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
+    return Error(absl::StrCat(path, ".mode"),
+                 absl::StrCat("gemm has no collective to overlap with: mode serial or auto (got ",
+                              OverlapModeName(op.mode), ")"));
+  }
+  if (op.chunks != 0) {
+    return Error(absl::StrCat(path, ".chunks"), "only valid for ops with a collective");
+  }
+  if (op.transport != Transport::kAuto && op.transport != Transport::kNone) {
+    return Error(absl::StrCat(path, ".transport"),
+                 absl::StrCat("gemm moves no data between GPUs: transport none or auto (got ",
+                              TransportName(op.transport), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
   const std::string path = absl::StrCat("ops[", index, "]");
   const bool collective = IsCollectiveOnly(op.type);
@@ -133,6 +156,12 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
     }
   }
   RETURN_IF_ERROR(CheckOverflow(op, path, dtype));
+  if (IsGemmOnly(op.type)) return CheckGemmOnly(op, path, tp);
+  if (op.transport == Transport::kNone) {
+    return Error(absl::StrCat(path, ".transport"),
+                 absl::StrCat("none is only for gemm (no collective); ", OpTypeName(op.type),
+                              " needs nccl, p2p or auto"));
+  }
   if (collective) return CheckCollectiveOnly(op, path, tp);
   const bool split_n = op.type == OpType::kAgGemm;
   const std::pair<const char*, int64_t> split[] = {{"m", op.m},

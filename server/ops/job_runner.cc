@@ -69,6 +69,8 @@ std::pair<Collective, double> CollectiveBytes(const OpSpec& op, DType dtype) {
     case OpType::kGemmAr:
     case OpType::kAllReduce:
       return {Collective::kAllReduce, static_cast<double>(op.m) * op.n * es};
+    case OpType::kGemm:
+      break;  // moves nothing
   }
   return {Collective::kAllReduce, 0};
 }
@@ -149,6 +151,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   RETURN_IF_ERROR(EnqueueOp(*ctx, Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
   RETURN_IF_ERROR(engine.Synchronize(devices));
   const bool collective_only = IsCollectiveOnly(op.type);
+  // A GEMM alone is its own "GEMM alone" (its steps, below) and has no collective.
+  const bool gemm_only = IsGemmOnly(op.type);
+  const bool both = !collective_only && !gemm_only;
   if (spec.heat_head_start && engine.HasGates() && !collective_only) {
     ASSIGN_OR_RETURN(std::vector<double> probe,
                      run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*ctx); }));
@@ -164,7 +169,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
   Transport fastest = Transport::kNccl;
   // A collective alone is its own "comm alone": its steps, below.
-  if (tp > 1 && !collective_only) {
+  if (tp > 1 && both) {
     ASSIGN_OR_RETURN(nccl_t, run.Timed("comm_alone nccl", warm, iters,
                                        [&] { return EnqueueCommAlone(*ctx, Transport::kNccl); }));
     // Replayed like the p2p schedules, so that step and ideal are timed alike.
@@ -191,13 +196,13 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
     const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
-    if (!collective_only) {
+    if (both) {
       ASSIGN_OR_RETURN(std::vector<double> g, run.Timed("gemm_alone" + round, first_warm, count,
                                                         [&] { return EnqueueGemmAlone(*ctx); }));
       append(gemm_t, g);
       for (size_t r = 0; r < run.rank_times.size(); ++r) append(gemm_rank_t[r], run.rank_times[r]);
     }
-    if (tp > 1 && !collective_only) {
+    if (tp > 1 && both) {
       // The GEMM's own time while the collective runs beside it: contention for
       // SMs and HBM bounds what any schedule can hide.
       ASSIGN_OR_RETURN(
@@ -212,6 +217,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                                 [&] { return EnqueueOp(*ctx, schedule); },
                                                 "iter_end", Replays(schedule.transport)));
     append(step_t, t);
+    if (gemm_only) {
+      for (size_t r = 0; r < run.rank_times.size(); ++r) append(gemm_rank_t[r], run.rank_times[r]);
+    }
     host_t.push_back(run.host_enqueue_ms);
     step_replayed = step_replayed && run.replayed;
   }
@@ -241,20 +249,21 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     comm_t = step_t;
     (schedule.transport == Transport::kP2p ? p2p_t : nccl_t) = step_t;
   }
+  if (gemm_only) gemm_t = step_t;
   const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
   for (const std::vector<double>& t : gemm_rank_t) {
     if (!t.empty()) res.add_gemm_alone_rank_ms(Summarize(t).median);
   }
-  *res.mutable_comm_alone() = ToProto(comm);
+  if (!gemm_only) *res.mutable_comm_alone() = ToProto(comm);
   res.set_host_enqueue_ms(Summarize(host_t).median);
   res.set_graph_replay(step_replayed);
-  if (tp > 1) {
+  if (tp > 1 && !gemm_only) {
     *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
     *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));
   }
-  if (tp > 1 && !collective_only) {
+  if (tp > 1 && both) {
     const Summary beside = Summarize(beside_t);
     *res.mutable_gemm_beside_comm() = ToProto(beside);
     if (gemm.median > 0) res.set_gemm_slowdown(beside.median / gemm.median);

@@ -43,6 +43,12 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
     case OpType::kReduceScatter:
     case OpType::kAllReduce:
       return EnqueueCollectiveOnly(ctx, s);
+    case OpType::kGemm:
+      if (s.mode != OverlapMode::kSerial) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gemm ", s.Name(), ": a GEMM alone only runs serial"));
+      }
+      return EnqueueGemmAlone(ctx);
   }
   return absl::InvalidArgumentError("unknown op type");
 }
@@ -104,6 +110,8 @@ absl::Status Collective(OpContext& ctx, Transport transport, On on, bool use_spa
             absl::StrCat(OpTypeName(ctx.op().type), " has no GEMM to run beside its collective"));
       }
       return EnqueueCollectiveOnly(ctx, Schedule{OverlapMode::kSerial, 1, transport});
+    case OpType::kGemm:
+      return absl::InvalidArgumentError("gemm has no collective");
   }
   return absl::InvalidArgumentError("unknown op type");
 }

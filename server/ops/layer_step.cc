@@ -1,6 +1,7 @@
 #include "server/ops/layer_step.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -19,7 +20,8 @@ struct Member {
   OpSpec op;
   Schedule schedule;
   std::unique_ptr<OpContext> ctx;
-  bool deferred = false;
+  bool deferred = false;              // on the side streams
+  std::string join_before;            // the first op that waits for it; "" = the end of the step
   std::vector<std::string> bucketed;  // a bucket: the ids of the all-reduces it merges
 };
 
@@ -35,7 +37,8 @@ constexpr int64_t kBucketRowElements = 1024;
 std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
   const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
   auto bucketable = [&](const Member& m) {
-    return m.deferred && m.op.type == OpType::kAllReduce && m.op.m * m.op.n * es <= cap_bytes;
+    return m.deferred && m.join_before.empty() && m.op.type == OpType::kAllReduce &&
+           m.op.m * m.op.n * es <= cap_bytes;
   };
   std::vector<Member> out;
   std::vector<Member> open;  // the bucket being filled
@@ -88,13 +91,25 @@ absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
   return Schedule{mode, std::max(1, r.chunks()), transport};
 }
 
+// The main streams wait for the deferred ops that join before `id` ("" = the end).
+absl::Status JoinBefore(std::vector<Member>& members, const std::string& id, OpContext& main) {
+  for (Member& m : members) {
+    if (!m.deferred || m.join_before != id) continue;
+    for (int r = 0; r < main.tp(); ++r) {
+      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, "layer_done"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // One layer iteration: each op on its streams in order; a deferred op starts
 // on its side streams once the main streams reach it, and the main streams
-// wait for it at the end.
+// wait for it before the first op that needs it, or at the end.
 absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main) {
   for (size_t i = 0; i < members.size(); ++i) {
     Member& m = members[i];
     OpContext& ctx = *m.ctx;
+    RETURN_IF_ERROR(JoinBefore(members, m.op.id, main));
     if (m.deferred) {
       for (int r = 0; r < main.tp(); ++r) {
         RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, "layer_fork", static_cast<int>(i)));
@@ -108,34 +123,100 @@ absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main) {
       }
     }
   }
-  for (Member& m : members) {
-    if (!m.deferred) continue;
-    for (int r = 0; r < main.tp(); ++r) {
-      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, "layer_done"));
-    }
+  return JoinBefore(members, "", main);
+}
+
+// Whether the collective alone at members[i] goes to the side streams, and
+// before which op it joins back; the members after it are placed already.
+// It joins before the first op on the main streams that waits on it (ops on
+// the side streams run after it on them anyway), or at the end of the step.
+// It goes to the side when a GEMM op can run beside it before that join, or
+// when nothing on the main streams waits on it (a gradient all-reduce, which
+// may then share a bucket).
+void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
+  const std::string& id = members[i].op.id;
+  size_t first_waiter = members.size();
+  for (size_t j = i + 1; j < members.size() && first_waiter == members.size(); ++j) {
+    const std::vector<std::string>& after = members[j].op.after;
+    const bool waits = std::find(after.begin(), after.end(), id) != after.end();
+    if (waits && !members[j].deferred) first_waiter = j;
   }
-  return absl::OkStatus();
+  if (first_waiter == members.size()) {
+    members[i].deferred = true;
+    return;
+  }
+  bool gemm_beside = false;
+  for (size_t j = i + 1; j < first_waiter; ++j) {
+    gemm_beside = gemm_beside || !IsCollectiveOnly(members[j].op.type);
+  }
+  members[i].deferred = gemm_beside;
+  members[i].join_before = gemm_beside ? members[first_waiter].op.id : "";
 }
 
 }  // namespace
+
+std::vector<int> LayerOrder(const JobSpec& spec) {
+  const int count = static_cast<int>(spec.ops.size());
+  std::map<std::string, int> index_of;
+  for (int i = 0; i < count; ++i) index_of[spec.ops[i].id] = i;
+  std::vector<std::vector<int>> waiters(count);
+  std::vector<int> waiting_on(count, 0);
+  for (int i = 0; i < count; ++i) {
+    std::set<int> deps;
+    for (const std::string& dep : spec.ops[i].after) deps.insert(index_of.at(dep));
+    for (int d : deps) waiters[d].push_back(i);
+    waiting_on[i] = static_cast<int>(deps.size());
+  }
+  auto critical = [&](int i) { return IsCollectiveOnly(spec.ops[i].type) && !waiters[i].empty(); };
+  int critical_left = 0;
+  for (int i = 0; i < count; ++i) critical_left += critical(i) ? 1 : 0;
+  // 0 goes first: critical collectives, the others once none is left to send,
+  // GEMM ops, and last the others while one is.
+  auto rank = [&](int i) {
+    if (critical(i)) return 0;
+    if (!IsCollectiveOnly(spec.ops[i].type)) return 2;
+    return critical_left == 0 ? 1 : 3;
+  };
+  std::vector<int> ready;
+  for (int i = 0; i < count; ++i) {
+    if (waiting_on[i] == 0) ready.push_back(i);
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    auto next = std::min_element(ready.begin(), ready.end(), [&](int a, int b) {
+      return std::make_pair(rank(a), a) < std::make_pair(rank(b), b);
+    });
+    const int op = *next;
+    ready.erase(next);
+    order.push_back(op);
+    if (critical(op)) --critical_left;
+    for (int w : waiters[op]) {
+      if (--waiting_on[w] == 0) ready.push_back(w);
+    }
+  }
+  return order;
+}
 
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
                            const std::vector<int>& order, v1::JobResult* result) {
   if (order.size() < 2 || !spec.layer_step) return absl::OkStatus();
   const int tp = static_cast<int>(devices.size());
-  std::set<std::string> waited_on;
-  for (const OpSpec& op : spec.ops) waited_on.insert(op.after.begin(), op.after.end());
-
-  std::vector<Member> members(order.size());
+  // result->ops() follows `order`; the step follows the layer order.
+  std::map<int, int> result_of;
+  for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
+  const std::vector<int> layer_order = LayerOrder(spec);
+  std::vector<Member> members(layer_order.size());
+  for (size_t i = 0; i < layer_order.size(); ++i) {
+    members[i].spec_index = layer_order[i];
+    members[i].op = spec.ops[layer_order[i]];
+    ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(result_of.at(layer_order[i]))));
+  }
   bool any_main = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const OpSpec& op = spec.ops[order[i]];
-    members[i].spec_index = order[i];
-    members[i].op = op;
-    ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(static_cast<int>(i))));
-    members[i].deferred =
-        IsCollectiveOnly(op.type) && waited_on.count(op.id) == 0 && engine.StreamsPerRole() >= 2;
+  for (size_t i = members.size(); i-- > 0;) {
+    if (IsCollectiveOnly(members[i].op.type) && engine.StreamsPerRole() >= 2) {
+      PlaceOnSideStreams(members, i);
+    }
     any_main = any_main || !members[i].deferred;
   }
   // With nothing on the main streams, there is nothing to run beside.
@@ -195,8 +276,11 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   double gemms_ms = 0;
   for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
   result->set_layer_exposed_comm_ms(std::max(0.0, result->layer_step().median_ms() - gemms_ms));
+  for (int i : layer_order) result->add_layer_order(spec.ops[i].id);
   for (const Member& m : members) {
-    if (m.deferred) result->add_layer_deferred(m.ctx->op().id);
+    if (!m.deferred) continue;
+    result->add_layer_deferred(m.ctx->op().id);
+    result->add_layer_joined_before(m.join_before);
   }
 
   if (!spec.verify) return absl::OkStatus();

@@ -2,12 +2,15 @@
 // one timed step, so that a user sees what a layer costs with its ops back to
 // back and not only their sum.
 //
-// The ops run in dependency order on the main streams with the schedules
-// their own runs chose, except the collectives alone that no op waits on (a
-// data-parallel gradient all-reduce, typically): those are deferred, run on
-// each rank's second comm stream (communicator channel 1) beside the ops that
-// follow them, and joined back into the main streams by the end of the step,
-// the bound they may be deferred to. Deferred all-reduces over one transport
+// The ops run in the layer order (LayerOrder) on the main streams with the
+// schedules their own runs chose, except the collectives alone that have a GEMM op to
+// run beside: those are deferred, run on each rank's second comm stream
+// (communicator channel 1) beside the ops that follow them, and are joined
+// back into the main streams before the first op that waits on them (the
+// all-gather of a weight-gradient GEMM's input, overlapped with the data-
+// gradient GEMM before it, as TransformerEngine's bulk overlap does), or by
+// the end of the step, the bound they may be deferred to, when no op waits on
+// them (a data-parallel gradient all-reduce). Deferred all-reduces over one transport
 // are merged into buckets of up to JobSpec::bucket_mib, each fired where its
 // last member ran, as PyTorch DDP buckets gradients. The step is timed as an op's steps are
 // (barrier, launch gate, heat head start, max over ranks, graph replay where
@@ -25,10 +28,19 @@
 
 namespace overlap::ops {
 
+// The order of the layer step: a topological order of `spec`'s ops that, among
+// the ops ready to go, sends a collective alone that an op waits on first (it
+// then lands as early as it can, beside the GEMM ops that follow it), then a
+// collective alone that nothing waits on (a gradient all-reduce), but only
+// once no collective that an op waits on is still to be sent, so that it never
+// queues ahead of one on the side stream; then the GEMM ops. Ties go in file
+// order. Returns spec indices; `spec` must be valid (TopologicalOrder).
+std::vector<int> LayerOrder(const JobSpec& spec);
+
 // `order` is the topological order the ops ran in and `result` holds their
-// results in that order; sets result's layer_step and layer_deferred, or
-// layer_note when the step cannot be measured (one op; the buffers of every op
-// do not fit at once). Errors as RunJob's.
+// results in that order; sets result's layer_step, layer_order, layer_deferred
+// and layer_joined_before, or layer_note when the step cannot be measured (one op;
+// the buffers of every op do not fit at once). Errors as RunJob's.
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
                            const std::vector<int>& order, v1::JobResult* result);

@@ -39,6 +39,7 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
       b.slots = rows_per_rank * op.n;
       break;
     case OpType::kAllGather:
+    case OpType::kGemm:
       b.slot_count = 0;
       break;
     case OpType::kReduceScatter:
@@ -47,8 +48,10 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
       break;
   }
   // The collective's own buffers while the GEMM alone runs beside it; a
-  // collective alone has no GEMM, so no such measurement.
-  if (tp > 1 && !IsCollectiveOnly(op.type)) b.spare = op.type == OpType::kGemmAr ? b.y : b.full;
+  // collective alone has no GEMM and a GEMM alone no collective, so no such
+  // measurement.
+  if (tp > 1 && !IsCollectiveOnly(op.type) && !IsGemmOnly(op.type))
+    b.spare = op.type == OpType::kGemmAr ? b.y : b.full;
   if (b.slot_count == 0) b.slots = 0;
   return b;
 }

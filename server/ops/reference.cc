@@ -170,7 +170,10 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       for (int q = 0; q < tp && !IsCollectiveOnly(op.type); ++q) {
         int64_t a_rank = q, a_row_index = 0;
         const std::vector<float>* wq = &w[q];
-        if (op.type == OpType::kAgGemm) {
+        if (op.type == OpType::kGemm) {
+          if (q != r) continue;  // rank r's own A and W, nothing from its peers
+          a_row_index = i;
+        } else if (op.type == OpType::kAgGemm) {
           if (q > 0) break;  // one contribution: gathered row i from rank i / mr, times W_r
           a_rank = static_cast<int>(i / mr);
           a_row_index = i % mr;

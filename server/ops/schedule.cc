@@ -8,6 +8,7 @@ namespace overlap::ops {
 
 std::string Schedule::Name() const {
   std::string name = OverlapModeName(mode);
+  if (transport == Transport::kNone) return name;  // a GEMM alone moves nothing
   // Ring without sub-chunks keeps its short name.
   if (mode == OverlapMode::kChunked || (mode == OverlapMode::kRing && chunks > 1)) {
     absl::StrAppend(&name, "/", chunks);
@@ -61,6 +62,7 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
 }  // namespace
 
 std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
+  if (IsGemmOnly(op.type)) return {Schedule{OverlapMode::kSerial, 1, Transport::kNone}};
   if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
   std::vector<Transport> transports;
   if (op.transport == Transport::kAuto) {

@@ -14,7 +14,7 @@ struct Schedule {
   int chunks = 1;                           // pieces, chunked and ring only
   Transport transport = Transport::kNccl;   // never kAuto here
 
-  std::string Name() const;  // e.g. "chunked/4/p2p"
+  std::string Name() const;  // e.g. "chunked/4/p2p"; "serial" for a GEMM alone
   bool operator==(const Schedule& other) const {
     return mode == other.mode && chunks == other.chunks && transport == other.transport;
   }
@@ -35,7 +35,7 @@ int64_t MaxPieceRows(int64_t rows, int chunks);
 // The schedules `auto` chooses among for `op` at degree `tp` (the mode and
 // transport fields of `op` narrow the set when they are not auto). Serial with
 // the NCCL transport is always first: it is the fallback. An explicit mode with
-// transport auto still tunes the transport.
+// transport auto still tunes the transport. A gemm op has one: serial, no transport.
 std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp);
 
 }  // namespace overlap::ops

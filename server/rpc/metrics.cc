@@ -7,6 +7,7 @@
 #include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/graph.h"
 #include "common/logging.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
@@ -160,7 +161,8 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
                              {"schedule", op.schedule()}};
       Add(step, op.step().median_ms() / 1000.0, labels);
       Add(exposed, op.exposed_comm_ms() / 1000.0, labels);
-      Add(hidden, op.hidden_fraction(), labels);
+      // A GEMM alone has no communication to hide.
+      if (op.type() != OpTypeName(OpType::kGemm)) Add(hidden, op.hidden_fraction(), labels);
       const int r = static_cast<int>(rank - devices.begin());
       if (r < op.gemm_alone_rank_ms_size()) Add(gemm, op.gemm_alone_rank_ms(r) / 1000.0, labels);
       break;  // the newest job on this device with a finished op

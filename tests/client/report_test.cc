@@ -105,6 +105,41 @@ TEST(ReportTest, ExactTable) {
   EXPECT_EQ(Lines(report), expected) << report;
 }
 
+// A GEMM alone moves nothing and a collective alone computes nothing: their
+// rows dash what does not apply, and neither has an auto choice to explain.
+TEST(ReportTest, OpsAloneDashWhatDoesNotApply) {
+  v1::Job job = MakeJob();
+  v1::OpResult wgrad = MakeOp("wgrad", "gemm", 8192, 8192, 28672, "serial", 1, 5.0, 5.0, 0);
+  wgrad.set_requested_mode("auto");
+  wgrad.set_schedule("serial");
+  wgrad.set_transport("none");
+  wgrad.set_tflops(770.0);
+  wgrad.set_hidden_fraction(1.0);
+  v1::OpResult grads = MakeOp("grads", "all_reduce", 8192, 0, 8192, "serial", 1, 0.5, 0, 0.5);
+  grads.set_busbw_gbps(268.4);
+  grads.set_hidden_fraction(0);
+  *job.mutable_result()->add_ops() = wgrad;
+  *job.mutable_result()->add_ops() = grads;
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  auto row = [&](const std::string& id) {
+    for (const std::string& line : lines) {
+      if (line.rfind(id + " ", 0) == 0)
+        return std::vector<std::string>(absl::StrSplit(line, ' ', absl::SkipWhitespace()));
+    }
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(row("wgrad"), (std::vector<std::string>{"wgrad", "gemm", "8192", "x", "8192", "x",
+                                                    "28672", "serial", "1", "-", "5.000", "0.200",
+                                                    "5.000", "-", "-", "-", "770.0", "-", "off"}));
+  EXPECT_EQ(row("grads"),
+            (std::vector<std::string>{"grads", "all_reduce", "8192", "x", "-", "x", "8192",
+                                      "serial", "1", "nccl", "0.500", "0.020", "-", "0.500",
+                                      "0.500", "-", "-", "268.4", "off"}));
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.rfind("wgrad: auto chose", 0), std::string::npos) << line;
+  }
+}
+
 TEST(ReportTest, ReplayedScheduleIsMarked) {
   v1::Job job = MakeJob();
   job.mutable_result()->mutable_ops(0)->set_graph_replay(true);
@@ -170,12 +205,24 @@ TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
   job.mutable_result()->add_layer_deferred("grads");
   job.mutable_result()->set_layer_exposed_comm_ms(1.4);
   EXPECT_THAT(Lines(FormatReport(job)),
-              ::testing::Contains("layer: 11.000 ms as one step (grads ran beside the ops after it "
-                                  "on a side stream), 11.875 ms op by op: -7.4%; exposed comm "
-                                  "1.400 ms (op by op 2.275)"));
+              ::testing::Contains("layer: 11.000 ms as one step (beside the ops after them on a "
+                                  "side stream: grads to the end), 11.875 ms op by op: -7.4%; "
+                                  "exposed comm 1.400 ms (op by op 2.275)"));
+  // A result stored before layer_joined_before existed joined everything at the end.
+  job.mutable_result()->add_layer_deferred("x_gather");
+  job.mutable_result()->add_layer_joined_before("");
+  job.mutable_result()->add_layer_joined_before("wgrad1");
   job.mutable_result()->add_layer_deferred("bucket(g1+g2)");
   EXPECT_THAT(FormatLayerStep(job.result()),
-              HasSubstr("(grads, bucket(g1+g2) ran beside the ops after them on a side stream)"));
+              HasSubstr("(beside the ops after them on a side stream: grads to the end, x_gather "
+                        "until wgrad1, bucket(g1+g2) to the end)"));
+  // The order the step ran the ops in is said when it is not the table's.
+  for (const char* id : {"fc1", "fc2", "out"}) job.mutable_result()->add_layer_order(id);
+  EXPECT_THAT(FormatLayerStep(job.result()), Not(HasSubstr("layer order")));
+  job.mutable_result()->clear_layer_order();
+  for (const char* id : {"fc1", "out", "fc2"}) job.mutable_result()->add_layer_order(id);
+  EXPECT_THAT(Lines(FormatLayerStep(job.result())),
+              ::testing::Contains("layer order (critical-path collectives first): fc1, out, fc2"));
   job.mutable_result()->clear_layer_step();
   job.mutable_result()->clear_layer_deferred();
   job.mutable_result()->set_layer_note("no layer step: the buffers of every op do not fit");
@@ -480,6 +527,18 @@ TEST(ProgressPrinterTest, EachOpIsReportedOnceAsItFinishes) {
             "job 9 fc2 done: serial/nccl, step 6.500 ms, hidden 0.0%\n"
             "job 9 out done: bulk/nccl, step 0.125 ms, hidden 50.0%\n"
             "job 9 SUCCEEDED\n");
+
+  // A GEMM alone has nothing hidden to report: its rate instead.
+  std::ostringstream gemm_out;
+  ProgressPrinter gemm_printer(gemm_out, /*is_tty=*/false);
+  v1::OpResult wgrad = MakeOp("wgrad", "gemm", 64, 64, 64, "serial", 1, 0.5, 0.5, 0);
+  wgrad.set_schedule("serial");
+  wgrad.set_tflops(1.25);
+  job.mutable_result()->clear_ops();
+  *job.mutable_result()->add_ops() = wgrad;
+  gemm_printer.Update(job);
+  EXPECT_THAT(gemm_out.str(),
+              ::testing::StartsWith("job 9 wgrad done: serial, step 0.500 ms, 1.250 TFLOP/s\n"));
 }
 
 TEST(ProgressPrinterTest, TerminalRewritesCounterInPlace) {

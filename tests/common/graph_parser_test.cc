@@ -186,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "  - {id: b, type: ag_gemm, m: 8, k: 8, n: 8}\n"
                   "  - {id: c, type: gemm_xx, m: 8, k: 8, n: 8}",
                   "ops[2].type: unknown op type \"gemm_xx\" (expected ag_gemm, gemm_rs, gemm_ar, "
-                  "all_gather, reduce_scatter, all_reduce)"},
+                  "all_gather, reduce_scatter, all_reduce, gemm)"},
         ErrorCase{"ops: [{id: a, type: ag_gemm, m: 8, n: 8}]", "ops[0].k: required field missing"},
         ErrorCase{"ops: [{id: g, type: all_reduce, m: 8, k: 8, n: 8}]",
                   "ops[0].k: all_reduce is a collective alone, with no GEMM: leave k out"},

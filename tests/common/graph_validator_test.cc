@@ -274,6 +274,52 @@ TEST(GraphValidatorTest, CollectiveAloneRules) {
   ExpectInvalid(bad, "ops[2].n: must be positive (got 0)");
 }
 
+// A GEMM alone: columns split over the ranks, serial or auto, no chunks, and
+// transport none (or auto); no other op takes transport none.
+TEST(GraphValidatorTest, GemmAloneRules) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops.push_back(Op("wgrad", OpType::kGemm, 8192, 4096, 28672, {"fc2"}));
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[2].m = 8191;  // rows are not split
+  spec.ops[2].mode = OverlapMode::kSerial;
+  spec.ops[2].transport = Transport::kNone;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+
+  JobSpec bad = spec;
+  bad.ops[2].n = 28671;
+  ExpectInvalid(bad, "ops[2].n: 28671 is not divisible by tp = 2 (required by gemm)");
+  bad = spec;
+  bad.ops[2].k = 0;
+  ExpectInvalid(bad, "ops[2].k: must be positive (got 0)");
+  bad = spec;
+  bad.ops[2].mode = OverlapMode::kChunked;
+  ExpectInvalid(bad,
+                "ops[2].mode: gemm has no collective to overlap with: mode serial or auto (got "
+                "chunked)");
+  bad = spec;
+  bad.ops[2].chunks = 2;
+  ExpectInvalid(bad, "ops[2].chunks: only valid for ops with a collective");
+  bad = spec;
+  bad.ops[2].transport = Transport::kP2p;
+  ExpectInvalid(bad,
+                "ops[2].transport: gemm moves no data between GPUs: transport none or auto (got "
+                "p2p)");
+  bad = spec;
+  bad.ops[0].transport = Transport::kNone;
+  ExpectInvalid(bad,
+                "ops[0].transport: none is only for gemm (no collective); ag_gemm needs nccl, p2p "
+                "or auto");
+  const LocalShapes gemm = LocalShapesFor(Op("g", OpType::kGemm, 8192, 1024, 4096), 4);
+  EXPECT_EQ(gemm.a_rows, 8192);
+  EXPECT_EQ(gemm.a_cols, 1024);
+  EXPECT_EQ(gemm.w_rows, 1024);
+  EXPECT_EQ(gemm.w_cols, 1024);
+  EXPECT_EQ(gemm.y_rows, 8192);
+  EXPECT_EQ(gemm.y_cols, 1024);
+  EXPECT_EQ(gemm.gemm_n, 1024);
+  EXPECT_EQ(OpFlops(Op("g", OpType::kGemm, 8192, 1024, 4096)), 2.0 * 8192 * 1024 * 4096);
+}
+
 TEST(GraphValidatorTest, DependencyErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops[1].after = {"fc9"};
@@ -395,23 +441,26 @@ TEST(LocalShapesTest, PerRankShapesAndFlops) {
 
 TEST(GraphEnumsTest, NamesRoundTrip) {
   for (OpType t : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
-                   OpType::kReduceScatter, OpType::kAllReduce}) {
+                   OpType::kReduceScatter, OpType::kAllReduce, OpType::kGemm}) {
     EXPECT_EQ(*ParseOpType(OpTypeName(t)), t);
     EXPECT_EQ(IsCollectiveOnly(t), OpTypeName(t).find("gemm") == std::string::npos);
+    EXPECT_EQ(IsGemmOnly(t), OpTypeName(t) == "gemm");
   }
   EXPECT_EQ(OpTypeName(OpType::kReduceScatter), "reduce_scatter");
   for (OverlapMode m : {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
                         OverlapMode::kRing, OverlapMode::kAuto}) {
     EXPECT_EQ(*ParseOverlapMode(OverlapModeName(m)), m);
   }
-  for (Transport t : {Transport::kAuto, Transport::kNccl, Transport::kP2p, Transport::kDirect}) {
+  for (Transport t : {Transport::kAuto, Transport::kNccl, Transport::kP2p, Transport::kDirect,
+                      Transport::kNone}) {
     EXPECT_EQ(*ParseTransport(TransportName(t)), t);
   }
   EXPECT_EQ(TransportName(Transport::kDirect), "direct");
   EXPECT_EQ(OpTypeName(OpType::kGemmRs), "gemm_rs");
   EXPECT_EQ(OverlapModeName(OverlapMode::kChunked), "chunked");
   EXPECT_EQ(TransportName(Transport::kP2p), "p2p");
-  EXPECT_EQ(ParseOpType("gemm").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseOpType("GEMM").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransportName(Transport::kNone), "none");
   EXPECT_FALSE(ParseOverlapMode("Chunked").ok());
   EXPECT_FALSE(ParseTransport("").ok());
 }

@@ -193,8 +193,13 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   EXPECT_TRUE(result->layer_note().empty());
   EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "verify"}));
 
-  // Waited on, the collective stays on the main streams; without the layer
-  // step, or with one op, nothing is timed as a layer.
+  // The layer order sent grads right after fc1, ahead of fc2 and out.
+  EXPECT_EQ(std::vector<std::string>(result->layer_order().begin(), result->layer_order().end()),
+            (std::vector<std::string>{"fc1", "grads", "fc2", "out"}));
+
+  // Waited on, the collective still runs beside fc2 and out, and joins before
+  // the op that waits on it; without the layer step, or with one op, nothing
+  // is timed as a layer.
   OpSpec after_grads = spec.ops[1];  // fc1's shape
   after_grads.id = "tail";
   after_grads.after = {"grads"};
@@ -202,7 +207,8 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GT(result->layer_step().samples(), 0);
-  EXPECT_EQ(result->layer_deferred_size(), 0);
+  ASSERT_EQ(result->layer_joined_before_size(), 1);
+  EXPECT_EQ(result->layer_joined_before(0), "tail");
   spec.layer_step = false;
   result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -213,6 +219,103 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->has_layer_step());
+}
+
+// A backward MLP block as Megatron runs it with sequence parallelism: the
+// all-gather of X for fc1's weight gradient runs on the side stream beside
+// fc1's data-gradient GEMM and joins before the weight-gradient GEMM that
+// waits on it; the gradient all-reduce runs to the end of the step. The GEMMs
+// alone (weight gradients) have no collective to time or hide.
+TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
+  auto engine = Engine();
+  JobSpec spec;
+  spec.name = "mlp-backward";
+  spec.dtype = DType::kF32;
+  spec.iterations = 3;
+  spec.warmup = 1;
+  auto op = [](const std::string& id, OpType type, int64_t m, int64_t k, int64_t n,
+               std::vector<std::string> after) {
+    OpSpec o;
+    o.id = id;
+    o.type = type;
+    o.m = m;
+    o.k = k;
+    o.n = n;
+    o.after = std::move(after);
+    return o;
+  };
+  // s = 64 tokens, h = 32, 4h = 128.
+  spec.ops = {op("dgrad2", OpType::kAgGemm, 64, 32, 128, {}),
+              op("wgrad2", OpType::kGemm, 32, 64, 128, {"dgrad2"}),
+              op("x_gather", OpType::kAllGather, 64, 0, 32, {"dgrad2"}),
+              op("dgrad1", OpType::kGemmRs, 64, 128, 32, {"dgrad2"}),
+              op("wgrad1", OpType::kGemm, 32, 64, 128, {"dgrad1", "x_gather"}),
+              op("grads", OpType::kAllReduce, 64, 0, 128, {"wgrad1", "wgrad2"})};
+  std::vector<std::string> phases;
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress& p) {
+    if (p.op_id() == "wgrad1") phases.push_back(p.phase());
+  };
+  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->ops_size(), 6);
+  const v1::OpResult& wgrad1 = result->ops(4);
+  EXPECT_EQ(wgrad1.id(), "wgrad1");
+  EXPECT_EQ(wgrad1.type(), "gemm");
+  EXPECT_EQ(wgrad1.schedule(), "serial");
+  EXPECT_EQ(wgrad1.transport(), "none");
+  EXPECT_EQ(wgrad1.auto_reason(), "only one schedule applies");
+  EXPECT_EQ(wgrad1.comm_alone().samples(), 0);
+  EXPECT_EQ(wgrad1.comm_alone_nccl().samples(), 0);
+  EXPECT_EQ(wgrad1.gemm_beside_comm().samples(), 0);
+  EXPECT_DOUBLE_EQ(wgrad1.gemm_alone().median_ms(), wgrad1.step().median_ms());
+  EXPECT_EQ(wgrad1.gemm_alone_rank_ms_size(), 2);
+  EXPECT_DOUBLE_EQ(wgrad1.exposed_comm_ms(), 0);
+  EXPECT_DOUBLE_EQ(wgrad1.busbw_gbps(), 0);
+  EXPECT_NEAR(wgrad1.tflops(), 2.0 * 32 * 64 * 128 / (wgrad1.step().median_ms() * 1e-3) / 1e12,
+              1e-12);
+  EXPECT_TRUE(wgrad1.verified());
+  EXPECT_LE(wgrad1.max_rel_error(), wgrad1.tolerance());
+  for (const std::string& phase : phases) {
+    EXPECT_EQ(phase.find("comm"), std::string::npos) << phase;
+    EXPECT_EQ(phase.find("gemm_alone"), std::string::npos) << phase;
+  }
+
+  const std::vector<std::string> deferred(result->layer_deferred().begin(),
+                                          result->layer_deferred().end());
+  const std::vector<std::string> joined(result->layer_joined_before().begin(),
+                                        result->layer_joined_before().end());
+  EXPECT_EQ(deferred, (std::vector<std::string>{"x_gather", "grads"}));
+  EXPECT_EQ(joined, (std::vector<std::string>{"wgrad1", ""}));
+  EXPECT_EQ(result->layer_step().samples(), spec.iterations);
+
+  // An op on the side streams that waits on the gather runs after it there:
+  // the gather still joins before the first op on the main streams that
+  // waits on it, even when the side waiter went into a bucket.
+  JobSpec side_waiter = spec;
+  side_waiter.ops.insert(side_waiter.ops.begin() + 4,
+                         op("x_sum", OpType::kAllReduce, 64, 0, 32, {"x_gather"}));
+  // One transport, so that they share a bucket whatever autotune would pick.
+  for (OpSpec& o : side_waiter.ops) {
+    if (o.type == OpType::kAllReduce) o.transport = Transport::kP2p;
+  }
+  result = RunJob(*engine, side_waiter, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(
+      std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
+      (std::vector<std::string>{"x_gather", "bucket(x_sum+grads)"}));
+  EXPECT_EQ(std::vector<std::string>(result->layer_joined_before().begin(),
+                                     result->layer_joined_before().end()),
+            (std::vector<std::string>{"wgrad1", ""}));
+
+  // With nothing between it and the op that waits on it, the gather has
+  // nothing to run beside and stays on the main streams.
+  spec.ops[2].after = {"dgrad1"};
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(
+      std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
+      (std::vector<std::string>{"grads"}));
 }
 
 // Small deferred all-reduces merge into buckets of up to bucket_mib, fired

@@ -227,5 +227,20 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Transport::kP2p), ::testing::Values(DType::kBF16)),
     Name);
 
+// A GEMM alone (a weight gradient): every dtype, enqueued and replayed.
+INSTANTIATE_TEST_SUITE_P(
+    GemmAlone, LayerOpsGpuTest,
+    ::testing::Combine(::testing::Values(OpType::kGemm), ::testing::Values(OverlapMode::kSerial),
+                       ::testing::Values(1), ::testing::Values(Transport::kNone),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+    Name);
+INSTANTIATE_TEST_SUITE_P(ReplayedGemmAlone, LayerOpsGraphGpuTest,
+                         ::testing::Combine(::testing::Values(OpType::kGemm),
+                                            ::testing::Values(OverlapMode::kSerial),
+                                            ::testing::Values(1),
+                                            ::testing::Values(Transport::kNone),
+                                            ::testing::Values(DType::kBF16)),
+                         Name);
+
 }  // namespace
 }  // namespace overlap::ops

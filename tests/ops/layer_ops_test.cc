@@ -136,6 +136,15 @@ INSTANTIATE_TEST_SUITE_P(CollectiveAlone, LayerOpsTest,
                                             ::testing::Values(1, 2, 3, 4)),
                          Name);
 
+// A GEMM alone: each rank multiplies its own A by its columns of W; no transport.
+INSTANTIATE_TEST_SUITE_P(GemmAlone, LayerOpsTest,
+                         ::testing::Combine(::testing::Values(OpType::kGemm),
+                                            ::testing::Values(OverlapMode::kSerial),
+                                            ::testing::Values(1),
+                                            ::testing::Values(Transport::kNone),
+                                            ::testing::Values(1, 2, 3)),
+                         Name);
+
 // 16-bit dtypes: stored as such, computed in fp32, within their tolerance.
 TEST(LayerOps16BitTest, Bf16AndFp16WithinTolerance) {
   engine::HostEngineOptions options;

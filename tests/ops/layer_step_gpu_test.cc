@@ -1,8 +1,9 @@
 // The layer step on real GPUs (every visible GPU in the group): a small MLP
 // block with gradient all-reduces that nothing waits on, deferred to the side
 // stream over NCCL (communicator channel 1) and over the copy engines, two of
-// them merged into a bucket; every output checked against float64 after a
-// layer iteration. Skips without a GPU.
+// them merged into a bucket, and a backward block whose all-gather joins the
+// main streams mid-step; every output checked against float64 after a layer
+// iteration. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -62,6 +63,52 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
   EXPECT_EQ(deferred, (std::vector<std::string>{"big", "bucket(g1+g2)"}));
+  for (const v1::OpResult& op : result->ops()) {
+    EXPECT_TRUE(op.verified()) << op.id();
+    EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
+  }
+  engine->reset();
+}
+
+// A backward MLP block: the all-gather for fc1's weight gradient runs on the
+// side stream beside the GEMM alone before it and joins before the weight-
+// gradient GEMM that waits on it, mid-step; the gradient all-reduce joins at
+// the end.
+TEST_P(LayerStepGpuTest, BackwardGatherJoinsMidStepAndMatchesFloat64) {
+  DaemonConfig config;
+  config.pool_bytes_per_device = int64_t{4} << 30;
+  auto engine = cuda::CreateCudaEngine(config);
+  if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
+  const int tp = (*engine)->DeviceCount();
+  std::vector<int> devices;
+  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  const Transport transport = GetParam();
+
+  JobSpec spec;
+  spec.name = "layer-step-backward-gpu";
+  spec.dtype = DType::kBF16;
+  spec.iterations = 5;
+  spec.warmup = 2;
+  // s = 1024 tokens per rank, h = 1024, ffn = 768 per rank.
+  const int64_t s = 1024 * tp, h = 1024, f = 768 * tp;
+  spec.ops = {
+      Op("fc2_dgrad", OpType::kAgGemm, s, h, f, transport, {}),
+      Op("x_gather", OpType::kAllGather, s, 0, h, transport, {"fc2_dgrad"}),
+      Op("fc2_wgrad", OpType::kGemm, h, s, f, Transport::kNone, {"fc2_dgrad"}),
+      Op("fc2_grads", OpType::kAllReduce, h, 0, f, transport, {"fc2_wgrad"}),
+      Op("fc1_dgrad", OpType::kGemmRs, s, f, h, transport, {"fc2_dgrad"}),
+      Op("fc1_wgrad", OpType::kGemm, h, s, f, Transport::kNone, {"fc1_dgrad", "x_gather"}),
+  };
+  auto result = RunJob(**engine, spec, devices, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->layer_step().samples(), spec.iterations);
+  EXPECT_GT(result->layer_step().median_ms(), 0);
+  const std::vector<std::string> deferred(result->layer_deferred().begin(),
+                                          result->layer_deferred().end());
+  const std::vector<std::string> joined(result->layer_joined_before().begin(),
+                                        result->layer_joined_before().end());
+  EXPECT_EQ(deferred, (std::vector<std::string>{"x_gather", "fc2_grads"}));
+  EXPECT_EQ(joined, (std::vector<std::string>{"fc1_wgrad", ""}));
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();

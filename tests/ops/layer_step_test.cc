@@ -1,0 +1,87 @@
+// The layer step's order: critical-path collectives first, collectives that
+// nothing waits on never ahead of one that something does, GEMM ops in file
+// order, and every dependency kept.
+#include "server/ops/layer_step.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace overlap::ops {
+namespace {
+
+OpSpec Op(const std::string& id, OpType type, std::vector<std::string> after = {}) {
+  OpSpec op;
+  op.id = id;
+  op.type = type;
+  op.m = 64;
+  op.k = IsCollectiveOnly(type) ? 0 : 64;
+  op.n = 64;
+  op.after = std::move(after);
+  return op;
+}
+
+std::vector<std::string> Ids(const JobSpec& spec, const std::vector<int>& order) {
+  std::vector<std::string> ids;
+  for (int i : order) ids.push_back(spec.ops[i].id);
+  return ids;
+}
+
+// Written in an order that would leave the gather with nothing beside it (its
+// waiter right after it) and the gradient all-reduce ahead of it on the side
+// stream: the layer order sends the gather as soon as it is ready.
+TEST(LayerOrderTest, CriticalCollectiveGoesAsSoonAsItIsReady) {
+  JobSpec spec;
+  spec.ops = {Op("dgrad2", OpType::kAgGemm),
+              Op("wgrad2", OpType::kGemm, {"dgrad2"}),
+              Op("grads", OpType::kAllReduce, {"wgrad2"}),
+              Op("dgrad1", OpType::kGemmRs, {"dgrad2"}),
+              Op("x_gather", OpType::kAllGather, {"dgrad2"}),
+              Op("wgrad1", OpType::kGemm, {"dgrad1", "x_gather"})};
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)), (std::vector<std::string>{"dgrad2", "x_gather", "wgrad2",
+                                                                   "grads", "dgrad1", "wgrad1"}));
+}
+
+// A collective that nothing waits on waits for the last one that something
+// does, even when it is ready first, but not for the GEMM ops after that.
+TEST(LayerOrderTest, NonCriticalCollectiveWaitsForTheCriticalOnes) {
+  JobSpec spec;
+  spec.ops = {Op("fc1", OpType::kAgGemm),          Op("grads", OpType::kAllReduce, {"fc1"}),
+              Op("fc2", OpType::kGemmRs, {"fc1"}), Op("gather", OpType::kAllGather, {"fc2"}),
+              Op("fc3", OpType::kGemm, {"fc2"}),   Op("fc4", OpType::kGemm, {"fc3", "gather"}),
+              Op("fc5", OpType::kGemm, {"fc4"})};
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)),
+            (std::vector<std::string>{"fc1", "fc2", "gather", "grads", "fc3", "fc4", "fc5"}));
+}
+
+// Without collectives alone, the layer order is the file's topological order.
+TEST(LayerOrderTest, KeepsFileOrderWithoutCollectivesAlone) {
+  JobSpec spec;
+  spec.ops = {Op("out", OpType::kGemmAr, {"fc2"}), Op("fc1", OpType::kAgGemm),
+              Op("fc2", OpType::kGemmRs, {"fc1"}), Op("side", OpType::kGemm)};
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)), (std::vector<std::string>{"fc1", "fc2", "out", "side"}));
+}
+
+// A gradient all-reduce written after fc2 but ready after fc1 goes right
+// after fc1, so that it runs beside fc2; in the file's order it would start
+// only once fc2 had finished, with nothing left to run beside.
+TEST(LayerOrderTest, GradientAllReduceGoesBesideTheOpsAfterIt) {
+  JobSpec spec;
+  spec.ops = {Op("fc1", OpType::kAgGemm), Op("fc2", OpType::kGemmRs, {"fc1"}),
+              Op("grads", OpType::kAllReduce, {"fc1"})};
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)), (std::vector<std::string>{"fc1", "grads", "fc2"}));
+}
+
+// A collective that only other collectives wait on is still critical, and a
+// chain of them keeps its order.
+TEST(LayerOrderTest, ChainsOfCollectivesKeepTheirDependencies) {
+  JobSpec spec;
+  spec.ops = {Op("g0", OpType::kAllReduce), Op("fc1", OpType::kAgGemm),
+              Op("b", OpType::kAllReduce, {"a"}), Op("a", OpType::kAllGather, {"fc1"}),
+              Op("fc2", OpType::kGemm, {"fc1"})};
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)), (std::vector<std::string>{"fc1", "a", "g0", "b", "fc2"}));
+}
+
+}  // namespace
+}  // namespace overlap::ops
