@@ -257,15 +257,25 @@ std::string FormatReport(const v1::Job& job) {
                 FormatMs(result.total_exposed_comm_ms())});
   out += table.Render();
   absl::StrAppend(&out, FormatLayerStep(result));
+  std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
-    // A GEMM alone has one schedule: nothing to choose.
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;
+    if (op.auto_reason() == kOnlyOneSchedule) {
+      one_schedule.push_back(op.id());
+      continue;
+    }
     absl::StrAppend(&out, op.id(), ": auto chose ", ScheduleLabel(op));
     if (!op.auto_reason().empty()) absl::StrAppend(&out, ": ", op.auto_reason());
     absl::StrAppend(&out, "\n");
     if (const std::string c = FormatCandidates(op); !c.empty()) {
       absl::StrAppend(&out, op.id(), ": measured ", c, "\n");
     }
+  }
+  if (!one_schedule.empty()) {
+    const bool one_gpu = result.ops(0).tp() == 1;
+    absl::StrAppend(&out, "auto: ", absl::StrJoin(one_schedule, ", "),
+                    one_schedule.size() == 1 ? " has" : " have", " one schedule to run",
+                    one_gpu ? " (one GPU: nothing to overlap)" : "", "\n");
   }
   // Host-backend ranks are threads sharing CPU cores: their spread is the OS
   // scheduler's, not a slow GPU's.

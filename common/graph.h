@@ -90,6 +90,10 @@ struct LocalShapes {
 };
 LocalShapes LocalShapesFor(const OpSpec& op, int tp);
 
+// Why `auto` ran the schedule it ran when the op had only one (a GEMM alone,
+// or any op on one GPU); the report folds such ops into one line.
+inline constexpr char kOnlyOneSchedule[] = "only one schedule applies";
+
 // FLOPs of the whole op over all ranks: 2*m*n*k (0 for a collective alone).
 double OpFlops(const OpSpec& op);
 

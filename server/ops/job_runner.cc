@@ -82,7 +82,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   const int tp = run.ctx.tp();
   std::vector<Schedule> candidates = CandidateSchedules(op, tp);
   if (candidates.size() == 1) {
-    *reason = op.mode == OverlapMode::kAuto ? "only one schedule applies" : "as requested";
+    *reason = op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested";
     return candidates[0];
   }
   const std::string key = TuningKey(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);

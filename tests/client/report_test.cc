@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "client/progress_printer.h"
 #include "client/table.h"
+#include "common/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -138,6 +139,27 @@ TEST(ReportTest, OpsAloneDashWhatDoesNotApply) {
   for (const std::string& line : lines) {
     EXPECT_EQ(line.rfind("wgrad: auto chose", 0), std::string::npos) << line;
   }
+}
+
+// Ops for which auto had one schedule (one GPU) share one line instead of a
+// line each.
+TEST(ReportTest, OpsWithOneScheduleShareOneLine) {
+  v1::Job job = MakeJob();
+  for (v1::OpResult& op : *job.mutable_result()->mutable_ops()) {
+    op.set_tp(1);
+    op.set_requested_mode("auto");
+    op.set_auto_reason(overlap::kOnlyOneSchedule);
+  }
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  EXPECT_THAT(lines, ::testing::Contains(
+                         "auto: fc1, fc2, out have one schedule to run (one GPU: nothing to "
+                         "overlap)"));
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.find("auto chose"), std::string::npos) << line;
+  }
+  job.mutable_result()->mutable_ops()->DeleteSubrange(1, 2);
+  job.mutable_result()->mutable_ops(0)->set_tp(2);
+  EXPECT_THAT(Lines(FormatReport(job)), ::testing::Contains("auto: fc1 has one schedule to run"));
 }
 
 TEST(ReportTest, ReplayedScheduleIsMarked) {
