@@ -97,19 +97,9 @@ LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
   const int64_t t = tp > 0 ? tp : 1;
   LocalShapes s{};
   switch (op.type) {
-    case OpType::kGemm:
-      s.a_rows = op.m;
-      s.a_cols = op.k;
-      s.w_rows = op.k;
-      s.w_cols = op.n / t;
-      s.y_rows = op.m;
-      s.y_cols = op.n / t;
-      s.gemm_m = op.m;
-      s.gemm_n = op.n / t;
-      s.gemm_k = op.k;
-      break;
+    case OpType::kGemm:  // ag_gemm's GEMM, on rows the rank already holds
     case OpType::kAgGemm:
-      s.a_rows = op.m / t;
+      s.a_rows = op.type == OpType::kAgGemm ? op.m / t : op.m;
       s.a_cols = op.k;
       s.w_rows = op.k;
       s.w_cols = op.n / t;

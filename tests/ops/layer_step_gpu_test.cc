@@ -31,23 +31,33 @@ OpSpec Op(const std::string& id, OpType type, int64_t m, int64_t k, int64_t n, T
   return op;
 }
 
-class LayerStepGpuTest : public ::testing::TestWithParam<Transport> {};
+// Every visible GPU in one group, and a small bf16 job to fill in.
+class LayerStepGpuTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  void SetUp() override {
+    DaemonConfig config;
+    config.pool_bytes_per_device = int64_t{4} << 30;
+    auto engine = cuda::CreateCudaEngine(config);
+    if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
+    engine_ = std::move(*engine);
+    for (int d = 0; d < engine_->DeviceCount(); ++d) devices_.push_back(d);
+    spec_.name = "layer-step-gpu";
+    spec_.dtype = DType::kBF16;
+    spec_.iterations = 5;
+    spec_.warmup = 2;
+  }
+  // While static destructors run, the CUDA runtime and NCCL may already be gone.
+  void TearDown() override { engine_.reset(); }
+
+  std::unique_ptr<engine::Engine> engine_;
+  std::vector<int> devices_;
+  JobSpec spec_;
+};
 
 TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
-  DaemonConfig config;
-  config.pool_bytes_per_device = int64_t{4} << 30;
-  auto engine = cuda::CreateCudaEngine(config);
-  if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
-  const int tp = (*engine)->DeviceCount();
-  std::vector<int> devices;
-  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  const int tp = static_cast<int>(devices_.size());
   const Transport transport = GetParam();
-
-  JobSpec spec;
-  spec.name = "layer-step-gpu";
-  spec.dtype = DType::kBF16;
-  spec.iterations = 5;
-  spec.warmup = 2;
+  JobSpec& spec = spec_;
   spec.bucket_mib = 1;
   spec.ops = {
       Op("fc1", OpType::kAgGemm, 512 * tp, 1024, 768 * tp, transport, {}),
@@ -56,7 +66,7 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
       Op("g1", OpType::kAllReduce, 64 * tp, 0, 1024, transport, {"fc1"}),
       Op("g2", OpType::kAllReduce, 32 * tp, 0, 1024, transport, {"fc1"}),
   };
-  auto result = RunJob(**engine, spec, devices, {}, nullptr);
+  auto result = RunJob(*engine_, spec, devices_, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
@@ -67,7 +77,6 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
   }
-  engine->reset();
 }
 
 // A backward MLP block: the all-gather for fc1's weight gradient runs on the
@@ -75,20 +84,9 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
 // gradient GEMM that waits on it, mid-step; the gradient all-reduce joins at
 // the end.
 TEST_P(LayerStepGpuTest, BackwardGatherJoinsMidStepAndMatchesFloat64) {
-  DaemonConfig config;
-  config.pool_bytes_per_device = int64_t{4} << 30;
-  auto engine = cuda::CreateCudaEngine(config);
-  if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
-  const int tp = (*engine)->DeviceCount();
-  std::vector<int> devices;
-  for (int d = 0; d < tp; ++d) devices.push_back(d);
+  const int tp = static_cast<int>(devices_.size());
   const Transport transport = GetParam();
-
-  JobSpec spec;
-  spec.name = "layer-step-backward-gpu";
-  spec.dtype = DType::kBF16;
-  spec.iterations = 5;
-  spec.warmup = 2;
+  JobSpec& spec = spec_;
   // s = 1024 tokens per rank, h = 1024, ffn = 768 per rank.
   const int64_t s = 1024 * tp, h = 1024, f = 768 * tp;
   spec.ops = {
@@ -99,7 +97,7 @@ TEST_P(LayerStepGpuTest, BackwardGatherJoinsMidStepAndMatchesFloat64) {
       Op("fc1_dgrad", OpType::kGemmRs, s, f, h, transport, {"fc2_dgrad"}),
       Op("fc1_wgrad", OpType::kGemm, h, s, f, Transport::kNone, {"fc1_dgrad", "x_gather"}),
   };
-  auto result = RunJob(**engine, spec, devices, {}, nullptr);
+  auto result = RunJob(*engine_, spec, devices_, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
@@ -113,7 +111,6 @@ TEST_P(LayerStepGpuTest, BackwardGatherJoinsMidStepAndMatchesFloat64) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
   }
-  engine->reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, LayerStepGpuTest,
