@@ -112,6 +112,13 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   // Device 1 never ran a job with a layer step.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{device=\"1\"")));
   EXPECT_THAT(text, HasSubstr("# TYPE overlapd_jobs_submitted_total counter\n"));
+
+  // A GEMM alone as the last op: its step, but no hidden ratio.
+  std::vector<v1::Job> gemm_last = recent;
+  gemm_last[1].mutable_result()->mutable_ops(0)->set_type("gemm");
+  const std::string gemm_text = Text(BuildMetrics(node, stats, gemm_last));
+  EXPECT_THAT(gemm_text, HasSubstr("overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\""));
+  EXPECT_THAT(gemm_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
 }
 
 TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
