@@ -66,6 +66,17 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
                                             "-", "-", "-", "-", "-"}));
 }
 
+// A GEMM alone has no communication: its hidden column is a dash.
+TEST(TopTest, GemmAloneShowsNoHidden) {
+  v1::Job job = RunningOn0();
+  job.mutable_result()->mutable_ops(0)->set_type("gemm");
+  const std::vector<std::string> lines = Lines(FormatTopSample(TwoGpus(), {job}, kNowMs));
+  const std::vector<std::string> gpu0 = absl::StrSplit(lines[0], ' ', absl::SkipEmpty());
+  ASSERT_FALSE(gpu0.empty());
+  EXPECT_EQ(gpu0.back(), "-");
+  EXPECT_EQ(gpu0[gpu0.size() - 2], "5.250");
+}
+
 TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   const nlohmann::json j = TopSampleJson(TwoGpus(), {RunningOn0()}, kNowMs);
   EXPECT_EQ(j["time_ms"], kNowMs);
