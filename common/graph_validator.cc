@@ -5,7 +5,6 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <queue>
 #include <set>
 #include <string>
 #include <utility>
@@ -202,13 +201,13 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
   return absl::OkStatus();
 }
 
-// Spec has a cycle among `remaining` ops (each still waits on one of them).
+// Spec has a cycle among the ops not `done` (each still waits on one of them).
 // Walks `after` edges until a node repeats, then reports the loop in execution
 // order starting from its first op in file order.
 absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& index_of,
-                        const std::vector<bool>& remaining) {
+                        const std::vector<bool>& done) {
   int start = 0;
-  while (!remaining[start]) ++start;
+  while (done[start]) ++start;
   std::vector<int> walk;
   std::vector<int> position(spec.ops.size(), -1);
   int v = start;
@@ -217,7 +216,7 @@ absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& i
     walk.push_back(v);
     for (const std::string& dep : spec.ops[v].after) {
       const int d = index_of.at(dep);
-      if (remaining[d]) {
+      if (!done[d]) {
         v = d;
         break;
       }
@@ -234,7 +233,7 @@ absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& i
 
 }  // namespace
 
-absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec) {
+absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const ReadyKey& key) {
   const int count = static_cast<int>(spec.ops.size());
   std::map<std::string, int> index_of;
   for (int i = 0; i < count; ++i) {
@@ -258,23 +257,28 @@ absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec) {
       }
     }
   }
-  // Kahn's algorithm; the min-heap on file index keeps the order stable.
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  // Kahn's algorithm; among the ready ops the smallest (key, file index) goes
+  // next, so that ties keep file order. Graphs have a handful of ops: a scan
+  // of the ready ones is cheaper than keeping them sorted.
+  std::vector<int> ready;
   for (int i = 0; i < count; ++i) {
-    if (waiting_on[i] == 0) ready.push(i);
+    if (waiting_on[i] == 0) ready.push_back(i);
   }
   std::vector<int> order;
-  std::vector<bool> remaining(count, true);
+  std::vector<bool> done(count, false);
+  auto key_of = [&](int i) { return std::make_pair(key ? key(i, done) : 0, i); };
   while (!ready.empty()) {
-    const int v = ready.top();
-    ready.pop();
+    const auto next = std::min_element(ready.begin(), ready.end(),
+                                       [&](int a, int b) { return key_of(a) < key_of(b); });
+    const int v = *next;
+    ready.erase(next);
     order.push_back(v);
-    remaining[v] = false;
+    done[v] = true;
     for (int d : dependents[v]) {
-      if (--waiting_on[d] == 0) ready.push(d);
+      if (--waiting_on[d] == 0) ready.push_back(d);
     }
   }
-  if (static_cast<int>(order.size()) != count) return CycleError(spec, index_of, remaining);
+  if (static_cast<int>(order.size()) != count) return CycleError(spec, index_of, done);
   return order;
 }
 

@@ -3,6 +3,7 @@
 // the dependency graph. Thread-safe (pure functions); never throws.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,9 +22,15 @@ struct ValidationLimits {
 absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                                                  const ValidationLimits& limits);
 
-// Indices into spec.ops in dependency order; ties keep file order.
+// Which of the ops ready to go goes next in TopologicalOrder: the smallest
+// key(op, done), where done[i] says whether op i is in the order already.
+using ReadyKey = std::function<int(int op, const std::vector<bool>& done)>;
+
+// Indices into spec.ops in dependency order; among the ops ready at once, the
+// smallest `key` first (none: all equal), ties in file order.
 // INVALID_ARGUMENT on a duplicate id, an unknown `after` or a cycle
 // (`ops: dependency cycle fc1 -> fc2 -> fc1`).
-absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec);
+absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec,
+                                                  const ReadyKey& key = nullptr);
 
 }  // namespace overlap

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/graph_validator.h"
 #include "server/ops/op_run.h"
 #include "server/ops/reference.h"
 
@@ -155,46 +156,22 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
 
 }  // namespace
 
-std::vector<int> LayerOrder(const JobSpec& spec) {
-  const int count = static_cast<int>(spec.ops.size());
-  std::map<std::string, int> index_of;
-  for (int i = 0; i < count; ++i) index_of[spec.ops[i].id] = i;
-  std::vector<std::vector<int>> waiters(count);
-  std::vector<int> waiting_on(count, 0);
-  for (int i = 0; i < count; ++i) {
-    std::set<int> deps;
-    for (const std::string& dep : spec.ops[i].after) deps.insert(index_of.at(dep));
-    for (int d : deps) waiters[d].push_back(i);
-    waiting_on[i] = static_cast<int>(deps.size());
-  }
-  auto critical = [&](int i) { return IsCollectiveOnly(spec.ops[i].type) && !waiters[i].empty(); };
-  int critical_left = 0;
-  for (int i = 0; i < count; ++i) critical_left += critical(i) ? 1 : 0;
+absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec) {
+  std::set<std::string> waited_on;
+  for (const OpSpec& op : spec.ops) waited_on.insert(op.after.begin(), op.after.end());
+  auto critical = [&](int i) {
+    return IsCollectiveOnly(spec.ops[i].type) && waited_on.count(spec.ops[i].id) > 0;
+  };
   // 0 goes first: critical collectives, the others once none is left to send,
   // GEMM ops, and last the others while one is.
-  auto rank = [&](int i) {
+  return TopologicalOrder(spec, [&](int i, const std::vector<bool>& done) {
     if (critical(i)) return 0;
     if (!IsCollectiveOnly(spec.ops[i].type)) return 2;
-    return critical_left == 0 ? 1 : 3;
-  };
-  std::vector<int> ready;
-  for (int i = 0; i < count; ++i) {
-    if (waiting_on[i] == 0) ready.push_back(i);
-  }
-  std::vector<int> order;
-  while (!ready.empty()) {
-    auto next = std::min_element(ready.begin(), ready.end(), [&](int a, int b) {
-      return std::make_pair(rank(a), a) < std::make_pair(rank(b), b);
-    });
-    const int op = *next;
-    ready.erase(next);
-    order.push_back(op);
-    if (critical(op)) --critical_left;
-    for (int w : waiters[op]) {
-      if (--waiting_on[w] == 0) ready.push_back(w);
+    for (size_t j = 0; j < spec.ops.size(); ++j) {
+      if (!done[j] && critical(static_cast<int>(j))) return 3;
     }
-  }
-  return order;
+    return 1;
+  });
 }
 
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
@@ -205,7 +182,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // result->ops() follows `order`; the step follows the layer order.
   std::map<int, int> result_of;
   for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
-  const std::vector<int> layer_order = LayerOrder(spec);
+  ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec));
   std::vector<Member> members(layer_order.size());
   for (size_t i = 0; i < layer_order.size(); ++i) {
     members[i].spec_index = layer_order[i];

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
@@ -34,8 +35,9 @@ namespace overlap::ops {
 // collective alone that nothing waits on (a gradient all-reduce), but only
 // once no collective that an op waits on is still to be sent, so that it never
 // queues ahead of one on the side stream; then the GEMM ops. Ties go in file
-// order. Returns spec indices; `spec` must be valid (TopologicalOrder).
-std::vector<int> LayerOrder(const JobSpec& spec);
+// order (TopologicalOrder with these keys). Returns spec indices, or
+// TopologicalOrder's error.
+absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec);
 
 // `order` is the topological order the ops ran in and `result` holds their
 // results in that order; sets result's layer_step, layer_order, layer_deferred

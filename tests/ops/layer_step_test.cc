@@ -22,9 +22,11 @@ OpSpec Op(const std::string& id, OpType type, std::vector<std::string> after = {
   return op;
 }
 
-std::vector<std::string> Ids(const JobSpec& spec, const std::vector<int>& order) {
+// The ids in LayerOrder's order; empty when it failed.
+std::vector<std::string> Ids(const JobSpec& spec, const absl::StatusOr<std::vector<int>>& order) {
   std::vector<std::string> ids;
-  for (int i : order) ids.push_back(spec.ops[i].id);
+  if (!order.ok()) return ids;
+  for (int i : *order) ids.push_back(spec.ops[i].id);
   return ids;
 }
 
