@@ -194,6 +194,10 @@ const std::vector<Field>& Fields() {
       BoolField("launch_gate",
                 "hold each timed iteration until the host has enqueued it (time the GPUs only)",
                 &DaemonConfig::launch_gate),
+      NumberField("preheat_ms",
+                  "cuda backend: run the op's GEMM this long before each measured phase "
+                  "(0 = off)",
+                  &DaemonConfig::preheat_ms, /*allow_zero=*/true),
       IntField("nccl_overlap_ctas",
                "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
                "(0 = no budget)",

@@ -65,6 +65,11 @@ struct DaemonConfig {
   // enqueued all of it, so that step times hold the GPUs' time and not the
   // host's enqueue latency (engine.h, HoldStreams).
   bool launch_gate = true;
+  // Before autotune's rounds, the timed rounds and the layer step, the GPUs run
+  // the op's GEMM this long (with the heat head start), so that every phase
+  // starts in the power state a training loop runs in, not rested from the
+  // host's setup and checks (job_runner.h, kPreheatMs). 0 = off.
+  double preheat_ms = 300;
 
   // Prometheus metrics on HOST:PORT (GET /metrics); "" = off. Read-only, no
   // authentication: bind it where only the scraper can reach it.

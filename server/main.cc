@@ -59,7 +59,7 @@ struct Flags {
       keep_finished_jobs;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
-  std::optional<double> collective_timeout_s, drain_timeout_s, keep_finished_days;
+  std::optional<double> preheat_ms, collective_timeout_s, drain_timeout_s, keep_finished_days;
 };
 
 absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag, int64_t* out) {
@@ -99,6 +99,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.programmatic_edges) config.programmatic_edges = *flags.programmatic_edges;
   if (flags.launch_gate) config.launch_gate = *flags.launch_gate;
   if (flags.nccl_overlap_ctas) config.nccl_overlap_ctas = *flags.nccl_overlap_ctas;
+  if (flags.preheat_ms) config.preheat_ms = *flags.preheat_ms;
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
@@ -200,6 +201,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
                  "(0 = no budget)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--preheat-ms", f.preheat_ms,
+                 "cuda backend: run the op's GEMM this long before each measured phase "
+                 "(default 300, 0 = off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--collective-timeout", f.collective_timeout_s,
                  "seconds before a hung collective is aborted")
       ->check(CLI::PositiveNumber);

@@ -45,6 +45,7 @@ class CudaEngineImpl final : public CudaEngine {
   engine::DeviceInfo GetDeviceInfo(int device) const override;
   engine::DeviceTelemetry Telemetry(int device) const override;
   int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
+  double PreheatMs() const override { return config_.preheat_ms; }
   engine::BackendVersions Versions() const override;
   int64_t MemoryInUse(int device) const override;
 

@@ -147,6 +147,9 @@ class Engine {
   // marked beside_collective leave free; 0 = no budget (the library's own
   // choice, and GEMMs take every SM). Config nccl_overlap_ctas.
   virtual int CollectiveSmBudget() const { return 0; }
+  // How long the job runner heats the GPUs with a GEMM before a measured phase
+  // (config preheat_ms); 0 where rest does not speed anything up.
+  virtual double PreheatMs() const { return 0; }
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).

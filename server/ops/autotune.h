@@ -1,7 +1,8 @@
 // Autotune's tally: which schedule `auto` picks from the timings the job runner
 // takes. Pure bookkeeping, no engine: the runner times, this decides.
 //
-// Two stages. First, round-robin rounds over every candidate; each keeps its best
+// Two stages. First, round-robin rounds over every candidate (every other round
+// in reverse, so that none always runs first or last); each keeps its best
 // median (the SM clock drifts within seconds, and a single pass would favour
 // whichever candidates ran while it was high). The best medians of the leaders
 // are often within a few percent of each other, and a best-of-two median is a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
@@ -99,8 +100,16 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
         absl::StrFormat("autotune %s (%s)", s.Name(), phase), 1, iterations,
         [&] { return EnqueueOp(run.ctx, s); }, "iter_end", Replays(s.transport));
   };
+  // Every other round runs the candidates in reverse, so that none is always
+  // timed first (on the GPU the preheat left) or last (after the others' heat).
+  auto in_turn = [](const std::vector<size_t>& order, int round) {
+    return round % 2 == 0 ? order : std::vector<size_t>(order.rbegin(), order.rend());
+  };
+  std::vector<size_t> all(candidates.size());
+  std::iota(all.begin(), all.end(), 0);
+  RETURN_IF_ERROR(run.Preheat());
   for (int round = 0; round < kTuneRounds; ++round) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
+    for (size_t i : in_turn(all, round)) {
       ASSIGN_OR_RETURN(
           std::vector<double> t,
           time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), kTuneIterations));
@@ -113,7 +122,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   const bool fall_back_to_serial = op.mode == OverlapMode::kAuto;
   const std::vector<size_t> entrants = tally.RunoffEntrants(fall_back_to_serial);
   for (int round = 0; !entrants.empty() && round < kRunoffRounds; ++round) {
-    for (size_t i : entrants) {
+    for (size_t i : in_turn(entrants, round)) {
       ASSIGN_OR_RETURN(
           std::vector<double> t,
           time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), kRunoffIterations));
@@ -185,6 +194,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // rounds: sustained GEMMs lower the SM clock within seconds, so measuring one
   // long after the other would put them at different clocks and skew step /
   // ideal and the slowdown either way.
+  // The collective alone left the SMs idle: the first GEMM alone would run
+  // rested, faster than the steps after it, and make the ideal too low.
+  RETURN_IF_ERROR(run.Preheat());
   std::vector<double> gemm_t, beside_t, step_t, host_t;
   std::vector<std::vector<double>> gemm_rank_t(tp);  // a slow GPU shows here
   bool step_replayed = true;
@@ -367,6 +379,12 @@ HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m) {
     plan.rows /= 2;
   }
   return plan;
+}
+
+int PreheatGemms(double ms, double gemm_ms) {
+  if (!(gemm_ms > 0) || !(ms > 0)) return 0;
+  return static_cast<int>(
+      std::clamp(std::ceil(ms / gemm_ms), 1.0, static_cast<double>(kPreheatMaxGemms)));
 }
 
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {

@@ -46,6 +46,19 @@ struct HeadStartPlan {
 };
 HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m);
 
+// Before a phase whose figures are compared (autotune's rounds, the timed
+// rounds, the layer step), the GPUs run the op's GEMM for the engine's
+// PreheatMs (config preheat_ms; heat head start only):
+// the host's setup, the previous op's float64 check and a collective alone let
+// the SMs rest for seconds, and a rested GPU runs its next GEMMs faster under
+// the power cap. Without it autotune's first candidates (serial, bulk) ran 3-5%
+// faster in stage one than in the runoff, the rings (last) did not, and it
+// picked them where rings won. PyTorch's peers start each phase the same way
+// (bench/peers/torch_tp.py --preheat-ms). How many whole GEMMs of `gemm_ms`
+// cover `ms` (at least 1, at most kPreheatMaxGemms: launches are not free).
+inline constexpr int kPreheatMaxGemms = 2000;
+int PreheatGemms(double ms, double gemm_ms);
+
 // Bytes every device of the group needs for the job's largest op (ops run one
 // after another and free their buffers). Used to refuse a job at submission.
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp);

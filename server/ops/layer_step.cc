@@ -246,6 +246,8 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                      run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*main->ctx); }));
     run.heat_gemm_ms = Summarize(probe).median;
   }
+  // The float64 checks of the ops before it left the GPUs resting for seconds.
+  RETURN_IF_ERROR(run.Preheat());
   ASSIGN_OR_RETURN(std::vector<double> times,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
                              enqueue, "iter_end", replay));

@@ -36,6 +36,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.graph_replay, b.graph_replay);
   EXPECT_EQ(a.programmatic_edges, b.programmatic_edges);
   EXPECT_EQ(a.launch_gate, b.launch_gate);
+  EXPECT_EQ(a.preheat_ms, b.preheat_ms);
   EXPECT_EQ(a.collective_timeout_s, b.collective_timeout_s);
   EXPECT_EQ(a.metrics_listen, b.metrics_listen);
   EXPECT_EQ(a.max_iterations, b.max_iterations);
@@ -84,6 +85,7 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "graph_replay",
                           "programmatic_edges",
                           "launch_gate",
+                          "preheat_ms",
                           "collective_timeout_s",
                           "metrics_listen",
                           "max_iterations",
@@ -120,6 +122,7 @@ nvls_enable: true
 graph_replay: false
 programmatic_edges: true
 launch_gate: false
+preheat_ms: 0
 collective_timeout_s: 2.5
 metrics_listen: "127.0.0.1:9464"
 max_iterations: 500
@@ -147,6 +150,7 @@ max_spec_bytes: 65536
   EXPECT_FALSE(config->graph_replay);
   EXPECT_TRUE(config->programmatic_edges);
   EXPECT_FALSE(config->launch_gate);
+  EXPECT_EQ(config->preheat_ms, 0);
   EXPECT_EQ(config->collective_timeout_s, 2.5);
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
   EXPECT_EQ(config->max_iterations, 500);

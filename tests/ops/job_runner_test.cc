@@ -398,6 +398,88 @@ TEST(JobRunnerTest, HeadStartCoversTheEnqueueWithFewGemmShapes) {
   EXPECT_EQ(PlanHeadStart(0.0, 10.0, 6).rows, 3);
 }
 
+TEST(JobRunnerTest, PreheatCoversItsTimeInWholeGemmsWithinBounds) {
+  EXPECT_EQ(PreheatGemms(300, 1.0), 300);
+  EXPECT_EQ(PreheatGemms(300, 0.7), 429);  // rounded up: never shorter than asked
+  EXPECT_EQ(PreheatGemms(300, 5.6), 54);
+  EXPECT_EQ(PreheatGemms(1, 5.6), 1);
+  EXPECT_EQ(PreheatGemms(300, 0.01), kPreheatMaxGemms);
+  EXPECT_EQ(PreheatGemms(0, 1.0), 0);    // off
+  EXPECT_EQ(PreheatGemms(300, 0.0), 0);  // no heat head start: nothing to run
+}
+
+// What the job runner reported doing for op `id`, in order, each phase once
+// (progress comes once per iteration).
+std::vector<std::string> PhasesOf(const std::vector<v1::Progress>& all, const std::string& id) {
+  std::vector<std::string> out;
+  for (const v1::Progress& p : all) {
+    if (p.op_id() == id && (out.empty() || out.back() != p.phase())) out.push_back(p.phase());
+  }
+  return out;
+}
+
+TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.preheat_ms = 1;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  std::vector<v1::Progress> progress;
+  RunHooks hooks;
+  hooks.on_progress = [&](const v1::Progress& p) { progress.push_back(p); };
+  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  // fc1 is auto: a preheat, autotune's rounds, the collective alone, a
+  // preheat, then the timed rounds.
+  const std::vector<std::string> fc1 = PhasesOf(progress, "fc1");
+  auto at = [&](const std::vector<std::string>& phases, const std::string& prefix, size_t from) {
+    for (size_t i = from; i < phases.size(); ++i) {
+      if (phases[i].rfind(prefix, 0) == 0) return i;
+    }
+    return phases.size();
+  };
+  const size_t first_tune = at(fc1, "autotune", 0);
+  ASSERT_LT(first_tune, fc1.size());
+  EXPECT_EQ(fc1[first_tune - 1], "preheat");
+  const size_t timed = at(fc1, "gemm_alone 1/", 0);
+  ASSERT_LT(timed, fc1.size());
+  EXPECT_EQ(fc1[timed - 1], "preheat");
+  EXPECT_EQ(std::count(fc1.begin(), fc1.end(), "preheat"), 2);
+  // Round 2 of stage one runs the candidates in the reverse of round 1's order.
+  std::vector<std::string> round1, round2;
+  for (const std::string& phase : fc1) {
+    const size_t paren = phase.find(" (round ");
+    if (paren == std::string::npos) continue;
+    (phase.find("round 1/") != std::string::npos ? round1 : round2)
+        .push_back(phase.substr(0, paren));
+  }
+  ASSERT_GT(round1.size(), 2u);
+  EXPECT_EQ(round2, std::vector<std::string>(round1.rbegin(), round1.rend()));
+
+  // fc2's schedule is fixed: nothing to tune, one preheat before the timed rounds.
+  const std::vector<std::string> fc2 = PhasesOf(progress, "fc2");
+  EXPECT_EQ(at(fc2, "autotune", 0), fc2.size());
+  EXPECT_EQ(std::count(fc2.begin(), fc2.end(), "preheat"), 1);
+  EXPECT_EQ(fc2[at(fc2, "gemm_alone 1/", 0) - 1], "preheat");
+  // The layer step heats too, right before its timed steps.
+  const std::vector<std::string> layer = PhasesOf(progress, "layer");
+  const size_t step = at(layer, "step", 0);
+  ASSERT_LT(step, layer.size());
+  EXPECT_EQ(layer[step - 1], "preheat");
+  for (const v1::OpResult& op : result->ops()) EXPECT_TRUE(op.verified());
+
+  // Off by default on the host backend, and with the idle head start.
+  progress.clear();
+  auto plain = RunJob(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
+  progress.clear();
+  JobSpec idle = SmallJob();
+  idle.heat_head_start = false;
+  ASSERT_TRUE(RunJob(*engine, idle, {0, 1}, hooks, nullptr).ok());
+  for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
+}
+
 TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
   auto engine = Engine();
   ASSERT_TRUE(engine->HasGates());

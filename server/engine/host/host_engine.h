@@ -27,6 +27,8 @@ struct HostEngineOptions {
   bool hazard_checks = false;
   int streams_per_role = 2;
   bool launch_gate = true;  // HoldStreams and ReleaseGate (engine.h)
+  // PreheatMs (engine.h): 0, a CPU does not run faster rested; tests set it.
+  double preheat_ms = 0;
 
   // Failure injection, for tests of error paths. Call number `fail_after`
   // (0-based, per engine, counting calls that passed validation) of `fail_op` fails with the code the real

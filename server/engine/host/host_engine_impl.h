@@ -70,6 +70,7 @@ class HostEngine final : public Engine {
   bool Healthy() const override { return healthy_.load(); }
 
   bool HasGates() const override { return options_.launch_gate; }
+  double PreheatMs() const override { return options_.preheat_ms; }
   absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
                                       double max_hold_ms) override;
   absl::Status ReleaseGate(int64_t ticket) override;
