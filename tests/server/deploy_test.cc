@@ -66,7 +66,7 @@ TEST(DeployTest, ShippedGraphsAreValidOnEveryGroupSize) {
           << path << " on " << gpus << " GPUs: " << ValidateJobSpec(*spec, limits).status();
     }
   }
-  EXPECT_GE(graphs, 8);
+  EXPECT_GE(graphs, 10);
 }
 
 TEST(DeployTest, ShippedConfigIsTheDefault) {
