@@ -31,6 +31,8 @@ if [ "${RUN_GRAPH:-1}" = 1 ]; then
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp-grads.yaml --wait 2>/dev/null | tee "$OUT/llama70b_mlp_grads.txt"
   # Its backward pass: X gathered on the side stream beside fc2's weight gradient.
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp-backward.yaml --wait 2>/dev/null | tee "$OUT/llama70b_mlp_backward.txt"
+  # A whole layer's TP ops: attention's QKV and output projections, then the MLP.
+  timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-layer.yaml --wait 2>/dev/null | tee "$OUT/llama70b_layer.txt"
 fi
 start=$(date +%s)
 nvidia-smi dmon -s pc -d 1 > "$OUT/dmon.txt" 2>&1 &
