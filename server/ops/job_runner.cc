@@ -304,7 +304,11 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                          "verify", 0, 1, [&] { return EnqueueOp(*ctx, schedule); }, "iter_end",
                          Replays(schedule.transport)));
     (void)unused;
+    const absl::Time check_start = absl::Now();
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*ctx, spec.seed, op_index));
+    GetLogger("ops")->debug("{} checked against float64 in {:.0f} ms ({} rows x {} columns)", op.id,
+                            absl::ToDoubleMilliseconds(absl::Now() - check_start), v.rows_checked,
+                            v.cols_checked);
     res.set_verified(true);
     res.set_max_rel_error(v.max_rel_error);
     if (!(v.max_rel_error <= res.tolerance())) {

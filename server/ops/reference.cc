@@ -23,29 +23,26 @@ double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
   return LoadAsFloat(&storage, dtype, 0);
 }
 
-std::vector<int64_t> RowsToCheck(const OpContext& ctx, int64_t y_rows, int max_rows,
-                                 uint64_t seed) {
-  const OpSpec& op = ctx.op();
-  // A collective's row costs one input row per rank, a GEMM's a k-long dot per column.
-  const int64_t macs_per_row =
-      static_cast<int64_t>(ctx.shapes().y_cols) * (IsCollectiveOnly(op.type) ? ctx.tp() : op.k);
-  std::vector<int64_t> rows;
-  if (y_rows * macs_per_row <= (int64_t{1} << 26) || y_rows <= max_rows) {
-    for (int64_t i = 0; i < y_rows; ++i) rows.push_back(i);
-    return rows;
+// Indices 0..count-1 when `all`, else the first and last of 16 blocks (the
+// rank blocks and the finest chunking any schedule uses, for rows), the last
+// one, and seeded random ones, `max_picked` in all, ascending.
+std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uint64_t seed) {
+  std::vector<int64_t> out;
+  if (all || count <= max_picked) {
+    for (int64_t i = 0; i < count; ++i) out.push_back(i);
+    return out;
   }
   std::set<int64_t> picked;
-  // Boundaries of rank blocks and of the finest chunking any schedule uses.
-  const int64_t step = std::max<int64_t>(1, y_rows / 16);
-  for (int64_t b = 0; b < y_rows && static_cast<int>(picked.size()) < max_rows / 2; b += step) {
+  const int64_t step = std::max<int64_t>(1, count / 16);
+  for (int64_t b = 0; b < count && static_cast<int>(picked.size()) < max_picked / 2; b += step) {
     picked.insert(b);
     if (b > 0) picked.insert(b - 1);
   }
-  picked.insert(y_rows - 1);
+  picked.insert(count - 1);
   uint64_t s = seed;
-  while (static_cast<int>(picked.size()) < max_rows) {
+  while (static_cast<int>(picked.size()) < max_picked) {
     s = SplitMix64(s);
-    picked.insert(static_cast<int64_t>(s % static_cast<uint64_t>(y_rows)));
+    picked.insert(static_cast<int64_t>(s % static_cast<uint64_t>(count)));
   }
   return {picked.begin(), picked.end()};
 }
@@ -100,29 +97,13 @@ absl::Status PoisonOutputs(OpContext& ctx) {
 }
 
 absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
-                                           int max_rows) {
+                                           int max_rows, int max_cols) {
   const OpSpec& op = ctx.op();
   const LocalShapes& sh = ctx.shapes();
   const int tp = ctx.tp();
   const DType dt = ctx.dtype();
   const size_t es = ctx.esize();
   const int64_t mr = op.m / tp;
-
-  // Outputs back to the host; every element must have been written.
-  std::vector<std::vector<uint8_t>> y(tp);
-  for (int r = 0; r < tp; ++r) {
-    y[r].resize(static_cast<size_t>(sh.y_rows * sh.y_cols) * es);
-    RETURN_IF_ERROR(ctx.engine().CopyToHost(y[r].data(), ctx.Rows(ctx.rank(r).y, 0, sh.y_rows,
-                                                                  sh.y_cols),
-                                            ctx.rank(r).device));
-    for (int64_t i = 0; i < sh.y_rows * sh.y_cols; ++i) {
-      if (!std::isfinite(LoadAsFloat(y[r].data(), dt, i))) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "op %s: output not fully written: rank %d row %d col %d is not finite", op.id, r,
-            i / sh.y_cols, i % sh.y_cols));
-      }
-    }
-  }
 
   const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
   auto parallel = [threads](const auto& fn) {
@@ -131,21 +112,62 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
     for (auto& th : pool) th.join();
   };
 
-  // W of every rank, as the devices hold it (regenerated from its seed).
+  // Outputs back to the host; every element must have been written.
+  std::vector<std::vector<uint8_t>> y(tp);
+  const int64_t y_size = sh.y_rows * sh.y_cols;
+  for (int r = 0; r < tp; ++r) {
+    y[r].resize(static_cast<size_t>(y_size) * es);
+    RETURN_IF_ERROR(ctx.engine().CopyToHost(y[r].data(), ctx.Rows(ctx.rank(r).y, 0, sh.y_rows,
+                                                                  sh.y_cols),
+                                            ctx.rank(r).device));
+    // Each thread scans a block and keeps its first non-finite element; the
+    // lowest of those is the one named.
+    std::vector<int64_t> first_bad(threads, y_size);
+    parallel([&](int t) {
+      const int64_t block = (y_size + threads - 1) / threads;
+      for (int64_t i = t * block; i < std::min(y_size, (t + 1) * block); ++i) {
+        if (!std::isfinite(LoadAsFloat(y[r].data(), dt, i))) {
+          first_bad[t] = i;
+          return;
+        }
+      }
+    });
+    const int64_t bad = *std::min_element(first_bad.begin(), first_bad.end());
+    if (bad < y_size) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("op %s: output not fully written: rank %d row %d col %d is not finite",
+                          op.id, r, bad / sh.y_cols, bad % sh.y_cols));
+    }
+  }
+
+  // A collective's element costs one input element per rank, a GEMM's a k-long dot.
+  const int64_t macs_per_element = IsCollectiveOnly(op.type) ? tp : op.k;
+  const std::vector<int64_t> rows =
+      IndicesToCheck(sh.y_rows, sh.y_rows * sh.y_cols * macs_per_element <= (int64_t{1} << 26),
+                     max_rows, job_seed + op_index);
+  const std::vector<int64_t> cols = IndicesToCheck(
+      sh.y_cols, IsCollectiveOnly(op.type) || sh.y_cols * macs_per_element <= (int64_t{1} << 22),
+      max_cols, SplitMix64(job_seed + op_index));
+  const int64_t nc = static_cast<int64_t>(cols.size());
+
+  // The checked columns of every rank's W, as the devices hold them
+  // (regenerated from its seed): w[q][kk * nc + c] is W_q[kk, cols[c]].
   std::vector<std::vector<float>> w(tp);
   for (int q = 0; q < tp; ++q) {
-    w[q].resize(static_cast<size_t>(sh.w_rows * sh.w_cols));
+    w[q].resize(static_cast<size_t>(sh.w_rows * nc));
     const uint64_t seed = InputSeed(job_seed, op_index, 1, q);
-    const size_t size = w[q].size();
-    parallel([&, q, seed, size](int t) {
-      const size_t block = (size + threads - 1) / threads;
-      for (size_t i = t * block; i < std::min(size, (t + 1) * block); ++i) {
-        w[q][i] = static_cast<float>(InputValue(dt, seed, i, WScale(op)));
+    const int64_t w_rows = sh.w_rows;
+    parallel([&, q, seed, w_rows](int t) {
+      const int64_t block = (w_rows + threads - 1) / threads;
+      for (int64_t kk = t * block; kk < std::min(w_rows, (t + 1) * block); ++kk) {
+        for (int64_t c = 0; c < nc; ++c) {
+          w[q][kk * nc + c] =
+              static_cast<float>(InputValue(dt, seed, kk * sh.w_cols + cols[c], WScale(op)));
+        }
       }
     });
   }
 
-  const std::vector<int64_t> rows = RowsToCheck(ctx, sh.y_rows, max_rows, job_seed + op_index);
   struct Task {
     int rank;
     int64_t row;
@@ -157,7 +179,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   std::vector<double> max_err(tasks.size(), 0), max_ref(tasks.size(), 0);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    std::vector<double> acc(sh.y_cols);
+    std::vector<double> acc(nc);
     std::vector<double> a_row(sh.a_cols);
     for (size_t t = next++; t < tasks.size(); t = next++) {
       const int r = tasks[t].rank;
@@ -187,14 +209,14 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
         }
         for (int64_t kk = 0; kk < sh.w_rows; ++kk) {
           const double a = a_row[kk];
-          const float* wrow = wq->data() + kk * sh.w_cols;
-          for (int64_t j = 0; j < sh.w_cols; ++j) acc[j] += a * wrow[j];
+          const float* wrow = wq->data() + kk * nc;
+          for (int64_t c = 0; c < nc; ++c) acc[c] += a * wrow[c];
         }
       }
-      for (int64_t j = 0; j < sh.y_cols; ++j) {
-        const double got = LoadAsFloat(y[r].data(), dt, i * sh.y_cols + j);
-        max_err[t] = std::max(max_err[t], std::abs(got - acc[j]));
-        max_ref[t] = std::max(max_ref[t], std::abs(acc[j]));
+      for (int64_t c = 0; c < nc; ++c) {
+        const double got = LoadAsFloat(y[r].data(), dt, i * sh.y_cols + cols[c]);
+        max_err[t] = std::max(max_err[t], std::abs(got - acc[c]));
+        max_ref[t] = std::max(max_ref[t], std::abs(acc[c]));
       }
     }
   };
@@ -208,6 +230,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   Verification v;
   v.max_rel_error = ref > 0 ? err / ref : err;
   v.rows_checked = static_cast<int64_t>(rows.size());
+  v.cols_checked = nc;
   return v;
 }
 

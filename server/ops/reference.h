@@ -19,16 +19,23 @@ absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index);
 absl::Status PoisonOutputs(OpContext& ctx);
 
 struct Verification {
-  double max_rel_error = 0;  // max|y - ref| / max|ref| over the checked rows
+  double max_rel_error = 0;  // max|y - ref| / max|ref| over the checked elements
   int64_t rows_checked = 0;  // per rank
+  int64_t cols_checked = 0;  // in each checked row
 };
 
 // Copies every rank's Y back, fails with FAILED_PRECONDITION naming the rank,
 // row and column of the first element that is not finite (never written after
-// poisoning), and compares rows against a float64 reference: every row when the
-// op is small, else the first and last rows of every rank block and chunk
-// boundary plus seeded random rows (at most `max_rows` per rank).
+// poisoning), and compares elements against a float64 reference. Rows: every
+// row when the op is small, else the first and last rows of every rank block
+// and chunk boundary plus seeded random rows (at most `max_rows` per rank).
+// Columns, in each checked row: every column when a row's reference is cheap
+// (y_cols x k <= 2^22 multiply-adds), else the first and last of 16 column
+// blocks plus seeded random ones (at most `max_cols`). The schedules split
+// rows, never columns, so a misplaced piece or a missing sum shows in every
+// column; a full row of a large op cost its whole W regenerated on the host,
+// which left the GPUs idle for a second or more after each op.
 absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
-                                           int max_rows = 48);
+                                           int max_rows = 48, int max_cols = 256);
 
 }  // namespace overlap::ops

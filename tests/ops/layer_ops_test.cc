@@ -1,13 +1,16 @@
 // Every op x mode x chunk count x transport x tp on the host backend with the
 // hazard checker on, against the float64 reference (which checks row order:
 // all input rows differ), after poisoning the output with NaN.
+#include "server/ops/layer_ops.h"
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <tuple>
 
 #include "server/engine/host/host_engine.h"
-#include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
 
 namespace overlap::ops {
@@ -216,6 +219,59 @@ TEST(LayerOpsVerifyTest, DetectsWrongAndUnwrittenOutputs) {
   auto partial = VerifyOutputs(**ctx, 5, 0);
   ASSERT_TRUE(partial.ok());
   EXPECT_GT(partial->max_rel_error, 0.05);
+}
+
+// A wide op: a row's reference would cost y_cols x k = 4096 x 2048 multiply-adds,
+// so 256 of its columns are checked; a right result passes, a partial sum
+// (the GEMM alone, no all-reduce) is caught, and the first unwritten element is
+// named exactly, however far from the checked columns.
+TEST(LayerOpsVerifyTest, WideOutputsAreCheckedOnSampledColumns) {
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  options.device_memory_bytes = int64_t{256} << 20;
+  auto engine = engine::CreateHostEngine(options);
+  ASSERT_TRUE(engine.ok());
+  OpSpec op;
+  op.id = "wide";
+  op.type = OpType::kGemmAr;
+  op.m = 64;
+  op.k = 2048;
+  op.n = 4096;
+  const Schedule s{OverlapMode::kRing, 2, Transport::kP2p};
+  auto ctx = OpContext::Create(**engine, op, DType::kF32, {0, 1}, BuffersFor(op, 2, s));
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_TRUE(FillInputs(**ctx, 9, 0).ok());
+  ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
+  ASSERT_TRUE(RunOnce(**engine, **ctx, s).ok());
+  auto v = VerifyOutputs(**ctx, 9, 0);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->cols_checked, 256);
+  EXPECT_EQ(v->rows_checked, 48);
+  EXPECT_LT(v->max_rel_error, 1e-5);
+  // Narrower rows are checked whole.
+  auto all_cols = VerifyOutputs(**ctx, 9, 0, 48, /*max_cols=*/4096);
+  ASSERT_TRUE(all_cols.ok());
+  EXPECT_EQ(all_cols->cols_checked, 4096);
+  EXPECT_NEAR(all_cols->max_rel_error, v->max_rel_error, 1e-5);
+
+  ASSERT_TRUE(EnqueueGemmAlone(**ctx).ok());
+  ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
+  auto partial = VerifyOutputs(**ctx, 9, 0);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_GT(partial->max_rel_error, 0.05);
+
+  // Two elements of rank 1 left unwritten: row 40 col 4001, and later row 63 col 7.
+  const engine::BufferId y = ctx->get()->rank(1).y;
+  for (const auto& [row, col] : {std::pair<int64_t, int64_t>{63, 7}, {40, 4001}}) {
+    const engine::BufferRef one{y, static_cast<size_t>((row * op.n + col) * 4), 4};
+    ASSERT_TRUE(
+        (*engine)->FillConstant(ctx->get()->rank(1).compute, one, DType::kF32, std::nanf("")).ok());
+  }
+  ASSERT_TRUE((*engine)->Synchronize({0, 1}).ok());
+  auto unwritten = VerifyOutputs(**ctx, 9, 0);
+  EXPECT_EQ(unwritten.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unwritten.status().message()),
+              ::testing::HasSubstr("rank 1 row 40 col 4001 is not finite"));
 }
 
 }  // namespace
