@@ -315,6 +315,8 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
   j["nccl_overlap_ctas"] = job.result().nccl_overlap_ctas();
   // What the GPUs did while the host enqueued each gated iteration (heat | idle).
   j["head_start"] = job.result().head_start();
+  // The GEMM run before each measured phase, so that none starts rested.
+  j["preheat_ms"] = job.result().preheat_ms();
   j["rows"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
     nlohmann::json candidates = nlohmann::json::array();
@@ -409,7 +411,12 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
   if (!job.result().head_start().empty()) {
     absl::StrAppend(&text, "timing: ", job.result().head_start(),
                     " head start (what the GPUs did while the host enqueued each timed "
-                    "iteration)\n");
+                    "iteration)");
+    if (job.result().preheat_ms() > 0) {
+      absl::StrAppendFormat(&text, ", %.0f ms of the GEMM before each measured phase",
+                            job.result().preheat_ms());
+    }
+    absl::StrAppend(&text, "\n");
   }
   out << (json ? j.dump(1) + "\n" : text);
   return kExitOk;

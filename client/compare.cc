@@ -56,6 +56,8 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
   Caveat(&c.caveats, "launch gate", ra.launch_gate() ? "on" : "off",
          rb.launch_gate() ? "on" : "off");
   Caveat(&c.caveats, "head start", ra.head_start(), rb.head_start());
+  Caveat(&c.caveats, "preheat", absl::StrFormat("%.0f ms", ra.preheat_ms()),
+         absl::StrFormat("%.0f ms", rb.preheat_ms()));
   Caveat(&c.caveats, "nccl_overlap_ctas", absl::StrCat(ra.nccl_overlap_ctas()),
          absl::StrCat(rb.nccl_overlap_ctas()));
   // Results stored before these were recorded have them empty: nothing to say.

@@ -232,6 +232,9 @@ TEST(BenchJsonTest, SaysWhetherTheTimingWasGated) {
   EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["launch_gate"], true);
   job.mutable_result()->set_head_start("heat");
   EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["head_start"], "heat");
+  EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["preheat_ms"], 0);
+  job.mutable_result()->set_preheat_ms(300);
+  EXPECT_EQ(BenchJson(job, node, nullptr, {}, BenchOptions{})["preheat_ms"], 300);
 }
 
 }  // namespace

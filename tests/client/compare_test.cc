@@ -88,6 +88,15 @@ TEST(CompareTest, CallsOutWhatMakesTheRunsLessComparable) {
   EXPECT_THAT(FormatComparison(a, b, c), HasSubstr("differs: dtype: bf16 -> fp16\n"));
 }
 
+// A run from before the preheat (or with it off) against one with it.
+TEST(CompareTest, NamesAChangedPreheat) {
+  const v1::Job a = Job("a", {Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5)});
+  v1::Job b = a;
+  EXPECT_THAT(CompareJobs(a, b).caveats, ::testing::IsEmpty());
+  b.mutable_result()->set_preheat_ms(300);
+  EXPECT_THAT(CompareJobs(a, b).caveats, ElementsAre("preheat: 0 ms -> 300 ms"));
+}
+
 // An upgrade between the runs is named; a result stored before versions were
 // recorded says nothing about them.
 TEST(CompareTest, NamesTheVersionsThatChanged) {

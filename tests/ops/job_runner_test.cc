@@ -467,16 +467,20 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   ASSERT_LT(step, layer.size());
   EXPECT_EQ(layer[step - 1], "preheat");
   for (const v1::OpResult& op : result->ops()) EXPECT_TRUE(op.verified());
+  EXPECT_EQ(result->preheat_ms(), 1);
 
   // Off by default on the host backend, and with the idle head start.
   progress.clear();
   auto plain = RunJob(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->preheat_ms(), 0);
   for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
   progress.clear();
   JobSpec idle = SmallJob();
   idle.heat_head_start = false;
-  ASSERT_TRUE(RunJob(*engine, idle, {0, 1}, hooks, nullptr).ok());
+  auto idle_result = RunJob(*engine, idle, {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(idle_result.ok()) << idle_result.status();
+  EXPECT_EQ(idle_result->preheat_ms(), 0);
   for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
 }
 
