@@ -64,6 +64,36 @@ absl::Status CudaEngineImpl::FillConstant(engine::StreamId stream, engine::Buffe
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> CudaEngineImpl::FirstNonFinite(engine::BufferRef src, DType dtype,
+                                                       int device) {
+  if (!ValidDevice(device)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown device ", device));
+  }
+  ASSIGN_OR_RETURN(char* ptr, Resolve(src, device, "FirstNonFinite source"));
+  RETURN_IF_ERROR(CheckWholeElements(src, dtype, "FirstNonFinite source"));
+  if (src.bytes == 0) return -1;
+  RETURN_IF_ERROR(WaitIdle({device}));
+  ScopedDevice guard(device);
+  RETURN_IF_ERROR(guard.status());
+  // Where CopyToHost runs, after everything before it on the device.
+  cudaStream_t stream = streams_[GetStream(device, engine::StreamRole::kComm, 0)].stream.get();
+  unsigned long long* first = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&first), sizeof(*first), stream));
+  unsigned long long found = 0;
+  cudaError_t err = cudaMemsetAsync(first, 0xFF, sizeof(*first), stream);
+  if (err == cudaSuccess) {
+    err = LaunchFirstNonFinite(ptr, ToElemType(dtype), src.bytes / DTypeSize(dtype), first, stream);
+  }
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(&found, first, sizeof(found), cudaMemcpyDeviceToHost, stream);
+  }
+  const cudaError_t freed = cudaFreeAsync(first, stream);
+  if (err == cudaSuccess) err = freed;
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  CUDA_RETURN_IF_ERROR(err);
+  return found == ~0ull ? int64_t{-1} : static_cast<int64_t>(found);
+}
+
 absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferRef dst,
                                         engine::BufferRef src, DType dtype) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));

@@ -81,6 +81,7 @@ class CudaEngineImpl final : public CudaEngine {
 
   absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override;
   absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override;
+  absl::StatusOr<int64_t> FirstNonFinite(engine::BufferRef src, DType dtype, int device) override;
   absl::Status Synchronize(const std::vector<int>& devices) override;
   bool Healthy() const override;
 

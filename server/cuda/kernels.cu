@@ -182,6 +182,46 @@ cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t c
 
 namespace {
 
+// Grid-stride: a thread visits its indices in ascending order, so its first
+// hit is its lowest, and one atomic per thread that found one is enough.
+template <typename T>
+__global__ void FirstNonFiniteKernel(const T* src, size_t count, unsigned long long* first) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    if (!isfinite(ToFloat(src[i]))) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchFirstNonFinite(const void* src, ElemType type, size_t count,
+                                 unsigned long long* first, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (type) {
+    case ElemType::kF32:
+      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<const float*>(src),
+                                                                   count, first);
+      break;
+    case ElemType::kF16:
+      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<const __half*>(src),
+                                                                   count, first);
+      break;
+    case ElemType::kBF16:
+      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(src), count, first);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+namespace {
+
 __device__ __forceinline__ uint64_t GlobalTimerNs() {
   uint64_t ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));

@@ -22,6 +22,11 @@ cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float val
 cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t count,
                              cudaStream_t stream);
 
+// *first = the lowest index of an element of src that is not finite, if lower
+// than what it holds; the caller sets *first (device memory) to ~0 before.
+cudaError_t LaunchFirstNonFinite(const void* src, ElemType type, size_t count,
+                                 unsigned long long* first, cudaStream_t stream);
+
 // Holds `stream` until *opened >= ticket (mapped, pinned host memory that the
 // host writes) or until `max_hold_ns` of the GPU's global timer have passed, in
 // which case it adds one to *timeouts. One thread; launch_gate.h says why.

@@ -197,6 +197,12 @@ class Engine {
   // Host <-> device, synchronous with respect to all prior work on the device.
   virtual absl::Status CopyToHost(void* dst, BufferRef src, int device) = 0;
   virtual absl::Status CopyFromHost(BufferRef dst, int device, const void* src) = 0;
+  // The index of the first element of `src` (of `dtype`) that is not finite
+  // (NaN or infinite), -1 when every one is; synchronous like CopyToHost. It
+  // proves an output fully written after poisoning without copying it back:
+  // the default does copy it and scans on the host; the CUDA backend scans on
+  // the GPU and returns 8 bytes.
+  virtual absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device);
 
   // Blocks until every stream of the given devices is idle; returns the first
   // asynchronous error seen there (the hazard checker's, a library's).

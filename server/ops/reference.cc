@@ -112,28 +112,12 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
     for (auto& th : pool) th.join();
   };
 
-  // Outputs back to the host; every element must have been written.
-  std::vector<std::vector<uint8_t>> y(tp);
-  const int64_t y_size = sh.y_rows * sh.y_cols;
+  // Every element must have been written (the backend scans where Y lives).
   for (int r = 0; r < tp; ++r) {
-    y[r].resize(static_cast<size_t>(y_size) * es);
-    RETURN_IF_ERROR(ctx.engine().CopyToHost(y[r].data(), ctx.Rows(ctx.rank(r).y, 0, sh.y_rows,
-                                                                  sh.y_cols),
-                                            ctx.rank(r).device));
-    // Each thread scans a block and keeps its first non-finite element; the
-    // lowest of those is the one named.
-    std::vector<int64_t> first_bad(threads, y_size);
-    parallel([&](int t) {
-      const int64_t block = (y_size + threads - 1) / threads;
-      for (int64_t i = t * block; i < std::min(y_size, (t + 1) * block); ++i) {
-        if (!std::isfinite(LoadAsFloat(y[r].data(), dt, i))) {
-          first_bad[t] = i;
-          return;
-        }
-      }
-    });
-    const int64_t bad = *std::min_element(first_bad.begin(), first_bad.end());
-    if (bad < y_size) {
+    ASSIGN_OR_RETURN(const int64_t bad,
+                     ctx.engine().FirstNonFinite(ctx.Rows(ctx.rank(r).y, 0, sh.y_rows, sh.y_cols),
+                                                 dt, ctx.rank(r).device));
+    if (bad >= 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("op %s: output not fully written: rank %d row %d col %d is not finite",
                           op.id, r, bad / sh.y_cols, bad % sh.y_cols));
@@ -149,6 +133,20 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       sh.y_cols, IsCollectiveOnly(op.type) || sh.y_cols * macs_per_element <= (int64_t{1} << 22),
       max_cols, SplitMix64(job_seed + op_index));
   const int64_t nc = static_cast<int64_t>(cols.size());
+
+  // The checked rows back to the host, one copy per run of consecutive rows:
+  // y[r] holds them in order, the checked row rows[i] at row i.
+  const size_t row_bytes = static_cast<size_t>(sh.y_cols) * es;
+  std::vector<std::vector<uint8_t>> y(tp, std::vector<uint8_t>(rows.size() * row_bytes));
+  for (int r = 0; r < tp; ++r) {
+    for (size_t first = 0, last = 0; first < rows.size(); first = last) {
+      for (last = first + 1; last < rows.size() && rows[last] == rows[last - 1] + 1;) ++last;
+      RETURN_IF_ERROR(ctx.engine().CopyToHost(
+          y[r].data() + first * row_bytes,
+          ctx.Rows(ctx.rank(r).y, rows[first], static_cast<int64_t>(last - first), sh.y_cols),
+          ctx.rank(r).device));
+    }
+  }
 
   // The checked columns of every rank's W, as the devices hold them
   // (regenerated from its seed): w[q][kk * nc + c] is W_q[kk, cols[c]].
@@ -170,11 +168,12 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
 
   struct Task {
     int rank;
-    int64_t row;
+    int64_t row;   // in Y
+    size_t local;  // in y[rank]
   };
   std::vector<Task> tasks;
   for (int r = 0; r < tp; ++r) {
-    for (int64_t i : rows) tasks.push_back({r, i});
+    for (size_t l = 0; l < rows.size(); ++l) tasks.push_back({r, rows[l], l});
   }
   std::vector<double> max_err(tasks.size(), 0), max_ref(tasks.size(), 0);
   std::atomic<size_t> next{0};
@@ -214,7 +213,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
         }
       }
       for (int64_t c = 0; c < nc; ++c) {
-        const double got = LoadAsFloat(y[r].data(), dt, i * sh.y_cols + cols[c]);
+        const double got = LoadAsFloat(y[r].data(), dt, tasks[t].local * sh.y_cols + cols[c]);
         max_err[t] = std::max(max_err[t], std::abs(got - acc[c]));
         max_ref[t] = std::max(max_ref[t], std::abs(acc[c]));
       }

@@ -24,9 +24,10 @@ struct Verification {
   int64_t cols_checked = 0;  // in each checked row
 };
 
-// Copies every rank's Y back, fails with FAILED_PRECONDITION naming the rank,
-// row and column of the first element that is not finite (never written after
-// poisoning), and compares elements against a float64 reference. Rows: every
+// Fails with FAILED_PRECONDITION naming the rank, row and column of the first
+// element of Y that is not finite (never written after poisoning; the backend
+// scans it where it lives), then copies the checked rows back and compares
+// elements against a float64 reference. Rows: every
 // row when the op is small, else the first and last rows of every rank block
 // and chunk boundary plus seeded random rows (at most `max_rows` per rank).
 // Columns, in each checked row: every column when a row's reference is cheap

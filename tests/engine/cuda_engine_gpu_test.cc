@@ -196,6 +196,40 @@ TEST_F(CudaEngineTest, FillConstantPoisonsWithNaN) {
   }
 }
 
+// The scan that proves an output written: -1 on finite data, else the lowest
+// index of a NaN or an infinity, wherever in the grid's stride it lies; a
+// sub-range counts from its own start.
+TEST_F(CudaEngineTest, FirstNonFiniteFindsTheLowestIndex) {
+  const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const size_t es = DTypeSize(dtype);
+    const size_t count = (size_t{1} << 22) + 3;  // more elements than threads in the grid
+    const BufferId buffer = Alloc(0, count * es);
+    const BufferRef all{buffer, 0, count * es};
+    ASSERT_TRUE(eng().FillConstant(stream, all, dtype, 2.5f).ok());
+    absl::StatusOr<int64_t> first = eng().FirstNonFinite(all, dtype, 0);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, -1) << DTypeName(dtype);
+    for (size_t i : {count - 1, size_t{3000001}, size_t{600013}}) {
+      ASSERT_TRUE(
+          eng()
+              .FillConstant(stream, {buffer, i * es, es}, dtype, i == 600013 ? INFINITY : NAN)
+              .ok());
+      first = eng().FirstNonFinite(all, dtype, 0);
+      ASSERT_TRUE(first.ok()) << first.status();
+      EXPECT_EQ(*first, static_cast<int64_t>(i)) << DTypeName(dtype);
+    }
+    first = eng().FirstNonFinite({buffer, 600014 * es, 1000 * es}, dtype, 0);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, -1);
+    first = eng().FirstNonFinite({buffer, 600000 * es, 1000 * es}, dtype, 0);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, 13);
+  }
+  EXPECT_EQ(eng().FirstNonFinite({engine::kNoBuffer, 0, 4}, DType::kF32, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaEngineTest, AccumulateAddsInFp32AndRoundsOnce) {
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 1);
   const size_t count = 10007;

@@ -122,6 +122,28 @@ TEST(HostEngineTest, FillConstantAndAccumulate) {
   }
 }
 
+// The engine's default scan (a copy back, then the host): the lowest index of a
+// NaN or an infinity, after the stream work before it; -1 when none.
+TEST(HostEngineTest, FirstNonFiniteFindsTheLowestIndexAfterPriorWork) {
+  auto engine = MakeHostEngine(1);
+  const StreamId s = engine->GetStream(0, StreamRole::kCompute);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const size_t es = DTypeSize(dtype);
+    const BufferId buffer = Upload(*engine, 0, {1, 2, 3, 4, 5, 6}, dtype);
+    absl::StatusOr<int64_t> first = engine->FirstNonFinite(Whole(buffer, 6 * es), dtype, 0);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, -1);
+    ASSERT_TRUE(engine->FillConstant(s, BufferRef{buffer, 4 * es, es}, dtype, NAN).ok());
+    ASSERT_TRUE(engine->FillConstant(s, BufferRef{buffer, 2 * es, es}, dtype, INFINITY).ok());
+    first = engine->FirstNonFinite(Whole(buffer, 6 * es), dtype, 0);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, 2) << DTypeName(dtype);
+    first = engine->FirstNonFinite(BufferRef{buffer, 3 * es, 3 * es}, dtype, 0);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, 1);
+  }
+}
+
 TEST(HostEngineTest, AccumulateRoundsBf16ToNearestEven) {
   auto engine = MakeHostEngine(1);
   const StreamId s = engine->GetStream(0, StreamRole::kCompute);
