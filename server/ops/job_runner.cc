@@ -190,13 +190,14 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     comm_t = p2p_faster ? p2p_t : nccl_t;
     fastest = p2p_faster ? Transport::kP2p : Transport::kNccl;
   }
+  // The collective alone left the SMs idle: the first GEMM alone would run
+  // rested, faster than the steps after it, and make the ideal too low.
+  RETURN_IF_ERROR(run.Preheat());
+
   // The GEMM alone, the GEMM beside the collective and the step alternate in
   // rounds: sustained GEMMs lower the SM clock within seconds, so measuring one
   // long after the other would put them at different clocks and skew step /
   // ideal and the slowdown either way.
-  // The collective alone left the SMs idle: the first GEMM alone would run
-  // rested, faster than the steps after it, and make the ideal too low.
-  RETURN_IF_ERROR(run.Preheat());
   std::vector<double> gemm_t, beside_t, step_t, host_t;
   std::vector<std::vector<double>> gemm_rank_t(tp);  // a slow GPU shows here
   bool step_replayed = true;
