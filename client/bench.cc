@@ -15,7 +15,9 @@
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "client/table.h"
+#include "common/graph_parser.h"
 #include "common/library_env.h"
+#include "common/status_macros.h"
 
 namespace overlap::client {
 namespace {
@@ -82,6 +84,30 @@ absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text
     out.push_back(s);
   }
   if (out.empty()) return absl::InvalidArgumentError("--shapes: no shapes given");
+  return out;
+}
+
+absl::StatusOr<GraphBench> BenchFromGraph(const std::string& text, const std::string& source) {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(text, source));
+  GraphBench out;
+  out.dtype = DTypeName(spec.dtype);
+  out.devices = spec.devices;
+  for (const OpSpec& op : spec.ops) {
+    if (op.type != OpType::kAgGemm && op.type != OpType::kGemmRs && op.type != OpType::kGemmAr) {
+      continue;
+    }
+    const BenchShape shape{OpTypeName(op.type), op.m, op.k, op.n};
+    const bool seen = std::any_of(out.shapes.begin(), out.shapes.end(), [&](const BenchShape& s) {
+      return s.op == shape.op && s.m == shape.m && s.k == shape.k && s.n == shape.n;
+    });
+    if (!seen) out.shapes.push_back(shape);
+  }
+  if (out.shapes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source,
+                     ": no ag_gemm, gemm_rs or gemm_ar op to sweep (the sweep times "
+                     "overlapped ops; submit the graph to time it whole)"));
+  }
   return out;
 }
 

@@ -48,6 +48,17 @@ std::vector<BenchShape> DefaultBenchShapes();
 // Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text);
 
+// What a layer graph gives the sweep: its overlapped ops' shapes (ag_gemm,
+// gemm_rs, gemm_ar; each shape once, in the graph's order), its dtype and its
+// devices (empty: every device). INVALID_ARGUMENT when the graph does not parse
+// or has no such op.
+struct GraphBench {
+  std::vector<BenchShape> shapes;
+  std::string dtype;
+  std::vector<int> devices;
+};
+absl::StatusOr<GraphBench> BenchFromGraph(const std::string& text, const std::string& source);
+
 // The job spec (YAML) for the options.
 std::string BuildBenchSpec(const BenchOptions& options);
 

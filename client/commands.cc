@@ -22,7 +22,9 @@ int64_t NowMs() {
       .count();
 }
 
-absl::StatusOr<std::string> ReadSpec(const std::string& file) {
+}  // namespace
+
+absl::StatusOr<std::string> ReadGraphFile(const std::string& file) {
   std::ostringstream text;
   if (file == "-") {
     text << std::cin.rdbuf();
@@ -34,8 +36,6 @@ absl::StatusOr<std::string> ReadSpec(const std::string& file) {
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", file));
   return text.str();
 }
-
-}  // namespace
 
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
@@ -95,7 +95,7 @@ int Commands::FollowAndPrint(const std::string& id) {
 }
 
 int Commands::Submit(const std::string& file, bool wait) {
-  absl::StatusOr<std::string> spec = ReadSpec(file);
+  absl::StatusOr<std::string> spec = ReadGraphFile(file);
   if (!spec.ok()) {
     err_ << "overlapctl: " << spec.status().message() << "\n";
     return kExitUsage;

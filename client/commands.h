@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/daemon_client.h"
 #include "google/protobuf/message.h"
 
@@ -22,6 +23,9 @@ inline constexpr int kExitJobFailed = 1;
 inline constexpr int kExitUnreachable = 2;
 inline constexpr int kExitRefused = 3;
 inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
+
+// A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
 
 // The protobuf JSON form: proto field names, primitive fields always printed.
 std::string ToJson(const google::protobuf::Message& message);

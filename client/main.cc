@@ -116,12 +116,19 @@ int main(int argc, char** argv) {
   compare->add_option("A", id, "job id")->required();
   compare->add_option("B", id_b, "job id")->required();
   overlap::client::BenchOptions bench_options;
-  std::string bench_shapes, bench_json;
+  std::string bench_shapes, bench_graph, bench_json;
   bool no_verify = false;
   CLI::App* bench = app.add_subcommand("bench", "run the op benchmark sweep on the daemon");
-  bench->add_option("--shapes", bench_shapes,
-                    "op:MxKxN,... (global shapes; default: the standard sweep)");
-  bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  CLI::Option* shapes_option = bench->add_option(
+      "--shapes", bench_shapes, "op:MxKxN,... (global shapes; default: the standard sweep)");
+  bench
+      ->add_option("--graph", bench_graph,
+                   "sweep the ag_gemm, gemm_rs and gemm_ar shapes of this layer graph, in its "
+                   "dtype and on its devices (- reads standard input)")
+      ->excludes(shapes_option);
+  CLI::Option* dtype_option =
+      bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")
+          ->capture_default_str();
   bench->add_option("--transport", bench_options.transport,
                     "transport auto may choose: auto | nccl | p2p | direct (serial is always "
                     "NCCL; direct narrows gemm_rs and gemm_ar only)")
@@ -149,9 +156,11 @@ int main(int argc, char** argv) {
                    "GEMM, as in a training loop) | idle")
       ->check(CLI::IsMember({"heat", "idle"}))
       ->capture_default_str();
-  bench->add_option("--devices", bench_options.devices,
-                    "the TP group, e.g. 0,1,2,3 (default: every device)")
-      ->delimiter(',');
+  CLI::Option* devices_option =
+      bench
+          ->add_option("--devices", bench_options.devices,
+                       "the TP group, e.g. 0,1,2,3 (default: every device)")
+          ->delimiter(',');
   bench->add_option("--json-out", bench_json, "also write the JSON report to this file");
 
   overlap::client::CommBenchOptions comm_options;
@@ -238,6 +247,19 @@ int main(int argc, char** argv) {
         return overlap::client::kExitUsage;
       }
       bench_options.shapes = *shapes;
+    }
+    if (!bench_graph.empty()) {
+      // --dtype and --devices, when given, win over the graph's.
+      absl::StatusOr<std::string> text = overlap::client::ReadGraphFile(bench_graph);
+      absl::StatusOr<overlap::client::GraphBench> from_graph =
+          text.ok() ? overlap::client::BenchFromGraph(*text, bench_graph) : text.status();
+      if (!from_graph.ok()) {
+        std::cerr << "overlapctl: " << from_graph.status().message() << "\n";
+        return overlap::client::kExitUsage;
+      }
+      bench_options.shapes = from_graph->shapes;
+      if (dtype_option->count() == 0) bench_options.dtype = from_graph->dtype;
+      if (devices_option->count() == 0) bench_options.devices = from_graph->devices;
     }
     // A long sweep: no per-call deadline beyond the client's default on unary calls.
     rc = overlap::client::RunBench(*client, bench_options, bench_json, json,

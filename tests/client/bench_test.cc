@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "client/commands.h"
 #include "common/graph_parser.h"
 
 namespace overlap::client {
@@ -222,6 +224,56 @@ TEST(BenchSpecTest, IdleHeadStartReachesTheSpec) {
   auto spec = ParseJobSpec(BuildBenchSpec(o));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->heat_head_start);
+}
+
+// `bench --graph`: the sweep of a user's own layer graph.
+TEST(BenchFromGraphTest, TakesTheOverlappedOpsShapesOnceInGraphOrder) {
+  const std::string path = std::string(OVERLAP_SOURCE_DIR) + "/deploy/graphs/llama70b-layer.yaml";
+  auto text = ReadGraphFile(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto layer = BenchFromGraph(*text, path);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  ASSERT_EQ(layer->shapes.size(), 4u);
+  const std::vector<std::string> want = {"ag_gemm 8192x8192x10240", "gemm_rs 8192x8192x8192",
+                                         "ag_gemm 8192x8192x28672", "gemm_rs 8192x28672x8192"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const BenchShape& s = layer->shapes[i];
+    EXPECT_EQ(absl::StrCat(s.op, " ", s.m, "x", s.k, "x", s.n), want[i]);
+  }
+  EXPECT_EQ(layer->dtype, "bf16");
+  EXPECT_TRUE(layer->devices.empty());
+
+  // Ops without a collective to overlap are left out, a repeated shape runs
+  // once, and the graph's dtype and devices come along.
+  auto mixed = BenchFromGraph(R"(name: g
+devices: [1, 0]
+dtype: fp16
+ops:
+  - {id: a, type: gemm_ar, m: 256, k: 128, n: 64}
+  - {id: w, type: gemm, m: 256, k: 128, n: 64}
+  - {id: g, type: all_reduce, m: 256, n: 64, after: [a]}
+  - {id: b, type: gemm_ar, m: 256, k: 128, n: 64, after: [a]}
+  - {id: c, type: ag_gemm, m: 256, k: 128, n: 64, after: [b]}
+)",
+                              "g.yaml");
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  ASSERT_EQ(mixed->shapes.size(), 2u);
+  EXPECT_EQ(mixed->shapes[0].op, "gemm_ar");
+  EXPECT_EQ(mixed->shapes[1].op, "ag_gemm");
+  EXPECT_EQ(mixed->dtype, "fp16");
+  EXPECT_EQ(mixed->devices, (std::vector<int>{1, 0}));
+}
+
+TEST(BenchFromGraphTest, RefusesAGraphWithNothingToSweep) {
+  auto none =
+      BenchFromGraph("name: g\nops:\n  - {id: g, type: all_reduce, m: 256, n: 64}\n", "grads.yaml");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("grads.yaml: no ag_gemm, gemm_rs or gemm_ar op"),
+            std::string::npos)
+      << none.status();
+  auto bad = BenchFromGraph("name: g\nops: [", "bad.yaml");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadGraphFile("/nonexistent/graph.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(BenchJsonTest, SaysWhetherTheTimingWasGated) {

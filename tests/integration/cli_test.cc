@@ -265,6 +265,30 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   EXPECT_THAT(bad_size.err, StartsWith("overlapctl: --min-bytes: "));
 }
 
+// The sweep of a user's own graph: its three shapes, in its dtype, auto beside
+// serial; --shapes with --graph, or a graph with nothing to sweep, is a usage error.
+TEST_F(CliTest, BenchSweepsTheShapesOfAGraph) {
+  RunResult run = daemon_->Ctl({"bench", "--graph", graph_, "--devices", "0,1", "--repeats", "1",
+                                "--iterations", "2", "--warmup", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  nlohmann::json j = ParseJson(run.out);
+  EXPECT_EQ(j["dtype"], "bf16");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  EXPECT_EQ(j["rows"][0]["op"], "ag_gemm");
+  EXPECT_EQ(j["rows"][1]["op"], "gemm_rs");
+  EXPECT_EQ(j["rows"][2]["op"], "gemm_ar");
+  EXPECT_EQ(j["rows"][1]["k"], 256);
+  for (const auto& row : j["rows"]) EXPECT_EQ(row["tp"], 2) << row.dump();
+
+  RunResult both = daemon_->Ctl({"bench", "--graph", graph_, "--shapes", "ag_gemm:128x128x128"});
+  EXPECT_EQ(both.exit_code, 64) << Describe(both);
+  const std::string grads = dir_.File("grads.yaml");
+  WriteFileOrDie(grads, "name: g\nops:\n  - {id: g, type: all_reduce, m: 128, n: 64}\n");
+  RunResult none = daemon_->Ctl({"bench", "--graph", grads});
+  EXPECT_EQ(none.exit_code, 64) << Describe(none);
+  EXPECT_THAT(none.err, HasSubstr("no ag_gemm, gemm_rs or gemm_ar op to sweep"));
+}
+
 // Two runs of one graph, op by op; a job without results or an unknown id is refused.
 TEST_F(CliTest, CompareShowsTwoJobsOpByOp) {
   std::vector<std::string> ids;
