@@ -1,5 +1,5 @@
 // Shared by the bench tools that call our GemmLt directly (gemm_probe,
-// gemm_algos, piece_edges, rest_bias): one packed row-major bf16 GEMM,
+// gemm_algos, piece_edges, rest_bias, heat_ramp): one packed row-major bf16 GEMM,
 // C[m, n] = A[m, k] x B[k, n]. Bench code: a failed call ends the program.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "bench/probe_util.h"
@@ -62,5 +63,39 @@ inline void RunOrDie(cuda::GemmLt& gemm, const cuda::GemmProblem& p, cudaStream_
     std::exit(1);
   }
 }
+
+// Overrides g's shape with M N K from argv[1..3] when they are given.
+inline void ShapeFromArgs(int argc, char** argv, Bf16Gemm& g) {
+  if (argc < 4) return;
+  g.m = std::atoll(argv[1]);
+  g.n = std::atoll(argv[2]);
+  g.k = std::atoll(argv[3]);
+}
+
+// One GEMM on device 0 with what timing it takes: its stream, a workspace and
+// our GemmLt (rest_bias, heat_ramp). Start() allocates and fills the inputs
+// and runs it once, which tunes it.
+struct TimedGemm : Bf16Gemm {
+  static constexpr size_t kWorkspace = 64 << 20;
+  void* workspace = nullptr;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::GemmLt> gemm;
+
+  void Start() {
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    AllocateFilled(*this, stream, 0.05f);
+    CHECK_CUDA(cudaMalloc(&workspace, kWorkspace));
+    absl::StatusOr<std::unique_ptr<cuda::GemmLt>> created = cuda::GemmLt::Create(0);
+    if (!created.ok()) {
+      std::fprintf(stderr, "GemmLt: %s\n", std::string(created.status().message()).c_str());
+      std::exit(1);
+    }
+    gemm = std::move(*created);
+    Run();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  }
+  void Run() const { RunOrDie(*gemm, Problem(*this), stream, workspace, kWorkspace); }
+};
 
 }  // namespace overlap::bench

@@ -22,22 +22,15 @@
 
 namespace {
 
-using overlap::bench::AllocateFilled;
 using overlap::bench::Median;
-using overlap::bench::Problem;
-using overlap::bench::RunOrDie;
-using overlap::cuda::GemmLt;
+using overlap::bench::TimedGemm;
 
-constexpr size_t kWorkspace = 64 << 20;
 constexpr double kRunMs = 2000;
 // Bucket upper edges, ms of GPU time since the first GEMM after the rest began.
 const std::vector<double> kEdges = {25, 50, 100, 200, 300, 500, 1000, 1500, 2000};
 
-struct Setup : overlap::bench::Bf16Gemm {
+struct Setup : TimedGemm {
   Setup() { m = 8192, n = 14336, k = 8192; }
-  void* workspace = nullptr;
-  cudaStream_t stream = nullptr;
-  GemmLt* gemm = nullptr;
 };
 
 // One round: rest, then GEMMs back to back until kRunMs of GPU time; per
@@ -50,7 +43,7 @@ std::vector<double> Round(const Setup& s, double rest_ms, double gemm_ms) {
   std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(rest_ms * 1000)));
   CHECK_CUDA(cudaEventRecord(events[0], s.stream));
   for (int i = 0; i < count; ++i) {
-    RunOrDie(*s.gemm, Problem(s), s.stream, s.workspace, kWorkspace);
+    s.Run();
     CHECK_CUDA(cudaEventRecord(events[i + 1], s.stream));
   }
   CHECK_CUDA(cudaStreamSynchronize(s.stream));
@@ -76,27 +69,16 @@ std::vector<double> Round(const Setup& s, double rest_ms, double gemm_ms) {
 
 int main(int argc, char** argv) {
   Setup s;
-  if (argc >= 4) {
-    s.m = std::atoll(argv[1]);
-    s.n = std::atoll(argv[2]);
-    s.k = std::atoll(argv[3]);
-  }
+  overlap::bench::ShapeFromArgs(argc, argv, s);
   const int rounds = argc >= 5 ? std::max(1, std::atoi(argv[4])) : 3;
   const double rest_ms = argc >= 6 ? std::atof(argv[5]) : 3000;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  AllocateFilled(s, s.stream, 0.05f);
-  CHECK_CUDA(cudaMalloc(&s.workspace, kWorkspace));
-  auto gemm = GemmLt::Create(0);
-  if (!gemm.ok()) return 1;
-  s.gemm = gemm->get();
-  // Tune, and a first estimate of one GEMM's time (to size the run).
+  s.Start();
+  // A first estimate of one GEMM's time, to size the run.
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
-  RunOrDie(*s.gemm, Problem(s), s.stream, s.workspace, kWorkspace);
   CHECK_CUDA(cudaEventRecord(a, s.stream));
-  for (int i = 0; i < 10; ++i) RunOrDie(*s.gemm, Problem(s), s.stream, s.workspace, kWorkspace);
+  for (int i = 0; i < 10; ++i) s.Run();
   CHECK_CUDA(cudaEventRecord(b, s.stream));
   CHECK_CUDA(cudaStreamSynchronize(s.stream));
   float ten = 0;

@@ -162,11 +162,7 @@ std::vector<uint16_t> Download(const Setup& s) {
 
 int main(int argc, char** argv) {
   Setup s;
-  if (argc >= 4) {
-    s.m = std::atoll(argv[1]);
-    s.n = std::atoll(argv[2]);
-    s.k = std::atoll(argv[3]);
-  }
+  overlap::bench::ShapeFromArgs(argc, argv, s);
   CHECK_CUDA(cudaSetDevice(0));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   AllocateFilled(s, s.stream, 0.05f);

@@ -26,23 +26,14 @@
 
 namespace {
 
-using overlap::bench::AllocateFilled;
 using overlap::bench::Median;
-using overlap::bench::Problem;
-using overlap::bench::RunOrDie;
-using overlap::cuda::GemmLt;
+using overlap::bench::TimedGemm;
 
-constexpr size_t kWorkspace = 64 << 20;
 constexpr int kIterations = 20;
 
-struct Setup : overlap::bench::Bf16Gemm {
+struct Setup : TimedGemm {
   Setup() { m = 16384, n = 8192, k = 14336; }
-  void* workspace = nullptr;
-  cudaStream_t stream = nullptr;
-  GemmLt* gemm = nullptr;
 };
-
-void RunGemm(const Setup& s) { RunOrDie(*s.gemm, Problem(s), s.stream, s.workspace, kWorkspace); }
 
 // Median ms of one GEMM. rest_ms < 0: back to back, one sync at the end;
 // otherwise each GEMM is synchronized and followed by rest_ms of idle GPU.
@@ -52,14 +43,14 @@ double Time(const Setup& s, double rest_ms) {
     CHECK_CUDA(cudaEventCreate(&start[i]));
     CHECK_CUDA(cudaEventCreate(&end[i]));
   }
-  for (int i = 0; i < 5; ++i) RunGemm(s);  // back at speed after the previous variant
+  for (int i = 0; i < 5; ++i) s.Run();  // back at speed after the previous variant
   for (int i = 0; i < kIterations; ++i) {
     if (rest_ms >= 0) {
       CHECK_CUDA(cudaStreamSynchronize(s.stream));
       std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(rest_ms * 1000)));
     }
     CHECK_CUDA(cudaEventRecord(start[i], s.stream));
-    RunGemm(s);
+    s.Run();
     CHECK_CUDA(cudaEventRecord(end[i], s.stream));
   }
   CHECK_CUDA(cudaStreamSynchronize(s.stream));
@@ -78,21 +69,9 @@ double Time(const Setup& s, double rest_ms) {
 
 int main(int argc, char** argv) {
   Setup s;
-  if (argc >= 4) {
-    s.m = std::atoll(argv[1]);
-    s.n = std::atoll(argv[2]);
-    s.k = std::atoll(argv[3]);
-  }
+  overlap::bench::ShapeFromArgs(argc, argv, s);
   const int rounds = argc >= 5 ? std::max(1, std::atoi(argv[4])) : 3;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  AllocateFilled(s, s.stream, 0.05f);
-  CHECK_CUDA(cudaMalloc(&s.workspace, kWorkspace));
-  auto gemm = GemmLt::Create(0);
-  if (!gemm.ok()) return 1;
-  s.gemm = gemm->get();
-  RunGemm(s);  // tunes
-  CHECK_CUDA(cudaStreamSynchronize(s.stream));
+  s.Start();
 
   const std::vector<double> rests = {-1, 0, 0.1, 0.5, 1, 2};
   std::vector<std::vector<double>> ms(rests.size());
