@@ -5,6 +5,7 @@
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/op_spec_util.h"
 
 namespace overlap {
 namespace {
@@ -12,24 +13,12 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-OpSpec Op(std::string id, OpType type, int64_t m, int64_t k, int64_t n,
-          std::vector<std::string> after = {}) {
-  OpSpec op;
-  op.id = std::move(id);
-  op.type = type;
-  op.m = m;
-  op.k = k;
-  op.n = n;
-  op.after = std::move(after);
-  return op;
-}
-
 JobSpec TwoOpSpec() {
   JobSpec spec;
   spec.name = "mlp";
   spec.devices = {0, 1};
-  spec.ops.push_back(Op("fc1", OpType::kAgGemm, 8192, 8192, 28672));
-  spec.ops.push_back(Op("fc2", OpType::kGemmRs, 8192, 28672, 8192, {"fc1"}));
+  spec.ops.push_back(MakeOp("fc1", OpType::kAgGemm, 8192, 8192, 28672));
+  spec.ops.push_back(MakeOp("fc2", OpType::kGemmRs, 8192, 28672, 8192, {"fc1"}));
   return spec;
 }
 
@@ -130,8 +119,8 @@ TEST(GraphValidatorTest, OpIdErrors) {
   ExpectInvalid(spec, "ops[1].id: must not be empty");
 
   spec = TwoOpSpec();
-  spec.ops.push_back(Op("fc3", OpType::kGemmAr, 64, 64, 64));
-  spec.ops.push_back(Op("fc1", OpType::kGemmAr, 64, 64, 64));
+  spec.ops.push_back(MakeOp("fc3", OpType::kGemmAr, 64, 64, 64));
+  spec.ops.push_back(MakeOp("fc1", OpType::kGemmAr, 64, 64, 64));
   ExpectInvalid(spec, "ops[3].id: duplicate id \"fc1\"");
 }
 
@@ -171,28 +160,29 @@ TEST(GraphValidatorTest, ShapeErrors) {
 TEST(GraphValidatorTest, OverflowErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops.pop_back();
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 32, int64_t{1} << 32, 2);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 32, int64_t{1} << 32, 2);
   ExpectInvalid(spec, "ops[0]: m*k overflows 64 bits");
-  spec.ops[0] = Op("big", OpType::kAgGemm, 2, int64_t{1} << 32, int64_t{1} << 32);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, 2, int64_t{1} << 32, int64_t{1} << 32);
   ExpectInvalid(spec, "ops[0]: k*n overflows 64 bits");
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 32, 2, int64_t{1} << 32);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 32, 2, int64_t{1} << 32);
   ExpectInvalid(spec, "ops[0]: m*n overflows 64 bits");
   // Each pairwise product fits; the triple does not.
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 22, int64_t{1} << 21, int64_t{1} << 22);
+  spec.ops[0] =
+      MakeOp("big", OpType::kAgGemm, int64_t{1} << 22, int64_t{1} << 21, int64_t{1} << 22);
   ExpectInvalid(spec, "ops[0]: m*n*k overflows 64 bits");
   // m*n*k = 2^62 fits, but A = m*k = 2^62 elements of 2 bytes does not fit in 63 bits.
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 61, 2, 1);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 61, 2, 1);
   ExpectInvalid(spec, "ops[0]: A (m*k) has 4611686018427387904 elements");
   spec.dtype = DType::kF32;
-  spec.ops[0] = Op("big", OpType::kAgGemm, 1, 2, int64_t{1} << 61);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, 1, 2, int64_t{1} << 61);
   ExpectInvalid(spec, "ops[0]: W (k*n) has");
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 31, 1, int64_t{1} << 31);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 31, 1, int64_t{1} << 31);
   ExpectInvalid(spec, "ops[0]: Y (m*n) has");
-  spec.ops[0] = Op("big", OpType::kAgGemm, 2, 1, int64_t{1} << 61);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, 2, 1, int64_t{1} << 61);
   ExpectInvalid(spec, "ops[0]: W (k*n) has 2305843009213693952 elements; its size in bytes (fp32)");
   // Largest sizes that still fit are accepted.
   spec.dtype = DType::kBF16;
-  spec.ops[0] = Op("big", OpType::kAgGemm, int64_t{1} << 30, int64_t{1} << 30, 2);
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 30, int64_t{1} << 30, 2);
   EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
 }
 
@@ -244,9 +234,9 @@ TEST(GraphValidatorTest, DirectTransportOnlyForTheReductionRings) {
 // chunks, no direct stores.
 TEST(GraphValidatorTest, CollectiveAloneRules) {
   JobSpec spec = TwoOpSpec();
-  spec.ops.push_back(Op("grads", OpType::kAllReduce, 4096, 0, 8192, {"fc2"}));
-  spec.ops.push_back(Op("gather", OpType::kAllGather, 64, 0, 8));
-  spec.ops.push_back(Op("scatter", OpType::kReduceScatter, 64, 0, 8));
+  spec.ops.push_back(MakeOp("grads", OpType::kAllReduce, 4096, 0, 8192, {"fc2"}));
+  spec.ops.push_back(MakeOp("gather", OpType::kAllGather, 64, 0, 8));
+  spec.ops.push_back(MakeOp("scatter", OpType::kReduceScatter, 64, 0, 8));
   EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
   spec.ops[2].mode = OverlapMode::kSerial;
   spec.ops[2].transport = Transport::kP2p;
@@ -278,7 +268,7 @@ TEST(GraphValidatorTest, CollectiveAloneRules) {
 // transport none (or auto); no other op takes transport none.
 TEST(GraphValidatorTest, GemmAloneRules) {
   JobSpec spec = TwoOpSpec();
-  spec.ops.push_back(Op("wgrad", OpType::kGemm, 8192, 4096, 28672, {"fc2"}));
+  spec.ops.push_back(MakeOp("wgrad", OpType::kGemm, 8192, 4096, 28672, {"fc2"}));
   EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
   spec.ops[2].m = 8191;  // rows are not split
   spec.ops[2].mode = OverlapMode::kSerial;
@@ -309,7 +299,7 @@ TEST(GraphValidatorTest, GemmAloneRules) {
   ExpectInvalid(bad,
                 "ops[0].transport: none is only for gemm (no collective); ag_gemm needs nccl, p2p "
                 "or auto");
-  const LocalShapes gemm = LocalShapesFor(Op("g", OpType::kGemm, 8192, 1024, 4096), 4);
+  const LocalShapes gemm = LocalShapesFor(MakeOp("g", OpType::kGemm, 8192, 1024, 4096), 4);
   EXPECT_EQ(gemm.a_rows, 8192);
   EXPECT_EQ(gemm.a_cols, 1024);
   EXPECT_EQ(gemm.w_rows, 1024);
@@ -317,7 +307,7 @@ TEST(GraphValidatorTest, GemmAloneRules) {
   EXPECT_EQ(gemm.y_rows, 8192);
   EXPECT_EQ(gemm.y_cols, 1024);
   EXPECT_EQ(gemm.gemm_n, 1024);
-  EXPECT_EQ(OpFlops(Op("g", OpType::kGemm, 8192, 1024, 4096)), 2.0 * 8192 * 1024 * 4096);
+  EXPECT_EQ(OpFlops(MakeOp("g", OpType::kGemm, 8192, 1024, 4096)), 2.0 * 8192 * 1024 * 4096);
 }
 
 TEST(GraphValidatorTest, DependencyErrors) {
@@ -338,11 +328,11 @@ TEST(TopologicalOrderTest, SmallDagStableOrder) {
   //   |/
   //   e
   JobSpec spec;
-  spec.ops.push_back(Op("e", OpType::kAgGemm, 8, 8, 8, {"c", "a"}));
-  spec.ops.push_back(Op("c", OpType::kAgGemm, 8, 8, 8, {"a", "b"}));
-  spec.ops.push_back(Op("a", OpType::kAgGemm, 8, 8, 8));
-  spec.ops.push_back(Op("d", OpType::kAgGemm, 8, 8, 8));
-  spec.ops.push_back(Op("b", OpType::kAgGemm, 8, 8, 8));
+  spec.ops.push_back(MakeOp("e", OpType::kAgGemm, 8, 8, 8, {"c", "a"}));
+  spec.ops.push_back(MakeOp("c", OpType::kAgGemm, 8, 8, 8, {"a", "b"}));
+  spec.ops.push_back(MakeOp("a", OpType::kAgGemm, 8, 8, 8));
+  spec.ops.push_back(MakeOp("d", OpType::kAgGemm, 8, 8, 8));
+  spec.ops.push_back(MakeOp("b", OpType::kAgGemm, 8, 8, 8));
   auto order = TopologicalOrder(spec);
   ASSERT_TRUE(order.ok()) << order.status();
   // Ready first: a(2), d(3), b(4) in file order; a frees nothing alone; after
@@ -352,9 +342,9 @@ TEST(TopologicalOrderTest, SmallDagStableOrder) {
 
 TEST(TopologicalOrderTest, NoDependenciesKeepsFileOrderAndDuplicateAfterIsHarmless) {
   JobSpec spec;
-  spec.ops.push_back(Op("x", OpType::kGemmAr, 8, 8, 8));
-  spec.ops.push_back(Op("y", OpType::kGemmAr, 8, 8, 8, {"x", "x"}));
-  spec.ops.push_back(Op("z", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(MakeOp("x", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(MakeOp("y", OpType::kGemmAr, 8, 8, 8, {"x", "x"}));
+  spec.ops.push_back(MakeOp("z", OpType::kGemmAr, 8, 8, 8));
   auto order = TopologicalOrder(spec);
   ASSERT_TRUE(order.ok()) << order.status();
   EXPECT_THAT(*order, ElementsAre(0, 1, 2));
@@ -362,11 +352,11 @@ TEST(TopologicalOrderTest, NoDependenciesKeepsFileOrderAndDuplicateAfterIsHarmle
 
 TEST(TopologicalOrderTest, LongerCycleIsReportedInExecutionOrder) {
   JobSpec spec;
-  spec.ops.push_back(Op("ok", OpType::kGemmAr, 8, 8, 8));
-  spec.ops.push_back(Op("p", OpType::kGemmAr, 8, 8, 8, {"r", "ok"}));
-  spec.ops.push_back(Op("q", OpType::kGemmAr, 8, 8, 8, {"p"}));
-  spec.ops.push_back(Op("r", OpType::kGemmAr, 8, 8, 8, {"q"}));
-  spec.ops.push_back(Op("tail", OpType::kGemmAr, 8, 8, 8, {"r"}));
+  spec.ops.push_back(MakeOp("ok", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(MakeOp("p", OpType::kGemmAr, 8, 8, 8, {"r", "ok"}));
+  spec.ops.push_back(MakeOp("q", OpType::kGemmAr, 8, 8, 8, {"p"}));
+  spec.ops.push_back(MakeOp("r", OpType::kGemmAr, 8, 8, 8, {"q"}));
+  spec.ops.push_back(MakeOp("tail", OpType::kGemmAr, 8, 8, 8, {"r"}));
   auto order = TopologicalOrder(spec);
   ASSERT_FALSE(order.ok());
   EXPECT_EQ(order.status().code(), absl::StatusCode::kInvalidArgument);
@@ -375,19 +365,19 @@ TEST(TopologicalOrderTest, LongerCycleIsReportedInExecutionOrder) {
 
 TEST(TopologicalOrderTest, UnknownAndDuplicateIds) {
   JobSpec spec;
-  spec.ops.push_back(Op("a", OpType::kGemmAr, 8, 8, 8, {"nope"}));
+  spec.ops.push_back(MakeOp("a", OpType::kGemmAr, 8, 8, 8, {"nope"}));
   auto order = TopologicalOrder(spec);
   ASSERT_FALSE(order.ok());
   EXPECT_EQ(order.status().message(), "ops[0].after: unknown op \"nope\"");
   spec.ops[0].after.clear();
-  spec.ops.push_back(Op("a", OpType::kGemmAr, 8, 8, 8));
+  spec.ops.push_back(MakeOp("a", OpType::kGemmAr, 8, 8, 8));
   order = TopologicalOrder(spec);
   ASSERT_FALSE(order.ok());
   EXPECT_EQ(order.status().message(), "ops[1].id: duplicate id \"a\"");
 }
 
 TEST(LocalShapesTest, PerRankShapesAndFlops) {
-  const LocalShapes ag = LocalShapesFor(Op("a", OpType::kAgGemm, 8192, 1024, 4096), 4);
+  const LocalShapes ag = LocalShapesFor(MakeOp("a", OpType::kAgGemm, 8192, 1024, 4096), 4);
   EXPECT_EQ(ag.a_rows, 2048);
   EXPECT_EQ(ag.a_cols, 1024);
   EXPECT_EQ(ag.w_rows, 1024);
@@ -398,7 +388,7 @@ TEST(LocalShapesTest, PerRankShapesAndFlops) {
   EXPECT_EQ(ag.gemm_n, 1024);
   EXPECT_EQ(ag.gemm_k, 1024);
 
-  const LocalShapes rs = LocalShapesFor(Op("r", OpType::kGemmRs, 8192, 1024, 4096), 4);
+  const LocalShapes rs = LocalShapesFor(MakeOp("r", OpType::kGemmRs, 8192, 1024, 4096), 4);
   EXPECT_EQ(rs.a_rows, 8192);
   EXPECT_EQ(rs.a_cols, 256);
   EXPECT_EQ(rs.w_rows, 256);
@@ -409,34 +399,35 @@ TEST(LocalShapesTest, PerRankShapesAndFlops) {
   EXPECT_EQ(rs.gemm_n, 4096);
   EXPECT_EQ(rs.gemm_k, 256);
 
-  const LocalShapes ar = LocalShapesFor(Op("r", OpType::kGemmAr, 8192, 1024, 4096), 4);
+  const LocalShapes ar = LocalShapesFor(MakeOp("r", OpType::kGemmAr, 8192, 1024, 4096), 4);
   EXPECT_EQ(ar.a_cols, 256);
   EXPECT_EQ(ar.w_rows, 256);
   EXPECT_EQ(ar.y_rows, 8192);
   EXPECT_EQ(ar.y_cols, 4096);
   EXPECT_EQ(ar.gemm_k, 256);
 
-  const LocalShapes one = LocalShapesFor(Op("a", OpType::kAgGemm, 12, 5, 7), 1);
+  const LocalShapes one = LocalShapesFor(MakeOp("a", OpType::kAgGemm, 12, 5, 7), 1);
   EXPECT_EQ(one.a_rows, 12);
   EXPECT_EQ(one.w_cols, 7);
 
-  EXPECT_DOUBLE_EQ(OpFlops(Op("a", OpType::kAgGemm, 8192, 8192, 28672)), 2.0 * 8192 * 8192 * 28672);
+  EXPECT_DOUBLE_EQ(OpFlops(MakeOp("a", OpType::kAgGemm, 8192, 8192, 28672)),
+                   2.0 * 8192 * 8192 * 28672);
 
   // The collectives alone: X in A, no W, no GEMM.
-  const LocalShapes gather = LocalShapesFor(Op("g", OpType::kAllGather, 8192, 0, 4096), 4);
+  const LocalShapes gather = LocalShapesFor(MakeOp("g", OpType::kAllGather, 8192, 0, 4096), 4);
   EXPECT_EQ(gather.a_rows, 2048);
   EXPECT_EQ(gather.a_cols, 4096);
   EXPECT_EQ(gather.y_rows, 8192);
   EXPECT_EQ(gather.y_cols, 4096);
   EXPECT_EQ(gather.w_rows * gather.w_cols, 0);
   EXPECT_EQ(gather.gemm_m, 0);
-  const LocalShapes scatter = LocalShapesFor(Op("s", OpType::kReduceScatter, 8192, 0, 4096), 4);
+  const LocalShapes scatter = LocalShapesFor(MakeOp("s", OpType::kReduceScatter, 8192, 0, 4096), 4);
   EXPECT_EQ(scatter.a_rows, 8192);
   EXPECT_EQ(scatter.y_rows, 2048);
-  const LocalShapes reduce = LocalShapesFor(Op("r", OpType::kAllReduce, 8192, 0, 4096), 4);
+  const LocalShapes reduce = LocalShapesFor(MakeOp("r", OpType::kAllReduce, 8192, 0, 4096), 4);
   EXPECT_EQ(reduce.a_rows, 8192);
   EXPECT_EQ(reduce.y_rows, 8192);
-  EXPECT_EQ(OpFlops(Op("r", OpType::kAllReduce, 8192, 0, 4096)), 0);
+  EXPECT_EQ(OpFlops(MakeOp("r", OpType::kAllReduce, 8192, 0, 4096)), 0);
 }
 
 TEST(GraphEnumsTest, NamesRoundTrip) {

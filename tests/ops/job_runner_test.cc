@@ -14,6 +14,7 @@
 
 #include "server/engine/host/host_engine.h"
 #include "server/ops/tuning_cache.h"
+#include "tests/op_spec_util.h"
 
 namespace overlap::ops {
 namespace {
@@ -233,24 +234,13 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   spec.dtype = DType::kF32;
   spec.iterations = 3;
   spec.warmup = 1;
-  auto op = [](const std::string& id, OpType type, int64_t m, int64_t k, int64_t n,
-               std::vector<std::string> after) {
-    OpSpec o;
-    o.id = id;
-    o.type = type;
-    o.m = m;
-    o.k = k;
-    o.n = n;
-    o.after = std::move(after);
-    return o;
-  };
   // s = 64 tokens, h = 32, 4h = 128.
-  spec.ops = {op("dgrad2", OpType::kAgGemm, 64, 32, 128, {}),
-              op("wgrad2", OpType::kGemm, 32, 64, 128, {"dgrad2"}),
-              op("x_gather", OpType::kAllGather, 64, 0, 32, {"dgrad2"}),
-              op("dgrad1", OpType::kGemmRs, 64, 128, 32, {"dgrad2"}),
-              op("wgrad1", OpType::kGemm, 32, 64, 128, {"dgrad1", "x_gather"}),
-              op("grads", OpType::kAllReduce, 64, 0, 128, {"wgrad1", "wgrad2"})};
+  spec.ops = {MakeOp("dgrad2", OpType::kAgGemm, 64, 32, 128, {}),
+              MakeOp("wgrad2", OpType::kGemm, 32, 64, 128, {"dgrad2"}),
+              MakeOp("x_gather", OpType::kAllGather, 64, 0, 32, {"dgrad2"}),
+              MakeOp("dgrad1", OpType::kGemmRs, 64, 128, 32, {"dgrad2"}),
+              MakeOp("wgrad1", OpType::kGemm, 32, 64, 128, {"dgrad1", "x_gather"}),
+              MakeOp("grads", OpType::kAllReduce, 64, 0, 128, {"wgrad1", "wgrad2"})};
   std::vector<std::string> phases;
   RunHooks hooks;
   hooks.on_progress = [&](const v1::Progress& p) {
@@ -294,7 +284,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   // waits on it, even when the side waiter went into a bucket.
   JobSpec side_waiter = spec;
   side_waiter.ops.insert(side_waiter.ops.begin() + 4,
-                         op("x_sum", OpType::kAllReduce, 64, 0, 32, {"x_gather"}));
+                         MakeOp("x_sum", OpType::kAllReduce, 64, 0, 32, {"x_gather"}));
   // One transport, so that they share a bucket whatever autotune would pick.
   for (OpSpec& o : side_waiter.ops) {
     if (o.type == OpType::kAllReduce) o.transport = Transport::kP2p;

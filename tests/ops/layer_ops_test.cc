@@ -12,6 +12,7 @@
 
 #include "server/engine/host/host_engine.h"
 #include "server/ops/reference.h"
+#include "tests/op_spec_util.h"
 
 namespace overlap::ops {
 namespace {
@@ -231,12 +232,7 @@ TEST(LayerOpsVerifyTest, WideOutputsAreCheckedOnSampledColumns) {
   options.device_memory_bytes = int64_t{256} << 20;
   auto engine = engine::CreateHostEngine(options);
   ASSERT_TRUE(engine.ok());
-  OpSpec op;
-  op.id = "wide";
-  op.type = OpType::kGemmAr;
-  op.m = 64;
-  op.k = 2048;
-  op.n = 4096;
+  const OpSpec op = MakeOp("wide", OpType::kGemmAr, 64, 2048, 4096);
   const Schedule s{OverlapMode::kRing, 2, Transport::kP2p};
   auto ctx = OpContext::Create(**engine, op, DType::kF32, {0, 1}, BuffersFor(op, 2, s));
   ASSERT_TRUE(ctx.ok()) << ctx.status();

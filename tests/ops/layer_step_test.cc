@@ -8,18 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/op_spec_util.h"
+
 namespace overlap::ops {
 namespace {
 
 OpSpec Op(const std::string& id, OpType type, std::vector<std::string> after = {}) {
-  OpSpec op;
-  op.id = id;
-  op.type = type;
-  op.m = 64;
-  op.k = IsCollectiveOnly(type) ? 0 : 64;
-  op.n = 64;
-  op.after = std::move(after);
-  return op;
+  return MakeOp(id, type, 64, IsCollectiveOnly(type) ? 0 : 64, 64, std::move(after));
 }
 
 // The ids in LayerOrder's order; empty when it failed.
