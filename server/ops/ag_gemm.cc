@@ -37,7 +37,8 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
     src.push_back(ctx.Rows(ctx.rank(r).a, 0, mr, sh.a_cols));
     dst.push_back(ctx.Rows(ctx.rank(r).full, 0, ctx.op().m, sh.a_cols));
   }
-  RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst));
+  // The local rows come from A itself: p2p need not copy them into `full` first.
+  RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst, OwnBlock::kNotNeeded));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered"));

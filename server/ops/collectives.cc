@@ -1,6 +1,7 @@
 #include "server/ops/collectives.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "common/status_macros.h"
 
@@ -10,10 +11,6 @@ using engine::BufferRef;
 using engine::StreamId;
 
 namespace {
-
-BufferRef Slice(const BufferRef& ref, size_t offset, size_t bytes) {
-  return BufferRef{ref.buffer, ref.offset + offset, bytes};
-}
 
 engine::CollectiveArgs Args(OpContext& ctx, On on, size_t count,
                             const std::vector<BufferRef>& send,
@@ -37,6 +34,65 @@ StreamId StreamOf(OpContext& ctx, int r, On on) {
   return on == On::kComm ? ctx.rank(r).comm : ctx.rank(r).compute;
 }
 
+namespace {
+
+BufferRef Slice(const BufferRef& ref, size_t offset, size_t bytes) {
+  return BufferRef{ref.buffer, ref.offset + offset, bytes};
+}
+
+bool SameRange(const BufferRef& a, const BufferRef& b) {
+  return a.buffer == b.buffer && a.offset == b.offset && a.bytes == b.bytes;
+}
+
+// Rank r's own block of an all-gather, a local copy. On the compute stream it
+// runs on the idle comm stream instead, beside the peer copies rather than
+// after them (when both roles are one stream, as on side streams, in order).
+absl::Status CopyOwnBlock(OpContext& ctx, int r, On on, const BufferRef& to,
+                          const BufferRef& from) {
+  const RankState& rs = ctx.rank(r);
+  if (on == On::kComm || rs.comm == rs.compute) {
+    return ctx.engine().PeerCopy(StreamOf(ctx, r, on), to, rs.device, from, rs.device);
+  }
+  RETURN_IF_ERROR(ctx.Record(r, rs.compute, "own_block"));
+  RETURN_IF_ERROR(ctx.Wait(rs.comm, r, "own_block"));
+  RETURN_IF_ERROR(ctx.engine().PeerCopy(rs.comm, to, rs.device, from, rs.device));
+  RETURN_IF_ERROR(ctx.Record(r, rs.comm, "own_block_copied"));
+  return ctx.Wait(rs.compute, r, "own_block_copied");
+}
+
+// p2p reduction of one block on rank r: `out` gets `own` (rank r's
+// contribution, on its device) plus peer_block(q) of every peer q. The first
+// peer's block is pulled straight into `out` and ours added to it, so no local
+// copy of ours goes first; later peers' blocks land in slots. When `out` is
+// `own` itself (in place) every peer's block goes through a slot.
+absl::Status ReduceBlockP2p(OpContext& ctx, int r, StreamId stream, const BufferRef& out,
+                            const BufferRef& own, const std::function<BufferRef(int)>& peer_block) {
+  const int tp = ctx.tp();
+  const int device = ctx.rank(r).device;
+  const bool in_place = SameRange(out, own);
+  if (tp == 1) {
+    if (in_place) return absl::OkStatus();
+    return ctx.engine().PeerCopy(stream, out, device, own, device);
+  }
+  std::vector<BufferRef> slots;
+  for (int i = 1; i < tp; ++i) {
+    const int q = (r + i) % tp;
+    BufferRef to = out;
+    if (in_place || i > 1) {
+      to = BufferRef{ctx.rank(r).slots[slots.size()], 0, out.bytes};
+      slots.push_back(to);
+    }
+    RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, to, device, peer_block(q), ctx.rank(q).device));
+  }
+  if (!in_place) RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, own, ctx.dtype()));
+  for (const BufferRef& slot : slots) {
+    RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, slot, ctx.dtype()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status WaitForProducers(OpContext& ctx, int r, StreamId stream, Transport transport,
                               const std::string& tag, int index) {
   if (transport == Transport::kP2p) return ctx.WaitAll(stream, tag, index);
@@ -44,21 +100,26 @@ absl::Status WaitForProducers(OpContext& ctx, int r, StreamId stream, Transport 
 }
 
 absl::Status AllGather(OpContext& ctx, Transport transport, On on,
-                       const std::vector<BufferRef>& src, const std::vector<BufferRef>& dst) {
+                       const std::vector<BufferRef>& src, const std::vector<BufferRef>& dst,
+                       OwnBlock own) {
   const int tp = ctx.tp();
   const size_t block = src[0].bytes;
   if (transport == Transport::kNccl && tp > 1) {
     return ctx.engine().AllGather(Args(ctx, on, block / ctx.esize(), src, dst));
   }
   for (int r = 0; r < tp; ++r) {
-    // Start with the next peer so that the ranks do not all pull from one GPU at once.
-    for (int i = 0; i < tp; ++i) {
+    const StreamId stream = StreamOf(ctx, r, on);
+    const int device = ctx.rank(r).device;
+    // The peers' blocks first, starting with the next peer so that the ranks
+    // do not all pull from one GPU at once.
+    for (int i = 1; i < tp; ++i) {
       const int q = (r + i) % tp;
-      const BufferRef to = Slice(dst[r], q * block, block);
-      if (q == r && to.buffer == src[q].buffer && to.offset == src[q].offset) continue;  // in place
-      RETURN_IF_ERROR(ctx.engine().PeerCopy(StreamOf(ctx, r, on), to, ctx.rank(r).device, src[q],
+      RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, Slice(dst[r], q * block, block), device, src[q],
                                             ctx.rank(q).device));
     }
+    const BufferRef mine = Slice(dst[r], r * block, block);
+    if (own == OwnBlock::kNotNeeded || SameRange(mine, src[r])) continue;
+    RETURN_IF_ERROR(CopyOwnBlock(ctx, r, on, mine, src[r]));
   }
   return absl::OkStatus();
 }
@@ -71,20 +132,9 @@ absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
     return ctx.engine().ReduceScatter(Args(ctx, on, block / ctx.esize(), src, dst));
   }
   for (int r = 0; r < tp; ++r) {
-    const StreamId stream = StreamOf(ctx, r, on);
-    const int device = ctx.rank(r).device;
-    RETURN_IF_ERROR(
-        ctx.engine().PeerCopy(stream, dst[r], device, Slice(src[r], r * block, block), device));
-    for (int i = 1; i < tp; ++i) {
-      const int q = (r + i) % tp;
-      const BufferRef slot{ctx.rank(r).slots[i - 1], 0, block};
-      RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, slot, device, Slice(src[q], r * block, block),
-                                            ctx.rank(q).device));
-    }
-    for (int i = 1; i < tp; ++i) {
-      const BufferRef slot{ctx.rank(r).slots[i - 1], 0, block};
-      RETURN_IF_ERROR(ctx.engine().Accumulate(stream, dst[r], slot, ctx.dtype()));
-    }
+    RETURN_IF_ERROR(ReduceBlockP2p(ctx, r, StreamOf(ctx, r, on), dst[r],
+                                   Slice(src[r], r * block, block),
+                                   [&](int q) { return Slice(src[q], r * block, block); }));
   }
   return absl::OkStatus();
 }
@@ -101,9 +151,8 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
                                int64_t cols, int tag) {
   const int tp = ctx.tp();
   if (rows == 0) return absl::OkStatus();
-  const bool in_place = src == dst;
   if (tp == 1) {
-    if (in_place) return absl::OkStatus();
+    if (src == dst) return absl::OkStatus();
     const int device = ctx.rank(0).device;
     return ctx.engine().PeerCopy(StreamOf(ctx, 0, on), ctx.Rows(dst[0], row, rows, cols), device,
                                  ctx.Rows(src[0], row, rows, cols), device);
@@ -122,24 +171,12 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
   auto part_rows = [&](int q) { return std::max<int64_t>(0, std::min(part, rows - q * part)); };
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
-    const int device = ctx.rank(r).device;
     const int64_t n = part_rows(r);
     if (n > 0) {
-      const BufferRef mine = ctx.Rows(dst[r], row + r * part, n, cols);
-      if (!in_place) {
-        RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, mine, device,
-                                              ctx.Rows(src[r], row + r * part, n, cols), device));
-      }
-      for (int i = 1; i < tp; ++i) {
-        const int q = (r + i) % tp;
-        const BufferRef slot{ctx.rank(r).slots[i - 1], 0, mine.bytes};
-        RETURN_IF_ERROR(ctx.engine().PeerCopy(
-            stream, slot, device, ctx.Rows(src[q], row + r * part, n, cols), ctx.rank(q).device));
-      }
-      for (int i = 1; i < tp; ++i) {
-        const BufferRef slot{ctx.rank(r).slots[i - 1], 0, mine.bytes};
-        RETURN_IF_ERROR(ctx.engine().Accumulate(stream, mine, slot, ctx.dtype()));
-      }
+      RETURN_IF_ERROR(ReduceBlockP2p(ctx, r, stream, ctx.Rows(dst[r], row + r * part, n, cols),
+                                     ctx.Rows(src[r], row + r * part, n, cols), [&](int q) {
+                                       return ctx.Rows(src[q], row + r * part, n, cols);
+                                     }));
     }
     RETURN_IF_ERROR(ctx.Record(r, stream, "ar_reduced", tag));
   }

@@ -25,13 +25,19 @@ absl::Status WaitForProducers(OpContext& ctx, int r, engine::StreamId stream, Tr
                               const std::string& tag, int index);
 
 // Rank q's src[q] (all the same size) lands in every rank's dst[r] at offset
-// q * src[q].bytes; dst[r] covers tp such blocks.
+// q * src[q].bytes; dst[r] covers tp such blocks. With kNotNeeded (the caller
+// reads rank r's own rows from src[r]) p2p leaves block r of dst[r] alone;
+// NCCL writes it regardless. p2p on the compute stream copies the own block on
+// the comm stream, beside the peers' blocks.
+enum class OwnBlock { kNeeded, kNotNeeded };
 absl::Status AllGather(OpContext& ctx, Transport transport, On on,
                        const std::vector<engine::BufferRef>& src,
-                       const std::vector<engine::BufferRef>& dst);
+                       const std::vector<engine::BufferRef>& dst, OwnBlock own = OwnBlock::kNeeded);
 
 // src[r] holds tp equal blocks; dst[r] gets the sum over ranks of block r.
-// p2p uses rank r's first tp-1 slots (each at least a block).
+// p2p pulls the first peer's block into dst[r] and adds the others' through
+// rank r's first tp-2 slots (each at least a block; tp-1 when dst[r] is src[r]'s
+// block r itself).
 absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
                            const std::vector<engine::BufferRef>& src,
                            const std::vector<engine::BufferRef>& dst);
