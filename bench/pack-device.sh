@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 [ -d build-gpu ] || cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 cmake --build build-gpu -j"$(nproc)" --target overlapd overlapctl ${EXTRA_TARGETS:-}
 extra=()
-for t in ${EXTRA_TARGETS:-}; do extra+=("build-gpu/tests/$t"); done
+for t in ${EXTRA_TARGETS:-}; do  # test binaries and bench tools
+  if [ -x "build-gpu/tests/$t" ]; then extra+=("build-gpu/tests/$t"); else extra+=("build-gpu/bench/$t"); fi
+done
 ../shared/tools/device-bundle build-gpu/server/overlapd build-gpu/client/overlapctl "${extra[@]}"
 strip .device/bin/*
 grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >> .git/info/exclude

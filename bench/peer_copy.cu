@@ -69,9 +69,11 @@ void EnqueueCopies(const Variant& v, size_t bytes) {
   CHECK_CUDA(cudaEventRecord(dev[1].forked, dev[1].main));
   const int directions = v.both ? 2 : 1;
   const size_t part = bytes / v.split;
+  bool issues[2] = {false, false};  // which devices' side streams copy
   for (int from = 0; from < directions; ++from) {
     const int to = 1 - from;
     const int issuer = v.push ? from : to;
+    issues[issuer] = true;
     CHECK_CUDA(cudaSetDevice(gpu[issuer]));
     for (int s = 0; s < v.split; ++s) {
       cudaStream_t stream = dev[issuer].side[s];
@@ -81,10 +83,11 @@ void EnqueueCopies(const Variant& v, size_t bytes) {
     }
   }
   // Join: every side stream used back into its device's main stream, then
-  // device 1 into device 0.
+  // device 1 into device 0. (A graph capture refuses waits on streams that
+  // took no part.)
   for (int d = 1; d >= 0; --d) {
     CHECK_CUDA(cudaSetDevice(gpu[d]));
-    for (int s = 0; s < v.split; ++s) {
+    for (int s = 0; s < (issues[d] ? v.split : 0); ++s) {
       CHECK_CUDA(cudaEventRecord(dev[d].done[s], dev[d].side[s]));
       CHECK_CUDA(cudaStreamWaitEvent(dev[d].main, dev[d].done[s], 0));
     }
