@@ -48,6 +48,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   --format=csv > "$OUT/gpu_after.csv" 2>&1
 kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $? (0 = drained cleanly)"
 grep -iE "error|warn" "$OUT/overlapd.log" | head -10
+# Raw copy-engine bandwidth by issuer, split and graph, when the bundle has the
+# probe (EXTRA_TARGETS=peer_copy bash bench/pack-device.sh): what our p2p
+# collectives could reach (after the daemon let go of its pools).
+if [ "$ngpu" -ge 2 ] && command -v peer_copy > /dev/null; then
+  timeout 120 peer_copy 8 32 128 2>&1 | tee "$OUT/peer_copy.txt"
+fi
 if [ "${RUN_PEERS:-1}" = 1 ]; then
   peers torch_peers.json
   python3 bench/compare.py "$OUT/bench.json" "$OUT/torch_peers_before.json" "$OUT/torch_peers.json" \
@@ -55,4 +61,5 @@ if [ "${RUN_PEERS:-1}" = 1 ]; then
 fi
 # At most 8 files come back from a device call: pack the logs.
 (cd "$OUT" && tar -czf logs.tgz --remove-files overlapd.log bench.err dmon.txt gpu_before.csv \
-  gpu_after.csv $( [ -f torch_peers.log ] && echo torch_peers.log ))
+  gpu_after.csv $( [ -f torch_peers.log ] && echo torch_peers.log ) \
+  $( [ -f peer_copy.txt ] && echo peer_copy.txt ))
