@@ -115,8 +115,9 @@ std::string BuildBenchSpec(const BenchOptions& o) {
   const std::vector<BenchShape> shapes = o.shapes.empty() ? DefaultBenchShapes() : o.shapes;
   std::string spec = absl::StrFormat(
       "name: bench\ndtype: %s\niterations: %d\nwarmup: %d\nverify: %s\nhead_start: %s\n"
-      "layer_step: false\nseed: %d\n",
-      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start, o.seed);
+      "layer_step: false\nseed: %d\nretune: %s\n",
+      o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false", o.head_start, o.seed,
+      o.retune ? "true" : "false");
   if (!o.devices.empty()) {
     absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
   }

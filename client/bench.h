@@ -41,6 +41,9 @@ struct BenchOptions {
       "heat";                // heat | idle: what the GPUs do while a timed iteration is enqueued
   double peak_tflops = 989;  // dense bf16/fp16 datasheet peak of an H100/H200 SXM
   uint64_t seed = 1234;      // the inputs' seed (the job's `seed`)
+  // Tune every shape afresh (the job's `retune`): a benchmark measures what wins
+  // now. false lets schedules tuned before the sweep answer.
+  bool retune = true;
 };
 
 // The default sweep (global m x k x n, tp = the daemon's device count).

@@ -157,6 +157,31 @@ absl::StatusOr<v1::GetStatsResponse> DaemonClient::GetStats() {
   return response;
 }
 
+absl::StatusOr<v1::ListTunedSchedulesResponse> DaemonClient::ListTunedSchedules(
+    const v1::TuningFilter& filter) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::ListTunedSchedulesRequest request;
+  *request.mutable_filter() = filter;
+  v1::ListTunedSchedulesResponse response;
+  absl::Status status = Convert(node_->ListTunedSchedules(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::ForgetTunedSchedulesResponse> DaemonClient::ForgetTunedSchedules(
+    const v1::TuningFilter& filter, bool all) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::ForgetTunedSchedulesRequest request;
+  *request.mutable_filter() = filter;
+  request.set_all(all);
+  v1::ForgetTunedSchedulesResponse response;
+  absl::Status status = Convert(node_->ForgetTunedSchedules(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::Job> DaemonClient::WatchJob(
     const std::string& id, const std::function<void(const v1::Job&)>& on_event) {
   grpc::ClientContext context;

@@ -54,6 +54,9 @@ class DaemonClient {
   absl::StatusOr<v1::Job> CancelJob(const std::string& id);
   absl::StatusOr<v1::GetNodeInfoResponse> GetNodeInfo();
   absl::StatusOr<v1::GetStatsResponse> GetStats();
+  absl::StatusOr<v1::ListTunedSchedulesResponse> ListTunedSchedules(const v1::TuningFilter& filter);
+  absl::StatusOr<v1::ForgetTunedSchedulesResponse> ForgetTunedSchedules(
+      const v1::TuningFilter& filter, bool all);
 
   // Follows WatchJob until the job is final, calling `on_event` for every event
   // (may be null), and returns the final job. No deadline: jobs run for minutes.

@@ -15,6 +15,7 @@
 #include "client/commbench.h"
 #include "client/daemon_client.h"
 #include "client/top.h"
+#include "client/tuning.h"
 #include "common/byte_size.h"
 #include "common/config.h"
 
@@ -115,6 +116,21 @@ int main(int argc, char** argv) {
       "compare", "two finished jobs op by op: schedules, steps and B's change against A");
   compare->add_option("A", id, "job id")->required();
   compare->add_option("B", id_b, "job id")->required();
+  std::string tuning_op, tuning_shape;
+  bool tuning_stale = false, tuning_all = false;
+  CLI::App* tuning = app.add_subcommand(
+      "tuning", "the schedules autotune chose and kept: list them, or forget them to re-tune");
+  tuning->require_subcommand(1);
+  CLI::App* tuning_list = tuning->add_subcommand("list", "list the tuned schedules");
+  CLI::App* tuning_forget = tuning->add_subcommand(
+      "forget", "forget tuned schedules: the next job with such an op tunes it again");
+  for (CLI::App* sub : {tuning_list, tuning_forget}) {
+    sub->add_option("--op", tuning_op, "only this op type, e.g. gemm_rs");
+    sub->add_option("--shape", tuning_shape, "only this global shape, MxKxN");
+    sub->add_flag("--stale", tuning_stale,
+                  "only those no job here can use (another build, GPU, driver, library)");
+  }
+  tuning_forget->add_flag("--all", tuning_all, "every one (needed when nothing else is named)");
   overlap::client::BenchOptions bench_options;
   std::string bench_shapes, bench_graph, bench_json;
   bool no_verify = false;
@@ -150,6 +166,9 @@ int main(int argc, char** argv) {
   bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
       ->capture_default_str();
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");
+  bool use_tuned = false;
+  bench->add_flag("--use-tuned", use_tuned,
+                  "let auto answer from schedules tuned before this sweep (default: tune afresh)");
   bench
       ->add_option("--head-start", bench_options.head_start,
                    "what the GPUs do while the host enqueues a timed iteration: heat (the op's "
@@ -238,8 +257,21 @@ int main(int argc, char** argv) {
     rc = overlap::client::RunCommBench(*client, comm_options, comm_json, json,
                                        isatty(STDERR_FILENO) == 1, std::cout, std::cerr);
   }
+  if (tuning->parsed()) {
+    absl::StatusOr<overlap::v1::TuningFilter> filter =
+        overlap::client::ParseTuningFilter(tuning_op, tuning_shape, tuning_stale);
+    if (!filter.ok()) {
+      std::cerr << "overlapctl: " << filter.status().message() << "\n";
+      return overlap::client::kExitUsage;
+    }
+    rc = tuning_list->parsed()
+             ? overlap::client::RunTuningList(*client, *filter, json, std::cout, std::cerr)
+             : overlap::client::RunTuningForget(*client, *filter, tuning_all, json, std::cout,
+                                                std::cerr);
+  }
   if (bench->parsed()) {
     bench_options.verify = !no_verify;
+    bench_options.retune = !use_tuned;
     if (!bench_shapes.empty()) {
       auto shapes = overlap::client::ParseBenchShapes(bench_shapes);
       if (!shapes.ok()) {

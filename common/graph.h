@@ -76,6 +76,10 @@ struct JobSpec {
   // its last gradient is ready, as PyTorch DDP does (its default cap is 25 MiB);
   // 0 = no buckets.
   int bucket_mib = 25;
+  // Autotune again even where the tuning cache holds a choice for an op:
+  // choices tuned before this job started are ignored and replaced (bench sets
+  // it: a benchmark measures what wins now).
+  bool retune = false;
   int priority = 0;
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()

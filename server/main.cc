@@ -338,6 +338,7 @@ int Run(const DaemonConfig& config) {
   rpc_options.state_dir = config.state_dir;
   rpc_options.jobs.max_iterations = config.max_iterations;
   rpc_options.jobs.max_spec_bytes = config.max_spec_bytes;
+  rpc_options.tuning_cache = tuning_cache.get();
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
       rpc::RpcServer::Start(rpc_options, **scheduler, **engine);
   if (!server.ok()) {

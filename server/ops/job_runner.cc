@@ -28,6 +28,13 @@
 namespace overlap::ops {
 namespace {
 
+// The tuning cache as one job uses it: choices tuned before not_before_unix_ms
+// do not answer (JobSpec::retune).
+struct TuningUse {
+  TuningCache* cache = nullptr;
+  int64_t not_before_unix_ms = 0;
+};
+
 // Autotune measures each candidate this many times (after one warm-up) per
 // round, in kTuneRounds round-robin passes over the candidates; then the
 // leaders kRunoffIterations times in each of kRunoffRounds (autotune.h).
@@ -38,22 +45,19 @@ constexpr int kRunoffRounds = 3;
 // The timed iterations are split into this many rounds, each GEMM alone then step.
 constexpr int kTimedRounds = 4;
 
-std::string TuningKey(engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
-                      int first_device) {
-  const engine::BackendVersions v = engine.Versions();
-  return absl::StrCat(OpTypeName(op.type), " m=", op.m, " k=", op.k, " n=", op.n,
-                      " dtype=", DTypeName(dtype), " tp=", tp, " mode=", OverlapModeName(op.mode),
-                      " chunks=", op.chunks, " transport=", TransportName(op.transport),
-                      " backend=", engine.Name(),
-                      // Replayed and enqueued schedules tune differently (finer pieces pay
-                      // once their hand-offs are cheap).
-                      " graphs=", engine.ReplaysGraphs() ? "on" : "off",
-                      // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
-                      " gates=", engine.HasGates() ? "on" : "off",
-                      // NCCL schedules run differently with an SM budget.
-                      " nccl_ctas=", engine.CollectiveSmBudget(),
-                      " device=", engine.GetDeviceInfo(first_device).name,
-                      " driver=", v.cuda_driver, " cuda=", v.cuda_runtime, " nccl=", v.nccl);
+TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
+                 int first_device) {
+  TuningKey key;
+  key.op_type = OpTypeName(op.type);
+  key.m = op.m;
+  key.k = op.k;
+  key.n = op.n;
+  key.dtype = DTypeName(dtype);
+  key.tp = tp;
+  key.requested =
+      absl::StrCat(OverlapModeName(op.mode), "/", op.chunks, "/", TransportName(op.transport));
+  key.environment = TuningEnvironment(engine, first_device);
+  return key;
 }
 
 // The op's collective and its bytes as nccl-tests counts them (common/stats.h).
@@ -77,7 +81,7 @@ std::pair<Collective, double> CollectiveBytes(const OpSpec& op, DType dtype) {
 }
 
 // `scores` gets what autotune measured of every candidate (untouched when it did not tune).
-absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::string* reason,
+absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, const TuningUse& tuning, std::string* reason,
                                         std::vector<CandidateScore>* scores) {
   const OpSpec& op = run.ctx.op();
   const int tp = run.ctx.tp();
@@ -86,9 +90,9 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
     *reason = op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested";
     return candidates[0];
   }
-  const std::string key = TuningKey(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
-  if (cache != nullptr) {
-    if (auto hit = cache->Lookup(key)) {
+  const TuningKey key = KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
+  if (tuning.cache != nullptr) {
+    if (auto hit = tuning.cache->Lookup(key, tuning.not_before_unix_ms)) {
       *reason = absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms);
       return hit->schedule;
     }
@@ -133,15 +137,16 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, TuningCache* cache, std::str
   *reason = choice.reason;
   *scores = tally.Scores();
   GetLogger("ops")->debug("autotune {}: {}", op.id, choice.reason);
-  if (cache != nullptr) {
-    RETURN_IF_ERROR(cache->Store(key, TunedChoice{choice.schedule, choice.ms}));
+  if (tuning.cache != nullptr) {
+    RETURN_IF_ERROR(tuning.cache->Store(key, TunedChoice{choice.schedule, choice.ms},
+                                        absl::ToUnixMillis(absl::Now())));
   }
   return choice.schedule;
 }
 
 absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
-                                   TuningCache* cache, int op_index, int op_count,
+                                   const TuningUse& tuning, int op_index, int op_count,
                                    const OpSpec& op) {
   const int tp = static_cast<int>(devices.size());
   BufferSizes sizes;
@@ -173,7 +178,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   const int warm = std::max(1, std::min(spec.warmup, 5));
   std::string reason;
   std::vector<CandidateScore> scores;
-  ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, cache, &reason, &scores));
+  ASSIGN_OR_RETURN(Schedule schedule, ChooseSchedule(run, tuning, &reason, &scores));
   // The collective alone on both transports; the faster one is "comm alone".
   std::vector<double> comm_t{0.0}, nccl_t{0.0}, p2p_t{0.0};
   Transport fastest = Transport::kNccl;
@@ -323,6 +328,28 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
 
 }  // namespace
 
+std::string TuningEnvironment(const engine::Engine& engine, int device) {
+  const engine::BackendVersions v = engine.Versions();
+  std::string library_env;
+  for (const auto& [name, value] : LibraryEnvironment()) {
+    // Where the toolkit is installed changes no schedule's speed.
+    if (name == "CUDA_HOME" || name == "CUDA_PATH" || name == "CUDA_ROOT") continue;
+    absl::StrAppend(&library_env, library_env.empty() ? "" : ",", name, "=", value);
+  }
+  return absl::StrCat("backend=", engine.Name(),
+                      // Replayed and enqueued schedules tune differently (finer pieces pay
+                      // once their hand-offs are cheap).
+                      " graphs=", engine.ReplaysGraphs() ? "on" : "off",
+                      // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
+                      " gates=", engine.HasGates() ? "on" : "off",
+                      // NCCL schedules run differently with an SM budget.
+                      " nccl_ctas=", engine.CollectiveSmBudget(),
+                      " device=", engine.GetDeviceInfo(device).name, " driver=", v.cuda_driver,
+                      " cuda=", v.cuda_runtime, " nccl=", v.nccl,
+                      // Schedules change between builds; so do the libraries' settings.
+                      " overlapd=", OVERLAP_VERSION, "+", OVERLAP_GIT_COMMIT, " env=", library_env);
+}
+
 absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec,
                                      const std::vector<int>& devices, const RunHooks& hooks,
                                      TuningCache* tuning_cache) {
@@ -342,11 +369,14 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   result.set_cublas(versions.cublas);
   for (const auto& [name, value] : LibraryEnvironment())
     (*result.mutable_library_env())[name] = value;
+  // A job that asked to retune ignores every choice tuned before it started
+  // (and replaces it); ones its own earlier ops tuned still answer.
+  const TuningUse tuning{tuning_cache, spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
-    absl::StatusOr<v1::OpResult> op_result = RunOp(engine, spec, devices, hooks, tuning_cache,
-                                                   order[i], static_cast<int>(order.size()), op);
+    absl::StatusOr<v1::OpResult> op_result =
+        RunOp(engine, spec, devices, hooks, tuning, order[i], static_cast<int>(order.size()), op);
     if (!op_result.ok()) {
       // Drain what is still queued and consume the asynchronous errors it left,
       // so that the next job on these devices starts clean; report the first error.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -58,6 +59,11 @@ HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m);
 // cover `ms` (at least 1, at most kPreheatMaxGemms: launches are not free).
 inline constexpr int kPreheatMaxGemms = 2000;
 int PreheatGemms(double ms, double gemm_ms);
+
+// What, besides the op, can change autotune's winner on `device` (its model)
+// under this engine: backend settings, versions, the overlapd build and the
+// NCCL_*/CUDA_* environment. Part of every tuning cache key (tuning_cache.h).
+std::string TuningEnvironment(const engine::Engine& engine, int device);
 
 // Bytes every device of the group needs for the job's largest op (ops run one
 // after another and free their buffers). Used to refuse a job at submission.

@@ -2,9 +2,69 @@
 
 #include <sqlite3.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace overlap::ops {
+namespace {
+
+// The first table (`tuning`, until 0.1) keyed choices by a string without the
+// overlapd build: its entries are dropped, and re-tuned on first use.
+constexpr char kSchema[] =
+    "DROP TABLE IF EXISTS tuning;"
+    "CREATE TABLE IF NOT EXISTS tuned_schedules (key TEXT PRIMARY KEY, op_type TEXT NOT NULL, "
+    "m INTEGER NOT NULL, k INTEGER NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL, "
+    "tp INTEGER NOT NULL, requested TEXT NOT NULL, environment TEXT NOT NULL, "
+    "mode TEXT NOT NULL, chunks INTEGER NOT NULL, transport TEXT NOT NULL, "
+    "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL)";
+
+constexpr char kColumns[] =
+    "key, op_type, m, k, n, dtype, tp, requested, environment, mode, chunks, transport, step_ms, "
+    "tuned_unix_ms";
+
+std::string Text(sqlite3_stmt* stmt, int column) {
+  const unsigned char* text = sqlite3_column_text(stmt, column);
+  return text ? reinterpret_cast<const char*>(text) : "";
+}
+
+// A row in kColumns order; nullopt when its schedule no longer parses.
+std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
+  TunedEntry e;
+  e.key.op_type = Text(stmt, 1);
+  e.key.m = sqlite3_column_int64(stmt, 2);
+  e.key.k = sqlite3_column_int64(stmt, 3);
+  e.key.n = sqlite3_column_int64(stmt, 4);
+  e.key.dtype = Text(stmt, 5);
+  e.key.tp = sqlite3_column_int(stmt, 6);
+  e.key.requested = Text(stmt, 7);
+  e.key.environment = Text(stmt, 8);
+  auto mode = ParseOverlapMode(Text(stmt, 9));
+  auto transport = ParseTransport(Text(stmt, 11));
+  if (!mode.ok() || !transport.ok() || *mode == OverlapMode::kAuto ||
+      *transport == Transport::kAuto) {
+    return std::nullopt;
+  }
+  e.choice.schedule = Schedule{*mode, sqlite3_column_int(stmt, 10), *transport};
+  e.choice.step_ms = sqlite3_column_double(stmt, 12);
+  e.tuned_unix_ms = sqlite3_column_int64(stmt, 13);
+  return e;
+}
+
+bool Matches(const TunedEntry& e, const TuningFilter& f) {
+  if (!f.op_type.empty() && e.key.op_type != f.op_type) return false;
+  if ((f.m && e.key.m != *f.m) || (f.k && e.key.k != *f.k) || (f.n && e.key.n != *f.n)) {
+    return false;
+  }
+  return !f.stale_unless_in || f.stale_unless_in->count(e.key.environment) == 0;
+}
+
+}  // namespace
+
+std::string TuningKey::Text() const {
+  return absl::StrCat(op_type, " m=", m, " k=", k, " n=", n, " dtype=", dtype, " tp=", tp,
+                      " requested=", requested, " ", environment);
+}
 
 absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string& path) {
   sqlite3* db = nullptr;
@@ -15,11 +75,7 @@ absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string
   }
   sqlite3_busy_timeout(db, 5000);
   char* err = nullptr;
-  const char* schema =
-      "CREATE TABLE IF NOT EXISTS tuning (key TEXT PRIMARY KEY, mode TEXT NOT NULL, "
-      "chunks INTEGER NOT NULL, transport TEXT NOT NULL, step_ms REAL NOT NULL, "
-      "updated_unix_ms INTEGER NOT NULL)";
-  if (sqlite3_exec(db, schema, nullptr, nullptr, &err) != SQLITE_OK) {
+  if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
     sqlite3_close(db);
@@ -30,52 +86,103 @@ absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string
 
 TuningCache::~TuningCache() { sqlite3_close(db_); }
 
-std::optional<TunedChoice> TuningCache::Lookup(const std::string& key) {
+std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not_before_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT mode, chunks, transport, step_ms FROM tuning WHERE key = ?",
-                         -1, &stmt, nullptr) != SQLITE_OK) {
-    return std::nullopt;
-  }
-  sqlite3_bind_text(stmt, 1, key.c_str(), -1, SQLITE_TRANSIENT);
-  std::optional<TunedChoice> out;
-  if (sqlite3_step(stmt) == SQLITE_ROW) {
-    auto mode = ParseOverlapMode(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
-    auto transport = ParseTransport(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 2)));
-    if (mode.ok() && transport.ok() && *mode != OverlapMode::kAuto &&
-        *transport != Transport::kAuto) {
-      TunedChoice c;
-      c.schedule = Schedule{*mode, sqlite3_column_int(stmt, 1), *transport};
-      c.step_ms = sqlite3_column_double(stmt, 3);
-      out = c;
-    }
-  }
-  sqlite3_finalize(stmt);
-  return out;
+  const std::string sql = absl::StrCat("SELECT ", kColumns, " FROM tuned_schedules WHERE key = ?");
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) return std::nullopt;
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  const std::string text = key.Text();
+  sqlite3_bind_text(stmt, 1, text.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt) != SQLITE_ROW) return std::nullopt;
+  std::optional<TunedEntry> entry = ReadEntry(stmt);
+  if (!entry || entry->tuned_unix_ms < not_before_unix_ms) return std::nullopt;
+  return entry->choice;
 }
 
-absl::Status TuningCache::Store(const std::string& key, const TunedChoice& choice) {
+absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
+                                int64_t tuned_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT OR REPLACE INTO tuning VALUES (?, ?, ?, ?, ?, "
-                         "CAST(strftime('%s','now') AS INTEGER) * 1000)",
-                         -1, &stmt, nullptr) != SQLITE_OK) {
+  const std::string sql = absl::StrCat("INSERT OR REPLACE INTO tuned_schedules (", kColumns,
+                                       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
     return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
   }
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  const std::string text = key.Text();
   const std::string mode = OverlapModeName(choice.schedule.mode);
   const std::string transport = TransportName(choice.schedule.transport);
-  sqlite3_bind_text(stmt, 1, key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(stmt, 2, mode.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(stmt, 3, choice.schedule.chunks);
-  sqlite3_bind_text(stmt, 4, transport.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_double(stmt, 5, choice.step_ms);
-  const int rc = sqlite3_step(stmt);
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_DONE) {
+  sqlite3_bind_text(stmt, 1, text.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt, 2, key.op_type.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(stmt, 3, key.m);
+  sqlite3_bind_int64(stmt, 4, key.k);
+  sqlite3_bind_int64(stmt, 5, key.n);
+  sqlite3_bind_text(stmt, 6, key.dtype.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(stmt, 7, key.tp);
+  sqlite3_bind_text(stmt, 8, key.requested.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt, 9, key.environment.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt, 10, mode.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(stmt, 11, choice.schedule.chunks);
+  sqlite3_bind_text(stmt, 12, transport.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(stmt, 13, choice.step_ms);
+  sqlite3_bind_int64(stmt, 14, tuned_unix_ms);
+  if (sqlite3_step(stmt) != SQLITE_DONE) {
     return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TunedEntry>> TuningCache::List(const TuningFilter& filter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ListLocked(filter);
+}
+
+absl::StatusOr<std::vector<TunedEntry>> TuningCache::ListLocked(const TuningFilter& filter) {
+  sqlite3_stmt* stmt = nullptr;
+  const std::string sql = absl::StrCat("SELECT ", kColumns,
+                                       " FROM tuned_schedules ORDER BY op_type, m, k, n, dtype, "
+                                       "tp, tuned_unix_ms DESC, key");
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
+  }
+  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  std::vector<TunedEntry> out;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    std::optional<TunedEntry> entry = ReadEntry(stmt);
+    if (entry && Matches(*entry, filter)) out.push_back(std::move(*entry));
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
+  }
+  return out;
+}
+
+absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(std::vector<TunedEntry> doomed, ListLocked(filter));
+  sqlite3_stmt* del = nullptr;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM tuned_schedules WHERE key = ?", -1, &del, nullptr) !=
+      SQLITE_OK) {
+    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
+  }
+  absl::Cleanup finalize = [del] { sqlite3_finalize(del); };
+  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
+  for (const TunedEntry& entry : doomed) {
+    const std::string key = entry.key.Text();
+    sqlite3_reset(del);
+    sqlite3_bind_text(del, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(del) != SQLITE_DONE) {
+      const std::string msg = sqlite3_errmsg(db_);
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return absl::UnavailableError(absl::StrCat("tuning cache: ", msg));
+    }
+  }
+  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
+  }
+  return static_cast<int>(doomed.size());
 }
 
 }  // namespace overlap::ops

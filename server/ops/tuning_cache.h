@@ -1,12 +1,18 @@
 // Autotune choices that survive restarts: one SQLite table in the state
-// directory, keyed by everything that can change the winner (op, shape, dtype,
-// tp, GPU model, driver, CUDA and NCCL versions). Thread-safe.
+// directory, keyed by everything that can change the winner: the op (type,
+// shape, dtype, tp, the mode/chunks/transport it asked for) and the
+// environment (backend and its settings, GPU model, driver, CUDA and NCCL
+// versions, and the overlapd build, whose schedules change between versions).
+// `overlapctl tuning` lists and forgets them. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/ops/schedule.h"
@@ -15,9 +21,34 @@ struct sqlite3;
 
 namespace overlap::ops {
 
+struct TuningKey {
+  std::string op_type;
+  int64_t m = 0, k = 0, n = 0;
+  std::string dtype;
+  int tp = 0;
+  std::string requested;     // what the op asked auto to choose from, e.g. "auto/0/auto"
+  std::string environment;   // backend settings, GPU model, versions, build
+  std::string Text() const;  // the table's primary key
+};
+
 struct TunedChoice {
   Schedule schedule;
   double step_ms = 0;  // what the winner measured when it was chosen
+};
+
+struct TunedEntry {
+  TuningKey key;
+  TunedChoice choice;
+  int64_t tuned_unix_ms = 0;
+};
+
+// Which entries Forget removes: all that match every field set.
+struct TuningFilter {
+  std::string op_type;  // empty = any
+  std::optional<int64_t> m, k, n;
+  // Only entries whose environment is none of these (tuned by another build, on
+  // other GPUs or libraries: no job here can use them). Unset = any.
+  std::optional<std::set<std::string>> stale_unless_in;
 };
 
 class TuningCache {
@@ -26,11 +57,18 @@ class TuningCache {
   static absl::StatusOr<std::unique_ptr<TuningCache>> Open(const std::string& path);
   ~TuningCache();
 
-  std::optional<TunedChoice> Lookup(const std::string& key);
-  absl::Status Store(const std::string& key, const TunedChoice& choice);
+  // The choice stored under `key`, unless it was tuned before `not_before_unix_ms`
+  // (a job that asked to retune ignores what came before it).
+  std::optional<TunedChoice> Lookup(const TuningKey& key, int64_t not_before_unix_ms = 0);
+  absl::Status Store(const TuningKey& key, const TunedChoice& choice, int64_t tuned_unix_ms);
+  // Every entry that matches, by op type, shape, dtype, tp, then newest first.
+  absl::StatusOr<std::vector<TunedEntry>> List(const TuningFilter& filter);
+  // Removes the entries that match; returns how many.
+  absl::StatusOr<int> Forget(const TuningFilter& filter);
 
  private:
   explicit TuningCache(sqlite3* db) : db_(db) {}
+  absl::StatusOr<std::vector<TunedEntry>> ListLocked(const TuningFilter& filter);
   std::mutex mu_;
   sqlite3* db_;
 };

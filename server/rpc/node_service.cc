@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <climits>
+#include <set>
+#include <string>
 
 #include "common/library_env.h"
 #include "common/logging.h"
 #include "overlap_git_commit.h"
+#include "server/ops/job_runner.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::rpc {
@@ -18,11 +21,38 @@ std::string Hostname() {
   return name;
 }
 
+// The environments (tuning_cache.h) a job on this daemon can tune in: one per
+// GPU model it has.
+std::set<std::string> CurrentEnvironments(const engine::Engine& engine) {
+  std::set<std::string> out;
+  for (int d = 0; d < engine.DeviceCount(); ++d) out.insert(ops::TuningEnvironment(engine, d));
+  return out;
+}
+
+absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
+                                           const engine::Engine& engine) {
+  if (f.m() < 0 || f.k() < 0 || f.n() < 0) {
+    return absl::InvalidArgumentError("tuning filter: m, k and n must be positive (0 = any)");
+  }
+  ops::TuningFilter out;
+  out.op_type = f.op_type();
+  if (f.m() > 0) out.m = f.m();
+  if (f.k() > 0) out.k = f.k();
+  if (f.n() > 0) out.n = f.n();
+  if (f.stale_only()) out.stale_unless_in = CurrentEnvironments(engine);
+  return out;
+}
+
 }  // namespace
 
 NodeService::NodeService(jobs::Scheduler& scheduler, const engine::Engine& engine,
-                         NodeInfoStatic info, const DaemonCounters& counters)
-    : scheduler_(scheduler), engine_(engine), info_(std::move(info)), counters_(counters) {}
+                         NodeInfoStatic info, const DaemonCounters& counters,
+                         ops::TuningCache* tuning_cache)
+    : scheduler_(scheduler),
+      engine_(engine),
+      info_(std::move(info)),
+      counters_(counters),
+      tuning_cache_(tuning_cache) {}
 
 grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
                                       const v1::GetNodeInfoRequest* request,
@@ -91,6 +121,60 @@ grpc::Status NodeService::GetStats(grpc::ServerContext* context, const v1::GetSt
   response->set_jobs_submitted(counters_.jobs_submitted.load());
   response->set_jobs_rejected(counters_.jobs_rejected.load());
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ListTunedSchedules(grpc::ServerContext* context,
+                                             const v1::ListTunedSchedulesRequest* request,
+                                             v1::ListTunedSchedulesResponse* response) {
+  if (tuning_cache_ == nullptr) return NoTuningCache();
+  absl::StatusOr<ops::TuningFilter> filter = FilterOf(request->filter(), engine_);
+  if (!filter.ok()) return ToGrpcStatus(filter.status());
+  absl::StatusOr<std::vector<ops::TunedEntry>> entries = tuning_cache_->List(*filter);
+  if (!entries.ok()) return ToGrpcStatus(entries.status());
+  const std::set<std::string> current = CurrentEnvironments(engine_);
+  for (const ops::TunedEntry& e : *entries) {
+    v1::TunedSchedule* t = response->add_schedules();
+    t->set_key(e.key.Text());
+    t->set_op_type(e.key.op_type);
+    t->set_m(e.key.m);
+    t->set_k(e.key.k);
+    t->set_n(e.key.n);
+    t->set_dtype(e.key.dtype);
+    t->set_tp(e.key.tp);
+    t->set_requested(e.key.requested);
+    t->set_schedule(e.choice.schedule.Name());
+    t->set_step_ms(e.choice.step_ms);
+    t->set_tuned_unix_ms(e.tuned_unix_ms);
+    t->set_environment(e.key.environment);
+    t->set_current(current.count(e.key.environment) > 0);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
+                                               const v1::ForgetTunedSchedulesRequest* request,
+                                               v1::ForgetTunedSchedulesResponse* response) {
+  if (tuning_cache_ == nullptr) return NoTuningCache();
+  const v1::TuningFilter& f = request->filter();
+  const bool empty =
+      f.op_type().empty() && f.m() == 0 && f.k() == 0 && f.n() == 0 && !f.stale_only();
+  if (empty && !request->all()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "forget: name what to forget (op type, shape, stale) or ask for all");
+  }
+  absl::StatusOr<ops::TuningFilter> filter = FilterOf(f, engine_);
+  if (!filter.ok()) return ToGrpcStatus(filter.status());
+  absl::StatusOr<int> forgotten = tuning_cache_->Forget(*filter);
+  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
+  response->set_forgotten(*forgotten);
+  GetLogger("rpc")->info("forgot {} tuned schedule(s)", *forgotten);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::NoTuningCache() const {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "this daemon has no tuning cache: it could not open tuning.db in its state "
+                      "directory at start (see its log); autotune re-tunes every job");
 }
 
 }  // namespace overlap::rpc

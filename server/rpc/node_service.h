@@ -8,6 +8,7 @@
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
+#include "server/ops/tuning_cache.h"
 #include "server/rpc/jobs_service.h"
 
 namespace overlap::rpc {
@@ -19,9 +20,10 @@ struct NodeInfoStatic {
 
 class NodeService final : public v1::Node::Service {
  public:
-  // All references must outlive the service.
+  // All references must outlive the service; `tuning_cache` too, and may be
+  // null (the daemon could not open one: the tuning RPCs then fail).
   NodeService(jobs::Scheduler& scheduler, const engine::Engine& engine, NodeInfoStatic info,
-              const DaemonCounters& counters);
+              const DaemonCounters& counters, ops::TuningCache* tuning_cache = nullptr);
 
   // The address as bound (a TCP port 0 is only known after the server starts).
   void set_listen_address(const std::string& address) {
@@ -33,13 +35,22 @@ class NodeService final : public v1::Node::Service {
                            v1::GetNodeInfoResponse* response) override;
   grpc::Status GetStats(grpc::ServerContext* context, const v1::GetStatsRequest* request,
                         v1::GetStatsResponse* response) override;
+  grpc::Status ListTunedSchedules(grpc::ServerContext* context,
+                                  const v1::ListTunedSchedulesRequest* request,
+                                  v1::ListTunedSchedulesResponse* response) override;
+  grpc::Status ForgetTunedSchedules(grpc::ServerContext* context,
+                                    const v1::ForgetTunedSchedulesRequest* request,
+                                    v1::ForgetTunedSchedulesResponse* response) override;
 
  private:
+  grpc::Status NoTuningCache() const;
+
   jobs::Scheduler& scheduler_;
   const engine::Engine& engine_;
   absl::Mutex mu_;
   NodeInfoStatic info_ ABSL_GUARDED_BY(mu_);
   const DaemonCounters& counters_;
+  ops::TuningCache* tuning_cache_;
 };
 
 }  // namespace overlap::rpc

@@ -44,8 +44,9 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   std::unique_ptr<RpcServer> server(new RpcServer());
   server->jobs_service_ =
       std::make_unique<JobsService>(scheduler, engine, options.jobs, server->counters_);
-  server->node_service_ = std::make_unique<NodeService>(
-      scheduler, engine, NodeInfoStatic{options.state_dir, ""}, server->counters_);
+  server->node_service_ =
+      std::make_unique<NodeService>(scheduler, engine, NodeInfoStatic{options.state_dir, ""},
+                                    server->counters_, options.tuning_cache);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

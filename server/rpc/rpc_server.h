@@ -28,6 +28,8 @@ struct RpcServerOptions {
   ServerTls tls;          // TCP only
   std::string state_dir;  // shown by GetNodeInfo
   JobsServiceOptions jobs;
+  // Listed and pruned by the Node service; may be null. Must outlive the server.
+  ops::TuningCache* tuning_cache = nullptr;
 };
 
 class RpcServer {

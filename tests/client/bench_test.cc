@@ -22,6 +22,7 @@ TEST(BenchSpecTest, InterleavesAutoAndSerialRepeatsPerShape) {
   EXPECT_TRUE(spec->heat_head_start);
   EXPECT_EQ(spec->seed, 1234u);
   EXPECT_FALSE(spec->layer_step) << "a sweep of unrelated ops has no layer";
+  EXPECT_TRUE(spec->retune) << "a sweep measures what wins now, not what won before";
   ASSERT_EQ(spec->ops.size(), 8u);
   const std::vector<std::string> ids = {
       "ag_gemm-256x128x64-auto-0", "ag_gemm-256x128x64-serial-0", "ag_gemm-256x128x64-auto-1",
@@ -49,6 +50,15 @@ TEST(BenchSpecTest, TransportNarrowsAutoButNotSerial) {
   EXPECT_EQ(spec->ops[0].mode, OverlapMode::kAuto);
   EXPECT_EQ(spec->ops[0].transport, Transport::kP2p);
   EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
+}
+
+TEST(BenchSpecTest, UseTunedKeepsTheCachedChoices) {
+  BenchOptions o;
+  o.shapes = {{"gemm_rs", 384, 128, 64}};
+  o.retune = false;
+  auto spec = ParseJobSpec(BuildBenchSpec(o));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->retune);
 }
 
 TEST(BenchSpecTest, ChunksNarrowAutoButNotSerial) {

@@ -107,6 +107,7 @@ ops:
   EXPECT_TRUE(spec->heat_head_start);
   EXPECT_TRUE(spec->layer_step);
   EXPECT_EQ(spec->bucket_mib, 25);
+  EXPECT_FALSE(spec->retune);
   EXPECT_EQ(spec->priority, 0);
   EXPECT_EQ(spec->seed, 1234u);
   ASSERT_EQ(spec->ops.size(), 1u);
@@ -125,6 +126,7 @@ verify: false
 head_start: idle
 layer_step: false
 bucket_mib: 0
+retune: true
 priority: -3
 seed: 18446744073709551615
 iterations: 1
@@ -138,6 +140,7 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   EXPECT_FALSE(spec->heat_head_start);
   EXPECT_FALSE(spec->layer_step);
   EXPECT_EQ(spec->bucket_mib, 0);
+  EXPECT_TRUE(spec->retune);
   EXPECT_EQ(spec->priority, -3);
   EXPECT_EQ(spec->seed, 18446744073709551615u);
   EXPECT_EQ(spec->iterations, 1);
@@ -221,6 +224,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"head_start: sleep\n" OP(""), "head_start: must be heat or idle (got \"sleep\")"},
         ErrorCase{"layer_step: 1\n" OP(""), "layer_step: must be true or false (got \"1\")"},
         ErrorCase{"bucket_mib: -1\n" OP(""), "bucket_mib: must be a non-negative integer"},
+        ErrorCase{"retune: often\n" OP(""), "retune: must be true or false (got \"often\")"},
         ErrorCase{"priority: high\n" OP(""), "priority: must be an integer (got \"high\")"},
         ErrorCase{"seed: -1\n" OP(""), "seed: must be a non-negative integer (got \"-1\")"},
         ErrorCase{"seed: 18446744073709551616\n" OP(""),

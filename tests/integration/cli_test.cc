@@ -289,6 +289,72 @@ TEST_F(CliTest, BenchSweepsTheShapesOfAGraph) {
   EXPECT_THAT(none.err, HasSubstr("no ag_gemm, gemm_rs or gemm_ar op to sweep"));
 }
 
+// What auto tuned is listed, survives a restart, is re-tuned by bench unless
+// told otherwise, and can be forgotten.
+TEST_F(CliTest, TuningListsWhatAutoChoseAndForgetsIt) {
+  const std::string graph = dir_.File("auto.yaml");
+  WriteFileOrDie(graph,
+                 "name: tuned\ndevices: [0, 1]\niterations: 2\nwarmup: 1\nlayer_step: false\n"
+                 "ops:\n  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: auto}\n");
+  RunResult submit = daemon_->Ctl({"submit", graph, "--wait"});
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
+  RunResult list = daemon_->Ctl({"tuning", "list"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  std::vector<std::string> lines = Lines(list.out);
+  ASSERT_EQ(lines.size(), 3u) << list.out;
+  EXPECT_THAT(lines[0], StartsWith("OP "));
+  const std::vector<std::string> row = Cells(lines[2]);
+  ASSERT_EQ(row.size(), 9u) << lines[2];
+  EXPECT_EQ(row[0], "ag_gemm");
+  EXPECT_EQ(row[1], "128 x 128 x 256");
+  EXPECT_EQ(row[3], "2");
+  EXPECT_EQ(row[4], "auto/0/auto");
+  EXPECT_EQ(row[8], "yes");
+
+  // The daemon restarts on the same state directory: the choice is still there.
+  daemon_->Terminate(std::chrono::seconds(20));
+  daemon_ = std::make_unique<Daemon>(dir_.path());
+  ASSERT_TRUE(daemon_->Start());
+  RunResult json = daemon_->Ctl({"tuning", "list", "--op", "ag_gemm", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  nlohmann::json j = ParseJson(json.out);
+  ASSERT_EQ(j["schedules"].size(), 1u) << json.out;
+  EXPECT_EQ(j["schedules"][0]["schedule"], row[5]);
+  EXPECT_TRUE(j["schedules"][0]["current"].get<bool>());
+  EXPECT_EQ(ParseJson(daemon_->Ctl({"tuning", "list", "--op", "gemm_rs", "--json"}).out)
+                .value("schedules", nlohmann::json::array())
+                .size(),
+            0u);
+
+  // bench tunes afresh by default; --use-tuned lets the kept choice answer.
+  const std::vector<std::string> bench = {
+      "bench",     "--shapes", "ag_gemm:128x128x256", "--devices", "0,1",
+      "--repeats", "1",        "--iterations",        "2",         "--warmup",
+      "1",         "--json"};
+  RunResult fresh = daemon_->Ctl(bench);
+  ASSERT_EQ(fresh.exit_code, 0) << Describe(fresh);
+  EXPECT_THAT(ParseJson(fresh.out)["rows"][0]["auto_reasons"][0].get<std::string>(),
+              StartsWith("autotuned over"));
+  std::vector<std::string> reuse = bench;
+  reuse.push_back("--use-tuned");
+  RunResult kept = daemon_->Ctl(reuse);
+  ASSERT_EQ(kept.exit_code, 0) << Describe(kept);
+  EXPECT_THAT(ParseJson(kept.out)["rows"][0]["auto_reasons"][0].get<std::string>(),
+              StartsWith("tuning cache"));
+
+  RunResult unnamed = daemon_->Ctl({"tuning", "forget"});
+  EXPECT_EQ(unnamed.exit_code, 3) << Describe(unnamed);
+  EXPECT_THAT(unnamed.err, StartsWith("overlapctl: INVALID_ARGUMENT: forget: name what"));
+  EXPECT_EQ(daemon_->Ctl({"tuning", "forget", "--shape", "128x128"}).exit_code, 64);
+  RunResult stale = daemon_->Ctl({"tuning", "forget", "--stale"});
+  ASSERT_EQ(stale.exit_code, 0) << Describe(stale);
+  EXPECT_THAT(stale.out, StartsWith("forgot 0 tuned schedules"));
+  RunResult all = daemon_->Ctl({"tuning", "forget", "--all"});
+  ASSERT_EQ(all.exit_code, 0) << Describe(all);
+  EXPECT_THAT(all.out, StartsWith("forgot 1 tuned schedule;"));
+  EXPECT_EQ(daemon_->Ctl({"tuning", "list"}).out, "no tuned schedules\n");
+}
+
 // Two runs of one graph, op by op; a job without results or an unknown id is refused.
 TEST_F(CliTest, CompareShowsTwoJobsOpByOp) {
   std::vector<std::string> ids;

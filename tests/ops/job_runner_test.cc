@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/engine/host/host_engine.h"
 #include "server/ops/tuning_cache.h"
 #include "tests/op_spec_util.h"
@@ -533,20 +534,26 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
     EXPECT_EQ(first->ops(1).auto_reason().find("tuning cache"), std::string::npos);
     EXPECT_FALSE(first->ops(1).graph_replay()) << "the host backend has no graphs";
   }
-  // The key names everything the choice depends on, graph replay included.
+  // The key names everything the choice depends on, graph replay and the build included.
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     sqlite3_stmt* stmt = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT key FROM tuning", -1, &stmt, nullptr), SQLITE_OK);
-    std::vector<std::string> keys;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db, "SELECT key, environment FROM tuned_schedules", -1, &stmt, nullptr),
+        SQLITE_OK);
+    std::vector<std::string> keys, environments;
     while (sqlite3_step(stmt) == SQLITE_ROW) {
       keys.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+      environments.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
     }
     sqlite3_finalize(stmt);
     sqlite3_close(db);
     ASSERT_EQ(keys.size(), 1u);
     EXPECT_NE(keys[0].find(" backend=host graphs=off gates=on "), std::string::npos) << keys[0];
+    EXPECT_NE(keys[0].find(absl::StrCat(" overlapd=", OVERLAP_VERSION, "+")), std::string::npos)
+        << keys[0];
+    EXPECT_EQ(environments[0], TuningEnvironment(*engine, 0));
   }
   // A new cache object on the same file: what a restarted daemon sees.
   auto cache = TuningCache::Open(path);
@@ -555,6 +562,44 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_NE(second->ops(1).auto_reason().find("tuning cache"), std::string::npos)
       << second->ops(1).auto_reason();
+  std::filesystem::remove(path);
+}
+
+TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "overlap_retune_test.db").string();
+  std::filesystem::remove(path);
+  auto engine = Engine();
+  auto cache = TuningCache::Open(path);
+  ASSERT_TRUE(cache.ok());
+  // Two ops of one shape, both auto: a bench's repeats.
+  JobSpec spec = SmallJob();
+  spec.ops.resize(2);
+  spec.ops[0] = spec.ops[1];
+  spec.ops[0].id = "again";
+  spec.ops[1].after.clear();
+  spec.ops[0].after.clear();
+  ASSERT_TRUE(RunJob(*engine, spec, {0, 1}, {}, cache->get()).ok());
+  // A choice the cache holds from before, to be ignored.
+  const std::vector<TunedEntry> before = *(*cache)->List({});
+  ASSERT_EQ(before.size(), 1u);
+
+  spec.retune = true;
+  auto retuned = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  ASSERT_TRUE(retuned.ok()) << retuned.status();
+  // The first op of the shape tunes again; the second uses what the first just tuned.
+  EXPECT_EQ(retuned->ops(0).auto_reason().rfind("autotuned over", 0), 0u)
+      << retuned->ops(0).auto_reason();
+  EXPECT_EQ(retuned->ops(1).auto_reason().rfind("tuning cache", 0), 0u)
+      << retuned->ops(1).auto_reason();
+  const std::vector<TunedEntry> after = *(*cache)->List({});
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_GT(after[0].tuned_unix_ms, before[0].tuned_unix_ms);
+
+  spec.retune = false;
+  auto cached = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  ASSERT_TRUE(cached.ok());
+  EXPECT_EQ(cached->ops(0).auto_reason().rfind("tuning cache", 0), 0u);
   std::filesystem::remove(path);
 }
 

@@ -1,7 +1,6 @@
 // The gRPC server in-process: a real host engine and job store, the scheduler
 // with a fake runner (so that jobs block or finish on demand), and the generated
 // client stubs over a unix socket.
-#include "overlap_git_commit.h"
 #include "server/rpc/rpc_server.h"
 
 #include <grpcpp/create_channel.h>
@@ -16,7 +15,9 @@
 #include <mutex>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "overlap_git_commit.h"
 #include "server/engine/host/host_engine.h"
 #include "server/rpc/listen_address.h"
 #include "tests/server/test_util.h"
@@ -87,7 +88,12 @@ class RpcServerTest : public ::testing::Test {
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
 
+    auto cache = ops::TuningCache::Open(dir_.path() + "/tuning.db");
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    tuning_cache_ = std::move(*cache);
+
     RpcServerOptions options;
+    options.tuning_cache = tuning_cache_.get();
     options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
     options.state_dir = dir_.path() + "/state";
     options.jobs.max_spec_bytes = 4096;
@@ -179,6 +185,7 @@ class RpcServerTest : public ::testing::Test {
 
   TempDir dir_;
   FakeRunner runner_;
+  std::unique_ptr<ops::TuningCache> tuning_cache_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<jobs::JobStore> store_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
@@ -370,6 +377,84 @@ TEST_F(RpcServerTest, NodeInfoAndStats) {
   EXPECT_EQ(stats.devices(1).jobs_run(), 2);
   EXPECT_GE(stats.devices(0).busy_ms(), 40);
   EXPECT_GT(stats.uptime_s(), 0);
+}
+
+TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
+  auto key = [&](const std::string& op, const std::string& environment) {
+    ops::TuningKey k;
+    k.op_type = op;
+    k.m = 8192;
+    k.k = 4096;
+    k.n = 4096;
+    k.dtype = "bf16";
+    k.tp = 2;
+    k.requested = "auto/0/auto";
+    k.environment = environment;
+    return k;
+  };
+  const ops::TunedChoice ring{ops::Schedule{OverlapMode::kRing, 2, Transport::kP2p}, 0.22};
+  ASSERT_TRUE(
+      tuning_cache_->Store(key("gemm_rs", ops::TuningEnvironment(*engine_, 0)), ring, 7000).ok());
+  ASSERT_TRUE(tuning_cache_->Store(key("ag_gemm", "backend=host overlapd=0.0.1"), ring, 8000).ok());
+
+  auto list = [&](bool stale_only, v1::ListTunedSchedulesResponse* response) {
+    grpc::ClientContext context;
+    v1::ListTunedSchedulesRequest request;
+    request.mutable_filter()->set_stale_only(stale_only);
+    return node_->ListTunedSchedules(&context, request, response);
+  };
+  v1::ListTunedSchedulesResponse all;
+  ASSERT_TRUE(list(false, &all).ok());
+  ASSERT_EQ(all.schedules_size(), 2);
+  EXPECT_EQ(all.schedules(0).op_type(), "ag_gemm");
+  EXPECT_FALSE(all.schedules(0).current()) << "tuned by another build";
+  EXPECT_EQ(all.schedules(1).op_type(), "gemm_rs");
+  EXPECT_TRUE(all.schedules(1).current());
+  EXPECT_EQ(all.schedules(1).schedule(), "ring/2/p2p");
+  EXPECT_EQ(all.schedules(1).tuned_unix_ms(), 7000);
+  EXPECT_EQ(all.schedules(1).requested(), "auto/0/auto");
+  v1::ListTunedSchedulesResponse stale;
+  ASSERT_TRUE(list(true, &stale).ok());
+  ASSERT_EQ(stale.schedules_size(), 1);
+  EXPECT_EQ(stale.schedules(0).op_type(), "ag_gemm");
+
+  auto forget = [&](const v1::TuningFilter& filter, bool all_of_them, int* forgotten) {
+    grpc::ClientContext context;
+    v1::ForgetTunedSchedulesRequest request;
+    *request.mutable_filter() = filter;
+    request.set_all(all_of_them);
+    v1::ForgetTunedSchedulesResponse response;
+    grpc::Status status = node_->ForgetTunedSchedules(&context, request, &response);
+    *forgotten = response.forgotten();
+    return status;
+  };
+  int forgotten = -1;
+  EXPECT_EQ(forget({}, false, &forgotten).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::TuningFilter negative;
+  negative.set_m(-1);
+  EXPECT_EQ(forget(negative, false, &forgotten).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::TuningFilter stale_filter;
+  stale_filter.set_stale_only(true);
+  ASSERT_TRUE(forget(stale_filter, false, &forgotten).ok());
+  EXPECT_EQ(forgotten, 1);
+  ASSERT_TRUE(forget({}, true, &forgotten).ok());
+  EXPECT_EQ(forgotten, 1);
+  v1::ListTunedSchedulesResponse none;
+  ASSERT_TRUE(list(false, &none).ok());
+  EXPECT_EQ(none.schedules_size(), 0);
+}
+
+TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {
+  NodeService node(*scheduler_, *engine_, NodeInfoStatic{}, server_->counters(), nullptr);
+  v1::ListTunedSchedulesResponse listed;
+  grpc::Status status = node.ListTunedSchedules(nullptr, nullptr, &listed);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("no tuning cache"));
+  v1::ForgetTunedSchedulesRequest request;
+  request.set_all(true);
+  v1::ForgetTunedSchedulesResponse forgot;
+  EXPECT_EQ(node.ForgetTunedSchedules(nullptr, &request, &forgot).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
