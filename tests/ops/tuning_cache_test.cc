@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/tuning_key_util.h"
+
 namespace overlap::ops {
 namespace {
 
@@ -25,16 +27,7 @@ class TuningCacheTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove(path_); }
 
   static TuningKey Key(const std::string& op, int64_t m, const std::string& env = "env-a") {
-    TuningKey key;
-    key.op_type = op;
-    key.m = m;
-    key.k = 8192;
-    key.n = 4096;
-    key.dtype = "bf16";
-    key.tp = 2;
-    key.requested = "auto/0/auto";
-    key.environment = env;
-    return key;
+    return MakeTuningKey(op, m, 8192, 4096, env);
   }
   static TunedChoice Choice(OverlapMode mode, int chunks, double ms) {
     return TunedChoice{Schedule{mode, chunks, Transport::kP2p}, ms};

@@ -21,6 +21,7 @@
 #include "server/engine/host/host_engine.h"
 #include "server/rpc/listen_address.h"
 #include "tests/server/test_util.h"
+#include "tests/tuning_key_util.h"
 
 namespace overlap::rpc {
 namespace {
@@ -380,17 +381,8 @@ TEST_F(RpcServerTest, NodeInfoAndStats) {
 }
 
 TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
-  auto key = [&](const std::string& op, const std::string& environment) {
-    ops::TuningKey k;
-    k.op_type = op;
-    k.m = 8192;
-    k.k = 4096;
-    k.n = 4096;
-    k.dtype = "bf16";
-    k.tp = 2;
-    k.requested = "auto/0/auto";
-    k.environment = environment;
-    return k;
+  auto key = [](const std::string& op, const std::string& environment) {
+    return MakeTuningKey(op, 8192, 4096, 4096, environment);
   };
   const ops::TunedChoice ring{ops::Schedule{OverlapMode::kRing, 2, Transport::kP2p}, 0.22};
   ASSERT_TRUE(
