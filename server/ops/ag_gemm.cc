@@ -12,6 +12,10 @@ using engine::BufferRef;
 absl::Status Serial(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const LocalShapes& sh = ctx.shapes();
+  if (tp == 1) {  // nothing to gather: A is the whole input
+    RankState& rs = ctx.rank(0);
+    return GemmRows(ctx, 0, rs.compute, rs.a, 0, rs.y, 0, ctx.op().m);
+  }
   std::vector<BufferRef> src, dst;
   for (int r = 0; r < tp; ++r) {
     src.push_back(ctx.Rows(ctx.rank(r).a, 0, sh.a_rows, sh.a_cols));

@@ -62,9 +62,12 @@ absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
   }
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
+    // The buffers the op's own GEMM reads and writes: the gathered A and the
+    // partial, except on one rank, where A is whole and the partial is Y.
+    const bool split = ctx.tp() > 1;
     const bool ag = ctx.op().type == OpType::kAgGemm;
-    const engine::BufferId a = ag ? rs.full : rs.a;
-    const engine::BufferId c = ctx.op().type == OpType::kGemmRs ? rs.full : rs.y;
+    const engine::BufferId a = ag && split ? rs.full : rs.a;
+    const engine::BufferId c = ctx.op().type == OpType::kGemmRs && split ? rs.full : rs.y;
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
   }
   return absl::OkStatus();
