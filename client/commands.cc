@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/compare.h"
+#include "client/pin.h"
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "google/protobuf/util/json_util.h"
@@ -170,6 +171,26 @@ int Commands::Report(const std::string& id) {
     return kExitRefused;
   }
   return PrintFinal(*job);
+}
+
+int Commands::Pin(const std::string& id, const std::string& out_file) {
+  absl::StatusOr<v1::Job> job = client_.GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  absl::StatusOr<std::string> pinned = PinnedGraph(*job);
+  if (!pinned.ok()) return Fail(pinned.status());
+  if (out_file.empty()) {
+    out_ << *pinned;
+    return kExitOk;
+  }
+  std::ofstream file(out_file, std::ios::binary | std::ios::trunc);
+  file << *pinned;
+  file.close();
+  if (!file) {
+    err_ << "overlapctl: cannot write " << out_file << "\n";
+    return kExitUsage;
+  }
+  err_ << "wrote " << out_file << "\n";
+  return kExitOk;
 }
 
 int Commands::Compare(const std::string& a, const std::string& b) {

@@ -50,6 +50,9 @@ class Commands {
   int Node();
   int Stats();
   int Report(const std::string& id);
+  // The job's graph with the schedules its ops ran (pin.h), to standard output
+  // or, when `out_file` is set, to that file.
+  int Pin(const std::string& id, const std::string& out_file);
   // Two finished jobs op by op (compare.h).
   int Compare(const std::string& a, const std::string& b);
 

@@ -111,6 +111,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI::App* report = app.add_subcommand("report", "print the report of a finished job");
   report->add_option("ID", id, "job id")->required();
+  std::string pin_out;
+  CLI::App* pin = app.add_subcommand(
+      "pin", "a job's graph with every op set to the schedule it ran (YAML), to submit again");
+  pin->add_option("ID", id, "job id")->required();
+  pin->add_option("-o,--output", pin_out, "write it to this file instead of standard output");
   std::string id_b;
   CLI::App* compare = app.add_subcommand(
       "compare", "two finished jobs op by op: schedules, steps and B's change against A");
@@ -236,6 +241,7 @@ int main(int argc, char** argv) {
   if (stats->parsed()) rc = commands.Stats();
   if (report->parsed()) rc = commands.Report(id);
   if (compare->parsed()) rc = commands.Compare(id, id_b);
+  if (pin->parsed()) rc = commands.Pin(id, pin_out);
   if (check->parsed()) {
     check_options.links = !no_links;
     rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);

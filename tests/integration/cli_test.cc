@@ -355,6 +355,39 @@ TEST_F(CliTest, TuningListsWhatAutoChoseAndForgetsIt) {
   EXPECT_EQ(daemon_->Ctl({"tuning", "list"}).out, "no tuned schedules\n");
 }
 
+// A tuned job pinned and submitted again runs the same schedules, none tuned.
+TEST_F(CliTest, PinnedGraphRunsTheSchedulesAutoChose) {
+  const std::string graph = dir_.File("auto.yaml");
+  WriteFileOrDie(graph,
+                 "name: to-pin\ndevices: [0, 1]\niterations: 2\nwarmup: 1\nlayer_step: false\n"
+                 "ops:\n  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: auto}\n"
+                 "  - {id: fc2, type: gemm_rs, m: 128, k: 256, n: 128, after: [fc1]}\n");
+  RunResult tuned = daemon_->Ctl({"submit", graph, "--wait", "--json"});
+  ASSERT_EQ(tuned.exit_code, 0) << Describe(tuned);
+  const nlohmann::json first = ParseJson(tuned.out);
+  const std::string pinned = dir_.File("pinned.yaml");
+  RunResult pin = daemon_->Ctl({"pin", first["id"], "-o", pinned});
+  ASSERT_EQ(pin.exit_code, 0) << Describe(pin);
+  EXPECT_EQ(pin.err, "wrote " + pinned + "\n");
+  RunResult again = daemon_->Ctl({"submit", pinned, "--wait", "--json"});
+  ASSERT_EQ(again.exit_code, 0) << Describe(again);
+  const nlohmann::json second = ParseJson(again.out);
+  ASSERT_EQ(second["result"]["ops"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const nlohmann::json& a = first["result"]["ops"][i];
+    const nlohmann::json& b = second["result"]["ops"][i];
+    EXPECT_EQ(a["id"], b["id"]);
+    EXPECT_THAT(a["auto_reason"].get<std::string>(), StartsWith("autotuned over"));
+    EXPECT_EQ(b["requested_mode"], a["mode"]);
+    EXPECT_EQ(b["mode"], a["mode"]);
+    EXPECT_EQ(b["chunks"], a["chunks"]);
+    EXPECT_EQ(b["transport"], a["transport"]);
+    EXPECT_EQ(b["auto_reason"], "as requested");
+  }
+  RunResult unknown = daemon_->Ctl({"pin", "job-999999"});
+  EXPECT_EQ(unknown.exit_code, 3) << Describe(unknown);
+}
+
 // Two runs of one graph, op by op; a job without results or an unknown id is refused.
 TEST_F(CliTest, CompareShowsTwoJobsOpByOp) {
   std::vector<std::string> ids;

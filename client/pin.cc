@@ -1,0 +1,61 @@
+#include "client/pin.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/yaml_util.h"
+
+namespace overlap::client {
+
+absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
+  std::map<std::string, const v1::OpResult*> ran;
+  for (const v1::OpResult& op : job.result().ops()) ran[op.id()] = &op;
+  if (ran.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id(), " has no op that ran to the end: nothing to pin (it is ",
+                     v1::JobState_Name(job.state()), ")"));
+  }
+  absl::StatusOr<YAML::Node> root = yaml_util::LoadDocument(job.spec(), job.id());
+  if (!root.ok()) return root.status();
+  YAML::Node ops = (*root)["ops"];
+  if (!ops.IsSequence()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job.id(), ": its graph has no ops list"));
+  }
+  std::vector<std::string> unpinned;
+  for (YAML::Node op : ops) {
+    const std::string id = op["id"] ? op["id"].as<std::string>() : "";
+    auto it = ran.find(id);
+    if (it == ran.end()) {
+      unpinned.push_back(id);
+      continue;
+    }
+    const v1::OpResult& r = *it->second;
+    op["mode"] = r.mode();
+    // chunks only means something to the modes that cut the rows.
+    if (r.mode() == "chunked" || r.mode() == "ring") {
+      op["chunks"] = r.chunks();
+    } else {
+      op.remove("chunks");
+    }
+    op["transport"] = r.transport();
+  }
+  YAML::Emitter out;
+  out << *root;
+  std::string text = absl::StrCat(
+      "# pinned from ", job.id(), " (", job.name(), "): every op runs the schedule it ran there",
+      job.result().ops_size() > 0 ? absl::StrCat(", tp = ", job.result().ops(0).tp()) : "",
+      job.result().gpu().empty() ? "" : absl::StrCat(", on ", job.result().gpu()), "\n");
+  if (!unpinned.empty()) {
+    absl::StrAppend(&text, "# not pinned (no result: the job ended before them): ",
+                    absl::StrJoin(unpinned, ", "), "\n");
+  }
+  absl::StrAppend(&text, out.c_str(), "\n");
+  return text;
+}
+
+}  // namespace overlap::client
