@@ -32,7 +32,7 @@ std::set<std::string> CurrentEnvironments(const engine::Engine& engine) {
 absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
                                            const engine::Engine& engine) {
   if (f.m() < 0 || f.k() < 0 || f.n() < 0) {
-    return absl::InvalidArgumentError("tuning filter: m, k and n must be positive (0 = any)");
+    return absl::InvalidArgumentError("tuning filter: m, k and n must not be negative (0 = any)");
   }
   ops::TuningFilter out;
   out.op_type = f.op_type();
