@@ -13,6 +13,7 @@
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace overlap::client {
 namespace {
@@ -179,7 +180,8 @@ int Commands::Pin(const std::string& id, const std::string& out_file) {
   absl::StatusOr<std::string> pinned = PinnedGraph(*job);
   if (!pinned.ok()) return Fail(pinned.status());
   if (out_file.empty()) {
-    out_ << *pinned;
+    // The graph is YAML either way; --json wraps it for scripts.
+    out_ << (json_ ? nlohmann::json{{"job", id}, {"graph", *pinned}}.dump(1) + "\n" : *pinned);
     return kExitOk;
   }
   std::ofstream file(out_file, std::ios::binary | std::ios::trunc);

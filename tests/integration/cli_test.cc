@@ -384,6 +384,9 @@ TEST_F(CliTest, PinnedGraphRunsTheSchedulesAutoChose) {
     EXPECT_EQ(b["transport"], a["transport"]);
     EXPECT_EQ(b["auto_reason"], "as requested");
   }
+  RunResult json = daemon_->Ctl({"pin", first["id"], "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  EXPECT_EQ(ParseJson(json.out)["graph"].get<std::string>(), ReadFileOrEmpty(pinned));
   RunResult unknown = daemon_->Ctl({"pin", "job-999999"});
   EXPECT_EQ(unknown.exit_code, 3) << Describe(unknown);
 }
