@@ -355,6 +355,21 @@ TEST_F(CliTest, TuningListsWhatAutoChoseAndForgetsIt) {
   EXPECT_EQ(daemon_->Ctl({"tuning", "list"}).out, "no tuned schedules\n");
 }
 
+// A sweep of a graph's shapes tunes them for the graph itself (OPERATIONS.md).
+TEST_F(CliTest, GraphSubmittedAfterItsBenchUsesTheSweepsChoices) {
+  const std::string graph = dir_.File("layer.yaml");
+  WriteFileOrDie(graph,
+                 "name: layer\ndevices: [0, 1]\niterations: 2\nwarmup: 1\nlayer_step: false\n"
+                 "ops:\n  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: auto}\n");
+  RunResult bench = daemon_->Ctl({"bench", "--graph", graph, "--repeats", "1", "--iterations", "2",
+                                  "--warmup", "1", "--json"});
+  ASSERT_EQ(bench.exit_code, 0) << Describe(bench);
+  RunResult run = daemon_->Ctl({"submit", graph, "--wait", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_THAT(ParseJson(run.out)["result"]["ops"][0]["auto_reason"].get<std::string>(),
+              StartsWith("tuning cache"));
+}
+
 // A tuned job pinned and submitted again runs the same schedules, none tuned.
 TEST_F(CliTest, PinnedGraphRunsTheSchedulesAutoChose) {
   const std::string graph = dir_.File("auto.yaml");
