@@ -67,15 +67,18 @@ std::vector<BenchShape> DefaultBenchShapes() {
   return shapes;
 }
 
+bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n) {
+  std::vector<absl::string_view> dims = absl::StrSplit(text, 'x');
+  return dims.size() == 3 && absl::SimpleAtoi(dims[0], m) && absl::SimpleAtoi(dims[1], k) &&
+         absl::SimpleAtoi(dims[2], n);
+}
+
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text) {
   std::vector<BenchShape> out;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(item, ':');
-    std::vector<std::string> dims =
-        parts.size() == 2 ? absl::StrSplit(parts[1], 'x') : std::vector<std::string>{};
     BenchShape s;
-    if (parts.size() != 2 || dims.size() != 3 || !absl::SimpleAtoi(dims[0], &s.m) ||
-        !absl::SimpleAtoi(dims[1], &s.k) || !absl::SimpleAtoi(dims[2], &s.n) ||
+    if (parts.size() != 2 || !ParseShapeDims(parts[1], &s.m, &s.k, &s.n) ||
         (parts[0] != "ag_gemm" && parts[0] != "gemm_rs" && parts[0] != "gemm_ar")) {
       return absl::InvalidArgumentError(
           absl::StrCat("--shapes: bad item \"", item, "\" (expected op:MxKxN, e.g. ag_gemm:4096x8192x8192)"));

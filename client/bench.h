@@ -9,10 +9,12 @@
 // reproducible.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
@@ -48,6 +50,8 @@ struct BenchOptions {
 
 // The default sweep (global m x k x n, tp = the daemon's device count).
 std::vector<BenchShape> DefaultBenchShapes();
+// Splits "MxKxN" into its three integers; false when it is not that form.
+bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n);
 // Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text);
 

@@ -2,13 +2,13 @@
 
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "client/bench.h"
 #include "client/commands.h"
 #include "client/report.h"
 #include "client/table.h"
+#include "common/graph.h"
 
 namespace overlap::client {
 
@@ -16,21 +16,14 @@ absl::StatusOr<v1::TuningFilter> ParseTuningFilter(const std::string& op, const 
                                                    bool stale_only) {
   v1::TuningFilter filter;
   if (!op.empty()) {
-    static const char* const kTypes[] = {"ag_gemm",    "gemm_rs",        "gemm_ar",   "gemm",
-                                         "all_gather", "reduce_scatter", "all_reduce"};
-    bool known = false;
-    for (const char* type : kTypes) known = known || op == type;
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("--op: unknown op type \"", op,
-                                                     "\" (ag_gemm, gemm_rs, gemm_ar, gemm, ...)"));
+    if (absl::StatusOr<OpType> type = ParseOpType(op); !type.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--op: ", type.status().message()));
     }
     filter.set_op_type(op);
   }
   if (!shape.empty()) {
-    std::vector<std::string> dims = absl::StrSplit(shape, 'x');
     int64_t m = 0, k = 0, n = 0;
-    if (dims.size() != 3 || !absl::SimpleAtoi(dims[0], &m) || !absl::SimpleAtoi(dims[1], &k) ||
-        !absl::SimpleAtoi(dims[2], &n) || m <= 0 || k < 0 || n <= 0) {
+    if (!ParseShapeDims(shape, &m, &k, &n) || m <= 0 || k < 0 || n <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--shape: want MxKxN with positive sizes, e.g. 8192x8192x28672 (got \"", shape, "\")"));
     }
