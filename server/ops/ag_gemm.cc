@@ -12,10 +12,7 @@ using engine::BufferRef;
 absl::Status Serial(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const LocalShapes& sh = ctx.shapes();
-  if (tp == 1) {  // nothing to gather: A is the whole input
-    RankState& rs = ctx.rank(0);
-    return GemmRows(ctx, 0, rs.compute, rs.a, 0, rs.y, 0, ctx.op().m);
-  }
+  if (tp == 1) return EnqueueGemmAlone(ctx);  // nothing to gather: A is the whole input
   std::vector<BufferRef> src, dst;
   for (int r = 0; r < tp; ++r) {
     src.push_back(ctx.Rows(ctx.rank(r).a, 0, sh.a_rows, sh.a_cols));

@@ -16,10 +16,7 @@ using engine::BufferRef;
 absl::Status Serial(OpContext& ctx, Transport transport) {
   const int tp = ctx.tp();
   const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp;
-  if (tp == 1) {  // nothing to reduce: the partial is Y
-    RankState& rs = ctx.rank(0);
-    return GemmRows(ctx, 0, rs.compute, rs.a, 0, rs.y, 0, m);
-  }
+  if (tp == 1) return EnqueueGemmAlone(ctx);  // nothing to reduce: the partial is Y
   std::vector<BufferRef> src, dst;
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);

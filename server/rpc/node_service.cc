@@ -30,7 +30,7 @@ std::set<std::string> CurrentEnvironments(const engine::Engine& engine) {
 }
 
 absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
-                                           const engine::Engine& engine) {
+                                           const std::set<std::string>& current) {
   if (f.m() < 0 || f.k() < 0 || f.n() < 0) {
     return absl::InvalidArgumentError("tuning filter: m, k and n must not be negative (0 = any)");
   }
@@ -39,7 +39,7 @@ absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
   if (f.m() > 0) out.m = f.m();
   if (f.k() > 0) out.k = f.k();
   if (f.n() > 0) out.n = f.n();
-  if (f.stale_only()) out.stale_unless_in = CurrentEnvironments(engine);
+  if (f.stale_only()) out.stale_unless_in = current;
   return out;
 }
 
@@ -127,11 +127,11 @@ grpc::Status NodeService::ListTunedSchedules(grpc::ServerContext* context,
                                              const v1::ListTunedSchedulesRequest* request,
                                              v1::ListTunedSchedulesResponse* response) {
   if (tuning_cache_ == nullptr) return NoTuningCache();
-  absl::StatusOr<ops::TuningFilter> filter = FilterOf(request->filter(), engine_);
+  const std::set<std::string> current = CurrentEnvironments(engine_);
+  absl::StatusOr<ops::TuningFilter> filter = FilterOf(request->filter(), current);
   if (!filter.ok()) return ToGrpcStatus(filter.status());
   absl::StatusOr<std::vector<ops::TunedEntry>> entries = tuning_cache_->List(*filter);
   if (!entries.ok()) return ToGrpcStatus(entries.status());
-  const std::set<std::string> current = CurrentEnvironments(engine_);
   for (const ops::TunedEntry& e : *entries) {
     v1::TunedSchedule* t = response->add_schedules();
     t->set_key(e.key.Text());
@@ -162,7 +162,7 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "forget: name what to forget (op type, shape, stale) or ask for all");
   }
-  absl::StatusOr<ops::TuningFilter> filter = FilterOf(f, engine_);
+  absl::StatusOr<ops::TuningFilter> filter = FilterOf(f, CurrentEnvironments(engine_));
   if (!filter.ok()) return ToGrpcStatus(filter.status());
   absl::StatusOr<int> forgotten = tuning_cache_->Forget(*filter);
   if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
