@@ -182,6 +182,10 @@ const std::vector<Field>& Fields() {
       BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",
                  &DaemonConfig::gemm_workspace_bytes, /*allow_zero=*/true),
       BoolField("nvls_enable", "cuda backend: NVLink multicast (NVLS)", &DaemonConfig::nvls_enable),
+      IntField("ranks_per_gpu",
+               "cuda backend: ranks per GPU (> 1 checks multi-rank schedules on fewer GPUs; "
+               "copies stand in for NCCL and timings mean nothing)",
+               &DaemonConfig::ranks_per_gpu, 1, 8),
       BoolField("nccl_nonblocking",
                 "cuda backend: false launches faster, but a hang can block inside NCCL",
                 &DaemonConfig::nccl_nonblocking),

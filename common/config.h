@@ -38,6 +38,12 @@ struct DaemonConfig {
   int64_t pool_bytes_per_device = int64_t{16} << 30;
   int64_t gemm_workspace_bytes = int64_t{64} << 20;
   bool nvls_enable = false;  // NVLink multicast; off unless asked for
+  // Ranks each GPU hosts: 2 makes one GPU a two-rank node, so that multi-rank
+  // schedules run (and are checked against float64) on a machine with fewer
+  // GPUs. NCCL allows one rank per GPU, so there the library collectives are
+  // stood in for by copies and a reduction kernel. Timings of such a node say
+  // nothing about a real one: its ranks share SMs, HBM and copy engines.
+  int ranks_per_gpu = 1;
   // Non-blocking NCCL communicators never block the host inside NCCL, which is
   // what lets the watchdog abort a hung collective. Blocking ones launched each
   // collective ~85 us sooner on H200, but a held-back peer then kept the host

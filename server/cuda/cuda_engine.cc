@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -21,6 +22,11 @@ namespace {
 // Creating a communicator in a fresh process took 2.6-3.6 s on H200 x2: a short
 // collective timeout (tests use 1-5 s) must not fail it.
 constexpr double kMinInitTimeoutS = 30;
+
+std::atomic<int>& LiveEngines() {
+  static std::atomic<int> live{0};
+  return live;
+}
 
 std::string DottedVersion(int code, int major_div, int minor_div) {
   if (code <= 0) return "none";
@@ -59,6 +65,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CreateCudaEngineTyped(const DaemonCo
     return absl::InvalidArgumentError(
         absl::StrCat("collective_timeout_s must be positive, got ", config.collective_timeout_s));
   }
+  if (config.ranks_per_gpu < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks_per_gpu must be >= 1, got ", config.ranks_per_gpu));
+  }
   if (config.gemm_workspace_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("gemm_workspace_bytes must be >= 0, got ", config.gemm_workspace_bytes));
@@ -66,14 +76,25 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CreateCudaEngineTyped(const DaemonCo
   // NVLink multicast (NVLS) stays off unless asked for; it must be set before the
   // first communicator is made, and overrides whatever the environment had.
   if (!config.nvls_enable) setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaEngineImpl> engine, CudaEngineImpl::Create(config, count));
+  // The ratio is process-wide (scoped_device.h): a second engine may not change
+  // it under a live one.
+  if (LiveEngines().load() > 0 && RanksPerGpu().load() != config.ranks_per_gpu) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ranks_per_gpu ", config.ranks_per_gpu, ": a CUDA engine with ranks_per_gpu ",
+        RanksPerGpu().load(), " is still alive in this process"));
+  }
+  SetRanksPerGpu(config.ranks_per_gpu);
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaEngineImpl> engine,
+                   CudaEngineImpl::Create(config, count * config.ranks_per_gpu));
   return std::unique_ptr<CudaEngine>(std::move(engine));
 }
 
 CudaEngineImpl::CudaEngineImpl(const DaemonConfig& config)
     : config_(config),
       comms_(std::make_unique<NcclComms>(std::max(config.collective_timeout_s, kMinInitTimeoutS),
-                                         config.nccl_nonblocking)) {}
+                                         config.nccl_nonblocking)) {
+  ++LiveEngines();
+}
 
 absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const DaemonConfig& config,
                                                                        int device_count) {
@@ -111,6 +132,12 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
                             state->name, state->pci_bus_id, state->sm_count,
                             state->pool->capacity(), state->reserved_bytes);
   }
+  if (config.ranks_per_gpu > 1) {
+    GetLogger("cuda")->warn(
+        "{} ranks per GPU: copies and a reduction kernel stand in for NCCL between ranks of one "
+        "GPU; timings here say nothing about a node with a GPU per rank",
+        config.ranks_per_gpu);
+  }
   if (config.nccl_overlap_ctas > 0) {
     GetLogger("cuda")->info("NCCL beside a GEMM: at most {} CTAs; the GEMM leaves them free",
                             config.nccl_overlap_ctas);
@@ -124,17 +151,23 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
   DeviceState& state = *devices_[device];
   state.index = device;
   cudaDeviceProp props;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, device));
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, GpuOf(device)));
   state.name = props.name;
+  const int ranks_per_gpu = config_.ranks_per_gpu;
+  // The name enters tuning keys and bench reports: choices made on a shared GPU
+  // must never be taken for a real node's.
+  if (ranks_per_gpu > 1) absl::StrAppend(&state.name, " (shared by ", ranks_per_gpu, " ranks)");
   state.sm_count = props.multiProcessorCount;
   char pci[64] = {};
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(pci, sizeof(pci), device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(pci, sizeof(pci), GpuOf(device)));
   state.pci_bus_id = pci;
 
   // Numerically lower is higher priority: comm streams get `greatest`.
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  ASSIGN_OR_RETURN(state.pool, DevicePool::Create(device, config_.pool_bytes_per_device));
+  ASSIGN_OR_RETURN(state.pool,
+                   DevicePool::Create(device, config_.pool_bytes_per_device,
+                                      ranks_per_gpu - device % ranks_per_gpu));
 
   size_t workspace = static_cast<size_t>(config_.gemm_workspace_bytes) / 256 * 256;
   const size_t capacity = state.pool->capacity();
@@ -160,6 +193,7 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
         slot.workspace_bytes = workspace;
       }
       if (chained) slot.chain = std::make_unique<GemmChain>();
+      ASSIGN_OR_RETURN(slot.fence, CudaEvent::Create(device, /*timing=*/false));
     }
   }
   ASSIGN_OR_RETURN(state.barrier_event, CudaEvent::Create(device, /*timing=*/false));
@@ -176,10 +210,15 @@ void CudaEngineImpl::EnablePeerAccess() {
     ScopedDevice guard(from);
     if (!guard.status().ok()) continue;
     for (int to = 0; to < n; ++to) {
-      if (to == from) continue;
+      if (GpuOf(to) == GpuOf(from)) {  // ranks of one GPU
+        peer_access_[from][to] = true;
+        continue;
+      }
       int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || can == 0) continue;
-      const cudaError_t error = cudaDeviceEnablePeerAccess(to, 0);
+      if (cudaDeviceCanAccessPeer(&can, GpuOf(from), GpuOf(to)) != cudaSuccess || can == 0) {
+        continue;
+      }
+      const cudaError_t error = cudaDeviceEnablePeerAccess(GpuOf(to), 0);
       if (error == cudaSuccess || error == cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();  // "already enabled" is recorded as the last error
         peer_access_[from][to] = true;
@@ -198,6 +237,7 @@ CudaEngineImpl::~CudaEngineImpl() {
   const absl::Status status = WaitIdle(all);
   if (!status.ok()) GetLogger("cuda")->warn("engine shutdown: {}", status.ToString());
   comms_.reset();
+  --LiveEngines();
 }
 
 engine::DeviceInfo CudaEngineImpl::GetDeviceInfo(int device) const {

@@ -93,19 +93,21 @@ absl::StatusOr<std::vector<CudaEngineImpl::RankPtrs>> CudaEngineImpl::PrepareCol
     }
     ASSIGN_OR_RETURN(char* send, Resolve(rank.send, rank.device, send_what.c_str()));
     ASSIGN_OR_RETURN(char* recv, Resolve(rank.recv, rank.device, recv_what.c_str()));
-    ranks.push_back(RankPtrs{rank.device, slot->stream.get(), send, recv});
+    ranks.push_back(RankPtrs{rank.device, slot->stream.get(), send, recv, slot});
   }
   return ranks;
 }
 
 absl::Status CudaEngineImpl::RunCollective(
-    const engine::CollectiveArgs& args, size_t send_elems, size_t recv_elems, const char* op,
-    const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call) {
+    const engine::CollectiveArgs& args, CollectiveKind kind, size_t send_elems, size_t recv_elems,
+    const char* op, const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call) {
   ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
                    PrepareCollective(args, send_elems, recv_elems, op));
   if (args.count == 0) return absl::OkStatus();
   std::vector<int> devices;
   for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
+  ASSIGN_OR_RETURN(const bool stand_in, NeedsStandIn(devices, args.channel));
+  if (stand_in) return StandInCollective(kind, args.dtype, args.count, ranks);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
                    comms_->Get(devices, args.channel, CtasFor(args.beside_gemm)));
   return RunGroup(
@@ -118,7 +120,8 @@ absl::Status CudaEngineImpl::RunCollective(
 }
 
 absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
-  return RunCollective(args, args.count, args.count * args.ranks.size(), "AllGather",
+  return RunCollective(args, CollectiveKind::kAllGather, args.count,
+                       args.count * args.ranks.size(), "AllGather",
                        [&](const RankPtrs& rank, ncclComm_t comm) {
                          return ncclAllGather(rank.send, rank.recv, args.count,
                                               NcclType(args.dtype), comm, rank.stream);
@@ -126,7 +129,8 @@ absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
 }
 
 absl::Status CudaEngineImpl::ReduceScatter(const engine::CollectiveArgs& args) {
-  return RunCollective(args, args.count * args.ranks.size(), args.count, "ReduceScatter",
+  return RunCollective(args, CollectiveKind::kReduceScatter, args.count * args.ranks.size(),
+                       args.count, "ReduceScatter",
                        [&](const RankPtrs& rank, ncclComm_t comm) {
                          return ncclReduceScatter(rank.send, rank.recv, args.count,
                                                   NcclType(args.dtype), ncclSum, comm, rank.stream);
@@ -134,7 +138,7 @@ absl::Status CudaEngineImpl::ReduceScatter(const engine::CollectiveArgs& args) {
 }
 
 absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
-  return RunCollective(args, args.count, args.count, "AllReduce",
+  return RunCollective(args, CollectiveKind::kAllReduce, args.count, args.count, "AllReduce",
                        [&](const RankPtrs& rank, ncclComm_t comm) {
                          return ncclAllReduce(rank.send, rank.recv, args.count,
                                               NcclType(args.dtype), ncclSum, comm, rank.stream);
@@ -149,14 +153,7 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
       return absl::InvalidArgumentError(absl::StrCat("SendRecv group: unknown device ", device));
     }
   }
-  struct Resolved {
-    int src_rank, dst_rank;
-    cudaStream_t src_stream, dst_stream;
-    const char* src;
-    char* dst;
-    size_t bytes;
-  };
-  std::vector<Resolved> resolved;
+  std::vector<PeerTransfer> resolved;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const engine::Transfer& t = transfers[i];
     const std::string what = absl::StrCat("SendRecv transfer ", i);
@@ -181,10 +178,11 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
     ASSIGN_OR_RETURN(char* src, Resolve(t.src, t.src_device, (what + " source").c_str()));
     ASSIGN_OR_RETURN(char* dst, Resolve(t.dst, t.dst_device, (what + " destination").c_str()));
     if (t.src.bytes == 0) continue;
-    resolved.push_back(Resolved{src_rank, dst_rank, src_slot->stream.get(), dst_slot->stream.get(),
-                                src, dst, t.src.bytes});
+    resolved.push_back(PeerTransfer{src_rank, dst_rank, src_slot, dst_slot, src, dst, t.src.bytes});
   }
   if (resolved.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool stand_in, NeedsStandIn(group_devices, channel));
+  if (stand_in) return StandInSendRecv(resolved);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
                    comms_->Get(group_devices, channel, CtasFor(beside_gemm)));
   // Every send and receive is issued in the first rank's slot of one group: NCCL
@@ -193,15 +191,15 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
       *group,
       [&](int r) -> absl::Status {
         if (r != 0) return absl::OkStatus();
-        for (const Resolved& t : resolved) {
+        for (const PeerTransfer& t : resolved) {
           {
             ScopedDevice guard(group_devices[t.src_rank]);
             NCCL_RETURN_IF_ERROR(ncclSend(t.src, t.bytes, ncclUint8, t.dst_rank,
-                                          group->comm(t.src_rank), t.src_stream));
+                                          group->comm(t.src_rank), t.src_slot->stream.get()));
           }
           ScopedDevice guard(group_devices[t.dst_rank]);
           NCCL_RETURN_IF_ERROR(ncclRecv(t.dst, t.bytes, ncclUint8, t.src_rank,
-                                        group->comm(t.dst_rank), t.dst_stream));
+                                        group->comm(t.dst_rank), t.dst_slot->stream.get()));
         }
         return absl::OkStatus();
       },
@@ -237,7 +235,8 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDefault, slot->stream.get()));
   } else {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, dst_device, src_ptr, src_device, src.bytes,
+    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, GpuOf(dst_device), src_ptr,
+                                             GpuOf(src_device), src.bytes,
                                              slot->stream.get()));
   }
   return absl::OkStatus();

@@ -2,8 +2,9 @@
 // split by concern: cuda_engine.cc (setup, memory, events, host copies),
 // cuda_engine_compute.cc (fills, GEMM, accumulate), cuda_engine_comm.cc
 // (collectives, point-to-point, peer copies), cuda_engine_sync.cc (watchdog),
-// cuda_engine_graph.cc (graph capture and replay) and cuda_engine_gate.cc
-// (launch gates).
+// cuda_engine_graph.cc (graph capture and replay), cuda_engine_gate.cc
+// (launch gates) and cuda_engine_shared_gpu.cc (collectives between ranks that
+// share a GPU).
 //
 // Handles: StreamId = device * 4 + role * 2 + index, fixed at start; buffer and
 // event ids count up from 1 and are never reused. The id maps are guarded by mu_,
@@ -112,6 +113,7 @@ class CudaEngineImpl final : public CudaEngine {
     void* workspace[2] = {nullptr, nullptr};
     size_t workspace_bytes = 0;
     std::unique_ptr<GemmChain> chain;  // null with programmatic_edges off
+    CudaEvent fence;  // recorded where a shared-GPU stand-in fences this stream
   };
   struct DeviceState {
     int index = 0;
@@ -145,7 +147,18 @@ class CudaEngineImpl final : public CudaEngine {
     cudaStream_t stream;
     void* send;
     void* recv;
+    const StreamSlot* slot;
   };
+  // One transfer of a point-to-point group, resolved and checked.
+  struct PeerTransfer {
+    int src_rank, dst_rank;
+    const StreamSlot* src_slot;
+    const StreamSlot* dst_slot;
+    const char* src;
+    char* dst;
+    size_t bytes;
+  };
+  enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
 
   explicit CudaEngineImpl(const DaemonConfig& config);
   absl::Status InitDevice(int device);
@@ -160,8 +173,8 @@ class CudaEngineImpl final : public CudaEngine {
   absl::StatusOr<char*> Resolve(const engine::BufferRef& ref, int device, const char* what) const;
   // Validates, gets the group's communicators and issues `call` for every rank
   // inside one NCCL group.
-  absl::Status RunCollective(const engine::CollectiveArgs& args, size_t send_elems,
-                             size_t recv_elems, const char* op,
+  absl::Status RunCollective(const engine::CollectiveArgs& args, CollectiveKind kind,
+                             size_t send_elems, size_t recv_elems, const char* op,
                              const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call);
   absl::StatusOr<std::vector<RankPtrs>> PrepareCollective(const engine::CollectiveArgs& args,
                                                           size_t send_elems, size_t recv_elems,
@@ -170,6 +183,17 @@ class CudaEngineImpl final : public CudaEngine {
   // enqueue to finish; an NCCL error aborts the communicators of these devices.
   template <typename IssueFn>
   absl::Status RunGroup(NcclGroup& group, const IssueFn& issue, const char* op);
+  // NCCL refuses two ranks on one GPU (config ranks_per_gpu): between such
+  // ranks copies and the reduction kernel stand in for its collectives and
+  // send/recv groups (cuda_engine_shared_gpu.cc), with the same semantics.
+  // True when two ranks of `devices` share a GPU; INVALID_ARGUMENT (as
+  // NcclComms::Get) when a device repeats or the channel is negative.
+  absl::StatusOr<bool> NeedsStandIn(const std::vector<int>& devices, int channel) const;
+  absl::Status StandInCollective(CollectiveKind kind, DType dtype, size_t count,
+                                 const std::vector<RankPtrs>& ranks);
+  absl::Status StandInSendRecv(const std::vector<PeerTransfer>& transfers);
+  // No stream of `slots` passes this point before all of them reached it.
+  absl::Status FenceStreams(const std::vector<const StreamSlot*>& slots);
   absl::Status AbortAfterNcclError(const std::vector<int>& devices, const absl::Status& error,
                                    const char* op);
 

@@ -17,7 +17,8 @@ constexpr size_t kPoolGranularity = size_t{2} << 20;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device,
-                                                               int64_t requested_bytes) {
+                                                               int64_t requested_bytes,
+                                                               int sharers) {
   if (requested_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pool_bytes_per_device must be positive, got ", requested_bytes));
@@ -26,15 +27,17 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device,
   if (!guard.status().ok()) return guard.status();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  size_t bytes = std::min(static_cast<size_t>(requested_bytes), free_bytes / 10 * 9);
+  const size_t share = free_bytes / 10 * 9 / static_cast<size_t>(std::max(sharers, 1));
+  size_t bytes = std::min(static_cast<size_t>(requested_bytes), share);
   bytes = bytes / kPoolGranularity * kPoolGranularity;
   if (bytes == 0) {
     return absl::ResourceExhaustedError(absl::StrCat("device ", device, ": only ", free_bytes,
                                                      " bytes free, cannot create a memory pool"));
   }
   if (bytes < static_cast<size_t>(requested_bytes)) {
-    GetLogger("cuda")->warn("device {}: pool capped to {} bytes (90% of {} free), {} requested",
-                            device, bytes, free_bytes, requested_bytes);
+    GetLogger("cuda")->warn(
+        "device {}: pool capped to {} bytes (90% of {} free, shared by {}), {} requested", device,
+        bytes, free_bytes, std::max(sharers, 1), requested_bytes);
   }
   ASSIGN_OR_RETURN(DeviceMemory memory, DeviceMemory::Allocate(device, bytes));
   return std::unique_ptr<DevicePool>(new DevicePool(device, std::move(memory)));

@@ -24,8 +24,11 @@ namespace overlap::cuda {
 
 class DevicePool {
  public:
-  // Takes min(requested_bytes, 90% of the device's free memory).
-  static absl::StatusOr<std::unique_ptr<DevicePool>> Create(int device, int64_t requested_bytes);
+  // Takes min(requested_bytes, 90% of the GPU's free memory / sharers), where
+  // `sharers` counts the pools still to be made on the GPU, this one included
+  // (ranks_per_gpu: each rank gets an equal share).
+  static absl::StatusOr<std::unique_ptr<DevicePool>> Create(int device, int64_t requested_bytes,
+                                                            int sharers = 1);
 
   // RESOURCE_EXHAUSTED naming the device, the request and the free bytes.
   absl::StatusOr<void*> Allocate(size_t bytes);

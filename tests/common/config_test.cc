@@ -32,6 +32,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.pool_bytes_per_device, b.pool_bytes_per_device);
   EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes);
   EXPECT_EQ(a.nvls_enable, b.nvls_enable);
+  EXPECT_EQ(a.ranks_per_gpu, b.ranks_per_gpu);
   EXPECT_EQ(a.nccl_nonblocking, b.nccl_nonblocking);
   EXPECT_EQ(a.graph_replay, b.graph_replay);
   EXPECT_EQ(a.programmatic_edges, b.programmatic_edges);
@@ -81,6 +82,7 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "pool_bytes_per_device",
                           "gemm_workspace_bytes",
                           "nvls_enable",
+                          "ranks_per_gpu",
                           "nccl_nonblocking",
                           "graph_replay",
                           "programmatic_edges",
@@ -119,6 +121,7 @@ hazard_checks: true
 pool_bytes_per_device: 2GiB
 gemm_workspace_bytes: 0
 nvls_enable: true
+ranks_per_gpu: 2
 graph_replay: false
 programmatic_edges: true
 launch_gate: false
@@ -147,6 +150,7 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->pool_bytes_per_device, int64_t{2} << 30);
   EXPECT_EQ(config->gemm_workspace_bytes, 0);
   EXPECT_TRUE(config->nvls_enable);
+  EXPECT_EQ(config->ranks_per_gpu, 2);
   EXPECT_FALSE(config->graph_replay);
   EXPECT_TRUE(config->programmatic_edges);
   EXPECT_FALSE(config->launch_gate);
@@ -231,6 +235,8 @@ TEST(ConfigTest, Errors) {
   ExpectInvalid("drain_timeout_s: -1", "drain_timeout_s: must be a non-negative number");
   ExpectInvalid("keep_finished_jobs: -1", "keep_finished_jobs: must be");
   ExpectInvalid("keep_finished_days: -2", "keep_finished_days: must be a non-negative number");
+  ExpectInvalid("ranks_per_gpu: 0", "ranks_per_gpu: must be");
+  ExpectInvalid("ranks_per_gpu: 9", "ranks_per_gpu: must be at most 8");
   ExpectInvalid("nvls_enable: 1", "nvls_enable: must be true or false (got \"1\")");
   ExpectInvalid("listen: [a]", "listen: must be a string (got a list)");
   ExpectInvalid("backend: host\nbackend: cuda", "duplicate config key \"backend\"");

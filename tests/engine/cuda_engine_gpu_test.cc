@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "common/config.h"
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/seeded_random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cuda/cuda_engine.h"
+#include "tests/gpu_ranks_util.h"
 
 namespace overlap::cuda {
 namespace {
@@ -39,6 +41,7 @@ class CudaEngineTest : public ::testing::Test {
     // A budget for NCCL beside GEMMs: GEMMs marked beside_collective leave
     // kNcclCtas SMs free (unmarked work is unaffected).
     config.nccl_overlap_ctas = kNcclCtas;
+    ApplyTestRanksPerGpu(&config);
     absl::StatusOr<std::unique_ptr<CudaEngine>> created = CreateCudaEngineTyped(config);
     if (created.ok()) {
       engine_ = created->release();
@@ -133,6 +136,13 @@ TEST_F(CudaEngineTest, ReportsDevicesVersionsAndStreams) {
   EXPECT_GT(info.memory_bytes, 0);
   EXPECT_LE(info.memory_bytes, kPoolBytes);
   EXPECT_GT(eng().MultiprocessorCount(0), 0);
+  DaemonConfig asked;
+  ApplyTestRanksPerGpu(&asked);
+  if (asked.ranks_per_gpu > 1) {  // ranks 0 and 1 share GPU 0, and say so
+    EXPECT_THAT(info.name, HasSubstr(absl::StrCat("(shared by ", asked.ranks_per_gpu, " ranks)")));
+    EXPECT_EQ(eng().GetDeviceInfo(1).pci_bus_id, info.pci_bus_id);
+    EXPECT_EQ(eng().DeviceCount() % asked.ranks_per_gpu, 0);
+  }
   const engine::BackendVersions versions = eng().Versions();
   EXPECT_THAT(versions.cuda_runtime, ::testing::StartsWith("13."));
   EXPECT_NE(versions.cuda_driver, "none");
@@ -653,6 +663,61 @@ TEST_F(CudaEngineTest, ReduceScatterAndAllReduceSumExactly) {
       EXPECT_EQ(Download(rs.ranks[r].recv.buffer, count * elem, r), want_part) << "rank " << r;
       EXPECT_EQ(Download(ar.ranks[r].recv.buffer, count * n * elem, r), want_all) << "rank " << r;
     }
+  }
+}
+
+// In place, as NCCL defines it: the all-gather's send is the rank's block of
+// recv, the reduce-scatter's recv the rank's block of send, the all-reduce's
+// recv its send. With ranks sharing a GPU this checks that the stand-ins never
+// overwrite a block a peer has still to read.
+TEST_F(CudaEngineTest, CollectivesInPlaceGiveTheSameSums) {
+  REQUIRE_GPUS(2);
+  const int n = eng().DeviceCount();
+  const size_t count = 2053;  // per rank; n * count is not a multiple of n * 2
+  const DType dtype = DType::kF32;
+  const size_t elem = DTypeSize(dtype);
+  std::vector<float> total(count * n, 0.0f), gathered;
+  engine::CollectiveArgs ag, rs, ar;
+  for (engine::CollectiveArgs* args : {&ag, &rs, &ar}) args->dtype = dtype;
+  ag.count = rs.count = count;
+  ar.count = count * n;
+  std::vector<BufferId> ag_buf(n), rs_buf(n), ar_buf(n);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> values = IntPattern(count * n, r);
+    for (size_t i = 0; i < values.size(); ++i) total[i] += values[i];
+    const std::vector<uint8_t> bytes = Encode(values, dtype);
+    const size_t all = count * n * elem;
+    const engine::StreamId stream = eng().GetStream(r, StreamRole::kComm, 0);
+    ag_buf[r] = Alloc(r, all);
+    rs_buf[r] = Alloc(r, all);
+    ar_buf[r] = Alloc(r, all);
+    ASSERT_TRUE(eng().FillConstant(stream, {ag_buf[r], 0, all}, dtype, NAN).ok());
+    // The rank's own block of the all-gather holds its first `count` values.
+    ASSERT_TRUE(eng().CopyFromHost({ag_buf[r], r * count * elem, count * elem}, r, bytes.data())
+                    .ok());
+    gathered.insert(gathered.end(), values.begin(), values.begin() + count);
+    ASSERT_TRUE(eng().CopyFromHost({rs_buf[r], 0, all}, r, bytes.data()).ok());
+    ASSERT_TRUE(eng().CopyFromHost({ar_buf[r], 0, all}, r, bytes.data()).ok());
+    ag.ranks.push_back({r, stream, {ag_buf[r], r * count * elem, count * elem}, {ag_buf[r], 0, all}});
+    rs.ranks.push_back({r, stream, {rs_buf[r], 0, all}, {rs_buf[r], r * count * elem, count * elem}});
+    ar.ranks.push_back({r, stream, {ar_buf[r], 0, all}, {ar_buf[r], 0, all}});
+  }
+  absl::Status status = eng().AllGather(ag);
+  ASSERT_TRUE(status.ok()) << status;
+  status = eng().ReduceScatter(rs);
+  ASSERT_TRUE(status.ok()) << status;
+  status = eng().AllReduce(ar);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
+  const std::vector<uint8_t> want_all = Encode(total, dtype);
+  const std::vector<uint8_t> want_gathered = Encode(gathered, dtype);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(Download(ag_buf[r], count * n * elem, r), want_gathered) << "all-gather rank " << r;
+    const std::vector<uint8_t> want_part(want_all.begin() + r * count * elem,
+                                         want_all.begin() + (r + 1) * count * elem);
+    EXPECT_EQ(Download(rs_buf[r], count * elem, r, r * count * elem), want_part)
+        << "reduce-scatter rank " << r;
+    EXPECT_EQ(Download(ar_buf[r], count * n * elem, r), want_all) << "all-reduce rank " << r;
   }
 }
 

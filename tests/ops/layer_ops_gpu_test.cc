@@ -15,6 +15,7 @@
 #include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
+#include "tests/gpu_ranks_util.h"
 
 namespace overlap::ops {
 namespace {
@@ -29,6 +30,7 @@ class EngineEnvironment : public ::testing::Environment {
   void SetUp() override {
     DaemonConfig config;
     config.pool_bytes_per_device = int64_t{8} << 30;
+    ApplyTestRanksPerGpu(&config);
     // The device runs re-run the NCCL cases with an SM budget (config.h).
     if (const char* ctas = std::getenv("OVERLAP_TEST_NCCL_OVERLAP_CTAS")) {
       config.nccl_overlap_ctas = std::atoi(ctas);

@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/ops/job_runner.h"
+#include "tests/gpu_ranks_util.h"
 
 namespace overlap::ops {
 namespace {
@@ -37,6 +38,7 @@ class LayerStepGpuTest : public ::testing::TestWithParam<Transport> {
   void SetUp() override {
     DaemonConfig config;
     config.pool_bytes_per_device = int64_t{4} << 30;
+    ApplyTestRanksPerGpu(&config);
     auto engine = cuda::CreateCudaEngine(config);
     if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
     engine_ = std::move(*engine);
