@@ -95,6 +95,7 @@ struct BenchRow {
   // in rank order: a slow GPU stands out here (SlowRankNote).
   std::vector<double> gemm_rank_ms;
   std::vector<int> devices;
+  int ranks_per_gpu = 1;  // the daemon's config ranks_per_gpu (report.h, SharedGpuNote)
 };
 std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options);
 

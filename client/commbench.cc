@@ -136,7 +136,7 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
 
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
                             const std::vector<std::string>& transports, int tp,
-                            const std::string& dtype) {
+                            const std::string& dtype, int ranks_per_gpu) {
   std::vector<TextTable::Column> columns = {
       {"collective"}, {"size", Align::kRight}, {"count", Align::kRight}};
   for (const std::string& t : transports) {
@@ -193,6 +193,7 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       "(all_reduce) or (N-1)/N (all_gather, reduce_scatter)\n",
       tp, dtype);
   out += table.Render();
+  out += SharedGpuNote(ranks_per_gpu);
   if (tp < 2) {
     out += "one rank: nothing crosses a link, so each time is a local copy and busbw is 0\n";
   }
@@ -255,7 +256,9 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
   const nlohmann::json j =
       CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, options, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
-  out << (json ? j.dump(1) + "\n" : FormatCommBench(rows, options.transports, tp, options.dtype));
+  out << (json ? j.dump(1) + "\n"
+               : FormatCommBench(rows, options.transports, tp, options.dtype,
+                                 job.result().ranks_per_gpu()));
   return kExitOk;
 }
 

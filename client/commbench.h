@@ -63,7 +63,7 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job);
 // and, per collective and transport, the best bus bandwidth seen.
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
                             const std::vector<std::string>& transports, int tp,
-                            const std::string& dtype);
+                            const std::string& dtype, int ranks_per_gpu = 1);
 nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
                              const v1::GetNodeInfoResponse* node_after,
                              const std::vector<CommBenchRow>& rows, const CommBenchOptions& options,

@@ -149,6 +149,14 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%dh%02dm", whole / 3600, (whole % 3600) / 60);
 }
 
+std::string SharedGpuNote(int ranks_per_gpu) {
+  if (ranks_per_gpu <= 1) return "";
+  return absl::StrCat("ranks share GPUs (ranks_per_gpu ", ranks_per_gpu,
+                      "): every output is checked as usual, but a GPU's ranks share its SMs, "
+                      "memory and copy engines and copies stand in for NCCL between them, so "
+                      "these timings say nothing about a node with a GPU per rank\n");
+}
+
 std::string FormatReportHeader(const v1::Job& job) {
   const auto& ops = job.result().ops();
   const std::string tp = ops.empty() ? std::string("-") : absl::StrCat(ops[0].tp());
@@ -217,6 +225,7 @@ std::string FormatCandidates(const v1::OpResult& op, size_t shown) {
 std::string FormatReport(const v1::Job& job) {
   std::string out = FormatReportHeader(job);
   const v1::JobResult& result = job.result();
+  out += SharedGpuNote(result.ranks_per_gpu());
   if (result.ops().empty()) {
     absl::StrAppend(&out, "state: ", JobStateName(job.state()));
     if (!job.error().empty()) absl::StrAppend(&out, "  error: ", job.error());
@@ -279,7 +288,8 @@ std::string FormatReport(const v1::Job& job) {
   }
   // Host-backend ranks are threads sharing CPU cores: their spread is the OS
   // scheduler's, not a slow GPU's.
-  const bool gpu_ranks = result.backend() != "host";
+  // Ranks that share a GPU run their GEMMs alone one after the other.
+  const bool gpu_ranks = result.backend() != "host" && result.ranks_per_gpu() <= 1;
   for (const v1::OpResult& op : result.ops()) {
     if (!gpu_ranks) break;
     const std::string slow =
@@ -394,6 +404,11 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
                     : absl::StrCat("runtime ", node.cuda_runtime_version(), ", driver ",
                                    OrDash(node.cuda_driver_version())));
   field("nccl", node.nccl_version());
+  if (node.ranks_per_gpu() > 1) {
+    field("ranks", absl::StrCat(node.ranks_per_gpu(),
+                                " per GPU (config ranks_per_gpu): for checking schedules, not "
+                                "timing them"));
+  }
   std::vector<std::string> env;
   for (const auto& [name, value] :
        std::map<std::string, std::string>(node.library_env().begin(), node.library_env().end())) {

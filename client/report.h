@@ -53,6 +53,10 @@ inline constexpr double kSlowRankFraction = 0.05;
 // otherwise. `devices` is the TP group in rank order (may be empty).
 std::string SlowRankNote(const std::vector<double>& gemm_alone_rank_ms,
                          const std::vector<int>& devices);
+// Where the daemon ran several ranks per GPU (config ranks_per_gpu), a line
+// saying what its figures are worth; "" for one rank per GPU. Slow-GPU notes
+// are left out there: ranks of one GPU run their GEMMs one after the other.
+std::string SharedGpuNote(int ranks_per_gpu);
 // Shared with `overlapctl check`: the index of the smallest positive time
 // (ms.size() when there is none), and the indices more than kSlowRankFraction
 // above it.

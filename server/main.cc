@@ -56,7 +56,7 @@ struct Flags {
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
-      keep_finished_jobs;
+      keep_finished_jobs, ranks_per_gpu;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
   std::optional<double> preheat_ms, collective_timeout_s, drain_timeout_s, keep_finished_days;
@@ -99,6 +99,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.programmatic_edges) config.programmatic_edges = *flags.programmatic_edges;
   if (flags.launch_gate) config.launch_gate = *flags.launch_gate;
   if (flags.nccl_overlap_ctas) config.nccl_overlap_ctas = *flags.nccl_overlap_ctas;
+  if (flags.ranks_per_gpu) config.ranks_per_gpu = *flags.ranks_per_gpu;
   if (flags.preheat_ms) config.preheat_ms = *flags.preheat_ms;
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
@@ -188,6 +189,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "cuda backend: cuBLASLt workspace per stream");
   AddBoolFlag(app, "--nvls-enable,!--no-nvls-enable", &f.nvls_enable,
               "cuda backend: NVLink multicast (NCCL_NVLS_ENABLE)");
+  app.add_option("--ranks-per-gpu", f.ranks_per_gpu,
+                 "cuda backend: ranks each GPU hosts (2 checks tp = 2 schedules on one GPU; "
+                 "copies stand in for NCCL and timings mean nothing)")
+      ->check(CLI::Range(1, 8));
   AddBoolFlag(app, "--nccl-nonblocking,!--no-nccl-nonblocking", &f.nccl_nonblocking,
               "cuda backend: non-blocking NCCL communicators (default; the watchdog needs them)");
   AddBoolFlag(app, "--graph-replay,!--no-graph-replay", &f.graph_replay,

@@ -79,9 +79,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CreateCudaEngineTyped(const DaemonCo
   // The ratio is process-wide (scoped_device.h): a second engine may not change
   // it under a live one.
   if (LiveEngines().load() > 0 && RanksPerGpu().load() != config.ranks_per_gpu) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ranks_per_gpu ", config.ranks_per_gpu, ": a CUDA engine with ranks_per_gpu ",
-        RanksPerGpu().load(), " is still alive in this process"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("ranks_per_gpu ", config.ranks_per_gpu, ": a CUDA engine with ranks_per_gpu ",
+                     RanksPerGpu().load(), " is still alive in this process"));
   }
   SetRanksPerGpu(config.ranks_per_gpu);
   ASSIGN_OR_RETURN(std::unique_ptr<CudaEngineImpl> engine,
@@ -165,9 +165,8 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
   // Numerically lower is higher priority: comm streams get `greatest`.
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  ASSIGN_OR_RETURN(state.pool,
-                   DevicePool::Create(device, config_.pool_bytes_per_device,
-                                      ranks_per_gpu - device % ranks_per_gpu));
+  ASSIGN_OR_RETURN(state.pool, DevicePool::Create(device, config_.pool_bytes_per_device,
+                                                  ranks_per_gpu - device % ranks_per_gpu));
 
   size_t workspace = static_cast<size_t>(config_.gemm_workspace_bytes) / 256 * 256;
   const size_t capacity = state.pool->capacity();

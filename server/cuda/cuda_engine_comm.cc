@@ -120,9 +120,8 @@ absl::Status CudaEngineImpl::RunCollective(
 }
 
 absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
-  return RunCollective(args, CollectiveKind::kAllGather, args.count,
-                       args.count * args.ranks.size(), "AllGather",
-                       [&](const RankPtrs& rank, ncclComm_t comm) {
+  return RunCollective(args, CollectiveKind::kAllGather, args.count, args.count * args.ranks.size(),
+                       "AllGather", [&](const RankPtrs& rank, ncclComm_t comm) {
                          return ncclAllGather(rank.send, rank.recv, args.count,
                                               NcclType(args.dtype), comm, rank.stream);
                        });
@@ -130,8 +129,7 @@ absl::Status CudaEngineImpl::AllGather(const engine::CollectiveArgs& args) {
 
 absl::Status CudaEngineImpl::ReduceScatter(const engine::CollectiveArgs& args) {
   return RunCollective(args, CollectiveKind::kReduceScatter, args.count * args.ranks.size(),
-                       args.count, "ReduceScatter",
-                       [&](const RankPtrs& rank, ncclComm_t comm) {
+                       args.count, "ReduceScatter", [&](const RankPtrs& rank, ncclComm_t comm) {
                          return ncclReduceScatter(rank.send, rank.recv, args.count,
                                                   NcclType(args.dtype), ncclSum, comm, rank.stream);
                        });
@@ -235,9 +233,8 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst_ptr, src_ptr, src.bytes, cudaMemcpyDefault, slot->stream.get()));
   } else {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, GpuOf(dst_device), src_ptr,
-                                             GpuOf(src_device), src.bytes,
-                                             slot->stream.get()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst_ptr, GpuOf(dst_device), src_ptr, GpuOf(src_device),
+                                             src.bytes, slot->stream.get()));
   }
   return absl::OkStatus();
 }

@@ -47,6 +47,7 @@ class CudaEngineImpl final : public CudaEngine {
   engine::DeviceTelemetry Telemetry(int device) const override;
   int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
   double PreheatMs() const override { return config_.preheat_ms; }
+  int RanksPerGpu() const override { return config_.ranks_per_gpu; }
   engine::BackendVersions Versions() const override;
   int64_t MemoryInUse(int device) const override;
 
@@ -113,7 +114,7 @@ class CudaEngineImpl final : public CudaEngine {
     void* workspace[2] = {nullptr, nullptr};
     size_t workspace_bytes = 0;
     std::unique_ptr<GemmChain> chain;  // null with programmatic_edges off
-    CudaEvent fence;  // recorded where a shared-GPU stand-in fences this stream
+    CudaEvent fence;                   // recorded where a shared-GPU stand-in fences this stream
   };
   struct DeviceState {
     int index = 0;

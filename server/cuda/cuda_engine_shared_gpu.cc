@@ -73,8 +73,7 @@ absl::Status CudaEngineImpl::StandInCollective(CollectiveKind kind, DType dtype,
   // dst = src on rank r's stream; nothing to do where they are the same bytes (in place).
   auto copy = [&](size_t r, char* dst, const char* src, size_t elems) -> absl::Status {
     if (dst == src || elems == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, src, elems * es, cudaMemcpyDefault, ranks[r].stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, elems * es, cudaMemcpyDefault, ranks[r].stream));
     return absl::OkStatus();
   };
   auto add = [&](size_t r, char* dst, const char* src, size_t elems) -> absl::Status {
@@ -91,7 +90,8 @@ absl::Status CudaEngineImpl::StandInCollective(CollectiveKind kind, DType dtype,
     RETURN_IF_ERROR(guard.status());
     switch (kind) {
       case CollectiveKind::kAllGather:
-        for (size_t q = 0; q < n; ++q) RETURN_IF_ERROR(copy(r, recv(r) + q * count * es, send(q), count));
+        for (size_t q = 0; q < n; ++q)
+          RETURN_IF_ERROR(copy(r, recv(r) + q * count * es, send(q), count));
         break;
       case CollectiveKind::kReduceScatter: {
         // The own block first: recv may be that block of send (in place), which
@@ -110,7 +110,8 @@ absl::Status CudaEngineImpl::StandInCollective(CollectiveKind kind, DType dtype,
         const auto [begin, end] = Block(count, n, r);
         RETURN_IF_ERROR(copy(r, recv(r) + begin * es, send(r) + begin * es, end - begin));
         for (size_t q = 0; q < n; ++q) {
-          if (q != r) RETURN_IF_ERROR(add(r, recv(r) + begin * es, send(q) + begin * es, end - begin));
+          if (q != r)
+            RETURN_IF_ERROR(add(r, recv(r) + begin * es, send(q) + begin * es, end - begin));
         }
         break;
       }

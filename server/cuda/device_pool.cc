@@ -16,8 +16,7 @@ constexpr size_t kPoolGranularity = size_t{2} << 20;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device,
-                                                               int64_t requested_bytes,
+absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64_t requested_bytes,
                                                                int sharers) {
   if (requested_bytes <= 0) {
     return absl::InvalidArgumentError(

@@ -150,6 +150,9 @@ class Engine {
   // How long the job runner heats the GPUs with a GEMM before a measured phase
   // (config preheat_ms); 0 where rest does not speed anything up.
   virtual double PreheatMs() const { return 0; }
+  // Ranks each GPU hosts (config ranks_per_gpu): above 1, devices are ranks
+  // that share GPUs, good for checking schedules but not for timing them.
+  virtual int RanksPerGpu() const { return 1; }
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).

@@ -360,6 +360,7 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   if (engine.HasGates()) result.set_head_start(spec.heat_head_start ? "heat" : "idle");
   if (engine.HasGates() && spec.heat_head_start) result.set_preheat_ms(engine.PreheatMs());
   result.set_nccl_overlap_ctas(engine.CollectiveSmBudget());
+  result.set_ranks_per_gpu(engine.RanksPerGpu());
   const engine::BackendVersions versions = engine.Versions();
   result.set_overlapd_version(absl::StrCat(OVERLAP_VERSION, " (", OVERLAP_GIT_COMMIT, ")"));
   if (!devices.empty()) result.set_gpu(engine.GetDeviceInfo(devices[0]).name);

@@ -58,6 +58,7 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
                                       const v1::GetNodeInfoRequest* request,
                                       v1::GetNodeInfoResponse* response) {
   response->set_backend(engine_.Name());
+  response->set_ranks_per_gpu(engine_.RanksPerGpu());
   for (int d = 0; d < engine_.DeviceCount(); ++d) {
     const engine::DeviceInfo info = engine_.GetDeviceInfo(d);
     v1::Device* device = response->add_devices();

@@ -195,6 +195,13 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
                        "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
             std::string::npos)
       << table;
+  EXPECT_EQ(table.find("ranks share GPUs"), std::string::npos);
+  EXPECT_EQ(j["ranks_per_gpu"], 1);
+  rows[0].tp = 2;
+  rows[0].ranks_per_gpu = 2;
+  const std::string shared = FormatBench(rows);
+  EXPECT_NE(shared.find("ranks share GPUs (ranks_per_gpu 2)"), std::string::npos) << shared;
+  EXPECT_EQ(shared.find("slow GPU?"), std::string::npos) << shared;
 }
 
 }  // namespace

@@ -124,6 +124,9 @@ TEST(CommBenchFoldTest, RowsPerCollectiveAndSizeWithTheFasterTransport) {
   EXPECT_THAT(text, HasSubstr("best busbw: all_gather over nccl 30.0 GB/s (at 1MiB)"));
   // Only the transports asked for get columns.
   EXPECT_THAT(FormatCommBench(rows, {"p2p"}, 2, "bf16"), ::testing::Not(HasSubstr("nccl ms")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("ranks share GPUs")));
+  EXPECT_THAT(FormatCommBench(rows, {"nccl", "p2p"}, 2, "bf16", /*ranks_per_gpu=*/2),
+              HasSubstr("copies stand in for NCCL between them"));
 }
 
 // One rank moves nothing between GPUs: no bus bandwidth to name as best, and

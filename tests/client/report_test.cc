@@ -274,9 +274,25 @@ TEST(ReportTest, ASlowRankIsCalledOut) {
                   "fc2: slow GPU? rank 1 (device 3): GEMM alone 5.200 ms, 9.5% above rank 0 "
                   "(device 2)'s 4.750 ms (`overlapctl node` shows its clocks, power and "
                   "temperature)"));
+  job.mutable_result()->set_ranks_per_gpu(2);
+  EXPECT_THAT(FormatReport(job), Not(HasSubstr("slow GPU?")))
+      << "ranks of one GPU run their GEMMs alone one after the other";
+  job.mutable_result()->set_ranks_per_gpu(1);
   job.mutable_result()->set_backend("host");
   EXPECT_THAT(FormatReport(job), Not(HasSubstr("slow GPU?")))
       << "host ranks are threads on shared cores: their spread is no GPU's";
+}
+
+TEST(ReportTest, RanksSharingAGpuAreSaidToTimeNothing) {
+  v1::Job job = MakeJob();
+  EXPECT_THAT(FormatReport(job), Not(HasSubstr("ranks share GPUs")));
+  job.mutable_result()->set_ranks_per_gpu(2);
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_THAT(lines[1], ::testing::StartsWith("ranks share GPUs (ranks_per_gpu 2): every output "
+                                              "is checked as usual"));
+  EXPECT_EQ(SharedGpuNote(1), "");
+  EXPECT_EQ(SharedGpuNote(0), "");
 }
 
 TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
@@ -441,6 +457,11 @@ TEST(ReportTest, NodeInfo) {
   EXPECT_THAT(text, HasSubstr("    1  host1  2.00 GiB       0 B  -\n"));
   EXPECT_THAT(text, Not(HasSubstr("cuda:")));
   EXPECT_THAT(text, Not(HasSubstr("SM MHz")));  // no telemetry: no telemetry columns
+  EXPECT_THAT(text, Not(HasSubstr("ranks:")));
+  node.set_ranks_per_gpu(2);
+  EXPECT_THAT(FormatNodeInfo(node),
+              HasSubstr("ranks:    2 per GPU (config ranks_per_gpu): for checking schedules, not "
+                        "timing them\n"));
 }
 
 TEST(ReportTest, NodeInfoShowsTelemetryWhenTheBackendHasIt) {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/dtype.h"
 #include "common/seeded_random.h"
 #include "gmock/gmock.h"
@@ -693,13 +693,15 @@ TEST_F(CudaEngineTest, CollectivesInPlaceGiveTheSameSums) {
     ar_buf[r] = Alloc(r, all);
     ASSERT_TRUE(eng().FillConstant(stream, {ag_buf[r], 0, all}, dtype, NAN).ok());
     // The rank's own block of the all-gather holds its first `count` values.
-    ASSERT_TRUE(eng().CopyFromHost({ag_buf[r], r * count * elem, count * elem}, r, bytes.data())
-                    .ok());
+    ASSERT_TRUE(
+        eng().CopyFromHost({ag_buf[r], r * count * elem, count * elem}, r, bytes.data()).ok());
     gathered.insert(gathered.end(), values.begin(), values.begin() + count);
     ASSERT_TRUE(eng().CopyFromHost({rs_buf[r], 0, all}, r, bytes.data()).ok());
     ASSERT_TRUE(eng().CopyFromHost({ar_buf[r], 0, all}, r, bytes.data()).ok());
-    ag.ranks.push_back({r, stream, {ag_buf[r], r * count * elem, count * elem}, {ag_buf[r], 0, all}});
-    rs.ranks.push_back({r, stream, {rs_buf[r], 0, all}, {rs_buf[r], r * count * elem, count * elem}});
+    ag.ranks.push_back(
+        {r, stream, {ag_buf[r], r * count * elem, count * elem}, {ag_buf[r], 0, all}});
+    rs.ranks.push_back(
+        {r, stream, {rs_buf[r], 0, all}, {rs_buf[r], r * count * elem, count * elem}});
     ar.ranks.push_back({r, stream, {ar_buf[r], 0, all}, {ar_buf[r], 0, all}});
   }
   absl::Status status = eng().AllGather(ag);

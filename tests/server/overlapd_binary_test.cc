@@ -287,6 +287,9 @@ TEST_F(OverlapdBinaryTest, BooleanFlagsOverrideTheConfigFileOnlyWhenGiven) {
   EXPECT_TRUE(has(yaml, "graph_replay: false")) << yaml;
   EXPECT_TRUE(has(yaml, "programmatic_edges: true")) << yaml;
   EXPECT_TRUE(has(yaml, "launch_gate: false")) << yaml;
+
+  yaml = printed({"--ranks-per-gpu", "2", "--print-config"});
+  EXPECT_TRUE(has(yaml, "ranks_per_gpu: 2")) << yaml;
 }
 
 // Library failures injected into the host backend through the config: a failed
