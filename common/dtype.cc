@@ -1,5 +1,7 @@
 #include "common/dtype.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -59,16 +61,23 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       absl::StrCat("unknown dtype \"", absl::CHexEscape(name), "\" (expected fp32, fp16, bf16)"));
 }
 
-double DTypeTolerance(DType dtype) {
+double DTypeTolerance(DType dtype, int summed_ranks) {
+  double base = 0, unit_roundoff = 0;  // 2^-(significand bits)
   switch (dtype) {
     case DType::kF32:
-      return 1e-4;
+      base = 1e-4;
+      unit_roundoff = std::ldexp(1.0, -24);
+      break;
     case DType::kF16:
-      return 5e-3;
+      base = 5e-3;
+      unit_roundoff = std::ldexp(1.0, -11);
+      break;
     case DType::kBF16:
-      return 1e-2;
+      base = 1e-2;
+      unit_roundoff = std::ldexp(1.0, -8);
+      break;
   }
-  return 0;
+  return std::max(base, summed_ranks * unit_roundoff);
 }
 
 float Bf16ToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }

@@ -17,8 +17,12 @@ size_t DTypeSize(DType dtype);
 std::string DTypeName(DType dtype);  // "fp32" | "fp16" | "bf16"
 // Accepts fp32/f32/float32, fp16/f16/float16/half, bf16/bfloat16.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
-// Verification tolerance on max|y - ref| / max|ref|.
-double DTypeTolerance(DType dtype);
+// Verification tolerance on max|y - ref| / max|ref|. An output that is a sum
+// of partials from `summed_ranks` ranks, carried between them in the dtype
+// (reduce-scatter, all-reduce), is rounded once per rank on its way, as NCCL's
+// ring rounds once per hop: its tolerance is at least summed_ranks times the
+// dtype's unit roundoff (bf16 2^-8: 1e-2 up to 2 ranks, 0.031 at 8).
+double DTypeTolerance(DType dtype, int summed_ranks = 1);
 
 float Bf16ToFloat(uint16_t bits);
 uint16_t FloatToBf16(float value);  // round to nearest even

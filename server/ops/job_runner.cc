@@ -300,7 +300,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     res.set_busbw_gbps(BusBwGBps(collective, bytes, comm.median, tp));
   }
 
-  res.set_tolerance(DTypeTolerance(spec.dtype));
+  res.set_tolerance(OutputTolerance(op.type, spec.dtype, tp));
   if (spec.verify) {
     run.Progress("verify", 0, 1);
     run.heat_gemm_ms = 0;  // a head start would write outputs the check must see poisoned

@@ -271,7 +271,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   (void)unused;
   for (Member& m : members) {
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
-    const double tolerance = DTypeTolerance(spec.dtype);
+    const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->tp());
     if (!(v.max_rel_error <= tolerance)) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.1g",

@@ -233,4 +233,10 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   return v;
 }
 
+double OutputTolerance(OpType type, DType dtype, int tp) {
+  const bool sums_ranks = type == OpType::kGemmRs || type == OpType::kGemmAr ||
+                          type == OpType::kReduceScatter || type == OpType::kAllReduce;
+  return DTypeTolerance(dtype, sums_ranks ? tp : 1);
+}
+
 }  // namespace overlap::ops

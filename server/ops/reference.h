@@ -39,4 +39,8 @@ struct Verification {
 absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
                                            int max_rows = 48, int max_cols = 256);
 
+// What VerifyOutputs' error may reach for an op of `type` over `tp` ranks:
+// DTypeTolerance, widened for the ops whose output sums the ranks' partials.
+double OutputTolerance(OpType type, DType dtype, int tp);
+
 }  // namespace overlap::ops

@@ -36,6 +36,17 @@ TEST(DTypeTest, SizesNamesTolerances) {
   EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kBF16), 1e-2);
 }
 
+// A sum over ranks carried in the dtype rounds once per rank: from 4 bf16
+// ranks on, the tolerance is ranks x 2^-8; fp16 and fp32 keep theirs up to 8.
+TEST(DTypeTest, ToleranceWidensWithTheRanksASumRoundsThrough) {
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kBF16, 2), 1e-2);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kBF16, 4), 4.0 / 256);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kBF16, 8), 8.0 / 256);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kF16, 8), 5e-3);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kF16, 16), 16.0 / 2048);
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kF32, 8), 1e-4);
+}
+
 TEST(DTypeTest, ParseAcceptsAliases) {
   for (const char* name : {"fp32", "f32", "float32", "FP32"}) {
     ASSERT_TRUE(ParseDType(name).ok()) << name;

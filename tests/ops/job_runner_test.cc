@@ -128,6 +128,25 @@ OpSpec AllReduceAfter(const std::string& id, int64_t m, int64_t n, const std::st
   return op;
 }
 
+// A bf16 sum over four ranks rounds four times on its way (NCCL's ring too):
+// the ops that sum the ranks' partials are held to 4 x 2^-8, the all-gather's
+// GEMM to the plain bf16 bound.
+TEST(JobRunnerTest, ToleranceWidensForSumsOverMoreRanks) {
+  engine::HostEngineOptions options;
+  options.device_count = 4;
+  options.hazard_checks = true;
+  auto engine = std::move(engine::CreateHostEngine(options)).value();
+  JobSpec spec = SmallJob();
+  spec.dtype = DType::kBF16;
+  auto result = RunJob(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const v1::OpResult& op : result->ops()) {
+    EXPECT_DOUBLE_EQ(op.tolerance(), op.type() == "ag_gemm" ? 1e-2 : 4.0 / 256) << op.id();
+    EXPECT_TRUE(op.verified()) << op.id();
+    EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
+  }
+}
+
 // A collective alone in a layer graph: its steps are its comm alone, all of it
 // exposed; no GEMM phases run, and its busbw follows nccl-tests' factors.
 TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {

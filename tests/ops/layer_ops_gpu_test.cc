@@ -113,7 +113,8 @@ void ExpectMatchesReference(const Param& param, bool replay) {
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
     auto v = VerifyOutputs(**ctx, seed, 0, /*max_rows=*/64);
     ASSERT_TRUE(v.ok()) << s.Name() << " run " << iteration << ": " << v.status();
-    EXPECT_LT(v->max_rel_error, DTypeTolerance(dtype)) << s.Name() << " " << DTypeName(dtype);
+    EXPECT_LT(v->max_rel_error, OutputTolerance(type, dtype, tp))
+        << s.Name() << " " << DTypeName(dtype);
   }
   if (graph) engine->DestroyGraph(*graph);
 }

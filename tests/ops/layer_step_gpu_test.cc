@@ -60,7 +60,8 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
   const int tp = static_cast<int>(devices_.size());
   const Transport transport = GetParam();
   JobSpec& spec = spec_;
-  spec.bucket_mib = 1;
+  // g1 + g2 (192 KiB x tp) fit one bucket, big (2 MiB x tp) does not.
+  spec.bucket_mib = tp;
   spec.ops = {
       Op("fc1", OpType::kAgGemm, 512 * tp, 1024, 768 * tp, transport, {}),
       Op("fc2", OpType::kGemmRs, 512 * tp, 768 * tp, 1024, transport, {"fc1"}),
