@@ -178,9 +178,17 @@ nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
 int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::ostream& out,
              std::ostream& err) {
   CheckOptions o = options;
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  if (node->ranks_per_gpu() > 1) {
+    // Its devices are ranks sharing GPUs: their GEMMs queue on one GPU and their
+    // "links" are local copies, so any GPU or pair would look slow or fine for nothing.
+    err << "overlapctl: check: the daemon runs " << node->ranks_per_gpu()
+        << " ranks per GPU (config ranks_per_gpu); check needs one rank per GPU to find a "
+           "slow GPU or link\n";
+    return kExitRefused;
+  }
   if (o.devices.empty()) {
-    absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
-    if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
     for (const v1::Device& d : node->devices()) o.devices.push_back(d.index());
   }
   CheckResult result;
