@@ -22,6 +22,13 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateHost(const DaemonConfig& c
   options.fail_op = config.host_fail_op;
   options.fail_after = config.host_fail_after - 1;
   options.inject_sticky_error = config.host_fail_sticky;
+  if (config.ranks_per_gpu > 1) {  // simulated devices are ranks already
+    GetLogger("overlapd")
+        ->warn(
+            "ranks_per_gpu {} is for the cuda backend; the host backend has "
+            "host_device_count devices, one rank each",
+            config.ranks_per_gpu);
+  }
   return engine::CreateHostEngine(options);
 }
 
