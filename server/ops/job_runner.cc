@@ -319,7 +319,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
     res.set_max_rel_error(v.max_rel_error);
     if (!(v.max_rel_error <= res.tolerance())) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.1g for %s", op.id,
+          "op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g for %s", op.id,
           schedule.Name(), v.max_rel_error, res.tolerance(), DTypeName(spec.dtype)));
     }
   }

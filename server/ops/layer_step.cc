@@ -274,7 +274,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->tp());
     if (!(v.max_rel_error <= tolerance)) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.1g",
+          "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g",
           m.ctx->op().id, m.schedule.Name(), v.max_rel_error, tolerance));
     }
   }
