@@ -188,7 +188,8 @@ class CudaEngineImpl final : public CudaEngine {
   // ranks copies and the reduction kernel stand in for its collectives and
   // send/recv groups (cuda_engine_shared_gpu.cc), with the same semantics.
   // True when two ranks of `devices` share a GPU; INVALID_ARGUMENT (as
-  // NcclComms::Get) when a device repeats or the channel is negative.
+  // NcclComms::Get) when a device repeats or the channel is negative,
+  // FAILED_PRECONDITION when two of its GPUs lack peer access.
   absl::StatusOr<bool> NeedsStandIn(const std::vector<int>& devices, int channel) const;
   absl::Status StandInCollective(CollectiveKind kind, DType dtype, size_t count,
                                  const std::vector<RankPtrs>& ranks);

@@ -37,10 +37,21 @@ absl::StatusOr<bool> CudaEngineImpl::NeedsStandIn(const std::vector<int>& device
       shared = shared || GpuOf(devices[i]) == GpuOf(devices[j]);
     }
   }
-  if (shared && channel < 0) {
+  if (!shared) return false;
+  if (channel < 0) {
     return absl::InvalidArgumentError(absl::StrCat("channel must be >= 0, got ", channel));
   }
-  return shared;
+  // The stand-ins copy and add across the group's GPUs directly.
+  for (int a : devices) {
+    for (int b : devices) {
+      if (!peer_access_[a][b]) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "devices ", a, " and ", b, " share no peer access: the copies that stand in for NCCL ",
+            "between ranks of one GPU (ranks_per_gpu) need it across the group"));
+      }
+    }
+  }
+  return true;
 }
 
 absl::Status CudaEngineImpl::FenceStreams(const std::vector<const StreamSlot*>& slots) {
