@@ -195,7 +195,6 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
       ASSIGN_OR_RETURN(slot.fence, CudaEvent::Create(device, /*timing=*/false));
     }
   }
-  ASSIGN_OR_RETURN(state.barrier_event, CudaEvent::Create(device, /*timing=*/false));
   state.reserved_bytes = state.pool->BytesInUse();
   ASSIGN_OR_RETURN(state.gemm, GemmLt::Create(device));
   return absl::OkStatus();

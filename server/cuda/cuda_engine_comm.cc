@@ -239,18 +239,39 @@ absl::Status CudaEngineImpl::PeerCopy(engine::StreamId stream, engine::BufferRef
   return absl::OkStatus();
 }
 
+absl::Status CudaEngineImpl::FenceStreams(const std::vector<const StreamSlot*>& slots) {
+  std::vector<const StreamSlot*> unique;
+  for (const StreamSlot* slot : slots) {
+    if (std::find(unique.begin(), unique.end(), slot) == unique.end()) unique.push_back(slot);
+  }
+  for (const StreamSlot* slot : unique) {
+    ScopedDevice guard(slot->device);
+    RETURN_IF_ERROR(guard.status());
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->fence.get(), slot->stream.get()));
+  }
+  for (const StreamSlot* waiter : unique) {
+    ScopedDevice guard(waiter->device);
+    RETURN_IF_ERROR(guard.status());
+    for (const StreamSlot* other : unique) {
+      if (other == waiter) continue;
+      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(waiter->stream.get(), other->fence.get(), 0));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& devices,
                                      const std::vector<engine::StreamId>& streams) {
   if (devices.size() != streams.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Barrier: ", devices.size(), " devices but ", streams.size(), " streams"));
   }
-  std::vector<cudaStream_t> raw;
+  std::vector<const StreamSlot*> slots;
   for (size_t r = 0; r < devices.size(); ++r) {
     if (!ValidDevice(devices[r])) {
       return absl::InvalidArgumentError(absl::StrCat("Barrier: unknown device ", devices[r]));
     }
-    // Each device has one barrier event: a device named twice would overwrite its own record.
+    // One stream per rank, each device once (engine.h).
     if (std::find(devices.begin(), devices.begin() + r, devices[r]) != devices.begin() + r) {
       return absl::InvalidArgumentError(
           absl::StrCat("Barrier: device ", devices[r], " appears twice"));
@@ -260,28 +281,14 @@ absl::Status CudaEngineImpl::Barrier(int channel, const std::vector<int>& device
       return absl::InvalidArgumentError(absl::StrCat("Barrier rank ", r, ": stream ", streams[r],
                                                      " is not on device ", devices[r]));
     }
-    raw.push_back(slot->stream.get());
+    slots.push_back(slot);
   }
   // One process owns every rank, so cross-device event waits make the barrier:
   // no stream passes it before every rank's stream reached it. An NCCL
   // all-reduce did the same but cost ~0.1 ms of host time per call on
   // non-blocking communicators and tied p2p schedules to NCCL.
   (void)channel;  // no communicator involved
-  for (size_t r = 0; r < devices.size(); ++r) {
-    ScopedDevice guard(devices[r]);
-    RETURN_IF_ERROR(guard.status());
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(devices_[devices[r]]->barrier_event.get(), raw[r]));
-  }
-  for (size_t r = 0; r < devices.size(); ++r) {
-    ScopedDevice guard(devices[r]);
-    RETURN_IF_ERROR(guard.status());
-    for (size_t q = 0; q < devices.size(); ++q) {
-      if (q == r) continue;
-      CUDA_RETURN_IF_ERROR(
-          cudaStreamWaitEvent(raw[r], devices_[devices[q]]->barrier_event.get(), 0));
-    }
-  }
-  return absl::OkStatus();
+  return FenceStreams(slots);
 }
 
 }  // namespace overlap::cuda

@@ -114,7 +114,7 @@ class CudaEngineImpl final : public CudaEngine {
     void* workspace[2] = {nullptr, nullptr};
     size_t workspace_bytes = 0;
     std::unique_ptr<GemmChain> chain;  // null with programmatic_edges off
-    CudaEvent fence;                   // recorded where a shared-GPU stand-in fences this stream
+    CudaEvent fence;                   // recorded where Barrier or a stand-in fences this stream
   };
   struct DeviceState {
     int index = 0;
@@ -122,7 +122,6 @@ class CudaEngineImpl final : public CudaEngine {
     int sm_count = 0;
     std::unique_ptr<DevicePool> pool;
     std::unique_ptr<GemmLt> gemm;
-    CudaEvent barrier_event;    // recorded by Barrier, waited on by the other ranks
     size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
   };
   struct BufferEntry {
@@ -194,7 +193,8 @@ class CudaEngineImpl final : public CudaEngine {
   absl::Status StandInCollective(CollectiveKind kind, DType dtype, size_t count,
                                  const std::vector<RankPtrs>& ranks);
   absl::Status StandInSendRecv(const std::vector<PeerTransfer>& transfers);
-  // No stream of `slots` passes this point before all of them reached it.
+  // No stream of `slots` passes this point before all of them reached it
+  // (Barrier, and both sides of a stand-in).
   absl::Status FenceStreams(const std::vector<const StreamSlot*>& slots);
   absl::Status AbortAfterNcclError(const std::vector<int>& devices, const absl::Status& error,
                                    const char* op);

@@ -6,10 +6,9 @@
 // inputs are ready), and none goes on before every rank's part is done (no
 // rank rewrites a buffer a peer still reads). Only correctness is the point:
 // ranks of one GPU share its SMs, memory and copy engines.
-#include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
 #include "server/cuda/cuda_engine_impl.h"
@@ -30,17 +29,11 @@ absl::StatusOr<bool> CudaEngineImpl::NeedsStandIn(const std::vector<int>& device
   bool shared = false;
   for (size_t i = 0; i < devices.size(); ++i) {
     for (size_t j = i + 1; j < devices.size(); ++j) {
-      if (devices[i] == devices[j]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("communicator devices repeat: [", absl::StrJoin(devices, ","), "]"));
-      }
       shared = shared || GpuOf(devices[i]) == GpuOf(devices[j]);
     }
   }
-  if (!shared) return false;
-  if (channel < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("channel must be >= 0, got ", channel));
-  }
+  if (!shared) return false;  // NcclComms::Get checks the group
+  RETURN_IF_ERROR(NcclComms::CheckGroup(devices, channel));
   // The stand-ins copy and add across the group's GPUs directly.
   for (int a : devices) {
     for (int b : devices) {
@@ -52,27 +45,6 @@ absl::StatusOr<bool> CudaEngineImpl::NeedsStandIn(const std::vector<int>& device
     }
   }
   return true;
-}
-
-absl::Status CudaEngineImpl::FenceStreams(const std::vector<const StreamSlot*>& slots) {
-  std::vector<const StreamSlot*> unique;
-  for (const StreamSlot* slot : slots) {
-    if (std::find(unique.begin(), unique.end(), slot) == unique.end()) unique.push_back(slot);
-  }
-  for (const StreamSlot* slot : unique) {
-    ScopedDevice guard(slot->device);
-    RETURN_IF_ERROR(guard.status());
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->fence.get(), slot->stream.get()));
-  }
-  for (const StreamSlot* waiter : unique) {
-    ScopedDevice guard(waiter->device);
-    RETURN_IF_ERROR(guard.status());
-    for (const StreamSlot* other : unique) {
-      if (other == waiter) continue;
-      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(waiter->stream.get(), other->fence.get(), 0));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CudaEngineImpl::StandInCollective(CollectiveKind kind, DType dtype, size_t count,

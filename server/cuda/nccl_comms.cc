@@ -126,8 +126,7 @@ NcclComms::~NcclComms() {
   groups_.clear();
 }
 
-absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>& devices,
-                                                          int channel, int max_ctas) {
+absl::Status NcclComms::CheckGroup(const std::vector<int>& devices, int channel) {
   if (devices.empty()) return absl::InvalidArgumentError("communicator with no devices");
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     return absl::InvalidArgumentError(
@@ -136,6 +135,12 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>
   if (channel < 0) {
     return absl::InvalidArgumentError(absl::StrCat("channel must be >= 0, got ", channel));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>& devices,
+                                                          int channel, int max_ctas) {
+  RETURN_IF_ERROR(CheckGroup(devices, channel));
   if (max_ctas < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_ctas must be >= 0, got ", max_ctas));
   }

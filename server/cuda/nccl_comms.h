@@ -76,6 +76,8 @@ class NcclComms {
   // communicator from the unlimited one of the same devices and channel.
   absl::StatusOr<std::shared_ptr<NcclGroup>> Get(const std::vector<int>& devices, int channel,
                                                  int max_ctas = 0);
+  // What Get refuses of a group: no devices, a repeated device, a negative channel.
+  static absl::Status CheckGroup(const std::vector<int>& devices, int channel);
   // Every cached group that includes any of `devices`.
   std::vector<std::shared_ptr<NcclGroup>> Touching(const std::vector<int>& devices) const;
   // Aborts and drops every group touching `devices`; returns their names.
