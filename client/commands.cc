@@ -1,5 +1,6 @@
 #include "client/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "client/pin.h"
 #include "client/progress_printer.h"
 #include "client/report.h"
+#include "client/timeline.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -192,6 +194,38 @@ int Commands::Pin(const std::string& id, const std::string& out_file) {
     return kExitUsage;
   }
   err_ << "wrote " << out_file << "\n";
+  return kExitOk;
+}
+
+int Commands::Timeline(const std::string& id, const std::string& op_id, int width,
+                       const std::string& out_file) {
+  absl::StatusOr<v1::Job> job = client_.GetJob(id);
+  if (!job.ok()) return Fail(job.status());
+  const std::string charts = FormatTimelines(*job, op_id, width);
+  if (charts.empty()) {
+    const bool known =
+        op_id.empty() || std::any_of(job->result().ops().begin(), job->result().ops().end(),
+                                     [&](const auto& op) { return op.id() == op_id; });
+    err_ << "overlapctl: " << (known ? "FAILED_PRECONDITION" : "NOT_FOUND") << ": job " << id
+         << (op_id.empty() ? "" : " op " + op_id)
+         << (known ? " has no timeline (the job is " + JobStateName(job->state()) +
+                         "; a graph with `timeline: false` records none)"
+                   : " is not in the job")
+         << "\n";
+    return kExitRefused;
+  }
+  const nlohmann::json trace = ChromeTrace(*job, op_id);
+  if (!out_file.empty()) {
+    std::ofstream file(out_file, std::ios::binary | std::ios::trunc);
+    file << trace.dump() << "\n";
+    file.close();
+    if (!file) {
+      err_ << "overlapctl: cannot write " << out_file << "\n";
+      return kExitUsage;
+    }
+    err_ << "wrote " << out_file << "\n";
+  }
+  out_ << (json_ ? trace.dump(1) + "\n" : charts);
   return kExitOk;
 }
 

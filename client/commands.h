@@ -53,6 +53,11 @@ class Commands {
   // The job's graph with the schedules its ops ran (pin.h), to standard output
   // or, when `out_file` is set, to that file.
   int Pin(const std::string& id, const std::string& out_file);
+  // The traced iterations of a job's ops (timeline.h): charts, or with --json
+  // the Chrome trace; `out_file` set: that trace is also written there.
+  // NOT_FOUND-style refusal (kExitRefused) when no op has a timeline.
+  int Timeline(const std::string& id, const std::string& op_id, int width,
+               const std::string& out_file);
   // Two finished jobs op by op (compare.h).
   int Compare(const std::string& a, const std::string& b);
 

@@ -116,6 +116,20 @@ int main(int argc, char** argv) {
       "pin", "a job's graph with every op set to the schedule it ran (YAML), to submit again");
   pin->add_option("ID", id, "job id")->required();
   pin->add_option("-o,--output", pin_out, "write it to this file instead of standard output");
+  std::string timeline_op, timeline_out;
+  int timeline_width = 100;
+  CLI::App* timeline = app.add_subcommand(
+      "timeline",
+      "where each op's traced iteration spent its time: GEMMs, transfers and waits per rank "
+      "and stream");
+  timeline->add_option("ID", id, "job id")->required();
+  timeline->add_option("--op", timeline_op, "this op only");
+  timeline->add_option("--width", timeline_width, "chart width in characters")
+      ->check(CLI::Range(10, 1000))
+      ->capture_default_str();
+  timeline->add_option(
+      "-o,--output", timeline_out,
+      "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");
   std::string id_b;
   CLI::App* compare = app.add_subcommand(
       "compare", "two finished jobs op by op: schedules, steps and B's change against A");
@@ -242,6 +256,7 @@ int main(int argc, char** argv) {
   if (report->parsed()) rc = commands.Report(id);
   if (compare->parsed()) rc = commands.Compare(id, id_b);
   if (pin->parsed()) rc = commands.Pin(id, pin_out);
+  if (timeline->parsed()) rc = commands.Timeline(id, timeline_op, timeline_width, timeline_out);
   if (check->parsed()) {
     check_options.links = !no_links;
     rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/table.h"
+#include "client/timeline.h"
 #include "common/graph.h"
 
 namespace overlap::client {
@@ -120,15 +121,6 @@ std::string FormatHidden(double fraction) {
 }
 
 std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }
-
-std::string FormatBytes(int64_t bytes) {
-  constexpr double kKiB = 1024.0;
-  const double b = static_cast<double>(bytes);
-  if (b >= kKiB * kKiB * kKiB) return absl::StrFormat("%.2f GiB", b / (kKiB * kKiB * kKiB));
-  if (b >= kKiB * kKiB) return absl::StrFormat("%.2f MiB", b / (kKiB * kKiB));
-  if (b >= kKiB) return absl::StrFormat("%.2f KiB", b / kKiB);
-  return absl::StrCat(bytes, " B");
-}
 
 std::string FormatUtc(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
@@ -285,6 +277,19 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, "auto: ", absl::StrJoin(one_schedule, ", "),
                     one_schedule.size() == 1 ? " has" : " have", " one schedule to run",
                     one_gpu ? " (one GPU: nothing to overlap)" : "", "\n");
+  }
+  // Where the step's time went: only ops with a GEMM and a collective have
+  // anything to break down.
+  bool timelines = false;
+  for (const v1::OpResult& op : result.ops()) {
+    if (IsGemmAlone(op) || IsCollectiveAlone(op)) continue;
+    const std::string note = FormatTimelineNote(op);
+    absl::StrAppend(&out, note);
+    timelines = timelines || !note.empty();
+  }
+  if (timelines) {
+    absl::StrAppend(&out, "timeline: `overlapctl timeline ", job.id(),
+                    "` charts each traced iteration (-o FILE: a Chrome trace)\n");
   }
   // Host-backend ranks are threads sharing CPU cores: their spread is the OS
   // scheduler's, not a slow GPU's.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_size.h"
 #include "google/protobuf/repeated_field.h"
 #include "overlap/v1/overlap.pb.h"
 
@@ -96,7 +97,6 @@ std::string ScheduleLabel(const v1::OpResult& op);
 std::string FormatMs(double ms);             // "1.234"
 std::string FormatHidden(double fraction);   // percent of the collective hidden, "66.7", 0-100
 std::string FormatRate(double value);        // TFLOP/s or GB/s: "0.125", "812.4"
-std::string FormatBytes(int64_t bytes);      // "2.00 GiB", "512.00 MiB", "17 B"
 std::string FormatUtc(int64_t unix_ms);      // "2026-11-30 12:34:56Z", "-" for 0
 std::string FormatDuration(double seconds);  // "850 ms", "12.3 s", "4m05s", "2h03m"
 

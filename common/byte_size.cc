@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace overlap {
 namespace {
@@ -71,6 +72,15 @@ std::string FormatByteSize(int64_t bytes) {
     }
   }
   return absl::StrCat(bytes);
+}
+
+std::string FormatBytes(int64_t bytes) {
+  constexpr double kKiB = 1024.0;
+  const double b = static_cast<double>(bytes);
+  if (b >= kKiB * kKiB * kKiB) return absl::StrFormat("%.2f GiB", b / (kKiB * kKiB * kKiB));
+  if (b >= kKiB * kKiB) return absl::StrFormat("%.2f MiB", b / (kKiB * kKiB));
+  if (b >= kKiB) return absl::StrFormat("%.2f KiB", b / kKiB);
+  return absl::StrCat(bytes, " B");
 }
 
 }  // namespace overlap

@@ -20,4 +20,8 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // 1000 -> "1000" (no unit). ParseByteSize(FormatByteSize(x)) == x for x >= 0.
 std::string FormatByteSize(int64_t bytes);
 
+// For people, two decimals in the largest unit that fits: "2.00 GiB",
+// "512.00 MiB", "17 B".
+std::string FormatBytes(int64_t bytes);
+
 }  // namespace overlap

@@ -80,6 +80,9 @@ struct JobSpec {
   // choices tuned before this job started are ignored and replaced (bench sets
   // it: a benchmark measures what wins now).
   bool retune = false;
+  // After an op's timed iterations, trace one more span by span (ops/timeline.h):
+  // the report's breakdown of its step and `overlapctl timeline`.
+  bool timeline = true;
   int priority = 0;
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()

@@ -23,7 +23,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
-    "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune"};
+    "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",    "n",
                                  "mode", "chunks", "transport", "after"};
 
@@ -185,6 +185,8 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.bucket_mib, ReadInt(value, 0, key));
     } else if (key == "retune") {
       ASSIGN_OR_RETURN(spec.retune, WithPath(yaml_util::ReadBool(value), key));
+    } else if (key == "timeline") {
+      ASSIGN_OR_RETURN(spec.timeline, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {
       ASSIGN_OR_RETURN(spec.priority, ReadInt(value, kInt32Min, key));
     } else if (key == "seed") {

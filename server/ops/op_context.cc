@@ -70,7 +70,7 @@ BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
 }
 
 OpContext::OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp)
-    : engine_(engine), op_(op), dtype_(dtype), shapes_(LocalShapesFor(op, tp)) {}
+    : engine_(&engine), op_(op), dtype_(dtype), shapes_(LocalShapesFor(op, tp)) {}
 
 absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& engine,
                                                              const OpSpec& op, DType dtype,
@@ -88,14 +88,14 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
   const size_t es = esize();
   auto alloc = [&](int device, int64_t elements, BufferId* out) -> absl::Status {
     if (elements <= 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(*out, engine_.Allocate(device, static_cast<size_t>(elements) * es));
+    ASSIGN_OR_RETURN(*out, engine_->Allocate(device, static_cast<size_t>(elements) * es));
     return absl::OkStatus();
   };
   for (size_t r = 0; r < devices.size(); ++r) {
     RankState& rs = ranks_[r];
     rs.device = devices[r];
-    rs.compute = engine_.GetStream(rs.device, engine::StreamRole::kCompute);
-    rs.comm = engine_.GetStream(rs.device, engine::StreamRole::kComm);
+    rs.compute = engine_->GetStream(rs.device, engine::StreamRole::kCompute);
+    rs.comm = engine_->GetStream(rs.device, engine::StreamRole::kComm);
     RETURN_IF_ERROR(alloc(rs.device, sizes.a, &rs.a));
     RETURN_IF_ERROR(alloc(rs.device, sizes.w, &rs.w));
     RETURN_IF_ERROR(alloc(rs.device, sizes.y, &rs.y));
@@ -110,12 +110,12 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
 }
 
 absl::Status OpContext::MoveToSideStreams() {
-  if (engine_.StreamsPerRole() < 2) {
+  if (engine_->StreamsPerRole() < 2) {
     return absl::FailedPreconditionError(
-        absl::StrCat(engine_.Name(), " backend has one stream per role: no side stream"));
+        absl::StrCat(engine_->Name(), " backend has one stream per role: no side stream"));
   }
   for (RankState& rs : ranks_) {
-    rs.compute = engine_.GetStream(rs.device, engine::StreamRole::kComm, 1);
+    rs.compute = engine_->GetStream(rs.device, engine::StreamRole::kComm, 1);
     rs.comm = rs.compute;
   }
   channel_ = 1;
@@ -123,13 +123,13 @@ absl::Status OpContext::MoveToSideStreams() {
 }
 
 OpContext::~OpContext() {
-  for (auto& [key, event] : events_) engine_.DestroyEvent(event);
+  for (auto& [key, event] : events_) engine_->DestroyEvent(event);
   for (RankState& rs : ranks_) {
     for (BufferId b : {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1], rs.spare}) {
-      if (b != engine::kNoBuffer) engine_.Free(b);
+      if (b != engine::kNoBuffer) engine_->Free(b);
     }
     for (BufferId b : rs.slots) {
-      if (b != engine::kNoBuffer) engine_.Free(b);
+      if (b != engine::kNoBuffer) engine_->Free(b);
     }
   }
 }
@@ -154,20 +154,20 @@ absl::StatusOr<engine::EventId> OpContext::Event(int r, const std::string& tag, 
   auto key = std::make_tuple(r, tag, index);
   auto it = events_.find(key);
   if (it != events_.end()) return it->second;
-  ASSIGN_OR_RETURN(engine::EventId event, engine_.CreateEvent(ranks_[r].device));
+  ASSIGN_OR_RETURN(engine::EventId event, engine_->CreateEvent(ranks_[r].device));
   events_.emplace(key, event);
   return event;
 }
 
 absl::Status OpContext::Record(int r, StreamId stream, const std::string& tag, int index) {
   ASSIGN_OR_RETURN(engine::EventId event, Event(r, tag, index));
-  return engine_.RecordEvent(event, stream);
+  return engine_->RecordEvent(event, stream);
 }
 
 absl::Status OpContext::Wait(StreamId stream, int event_rank, const std::string& tag,
                              int index) {
   ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, tag, index));
-  return engine_.WaitEvent(stream, event);
+  return engine_->WaitEvent(stream, event);
 }
 
 absl::Status OpContext::WaitAll(StreamId stream, const std::string& tag, int index) {

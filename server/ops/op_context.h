@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,7 +61,11 @@ class OpContext {
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
-  engine::Engine& engine() { return engine_; }
+  engine::Engine& engine() { return *engine_; }
+  // Routes the schedules' engine calls through `engine`, a decorator of the
+  // context's own engine that keeps its buffers, streams and events (e.g.
+  // TimelineEngine), and returns the engine it replaces, to be put back.
+  engine::Engine* UseEngine(engine::Engine* engine) { return std::exchange(engine_, engine); }
   const OpSpec& op() const { return op_; }
   DType dtype() const { return dtype_; }
   int tp() const { return static_cast<int>(ranks_.size()); }
@@ -106,7 +111,7 @@ class OpContext {
   OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp);
   absl::Status Allocate(const std::vector<int>& devices, const BufferSizes& sizes);
 
-  engine::Engine& engine_;
+  engine::Engine* engine_;
   OpSpec op_;
   DType dtype_;
   LocalShapes shapes_;

@@ -108,6 +108,7 @@ ops:
   EXPECT_TRUE(spec->layer_step);
   EXPECT_EQ(spec->bucket_mib, 25);
   EXPECT_FALSE(spec->retune);
+  EXPECT_TRUE(spec->timeline);
   EXPECT_EQ(spec->priority, 0);
   EXPECT_EQ(spec->seed, 1234u);
   ASSERT_EQ(spec->ops.size(), 1u);
@@ -127,6 +128,7 @@ head_start: idle
 layer_step: false
 bucket_mib: 0
 retune: true
+timeline: false
 priority: -3
 seed: 18446744073709551615
 iterations: 1
@@ -141,6 +143,7 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   EXPECT_FALSE(spec->layer_step);
   EXPECT_EQ(spec->bucket_mib, 0);
   EXPECT_TRUE(spec->retune);
+  EXPECT_FALSE(spec->timeline);
   EXPECT_EQ(spec->priority, -3);
   EXPECT_EQ(spec->seed, 18446744073709551615u);
   EXPECT_EQ(spec->iterations, 1);
@@ -225,6 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"layer_step: 1\n" OP(""), "layer_step: must be true or false (got \"1\")"},
         ErrorCase{"bucket_mib: -1\n" OP(""), "bucket_mib: must be a non-negative integer"},
         ErrorCase{"retune: often\n" OP(""), "retune: must be true or false (got \"often\")"},
+        ErrorCase{"timeline: 1\n" OP(""), "timeline: must be true or false (got \"1\")"},
         ErrorCase{"priority: high\n" OP(""), "priority: must be an integer (got \"high\")"},
         ErrorCase{"seed: -1\n" OP(""), "seed: must be a non-negative integer (got \"-1\")"},
         ErrorCase{"seed: 18446744073709551616\n" OP(""),

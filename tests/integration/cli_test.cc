@@ -406,6 +406,54 @@ TEST_F(CliTest, PinnedGraphRunsTheSchedulesAutoChose) {
   EXPECT_EQ(unknown.exit_code, 3) << Describe(unknown);
 }
 
+// Each op's traced iteration as charts and as a Chrome trace; an unknown op or
+// job, or a job traced with `timeline: false`, is refused.
+TEST_F(CliTest, TimelineChartsAndExportsEachTracedIteration) {
+  RunResult done = daemon_->Ctl({"submit", graph_, "--wait", "--json"});
+  ASSERT_EQ(done.exit_code, 0) << Describe(done);
+  const nlohmann::json job = ParseJson(done.out);
+  const std::string id = job["id"];
+  const std::string first_op = job["result"]["ops"][0]["id"];
+  RunResult report = daemon_->Ctl({"report", id});
+  ASSERT_EQ(report.exit_code, 0) << Describe(report);
+  EXPECT_THAT(report.out, HasSubstr("timeline: `overlapctl timeline " + id + "`"));
+  const std::string trace = dir_.File("trace.json");
+  RunResult text = daemon_->Ctl({"timeline", id, "--op", first_op, "--width", "40", "-o", trace});
+  ASSERT_EQ(text.exit_code, 0) << Describe(text);
+  EXPECT_THAT(text.out, StartsWith(first_op + "  "));
+  EXPECT_THAT(text.out, HasSubstr("  rank 0 compute |"));
+  EXPECT_THAT(text.out, HasSubstr("  rank 1 compute |"));
+  EXPECT_EQ(text.err, "wrote " + trace + "\n");
+  const nlohmann::json written = ParseJson(ReadFileOrEmpty(trace));
+  ASSERT_TRUE(written["traceEvents"].is_array());
+  EXPECT_GT(written["traceEvents"].size(), 2u);
+  for (const nlohmann::json& e : written["traceEvents"]) {
+    if (e["ph"] == "X") {
+      EXPECT_EQ(e["args"]["op"], first_op);
+    }
+  }
+  RunResult json = daemon_->Ctl({"timeline", id, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  EXPECT_EQ(ParseJson(json.out)["otherData"]["job"], id);
+
+  RunResult unknown_op = daemon_->Ctl({"timeline", id, "--op", "nope"});
+  EXPECT_EQ(unknown_op.exit_code, 3) << Describe(unknown_op);
+  EXPECT_THAT(unknown_op.err, HasSubstr("NOT_FOUND: job " + id + " op nope is not in the job"));
+  RunResult unknown_job = daemon_->Ctl({"timeline", "job-999999"});
+  EXPECT_EQ(unknown_job.exit_code, 3) << Describe(unknown_job);
+
+  const std::string untraced = dir_.File("untraced.yaml");
+  WriteFileOrDie(untraced,
+                 "name: untraced\ndevices: [0, 1]\niterations: 2\nwarmup: 1\ntimeline: false\n"
+                 "ops:\n  - {id: fc1, type: ag_gemm, m: 128, k: 128, n: 256, mode: serial}\n");
+  RunResult plain = daemon_->Ctl({"submit", untraced, "--wait", "--json"});
+  ASSERT_EQ(plain.exit_code, 0) << Describe(plain);
+  RunResult none = daemon_->Ctl({"timeline", ParseJson(plain.out)["id"]});
+  EXPECT_EQ(none.exit_code, 3) << Describe(none);
+  EXPECT_THAT(none.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(none.err, HasSubstr("has no timeline"));
+}
+
 // Two runs of one graph, op by op; a job without results or an unknown id is refused.
 TEST_F(CliTest, CompareShowsTwoJobsOpByOp) {
   std::vector<std::string> ids;

@@ -1,0 +1,223 @@
+#include "client/timeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/report.h"
+
+namespace overlap::client {
+namespace {
+
+// A gap between ops in the Chrome trace, so that each op's iteration stands apart.
+constexpr double kGapBetweenOpsMs = 0.05;
+// GEMM time within this fraction of the GEMM alone's is the same time.
+constexpr double kSameGemmFraction = 0.005;
+
+bool IsTransfer(const std::string& kind) {
+  return kind == "copy" || kind == "collective" || kind == "sendrecv";
+}
+
+// "4 GEMMs in 0.205 ms", "1 transfer in 0.090 ms".
+std::string Counted(int count, const std::string& what, double ms) {
+  return absl::StrFormat("%d %s%s in %s ms", count, what, count == 1 ? "" : "s", FormatMs(ms));
+}
+
+// Microseconds for the Chrome trace, to the nanosecond.
+double Micros(double ms) { return std::round(ms * 1e6) / 1e3; }
+
+char ChartChar(const std::string& kind) {
+  if (kind == "gemm") return 'G';
+  if (kind == "copy") return 'C';
+  if (kind == "collective") return 'N';
+  if (kind == "sendrecv") return 'S';
+  if (kind == "reduce") return 'R';
+  return 'F';
+}
+
+// The lanes of a timeline in chart order: by rank, compute before comm.
+std::vector<std::pair<int, std::string>> Lanes(const v1::Timeline& timeline) {
+  std::vector<std::pair<int, std::string>> lanes;
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    const std::pair<int, std::string> lane{s.rank(), s.lane()};
+    if (std::find(lanes.begin(), lanes.end(), lane) == lanes.end()) lanes.push_back(lane);
+  }
+  std::sort(lanes.begin(), lanes.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return (a.second == "compute") > (b.second == "compute");
+  });
+  return lanes;
+}
+
+double TimelineEnd(const v1::Timeline& timeline) {
+  double end = timeline.step_ms();
+  for (const v1::TimelineSpan& s : timeline.spans()) end = std::max(end, s.end_ms());
+  return end;
+}
+
+std::string ChartRow(const v1::Timeline& timeline, int rank, const std::string& lane, double end,
+                     int width) {
+  std::string row(width, '.');
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    if (s.rank() != rank || s.lane() != lane || end <= 0) continue;
+    // Every span shows, however short: at least the column it starts in.
+    const int from =
+        std::clamp(static_cast<int>(std::lround(s.start_ms() / end * width)), 0, width - 1);
+    const int to =
+        std::clamp(static_cast<int>(std::lround(s.end_ms() / end * width)), from + 1, width);
+    std::fill(row.begin() + from, row.begin() + to, ChartChar(s.kind()));
+  }
+  return row;
+}
+
+std::string FormatOneTimeline(const v1::OpResult& op, int width) {
+  const v1::Timeline& timeline = op.timeline();
+  std::string out =
+      absl::StrFormat("%s  %s  %s  %s: traced step %s ms (timed median %s ms)%s\n", op.id(),
+                      op.type(), FormatShape(op), ScheduleLabel(op), FormatMs(timeline.step_ms()),
+                      FormatMs(op.step().median_ms()),
+                      timeline.enqueued_not_replayed()
+                          ? "; enqueued call by call, where the timed iterations replayed a graph"
+                          : "");
+  const double end = TimelineEnd(timeline);
+  for (const auto& [rank, lane] : Lanes(timeline)) {
+    absl::StrAppendFormat(&out, "  rank %d %-7s |%s|\n", rank, lane,
+                          ChartRow(timeline, rank, lane, end, width));
+  }
+  absl::StrAppendFormat(&out, "  %-14s  0 ms%*s ms\n", "", width - 3, FormatMs(end));
+  absl::StrAppend(&out, "  G GEMM  C copy  N collective  S send/recv  R reduction  . idle\n");
+  for (const RankTimeline& r : SummarizeTimeline(timeline)) {
+    std::string work = Counted(r.gemms, "GEMM", r.gemm_ms);
+    if (r.transfers > 0)
+      absl::StrAppend(&work, ", ", Counted(r.transfers, "transfer", r.transfer_ms));
+    if (r.reduces > 0) absl::StrAppend(&work, ", ", Counted(r.reduces, "reduction", r.reduce_ms));
+    absl::StrAppendFormat(
+        &out, "  rank %d: %s; compute stream busy %s ms, waiting %s ms; ends at %s ms\n", r.rank,
+        work, FormatMs(r.compute_busy_ms), FormatMs(r.waiting_ms), FormatMs(r.end_ms));
+  }
+  absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %s\n", "rank", "lane", "start", "end",
+                        "ms", "span");
+  std::vector<const v1::TimelineSpan*> spans;
+  for (const v1::TimelineSpan& s : timeline.spans()) spans.push_back(&s);
+  std::stable_sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
+    if (a->rank() != b->rank()) return a->rank() < b->rank();
+    return a->start_ms() < b->start_ms();
+  });
+  for (const v1::TimelineSpan* s : spans) {
+    absl::StrAppendFormat(&out, "  %-4d  %-7s  %8s  %8s  %8s  %s\n", s->rank(), s->lane(),
+                          FormatMs(s->start_ms()), FormatMs(s->end_ms()),
+                          FormatMs(s->end_ms() - s->start_ms()), s->name());
+  }
+  return out;
+}
+
+bool Selected(const v1::OpResult& op, const std::string& op_id) {
+  return op.has_timeline() && (op_id.empty() || op.id() == op_id);
+}
+
+}  // namespace
+
+std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline) {
+  std::map<int, RankTimeline> ranks;
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    RankTimeline& r = ranks[s.rank()];
+    r.rank = s.rank();
+    const double ms = s.end_ms() - s.start_ms();
+    r.end_ms = std::max(r.end_ms, s.end_ms());
+    if (s.lane() == "compute") r.compute_busy_ms += ms;
+    if (s.kind() == "gemm") {
+      r.gemm_ms += ms;
+      ++r.gemms;
+    } else if (IsTransfer(s.kind())) {
+      r.transfer_ms += ms;
+      ++r.transfers;
+    } else if (s.kind() == "reduce") {
+      r.reduce_ms += ms;
+      ++r.reduces;
+    }
+  }
+  std::vector<RankTimeline> out;
+  for (auto& [rank, r] : ranks) {
+    r.waiting_ms = std::max(0.0, r.end_ms - r.compute_busy_ms);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string FormatTimelineNote(const v1::OpResult& op) {
+  if (!op.has_timeline()) return "";
+  const std::vector<RankTimeline> ranks = SummarizeTimeline(op.timeline());
+  if (ranks.empty()) return "";
+  const RankTimeline& last = *std::max_element(
+      ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.end_ms < b.end_ms; });
+  std::string out = absl::StrFormat("%s timeline: rank %d ran %s", op.id(), last.rank,
+                                    Counted(last.gemms, "GEMM", last.gemm_ms));
+  const double alone = op.gemm_alone().median_ms();
+  if (alone > 0 && last.gemms > 0 && !IsGemmAlone(op)) {
+    absl::StrAppendFormat(
+        &out, " (GEMM alone %s ms: %+.1f%%%s)", FormatMs(alone),
+        100.0 * (last.gemm_ms / alone - 1.0),
+        last.gemm_ms > alone * (1 + kSameGemmFraction) ? " for pieces and contention" : "");
+  }
+  absl::StrAppend(&out, ", ", Counted(last.transfers, "transfer", last.transfer_ms));
+  if (last.reduces > 0)
+    absl::StrAppend(&out, ", ", Counted(last.reduces, "reduction", last.reduce_ms));
+  absl::StrAppendFormat(&out, "; its compute stream waited %s ms; traced step %s ms\n",
+                        FormatMs(last.waiting_ms), FormatMs(op.timeline().step_ms()));
+  return out;
+}
+
+std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width) {
+  std::string out;
+  for (const v1::OpResult& op : job.result().ops()) {
+    if (!Selected(op, op_id)) continue;
+    if (!out.empty()) absl::StrAppend(&out, "\n");
+    absl::StrAppend(&out, FormatOneTimeline(op, std::max(width, 10)));
+  }
+  return out;
+}
+
+nlohmann::json ChromeTrace(const v1::Job& job, const std::string& op_id) {
+  nlohmann::json events = nlohmann::json::array();
+  std::map<int, std::vector<std::string>> lanes_of_rank;  // thread ids by lane name
+  double offset_ms = 0;
+  for (const v1::OpResult& op : job.result().ops()) {
+    if (!Selected(op, op_id)) continue;
+    for (const v1::TimelineSpan& s : op.timeline().spans()) {
+      std::vector<std::string>& lanes = lanes_of_rank[s.rank()];
+      auto lane = std::find(lanes.begin(), lanes.end(), s.lane());
+      if (lane == lanes.end()) lane = lanes.insert(lanes.end(), s.lane());
+      events.push_back({{"name", absl::StrCat(op.id(), ": ", s.name())},
+                        {"cat", s.kind()},
+                        {"ph", "X"},
+                        {"ts", Micros(offset_ms + s.start_ms())},
+                        {"dur", Micros(s.end_ms() - s.start_ms())},
+                        {"pid", s.rank()},
+                        {"tid", lane - lanes.begin()},
+                        {"args", {{"op", op.id()}, {"schedule", ScheduleLabel(op)}}}});
+    }
+    offset_ms += TimelineEnd(op.timeline()) + kGapBetweenOpsMs;
+  }
+  for (const auto& [rank, lanes] : lanes_of_rank) {
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"args", {{"name", absl::StrCat("rank ", rank)}}}});
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", rank},
+                        {"tid", i},
+                        {"args", {{"name", lanes[i]}}}});
+    }
+  }
+  return nlohmann::json{{"traceEvents", events},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{"job", job.id()}, {"name", job.name()}}}};
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,155 @@
+#include "server/ops/timeline.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+
+namespace overlap::ops {
+
+TimelineEngine::TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes)
+    : inner_(inner), lanes_(std::move(lanes)) {
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    lane_of_stream_.emplace(lanes_[i].stream, static_cast<int>(i));
+  }
+}
+
+TimelineEngine::~TimelineEngine() { Clear(); }
+
+void TimelineEngine::Clear() {
+  for (const Pending& p : pending_) {
+    inner_.DestroyEvent(p.begin);
+    inner_.DestroyEvent(p.end);
+  }
+  pending_.clear();
+}
+
+std::string TimelineEngine::RankName(int device) const {
+  for (const TimelineLane& lane : lanes_) {
+    if (lane.device == device) return absl::StrCat("r", lane.rank);
+  }
+  return absl::StrCat("device ", device);
+}
+
+absl::Status TimelineEngine::Traced(const std::string& kind, const std::vector<Part>& parts,
+                                    absl::FunctionRef<absl::Status()> work) {
+  // Spans of this call, in `pending_` from `first` on. A stream named twice
+  // (several transfers of one group) gets one span.
+  const size_t first = pending_.size();
+  std::set<engine::StreamId> seen;
+  for (const Part& part : parts) {
+    const auto lane = lane_of_stream_.find(part.stream);
+    if (lane == lane_of_stream_.end() || !seen.insert(part.stream).second) continue;
+    const int device = lanes_[lane->second].device;
+    ASSIGN_OR_RETURN(engine::EventId begin, inner_.CreateEvent(device));
+    absl::StatusOr<engine::EventId> end = inner_.CreateEvent(device);
+    if (!end.ok()) {
+      inner_.DestroyEvent(begin);
+      return end.status();
+    }
+    pending_.push_back(Pending{lane->second, kind, part.name, begin, *end});
+    RETURN_IF_ERROR(inner_.RecordEvent(begin, part.stream));
+  }
+  RETURN_IF_ERROR(work());
+  for (size_t i = first; i < pending_.size(); ++i) {
+    RETURN_IF_ERROR(inner_.RecordEvent(pending_[i].end, lanes_[pending_[i].lane].stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TimelineSpan>> TimelineEngine::Collect(
+    const std::vector<engine::EventId>& origin) {
+  std::vector<TimelineSpan> spans;
+  for (const Pending& p : pending_) {
+    const TimelineLane& lane = lanes_[p.lane];
+    if (lane.rank < 0 || lane.rank >= static_cast<int>(origin.size())) {
+      return absl::InternalError(absl::StrCat("timeline: no origin event for rank ", lane.rank));
+    }
+    ASSIGN_OR_RETURN(double start, inner_.ElapsedMs(origin[lane.rank], p.begin));
+    ASSIGN_OR_RETURN(double end, inner_.ElapsedMs(origin[lane.rank], p.end));
+    spans.push_back(TimelineSpan{lane.rank, lane.name, p.kind, p.name, start, end});
+  }
+  return spans;
+}
+
+absl::Status TimelineEngine::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                                        uint64_t seed, float scale) {
+  return Traced("fill", {{stream, absl::StrCat("fill ", FormatBytes(dst.bytes))}},
+                [&] { return inner_.FillRandom(stream, dst, dtype, seed, scale); });
+}
+
+absl::Status TimelineEngine::FillConstant(engine::StreamId stream, engine::BufferRef dst,
+                                          DType dtype, float value) {
+  return Traced("fill", {{stream, absl::StrCat("fill ", FormatBytes(dst.bytes))}},
+                [&] { return inner_.FillConstant(stream, dst, dtype, value); });
+}
+
+absl::Status TimelineEngine::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
+  // m x k x n, as the reports write shapes; "+=" where it adds to C.
+  std::string name = absl::StrFormat("gemm %dx%dx%d", args.m, args.k, args.n);
+  if (args.batch > 1) absl::StrAppend(&name, " x", args.batch);
+  if (args.beta != 0.0f) absl::StrAppend(&name, " +=");
+  if (args.c_on_peer) absl::StrAppend(&name, " into peer");
+  return Traced("gemm", {{stream, name}}, [&] { return inner_.Gemm(stream, args); });
+}
+
+absl::Status TimelineEngine::Accumulate(engine::StreamId stream, engine::BufferRef dst,
+                                        engine::BufferRef src, DType dtype) {
+  return Traced("reduce", {{stream, absl::StrCat("reduce ", FormatBytes(dst.bytes))}},
+                [&] { return inner_.Accumulate(stream, dst, src, dtype); });
+}
+
+absl::Status TimelineEngine::Collective(const std::string& name, const engine::CollectiveArgs& args,
+                                        absl::FunctionRef<absl::Status()> work) {
+  const size_t bytes = args.count * DTypeSize(args.dtype);
+  std::vector<Part> parts;
+  for (const engine::RankBuffers& rank : args.ranks) {
+    parts.push_back(Part{rank.stream, absl::StrCat(name, " ", FormatBytes(bytes))});
+  }
+  return Traced("collective", parts, work);
+}
+
+absl::Status TimelineEngine::AllGather(const engine::CollectiveArgs& args) {
+  return Collective("all_gather", args, [&] { return inner_.AllGather(args); });
+}
+
+absl::Status TimelineEngine::ReduceScatter(const engine::CollectiveArgs& args) {
+  return Collective("reduce_scatter", args, [&] { return inner_.ReduceScatter(args); });
+}
+
+absl::Status TimelineEngine::AllReduce(const engine::CollectiveArgs& args) {
+  return Collective("all_reduce", args, [&] { return inner_.AllReduce(args); });
+}
+
+absl::Status TimelineEngine::SendRecv(int channel, const std::vector<int>& group,
+                                      const std::vector<engine::Transfer>& transfers,
+                                      bool beside_gemm) {
+  // One span per stream: what it sends and receives in this group.
+  std::map<engine::StreamId, std::vector<std::string>> what;
+  for (const engine::Transfer& t : transfers) {
+    const std::string size = FormatBytes(t.src.bytes);
+    what[t.src_stream].push_back(absl::StrCat("send ", size, " to ", RankName(t.dst_device)));
+    what[t.dst_stream].push_back(absl::StrCat("recv ", size, " from ", RankName(t.src_device)));
+  }
+  std::vector<Part> parts;
+  for (auto& [stream, names] : what) {
+    std::string name;
+    for (const std::string& n : names) absl::StrAppend(&name, name.empty() ? "" : ", ", n);
+    parts.push_back(Part{stream, name});
+  }
+  return Traced("sendrecv", parts,
+                [&] { return inner_.SendRecv(channel, group, transfers, beside_gemm); });
+}
+
+absl::Status TimelineEngine::PeerCopy(engine::StreamId stream, engine::BufferRef dst,
+                                      int dst_device, engine::BufferRef src, int src_device) {
+  const std::string name = absl::StrCat("copy ", FormatBytes(src.bytes), " ", RankName(src_device),
+                                        "->", RankName(dst_device));
+  return Traced("copy", {{stream, name}},
+                [&] { return inner_.PeerCopy(stream, dst, dst_device, src, src_device); });
+}
+
+}  // namespace overlap::ops

@@ -1,0 +1,155 @@
+// Timelines: where one iteration of an op's schedule spent its time, span by
+// span, on every rank's compute and comm streams.
+//
+// A step's exposed communication says how much a schedule lost, not where: in
+// GEMM pieces that ran slower than the GEMM alone (kernel boundaries, HBM
+// contention with a copy beside them), or in the compute stream idling while
+// a transfer it waits for lands. TimelineEngine wraps the engine for one
+// traced iteration and brackets each piece of work (GEMM, copy, collective,
+// reduction) with events on its stream; the spans' times are read against
+// each rank's iteration start once the iteration is done. The traced
+// iteration runs after the timed ones and is not one of them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "server/engine/engine.h"
+
+namespace overlap::ops {
+
+// A stream a timeline follows: rank `rank` (on `device`), lane "compute" or
+// "comm".
+struct TimelineLane {
+  engine::StreamId stream = 0;
+  int rank = 0;
+  int device = 0;
+  std::string name;
+};
+
+struct TimelineSpan {
+  int rank = 0;
+  std::string lane;
+  std::string kind;  // gemm | copy | collective | sendrecv | reduce | fill
+  std::string name;  // e.g. "gemm 2048x2048x4096 +=", "copy 16.0 MiB r0->r1"
+  double start_ms = 0;
+  double end_ms = 0;
+};
+
+// Forwards every call to `inner` (the same buffers, streams and events) and,
+// for work enqueued on a lane's stream, records an event before and after it.
+// Work on other streams runs untraced. Never replays graphs: a traced
+// iteration is enqueued call by call.
+class TimelineEngine final : public engine::Engine {
+ public:
+  TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes);
+  ~TimelineEngine() override;
+
+  // The spans in the order they were enqueued, timed against origin[rank]: an
+  // event of that rank's device recorded before any of them. Call once the
+  // devices are synchronized.
+  absl::StatusOr<std::vector<TimelineSpan>> Collect(const std::vector<engine::EventId>& origin);
+  // Forgets the spans so far (their work must be done): the next Collect
+  // covers what is enqueued from now on.
+  void Clear();
+
+  std::string Name() const override { return inner_.Name(); }
+  int DeviceCount() const override { return inner_.DeviceCount(); }
+  engine::DeviceInfo GetDeviceInfo(int device) const override {
+    return inner_.GetDeviceInfo(device);
+  }
+  engine::BackendVersions Versions() const override { return inner_.Versions(); }
+  int64_t MemoryInUse(int device) const override { return inner_.MemoryInUse(device); }
+  engine::DeviceTelemetry Telemetry(int device) const override { return inner_.Telemetry(device); }
+  int CollectiveSmBudget() const override { return inner_.CollectiveSmBudget(); }
+  double PreheatMs() const override { return inner_.PreheatMs(); }
+  int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
+  engine::StreamId GetStream(int device, engine::StreamRole role, int index = 0) override {
+    return inner_.GetStream(device, role, index);
+  }
+  int StreamsPerRole() const override { return inner_.StreamsPerRole(); }
+  absl::StatusOr<engine::BufferId> Allocate(int device, size_t bytes) override {
+    return inner_.Allocate(device, bytes);
+  }
+  void Free(engine::BufferId buffer) override { inner_.Free(buffer); }
+  absl::StatusOr<engine::EventId> CreateEvent(int device) override {
+    return inner_.CreateEvent(device);
+  }
+  void DestroyEvent(engine::EventId event) override { inner_.DestroyEvent(event); }
+  absl::Status RecordEvent(engine::EventId event, engine::StreamId stream) override {
+    return inner_.RecordEvent(event, stream);
+  }
+  absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override {
+    return inner_.WaitEvent(stream, event);
+  }
+  absl::StatusOr<double> ElapsedMs(engine::EventId start, engine::EventId end) override {
+    return inner_.ElapsedMs(start, end);
+  }
+  absl::Status FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                          uint64_t seed, float scale) override;
+  absl::Status FillConstant(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                            float value) override;
+  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override;
+  absl::Status Accumulate(engine::StreamId stream, engine::BufferRef dst, engine::BufferRef src,
+                          DType dtype) override;
+  absl::Status AllGather(const engine::CollectiveArgs& args) override;
+  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
+  absl::Status AllReduce(const engine::CollectiveArgs& args) override;
+  absl::Status SendRecv(int channel, const std::vector<int>& group,
+                        const std::vector<engine::Transfer>& transfers, bool beside_gemm) override;
+  absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
+                        engine::BufferRef src, int src_device) override;
+  absl::Status Barrier(int channel, const std::vector<int>& devices,
+                       const std::vector<engine::StreamId>& streams) override {
+    return inner_.Barrier(channel, devices, streams);
+  }
+  absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override {
+    return inner_.CopyToHost(dst, src, device);
+  }
+  absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override {
+    return inner_.CopyFromHost(dst, device, src);
+  }
+  absl::StatusOr<int64_t> FirstNonFinite(engine::BufferRef src, DType dtype, int device) override {
+    return inner_.FirstNonFinite(src, dtype, device);
+  }
+  absl::Status Synchronize(const std::vector<int>& devices) override {
+    return inner_.Synchronize(devices);
+  }
+  bool HasGates() const override { return inner_.HasGates(); }
+  absl::StatusOr<int64_t> HoldStreams(const std::vector<engine::StreamId>& streams,
+                                      double max_hold_ms) override {
+    return inner_.HoldStreams(streams, max_hold_ms);
+  }
+  absl::Status ReleaseGate(int64_t ticket) override { return inner_.ReleaseGate(ticket); }
+  int64_t GateTimeouts(int device) const override { return inner_.GateTimeouts(device); }
+  bool Healthy() const override { return inner_.Healthy(); }
+
+ private:
+  // One stream's part of a traced call: its lane and the name of its span.
+  struct Part {
+    engine::StreamId stream;
+    std::string name;
+  };
+  struct Pending {
+    int lane;
+    std::string kind, name;
+    engine::EventId begin, end;
+  };
+
+  // Runs `work`, bracketed by events on each part's stream that has a lane.
+  absl::Status Traced(const std::string& kind, const std::vector<Part>& parts,
+                      absl::FunctionRef<absl::Status()> work);
+  absl::Status Collective(const std::string& name, const engine::CollectiveArgs& args,
+                          absl::FunctionRef<absl::Status()> work);
+  std::string RankName(int device) const;
+
+  engine::Engine& inner_;
+  std::vector<TimelineLane> lanes_;
+  std::map<engine::StreamId, int> lane_of_stream_;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace overlap::ops
