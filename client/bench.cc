@@ -15,6 +15,7 @@
 #include "client/progress_printer.h"
 #include "client/report.h"
 #include "client/table.h"
+#include "client/timeline.h"
 #include "common/graph_parser.h"
 #include "common/library_env.h"
 #include "common/status_macros.h"
@@ -167,6 +168,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       if (row.candidates.empty()) {
         row.candidates.assign(x.candidates().begin(), x.candidates().end());
       }
+      row.timeline = x.timeline();
       row.serial_repeats.push_back(b->second->step().median_ms());
       gemm.push_back(x.gemm_alone().median_ms());
       gemm_rank.resize(std::max<size_t>(gemm_rank.size(), x.gemm_alone_rank_ms_size()));
@@ -392,7 +394,8 @@ nlohmann::json BenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node
                            {"comm_alone", r.comm_spread},
                            {"comm_alone_nccl", r.comm_nccl_spread},
                            {"comm_alone_p2p", r.comm_p2p_spread}}},
-                         {"max_rel_error", r.max_rel_error}});
+                         {"max_rel_error", r.max_rel_error},
+                         {"timeline", TimelineJson(r.timeline)}});
   }
   return j;
 }

@@ -96,6 +96,8 @@ struct BenchRow {
   std::vector<double> gemm_rank_ms;
   std::vector<int> devices;
   int ranks_per_gpu = 1;  // the daemon's config ranks_per_gpu (report.h, SharedGpuNote)
+  // The last repeat's traced iteration of auto's schedule (timeline.h).
+  v1::Timeline timeline;
 };
 std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options);
 

@@ -181,6 +181,35 @@ std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int wi
   return out;
 }
 
+nlohmann::json TimelineJson(const v1::Timeline& timeline) {
+  if (timeline.spans().empty()) return nullptr;
+  nlohmann::json ranks = nlohmann::json::array(), spans = nlohmann::json::array();
+  for (const RankTimeline& r : SummarizeTimeline(timeline)) {
+    ranks.push_back({{"rank", r.rank},
+                     {"end_ms", r.end_ms},
+                     {"compute_busy_ms", r.compute_busy_ms},
+                     {"waiting_ms", r.waiting_ms},
+                     {"gemms", r.gemms},
+                     {"gemm_ms", r.gemm_ms},
+                     {"transfers", r.transfers},
+                     {"transfer_ms", r.transfer_ms},
+                     {"reduces", r.reduces},
+                     {"reduce_ms", r.reduce_ms}});
+  }
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    spans.push_back({{"rank", s.rank()},
+                     {"lane", s.lane()},
+                     {"kind", s.kind()},
+                     {"name", s.name()},
+                     {"start_ms", s.start_ms()},
+                     {"end_ms", s.end_ms()}});
+  }
+  return {{"step_ms", timeline.step_ms()},
+          {"enqueued_not_replayed", timeline.enqueued_not_replayed()},
+          {"ranks", ranks},
+          {"spans", spans}};
+}
+
 nlohmann::json ChromeTrace(const v1::Job& job, const std::string& op_id) {
   nlohmann::json events = nlohmann::json::array();
   std::map<int, std::vector<std::string>> lanes_of_rank;  // thread ids by lane name

@@ -42,6 +42,11 @@ std::string FormatTimelineNote(const v1::OpResult& op);
 // when nothing matches.
 std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width);
 
+// A timeline with its per-rank sums, for JSON records (bench): {"step_ms",
+// "enqueued_not_replayed", "ranks": [SummarizeTimeline], "spans": [...]}; null
+// for an empty one.
+nlohmann::json TimelineJson(const v1::Timeline& timeline);
+
 // The Chrome trace of the job's timelines: one process per rank, one thread
 // per lane, the ops' traced iterations one after another (each starting where
 // the previous ended, plus a gap), every span an "X" event named by its op.

@@ -155,6 +155,17 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
     }
   }
   job.mutable_result()->mutable_ops(2)->set_auto_reason("tuning cache (1.150 ms when tuned)");
+  // The last repeat's traced iteration is the row's.
+  for (int rep : {0, 2}) {
+    v1::Timeline* t = job.mutable_result()->mutable_ops(2 * rep)->mutable_timeline();
+    t->set_step_ms(1.0 + rep);
+    v1::TimelineSpan* gemm = t->add_spans();
+    gemm->set_rank(1);
+    gemm->set_lane("compute");
+    gemm->set_kind("gemm");
+    gemm->set_start_ms(0.25);
+    gemm->set_end_ms(1.0);
+  }
   std::vector<BenchRow> rows = FoldBench(job, o);
   ASSERT_EQ(rows.size(), 1u);
   const BenchRow& r = rows[0];
@@ -179,6 +190,11 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_EQ(j["rows"][0]["candidates"][0]["schedule"], "ring/p2p");
   EXPECT_DOUBLE_EQ(j["rows"][0]["candidates"][0]["runoff_ms"].get<double>(), 1.18);
   EXPECT_EQ(j["rows"][0]["auto_mode"], "ring/p2p");
+  const nlohmann::json& timeline = j["rows"][0]["timeline"];
+  EXPECT_DOUBLE_EQ(timeline["step_ms"].get<double>(), 3.0);
+  ASSERT_EQ(timeline["spans"].size(), 1u);
+  EXPECT_EQ(timeline["ranks"][0]["rank"], 1);
+  EXPECT_DOUBLE_EQ(timeline["ranks"][0]["waiting_ms"].get<double>(), 0.25);
   EXPECT_EQ(j["seed"], 1234u);
   EXPECT_NEAR(j["rows"][0]["spread_ms"]["step"].get<double>(), 0.2, 1e-12);  // 1.1 .. 1.3
   EXPECT_NEAR(j["rows"][0]["spread_ms"]["serial"].get<double>(), 0.2, 1e-12);
