@@ -59,17 +59,34 @@ double TimelineEnd(const v1::Timeline& timeline) {
   return end;
 }
 
+// Column c covers [c, c + 1) x end / width. It shows the span that covers most
+// of it when spans cover at least half of it, else a span that lies wholly
+// inside it (a short one), else idle: back-to-back spans show no gap between
+// them, and no span is too short to show.
 std::string ChartRow(const v1::Timeline& timeline, int rank, const std::string& lane, double end,
                      int width) {
-  std::string row(width, '.');
+  std::vector<const v1::TimelineSpan*> spans;
   for (const v1::TimelineSpan& s : timeline.spans()) {
-    if (s.rank() != rank || s.lane() != lane || end <= 0) continue;
-    // Every span shows, however short: at least the column it starts in.
-    const int from =
-        std::clamp(static_cast<int>(std::lround(s.start_ms() / end * width)), 0, width - 1);
-    const int to =
-        std::clamp(static_cast<int>(std::lround(s.end_ms() / end * width)), from + 1, width);
-    std::fill(row.begin() + from, row.begin() + to, ChartChar(s.kind()));
+    if (s.rank() == rank && s.lane() == lane) spans.push_back(&s);
+  }
+  std::string row(width, '.');
+  if (end <= 0) return row;
+  const double column = end / width;
+  for (int c = 0; c < width; ++c) {
+    const double from = c * column, to = from + column;
+    double covered = 0, most = 0;
+    char widest = '.', inside = '.';
+    for (const v1::TimelineSpan* s : spans) {
+      const double overlap = std::min(to, s->end_ms()) - std::max(from, s->start_ms());
+      if (overlap <= 0 && !(s->start_ms() >= from && s->start_ms() < to)) continue;
+      covered += std::max(0.0, overlap);
+      if (overlap > most) {
+        most = overlap;
+        widest = ChartChar(s->kind());
+      }
+      if (s->start_ms() >= from && s->end_ms() <= to) inside = ChartChar(s->kind());
+    }
+    row[c] = covered >= column / 2 ? widest : inside;
   }
   return row;
 }

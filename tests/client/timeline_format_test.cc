@@ -101,6 +101,22 @@ TEST(TimelineFormatTest, ChartsEveryLaneOverTheStep) {
   EXPECT_EQ(FormatTimelines(job, "fc1", 20), "");
 }
 
+TEST(TimelineFormatTest, ChartShowsNoGapBetweenBackToBackSpansAndEveryShortOne) {
+  v1::Job job;
+  v1::OpResult* op = job.mutable_result()->add_ops();
+  *op = RingOp();
+  v1::Timeline* t = op->mutable_timeline();
+  t->clear_spans();
+  t->set_step_ms(1.0);
+  // 2 us apart, across the boundary of columns 4 and 5.
+  AddSpan(t, 0, "compute", "gemm", "a", 0.0, 0.449);
+  AddSpan(t, 0, "compute", "gemm", "b", 0.451, 0.9);
+  AddSpan(t, 0, "comm", "copy", "short", 0.51, 0.511);
+  const std::string out = FormatTimelines(job, "", 10);
+  EXPECT_NE(out.find("  rank 0 compute |GGGGGGGGG.|\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  rank 0 comm    |.....C....|\n"), std::string::npos) << out;
+}
+
 TEST(TimelineFormatTest, ChromeTracePutsOpsOneAfterAnother) {
   v1::Job job;
   job.set_id("job-000007");
