@@ -287,6 +287,13 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, note);
     timelines = timelines || !note.empty();
   }
+  if (result.has_layer_timeline()) {
+    double gemms_alone = 0;
+    for (const v1::OpResult& op : result.ops()) gemms_alone += op.gemm_alone().median_ms();
+    const std::string note = FormatTimelineNote("layer", result.layer_timeline(), gemms_alone);
+    absl::StrAppend(&out, note);
+    timelines = timelines || !note.empty();
+  }
   if (timelines) {
     absl::StrAppend(&out, "timeline: `overlapctl timeline ", job.id(),
                     "` charts each traced iteration (-o FILE: a Chrome trace)\n");

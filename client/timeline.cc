@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/report.h"
 
 namespace overlap::client {
@@ -39,18 +40,53 @@ char ChartChar(const std::string& kind) {
   return 'F';
 }
 
-// The lanes of a timeline in chart order: by rank, compute before comm.
+// The lanes of a timeline in chart order: by rank, then compute, comm, side.
 std::vector<std::pair<int, std::string>> Lanes(const v1::Timeline& timeline) {
   std::vector<std::pair<int, std::string>> lanes;
   for (const v1::TimelineSpan& s : timeline.spans()) {
     const std::pair<int, std::string> lane{s.rank(), s.lane()};
     if (std::find(lanes.begin(), lanes.end(), lane) == lanes.end()) lanes.push_back(lane);
   }
-  std::sort(lanes.begin(), lanes.end(), [](const auto& a, const auto& b) {
+  auto place = [](const std::string& lane) {
+    return lane == "compute" ? 0 : lane == "comm" ? 1 : lane == "side" ? 2 : 3;
+  };
+  std::stable_sort(lanes.begin(), lanes.end(), [&](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first < b.first;
-    return (a.second == "compute") > (b.second == "compute");
+    return place(a.second) < place(b.second);
   });
   return lanes;
+}
+
+// A timeline as the formatters show it: an op's, or the layer step's.
+struct Shown {
+  std::string id;        // the op's id, or "layer"
+  std::string header;    // what precedes ": traced step"
+  std::string schedule;  // Chrome trace args
+  const v1::Timeline* timeline = nullptr;
+  double timed_ms = 0;       // the timed median
+  double gemm_alone_ms = 0;  // what its GEMMs take alone; 0 = not comparable
+  bool layer = false;        // spans of several ops: names say whose
+};
+
+std::vector<Shown> ShownTimelines(const v1::Job& job, const std::string& id) {
+  std::vector<Shown> out;
+  double gemms_alone = 0;
+  for (const v1::OpResult& op : job.result().ops()) {
+    gemms_alone += op.gemm_alone().median_ms();
+    if (!op.has_timeline() || !(id.empty() || op.id() == id)) continue;
+    out.push_back(Shown{
+        op.id(),
+        absl::StrCat(op.id(), "  ", op.type(), "  ", FormatShape(op), "  ", ScheduleLabel(op)),
+        ScheduleLabel(op), &op.timeline(), op.step().median_ms(),
+        IsGemmAlone(op) || IsCollectiveAlone(op) ? 0 : op.gemm_alone().median_ms(), false});
+  }
+  const v1::JobResult& r = job.result();
+  if (r.has_layer_timeline() && (id.empty() || id == "layer")) {
+    out.push_back(Shown{"layer", absl::StrCat("layer  ", absl::StrJoin(r.layer_order(), ", ")),
+                        "layer step", &r.layer_timeline(), r.layer_step().median_ms(), gemms_alone,
+                        true});
+  }
+  return out;
 }
 
 double TimelineEnd(const v1::Timeline& timeline) {
@@ -91,12 +127,11 @@ std::string ChartRow(const v1::Timeline& timeline, int rank, const std::string& 
   return row;
 }
 
-std::string FormatOneTimeline(const v1::OpResult& op, int width) {
-  const v1::Timeline& timeline = op.timeline();
+std::string FormatOneTimeline(const Shown& shown, int width) {
+  const v1::Timeline& timeline = *shown.timeline;
   std::string out =
-      absl::StrFormat("%s  %s  %s  %s: traced step %s ms (timed median %s ms)%s\n", op.id(),
-                      op.type(), FormatShape(op), ScheduleLabel(op), FormatMs(timeline.step_ms()),
-                      FormatMs(op.step().median_ms()),
+      absl::StrFormat("%s: traced step %s ms (timed median %s ms)%s\n", shown.header,
+                      FormatMs(timeline.step_ms()), FormatMs(shown.timed_ms),
                       timeline.enqueued_not_replayed()
                           ? "; enqueued call by call, where the timed iterations replayed a graph"
                           : "");
@@ -127,13 +162,10 @@ std::string FormatOneTimeline(const v1::OpResult& op, int width) {
   for (const v1::TimelineSpan* s : spans) {
     absl::StrAppendFormat(&out, "  %-4d  %-7s  %8s  %8s  %8s  %s\n", s->rank(), s->lane(),
                           FormatMs(s->start_ms()), FormatMs(s->end_ms()),
-                          FormatMs(s->end_ms() - s->start_ms()), s->name());
+                          FormatMs(s->end_ms() - s->start_ms()),
+                          shown.layer ? absl::StrCat(s->op(), ": ", s->name()) : s->name());
   }
   return out;
-}
-
-bool Selected(const v1::OpResult& op, const std::string& op_id) {
-  return op.has_timeline() && (op_id.empty() || op.id() == op_id);
 }
 
 }  // namespace
@@ -165,35 +197,42 @@ std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline) {
   return out;
 }
 
-std::string FormatTimelineNote(const v1::OpResult& op) {
-  if (!op.has_timeline()) return "";
-  const std::vector<RankTimeline> ranks = SummarizeTimeline(op.timeline());
+std::string FormatTimelineNote(const std::string& label, const v1::Timeline& timeline,
+                               double gemm_alone_ms) {
+  const std::vector<RankTimeline> ranks = SummarizeTimeline(timeline);
   if (ranks.empty()) return "";
   const RankTimeline& last = *std::max_element(
       ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.end_ms < b.end_ms; });
-  std::string out = absl::StrFormat("%s timeline: rank %d ran %s", op.id(), last.rank,
+  std::string out = absl::StrFormat("%s timeline: rank %d ran %s", label, last.rank,
                                     Counted(last.gemms, "GEMM", last.gemm_ms));
-  const double alone = op.gemm_alone().median_ms();
-  if (alone > 0 && last.gemms > 0 && !IsGemmAlone(op)) {
+  if (gemm_alone_ms > 0 && last.gemms > 0) {
     absl::StrAppendFormat(
-        &out, " (GEMM alone %s ms: %+.1f%%%s)", FormatMs(alone),
-        100.0 * (last.gemm_ms / alone - 1.0),
-        last.gemm_ms > alone * (1 + kSameGemmFraction) ? " for pieces and contention" : "");
+        &out, " (GEMM%s alone %s ms: %+.1f%%%s)", label == "layer" ? "s" : "",
+        FormatMs(gemm_alone_ms), 100.0 * (last.gemm_ms / gemm_alone_ms - 1.0),
+        last.gemm_ms > gemm_alone_ms * (1 + kSameGemmFraction) ? " for pieces and contention" : "");
   }
-  absl::StrAppend(&out, ", ", Counted(last.transfers, "transfer", last.transfer_ms));
-  if (last.reduces > 0)
+  if (last.transfers > 0) {
+    absl::StrAppend(&out, ", ", Counted(last.transfers, "transfer", last.transfer_ms));
+  }
+  if (last.reduces > 0) {
     absl::StrAppend(&out, ", ", Counted(last.reduces, "reduction", last.reduce_ms));
+  }
   absl::StrAppendFormat(&out, "; its compute stream waited %s ms; traced step %s ms\n",
-                        FormatMs(last.waiting_ms), FormatMs(op.timeline().step_ms()));
+                        FormatMs(last.waiting_ms), FormatMs(timeline.step_ms()));
   return out;
+}
+
+std::string FormatTimelineNote(const v1::OpResult& op) {
+  if (!op.has_timeline()) return "";
+  return FormatTimelineNote(op.id(), op.timeline(),
+                            IsGemmAlone(op) ? 0 : op.gemm_alone().median_ms());
 }
 
 std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width) {
   std::string out;
-  for (const v1::OpResult& op : job.result().ops()) {
-    if (!Selected(op, op_id)) continue;
+  for (const Shown& shown : ShownTimelines(job, op_id)) {
     if (!out.empty()) absl::StrAppend(&out, "\n");
-    absl::StrAppend(&out, FormatOneTimeline(op, std::max(width, 10)));
+    absl::StrAppend(&out, FormatOneTimeline(shown, std::max(width, 10)));
   }
   return out;
 }
@@ -231,22 +270,23 @@ nlohmann::json ChromeTrace(const v1::Job& job, const std::string& op_id) {
   nlohmann::json events = nlohmann::json::array();
   std::map<int, std::vector<std::string>> lanes_of_rank;  // thread ids by lane name
   double offset_ms = 0;
-  for (const v1::OpResult& op : job.result().ops()) {
-    if (!Selected(op, op_id)) continue;
-    for (const v1::TimelineSpan& s : op.timeline().spans()) {
+  for (const Shown& shown : ShownTimelines(job, op_id)) {
+    for (const v1::TimelineSpan& s : shown.timeline->spans()) {
       std::vector<std::string>& lanes = lanes_of_rank[s.rank()];
       auto lane = std::find(lanes.begin(), lanes.end(), s.lane());
       if (lane == lanes.end()) lane = lanes.insert(lanes.end(), s.lane());
-      events.push_back({{"name", absl::StrCat(op.id(), ": ", s.name())},
-                        {"cat", s.kind()},
-                        {"ph", "X"},
-                        {"ts", Micros(offset_ms + s.start_ms())},
-                        {"dur", Micros(s.end_ms() - s.start_ms())},
-                        {"pid", s.rank()},
-                        {"tid", lane - lanes.begin()},
-                        {"args", {{"op", op.id()}, {"schedule", ScheduleLabel(op)}}}});
+      const std::string op = shown.layer ? s.op() : shown.id;
+      events.push_back(
+          {{"name", absl::StrCat(op, ": ", s.name())},
+           {"cat", s.kind()},
+           {"ph", "X"},
+           {"ts", Micros(offset_ms + s.start_ms())},
+           {"dur", Micros(s.end_ms() - s.start_ms())},
+           {"pid", s.rank()},
+           {"tid", lane - lanes.begin()},
+           {"args", {{"op", op}, {"timeline", shown.id}, {"schedule", shown.schedule}}}});
     }
-    offset_ms += TimelineEnd(op.timeline()) + kGapBetweenOpsMs;
+    offset_ms += TimelineEnd(*shown.timeline) + kGapBetweenOpsMs;
   }
   for (const auto& [rank, lanes] : lanes_of_rank) {
     events.push_back({{"name", "process_name"},

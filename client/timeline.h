@@ -34,8 +34,13 @@ std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline);
 // for pieces and contention), 2 transfers in 0.098 ms; its compute stream
 // waited 0.026 ms; traced step 0.231 ms". "" without one.
 std::string FormatTimelineNote(const v1::OpResult& op);
+// The same for any timeline: `label` names it ("layer" compares the GEMMs with
+// the sum of the ops' GEMMs alone, `gemm_alone_ms`; 0 leaves the comparison out).
+std::string FormatTimelineNote(const std::string& label, const v1::Timeline& timeline,
+                               double gemm_alone_ms);
 
-// For each op with a timeline (or only `op_id` where it is not empty): a header,
+// For each op with a timeline, then the layer step's (or only `op_id`'s where it
+// is not empty; "layer" is the layer step's): a header,
 // one chart row per rank and lane `width` characters wide (G GEMM, C copy,
 // N collective, S send/recv, R reduction, . idle), then every span with its
 // start, end and length. NOT_FOUND-style text is the caller's: this returns ""

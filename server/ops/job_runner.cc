@@ -23,7 +23,7 @@
 #include "server/ops/layer_step.h"
 #include "server/ops/op_run.h"
 #include "server/ops/reference.h"
-#include "server/ops/timeline.h"
+#include "server/ops/traced_iteration.h"
 #include "server/ops/tuning_cache.h"
 
 namespace overlap::ops {
@@ -145,47 +145,6 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, const TuningUse& tuning, std
   return choice.schedule;
 }
 
-// One more iteration of `schedule`, gated and head-started as the timed ones
-// but enqueued call by call through a TimelineEngine: each span of work on
-// every rank's compute and comm stream, timed from that rank's iteration start.
-absl::StatusOr<v1::Timeline> TraceIteration(OpRun& run, const Schedule& schedule) {
-  OpContext& ctx = run.ctx;
-  std::vector<TimelineLane> lanes;
-  for (int r = 0; r < ctx.tp(); ++r) {
-    const RankState& rs = ctx.rank(r);
-    lanes.push_back(TimelineLane{rs.compute, r, rs.device, "compute"});
-    if (rs.comm != rs.compute) lanes.push_back(TimelineLane{rs.comm, r, rs.device, "comm"});
-  }
-  TimelineEngine tracer(run.engine, std::move(lanes));
-  // Traced twice, kept once: the first (warm-up) tells the head start of the
-  // second how long a traced enqueue takes, so the GPUs do not idle through it.
-  ASSIGN_OR_RETURN(std::vector<double> step, run.Timed("timeline", 1, 1, [&] {
-    tracer.Clear();
-    engine::Engine* own = ctx.UseEngine(&tracer);
-    absl::Status enqueued = EnqueueOp(ctx, schedule);
-    ctx.UseEngine(own);
-    return enqueued;
-  }));
-  std::vector<engine::EventId> origin;
-  for (int r = 0; r < ctx.tp(); ++r) {
-    ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
-    origin.push_back(start);
-  }
-  ASSIGN_OR_RETURN(std::vector<TimelineSpan> spans, tracer.Collect(origin));
-  v1::Timeline timeline;
-  timeline.set_step_ms(step.empty() ? 0 : step.front());
-  for (const TimelineSpan& span : spans) {
-    v1::TimelineSpan* s = timeline.add_spans();
-    s->set_rank(span.rank);
-    s->set_lane(span.lane);
-    s->set_kind(span.kind);
-    s->set_name(span.name);
-    s->set_start_ms(span.start_ms);
-    s->set_end_ms(span.end_ms);
-  }
-  return timeline;
-}
-
 absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
                                    const TuningUse& tuning, int op_index, int op_count,
@@ -285,7 +244,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   }
   std::optional<v1::Timeline> timeline;
   if (spec.timeline) {
-    ASSIGN_OR_RETURN(timeline, TraceIteration(run, schedule));
+    ASSIGN_OR_RETURN(timeline, TraceIteration(run, {ctx.get()}, [&](TimelineEngine& tracer) {
+                       tracer.SetLabel(op.id);
+                       return EnqueueOp(*ctx, schedule);
+                     }));
   }
 
   v1::OpResult res;

@@ -12,6 +12,7 @@
 #include "common/graph_validator.h"
 #include "server/ops/op_run.h"
 #include "server/ops/reference.h"
+#include "server/ops/traced_iteration.h"
 
 namespace overlap::ops {
 namespace {
@@ -106,10 +107,13 @@ absl::Status JoinBefore(std::vector<Member>& members, const std::string& id, OpC
 // One layer iteration: each op on its streams in order; a deferred op starts
 // on its side streams once the main streams reach it, and the main streams
 // wait for it before the first op that needs it, or at the end.
-absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main) {
+// `tracer`, when set, labels the spans of each op with its id.
+absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main,
+                          TimelineEngine* tracer = nullptr) {
   for (size_t i = 0; i < members.size(); ++i) {
     Member& m = members[i];
     OpContext& ctx = *m.ctx;
+    if (tracer != nullptr) tracer->SetLabel(m.op.id);
     RETURN_IF_ERROR(JoinBefore(members, m.op.id, main));
     if (m.deferred) {
       for (int r = 0; r < main.tp(); ++r) {
@@ -251,6 +255,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   ASSIGN_OR_RETURN(std::vector<double> times,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
                              enqueue, "iter_end", replay));
+  const bool step_replayed = run.replayed;
   *result->mutable_layer_step() = ToProto(Summarize(times));
   double gemms_ms = 0;
   for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
@@ -260,6 +265,16 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     if (!m.deferred) continue;
     result->add_layer_deferred(m.ctx->op().id);
     result->add_layer_joined_before(m.join_before);
+  }
+
+  if (spec.timeline) {
+    std::vector<OpContext*> contexts;
+    for (Member& m : members) contexts.push_back(m.ctx.get());
+    ASSIGN_OR_RETURN(*result->mutable_layer_timeline(),
+                     TraceIteration(run, contexts, [&](TimelineEngine& tracer) {
+                       return EnqueueLayer(members, *main->ctx, &tracer);
+                     }));
+    result->mutable_layer_timeline()->set_enqueued_not_replayed(step_replayed);
   }
 
   if (!spec.verify) return absl::OkStatus();

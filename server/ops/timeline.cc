@@ -50,7 +50,7 @@ absl::Status TimelineEngine::Traced(const std::string& kind, const std::vector<P
       inner_.DestroyEvent(begin);
       return end.status();
     }
-    pending_.push_back(Pending{lane->second, kind, part.name, begin, *end});
+    pending_.push_back(Pending{label_, lane->second, kind, part.name, begin, *end});
     RETURN_IF_ERROR(inner_.RecordEvent(begin, part.stream));
   }
   RETURN_IF_ERROR(work());
@@ -70,7 +70,7 @@ absl::StatusOr<std::vector<TimelineSpan>> TimelineEngine::Collect(
     }
     ASSIGN_OR_RETURN(double start, inner_.ElapsedMs(origin[lane.rank], p.begin));
     ASSIGN_OR_RETURN(double end, inner_.ElapsedMs(origin[lane.rank], p.end));
-    spans.push_back(TimelineSpan{lane.rank, lane.name, p.kind, p.name, start, end});
+    spans.push_back(TimelineSpan{p.op, lane.rank, lane.name, p.kind, p.name, start, end});
   }
   return spans;
 }

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -31,6 +32,7 @@ struct TimelineLane {
 };
 
 struct TimelineSpan {
+  std::string op;  // the label when it was enqueued (SetLabel): the op it belongs to
   int rank = 0;
   std::string lane;
   std::string kind;  // gemm | copy | collective | sendrecv | reduce | fill
@@ -55,6 +57,8 @@ class TimelineEngine final : public engine::Engine {
   // Forgets the spans so far (their work must be done): the next Collect
   // covers what is enqueued from now on.
   void Clear();
+  // Spans enqueued from now on belong to `op` (TimelineSpan::op).
+  void SetLabel(std::string op) { label_ = std::move(op); }
 
   std::string Name() const override { return inner_.Name(); }
   int DeviceCount() const override { return inner_.DeviceCount(); }
@@ -134,6 +138,7 @@ class TimelineEngine final : public engine::Engine {
     std::string name;
   };
   struct Pending {
+    std::string op;
     int lane;
     std::string kind, name;
     engine::EventId begin, end;
@@ -150,6 +155,7 @@ class TimelineEngine final : public engine::Engine {
   std::vector<TimelineLane> lanes_;
   std::map<engine::StreamId, int> lane_of_stream_;
   std::vector<Pending> pending_;
+  std::string label_;
 };
 
 }  // namespace overlap::ops

@@ -117,6 +117,48 @@ TEST(TimelineFormatTest, ChartShowsNoGapBetweenBackToBackSpansAndEveryShortOne) 
   EXPECT_NE(out.find("  rank 0 comm    |.....C....|\n"), std::string::npos) << out;
 }
 
+TEST(TimelineFormatTest, LayerStepTimelineNamesTheOpOfEachSpan) {
+  v1::Job job;
+  job.set_id("job-000008");
+  v1::JobResult* result = job.mutable_result();
+  *result->add_ops() = RingOp();
+  result->mutable_ops(0)->clear_timeline();
+  result->add_layer_order("fc2");
+  result->add_layer_order("grads");
+  result->mutable_layer_step()->set_median_ms(2.5);
+  v1::Timeline* t = result->mutable_layer_timeline();
+  t->set_step_ms(2.4);
+  AddSpan(t, 0, "compute", "gemm", "gemm 4096x2048x4096", 0.0, 1.8);
+  t->mutable_spans(0)->set_op("fc2");
+  AddSpan(t, 0, "side", "collective", "all_reduce 64.00 MiB", 1.8, 2.4);
+  t->mutable_spans(1)->set_op("grads");
+  const std::string out = FormatTimelines(job, "layer", 12);
+  EXPECT_NE(out.find("layer  fc2, grads: traced step 2.400 ms (timed median 2.500 ms)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  rank 0 side    |.........NNN|\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  0     side        1.800     2.400     0.600  grads: all_reduce 64.00 MiB"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(FormatTimelines(job, "", 12), out);  // fc2 has no timeline of its own
+  EXPECT_EQ(FormatTimelineNote("layer", *t, 1.6),
+            "layer timeline: rank 0 ran 1 GEMM in 1.800 ms (GEMMs alone 1.600 ms: +12.5% for "
+            "pieces and contention), 1 transfer in 0.600 ms; its compute stream waited 0.600 ms; "
+            "traced step 2.400 ms\n");
+  const nlohmann::json trace = ChromeTrace(job, "layer");
+  ASSERT_GE(trace["traceEvents"].size(), 2u);
+  EXPECT_EQ(trace["traceEvents"][1]["name"], "grads: all_reduce 64.00 MiB");
+  EXPECT_EQ(trace["traceEvents"][1]["args"]["timeline"], "layer");
+  EXPECT_EQ(trace["traceEvents"][1]["tid"], 1);
+  v1::Job with_report = job;
+  with_report.set_state(v1::SUCCEEDED);
+  EXPECT_NE(FormatReport(with_report)
+                .find("layer timeline: rank 0 ran 1 GEMM in 1.800 ms (GEMMs "
+                      "alone 1.600 ms"),
+            std::string::npos)
+      << FormatReport(with_report);
+}
+
 TEST(TimelineFormatTest, ChromeTracePutsOpsOneAfterAnother) {
   v1::Job job;
   job.set_id("job-000007");

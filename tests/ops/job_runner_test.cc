@@ -212,7 +212,7 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   ASSERT_EQ(result->layer_deferred_size(), 1);
   EXPECT_EQ(result->layer_deferred(0), "grads");
   EXPECT_TRUE(result->layer_note().empty());
-  EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "verify"}));
+  EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "timeline", "verify"}));
 
   // The layer order sent grads right after fc1, ahead of fc2 and out.
   EXPECT_EQ(std::vector<std::string>(result->layer_order().begin(), result->layer_order().end()),

@@ -6,7 +6,9 @@
 // iteration. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,19 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
   EXPECT_EQ(deferred, (std::vector<std::string>{"big", "bucket(g1+g2)"}));
+  // The traced layer iteration: the deferred collectives on the side stream
+  // only, every span within the step.
+  ASSERT_TRUE(result->has_layer_timeline());
+  std::map<std::string, std::set<std::string>> lanes_of_op;
+  for (const v1::TimelineSpan& span : result->layer_timeline().spans()) {
+    lanes_of_op[span.op()].insert(span.lane());
+    EXPECT_LE(span.end_ms(), result->layer_timeline().step_ms() + 1e-3) << span.name();
+  }
+  for (const char* side : {"big", "bucket(g1+g2)"}) {
+    EXPECT_EQ(lanes_of_op[side], (std::set<std::string>{"side"})) << side;
+  }
+  EXPECT_EQ(lanes_of_op["fc1"].count("side"), 0u);
+  EXPECT_EQ(lanes_of_op["fc2"].count("compute"), 1u);
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();

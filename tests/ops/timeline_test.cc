@@ -148,13 +148,46 @@ TEST(TimelineTest, EachOpResultHasOneTracedIterationOfItsSchedule) {
                                   "copy 8.00 KiB r1->r0", "copy 8.00 KiB r1->r0"));
 }
 
+TEST(TimelineTest, LayerStepTimelineLabelsEachOpsSpansAndShowsTheSideStream) {
+  auto engine = Engine();
+  JobSpec spec = RingJob();
+  spec.ops[0].m = 256;
+  spec.ops.insert(spec.ops.begin(), MakeOp("fc1", OpType::kAgGemm, 256, 64, 96));
+  spec.ops[0].mode = OverlapMode::kSerial;
+  spec.ops[0].transport = Transport::kNccl;
+  spec.ops[1].k = 96;
+  spec.ops[1].after = {"fc1"};
+  spec.ops.push_back(MakeOp("grads", OpType::kAllReduce, 64, 0, 64, {"fc1"}));
+  spec.ops.back().transport = Transport::kNccl;
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->has_layer_timeline());
+  const v1::Timeline& t = result->layer_timeline();
+  EXPECT_GT(t.step_ms(), 0.0);
+  std::map<std::string, std::map<std::string, int>> lanes_of_op;  // op -> lane -> spans
+  for (const v1::TimelineSpan& s : t.spans()) {
+    ++lanes_of_op[s.op()][s.lane()];
+    EXPECT_LE(s.end_ms(), t.step_ms() + 1e-9) << s.op() << " " << s.name();
+  }
+  // Per rank: fc1 one GEMM and one all-gather; fc2 four GEMMs and a copy each
+  // way; grads, deferred, one all-reduce on the side stream.
+  EXPECT_EQ(lanes_of_op["fc1"]["compute"], 2 * 2);
+  EXPECT_EQ(lanes_of_op["fc2"]["compute"], 2 * 4);
+  EXPECT_EQ(lanes_of_op["fc2"]["comm"], 2 * 2);
+  EXPECT_EQ(lanes_of_op["grads"]["side"], 2);
+  EXPECT_EQ(lanes_of_op["grads"].size(), 1u);
+}
+
 TEST(TimelineTest, GraphCanTurnItOff) {
   auto engine = Engine();
   JobSpec spec = RingJob();
   spec.timeline = false;
+  spec.ops.push_back(MakeOp("out", OpType::kGemmAr, 128, 96, 64, {"fc2"}));
   auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->ops(0).has_timeline());
+  EXPECT_TRUE(result->has_layer_step());
+  EXPECT_FALSE(result->has_layer_timeline());
 }
 
 }  // namespace

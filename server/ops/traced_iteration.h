@@ -1,0 +1,26 @@
+// One traced iteration (timeline.h) of an op or of the layer step, run the way
+// OpRun::Timed runs the timed ones: behind the barrier and the launch gate,
+// with the heat head start. Shared by the job runner and the layer step.
+#pragma once
+
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "overlap/v1/overlap.pb.h"
+#include "server/ops/op_context.h"
+#include "server/ops/op_run.h"
+#include "server/ops/timeline.h"
+
+namespace overlap::ops {
+
+// Traces every engine call of `contexts` (run.ctx first; the others'
+// streams, where they differ from its own, are the lane "side"): the lanes
+// are each rank's compute and comm streams. `enqueue` enqueues one iteration
+// and may label spans (TimelineEngine::SetLabel). Spans are timed from run.ctx's
+// iteration start on each rank.
+absl::StatusOr<v1::Timeline> TraceIteration(
+    OpRun& run, const std::vector<OpContext*>& contexts,
+    absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue);
+
+}  // namespace overlap::ops
