@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/report.h"
 #include "client/table.h"
+#include "client/timeline.h"
 
 namespace overlap::client {
 namespace {
@@ -117,6 +118,20 @@ std::string FormatComparison(const v1::Job& a, const v1::Job& b, const Compariso
                 c.total_a_ms > 0 ? Signed(c.total_b_ms / c.total_a_ms) : "-"});
   out += table.Render();
   if (!only.empty()) absl::StrAppend(&out, "not compared: ", absl::StrJoin(only, ", "), "\n");
+  // Where each step's time went, for the rank that finished last in each run:
+  // its GEMMs (pieces and contention) and its compute stream's waiting.
+  for (const ComparedOp& op : c.ops) {
+    if (op.a == nullptr || op.b == nullptr || !op.a->has_timeline() || !op.b->has_timeline()) {
+      continue;
+    }
+    const RankTimeline ra = LastRank(op.a->timeline()), rb = LastRank(op.b->timeline());
+    absl::StrAppendFormat(&out,
+                          "%s timelines: GEMMs %s -> %s ms, transfers %s -> %s ms, compute "
+                          "stream waited %s -> %s ms\n",
+                          op.id, FormatMs(ra.gemm_ms), FormatMs(rb.gemm_ms),
+                          FormatMs(ra.transfer_ms), FormatMs(rb.transfer_ms),
+                          FormatMs(ra.waiting_ms), FormatMs(rb.waiting_ms));
+  }
   for (const std::string& caveat : c.caveats) absl::StrAppend(&out, "differs: ", caveat, "\n");
   return out;
 }
@@ -125,10 +140,19 @@ nlohmann::json ComparisonJson(const v1::Job& a, const v1::Job& b, const Comparis
   nlohmann::json ops = nlohmann::json::array();
   auto side = [](const v1::OpResult* op) -> nlohmann::json {
     if (op == nullptr) return nullptr;
+    nlohmann::json where = nullptr;
+    if (op->has_timeline()) {
+      const RankTimeline last = LastRank(op->timeline());
+      where = {{"rank", last.rank},
+               {"gemm_ms", last.gemm_ms},
+               {"transfer_ms", last.transfer_ms},
+               {"waiting_ms", last.waiting_ms}};
+    }
     return {{"schedule", op->schedule()},
             {"step_ms", op->step().median_ms()},
             {"exposed_comm_ms", op->exposed_comm_ms()},
-            {"hidden", op->hidden_fraction()}};
+            {"hidden", op->hidden_fraction()},
+            {"timeline_last_rank", where}};
   };
   for (const ComparedOp& op : c.ops) {
     ops.push_back(

@@ -197,12 +197,17 @@ std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline) {
   return out;
 }
 
+RankTimeline LastRank(const v1::Timeline& timeline) {
+  const std::vector<RankTimeline> ranks = SummarizeTimeline(timeline);
+  if (ranks.empty()) return RankTimeline{};
+  return *std::max_element(ranks.begin(), ranks.end(),
+                           [](const auto& a, const auto& b) { return a.end_ms < b.end_ms; });
+}
+
 std::string FormatTimelineNote(const std::string& label, const v1::Timeline& timeline,
                                double gemm_alone_ms) {
-  const std::vector<RankTimeline> ranks = SummarizeTimeline(timeline);
-  if (ranks.empty()) return "";
-  const RankTimeline& last = *std::max_element(
-      ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.end_ms < b.end_ms; });
+  if (timeline.spans().empty()) return "";
+  const RankTimeline last = LastRank(timeline);
   std::string out = absl::StrFormat("%s timeline: rank %d ran %s", label, last.rank,
                                     Counted(last.gemms, "GEMM", last.gemm_ms));
   if (gemm_alone_ms > 0 && last.gemms > 0) {
@@ -253,7 +258,8 @@ nlohmann::json TimelineJson(const v1::Timeline& timeline) {
                      {"reduce_ms", r.reduce_ms}});
   }
   for (const v1::TimelineSpan& s : timeline.spans()) {
-    spans.push_back({{"rank", s.rank()},
+    spans.push_back({{"op", s.op()},
+                     {"rank", s.rank()},
                      {"lane", s.lane()},
                      {"kind", s.kind()},
                      {"name", s.name()},

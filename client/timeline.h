@@ -28,6 +28,10 @@ struct RankTimeline {
 // Ranks in order; empty when the op has no timeline.
 std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline);
 
+// The rank that finished last (the one that set the step); a zero RankTimeline
+// for an empty timeline.
+RankTimeline LastRank(const v1::Timeline& timeline);
+
 // The report's line for an op with a timeline: the rank that finished last,
 // its compute stream's GEMM time against the GEMM alone and its waiting, e.g.
 // "fc2 timeline: rank 1 ran 4 GEMMs in 0.205 ms (GEMM alone 0.181 ms: +13.3%

@@ -10,6 +10,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::OpResult Op(const std::string& id, const std::string& type, const std::string& schedule,
                 double step_ms, double exposed_ms) {
@@ -71,6 +72,40 @@ TEST(CompareTest, PairsOpsByIdAndSaysHowMuchBChanged) {
   EXPECT_EQ(j["ops"][0]["b"]["schedule"], "ring/p2p");
   EXPECT_TRUE(j["ops"][2]["b"].is_null());
   EXPECT_DOUBLE_EQ(j["total_b_ms"].get<double>(), 5.5);
+}
+
+// Both runs traced: where each step's time went, for the rank that set it.
+TEST(CompareTest, SaysWhereEachRunsTimeWent) {
+  auto traced = [](v1::OpResult op, double gemm_end, double step) {
+    v1::Timeline* t = op.mutable_timeline();
+    t->set_step_ms(step);
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::TimelineSpan* g = t->add_spans();
+      g->set_rank(rank);
+      g->set_lane("compute");
+      g->set_kind("gemm");
+      g->set_end_ms(gemm_end - 0.1 * (1 - rank));  // rank 1 finishes last
+      v1::TimelineSpan* c = t->add_spans();
+      c->set_rank(rank);
+      c->set_lane("comm");
+      c->set_kind("copy");
+      c->set_end_ms(0.5);
+    }
+    return op;
+  };
+  const v1::Job a = Job("a", {traced(Op("fc1", "ag_gemm", "serial/nccl", 4.0, 0.5), 3.5, 4.0),
+                              Op("fc2", "gemm_rs", "serial/nccl", 2.0, 0.4)});
+  const v1::Job b = Job("b", {traced(Op("fc1", "ag_gemm", "ring/p2p", 3.0, 0.0), 2.9, 3.0),
+                              traced(Op("fc2", "gemm_rs", "ring/p2p", 2.0, 0.4), 1.0, 2.0)});
+  const Comparison c = CompareJobs(a, b);
+  const std::string text = FormatComparison(a, b, c);
+  EXPECT_THAT(text, HasSubstr("fc1 timelines: GEMMs 3.500 -> 2.900 ms, transfers 0.500 -> "
+                              "0.500 ms, compute stream waited 0.000 -> 0.000 ms\n"));
+  EXPECT_THAT(text, Not(HasSubstr("fc2 timelines")));  // only B traced it
+  const nlohmann::json j = ComparisonJson(a, b, c);
+  EXPECT_EQ(j["ops"][0]["a"]["timeline_last_rank"]["rank"], 1);
+  EXPECT_DOUBLE_EQ(j["ops"][0]["b"]["timeline_last_rank"]["gemm_ms"].get<double>(), 2.9);
+  EXPECT_TRUE(j["ops"][1]["a"]["timeline_last_rank"].is_null());
 }
 
 TEST(CompareTest, CallsOutWhatMakesTheRunsLessComparable) {
