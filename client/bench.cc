@@ -233,6 +233,8 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
                {"step/ideal", Align::kRight},
                {"GEMM slow", Align::kRight},
                {"step/floor", Align::kRight},
+               {"GEMMs +%", Align::kRight},
+               {"waited", Align::kRight},
                {"max err", Align::kRight}});
   std::vector<double> ratios, floor_ratios, speedups;
   int hidden_checked = 0, hidden_ok = 0, auto_ok = 0;
@@ -248,15 +250,35 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
     }
     const double allowed = std::max(0.02 * r.serial_ms, 2 * std::max(r.step_spread, r.serial_spread));
     auto_ok += r.step_ms <= r.serial_ms + allowed;
-    t.AddRow({r.shape.op, absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
-              absl::StrCat(r.tp), r.mode, FormatMs(r.step_ms), FormatMs(r.host_ms),
+    // From the traced iteration, for the rank that finished last: its GEMMs'
+    // time over the GEMM alone (pieces, contention) and its compute stream's wait.
+    std::string gemms_over = "-", waited = "-";
+    if (!r.timeline.spans().empty() && r.gemm_ms > 0) {
+      const RankTimeline last = LastRank(r.timeline);
+      gemms_over = absl::StrFormat("%+.1f", 100 * (last.gemm_ms / r.gemm_ms - 1));
+      waited = FormatMs(last.waiting_ms);
+    }
+    t.AddRow({r.shape.op,
+              absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
+              absl::StrCat(r.tp),
+              r.mode,
+              FormatMs(r.step_ms),
+              FormatMs(r.host_ms),
               FormatMs(r.serial_ms),
-              FormatMs(r.gemm_ms), FormatMs(r.comm_ms),
-              absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms), FormatMs(r.exposed_ms),
-              absl::StrFormat("%.1f", 100 * r.hidden), absl::StrFormat("%.0f", r.tflops),
-              absl::StrFormat("%.1f", 100 * r.mfu), absl::StrFormat("%.0f", r.busbw),
-              absl::StrFormat("%.3f", ratio), absl::StrFormat("%.3f", r.gemm_slowdown),
-              absl::StrFormat("%.3f", floor_ratio), absl::StrFormat("%.1e", r.max_rel_error)});
+              FormatMs(r.gemm_ms),
+              FormatMs(r.comm_ms),
+              absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms),
+              FormatMs(r.exposed_ms),
+              absl::StrFormat("%.1f", 100 * r.hidden),
+              absl::StrFormat("%.0f", r.tflops),
+              absl::StrFormat("%.1f", 100 * r.mfu),
+              absl::StrFormat("%.0f", r.busbw),
+              absl::StrFormat("%.3f", ratio),
+              absl::StrFormat("%.3f", r.gemm_slowdown),
+              absl::StrFormat("%.3f", floor_ratio),
+              gemms_over,
+              waited,
+              absl::StrFormat("%.1e", r.max_rel_error)});
   }
   std::string out = t.Render();
   for (const BenchRow& r : rows) {

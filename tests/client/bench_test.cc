@@ -2,6 +2,7 @@
 // it folds repeats into rows.
 #include "client/bench.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -200,6 +201,8 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NEAR(j["rows"][0]["spread_ms"]["serial"].get<double>(), 0.2, 1e-12);
   EXPECT_DOUBLE_EQ(j["rows"][0]["spread_ms"]["gemm_alone"].get<double>(), 0);
   const std::string table = FormatBench(rows);
+  // The last repeat's timeline: rank 1's GEMM 0.75 ms against 1.0 alone, 0.25 ms waited.
+  EXPECT_THAT(table, ::testing::ContainsRegex("1\\.091 +-25\\.0 +0\\.250 "));
   EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;
   EXPECT_NE(table.find("step/ideal: geomean 1.200, worst 1.200"), std::string::npos) << table;
   EXPECT_NE(table.find("auto within max(2%, 2x spread) of serial on 1/1"), std::string::npos);
