@@ -17,6 +17,15 @@ std::shared_ptr<spdlog::logger> Log() { return GetLogger("rpc"); }
 
 double GiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1LL << 30); }
 
+// Timelines are the bulk of a finished op's result (a span per GEMM piece and
+// transfer per rank). A list, and the progress events of a watch, carry the
+// job without them; GetJob and a watch's final event carry them whole.
+void DropTimelines(v1::Job* job) {
+  v1::JobResult* result = job->mutable_result();
+  for (v1::OpResult& op : *result->mutable_ops()) op.clear_timeline();
+  result->clear_layer_timeline();
+}
+
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
   return absl::OkStatus();
@@ -116,7 +125,10 @@ grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJ
     Log()->error("ListJobs failed: {}", jobs.status().ToString());
     return ToGrpcStatus(jobs.status());
   }
-  for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : *jobs) {
+    DropTimelines(&job);
+    *response->add_jobs() = std::move(job);
+  }
   return grpc::Status::OK;
 }
 
@@ -146,6 +158,7 @@ grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::Watch
       v1::JobEvent event;
       *event.mutable_job() = std::move(snapshot->job);
       const bool final_state = jobs::IsFinalState(event.job().state());
+      if (!final_state) DropTimelines(event.mutable_job());
       if (!writer->Write(event)) return grpc::Status::CANCELLED;  // the client is gone
       if (final_state) return grpc::Status::OK;
     }

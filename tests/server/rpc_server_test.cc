@@ -270,6 +270,41 @@ TEST_F(RpcServerTest, SubmitGetListCancelWatchRoundTrip) {
   EXPECT_EQ(List(v1::JOB_STATE_UNSPECIFIED).size(), 2u);
 }
 
+// Timelines are the bulk of a result: lists and progress events leave them
+// out, GetJob and a watch's final event carry them.
+TEST_F(RpcServerTest, TimelinesComeWithGetAndTheFinalEventOnly) {
+  v1::Job submitted;
+  ASSERT_TRUE(Submit(Spec("ops:2:block"), &submitted).ok());
+  v1::Job job;
+  for (int i = 0; i < 200 && job.result().ops_size() < 2; ++i) {
+    ASSERT_TRUE(Get(submitted.id(), &job).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(job.result().ops_size(), 2);
+  EXPECT_TRUE(job.result().ops(1).has_timeline());
+  std::vector<v1::Job> listed = List(v1::RUNNING);
+  ASSERT_EQ(listed.size(), 1u);
+  ASSERT_EQ(listed[0].result().ops_size(), 2);
+  EXPECT_FALSE(listed[0].result().ops(0).has_timeline());
+
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    v1::Job ignored;
+    EXPECT_TRUE(Cancel(submitted.id(), &ignored).ok());
+  });
+  std::vector<v1::Job> events;
+  grpc::Status status = Watch(submitted.id(), &events);
+  canceller.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(events.size(), 2u);
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    for (const v1::OpResult& op : events[i].result().ops()) EXPECT_FALSE(op.has_timeline());
+  }
+  ASSERT_EQ(events.back().state(), v1::CANCELLED);
+  ASSERT_EQ(events.back().result().ops_size(), 2);
+  EXPECT_TRUE(events.back().result().ops(0).has_timeline());
+}
+
 TEST_F(RpcServerTest, UnknownIdsAreNotFound) {
   v1::Job job;
   grpc::Status status = Get("job-424242", &job);

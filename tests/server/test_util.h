@@ -86,6 +86,7 @@ class FakeRunner {
         v1::OpResult* op = so_far.add_ops();
         op->set_id(absl::StrCat("op", i));
         op->mutable_step()->set_median_ms(i + 1);
+        op->mutable_timeline()->add_spans()->set_name("gemm");
         so_far.set_total_step_ms(so_far.total_step_ms() + i + 1);
         if (hooks.on_op_done) hooks.on_op_done(so_far);
       }
