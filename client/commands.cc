@@ -197,11 +197,11 @@ int Commands::Pin(const std::string& id, const std::string& out_file) {
   return kExitOk;
 }
 
-int Commands::Timeline(const std::string& id, const std::string& op_id, int width,
+int Commands::Timeline(const std::string& id, const std::string& op_id, int width, bool all_spans,
                        const std::string& out_file) {
   absl::StatusOr<v1::Job> job = client_.GetJob(id);
   if (!job.ok()) return Fail(job.status());
-  const std::string charts = FormatTimelines(*job, op_id, width);
+  const std::string charts = FormatTimelines(*job, op_id, width, all_spans);
   if (charts.empty()) {
     const bool known =
         op_id.empty() || std::any_of(job->result().ops().begin(), job->result().ops().end(),

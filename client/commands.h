@@ -56,7 +56,7 @@ class Commands {
   // The traced iterations of a job's ops (timeline.h): charts, or with --json
   // the Chrome trace; `out_file` set: that trace is also written there.
   // NOT_FOUND-style refusal (kExitRefused) when no op has a timeline.
-  int Timeline(const std::string& id, const std::string& op_id, int width,
+  int Timeline(const std::string& id, const std::string& op_id, int width, bool all_spans,
                const std::string& out_file);
   // Two finished jobs op by op (compare.h).
   int Compare(const std::string& a, const std::string& b);

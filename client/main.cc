@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   pin->add_option("-o,--output", pin_out, "write it to this file instead of standard output");
   std::string timeline_op, timeline_out;
   int timeline_width = 100;
+  bool timeline_spans = false;
   CLI::App* timeline = app.add_subcommand(
       "timeline",
       "where each op's traced iteration spent its time: GEMMs, transfers and waits per rank "
@@ -256,7 +257,8 @@ int main(int argc, char** argv) {
   if (report->parsed()) rc = commands.Report(id);
   if (compare->parsed()) rc = commands.Compare(id, id_b);
   if (pin->parsed()) rc = commands.Pin(id, pin_out);
-  if (timeline->parsed()) rc = commands.Timeline(id, timeline_op, timeline_width, timeline_out);
+  if (timeline->parsed())
+    rc = commands.Timeline(id, timeline_op, timeline_width, timeline_spans, timeline_out);
   if (check->parsed()) {
     check_options.links = !no_links;
     rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);

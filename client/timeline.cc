@@ -127,7 +127,7 @@ std::string ChartRow(const v1::Timeline& timeline, int rank, const std::string& 
   return row;
 }
 
-std::string FormatOneTimeline(const Shown& shown, int width) {
+std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
   const v1::Timeline& timeline = *shown.timeline;
   std::string out =
       absl::StrFormat("%s: traced step %s ms (timed median %s ms)%s\n", shown.header,
@@ -150,6 +150,12 @@ std::string FormatOneTimeline(const Shown& shown, int width) {
     absl::StrAppendFormat(
         &out, "  rank %d: %s; compute stream busy %s ms, waiting %s ms; ends at %s ms\n", r.rank,
         work, FormatMs(r.compute_busy_ms), FormatMs(r.waiting_ms), FormatMs(r.end_ms));
+  }
+  if (!all_spans && timeline.spans_size() > kListedSpans) {
+    absl::StrAppendFormat(&out,
+                          "  %d spans: --spans lists them, -o FILE writes them as a Chrome trace\n",
+                          timeline.spans_size());
+    return out;
   }
   absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %s\n", "rank", "lane", "start", "end",
                         "ms", "span");
@@ -233,11 +239,12 @@ std::string FormatTimelineNote(const v1::OpResult& op) {
                             IsGemmAlone(op) ? 0 : op.gemm_alone().median_ms());
 }
 
-std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width) {
+std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width,
+                            bool all_spans) {
   std::string out;
   for (const Shown& shown : ShownTimelines(job, op_id)) {
     if (!out.empty()) absl::StrAppend(&out, "\n");
-    absl::StrAppend(&out, FormatOneTimeline(shown, std::max(width, 10)));
+    absl::StrAppend(&out, FormatOneTimeline(shown, std::max(width, 10), all_spans));
   }
   return out;
 }

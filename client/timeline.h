@@ -44,12 +44,14 @@ std::string FormatTimelineNote(const std::string& label, const v1::Timeline& tim
                                double gemm_alone_ms);
 
 // For each op with a timeline, then the layer step's (or only `op_id`'s where it
-// is not empty; "layer" is the layer step's): a header,
-// one chart row per rank and lane `width` characters wide (G GEMM, C copy,
-// N collective, S send/recv, R reduction, . idle), then every span with its
-// start, end and length. NOT_FOUND-style text is the caller's: this returns ""
-// when nothing matches.
-std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width);
+// is not empty; "layer" is the layer step's): a header, one chart row per rank
+// and lane `width` characters wide (G GEMM, C copy, N collective, S send/recv,
+// R reduction, . idle), each rank's sums, then every span with its start, end
+// and length where there are at most kListedSpans or `all_spans` is set (else
+// a line saying how many there are). "" when nothing matches.
+inline constexpr int kListedSpans = 64;
+std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width,
+                            bool all_spans = false);
 
 // A timeline with its per-rank sums, for JSON records (bench): {"step_ms",
 // "enqueued_not_replayed", "ranks": [SummarizeTimeline], "spans": [...]}; null

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "client/report.h"
 #include "client/timeline.h"
 
@@ -99,6 +100,16 @@ TEST(TimelineFormatTest, ChartsEveryLaneOverTheStep) {
             std::string::npos)
       << out;
   EXPECT_EQ(FormatTimelines(job, "fc1", 20), "");
+  // Past kListedSpans, the spans are listed only when asked for.
+  v1::Timeline* t = job.mutable_result()->mutable_ops(0)->mutable_timeline();
+  while (t->spans_size() <= kListedSpans) *t->add_spans() = t->spans(0);
+  const std::string many = FormatTimelines(job, "", 20);
+  EXPECT_NE(many.find(absl::StrCat("  ", t->spans_size(), " spans: --spans lists them")),
+            std::string::npos)
+      << many;
+  EXPECT_EQ(many.find("gemm 2048x2048x4096 +="), std::string::npos);
+  EXPECT_NE(FormatTimelines(job, "", 20, /*all_spans=*/true).find("gemm 2048x2048x4096 +="),
+            std::string::npos);
 }
 
 TEST(TimelineFormatTest, ChartShowsNoGapBetweenBackToBackSpansAndEveryShortOne) {
