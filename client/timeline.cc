@@ -144,9 +144,12 @@ std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
   absl::StrAppend(&out, "  G GEMM  C copy  N collective  S send/recv  R reduction  . idle\n");
   for (const RankTimeline& r : SummarizeTimeline(timeline)) {
     std::string work = Counted(r.gemms, "GEMM", r.gemm_ms);
-    if (r.transfers > 0)
+    if (r.transfers > 0) {
       absl::StrAppend(&work, ", ", Counted(r.transfers, "transfer", r.transfer_ms));
-    if (r.reduces > 0) absl::StrAppend(&work, ", ", Counted(r.reduces, "reduction", r.reduce_ms));
+    }
+    if (r.reduces > 0) {
+      absl::StrAppend(&work, ", ", Counted(r.reduces, "reduction", r.reduce_ms));
+    }
     absl::StrAppendFormat(
         &out, "  rank %d: %s; compute stream busy %s ms, waiting %s ms; ends at %s ms\n", r.rank,
         work, FormatMs(r.compute_busy_ms), FormatMs(r.waiting_ms), FormatMs(r.end_ms));
