@@ -64,6 +64,18 @@ const CivetCallbacks& HttpCallbacks() {
   return *callbacks;
 }
 
+// Rank `rank`'s compute stream in a traced iteration: from its start to its
+// last span's end, the time it ran nothing (client/timeline.h has the rest).
+double ComputeWaitMs(const v1::Timeline& timeline, int rank) {
+  double end = 0, busy = 0;
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    if (s.rank() != rank) continue;
+    end = std::max(end, s.end_ms());
+    if (s.lane() == "compute") busy += s.end_ms() - s.start_ms();
+  }
+  return std::max(0.0, end - busy);
+}
+
 }  // namespace
 
 std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
@@ -146,6 +158,11 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
   MetricFamily gemm = Family("overlapd_last_op_gemm_alone_seconds",
                              "that op's GEMM alone on this device's rank (a slow GPU shows here)",
                              MetricType::Gauge);
+  MetricFamily waited =
+      Family("overlapd_last_op_compute_wait_seconds",
+             "in that op's traced iteration, how long this device's compute stream sat idle "
+             "waiting (for a transfer, or a peer) before it finished",
+             MetricType::Gauge);
   for (const v1::Device& d : node.devices()) {
     for (const v1::Job& job : recent) {
       const auto& devices = job.devices();
@@ -165,10 +182,13 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       if (op.type() != OpTypeName(OpType::kGemm)) Add(hidden, op.hidden_fraction(), labels);
       const int r = static_cast<int>(rank - devices.begin());
       if (r < op.gemm_alone_rank_ms_size()) Add(gemm, op.gemm_alone_rank_ms(r) / 1000.0, labels);
+      if (op.has_timeline()) Add(waited, ComputeWaitMs(op.timeline(), r) / 1000.0, labels);
       break;  // the newest job on this device with a finished op
     }
   }
-  for (MetricFamily* f : {&running, &step, &exposed, &hidden, &gemm}) out.push_back(std::move(*f));
+  for (MetricFamily* f : {&running, &step, &exposed, &hidden, &gemm, &waited}) {
+    out.push_back(std::move(*f));
+  }
 
   MetricFamily layer = Family("overlapd_last_layer_step_seconds",
                               "the whole graph as one step (median), of the newest job on the "

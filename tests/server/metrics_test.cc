@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -47,6 +48,15 @@ v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState stat
     op->set_hidden_fraction(0.75);
     for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
       op->add_gemm_alone_rank_ms(2.0 + i);
+      // Rank i's compute stream: a GEMM from 0.5 ms to 2 ms, its last span
+      // ending at 2.5 + i ms: it waited 1 + i ms.
+      for (auto [lane, end] : {std::pair{"compute", 2.0}, std::pair{"comm", 2.5 + i}}) {
+        v1::TimelineSpan* span = op->mutable_timeline()->add_spans();
+        span->set_rank(i);
+        span->set_lane(lane);
+        span->set_start_ms(0.5);
+        span->set_end_ms(end);
+      }
     }
   }
   return job;
@@ -103,6 +113,10 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "schedule=\"ring/2/p2p\"} 0.75\n",
            "overlapd_last_op_gemm_alone_seconds{device=\"1\",job_id=\"job-2\",op=\"fc2\","
            "schedule=\"ring/2/p2p\"} 0.003\n",
+           "overlapd_last_op_compute_wait_seconds{device=\"1\",job_id=\"job-2\",op=\"fc2\","
+           "schedule=\"ring/2/p2p\"} 0.002\n",
+           "overlapd_last_op_compute_wait_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
+           "schedule=\"ring/2/p2p\"} 0.001\n",
        }) {
     EXPECT_THAT(text, HasSubstr(line)) << line;
   }
