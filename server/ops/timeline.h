@@ -44,7 +44,9 @@ struct TimelineSpan {
 // Forwards every call to `inner` (the same buffers, streams and events) and,
 // for work enqueued on a lane's stream, records an event before and after it.
 // Work on other streams runs untraced. Never replays graphs: a traced
-// iteration is enqueued call by call.
+// iteration is enqueued call by call. Errors are the inner engine's. Not
+// thread-safe: one iteration, enqueued from one thread; it must outlive the
+// work it traced (its destructor destroys the events).
 class TimelineEngine final : public engine::Engine {
  public:
   TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes);
