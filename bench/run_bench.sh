@@ -41,6 +41,9 @@ timeout 420 overlapctl --addr "$addr" bench --json-out "$OUT/bench.json" ${BENCH
 echo "bench exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
 kill "$dmon" 2>/dev/null
 tail -3 "$OUT/bench.err"
+# Where each shape's step went (the traced iterations, charted): into logs.tgz.
+bench_job=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" "$OUT/bench.json" 2>/dev/null)
+[ -n "$bench_job" ] && overlapctl --addr "$addr" timeline "$bench_job" --width 120 > "$OUT/timelines.txt" 2>&1
 if [ "${RUN_COMMBENCH:-1}" = 1 ]; then  # the collectives alone, NCCL beside the copy engines
   timeout 300 overlapctl --addr "$addr" commbench --json-out "$OUT/commbench.json" 2>/dev/null | tee "$OUT/commbench.txt"
 fi
@@ -62,4 +65,5 @@ fi
 # At most 8 files come back from a device call: pack the logs.
 (cd "$OUT" && tar -czf logs.tgz --remove-files overlapd.log bench.err dmon.txt gpu_before.csv \
   gpu_after.csv $( [ -f torch_peers.log ] && echo torch_peers.log ) \
+  $( [ -f timelines.txt ] && echo timelines.txt ) \
   $( [ -f peer_copy.txt ] && echo peer_copy.txt ))
