@@ -160,19 +160,25 @@ std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
                           timeline.spans_size());
     return out;
   }
-  absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %s\n", "rank", "lane", "start", "end",
-                        "ms", "span");
+  // "idle before": how long the span's stream sat idle since its previous span
+  // (or the iteration start): on the compute stream, a GEMM that waited.
+  absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %11s  %s\n", "rank", "lane", "start",
+                        "end", "ms", "idle before", "span");
   std::vector<const v1::TimelineSpan*> spans;
   for (const v1::TimelineSpan& s : timeline.spans()) spans.push_back(&s);
   std::stable_sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
     if (a->rank() != b->rank()) return a->rank() < b->rank();
     return a->start_ms() < b->start_ms();
   });
+  std::map<std::pair<int, std::string>, double> lane_free;  // the end of each lane's last span
   for (const v1::TimelineSpan* s : spans) {
-    absl::StrAppendFormat(&out, "  %-4d  %-7s  %8s  %8s  %8s  %s\n", s->rank(), s->lane(),
+    double& free = lane_free[{s->rank(), s->lane()}];
+    absl::StrAppendFormat(&out, "  %-4d  %-7s  %8s  %8s  %8s  %11s  %s\n", s->rank(), s->lane(),
                           FormatMs(s->start_ms()), FormatMs(s->end_ms()),
                           FormatMs(s->end_ms() - s->start_ms()),
+                          FormatMs(std::max(0.0, s->start_ms() - free)),
                           shown.layer ? absl::StrCat(s->op(), ": ", s->name()) : s->name());
+    free = std::max(free, s->end_ms());
   }
   return out;
 }

@@ -96,7 +96,12 @@ TEST(TimelineFormatTest, ChartsEveryLaneOverTheStep) {
             std::string::npos)
       << out;
   // Spans listed rank by rank in start order.
-  EXPECT_NE(out.find("  1     compute     1.600     2.000     0.400  gemm 2048x2048x4096 +="),
+  // Rank 1's last GEMM started 0.3 ms after the one before it ended, at 1.3.
+  EXPECT_NE(out.find("  1     compute     1.600     2.000     0.400        0.300  gemm "
+                     "2048x2048x4096 +="),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  0     comm        0.900     1.400     0.500        0.000  copy 16.00 MiB"),
             std::string::npos)
       << out;
   EXPECT_EQ(FormatTimelines(job, "fc1", 20), "");
@@ -148,8 +153,10 @@ TEST(TimelineFormatTest, LayerStepTimelineNamesTheOpOfEachSpan) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("  rank 0 side    |.........NNN|\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("  0     side        1.800     2.400     0.600  grads: all_reduce 64.00 MiB"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("  0     side        1.800     2.400     0.600        1.800  grads: all_reduce "
+               "64.00 MiB"),
+      std::string::npos)
       << out;
   EXPECT_EQ(FormatTimelines(job, "", 12), out);  // fc2 has no timeline of its own
   EXPECT_EQ(FormatTimelineNote("layer", *t, 1.6),
