@@ -20,11 +20,15 @@ TimelineEngine::TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> 
 TimelineEngine::~TimelineEngine() { Clear(); }
 
 void TimelineEngine::Clear() {
-  for (const Pending& p : pending_) {
-    inner_.DestroyEvent(p.begin);
-    inner_.DestroyEvent(p.end);
-  }
+  for (engine::EventId event : events_) inner_.DestroyEvent(event);
+  events_.clear();
   pending_.clear();
+  open_end_.clear();
+}
+
+absl::Status TimelineEngine::WaitEvent(engine::StreamId stream, engine::EventId event) {
+  open_end_.erase(stream);  // the next span on it may start later than the last one ended
+  return inner_.WaitEvent(stream, event);
 }
 
 std::string TimelineEngine::RankName(int device) const {
@@ -44,18 +48,23 @@ absl::Status TimelineEngine::Traced(const std::string& kind, const std::vector<P
     const auto lane = lane_of_stream_.find(part.stream);
     if (lane == lane_of_stream_.end() || !seen.insert(part.stream).second) continue;
     const int device = lanes_[lane->second].device;
-    ASSIGN_OR_RETURN(engine::EventId begin, inner_.CreateEvent(device));
-    absl::StatusOr<engine::EventId> end = inner_.CreateEvent(device);
-    if (!end.ok()) {
-      inner_.DestroyEvent(begin);
-      return end.status();
+    ASSIGN_OR_RETURN(engine::EventId end, inner_.CreateEvent(device));
+    events_.push_back(end);
+    engine::EventId begin;
+    if (const auto open = open_end_.find(part.stream); open != open_end_.end()) {
+      begin = open->second;
+    } else {
+      ASSIGN_OR_RETURN(begin, inner_.CreateEvent(device));
+      events_.push_back(begin);
+      RETURN_IF_ERROR(inner_.RecordEvent(begin, part.stream));
     }
-    pending_.push_back(Pending{label_, lane->second, kind, part.name, begin, *end});
-    RETURN_IF_ERROR(inner_.RecordEvent(begin, part.stream));
+    pending_.push_back(Pending{label_, lane->second, kind, part.name, begin, end});
   }
   RETURN_IF_ERROR(work());
   for (size_t i = first; i < pending_.size(); ++i) {
-    RETURN_IF_ERROR(inner_.RecordEvent(pending_[i].end, lanes_[pending_[i].lane].stream));
+    const engine::StreamId stream = lanes_[pending_[i].lane].stream;
+    RETURN_IF_ERROR(inner_.RecordEvent(pending_[i].end, stream));
+    open_end_[stream] = pending_[i].end;
   }
   return absl::OkStatus();
 }

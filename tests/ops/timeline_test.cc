@@ -33,8 +33,8 @@ TEST(TimelineEngineTest, BracketsWorkOnItsLanesAndLeavesOtherStreamsUntraced) {
   const size_t f = sizeof(float);
   auto a = inner->Allocate(0, m * k * f), w = inner->Allocate(0, k * n * f),
        c = inner->Allocate(0, m * n * f), peer = inner->Allocate(1, m * n * f),
-       other = inner->Allocate(1, f);
-  ASSERT_TRUE(a.ok() && w.ok() && c.ok() && peer.ok() && other.ok());
+       other = inner->Allocate(1, f), c2 = inner->Allocate(0, m * n * f);
+  ASSERT_TRUE(a.ok() && w.ok() && c.ok() && peer.ok() && other.ok() && c2.ok());
   const engine::StreamId compute0 = inner->GetStream(0, engine::StreamRole::kCompute);
   const engine::StreamId comm0 = inner->GetStream(0, engine::StreamRole::kComm);
   const engine::StreamId compute1 = inner->GetStream(1, engine::StreamRole::kCompute);
@@ -63,11 +63,19 @@ TEST(TimelineEngineTest, BracketsWorkOnItsLanesAndLeavesOtherStreamsUntraced) {
   ASSERT_TRUE(tracer.PeerCopy(comm0, {*peer, 0, m * n * f}, 1, {*c, 0, m * n * f}, 0).ok());
   // Device 1's stream has no lane: its work runs, untraced.
   ASSERT_TRUE(tracer.FillConstant(compute1, {*other, 0, f}, DType::kF32, 0.0f).ok());
+  // Back to back on the compute stream: the second GEMM starts where the first
+  // ended (one event between them, not two); after a wait it gets its own start.
+  gemm.c = {*c2, 0, n};  // the copy still reads c
+  ASSERT_TRUE(tracer.Gemm(compute0, gemm).ok());
+  ASSERT_TRUE(tracer.WaitEvent(compute0, *done).ok());
+  ASSERT_TRUE(tracer.Gemm(compute0, gemm).ok());
   ASSERT_TRUE(tracer.Synchronize({0, 1}).ok());
 
   auto spans = tracer.Collect({*origin});
   ASSERT_TRUE(spans.ok()) << spans.status();
-  ASSERT_EQ(spans->size(), 2u);
+  ASSERT_EQ(spans->size(), 4u);
+  EXPECT_EQ((*spans)[2].start_ms, (*spans)[0].end_ms);
+  EXPECT_GE((*spans)[3].start_ms, (*spans)[2].end_ms);
   const TimelineSpan& g = (*spans)[0];
   const TimelineSpan& copy = (*spans)[1];
   EXPECT_EQ(g.rank, 0);
