@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   timeline->add_option("--width", timeline_width, "chart width in characters")
       ->check(CLI::Range(10, 1000))
       ->capture_default_str();
+  timeline->add_flag("--spans", timeline_spans,
+                     "list every span, however many (by default up to 64 per timeline)");
   timeline->add_option(
       "-o,--output", timeline_out,
       "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");

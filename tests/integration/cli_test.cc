@@ -432,6 +432,9 @@ TEST_F(CliTest, TimelineChartsAndExportsEachTracedIteration) {
       EXPECT_EQ(e["args"]["op"], first_op);
     }
   }
+  RunResult all = daemon_->Ctl({"timeline", id, "--spans", "--width", "20"});
+  ASSERT_EQ(all.exit_code, 0) << Describe(all);
+  EXPECT_THAT(all.out, HasSubstr("idle before  span"));
   RunResult json = daemon_->Ctl({"timeline", id, "--json"});
   ASSERT_EQ(json.exit_code, 0) << Describe(json);
   EXPECT_EQ(ParseJson(json.out)["otherData"]["job"], id);
