@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/host/host_engine.h"
 #include "server/ops/tuning_cache.h"
+#include "tests/host_engine_util.h"
 #include "tests/op_spec_util.h"
 
 namespace overlap::ops {
@@ -52,12 +53,7 @@ JobSpec SmallJob() {
   return spec;
 }
 
-std::unique_ptr<engine::Engine> Engine() {
-  engine::HostEngineOptions options;
-  options.device_count = 2;
-  options.hazard_checks = true;
-  return std::move(engine::CreateHostEngine(options)).value();
-}
+std::unique_ptr<engine::Engine> Engine() { return CheckedHostEngine(); }
 
 TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   auto engine = Engine();

@@ -13,6 +13,7 @@
 
 #include "server/engine/host/host_engine.h"
 #include "server/ops/job_runner.h"
+#include "tests/host_engine_util.h"
 #include "tests/op_spec_util.h"
 
 namespace overlap::ops {
@@ -20,12 +21,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-std::unique_ptr<engine::Engine> Engine() {
-  engine::HostEngineOptions options;
-  options.device_count = 2;
-  options.hazard_checks = true;
-  return std::move(engine::CreateHostEngine(options)).value();
-}
+std::unique_ptr<engine::Engine> Engine() { return CheckedHostEngine(); }
 
 TEST(TimelineEngineTest, BracketsWorkOnItsLanesAndLeavesOtherStreamsUntraced) {
   auto inner = Engine();
