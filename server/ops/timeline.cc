@@ -1,10 +1,12 @@
 #include "server/ops/timeline.h"
 
+#include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 
@@ -136,18 +138,19 @@ absl::Status TimelineEngine::AllReduce(const engine::CollectiveArgs& args) {
 absl::Status TimelineEngine::SendRecv(int channel, const std::vector<int>& group,
                                       const std::vector<engine::Transfer>& transfers,
                                       bool beside_gemm) {
-  // One span per stream: what it sends and receives in this group.
-  std::map<engine::StreamId, std::vector<std::string>> what;
+  // One span per stream: what it sends, then what it receives, in this group.
+  std::map<engine::StreamId, std::pair<std::vector<std::string>, std::vector<std::string>>> what;
   for (const engine::Transfer& t : transfers) {
     const std::string size = FormatBytes(t.src.bytes);
-    what[t.src_stream].push_back(absl::StrCat("send ", size, " to ", RankName(t.dst_device)));
-    what[t.dst_stream].push_back(absl::StrCat("recv ", size, " from ", RankName(t.src_device)));
+    what[t.src_stream].first.push_back(absl::StrCat("send ", size, " to ", RankName(t.dst_device)));
+    what[t.dst_stream].second.push_back(
+        absl::StrCat("recv ", size, " from ", RankName(t.src_device)));
   }
   std::vector<Part> parts;
-  for (auto& [stream, names] : what) {
-    std::string name;
-    for (const std::string& n : names) absl::StrAppend(&name, name.empty() ? "" : ", ", n);
-    parts.push_back(Part{stream, name});
+  for (auto& [stream, sends_recvs] : what) {
+    std::vector<std::string> names = sends_recvs.first;
+    names.insert(names.end(), sends_recvs.second.begin(), sends_recvs.second.end());
+    parts.push_back(Part{stream, absl::StrJoin(names, ", ")});
   }
   return Traced("sendrecv", parts,
                 [&] { return inner_.SendRecv(channel, group, transfers, beside_gemm); });

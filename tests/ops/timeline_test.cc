@@ -152,6 +152,26 @@ TEST(TimelineTest, EachOpResultHasOneTracedIterationOfItsSchedule) {
                                   "copy 8.00 KiB r1->r0", "copy 8.00 KiB r1->r0"));
 }
 
+// Over NCCL the ring's pieces cross as send/recv groups: one span per rank's
+// comm stream for each, saying what it sends and what it receives.
+TEST(TimelineTest, SendRecvGroupsAreOneSpanPerStream) {
+  auto engine = Engine();
+  JobSpec spec = RingJob();
+  spec.ops[0].transport = Transport::kNccl;
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::map<int, std::vector<std::string>> comm;
+  for (const v1::TimelineSpan& s : result->ops(0).timeline().spans()) {
+    if (s.lane() != "comm") continue;
+    EXPECT_EQ(s.kind(), "sendrecv");
+    comm[s.rank()].push_back(s.name());
+  }
+  EXPECT_THAT(comm[0], ElementsAre("send 8.00 KiB to r1, recv 8.00 KiB from r1",
+                                   "send 8.00 KiB to r1, recv 8.00 KiB from r1"));
+  EXPECT_THAT(comm[1], ElementsAre("send 8.00 KiB to r0, recv 8.00 KiB from r0",
+                                   "send 8.00 KiB to r0, recv 8.00 KiB from r0"));
+}
+
 TEST(TimelineTest, LayerStepTimelineLabelsEachOpsSpansAndShowsTheSideStream) {
   auto engine = Engine();
   JobSpec spec = RingJob();
