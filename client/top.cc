@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kHeaderEvery = 20;
 constexpr char kLineFormat[] =
-    "%-8s %4s %6s %7s %5s %7s %5s %10s  %-11s %-12s %-36s %-12s %8s %7s\n";
+    "%-8s %4s %6s %7s %5s %7s %5s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
 
 // The running job that holds `device`, or null.
 const v1::Job* JobOn(const std::vector<v1::Job>& running, int device) {
@@ -37,6 +37,15 @@ const v1::OpResult* LastOp(const v1::Job& job) {
   return ops.empty() ? nullptr : &ops[ops.size() - 1];
 }
 
+// How long `device`'s compute stream waited in the op's traced iteration; < 0
+// where the op was not traced.
+double ComputeWaitMs(const v1::Job& job, const v1::OpResult& op, int device) {
+  const auto& devices = job.devices();
+  const int rank =
+      static_cast<int>(std::find(devices.begin(), devices.end(), device) - devices.begin());
+  return rank < op.compute_wait_rank_ms_size() ? op.compute_wait_rank_ms(rank) : -1;
+}
+
 std::string Or(bool valid, const std::string& value) { return valid ? value : "-"; }
 
 std::string Truncate(const std::string& s, size_t width) {
@@ -47,8 +56,8 @@ std::string Truncate(const std::string& s, size_t width) {
 
 std::string TopHeader() {
   return absl::StrFormat(kLineFormat, "# time", "gpu", "sm MHz", "mem MHz", "temp", "power W",
-                         "util%", "mem used", "job", "op", "phase", "last op", "step ms",
-                         "hidden%");
+                         "util%", "mem used", "job", "op", "phase", "last op", "step ms", "hidden%",
+                         "wait ms");
 }
 
 std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
@@ -60,6 +69,7 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
     const bool t = d.telemetry_valid();
     const v1::Job* job = JobOn(running, d.index());
     const v1::OpResult* last = job ? LastOp(*job) : nullptr;
+    const double wait = last ? ComputeWaitMs(*job, *last, d.index()) : -1;
     absl::StrAppendFormat(
         &out, kLineFormat, time, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
         Or(t, absl::StrCat(d.mem_clock_mhz())), Or(t, absl::StrCat(d.temperature_c())),
@@ -70,7 +80,8 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
         last ? absl::StrFormat("%.3f", last->step().median_ms()) : "-",
         last && !IsGemmAlone(*last)
             ? absl::StrFormat("%.1f", 100 * std::clamp(last->hidden_fraction(), 0.0, 1.0))
-            : "-");
+            : "-",
+        wait >= 0 ? absl::StrFormat("%.3f", wait) : "-");
   }
   return out;
 }
@@ -103,6 +114,9 @@ nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
                         {"step_ms", last->step().median_ms()},
                         {"exposed_comm_ms", last->exposed_comm_ms()},
                         {"hidden", last->hidden_fraction()}};
+        if (const double wait = ComputeWaitMs(*job, *last, d.index()); wait >= 0) {
+          j["last_op"]["compute_wait_ms"] = wait;
+        }
       }
     }
     devices.push_back(std::move(j));

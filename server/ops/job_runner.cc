@@ -287,6 +287,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   res.set_graph_replay(step_replayed);
   if (timeline) {
     timeline->set_enqueued_not_replayed(step_replayed);
+    for (double ms : ComputeWaitByRank(*timeline, tp)) res.add_compute_wait_rank_ms(ms);
     *res.mutable_timeline() = std::move(*timeline);
   }
   if (tp > 1 && !gemm_only) {

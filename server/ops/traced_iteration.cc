@@ -1,5 +1,6 @@
 #include "server/ops/traced_iteration.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -54,6 +55,17 @@ absl::StatusOr<v1::Timeline> TraceIteration(
     s->set_end_ms(span.end_ms);
   }
   return timeline;
+}
+
+std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks) {
+  std::vector<double> end(ranks, 0.0), busy(ranks, 0.0), wait(ranks, 0.0);
+  for (const v1::TimelineSpan& s : timeline.spans()) {
+    if (s.rank() < 0 || s.rank() >= ranks) continue;
+    end[s.rank()] = std::max(end[s.rank()], s.end_ms());
+    if (s.lane() == "compute") busy[s.rank()] += s.end_ms() - s.start_ms();
+  }
+  for (int r = 0; r < ranks; ++r) wait[r] = std::max(0.0, end[r] - busy[r]);
+  return wait;
 }
 
 }  // namespace overlap::ops

@@ -23,4 +23,8 @@ absl::StatusOr<v1::Timeline> TraceIteration(
     OpRun& run, const std::vector<OpContext*>& contexts,
     absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue);
 
+// Per rank 0..ranks-1: from its iteration start to its last span's end, the
+// time its compute stream ran nothing.
+std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks);
+
 }  // namespace overlap::ops

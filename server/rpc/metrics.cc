@@ -64,18 +64,6 @@ const CivetCallbacks& HttpCallbacks() {
   return *callbacks;
 }
 
-// Rank `rank`'s compute stream in a traced iteration: from its start to its
-// last span's end, the time it ran nothing (client/timeline.h has the rest).
-double ComputeWaitMs(const v1::Timeline& timeline, int rank) {
-  double end = 0, busy = 0;
-  for (const v1::TimelineSpan& s : timeline.spans()) {
-    if (s.rank() != rank) continue;
-    end = std::max(end, s.end_ms());
-    if (s.lane() == "compute") busy += s.end_ms() - s.start_ms();
-  }
-  return std::max(0.0, end - busy);
-}
-
 }  // namespace
 
 std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
@@ -182,7 +170,9 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       if (op.type() != OpTypeName(OpType::kGemm)) Add(hidden, op.hidden_fraction(), labels);
       const int r = static_cast<int>(rank - devices.begin());
       if (r < op.gemm_alone_rank_ms_size()) Add(gemm, op.gemm_alone_rank_ms(r) / 1000.0, labels);
-      if (op.has_timeline()) Add(waited, ComputeWaitMs(op.timeline(), r) / 1000.0, labels);
+      if (r < op.compute_wait_rank_ms_size()) {
+        Add(waited, op.compute_wait_rank_ms(r) / 1000.0, labels);
+      }
       break;  // the newest job on this device with a finished op
     }
   }

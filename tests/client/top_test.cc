@@ -42,6 +42,7 @@ v1::Job RunningOn0() {
   fc1->set_schedule("ring/p2p");
   fc1->mutable_step()->set_median_ms(5.25);
   fc1->set_hidden_fraction(0.667);
+  fc1->add_compute_wait_rank_ms(0.125);
   return job;
 }
 
@@ -60,21 +61,24 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_EQ(gpu0, (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
                                             "12.00", "GiB", "job-000007", "fc2", "timed", "7/20",
-                                            "fc1", "5.250", "66.7"}));
+                                            "fc1", "5.250", "66.7", "0.125"}));
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
   EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "0", "B", "-",
-                                            "-", "-", "-", "-", "-"}));
+                                            "-", "-", "-", "-", "-", "-"}));
 }
 
-// A GEMM alone has no communication: its hidden column is a dash.
-TEST(TopTest, GemmAloneShowsNoHidden) {
+// A GEMM alone has no communication: its hidden column is a dash. An op run
+// without a timeline has no wait.
+TEST(TopTest, GemmAloneShowsNoHiddenAndUntracedNoWait) {
   v1::Job job = RunningOn0();
   job.mutable_result()->mutable_ops(0)->set_type("gemm");
+  job.mutable_result()->mutable_ops(0)->clear_compute_wait_rank_ms();
   const std::vector<std::string> lines = Lines(FormatTopSample(TwoGpus(), {job}, kNowMs));
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[0], ' ', absl::SkipEmpty());
-  ASSERT_FALSE(gpu0.empty());
+  ASSERT_GE(gpu0.size(), 3u);
   EXPECT_EQ(gpu0.back(), "-");
-  EXPECT_EQ(gpu0[gpu0.size() - 2], "5.250");
+  EXPECT_EQ(gpu0[gpu0.size() - 2], "-");
+  EXPECT_EQ(gpu0[gpu0.size() - 3], "5.250");
 }
 
 TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
@@ -89,6 +93,7 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   EXPECT_EQ(gpu0["last_op"]["id"], "fc1");
   EXPECT_EQ(gpu0["last_op"]["schedule"], "ring/p2p");
   EXPECT_DOUBLE_EQ(gpu0["last_op"]["step_ms"].get<double>(), 5.25);
+  EXPECT_DOUBLE_EQ(gpu0["last_op"]["compute_wait_ms"].get<double>(), 0.125);
   const nlohmann::json& gpu1 = j["devices"][1];
   EXPECT_FALSE(gpu1.contains("sm_clock_mhz"));
   EXPECT_TRUE(gpu1["job"].is_null());

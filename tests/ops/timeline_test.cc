@@ -13,6 +13,7 @@
 
 #include "server/engine/host/host_engine.h"
 #include "server/ops/job_runner.h"
+#include "server/ops/traced_iteration.h"
 #include "tests/host_engine_util.h"
 #include "tests/op_spec_util.h"
 
@@ -93,6 +94,23 @@ TEST(TimelineEngineTest, BracketsWorkOnItsLanesAndLeavesOtherStreamsUntraced) {
   inner->DestroyEvent(*done);
 }
 
+TEST(TimelineEngineTest, ComputeWaitIsEachRanksIdleComputeTimeUpToItsLastSpan) {
+  v1::Timeline t;
+  auto span = [&](int rank, const char* lane, double start, double end) {
+    v1::TimelineSpan* s = t.add_spans();
+    s->set_rank(rank);
+    s->set_lane(lane);
+    s->set_start_ms(start);
+    s->set_end_ms(end);
+  };
+  span(0, "compute", 0.5, 1.0);
+  span(0, "compute", 1.5, 2.0);
+  span(0, "comm", 0.0, 2.5);  // ends last: rank 0 waited 2.5 - 1.0
+  span(1, "compute", 0.0, 3.0);
+  span(7, "compute", 0.0, 1.0);  // no such rank: ignored
+  EXPECT_THAT(ComputeWaitByRank(t, 3), ElementsAre(1.5, 0.0, 0.0));
+}
+
 JobSpec RingJob() {
   JobSpec spec;
   spec.name = "ring";
@@ -126,6 +144,11 @@ TEST(TimelineTest, EachOpResultHasOneTracedIterationOfItsSchedule) {
 
   const v1::Timeline& t = op.timeline();
   EXPECT_GT(t.step_ms(), 0.0);
+  ASSERT_EQ(op.compute_wait_rank_ms_size(), 2);
+  for (double ms : op.compute_wait_rank_ms()) {
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LE(ms, t.step_ms());
+  }
   EXPECT_FALSE(t.enqueued_not_replayed());  // the host backend replays nothing
   // ring/2 at tp = 2, per rank: the peer's block in two pieces, each copied to
   // the peer as soon as it is done, then the own block in two pieces with

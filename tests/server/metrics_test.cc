@@ -12,7 +12,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -48,15 +47,7 @@ v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState stat
     op->set_hidden_fraction(0.75);
     for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
       op->add_gemm_alone_rank_ms(2.0 + i);
-      // Rank i's compute stream: a GEMM from 0.5 ms to 2 ms, its last span
-      // ending at 2.5 + i ms: it waited 1 + i ms.
-      for (auto [lane, end] : {std::pair{"compute", 2.0}, std::pair{"comm", 2.5 + i}}) {
-        v1::TimelineSpan* span = op->mutable_timeline()->add_spans();
-        span->set_rank(i);
-        span->set_lane(lane);
-        span->set_start_ms(0.5);
-        span->set_end_ms(end);
-      }
+      op->add_compute_wait_rank_ms(1.0 + i);
     }
   }
   return job;
