@@ -287,12 +287,9 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, note);
     timelines = timelines || !note.empty();
   }
-  if (result.has_layer_timeline()) {
-    double gemms_alone = 0;
-    for (const v1::OpResult& op : result.ops()) gemms_alone += op.gemm_alone().median_ms();
-    const std::string note = FormatTimelineNote("layer", result.layer_timeline(), gemms_alone);
+  if (const std::string note = FormatLayerTimelineNote(result); !note.empty()) {
     absl::StrAppend(&out, note);
-    timelines = timelines || !note.empty();
+    timelines = true;
   }
   if (timelines) {
     absl::StrAppend(&out, "timeline: `overlapctl timeline ", job.id(),

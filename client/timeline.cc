@@ -63,28 +63,23 @@ struct Shown {
   std::string header;    // what precedes ": traced step"
   std::string schedule;  // Chrome trace args
   const v1::Timeline* timeline = nullptr;
-  double timed_ms = 0;       // the timed median
-  double gemm_alone_ms = 0;  // what its GEMMs take alone; 0 = not comparable
-  bool layer = false;        // spans of several ops: names say whose
+  double timed_ms = 0;  // the timed median
+  bool layer = false;   // spans of several ops: names say whose
 };
 
 std::vector<Shown> ShownTimelines(const v1::Job& job, const std::string& id) {
   std::vector<Shown> out;
-  double gemms_alone = 0;
   for (const v1::OpResult& op : job.result().ops()) {
-    gemms_alone += op.gemm_alone().median_ms();
     if (!op.has_timeline() || !(id.empty() || op.id() == id)) continue;
     out.push_back(Shown{
         op.id(),
         absl::StrCat(op.id(), "  ", op.type(), "  ", FormatShape(op), "  ", ScheduleLabel(op)),
-        ScheduleLabel(op), &op.timeline(), op.step().median_ms(),
-        IsGemmAlone(op) || IsCollectiveAlone(op) ? 0 : op.gemm_alone().median_ms(), false});
+        ScheduleLabel(op), &op.timeline(), op.step().median_ms(), false});
   }
   const v1::JobResult& r = job.result();
   if (r.has_layer_timeline() && (id.empty() || id == "layer")) {
     out.push_back(Shown{"layer", absl::StrCat("layer  ", absl::StrJoin(r.layer_order(), ", ")),
-                        "layer step", &r.layer_timeline(), r.layer_step().median_ms(), gemms_alone,
-                        true});
+                        "layer step", &r.layer_timeline(), r.layer_step().median_ms(), true});
   }
   return out;
 }
@@ -246,6 +241,13 @@ std::string FormatTimelineNote(const v1::OpResult& op) {
   if (!op.has_timeline()) return "";
   return FormatTimelineNote(op.id(), op.timeline(),
                             IsGemmAlone(op) ? 0 : op.gemm_alone().median_ms());
+}
+
+std::string FormatLayerTimelineNote(const v1::JobResult& result) {
+  if (!result.has_layer_timeline()) return "";
+  double gemms_alone = 0;
+  for (const v1::OpResult& op : result.ops()) gemms_alone += op.gemm_alone().median_ms();
+  return FormatTimelineNote("layer", result.layer_timeline(), gemms_alone);
 }
 
 std::string FormatTimelines(const v1::Job& job, const std::string& op_id, int width,

@@ -42,6 +42,9 @@ std::string FormatTimelineNote(const v1::OpResult& op);
 // the sum of the ops' GEMMs alone, `gemm_alone_ms`; 0 leaves the comparison out).
 std::string FormatTimelineNote(const std::string& label, const v1::Timeline& timeline,
                                double gemm_alone_ms);
+// The layer step's line: its GEMMs against the sum of the ops' GEMMs alone;
+// "" without a layer timeline.
+std::string FormatLayerTimelineNote(const v1::JobResult& result);
 
 // For each op with a timeline, then the layer step's (or only `op_id`'s where it
 // is not empty; "layer" is the layer step's): a header, one chart row per rank
