@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <map>
+#include <system_error>
 #include <thread>
 
 #include "CivetServer.h"
@@ -214,11 +215,26 @@ class MetricsExporter::Collector : public prometheus::Collectable {
   // build sets to 100 KiB. What a scrape reads (the job store through SQLite,
   // NVML, the recent jobs' protobufs) has no bound that small, and overflowing
   // there would kill the daemon: under AddressSanitizer's larger frames it
-  // did. So the figures are gathered on a thread with the default stack.
+  // did. So the figures are gathered on a thread with the default stack. An
+  // exception there comes back to this thread, as it would have without the
+  // hand-off; where no thread can be started, the scrape gathers here.
   std::vector<MetricFamily> Collect() const override {
     std::vector<MetricFamily> out;
-    std::thread gather([&] { out = Gather(); });
+    std::exception_ptr failure;
+    std::thread gather;
+    try {
+      gather = std::thread([&] {
+        try {
+          out = Gather();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {
+      return Gather();
+    }
     gather.join();
+    if (failure) std::rethrow_exception(failure);
     return out;
   }
 
