@@ -3,7 +3,7 @@
 # parses. Slower than run-tests.sh (a second full build), so not part of CI.
 #
 #   bash scripts/run-sanitizers.sh           # AddressSanitizer + UndefinedBehaviorSanitizer: build-asan/, ctest -LE gpu
-#   bash scripts/run-sanitizers.sh fuzz [S]  # libFuzzer (clang) on layer graphs and the config for S seconds (default 300)
+#   bash scripts/run-sanitizers.sh fuzz [S]  # libFuzzer (clang) on layer graphs, the config and byte sizes for S seconds (default 300)
 #
 # ThreadSanitizer is left out on purpose: Debian's abseil and gRPC are not
 # built with it, so it cannot see absl::Mutex's ordering and reports every
@@ -35,6 +35,8 @@ case "$mode" in
     # collect in build-fuzz/corpus; a crashing one is written to build-fuzz/.
     mkdir -p build-fuzz/corpus
     cp deploy/graphs/*.yaml deploy/overlapd.yaml build-fuzz/corpus/
+    printf '64MiB' > build-fuzz/corpus/bytes-mib
+    printf '2 GiB' > build-fuzz/corpus/bytes-gib
     build-fuzz/job_spec_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 \
       -rss_limit_mb=4096 -artifact_prefix=build-fuzz/ build-fuzz/corpus
     ;;

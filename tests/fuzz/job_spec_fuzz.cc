@@ -1,12 +1,14 @@
 // libFuzzer target for what the daemon parses from its callers and its
 // operators: a submitted layer graph (parsed, then validated as SubmitJob
-// does) and the daemon's config. Any input must come back as a Status; a
-// crash, a sanitizer report or a hang is a bug. Built with
+// does), the daemon's config, and a byte size as its keys and overlapctl's
+// flags take one. Any input must come back as a Status; a crash, a sanitizer
+// report, a hang or a size that does not survive its own formatting is a bug. Built with
 // -DOVERLAP_BUILD_FUZZERS=ON and clang (scripts/run-sanitizers.sh fuzz).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/byte_size.h"
 #include "common/config.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
@@ -20,5 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)overlap::ValidateJobSpec(*spec, limits);
   }
   (void)overlap::ParseDaemonConfig(text);
+  absl::StatusOr<int64_t> bytes = overlap::ParseByteSize(text);
+  if (bytes.ok()) {
+    absl::StatusOr<int64_t> again = overlap::ParseByteSize(overlap::FormatByteSize(*bytes));
+    if (!again.ok() || *again != *bytes) __builtin_trap();
+    (void)overlap::FormatBytes(*bytes);
+  }
   return 0;
 }
