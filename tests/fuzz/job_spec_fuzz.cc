@@ -2,8 +2,8 @@
 // operators: a submitted layer graph (parsed, then validated as SubmitJob
 // does), the daemon's config, and a byte size as its keys and overlapctl's
 // flags take one. Any input must come back as a Status; a crash, a sanitizer
-// report, a hang or a size that does not survive its own formatting is a bug. Built with
-// -DOVERLAP_BUILD_FUZZERS=ON and clang (scripts/run-sanitizers.sh fuzz).
+// report, a hang or a size that does not survive its own formatting is a bug.
+// Built with -DOVERLAP_BUILD_FUZZERS=ON and clang (scripts/run-sanitizers.sh fuzz).
 #include <cstddef>
 #include <cstdint>
 #include <string>
