@@ -11,6 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-asan}
+case "$mode" in
+  asan | fuzz) ;;
+  *) echo "usage: $0 [asan | fuzz [seconds]]" >&2; exit 2 ;;
+esac
 bash scripts/install-deps.sh
 
 case "$mode" in
@@ -39,9 +43,5 @@ case "$mode" in
     printf '2 GiB' > build-fuzz/corpus/bytes-gib
     build-fuzz/job_spec_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 \
       -rss_limit_mb=4096 -artifact_prefix=build-fuzz/ build-fuzz/corpus
-    ;;
-  *)
-    echo "usage: $0 [asan | fuzz [seconds]]" >&2
-    exit 2
     ;;
 esac
