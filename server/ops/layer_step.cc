@@ -35,7 +35,9 @@ constexpr int64_t kBucketRowElements = 1024;
 // Merges runs of deferred all-reduces over one transport, each at most
 // `cap_bytes`, into buckets of at most `cap_bytes`: one all-reduce of their
 // elements (padded to whole rows), where the last of them ran. A bucket of
-// one stays that op.
+// one stays that op. An op that waits on a member of the bucket being filled
+// closes it first: merged, or fired after the op, that member would no longer
+// come before it.
 std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
   const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
   auto bucketable = [&](const Member& m) {
@@ -70,7 +72,16 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
     open.clear();
     open_bytes = 0;
   };
+  auto waits_on_open = [&](const Member& m) {
+    for (const Member& o : open) {
+      if (std::find(m.op.after.begin(), m.op.after.end(), o.op.id) != m.op.after.end()) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (Member& m : members) {
+    if (waits_on_open(m)) close();
     if (!bucketable(m)) {
       out.push_back(std::move(m));
       continue;

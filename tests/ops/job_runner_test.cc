@@ -353,6 +353,40 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   EXPECT_EQ(result->layer_deferred_size(), 5);
 }
 
+// A bucket runs its members as one, where the last of them ran: an op that
+// waits on a member (an all-reduce, or any op on the side streams) closes the
+// bucket first, so that the member still runs before it.
+TEST(JobRunnerTest, LayerStepNeverBucketsPastAnOpThatWaits) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.bucket_mib = 1;
+  // g2 waits on g1; x, an all-gather on the side streams, on g3; g4 and g5 are free.
+  spec.ops.push_back(AllReduceAfter("g1", 64, 256, "fc1", Transport::kP2p));
+  spec.ops.push_back(AllReduceAfter("g2", 64, 256, "g1", Transport::kP2p));
+  spec.ops.push_back(AllReduceAfter("g3", 64, 256, "fc1", Transport::kP2p));
+  OpSpec x = MakeOp("x", OpType::kAllGather, 64, 0, 256, {"g3"});
+  x.transport = Transport::kP2p;
+  spec.ops.push_back(x);
+  spec.ops.push_back(AllReduceAfter("g4", 64, 256, "fc1", Transport::kP2p));
+  spec.ops.push_back(AllReduceAfter("g5", 64, 256, "fc1", Transport::kP2p));
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // The layer order sends g1 and g3 first (ops wait on them). They share a
+  // bucket, which x closes; g2 goes after x, with the free ones.
+  EXPECT_EQ(
+      std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
+      (std::vector<std::string>{"bucket(g1+g3)", "x", "bucket(g2+g4+g5)"}));
+
+  // With x waiting on fc1 instead, only g1 goes first, and g2, which waits on
+  // it, closes its bucket: g1 runs alone.
+  spec.ops[spec.ops.size() - 3].after = {"fc1"};  // x
+  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(
+      std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
+      (std::vector<std::string>{"g1", "x", "bucket(g2+g3+g4+g5)"}));
+}
+
 // Every op fits alone, but not all of them at once: the ops' results stand and
 // the layer step says why it is missing.
 TEST(JobRunnerTest, LayerStepThatDoesNotFitIsSkippedWithAReason) {
