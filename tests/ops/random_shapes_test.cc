@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/graph_validator.h"
-#include "server/engine/host/host_engine.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
+#include "tests/host_engine_util.h"
 #include "tests/random_op_util.h"
 
 namespace overlap::ops {
@@ -25,12 +25,7 @@ std::string Describe(const OpSpec& op, int tp) {
 
 TEST(RandomShapesTest, EveryDrawnOpMatchesFloat64) {
   std::mt19937 rng(20261201);
-  engine::HostEngineOptions options;
-  options.device_count = 4;
-  options.device_memory_bytes = 64 << 20;
-  options.hazard_checks = true;
-  auto engine = engine::CreateHostEngine(options);
-  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto engine = CheckedHostEngine(4);
 
   for (int i = 0; i < 200; ++i) {
     const int tp = RandomInt(rng, 1, 4);
@@ -49,15 +44,15 @@ TEST(RandomShapesTest, EveryDrawnOpMatchesFloat64) {
     limits.device_count = 4;
     ASSERT_TRUE(ValidateJobSpec(spec, limits).ok()) << ValidateJobSpec(spec, limits).status();
 
-    auto ctx = OpContext::Create(**engine, op, DType::kF32, devices, BuffersFor(op, tp, schedule));
+    auto ctx = OpContext::Create(*engine, op, DType::kF32, devices, BuffersFor(op, tp, schedule));
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     ASSERT_TRUE(FillInputs(**ctx, 11, i).ok());
-    ASSERT_TRUE((*engine)->Synchronize(devices).ok());
+    ASSERT_TRUE(engine->Synchronize(devices).ok());
     for (int iteration = 0; iteration < 2; ++iteration) {
       ASSERT_TRUE(PoisonOutputs(**ctx).ok());
       const absl::Status enqueued = EnqueueOp(**ctx, schedule);
       ASSERT_TRUE(enqueued.ok()) << enqueued;
-      const absl::Status ran = (*engine)->Synchronize(devices);
+      const absl::Status ran = engine->Synchronize(devices);
       ASSERT_TRUE(ran.ok()) << ran;
       auto v = VerifyOutputs(**ctx, 11, i, /*max_rows=*/1000);
       ASSERT_TRUE(v.ok()) << v.status();
