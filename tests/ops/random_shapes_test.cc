@@ -1,7 +1,7 @@
 // Seeded random ops (tests/random_op_util.h) on the host backend, with the
-// hazard checker on, at tp 1 to 4. layer_ops_test
-// walks the schedules on one shape per tp; this walks the shapes. Each op must
-// pass the graph validator, run, and match the float64 reference twice.
+// hazard checker on, at tp 1 to 4. layer_ops_test walks the schedules on one
+// shape per tp; this walks the shapes. Each op must pass the graph validator,
+// run, and match the float64 reference twice.
 #include <gtest/gtest.h>
 
 #include <random>
