@@ -22,7 +22,9 @@ absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
 
 // Enqueues one replay: rank 0's compute stream launches the graph; the other
 // ranks' compute streams wait for it to finish. A graph is done on its launch
-// stream only once every device's part is done.
+// stream only once every device's part is done. Its start waits only for what
+// came before on rank 0's stream: the caller orders the other ranks' earlier
+// work before it (the timed iterations' barrier does, or a synchronize).
 absl::Status LaunchIteration(OpContext& ctx, engine::GraphId graph);
 
 }  // namespace overlap::ops

@@ -107,6 +107,11 @@ void ExpectMatchesReference(const Param& param, bool replay) {
   }
   for (int iteration = 0; iteration < 2; ++iteration) {
     ASSERT_TRUE(PoisonOutputs(**ctx).ok());
+    // A replay starts after rank 0's poison only: the other ranks' must be
+    // done before it, or a late one overwrites what the graph wrote.
+    if (graph) {
+      ASSERT_TRUE(engine->Synchronize(devices).ok());
+    }
     absl::Status st = graph ? LaunchIteration(**ctx, *graph) : EnqueueOp(**ctx, s);
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
     st = engine->Synchronize(devices);
