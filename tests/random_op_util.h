@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/graph.h"
 #include "server/ops/schedule.h"
 
@@ -62,6 +63,12 @@ inline OpSpec RandomOp(std::mt19937& rng, int tp, const std::vector<OpType>& typ
 // The schedule RandomOp wrote into `op`.
 inline ops::Schedule ScheduleOf(const OpSpec& op) {
   return ops::Schedule{op.mode, op.chunks > 0 ? op.chunks : 1, op.transport};
+}
+
+// For failure messages: "gemm_rs 24x48x7 ring/3/p2p".
+inline std::string DescribeOp(const OpSpec& op) {
+  return absl::StrCat(OpTypeName(op.type), " ", op.m, "x", op.k, "x", op.n, " ",
+                      ScheduleOf(op).Name());
 }
 
 }  // namespace overlap

@@ -49,8 +49,7 @@ JobSpec RandomGraph(std::mt19937& rng, int tp) {
 std::string Describe(const JobSpec& spec) {
   std::string out = absl::StrCat("tp ", spec.devices.size(), ", bucket ", spec.bucket_mib, ":");
   for (const OpSpec& op : spec.ops) {
-    absl::StrAppend(&out, " ", op.id, "=", OpTypeName(op.type), " ", op.m, "x", op.k, "x", op.n,
-                    " ", ScheduleOf(op).Name());
+    absl::StrAppend(&out, " ", op.id, "=", DescribeOp(op));
     if (!op.after.empty()) absl::StrAppend(&out, " after ", absl::StrJoin(op.after, "+"));
     absl::StrAppend(&out, ";");
   }

@@ -18,11 +18,6 @@
 namespace overlap::ops {
 namespace {
 
-std::string Describe(const OpSpec& op, int tp) {
-  return absl::StrCat(OpTypeName(op.type), " ", op.m, "x", op.k, "x", op.n, " tp ", tp, " ",
-                      ScheduleOf(op).Name());
-}
-
 TEST(RandomShapesTest, EveryDrawnOpMatchesFloat64) {
   std::mt19937 rng(20261201);
   auto engine = CheckedHostEngine(4);
@@ -31,7 +26,7 @@ TEST(RandomShapesTest, EveryDrawnOpMatchesFloat64) {
     const int tp = RandomInt(rng, 1, 4);
     const OpSpec op = RandomOp(rng, tp, {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr});
     const Schedule schedule = ScheduleOf(op);
-    SCOPED_TRACE(absl::StrCat("case ", i, ": ", Describe(op, tp)));
+    SCOPED_TRACE(absl::StrCat("case ", i, ": ", DescribeOp(op), " at tp ", tp));
     std::vector<int> devices;
     for (int d = 0; d < tp; ++d) devices.push_back(d);
 
