@@ -11,11 +11,13 @@
 #include <tuple>
 
 #include "common/config.h"
+#include "common/graph_validator.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/ops/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/random_op_util.h"
 
 namespace overlap::ops {
 namespace {
@@ -73,20 +75,14 @@ OpSpec GpuOp(OpType type, int tp) {
   return op;
 }
 
-// Runs the op twice on fresh random inputs, the output poisoned before each
-// run, against the float64 reference. With `replay` (what the job runner times
-// for copy-engine schedules), a direct iteration first chooses the GEMM
-// algorithms, then one iteration is captured as a graph and both runs replay it.
-void ExpectMatchesReference(const Param& param, bool replay) {
-  std::string why;
-  engine::Engine* engine = SharedEngine(&why);
-  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
-  const auto [type, mode, chunks, transport, dtype] = param;
-  const int tp = engine->DeviceCount();
-  if (tp < 2 && mode != OverlapMode::kSerial) GTEST_SKIP() << "needs 2 GPUs";
-
-  const OpSpec op = GpuOp(type, tp);
-  const Schedule s{mode, chunks, transport};
+// Runs `op` under schedule `s` on ranks 0..tp-1 twice on fresh random inputs,
+// the output poisoned before each run, against the float64 reference. With
+// `replay` (what the job runner times for copy-engine schedules), a direct
+// iteration first chooses the GEMM algorithms, then one iteration is captured
+// as a graph and both runs replay it.
+void ExpectOpMatchesReference(engine::Engine* engine, const OpSpec& op, const Schedule& s,
+                              DType dtype, int tp, bool replay) {
+  const OpType type = op.type;
   std::vector<int> devices;
   for (int d = 0; d < tp; ++d) devices.push_back(d);
   auto ctx = OpContext::Create(*engine, op, dtype, devices, BuffersFor(op, tp, s));
@@ -122,6 +118,17 @@ void ExpectMatchesReference(const Param& param, bool replay) {
         << s.Name() << " " << DTypeName(dtype);
   }
   if (graph) engine->DestroyGraph(*graph);
+}
+
+void ExpectMatchesReference(const Param& param, bool replay) {
+  std::string why;
+  engine::Engine* engine = SharedEngine(&why);
+  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
+  const auto [type, mode, chunks, transport, dtype] = param;
+  const int tp = engine->DeviceCount();
+  if (tp < 2 && mode != OverlapMode::kSerial) GTEST_SKIP() << "needs 2 GPUs";
+  ExpectOpMatchesReference(engine, GpuOp(type, tp), Schedule{mode, chunks, transport}, dtype, tp,
+                           replay);
 }
 
 class LayerOpsGpuTest : public ::testing::TestWithParam<Param> {};
@@ -249,6 +256,51 @@ INSTANTIATE_TEST_SUITE_P(ReplayedGemmAlone, LayerOpsGraphGpuTest,
                                             ::testing::Values(Transport::kNone),
                                             ::testing::Values(DType::kBF16)),
                          Name);
+
+// Seeded random ops (tests/random_op_util.h) of every type: shapes that are no
+// multiple of anything, so pieces start on odd rows and GEMM operands, copies
+// and the reduction kernel on addresses of any alignment; half of them scaled
+// up by odd factors to thousands of rows and columns, where cuBLASLt picks its
+// large kernels. Every group size from 1 to the engine's ranks, every dtype;
+// half of the copy-engine schedules replayed as the job runner times them.
+TEST(RandomShapesGpuTest, EveryDrawnOpMatchesFloat64) {
+  std::string why;
+  engine::Engine* engine = SharedEngine(&why);
+  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
+  std::mt19937 rng(20261201);
+  const std::vector<OpType> types = {OpType::kAgGemm,    OpType::kGemmRs,        OpType::kGemmAr,
+                                     OpType::kAllGather, OpType::kReduceScatter, OpType::kAllReduce,
+                                     OpType::kGemm};
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+  for (int i = 0; i < 120; ++i) {
+    const int tp = RandomInt(rng, 1, engine->DeviceCount());
+    OpSpec op = RandomOp(rng, tp, types);
+    // Odd factors keep every split dimension divisible by tp.
+    if (RandomInt(rng, 0, 1) == 1) {
+      op.m *= 2 * RandomInt(rng, 0, 48) + 1;
+      op.k *= 2 * RandomInt(rng, 0, 48) + 1;
+      op.n *= 2 * RandomInt(rng, 0, 48) + 1;
+    }
+    const DType dtype = dtypes[RandomInt(rng, 0, 2)];
+    const Schedule schedule = ScheduleOf(op);
+    const bool replay = schedule.transport != Transport::kNccl && RandomInt(rng, 0, 1) == 1;
+    SCOPED_TRACE(absl::StrCat("case ", i, ": ", DescribeOp(op), " ", DTypeName(dtype), " at tp ",
+                              tp, replay ? ", replayed" : ""));
+
+    JobSpec spec;
+    spec.name = "random";
+    spec.ops = {op};
+    for (int d = 0; d < tp; ++d) spec.devices.push_back(d);
+    spec.dtype = dtype;
+    ValidationLimits limits;
+    limits.device_count = engine->DeviceCount();
+    const absl::StatusOr<std::vector<int>> valid = ValidateJobSpec(spec, limits);
+    ASSERT_TRUE(valid.ok()) << valid.status();
+
+    ExpectOpMatchesReference(engine, op, schedule, dtype, tp, replay);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
 }  // namespace
 }  // namespace overlap::ops
