@@ -269,7 +269,7 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
               FormatMs(r.comm_ms),
               absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms),
               FormatMs(r.exposed_ms),
-              absl::StrFormat("%.1f", 100 * r.hidden),
+              FormatHidden(r.hidden),
               absl::StrFormat("%.0f", r.tflops),
               absl::StrFormat("%.1f", 100 * r.mfu),
               absl::StrFormat("%.0f", r.busbw),

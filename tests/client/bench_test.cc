@@ -221,6 +221,14 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   const std::string shared = FormatBench(rows);
   EXPECT_NE(shared.find("ranks share GPUs (ranks_per_gpu 2)"), std::string::npos) << shared;
   EXPECT_EQ(shared.find("slow GPU?"), std::string::npos) << shared;
+
+  // A step above GEMM alone plus the whole collective hid none of it: the table
+  // says 0.0, as the job report does; the JSON keeps the raw fraction.
+  rows[0].hidden = -0.4;
+  EXPECT_THAT(FormatBench(rows), ::testing::ContainsRegex(" 0\\.200 +0\\.0 "));
+  EXPECT_DOUBLE_EQ(BenchJson(job, v1::GetNodeInfoResponse{}, nullptr, rows, o)["rows"][0]["hidden"]
+                       .get<double>(),
+                   -0.4);
 }
 
 }  // namespace
