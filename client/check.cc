@@ -191,6 +191,14 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
   if (o.devices.empty()) {
     for (const v1::Device& d : node->devices()) o.devices.push_back(d.index());
   }
+  if (node->backend() == "host" && !(o.gemm_size_given && o.link_mib_given)) {
+    if (!o.gemm_size_given) o.gemm_size = kHostCheckGemmSize;
+    if (!o.link_mib_given) o.link_mib = kHostCheckLinkMib;
+    err << "check: host backend: a " << o.gemm_size << "x" << o.gemm_size << "x" << o.gemm_size
+        << " GEMM and " << o.link_mib
+        << " MiB shards (GPU-sized ones would take minutes on CPU cores; --gemm-size and "
+           "--link-mib set them)\n";
+  }
   CheckResult result;
   // Every GPU's job first, so that they run at once; then follow each.
   std::vector<std::string> ids;

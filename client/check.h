@@ -28,7 +28,13 @@ struct CheckOptions {
   int64_t link_mib = 64;     // MiB in each rank's shard of a pair's all-gather
   int iterations = 10;
   bool links = true;
+  // Whether the user chose the sizes; where not, a host backend gets the ones
+  // below: a GPU-sized GEMM takes minutes per iteration on CPU cores.
+  bool gemm_size_given = false;
+  bool link_mib_given = false;
 };
+inline constexpr int64_t kHostCheckGemmSize = 512;
+inline constexpr int64_t kHostCheckLinkMib = 1;
 
 struct GpuCheck {
   int device = 0;

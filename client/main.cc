@@ -263,6 +263,8 @@ int main(int argc, char** argv) {
     rc = commands.Timeline(id, timeline_op, timeline_width, timeline_spans, timeline_out);
   if (check->parsed()) {
     check_options.links = !no_links;
+    check_options.gemm_size_given = check->count("--gemm-size") > 0;
+    check_options.link_mib_given = check->count("--link-mib") > 0;
     rc = overlap::client::RunCheck(*client, check_options, json, std::cout, std::cerr);
   }
   if (top->parsed()) {

@@ -224,6 +224,13 @@ TEST_F(CliTest, CheckRunsEveryGpuAndEveryPair) {
   EXPECT_THAT(list.out, HasSubstr("check-link-2-3"));
   EXPECT_THAT(list.out, HasSubstr("check-gpu-0"));
 
+  // Without sizes, a host backend gets CPU-sized ones, and says so.
+  RunResult sized = daemon_->Ctl({"check", "--devices", "0,1", "--iterations", "2", "--json"});
+  ASSERT_TRUE(sized.exit_code == 0 || sized.exit_code == 1) << Describe(sized);
+  EXPECT_EQ(ParseJson(sized.out)["gemm_size"], 512);
+  EXPECT_EQ(ParseJson(sized.out)["link_mib"], 1);
+  EXPECT_THAT(sized.err, HasSubstr("check: host backend: a 512x512x512 GEMM and 1 MiB shards"));
+
   RunResult bad = daemon_->Ctl({"check", "--devices", "0,9", "--no-links"});
   EXPECT_EQ(bad.exit_code, 3) << Describe(bad);  // the daemon refuses device 9
 }
