@@ -243,22 +243,26 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
   }
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
-  const int tp =
-      options.devices.empty() ? node->devices_size() : static_cast<int>(options.devices.size());
+  CommBenchOptions o = options;
+  if (node->backend() == "host" && !o.max_bytes_given) {
+    o.max_bytes = std::max(o.min_bytes, kHostCommBenchMaxBytes);
+    err << "commbench: host backend: sizes up to " << FormatByteSize(o.max_bytes)
+        << " (--max-bytes sets it)\n";
+  }
+  const int tp = o.devices.empty() ? node->devices_size() : static_cast<int>(o.devices.size());
   v1::Job job;
-  if (int rc = SubmitAndFollow(client, BuildCommBenchSpec(options, tp), "commbench", tp,
-                               node->backend(), err_is_tty, err, &job);
+  if (int rc = SubmitAndFollow(client, BuildCommBenchSpec(o, tp), "commbench", tp, node->backend(),
+                               err_is_tty, err, &job);
       rc != kExitOk) {
     return rc;
   }
   const std::vector<CommBenchRow> rows = FoldCommBench(job);
   absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
   const nlohmann::json j =
-      CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, options, tp);
+      CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   out << (json ? j.dump(1) + "\n"
-               : FormatCommBench(rows, options.transports, tp, options.dtype,
-                                 job.result().ranks_per_gpu()));
+               : FormatCommBench(rows, o.transports, tp, o.dtype, job.result().ranks_per_gpu()));
   return kExitOk;
 }
 

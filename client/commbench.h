@@ -32,7 +32,11 @@ struct CommBenchOptions {
   int iterations = 20;
   int warmup = 5;
   bool verify = true;
+  // Whether the user chose max_bytes; where not, a host backend gets
+  // kHostCommBenchMaxBytes (1 GiB buffers do not fit its simulated devices).
+  bool max_bytes_given = false;
 };
+inline constexpr int64_t kHostCommBenchMaxBytes = int64_t{64} << 20;
 
 // INVALID_ARGUMENT naming the flag for a collective or transport it does not
 // know, sizes out of order, or a factor below 2.

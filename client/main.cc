@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
   }
   if (commbench->parsed()) {
     comm_options.verify = !comm_no_verify;
+    comm_options.max_bytes_given = commbench->count("--max-bytes") > 0;
     for (auto [text, flag, out] : {std::tuple{&comm_min, "--min-bytes", &comm_options.min_bytes},
                                    std::tuple{&comm_max, "--max-bytes", &comm_options.max_bytes}}) {
       absl::StatusOr<int64_t> bytes = overlap::ParseByteSize(*text);

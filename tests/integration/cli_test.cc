@@ -264,6 +264,16 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   EXPECT_THAT(text.out, HasSubstr("best busbw: all_gather over p2p "));
   EXPECT_THAT(text.err, HasSubstr("commbench: job "));
 
+  // Without --max-bytes, a host backend stops at 64 MiB, and says so.
+  RunResult host = daemon_->Ctl({"commbench", "--collectives", "all_gather", "--transports", "p2p",
+                                 "--min-bytes", "16MiB", "--factor", "4", "--iterations", "1",
+                                 "--warmup", "0", "--no-verify", "--json"});
+  ASSERT_EQ(host.exit_code, 0) << Describe(host);
+  nlohmann::json sized = ParseJson(host.out);
+  ASSERT_EQ(sized["rows"].size(), 2u) << host.out;  // 16 and 64 MiB
+  EXPECT_EQ(sized["rows"][1]["bytes"], int64_t{64} << 20);
+  EXPECT_THAT(host.err, HasSubstr("commbench: host backend: sizes up to 64MiB"));
+
   RunResult bad = daemon_->Ctl({"commbench", "--collectives", "broadcast"});
   EXPECT_EQ(bad.exit_code, 64) << Describe(bad);
   EXPECT_THAT(bad.err, HasSubstr("unknown collective \"broadcast\""));
