@@ -154,6 +154,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
     BenchRow row;
     row.shape = s;
     row.ranks_per_gpu = std::max(1, job.result().ranks_per_gpu());
+    row.host_backend = job.result().backend() == "host";
     std::vector<double> gemm, comm, nccl, p2p, tflops, busbw, slowdown, host, err;
     std::vector<std::vector<double>> gemm_rank;
     for (int r = 0; r < o.repeats; ++r) {
@@ -282,7 +283,9 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
   }
   std::string out = t.Render();
   for (const BenchRow& r : rows) {
-    if (r.ranks_per_gpu > 1) continue;  // its ranks' GEMMs alone ran one after the other
+    // Ranks that share a GPU ran their GEMMs alone one after the other, and host
+    // ranks share the CPU cores: a rank's GEMM says nothing of a GPU there.
+    if (r.ranks_per_gpu > 1 || r.host_backend) continue;
     const std::string slow = SlowRankNote(r.gemm_rank_ms, r.devices);
     if (slow.empty()) continue;
     absl::StrAppendFormat(&out, "slow GPU? %s %d x %d x %d: %s\n", r.shape.op, r.shape.m, r.shape.k,
@@ -455,17 +458,27 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
              bool json, bool err_is_tty, std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  BenchOptions o = options;
+  if (o.shapes.empty() && node->backend() == "host") {
+    for (BenchShape shape : DefaultBenchShapes()) {
+      shape.m /= kHostBenchShapeDivisor;
+      shape.k /= kHostBenchShapeDivisor;
+      shape.n /= kHostBenchShapeDivisor;
+      o.shapes.push_back(shape);
+    }
+    err << "bench: host backend: the default sweep's shapes divided by " << kHostBenchShapeDivisor
+        << " (GPU-sized GEMMs would take hours on CPU cores; --shapes sets them)\n";
+  }
   v1::Job job;
-  if (int rc = SubmitAndFollow(client, BuildBenchSpec(options), "bench", node->devices_size(),
+  if (int rc = SubmitAndFollow(client, BuildBenchSpec(o), "bench", node->devices_size(),
                                node->backend(), err_is_tty, err, &job);
       rc != kExitOk) {
     return rc;
   }
-  const std::vector<BenchRow> rows = FoldBench(job, options);
+  const std::vector<BenchRow> rows = FoldBench(job, o);
   // Clocks and temperature after the run (the daemon's NVML readings), beside those before.
   absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
-  const nlohmann::json j =
-      BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, options);
+  const nlohmann::json j = BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   std::string text = FormatBench(rows);
   if (!job.result().head_start().empty()) {

@@ -50,6 +50,9 @@ struct BenchOptions {
 
 // The default sweep (global m x k x n, tp = the daemon's device count).
 std::vector<BenchShape> DefaultBenchShapes();
+// On the host backend the default sweep runs its shapes divided by this: at GPU
+// size its GEMMs would take hours on CPU cores.
+inline constexpr int64_t kHostBenchShapeDivisor = 32;
 // Splits "MxKxN" into its three integers; false when it is not that form.
 bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n);
 // Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
@@ -96,6 +99,7 @@ struct BenchRow {
   std::vector<double> gemm_rank_ms;
   std::vector<int> devices;
   int ranks_per_gpu = 1;  // the daemon's config ranks_per_gpu (report.h, SharedGpuNote)
+  bool host_backend = false;  // its "GPUs" are threads sharing the CPU cores
   // The last repeat's traced iteration of auto's schedule (timeline.h).
   v1::Timeline timeline;
 };

@@ -221,6 +221,9 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   const std::string shared = FormatBench(rows);
   EXPECT_NE(shared.find("ranks share GPUs (ranks_per_gpu 2)"), std::string::npos) << shared;
   EXPECT_EQ(shared.find("slow GPU?"), std::string::npos) << shared;
+  rows[0].ranks_per_gpu = 1;
+  rows[0].host_backend = true;
+  EXPECT_EQ(FormatBench(rows).find("slow GPU?"), std::string::npos) << "host ranks share cores";
 
   // A step above GEMM alone plus the whole collective hid none of it: the table
   // says 0.0, as the job report does; the JSON keeps the raw fraction.

@@ -282,6 +282,25 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   EXPECT_THAT(bad_size.err, StartsWith("overlapctl: --min-bytes: "));
 }
 
+// Without --shapes or --graph, a host backend runs the default sweep at 1/32 of
+// its GPU shapes, says so, and does not call its simulated GPUs slow.
+TEST_F(CliTest, BenchShrinksTheDefaultSweepOnTheHostBackend) {
+  RunResult run = daemon_->Ctl({"bench", "--devices", "0,1", "--repeats", "1", "--iterations", "1",
+                                "--warmup", "0", "--no-verify", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_THAT(run.err, HasSubstr("bench: host backend: the default sweep's shapes divided by 32"));
+  const nlohmann::json rows = ParseJson(run.out)["rows"];
+  ASSERT_EQ(rows.size(), 15u);
+  EXPECT_EQ(rows[0]["op"], "ag_gemm");  // 4096 x 8192 x 8192 on a GPU
+  EXPECT_EQ(rows[0]["m"], 128);
+  EXPECT_EQ(rows[0]["k"], 256);
+  EXPECT_EQ(rows[0]["n"], 256);
+  EXPECT_EQ(rows[14]["op"], "gemm_ar");  // 16384 x 7168 x 8192
+  EXPECT_EQ(rows[14]["m"], 512);
+  EXPECT_EQ(rows[14]["k"], 224);
+  EXPECT_EQ(rows[14]["n"], 256);
+}
+
 // The sweep of a user's own graph: its three shapes, in its dtype, auto beside
 // serial; --shapes with --graph, or a graph with nothing to sweep, is a usage error.
 TEST_F(CliTest, BenchSweepsTheShapesOfAGraph) {
