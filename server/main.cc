@@ -312,7 +312,13 @@ int Run(const DaemonConfig& config) {
   absl::StatusOr<std::unique_ptr<jobs::JobStore>> store = jobs::JobStore::Open(config.state_dir);
   if (!store.ok()) {
     log->error("cannot open the job store: {}", std::string(store.status().message()));
-    return kExitFailure;
+    // A state_dir it cannot use, a damaged database or one from a newer overlapd
+    // stays so until someone acts: exit 2, which systemd does not restart.
+    const absl::StatusCode code = store.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kDataLoss ||
+                   code == absl::StatusCode::kFailedPrecondition
+               ? kExitUsage
+               : kExitFailure;
   }
   // Autotuning still works without the cache; it just re-tunes after a restart.
   std::unique_ptr<ops::TuningCache> tuning_cache;

@@ -150,9 +150,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   absl::MutexLock lock(&store->mu_);
   sqlite3_busy_timeout(db, 5000);
   // WAL + FULL: a job is on disk before SubmitJob answers OK.
-  if (auto s = store->ExecLocked("PRAGMA journal_mode=WAL;"); !s.ok()) return s;
-  if (auto s = store->ExecLocked("PRAGMA synchronous=FULL;"); !s.ok()) return s;
-  if (auto s = store->ExecLocked(kSchema); !s.ok()) return s;
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
+    absl::Status s = store->ExecLocked(sql);
+    if (s.code() == absl::StatusCode::kDataLoss) {
+      // Starting afresh would drop every job the file holds: the operator decides.
+      return absl::DataLossError(absl::StrCat(
+          s.message(), "; the job database is damaged: restore it from a backup, or move ", path,
+          "* aside to start with an empty job history"));
+    }
+    if (!s.ok()) return s;
+  }
 
   Statement version(db, "PRAGMA user_version;");
   if (auto s = version.status("reading the schema version"); !s.ok()) return s;
@@ -183,8 +190,12 @@ JobStore::~JobStore() {
 absl::Status JobStore::ExecLocked(const char* sql) {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status status = absl::InternalError(
-        absl::StrCat("job store ", path_, ": ", error != nullptr ? error : "unknown error"));
+    const int code = sqlite3_errcode(db_);
+    const std::string message =
+        absl::StrCat("job store ", path_, ": ", error != nullptr ? error : "unknown error");
+    absl::Status status = code == SQLITE_CORRUPT || code == SQLITE_NOTADB
+                              ? absl::DataLossError(message)
+                              : absl::InternalError(message);
     sqlite3_free(error);
     return status;
   }

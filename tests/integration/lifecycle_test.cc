@@ -215,5 +215,28 @@ TEST_F(LifecycleTest, SigkilledRunningJobFailsAndQueuedJobRunsAfterRestart) {
   EXPECT_EQ(ParseJson(list.out)["jobs"].size(), 2u);
 }
 
+// A damaged job database stops the daemon with exit 2 (systemd does not
+// restart it: only an operator can help), saying what to do, and is left as it
+// was rather than replaced by an empty one.
+TEST_F(LifecycleTest, DamagedJobDatabaseExits2AndIsLeftAlone) {
+  StartDaemon();
+  Submit(small_graph_);
+  ASSERT_EQ(daemon_->Terminate(std::chrono::seconds(20)).exit_code, 0) << daemon_->Log();
+  const std::string db = daemon_->state_dir() + "/overlapd.db";
+  std::string bytes = ReadFileOrEmpty(db);
+  ASSERT_GT(bytes.size(), 2100u);
+  bytes.replace(100, 2000, std::string(2000, 'Z'));  // past SQLite's 100-byte header
+  WriteFileOrDie(db, bytes);
+
+  RunResult run = Child::Spawn({OVERLAPD_BIN, "--backend", "host", "--listen", daemon_->address(),
+                                "--state-dir", daemon_->state_dir()},
+                               dir_.path())
+                      ->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(run.exit_code, 2) << Describe(run);
+  EXPECT_THAT(run.err, HasSubstr("the job database is damaged: restore it from a backup, or move " +
+                                 db + "* aside"));
+  EXPECT_EQ(ReadFileOrEmpty(db), bytes);
+}
+
 }  // namespace
 }  // namespace overlap::testing

@@ -95,6 +95,36 @@ TEST(JobStoreTest, UnusableStateDirIsInvalidArgument) {
   EXPECT_NE(store.status().message().find("state_dir"), std::string::npos);
 }
 
+// A damaged database is DATA_LOSS naming the file and what to do, and is left
+// as it was: starting afresh over it would drop every job it holds.
+TEST(JobStoreTest, DamagedDatabaseIsDataLossAndLeftAlone) {
+  TempDir dir;
+  const std::string path = dir.path() + "/" + kStoreFileName;
+  {
+    auto store = JobStore::Open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob(1, v1::QUEUED, {0})).ok());
+  }
+  // Overwrite the schema page past SQLite's 100-byte file header.
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::fseek(f, 100, SEEK_SET);
+  const std::string garbage(2000, '\x5a');
+  std::fwrite(garbage.data(), 1, garbage.size(), f);
+  std::fclose(f);
+  const auto size = std::filesystem::file_size(path);
+
+  auto store = JobStore::Open(dir.path());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), ::testing::HasSubstr(path + ": "));
+  EXPECT_THAT(store.status().message(),
+              ::testing::HasSubstr("the job database is damaged: restore it from a backup, or "
+                                   "move " +
+                                   path + "* aside"));
+  EXPECT_EQ(std::filesystem::file_size(path), size);
+}
+
 // A daemon that stopped with jobs running and queued comes back with the running
 // one FAILED "daemon restarted", the queued ones run again in their old order
 // under their old ids, and new ids continue the sequence.
