@@ -86,7 +86,8 @@ absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {
   v1::Job job;
   if (!job.ParseFromArray(blob, bytes)) {
     return absl::DataLossError(
-        absl::StrCat("job store: row ", sqlite3_column_int64(stmt, 0), " holds an unreadable job"));
+        absl::StrCat("job store: ", JobIdForSequence(sqlite3_column_int64(stmt, 0)),
+                     " is unreadable (its stored data is damaged)"));
   }
   return job;
 }

@@ -125,6 +125,28 @@ TEST(JobStoreTest, DamagedDatabaseIsDataLossAndLeftAlone) {
   EXPECT_EQ(std::filesystem::file_size(path), size);
 }
 
+// One job whose stored bytes no longer parse: reading it is DATA_LOSS naming it.
+TEST(JobStoreTest, UnreadableJobIsDataLossNamingIt) {
+  TempDir dir;
+  {
+    auto store = JobStore::Open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Put(MakeJob(7, v1::QUEUED, {0})).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/" + kStoreFileName).c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET job = x'ffffffff' WHERE sequence = 7;", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<v1::Job> job = (*store)->Get("job-000007");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(job.status().message(),
+            "job store: job-000007 is unreadable (its stored data is damaged)");
+}
+
 // A daemon that stopped with jobs running and queued comes back with the running
 // one FAILED "daemon restarted", the queued ones run again in their old order
 // under their old ids, and new ids continue the sequence.
