@@ -1,7 +1,10 @@
 #include "client/commands.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -34,8 +37,15 @@ absl::StatusOr<std::string> ReadGraphFile(const std::string& file) {
     text << std::cin.rdbuf();
     return text.str();
   }
+  if (std::filesystem::is_directory(file)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", file, ": it is a directory"));
+  }
+  errno = 0;
   std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", file, errno != 0 ? ": " : "",
+                                            errno != 0 ? std::strerror(errno) : ""));
+  }
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", file));
   return text.str();

@@ -592,6 +592,14 @@ TEST(CliNoDaemonTest, UsageErrorsExit64) {
     RunResult r = Overlapctl(dir.path(), address, args, std::chrono::seconds(20));
     EXPECT_EQ(r.exit_code, 64) << Describe(r);
   }
+  // A graph file that cannot be read says why.
+  RunResult missing = Overlapctl(dir.path(), address, {"submit", dir.File("missing.yaml")});
+  EXPECT_THAT(missing.err,
+              HasSubstr("cannot read " + dir.File("missing.yaml") + ": No such file or directory"));
+  RunResult directory = Overlapctl(dir.path(), address, {"submit", dir.path()});
+  EXPECT_EQ(directory.exit_code, 64) << Describe(directory);
+  EXPECT_THAT(directory.err, HasSubstr("cannot read " + dir.path() + ": it is a directory"));
+
   RunResult help = Overlapctl(dir.path(), "", {"--help"});
   EXPECT_EQ(help.exit_code, 0) << Describe(help);
   EXPECT_THAT(help.out, HasSubstr("submit"));
