@@ -92,13 +92,46 @@ absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {
   return job;
 }
 
+// The columns CollectJobs reads, in its order.
+constexpr char kListColumns[] =
+    "sequence, job, state, priority, name, devices, start_time_ms, end_time_ms";
+
+// A job whose blob is damaged, rebuilt from its row's plain columns, so that one
+// bad row does not hide every other job from a list (or stop a restart).
+v1::Job DamagedJobFromColumns(sqlite3_stmt* stmt, const absl::Status& why) {
+  v1::Job job;
+  job.set_sequence(sqlite3_column_int64(stmt, 0));
+  job.set_id(JobIdForSequence(job.sequence()));
+  const int state = sqlite3_column_int(stmt, 2);
+  job.set_state(v1::JobState_IsValid(state) ? static_cast<v1::JobState>(state)
+                                            : v1::JOB_STATE_UNSPECIFIED);
+  job.set_priority(sqlite3_column_int(stmt, 3));
+  const unsigned char* name = sqlite3_column_text(stmt, 4);
+  job.set_name(name != nullptr ? reinterpret_cast<const char*>(name) : "");
+  const unsigned char* devices = sqlite3_column_text(stmt, 5);
+  for (absl::string_view part :
+       absl::StrSplit(devices != nullptr ? reinterpret_cast<const char*>(devices) : "", ',',
+                      absl::SkipEmpty())) {
+    int device = 0;
+    if (absl::SimpleAtoi(part, &device)) job.add_devices(device);
+  }
+  job.set_start_time_ms(sqlite3_column_int64(stmt, 6));
+  job.set_end_time_ms(sqlite3_column_int64(stmt, 7));
+  job.set_error(absl::StrCat(why.message(), ": its spec and results are lost"));
+  job.set_error_code(static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  return job;
+}
+
 absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt) {
   std::vector<v1::Job> jobs;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    auto job = JobFromColumn(stmt, 1);
-    if (!job.ok()) return job.status();
-    jobs.push_back(std::move(*job));
+    absl::StatusOr<v1::Job> job = JobFromColumn(stmt, 1);
+    if (job.ok()) {
+      jobs.push_back(std::move(*job));
+    } else {
+      jobs.push_back(DamagedJobFromColumns(stmt, job.status()));
+    }
   }
   if (rc != SQLITE_DONE) return SqliteError(db, "reading jobs");
   return jobs;
@@ -251,7 +284,7 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::List(v1::JobState state, int limit) {
-  std::string sql = "SELECT sequence, job FROM jobs";
+  std::string sql = absl::StrCat("SELECT ", kListColumns, " FROM jobs");
   if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " WHERE state = ?1");
   absl::StrAppend(&sql, limit > 0 ? " ORDER BY sequence DESC LIMIT ?2;" : " ORDER BY sequence;");
   absl::MutexLock lock(&mu_);

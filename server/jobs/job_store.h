@@ -57,11 +57,14 @@ class JobStore {
   // Inserts or replaces the job (keyed by id).
   absl::Status Put(const v1::Job& job);
 
-  // NOT_FOUND when no job has this id.
+  // NOT_FOUND when no job has this id; DATA_LOSS naming it when its stored data
+  // is damaged.
   absl::StatusOr<v1::Job> Get(const std::string& id);
 
   // JOB_STATE_UNSPECIFIED = every state. limit 0 = all, oldest first; limit > 0
-  // = the newest `limit` jobs, newest first.
+  // = the newest `limit` jobs, newest first. A job whose stored data is damaged
+  // is listed as what its row's columns still say (id, state, name, priority,
+  // devices, times), with error_code DATA_LOSS and an error saying so.
   absl::StatusOr<std::vector<v1::Job>> List(v1::JobState state, int limit);
 
   // Jobs in `state`, oldest first.

@@ -87,6 +87,10 @@ absl::Status Scheduler::Recover() {
   auto running = store_->ListByState(v1::RUNNING);
   if (!running.ok()) return running.status();
   for (v1::Job& job : *running) {
+    if (job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss)) {
+      if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
+      continue;
+    }
     job.set_state(v1::FAILED);
     job.set_error(kRestartedError);
     job.set_error_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -97,15 +101,30 @@ absl::Status Scheduler::Recover() {
 
   auto queued = store_->ListByState(v1::QUEUED);
   if (!queued.ok()) return queued.status();
+  int recovered = 0;
   for (v1::Job& job : *queued) {
+    // Its spec is lost with its stored data: it cannot run again.
+    if (job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss)) {
+      if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
+      continue;
+    }
+    ++recovered;
     auto entry = std::make_shared<Entry>();
     entry->job = std::move(job);
     pending_[{-entry->job.priority(), entry->job.sequence()}] = entry;
     active_[entry->job.id()] = entry;
   }
-  if (!queued->empty()) Log()->info("recovered {} queued job(s)", queued->size());
+  if (recovered > 0) Log()->info("recovered {} queued job(s)", recovered);
   PruneLocked();
   return absl::OkStatus();
+}
+
+absl::Status Scheduler::FailDamagedLocked(v1::Job& job) {
+  Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id(),
+               v1::JobState_Name(job.state()), job.error());
+  job.set_state(v1::FAILED);
+  if (job.end_time_ms() == 0) job.set_end_time_ms(NowMs());
+  return store_->Put(job);
 }
 
 void Scheduler::StoreLocked(const v1::Job& job) {

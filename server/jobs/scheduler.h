@@ -129,6 +129,9 @@ class Scheduler {
 
   Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options);
   absl::Status Recover();
+  // A queued or running job whose stored data was damaged (the store rebuilt it
+  // from its row, error_code DATA_LOSS) ends FAILED with that error.
+  absl::Status FailDamagedLocked(v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the retention policy; a failure is logged, never fatal.

@@ -125,26 +125,65 @@ TEST(JobStoreTest, DamagedDatabaseIsDataLossAndLeftAlone) {
   EXPECT_EQ(std::filesystem::file_size(path), size);
 }
 
-// One job whose stored bytes no longer parse: reading it is DATA_LOSS naming it.
-TEST(JobStoreTest, UnreadableJobIsDataLossNamingIt) {
+// Jobs whose stored bytes no longer parse. Reading one is DATA_LOSS naming it;
+// a list shows it as its row's columns say, with the damage as its error; and a
+// restart fails the damaged queued and running jobs rather than refusing to
+// start, while the healthy queued one runs.
+TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
   TempDir dir;
   {
     auto store = JobStore::Open(dir.path());
     ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->Put(MakeJob(7, v1::QUEUED, {0})).ok());
+    v1::Job running = MakeJob(6, v1::RUNNING, {1, 2});
+    running.set_start_time_ms(30);
+    for (const v1::Job& job : {running, MakeJob(7, v1::QUEUED, {0}), MakeJob(8, v1::QUEUED, {0})}) {
+      ASSERT_TRUE((*store)->Put(job).ok());
+    }
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir.path() + "/" + kStoreFileName).c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET job = x'ffffffff' WHERE sequence = 7;", nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET job = x'ffffffff' WHERE sequence IN (6, 7);", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
+
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<v1::Job> job = (*store)->Get("job-000007");
   EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(job.status().message(),
             "job store: job-000007 is unreadable (its stored data is damaged)");
+  absl::StatusOr<std::vector<v1::Job>> listed = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 3u);
+  const v1::Job& damaged = (*listed)[0];
+  EXPECT_EQ(damaged.id(), "job-000006");
+  EXPECT_EQ(damaged.state(), v1::RUNNING);
+  EXPECT_EQ(damaged.name(), "job6");
+  EXPECT_THAT(damaged.devices(), ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(damaged.start_time_ms(), 30);
+  EXPECT_EQ(damaged.error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(damaged.error(),
+            "job store: job-000006 is unreadable (its stored data is damaged): its spec and "
+            "results are lost");
+  EXPECT_EQ((*listed)[2].error(), "");
+
+  FakeRunner runner;
+  auto scheduler = Scheduler::Create(
+      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      SchedulerOptions{});
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  for (const char* id : {"job-000006", "job-000007"}) {
+    absl::StatusOr<v1::Job> failed = (*scheduler)->Get(id);
+    ASSERT_TRUE(failed.ok()) << failed.status();  // stored again, readable now
+    EXPECT_EQ(failed->state(), v1::FAILED) << id;
+    EXPECT_THAT(failed->error(), ::testing::HasSubstr("its spec and results are lost")) << id;
+    EXPECT_GT(failed->end_time_ms(), 0) << id;
+  }
+  std::vector<RunRecord> records = runner.records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].id, "job-000008");
 }
 
 // A daemon that stopped with jobs running and queued comes back with the running
