@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -55,8 +57,23 @@ std::string FinalStatesSql() {
                       ")");
 }
 
+// The status code for SQLite's last error on `db`: a full disk is
+// RESOURCE_EXHAUSTED (the client may retry once there is room), a damaged file
+// DATA_LOSS, the rest INTERNAL.
+absl::Status StatusForSqlite(sqlite3* db, std::string message) {
+  switch (sqlite3_errcode(db)) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(std::move(message));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(std::move(message));
+    default:
+      return absl::InternalError(std::move(message));
+  }
+}
+
 absl::Status SqliteError(sqlite3* db, absl::string_view what) {
-  return absl::InternalError(absl::StrCat("job store: ", what, ": ", sqlite3_errmsg(db)));
+  return StatusForSqlite(db, absl::StrCat("job store: ", what, ": ", sqlite3_errmsg(db)));
 }
 
 // A prepared statement, finalized on destruction.
@@ -224,12 +241,8 @@ JobStore::~JobStore() {
 absl::Status JobStore::ExecLocked(const char* sql) {
   char* error = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    const int code = sqlite3_errcode(db_);
-    const std::string message =
-        absl::StrCat("job store ", path_, ": ", error != nullptr ? error : "unknown error");
-    absl::Status status = code == SQLITE_CORRUPT || code == SQLITE_NOTADB
-                              ? absl::DataLossError(message)
-                              : absl::InternalError(message);
+    absl::Status status = StatusForSqlite(
+        db_, absl::StrCat("job store ", path_, ": ", error != nullptr ? error : "unknown error"));
     sqlite3_free(error);
     return status;
   }

@@ -128,11 +128,24 @@ absl::Status Scheduler::FailDamagedLocked(v1::Job& job) {
 }
 
 void Scheduler::StoreLocked(const v1::Job& job) {
+  for (auto it = unstored_.begin(); it != unstored_.end();) {
+    if (store_->Put(it->second).ok()) {
+      Log()->info("job {} ({}) stored at last", it->first, v1::JobState_Name(it->second.state()));
+      it = unstored_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   // A state change that cannot be stored still happens in memory: the job is
   // running or done either way, and failing it would lose the real outcome.
   if (absl::Status s = store_->Put(job); !s.ok()) {
     Log()->error("cannot store job {} ({}): {}", job.id(), v1::JobState_Name(job.state()),
                  s.ToString());
+    // A finished job leaves active_: keep its end here, or its stale row
+    // (RUNNING) would be all that is left of it.
+    if (job.state() != v1::QUEUED && job.state() != v1::RUNNING) unstored_[job.id()] = job;
+  } else {
+    unstored_.erase(job.id());
   }
 }
 
@@ -275,6 +288,7 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
 absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
   absl::MutexLock lock(&mu_);
   if (auto it = active_.find(id); it != active_.end()) return it->second->job;
+  if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
   return store_->Get(id);
 }
 
@@ -284,6 +298,7 @@ absl::StatusOr<std::vector<v1::Job>> Scheduler::List(v1::JobState state, int lim
   if (!jobs.ok()) return jobs.status();
   for (v1::Job& job : *jobs) {
     if (auto it = active_.find(job.id()); it != active_.end()) job = it->second->job;
+    if (auto it = unstored_.find(job.id()); it != unstored_.end()) job = it->second;
   }
   return jobs;
 }
@@ -292,7 +307,9 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
   auto it = active_.find(id);
   if (it == active_.end()) {
-    auto stored = store_->Get(id);
+    const auto unstored = unstored_.find(id);
+    absl::StatusOr<v1::Job> stored =
+        unstored != unstored_.end() ? unstored->second : store_->Get(id);
     if (!stored.ok()) return stored.status();
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));

@@ -152,6 +152,9 @@ class Scheduler {
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);
   std::map<PendingKey, std::shared_ptr<Entry>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);
+  // Finished jobs whose end the store could not take (a full disk): served from
+  // here, over their stale rows, and stored again with every later store.
+  std::map<std::string, v1::Job> unstored_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Entry>> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> executors_;
 };

@@ -139,8 +139,15 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, const TuningUse& tuning, std
   *scores = tally.Scores();
   GetLogger("ops")->debug("autotune {}: {}", op.id, choice.reason);
   if (tuning.cache != nullptr) {
-    RETURN_IF_ERROR(tuning.cache->Store(key, TunedChoice{choice.schedule, choice.ms},
-                                        absl::ToUnixMillis(absl::Now())));
+    // The cache only spares a later job the tuning: a choice it cannot keep (a
+    // full disk) must not fail the job that made it.
+    if (absl::Status kept = tuning.cache->Store(key, TunedChoice{choice.schedule, choice.ms},
+                                                absl::ToUnixMillis(absl::Now()));
+        !kept.ok()) {
+      GetLogger("ops")->warn("autotune {}: the tuning cache could not keep the choice: {}", op.id,
+                             kept.ToString());
+      absl::StrAppend(reason, " (not kept in the tuning cache: ", kept.message(), ")");
+    }
   }
   return choice.schedule;
 }

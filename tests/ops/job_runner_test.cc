@@ -614,6 +614,31 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   std::filesystem::remove(path);
 }
 
+// A choice the tuning cache cannot keep (here its table is gone; on a node, a
+// full disk) leaves the job running, and its reason says so.
+TEST(JobRunnerTest, AChoiceTheCacheCannotKeepDoesNotFailTheJob) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "overlap_tuning_lost_test.db").string();
+  std::filesystem::remove(path);
+  auto engine = Engine();
+  auto cache = TuningCache::Open(path);
+  ASSERT_TRUE(cache.ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE tuned_schedules;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  JobSpec spec = SmallJob();
+  spec.ops.resize(2);  // out (explicit) and fc1 (auto)
+  spec.ops[0].after.clear();
+  auto result = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->ops(1).verified());
+  EXPECT_THAT(result->ops(1).auto_reason(), ::testing::HasSubstr("(not kept in the tuning cache: "))
+      << result->ops(1).auto_reason();
+  std::filesystem::remove(path);
+}
+
 TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "overlap_retune_test.db").string();

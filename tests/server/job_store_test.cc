@@ -186,6 +186,51 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
   EXPECT_EQ(records[0].id, "job-000008");
 }
 
+// A job's end that the store cannot take (a full disk; here a trigger refuses
+// SUCCEEDED rows) is served from memory rather than its stale RUNNING row, and
+// is stored once the store takes writes again.
+TEST(JobStoreTest, AnEndTheStoreCannotTakeIsKeptAndStoredLater) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string path = dir.path() + "/" + kStoreFileName;
+  auto sql = [&](const char* statement) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, statement, nullptr, nullptr, nullptr), SQLITE_OK) << statement;
+    sqlite3_close(db);
+  };
+  sql("CREATE TRIGGER full BEFORE INSERT ON jobs WHEN NEW.state = 3 "
+      "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;");
+
+  FakeRunner runner;
+  auto scheduler = Scheduler::Create(
+      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      SchedulerOptions{});
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  v1::Job job;
+  job.set_name("sleep:1");
+  job.add_devices(0);
+  ASSERT_TRUE((*scheduler)->Submit(job).ok());
+  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ((*store)->Get("job-000001")->state(), v1::RUNNING) << "the stale row";
+  EXPECT_EQ((*scheduler)->Get("job-000001")->state(), v1::SUCCEEDED);
+  auto listed = (*scheduler)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].state(), v1::SUCCEEDED);
+  EXPECT_EQ((*scheduler)->Cancel("job-000001").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // Room again: the next job's first store takes the first job's end too.
+  sql("DROP TRIGGER full;");
+  job.set_name("sleep:1");
+  ASSERT_TRUE((*scheduler)->Submit(job).ok());
+  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ((*store)->Get("job-000001")->state(), v1::SUCCEEDED);
+  EXPECT_EQ((*store)->Get("job-000002")->state(), v1::SUCCEEDED);
+}
+
 // A daemon that stopped with jobs running and queued comes back with the running
 // one FAILED "daemon restarted", the queued ones run again in their old order
 // under their old ids, and new ids continue the sequence.
