@@ -567,10 +567,15 @@ TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   }
 }
 
-TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "overlap_tuning_test.db").string();
+// A path in the temp directory with nothing there yet.
+std::string FreshTempPath(const std::string& name) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
   std::filesystem::remove(path);
+  return path;
+}
+
+TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
+  const std::string path = FreshTempPath("overlap_tuning_test.db");
   auto engine = Engine();
   JobSpec spec = SmallJob();
   spec.ops.resize(2);  // out (explicit) and fc1 (auto)
@@ -617,9 +622,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
 // A choice the tuning cache cannot keep (here its table is gone; on a node, a
 // full disk) leaves the job running, and its reason says so.
 TEST(JobRunnerTest, AChoiceTheCacheCannotKeepDoesNotFailTheJob) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "overlap_tuning_lost_test.db").string();
-  std::filesystem::remove(path);
+  const std::string path = FreshTempPath("overlap_tuning_lost_test.db");
   auto engine = Engine();
   auto cache = TuningCache::Open(path);
   ASSERT_TRUE(cache.ok());
@@ -640,9 +643,7 @@ TEST(JobRunnerTest, AChoiceTheCacheCannotKeepDoesNotFailTheJob) {
 }
 
 TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "overlap_retune_test.db").string();
-  std::filesystem::remove(path);
+  const std::string path = FreshTempPath("overlap_retune_test.db");
   auto engine = Engine();
   auto cache = TuningCache::Open(path);
   ASSERT_TRUE(cache.ok());
