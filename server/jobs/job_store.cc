@@ -109,6 +109,18 @@ absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {
   return job;
 }
 
+// The devices column ("0,1,3"); entries that are not numbers are skipped.
+std::vector<int> DevicesFromColumn(const unsigned char* text) {
+  std::vector<int> devices;
+  for (absl::string_view part :
+       absl::StrSplit(text != nullptr ? reinterpret_cast<const char*>(text) : "", ',',
+                      absl::SkipEmpty())) {
+    int device = 0;
+    if (absl::SimpleAtoi(part, &device)) devices.push_back(device);
+  }
+  return devices;
+}
+
 // The columns CollectJobs reads, in its order.
 constexpr char kListColumns[] =
     "sequence, job, state, priority, name, devices, start_time_ms, end_time_ms";
@@ -125,13 +137,7 @@ v1::Job DamagedJobFromColumns(sqlite3_stmt* stmt, const absl::Status& why) {
   job.set_priority(sqlite3_column_int(stmt, 3));
   const unsigned char* name = sqlite3_column_text(stmt, 4);
   job.set_name(name != nullptr ? reinterpret_cast<const char*>(name) : "");
-  const unsigned char* devices = sqlite3_column_text(stmt, 5);
-  for (absl::string_view part :
-       absl::StrSplit(devices != nullptr ? reinterpret_cast<const char*>(devices) : "", ',',
-                      absl::SkipEmpty())) {
-    int device = 0;
-    if (absl::SimpleAtoi(part, &device)) job.add_devices(device);
-  }
+  for (int device : DevicesFromColumn(sqlite3_column_text(stmt, 5))) job.add_devices(device);
   job.set_start_time_ms(sqlite3_column_int64(stmt, 6));
   job.set_end_time_ms(sqlite3_column_int64(stmt, 7));
   job.set_error(absl::StrCat(why.message(), ": its spec and results are lost"));
@@ -156,14 +162,11 @@ absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt
 
 // Adds one job's row to per-device usage: every device it started on ran one
 // more job, and one that also ended was busy for (end - start).
-void AddUsage(const char* devices, int64_t start_ms, int64_t end_ms,
+void AddUsage(const unsigned char* devices, int64_t start_ms, int64_t end_ms,
               std::map<int, DeviceUsage>* usage) {
   if (start_ms <= 0) return;
   const double ms = end_ms >= start_ms ? static_cast<double>(end_ms - start_ms) : 0.0;
-  for (absl::string_view part :
-       absl::StrSplit(devices != nullptr ? devices : "", ',', absl::SkipEmpty())) {
-    int device = 0;
-    if (!absl::SimpleAtoi(part, &device)) continue;
+  for (int device : DevicesFromColumn(devices)) {
     DeviceUsage& u = (*usage)[device];
     ++u.jobs_run;
     if (end_ms > 0) u.busy_ms += ms;
@@ -349,7 +352,7 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
     if (auto s = stmt.status("preparing usage"); !s.ok()) return s;
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      AddUsage(reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 0)),
+      AddUsage(sqlite3_column_text(stmt.get(), 0),
                sqlite3_column_int64(stmt.get(), 1), sqlite3_column_int64(stmt.get(), 2), &usage);
     }
     if (rc != SQLITE_DONE) return SqliteError(db_, "reading device usage");
@@ -420,7 +423,7 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
       max_sequence =
           std::max(max_sequence, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
       ++by_state[sqlite3_column_int(stmt.get(), 1)];
-      AddUsage(reinterpret_cast<const char*>(sqlite3_column_text(stmt.get(), 2)),
+      AddUsage(sqlite3_column_text(stmt.get(), 2),
                sqlite3_column_int64(stmt.get(), 3), sqlite3_column_int64(stmt.get(), 4), &usage);
       ++count;
     }

@@ -17,6 +17,12 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 std::shared_ptr<spdlog::logger> Log() { return GetLogger("sched"); }
 
+// A queued or running job the store could only rebuild from its row's columns
+// (JobStore::List): its spec is gone.
+bool StoredDataLost(const v1::Job& job) {
+  return job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 
 bool IsFinalState(v1::JobState state) {
@@ -87,7 +93,7 @@ absl::Status Scheduler::Recover() {
   auto running = store_->ListByState(v1::RUNNING);
   if (!running.ok()) return running.status();
   for (v1::Job& job : *running) {
-    if (job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss)) {
+    if (StoredDataLost(job)) {
       if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
       continue;
     }
@@ -104,7 +110,7 @@ absl::Status Scheduler::Recover() {
   int recovered = 0;
   for (v1::Job& job : *queued) {
     // Its spec is lost with its stored data: it cannot run again.
-    if (job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss)) {
+    if (StoredDataLost(job)) {
       if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
       continue;
     }
@@ -288,6 +294,10 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
 absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
   absl::MutexLock lock(&mu_);
   if (auto it = active_.find(id); it != active_.end()) return it->second->job;
+  return FinishedLocked(id);
+}
+
+absl::StatusOr<v1::Job> Scheduler::FinishedLocked(const std::string& id) {
   if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
   return store_->Get(id);
 }
@@ -307,9 +317,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
   auto it = active_.find(id);
   if (it == active_.end()) {
-    const auto unstored = unstored_.find(id);
-    absl::StatusOr<v1::Job> stored =
-        unstored != unstored_.end() ? unstored->second : store_->Get(id);
+    absl::StatusOr<v1::Job> stored = FinishedLocked(id);
     if (!stored.ok()) return stored.status();
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));

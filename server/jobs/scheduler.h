@@ -132,6 +132,8 @@ class Scheduler {
   // A queued or running job whose stored data was damaged (the store rebuilt it
   // from its row, error_code DATA_LOSS) ends FAILED with that error.
   absl::Status FailDamagedLocked(v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job no longer in active_: its end held in unstored_, else the store's.
+  absl::StatusOr<v1::Job> FinishedLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StoreLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the retention policy; a failure is logged, never fatal.
