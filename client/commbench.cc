@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "client/bench.h"
 #include "client/commands.h"
 #include "client/report.h"
@@ -70,6 +72,23 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
     }
   }
   if (o.transports.empty()) return absl::InvalidArgumentError("--transports: none given");
+  for (const std::string& a : o.algorithms) {
+    if (a != "ring" && a != "tree" && a != "ps") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--algorithms: unknown algorithm \"", a, "\" (ring, tree, ps)"));
+    }
+    if (a == "ps" &&
+        std::find(o.transports.begin(), o.transports.end(), "p2p") == o.transports.end()) {
+      return absl::InvalidArgumentError(
+          "--algorithms: ps (parameter server) runs over the copy engines: add p2p to "
+          "--transports");
+    }
+  }
+  if (!o.algorithms.empty() &&
+      std::find(o.collectives.begin(), o.collectives.end(), "all_reduce") == o.collectives.end()) {
+    return absl::InvalidArgumentError(
+        "--algorithms: only all_reduce has them: add all_reduce to --collectives");
+  }
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("--min-bytes ", FormatByteSize(o.min_bytes),
                                                    " and --max-bytes ", FormatByteSize(o.max_bytes),
@@ -80,6 +99,34 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype \"", o.dtype, "\""));
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> CommBenchVariants(const CommBenchOptions& o) {
+  std::vector<std::string> variants;
+  for (const std::string& t : o.transports) {
+    variants.push_back(t);
+    for (const std::string& a : o.algorithms) {
+      if (t != "p2p" && (a == "ps" || !o.library_algorithms)) continue;
+      variants.push_back(absl::StrCat(t, "/", a));
+    }
+  }
+  return variants;
+}
+
+double AllReduceBusiestGpuFactor(const std::string& algorithm, int n) {
+  if (n < 2) return 0;
+  if (algorithm == "ps") return n - 1;  // rank 0 pulls every other input
+  if (algorithm == "tree") {
+    // Rank r of the binary tree pulls its children's sums, then (below the
+    // root) the whole sum from its parent.
+    int most = 0;
+    for (int r = 0; r < n; ++r) {
+      const int children = std::max(0, std::min(n, 2 * r + 3) - (2 * r + 1));
+      most = std::max(most, children + (r > 0 ? 1 : 0));
+    }
+    return most;
+  }
+  return 2.0 * (n - 1) / n;  // ring and direct: (n-1)/n to reduce, as much to gather
 }
 
 std::string BuildCommBenchSpec(const CommBenchOptions& o, int tp) {
@@ -95,13 +142,19 @@ std::string BuildCommBenchSpec(const CommBenchOptions& o, int tp) {
   for (const std::string& collective : o.collectives) {
     for (int64_t bytes : Sizes(o)) {
       const Shape s = ShapeFor(bytes, es, tp);
-      // The transports of one size back to back: drift hits them alike.
-      for (const std::string& transport : o.transports) {
-        absl::StrAppendFormat(&spec,
-                              "  - {id: %s-%d-%s, type: %s, m: %d, n: %d, mode: serial, "
-                              "transport: %s}\n",
-                              ShortName(collective), s.m * s.n * es, transport, collective, s.m,
-                              s.n, transport);
+      // The variants of one size back to back: drift hits them alike.
+      for (const std::string& variant : CommBenchVariants(o)) {
+        const size_t slash = variant.find('/');
+        const bool pinned = slash != std::string::npos;
+        if (pinned && collective != "all_reduce") continue;
+        const std::string transport = variant.substr(0, slash);
+        absl::StrAppendFormat(
+            &spec,
+            "  - {id: %s-%d-%s, type: %s, m: %d, n: %d, mode: serial, "
+            "transport: %s%s}\n",
+            ShortName(collective), s.m * s.n * es, absl::StrReplaceAll(variant, {{"/", "-"}}),
+            collective, s.m, s.n, transport,
+            pinned ? absl::StrCat(", algorithm: ", variant.substr(slash + 1)) : "");
       }
     }
   }
@@ -121,7 +174,9 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
       rows.push_back(CommBenchRow{op.type(), bytes, count, {}});
       row = rows.end() - 1;
     }
-    CommBenchResult& result = row->by_transport[op.transport()];
+    const std::string variant =
+        op.algorithm().empty() ? op.transport() : absl::StrCat(op.transport(), "/", op.algorithm());
+    CommBenchResult& result = row->by_transport[variant];
     result.ms = op.step().median_ms();
     result.min_ms = op.step().min_ms();
     result.max_ms = op.step().max_ms();
@@ -135,11 +190,11 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
 }
 
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
-                            const std::vector<std::string>& transports, int tp,
+                            const std::vector<std::string>& variants, int tp,
                             const std::string& dtype, int ranks_per_gpu) {
   std::vector<TextTable::Column> columns = {
       {"collective"}, {"size", Align::kRight}, {"count", Align::kRight}};
-  for (const std::string& t : transports) {
+  for (const std::string& t : variants) {
     columns.push_back({t + " ms", Align::kRight});
     columns.push_back({"algbw", Align::kRight});
     columns.push_back({"busbw", Align::kRight});
@@ -155,7 +210,7 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
     double fastest_ms = 0;
     double worst_error = 0;
     bool verified = false, within = true;
-    for (const std::string& t : transports) {
+    for (const std::string& t : variants) {
       auto it = r.by_transport.find(t);
       if (it == r.by_transport.end()) {
         cells.insert(cells.end(), {"-", "-", "-"});
@@ -197,6 +252,20 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
   if (tp < 2) {
     out += "one rank: nothing crosses a link, so each time is a local copy and busbw is 0\n";
   }
+  std::vector<std::string> layouts;  // the copy-engine all-reduce layouts in the table
+  for (const std::string& v : variants) {
+    if (v == "p2p" || absl::StartsWith(v, "p2p/")) layouts.push_back(v);
+  }
+  if (tp >= 2 && layouts.size() > 1) {
+    std::vector<std::string> factors;
+    for (const std::string& v : layouts) {
+      const std::string algorithm = v == "p2p" ? "direct" : v.substr(4);
+      factors.push_back(absl::StrFormat("%s %.2f%s", v, AllReduceBusiestGpuFactor(algorithm, tp),
+                                        v == "p2p" ? " (direct)" : ""));
+    }
+    absl::StrAppend(&out, "all_reduce bytes into the busiest GPU, per byte of buffer, at ", tp,
+                    " ranks: ", absl::StrJoin(factors, ", "), "\n");
+  }
   for (const auto& [key, value] : best) {
     if (value.first <= 0) continue;
     absl::StrAppendFormat(&out, "best busbw: %s over %s %s GB/s (at %s)\n", key.first, key.second,
@@ -214,6 +283,7 @@ nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& 
   j["dtype"] = o.dtype;
   j["iterations"] = o.iterations;
   j["warmup"] = o.warmup;
+  j["algorithms"] = o.algorithms;
   j["rows"] = nlohmann::json::array();
   for (const CommBenchRow& r : rows) {
     nlohmann::json transports = nlohmann::json::object();
@@ -249,6 +319,11 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
     err << "commbench: host backend: sizes up to " << FormatByteSize(o.max_bytes)
         << " (--max-bytes sets it)\n";
   }
+  if (node->backend() == "host" && !o.algorithms.empty()) {
+    o.library_algorithms = false;
+    err << "commbench: host backend: its library collectives have one algorithm, so --algorithms "
+           "runs over p2p only\n";
+  }
   const int tp = o.devices.empty() ? node->devices_size() : static_cast<int>(o.devices.size());
   v1::Job job;
   if (int rc = SubmitAndFollow(client, BuildCommBenchSpec(o, tp), "commbench", tp, node->backend(),
@@ -262,7 +337,8 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
       CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   out << (json ? j.dump(1) + "\n"
-               : FormatCommBench(rows, o.transports, tp, o.dtype, job.result().ranks_per_gpu()));
+               : FormatCommBench(rows, CommBenchVariants(o), tp, o.dtype,
+                                 job.result().ranks_per_gpu()));
   return kExitOk;
 }
 

@@ -24,6 +24,12 @@ namespace overlap::client {
 struct CommBenchOptions {
   std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter"};
   std::vector<std::string> transports = {"nccl", "p2p"};
+  // all_reduce also runs each of these on every transport that has it (ring
+  // and tree: both; ps: p2p), each a column "transport/algorithm".
+  std::vector<std::string> algorithms;
+  // Whether the daemon's library collectives take ring and tree (the cuda
+  // backend's NCCL); where not, only p2p gets the algorithm columns.
+  bool library_algorithms = true;
   int64_t min_bytes = int64_t{1} << 20;
   int64_t max_bytes = int64_t{1} << 30;
   int factor = 4;            // each size is this many times the last
@@ -38,9 +44,19 @@ struct CommBenchOptions {
 };
 inline constexpr int64_t kHostCommBenchMaxBytes = int64_t{64} << 20;
 
-// INVALID_ARGUMENT naming the flag for a collective or transport it does not
-// know, sizes out of order, or a factor below 2.
+// INVALID_ARGUMENT naming the flag for a collective, transport or algorithm it
+// does not know, an algorithm no transport given has, sizes out of order, or a
+// factor below 2.
 absl::Status ValidateCommBenchOptions(const CommBenchOptions& options);
+
+// The columns: each transport, then each algorithm it has ("nccl", "nccl/ring",
+// ..., "p2p/ps"). Only all_reduce rows fill the algorithm columns.
+std::vector<std::string> CommBenchVariants(const CommBenchOptions& options);
+
+// Bytes an all-reduce of S bytes brings into the busiest of n GPUs, in units of
+// S, by copy-engine layout ("direct" for p2p's own): what separates them as n
+// grows (ring and direct 2(n-1)/n, tree up to 3, ps n-1).
+double AllReduceBusiestGpuFactor(const std::string& algorithm, int n);
 
 // One op per collective, size and transport, as rows m x columns n with m a
 // multiple of `tp` (n = 1024 elements where the size allows): the sizes are
@@ -59,14 +75,14 @@ struct CommBenchRow {
   std::string collective;
   int64_t bytes = 0;  // as nccl-tests counts them
   int64_t count = 0;  // elements in that buffer
-  std::map<std::string, CommBenchResult> by_transport;
+  std::map<std::string, CommBenchResult> by_transport;  // by CommBenchVariants' names
 };
 std::vector<CommBenchRow> FoldCommBench(const v1::Job& job);
 
-// The table (one column group per transport, the faster one named per row)
-// and, per collective and transport, the best bus bandwidth seen.
+// The table (one column group per variant, the fastest named per row) and,
+// per collective and variant, the best bus bandwidth seen.
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
-                            const std::vector<std::string>& transports, int tp,
+                            const std::vector<std::string>& variants, int tp,
                             const std::string& dtype, int ranks_per_gpu = 1);
 nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
                              const v1::GetNodeInfoResponse* node_after,

@@ -217,6 +217,11 @@ int main(int argc, char** argv) {
   commbench->add_option("--transports", comm_options.transports, "nccl, p2p (copy engines)")
       ->delimiter(',')
       ->capture_default_str();
+  commbench
+      ->add_option("--algorithms", comm_options.algorithms,
+                   "all_reduce also by layout: ring, tree (NCCL_ALGO over nccl; copy engines "
+                   "over p2p), ps (parameter server, p2p)")
+      ->delimiter(',');
   commbench->add_option("--min-bytes", comm_min, "smallest size, e.g. 64KiB")
       ->capture_default_str();
   commbench->add_option("--max-bytes", comm_max, "largest size")->capture_default_str();

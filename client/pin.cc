@@ -43,6 +43,7 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
       op.remove("chunks");
     }
     op["transport"] = r.transport();
+    if (!r.algorithm().empty()) op["algorithm"] = r.algorithm();
   }
   YAML::Emitter out;
   out << *root;

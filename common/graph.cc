@@ -64,6 +64,20 @@ std::string TransportName(Transport transport) {
   return "unknown";
 }
 
+std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kDefault:
+      return "default";
+    case AllReduceAlgorithm::kRing:
+      return "ring";
+    case AllReduceAlgorithm::kTree:
+      return "tree";
+    case AllReduceAlgorithm::kParameterServer:
+      return "ps";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
   for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
                       OpType::kReduceScatter, OpType::kAllReduce, OpType::kGemm}) {
@@ -91,6 +105,16 @@ absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown transport \"", absl::CHexEscape(name),
                                                  "\" (expected auto, nccl, p2p, direct, none)"));
+}
+
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
+  for (AllReduceAlgorithm algorithm :
+       {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
+        AllReduceAlgorithm::kParameterServer}) {
+    if (name == AllReduceAlgorithmName(algorithm)) return algorithm;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown algorithm \"", absl::CHexEscape(name),
+                                                 "\" (expected default, ring, tree, ps)"));
 }
 
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {

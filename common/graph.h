@@ -35,13 +35,27 @@ enum class OverlapMode { kSerial, kBulk, kChunked, kRing, kAuto };
 // copies, or the GEMM's own stores straight into the peer's memory (direct:
 // gemm_rs and gemm_ar rings only, over peer access); none for a GEMM alone.
 enum class Transport { kAuto, kNccl, kP2p, kDirect, kNone };
+// How an all_reduce moves its bytes (all_reduce ops only). kDefault is the
+// transport's own: NCCL picks per size; p2p reduces 1/N on each rank and
+// gathers the rest (direct). Per GPU, for S bytes over N ranks:
+//   ring:  N-1 reduce steps then N-1 gather steps to the next rank, 2(N-1)/N x S
+//          in and out whatever N is (NCCL_ALGO=Ring over nccl);
+//   tree:  reduce up a binary tree to rank 0 and broadcast back down, in
+//          pipelined pieces: log2(N) hops of latency, up to 3S through an inner
+//          rank (NCCL_ALGO=Tree over nccl);
+//   ps:    a parameter server: rank 0 pulls and sums everything, then every rank
+//          pulls the sum: (N-1) x S in and out of rank 0 (p2p only).
+enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer };
 
 std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
 std::string TransportName(Transport transport);  // "auto" | "nccl" | "p2p" | "direct" | "none"
+// "default" | "ring" | "tree" | "ps"
+std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name);
 
 struct OpSpec {
   std::string id;
@@ -52,6 +66,7 @@ struct OpSpec {
   OverlapMode mode = OverlapMode::kAuto;
   int chunks = 0;  // chunked only; 0 = not given (the schedule picks)
   Transport transport = Transport::kAuto;
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;  // all_reduce only
   std::vector<std::string> after;  // ids of ops this one depends on
 };
 

@@ -24,8 +24,8 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline"};
-const char* const kOpFields[] = {"id",   "type",   "m",         "k",    "n",
-                                 "mode", "chunks", "transport", "after"};
+const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",
+                                 "mode", "chunks", "transport", "algorithm", "after"};
 
 // Adds the field path to an error from a reader that does not know it.
 absl::Status AtPath(const absl::Status& status, absl::string_view path) {
@@ -117,6 +117,9 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     } else if (key == "transport") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
       ASSIGN_OR_RETURN(op.transport, WithPath(ParseTransport(name), field));
+    } else if (key == "algorithm") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.algorithm, WithPath(ParseAllReduceAlgorithm(name), field));
     } else if (key == "after") {
       ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
     }

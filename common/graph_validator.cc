@@ -94,9 +94,34 @@ absl::Status CheckOverflow(const OpSpec& op, const std::string& path, DType dtyp
   return absl::OkStatus();
 }
 
+// An all-reduce's algorithm: ps exists only over the copy engines, and ring and
+// tree over the library only where the backend can choose (NCCL).
+absl::Status CheckAlgorithm(const OpSpec& op, const std::string& path, bool library_algorithms) {
+  const std::string field = absl::StrCat(path, ".algorithm");
+  const std::string name = AllReduceAlgorithmName(op.algorithm);
+  if (op.algorithm == AllReduceAlgorithm::kDefault) return absl::OkStatus();
+  if (op.transport == Transport::kDirect) return absl::OkStatus();  // refused below
+  if (op.algorithm == AllReduceAlgorithm::kParameterServer) {
+    if (op.transport == Transport::kNccl) {
+      return Error(field,
+                   "ps is a copy-engine layout (rank 0 pulls and sums, then every rank "
+                   "pulls the sum): transport p2p or auto");
+    }
+    return absl::OkStatus();
+  }
+  if (!library_algorithms && op.transport != Transport::kP2p) {
+    return Error(field, absl::StrCat("this backend's library collectives have no ", name,
+                                     " choice (NCCL's are on the cuda backend): give transport: "
+                                     "p2p for the copy-engine ",
+                                     name));
+  }
+  return absl::OkStatus();
+}
+
 // A collective alone: its rows split over the ranks, serial (nothing to
 // overlap with) over NCCL or copy engines.
-absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int tp) {
+absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int tp,
+                                 bool library_algorithms) {
   const std::string type = OpTypeName(op.type);
   if (op.k != 0) {
     return Error(absl::StrCat(path, ".k"),
@@ -112,6 +137,7 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
                               OverlapModeName(op.mode), ")"));
   }
   if (op.chunks != 0) return Error(absl::StrCat(path, ".chunks"), "only valid for GEMM ops");
+  RETURN_IF_ERROR(CheckAlgorithm(op, path, library_algorithms));
   if (op.transport == Transport::kDirect) {
     return Error(absl::StrCat(path, ".transport"),
                  "direct is only for gemm_rs and gemm_ar (a GEMM's own stores); use nccl, p2p "
@@ -143,8 +169,13 @@ absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp) {
   return absl::OkStatus();
 }
 
-absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
+absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool library_algorithms) {
   const std::string path = absl::StrCat("ops[", index, "]");
+  if (op.algorithm != AllReduceAlgorithm::kDefault && op.type != OpType::kAllReduce) {
+    return Error(absl::StrCat(path, ".algorithm"),
+                 absl::StrCat("only for all_reduce (how it moves its bytes: ring, tree or ps); ",
+                              OpTypeName(op.type), " takes none"));
+  }
   const bool collective = IsCollectiveOnly(op.type);
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"m", op.m}, {"k", op.k}, {"n", op.n}}) {
@@ -161,7 +192,7 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype) {
                  absl::StrCat("none is only for gemm (no collective); ", OpTypeName(op.type),
                               " needs nccl, p2p or auto"));
   }
-  if (collective) return CheckCollectiveOnly(op, path, tp);
+  if (collective) return CheckCollectiveOnly(op, path, tp, library_algorithms);
   const bool split_n = op.type == OpType::kAgGemm;
   const std::pair<const char*, int64_t> split[] = {{"m", op.m},
                                                    {split_n ? "n" : "k", split_n ? op.n : op.k}};
@@ -297,7 +328,7 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
     if (!ids.insert(op.id).second) {
       return Error(id_path, absl::StrCat("duplicate id ", Quoted(op.id)));
     }
-    RETURN_IF_ERROR(CheckOp(op, i, tp, spec.dtype));
+    RETURN_IF_ERROR(CheckOp(op, i, tp, spec.dtype, limits.library_algorithms));
   }
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
   return group;

@@ -14,6 +14,9 @@ namespace overlap {
 struct ValidationLimits {
   int device_count = 0;  // devices the backend has on this node
   int max_iterations = 10000;
+  // Whether the backend's library collectives take an all-reduce algorithm
+  // (NCCL's ring and tree; the host backend's collectives have one).
+  bool library_algorithms = true;
 };
 
 // The resolved device group (empty `devices` = 0..device_count-1); tp is its

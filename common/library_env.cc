@@ -6,7 +6,13 @@ extern char** environ;
 
 namespace overlap {
 
+absl::Mutex& EnvironmentMutex() {
+  static absl::Mutex* const mu = new absl::Mutex;  // never destroyed: threads may outlive main
+  return *mu;
+}
+
 std::map<std::string, std::string> LibraryEnvironment() {
+  absl::ReaderMutexLock lock(&EnvironmentMutex());
   std::map<std::string, std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;

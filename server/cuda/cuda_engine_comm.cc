@@ -109,7 +109,7 @@ absl::Status CudaEngineImpl::RunCollective(
   ASSIGN_OR_RETURN(const bool stand_in, NeedsStandIn(devices, args.channel));
   if (stand_in) return StandInCollective(kind, args.dtype, args.count, ranks);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
-                   comms_->Get(devices, args.channel, CtasFor(args.beside_gemm)));
+                   comms_->Get(devices, args.channel, CtasFor(args.beside_gemm), args.algorithm));
   return RunGroup(
       *group,
       [&](int r) -> absl::Status {

@@ -48,6 +48,7 @@ class CudaEngineImpl final : public CudaEngine {
   int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
   double PreheatMs() const override { return config_.preheat_ms; }
   int RanksPerGpu() const override { return config_.ranks_per_gpu; }
+  bool LibraryAlgorithms() const override { return true; }
   engine::BackendVersions Versions() const override;
   int64_t MemoryInUse(int device) const override;
 

@@ -1,12 +1,17 @@
 #include "server/cuda/nccl_comms.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/library_env.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
@@ -25,11 +30,65 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// NCCL_ALGO's value for a pinned algorithm; empty for NCCL's own choice.
+const char* NcclAlgoValue(engine::LibraryAlgorithm algorithm) {
+  switch (algorithm) {
+    case engine::LibraryAlgorithm::kRing:
+      return "Ring";
+    case engine::LibraryAlgorithm::kTree:
+      return "Tree";
+    case engine::LibraryAlgorithm::kLibraryChoice:
+      break;
+  }
+  return "";
+}
+
+// The NCCL_ALGO entry a pinned communicator initialises under. setenv and
+// unsetenv may move the environment array while another thread's getenv walks
+// it (gRPC's, NCCL's own threads), so the entry is put in once, with putenv,
+// before other threads run, under a name nobody reads ("_CCL_ALGO"). Opening
+// the window writes the value while the name is still wrong, then the first
+// byte: 'N'; closing writes '_' back. Nothing is added or removed after
+// startup. Open and Close are called under EnvironmentMutex() for writing.
+class AlgorithmEnvWindow {
+ public:
+  static AlgorithmEnvWindow& Get() {
+    static AlgorithmEnvWindow* const window = new AlgorithmEnvWindow;  // lives in environ
+    return *window;
+  }
+  // NCCL_ALGO as the daemon was started with; empty when unset.
+  const std::string& users_value() const { return users_value_; }
+  void Open(const char* value) {
+    std::snprintf(entry_ + kNameLength, sizeof(entry_) - kNameLength, "%s", value);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    entry_[0] = 'N';
+  }
+  void Close() {
+    entry_[0] = '_';
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+ private:
+  static constexpr size_t kNameLength = sizeof("NCCL_ALGO=") - 1;
+  AlgorithmEnvWindow() {
+    if (const char* set = std::getenv("NCCL_ALGO")) {
+      users_value_ = set;
+      return;  // it governs every communicator; no window
+    }
+    std::snprintf(entry_, sizeof(entry_), "_CCL_ALGO=");
+    putenv(entry_);
+  }
+  std::string users_value_;
+  char entry_[32] = {};
+};
+
 }  // namespace
 
 std::string NcclGroup::Name() const {
+  const char* algo = NcclAlgoValue(algorithm_);
   return absl::StrCat("channel ", channel_, " on devices [", absl::StrJoin(devices_, ","), "]",
-                      max_ctas_ > 0 ? absl::StrCat(" at most ", max_ctas_, " CTAs") : "");
+                      max_ctas_ > 0 ? absl::StrCat(" at most ", max_ctas_, " CTAs") : "",
+                      *algo != '\0' ? absl::StrCat(" NCCL_ALGO=", algo) : "");
 }
 
 absl::Status NcclGroup::AsyncError() const {
@@ -121,6 +180,11 @@ NcclGroup::~NcclGroup() {
   }
 }
 
+NcclComms::NcclComms(double init_timeout_s, bool nonblocking)
+    : init_timeout_s_(init_timeout_s), nonblocking_(nonblocking) {
+  AlgorithmEnvWindow::Get();
+}
+
 NcclComms::~NcclComms() {
   absl::MutexLock lock(&mu_);
   groups_.clear();
@@ -139,12 +203,20 @@ absl::Status NcclComms::CheckGroup(const std::vector<int>& devices, int channel)
 }
 
 absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>& devices,
-                                                          int channel, int max_ctas) {
+                                                          int channel, int max_ctas,
+                                                          engine::LibraryAlgorithm algorithm) {
   RETURN_IF_ERROR(CheckGroup(devices, channel));
   if (max_ctas < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_ctas must be >= 0, got ", max_ctas));
   }
-  const Key key{devices, channel, max_ctas};
+  const std::string& users = AlgorithmEnvWindow::Get().users_value();
+  if (algorithm != engine::LibraryAlgorithm::kLibraryChoice && !users.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NCCL_ALGO=", users, " is set in overlapd's environment and governs every communicator: ",
+        "an op cannot pin NCCL_ALGO=", NcclAlgoValue(algorithm),
+        " (unset it for the daemon to choose per op)"));
+  }
+  const Key key{devices, channel, max_ctas, algorithm};
   {
     absl::MutexLock lock(&mu_);
     auto it = groups_.find(key);
@@ -152,18 +224,39 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Get(const std::vector<int>
   }
   // Only the thread that owns these devices creates their group, so no other
   // thread races to insert the same key.
-  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, Create(devices, channel, max_ctas));
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group, Create(devices, channel, max_ctas, algorithm));
   absl::MutexLock lock(&mu_);
   return groups_.emplace(key, std::move(group)).first->second;
 }
 
 absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<int>& devices,
-                                                             int channel, int max_ctas) {
+                                                             int channel, int max_ctas,
+                                                             engine::LibraryAlgorithm algorithm) {
+  // A pinned group holds the environment for writing until its init is done,
+  // so no other communicator initialises while NCCL_ALGO is set; the others
+  // only read it, and may initialise at once.
+  const char* algo = NcclAlgoValue(algorithm);
+  const bool pinned = *algo != '\0';
+  absl::Mutex& env = EnvironmentMutex();
+  if (pinned) {
+    env.WriterLock();
+    AlgorithmEnvWindow::Get().Open(algo);
+  } else {
+    env.ReaderLock();
+  }
+  absl::Cleanup release = [&] {
+    if (pinned) {
+      AlgorithmEnvWindow::Get().Close();
+      env.WriterUnlock();
+    } else {
+      env.ReaderUnlock();
+    }
+  };
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
   const std::string name =
       absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."),
-                   max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "");
+                   max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "", pinned ? "-" : "", algo);
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const int nranks = static_cast<int>(devices.size());
   NCCL_RETURN_IF_ERROR(ncclGroupStart());
@@ -189,7 +282,7 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   if (init_status.ok() && end != ncclSuccess && end != ncclInProgress) {
     init_status = NcclErrorToStatus(end, "ncclGroupEnd", __FILE__, __LINE__);
   }
-  auto group = std::make_shared<NcclGroup>(devices, channel, max_ctas, comms);
+  auto group = std::make_shared<NcclGroup>(devices, channel, max_ctas, algorithm, comms);
   if (init_status.ok()) {
     for (ncclComm_t comm : comms) {
       if (comm == nullptr) init_status = absl::InternalError("ncclCommInitRankConfig gave no comm");
@@ -225,7 +318,7 @@ std::vector<std::string> NcclComms::AbortTouching(const std::vector<int>& device
   {
     absl::MutexLock lock(&mu_);
     for (const auto& group : dropped) {
-      groups_.erase(Key{group->devices(), group->channel(), group->max_ctas()});
+      groups_.erase(Key{group->devices(), group->channel(), group->max_ctas(), group->algorithm()});
     }
   }
   std::vector<std::string> names;

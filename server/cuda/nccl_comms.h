@@ -11,6 +11,11 @@
 // did launch each collective ~85 us sooner: docs/PERFORMANCE.md).
 // An aborted group is dropped from the cache and rebuilt on next use.
 //
+// A group may pin NCCL's algorithm (ring or tree). NCCL reads NCCL_ALGO only
+// while a communicator initialises and has no per-communicator setting
+// (ncclConfig_t), so such a group is initialised with NCCL_ALGO in the
+// environment, and only it: see AlgorithmEnvWindow in nccl_comms.cc.
+//
 // Thread safety: all methods may be called concurrently; the cache mutex is held
 // only for look-ups, never across NCCL calls. A Group is shared_ptr-owned, so a
 // caller keeps using it even while another thread drops it from the cache.
@@ -28,15 +33,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/engine/engine.h"
 
 namespace overlap::cuda {
 
 class NcclGroup {
  public:
-  NcclGroup(std::vector<int> devices, int channel, int max_ctas, std::vector<ncclComm_t> comms)
+  NcclGroup(std::vector<int> devices, int channel, int max_ctas, engine::LibraryAlgorithm algorithm,
+            std::vector<ncclComm_t> comms)
       : devices_(std::move(devices)),
         channel_(channel),
         max_ctas_(max_ctas),
+        algorithm_(algorithm),
         comms_(std::move(comms)) {}
   ~NcclGroup();  // finalize + destroy (abort when that fails); no-op after Abort
   NcclGroup(const NcclGroup&) = delete;
@@ -45,9 +53,11 @@ class NcclGroup {
   const std::vector<int>& devices() const { return devices_; }
   int channel() const { return channel_; }
   int max_ctas() const { return max_ctas_; }  // 0 = NCCL's own choice
+  engine::LibraryAlgorithm algorithm() const { return algorithm_; }
   ncclComm_t comm(int rank) const { return comms_[rank]; }
   int size() const { return static_cast<int>(comms_.size()); }
-  std::string Name() const;  // "channel C on devices [a,b]" (+ " at most N CTAs")
+  // "channel C on devices [a,b]" (+ " at most N CTAs", " NCCL_ALGO=Tree")
+  std::string Name() const;
 
   // Polls until no rank has an operation in progress. The first async error
   // becomes the status; DEADLINE_EXCEEDED after timeout_s.
@@ -60,22 +70,27 @@ class NcclGroup {
   const std::vector<int> devices_;
   const int channel_;
   const int max_ctas_;
+  const engine::LibraryAlgorithm algorithm_;
   std::vector<ncclComm_t> comms_;
   bool aborted_ = false;
 };
 
 class NcclComms {
  public:
-  NcclComms(double init_timeout_s, bool nonblocking)
-      : init_timeout_s_(init_timeout_s), nonblocking_(nonblocking) {}
+  // Call before other threads run: the first one puts the (parked) NCCL_ALGO
+  // entry into the environment.
+  NcclComms(double init_timeout_s, bool nonblocking);
   ~NcclComms();
 
   // The cached group, or a new one (INVALID_ARGUMENT for an empty or repeating
   // device list; the NCCL error of a failed init otherwise). With `max_ctas` > 0
   // its kernels use at most that many CTAs (ncclConfig_t.maxCTAs): a separate
-  // communicator from the unlimited one of the same devices and channel.
-  absl::StatusOr<std::shared_ptr<NcclGroup>> Get(const std::vector<int>& devices, int channel,
-                                                 int max_ctas = 0);
+  // communicator from the unlimited one of the same devices and channel; so is
+  // one pinned to an `algorithm` (FAILED_PRECONDITION when the daemon's own
+  // environment sets NCCL_ALGO, which then governs every communicator).
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Get(
+      const std::vector<int>& devices, int channel, int max_ctas = 0,
+      engine::LibraryAlgorithm algorithm = engine::LibraryAlgorithm::kLibraryChoice);
   // What Get refuses of a group: no devices, a repeated device, a negative channel.
   static absl::Status CheckGroup(const std::vector<int>& devices, int channel);
   // Every cached group that includes any of `devices`.
@@ -84,9 +99,11 @@ class NcclComms {
   std::vector<std::string> AbortTouching(const std::vector<int>& devices);
 
  private:
-  using Key = std::tuple<std::vector<int>, int, int>;  // devices, channel, max_ctas
+  // devices, channel, max_ctas, algorithm
+  using Key = std::tuple<std::vector<int>, int, int, engine::LibraryAlgorithm>;
   absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel,
-                                                    int max_ctas);
+                                                    int max_ctas,
+                                                    engine::LibraryAlgorithm algorithm);
 
   const double init_timeout_s_;
   const bool nonblocking_;

@@ -88,6 +88,10 @@ struct RankBuffers {
   BufferRef recv;
 };
 
+// The algorithm of a library collective: the library's own choice per size,
+// or one pinned for the communicator (NCCL_ALGO). Only all-reduces pin one.
+enum class LibraryAlgorithm { kLibraryChoice, kRing, kTree };
+
 // Collectives in rank order (ranks[i] is rank i). `count` is in elements:
 // AllGather: sent per rank; ReduceScatter: received per rank; AllReduce: total.
 struct CollectiveArgs {
@@ -97,6 +101,9 @@ struct CollectiveArgs {
   // Runs beside GEMMs (on a comm stream): the backend may cap the SMs its
   // kernels take (CollectiveSmBudget).
   bool beside_gemm = false;
+  // Anything but kLibraryChoice needs LibraryAlgorithms(); a backend without it
+  // answers UNIMPLEMENTED.
+  LibraryAlgorithm algorithm = LibraryAlgorithm::kLibraryChoice;
   std::vector<RankBuffers> ranks;
 };
 
@@ -153,6 +160,9 @@ class Engine {
   // Ranks each GPU hosts (config ranks_per_gpu): above 1, devices are ranks
   // that share GPUs, good for checking schedules but not for timing them.
   virtual int RanksPerGpu() const { return 1; }
+  // Whether library collectives take CollectiveArgs::algorithm (NCCL does; the
+  // host backend's collectives have one way to move their bytes).
+  virtual bool LibraryAlgorithms() const { return false; }
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).

@@ -14,6 +14,7 @@ absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, int max_itera
   spec->devices.assign(job.devices().begin(), job.devices().end());
   ValidationLimits limits;
   limits.device_count = engine.DeviceCount();
+  limits.library_algorithms = engine.LibraryAlgorithms();
   limits.max_iterations = max_iterations;
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
   if (!devices.ok()) {

@@ -22,7 +22,7 @@ absl::Status EnqueueCollectiveOnly(OpContext& ctx, const Schedule& s) {
       dst.push_back(ctx.rank(r).y);
     }
     return AllReduceRowsInto(ctx, s.transport, On::kCompute, src, dst, 0, sh.y_rows, sh.y_cols,
-                             /*tag=*/0);
+                             /*tag=*/0, s.algorithm);
   }
   std::vector<engine::BufferRef> src, dst;
   for (int r = 0; r < tp; ++r) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/ops/all_reduce_p2p.h"
 
 namespace overlap::ops {
 
@@ -148,7 +150,7 @@ absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
 absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
                                const std::vector<engine::BufferId>& src,
                                const std::vector<engine::BufferId>& dst, int64_t row, int64_t rows,
-                               int64_t cols, int tag) {
+                               int64_t cols, int tag, AllReduceAlgorithm algorithm) {
   const int tp = ctx.tp();
   if (rows == 0) return absl::OkStatus();
   if (tp == 1) {
@@ -157,13 +159,40 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
     return ctx.engine().PeerCopy(StreamOf(ctx, 0, on), ctx.Rows(dst[0], row, rows, cols), device,
                                  ctx.Rows(src[0], row, rows, cols), device);
   }
+  if (algorithm != AllReduceAlgorithm::kDefault && src == dst) {
+    return absl::InternalError(
+        absl::StrCat("all-reduce ", AllReduceAlgorithmName(algorithm), " runs out of place only"));
+  }
   if (transport == Transport::kNccl) {
     std::vector<BufferRef> send, recv;
     for (int r = 0; r < tp; ++r) {
       send.push_back(ctx.Rows(src[r], row, rows, cols));
       recv.push_back(ctx.Rows(dst[r], row, rows, cols));
     }
-    return ctx.engine().AllReduce(Args(ctx, on, rows * cols, send, recv));
+    engine::CollectiveArgs args = Args(ctx, on, rows * cols, send, recv);
+    switch (algorithm) {
+      case AllReduceAlgorithm::kDefault:
+        break;
+      case AllReduceAlgorithm::kRing:
+        args.algorithm = engine::LibraryAlgorithm::kRing;
+        break;
+      case AllReduceAlgorithm::kTree:
+        args.algorithm = engine::LibraryAlgorithm::kTree;
+        break;
+      case AllReduceAlgorithm::kParameterServer:
+        return absl::InvalidArgumentError("all-reduce ps is a copy-engine layout: transport p2p");
+    }
+    return ctx.engine().AllReduce(args);
+  }
+  switch (algorithm) {
+    case AllReduceAlgorithm::kDefault:
+      break;  // direct, below
+    case AllReduceAlgorithm::kRing:
+      return AllReduceRingP2p(ctx, on, src, dst, row, rows, cols, tag);
+    case AllReduceAlgorithm::kTree:
+      return AllReduceTreeP2p(ctx, on, src, dst, row, rows, cols, tag);
+    case AllReduceAlgorithm::kParameterServer:
+      return AllReduceParameterServerP2p(ctx, on, src, dst, row, rows, cols, tag);
   }
   // Two phases: reduce part r of the rows on rank r, then every rank pulls the
   // reduced parts of its peers. Parts are ceil(rows / tp) rows, the last shorter.

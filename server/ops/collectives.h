@@ -50,10 +50,13 @@ absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
                            int64_t rows, int64_t cols, int tag);
 // Out of place: those rows of dst[r] become the sum over ranks of the same rows
 // of src[q] (src == dst is the in-place AllReduceRows). src is only read.
+// `algorithm` other than kDefault (all_reduce ops) pins NCCL's (ring, tree) or
+// picks a copy-engine layout (all_reduce_p2p.h); those run out of place only.
 absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
                                const std::vector<engine::BufferId>& src,
                                const std::vector<engine::BufferId>& dst, int64_t row, int64_t rows,
-                               int64_t cols, int tag);
+                               int64_t cols, int tag,
+                               AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault);
 
 // One point-to-point step: transfer i copies src[i] of rank from[i] into dst[i]
 // of rank to[i]. NCCL: a send/recv group on both ranks' comm streams; p2p: the

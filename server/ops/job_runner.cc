@@ -57,6 +57,9 @@ TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, in
   key.tp = tp;
   key.requested =
       absl::StrCat(OverlapModeName(op.mode), "/", op.chunks, "/", TransportName(op.transport));
+  if (op.algorithm != AllReduceAlgorithm::kDefault) {
+    absl::StrAppend(&key.requested, "/", AllReduceAlgorithmName(op.algorithm));
+  }
   key.environment = TuningEnvironment(engine, first_device);
   return key;
 }
@@ -265,6 +268,9 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   res.set_requested_mode(OverlapModeName(op.mode));
   res.set_transport(TransportName(schedule.transport));
   res.set_chunks(schedule.chunks);
+  if (schedule.algorithm != AllReduceAlgorithm::kDefault) {
+    res.set_algorithm(AllReduceAlgorithmName(schedule.algorithm));
+  }
   res.set_m(op.m);
   res.set_k(op.k);
   res.set_n(op.n);

@@ -32,7 +32,7 @@ constexpr int kBucketSeedBase = 1 << 20;
 // A bucket's rows: long enough for whole cache lines, padded to whole rows per rank.
 constexpr int64_t kBucketRowElements = 1024;
 
-// Merges runs of deferred all-reduces over one transport, each at most
+// Merges runs of deferred all-reduces over one transport and algorithm, each at most
 // `cap_bytes`, into buckets of at most `cap_bytes`: one all-reduce of their
 // elements (padded to whole rows), where the last of them ran. A bucket of
 // one stays that op. An op that waits on a member of the bucket being filled
@@ -67,6 +67,7 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
       b.op.m = (rows + tp - 1) / tp * tp;
       b.op.mode = OverlapMode::kSerial;
       b.op.transport = b.schedule.transport;
+      b.op.algorithm = b.schedule.algorithm;
       out.push_back(std::move(b));
     }
     open.clear();
@@ -88,7 +89,8 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
     }
     const int64_t bytes = m.op.m * m.op.n * es;
     if (!open.empty() &&
-        (open_bytes + bytes > cap_bytes || open[0].schedule.transport != m.schedule.transport)) {
+        (open_bytes + bytes > cap_bytes || open[0].schedule.transport != m.schedule.transport ||
+         open[0].schedule.algorithm != m.schedule.algorithm)) {
       close();
     }
     open_bytes += bytes;
@@ -101,7 +103,11 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
 absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
   ASSIGN_OR_RETURN(OverlapMode mode, ParseOverlapMode(r.mode()));
   ASSIGN_OR_RETURN(Transport transport, ParseTransport(r.transport()));
-  return Schedule{mode, std::max(1, r.chunks()), transport};
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;
+  if (!r.algorithm().empty()) {
+    ASSIGN_OR_RETURN(algorithm, ParseAllReduceAlgorithm(r.algorithm()));
+  }
+  return Schedule{mode, std::max(1, r.chunks()), transport, algorithm};
 }
 
 // The main streams wait for the deferred ops that join before `id` ("" = the end).

@@ -14,6 +14,9 @@ std::string Schedule::Name() const {
     absl::StrAppend(&name, "/", chunks);
   }
   absl::StrAppend(&name, "/", TransportName(transport));
+  if (algorithm != AllReduceAlgorithm::kDefault) {
+    absl::StrAppend(&name, "/", AllReduceAlgorithmName(algorithm));
+  }
   return name;
 }
 
@@ -63,6 +66,7 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
 
 std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   if (IsGemmOnly(op.type)) return {Schedule{OverlapMode::kSerial, 1, Transport::kNone}};
+  // One rank moves nothing, whatever the algorithm.
   if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
   std::vector<Transport> transports;
   if (op.transport == Transport::kAuto) {
@@ -74,10 +78,15 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
     transports = {op.transport};
   }
   // A collective alone has nothing to overlap: only its transport is a choice.
+  // An all_reduce's algorithm narrows the transports to those that have it.
   if (IsCollectiveOnly(op.type)) {
     std::vector<Schedule> out;
-    for (Transport transport : transports)
-      out.push_back(Schedule{OverlapMode::kSerial, 1, transport});
+    for (Transport transport : transports) {
+      if (op.algorithm == AllReduceAlgorithm::kParameterServer && transport != Transport::kP2p) {
+        continue;
+      }
+      out.push_back(Schedule{OverlapMode::kSerial, 1, transport, op.algorithm});
+    }
     return out;
   }
   std::vector<OverlapMode> modes;

@@ -13,10 +13,14 @@ struct Schedule {
   OverlapMode mode = OverlapMode::kSerial;  // never kAuto here: auto resolves to one of these
   int chunks = 1;                           // pieces, chunked and ring only
   Transport transport = Transport::kNccl;   // never kAuto here
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;  // all_reduce only
 
-  std::string Name() const;  // e.g. "chunked/4/p2p"; "serial" for a GEMM alone
+  // e.g. "chunked/4/p2p"; "serial" for a GEMM alone; "serial/nccl/tree" for an
+  // all_reduce with an algorithm.
+  std::string Name() const;
   bool operator==(const Schedule& other) const {
-    return mode == other.mode && chunks == other.chunks && transport == other.transport;
+    return mode == other.mode && chunks == other.chunks && transport == other.transport &&
+           algorithm == other.algorithm;
   }
 };
 

@@ -73,6 +73,7 @@ class TimelineEngine final : public engine::Engine {
   int CollectiveSmBudget() const override { return inner_.CollectiveSmBudget(); }
   double PreheatMs() const override { return inner_.PreheatMs(); }
   int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
+  bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
   engine::StreamId GetStream(int device, engine::StreamRole role, int index = 0) override {
     return inner_.GetStream(device, role, index);
   }

@@ -17,11 +17,15 @@ constexpr char kSchema[] =
     "m INTEGER NOT NULL, k INTEGER NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL, "
     "tp INTEGER NOT NULL, requested TEXT NOT NULL, environment TEXT NOT NULL, "
     "mode TEXT NOT NULL, chunks INTEGER NOT NULL, transport TEXT NOT NULL, "
-    "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL)";
+    "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL, algorithm TEXT NOT NULL DEFAULT '')";
+// Tables made before all_reduce algorithms lack the column; their rows keep
+// the default algorithm.
+constexpr char kAddAlgorithm[] =
+    "ALTER TABLE tuned_schedules ADD COLUMN algorithm TEXT NOT NULL DEFAULT ''";
 
 constexpr char kColumns[] =
     "key, op_type, m, k, n, dtype, tp, requested, environment, mode, chunks, transport, step_ms, "
-    "tuned_unix_ms";
+    "tuned_unix_ms, algorithm";
 
 std::string Text(sqlite3_stmt* stmt, int column) {
   const unsigned char* text = sqlite3_column_text(stmt, column);
@@ -41,14 +45,27 @@ std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
   e.key.environment = Text(stmt, 8);
   auto mode = ParseOverlapMode(Text(stmt, 9));
   auto transport = ParseTransport(Text(stmt, 11));
-  if (!mode.ok() || !transport.ok() || *mode == OverlapMode::kAuto ||
+  const std::string algorithm_name = Text(stmt, 14);
+  auto algorithm = algorithm_name.empty() ? AllReduceAlgorithm::kDefault
+                                          : ParseAllReduceAlgorithm(algorithm_name);
+  if (!mode.ok() || !transport.ok() || !algorithm.ok() || *mode == OverlapMode::kAuto ||
       *transport == Transport::kAuto) {
     return std::nullopt;
   }
-  e.choice.schedule = Schedule{*mode, sqlite3_column_int(stmt, 10), *transport};
+  e.choice.schedule = Schedule{*mode, sqlite3_column_int(stmt, 10), *transport, *algorithm};
   e.choice.step_ms = sqlite3_column_double(stmt, 12);
   e.tuned_unix_ms = sqlite3_column_int64(stmt, 13);
   return e;
+}
+
+// Whether the table has the column, without writing anything (a database on a
+// full disk still opens).
+bool HasAlgorithmColumn(sqlite3* db) {
+  sqlite3_stmt* stmt = nullptr;
+  const bool has = sqlite3_prepare_v2(db, "SELECT algorithm FROM tuned_schedules LIMIT 0", -1,
+                                      &stmt, nullptr) == SQLITE_OK;
+  sqlite3_finalize(stmt);
+  return has;
 }
 
 bool Matches(const TunedEntry& e, const TuningFilter& f) {
@@ -75,7 +92,11 @@ absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string
   }
   sqlite3_busy_timeout(db, 5000);
   char* err = nullptr;
-  if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
+  bool ok = sqlite3_exec(db, kSchema, nullptr, nullptr, &err) == SQLITE_OK;
+  if (ok && !HasAlgorithmColumn(db)) {
+    ok = sqlite3_exec(db, kAddAlgorithm, nullptr, nullptr, &err) == SQLITE_OK;
+  }
+  if (!ok) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
     sqlite3_close(db);
@@ -105,7 +126,7 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* stmt = nullptr;
   const std::string sql = absl::StrCat("INSERT OR REPLACE INTO tuned_schedules (", kColumns,
-                                       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                                       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
     return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
   }
@@ -127,6 +148,10 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   sqlite3_bind_text(stmt, 12, transport.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt, 13, choice.step_ms);
   sqlite3_bind_int64(stmt, 14, tuned_unix_ms);
+  const std::string algorithm = choice.schedule.algorithm == AllReduceAlgorithm::kDefault
+                                    ? ""
+                                    : AllReduceAlgorithmName(choice.schedule.algorithm);
+  sqlite3_bind_text(stmt, 15, algorithm.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(stmt) != SQLITE_DONE) {
     return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
   }

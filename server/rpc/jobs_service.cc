@@ -49,6 +49,7 @@ absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
   if (!spec.ok()) return spec.status();
   ValidationLimits limits;
   limits.device_count = engine_.DeviceCount();
+  limits.library_algorithms = engine_.LibraryAlgorithms();
   limits.max_iterations = options_.max_iterations;
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
   if (!devices.ok()) return devices.status();

@@ -46,6 +46,10 @@ absl::Status HostEngine::AllReduce(const CollectiveArgs& args) {
 absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& args) {
   const char* op = KindName(static_cast<int>(kind));
   RETURN_IF_ERROR(CheckChannel(args.channel, op));
+  if (args.algorithm != LibraryAlgorithm::kLibraryChoice) {
+    return absl::UnimplementedError(absl::StrCat(
+        op, ": the host backend's collectives have one algorithm (ring and tree are NCCL's)"));
+  }
   const size_t n = args.ranks.size();
   if (n == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": no ranks"));
   const size_t es = DTypeSize(args.dtype);
