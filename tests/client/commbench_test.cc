@@ -40,6 +40,47 @@ TEST(CommBenchSpecTest, EverySizeOnEveryTransportAsAValidJob) {
 
 // Sizes that the group cannot split evenly round down to whole rows per rank;
 // tiny ones shorten the rows instead.
+// --algorithms adds all_reduce ops pinned to each layout on every transport
+// that has it, beside the transports' own; the other collectives get none.
+TEST(CommBenchSpecTest, AlgorithmsAddPinnedAllReduces) {
+  CommBenchOptions o;
+  o.collectives = {"all_reduce", "all_gather"};
+  o.algorithms = {"ring", "ps"};
+  o.min_bytes = o.max_bytes = 1 << 20;
+  EXPECT_EQ(CommBenchVariants(o),
+            (std::vector<std::string>{"nccl", "nccl/ring", "p2p", "p2p/ring", "p2p/ps"}));
+  auto spec = ParseJobSpec(BuildCommBenchSpec(o, 4));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ValidationLimits limits;
+  limits.device_count = 4;
+  ASSERT_TRUE(ValidateJobSpec(*spec, limits).ok());
+  std::vector<std::string> ids;
+  for (const OpSpec& op : spec->ops) ids.push_back(op.id);
+  EXPECT_EQ(ids,
+            (std::vector<std::string>{"ar-1048576-nccl", "ar-1048576-nccl-ring", "ar-1048576-p2p",
+                                      "ar-1048576-p2p-ring", "ar-1048576-p2p-ps", "ag-1048576-nccl",
+                                      "ag-1048576-p2p"}));
+  EXPECT_EQ(spec->ops[1].algorithm, AllReduceAlgorithm::kRing);
+  EXPECT_EQ(spec->ops[1].transport, Transport::kNccl);
+  EXPECT_EQ(spec->ops[4].algorithm, AllReduceAlgorithm::kParameterServer);
+  EXPECT_EQ(spec->ops[2].algorithm, AllReduceAlgorithm::kDefault);
+  // Where the library cannot pin one (the host backend), only p2p gets them.
+  o.library_algorithms = false;
+  EXPECT_EQ(CommBenchVariants(o), (std::vector<std::string>{"nccl", "p2p", "p2p/ring", "p2p/ps"}));
+}
+
+// Bytes into the busiest GPU, in units of the buffer: ring and direct stay
+// under 2 whatever the group, the server grows with it.
+TEST(CommBenchSpecTest, BusiestGpuFactors) {
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("ring", 2), 1.0);
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("direct", 8), 1.75);
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("ps", 8), 7.0);
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("tree", 2), 1.0);  // root and one leaf
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("tree", 4), 2.0);  // root: two children
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("tree", 5), 3.0);  // rank 1: two children, a parent
+  EXPECT_DOUBLE_EQ(AllReduceBusiestGpuFactor("ring", 1), 0.0);
+}
+
 TEST(CommBenchSpecTest, ShapesFitTheGroup) {
   CommBenchOptions o;
   o.collectives = {"all_gather"};
@@ -78,6 +119,20 @@ TEST(CommBenchOptionsTest, RefusesWhatCannotRun) {
           "need 0 < min <= max");
   refused([](CommBenchOptions& o) { o.factor = 1; }, "--factor: must be at least 2");
   refused([](CommBenchOptions& o) { o.dtype = "fp8"; }, "--dtype: unknown dtype");
+  refused([](CommBenchOptions& o) { o.algorithms = {"butterfly"}; },
+          "--algorithms: unknown algorithm \"butterfly\" (ring, tree, ps)");
+  refused(
+      [](CommBenchOptions& o) {
+        o.algorithms = {"ps"};
+        o.transports = {"nccl"};
+      },
+      "ps (parameter server) runs over the copy engines: add p2p to --transports");
+  refused(
+      [](CommBenchOptions& o) {
+        o.algorithms = {"tree"};
+        o.collectives = {"all_gather"};
+      },
+      "--algorithms: only all_reduce has them");
 }
 
 v1::OpResult Result(const std::string& type, int64_t m, int64_t n, const std::string& transport,
@@ -127,6 +182,31 @@ TEST(CommBenchFoldTest, RowsPerCollectiveAndSizeWithTheFasterTransport) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("ranks share GPUs")));
   EXPECT_THAT(FormatCommBench(rows, {"nccl", "p2p"}, 2, "bf16", /*ranks_per_gpu=*/2),
               HasSubstr("copies stand in for NCCL between them"));
+}
+
+// Algorithm columns fill from results that name their algorithm, and the
+// busiest GPU's share of the bytes is printed for the copy-engine layouts.
+TEST(CommBenchFoldTest, AlgorithmColumnsAndTheBusiestGpu) {
+  v1::Job job;
+  v1::JobResult* r = job.mutable_result();
+  *r->add_ops() = Result("all_reduce", 512, 1024, "p2p", 0.100, 20, 1e-3);
+  v1::OpResult tree = Result("all_reduce", 512, 1024, "p2p", 0.150, 13, 1e-3);
+  tree.set_algorithm("tree");
+  *r->add_ops() = tree;
+  v1::OpResult ps = Result("all_reduce", 512, 1024, "p2p", 0.300, 7, 1e-3);
+  ps.set_algorithm("ps");
+  *r->add_ops() = ps;
+  const std::vector<CommBenchRow> rows = FoldCommBench(job);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].by_transport.at("p2p/tree").ms, 0.150);
+  EXPECT_DOUBLE_EQ(rows[0].by_transport.at("p2p/ps").ms, 0.300);
+  const std::string text = FormatCommBench(rows, {"p2p", "p2p/tree", "p2p/ps"}, 8, "bf16");
+  EXPECT_THAT(text, HasSubstr("p2p/tree ms"));
+  EXPECT_THAT(text, HasSubstr("p2p 1.50x"));
+  EXPECT_THAT(text, HasSubstr("all_reduce bytes into the busiest GPU, per byte of buffer, at 8 "
+                              "ranks: p2p 1.75 (direct), p2p/tree 3.00, p2p/ps 7.00"));
+  EXPECT_THAT(FormatCommBench(rows, {"nccl", "p2p"}, 8, "bf16"),
+              ::testing::Not(HasSubstr("busiest GPU")));
 }
 
 // One rank moves nothing between GPUs: no bus bandwidth to name as best, and

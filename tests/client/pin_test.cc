@@ -75,6 +75,20 @@ TEST(PinTest, EveryOpGetsTheScheduleItRan) {
   EXPECT_EQ(spec->ops[2].transport, Transport::kNone);
   EXPECT_EQ(spec->ops[3].mode, OverlapMode::kSerial);
   EXPECT_EQ(spec->ops[3].transport, Transport::kNccl);
+  EXPECT_EQ(spec->ops[3].algorithm, AllReduceAlgorithm::kDefault);
+}
+
+TEST(PinTest, AnAllReducesAlgorithmIsPinned) {
+  v1::Job job = Finished(kGraph);
+  v1::OpResult grads = Ran("grads", "serial", 1, "p2p");
+  grads.set_algorithm("ring");
+  *job.mutable_result()->add_ops() = grads;
+  auto pinned = PinnedGraph(job);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  auto spec = ParseJobSpec(*pinned, "pinned.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << *pinned;
+  EXPECT_EQ(spec->ops[3].transport, Transport::kP2p);
+  EXPECT_EQ(spec->ops[3].algorithm, AllReduceAlgorithm::kRing);
 }
 
 TEST(PinTest, OpsThatNeverRanStayAsWrittenAndAreNamed) {

@@ -139,6 +139,9 @@ TEST(ReportTest, OpsAloneDashWhatDoesNotApply) {
   for (const std::string& line : lines) {
     EXPECT_EQ(line.rfind("wgrad: auto chose", 0), std::string::npos) << line;
   }
+  // An all_reduce that pinned an algorithm names it beside the transport.
+  job.mutable_result()->mutable_ops(job.result().ops_size() - 1)->set_algorithm("tree");
+  EXPECT_THAT(FormatReport(job), ::testing::ContainsRegex("grads +all_reduce .* nccl/tree +0.500"));
 }
 
 // Ops for which auto had one schedule (one GPU) share one line instead of a

@@ -163,6 +163,20 @@ TEST(GraphParserTest, CollectiveAloneTakesNoK) {
   EXPECT_EQ(spec->ops[0].transport, Transport::kP2p);
 }
 
+TEST(GraphParserTest, AllReduceTakesAnAlgorithm) {
+  auto spec = ParseJobSpec(
+      "ops: [{id: grads, type: all_reduce, m: 4096, n: 8192, transport: p2p, algorithm: tree},\n"
+      "      {id: sum, type: all_reduce, m: 64, n: 8}]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ops[0].algorithm, AllReduceAlgorithm::kTree);
+  EXPECT_EQ(spec->ops[1].algorithm, AllReduceAlgorithm::kDefault);
+  auto bad = ParseJobSpec("ops: [{id: g, type: all_reduce, m: 64, n: 8, algorithm: butterfly}]\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("ops[0].algorithm: unknown algorithm \"butterfly\" (expected default, "
+                        "ring, tree, ps)"));
+}
+
 struct ErrorCase {
   const char* text;
   const char* message;

@@ -264,6 +264,39 @@ TEST(GraphValidatorTest, CollectiveAloneRules) {
   ExpectInvalid(bad, "ops[2].n: must be positive (got 0)");
 }
 
+// An all_reduce's algorithm: only all_reduce takes one; ps only over the copy
+// engines; ring and tree over the library only where the backend can pin them.
+TEST(GraphValidatorTest, AllReduceAlgorithmRules) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops.push_back(MakeOp("grads", OpType::kAllReduce, 4096, 0, 8192, {"fc2"}));
+  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
+                               AllReduceAlgorithm::kParameterServer}) {
+    spec.ops[2].algorithm = a;
+    EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok()) << AllReduceAlgorithmName(a);
+  }
+  JobSpec bad = spec;
+  bad.ops[1].algorithm = AllReduceAlgorithm::kRing;
+  ExpectInvalid(bad,
+                "ops[1].algorithm: only for all_reduce (how it moves its bytes: ring, tree "
+                "or ps); gemm_rs takes none");
+  bad = spec;
+  bad.ops[2].transport = Transport::kNccl;
+  ExpectInvalid(bad, "ops[2].algorithm: ps is a copy-engine layout");
+
+  ValidationLimits host = TwoDevices();
+  host.library_algorithms = false;
+  spec.ops[2].algorithm = AllReduceAlgorithm::kTree;
+  ExpectInvalid(spec, "ops[2].algorithm: this backend's library collectives have no tree choice",
+                host);
+  spec.ops[2].transport = Transport::kNccl;
+  ExpectInvalid(spec, "give transport: p2p for the copy-engine tree", host);
+  spec.ops[2].transport = Transport::kP2p;
+  EXPECT_TRUE(ValidateJobSpec(spec, host).ok());
+  spec.ops[2].transport = Transport::kAuto;
+  spec.ops[2].algorithm = AllReduceAlgorithm::kParameterServer;
+  EXPECT_TRUE(ValidateJobSpec(spec, host).ok());  // auto narrows ps to p2p
+}
+
 // A GEMM alone: columns split over the ranks, serial or auto, no chunks, and
 // transport none (or auto); no other op takes transport none.
 TEST(GraphValidatorTest, GemmAloneRules) {
@@ -446,6 +479,12 @@ TEST(GraphEnumsTest, NamesRoundTrip) {
                       Transport::kNone}) {
     EXPECT_EQ(*ParseTransport(TransportName(t)), t);
   }
+  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing,
+                               AllReduceAlgorithm::kTree, AllReduceAlgorithm::kParameterServer}) {
+    EXPECT_EQ(*ParseAllReduceAlgorithm(AllReduceAlgorithmName(a)), a);
+  }
+  EXPECT_EQ(AllReduceAlgorithmName(AllReduceAlgorithm::kParameterServer), "ps");
+  EXPECT_FALSE(ParseAllReduceAlgorithm("Ring").ok());
   EXPECT_EQ(TransportName(Transport::kDirect), "direct");
   EXPECT_EQ(OpTypeName(OpType::kGemmRs), "gemm_rs");
   EXPECT_EQ(OverlapModeName(OverlapMode::kChunked), "chunked");

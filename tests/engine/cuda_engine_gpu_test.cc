@@ -666,6 +666,50 @@ TEST_F(CudaEngineTest, ReduceScatterAndAllReduceSumExactly) {
   }
 }
 
+// An all-reduce pinned to NCCL's ring or tree (a communicator of its own, made
+// with NCCL_ALGO set for its init only) sums like NCCL's own choice, and leaves
+// NCCL_ALGO unset for everything else. On one GPU it still makes the pinned
+// communicator (of one rank); run with NCCL_DEBUG=INFO to see NCCL read it.
+TEST_F(CudaEngineTest, AllReducePinnedToRingOrTreeSumsExactly) {
+  ASSERT_TRUE(eng().LibraryAlgorithms());
+  ASSERT_EQ(std::getenv("NCCL_ALGO"), nullptr) << "run without NCCL_ALGO set";
+  const int n = eng().DeviceCount();
+  const size_t count = 4099;
+  const DType dtype = DType::kBF16;
+  const size_t bytes = count * DTypeSize(dtype);
+  std::vector<float> total(count, 0.0f);
+  engine::CollectiveArgs ar;
+  ar.dtype = dtype;
+  ar.count = count;
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> values = IntPattern(count, r);
+    for (size_t i = 0; i < count; ++i) total[i] += values[i];
+    const BufferId send = Alloc(r, bytes);
+    ASSERT_TRUE(eng().CopyFromHost({send, 0, bytes}, r, Encode(values, dtype).data()).ok());
+    engine::RankBuffers rank;
+    rank.device = r;
+    rank.stream = eng().GetStream(r, StreamRole::kComm, 0);
+    rank.send = {send, 0, bytes};
+    rank.recv = {Alloc(r, bytes), 0, bytes};
+    ar.ranks.push_back(rank);
+  }
+  for (engine::LibraryAlgorithm algorithm :
+       {engine::LibraryAlgorithm::kRing, engine::LibraryAlgorithm::kTree}) {
+    ar.algorithm = algorithm;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(eng().FillConstant(ar.ranks[r].stream, ar.ranks[r].recv, dtype, NAN).ok());
+    }
+    const absl::Status status = eng().AllReduce(ar);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(eng().Synchronize(AllDevices(n)).ok());
+    EXPECT_EQ(std::getenv("NCCL_ALGO"), nullptr) << "the init window must close";
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(Download(ar.ranks[r].recv.buffer, bytes, r), Encode(total, dtype))
+          << "rank " << r << (algorithm == engine::LibraryAlgorithm::kRing ? " ring" : " tree");
+    }
+  }
+}
+
 // In place, as NCCL defines it: the all-gather's send is the rank's block of
 // recv, the reduce-scatter's recv the rank's block of send, the all-reduce's
 // recv its send. With ranks sharing a GPU this checks that the stand-ins never

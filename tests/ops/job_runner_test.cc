@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -351,6 +352,34 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_deferred_size(), 5);
+}
+
+// Deferred all-reduces with another algorithm stay apart from a bucket; those
+// with the same one share it, and the bucket runs their algorithm (verified
+// with the rest of the layer step).
+TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.bucket_mib = 1;
+  auto grads = [](const std::string& id, AllReduceAlgorithm algorithm) {
+    OpSpec op = AllReduceAfter(id, 64, 256, "fc1", Transport::kP2p);
+    op.algorithm = algorithm;
+    return op;
+  };
+  spec.ops.push_back(grads("t1", AllReduceAlgorithm::kTree));
+  spec.ops.push_back(grads("t2", AllReduceAlgorithm::kTree));
+  spec.ops.push_back(grads("r1", AllReduceAlgorithm::kRing));
+  spec.ops.push_back(grads("d1", AllReduceAlgorithm::kDefault));
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<std::string> deferred(result->layer_deferred().begin(),
+                                    result->layer_deferred().end());
+  EXPECT_EQ(deferred, (std::vector<std::string>{"bucket(t1+t2)", "r1", "d1"}));
+  std::map<std::string, std::string> schedules;
+  for (const v1::OpResult& op : result->ops()) schedules[op.id()] = op.schedule();
+  EXPECT_EQ(schedules["t1"], "serial/p2p/tree");
+  EXPECT_EQ(schedules["r1"], "serial/p2p/ring");
+  EXPECT_EQ(schedules["d1"], "serial/p2p");
 }
 
 // A bucket runs its members as one, where the last of them ran: an op that

@@ -226,6 +226,34 @@ INSTANTIATE_TEST_SUITE_P(
     Name);
 
 // The collectives alone, out of place, enqueued and replayed (one GPU: a copy).
+// The all-reduce layouts: NCCL pinned to ring or tree, and the copy-engine
+// ring, tree and parameter server, enqueued and replayed.
+using AlgorithmParam = std::tuple<AllReduceAlgorithm, Transport, DType, bool /*replay*/>;
+class AllReduceAlgorithmGpuTest : public ::testing::TestWithParam<AlgorithmParam> {};
+
+TEST_P(AllReduceAlgorithmGpuTest, MatchesFloat64Reference) {
+  std::string why;
+  engine::Engine* engine = SharedEngine(&why);
+  if (engine == nullptr) GTEST_SKIP() << "no GPU visible: " << why;
+  const auto [algorithm, transport, dtype, replay] = GetParam();
+  const int tp = engine->DeviceCount();
+  OpSpec op = GpuOp(OpType::kAllReduce, tp);
+  op.algorithm = algorithm;
+  ExpectOpMatchesReference(engine, op, Schedule{OverlapMode::kSerial, 1, transport, algorithm},
+                           dtype, tp, replay && transport == Transport::kP2p);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, AllReduceAlgorithmGpuTest,
+    ::testing::Combine(::testing::Values(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree),
+                       ::testing::Values(Transport::kNccl, Transport::kP2p),
+                       ::testing::Values(DType::kBF16, DType::kF32), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(ParameterServer, AllReduceAlgorithmGpuTest,
+                         ::testing::Combine(::testing::Values(AllReduceAlgorithm::kParameterServer),
+                                            ::testing::Values(Transport::kP2p),
+                                            ::testing::Values(DType::kBF16, DType::kF32),
+                                            ::testing::Bool()));
+
 INSTANTIATE_TEST_SUITE_P(
     CollectiveAlone, LayerOpsGpuTest,
     ::testing::Combine(::testing::Values(OpType::kAllGather, OpType::kReduceScatter,

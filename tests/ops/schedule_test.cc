@@ -75,6 +75,26 @@ TEST(CandidateSchedulesTest, OneRankRunsSerialOnly) {
             std::vector<std::string>({"serial/nccl"}));
 }
 
+// An all_reduce's algorithm rides on every transport that has it: ring and
+// tree on both, ps on the copy engines only; one rank moves nothing.
+TEST(CandidateSchedulesTest, AllReduceAlgorithmNarrowsTheTransports) {
+  OpSpec op = Op(OpType::kAllReduce);
+  op.k = 0;
+  EXPECT_EQ(Names(CandidateSchedules(op, 2)),
+            (std::vector<std::string>{"serial/nccl", "serial/p2p"}));
+  op.algorithm = AllReduceAlgorithm::kTree;
+  EXPECT_EQ(Names(CandidateSchedules(op, 2)),
+            (std::vector<std::string>{"serial/nccl/tree", "serial/p2p/tree"}));
+  op.algorithm = AllReduceAlgorithm::kParameterServer;
+  EXPECT_EQ(Names(CandidateSchedules(op, 4)), (std::vector<std::string>{"serial/p2p/ps"}));
+  op.algorithm = AllReduceAlgorithm::kRing;
+  op.transport = Transport::kNccl;
+  EXPECT_EQ(Names(CandidateSchedules(op, 2)), (std::vector<std::string>{"serial/nccl/ring"}));
+  EXPECT_EQ(Names(CandidateSchedules(op, 1)), (std::vector<std::string>{"serial/nccl"}));
+  const Schedule ring{OverlapMode::kSerial, 1, Transport::kP2p, AllReduceAlgorithm::kRing};
+  EXPECT_FALSE(ring == (Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
+}
+
 TEST(CandidateSchedulesTest, ChunksNarrowAutosChunkedAndRingCandidates) {
   OpSpec op = Op(OpType::kGemmRs, Transport::kP2p);
   op.chunks = 3;

@@ -11,6 +11,7 @@
 #include "server/engine/host/host_engine.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
+#include "tests/forwarding_engine.h"
 
 namespace overlap::ops {
 namespace {
@@ -21,9 +22,10 @@ using engine::EventId;
 using engine::StreamId;
 
 // Forwards every call to a host engine and records the marks.
-class MarkRecorder final : public engine::Engine {
+class MarkRecorder final : public ForwardingEngine {
  public:
-  explicit MarkRecorder(std::unique_ptr<engine::Engine> inner) : inner_(std::move(inner)) {}
+  explicit MarkRecorder(std::unique_ptr<engine::Engine> inner)
+      : ForwardingEngine(std::move(inner)) {}
 
   struct Marks {
     int gemms = 0, gemms_beside = 0;
@@ -31,84 +33,36 @@ class MarkRecorder final : public engine::Engine {
   };
   Marks marks;
 
-  std::string Name() const override { return inner_->Name(); }
-  int DeviceCount() const override { return inner_->DeviceCount(); }
-  engine::DeviceInfo GetDeviceInfo(int d) const override { return inner_->GetDeviceInfo(d); }
-  engine::BackendVersions Versions() const override { return inner_->Versions(); }
-  int64_t MemoryInUse(int d) const override { return inner_->MemoryInUse(d); }
   int CollectiveSmBudget() const override { return 8; }
-  StreamId GetStream(int d, engine::StreamRole role, int index) override {
-    return inner_->GetStream(d, role, index);
-  }
-  int StreamsPerRole() const override { return inner_->StreamsPerRole(); }
-  absl::StatusOr<BufferId> Allocate(int d, size_t bytes) override {
-    return inner_->Allocate(d, bytes);
-  }
-  void Free(BufferId b) override { inner_->Free(b); }
-  absl::StatusOr<EventId> CreateEvent(int d) override { return inner_->CreateEvent(d); }
-  void DestroyEvent(EventId e) override { inner_->DestroyEvent(e); }
-  absl::Status RecordEvent(EventId e, StreamId s) override { return inner_->RecordEvent(e, s); }
-  absl::Status WaitEvent(StreamId s, EventId e) override { return inner_->WaitEvent(s, e); }
-  absl::StatusOr<double> ElapsedMs(EventId a, EventId b) override {
-    return inner_->ElapsedMs(a, b);
-  }
-  absl::Status FillRandom(StreamId s, BufferRef dst, DType t, uint64_t seed,
-                          float scale) override {
-    return inner_->FillRandom(s, dst, t, seed, scale);
-  }
-  absl::Status FillConstant(StreamId s, BufferRef dst, DType t, float value) override {
-    return inner_->FillConstant(s, dst, t, value);
-  }
   absl::Status Gemm(StreamId s, const engine::GemmArgs& args) override {
     ++marks.gemms;
     marks.gemms_beside += args.beside_collective ? 1 : 0;
-    return inner_->Gemm(s, args);
-  }
-  absl::Status Accumulate(StreamId s, BufferRef dst, BufferRef src, DType t) override {
-    return inner_->Accumulate(s, dst, src, t);
+    return inner().Gemm(s, args);
   }
   absl::Status AllGather(const engine::CollectiveArgs& args) override {
     Count(args.beside_gemm);
-    return inner_->AllGather(args);
+    return inner().AllGather(args);
   }
   absl::Status ReduceScatter(const engine::CollectiveArgs& args) override {
     Count(args.beside_gemm);
-    return inner_->ReduceScatter(args);
+    return inner().ReduceScatter(args);
   }
   absl::Status AllReduce(const engine::CollectiveArgs& args) override {
     Count(args.beside_gemm);
-    return inner_->AllReduce(args);
+    return inner().AllReduce(args);
   }
   absl::Status SendRecv(int channel, const std::vector<int>& group,
                         const std::vector<engine::Transfer>& transfers,
                         bool beside_gemm) override {
     Count(beside_gemm);
-    return inner_->SendRecv(channel, group, transfers, beside_gemm);
+    return inner().SendRecv(channel, group, transfers, beside_gemm);
   }
-  absl::Status PeerCopy(StreamId s, BufferRef dst, int dd, BufferRef src, int sd) override {
-    return inner_->PeerCopy(s, dst, dd, src, sd);
-  }
-  absl::Status Barrier(int channel, const std::vector<int>& devices,
-                       const std::vector<StreamId>& streams) override {
-    return inner_->Barrier(channel, devices, streams);
-  }
-  absl::Status CopyToHost(void* dst, BufferRef src, int d) override {
-    return inner_->CopyToHost(dst, src, d);
-  }
-  absl::Status CopyFromHost(BufferRef dst, int d, const void* src) override {
-    return inner_->CopyFromHost(dst, d, src);
-  }
-  absl::Status Synchronize(const std::vector<int>& devices) override {
-    return inner_->Synchronize(devices);
-  }
-  bool Healthy() const override { return inner_->Healthy(); }
 
  private:
   void Count(bool beside) {
     ++marks.collectives;
     marks.collectives_beside += beside ? 1 : 0;
   }
-  std::unique_ptr<engine::Engine> inner_;
 };
 
 class SmBudgetTest : public ::testing::TestWithParam<OpType> {

@@ -161,6 +161,47 @@ TEST_F(TuningCacheTest, ARestartSeesWhatWasStoredAndDropsTheOldTable) {
   sqlite3_close(db);
 }
 
+TEST_F(TuningCacheTest, KeepsAnAllReducesAlgorithm) {
+  auto cache = TuningCache::Open(path_);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const Schedule tree{OverlapMode::kSerial, 1, Transport::kNccl, AllReduceAlgorithm::kTree};
+  ASSERT_TRUE((*cache)->Store(Key("all_reduce", 8192), TunedChoice{tree, 0.5}, 7).ok());
+  auto hit = (*cache)->Lookup(Key("all_reduce", 8192));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->schedule.Name(), "serial/nccl/tree");
+  EXPECT_TRUE(hit->schedule == tree);
+}
+
+// A table from before all_reduce algorithms gains the column; its rows keep
+// the default algorithm, and new rows keep theirs.
+TEST_F(TuningCacheTest, ATableWithoutTheAlgorithmColumnGainsIt) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(db,
+                     "CREATE TABLE tuned_schedules (key TEXT PRIMARY KEY, op_type TEXT NOT NULL, "
+                     "m INTEGER NOT NULL, k INTEGER NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT "
+                     "NULL, tp INTEGER NOT NULL, requested TEXT NOT NULL, environment TEXT NOT "
+                     "NULL, mode TEXT NOT NULL, chunks INTEGER NOT NULL, transport TEXT NOT NULL, "
+                     "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL);"
+                     "INSERT INTO tuned_schedules VALUES ('old', 'gemm_rs', 8192, 8192, 4096, "
+                     "'bf16', 2, 'auto/0/auto', 'env-a', 'ring', 2, 'p2p', 0.3, 5)",
+                     nullptr, nullptr, nullptr),
+        SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto cache = TuningCache::Open(path_);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const Schedule ps{OverlapMode::kSerial, 1, Transport::kP2p, AllReduceAlgorithm::kParameterServer};
+  ASSERT_TRUE((*cache)->Store(Key("all_reduce", 64), TunedChoice{ps, 0.1}, 9).ok());
+  auto entries = (*cache)->List({});
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  std::vector<std::string> names;
+  for (const TunedEntry& e : *entries) names.push_back(e.choice.schedule.Name());
+  EXPECT_EQ(names, (std::vector<std::string>{"serial/p2p/ps", "ring/2/p2p"}));
+}
+
 TEST_F(TuningCacheTest, UnopenableFileIsUnavailable) {
   auto cache = TuningCache::Open("/nonexistent-dir/overlap/tuning.db");
   EXPECT_EQ(cache.status().code(), absl::StatusCode::kUnavailable);
