@@ -30,13 +30,16 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// NCCL_ALGO's value for a pinned algorithm; empty for NCCL's own choice.
+// NCCL_ALGO's value for a pinned algorithm; empty for NCCL's own choice. It
+// names the all-reduce only, so the communicator's other collectives keep
+// every algorithm (NCCL 2.28 reads it in ncclTopoTuneModel, at init, for
+// groups of two ranks or more).
 const char* NcclAlgoValue(engine::LibraryAlgorithm algorithm) {
   switch (algorithm) {
     case engine::LibraryAlgorithm::kRing:
-      return "Ring";
+      return "allreduce:Ring";
     case engine::LibraryAlgorithm::kTree:
-      return "Tree";
+      return "allreduce:Tree";
     case engine::LibraryAlgorithm::kLibraryChoice:
       break;
   }
@@ -254,9 +257,11 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   };
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-  const std::string name =
-      absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."),
-                   max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "", pinned ? "-" : "", algo);
+  const std::string name = absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."),
+                                        max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "",
+                                        algorithm == engine::LibraryAlgorithm::kRing   ? "-ring"
+                                        : algorithm == engine::LibraryAlgorithm::kTree ? "-tree"
+                                                                                       : "");
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const int nranks = static_cast<int>(devices.size());
   NCCL_RETURN_IF_ERROR(ncclGroupStart());
