@@ -282,6 +282,49 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   EXPECT_THAT(bad_size.err, StartsWith("overlapctl: --min-bytes: "));
 }
 
+// --algorithms: the all-reduce in each copy-engine layout beside p2p's own, each
+// verified; the host backend's library collectives have one algorithm, so its
+// NCCL columns stay as they were, and it says so. A graph that pins ring over
+// NCCL is refused there at submission.
+TEST_F(CliTest, CommbenchMeasuresTheAllReduceLayouts) {
+  RunResult run = daemon_->Ctl({"commbench", "--collectives", "all_reduce", "--algorithms",
+                                "ring,tree,ps", "--min-bytes", "256KiB", "--max-bytes", "256KiB",
+                                "--iterations", "2", "--warmup", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_THAT(run.err, HasSubstr("--algorithms runs over p2p only"));
+  nlohmann::json j = ParseJson(run.out);
+  EXPECT_EQ(j["algorithms"], nlohmann::json({"ring", "tree", "ps"}));
+  ASSERT_EQ(j["rows"].size(), 1u) << run.out;
+  for (const char* v : {"nccl", "p2p", "p2p/ring", "p2p/tree", "p2p/ps"}) {
+    const auto& r = j["rows"][0]["transports"][v];
+    ASSERT_FALSE(r.is_null()) << v << " " << run.out;
+    EXPECT_TRUE(r["verified"].get<bool>()) << v;
+    EXPECT_LE(r["max_rel_error"].get<double>(), 1e-2) << v;
+  }
+  EXPECT_TRUE(j["rows"][0]["transports"]["nccl/ring"].is_null());
+
+  RunResult text = daemon_->Ctl({"commbench", "--collectives", "all_reduce", "--transports", "p2p",
+                                 "--algorithms", "ps", "--min-bytes", "64KiB", "--max-bytes",
+                                 "64KiB", "--iterations", "1", "--warmup", "0"});
+  ASSERT_EQ(text.exit_code, 0) << Describe(text);
+  EXPECT_THAT(text.out, HasSubstr("p2p/ps ms"));
+  EXPECT_THAT(text.out, HasSubstr("all_reduce bytes into the busiest GPU, per byte of buffer, at 4 "
+                                  "ranks: p2p 1.50 (direct), p2p/ps 3.00"));
+
+  RunResult bad = daemon_->Ctl({"commbench", "--algorithms", "ps", "--transports", "nccl"});
+  EXPECT_EQ(bad.exit_code, 64) << Describe(bad);
+  EXPECT_THAT(bad.err, HasSubstr("add p2p to --transports"));
+
+  const std::string graph = dir_.File("ring-over-nccl.yaml");
+  WriteFileOrDie(graph,
+                 "name: pinned\nops:\n  - {id: g, type: all_reduce, m: 64, n: 8, transport: "
+                 "nccl, algorithm: ring}\n");
+  RunResult refused = daemon_->Ctl({"submit", graph});
+  EXPECT_EQ(refused.exit_code, 3) << Describe(refused);
+  EXPECT_THAT(refused.err, HasSubstr("INVALID_ARGUMENT: ops[0].algorithm: this backend's library "
+                                     "collectives have no ring choice"));
+}
+
 // Without --shapes or --graph, a host backend runs the default sweep at 1/32 of
 // its GPU shapes, says so, and does not call its simulated GPUs slow.
 TEST_F(CliTest, BenchShrinksTheDefaultSweepOnTheHostBackend) {
