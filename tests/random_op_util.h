@@ -2,7 +2,7 @@
 // schedules: shapes that are no multiple of anything (a rank may hold a single
 // row; up to 9 chunks, never more than its rows), every mode and transport
 // each op type has, with the schedule written into the op (mode, chunks,
-// transport), so that auto never runs.
+// transport, an all_reduce's algorithm), so that auto never runs.
 #pragma once
 
 #include <algorithm>
@@ -22,9 +22,11 @@ inline int RandomInt(std::mt19937& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
-// An op of one of `types` for `tp` ranks, with id `id`.
+// An op of one of `types` for `tp` ranks, with id `id`. An all_reduce also gets
+// an algorithm: any copy-engine layout over p2p, and NCCL's ring or tree over
+// nccl where the backend can pin them (`library_algorithms`).
 inline OpSpec RandomOp(std::mt19937& rng, int tp, const std::vector<OpType>& types,
-                       std::string id = "op") {
+                       std::string id = "op", bool library_algorithms = false) {
   OpSpec op;
   op.id = std::move(id);
   op.type = types[RandomInt(rng, 0, static_cast<int>(types.size()) - 1)];
@@ -46,6 +48,12 @@ inline OpSpec RandomOp(std::mt19937& rng, int tp, const std::vector<OpType>& typ
     return op;
   }
   op.transport = RandomInt(rng, 0, 1) == 0 ? Transport::kNccl : Transport::kP2p;
+  if (op.type == OpType::kAllReduce && (op.transport == Transport::kP2p || library_algorithms)) {
+    const AllReduceAlgorithm algorithms[] = {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing,
+                                             AllReduceAlgorithm::kTree,
+                                             AllReduceAlgorithm::kParameterServer};
+    op.algorithm = algorithms[RandomInt(rng, 0, op.transport == Transport::kP2p ? 3 : 2)];
+  }
   if (tp == 1 || IsCollectiveOnly(op.type)) return op;
   const OverlapMode modes[] = {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
                                OverlapMode::kRing};
@@ -62,7 +70,7 @@ inline OpSpec RandomOp(std::mt19937& rng, int tp, const std::vector<OpType>& typ
 
 // The schedule RandomOp wrote into `op`.
 inline ops::Schedule ScheduleOf(const OpSpec& op) {
-  return ops::Schedule{op.mode, op.chunks > 0 ? op.chunks : 1, op.transport};
+  return ops::Schedule{op.mode, op.chunks > 0 ? op.chunks : 1, op.transport, op.algorithm};
 }
 
 // For failure messages: "gemm_rs 24x48x7 ring/3/p2p".

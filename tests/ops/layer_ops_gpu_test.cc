@@ -304,7 +304,7 @@ TEST(RandomShapesGpuTest, EveryDrawnOpMatchesFloat64) {
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
   for (int i = 0; i < 120; ++i) {
     const int tp = RandomInt(rng, 1, engine->DeviceCount());
-    OpSpec op = RandomOp(rng, tp, types);
+    OpSpec op = RandomOp(rng, tp, types, "op", engine->LibraryAlgorithms());
     // Odd factors keep every split dimension divisible by tp.
     if (RandomInt(rng, 0, 1) == 1) {
       op.m *= 2 * RandomInt(rng, 0, 48) + 1;
