@@ -339,6 +339,20 @@ std::string FormatJobLine(const v1::Job& job) {
   return line + "\n";
 }
 
+namespace {
+
+// Why a job FAILED, was CANCELLED or ABORTED, cut to fit a list row; `get`
+// prints the whole of it.
+std::string ListReason(const std::string& error) {
+  constexpr size_t kMaxChars = 60;
+  const std::string line = error.substr(0, error.find('\n'));
+  if (line.empty()) return "-";
+  if (line.size() <= kMaxChars && line.size() == error.size()) return line;
+  return line.substr(0, std::min(line.size(), kMaxChars - 3)) + "...";
+}
+
+}  // namespace
+
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
   TextTable table({{"ID"},
                    {"STATE"},
@@ -348,7 +362,8 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                    {"OPS", Align::kRight},
                    {"SUBMITTED (UTC)"},
                    {"DURATION", Align::kRight},
-                   {"STEP ms", Align::kRight}});
+                   {"STEP ms", Align::kRight},
+                   {"REASON"}});
   for (const v1::Job& job : jobs) {
     const bool started = job.start_time_ms() > 0;
     const bool has_result = job.result().ops_size() > 0;
@@ -357,7 +372,7 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
          job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","),
          has_result ? absl::StrCat(job.result().ops_size()) : "-", FormatUtc(job.submit_time_ms()),
          started ? FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
-         has_result ? FormatMs(job.result().total_step_ms()) : "-"});
+         has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});
   }
   return table.Render();
 }

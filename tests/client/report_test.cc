@@ -379,12 +379,28 @@ TEST(ReportTest, JobList) {
   running->set_state(v1::RUNNING);
   running->set_submit_time_ms(1764505700000);
   running->set_start_time_ms(1764505700000);
+  v1::Job* failed = jobs.Add();
+  failed->set_id("45");
+  failed->set_state(v1::FAILED);
+  failed->set_submit_time_ms(1764505700000);
+  failed->set_error("daemon restarted");
+  v1::Job* damaged = jobs.Add();
+  damaged->set_id("46");
+  damaged->set_state(v1::FAILED);
+  damaged->set_submit_time_ms(1764505700000);
+  damaged->set_error(
+      "DATA_LOSS: job 46: its stored result does not parse (the state directory is damaged)");
   const std::vector<std::string> expected = {
-      "ID  STATE      NAME          PRIO  DEVICES  OPS  SUBMITTED (UTC)       DURATION  STEP ms",
-      std::string(88, '-'),
-      "42  SUCCEEDED  llama70b-mlp     0  0,1        3  2025-11-30 12:28:16Z     2.5 s   11.875",
-      "43  QUEUED     -                5  -          -  2025-11-30 12:28:20Z         -        -",
-      "44  RUNNING    long             0  -          -  2025-11-30 12:28:20Z     1m05s        -",
+      "ID  STATE      NAME          PRIO  DEVICES  OPS  SUBMITTED (UTC)       DURATION  STEP ms  "
+      "REASON",
+      std::string(150, '-'),
+      "42  SUCCEEDED  llama70b-mlp     0  0,1        3  2025-11-30 12:28:16Z     2.5 s   11.875  -",
+      "43  QUEUED     -                5  -          -  2025-11-30 12:28:20Z         -        -  -",
+      "44  RUNNING    long             0  -          -  2025-11-30 12:28:20Z     1m05s        -  -",
+      "45  FAILED     -                0  -          -  2025-11-30 12:28:20Z         -        -  "
+      "daemon restarted",
+      "46  FAILED     -                0  -          -  2025-11-30 12:28:20Z         -        -  "
+      "DATA_LOSS: job 46: its stored result does not parse (the ...",
   };
   EXPECT_EQ(Lines(FormatJobList(jobs, 1764505765000)), expected);
 }
