@@ -104,6 +104,8 @@ class Walk:
                 op["mode"] = rng.choice(["serial", "bulk", "chunked", "ring", "auto"])
                 if op["mode"] == "chunked":
                     op["chunks"] = rng.choice([2, 4])
+            if kind == "all_reduce" and rng.random() < 0.5:  # a copy-engine layout: any backend
+                op.update(algorithm=rng.choice(["ring", "tree", "ps"]), transport="p2p")
             if i and rng.random() < 0.5:
                 op["after"] = [f"o{i - 1}"]
             ops.append(op)

@@ -38,8 +38,8 @@ int Uniform(std::mt19937& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
-// A small graph on a random device group: 1-3 ops of any type and mode,
-// shapes that split evenly over the group.
+// A small graph on a random device group: 1-3 ops of any type, mode and
+// all-reduce layout, shapes that split evenly over the group.
 nlohmann::json RandomGraph(std::mt19937& rng) {
   static const char* const kTypes[] = {"ag_gemm",        "gemm_rs",    "gemm_ar", "all_gather",
                                        "reduce_scatter", "all_reduce", "gemm"};
@@ -64,6 +64,12 @@ nlohmann::json RandomGraph(std::mt19937& rng) {
     if (type == "ag_gemm" || type == "gemm_rs" || type == "gemm_ar") {
       op["mode"] = kModes[Uniform(rng, 0, 4)];
       if (op["mode"] == "chunked") op["chunks"] = 2;
+    }
+    // Half the all-reduces pin a copy-engine layout (every backend has those).
+    static const char* const kAlgorithms[] = {"ring", "tree", "ps"};
+    if (type == "all_reduce" && Uniform(rng, 0, 1) == 1) {
+      op["algorithm"] = kAlgorithms[Uniform(rng, 0, 2)];
+      op["transport"] = "p2p";
     }
     if (i > 0 && Uniform(rng, 0, 1) == 1) op["after"] = {"o" + std::to_string(i - 1)};
     ops.push_back(op);
