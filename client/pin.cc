@@ -43,7 +43,12 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
       op.remove("chunks");
     }
     op["transport"] = r.transport();
-    if (!r.algorithm().empty()) op["algorithm"] = r.algorithm();
+    // An all_reduce's algorithm as it ran (auto resolved): none is the default.
+    if (r.algorithm().empty()) {
+      op.remove("algorithm");
+    } else {
+      op["algorithm"] = r.algorithm();
+    }
   }
   YAML::Emitter out;
   out << *root;

@@ -74,6 +74,8 @@ std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
       return "tree";
     case AllReduceAlgorithm::kParameterServer:
       return "ps";
+    case AllReduceAlgorithm::kAuto:
+      return "auto";
   }
   return "unknown";
 }
@@ -110,11 +112,11 @@ absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
   for (AllReduceAlgorithm algorithm :
        {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
-        AllReduceAlgorithm::kParameterServer}) {
+        AllReduceAlgorithm::kParameterServer, AllReduceAlgorithm::kAuto}) {
     if (name == AllReduceAlgorithmName(algorithm)) return algorithm;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown algorithm \"", absl::CHexEscape(name),
-                                                 "\" (expected default, ring, tree, ps)"));
+                                                 "\" (expected default, ring, tree, ps, auto)"));
 }
 
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {

@@ -44,13 +44,15 @@ enum class Transport { kAuto, kNccl, kP2p, kDirect, kNone };
 //          pipelined pieces: log2(N) hops of latency, up to 3S through an inner
 //          rank (NCCL_ALGO=Tree over nccl);
 //   ps:    a parameter server: rank 0 pulls and sums everything, then every rank
-//          pulls the sum: (N-1) x S in and out of rank 0 (p2p only).
-enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer };
+//          pulls the sum: (N-1) x S in and out of rank 0 (p2p only);
+//   auto:  autotune measures every one the transports have (the op's only:
+//          a schedule's algorithm is never auto).
+enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer, kAuto };
 
 std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
 std::string TransportName(Transport transport);  // "auto" | "nccl" | "p2p" | "direct" | "none"
-// "default" | "ring" | "tree" | "ps"
+// "default" | "ring" | "tree" | "ps" | "auto"
 std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);

@@ -99,7 +99,10 @@ absl::Status CheckOverflow(const OpSpec& op, const std::string& path, DType dtyp
 absl::Status CheckAlgorithm(const OpSpec& op, const std::string& path, bool library_algorithms) {
   const std::string field = absl::StrCat(path, ".algorithm");
   const std::string name = AllReduceAlgorithmName(op.algorithm);
-  if (op.algorithm == AllReduceAlgorithm::kDefault) return absl::OkStatus();
+  // auto tries only what the backend has.
+  if (op.algorithm == AllReduceAlgorithm::kDefault || op.algorithm == AllReduceAlgorithm::kAuto) {
+    return absl::OkStatus();
+  }
   if (op.transport == Transport::kDirect) return absl::OkStatus();  // refused below
   if (op.algorithm == AllReduceAlgorithm::kParameterServer) {
     if (op.transport == Transport::kNccl) {
@@ -173,7 +176,8 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
   const std::string path = absl::StrCat("ops[", index, "]");
   if (op.algorithm != AllReduceAlgorithm::kDefault && op.type != OpType::kAllReduce) {
     return Error(absl::StrCat(path, ".algorithm"),
-                 absl::StrCat("only for all_reduce (how it moves its bytes: ring, tree or ps); ",
+                 absl::StrCat("only for all_reduce (how it moves its bytes: ring, tree, ps or "
+                              "auto); ",
                               OpTypeName(op.type), " takes none"));
   }
   const bool collective = IsCollectiveOnly(op.type);

@@ -159,6 +159,9 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
     return ctx.engine().PeerCopy(StreamOf(ctx, 0, on), ctx.Rows(dst[0], row, rows, cols), device,
                                  ctx.Rows(src[0], row, rows, cols), device);
   }
+  if (algorithm == AllReduceAlgorithm::kAuto) {
+    return absl::InternalError("all-reduce algorithm auto must be resolved before it runs");
+  }
   if (algorithm != AllReduceAlgorithm::kDefault && src == dst) {
     return absl::InternalError(
         absl::StrCat("all-reduce ", AllReduceAlgorithmName(algorithm), " runs out of place only"));
@@ -181,12 +184,15 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
         break;
       case AllReduceAlgorithm::kParameterServer:
         return absl::InvalidArgumentError("all-reduce ps is a copy-engine layout: transport p2p");
+      case AllReduceAlgorithm::kAuto:
+        break;  // refused above
     }
     return ctx.engine().AllReduce(args);
   }
   switch (algorithm) {
     case AllReduceAlgorithm::kDefault:
-      break;  // direct, below
+    case AllReduceAlgorithm::kAuto:  // refused above
+      break;                         // direct, below
     case AllReduceAlgorithm::kRing:
       return AllReduceRingP2p(ctx, on, src, dst, row, rows, cols, tag);
     case AllReduceAlgorithm::kTree:

@@ -89,7 +89,7 @@ absl::StatusOr<Schedule> ChooseSchedule(OpRun& run, const TuningUse& tuning, std
                                         std::vector<CandidateScore>* scores) {
   const OpSpec& op = run.ctx.op();
   const int tp = run.ctx.tp();
-  std::vector<Schedule> candidates = CandidateSchedules(op, tp);
+  std::vector<Schedule> candidates = CandidateSchedules(op, tp, run.engine.LibraryAlgorithms());
   if (candidates.size() == 1) {
     *reason = op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested";
     return candidates[0];
@@ -161,7 +161,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const OpSpec& op) {
   const int tp = static_cast<int>(devices.size());
   BufferSizes sizes;
-  for (const Schedule& s : CandidateSchedules(op, tp)) {
+  for (const Schedule& s : CandidateSchedules(op, tp, engine.LibraryAlgorithms())) {
     sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx,

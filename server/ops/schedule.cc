@@ -64,7 +64,29 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
 
 }  // namespace
 
-std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
+namespace {
+
+// The all_reduce layouts an op asks for over `transport`: its own algorithm, or
+// with auto the transport's own first, then every one it has.
+std::vector<AllReduceAlgorithm> AlgorithmsOver(const OpSpec& op, Transport transport,
+                                               bool library_algorithms) {
+  const bool p2p = transport == Transport::kP2p;
+  if (op.algorithm != AllReduceAlgorithm::kAuto) {
+    if (op.algorithm == AllReduceAlgorithm::kParameterServer && !p2p) return {};
+    return {op.algorithm};
+  }
+  std::vector<AllReduceAlgorithm> out = {AllReduceAlgorithm::kDefault};
+  if (p2p || library_algorithms) {
+    out.push_back(AllReduceAlgorithm::kRing);
+    out.push_back(AllReduceAlgorithm::kTree);
+  }
+  if (p2p) out.push_back(AllReduceAlgorithm::kParameterServer);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms) {
   if (IsGemmOnly(op.type)) return {Schedule{OverlapMode::kSerial, 1, Transport::kNone}};
   // One rank moves nothing, whatever the algorithm.
   if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
@@ -82,10 +104,9 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp) {
   if (IsCollectiveOnly(op.type)) {
     std::vector<Schedule> out;
     for (Transport transport : transports) {
-      if (op.algorithm == AllReduceAlgorithm::kParameterServer && transport != Transport::kP2p) {
-        continue;
+      for (AllReduceAlgorithm algorithm : AlgorithmsOver(op, transport, library_algorithms)) {
+        out.push_back(Schedule{OverlapMode::kSerial, 1, transport, algorithm});
       }
-      out.push_back(Schedule{OverlapMode::kSerial, 1, transport, op.algorithm});
     }
     return out;
   }

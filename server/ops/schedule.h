@@ -40,6 +40,8 @@ int64_t MaxPieceRows(int64_t rows, int chunks);
 // transport fields of `op` narrow the set when they are not auto). Serial with
 // the NCCL transport is always first: it is the fallback. An explicit mode with
 // transport auto still tunes the transport. A gemm op has one: serial, no transport.
-std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp);
+// An all_reduce with algorithm auto has every layout of each transport, NCCL's
+// pinned ones only where the backend pins them (`library_algorithms`).
+std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms = true);
 
 }  // namespace overlap::ops

@@ -89,6 +89,17 @@ TEST(PinTest, AnAllReducesAlgorithmIsPinned) {
   ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << *pinned;
   EXPECT_EQ(spec->ops[3].transport, Transport::kP2p);
   EXPECT_EQ(spec->ops[3].algorithm, AllReduceAlgorithm::kRing);
+
+  // algorithm: auto that chose the transport's own leaves no algorithm behind.
+  v1::Job chose_default =
+      Finished("name: g\nops:\n  - {id: grads, type: all_reduce, m: 64, n: 8, algorithm: auto}\n");
+  *chose_default.mutable_result()->add_ops() = Ran("grads", "serial", 1, "nccl");
+  pinned = PinnedGraph(chose_default);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  spec = ParseJobSpec(*pinned, "pinned.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << *pinned;
+  EXPECT_EQ(spec->ops[0].algorithm, AllReduceAlgorithm::kDefault);
+  EXPECT_THAT(*pinned, ::testing::Not(HasSubstr("algorithm")));
 }
 
 TEST(PinTest, OpsThatNeverRanStayAsWrittenAndAreNamed) {

@@ -270,15 +270,15 @@ TEST(GraphValidatorTest, AllReduceAlgorithmRules) {
   JobSpec spec = TwoOpSpec();
   spec.ops.push_back(MakeOp("grads", OpType::kAllReduce, 4096, 0, 8192, {"fc2"}));
   for (AllReduceAlgorithm a : {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
-                               AllReduceAlgorithm::kParameterServer}) {
+                               AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kParameterServer}) {
     spec.ops[2].algorithm = a;
     EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok()) << AllReduceAlgorithmName(a);
   }
   JobSpec bad = spec;
-  bad.ops[1].algorithm = AllReduceAlgorithm::kRing;
+  bad.ops[1].algorithm = AllReduceAlgorithm::kAuto;
   ExpectInvalid(bad,
-                "ops[1].algorithm: only for all_reduce (how it moves its bytes: ring, tree "
-                "or ps); gemm_rs takes none");
+                "ops[1].algorithm: only for all_reduce (how it moves its bytes: ring, tree, "
+                "ps or auto); gemm_rs takes none");
   bad = spec;
   bad.ops[2].transport = Transport::kNccl;
   ExpectInvalid(bad, "ops[2].algorithm: ps is a copy-engine layout");
@@ -295,6 +295,9 @@ TEST(GraphValidatorTest, AllReduceAlgorithmRules) {
   spec.ops[2].transport = Transport::kAuto;
   spec.ops[2].algorithm = AllReduceAlgorithm::kParameterServer;
   EXPECT_TRUE(ValidateJobSpec(spec, host).ok());  // auto narrows ps to p2p
+  spec.ops[2].transport = Transport::kNccl;
+  spec.ops[2].algorithm = AllReduceAlgorithm::kAuto;
+  EXPECT_TRUE(ValidateJobSpec(spec, host).ok());  // auto tries what the backend has
 }
 
 // A GEMM alone: columns split over the ranks, serial or auto, no chunks, and
@@ -479,8 +482,9 @@ TEST(GraphEnumsTest, NamesRoundTrip) {
                       Transport::kNone}) {
     EXPECT_EQ(*ParseTransport(TransportName(t)), t);
   }
-  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing,
-                               AllReduceAlgorithm::kTree, AllReduceAlgorithm::kParameterServer}) {
+  for (AllReduceAlgorithm a :
+       {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
+        AllReduceAlgorithm::kParameterServer, AllReduceAlgorithm::kAuto}) {
     EXPECT_EQ(*ParseAllReduceAlgorithm(AllReduceAlgorithmName(a)), a);
   }
   EXPECT_EQ(AllReduceAlgorithmName(AllReduceAlgorithm::kParameterServer), "ps");

@@ -63,6 +63,7 @@ int64_t ExpectedBytesInto(AllReduceAlgorithm algorithm, int r, int tp, int64_t b
     case AllReduceAlgorithm::kParameterServer:
       return r == 0 ? (tp - 1) * buffer : buffer;
     case AllReduceAlgorithm::kDefault:
+    case AllReduceAlgorithm::kAuto:
       break;
   }
   return -1;

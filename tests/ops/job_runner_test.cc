@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -380,6 +381,31 @@ TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
   EXPECT_EQ(schedules["t1"], "serial/p2p/tree");
   EXPECT_EQ(schedules["r1"], "serial/p2p/ring");
   EXPECT_EQ(schedules["d1"], "serial/p2p");
+}
+
+// algorithm: auto tunes over every layout the backend has (the host's library
+// collectives have one: no nccl/ring or nccl/tree), verifies what it chose,
+// names it, and keys the tuning cache by what was asked.
+TEST(JobRunnerTest, AllReduceAlgorithmAutoTunesOverTheLayouts) {
+  auto engine = CheckedHostEngine(3);
+  JobSpec spec = SmallJob();
+  spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
+  spec.ops[0].after.clear();
+  spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
+  auto result = RunJob(*engine, spec, {0, 1, 2}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::OpResult& op = result->ops(0);
+  std::set<std::string> timed;
+  for (const v1::CandidateTiming& c : op.candidates()) timed.insert(c.schedule());
+  EXPECT_EQ(timed, (std::set<std::string>{"serial/nccl", "serial/p2p", "serial/p2p/ring",
+                                          "serial/p2p/tree", "serial/p2p/ps"}));
+  EXPECT_TRUE(timed.count(op.schedule())) << op.schedule();
+  EXPECT_EQ(op.schedule(), op.algorithm().empty()
+                               ? absl::StrCat("serial/", op.transport())
+                               : absl::StrCat("serial/", op.transport(), "/", op.algorithm()));
+  EXPECT_THAT(op.auto_reason(), ::testing::HasSubstr("autotuned over 5 schedules"));
+  EXPECT_TRUE(op.verified());
+  EXPECT_LT(op.max_rel_error(), 1e-5);
 }
 
 // A bucket runs its members as one, where the last of them ran: an op that

@@ -91,6 +91,19 @@ TEST(CandidateSchedulesTest, AllReduceAlgorithmNarrowsTheTransports) {
   op.transport = Transport::kNccl;
   EXPECT_EQ(Names(CandidateSchedules(op, 2)), (std::vector<std::string>{"serial/nccl/ring"}));
   EXPECT_EQ(Names(CandidateSchedules(op, 1)), (std::vector<std::string>{"serial/nccl"}));
+  // auto: every layout of each transport, NCCL's pinned ones where the backend has them.
+  op.algorithm = AllReduceAlgorithm::kAuto;
+  op.transport = Transport::kAuto;
+  EXPECT_EQ(
+      Names(CandidateSchedules(op, 4)),
+      (std::vector<std::string>{"serial/nccl", "serial/nccl/ring", "serial/nccl/tree", "serial/p2p",
+                                "serial/p2p/ring", "serial/p2p/tree", "serial/p2p/ps"}));
+  EXPECT_EQ(Names(CandidateSchedules(op, 4, /*library_algorithms=*/false)),
+            (std::vector<std::string>{"serial/nccl", "serial/p2p", "serial/p2p/ring",
+                                      "serial/p2p/tree", "serial/p2p/ps"}));
+  op.transport = Transport::kNccl;
+  EXPECT_EQ(Names(CandidateSchedules(op, 2)),
+            (std::vector<std::string>{"serial/nccl", "serial/nccl/ring", "serial/nccl/tree"}));
   const Schedule ring{OverlapMode::kSerial, 1, Transport::kP2p, AllReduceAlgorithm::kRing};
   EXPECT_FALSE(ring == (Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
 }
