@@ -88,6 +88,22 @@ AutotuneChoice Autotune::Decide(bool fall_back_to_serial) const {
     choice.ms = serial_ms;
     return choice;
   }
+  // A pinned all-reduce layout must beat the transports' own (which adapt per
+  // size, with no communicator of their own) by the margin too.
+  if (fall_back_to_serial && choice.schedule.algorithm != AllReduceAlgorithm::kDefault) {
+    for (size_t i : entrants) {  // fastest first
+      if (candidates_[i].algorithm != AllReduceAlgorithm::kDefault) continue;
+      if (choice.ms > Score(i) * (1 - kAutoMargin)) {
+        choice.reason =
+            absl::StrFormat("a pinned layout does not pay: best %s %.3f ms vs %s %.3f ms",
+                            choice.schedule.Name(), choice.ms, candidates_[i].Name(), Score(i));
+        choice.schedule = candidates_[i];
+        choice.ms = Score(i);
+        return choice;
+      }
+      break;
+    }
+  }
   choice.reason = absl::StrFormat("autotuned over %d schedules", candidates_.size());
   if (had_runoff) {
     std::vector<std::string> names;

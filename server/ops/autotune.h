@@ -61,7 +61,9 @@ class Autotune {
   void AddRunoff(size_t i, const std::vector<double>& samples);
 
   // The winner. With `fall_back_to_serial` (mode auto), a winner that does not
-  // beat serial over NCCL by kAutoMargin gives way to it.
+  // beat serial over NCCL by kAutoMargin gives way to it, and an all-reduce
+  // layout pinned by `algorithm` that does not beat the fastest of the
+  // transports' own by kAutoMargin gives way to that.
   AutotuneChoice Decide(bool fall_back_to_serial) const;
 
   // Every candidate's figures, by stage-one best median (fastest first), so that

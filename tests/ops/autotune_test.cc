@@ -55,6 +55,34 @@ TEST(AutotuneTest, TheRunoffDecidesAmongItsEntrantsOnly) {
       << choice.reason;
 }
 
+// algorithm: auto. A pinned layout 0.4% ahead of the transports' own gives way
+// to the fastest of those; one 10% ahead wins.
+TEST(AutotuneTest, APinnedAllReduceLayoutMustBeatTheTransportsOwnByTheMargin) {
+  const Schedule nccl{OverlapMode::kSerial, 1, Transport::kNccl};
+  const Schedule p2p{OverlapMode::kSerial, 1, Transport::kP2p};
+  const Schedule nccl_ring{OverlapMode::kSerial, 1, Transport::kNccl, AllReduceAlgorithm::kRing};
+  const Schedule p2p_tree{OverlapMode::kSerial, 1, Transport::kP2p, AllReduceAlgorithm::kTree};
+  Autotune close({nccl, nccl_ring, p2p, p2p_tree});
+  close.AddRound(0, {1.000});
+  close.AddRound(1, {0.996});
+  close.AddRound(2, {0.998});
+  close.AddRound(3, {1.500});
+  AutotuneChoice choice = close.Decide(true);
+  EXPECT_EQ(choice.schedule, p2p);
+  EXPECT_NE(choice.reason.find("a pinned layout does not pay: best serial/nccl/ring 0.996 ms vs "
+                               "serial/p2p 0.998 ms"),
+            std::string::npos)
+      << choice.reason;
+  EXPECT_EQ(close.Decide(false).schedule, nccl_ring) << "without the fallback, the fastest";
+
+  Autotune clear({nccl, nccl_ring, p2p, p2p_tree});
+  clear.AddRound(0, {1.00});
+  clear.AddRound(1, {1.20});
+  clear.AddRound(2, {1.10});
+  clear.AddRound(3, {0.90});
+  EXPECT_EQ(clear.Decide(true).schedule, p2p_tree);
+}
+
 TEST(AutotuneTest, OverlapThatDoesNotBeatSerialByTheMarginGivesWay) {
   Autotune tally({kSerial, kRing1});
   tally.AddRound(0, {1.00});
