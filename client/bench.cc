@@ -322,12 +322,9 @@ nlohmann::json Telemetry(const v1::GetNodeInfoResponse& node) {
   nlohmann::json out = nlohmann::json::array();
   for (const v1::Device& d : node.devices()) {
     if (!d.telemetry_valid()) continue;
-    out.push_back({{"device", d.index()},
-                   {"sm_clock_mhz", d.sm_clock_mhz()},
-                   {"mem_clock_mhz", d.mem_clock_mhz()},
-                   {"temperature_c", d.temperature_c()},
-                   {"power_w", d.power_w()},
-                   {"utilization_pct", d.utilization_pct()}});
+    nlohmann::json device = {{"device", d.index()}};
+    AddTelemetryJson(d, &device);
+    out.push_back(std::move(device));
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "client/check.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -77,6 +78,42 @@ std::vector<double> GemmTimes(const CheckResult& r) {
 
 std::vector<size_t> SlowGpus(const CheckResult& r) { return SlowerThanFastest(GemmTimes(r)); }
 
+namespace {
+
+const v1::Device* DeviceIn(const v1::GetNodeInfoResponse& node, int index) {
+  for (const v1::Device& d : node.devices()) {
+    if (d.index() == index) return &d;
+  }
+  return nullptr;
+}
+
+bool AnyCapped(const CheckResult& r) {
+  for (const GpuCheck& g : r.gpus) {
+    if (g.capped_valid) return true;
+  }
+  return false;
+}
+
+std::string Share(const GpuCheck& g, double share) {
+  return g.capped_valid ? absl::StrFormat("%.0f%%", 100 * share) : "-";
+}
+
+}  // namespace
+
+void SetCappedShares(const v1::GetNodeInfoResponse& before, const v1::GetNodeInfoResponse& after,
+                     double wall_s, GpuCheck* gpu) {
+  const v1::Device* a = DeviceIn(before, gpu->device);
+  const v1::Device* b = DeviceIn(after, gpu->device);
+  if (a == nullptr || b == nullptr || !a->capped_time_valid() || !b->capped_time_valid() ||
+      !(wall_s > 0)) {
+    return;
+  }
+  gpu->capped_valid = true;
+  gpu->power_capped = std::clamp((b->power_capped_s() - a->power_capped_s()) / wall_s, 0.0, 1.0);
+  gpu->thermal_capped =
+      std::clamp((b->thermal_capped_s() - a->thermal_capped_s()) / wall_s, 0.0, 1.0);
+}
+
 std::vector<size_t> SlowLinks(const CheckResult& r) {
   std::vector<size_t> slow;
   const double best = BestLinkGbps(r);
@@ -97,16 +134,28 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   const double fastest = fastest_index < gemm_ms.size() ? gemm_ms[fastest_index] : 0;
   absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each, all at once\n", o.gemm_size,
                         o.gemm_size, o.gemm_size);
-  TextTable gpus({{"GPU", Align::kRight},
-                  {"GEMM ms", Align::kRight},
-                  {"TFLOP/s", Align::kRight},
-                  {"vs fastest", Align::kRight},
-                  {""}});
+  const bool capped = AnyCapped(r);
+  std::vector<TextTable::Column> columns = {{"GPU", Align::kRight},
+                                            {"GEMM ms", Align::kRight},
+                                            {"TFLOP/s", Align::kRight},
+                                            {"vs fastest", Align::kRight}};
+  if (capped) {
+    columns.push_back({"power-capped", Align::kRight});
+    columns.push_back({"heat-capped", Align::kRight});
+  }
+  columns.push_back({""});
+  TextTable gpus(columns);
   for (size_t i = 0; i < r.gpus.size(); ++i) {
     const GpuCheck& g = r.gpus[i];
-    gpus.AddRow({absl::StrCat(g.device), FormatMs(g.gemm_ms), absl::StrFormat("%.1f", g.tflops),
-                 fastest > 0 ? Percent(g.gemm_ms / fastest - 1) : "-",
-                 is_in(slow_gpus, i) ? "SLOW" : ""});
+    std::vector<std::string> row = {absl::StrCat(g.device), FormatMs(g.gemm_ms),
+                                    absl::StrFormat("%.1f", g.tflops),
+                                    fastest > 0 ? Percent(g.gemm_ms / fastest - 1) : "-"};
+    if (capped) {
+      row.push_back(Share(g, g.power_capped));
+      row.push_back(Share(g, g.thermal_capped));
+    }
+    row.push_back(is_in(slow_gpus, i) ? "SLOW" : "");
+    gpus.AddRow(row);
   }
   out += gpus.Render();
   if (!r.links.empty()) {
@@ -132,11 +181,20 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
     out += links.Render();
   }
   for (size_t i : slow_gpus) {
+    const GpuCheck& g = r.gpus[i];
     absl::StrAppendFormat(&out,
-                          "slow GPU: %d, its GEMM %.1f%% slower than the fastest GPU's (more than "
-                          "%.0f%%): `overlapctl node` shows its clocks, power and temperature\n",
-                          r.gpus[i].device, 100 * (r.gpus[i].gemm_ms / fastest - 1),
-                          100 * kSlowRankFraction);
+                          "slow GPU: %d, its GEMM %.1f%% slower than the fastest GPU's (more "
+                          "than %.0f%%)",
+                          g.device, 100 * (g.gemm_ms / fastest - 1), 100 * kSlowRankFraction);
+    if (g.capped_valid && (g.power_capped > 0 || g.thermal_capped > 0)) {
+      absl::StrAppendFormat(&out,
+                            "; its clocks were held back by the power limit %.0f%% and by heat "
+                            "%.0f%% of the GEMM phase",
+                            100 * g.power_capped, 100 * g.thermal_capped);
+    }
+    absl::StrAppend(&out,
+                    ": `overlapctl node` shows its clocks, power, temperature and what "
+                    "limits them now\n");
   }
   for (size_t i : slow_links) {
     absl::StrAppendFormat(&out,
@@ -157,7 +215,12 @@ nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
   j["iterations"] = o.iterations;
   j["gpus"] = nlohmann::json::array();
   for (const GpuCheck& g : r.gpus) {
-    j["gpus"].push_back({{"device", g.device}, {"gemm_ms", g.gemm_ms}, {"tflops", g.tflops}});
+    nlohmann::json gpu = {{"device", g.device}, {"gemm_ms", g.gemm_ms}, {"tflops", g.tflops}};
+    if (g.capped_valid) {
+      gpu["power_capped_share"] = g.power_capped;
+      gpu["thermal_capped_share"] = g.thermal_capped;
+    }
+    j["gpus"].push_back(std::move(gpu));
   }
   j["links"] = nlohmann::json::array();
   for (const LinkCheck& l : r.links) {
@@ -200,6 +263,9 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
            "--link-mib set them)\n";
   }
   CheckResult result;
+  // NVML's cumulative capped times around the GEMM phase say what held a slow
+  // GPU back while it ran.
+  const auto gemm_start = std::chrono::steady_clock::now();
   // Every GPU's job first, so that they run at once; then follow each.
   std::vector<std::string> ids;
   for (int d : o.devices) {
@@ -220,6 +286,11 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
     const double s = static_cast<double>(o.gemm_size);
     if (g.gemm_ms > 0) g.tflops = 2 * s * s * s / (g.gemm_ms * 1e-3) / 1e12;
     result.gpus.push_back(g);
+  }
+  if (absl::StatusOr<v1::GetNodeInfoResponse> after = client.GetNodeInfo(); after.ok()) {
+    const double wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - gemm_start).count();
+    for (GpuCheck& g : result.gpus) SetCappedShares(*node, *after, wall_s, &g);
   }
   if (o.links && o.devices.size() > 1) {
     const size_t pairs = o.devices.size() * (o.devices.size() - 1) / 2;

@@ -40,7 +40,16 @@ struct GpuCheck {
   int device = 0;
   double gemm_ms = 0;
   double tflops = 0;
+  // Share of the GEMM phase its clocks were held back by the power limit and
+  // by heat (NVML violation counters before and after); valid where NVML has them.
+  bool capped_valid = false;
+  double power_capped = 0;
+  double thermal_capped = 0;
 };
+
+// The capped shares of `device` between two node snapshots `wall_s` apart.
+void SetCappedShares(const v1::GetNodeInfoResponse& before, const v1::GetNodeInfoResponse& after,
+                     double wall_s, GpuCheck* gpu);
 struct LinkCheck {
   int a = 0, b = 0;
   double p2p_ms = 0, nccl_ms = 0;

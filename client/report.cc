@@ -455,9 +455,10 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
                                             {"USED", Align::kRight},
                                             {"PCI"}};
   if (telemetry) {
-    for (const char* title : {"SM MHz", "MEM MHz", "TEMP C", "POWER W", "UTIL %"}) {
+    for (const char* title : {"SM MHz", "MAX MHz", "MEM MHz", "TEMP C", "POWER W", "UTIL %"}) {
       columns.push_back({title, Align::kRight});
     }
+    columns.push_back({"CLOCK LIMITS"});
   }
   TextTable table(columns);
   for (const v1::Device& device : node.devices()) {
@@ -467,15 +468,42 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
                                     OrDash(device.pci_bus_id())};
     if (device.telemetry_valid()) {
       row.push_back(absl::StrCat(device.sm_clock_mhz()));
+      row.push_back(device.max_sm_clock_mhz() > 0 ? absl::StrCat(device.max_sm_clock_mhz()) : "-");
       row.push_back(absl::StrCat(device.mem_clock_mhz()));
       row.push_back(absl::StrCat(device.temperature_c()));
       row.push_back(absl::StrFormat("%.0f", device.power_w()));
       row.push_back(absl::StrCat(device.utilization_pct()));
+      row.push_back(FormatClockLimits(device));
     }
     table.AddRow(row);
   }
   if (node.devices_size() > 0) out += table.Render();
   return out;
+}
+
+std::string FormatClockLimits(const v1::Device& device) {
+  if (!device.telemetry_valid() || !device.clock_limits_valid() || device.clock_limits().empty()) {
+    return "-";
+  }
+  return absl::StrJoin(device.clock_limits(), ",");
+}
+
+void AddTelemetryJson(const v1::Device& d, nlohmann::json* out) {
+  if (!d.telemetry_valid()) return;
+  nlohmann::json& j = *out;
+  j["sm_clock_mhz"] = d.sm_clock_mhz();
+  j["mem_clock_mhz"] = d.mem_clock_mhz();
+  j["temperature_c"] = d.temperature_c();
+  j["power_w"] = d.power_w();
+  j["utilization_pct"] = d.utilization_pct();
+  if (d.max_sm_clock_mhz() > 0) j["max_sm_clock_mhz"] = d.max_sm_clock_mhz();
+  if (d.clock_limits_valid()) {
+    j["clock_limits"] = std::vector<std::string>(d.clock_limits().begin(), d.clock_limits().end());
+  }
+  if (d.capped_time_valid()) {
+    j["power_capped_s"] = d.power_capped_s();
+    j["thermal_capped_s"] = d.thermal_capped_s();
+  }
 }
 
 std::string FormatStats(const v1::GetStatsResponse& stats) {

@@ -10,6 +10,7 @@
 
 #include "common/byte_size.h"
 #include "google/protobuf/repeated_field.h"
+#include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 
 namespace overlap::client {
@@ -87,6 +88,12 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms);
 std::string FormatProgress(const v1::Progress& progress);
 
 std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node);
+// What holds a GPU's clocks back now, e.g. "power,thermal"; "-" for nothing or
+// no telemetry.
+std::string FormatClockLimits(const v1::Device& device);
+// The device's NVML readings as JSON fields of `out` (sm_clock_mhz, ...,
+// clock_limits, power_capped_s); none where the backend has no telemetry.
+void AddTelemetryJson(const v1::Device& device, nlohmann::json* out);
 std::string FormatStats(const v1::GetStatsResponse& stats);
 
 // Small helpers shared by the formatters, exposed for tests.

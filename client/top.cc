@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kHeaderEvery = 20;
 constexpr char kLineFormat[] =
-    "%-8s %4s %6s %7s %5s %7s %5s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
+    "%-8s %4s %6s %7s %5s %7s %5s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
 
 // The running job that holds `device`, or null.
 const v1::Job* JobOn(const std::vector<v1::Job>& running, int device) {
@@ -56,8 +56,8 @@ std::string Truncate(const std::string& s, size_t width) {
 
 std::string TopHeader() {
   return absl::StrFormat(kLineFormat, "# time", "gpu", "sm MHz", "mem MHz", "temp", "power W",
-                         "util%", "mem used", "job", "op", "phase", "last op", "step ms", "hidden%",
-                         "wait ms");
+                         "util%", "limits", "mem used", "job", "op", "phase", "last op", "step ms",
+                         "hidden%", "wait ms");
 }
 
 std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
@@ -74,7 +74,8 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
         &out, kLineFormat, time, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
         Or(t, absl::StrCat(d.mem_clock_mhz())), Or(t, absl::StrCat(d.temperature_c())),
         Or(t, absl::StrFormat("%.1f", d.power_w())), Or(t, absl::StrCat(d.utilization_pct())),
-        FormatBytes(d.memory_used_bytes()), job ? Truncate(job->id(), 11) : "-",
+        Truncate(FormatClockLimits(d), 12), FormatBytes(d.memory_used_bytes()),
+        job ? Truncate(job->id(), 11) : "-",
         job && !job->progress().op_id().empty() ? Truncate(job->progress().op_id(), 12) : "-",
         job ? Truncate(Phase(job->progress()), 36) : "-", last ? Truncate(last->id(), 12) : "-",
         last ? absl::StrFormat("%.3f", last->step().median_ms()) : "-",
@@ -95,13 +96,7 @@ nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
                         {"memory_used_bytes", d.memory_used_bytes()},
                         {"job", nullptr},
                         {"last_op", nullptr}};
-    if (d.telemetry_valid()) {
-      j["sm_clock_mhz"] = d.sm_clock_mhz();
-      j["mem_clock_mhz"] = d.mem_clock_mhz();
-      j["temperature_c"] = d.temperature_c();
-      j["power_w"] = d.power_w();
-      j["utilization_pct"] = d.utilization_pct();
-    }
+    AddTelemetryJson(d, &j);
     if (const v1::Job* job = JobOn(running, d.index())) {
       j["job"] = job->id();
       j["op"] = job->progress().op_id();

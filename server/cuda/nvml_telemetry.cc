@@ -20,6 +20,14 @@ struct NvmlTelemetry::Api {
   int (*temperature)(void*, int, unsigned int*) = nullptr;  // 0 = GPU sensor
   int (*power)(void*, unsigned int*) = nullptr;             // milliwatts
   int (*utilization)(void*, Utilization*) = nullptr;
+  // Optional: an older driver may lack them, and the rest still works.
+  struct ViolationTime {
+    unsigned long long reference_us;  // CPU timestamp
+    unsigned long long violation_ns;  // cumulative
+  };
+  int (*max_clock)(void*, int, unsigned int*) = nullptr;       // 1 = SM
+  int (*clock_reasons)(void*, unsigned long long*) = nullptr;  // bitmask
+  int (*violation)(void*, int, ViolationTime*) = nullptr;      // 0 = power, 1 = thermal
 };
 
 namespace {
@@ -47,6 +55,12 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
                   Resolve(library, "nvmlDeviceGetTemperature", &api->temperature) &&
                   Resolve(library, "nvmlDeviceGetPowerUsage", &api->power) &&
                   Resolve(library, "nvmlDeviceGetUtilizationRates", &api->utilization);
+  Resolve(library, "nvmlDeviceGetMaxClockInfo", &api->max_clock);
+  // Renamed in driver 535; the old name stays exported.
+  if (!Resolve(library, "nvmlDeviceGetCurrentClocksEventReasons", &api->clock_reasons)) {
+    Resolve(library, "nvmlDeviceGetCurrentClocksThrottleReasons", &api->clock_reasons);
+  }
+  Resolve(library, "nvmlDeviceGetViolationStatus", &api->violation);
   if (!ok || api->init() != 0) {
     log->info("NVML unusable ({}): device telemetry off", ok ? "nvmlInit failed" : "missing symbol");
     dlclose(library);
@@ -88,6 +102,22 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
   t.temperature_c = static_cast<int>(temp);
   if (api_->power(h, &milliwatts) == 0) t.power_w = milliwatts / 1000.0;
   if (api_->utilization(h, &util) == 0) t.utilization_pct = static_cast<int>(util.gpu);
+  unsigned int max_sm = 0;
+  if (api_->max_clock != nullptr && api_->max_clock(h, 1, &max_sm) == 0) {
+    t.max_sm_clock_mhz = static_cast<int>(max_sm);
+  }
+  unsigned long long reasons = 0;
+  if (api_->clock_reasons != nullptr && api_->clock_reasons(h, &reasons) == 0) {
+    t.clock_limits_valid = true;
+    t.clock_limits = reasons;
+  }
+  Api::ViolationTime power{}, thermal{};
+  if (api_->violation != nullptr && api_->violation(h, 0, &power) == 0 &&
+      api_->violation(h, 1, &thermal) == 0) {
+    t.capped_time_valid = true;
+    t.power_capped_s = power.violation_ns * 1e-9;
+    t.thermal_capped_s = thermal.violation_ns * 1e-9;
+  }
   return t;
 }
 

@@ -1,11 +1,29 @@
 #include "server/engine/engine.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace overlap::engine {
+
+std::vector<std::string> ClockLimitNames(uint64_t mask) {
+  // NVML's nvmlClocksEventReason* bits.
+  static constexpr std::pair<uint64_t, const char*> kReasons[] = {
+      {0x4, "power"},       {0x20, "thermal"},     {0x8, "hw-slowdown"},
+      {0x40, "hw-thermal"}, {0x80, "power-brake"}, {0x2, "app-clocks"},
+      {0x10, "sync-boost"}, {0x100, "display"},    {0x1, "idle"}};
+  std::vector<std::string> names;
+  uint64_t known = 0;
+  for (const auto& [bit, name] : kReasons) {
+    known |= bit;
+    if (mask & bit) names.push_back(name);
+  }
+  if (mask & ~known) names.push_back(absl::StrFormat("0x%x", mask & ~known));
+  return names;
+}
 
 absl::StatusOr<int64_t> Engine::FirstNonFinite(BufferRef src, DType dtype, int device) {
   std::vector<uint8_t> host(src.bytes);

@@ -134,7 +134,24 @@ struct DeviceTelemetry {
   int temperature_c = 0;
   double power_w = 0;
   int utilization_pct = 0;  // percent of the last sample period a kernel ran
+  int max_sm_clock_mhz = 0;  // 0 = unknown
+  // What holds the clocks back now (NVML's clocks event reasons, ClockLimitNames).
+  bool clock_limits_valid = false;
+  uint64_t clock_limits = 0;
+  // Time the clocks were held below their application clocks by the power
+  // limit and by heat, cumulative since the driver loaded (NVML violation
+  // counters, as DCGM's power and thermal violation fields): sampled twice,
+  // their difference over the time between says how much of it was capped.
+  bool capped_time_valid = false;
+  double power_capped_s = 0;
+  double thermal_capped_s = 0;
 };
+
+// The names of the reasons set in NVML's clocks event reasons `mask`, most
+// telling first: "power" (software power cap), "thermal" (software thermal
+// slowdown), "hw-slowdown", "hw-thermal", "power-brake", "app-clocks",
+// "sync-boost", "display", "idle", and "0x..." for bits NVML may add later.
+std::vector<std::string> ClockLimitNames(uint64_t mask);
 
 struct BackendVersions {
   std::string cuda_runtime, cuda_driver, nccl, cublas;

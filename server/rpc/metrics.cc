@@ -114,6 +114,22 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Family("overlapd_device_power_watts", "power draw (NVML)", MetricType::Gauge);
   MetricFamily util =
       Family("overlapd_device_utilization_percent", "GPU utilization (NVML)", MetricType::Gauge);
+  MetricFamily max_sm =
+      Family("overlapd_device_max_sm_clock_mhz", "highest SM clock (NVML)", MetricType::Gauge);
+  MetricFamily limit = Family("overlapd_device_clock_limit",
+                              "1 while this reason holds the clocks back (NVML clocks event "
+                              "reasons: power, thermal, hw-slowdown, hw-thermal, power-brake)",
+                              MetricType::Gauge);
+  MetricFamily power_capped =
+      Family("overlapd_device_power_capped_seconds_total",
+             "time the clocks were held below application clocks by the power limit, since the "
+             "driver loaded (NVML violation counter)",
+             MetricType::Counter);
+  MetricFamily thermal_capped =
+      Family("overlapd_device_thermal_capped_seconds_total",
+             "time the clocks were held below application clocks by heat, since the driver "
+             "loaded (NVML violation counter)",
+             MetricType::Counter);
   for (const v1::Device& d : node.devices()) {
     Add(memory, static_cast<double>(d.memory_bytes()),
         {DeviceLabel(d.index()), {"name", d.name()}});
@@ -124,8 +140,22 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
     Add(temperature, d.temperature_c(), {DeviceLabel(d.index())});
     Add(power, d.power_w(), {DeviceLabel(d.index())});
     Add(util, d.utilization_pct(), {DeviceLabel(d.index())});
+    if (d.max_sm_clock_mhz() > 0) Add(max_sm, d.max_sm_clock_mhz(), {DeviceLabel(d.index())});
+    if (d.clock_limits_valid()) {
+      // Each limiter that slows a GPU under load, 0 or 1, so alerts can test it.
+      for (const char* reason : {"power", "thermal", "hw-slowdown", "hw-thermal", "power-brake"}) {
+        const bool on = std::find(d.clock_limits().begin(), d.clock_limits().end(), reason) !=
+                        d.clock_limits().end();
+        Add(limit, on ? 1 : 0, {DeviceLabel(d.index()), {"reason", reason}});
+      }
+    }
+    if (d.capped_time_valid()) {
+      Add(power_capped, d.power_capped_s(), {DeviceLabel(d.index())});
+      Add(thermal_capped, d.thermal_capped_s(), {DeviceLabel(d.index())});
+    }
   }
-  for (MetricFamily* f : {&memory, &used, &sm, &mem_clock, &temperature, &power, &util}) {
+  for (MetricFamily* f : {&memory, &used, &sm, &mem_clock, &temperature, &power, &util, &max_sm,
+                          &limit, &power_capped, &thermal_capped}) {
     out.push_back(std::move(*f));
   }
 

@@ -74,6 +74,14 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
     device->set_temperature_c(t.temperature_c);
     device->set_power_w(t.power_w);
     device->set_utilization_pct(t.utilization_pct);
+    device->set_max_sm_clock_mhz(t.max_sm_clock_mhz);
+    device->set_clock_limits_valid(t.clock_limits_valid);
+    for (const std::string& name : engine::ClockLimitNames(t.clock_limits)) {
+      device->add_clock_limits(name);
+    }
+    device->set_capped_time_valid(t.capped_time_valid);
+    device->set_power_capped_s(t.power_capped_s);
+    device->set_thermal_capped_s(t.thermal_capped_s);
   }
   response->set_overlapd_version(OVERLAP_VERSION);
   response->set_git_commit(OVERLAP_GIT_COMMIT);

@@ -77,6 +77,43 @@ TEST(CheckTest, TablesMarkAndExplainWhatIsSlow) {
   EXPECT_THAT(FormatCheck(fine, CheckOptions{}), HasSubstr("no slow GPU or link\n"));
 }
 
+// NVML's capped times before and after the GEMM phase: each GPU's share of it
+// held back by power and by heat, shown beside its GEMM and given as the
+// likely cause of a slow one.
+TEST(CheckTest, CappedSharesExplainASlowGpu) {
+  v1::GetNodeInfoResponse before, after;
+  for (int d = 0; d < 4; ++d) {
+    v1::Device* b = before.add_devices();
+    b->set_index(d);
+    b->set_capped_time_valid(d != 3);  // GPU 3: no NVML counters
+    b->set_power_capped_s(100);
+    b->set_thermal_capped_s(7);
+    v1::Device* a = after.add_devices();
+    *a = *b;
+    if (d == 2) {
+      a->set_power_capped_s(100.5);
+      a->set_thermal_capped_s(8.5);
+    }
+  }
+  CheckResult r = Result();
+  for (GpuCheck& g : r.gpus) SetCappedShares(before, after, 2.0, &g);
+  EXPECT_TRUE(r.gpus[0].capped_valid);
+  EXPECT_DOUBLE_EQ(r.gpus[0].power_capped, 0);
+  EXPECT_DOUBLE_EQ(r.gpus[2].power_capped, 0.25);
+  EXPECT_DOUBLE_EQ(r.gpus[2].thermal_capped, 0.75);
+  EXPECT_FALSE(r.gpus[3].capped_valid);
+  const std::string text = FormatCheck(r, CheckOptions{});
+  EXPECT_THAT(text, HasSubstr("power-capped  heat-capped"));
+  EXPECT_THAT(text, HasSubstr("slow GPU: 2, its GEMM 8.0% slower than the fastest GPU's (more than "
+                              "5%); its clocks were held back by the power limit 25% and by heat "
+                              "75% of the GEMM phase"));
+  const nlohmann::json j = CheckJson(r, CheckOptions{});
+  EXPECT_DOUBLE_EQ(j["gpus"][2]["thermal_capped_share"].get<double>(), 0.75);
+  EXPECT_FALSE(j["gpus"][3].contains("power_capped_share"));
+  // Without counters anywhere, no such columns.
+  EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("power-capped")));
+}
+
 TEST(CheckTest, JsonListsEverythingAndTheSlowOnes) {
   const nlohmann::json j = CheckJson(Result(), CheckOptions{});
   ASSERT_EQ(j["gpus"].size(), 4u);

@@ -497,9 +497,20 @@ TEST(ReportTest, NodeInfoShowsTelemetryWhenTheBackendHasIt) {
   device->set_temperature_c(41);
   device->set_power_w(129.4);
   device->set_utilization_pct(87);
-  const std::string text = FormatNodeInfo(node);
-  EXPECT_THAT(text, HasSubstr("SM MHz  MEM MHz  TEMP C  POWER W  UTIL %"));
-  EXPECT_THAT(text, HasSubstr("0000:00:06.0    1980     3201      41      129      87\n")) << text;
+  device->set_max_sm_clock_mhz(1980);
+  device->set_clock_limits_valid(true);
+  device->add_clock_limits("power");
+  std::string text = FormatNodeInfo(node);
+  EXPECT_THAT(text, HasSubstr("SM MHz  MAX MHz  MEM MHz  TEMP C  POWER W  UTIL %  CLOCK LIMITS"));
+  EXPECT_THAT(text, HasSubstr("0000:00:06.0    1980     1980     3201      41      129      87  "
+                              "power\n"))
+      << text;
+  device->clear_clock_limits();
+  device->set_max_sm_clock_mhz(0);
+  text = FormatNodeInfo(node);
+  EXPECT_THAT(text,
+              HasSubstr("0000:00:06.0    1980        -     3201      41      129      87  -\n"))
+      << text;
 }
 
 TEST(ReportTest, StatsListsEveryStateInOrder) {

@@ -24,6 +24,12 @@ v1::GetNodeInfoResponse TwoGpus() {
   d0->set_power_w(306.94);
   d0->set_utilization_pct(99);
   d0->set_memory_used_bytes(int64_t{12} << 30);
+  d0->set_max_sm_clock_mhz(1980);
+  d0->set_clock_limits_valid(true);
+  d0->add_clock_limits("power");
+  d0->add_clock_limits("thermal");
+  d0->set_capped_time_valid(true);
+  d0->set_power_capped_s(12.5);
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);  // no telemetry (host backend, or NVML missing)
   return node;
@@ -60,11 +66,11 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   EXPECT_EQ(lines[2].size(), lines[0].size());
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_EQ(gpu0, (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
-                                            "12.00", "GiB", "job-000007", "fc2", "timed", "7/20",
-                                            "fc1", "5.250", "66.7", "0.125"}));
+                                            "power,therm~", "12.00", "GiB", "job-000007", "fc2",
+                                            "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
-  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "0", "B", "-",
-                                            "-", "-", "-", "-", "-", "-"}));
+  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "-", "0", "B",
+                                            "-", "-", "-", "-", "-", "-", "-"}));
 }
 
 // A GEMM alone has no communication: its hidden column is a dash. An op run
@@ -87,6 +93,9 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   ASSERT_EQ(j["devices"].size(), 2u);
   const nlohmann::json& gpu0 = j["devices"][0];
   EXPECT_EQ(gpu0["sm_clock_mhz"], 1980);
+  EXPECT_EQ(gpu0["max_sm_clock_mhz"], 1980);
+  EXPECT_EQ(gpu0["clock_limits"], nlohmann::json({"power", "thermal"}));
+  EXPECT_DOUBLE_EQ(gpu0["power_capped_s"].get<double>(), 12.5);
   EXPECT_EQ(gpu0["job"], "job-000007");
   EXPECT_EQ(gpu0["phase"], "timed");
   EXPECT_EQ(gpu0["iteration"], 7);

@@ -65,6 +65,12 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   d0->set_telemetry_valid(true);
   d0->set_sm_clock_mhz(1980);
   d0->set_power_w(306.5);
+  d0->set_max_sm_clock_mhz(1980);
+  d0->set_clock_limits_valid(true);
+  d0->add_clock_limits("thermal");
+  d0->set_capped_time_valid(true);
+  d0->set_power_capped_s(41.5);
+  d0->set_thermal_capped_s(2.25);
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);
   d1->set_name("NVIDIA H200");
@@ -96,6 +102,11 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_device_memory_bytes{device=\"0\",name=\"NVIDIA H200\"} 1000\n",
            "overlapd_device_sm_clock_mhz{device=\"0\"} 1980\n",
            "overlapd_device_power_watts{device=\"0\"} 306.5\n",
+           "overlapd_device_max_sm_clock_mhz{device=\"0\"} 1980\n",
+           "overlapd_device_clock_limit{device=\"0\",reason=\"thermal\"} 1\n",
+           "overlapd_device_clock_limit{device=\"0\",reason=\"power\"} 0\n",
+           "overlapd_device_power_capped_seconds_total{device=\"0\"} 41.5\n",
+           "overlapd_device_thermal_capped_seconds_total{device=\"0\"} 2.25\n",
            "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
            "overlapd_device_running_job{device=\"1\",job_id=\"job-3\"} 1\n",
            "overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
