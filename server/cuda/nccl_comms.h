@@ -56,7 +56,7 @@ class NcclGroup {
   engine::LibraryAlgorithm algorithm() const { return algorithm_; }
   ncclComm_t comm(int rank) const { return comms_[rank]; }
   int size() const { return static_cast<int>(comms_.size()); }
-  // "channel C on devices [a,b]" (+ " at most N CTAs", " NCCL_ALGO=Tree")
+  // "channel C on devices [a,b]" (+ " at most N CTAs", " NCCL_ALGO=allreduce:Tree")
   std::string Name() const;
 
   // Polls until no rank has an operation in progress. The first async error

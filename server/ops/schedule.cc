@@ -62,10 +62,6 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
   return counts;
 }
 
-}  // namespace
-
-namespace {
-
 // The all_reduce layouts an op asks for over `transport`: its own algorithm, or
 // with auto the transport's own first, then every one it has.
 std::vector<AllReduceAlgorithm> AlgorithmsOver(const OpSpec& op, Transport transport,
