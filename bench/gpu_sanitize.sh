@@ -29,6 +29,20 @@ for ranks in "${passes[@]}"; do
       compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 --print-limit 50 \
       ".device/bin/$t" --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
     rc=$?
+    # NCCL's init asks for each of its kernels with cudaFuncGetAttributes and
+    # skips those not built for this GPU: memcheck reports each such error 209
+    # (its own probe, handled inside libnccl). A run whose only reports are
+    # those passes.
+    if [ "$rc" = 99 ]; then
+      total=$(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log")
+      probes=$(awk '/Program hit cudaErrorNoKernelImageForDevice .*cudaFuncGetAttributes/ {hit = 4; next}
+                    hit > 0 && /libnccl/ {n++; hit = 0; next} {if (hit > 0) hit--} END {print n + 0}' "$log")
+      if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$total" = "$probes" ] &&
+         grep -q 'LEAK SUMMARY: 0 bytes' "$log" && ! grep -q '^\[  FAILED' "$log"; then
+        echo "$t ranks=$ranks: $probes NCCL kernel probes at communicator init, not errors"
+        rc=0
+      fi
+    fi
     [ "$rc" = 0 ] || failed=1
     echo "$t ranks=$ranks exit $rc, $(( $(date +%s) - start )) s:" \
       "$(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|LEAK SUMMARY' "$log" | tr '\n' ' ')"
