@@ -174,9 +174,7 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
       rows.push_back(CommBenchRow{op.type(), bytes, count, {}});
       row = rows.end() - 1;
     }
-    const std::string variant =
-        op.algorithm().empty() ? op.transport() : absl::StrCat(op.transport(), "/", op.algorithm());
-    CommBenchResult& result = row->by_transport[variant];
+    CommBenchResult& result = row->by_transport[TransportLabel(op)];
     result.ms = op.step().median_ms();
     result.min_ms = op.step().min_ms();
     result.max_ms = op.step().max_ms();

@@ -32,12 +32,6 @@ std::string FormatVerify(const v1::OpResult& op) {
 
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
-// The transport, and an all_reduce's algorithm where it pinned one: "p2p/tree".
-std::string TransportCell(const v1::OpResult& op) {
-  if (op.algorithm().empty()) return OrDash(op.transport());
-  return absl::StrCat(op.transport(), "/", op.algorithm());
-}
-
 }  // namespace
 
 bool IsCollectiveAlone(const v1::OpResult& op) {
@@ -249,15 +243,15 @@ std::string FormatReport(const v1::Job& job) {
     const bool gemm = !IsCollectiveAlone(op);
     const bool comm = !IsGemmAlone(op);
     const bool both = gemm && comm;
-    table.AddRow({op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
-                  op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", comm ? TransportCell(op) : "-",
-                  FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
-                  gemm ? FormatMs(op.gemm_alone().median_ms()) : "-",
-                  comm ? FormatMs(op.comm_alone().median_ms()) : "-",
-                  comm ? FormatMs(op.exposed_comm_ms()) : "-",
-                  both ? FormatHidden(op.hidden_fraction()) : "-",
-                  gemm ? FormatRate(op.tflops()) : "-", comm ? FormatRate(op.busbw_gbps()) : "-",
-                  FormatVerify(op)});
+    table.AddRow(
+        {op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
+         op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", comm ? OrDash(TransportLabel(op)) : "-",
+         FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
+         gemm ? FormatMs(op.gemm_alone().median_ms()) : "-",
+         comm ? FormatMs(op.comm_alone().median_ms()) : "-",
+         comm ? FormatMs(op.exposed_comm_ms()) : "-",
+         both ? FormatHidden(op.hidden_fraction()) : "-", gemm ? FormatRate(op.tflops()) : "-",
+         comm ? FormatRate(op.busbw_gbps()) : "-", FormatVerify(op)});
   }
   table.AddSeparator();
   table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",
@@ -479,6 +473,11 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   }
   if (node.devices_size() > 0) out += table.Render();
   return out;
+}
+
+std::string TransportLabel(const v1::OpResult& op) {
+  if (op.algorithm().empty()) return op.transport();
+  return absl::StrCat(op.transport(), "/", op.algorithm());
 }
 
 std::string FormatClockLimits(const v1::Device& device) {

@@ -100,6 +100,9 @@ std::string FormatStats(const v1::GetStatsResponse& stats);
 // The schedule an op ran, as the daemon names it ("chunked/4/p2p", "ring/p2p"),
 // with "+graph" where its timed iterations replayed a CUDA graph.
 std::string ScheduleLabel(const v1::OpResult& op);
+// The transport an op ran, and an all_reduce's algorithm where it pinned one:
+// "p2p", "nccl/tree" (the report's transport column, commbench's columns).
+std::string TransportLabel(const v1::OpResult& op);
 
 std::string FormatMs(double ms);             // "1.234"
 std::string FormatHidden(double fraction);   // percent of the collective hidden, "66.7", 0-100

@@ -119,6 +119,15 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view nam
                                                  "\" (expected default, ring, tree, ps, auto)"));
 }
 
+std::string StoredAllReduceAlgorithm(AllReduceAlgorithm algorithm) {
+  return algorithm == AllReduceAlgorithm::kDefault ? "" : AllReduceAlgorithmName(algorithm);
+}
+
+absl::StatusOr<AllReduceAlgorithm> ParseStoredAllReduceAlgorithm(absl::string_view stored) {
+  if (stored.empty()) return AllReduceAlgorithm::kDefault;
+  return ParseAllReduceAlgorithm(stored);
+}
+
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
   const int64_t t = tp > 0 ? tp : 1;
   LocalShapes s{};

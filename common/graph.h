@@ -58,6 +58,10 @@ absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
 absl::StatusOr<Transport> ParseTransport(absl::string_view name);
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name);
+// An algorithm as an op's result and the tuning cache keep it: "" for the
+// default, which most all-reduces (and every other op) run.
+std::string StoredAllReduceAlgorithm(AllReduceAlgorithm algorithm);
+absl::StatusOr<AllReduceAlgorithm> ParseStoredAllReduceAlgorithm(absl::string_view stored);
 
 struct OpSpec {
   std::string id;

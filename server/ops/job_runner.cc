@@ -268,9 +268,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   res.set_requested_mode(OverlapModeName(op.mode));
   res.set_transport(TransportName(schedule.transport));
   res.set_chunks(schedule.chunks);
-  if (schedule.algorithm != AllReduceAlgorithm::kDefault) {
-    res.set_algorithm(AllReduceAlgorithmName(schedule.algorithm));
-  }
+  res.set_algorithm(StoredAllReduceAlgorithm(schedule.algorithm));
   res.set_m(op.m);
   res.set_k(op.k);
   res.set_n(op.n);

@@ -103,10 +103,7 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
 absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
   ASSIGN_OR_RETURN(OverlapMode mode, ParseOverlapMode(r.mode()));
   ASSIGN_OR_RETURN(Transport transport, ParseTransport(r.transport()));
-  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;
-  if (!r.algorithm().empty()) {
-    ASSIGN_OR_RETURN(algorithm, ParseAllReduceAlgorithm(r.algorithm()));
-  }
+  ASSIGN_OR_RETURN(AllReduceAlgorithm algorithm, ParseStoredAllReduceAlgorithm(r.algorithm()));
   return Schedule{mode, std::max(1, r.chunks()), transport, algorithm};
 }
 

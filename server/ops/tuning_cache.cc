@@ -45,9 +45,7 @@ std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
   e.key.environment = Text(stmt, 8);
   auto mode = ParseOverlapMode(Text(stmt, 9));
   auto transport = ParseTransport(Text(stmt, 11));
-  const std::string algorithm_name = Text(stmt, 14);
-  auto algorithm = algorithm_name.empty() ? AllReduceAlgorithm::kDefault
-                                          : ParseAllReduceAlgorithm(algorithm_name);
+  auto algorithm = ParseStoredAllReduceAlgorithm(Text(stmt, 14));
   if (!mode.ok() || !transport.ok() || !algorithm.ok() || *mode == OverlapMode::kAuto ||
       *transport == Transport::kAuto) {
     return std::nullopt;
@@ -148,9 +146,7 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   sqlite3_bind_text(stmt, 12, transport.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(stmt, 13, choice.step_ms);
   sqlite3_bind_int64(stmt, 14, tuned_unix_ms);
-  const std::string algorithm = choice.schedule.algorithm == AllReduceAlgorithm::kDefault
-                                    ? ""
-                                    : AllReduceAlgorithmName(choice.schedule.algorithm);
+  const std::string algorithm = StoredAllReduceAlgorithm(choice.schedule.algorithm);
   sqlite3_bind_text(stmt, 15, algorithm.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(stmt) != SQLITE_DONE) {
     return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));

@@ -488,6 +488,12 @@ TEST(GraphEnumsTest, NamesRoundTrip) {
     EXPECT_EQ(*ParseAllReduceAlgorithm(AllReduceAlgorithmName(a)), a);
   }
   EXPECT_EQ(AllReduceAlgorithmName(AllReduceAlgorithm::kParameterServer), "ps");
+  // Results and the tuning cache keep the default as "".
+  EXPECT_EQ(StoredAllReduceAlgorithm(AllReduceAlgorithm::kDefault), "");
+  EXPECT_EQ(StoredAllReduceAlgorithm(AllReduceAlgorithm::kTree), "tree");
+  EXPECT_EQ(*ParseStoredAllReduceAlgorithm(""), AllReduceAlgorithm::kDefault);
+  EXPECT_EQ(*ParseStoredAllReduceAlgorithm("ps"), AllReduceAlgorithm::kParameterServer);
+  EXPECT_FALSE(ParseStoredAllReduceAlgorithm("Ring").ok());
   EXPECT_FALSE(ParseAllReduceAlgorithm("Ring").ok());
   EXPECT_EQ(TransportName(Transport::kDirect), "direct");
   EXPECT_EQ(OpTypeName(OpType::kGemmRs), "gemm_rs");
