@@ -172,21 +172,13 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
       send.push_back(ctx.Rows(src[r], row, rows, cols));
       recv.push_back(ctx.Rows(dst[r], row, rows, cols));
     }
-    engine::CollectiveArgs args = Args(ctx, on, rows * cols, send, recv);
-    switch (algorithm) {
-      case AllReduceAlgorithm::kDefault:
-        break;
-      case AllReduceAlgorithm::kRing:
-        args.algorithm = engine::LibraryAlgorithm::kRing;
-        break;
-      case AllReduceAlgorithm::kTree:
-        args.algorithm = engine::LibraryAlgorithm::kTree;
-        break;
-      case AllReduceAlgorithm::kParameterServer:
-        return absl::InvalidArgumentError("all-reduce ps is a copy-engine layout: transport p2p");
-      case AllReduceAlgorithm::kAuto:
-        break;  // refused above
+    if (algorithm == AllReduceAlgorithm::kParameterServer) {
+      return absl::InvalidArgumentError("all-reduce ps is a copy-engine layout: transport p2p");
     }
+    engine::CollectiveArgs args = Args(ctx, on, rows * cols, send, recv);
+    args.algorithm = algorithm == AllReduceAlgorithm::kRing   ? engine::LibraryAlgorithm::kRing
+                     : algorithm == AllReduceAlgorithm::kTree ? engine::LibraryAlgorithm::kTree
+                                                              : engine::LibraryAlgorithm::kLibraryChoice;
     return ctx.engine().AllReduce(args);
   }
   switch (algorithm) {
