@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/auto_reason_util.h"
 #include "tests/integration/harness.h"
 
 namespace overlap::testing {
@@ -413,7 +414,7 @@ TEST_F(CliTest, TuningListsWhatAutoChoseAndForgetsIt) {
   RunResult fresh = daemon_->Ctl(bench);
   ASSERT_EQ(fresh.exit_code, 0) << Describe(fresh);
   EXPECT_THAT(ParseJson(fresh.out)["rows"][0]["auto_reasons"][0].get<std::string>(),
-              StartsWith("autotuned over"));
+              IsFreshlyAutotuned());
   std::vector<std::string> reuse = bench;
   reuse.push_back("--use-tuned");
   RunResult kept = daemon_->Ctl(reuse);
@@ -471,7 +472,7 @@ TEST_F(CliTest, PinnedGraphRunsTheSchedulesAutoChose) {
     const nlohmann::json& a = first["result"]["ops"][i];
     const nlohmann::json& b = second["result"]["ops"][i];
     EXPECT_EQ(a["id"], b["id"]);
-    EXPECT_THAT(a["auto_reason"].get<std::string>(), StartsWith("autotuned over"));
+    EXPECT_THAT(a["auto_reason"].get<std::string>(), IsFreshlyAutotuned());
     EXPECT_EQ(b["requested_mode"], a["mode"]);
     EXPECT_EQ(b["mode"], a["mode"]);
     EXPECT_EQ(b["chunks"], a["chunks"]);
