@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/device_health.h"
 #include "client/report.h"
 #include "client/table.h"
 
@@ -114,6 +115,27 @@ void SetCappedShares(const v1::GetNodeInfoResponse& before, const v1::GetNodeInf
       std::clamp((b->thermal_capped_s() - a->thermal_capped_s()) / wall_s, 0.0, 1.0);
 }
 
+void SetHealthFindings(const v1::GetNodeInfoResponse& start, const v1::GetNodeInfoResponse& end,
+                       GpuCheck* gpu) {
+  const v1::Device* now = DeviceIn(end, gpu->device);
+  if (now == nullptr || !HasHealth(*now)) return;
+  gpu->health_read = true;
+  gpu->health = HealthJson(*now);
+  gpu->health_problems = HealthProblems(*now, MostNvlinksActive(end));
+  if (const v1::Device* then = DeviceIn(start, gpu->device); then != nullptr) {
+    const std::string grew = NvlinkErrorsBetween(*then, *now, "during the check");
+    if (!grew.empty()) gpu->health_problems.push_back(grew);
+  }
+}
+
+std::vector<size_t> UnhealthyGpus(const CheckResult& r) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < r.gpus.size(); ++i) {
+    if (!r.gpus[i].health_problems.empty()) out.push_back(i);
+  }
+  return out;
+}
+
 std::vector<size_t> SlowLinks(const CheckResult& r) {
   std::vector<size_t> slow;
   const double best = BestLinkGbps(r);
@@ -205,6 +227,16 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   if (slow_gpus.empty() && slow_links.empty()) {
     absl::StrAppend(&out, "no slow GPU", r.links.empty() ? "" : " or link", "\n");
   }
+  bool health_read = false;
+  for (const GpuCheck& g : r.gpus) {
+    health_read = health_read || g.health_read;
+    for (const std::string& problem : g.health_problems) {
+      absl::StrAppend(&out, "unhealthy GPU: ", g.device, ", ", problem, "\n");
+    }
+  }
+  if (health_read && UnhealthyGpus(r).empty()) {
+    absl::StrAppend(&out, "no health problem (PCIe link, NVLinks, ECC, row remaps)\n");
+  }
   return out;
 }
 
@@ -219,6 +251,10 @@ nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
     if (g.capped_valid) {
       gpu["power_capped_share"] = g.power_capped;
       gpu["thermal_capped_share"] = g.thermal_capped;
+    }
+    if (g.health_read) {
+      gpu["health"] = g.health;
+      gpu["health_problems"] = g.health_problems;
     }
     j["gpus"].push_back(std::move(gpu));
   }
@@ -235,6 +271,8 @@ nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
   for (size_t i : SlowGpus(r)) j["slow_gpus"].push_back(r.gpus[i].device);
   j["slow_links"] = nlohmann::json::array();
   for (size_t i : SlowLinks(r)) j["slow_links"].push_back({r.links[i].a, r.links[i].b});
+  j["unhealthy_gpus"] = nlohmann::json::array();
+  for (size_t i : UnhealthyGpus(r)) j["unhealthy_gpus"].push_back(r.gpus[i].device);
   return j;
 }
 
@@ -313,8 +351,15 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
       }
     }
   }
+  // Health at the end: what NVML says now, and the NVLink errors the GEMMs and
+  // the link traffic made since the start.
+  absl::StatusOr<v1::GetNodeInfoResponse> end = client.GetNodeInfo();
+  if (!end.ok()) return ReportCallError(end.status(), client.address(), err);
+  for (GpuCheck& g : result.gpus) SetHealthFindings(*node, *end, &g);
   out << (json ? CheckJson(result, o).dump(1) + "\n" : FormatCheck(result, o));
-  return SlowGpus(result).empty() && SlowLinks(result).empty() ? kExitOk : kExitJobFailed;
+  return SlowGpus(result).empty() && SlowLinks(result).empty() && UnhealthyGpus(result).empty()
+             ? kExitOk
+             : kExitJobFailed;
 }
 
 }  // namespace overlap::client

@@ -8,7 +8,10 @@
 // all-gather whose shards hold --link-mib MiB each, over the copy engines (p2p)
 // and NCCL, both directions at once; bandwidth per direction, and a pair whose
 // p2p bandwidth is more than kSlowLinkFraction below the best pair's is called
-// slow. Like `dcgmi diag` and nccl-tests, with the daemon's timing.
+// slow. Health: what NVML says of each GPU at the end (a PCIe link below its
+// best, NVLinks down, uncorrectable ECC errors, row remaps) and the NVLink
+// errors counted while the check ran. Like `dcgmi diag` and nccl-tests, with
+// the daemon's timing.
 #pragma once
 
 #include <ostream>
@@ -45,7 +48,17 @@ struct GpuCheck {
   bool capped_valid = false;
   double power_capped = 0;
   double thermal_capped = 0;
+  // What NVML says is wrong with it (device_health.h), at the end of the
+  // check, and NVLink errors that grew while the check ran.
+  bool health_read = false;
+  std::vector<std::string> health_problems = {};
+  nlohmann::json health = nullptr;  // its readings at the end; null without any
 };
+
+// The health findings of `gpu->device` from readings taken at the start and end
+// of the check.
+void SetHealthFindings(const v1::GetNodeInfoResponse& start, const v1::GetNodeInfoResponse& end,
+                       GpuCheck* gpu);
 
 // The capped shares of `device` between two node snapshots `wall_s` apart.
 void SetCappedShares(const v1::GetNodeInfoResponse& before, const v1::GetNodeInfoResponse& after,
@@ -66,16 +79,18 @@ std::string LinkCheckSpec(int a, int b, const CheckOptions& options);
 // Per-direction GB/s of a pair's all-gather that took `ms`.
 double LinkGbps(const CheckOptions& options, double ms);
 
-// Indices into result.gpus / result.links that are called slow.
+// Indices into result.gpus / result.links that are called slow, and into
+// result.gpus of those with health problems.
 std::vector<size_t> SlowGpus(const CheckResult& result);
 std::vector<size_t> SlowLinks(const CheckResult& result);
+std::vector<size_t> UnhealthyGpus(const CheckResult& result);
 
 std::string FormatCheck(const CheckResult& result, const CheckOptions& options);
 nlohmann::json CheckJson(const CheckResult& result, const CheckOptions& options);
 
 // Runs the jobs, progress on `err`, the tables (or JSON) on `out`. Exit status:
-// kExitOk when nothing is slow, kExitJobFailed when something is (or a job
-// failed), and the usual statuses for calls that fail.
+// kExitOk when nothing is slow or unhealthy, kExitJobFailed when something is
+// (or a job failed), and the usual statuses for calls that fail.
 int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::ostream& out,
              std::ostream& err);
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/device_health.h"
 #include "client/table.h"
 #include "client/timeline.h"
 #include "common/graph.h"
@@ -472,7 +473,7 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
     table.AddRow(row);
   }
   if (node.devices_size() > 0) out += table.Render();
-  return out;
+  return out + FormatDeviceHealth(node);
 }
 
 std::string TransportLabel(const v1::OpResult& op) {

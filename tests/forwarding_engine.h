@@ -22,6 +22,7 @@ class ForwardingEngine : public engine::Engine {
   int64_t MemoryInUse(int d) const override { return inner_->MemoryInUse(d); }
   int CollectiveSmBudget() const override { return inner_->CollectiveSmBudget(); }
   bool LibraryAlgorithms() const override { return inner_->LibraryAlgorithms(); }
+  engine::DeviceTelemetry Telemetry(int d) const override { return inner_->Telemetry(d); }
   engine::StreamId GetStream(int d, engine::StreamRole role, int index) override {
     return inner_->GetStream(d, role, index);
   }

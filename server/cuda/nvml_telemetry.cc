@@ -28,6 +28,19 @@ struct NvmlTelemetry::Api {
   int (*max_clock)(void*, int, unsigned int*) = nullptr;       // 1 = SM
   int (*clock_reasons)(void*, unsigned long long*) = nullptr;  // bitmask
   int (*violation)(void*, int, ViolationTime*) = nullptr;      // 0 = power, 1 = thermal
+  // Health; each optional too.
+  int (*pcie_gen)(void*, unsigned int*) = nullptr;
+  int (*pcie_max_gen)(void*, unsigned int*) = nullptr;
+  int (*pcie_width)(void*, unsigned int*) = nullptr;
+  int (*pcie_max_width)(void*, unsigned int*) = nullptr;
+  int (*pcie_replays)(void*, unsigned int*) = nullptr;
+  int (*nvlink_state)(void*, unsigned int, int*) = nullptr;  // link; 1 = active
+  // link, counter (0 replay, 1 recovery, 2 CRC flit, 3 CRC data)
+  int (*nvlink_errors)(void*, unsigned int, int, unsigned long long*) = nullptr;
+  // error type (1 = uncorrected), counter type (0 = volatile)
+  int (*ecc_errors)(void*, int, int, unsigned long long*) = nullptr;
+  // corrected rows, uncorrected rows, pending, failure occurred
+  int (*remapped_rows)(void*, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
 };
 
 namespace {
@@ -61,6 +74,15 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
     Resolve(library, "nvmlDeviceGetCurrentClocksThrottleReasons", &api->clock_reasons);
   }
   Resolve(library, "nvmlDeviceGetViolationStatus", &api->violation);
+  Resolve(library, "nvmlDeviceGetCurrPcieLinkGeneration", &api->pcie_gen);
+  Resolve(library, "nvmlDeviceGetMaxPcieLinkGeneration", &api->pcie_max_gen);
+  Resolve(library, "nvmlDeviceGetCurrPcieLinkWidth", &api->pcie_width);
+  Resolve(library, "nvmlDeviceGetMaxPcieLinkWidth", &api->pcie_max_width);
+  Resolve(library, "nvmlDeviceGetPcieReplayCounter", &api->pcie_replays);
+  Resolve(library, "nvmlDeviceGetNvLinkState", &api->nvlink_state);
+  Resolve(library, "nvmlDeviceGetNvLinkErrorCounter", &api->nvlink_errors);
+  Resolve(library, "nvmlDeviceGetTotalEccErrors", &api->ecc_errors);
+  Resolve(library, "nvmlDeviceGetRemappedRows", &api->remapped_rows);
   if (!ok || api->init() != 0) {
     log->info("NVML unusable ({}): device telemetry off", ok ? "nvmlInit failed" : "missing symbol");
     dlclose(library);
@@ -118,7 +140,61 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
     t.power_capped_s = power.violation_ns * 1e-9;
     t.thermal_capped_s = thermal.violation_ns * 1e-9;
   }
+  ReadHealth(h, &t);
   return t;
+}
+
+void NvmlTelemetry::ReadHealth(void* h, engine::DeviceTelemetry* t) const {
+  const Api& api = *api_;
+  unsigned int gen = 0, max_gen = 0, width = 0, max_width = 0, replays = 0;
+  if (api.pcie_gen != nullptr && api.pcie_max_gen != nullptr && api.pcie_width != nullptr &&
+      api.pcie_max_width != nullptr && api.pcie_gen(h, &gen) == 0 &&
+      api.pcie_max_gen(h, &max_gen) == 0 && api.pcie_width(h, &width) == 0 &&
+      api.pcie_max_width(h, &max_width) == 0) {
+    t->pcie_valid = true;
+    t->pcie_gen = static_cast<int>(gen);
+    t->pcie_max_gen = static_cast<int>(max_gen);
+    t->pcie_width = static_cast<int>(width);
+    t->pcie_max_width = static_cast<int>(max_width);
+    if (api.pcie_replays != nullptr && api.pcie_replays(h, &replays) == 0) {
+      t->pcie_replays = replays;
+    }
+  }
+  if (api.nvlink_state != nullptr) {
+    for (unsigned int link = 0; link < kMaxNvLinks; ++link) {
+      int active = 0;
+      // Links past the last one the GPU has answer an error; so does every
+      // link of a GPU without NVLink.
+      if (api.nvlink_state(h, link, &active) != 0) continue;
+      t->nvlink_valid = true;
+      ++t->nvlinks_supported;
+      if (active != 1) continue;
+      ++t->nvlinks_active;
+      if (api.nvlink_errors == nullptr) continue;
+      unsigned long long count[4] = {};
+      for (int counter = 0; counter < 4; ++counter) {
+        // A counter a GPU does not keep (CRC data on some) stays 0.
+        if (api.nvlink_errors(h, link, counter, &count[counter]) != 0) count[counter] = 0;
+      }
+      t->nvlink_replay_errors += static_cast<int64_t>(count[0]);
+      t->nvlink_recovery_errors += static_cast<int64_t>(count[1]);
+      t->nvlink_crc_errors += static_cast<int64_t>(count[2] + count[3]);
+    }
+  }
+  unsigned long long corrected = 0, uncorrected = 0;
+  if (api.ecc_errors != nullptr && api.ecc_errors(h, 0, 0, &corrected) == 0 &&
+      api.ecc_errors(h, 1, 0, &uncorrected) == 0) {
+    t->ecc_valid = true;
+    t->ecc_corrected = static_cast<int64_t>(corrected);
+    t->ecc_uncorrected = static_cast<int64_t>(uncorrected);
+  }
+  unsigned int corrected_rows = 0, uncorrected_rows = 0, pending = 0, failed = 0;
+  if (api.remapped_rows != nullptr &&
+      api.remapped_rows(h, &corrected_rows, &uncorrected_rows, &pending, &failed) == 0) {
+    t->row_remap_valid = true;
+    t->row_remap_pending = pending != 0;
+    t->row_remap_failed = failed != 0;
+  }
 }
 
 }  // namespace overlap::cuda

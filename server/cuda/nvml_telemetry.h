@@ -1,4 +1,4 @@
-// Live clocks, temperature, power and utilisation from NVML, loaded with dlopen
+// Live clocks, temperature, power, utilisation and health from NVML, loaded with dlopen
 // at run time: overlapd must start on machines without a driver (CI), so it
 // never links libnvidia-ml. Devices are matched by PCI bus id, because NVML and
 // CUDA may number them differently. Thread-safe (NVML is).
@@ -28,6 +28,9 @@ class NvmlTelemetry {
 
  private:
   NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles);
+  // The health fields of `t` from device handle `h`.
+  void ReadHealth(void* h, engine::DeviceTelemetry* t) const;
+  static constexpr unsigned int kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
   void* library_;
   std::unique_ptr<Api> api_;
   std::vector<void*> handles_;  // nvmlDevice_t per CUDA device, null when not found

@@ -145,6 +145,26 @@ struct DeviceTelemetry {
   bool capped_time_valid = false;
   double power_capped_s = 0;
   double thermal_capped_s = 0;
+  // Health, as DCGM's checks read it: a PCIe link trained below its best, an
+  // NVLink down or taking errors, uncorrectable ECC errors and row remaps.
+  // Each group is valid only where NVML answers it (no NVLink on a PCIe card,
+  // no ECC counts with ECC off). Counters are cumulative since the driver loaded.
+  bool pcie_valid = false;
+  int pcie_gen = 0, pcie_max_gen = 0;  // the current gen drops at idle to save power
+  int pcie_width = 0, pcie_max_width = 0;
+  int64_t pcie_replays = 0;
+  bool nvlink_valid = false;
+  int nvlinks_active = 0;
+  int nvlinks_supported = 0;      // links that report a state
+  int64_t nvlink_crc_errors = 0;  // flit and data CRC, summed over the links
+  int64_t nvlink_replay_errors = 0;
+  int64_t nvlink_recovery_errors = 0;
+  bool ecc_valid = false;
+  int64_t ecc_corrected = 0;  // volatile counts
+  int64_t ecc_uncorrected = 0;
+  bool row_remap_valid = false;
+  bool row_remap_pending = false;  // applied at the next GPU reset
+  bool row_remap_failed = false;
 };
 
 // The names of the reasons set in NVML's clocks event reasons `mask`, most

@@ -130,6 +130,34 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
              "time the clocks were held below application clocks by heat, since the driver "
              "loaded (NVML violation counter)",
              MetricType::Counter);
+  MetricFamily pcie_gen = Family("overlapd_device_pcie_link_gen",
+                                 "PCIe link generation, as trained now (it drops at idle to save "
+                                 "power) and at most (NVML)",
+                                 MetricType::Gauge);
+  MetricFamily pcie_width =
+      Family("overlapd_device_pcie_link_width",
+             "PCIe lanes, as trained now and at most: fewer now is a reseat or a bad riser (NVML)",
+             MetricType::Gauge);
+  MetricFamily pcie_replays =
+      Family("overlapd_device_pcie_replays_total",
+             "PCIe packets resent since the driver loaded (NVML)", MetricType::Counter);
+  MetricFamily nvlinks = Family("overlapd_device_nvlinks",
+                                "NVLinks up (state=\"active\") and that the GPU has "
+                                "(state=\"supported\") (NVML)",
+                                MetricType::Gauge);
+  MetricFamily nvlink_errors =
+      Family("overlapd_device_nvlink_errors_total",
+             "NVLink data-link errors summed over the links since the driver loaded: crc "
+             "(flit and data), replay, recovery (NVML)",
+             MetricType::Counter);
+  MetricFamily ecc = Family("overlapd_device_ecc_errors_total",
+                            "ECC errors since the driver loaded, corrected and uncorrected (NVML)",
+                            MetricType::Counter);
+  MetricFamily remap =
+      Family("overlapd_device_row_remap",
+             "1 while a row remap waits for a GPU reset (state=\"pending\") or after one failed "
+             "(state=\"failed\") (NVML)",
+             MetricType::Gauge);
   for (const v1::Device& d : node.devices()) {
     Add(memory, static_cast<double>(d.memory_bytes()),
         {DeviceLabel(d.index()), {"name", d.name()}});
@@ -153,9 +181,35 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Add(power_capped, d.power_capped_s(), {DeviceLabel(d.index())});
       Add(thermal_capped, d.thermal_capped_s(), {DeviceLabel(d.index())});
     }
+    const ClientMetric::Label device = DeviceLabel(d.index());
+    if (d.pcie_valid()) {
+      Add(pcie_gen, d.pcie_gen(), {device, {"link", "current"}});
+      Add(pcie_gen, d.pcie_max_gen(), {device, {"link", "max"}});
+      Add(pcie_width, d.pcie_width(), {device, {"link", "current"}});
+      Add(pcie_width, d.pcie_max_width(), {device, {"link", "max"}});
+      Add(pcie_replays, static_cast<double>(d.pcie_replays()), {device});
+    }
+    if (d.nvlink_valid()) {
+      Add(nvlinks, d.nvlinks_active(), {device, {"state", "active"}});
+      Add(nvlinks, d.nvlinks_supported(), {device, {"state", "supported"}});
+      Add(nvlink_errors, static_cast<double>(d.nvlink_crc_errors()), {device, {"type", "crc"}});
+      Add(nvlink_errors, static_cast<double>(d.nvlink_replay_errors()),
+          {device, {"type", "replay"}});
+      Add(nvlink_errors, static_cast<double>(d.nvlink_recovery_errors()),
+          {device, {"type", "recovery"}});
+    }
+    if (d.ecc_valid()) {
+      Add(ecc, static_cast<double>(d.ecc_corrected()), {device, {"type", "corrected"}});
+      Add(ecc, static_cast<double>(d.ecc_uncorrected()), {device, {"type", "uncorrected"}});
+    }
+    if (d.row_remap_valid()) {
+      Add(remap, d.row_remap_pending() ? 1 : 0, {device, {"state", "pending"}});
+      Add(remap, d.row_remap_failed() ? 1 : 0, {device, {"state", "failed"}});
+    }
   }
   for (MetricFamily* f : {&memory, &used, &sm, &mem_clock, &temperature, &power, &util, &max_sm,
-                          &limit, &power_capped, &thermal_capped}) {
+                          &limit, &power_capped, &thermal_capped, &pcie_gen, &pcie_width,
+                          &pcie_replays, &nvlinks, &nvlink_errors, &ecc, &remap}) {
     out.push_back(std::move(*f));
   }
 

@@ -43,6 +43,27 @@ absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
   return out;
 }
 
+void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
+  device->set_pcie_valid(t.pcie_valid);
+  device->set_pcie_gen(t.pcie_gen);
+  device->set_pcie_max_gen(t.pcie_max_gen);
+  device->set_pcie_width(t.pcie_width);
+  device->set_pcie_max_width(t.pcie_max_width);
+  device->set_pcie_replays(t.pcie_replays);
+  device->set_nvlink_valid(t.nvlink_valid);
+  device->set_nvlinks_active(t.nvlinks_active);
+  device->set_nvlinks_supported(t.nvlinks_supported);
+  device->set_nvlink_crc_errors(t.nvlink_crc_errors);
+  device->set_nvlink_replay_errors(t.nvlink_replay_errors);
+  device->set_nvlink_recovery_errors(t.nvlink_recovery_errors);
+  device->set_ecc_valid(t.ecc_valid);
+  device->set_ecc_corrected(t.ecc_corrected);
+  device->set_ecc_uncorrected(t.ecc_uncorrected);
+  device->set_row_remap_valid(t.row_remap_valid);
+  device->set_row_remap_pending(t.row_remap_pending);
+  device->set_row_remap_failed(t.row_remap_failed);
+}
+
 }  // namespace
 
 NodeService::NodeService(jobs::Scheduler& scheduler, const engine::Engine& engine,
@@ -82,6 +103,7 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
     device->set_capped_time_valid(t.capped_time_valid);
     device->set_power_capped_s(t.power_capped_s);
     device->set_thermal_capped_s(t.thermal_capped_s);
+    SetHealth(t, device);
   }
   response->set_overlapd_version(OVERLAP_VERSION);
   response->set_git_commit(OVERLAP_GIT_COMMIT);

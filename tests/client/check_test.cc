@@ -114,6 +114,46 @@ TEST(CheckTest, CappedSharesExplainASlowGpu) {
   EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("power-capped")));
 }
 
+// Health at the end of the check, and NVLink errors counted during it: each
+// problem a line, the GPU in the JSON's unhealthy list.
+TEST(CheckTest, HealthProblemsAndNvlinkErrorsDuringTheCheckAreFindings) {
+  v1::GetNodeInfoResponse start, end;
+  for (int d = 0; d < 4; ++d) {
+    v1::Device* s = start.add_devices();
+    s->set_index(d);
+    s->set_nvlink_valid(d != 3);  // GPU 3: no NVML
+    s->set_nvlinks_active(18);
+    s->set_nvlinks_supported(18);
+    s->set_nvlink_crc_errors(40);
+    *end.add_devices() = *s;
+  }
+  end.mutable_devices(1)->set_nvlink_crc_errors(45);
+  end.mutable_devices(2)->set_nvlinks_active(17);
+  CheckResult r = Result();
+  for (GpuCheck& g : r.gpus) SetHealthFindings(start, end, &g);
+  EXPECT_TRUE(r.gpus[0].health_read);
+  EXPECT_TRUE(r.gpus[0].health_problems.empty());
+  EXPECT_FALSE(r.gpus[3].health_read);
+  EXPECT_EQ(UnhealthyGpus(r), (std::vector<size_t>{1, 2}));
+  const std::string text = FormatCheck(r, CheckOptions{});
+  EXPECT_THAT(text, HasSubstr("unhealthy GPU: 1, NVLink errors during the check: 5 CRC, 0 replay, "
+                              "0 recovery\n"));
+  EXPECT_THAT(text, HasSubstr("unhealthy GPU: 2, 17 NVLinks up where the node's best GPU has 18"));
+  EXPECT_THAT(text, Not(HasSubstr("no health problem")));
+  const nlohmann::json j = CheckJson(r, CheckOptions{});
+  EXPECT_EQ(j["unhealthy_gpus"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(j["gpus"][2]["health"]["nvlink"]["active"], 17);
+  EXPECT_EQ(j["gpus"][1]["health_problems"].size(), 1u);
+  EXPECT_FALSE(j["gpus"][3].contains("health"));
+
+  CheckResult fine = Result();
+  for (GpuCheck& g : fine.gpus) SetHealthFindings(start, start, &g);
+  EXPECT_THAT(FormatCheck(fine, CheckOptions{}),
+              HasSubstr("no health problem (PCIe link, NVLinks, ECC, row remaps)\n"));
+  // Without NVML anywhere, nothing is said of health.
+  EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("health")));
+}
+
 TEST(CheckTest, JsonListsEverythingAndTheSlowOnes) {
   const nlohmann::json j = CheckJson(Result(), CheckOptions{});
   ASSERT_EQ(j["gpus"].size(), 4u);
@@ -122,6 +162,7 @@ TEST(CheckTest, JsonListsEverythingAndTheSlowOnes) {
   EXPECT_EQ(j["slow_gpus"], nlohmann::json::array({2}));
   EXPECT_EQ(j["slow_links"], nlohmann::json::array({nlohmann::json::array({1, 2})}));
   EXPECT_EQ(j["link_mib"], 64);
+  EXPECT_EQ(j["unhealthy_gpus"], nlohmann::json::array());
 }
 
 }  // namespace

@@ -71,6 +71,22 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   d0->set_capped_time_valid(true);
   d0->set_power_capped_s(41.5);
   d0->set_thermal_capped_s(2.25);
+  d0->set_pcie_valid(true);
+  d0->set_pcie_gen(1);
+  d0->set_pcie_max_gen(5);
+  d0->set_pcie_width(8);
+  d0->set_pcie_max_width(16);
+  d0->set_pcie_replays(3);
+  d0->set_nvlink_valid(true);
+  d0->set_nvlinks_active(17);
+  d0->set_nvlinks_supported(18);
+  d0->set_nvlink_crc_errors(12);
+  d0->set_nvlink_replay_errors(4);
+  d0->set_nvlink_recovery_errors(1);
+  d0->set_ecc_valid(true);
+  d0->set_ecc_corrected(5);
+  d0->set_row_remap_valid(true);
+  d0->set_row_remap_pending(true);
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);
   d1->set_name("NVIDIA H200");
@@ -107,6 +123,20 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_device_clock_limit{device=\"0\",reason=\"power\"} 0\n",
            "overlapd_device_power_capped_seconds_total{device=\"0\"} 41.5\n",
            "overlapd_device_thermal_capped_seconds_total{device=\"0\"} 2.25\n",
+           "overlapd_device_pcie_link_gen{device=\"0\",link=\"current\"} 1\n",
+           "overlapd_device_pcie_link_gen{device=\"0\",link=\"max\"} 5\n",
+           "overlapd_device_pcie_link_width{device=\"0\",link=\"current\"} 8\n",
+           "overlapd_device_pcie_link_width{device=\"0\",link=\"max\"} 16\n",
+           "overlapd_device_pcie_replays_total{device=\"0\"} 3\n",
+           "overlapd_device_nvlinks{device=\"0\",state=\"active\"} 17\n",
+           "overlapd_device_nvlinks{device=\"0\",state=\"supported\"} 18\n",
+           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"crc\"} 12\n",
+           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"replay\"} 4\n",
+           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"recovery\"} 1\n",
+           "overlapd_device_ecc_errors_total{device=\"0\",type=\"corrected\"} 5\n",
+           "overlapd_device_ecc_errors_total{device=\"0\",type=\"uncorrected\"} 0\n",
+           "overlapd_device_row_remap{device=\"0\",state=\"pending\"} 1\n",
+           "overlapd_device_row_remap{device=\"0\",state=\"failed\"} 0\n",
            "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
            "overlapd_device_running_job{device=\"1\",job_id=\"job-3\"} 1\n",
            "overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
@@ -124,6 +154,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   }
   // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlinks{device=\"1\"")));
   EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
   // Device 1 never ran a job with a layer step.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{device=\"1\"")));

@@ -20,6 +20,7 @@
 #include "overlap_git_commit.h"
 #include "server/engine/host/host_engine.h"
 #include "server/rpc/listen_address.h"
+#include "tests/forwarding_engine.h"
 #include "tests/server/test_util.h"
 #include "tests/tuning_key_util.h"
 
@@ -469,6 +470,68 @@ TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
   v1::ListTunedSchedulesResponse none;
   ASSERT_TRUE(list(false, &none).ok());
   EXPECT_EQ(none.schedules_size(), 0);
+}
+
+// NVML's readings as the engine gives them, health included, reach GetNodeInfo.
+TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
+  class ReadingEngine : public ForwardingEngine {
+   public:
+    using ForwardingEngine::ForwardingEngine;
+    engine::DeviceTelemetry Telemetry(int d) const override {
+      engine::DeviceTelemetry t;
+      if (d != 1) return t;
+      t.valid = true;
+      t.sm_clock_mhz = 1980;
+      t.capped_time_valid = true;
+      t.power_capped_s = 7.5;
+      t.pcie_valid = true;
+      t.pcie_gen = 5;
+      t.pcie_max_gen = 5;
+      t.pcie_width = 8;
+      t.pcie_max_width = 16;
+      t.pcie_replays = 2;
+      t.nvlink_valid = true;
+      t.nvlinks_active = 17;
+      t.nvlinks_supported = 18;
+      t.nvlink_crc_errors = 11;
+      t.nvlink_replay_errors = 12;
+      t.nvlink_recovery_errors = 13;
+      t.ecc_valid = true;
+      t.ecc_corrected = 21;
+      t.ecc_uncorrected = 22;
+      t.row_remap_valid = true;
+      t.row_remap_pending = true;
+      return t;
+    }
+  };
+  engine::HostEngineOptions options;
+  options.device_count = 2;
+  auto host = engine::CreateHostEngine(options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ReadingEngine engine(std::move(*host));
+  NodeService node(*scheduler_, engine, NodeInfoStatic{}, server_->counters(), nullptr);
+  v1::GetNodeInfoResponse info;
+  ASSERT_TRUE(node.GetNodeInfo(nullptr, nullptr, &info).ok());
+  ASSERT_EQ(info.devices_size(), 2);
+  EXPECT_FALSE(info.devices(0).telemetry_valid());
+  EXPECT_FALSE(info.devices(0).pcie_valid());
+  const v1::Device& d = info.devices(1);
+  EXPECT_EQ(d.sm_clock_mhz(), 1980);
+  EXPECT_DOUBLE_EQ(d.power_capped_s(), 7.5);
+  EXPECT_TRUE(d.pcie_valid());
+  EXPECT_EQ(std::vector<int64_t>({d.pcie_gen(), d.pcie_max_gen(), d.pcie_width(),
+                                  d.pcie_max_width(), d.pcie_replays()}),
+            std::vector<int64_t>({5, 5, 8, 16, 2}));
+  EXPECT_TRUE(d.nvlink_valid());
+  EXPECT_EQ(std::vector<int64_t>({d.nvlinks_active(), d.nvlinks_supported(), d.nvlink_crc_errors(),
+                                  d.nvlink_replay_errors(), d.nvlink_recovery_errors()}),
+            std::vector<int64_t>({17, 18, 11, 12, 13}));
+  EXPECT_TRUE(d.ecc_valid());
+  EXPECT_EQ(d.ecc_corrected(), 21);
+  EXPECT_EQ(d.ecc_uncorrected(), 22);
+  EXPECT_TRUE(d.row_remap_valid());
+  EXPECT_TRUE(d.row_remap_pending());
+  EXPECT_FALSE(d.row_remap_failed());
 }
 
 TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {

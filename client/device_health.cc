@@ -1,0 +1,136 @@
+#include "client/device_health.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/table.h"
+
+namespace overlap::client {
+
+bool HasHealth(const v1::Device& d) {
+  return d.pcie_valid() || d.nvlink_valid() || d.ecc_valid() || d.row_remap_valid();
+}
+
+int MostNvlinksActive(const v1::GetNodeInfoResponse& node) {
+  int most = 0;
+  for (const v1::Device& d : node.devices()) {
+    if (d.nvlink_valid()) most = std::max(most, d.nvlinks_active());
+  }
+  return most;
+}
+
+std::vector<std::string> HealthProblems(const v1::Device& d, int most_nvlinks_active) {
+  std::vector<std::string> out;
+  if (d.pcie_valid() && d.pcie_width() < d.pcie_max_width()) {
+    out.push_back(absl::StrFormat(
+        "its PCIe link runs at x%d of x%d: host copies get %.0f%% of their bandwidth; reseat the "
+        "GPU or check its riser",
+        d.pcie_width(), d.pcie_max_width(), 100.0 * d.pcie_width() / d.pcie_max_width()));
+  }
+  if (d.nvlink_valid() && d.nvlinks_active() < most_nvlinks_active) {
+    out.push_back(absl::StrFormat(
+        "%d NVLinks up where the node's best GPU has %d: its peer copies and collectives lose "
+        "bandwidth; `nvidia-smi nvlink -s -i %d` lists them",
+        d.nvlinks_active(), most_nvlinks_active, d.index()));
+  }
+  if (d.ecc_valid() && d.ecc_uncorrected() > 0) {
+    out.push_back(absl::StrFormat(
+        "%d uncorrectable ECC error(s) since the driver loaded: results on it may be wrong; "
+        "drain its jobs and reset the GPU",
+        d.ecc_uncorrected()));
+  }
+  if (d.row_remap_valid() && d.row_remap_failed()) {
+    out.push_back("a row remap failed: its memory has more bad rows than it can remap; replace it");
+  } else if (d.row_remap_valid() && d.row_remap_pending()) {
+    out.push_back("a row remap waits for a GPU reset: reset it to stop using the bad row");
+  }
+  return out;
+}
+
+std::string NvlinkErrorsBetween(const v1::Device& before, const v1::Device& after,
+                                const std::string& during) {
+  if (!before.nvlink_valid() || !after.nvlink_valid()) return "";
+  const int64_t crc = after.nvlink_crc_errors() - before.nvlink_crc_errors();
+  const int64_t replay = after.nvlink_replay_errors() - before.nvlink_replay_errors();
+  const int64_t recovery = after.nvlink_recovery_errors() - before.nvlink_recovery_errors();
+  if (crc <= 0 && replay <= 0 && recovery <= 0) return "";
+  return absl::StrFormat("NVLink errors %s: %d CRC, %d replay, %d recovery", during,
+                         std::max<int64_t>(crc, 0), std::max<int64_t>(replay, 0),
+                         std::max<int64_t>(recovery, 0));
+}
+
+namespace {
+
+std::string PcieCell(const v1::Device& d) {
+  if (!d.pcie_valid()) return "-";
+  return absl::StrFormat("Gen%d x%d (max Gen%d x%d)", d.pcie_gen(), d.pcie_width(),
+                         d.pcie_max_gen(), d.pcie_max_width());
+}
+
+std::string RemapCell(const v1::Device& d) {
+  if (!d.row_remap_valid()) return "-";
+  if (d.row_remap_failed()) return "FAILED";
+  return d.row_remap_pending() ? "pending" : "none";
+}
+
+}  // namespace
+
+std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
+  bool any = false;
+  for (const v1::Device& d : node.devices()) any = any || HasHealth(d);
+  if (!any) return "";
+  TextTable table({{"INDEX", Align::kRight},
+                   {"PCIE"},
+                   {"PCIE REPLAYS", Align::kRight},
+                   {"NVLINKS", Align::kRight},
+                   {"NVLINK CRC/REPLAY/RECOVERY", Align::kRight},
+                   {"ECC CORR/UNCORR", Align::kRight},
+                   {"ROW REMAP"}});
+  std::string problems;
+  const int most = MostNvlinksActive(node);
+  for (const v1::Device& d : node.devices()) {
+    table.AddRow(
+        {absl::StrCat(d.index()), PcieCell(d),
+         d.pcie_valid() ? absl::StrCat(d.pcie_replays()) : "-",
+         d.nvlink_valid() ? absl::StrCat(d.nvlinks_active(), "/", d.nvlinks_supported()) : "-",
+         d.nvlink_valid() ? absl::StrCat(d.nvlink_crc_errors(), "/", d.nvlink_replay_errors(), "/",
+                                         d.nvlink_recovery_errors())
+                          : "-",
+         d.ecc_valid() ? absl::StrCat(d.ecc_corrected(), "/", d.ecc_uncorrected()) : "-",
+         RemapCell(d)});
+    for (const std::string& p : HealthProblems(d, most)) {
+      absl::StrAppend(&problems, "GPU ", d.index(), ": ", p, "\n");
+    }
+  }
+  return absl::StrCat("health (errors since the driver loaded):\n", table.Render(),
+                      problems.empty() ? "no health problems\n" : problems);
+}
+
+nlohmann::json HealthJson(const v1::Device& d) {
+  if (!HasHealth(d)) return nullptr;
+  nlohmann::json j = nlohmann::json::object();
+  if (d.pcie_valid()) {
+    j["pcie"] = {{"gen", d.pcie_gen()},
+                 {"max_gen", d.pcie_max_gen()},
+                 {"width", d.pcie_width()},
+                 {"max_width", d.pcie_max_width()},
+                 {"replays", d.pcie_replays()}};
+  }
+  if (d.nvlink_valid()) {
+    j["nvlink"] = {{"active", d.nvlinks_active()},
+                   {"supported", d.nvlinks_supported()},
+                   {"crc_errors", d.nvlink_crc_errors()},
+                   {"replay_errors", d.nvlink_replay_errors()},
+                   {"recovery_errors", d.nvlink_recovery_errors()}};
+  }
+  if (d.ecc_valid()) {
+    j["ecc"] = {{"corrected", d.ecc_corrected()}, {"uncorrected", d.ecc_uncorrected()}};
+  }
+  if (d.row_remap_valid()) {
+    j["row_remap"] = {{"pending", d.row_remap_pending()}, {"failed", d.row_remap_failed()}};
+  }
+  return j;
+}
+
+}  // namespace overlap::client
