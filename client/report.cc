@@ -504,6 +504,7 @@ void AddTelemetryJson(const v1::Device& d, nlohmann::json* out) {
     j["power_capped_s"] = d.power_capped_s();
     j["thermal_capped_s"] = d.thermal_capped_s();
   }
+  if (HasHealth(d)) j["health"] = HealthJson(d);
 }
 
 std::string FormatStats(const v1::GetStatsResponse& stats) {

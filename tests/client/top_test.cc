@@ -30,6 +30,9 @@ v1::GetNodeInfoResponse TwoGpus() {
   d0->add_clock_limits("thermal");
   d0->set_capped_time_valid(true);
   d0->set_power_capped_s(12.5);
+  d0->set_pcie_valid(true);
+  d0->set_pcie_width(16);
+  d0->set_pcie_max_width(16);
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);  // no telemetry (host backend, or NVML missing)
   return node;
@@ -96,6 +99,8 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   EXPECT_EQ(gpu0["max_sm_clock_mhz"], 1980);
   EXPECT_EQ(gpu0["clock_limits"], nlohmann::json({"power", "thermal"}));
   EXPECT_DOUBLE_EQ(gpu0["power_capped_s"].get<double>(), 12.5);
+  EXPECT_EQ(gpu0["health"]["pcie"]["max_width"], 16);
+  EXPECT_FALSE(j["devices"][1].contains("health"));
   EXPECT_EQ(gpu0["job"], "job-000007");
   EXPECT_EQ(gpu0["phase"], "timed");
   EXPECT_EQ(gpu0["iteration"], 7);
