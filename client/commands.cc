@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/compare.h"
+#include "client/device_health.h"
 #include "client/pin.h"
 #include "client/progress_printer.h"
 #include "client/report.h"
@@ -166,6 +167,19 @@ int Commands::Node() {
   if (!node.ok()) return Fail(node.status());
   out_ << (json_ ? ToJson(*node) : FormatNodeInfo(*node));
   return kExitOk;
+}
+
+int Commands::Health() {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client_.GetNodeInfo();
+  if (!node.ok()) return Fail(node.status());
+  const std::string table = FormatDeviceHealth(*node);
+  if (table.empty()) {
+    err_ << "overlapctl: health: no GPU health readings on this daemon (backend " << node->backend()
+         << "; they come from NVML on the cuda backend)\n";
+    return kExitRefused;
+  }
+  out_ << (json_ ? NodeHealthJson(*node).dump(1) + "\n" : table);
+  return UnhealthyDevices(*node).empty() ? kExitOk : kExitJobFailed;
 }
 
 int Commands::Stats() {

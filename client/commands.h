@@ -48,6 +48,10 @@ class Commands {
   int Cancel(const std::string& id);
   int Watch(const std::string& id);
   int Node();
+  // The GPUs' health from NVML now (device_health.h): the table and each
+  // problem; exit kExitJobFailed when a GPU has one, kExitRefused when the
+  // daemon has no readings to judge by.
+  int Health();
   int Stats();
   int Report(const std::string& id);
   // The job's graph with the schedules its ops ran (pin.h), to standard output

@@ -133,4 +133,25 @@ nlohmann::json HealthJson(const v1::Device& d) {
   return j;
 }
 
+nlohmann::json NodeHealthJson(const v1::GetNodeInfoResponse& node) {
+  nlohmann::json j = {{"devices", nlohmann::json::array()}};
+  const int most = MostNvlinksActive(node);
+  for (const v1::Device& d : node.devices()) {
+    if (!HasHealth(d)) continue;
+    j["devices"].push_back(
+        {{"device", d.index()}, {"health", HealthJson(d)}, {"problems", HealthProblems(d, most)}});
+  }
+  j["unhealthy_gpus"] = UnhealthyDevices(node);
+  return j;
+}
+
+std::vector<int> UnhealthyDevices(const v1::GetNodeInfoResponse& node) {
+  std::vector<int> out;
+  const int most = MostNvlinksActive(node);
+  for (const v1::Device& d : node.devices()) {
+    if (!HealthProblems(d, most).empty()) out.push_back(d.index());
+  }
+  return out;
+}
+
 }  // namespace overlap::client

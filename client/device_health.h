@@ -38,4 +38,10 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node);
 // A device's health readings for JSON records (check); null without any.
 nlohmann::json HealthJson(const v1::Device& device);
 
+// `overlapctl health --json`: {"devices": [{"device", "health", "problems"}]
+// for those with readings, "unhealthy_gpus": [...]}.
+nlohmann::json NodeHealthJson(const v1::GetNodeInfoResponse& node);
+// Devices of `node` with a problem, by index.
+std::vector<int> UnhealthyDevices(const v1::GetNodeInfoResponse& node);
+
 }  // namespace overlap::client

@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
   watch->add_option("ID", id, "job id")->required();
   CLI::App* node = app.add_subcommand("node", "show the daemon's backend and devices");
   CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
+  CLI::App* health = app.add_subcommand(
+      "health",
+      "the GPUs' health now, from NVML: PCIe link, NVLinks, ECC errors, row remaps (exit 1 "
+      "when a GPU has a problem; no jobs run)");
   overlap::client::CheckOptions check_options;
   bool no_links = false;
   CLI::App* check = app.add_subcommand(
@@ -261,6 +265,7 @@ int main(int argc, char** argv) {
   if (watch->parsed()) rc = commands.Watch(id);
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
+  if (health->parsed()) rc = commands.Health();
   if (report->parsed()) rc = commands.Report(id);
   if (compare->parsed()) rc = commands.Compare(id, id_b);
   if (pin->parsed()) rc = commands.Pin(id, pin_out);

@@ -148,5 +148,24 @@ TEST(DeviceHealthTest, JsonHasOnlyTheGroupsNvmlAnswered) {
   EXPECT_TRUE(HealthJson(v1::Device()).is_null());
 }
 
+// `overlapctl health --json`: only the devices with readings, each with its
+// problems, and the unhealthy ones listed.
+TEST(DeviceHealthTest, NodeJsonListsEachDeviceWithReadingsAndTheUnhealthyOnes) {
+  v1::GetNodeInfoResponse node;
+  *node.add_devices() = Healthy(0);
+  *node.add_devices() = Healthy(1);
+  node.mutable_devices(1)->set_ecc_uncorrected(1);
+  node.add_devices()->set_index(2);  // no NVML
+  EXPECT_EQ(UnhealthyDevices(node), (std::vector<int>{1}));
+  const nlohmann::json j = NodeHealthJson(node);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_EQ(j["devices"][0]["device"], 0);
+  EXPECT_EQ(j["devices"][0]["problems"], nlohmann::json::array());
+  EXPECT_EQ(j["devices"][1]["health"]["ecc"]["uncorrected"], 1);
+  EXPECT_EQ(j["devices"][1]["problems"].size(), 1u);
+  EXPECT_EQ(j["unhealthy_gpus"], nlohmann::json::array({1}));
+  EXPECT_EQ(NodeHealthJson(v1::GetNodeInfoResponse())["unhealthy_gpus"], nlohmann::json::array());
+}
+
 }  // namespace
 }  // namespace overlap::client

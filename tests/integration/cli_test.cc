@@ -187,6 +187,15 @@ TEST_F(CliTest, NodeShowsHostBackendWithFourDevices) {
   ASSERT_EQ(info["devices"].size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(info["devices"][i]["index"], i);
   EXPECT_EQ(info["state_dir"], daemon_->state_dir());
+
+  // The host backend has no NVML: no health table, and `health` cannot judge.
+  EXPECT_THAT(node.out, Not(HasSubstr("health (")));
+  RunResult health = daemon_->Ctl({"health"});
+  EXPECT_EQ(health.exit_code, 3) << Describe(health);
+  EXPECT_EQ(health.out, "");
+  EXPECT_EQ(health.err,
+            "overlapctl: health: no GPU health readings on this daemon (backend host; they come "
+            "from NVML on the cuda backend)\n");
 }
 
 TEST_F(CliTest, TopSamplesEveryGpuAndStopsAfterCount) {
