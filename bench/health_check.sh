@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A short device check of the daemon's NVML health readings against
 # nvidia-smi's: PCIe link, NVLink states and error counters, ECC, row remaps;
-# then `overlapctl check` for its health findings. Run with the device bundle
+# an Xid made on purpose (xid_probe); then `overlapctl check` for its health
+# findings. Pack with EXTRA_TARGETS=xid_probe. Run with the device bundle
 # unpacked (see pack-device.sh).
 set -uo pipefail
 source .device/env.sh
@@ -38,8 +39,14 @@ import json, sys
 d = json.load(open(sys.argv[1]))["devices"][0]
 print("ours:", {k: v for k, v in d.items() if k.startswith(("pcie", "nvlink", "ecc", "row"))})
 PY
+echo "== Xid: a process faults on purpose (bench/xid_probe.cu, Xid 31, an application's)"
+xid_probe 0; echo "xid_probe exit $?"
+sleep 2
+overlapctl --addr "$addr" health; echo "health exit $?"
+overlapctl --addr "$addr" --json health
+dmesg 2>/dev/null | grep -i xid | tail -3
 echo "== check"
 overlapctl --addr "$addr" check --iterations 20; echo "check exit $?"
 overlapctl --addr "$addr" check --iterations 5 --json | python3 -c "import json,sys; j=json.load(sys.stdin); print(j['unhealthy_gpus'], j['gpus'][0].get('health'), j['gpus'][0].get('health_problems'))"
 kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $?"
-grep -iE 'nvml|error' "$OUT/overlapd.log" | head -5
+grep -iE 'nvml|xid|error' "$OUT/overlapd.log" | head -8

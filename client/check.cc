@@ -235,7 +235,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
     }
   }
   if (health_read && UnhealthyGpus(r).empty()) {
-    absl::StrAppend(&out, "no health problem (PCIe link, NVLinks, ECC, row remaps)\n");
+    absl::StrAppend(&out, "no health problem (PCIe link, NVLinks, ECC, row remaps, Xids)\n");
   }
   return out;
 }

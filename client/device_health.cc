@@ -5,11 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/table.h"
+#include "common/xid.h"
 
 namespace overlap::client {
 
 bool HasHealth(const v1::Device& d) {
-  return d.pcie_valid() || d.nvlink_valid() || d.ecc_valid() || d.row_remap_valid();
+  return d.pcie_valid() || d.nvlink_valid() || d.ecc_valid() || d.row_remap_valid() ||
+         d.xid_valid();
 }
 
 int MostNvlinksActive(const v1::GetNodeInfoResponse& node) {
@@ -40,6 +42,12 @@ std::vector<std::string> HealthProblems(const v1::Device& d, int most_nvlinks_ac
         "drain its jobs and reset the GPU",
         d.ecc_uncorrected()));
   }
+  if (d.xid_valid() && d.gpu_xid_errors() > 0) {
+    out.push_back(absl::StrFormat(
+        "%d Xid error(s) that point at the GPU since overlapd started (the last Xid seen: %s): "
+        "`dmesg | grep Xid` has each; drain its jobs and reset the GPU",
+        d.gpu_xid_errors(), DescribeXid(d.last_xid())));
+  }
   if (d.row_remap_valid() && d.row_remap_failed()) {
     out.push_back("a row remap failed: its memory has more bad rows than it can remap; replace it");
   } else if (d.row_remap_valid() && d.row_remap_pending()) {
@@ -68,6 +76,12 @@ std::string PcieCell(const v1::Device& d) {
                          d.pcie_max_gen(), d.pcie_max_width());
 }
 
+std::string XidCell(const v1::Device& d) {
+  if (!d.xid_valid()) return "-";
+  if (d.xid_errors() == 0) return "0/0";
+  return absl::StrCat(d.gpu_xid_errors(), "/", d.xid_errors(), ", last ", d.last_xid());
+}
+
 std::string RemapCell(const v1::Device& d) {
   if (!d.row_remap_valid()) return "-";
   if (d.row_remap_failed()) return "FAILED";
@@ -86,7 +100,8 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
                    {"NVLINKS", Align::kRight},
                    {"NVLINK CRC/REPLAY/RECOVERY", Align::kRight},
                    {"ECC CORR/UNCORR", Align::kRight},
-                   {"ROW REMAP"}});
+                   {"ROW REMAP"},
+                   {"XID GPU/ALL"}});
   std::string problems;
   const int most = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {
@@ -98,13 +113,13 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
                                          d.nvlink_recovery_errors())
                           : "-",
          d.ecc_valid() ? absl::StrCat(d.ecc_corrected(), "/", d.ecc_uncorrected()) : "-",
-         RemapCell(d)});
+         RemapCell(d), XidCell(d)});
     for (const std::string& p : HealthProblems(d, most)) {
       absl::StrAppend(&problems, "GPU ", d.index(), ": ", p, "\n");
     }
   }
-  return absl::StrCat("health (errors since the driver loaded):\n", table.Render(),
-                      problems.empty() ? "no health problems\n" : problems);
+  return absl::StrCat("health (errors since the driver loaded; Xids since overlapd started):\n",
+                      table.Render(), problems.empty() ? "no health problems\n" : problems);
 }
 
 nlohmann::json HealthJson(const v1::Device& d) {
@@ -129,6 +144,13 @@ nlohmann::json HealthJson(const v1::Device& d) {
   }
   if (d.row_remap_valid()) {
     j["row_remap"] = {{"pending", d.row_remap_pending()}, {"failed", d.row_remap_failed()}};
+  }
+  if (d.xid_valid()) {
+    j["xid"] = {{"errors", d.xid_errors()}, {"gpu_errors", d.gpu_xid_errors()}};
+    if (d.xid_errors() > 0) {
+      j["xid"]["last"] = d.last_xid();
+      j["xid"]["last_unix_ms"] = d.last_xid_unix_ms();
+    }
   }
   return j;
 }

@@ -1,6 +1,7 @@
 // GPU health from the daemon's NVML readings (GetNodeInfo), as an SRE reads
 // DCGM's health checks: a PCIe link trained below its best, an NVLink down or
-// taking errors, uncorrectable ECC errors, row remaps. `overlapctl node` shows
+// taking errors, uncorrectable ECC errors, row remaps, Xid errors that point at
+// the GPU. `overlapctl node` shows
 // the readings; `overlapctl check` adds what is wrong to its findings. Pure
 // functions of the readings; thread-safe.
 #pragma once

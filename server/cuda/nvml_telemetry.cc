@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+
 #include "common/logging.h"
+#include "common/xid.h"
 
 namespace overlap::cuda {
 
@@ -41,6 +44,21 @@ struct NvmlTelemetry::Api {
   int (*ecc_errors)(void*, int, int, unsigned long long*) = nullptr;
   // corrected rows, uncorrected rows, pending, failure occurred
   int (*remapped_rows)(void*, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
+  // Xid events.
+  struct EventData {
+    void* device;
+    unsigned long long type;
+    unsigned long long data;  // the Xid
+    unsigned int gpu_instance;
+    unsigned int compute_instance;
+  };
+  static constexpr unsigned long long kXidEvent = 0x8;  // nvmlEventTypeXidCriticalError
+  static constexpr int kTimeout = 10;                   // NVML_ERROR_TIMEOUT
+  int (*event_set_create)(void**) = nullptr;
+  int (*event_set_free)(void*) = nullptr;
+  int (*register_events)(void*, unsigned long long, void*) = nullptr;
+  int (*event_wait)(void*, EventData*, unsigned int) = nullptr;  // milliseconds
+  const char* (*error_string)(int) = nullptr;
 };
 
 namespace {
@@ -83,6 +101,11 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
   Resolve(library, "nvmlDeviceGetNvLinkErrorCounter", &api->nvlink_errors);
   Resolve(library, "nvmlDeviceGetTotalEccErrors", &api->ecc_errors);
   Resolve(library, "nvmlDeviceGetRemappedRows", &api->remapped_rows);
+  Resolve(library, "nvmlEventSetCreate", &api->event_set_create);
+  Resolve(library, "nvmlEventSetFree", &api->event_set_free);
+  Resolve(library, "nvmlDeviceRegisterEvents", &api->register_events);
+  Resolve(library, "nvmlEventSetWait_v2", &api->event_wait);
+  Resolve(library, "nvmlErrorString", &api->error_string);
   if (!ok || api->init() != 0) {
     log->info("NVML unusable ({}): device telemetry off", ok ? "nvmlInit failed" : "missing symbol");
     dlclose(library);
@@ -94,16 +117,93 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
     if (api->handle_by_pci(pci.c_str(), &handle) != 0) handle = nullptr;
     handles.push_back(handle);
   }
-  return std::unique_ptr<NvmlTelemetry>(
+  std::unique_ptr<NvmlTelemetry> telemetry(
       new NvmlTelemetry(library, std::move(api), std::move(handles)));
+  telemetry->StartXidWatch();
+  return telemetry;
 }
 
 NvmlTelemetry::NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles)
-    : library_(library), api_(std::move(api)), handles_(std::move(handles)) {}
+    : library_(library),
+      api_(std::move(api)),
+      handles_(std::move(handles)),
+      xid_registered_(handles_.size(), false),
+      xids_(handles_.size()) {}
 
 NvmlTelemetry::~NvmlTelemetry() {
+  stop_ = true;
+  if (xid_thread_.joinable()) xid_thread_.join();
+  if (event_set_ != nullptr) api_->event_set_free(event_set_);
   api_->shutdown();
   dlclose(library_);
+}
+
+void NvmlTelemetry::StartXidWatch() {
+  auto log = GetLogger("cuda");
+  const Api& api = *api_;
+  if (api.event_set_create == nullptr || api.event_set_free == nullptr ||
+      api.register_events == nullptr || api.event_wait == nullptr) {
+    log->info("NVML has no event calls: Xid errors are not counted");
+    return;
+  }
+  if (int rc = api.event_set_create(&event_set_); rc != 0) {
+    log->info("NVML event set: error {}: Xid errors are not counted", rc);
+    event_set_ = nullptr;
+    return;
+  }
+  bool any = false;
+  for (size_t d = 0; d < handles_.size(); ++d) {
+    if (handles_[d] == nullptr) continue;
+    const int rc = api.register_events(handles_[d], Api::kXidEvent, event_set_);
+    xid_registered_[d] = rc == 0;
+    any = any || rc == 0;
+    if (rc != 0) {
+      log->info("GPU {}: NVML refused Xid events ({}): its Xid errors are not counted", d,
+                api.error_string != nullptr ? api.error_string(rc) : std::to_string(rc).c_str());
+    }
+  }
+  if (!any) {
+    api.event_set_free(event_set_);
+    event_set_ = nullptr;
+    return;
+  }
+  xid_thread_ = std::thread([this] { WatchXids(); });
+}
+
+void NvmlTelemetry::WatchXids() {
+  auto log = GetLogger("cuda");
+  int last_error = 0;
+  while (!stop_) {
+    Api::EventData event{};
+    // A short wait, so that the destructor's join is prompt.
+    const int rc = api_->event_wait(event_set_, &event, 200);
+    if (rc == Api::kTimeout) continue;
+    if (rc != 0) {
+      if (rc != last_error) log->warn("NVML event wait: error {}; retrying each second", rc);
+      last_error = rc;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    last_error = 0;
+    if ((event.type & Api::kXidEvent) == 0) continue;
+    int device = -1;
+    for (size_t d = 0; d < handles_.size(); ++d) {
+      if (handles_[d] == event.device) device = static_cast<int>(d);
+    }
+    if (device < 0) continue;
+    const uint64_t xid = event.data;
+    const bool gpu = XidPointsAtTheGpu(xid);
+    // Error level where it points at the GPU: that is what an operator must act on.
+    log->log(gpu ? spdlog::level::err : spdlog::level::warn, "GPU {}: {}{}", device,
+             DescribeXid(xid), gpu ? ": the GPU itself; `overlapctl health` shows it" : "");
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    absl::MutexLock lock(&xid_mu_);
+    XidCounts& c = xids_[device];
+    ++c.all;
+    if (gpu) ++c.gpu;
+    c.last = xid;
+    c.last_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+  }
 }
 
 engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
@@ -141,6 +241,15 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
     t.thermal_capped_s = thermal.violation_ns * 1e-9;
   }
   ReadHealth(h, &t);
+  if (xid_registered_[device]) {
+    absl::MutexLock lock(&xid_mu_);
+    const XidCounts& c = xids_[device];
+    t.xid_valid = true;
+    t.xid_errors = c.all;
+    t.gpu_xid_errors = c.gpu;
+    t.last_xid = c.last;
+    t.last_xid_unix_ms = c.last_unix_ms;
+  }
   return t;
 }
 

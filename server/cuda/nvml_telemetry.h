@@ -1,13 +1,18 @@
 // Live clocks, temperature, power, utilisation and health from NVML, loaded with dlopen
 // at run time: overlapd must start on machines without a driver (CI), so it
 // never links libnvidia-ml. Devices are matched by PCI bus id, because NVML and
-// CUDA may number them differently. Thread-safe (NVML is).
+// CUDA may number them differently. A thread waits for NVML's Xid events and
+// counts them per GPU. Thread-safe (NVML is).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "server/engine/engine.h"
 
 namespace overlap::cuda {
@@ -30,10 +35,28 @@ class NvmlTelemetry {
   NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles);
   // The health fields of `t` from device handle `h`.
   void ReadHealth(void* h, engine::DeviceTelemetry* t) const;
+  // Registers every GPU for Xid events and starts the thread that waits for
+  // them; where NVML cannot (no event symbols, a VM that refuses), logs why and
+  // leaves xid_valid false.
+  void StartXidWatch();
+  void WatchXids();
   static constexpr unsigned int kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
+
+  struct XidCounts {
+    int64_t all = 0;
+    int64_t gpu = 0;  // those that point at the GPU (common/xid.h)
+    uint64_t last = 0;
+    int64_t last_unix_ms = 0;
+  };
   void* library_;
   std::unique_ptr<Api> api_;
   std::vector<void*> handles_;  // nvmlDevice_t per CUDA device, null when not found
+  void* event_set_ = nullptr;   // nvmlEventSet_t; null when not watching
+  std::vector<bool> xid_registered_;
+  std::atomic<bool> stop_{false};
+  std::thread xid_thread_;
+  mutable absl::Mutex xid_mu_;
+  std::vector<XidCounts> xids_ ABSL_GUARDED_BY(xid_mu_);
 };
 
 }  // namespace overlap::cuda

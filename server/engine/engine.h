@@ -165,6 +165,13 @@ struct DeviceTelemetry {
   bool row_remap_valid = false;
   bool row_remap_pending = false;  // applied at the next GPU reset
   bool row_remap_failed = false;
+  // Xid errors (NVML events) since the daemon started; xid_valid where NVML
+  // lets it watch them.
+  bool xid_valid = false;
+  int64_t xid_errors = 0;
+  int64_t gpu_xid_errors = 0;  // those that point at the GPU (common/xid.h)
+  uint64_t last_xid = 0;
+  int64_t last_xid_unix_ms = 0;
 };
 
 // The names of the reasons set in NVML's clocks event reasons `mask`, most

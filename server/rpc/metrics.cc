@@ -158,6 +158,13 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
              "1 while a row remap waits for a GPU reset (state=\"pending\") or after one failed "
              "(state=\"failed\") (NVML)",
              MetricType::Gauge);
+  MetricFamily xids = Family("overlapd_device_xid_errors_total",
+                             "Xid errors (NVML events) since overlapd started: all of them "
+                             "(kind=\"all\") and those that point at the GPU (kind=\"gpu\")",
+                             MetricType::Counter);
+  MetricFamily last_xid =
+      Family("overlapd_device_last_xid", "the last Xid seen since overlapd started, 0 for none",
+             MetricType::Gauge);
   for (const v1::Device& d : node.devices()) {
     Add(memory, static_cast<double>(d.memory_bytes()),
         {DeviceLabel(d.index()), {"name", d.name()}});
@@ -206,10 +213,16 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Add(remap, d.row_remap_pending() ? 1 : 0, {device, {"state", "pending"}});
       Add(remap, d.row_remap_failed() ? 1 : 0, {device, {"state", "failed"}});
     }
+    if (d.xid_valid()) {
+      Add(xids, static_cast<double>(d.xid_errors()), {device, {"kind", "all"}});
+      Add(xids, static_cast<double>(d.gpu_xid_errors()), {device, {"kind", "gpu"}});
+      Add(last_xid, static_cast<double>(d.last_xid()), {device});
+    }
   }
-  for (MetricFamily* f : {&memory, &used, &sm, &mem_clock, &temperature, &power, &util, &max_sm,
-                          &limit, &power_capped, &thermal_capped, &pcie_gen, &pcie_width,
-                          &pcie_replays, &nvlinks, &nvlink_errors, &ecc, &remap}) {
+  for (MetricFamily* f : {&memory,         &used,     &sm,         &mem_clock,    &temperature,
+                          &power,          &util,     &max_sm,     &limit,        &power_capped,
+                          &thermal_capped, &pcie_gen, &pcie_width, &pcie_replays, &nvlinks,
+                          &nvlink_errors,  &ecc,      &remap,      &xids,         &last_xid}) {
     out.push_back(std::move(*f));
   }
 

@@ -62,6 +62,11 @@ void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
   device->set_row_remap_valid(t.row_remap_valid);
   device->set_row_remap_pending(t.row_remap_pending);
   device->set_row_remap_failed(t.row_remap_failed);
+  device->set_xid_valid(t.xid_valid);
+  device->set_xid_errors(t.xid_errors);
+  device->set_gpu_xid_errors(t.gpu_xid_errors);
+  device->set_last_xid(t.last_xid);
+  device->set_last_xid_unix_ms(t.last_xid_unix_ms);
 }
 
 }  // namespace

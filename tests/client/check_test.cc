@@ -149,7 +149,7 @@ TEST(CheckTest, HealthProblemsAndNvlinkErrorsDuringTheCheckAreFindings) {
   CheckResult fine = Result();
   for (GpuCheck& g : fine.gpus) SetHealthFindings(start, start, &g);
   EXPECT_THAT(FormatCheck(fine, CheckOptions{}),
-              HasSubstr("no health problem (PCIe link, NVLinks, ECC, row remaps)\n"));
+              HasSubstr("no health problem (PCIe link, NVLinks, ECC, row remaps, Xids)\n"));
   // Without NVML anywhere, nothing is said of health.
   EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("health")));
 }

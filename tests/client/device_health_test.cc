@@ -63,6 +63,30 @@ TEST(DeviceHealthTest, EachProblemIsNamedWithWhatToDo) {
   EXPECT_THAT(HealthProblems(d, 18).back(), StartsWith("a row remap failed"));
 }
 
+// Xids that point at the GPU make it unhealthy; an application's do not.
+TEST(DeviceHealthTest, XidsThatPointAtTheGpuAreAProblem) {
+  v1::Device d = Healthy(0);
+  d.set_xid_valid(true);
+  d.set_xid_errors(3);
+  d.set_last_xid(31);
+  EXPECT_THAT(HealthProblems(d, 18), IsEmpty()) << "three application faults";
+  d.set_gpu_xid_errors(1);
+  d.set_xid_errors(4);
+  d.set_last_xid(79);
+  EXPECT_THAT(HealthProblems(d, 18),
+              ElementsAre("1 Xid error(s) that point at the GPU since overlapd started (the last "
+                          "Xid seen: Xid 79 (fallen off the bus)): `dmesg | grep Xid` has each; "
+                          "drain its jobs and reset the GPU"));
+  const nlohmann::json j = HealthJson(d);
+  EXPECT_EQ(j["xid"]["errors"], 4);
+  EXPECT_EQ(j["xid"]["gpu_errors"], 1);
+  EXPECT_EQ(j["xid"]["last"], 79);
+  v1::Device xid_only;
+  xid_only.set_xid_valid(true);
+  EXPECT_TRUE(HasHealth(xid_only));
+  EXPECT_FALSE(HealthJson(xid_only)["xid"].contains("last")) << "none seen yet";
+}
+
 // Links are compared with the node's best GPU, not with how many the GPU
 // has: a node cabled with fewer links is not broken.
 TEST(DeviceHealthTest, NvlinksAreComparedWithTheNodesBestGpu) {
@@ -102,6 +126,7 @@ TEST(DeviceHealthTest, NvlinkErrorsBetweenTwoReadings) {
 TEST(DeviceHealthTest, NodeTableShowsEveryReadingAndNamesTheProblems) {
   v1::GetNodeInfoResponse node;
   *node.add_devices() = Healthy(0);
+  node.mutable_devices(0)->set_xid_valid(true);
   v1::Device* bad = node.add_devices();
   *bad = Healthy(1);
   bad->set_pcie_replays(9);
@@ -109,20 +134,25 @@ TEST(DeviceHealthTest, NodeTableShowsEveryReadingAndNamesTheProblems) {
   bad->set_nvlink_crc_errors(4);
   bad->set_nvlink_replay_errors(2);
   bad->set_row_remap_failed(true);
+  bad->set_xid_valid(true);
+  bad->set_xid_errors(2);
+  bad->set_last_xid(13);
   node.add_devices()->set_index(2);  // no NVML
   const std::string text = FormatDeviceHealth(node);
-  EXPECT_THAT(text, StartsWith("health (errors since the driver loaded):\n"
-                               "INDEX  PCIE                     PCIE REPLAYS  NVLINKS  "
-                               "NVLINK CRC/REPLAY/RECOVERY  ECC CORR/UNCORR  ROW REMAP\n"))
+  EXPECT_THAT(text,
+              StartsWith("health (errors since the driver loaded; Xids since overlapd started):\n"
+                         "INDEX  PCIE                     PCIE REPLAYS  NVLINKS  "
+                         "NVLINK CRC/REPLAY/RECOVERY  ECC CORR/UNCORR  ROW REMAP  XID GPU/ALL\n"))
       << text;
   EXPECT_THAT(text, HasSubstr("    0  Gen1 x16 (max Gen5 x16)             0    18/18  "
-                              "                     0/0/0              3/0  none\n"))
+                              "                     0/0/0              3/0  none       0/0\n"))
       << text;
-  EXPECT_THAT(text, HasSubstr("    1  Gen1 x16 (max Gen5 x16)             9    16/18  "
-                              "                     4/2/0              3/0  FAILED\n"))
+  EXPECT_THAT(text,
+              HasSubstr("    1  Gen1 x16 (max Gen5 x16)             9    16/18  "
+                        "                     4/2/0              3/0  FAILED     0/2, last 13\n"))
       << text;
   EXPECT_THAT(text, HasSubstr("    2  -                                   -        -  "
-                              "                         -                -  -\n"))
+                              "                         -                -  -          -\n"))
       << text;
   EXPECT_THAT(text, HasSubstr("GPU 1: 16 NVLinks up where the node's best GPU has 18"));
   EXPECT_THAT(text, HasSubstr("GPU 1: a row remap failed"));

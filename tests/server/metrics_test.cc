@@ -87,6 +87,10 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   d0->set_ecc_corrected(5);
   d0->set_row_remap_valid(true);
   d0->set_row_remap_pending(true);
+  d0->set_xid_valid(true);
+  d0->set_xid_errors(3);
+  d0->set_gpu_xid_errors(1);
+  d0->set_last_xid(74);
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);
   d1->set_name("NVIDIA H200");
@@ -137,6 +141,9 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_device_ecc_errors_total{device=\"0\",type=\"uncorrected\"} 0\n",
            "overlapd_device_row_remap{device=\"0\",state=\"pending\"} 1\n",
            "overlapd_device_row_remap{device=\"0\",state=\"failed\"} 0\n",
+           "overlapd_device_xid_errors_total{device=\"0\",kind=\"all\"} 3\n",
+           "overlapd_device_xid_errors_total{device=\"0\",kind=\"gpu\"} 1\n",
+           "overlapd_device_last_xid{device=\"0\"} 74\n",
            "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
            "overlapd_device_running_job{device=\"1\",job_id=\"job-3\"} 1\n",
            "overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","

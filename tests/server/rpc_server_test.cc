@@ -501,6 +501,11 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
       t.ecc_uncorrected = 22;
       t.row_remap_valid = true;
       t.row_remap_pending = true;
+      t.xid_valid = true;
+      t.xid_errors = 31;
+      t.gpu_xid_errors = 32;
+      t.last_xid = 33;
+      t.last_xid_unix_ms = 34;
       return t;
     }
   };
@@ -532,6 +537,10 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
   EXPECT_TRUE(d.row_remap_valid());
   EXPECT_TRUE(d.row_remap_pending());
   EXPECT_FALSE(d.row_remap_failed());
+  EXPECT_TRUE(d.xid_valid());
+  EXPECT_EQ(std::vector<int64_t>({d.xid_errors(), d.gpu_xid_errors(),
+                                  static_cast<int64_t>(d.last_xid()), d.last_xid_unix_ms()}),
+            std::vector<int64_t>({31, 32, 33, 34}));
 }
 
 TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {
