@@ -15,12 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/graph.h"
 #include "server/ops/schedule.h"
+#include "tests/random_int.h"
 
 namespace overlap {
-
-inline int RandomInt(std::mt19937& rng, int lo, int hi) {
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
 
 // An op of one of `types` for `tp` ranks, with id `id`. An all_reduce also gets
 // an algorithm: any copy-engine layout over p2p, and NCCL's ring or tree over

@@ -28,15 +28,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/random_int.h"
 
 namespace overlap::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-int Uniform(std::mt19937& rng, int lo, int hi) {
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
 
 // A small graph on a random device group: 1-3 ops of any type, mode and
 // all-reduce layout, shapes that split evenly over the group.
@@ -45,41 +42,41 @@ nlohmann::json RandomGraph(std::mt19937& rng) {
                                        "reduce_scatter", "all_reduce", "gemm"};
   static const char* const kModes[] = {"serial", "bulk", "chunked", "ring", "auto"};
   static const char* const kDtypes[] = {"fp32", "bf16", "fp16"};
-  const int tp = 1 << Uniform(rng, 0, 2);
+  const int tp = 1 << RandomInt(rng, 0, 2);
   std::vector<int> devices = {0, 1, 2, 3};
   std::shuffle(devices.begin(), devices.end(), rng);
   devices.resize(tp);
   std::sort(devices.begin(), devices.end());
 
   nlohmann::json ops = nlohmann::json::array();
-  const int op_count = Uniform(rng, 1, 3);
+  const int op_count = RandomInt(rng, 1, 3);
   for (int i = 0; i < op_count; ++i) {
-    const std::string type = kTypes[Uniform(rng, 0, 6)];
+    const std::string type = kTypes[RandomInt(rng, 0, 6)];
     nlohmann::json op = {{"id", "o" + std::to_string(i)},
                          {"type", type},
-                         {"m", 64 * tp * Uniform(rng, 1, 3)},
-                         {"n", 64 * tp * Uniform(rng, 1, 3)}};
+                         {"m", 64 * tp * RandomInt(rng, 1, 3)},
+                         {"n", 64 * tp * RandomInt(rng, 1, 3)}};
     const bool collective_only = type.find("gemm") == std::string::npos;
-    if (!collective_only) op["k"] = 64 * tp * Uniform(rng, 1, 3);
+    if (!collective_only) op["k"] = 64 * tp * RandomInt(rng, 1, 3);
     if (type == "ag_gemm" || type == "gemm_rs" || type == "gemm_ar") {
-      op["mode"] = kModes[Uniform(rng, 0, 4)];
+      op["mode"] = kModes[RandomInt(rng, 0, 4)];
       if (op["mode"] == "chunked") op["chunks"] = 2;
     }
     // Half the all-reduces pin a copy-engine layout (every backend has those).
     static const char* const kAlgorithms[] = {"ring", "tree", "ps"};
-    if (type == "all_reduce" && Uniform(rng, 0, 1) == 1) {
-      op["algorithm"] = kAlgorithms[Uniform(rng, 0, 2)];
+    if (type == "all_reduce" && RandomInt(rng, 0, 1) == 1) {
+      op["algorithm"] = kAlgorithms[RandomInt(rng, 0, 2)];
       op["transport"] = "p2p";
     }
-    if (i > 0 && Uniform(rng, 0, 1) == 1) op["after"] = {"o" + std::to_string(i - 1)};
+    if (i > 0 && RandomInt(rng, 0, 1) == 1) op["after"] = {"o" + std::to_string(i - 1)};
     ops.push_back(op);
   }
   return {{"name", "walk"},
           {"devices", devices},
-          {"dtype", kDtypes[Uniform(rng, 0, 2)]},
-          {"iterations", Uniform(rng, 1, 30)},
+          {"dtype", kDtypes[RandomInt(rng, 0, 2)]},
+          {"iterations", RandomInt(rng, 1, 30)},
           {"warmup", 1},
-          {"priority", Uniform(rng, -2, 2)},
+          {"priority", RandomInt(rng, -2, 2)},
           {"ops", ops}};
 }
 
@@ -163,15 +160,15 @@ class RandomLifecycleTest : public ::testing::Test {
   // Several clients submit at once; half of the time the daemon is killed
   // while they do.
   void SubmitBurst(std::mt19937& rng) {
-    const bool kill = Uniform(rng, 0, 1) == 1;
+    const bool kill = RandomInt(rng, 0, 1) == 1;
     std::vector<std::unique_ptr<Child>> clients;
-    const int count = Uniform(rng, 2, 6);
+    const int count = RandomInt(rng, 2, 6);
     for (int i = 0; i < count; ++i) {
       clients.push_back(daemon_->CtlAsync({"submit", WriteGraph(RandomGraph(rng)), "--json"}));
     }
     if (kill) {
       MarkUnfinished(&Tracked::restarted);
-      std::this_thread::sleep_for(std::chrono::milliseconds(Uniform(rng, 0, 40)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(RandomInt(rng, 0, 40)));
       daemon_->Kill();
     }
     for (std::unique_ptr<Child>& client : clients) {
@@ -187,7 +184,7 @@ class RandomLifecycleTest : public ::testing::Test {
 
   void CancelOne(std::mt19937& rng) {
     auto it = jobs_.begin();
-    std::advance(it, Uniform(rng, 0, static_cast<int>(jobs_.size()) - 1));
+    std::advance(it, RandomInt(rng, 0, static_cast<int>(jobs_.size()) - 1));
     RunResult cancel = daemon_->Ctl({"cancel", it->first});
     if (cancel.exit_code == 0) {
       it->second.cancel_asked = true;
@@ -275,13 +272,13 @@ TEST_F(RandomLifecycleTest, NothingIsLostOrChangedAcrossKillsAndDrains) {
   std::mt19937 rng(20261201);
   StartDaemon();
   for (int action = 0; action < 70 && !HasFatalFailure(); ++action) {
-    const int roll = Uniform(rng, 0, 99);
+    const int roll = RandomInt(rng, 0, 99);
     if (roll < 40) {
       SubmitOne(rng);
     } else if (roll < 55 && !jobs_.empty()) {
       CancelOne(rng);
     } else if (roll < 65) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(Uniform(rng, 0, 200)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(RandomInt(rng, 0, 200)));
     } else if (roll < 75) {
       Observe();
     } else if (roll < 85) {
