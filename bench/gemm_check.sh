@@ -5,11 +5,8 @@ set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 shapes="ag_gemm:4096x8192x4096,ag_gemm:8192x8192x14336,ag_gemm:16384x8192x14336,ag_gemm:8192x4096x2048,ag_gemm:16384x8192x3584,gemm_rs:4096x4096x8192,gemm_rs:8192x14336x8192,gemm_rs:16384x14336x8192,gemm_rs:8192x2048x4096,gemm_rs:16384x3584x8192"
-work=$(mktemp -d /tmp/overlapd-gemm.XXXXXX)
-addr="unix:$work/overlapd.sock"
-overlapd --backend cuda --listen "$addr" --state-dir "$work/state" ${OVERLAPD_FLAGS:-} > "$OUT/overlapd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+source bench/overlapd_util.sh
+start_overlapd "$OUT/overlapd.log" ${OVERLAPD_FLAGS:-}
 timeout 300 overlapctl --addr "$addr" bench --shapes "$shapes" --repeats 1 --no-verify \
   --json-out "$OUT/gemm_ours.json" 2> "$OUT/bench.err" | tee "$OUT/gemm_ours.txt"
 kill -TERM "$pid"; wait "$pid"; echo "overlapd exit $?"

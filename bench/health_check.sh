@@ -7,11 +7,8 @@
 set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-work=$(mktemp -d /tmp/overlapd-health.XXXXXX)
-addr="unix:$work/overlapd.sock"
-overlapd --backend cuda --listen "$addr" --state-dir "$work/state" > "$OUT/overlapd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+source bench/overlapd_util.sh
+start_overlapd "$OUT/overlapd.log"
 overlapctl --addr "$addr" node | tee "$OUT/node.txt"
 overlapctl --addr "$addr" --json node > "$OUT/node.json"
 echo "== nvidia-smi"

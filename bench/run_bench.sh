@@ -7,7 +7,6 @@
 set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-work=$(mktemp -d /tmp/overlapd-bench.XXXXXX)
 ngpu=$(nvidia-smi -L | wc -l)
 peers() {  # the PyTorch peers on every GPU, JSON to $OUT/$1 (PEER_FLAGS: torch_tp.py's flags)
   PYTHONUNBUFFERED=1 timeout 300 torchrun --nproc_per_node="$ngpu" bench/peers/torch_tp.py \
@@ -17,13 +16,10 @@ peers() {  # the PyTorch peers on every GPU, JSON to $OUT/$1 (PEER_FLAGS: torch_
 # The peers run before and after our sweep: GEMM speed drifts with the GPU's power
 # state, so each baseline is the best of its two runs (bench/compare.py).
 [ "${RUN_PEERS:-1}" = 1 ] && peers torch_peers_before.json
-addr="unix:$work/overlapd.sock"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv > "$OUT/gpu_before.csv" 2>&1
-overlapd --backend cuda --listen "$addr" --state-dir "$work/state" ${OVERLAPD_FLAGS:-} \
-  > "$OUT/overlapd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+source bench/overlapd_util.sh
+start_overlapd "$OUT/overlapd.log" ${OVERLAPD_FLAGS:-}
 overlapctl --addr "$addr" node
 if [ "${RUN_GRAPH:-1}" = 1 ]; then
   timeout 200 overlapctl --addr "$addr" submit deploy/graphs/llama70b-mlp.yaml --wait 2>&1 | tee "$OUT/llama70b_mlp.txt"

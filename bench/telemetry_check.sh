@@ -4,11 +4,8 @@
 set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-work=$(mktemp -d /tmp/overlapd-tel.XXXXXX)
-addr="unix:$work/overlapd.sock"
-overlapd --backend cuda --listen "$addr" --state-dir "$work/state" > "$OUT/overlapd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do overlapctl --addr "$addr" node > /dev/null 2>&1 && break; sleep 0.1; done
+source bench/overlapd_util.sh
+start_overlapd "$OUT/overlapd.log"
 overlapctl --addr "$addr" node
 timeout 200 overlapctl --addr "$addr" bench --shapes ag_gemm:8192x8192x28672,gemm_ar:4096x8192x8192 \
   --repeats 1 --json-out "$OUT/bench.json" 2> "$OUT/bench.err"
