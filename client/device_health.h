@@ -28,7 +28,7 @@ std::vector<std::string> HealthProblems(const v1::Device& device, int most_nvlin
 
 // NVLink errors that `after` counts beyond `before` (two readings of one GPU),
 // e.g. "NVLink errors during the check: 12 CRC, 0 replay, 1 recovery"; "" when
-// none grew.
+// neither CRC errors nor recoveries grew (replays alone are not a fault).
 std::string NvlinkErrorsBetween(const v1::Device& before, const v1::Device& after,
                                 const std::string& during);
 

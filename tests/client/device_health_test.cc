@@ -111,6 +111,9 @@ TEST(DeviceHealthTest, NvlinkErrorsBetweenTwoReadings) {
   before.set_nvlink_replay_errors(7);
   v1::Device after = before;
   EXPECT_EQ(NvlinkErrorsBetween(before, after, "during the check"), "");
+  after.set_nvlink_replay_errors(9);
+  EXPECT_EQ(NvlinkErrorsBetween(before, after, "during the check"), "") << "replays alone";
+  after.set_nvlink_replay_errors(7);
   after.set_nvlink_crc_errors(112);
   after.set_nvlink_recovery_errors(1);
   EXPECT_EQ(NvlinkErrorsBetween(before, after, "during the check"),
