@@ -1,9 +1,11 @@
 #include "client/device_health.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/table.h"
 #include "common/xid.h"
 
@@ -22,38 +24,66 @@ int MostNvlinksActive(const v1::GetNodeInfoResponse& node) {
   return most;
 }
 
-std::vector<std::string> HealthProblems(const v1::Device& d, int most_nvlinks_active) {
-  std::vector<std::string> out;
+namespace {
+
+// Each problem of `d` as a short tag (top's column) and the sentence that
+// explains it.
+struct Problem {
+  const char* tag;
+  std::string text;
+};
+
+std::vector<Problem> Problems(const v1::Device& d, int most_nvlinks_active) {
+  std::vector<Problem> out;
   if (d.pcie_valid() && d.pcie_width() < d.pcie_max_width()) {
-    out.push_back(absl::StrFormat(
-        "its PCIe link runs at x%d of x%d: host copies get %.0f%% of their bandwidth; reseat the "
-        "GPU or check its riser",
-        d.pcie_width(), d.pcie_max_width(), 100.0 * d.pcie_width() / d.pcie_max_width()));
+    out.push_back(
+        {"pcie", absl::StrFormat("its PCIe link runs at x%d of x%d: host copies get %.0f%% "
+                                 "of their bandwidth; reseat the GPU or check its riser",
+                                 d.pcie_width(), d.pcie_max_width(),
+                                 100.0 * d.pcie_width() / d.pcie_max_width())});
   }
   if (d.nvlink_valid() && d.nvlinks_active() < most_nvlinks_active) {
-    out.push_back(absl::StrFormat(
-        "%d NVLinks up where the node's best GPU has %d: its peer copies and collectives lose "
-        "bandwidth; `nvidia-smi nvlink -s -i %d` lists them",
-        d.nvlinks_active(), most_nvlinks_active, d.index()));
+    out.push_back({"nvlink", absl::StrFormat("%d NVLinks up where the node's best GPU has %d: its "
+                                             "peer copies and collectives lose bandwidth; "
+                                             "`nvidia-smi nvlink -s -i %d` lists them",
+                                             d.nvlinks_active(), most_nvlinks_active, d.index())});
   }
   if (d.ecc_valid() && d.ecc_uncorrected() > 0) {
-    out.push_back(absl::StrFormat(
-        "%d uncorrectable ECC error(s) since the driver loaded: results on it may be wrong; "
-        "drain its jobs and reset the GPU",
-        d.ecc_uncorrected()));
+    out.push_back({"ecc", absl::StrFormat("%d uncorrectable ECC error(s) since the driver loaded: "
+                                          "results on it may be wrong; drain its jobs and reset "
+                                          "the GPU",
+                                          d.ecc_uncorrected())});
   }
   if (d.xid_valid() && d.gpu_xid_errors() > 0) {
-    out.push_back(absl::StrFormat(
-        "%d Xid error(s) that point at the GPU since overlapd started (the last Xid seen: %s): "
-        "`dmesg | grep Xid` has each; drain its jobs and reset the GPU",
-        d.gpu_xid_errors(), DescribeXid(d.last_xid())));
+    out.push_back({"xid", absl::StrFormat("%d Xid error(s) that point at the GPU since overlapd "
+                                          "started (the last Xid seen: %s): `dmesg | grep Xid` "
+                                          "has each; drain its jobs and reset the GPU",
+                                          d.gpu_xid_errors(), DescribeXid(d.last_xid()))});
   }
   if (d.row_remap_valid() && d.row_remap_failed()) {
-    out.push_back("a row remap failed: its memory has more bad rows than it can remap; replace it");
+    out.push_back({"remap",
+                   "a row remap failed: its memory has more bad rows than it can remap; "
+                   "replace it"});
   } else if (d.row_remap_valid() && d.row_remap_pending()) {
-    out.push_back("a row remap waits for a GPU reset: reset it to stop using the bad row");
+    out.push_back(
+        {"remap", "a row remap waits for a GPU reset: reset it to stop using the bad row"});
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> HealthProblems(const v1::Device& d, int most_nvlinks_active) {
+  std::vector<std::string> out;
+  for (Problem& p : Problems(d, most_nvlinks_active)) out.push_back(std::move(p.text));
+  return out;
+}
+
+std::string HealthTags(const v1::Device& d, int most_nvlinks_active) {
+  if (!HasHealth(d)) return "-";
+  std::vector<std::string> tags;
+  for (const Problem& p : Problems(d, most_nvlinks_active)) tags.push_back(p.tag);
+  return tags.empty() ? "ok" : absl::StrJoin(tags, ",");
 }
 
 std::string NvlinkErrorsBetween(const v1::Device& before, const v1::Device& after,

@@ -25,6 +25,9 @@ int MostNvlinksActive(const v1::GetNodeInfoResponse& node);
 // What is wrong with `device` now, one sentence each with what to do about it;
 // empty when nothing is (or NVML has no readings).
 std::vector<std::string> HealthProblems(const v1::Device& device, int most_nvlinks_active);
+// The same as top's short column: "ok", or the problems' tags ("pcie",
+// "nvlink", "ecc", "xid", "remap") joined by commas; "-" without readings.
+std::string HealthTags(const v1::Device& device, int most_nvlinks_active);
 
 // NVLink errors that `after` counts beyond `before` (two readings of one GPU),
 // e.g. "NVLink errors during the check: 12 CRC, 0 replay, 1 recovery"; "" when

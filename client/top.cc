@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "client/device_health.h"
 #include "client/report.h"
 
 namespace overlap::client {
@@ -14,7 +15,7 @@ namespace {
 
 constexpr int kHeaderEvery = 20;
 constexpr char kLineFormat[] =
-    "%-8s %4s %6s %7s %5s %7s %5s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
+    "%-8s %4s %6s %7s %5s %7s %5s %-12s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
 
 // The running job that holds `device`, or null.
 const v1::Job* JobOn(const std::vector<v1::Job>& running, int device) {
@@ -56,8 +57,8 @@ std::string Truncate(const std::string& s, size_t width) {
 
 std::string TopHeader() {
   return absl::StrFormat(kLineFormat, "# time", "gpu", "sm MHz", "mem MHz", "temp", "power W",
-                         "util%", "limits", "mem used", "job", "op", "phase", "last op", "step ms",
-                         "hidden%", "wait ms");
+                         "util%", "limits", "health", "mem used", "job", "op", "phase", "last op",
+                         "step ms", "hidden%", "wait ms");
 }
 
 std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
@@ -65,6 +66,7 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
   const std::string time =
       absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
   std::string out;
+  const int most_nvlinks = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {
     const bool t = d.telemetry_valid();
     const v1::Job* job = JobOn(running, d.index());
@@ -74,8 +76,8 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
         &out, kLineFormat, time, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
         Or(t, absl::StrCat(d.mem_clock_mhz())), Or(t, absl::StrCat(d.temperature_c())),
         Or(t, absl::StrFormat("%.1f", d.power_w())), Or(t, absl::StrCat(d.utilization_pct())),
-        Truncate(FormatClockLimits(d), 12), FormatBytes(d.memory_used_bytes()),
-        job ? Truncate(job->id(), 11) : "-",
+        Truncate(FormatClockLimits(d), 12), Truncate(HealthTags(d, most_nvlinks), 12),
+        FormatBytes(d.memory_used_bytes()), job ? Truncate(job->id(), 11) : "-",
         job && !job->progress().op_id().empty() ? Truncate(job->progress().op_id(), 12) : "-",
         job ? Truncate(Phase(job->progress()), 36) : "-", last ? Truncate(last->id(), 12) : "-",
         last ? absl::StrFormat("%.3f", last->step().median_ms()) : "-",
@@ -90,6 +92,7 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
 nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
                              const std::vector<v1::Job>& running, int64_t now_ms) {
   nlohmann::json devices = nlohmann::json::array();
+  const int most_nvlinks = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {
     nlohmann::json j = {{"device", d.index()},
                         {"telemetry_valid", d.telemetry_valid()},
@@ -97,6 +100,7 @@ nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
                         {"job", nullptr},
                         {"last_op", nullptr}};
     AddTelemetryJson(d, &j);
+    if (HasHealth(d)) j["health_problems"] = HealthProblems(d, most_nvlinks);
     if (const v1::Job* job = JobOn(running, d.index())) {
       j["job"] = job->id();
       j["op"] = job->progress().op_id();

@@ -1,6 +1,7 @@
 // `overlapctl top`: a live view of the node, in the manner of `dcgmi dmon` and
 // `nvidia-smi dmon`: every interval, one line per GPU with its clocks,
-// temperature, power, utilization and the memory the daemon holds there, and
+// temperature, power, utilization, health (device_health.h: "ok" or what is
+// wrong) and the memory the daemon holds there, and
 // what runs on it: the job, its op and phase, and the last op that job finished
 // with its step time and the share of its communication hidden. A GPU that
 // runs hot, throttles or sits idle inside a job shows up as it happens.

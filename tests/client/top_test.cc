@@ -68,12 +68,22 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   EXPECT_EQ(lines[1].size(), lines[0].size());
   EXPECT_EQ(lines[2].size(), lines[0].size());
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
-  EXPECT_EQ(gpu0, (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
-                                            "power,therm~", "12.00", "GiB", "job-000007", "fc2",
-                                            "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
+  EXPECT_EQ(gpu0,
+            (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
+                                      "power,therm~", "ok", "12.00", "GiB", "job-000007", "fc2",
+                                      "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
-  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "-", "0", "B",
-                                            "-", "-", "-", "-", "-", "-", "-"}));
+  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "-", "-", "0",
+                                            "B", "-", "-", "-", "-", "-", "-", "-"}));
+
+  // What is wrong with a GPU, in short.
+  v1::GetNodeInfoResponse sick = TwoGpus();
+  sick.mutable_devices(0)->set_pcie_width(8);
+  sick.mutable_devices(0)->set_xid_valid(true);
+  sick.mutable_devices(0)->set_gpu_xid_errors(1);
+  const std::vector<std::string> sick0 =
+      absl::StrSplit(Lines(FormatTopSample(sick, {}, kNowMs))[0], ' ', absl::SkipEmpty());
+  EXPECT_EQ(sick0[8], "pcie,xid");
 }
 
 // A GEMM alone has no communication: its hidden column is a dash. An op run
@@ -100,6 +110,7 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   EXPECT_EQ(gpu0["clock_limits"], nlohmann::json({"power", "thermal"}));
   EXPECT_DOUBLE_EQ(gpu0["power_capped_s"].get<double>(), 12.5);
   EXPECT_EQ(gpu0["health"]["pcie"]["max_width"], 16);
+  EXPECT_EQ(gpu0["health_problems"], nlohmann::json::array());
   EXPECT_FALSE(j["devices"][1].contains("health"));
   EXPECT_EQ(gpu0["job"], "job-000007");
   EXPECT_EQ(gpu0["phase"], "timed");
