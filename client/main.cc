@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
   CLI::App* stats = app.add_subcommand("stats", "show job counts and device usage");
   CLI::App* health = app.add_subcommand(
       "health",
-      "the GPUs' health now, from NVML: PCIe link, NVLinks, ECC errors, row remaps (exit 1 "
-      "when a GPU has a problem; no jobs run)");
+      "the GPUs' health now, from NVML: PCIe link, NVLinks, ECC errors, row remaps, Xids "
+      "(exit 1 when a GPU has a problem; no jobs run)");
   overlap::client::CheckOptions check_options;
   bool no_links = false;
   CLI::App* check = app.add_subcommand(
