@@ -177,6 +177,10 @@ const std::vector<Field>& Fields() {
                &DaemonConfig::host_fail_after),
       BoolField("host_fail_sticky", "tests only: the injected failure loses the device",
                 &DaemonConfig::host_fail_sticky),
+      IntField("host_sick_device",
+               "tests only: >= 0 gives the host backend's devices health readings, this one "
+               "with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
+               &DaemonConfig::host_sick_device, /*min_value=*/-1),
       BytesField("pool_bytes_per_device", "cuda backend: buffer pool per GPU",
                  &DaemonConfig::pool_bytes_per_device, /*allow_zero=*/false),
       BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",

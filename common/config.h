@@ -33,6 +33,9 @@ struct DaemonConfig {
   std::string host_fail_op;
   int host_fail_after = 1;
   bool host_fail_sticky = false;
+  // Tests only: >= 0 gives the host backend's devices health readings, this
+  // one with problems (HostEngineOptions::sick_device).
+  int host_sick_device = -1;
 
   // CUDA backend.
   int64_t pool_bytes_per_device = int64_t{16} << 30;

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateHost(const DaemonConfig& c
   options.fail_op = config.host_fail_op;
   options.fail_after = config.host_fail_after - 1;
   options.inject_sticky_error = config.host_fail_sticky;
+  options.sick_device = config.host_sick_device;
   if (config.ranks_per_gpu > 1) {  // simulated devices are ranks already
     GetLogger("overlapd")
         ->warn(

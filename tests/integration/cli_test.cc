@@ -658,5 +658,36 @@ TEST(CliNoDaemonTest, UsageErrorsExit64) {
   EXPECT_THAT(help.out, HasSubstr("submit"));
 }
 
+// GPU health end to end: the host backend simulates NVML's readings with
+// host_sick_device (tests only), GPU 2 with a PCIe link at x8 and uncorrectable
+// ECC errors. node shows it; health and check name it and exit 1.
+TEST(CliHealthTest, ASickGpuIsNamedByNodeHealthAndCheck) {
+  TempDir dir;
+  const std::string config = dir.File("overlapd.yaml");
+  WriteFileOrDie(config, "host_sick_device: 2\n");
+  Daemon daemon(dir.path(), {"--config", config});
+  ASSERT_TRUE(daemon.Start());
+  RunResult node = daemon.Ctl({"node"});
+  ASSERT_EQ(node.exit_code, 0) << Describe(node);
+  EXPECT_THAT(node.out, HasSubstr("    2  Gen5 x8 (max Gen5 x16)"));
+  EXPECT_THAT(node.out, HasSubstr("GPU 2: its PCIe link runs at x8 of x16"));
+
+  RunResult health = daemon.Ctl({"health"});
+  EXPECT_EQ(health.exit_code, 1) << Describe(health);
+  EXPECT_THAT(health.out, HasSubstr("GPU 2: 2 uncorrectable ECC error(s) since the driver loaded"));
+  EXPECT_THAT(health.out, Not(HasSubstr("GPU 0:")));
+  RunResult json = daemon.Ctl({"health", "--json"});
+  EXPECT_EQ(json.exit_code, 1) << Describe(json);
+  EXPECT_EQ(ParseJson(json.out)["unhealthy_gpus"], nlohmann::json::array({2}));
+
+  RunResult check =
+      daemon.Ctl({"check", "--gemm-size", "64", "--no-links", "--iterations", "2", "--json"});
+  EXPECT_EQ(check.exit_code, 1) << Describe(check);
+  const nlohmann::json j = ParseJson(check.out);
+  EXPECT_EQ(j["unhealthy_gpus"], nlohmann::json::array({2}));
+  EXPECT_EQ(j["gpus"][2]["health_problems"].size(), 2u);
+  EXPECT_EQ(j["gpus"][0]["health_problems"], nlohmann::json::array());
+}
+
 }  // namespace
 }  // namespace overlap::testing

@@ -113,6 +113,21 @@ DeviceInfo HostEngine::GetDeviceInfo(int device) const {
   return info;
 }
 
+DeviceTelemetry HostEngine::Telemetry(int device) const {
+  DeviceTelemetry t;
+  if (options_.sick_device < 0 || device < 0 || device >= options_.device_count) return t;
+  t.pcie_valid = true;
+  t.pcie_gen = t.pcie_max_gen = 5;
+  t.pcie_width = t.pcie_max_width = 16;
+  t.ecc_valid = true;
+  t.row_remap_valid = true;
+  if (device == options_.sick_device) {
+    t.pcie_width = 8;
+    t.ecc_uncorrected = 2;
+  }
+  return t;
+}
+
 BackendVersions HostEngine::Versions() const {
   return BackendVersions{"n/a", "n/a", "n/a", "n/a"};
 }

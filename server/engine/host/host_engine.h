@@ -46,6 +46,11 @@ struct HostEngineOptions {
   // After the injected failure Healthy() is false and every later call that
   // does work fails with the same status (a lost CUDA context).
   bool inject_sticky_error = false;
+  // Tests only: >= 0 gives every device health readings as NVML would (a
+  // healthy H200's), and this one a PCIe link at x8 of x16 and 2 uncorrectable
+  // ECC errors, so that node, health and check can be driven end to end
+  // without a GPU. -1: no readings, as a host has none.
+  int sick_device = -1;
 };
 
 // INVALID_ARGUMENT for bad options (no devices, unknown fail_op, ...).

@@ -34,6 +34,7 @@ class HostEngine final : public Engine {
   int DeviceCount() const override { return options_.device_count; }
   DeviceInfo GetDeviceInfo(int device) const override;
   BackendVersions Versions() const override;
+  DeviceTelemetry Telemetry(int device) const override;
   int64_t MemoryInUse(int device) const override;
 
   StreamId GetStream(int device, StreamRole role, int index = 0) override;
