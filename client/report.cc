@@ -489,8 +489,10 @@ std::string FormatClockLimits(const v1::Device& device) {
 }
 
 void AddTelemetryJson(const v1::Device& d, nlohmann::json* out) {
-  if (!d.telemetry_valid()) return;
   nlohmann::json& j = *out;
+  // Health readings stand on their own validity, clock readings or not.
+  if (HasHealth(d)) j["health"] = HealthJson(d);
+  if (!d.telemetry_valid()) return;
   j["sm_clock_mhz"] = d.sm_clock_mhz();
   j["mem_clock_mhz"] = d.mem_clock_mhz();
   j["temperature_c"] = d.temperature_c();
@@ -504,7 +506,6 @@ void AddTelemetryJson(const v1::Device& d, nlohmann::json* out) {
     j["power_capped_s"] = d.power_capped_s();
     j["thermal_capped_s"] = d.thermal_capped_s();
   }
-  if (HasHealth(d)) j["health"] = HealthJson(d);
 }
 
 std::string FormatStats(const v1::GetStatsResponse& stats) {

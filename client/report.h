@@ -92,8 +92,8 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node);
 // no telemetry.
 std::string FormatClockLimits(const v1::Device& device);
 // The device's NVML readings as JSON fields of `out` (sm_clock_mhz, ...,
-// clock_limits, power_capped_s, health: device_health.h); none where the backend has
-// no telemetry.
+// clock_limits, power_capped_s; health: device_health.h, where it has health
+// readings); none where the backend has no telemetry.
 void AddTelemetryJson(const v1::Device& device, nlohmann::json* out);
 std::string FormatStats(const v1::GetStatsResponse& stats);
 

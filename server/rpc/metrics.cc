@@ -166,29 +166,10 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Family("overlapd_device_last_xid", "the last Xid seen since overlapd started, 0 for none",
              MetricType::Gauge);
   for (const v1::Device& d : node.devices()) {
-    Add(memory, static_cast<double>(d.memory_bytes()),
-        {DeviceLabel(d.index()), {"name", d.name()}});
-    Add(used, static_cast<double>(d.memory_used_bytes()), {DeviceLabel(d.index())});
-    if (!d.telemetry_valid()) continue;  // no NVML: absent, not zero
-    Add(sm, d.sm_clock_mhz(), {DeviceLabel(d.index())});
-    Add(mem_clock, d.mem_clock_mhz(), {DeviceLabel(d.index())});
-    Add(temperature, d.temperature_c(), {DeviceLabel(d.index())});
-    Add(power, d.power_w(), {DeviceLabel(d.index())});
-    Add(util, d.utilization_pct(), {DeviceLabel(d.index())});
-    if (d.max_sm_clock_mhz() > 0) Add(max_sm, d.max_sm_clock_mhz(), {DeviceLabel(d.index())});
-    if (d.clock_limits_valid()) {
-      // Each limiter that slows a GPU under load, 0 or 1, so alerts can test it.
-      for (const char* reason : {"power", "thermal", "hw-slowdown", "hw-thermal", "power-brake"}) {
-        const bool on = std::find(d.clock_limits().begin(), d.clock_limits().end(), reason) !=
-                        d.clock_limits().end();
-        Add(limit, on ? 1 : 0, {DeviceLabel(d.index()), {"reason", reason}});
-      }
-    }
-    if (d.capped_time_valid()) {
-      Add(power_capped, d.power_capped_s(), {DeviceLabel(d.index())});
-      Add(thermal_capped, d.thermal_capped_s(), {DeviceLabel(d.index())});
-    }
     const ClientMetric::Label device = DeviceLabel(d.index());
+    Add(memory, static_cast<double>(d.memory_bytes()), {device, {"name", d.name()}});
+    Add(used, static_cast<double>(d.memory_used_bytes()), {device});
+    // Each health group is published where NVML answered it, clocks or not.
     if (d.pcie_valid()) {
       Add(pcie_gen, d.pcie_gen(), {device, {"link", "current"}});
       Add(pcie_gen, d.pcie_max_gen(), {device, {"link", "max"}});
@@ -217,6 +198,25 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Add(xids, static_cast<double>(d.xid_errors()), {device, {"kind", "all"}});
       Add(xids, static_cast<double>(d.gpu_xid_errors()), {device, {"kind", "gpu"}});
       Add(last_xid, static_cast<double>(d.last_xid()), {device});
+    }
+    if (!d.telemetry_valid()) continue;  // no clock readings: absent, not zero
+    Add(sm, d.sm_clock_mhz(), {device});
+    Add(mem_clock, d.mem_clock_mhz(), {device});
+    Add(temperature, d.temperature_c(), {device});
+    Add(power, d.power_w(), {device});
+    Add(util, d.utilization_pct(), {device});
+    if (d.max_sm_clock_mhz() > 0) Add(max_sm, d.max_sm_clock_mhz(), {device});
+    if (d.clock_limits_valid()) {
+      // Each limiter that slows a GPU under load, 0 or 1, so alerts can test it.
+      for (const char* reason : {"power", "thermal", "hw-slowdown", "hw-thermal", "power-brake"}) {
+        const bool on = std::find(d.clock_limits().begin(), d.clock_limits().end(), reason) !=
+                        d.clock_limits().end();
+        Add(limit, on ? 1 : 0, {device, {"reason", reason}});
+      }
+    }
+    if (d.capped_time_valid()) {
+      Add(power_capped, d.power_capped_s(), {device});
+      Add(thermal_capped, d.thermal_capped_s(), {device});
     }
   }
   for (MetricFamily* f : {&memory,         &used,     &sm,         &mem_clock,    &temperature,

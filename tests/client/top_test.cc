@@ -111,6 +111,12 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   EXPECT_DOUBLE_EQ(gpu0["power_capped_s"].get<double>(), 12.5);
   EXPECT_EQ(gpu0["health"]["pcie"]["max_width"], 16);
   EXPECT_EQ(gpu0["health_problems"], nlohmann::json::array());
+  // Health readings without clock readings (as the host backend's simulated ones).
+  v1::GetNodeInfoResponse health_only = TwoGpus();
+  health_only.mutable_devices(0)->set_telemetry_valid(false);
+  const nlohmann::json sample = TopSampleJson(health_only, {}, kNowMs);
+  EXPECT_EQ(sample["devices"][0]["health"]["pcie"]["max_width"], 16);
+  EXPECT_FALSE(sample["devices"][0].contains("sm_clock_mhz"));
   EXPECT_FALSE(j["devices"][1].contains("health"));
   EXPECT_EQ(gpu0["job"], "job-000007");
   EXPECT_EQ(gpu0["phase"], "timed");

@@ -162,6 +162,13 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlinks{device=\"1\"")));
+  // Health readings without clock readings are published all the same.
+  v1::GetNodeInfoResponse health_only = node;
+  health_only.mutable_devices(0)->set_telemetry_valid(false);
+  const std::string health_text = Text(BuildMetrics(health_only, stats, recent));
+  EXPECT_THAT(health_text,
+              HasSubstr("overlapd_device_nvlinks{device=\"0\",state=\"active\"} 17\n"));
+  EXPECT_THAT(health_text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"0\"}")));
   EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
   // Device 1 never ran a job with a layer step.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{device=\"1\"")));
