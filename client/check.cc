@@ -119,7 +119,6 @@ void SetHealthFindings(const v1::GetNodeInfoResponse& start, const v1::GetNodeIn
                        GpuCheck* gpu) {
   const v1::Device* now = DeviceIn(end, gpu->device);
   if (now == nullptr || !HasHealth(*now)) return;
-  gpu->health_read = true;
   gpu->health = HealthJson(*now);
   gpu->health_problems = HealthProblems(*now, MostNvlinksActive(end));
   if (const v1::Device* then = DeviceIn(start, gpu->device); then != nullptr) {
@@ -229,7 +228,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   }
   bool health_read = false;
   for (const GpuCheck& g : r.gpus) {
-    health_read = health_read || g.health_read;
+    health_read = health_read || !g.health.is_null();
     for (const std::string& problem : g.health_problems) {
       absl::StrAppend(&out, "unhealthy GPU: ", g.device, ", ", problem, "\n");
     }
@@ -252,7 +251,7 @@ nlohmann::json CheckJson(const CheckResult& r, const CheckOptions& o) {
       gpu["power_capped_share"] = g.power_capped;
       gpu["thermal_capped_share"] = g.thermal_capped;
     }
-    if (g.health_read) {
+    if (!g.health.is_null()) {
       gpu["health"] = g.health;
       gpu["health_problems"] = g.health_problems;
     }

@@ -50,7 +50,6 @@ struct GpuCheck {
   double thermal_capped = 0;
   // What NVML says is wrong with it (device_health.h), at the end of the
   // check, and NVLink errors that grew while the check ran.
-  bool health_read = false;
   std::vector<std::string> health_problems = {};
   nlohmann::json health = nullptr;  // its readings at the end; null without any
 };

@@ -172,13 +172,12 @@ int Commands::Node() {
 int Commands::Health() {
   absl::StatusOr<v1::GetNodeInfoResponse> node = client_.GetNodeInfo();
   if (!node.ok()) return Fail(node.status());
-  const std::string table = FormatDeviceHealth(*node);
-  if (table.empty()) {
+  if (!HasHealth(*node)) {
     err_ << "overlapctl: health: no GPU health readings on this daemon (backend " << node->backend()
          << "; they come from NVML on the cuda backend)\n";
     return kExitRefused;
   }
-  out_ << (json_ ? NodeHealthJson(*node).dump(1) + "\n" : table);
+  out_ << (json_ ? NodeHealthJson(*node).dump(1) + "\n" : FormatDeviceHealth(*node));
   return UnhealthyDevices(*node).empty() ? kExitOk : kExitJobFailed;
 }
 

@@ -16,6 +16,13 @@ bool HasHealth(const v1::Device& d) {
          d.xid_valid();
 }
 
+bool HasHealth(const v1::GetNodeInfoResponse& node) {
+  for (const v1::Device& d : node.devices()) {
+    if (HasHealth(d)) return true;
+  }
+  return false;
+}
+
 int MostNvlinksActive(const v1::GetNodeInfoResponse& node) {
   int most = 0;
   for (const v1::Device& d : node.devices()) {
@@ -123,9 +130,7 @@ std::string RemapCell(const v1::Device& d) {
 }  // namespace
 
 std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
-  bool any = false;
-  for (const v1::Device& d : node.devices()) any = any || HasHealth(d);
-  if (!any) return "";
+  if (!HasHealth(node)) return "";
   TextTable table({{"INDEX", Align::kRight},
                    {"PCIE"},
                    {"PCIE REPLAYS", Align::kRight},

@@ -14,8 +14,9 @@
 
 namespace overlap::client {
 
-// Whether NVML answered any health reading of `device`.
+// Whether NVML answered any health reading of `device`; of any device of `node`.
 bool HasHealth(const v1::Device& device);
+bool HasHealth(const v1::GetNodeInfoResponse& node);
 
 // The most NVLinks up on any one GPU of `node` (0 without NVLink). A GPU with
 // fewer is missing links; comparing with the node's best, not with how many

@@ -131,9 +131,9 @@ TEST(CheckTest, HealthProblemsAndNvlinkErrorsDuringTheCheckAreFindings) {
   end.mutable_devices(2)->set_nvlinks_active(17);
   CheckResult r = Result();
   for (GpuCheck& g : r.gpus) SetHealthFindings(start, end, &g);
-  EXPECT_TRUE(r.gpus[0].health_read);
+  EXPECT_FALSE(r.gpus[0].health.is_null());
   EXPECT_TRUE(r.gpus[0].health_problems.empty());
-  EXPECT_FALSE(r.gpus[3].health_read);
+  EXPECT_TRUE(r.gpus[3].health.is_null());
   EXPECT_EQ(UnhealthyGpus(r), (std::vector<size_t>{1, 2}));
   const std::string text = FormatCheck(r, CheckOptions{});
   EXPECT_THAT(text, HasSubstr("unhealthy GPU: 1, NVLink errors during the check: 5 CRC, 0 replay, "
