@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -442,13 +441,7 @@ int SubmitAndFollow(DaemonClient& client, const std::string& spec, const std::st
 
 int WriteJsonFile(const nlohmann::json& j, const std::string& json_file, std::ostream& err) {
   if (json_file.empty()) return kExitOk;
-  std::ofstream f(json_file);
-  f << j.dump(1) << "\n";
-  if (!f) {
-    err << "overlapctl: cannot write " << json_file << "\n";
-    return kExitUsage;
-  }
-  return kExitOk;
+  return WriteTextFile(json_file, j.dump(1) + "\n", err);
 }
 
 int RunBench(DaemonClient& client, const BenchOptions& options, const std::string& json_file,

@@ -64,6 +64,19 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
+int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err) {
+  errno = 0;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (file) file << text;
+  file.close();
+  if (!file) {
+    err << "overlapctl: cannot write " << path << (errno != 0 ? ": " : "")
+        << (errno != 0 ? std::strerror(errno) : "") << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {
   if (IsUnreachable(status)) {
     err << "overlapctl: cannot reach overlapd at " << address << ": " << status.message() << "\n";
@@ -209,13 +222,7 @@ int Commands::Pin(const std::string& id, const std::string& out_file) {
     out_ << (json_ ? nlohmann::json{{"job", id}, {"graph", *pinned}}.dump(1) + "\n" : *pinned);
     return kExitOk;
   }
-  std::ofstream file(out_file, std::ios::binary | std::ios::trunc);
-  file << *pinned;
-  file.close();
-  if (!file) {
-    err_ << "overlapctl: cannot write " << out_file << "\n";
-    return kExitUsage;
-  }
+  if (int rc = WriteTextFile(out_file, *pinned, err_); rc != kExitOk) return rc;
   err_ << "wrote " << out_file << "\n";
   return kExitOk;
 }
@@ -239,13 +246,7 @@ int Commands::Timeline(const std::string& id, const std::string& op_id, int widt
   }
   const nlohmann::json trace = ChromeTrace(*job, op_id);
   if (!out_file.empty()) {
-    std::ofstream file(out_file, std::ios::binary | std::ios::trunc);
-    file << trace.dump() << "\n";
-    file.close();
-    if (!file) {
-      err_ << "overlapctl: cannot write " << out_file << "\n";
-      return kExitUsage;
-    }
+    if (int rc = WriteTextFile(out_file, trace.dump() + "\n", err_); rc != kExitOk) return rc;
     err_ << "wrote " << out_file << "\n";
   }
   out_ << (json_ ? trace.dump(1) + "\n" : charts);

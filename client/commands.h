@@ -27,6 +27,10 @@ inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
 // A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
 
+// Writes `text` to `path`, replacing it: kExitOk, or kExitUsage after printing
+// "overlapctl: cannot write PATH: reason" to `err`.
+int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err);
+
 // The protobuf JSON form: proto field names, primitive fields always printed.
 std::string ToJson(const google::protobuf::Message& message);
 

@@ -14,6 +14,7 @@
 #include "client/commands.h"
 #include "client/commbench.h"
 #include "client/daemon_client.h"
+#include "client/graph_command.h"
 #include "client/top.h"
 #include "client/tuning.h"
 #include "common/byte_size.h"
@@ -160,6 +161,37 @@ int main(int argc, char** argv) {
   overlap::client::BenchOptions bench_options;
   std::string bench_shapes, bench_graph, bench_json;
   bool no_verify = false;
+  overlap::client::GraphCommandOptions graph_options;
+  CLI::App* graph = app.add_subcommand(
+      "graph", "write a layer graph from a model's dimensions (YAML for submit or bench --graph)");
+  graph->add_option("--model", graph_options.model,
+                    "a known model (--list-models), e.g. llama3-70b; the flags below change it");
+  graph->add_flag("--list-models", graph_options.list_models, "list the known models");
+  graph->add_option("--hidden", graph_options.dims.hidden, "hidden size");
+  graph->add_option("--ffn", graph_options.dims.ffn, "the MLP's intermediate size");
+  graph->add_option("--heads", graph_options.dims.heads, "query heads");
+  graph->add_option("--kv-heads", graph_options.dims.kv_heads,
+                    "key/value heads (grouped-query attention; default: --heads)");
+  graph->add_option("--head-dim", graph_options.dims.head_dim, "head size (default: hidden/heads)");
+  graph->add_option("--mlp", graph_options.mlp,
+                    "gated (SwiGLU: fc1 is 2 x ffn wide) | plain (default: the model's; gated)");
+  graph->add_option("--tp", graph_options.tp,
+                    "tensor-parallel size (default: --devices, else every GPU the daemon has)");
+  graph->add_option("--devices", graph_options.devices, "the TP group, e.g. 0,1")->delimiter(',');
+  graph->add_option("--seq", graph_options.seq, "sequence length")->capture_default_str();
+  graph->add_option("--micro-batch", graph_options.micro_batch, "sequences per micro-batch")
+      ->capture_default_str();
+  bool no_sp = false;
+  graph->add_flag("--no-sp", no_sp,
+                  "no sequence parallelism: column-parallel ops are plain GEMMs, row-parallel "
+                  "ones gemm_ar");
+  graph->add_option("--pass", graph_options.pass, "forward | backward | both")
+      ->capture_default_str();
+  graph->add_flag("--grads", graph_options.grads,
+                  "backward: add each weight gradient's data-parallel all-reduce (deferred)");
+  graph->add_option("--dtype", graph_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  graph->add_option("-o,--output", graph_options.output, "write it to this file");
+
   CLI::App* bench = app.add_subcommand("bench", "run the op benchmark sweep on the daemon");
   CLI::Option* shapes_option = bench->add_option(
       "--shapes", bench_shapes, "op:MxKxN,... (global shapes; default: the standard sweep)");
@@ -306,6 +338,10 @@ int main(int argc, char** argv) {
              ? overlap::client::RunTuningList(*client, *filter, json, std::cout, std::cerr)
              : overlap::client::RunTuningForget(*client, *filter, tuning_all, json, std::cout,
                                                 std::cerr);
+  }
+  if (graph->parsed()) {
+    graph_options.sequence_parallel = !no_sp;
+    rc = overlap::client::RunGraph(*client, graph_options, json, std::cout, std::cerr);
   }
   if (bench->parsed()) {
     bench_options.verify = !no_verify;

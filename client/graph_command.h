@@ -1,0 +1,50 @@
+// `overlapctl graph`: a layer graph from a model's dimensions
+// (common/model_graph.h), as YAML to submit or bench, or the known models.
+//
+//   overlapctl graph --model llama3-70b --tp 2 | overlapctl submit - --wait
+//   overlapctl graph --hidden 5120 --ffn 13824 --heads 40 --pass both -o layer.yaml
+//   overlapctl graph --model llama3-8b --tp 2 | overlapctl bench --graph -
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/daemon_client.h"
+#include "common/model_graph.h"
+
+namespace overlap::client {
+
+struct GraphCommandOptions {
+  std::string model;  // a preset's name; empty: the dimensions below make the model
+  ModelDims dims;     // each one given (non-zero) wins over the preset's
+  std::string mlp;    // gated | plain; empty: the preset's (gated for a custom model)
+  int tp = 0;         // 0: the --devices given, else every device the daemon has
+  int64_t seq = 8192;
+  int64_t micro_batch = 1;
+  bool sequence_parallel = true;
+  std::string pass = "forward";  // forward | backward | both
+  bool grads = false;
+  std::string dtype = "bf16";
+  std::vector<int> devices;
+  std::string output;  // a file; empty: standard output
+  bool list_models = false;
+};
+
+// The model the options name: a preset, a custom one, or a preset with some
+// dimensions changed (named "<preset>-custom"). INVALID_ARGUMENT when a
+// custom model lacks hidden, ffn or heads, or the preset is unknown.
+absl::StatusOr<ModelDims> ResolveModel(const GraphCommandOptions& options);
+
+// The graph as JSON (the same document as the YAML; submit takes either).
+std::string LayerGraphJson(const LayerGraph& graph);
+
+// The known models as a table (or JSON).
+std::string FormatModelPresets(bool json);
+
+// Prints the graph (or with list_models, the presets); asks `client` for the
+// node's device count only when neither tp nor devices are given.
+int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json, std::ostream& out,
+             std::ostream& err);
+
+}  // namespace overlap::client

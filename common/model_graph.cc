@@ -1,0 +1,290 @@
+#include "common/model_graph.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/graph_validator.h"
+#include "common/status_macros.h"
+
+namespace overlap {
+namespace {
+
+absl::Status DimError(absl::string_view dim, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(dim, ": ", message));
+}
+
+// The widths every op of the layer is built from, once the model checked out.
+struct LayerWidths {
+  int64_t tokens;  // T
+  int64_t hidden;  // h
+  int64_t q;       // heads x head_dim: attention's output projection's input
+  int64_t qkv;     // q + 2 x kv_heads x head_dim
+  int64_t fc1;     // ffn, or 2 x ffn when gated
+  int64_t fc2;     // ffn
+};
+
+absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
+  const int tp = options.tp;
+  if (tp < 1) return DimError("tp", absl::StrCat("must be at least 1 (got ", tp, ")"));
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden", model.hidden},
+                                    {"ffn", model.ffn},
+                                    {"heads", model.heads},
+                                    {"seq", options.seq},
+                                    {"micro_batch", options.micro_batch}}) {
+    if (value <= 0) return DimError(name, absl::StrCat("must be positive (got ", value, ")"));
+  }
+  if (model.kv_heads < 0 || model.head_dim < 0) {
+    return DimError(model.kv_heads < 0 ? "kv_heads" : "head_dim", "must not be negative");
+  }
+  const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
+  if (model.heads % kv_heads != 0) {
+    return DimError("kv_heads", absl::StrCat(model.heads, " query heads do not group evenly over ",
+                                             kv_heads, " key/value heads"));
+  }
+  if (model.head_dim == 0 && model.hidden % model.heads != 0) {
+    return DimError("head_dim", absl::StrCat("hidden ", model.hidden, " does not split into ",
+                                             model.heads, " heads: give the head size"));
+  }
+  const int64_t head_dim = model.head_dim == 0 ? model.hidden / model.heads : model.head_dim;
+  if (model.heads % tp != 0) {
+    return DimError("heads", absl::StrCat(model.heads, " query heads do not split over tp = ", tp,
+                                          " (each rank computes whole heads)"));
+  }
+  if (kv_heads % tp != 0) {
+    return DimError("kv_heads",
+                    absl::StrCat(kv_heads, " key/value heads do not split over tp = ", tp,
+                                 " (Megatron copies them onto each rank then, which this graph "
+                                 "does not model)"));
+  }
+  if (model.ffn % tp != 0) {
+    return DimError("ffn", absl::StrCat(model.ffn, " does not split over tp = ", tp));
+  }
+  if (model.hidden % tp != 0) {
+    return DimError("hidden", absl::StrCat(model.hidden, " does not split over tp = ", tp));
+  }
+  const int64_t tokens = options.seq * options.micro_batch;
+  if (tokens % tp != 0) {
+    return DimError("seq",
+                    absl::StrCat(tokens, " tokens (seq x micro_batch) do not split over tp = ", tp,
+                                 " (sequence parallelism and the reduce-scatters "
+                                 "split them)"));
+  }
+  const int64_t q = model.heads * head_dim;
+  return LayerWidths{tokens,
+                     model.hidden,
+                     q,
+                     q + 2 * kv_heads * head_dim,
+                     model.gated ? 2 * model.ffn : model.ffn,
+                     model.ffn};
+}
+
+// Appends ops and their notes in the order they are written.
+class GraphWriter {
+ public:
+  explicit GraphWriter(LayerGraph* graph) : graph_(graph) {}
+
+  // Returns the op's id, for the `after` of the ops that wait on it.
+  std::string Add(std::string id, OpType type, int64_t m, int64_t k, int64_t n,
+                  std::vector<std::string> after, std::string note) {
+    OpSpec op;
+    op.id = id;
+    op.type = type;
+    op.m = m;
+    op.k = IsCollectiveOnly(type) ? 0 : k;
+    op.n = n;
+    after.erase(std::remove(after.begin(), after.end(), std::string()), after.end());
+    op.after = std::move(after);
+    graph_->spec.ops.push_back(std::move(op));
+    graph_->op_notes.push_back(std::move(note));
+    return id;
+  }
+
+ private:
+  LayerGraph* graph_;
+};
+
+// Forward: returns the last op's id.
+std::string AddForward(const LayerWidths& w, bool sp, GraphWriter& out) {
+  const OpType column = sp ? OpType::kAgGemm : OpType::kGemm;
+  const OpType row = sp ? OpType::kGemmRs : OpType::kGemmAr;
+  const char* gathered = sp ? "the sequence gathered, then " : "";
+  const char* reduced = sp ? "reduce-scattered" : "all-reduced";
+  out.Add("qkv", column, w.tokens, w.hidden, w.qkv, {},
+          absl::StrCat("attention's QKV projection (column-parallel): ", gathered,
+                       "[T x h] x [h x qkv/tp]"));
+  out.Add("proj", row, w.tokens, w.q, w.hidden, {"qkv"},
+          absl::StrCat("attention's output projection (row-parallel): [T x q/tp] x [q/tp x h], "
+                       "the partial sums ",
+                       reduced));
+  out.Add("fc1", column, w.tokens, w.hidden, w.fc1, {"proj"},
+          absl::StrCat("the MLP's ", w.fc1 == w.fc2 ? "up projection" : "gate and up projections",
+                       " (column-parallel): ", gathered, "[T x h] x [h x fc1/tp]"));
+  return out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {"fc1"},
+                 absl::StrCat("the MLP's down projection (row-parallel): [T x ffn/tp] x "
+                              "[ffn/tp x h], the partial sums ",
+                              reduced));
+}
+
+// The backward of one column-parallel + row-parallel pair (the MLP's fc1 and
+// fc2, or attention's qkv and proj): the row-parallel op first. Returns the id
+// of the op the next pair's backward waits on (the column op's data gradient).
+std::string AddPairBackward(const std::string& col, const std::string& row, int64_t col_width,
+                            int64_t row_width, const LayerWidths& w, const LayerGraphOptions& o,
+                            const std::string& after, GraphWriter& out) {
+  const bool sp = o.sequence_parallel;
+  const std::string row_dgrad = out.Add(
+      row + "_dgrad", sp ? OpType::kAgGemm : OpType::kGemm, w.tokens, w.hidden, row_width, {after},
+      absl::StrCat(row, "'s data gradient: ", sp ? "the output gradient gathered, then " : "",
+                   "dY [T x h] x W^T [h x ", row, " in/tp]"));
+  const std::string row_wgrad =
+      out.Add(row + "_wgrad", OpType::kGemm, w.hidden, w.tokens, row_width, {row_dgrad},
+              absl::StrCat(row, "'s weight gradient, transposed: dY^T [h x T] x X [T x ", row,
+                           " in/tp]", sp ? " (dY as gathered above)" : ""));
+  std::string input_gather;
+  if (sp) {
+    input_gather =
+        out.Add(col + "_x_gather", OpType::kAllGather, w.tokens, 0, w.hidden, {row_dgrad},
+                absl::StrCat(col,
+                             "'s input gathered again for its weight gradient (sequence "
+                             "parallelism kept only this rank's rows of it)"));
+  }
+  const std::string col_dgrad = out.Add(
+      col + "_dgrad", sp ? OpType::kGemmRs : OpType::kGemmAr, w.tokens, col_width, w.hidden,
+      {row_dgrad},
+      absl::StrCat(col, "'s data gradient: dY [T x ", col, " out/tp] x W^T, the partial sums ",
+                   sp ? "reduce-scattered" : "all-reduced"));
+  const std::string col_wgrad = out.Add(
+      col + "_wgrad", OpType::kGemm, w.hidden, w.tokens, col_width, {col_dgrad, input_gather},
+      absl::StrCat(col, "'s weight gradient, transposed: X^T [h x T] x dY [T x ", col, " out/tp]"));
+  if (o.grads) {
+    for (const auto& [name, width, wgrad] :
+         {std::tuple{row, row_width, row_wgrad}, std::tuple{col, col_width, col_wgrad}}) {
+      out.Add(name + "_grads", OpType::kAllReduce, w.hidden, 0, width / o.tp, {wgrad},
+              absl::StrCat(name,
+                           "'s weight gradient (this rank's shard) all-reduced, a "
+                           "stand-in for data parallelism that nothing here waits on"));
+    }
+  }
+  return col_dgrad;
+}
+
+std::string GraphName(const ModelDims& model, const LayerGraphOptions& o) {
+  const char* pass = o.pass == LayerPass::kForward    ? ""
+                     : o.pass == LayerPass::kBackward ? "-backward"
+                                                      : "-forward-backward";
+  return absl::StrCat(model.name, "-layer", pass, o.sequence_parallel ? "" : "-nosp", "-tp", o.tp);
+}
+
+std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions& o,
+                                const LayerWidths& w) {
+  const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
+  const char* pass = o.pass == LayerPass::kForward    ? "forward"
+                     : o.pass == LayerPass::kBackward ? "backward"
+                                                      : "forward and backward";
+  std::vector<std::string> lines = {
+      absl::StrCat("One ", model.name, " decoder layer's tensor-parallel ops, ", pass, "."),
+      absl::StrCat("hidden h = ", w.hidden, ", ", model.heads, " query heads and ", kv_heads,
+                   " key/value heads of ", w.q / model.heads, " (q = ", w.q, ", qkv = ", w.qkv,
+                   "), ffn = ", w.fc2,
+                   model.gated ? " (gated: fc1 = 2 x ffn = " : " (fc1 = ", w.fc1, ")"),
+      absl::StrCat("T = ", w.tokens, " tokens (seq ", o.seq, " x micro-batch ", o.micro_batch,
+                   "), tp = ", o.tp, ", ",
+                   o.sequence_parallel ? "sequence parallel" : "no sequence parallelism")};
+  lines.push_back(
+      "Left out, as they move nothing across GPUs: the attention core, norms, activations.");
+  return lines;
+}
+
+}  // namespace
+
+const std::vector<ModelDims>& ModelPresets() {
+  // name, hidden, ffn, heads, kv_heads, head_dim, gated
+  static const std::vector<ModelDims> kPresets = {
+      {"llama3-8b", 4096, 14336, 32, 8, 128, true},
+      {"llama3-70b", 8192, 28672, 64, 8, 128, true},
+      {"llama3-405b", 16384, 53248, 128, 8, 128, true},
+      {"qwen2.5-72b", 8192, 29568, 64, 8, 128, true},
+      {"gpt3-175b", 12288, 49152, 96, 96, 128, false},
+  };
+  return kPresets;
+}
+
+absl::StatusOr<ModelDims> FindModelPreset(absl::string_view name) {
+  std::vector<std::string> names;
+  for (const ModelDims& model : ModelPresets()) {
+    if (model.name == name) return model;
+    names.push_back(model.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model: unknown \"", name,
+                                                 "\" (known: ", absl::StrJoin(names, ", "),
+                                                 "; or give --hidden, --ffn and --heads)"));
+}
+
+absl::StatusOr<LayerPass> ParseLayerPass(absl::string_view name) {
+  if (name == "forward") return LayerPass::kForward;
+  if (name == "backward") return LayerPass::kBackward;
+  if (name == "both") return LayerPass::kBoth;
+  return absl::InvalidArgumentError(
+      absl::StrCat("pass: unknown \"", name, "\" (forward, backward or both)"));
+}
+
+absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
+                                           const LayerGraphOptions& options) {
+  ASSIGN_OR_RETURN(const LayerWidths widths, CheckDims(model, options));
+  if (!options.devices.empty() && static_cast<int>(options.devices.size()) != options.tp) {
+    return DimError("devices",
+                    absl::StrCat(options.devices.size(), " devices given for tp = ", options.tp));
+  }
+  if (options.grads && options.pass == LayerPass::kForward) {
+    return DimError("grads", "weight gradients come with the backward pass (backward or both)");
+  }
+  LayerGraph graph;
+  graph.spec.name = GraphName(model, options);
+  graph.spec.devices = options.devices;
+  graph.spec.dtype = options.dtype;
+  graph.header = Header(model, options, widths);
+  GraphWriter out(&graph);
+  std::string last;
+  if (options.pass != LayerPass::kBackward)
+    last = AddForward(widths, options.sequence_parallel, out);
+  if (options.pass != LayerPass::kForward) {
+    last = AddPairBackward("fc1", "fc2", widths.fc1, widths.fc2, widths, options, last, out);
+    AddPairBackward("qkv", "proj", widths.qkv, widths.q, widths, options, last, out);
+  }
+  ValidationLimits limits;
+  limits.device_count = options.devices.empty()
+                            ? options.tp
+                            : *std::max_element(options.devices.begin(), options.devices.end()) + 1;
+  if (const absl::StatusOr<std::vector<int>> group = ValidateJobSpec(graph.spec, limits);
+      !group.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the graph for ", model.name, " does not hold: ", group.status().message()));
+  }
+  return graph;
+}
+
+std::string LayerGraphYaml(const LayerGraph& graph) {
+  std::string out;
+  for (const std::string& line : graph.header) absl::StrAppend(&out, "# ", line, "\n");
+  const JobSpec& spec = graph.spec;
+  absl::StrAppend(&out, "name: ", spec.name, "\n");
+  if (!spec.devices.empty()) {
+    absl::StrAppend(&out, "devices: [", absl::StrJoin(spec.devices, ", "), "]\n");
+  }
+  absl::StrAppend(&out, "dtype: ", DTypeName(spec.dtype), "\n", "iterations: ", spec.iterations,
+                  "\n", "warmup: ", spec.warmup, "\n", "ops:\n");
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const OpSpec& op = spec.ops[i];
+    absl::StrAppend(&out, "  # ", graph.op_notes[i], "\n", "  - {id: ", op.id,
+                    ", type: ", OpTypeName(op.type), ", m: ", op.m);
+    if (!IsCollectiveOnly(op.type)) absl::StrAppend(&out, ", k: ", op.k);
+    absl::StrAppend(&out, ", n: ", op.n);
+    if (!op.after.empty()) absl::StrAppend(&out, ", after: [", absl::StrJoin(op.after, ", "), "]");
+    absl::StrAppend(&out, "}\n");
+  }
+  return out;
+}
+
+}  // namespace overlap

@@ -1,0 +1,254 @@
+#include "common/model_graph.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/graph_parser.h"
+#include "common/graph_validator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// What a test compares of an op: id, type, m, k, n and its dependencies.
+using OpRow =
+    std::tuple<std::string, std::string, int64_t, int64_t, int64_t, std::vector<std::string>>;
+
+std::vector<OpRow> Rows(const std::vector<OpSpec>& ops) {
+  std::vector<OpRow> rows;
+  for (const OpSpec& op : ops)
+    rows.emplace_back(op.id, OpTypeName(op.type), op.m, op.k, op.n, op.after);
+  return rows;
+}
+
+const OpSpec* Find(const JobSpec& spec, const std::string& id) {
+  for (const OpSpec& op : spec.ops) {
+    if (op.id == id) return &op;
+  }
+  return nullptr;
+}
+
+JobSpec DeployGraph(const std::string& name) {
+  std::ifstream in(std::string(OVERLAP_SOURCE_DIR) + "/deploy/graphs/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text.str(), name);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec{};
+}
+
+ModelDims Preset(const std::string& name) {
+  absl::StatusOr<ModelDims> model = FindModelPreset(name);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : ModelDims{};
+}
+
+LayerGraphOptions Tp(int tp, LayerPass pass = LayerPass::kForward) {
+  LayerGraphOptions options;
+  options.tp = tp;
+  options.pass = pass;
+  return options;
+}
+
+TEST(ModelGraphTest, Llama70bForwardWithSequenceParallelism) {
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-70b"), Tp(2));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->spec.name, "llama3-70b-layer-tp2");
+  EXPECT_THAT(graph->spec.devices, IsEmpty());
+  using V = std::vector<std::string>;
+  // qkv: 64 + 2 x 8 heads of 128; fc1: gate and up, 2 x 28672.
+  EXPECT_THAT(Rows(graph->spec.ops),
+              ElementsAre(OpRow{"qkv", "ag_gemm", 8192, 8192, 10240, V{}},
+                          OpRow{"proj", "gemm_rs", 8192, 8192, 8192, V{"qkv"}},
+                          OpRow{"fc1", "ag_gemm", 8192, 8192, 57344, V{"proj"}},
+                          OpRow{"fc2", "gemm_rs", 8192, 28672, 8192, V{"fc1"}}));
+  ASSERT_EQ(graph->op_notes.size(), graph->spec.ops.size());
+  EXPECT_THAT(graph->op_notes[2], HasSubstr("gate and up"));
+}
+
+// The hand-written graphs in deploy/graphs model the MLP ungated (fc1 the up
+// projection alone): the generator, told so, writes the same ops.
+TEST(ModelGraphTest, MatchesTheHandWrittenLlama70bGraphs) {
+  ModelDims plain = Preset("llama3-70b");
+  plain.gated = false;
+  absl::StatusOr<LayerGraph> forward = BuildLayerGraph(plain, Tp(2));
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_EQ(Rows(forward->spec.ops), Rows(DeployGraph("llama70b-layer.yaml").ops));
+
+  absl::StatusOr<LayerGraph> backward = BuildLayerGraph(plain, Tp(2, LayerPass::kBackward));
+  ASSERT_TRUE(backward.ok()) << backward.status();
+  const JobSpec hand = DeployGraph("llama70b-mlp-backward.yaml");
+  for (const auto& [ours, theirs] : {std::pair<std::string, std::string>{"fc2_dgrad", "fc2_dgrad"},
+                                     {"fc2_wgrad", "fc2_wgrad"},
+                                     {"fc1_x_gather", "x_gather"},
+                                     {"fc1_dgrad", "fc1_dgrad"},
+                                     {"fc1_wgrad", "fc1_wgrad"}}) {
+    SCOPED_TRACE(ours);
+    const OpSpec* a = Find(backward->spec, ours);
+    const OpSpec* b = Find(hand, theirs);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(std::tuple(a->type, a->m, a->k, a->n), std::tuple(b->type, b->m, b->k, b->n));
+  }
+}
+
+TEST(ModelGraphTest, BackwardOrderAndDependencies) {
+  LayerGraphOptions options = Tp(2, LayerPass::kBoth);
+  options.grads = true;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->spec.name, "llama3-8b-layer-forward-backward-tp2");
+  using V = std::vector<std::string>;
+  // h 4096, T 8192, q 4096, qkv 4096 + 2 x 8 x 128 = 6144, fc1 2 x 14336.
+  EXPECT_THAT(
+      Rows(graph->spec.ops),
+      ElementsAre(OpRow{"qkv", "ag_gemm", 8192, 4096, 6144, V{}},
+                  OpRow{"proj", "gemm_rs", 8192, 4096, 4096, V{"qkv"}},
+                  OpRow{"fc1", "ag_gemm", 8192, 4096, 28672, V{"proj"}},
+                  OpRow{"fc2", "gemm_rs", 8192, 14336, 4096, V{"fc1"}},
+                  OpRow{"fc2_dgrad", "ag_gemm", 8192, 4096, 14336, V{"fc2"}},
+                  OpRow{"fc2_wgrad", "gemm", 4096, 8192, 14336, V{"fc2_dgrad"}},
+                  OpRow{"fc1_x_gather", "all_gather", 8192, 0, 4096, V{"fc2_dgrad"}},
+                  OpRow{"fc1_dgrad", "gemm_rs", 8192, 28672, 4096, V{"fc2_dgrad"}},
+                  OpRow{"fc1_wgrad", "gemm", 4096, 8192, 28672, V{"fc1_dgrad", "fc1_x_gather"}},
+                  OpRow{"fc2_grads", "all_reduce", 4096, 0, 7168, V{"fc2_wgrad"}},
+                  OpRow{"fc1_grads", "all_reduce", 4096, 0, 14336, V{"fc1_wgrad"}},
+                  OpRow{"proj_dgrad", "ag_gemm", 8192, 4096, 4096, V{"fc1_dgrad"}},
+                  OpRow{"proj_wgrad", "gemm", 4096, 8192, 4096, V{"proj_dgrad"}},
+                  OpRow{"qkv_x_gather", "all_gather", 8192, 0, 4096, V{"proj_dgrad"}},
+                  OpRow{"qkv_dgrad", "gemm_rs", 8192, 6144, 4096, V{"proj_dgrad"}},
+                  OpRow{"qkv_wgrad", "gemm", 4096, 8192, 6144, V{"qkv_dgrad", "qkv_x_gather"}},
+                  OpRow{"proj_grads", "all_reduce", 4096, 0, 2048, V{"proj_wgrad"}},
+                  OpRow{"qkv_grads", "all_reduce", 4096, 0, 3072, V{"qkv_wgrad"}}));
+}
+
+// Each forward GEMM has a data and a weight gradient of its own size: the
+// backward pass does twice the forward's FLOPs, with and without SP.
+TEST(ModelGraphTest, BackwardDoesTwiceTheForwardFlops) {
+  for (const ModelDims& model : ModelPresets()) {
+    for (bool sp : {true, false}) {
+      SCOPED_TRACE(model.name + (sp ? " sp" : " no sp"));
+      LayerGraphOptions options = Tp(8);
+      options.sequence_parallel = sp;
+      absl::StatusOr<LayerGraph> forward = BuildLayerGraph(model, options);
+      options.pass = LayerPass::kBackward;
+      absl::StatusOr<LayerGraph> backward = BuildLayerGraph(model, options);
+      ASSERT_TRUE(forward.ok()) << forward.status();
+      ASSERT_TRUE(backward.ok()) << backward.status();
+      double forward_flops = 0, backward_flops = 0;
+      for (const OpSpec& op : forward->spec.ops) forward_flops += OpFlops(op);
+      for (const OpSpec& op : backward->spec.ops) backward_flops += OpFlops(op);
+      EXPECT_GT(forward_flops, 0);
+      EXPECT_DOUBLE_EQ(backward_flops, 2 * forward_flops);
+    }
+  }
+}
+
+TEST(ModelGraphTest, WithoutSequenceParallelismNothingIsGatheredOrScattered) {
+  LayerGraphOptions options = Tp(4, LayerPass::kBoth);
+  options.sequence_parallel = false;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("gpt3-175b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->spec.name, "gpt3-175b-layer-forward-backward-nosp-tp4");
+  std::vector<std::string> types;
+  for (const OpSpec& op : graph->spec.ops) types.push_back(OpTypeName(op.type));
+  EXPECT_THAT(types, ElementsAre("gemm", "gemm_ar", "gemm", "gemm_ar",  // forward
+                                 "gemm", "gemm", "gemm_ar", "gemm",     // MLP backward
+                                 "gemm", "gemm", "gemm_ar", "gemm"));   // attention
+  // GPT-3's MLP is plain: fc1 is 4h wide, not 2 x ffn.
+  EXPECT_EQ(Find(graph->spec, "fc1")->n, 49152);
+  EXPECT_EQ(Find(graph->spec, "qkv")->n, 3 * 12288);
+}
+
+// The YAML (with its comments) parses back to the same graph, and the graph
+// passes the daemon's validator, for every preset, pass and layout.
+TEST(ModelGraphTest, YamlRoundTripsAndValidates) {
+  for (const ModelDims& model : ModelPresets()) {
+    for (LayerPass pass : {LayerPass::kForward, LayerPass::kBackward, LayerPass::kBoth}) {
+      for (bool sp : {true, false}) {
+        SCOPED_TRACE(model.name + " pass " + std::to_string(static_cast<int>(pass)) +
+                     (sp ? " sp" : " no sp"));
+        LayerGraphOptions options = Tp(2, pass);
+        options.sequence_parallel = sp;
+        options.grads = pass != LayerPass::kForward;
+        options.devices = {2, 3};
+        options.dtype = DType::kF16;
+        absl::StatusOr<LayerGraph> graph = BuildLayerGraph(model, options);
+        ASSERT_TRUE(graph.ok()) << graph.status();
+        absl::StatusOr<JobSpec> parsed = ParseJobSpec(LayerGraphYaml(*graph), "generated");
+        ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << LayerGraphYaml(*graph);
+        EXPECT_EQ(parsed->name, graph->spec.name);
+        EXPECT_THAT(parsed->devices, ElementsAre(2, 3));
+        EXPECT_EQ(parsed->dtype, DType::kF16);
+        EXPECT_EQ(Rows(parsed->ops), Rows(graph->spec.ops));
+        ValidationLimits limits;
+        limits.device_count = 4;
+        absl::StatusOr<std::vector<int>> group = ValidateJobSpec(*parsed, limits);
+        EXPECT_TRUE(group.ok()) << group.status();
+      }
+    }
+  }
+}
+
+TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
+  struct Case {
+    ModelDims model;
+    LayerGraphOptions options;
+    std::string error;
+  };
+  ModelDims custom;
+  custom.hidden = 1000;
+  custom.ffn = 4096;
+  custom.heads = 16;
+  LayerGraphOptions odd_tokens = Tp(2);
+  odd_tokens.seq = 4095;
+  LayerGraphOptions zero_seq = Tp(2);
+  zero_seq.seq = 0;
+  LayerGraphOptions grads_forward = Tp(2);
+  grads_forward.grads = true;
+  LayerGraphOptions wrong_devices = Tp(2);
+  wrong_devices.devices = {0, 1, 2};
+  ModelDims gqa = Preset("llama3-8b");
+  gqa.kv_heads = 5;
+  for (const Case& c : std::vector<Case>{
+           {Preset("llama3-70b"), Tp(3), "heads: 64 query heads do not split over tp = 3"},
+           {Preset("llama3-70b"), Tp(16), "kv_heads: 8 key/value heads do not split over tp = 16"},
+           {Preset("llama3-70b"), Tp(0), "tp: must be at least 1 (got 0)"},
+           {Preset("llama3-70b"), odd_tokens,
+            "seq: 4095 tokens (seq x micro_batch) do not split over tp = 2"},
+           {Preset("llama3-70b"), zero_seq, "seq: must be positive (got 0)"},
+           {custom, Tp(2), "head_dim: hidden 1000 does not split into 16 heads"},
+           {gqa, Tp(1), "kv_heads: 32 query heads do not group evenly over 5 key/value heads"},
+           {Preset("llama3-8b"), grads_forward, "grads: weight gradients come with the backward"},
+           {Preset("llama3-8b"), wrong_devices, "devices: 3 devices given for tp = 2"},
+       }) {
+    SCOPED_TRACE(c.error);
+    absl::StatusOr<LayerGraph> graph = BuildLayerGraph(c.model, c.options);
+    ASSERT_FALSE(graph.ok());
+    EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(graph.status().message(), HasSubstr(c.error));
+  }
+}
+
+TEST(ModelGraphTest, PresetsAndPassesByName) {
+  absl::StatusOr<ModelDims> unknown = FindModelPreset("llama2-7b");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("unknown \"llama2-7b\" (known: llama3-8b, llama3-70b, llama3-405b"));
+  EXPECT_EQ(*ParseLayerPass("both"), LayerPass::kBoth);
+  EXPECT_FALSE(ParseLayerPass("sideways").ok());
+  // tp = 1: nothing to split, the graph still validates (its ops then run alone).
+  EXPECT_TRUE(BuildLayerGraph(Preset("llama3-405b"), Tp(1, LayerPass::kBoth)).ok());
+}
+
+}  // namespace
+}  // namespace overlap

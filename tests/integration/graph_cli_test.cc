@@ -1,0 +1,129 @@
+// `overlapctl graph`: a layer graph from a model's dimensions, written without
+// a daemon when tp is given, and run by the real overlapd (host backend, 4
+// devices) end to end.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/graph_parser.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace overlap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// A small model, so that the host backend runs its layer in seconds.
+const std::vector<std::string> kSmallModel = {"graph",   "--hidden", "256",   "--ffn", "512",
+                                              "--heads", "4",        "--seq", "128"};
+
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(GraphCliTest, TheModelsLayerRunsOnTheDaemonsGpus) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  ASSERT_TRUE(daemon.Start());
+  const std::string file = dir.File("layer.yaml");
+  // No --tp: the graph splits over the daemon's 4 devices.
+  RunResult graph =
+      daemon.Ctl(With(kSmallModel, {"--pass", "both", "--grads", "--mlp", "plain", "-o", file}));
+  ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
+  EXPECT_EQ(graph.out, "");
+  EXPECT_EQ(graph.err, "wrote 18 ops of custom-layer-forward-backward-tp4 to " + file + "\n");
+
+  RunResult submit = daemon.Ctl({"submit", file, "--wait", "--json"}, std::chrono::seconds(120));
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit) << daemon.Log();
+  const nlohmann::json job = nlohmann::json::parse(submit.out);
+  EXPECT_EQ(job["state"], "SUCCEEDED");
+  const nlohmann::json& ops = job["result"]["ops"];
+  ASSERT_EQ(ops.size(), 18u) << job["result"].dump();
+  std::vector<std::string> ids;
+  for (const nlohmann::json& op : ops) {
+    ids.push_back(op["id"]);
+    EXPECT_TRUE(op["verified"].get<bool>()) << op.dump();
+    EXPECT_LE(op["max_rel_error"].get<double>(), op["tolerance"].get<double>()) << op.dump();
+  }
+  EXPECT_THAT(ids, ::testing::ElementsAre("qkv", "proj", "fc1", "fc2", "fc2_dgrad", "fc2_wgrad",
+                                          "fc1_x_gather", "fc1_dgrad", "fc1_wgrad", "fc2_grads",
+                                          "fc1_grads", "proj_dgrad", "proj_wgrad", "qkv_x_gather",
+                                          "qkv_dgrad", "qkv_wgrad", "proj_grads", "qkv_grads"));
+  // The plain MLP's fc1 is ffn wide: 128 x 256 x 512.
+  EXPECT_EQ(ops[2]["m"], "128");
+  EXPECT_EQ(ops[2]["n"], "512");
+}
+
+TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {
+  TempDir dir;
+  const std::string nobody = "unix:" + dir.File("nobody.sock");
+  RunResult yaml = Overlapctl(dir.path(), nobody, With(kSmallModel, {"--tp", "2"}));
+  ASSERT_EQ(yaml.exit_code, 0) << Describe(yaml);
+  EXPECT_THAT(yaml.out, StartsWith("# One custom decoder layer's tensor-parallel ops, forward.\n"));
+  RunResult json = Overlapctl(dir.path(), nobody, With(kSmallModel, {"--tp", "2", "--json"}));
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  absl::StatusOr<JobSpec> from_yaml = ParseJobSpec(yaml.out);
+  absl::StatusOr<JobSpec> from_json = ParseJobSpec(json.out);
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status();
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  EXPECT_EQ(from_yaml->name, "custom-layer-tp2");
+  EXPECT_EQ(from_json->name, from_yaml->name);
+  ASSERT_EQ(from_json->ops.size(), 4u);
+  for (size_t i = 0; i < from_json->ops.size(); ++i) {
+    const OpSpec& a = from_yaml->ops[i];
+    const OpSpec& b = from_json->ops[i];
+    EXPECT_EQ(std::tuple(a.id, a.type, a.m, a.k, a.n, a.after),
+              std::tuple(b.id, b.type, b.m, b.k, b.n, b.after));
+  }
+
+  RunResult models = Overlapctl(dir.path(), nobody, {"graph", "--list-models"});
+  ASSERT_EQ(models.exit_code, 0) << Describe(models);
+  EXPECT_THAT(models.out,
+              HasSubstr("\nllama3-70b     8192  28672     64         8       128  gated\n"));
+}
+
+TEST(GraphCliTest, BadModelsAreUsageErrorsAndAMissingDaemonIsNamed) {
+  TempDir dir;
+  const std::string nobody = "unix:" + dir.File("nobody.sock");
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"graph", "--model", "llama2-7b", "--tp", "2"},
+            64,
+            "overlapctl: graph: model: unknown \"llama2-7b\" (known: llama3-8b"},
+           {{"graph", "--hidden", "4096", "--tp", "2"},
+            64,
+            "overlapctl: graph: a custom model needs --hidden, --ffn and --heads"},
+           {{"graph", "--model", "llama3-70b", "--tp", "3"},
+            64,
+            "overlapctl: graph: heads: 64 query heads do not split over tp = 3"},
+           {{"graph", "--model", "llama3-70b", "--tp", "2", "--pass", "sideways"},
+            64,
+            "overlapctl: graph: pass: unknown \"sideways\""},
+           {{"graph", "--model", "llama3-70b", "--tp", "2", "--mlp", "wide"},
+            64,
+            "overlapctl: graph: mlp: unknown \"wide\" (gated or plain)"},
+           {{"graph", "--model", "llama3-70b"},
+            2,
+            "overlapctl: graph: give --tp, or start overlapd so that its GPUs can be counted\n"
+            "overlapctl: cannot reach overlapd at " +
+                nobody},
+       }) {
+    SCOPED_TRACE(c.error);
+    RunResult r = Overlapctl(dir.path(), nobody, c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << Describe(r);
+    EXPECT_THAT(r.err, StartsWith(c.error));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+}  // namespace
+}  // namespace overlap::testing
