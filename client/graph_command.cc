@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/table.h"
+#include "common/hf_config.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {
@@ -21,11 +22,21 @@ absl::StatusOr<int> ResolveTp(DaemonClient& client, const GraphCommandOptions& o
 }  // namespace
 
 absl::StatusOr<ModelDims> ResolveModel(const GraphCommandOptions& options) {
+  if (!options.model.empty() && !options.config.empty()) {
+    return absl::InvalidArgumentError("give --model or --config, not both");
+  }
   ModelDims model;
   if (!options.model.empty()) {
     absl::StatusOr<ModelDims> preset = FindModelPreset(options.model);
     if (!preset.ok()) return preset.status();
     model = *preset;
+  }
+  if (!options.config.empty()) {
+    absl::StatusOr<std::string> text = ReadGraphFile(options.config);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ModelDims> from_config = ModelFromHfConfig(*text, options.config);
+    if (!from_config.ok()) return from_config.status();
+    model = *from_config;
   }
   const ModelDims& given = options.dims;
   bool changed = false;
@@ -47,15 +58,16 @@ absl::StatusOr<ModelDims> ResolveModel(const GraphCommandOptions& options) {
     changed |= model.gated != (options.mlp == "gated");
     model.gated = options.mlp == "gated";
   }
-  if (options.model.empty()) {
+  if (options.model.empty() && options.config.empty()) {
     if (model.hidden == 0 || model.ffn == 0 || model.heads == 0) {
       return absl::InvalidArgumentError(
-          "a custom model needs --hidden, --ffn and --heads (or --model NAME; --list-models "
-          "names them)");
+          "a custom model needs --hidden, --ffn and --heads (or --model NAME, which "
+          "--list-models names, or --config config.json)");
     }
   } else if (changed) {
-    model.name = options.model + "-custom";
+    model.name += "-custom";
   }
+  if (!options.name.empty()) model.name = options.name;
   return model;
 }
 

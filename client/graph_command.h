@@ -16,7 +16,9 @@
 namespace overlap::client {
 
 struct GraphCommandOptions {
-  std::string model;  // a preset's name; empty: the dimensions below make the model
+  std::string model;   // a preset's name; empty: the dimensions below make the model
+  std::string config;  // a Hugging Face config.json (hf_config.h) instead of a preset
+  std::string name;    // the model's name in the graph's (default: the preset's, model_type)
   ModelDims dims;     // each one given (non-zero) wins over the preset's
   std::string mlp;    // gated | plain; empty: the preset's (gated for a custom model)
   int tp = 0;         // 0: the --devices given, else every device the daemon has
@@ -31,9 +33,11 @@ struct GraphCommandOptions {
   bool list_models = false;
 };
 
-// The model the options name: a preset, a custom one, or a preset with some
-// dimensions changed (named "<preset>-custom"). INVALID_ARGUMENT when a
-// custom model lacks hidden, ffn or heads, or the preset is unknown.
+// The model the options name: a preset, a config.json's, a custom one, or
+// either of the first two with some dimensions changed (named "<name>-custom").
+// INVALID_ARGUMENT when a custom model lacks hidden, ffn or heads, the preset
+// is unknown, the config does not hold a dense model, or both a preset and a
+// config are given; NOT_FOUND when the config cannot be read.
 absl::StatusOr<ModelDims> ResolveModel(const GraphCommandOptions& options);
 
 // The graph as JSON (the same document as the YAML; submit takes either).

@@ -167,6 +167,9 @@ int main(int argc, char** argv) {
   graph->add_option("--model", graph_options.model,
                     "a known model (--list-models), e.g. llama3-70b; the flags below change it");
   graph->add_flag("--list-models", graph_options.list_models, "list the known models");
+  graph->add_option("--config", graph_options.config,
+                    "a Hugging Face config.json: the model's dimensions from it");
+  graph->add_option("--name", graph_options.name, "the model's name in the graph's");
   graph->add_option("--hidden", graph_options.dims.hidden, "hidden size");
   graph->add_option("--ffn", graph_options.dims.ffn, "the MLP's intermediate size");
   graph->add_option("--heads", graph_options.dims.heads, "query heads");

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace overlap {
 namespace {
@@ -269,7 +271,12 @@ std::string LayerGraphYaml(const LayerGraph& graph) {
   std::string out;
   for (const std::string& line : graph.header) absl::StrAppend(&out, "# ", line, "\n");
   const JobSpec& spec = graph.spec;
-  absl::StrAppend(&out, "name: ", spec.name, "\n");
+  // A plain name as it is; any other as a JSON string, which YAML reads the same.
+  const bool plain =
+      !spec.name.empty() && std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+      });
+  absl::StrAppend(&out, "name: ", plain ? spec.name : nlohmann::json(spec.name).dump(), "\n");
   if (!spec.devices.empty()) {
     absl::StrAppend(&out, "devices: [", absl::StrJoin(spec.devices, ", "), "]\n");
   }

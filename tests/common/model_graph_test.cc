@@ -198,6 +198,17 @@ TEST(ModelGraphTest, YamlRoundTripsAndValidates) {
   }
 }
 
+// A name YAML would misread (a colon, a hash) is written quoted.
+TEST(ModelGraphTest, AnyNameSurvivesTheYaml) {
+  ModelDims model = Preset("llama3-8b");
+  model.name = "my model: v2 # \"final\"";
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(model, Tp(2));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(LayerGraphYaml(*graph));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->name, "my model: v2 # \"final\"-layer-tp2");
+}
+
 TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
   struct Case {
     ModelDims model;

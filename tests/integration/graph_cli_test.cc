@@ -81,6 +81,20 @@ TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {
               std::tuple(b.id, b.type, b.m, b.k, b.n, b.after));
   }
 
+  // A Hugging Face config.json gives the dimensions; --name names the graph.
+  const std::string config = dir.File("config.json");
+  WriteFileOrDie(config, R"({"model_type": "llama", "hidden_act": "silu", "hidden_size": 256,
+                             "intermediate_size": 512, "num_attention_heads": 4})");
+  RunResult from_config =
+      Overlapctl(dir.path(), nobody,
+                 {"graph", "--config", config, "--seq", "128", "--tp", "2", "--name", "tiny"});
+  ASSERT_EQ(from_config.exit_code, 0) << Describe(from_config);
+  absl::StatusOr<JobSpec> tiny = ParseJobSpec(from_config.out);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->name, "tiny-layer-tp2");
+  ASSERT_EQ(tiny->ops.size(), 4u);
+  EXPECT_EQ(tiny->ops[2].n, 1024) << "gated: fc1 is 2 x ffn";
+
   RunResult models = Overlapctl(dir.path(), nobody, {"graph", "--list-models"});
   ASSERT_EQ(models.exit_code, 0) << Describe(models);
   EXPECT_THAT(models.out,
@@ -111,6 +125,12 @@ TEST(GraphCliTest, BadModelsAreUsageErrorsAndAMissingDaemonIsNamed) {
            {{"graph", "--model", "llama3-70b", "--tp", "2", "--mlp", "wide"},
             64,
             "overlapctl: graph: mlp: unknown \"wide\" (gated or plain)"},
+           {{"graph", "--model", "llama3-70b", "--config", "config.json", "--tp", "2"},
+            64,
+            "overlapctl: graph: give --model or --config, not both"},
+           {{"graph", "--config", "no-such.json", "--tp", "2"},
+            64,
+            "overlapctl: graph: cannot read no-such.json: No such file or directory"},
            {{"graph", "--model", "llama3-70b"},
             2,
             "overlapctl: graph: give --tp, or start overlapd so that its GPUs can be counted\n"
