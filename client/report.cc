@@ -33,6 +33,16 @@ std::string FormatVerify(const v1::OpResult& op) {
 
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
+// TFLOP/s of the job's GEMMs (2mnk each, over all ranks) done in `ms`.
+double GemmTflops(const v1::JobResult& result, double ms) {
+  double flops = 0;
+  for (const v1::OpResult& op : result.ops()) {
+    flops += 2.0 * static_cast<double>(op.m()) * static_cast<double>(op.n()) *
+             static_cast<double>(op.k());
+  }
+  return ms > 0 ? flops / (ms * 1e9) : 0;
+}
+
 }  // namespace
 
 bool IsCollectiveAlone(const v1::OpResult& op) {
@@ -65,6 +75,9 @@ std::string FormatLayerStep(const v1::JobResult& result) {
   if (result.total_step_ms() > 0) {
     absl::StrAppendFormat(&out, ", %s ms op by op: %+.1f%%", FormatMs(result.total_step_ms()),
                           100 * (layer / result.total_step_ms() - 1));
+  }
+  if (const double tflops = GemmTflops(result, layer); tflops > 0) {
+    absl::StrAppend(&out, "; ", FormatRate(tflops), " TFLOP/s");
   }
   absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)\n",
                         FormatMs(result.layer_exposed_comm_ms()),
@@ -255,8 +268,10 @@ std::string FormatReport(const v1::Job& job) {
          comm ? FormatRate(op.busbw_gbps()) : "-", FormatVerify(op)});
   }
   table.AddSeparator();
+  const double total_tflops = GemmTflops(result, result.total_step_ms());
   table.AddRow({"total", "", "", "", "", "", FormatMs(result.total_step_ms()), "", "", "",
-                FormatMs(result.total_exposed_comm_ms())});
+                FormatMs(result.total_exposed_comm_ms()), "",
+                total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
   absl::StrAppend(&out, FormatLayerStep(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these

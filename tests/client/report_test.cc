@@ -95,12 +95,14 @@ TEST(ReportTest, ExactTable) {
       "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250    0.210"
       "          4.750          1.500            0.500      66.7    715.8       231.4  ok 3.1e-03",
       "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500    0.260"
-      "          4.750          1.750            1.750       0.0    9.877       0.500  FAIL 2.0e-01",
+      "          4.750          1.750            1.750       0.0    9.877       0.500  FAIL "
+      "2.0e-01",
       "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125    0.005"
       "          0.100          0.050            0.025      50.0    0.000       0.000  off",
       std::string(173, '-'),
+      // The total's TFLOP/s: every GEMM's 2mnk over the sum of the steps.
       "total                                                             11.875"
-      "                                                   2.275",
+      "                                                   2.275              648.1",
       "fc1: auto chose chunked/4/p2p: comm 1.500 ms < gemm 4.750 ms",
   };
   EXPECT_EQ(Lines(report), expected) << report;
@@ -232,7 +234,7 @@ TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
   EXPECT_THAT(Lines(FormatReport(job)),
               ::testing::Contains("layer: 11.000 ms as one step (beside the ops after them on a "
                                   "side stream: grads to the end), 11.875 ms op by op: -7.4%; "
-                                  "exposed comm 1.400 ms (op by op 2.275)"));
+                                  "699.7 TFLOP/s; exposed comm 1.400 ms (op by op 2.275)"));
   // A result stored before layer_joined_before existed joined everything at the end.
   job.mutable_result()->add_layer_deferred("x_gather");
   job.mutable_result()->add_layer_joined_before("");

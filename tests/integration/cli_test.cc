@@ -95,8 +95,9 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
     EXPECT_THAT(row[14], StartsWith("ok ")) << "verify";
   }
   const std::vector<std::string> total = RowOf(submit.out, "total");
-  ASSERT_EQ(total.size(), 3u) << submit.out;
+  ASSERT_EQ(total.size(), 4u) << submit.out;  // step, exposed comm, TFLOP/s
   EXPECT_GT(std::stod(total[1]), 0.0);
+  EXPECT_GT(std::stod(total[3]), 0.0);
 
   RunResult list = daemon_->Ctl({"list"});
   ASSERT_EQ(list.exit_code, 0) << Describe(list);
