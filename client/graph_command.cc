@@ -142,6 +142,7 @@ int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json
   layer.tp = *tp;
   layer.seq = options.seq;
   layer.micro_batch = options.micro_batch;
+  layer.layers = options.layers;
   layer.sequence_parallel = options.sequence_parallel;
   layer.pass = *pass;
   layer.grads = options.grads;

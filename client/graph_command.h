@@ -24,6 +24,7 @@ struct GraphCommandOptions {
   int tp = 0;         // 0: the --devices given, else every device the daemon has
   int64_t seq = 8192;
   int64_t micro_batch = 1;
+  int layers = 1;
   bool sequence_parallel = true;
   std::string pass = "forward";  // forward | backward | both
   bool grads = false;

@@ -184,6 +184,10 @@ int main(int argc, char** argv) {
   graph->add_option("--seq", graph_options.seq, "sequence length")->capture_default_str();
   graph->add_option("--micro-batch", graph_options.micro_batch, "sequences per micro-batch")
       ->capture_default_str();
+  graph->add_option("--layers", graph_options.layers,
+                    "decoder layers, one after another (a layer's deferred gradient all-reduces "
+                    "then run beside the next one's backward)")
+      ->capture_default_str();
   bool no_sp = false;
   graph->add_flag("--no-sp", no_sp,
                   "no sequence parallelism: column-parallel ops are plain GEMMs, row-parallel "

@@ -30,6 +30,10 @@ struct LayerWidths {
 absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
   const int tp = options.tp;
   if (tp < 1) return DimError("tp", absl::StrCat("must be at least 1 (got ", tp, ")"));
+  if (options.layers < 1 || options.layers > kMaxLayers) {
+    return DimError("layers",
+                    absl::StrCat("must be 1 to ", kMaxLayers, " (got ", options.layers, ")"));
+  }
   for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden", model.hidden},
                                     {"ffn", model.ffn},
                                     {"heads", model.heads},
@@ -87,9 +91,13 @@ class GraphWriter {
  public:
   explicit GraphWriter(LayerGraph* graph) : graph_(graph) {}
 
-  // Returns the op's id, for the `after` of the ops that wait on it.
-  std::string Add(std::string id, OpType type, int64_t m, int64_t k, int64_t n,
+  // Ids of the ops added from now on start with this (each layer's its own).
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+
+  // Returns the op's id (prefixed), for the `after` of the ops that wait on it.
+  std::string Add(const std::string& name, OpType type, int64_t m, int64_t k, int64_t n,
                   std::vector<std::string> after, std::string note) {
+    const std::string id = prefix_ + name;
     OpSpec op;
     op.id = id;
     op.type = type;
@@ -105,25 +113,27 @@ class GraphWriter {
 
  private:
   LayerGraph* graph_;
+  std::string prefix_;
 };
 
-// Forward: returns the last op's id.
-std::string AddForward(const LayerWidths& w, bool sp, GraphWriter& out) {
+// Forward, its first op after `after` (empty: none): returns the last op's id.
+std::string AddForward(const LayerWidths& w, bool sp, const std::string& after,
+                       GraphWriter& out) {
   const OpType column = sp ? OpType::kAgGemm : OpType::kGemm;
   const OpType row = sp ? OpType::kGemmRs : OpType::kGemmAr;
   const char* gathered = sp ? "the sequence gathered, then " : "";
   const char* reduced = sp ? "reduce-scattered" : "all-reduced";
-  out.Add("qkv", column, w.tokens, w.hidden, w.qkv, {},
+  const std::string qkv = out.Add("qkv", column, w.tokens, w.hidden, w.qkv, {after},
           absl::StrCat("attention's QKV projection (column-parallel): ", gathered,
                        "[T x h] x [h x qkv/tp]"));
-  out.Add("proj", row, w.tokens, w.q, w.hidden, {"qkv"},
+  const std::string proj = out.Add("proj", row, w.tokens, w.q, w.hidden, {qkv},
           absl::StrCat("attention's output projection (row-parallel): [T x q/tp] x [q/tp x h], "
                        "the partial sums ",
                        reduced));
-  out.Add("fc1", column, w.tokens, w.hidden, w.fc1, {"proj"},
+  const std::string fc1 = out.Add("fc1", column, w.tokens, w.hidden, w.fc1, {proj},
           absl::StrCat("the MLP's ", w.fc1 == w.fc2 ? "up projection" : "gate and up projections",
                        " (column-parallel): ", gathered, "[T x h] x [h x fc1/tp]"));
-  return out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {"fc1"},
+  return out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {fc1},
                  absl::StrCat("the MLP's down projection (row-parallel): [T x ffn/tp] x "
                               "[ffn/tp x h], the partial sums ",
                               reduced));
@@ -176,7 +186,8 @@ std::string GraphName(const ModelDims& model, const LayerGraphOptions& o) {
   const char* pass = o.pass == LayerPass::kForward    ? ""
                      : o.pass == LayerPass::kBackward ? "-backward"
                                                       : "-forward-backward";
-  return absl::StrCat(model.name, "-layer", pass, o.sequence_parallel ? "" : "-nosp", "-tp", o.tp);
+  const std::string layers = o.layers > 1 ? absl::StrCat("-", o.layers, "-layers") : "-layer";
+  return absl::StrCat(model.name, layers, pass, o.sequence_parallel ? "" : "-nosp", "-tp", o.tp);
 }
 
 std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions& o,
@@ -186,7 +197,10 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
                      : o.pass == LayerPass::kBackward ? "backward"
                                                       : "forward and backward";
   std::vector<std::string> lines = {
-      absl::StrCat("One ", model.name, " decoder layer's tensor-parallel ops, ", pass, "."),
+      o.layers > 1
+          ? absl::StrCat(o.layers, " ", model.name, " decoder layers' tensor-parallel ops, ", pass,
+                         "; layer l's ops are named l<l>.*")
+          : absl::StrCat("One ", model.name, " decoder layer's tensor-parallel ops, ", pass, "."),
       absl::StrCat("hidden h = ", w.hidden, ", ", model.heads, " query heads and ", kv_heads,
                    " key/value heads of ", w.q / model.heads, " (q = ", w.q, ", qkv = ", w.qkv,
                    "), ffn = ", w.fc2,
@@ -248,12 +262,24 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
   graph.spec.dtype = options.dtype;
   graph.header = Header(model, options, widths);
   GraphWriter out(&graph);
+  // Layer l's ops are "l<l>.qkv", ...; the forward runs the layers up, the
+  // backward down, each layer after the one before it.
+  const auto prefix = [&](int layer) {
+    out.set_prefix(options.layers > 1 ? absl::StrCat("l", layer, ".") : "");
+  };
   std::string last;
-  if (options.pass != LayerPass::kBackward)
-    last = AddForward(widths, options.sequence_parallel, out);
+  if (options.pass != LayerPass::kBackward) {
+    for (int layer = 0; layer < options.layers; ++layer) {
+      prefix(layer);
+      last = AddForward(widths, options.sequence_parallel, last, out);
+    }
+  }
   if (options.pass != LayerPass::kForward) {
-    last = AddPairBackward("fc1", "fc2", widths.fc1, widths.fc2, widths, options, last, out);
-    AddPairBackward("qkv", "proj", widths.qkv, widths.q, widths, options, last, out);
+    for (int layer = options.layers - 1; layer >= 0; --layer) {
+      prefix(layer);
+      last = AddPairBackward("fc1", "fc2", widths.fc1, widths.fc2, widths, options, last, out);
+      last = AddPairBackward("qkv", "proj", widths.qkv, widths.q, widths, options, last, out);
+    }
   }
   ValidationLimits limits;
   limits.device_count = options.devices.empty()

@@ -50,8 +50,16 @@ absl::StatusOr<ModelDims> FindModelPreset(absl::string_view name);
 enum class LayerPass { kForward, kBackward, kBoth };
 absl::StatusOr<LayerPass> ParseLayerPass(absl::string_view name);  // forward | backward | both
 
+// More layers than this would only repeat what a few show, at a memory cost:
+// a layer step holds every op's buffers at once.
+inline constexpr int kMaxLayers = 16;
+
 struct LayerGraphOptions {
   int tp = 0;  // the tensor-parallel group's size, at least 1
+  // Decoder layers, one after another (backward in reverse): with more than
+  // one, a layer's deferred gradient all-reduces run beside the next layer's
+  // backward, as in training.
+  int layers = 1;
   int64_t seq = 8192;
   int64_t micro_batch = 1;
   bool sequence_parallel = true;

@@ -198,6 +198,44 @@ TEST(ModelGraphTest, YamlRoundTripsAndValidates) {
   }
 }
 
+// Two layers: the forward up, the backward down, each layer's ops after the
+// last of the one before; ids name the layer.
+TEST(ModelGraphTest, LayersRunOneAfterAnother) {
+  LayerGraphOptions options = Tp(2, LayerPass::kBoth);
+  options.layers = 2;
+  options.grads = true;
+  absl::StatusOr<LayerGraph> two = BuildLayerGraph(Preset("llama3-8b"), options);
+  options.layers = 1;
+  absl::StatusOr<LayerGraph> one = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(two->spec.name, "llama3-8b-2-layers-forward-backward-tp2");
+  ASSERT_EQ(two->spec.ops.size(), 2 * one->spec.ops.size());
+  std::vector<std::string> ids;
+  for (const OpSpec& op : two->spec.ops) ids.push_back(op.id);
+  EXPECT_EQ(ids[0], "l0.qkv");
+  EXPECT_EQ(ids[4], "l1.qkv");
+  EXPECT_EQ(ids[8], "l1.fc2_dgrad");
+  EXPECT_EQ(ids[8 + 14], "l0.fc2_dgrad");
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Find(two->spec, "l0.qkv")->after, V{});
+  EXPECT_EQ(Find(two->spec, "l1.qkv")->after, V{"l0.fc2"});
+  EXPECT_EQ(Find(two->spec, "l1.fc2_dgrad")->after, V{"l1.fc2"});
+  EXPECT_EQ(Find(two->spec, "l0.fc2_dgrad")->after, V{"l1.qkv_dgrad"});
+  EXPECT_EQ(Find(two->spec, "l0.fc1_wgrad")->after, (V{"l0.fc1_dgrad", "l0.fc1_x_gather"}));
+  EXPECT_EQ(Find(two->spec, "l1.qkv_grads")->after, V{"l1.qkv_wgrad"});
+  // Each layer's ops have the one layer's shapes.
+  for (size_t i = 0; i < one->spec.ops.size(); ++i) {
+    const OpSpec& a = one->spec.ops[i];
+    const OpSpec* b = Find(two->spec, "l1." + a.id);
+    ASSERT_NE(b, nullptr) << a.id;
+    EXPECT_EQ(std::tuple(a.type, a.m, a.k, a.n), std::tuple(b->type, b->m, b->k, b->n)) << a.id;
+  }
+  ValidationLimits limits;
+  limits.device_count = 2;
+  EXPECT_TRUE(ValidateJobSpec(two->spec, limits).ok());
+}
+
 // A name YAML would misread (a colon, a hash) is written quoted.
 TEST(ModelGraphTest, AnyNameSurvivesTheYaml) {
   ModelDims model = Preset("llama3-8b");
@@ -225,6 +263,10 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
   zero_seq.seq = 0;
   LayerGraphOptions grads_forward = Tp(2);
   grads_forward.grads = true;
+  LayerGraphOptions no_layers = Tp(2);
+  no_layers.layers = 0;
+  LayerGraphOptions many_layers = Tp(2);
+  many_layers.layers = 17;
   LayerGraphOptions wrong_devices = Tp(2);
   wrong_devices.devices = {0, 1, 2};
   ModelDims gqa = Preset("llama3-8b");
@@ -240,6 +282,8 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
            {gqa, Tp(1), "kv_heads: 32 query heads do not group evenly over 5 key/value heads"},
            {Preset("llama3-8b"), grads_forward, "grads: weight gradients come with the backward"},
            {Preset("llama3-8b"), wrong_devices, "devices: 3 devices given for tp = 2"},
+           {Preset("llama3-8b"), no_layers, "layers: must be 1 to 16 (got 0)"},
+           {Preset("llama3-8b"), many_layers, "layers: must be 1 to 16 (got 17)"},
        }) {
     SCOPED_TRACE(c.error);
     absl::StatusOr<LayerGraph> graph = BuildLayerGraph(c.model, c.options);
