@@ -268,7 +268,8 @@ absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& i
 
 }  // namespace
 
-absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const ReadyKey& key) {
+absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const ReadyKey& key,
+                                                  const OnPicked& picked) {
   const int count = static_cast<int>(spec.ops.size());
   std::map<std::string, int> index_of;
   for (int i = 0; i < count; ++i) {
@@ -309,6 +310,7 @@ absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const Rea
     ready.erase(next);
     order.push_back(v);
     done[v] = true;
+    if (picked) picked(v);
     for (int d : dependents[v]) {
       if (--waiting_on[d] == 0) ready.push_back(d);
     }

@@ -28,12 +28,15 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
 // Which of the ops ready to go goes next in TopologicalOrder: the smallest
 // key(op, done), where done[i] says whether op i is in the order already.
 using ReadyKey = std::function<int(int op, const std::vector<bool>& done)>;
+// Told each op as it joins the order, before the next is chosen.
+using OnPicked = std::function<void(int op)>;
 
 // Indices into spec.ops in dependency order; among the ops ready at once, the
 // smallest `key` first (none: all equal), ties in file order.
 // INVALID_ARGUMENT on a duplicate id, an unknown `after` or a cycle
 // (`ops: dependency cycle fc1 -> fc2 -> fc1`).
 absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec,
-                                                  const ReadyKey& key = nullptr);
+                                                  const ReadyKey& key = nullptr,
+                                                  const OnPicked& picked = nullptr);
 
 }  // namespace overlap

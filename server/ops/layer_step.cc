@@ -172,24 +172,100 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
   members[i].join_before = gemm_beside ? members[first_waiter].op.id : "";
 }
 
+// How much longer than alone a collective is taken to run beside the GEMM ops
+// when LayerOrder checks that it fits: they contend for HBM and NVLink and,
+// over NCCL, for SMs.
+constexpr double kBesideGemmsFactor = 1.5;
+
+// The layer step's clock as LayerOrder builds the order, from each op's time
+// alone: the GEMM ops run back to back on the main streams, the collectives
+// alone one after another on the side stream, each no earlier than the main
+// streams reach the point it was sent at.
+class StepClock {
+ public:
+  // `ms`: each op's time alone, by spec index; empty when not known.
+  StepClock(const JobSpec& spec, std::vector<double> ms) : spec_(spec), ms_(std::move(ms)) {
+    std::map<std::string, int> index_of;
+    for (size_t i = 0; i < spec.ops.size(); ++i) index_of[spec.ops[i].id] = static_cast<int>(i);
+    std::set<std::string> waited_on;
+    for (const OpSpec& op : spec.ops) waited_on.insert(op.after.begin(), op.after.end());
+    done_.assign(spec.ops.size(), false);
+    for (size_t c = 0; c < spec.ops.size(); ++c) {
+      if (!IsCollectiveOnly(spec.ops[c].type) || waited_on.count(spec.ops[c].id) == 0) continue;
+      critical_.push_back(static_cast<int>(c));
+      // The GEMM ops it waits on, directly or not: the main streams' work before it can go.
+      std::set<int> seen;
+      std::vector<int> stack = {static_cast<int>(c)};
+      while (!stack.empty()) {
+        const int op = stack.back();
+        stack.pop_back();
+        for (const std::string& dep : spec.ops[op].after) {
+          const auto it = index_of.find(dep);
+          if (it != index_of.end() && seen.insert(it->second).second) stack.push_back(it->second);
+        }
+      }
+      std::vector<int>& gemms = gemm_ancestors_[static_cast<int>(c)];
+      for (int op : seen) {
+        if (!IsCollectiveOnly(spec.ops[op].type)) gemms.push_back(op);
+      }
+    }
+  }
+
+  bool IsCritical(int op) const {
+    return std::find(critical_.begin(), critical_.end(), op) != critical_.end();
+  }
+
+  void Picked(int op) {
+    done_[op] = true;
+    if (ms_.empty()) return;
+    if (IsCollectiveOnly(spec_.ops[op].type)) {
+      side_free_ = std::max(side_free_, main_) + kBesideGemmsFactor * ms_[op];
+    } else {
+      main_ += ms_[op];
+    }
+  }
+
+  // Whether collective `op`, sent now, would be off the side stream before
+  // every critical collective still to send could go (at the earliest, once
+  // the GEMM ops it waits on ran): it then queues ahead of none. Without
+  // times, only when no critical collective is left to send.
+  bool FitsBeforeTheCriticalOnes(int op) const {
+    const double end =
+        std::max(side_free_, main_) + kBesideGemmsFactor * (ms_.empty() ? 0 : ms_[op]);
+    for (int c : critical_) {
+      if (done_[c]) continue;
+      if (ms_.empty()) return false;
+      double ready = main_;
+      for (int gemm : gemm_ancestors_.at(c)) ready += done_[gemm] ? 0 : ms_[gemm];
+      if (end > ready) return false;
+    }
+    return true;
+  }
+
+ private:
+  const JobSpec& spec_;
+  const std::vector<double> ms_;
+  std::vector<int> critical_;  // collectives alone that an op waits on
+  std::map<int, std::vector<int>> gemm_ancestors_;
+  std::vector<bool> done_;
+  double main_ = 0;       // when the main streams finish the ops picked so far
+  double side_free_ = 0;  // when the side stream does
+};
+
 }  // namespace
 
-absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec) {
-  std::set<std::string> waited_on;
-  for (const OpSpec& op : spec.ops) waited_on.insert(op.after.begin(), op.after.end());
-  auto critical = [&](int i) {
-    return IsCollectiveOnly(spec.ops[i].type) && waited_on.count(spec.ops[i].id) > 0;
-  };
-  // 0 goes first: critical collectives, the others once none is left to send,
-  // GEMM ops, and last the others while one is.
-  return TopologicalOrder(spec, [&](int i, const std::vector<bool>& done) {
-    if (critical(i)) return 0;
-    if (!IsCollectiveOnly(spec.ops[i].type)) return 2;
-    for (size_t j = 0; j < spec.ops.size(); ++j) {
-      if (!done[j] && critical(static_cast<int>(j))) return 3;
-    }
-    return 1;
-  });
+absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vector<double>& ms) {
+  StepClock clock(spec, ms.size() == spec.ops.size() ? ms : std::vector<double>{});
+  // 0 goes first: critical collectives; then the others that fit before the
+  // critical ones left; GEMM ops; and last the others that do not fit.
+  return TopologicalOrder(
+      spec,
+      [&](int i, const std::vector<bool>&) {
+        if (clock.IsCritical(i)) return 0;
+        if (!IsCollectiveOnly(spec.ops[i].type)) return 2;
+        return clock.FitsBeforeTheCriticalOnes(i) ? 1 : 3;
+      },
+      [&](int picked) { clock.Picked(picked); });
 }
 
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
@@ -200,7 +276,11 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // result->ops() follows `order`; the step follows the layer order.
   std::map<int, int> result_of;
   for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
-  ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec));
+  std::vector<double> alone_ms(spec.ops.size());
+  for (const auto& [spec_index, result_index] : result_of) {
+    alone_ms[spec_index] = result->ops(result_index).step().median_ms();
+  }
+  ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec, alone_ms));
   std::vector<Member> members(layer_order.size());
   for (size_t i = 0; i < layer_order.size(); ++i) {
     members[i].spec_index = layer_order[i];

@@ -33,11 +33,16 @@ namespace overlap::ops {
 // the ops ready to go, sends a collective alone that an op waits on first (it
 // then lands as early as it can, beside the GEMM ops that follow it), then a
 // collective alone that nothing waits on (a gradient all-reduce), but only
-// once no collective that an op waits on is still to be sent, so that it never
-// queues ahead of one on the side stream; then the GEMM ops. Ties go in file
-// order (TopologicalOrder with these keys). Returns spec indices, or
-// TopologicalOrder's error.
-absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec);
+// when it would be off the side stream before any collective that an op waits
+// on could be sent, so that it never holds one up; then the GEMM ops, and
+// last the collectives that did not fit. `alone_ms` (each op's time alone, by
+// spec index) is what "would be off" is judged by: the GEMM ops back to back,
+// a collective taken at 1.5x its time alone beside them. Without it, a
+// collective that nothing waits on goes only once no collective that an op
+// waits on is left to send. Ties go in file order (TopologicalOrder with these
+// keys). Returns spec indices, or TopologicalOrder's error.
+absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec,
+                                            const std::vector<double>& alone_ms = {});
 
 // `order` is the topological order the ops ran in and `result` holds their
 // results in that order; sets result's layer_step, layer_order, layer_deferred

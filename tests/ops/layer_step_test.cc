@@ -1,6 +1,6 @@
 // The layer step's order: critical-path collectives first, collectives that
-// nothing waits on never ahead of one that something does, GEMM ops in file
-// order, and every dependency kept.
+// nothing waits on never holding one that something waits on up, GEMM ops in
+// file order, and every dependency kept.
 #include "server/ops/layer_step.h"
 
 #include <gtest/gtest.h>
@@ -78,6 +78,50 @@ TEST(LayerOrderTest, ChainsOfCollectivesKeepTheirDependencies) {
               Op("b", OpType::kAllReduce, {"a"}), Op("a", OpType::kAllGather, {"fc1"}),
               Op("fc2", OpType::kGemm, {"fc1"})};
   EXPECT_EQ(Ids(spec, LayerOrder(spec)), (std::vector<std::string>{"fc1", "a", "g0", "b", "fc2"}));
+}
+
+// Two layers' backward: layer 1's gradient all-reduce is ready before layer
+// 0's gather. Given each op's time alone, it goes at once when it would be off
+// the side stream (at 1.5x its time alone) before the gather could go (once
+// l0_dgrad ran), and waits for the gather when it would not; without times it
+// always waits.
+TEST(LayerOrderTest, NonCriticalCollectiveGoesFirstWhenItFitsBeforeTheNextCriticalOne) {
+  JobSpec spec;
+  spec.ops = {Op("l1_dgrad", OpType::kGemm),
+              Op("l1_wgrad", OpType::kGemm, {"l1_dgrad"}),
+              Op("l1_grads", OpType::kAllReduce, {"l1_wgrad"}),
+              Op("l0_dgrad", OpType::kAgGemm, {"l1_dgrad"}),
+              Op("l0_gather", OpType::kAllGather, {"l0_dgrad"}),
+              Op("l0_wgrad", OpType::kGemm, {"l0_dgrad", "l0_gather"})};
+  const std::vector<std::string> early = {"l1_dgrad", "l1_wgrad",  "l1_grads",
+                                          "l0_dgrad", "l0_gather", "l0_wgrad"};
+  const std::vector<std::string> waits = {"l1_dgrad",  "l1_wgrad", "l0_dgrad",
+                                          "l0_gather", "l1_grads", "l0_wgrad"};
+  // Sent when the main streams reach 2.0 ms, off by 2.0 + 1.5 x 0.4 = 2.6; the
+  // gather can go at 2.0 + 1.0 (l0_dgrad) = 3.0.
+  EXPECT_EQ(Ids(spec, LayerOrder(spec, {1.0, 1.0, 0.4, 1.0, 0.2, 1.0})), early);
+  // 2.0 + 1.5 x 0.8 = 3.2: past 3.0.
+  EXPECT_EQ(Ids(spec, LayerOrder(spec, {1.0, 1.0, 0.8, 1.0, 0.2, 1.0})), waits);
+  EXPECT_EQ(Ids(spec, LayerOrder(spec)), waits);
+  // Times for some ops only are no times.
+  EXPECT_EQ(Ids(spec, LayerOrder(spec, {1.0, 1.0})), waits);
+}
+
+// Collectives sent one after another queue on the side stream: each is judged
+// by when the ones before it will be done.
+TEST(LayerOrderTest, TheSideStreamsQueueCounts) {
+  JobSpec spec;
+  spec.ops = {Op("wgrad", OpType::kGemm),
+              Op("g1", OpType::kAllReduce, {"wgrad"}),
+              Op("g2", OpType::kAllReduce, {"wgrad"}),
+              Op("g3", OpType::kAllReduce, {"wgrad"}),
+              Op("dgrad", OpType::kAgGemm, {"wgrad"}),
+              Op("gather", OpType::kAllGather, {"dgrad"}),
+              Op("last", OpType::kGemm, {"gather"})};
+  // From 1.0: g1 off at 1.45, g2 at 1.9, g3 would be at 2.35, past the
+  // gather's 1.0 + 1.0 (dgrad) = 2.0.
+  EXPECT_EQ(Ids(spec, LayerOrder(spec, {1.0, 0.3, 0.3, 0.3, 1.0, 0.1, 1.0})),
+            (std::vector<std::string>{"wgrad", "g1", "g2", "dgrad", "gather", "g3", "last"}));
 }
 
 }  // namespace
