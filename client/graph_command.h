@@ -19,9 +19,9 @@ struct GraphCommandOptions {
   std::string model;   // a preset's name; empty: the dimensions below make the model
   std::string config;  // a Hugging Face config.json (hf_config.h) instead of a preset
   std::string name;    // the model's name in the graph's (default: the preset's, model_type)
-  ModelDims dims;     // each one given (non-zero) wins over the preset's
-  std::string mlp;    // gated | plain; empty: the preset's (gated for a custom model)
-  int tp = 0;         // 0: the --devices given, else every device the daemon has
+  ModelDims dims;      // each one given (non-zero) wins over the preset's
+  std::string mlp;     // gated | plain; empty: the preset's (gated for a custom model)
+  int tp = 0;          // 0: the --devices given, else every device the daemon has
   int64_t seq = 8192;
   int64_t micro_batch = 1;
   int layers = 1;

@@ -30,6 +30,11 @@ struct LayerWidths {
 absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
   const int tp = options.tp;
   if (tp < 1) return DimError("tp", absl::StrCat("must be at least 1 (got ", tp, ")"));
+  // The name goes into the graph's name and a comment line of its YAML.
+  if (model.name.empty() || std::any_of(model.name.begin(), model.name.end(),
+                                        [](char c) { return absl::ascii_iscntrl(c); })) {
+    return DimError("name", "must be a non-empty line of text");
+  }
   if (options.layers < 1 || options.layers > kMaxLayers) {
     return DimError("layers",
                     absl::StrCat("must be 1 to ", kMaxLayers, " (got ", options.layers, ")"));
@@ -117,22 +122,24 @@ class GraphWriter {
 };
 
 // Forward, its first op after `after` (empty: none): returns the last op's id.
-std::string AddForward(const LayerWidths& w, bool sp, const std::string& after,
-                       GraphWriter& out) {
+std::string AddForward(const LayerWidths& w, bool sp, const std::string& after, GraphWriter& out) {
   const OpType column = sp ? OpType::kAgGemm : OpType::kGemm;
   const OpType row = sp ? OpType::kGemmRs : OpType::kGemmAr;
   const char* gathered = sp ? "the sequence gathered, then " : "";
   const char* reduced = sp ? "reduce-scattered" : "all-reduced";
-  const std::string qkv = out.Add("qkv", column, w.tokens, w.hidden, w.qkv, {after},
-          absl::StrCat("attention's QKV projection (column-parallel): ", gathered,
-                       "[T x h] x [h x qkv/tp]"));
-  const std::string proj = out.Add("proj", row, w.tokens, w.q, w.hidden, {qkv},
-          absl::StrCat("attention's output projection (row-parallel): [T x q/tp] x [q/tp x h], "
-                       "the partial sums ",
-                       reduced));
-  const std::string fc1 = out.Add("fc1", column, w.tokens, w.hidden, w.fc1, {proj},
-          absl::StrCat("the MLP's ", w.fc1 == w.fc2 ? "up projection" : "gate and up projections",
-                       " (column-parallel): ", gathered, "[T x h] x [h x fc1/tp]"));
+  const std::string qkv =
+      out.Add("qkv", column, w.tokens, w.hidden, w.qkv, {after},
+              absl::StrCat("attention's QKV projection (column-parallel): ", gathered,
+                           "[T x h] x [h x qkv/tp]"));
+  const std::string proj =
+      out.Add("proj", row, w.tokens, w.q, w.hidden, {qkv},
+              absl::StrCat("attention's output projection (row-parallel): [T x q/tp] x [q/tp x h], "
+                           "the partial sums ",
+                           reduced));
+  const std::string fc1 = out.Add(
+      "fc1", column, w.tokens, w.hidden, w.fc1, {proj},
+      absl::StrCat("the MLP's ", w.fc1 == w.fc2 ? "up projection" : "gate and up projections",
+                   " (column-parallel): ", gathered, "[T x h] x [h x fc1/tp]"));
   return out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {fc1},
                  absl::StrCat("the MLP's down projection (row-parallel): [T x ffn/tp] x "
                               "[ffn/tp x h], the partial sums ",

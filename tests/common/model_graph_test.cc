@@ -269,6 +269,8 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
   many_layers.layers = 17;
   LayerGraphOptions wrong_devices = Tp(2);
   wrong_devices.devices = {0, 1, 2};
+  ModelDims two_lines = Preset("llama3-8b");
+  two_lines.name = "a\nb";
   ModelDims gqa = Preset("llama3-8b");
   gqa.kv_heads = 5;
   for (const Case& c : std::vector<Case>{
@@ -283,6 +285,7 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
            {Preset("llama3-8b"), grads_forward, "grads: weight gradients come with the backward"},
            {Preset("llama3-8b"), wrong_devices, "devices: 3 devices given for tp = 2"},
            {Preset("llama3-8b"), no_layers, "layers: must be 1 to 16 (got 0)"},
+           {two_lines, Tp(2), "name: must be a non-empty line of text"},
            {Preset("llama3-8b"), many_layers, "layers: must be 1 to 16 (got 17)"},
        }) {
     SCOPED_TRACE(c.error);
