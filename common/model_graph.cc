@@ -49,6 +49,19 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
   if (model.kv_heads < 0 || model.head_dim < 0) {
     return DimError(model.kv_heads < 0 ? "kv_heads" : "head_dim", "must not be negative");
   }
+  // Far above any model's, and low enough that the widths below (products of
+  // two, times two) cannot overflow before the validator checks the ops.
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden", model.hidden},
+                                    {"ffn", model.ffn},
+                                    {"heads", model.heads},
+                                    {"kv_heads", model.kv_heads},
+                                    {"head_dim", model.head_dim},
+                                    {"seq", options.seq},
+                                    {"micro_batch", options.micro_batch}}) {
+    if (value > kMaxModelDim) {
+      return DimError(name, absl::StrCat("must be at most ", kMaxModelDim, " (got ", value, ")"));
+    }
+  }
   const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
   if (model.heads % kv_heads != 0) {
     return DimError("kv_heads", absl::StrCat(model.heads, " query heads do not group evenly over ",

@@ -53,6 +53,8 @@ absl::StatusOr<LayerPass> ParseLayerPass(absl::string_view name);  // forward | 
 // More layers than this would only repeat what a few show, at a memory cost:
 // a layer step holds every op's buffers at once.
 inline constexpr int kMaxLayers = 16;
+// The largest dimension (hidden, ffn, heads, seq, ...) a model may give.
+inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 
 struct LayerGraphOptions {
   int tp = 0;  // the tensor-parallel group's size, at least 1

@@ -3,7 +3,8 @@
 # parses. Slower than run-tests.sh (a second full build), so not part of CI.
 #
 #   bash scripts/run-sanitizers.sh           # AddressSanitizer + UndefinedBehaviorSanitizer: build-asan/, ctest -LE gpu
-#   bash scripts/run-sanitizers.sh fuzz [S]  # libFuzzer (clang) on layer graphs, the config and byte sizes for S seconds (default 300)
+#   bash scripts/run-sanitizers.sh fuzz [S]  # libFuzzer (clang) for S seconds (default 300) on layer
+#                                            # graphs, the config, byte sizes and model config.json files
 #
 # ThreadSanitizer is left out on purpose: Debian's abseil and gRPC are not
 # built with it, so it cannot see absl::Mutex's ordering and reports every
@@ -41,6 +42,8 @@ case "$mode" in
     cp deploy/graphs/*.yaml deploy/overlapd.yaml build-fuzz/corpus/
     printf '64MiB' > build-fuzz/corpus/bytes-mib
     printf '2 GiB' > build-fuzz/corpus/bytes-gib
+    printf '{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2}' \
+      > build-fuzz/corpus/config-json
     build-fuzz/job_spec_fuzz -max_total_time="$seconds" -max_len=4096 -timeout=10 \
       -rss_limit_mb=4096 -artifact_prefix=build-fuzz/ build-fuzz/corpus
     ;;

@@ -269,6 +269,8 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
   many_layers.layers = 17;
   LayerGraphOptions wrong_devices = Tp(2);
   wrong_devices.devices = {0, 1, 2};
+  ModelDims huge = Preset("llama3-8b");
+  huge.ffn = int64_t{1} << 40;
   ModelDims two_lines = Preset("llama3-8b");
   two_lines.name = "a\nb";
   ModelDims gqa = Preset("llama3-8b");
@@ -286,6 +288,7 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
            {Preset("llama3-8b"), wrong_devices, "devices: 3 devices given for tp = 2"},
            {Preset("llama3-8b"), no_layers, "layers: must be 1 to 16 (got 0)"},
            {two_lines, Tp(2), "name: must be a non-empty line of text"},
+           {huge, Tp(2), "ffn: must be at most 16777216 (got 1099511627776)"},
            {Preset("llama3-8b"), many_layers, "layers: must be 1 to 16 (got 17)"},
        }) {
     SCOPED_TRACE(c.error);
