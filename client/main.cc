@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   graph->add_flag("--list-models", graph_options.list_models, "list the known models");
   graph->add_option("--config", graph_options.config,
                     "a Hugging Face config.json: the model's dimensions from it");
-  graph->add_option("--name", graph_options.name, "the model's name in the graph's");
+  graph->add_option("--name", graph_options.name, "the model's name, which starts the graph's");
   graph->add_option("--hidden", graph_options.dims.hidden, "hidden size");
   graph->add_option("--ffn", graph_options.dims.ffn, "the MLP's intermediate size");
   graph->add_option("--heads", graph_options.dims.heads, "query heads");
