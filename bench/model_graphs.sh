@@ -6,7 +6,8 @@
 # when a job did not succeed.
 #   bash bench/model_graphs.sh llama3-8b:both llama3-70b:forward
 # OVERLAPD_FLAGS adds daemon flags (e.g. "--ranks-per-gpu 2"), GRAPH_FLAGS
-# graph flags (e.g. "--grads" or "--seq 4096"). Run with the device bundle
+# graph flags (e.g. "--grads" or "--seq 4096"); model "custom" takes its
+# dimensions from GRAPH_FLAGS ("--hidden 5120 --ffn 13824 --heads 40"). Run with the device bundle
 # unpacked (see pack-device.sh); OVERLAPD_BACKEND=host tries it here.
 set -uo pipefail
 command -v overlapctl > /dev/null || source .device/env.sh
@@ -23,7 +24,9 @@ for item in "${@:-llama3-8b:both}"; do
   name="$model-$pass"
   echo "== $name $(date -u +%H:%M:%S)"
   # shellcheck disable=SC2086
-  if ! overlapctl --addr "$addr" graph --model "$model" --pass "$pass" ${GRAPH_FLAGS:-} \
+  model_flag=(--model "$model")
+  [ "$model" = custom ] && model_flag=()  # the dimensions come in GRAPH_FLAGS
+  if ! overlapctl --addr "$addr" graph "${model_flag[@]}" --pass "$pass" ${GRAPH_FLAGS:-} \
       -o "$OUT/$name.yaml"; then
     status=1
     continue
@@ -32,7 +35,8 @@ for item in "${@:-llama3-8b:both}"; do
   overlapctl --addr "$addr" submit "$OUT/$name.yaml" --wait > "$OUT/$name.txt" 2> "$OUT/$name.err"
   rc=$?
   echo "exit $rc in $(( $(date +%s) - start )) s"
-  head -c 6000 "$OUT/$name.txt"
+  # The table and the layer's lines; the rest (auto's reasons, timelines) is in the file.
+  sed -n '1,/^total/p; /^layer/p' "$OUT/$name.txt"
   id=$(awk 'NR == 1 {print $2}' "$OUT/$name.txt")
   [ -n "$id" ] && overlapctl --addr "$addr" --json get "$id" > "$OUT/$name.json"
   [ "$rc" -eq 0 ] || { status=1; tail -5 "$OUT/$name.err"; }
