@@ -21,6 +21,8 @@ absl::Status DimError(absl::string_view dim, absl::string_view message) {
 struct LayerWidths {
   int64_t tokens;  // T
   int64_t hidden;  // h
+  int64_t kv_heads;  // kv_heads, or heads when not given
+  int64_t head_dim;  // head_dim, or hidden / heads when not given
   int64_t q;       // heads x head_dim: attention's output projection's input
   int64_t qkv;     // q + 2 x kv_heads x head_dim
   int64_t fc1;     // ffn, or 2 x ffn when gated
@@ -39,27 +41,25 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
     return DimError("layers",
                     absl::StrCat("must be 1 to ", kMaxLayers, " (got ", options.layers, ")"));
   }
-  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden", model.hidden},
-                                    {"ffn", model.ffn},
-                                    {"heads", model.heads},
-                                    {"seq", options.seq},
-                                    {"micro_batch", options.micro_batch}}) {
-    if (value <= 0) return DimError(name, absl::StrCat("must be positive (got ", value, ")"));
-  }
-  if (model.kv_heads < 0 || model.head_dim < 0) {
-    return DimError(model.kv_heads < 0 ? "kv_heads" : "head_dim", "must not be negative");
-  }
-  // Far above any model's, and low enough that the widths below (products of
-  // two, times two) cannot overflow before the validator checks the ops.
-  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"hidden", model.hidden},
-                                    {"ffn", model.ffn},
-                                    {"heads", model.heads},
-                                    {"kv_heads", model.kv_heads},
-                                    {"head_dim", model.head_dim},
-                                    {"seq", options.seq},
-                                    {"micro_batch", options.micro_batch}}) {
-    if (value > kMaxModelDim) {
-      return DimError(name, absl::StrCat("must be at most ", kMaxModelDim, " (got ", value, ")"));
+  // kv_heads and head_dim may be 0 (not given). kMaxModelDim is far above any
+  // model's, and low enough that the widths below (products of two, times two)
+  // cannot overflow before the validator checks the ops.
+  struct Dim {
+    const char* name;
+    int64_t value;
+    bool optional;
+  };
+  for (const Dim& dim : {Dim{"hidden", model.hidden, false}, Dim{"ffn", model.ffn, false},
+                         Dim{"heads", model.heads, false}, Dim{"kv_heads", model.kv_heads, true},
+                         Dim{"head_dim", model.head_dim, true}, Dim{"seq", options.seq, false},
+                         Dim{"micro_batch", options.micro_batch, false}}) {
+    if (dim.optional && dim.value < 0) return DimError(dim.name, "must not be negative");
+    if (!dim.optional && dim.value <= 0) {
+      return DimError(dim.name, absl::StrCat("must be positive (got ", dim.value, ")"));
+    }
+    if (dim.value > kMaxModelDim) {
+      return DimError(dim.name,
+                      absl::StrCat("must be at most ", kMaxModelDim, " (got ", dim.value, ")"));
     }
   }
   const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
@@ -98,6 +98,8 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
   const int64_t q = model.heads * head_dim;
   return LayerWidths{tokens,
                      model.hidden,
+                     kv_heads,
+                     head_dim,
                      q,
                      q + 2 * kv_heads * head_dim,
                      model.gated ? 2 * model.ffn : model.ffn,
@@ -212,7 +214,6 @@ std::string GraphName(const ModelDims& model, const LayerGraphOptions& o) {
 
 std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions& o,
                                 const LayerWidths& w) {
-  const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
   const char* pass = o.pass == LayerPass::kForward    ? "forward"
                      : o.pass == LayerPass::kBackward ? "backward"
                                                       : "forward and backward";
@@ -221,8 +222,8 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
           ? absl::StrCat(o.layers, " ", model.name, " decoder layers' tensor-parallel ops, ", pass,
                          "; layer l's ops are named l<l>.*")
           : absl::StrCat("One ", model.name, " decoder layer's tensor-parallel ops, ", pass, "."),
-      absl::StrCat("hidden h = ", w.hidden, ", ", model.heads, " query heads and ", kv_heads,
-                   " key/value heads of ", w.q / model.heads, " (q = ", w.q, ", qkv = ", w.qkv,
+      absl::StrCat("hidden h = ", w.hidden, ", ", model.heads, " query heads and ", w.kv_heads,
+                   " key/value heads of ", w.head_dim, " (q = ", w.q, ", qkv = ", w.qkv,
                    "), ffn = ", w.fc2,
                    model.gated ? " (gated: fc1 = 2 x ffn = " : " (fc1 = ", w.fc1, ")"),
       absl::StrCat("T = ", w.tokens, " tokens (seq ", o.seq, " x micro-batch ", o.micro_batch,

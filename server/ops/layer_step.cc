@@ -192,7 +192,6 @@ class StepClock {
     done_.assign(spec.ops.size(), false);
     for (size_t c = 0; c < spec.ops.size(); ++c) {
       if (!IsCollectiveOnly(spec.ops[c].type) || waited_on.count(spec.ops[c].id) == 0) continue;
-      critical_.push_back(static_cast<int>(c));
       // The GEMM ops it waits on, directly or not: the main streams' work before it can go.
       std::set<int> seen;
       std::vector<int> stack = {static_cast<int>(c)};
@@ -211,9 +210,7 @@ class StepClock {
     }
   }
 
-  bool IsCritical(int op) const {
-    return std::find(critical_.begin(), critical_.end(), op) != critical_.end();
-  }
+  bool IsCritical(int op) const { return gemm_ancestors_.count(op) > 0; }
 
   void Picked(int op) {
     done_[op] = true;
@@ -232,11 +229,11 @@ class StepClock {
   bool FitsBeforeTheCriticalOnes(int op) const {
     const double end =
         std::max(side_free_, main_) + kBesideGemmsFactor * (ms_.empty() ? 0 : ms_[op]);
-    for (int c : critical_) {
+    for (const auto& [c, gemms] : gemm_ancestors_) {
       if (done_[c]) continue;
       if (ms_.empty()) return false;
       double ready = main_;
-      for (int gemm : gemm_ancestors_.at(c)) ready += done_[gemm] ? 0 : ms_[gemm];
+      for (int gemm : gemms) ready += done_[gemm] ? 0 : ms_[gemm];
       if (end > ready) return false;
     }
     return true;
@@ -245,7 +242,8 @@ class StepClock {
  private:
   const JobSpec& spec_;
   const std::vector<double> ms_;
-  std::vector<int> critical_;  // collectives alone that an op waits on
+  // Each critical collective (a collective alone that an op waits on) and the
+  // GEMM ops it waits on, directly or not.
   std::map<int, std::vector<int>> gemm_ancestors_;
   std::vector<bool> done_;
   double main_ = 0;       // when the main streams finish the ops picked so far
