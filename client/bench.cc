@@ -48,6 +48,21 @@ double GeoMean(const std::vector<double>& v) {
 
 }  // namespace
 
+double DensePeakTflops(const std::string& dtype) {
+  absl::StatusOr<DType> parsed = ParseDType(dtype);
+  if (!parsed.ok()) return 989;
+  switch (*parsed) {
+    case DType::kFP8:
+      return 1979;
+    case DType::kF32:
+      return 67;
+    case DType::kBF16:
+    case DType::kF16:
+      break;
+  }
+  return 989;
+}
+
 std::vector<BenchShape> DefaultBenchShapes() {
   std::vector<BenchShape> shapes = {
       {"ag_gemm", 4096, 8192, 8192},  {"ag_gemm", 8192, 8192, 28672},
@@ -449,6 +464,7 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
   BenchOptions o = options;
+  if (o.peak_tflops <= 0) o.peak_tflops = DensePeakTflops(o.dtype);
   if (o.shapes.empty() && node->backend() == "host") {
     for (BenchShape shape : DefaultBenchShapes()) {
       shape.m /= kHostBenchShapeDivisor;

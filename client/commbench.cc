@@ -95,8 +95,16 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
                                                    ": need 0 < min <= max"));
   }
   if (o.factor < 2) return absl::InvalidArgumentError("--factor: must be at least 2");
-  if (!ParseDType(o.dtype).ok()) {
+  const absl::StatusOr<DType> dtype = ParseDType(o.dtype);
+  if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype \"", o.dtype, "\""));
+  }
+  if (*dtype == DType::kFP8) {
+    // An fp8 layer gathers fp8 but sums bf16 (GemmOutputDType): one dtype for
+    // every collective of the sweep would mislabel its sums.
+    return absl::InvalidArgumentError(
+        "--dtype fp8: fp8 is only gathered (an fp8 layer reduces in bf16); time the "
+        "collectives with --dtype bf16, or an fp8 layer's gathers with `bench --dtype fp8`");
   }
   return absl::OkStatus();
 }

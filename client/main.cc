@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   graph->add_flag("--grads", graph_options.grads,
                   "backward: add each weight gradient's data-parallel all-reduce (deferred)");
-  graph->add_option("--dtype", graph_options.dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  graph->add_option("--dtype", graph_options.dtype, "bf16 | fp16 | fp32 | fp8")
+      ->capture_default_str();
   graph->add_option("-o,--output", graph_options.output, "write it to this file");
 
   CLI::App* bench = app.add_subcommand("bench", "run the op benchmark sweep on the daemon");
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
                    "dtype and on its devices (- reads standard input)")
       ->excludes(shapes_option);
   CLI::Option* dtype_option =
-      bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32")
+      bench->add_option("--dtype", bench_options.dtype, "bf16 | fp16 | fp32 | fp8")
           ->capture_default_str();
   bench->add_option("--transport", bench_options.transport,
                     "transport auto may choose: auto | nccl | p2p | direct (serial is always "
@@ -228,8 +229,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--seed", bench_options.seed, "seed of the random inputs")
       ->capture_default_str();
-  bench->add_option("--peak-tflops", bench_options.peak_tflops, "per-GPU peak for MFU")
-      ->capture_default_str();
+  bench->add_option("--peak-tflops", bench_options.peak_tflops,
+                    "per-GPU peak for MFU (default: the dtype's dense H100/H200 SXM datasheet "
+                    "peak: 989 bf16/fp16, 1979 fp8, 67 fp32)");
   bench->add_flag("--no-verify", no_verify, "skip the float64 verification");
   bool use_tuned = false;
   bench->add_flag("--use-tuned", use_tuned,

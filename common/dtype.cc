@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -34,6 +35,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kFP8:
+      return 1;
   }
   return 0;
 }
@@ -46,6 +49,8 @@ std::string DTypeName(DType dtype) {
       return "fp16";
     case DType::kBF16:
       return "bf16";
+    case DType::kFP8:
+      return "fp8";
   }
   return "unknown";
 }
@@ -57,8 +62,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
     return DType::kF16;
   }
   if (lower == "bf16" || lower == "bfloat16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", absl::CHexEscape(name), "\" (expected fp32, fp16, bf16)"));
+  if (lower == "fp8" || lower == "e4m3" || lower == "fp8_e4m3") return DType::kFP8;
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", absl::CHexEscape(name),
+                                                 "\" (expected fp32, fp16, bf16, fp8)"));
 }
 
 double DTypeTolerance(DType dtype, int summed_ranks) {
@@ -73,12 +79,17 @@ double DTypeTolerance(DType dtype, int summed_ranks) {
       unit_roundoff = std::ldexp(1.0, -11);
       break;
     case DType::kBF16:
+    case DType::kFP8:
       base = 1e-2;
       unit_roundoff = std::ldexp(1.0, -8);
       break;
   }
   return std::max(base, summed_ranks * unit_roundoff);
 }
+
+DType GemmOutputDType(DType input) { return input == DType::kFP8 ? DType::kBF16 : input; }
+
+bool WeightsStoredTransposed(DType input) { return input == DType::kFP8; }
 
 float Bf16ToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }
 
@@ -135,6 +146,42 @@ uint16_t FloatToFp16(float value) {
   return static_cast<uint16_t>(sign | h);
 }
 
+// E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits; S.1111.111 is NaN,
+// and there is no infinity.
+float Fp8ToFloat(uint8_t bits) {
+  const uint32_t exponent = (bits >> 3) & 0xFu;
+  const uint32_t mantissa = bits & 0x7u;
+  float magnitude = 0;
+  if (exponent == 0xF && mantissa == 0x7) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: units of 2^-9
+  } else {
+    magnitude = std::ldexp(static_cast<float>(8 + mantissa), static_cast<int>(exponent) - 10);
+  }
+  return (bits & 0x80u) ? -magnitude : magnitude;
+}
+
+uint8_t FloatToFp8(float value) {
+  const uint32_t bits = FloatBits(value);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return sign | 0x7Fu;  // NaN
+  const float magnitude = BitsFloat(abs);
+  if (magnitude >= 448.0f) return sign | 0x7Eu;  // saturates, infinities too
+  if (magnitude < 0.015625f) {
+    // Below the smallest normal (2^-6): a multiple of 2^-9, rounded to nearest
+    // even (the default rounding mode); 8 units is that smallest normal.
+    return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
+  }
+  // Keep 3 of float's 23 mantissa bits, rounding to nearest even; a carry out of
+  // the mantissa bumps the exponent, as the encoding is monotonic.
+  uint32_t q = ((abs >> 23) - 120u) << 3 | ((abs >> 20) & 0x7u);
+  const uint32_t rem = abs & 0xFFFFFu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) ++q;
+  return static_cast<uint8_t>(sign | q);
+}
+
 float LoadAsFloat(const void* data, DType dtype, size_t index) {
   switch (dtype) {
     case DType::kF32:
@@ -143,6 +190,8 @@ float LoadAsFloat(const void* data, DType dtype, size_t index) {
       return Fp16ToFloat(static_cast<const uint16_t*>(data)[index]);
     case DType::kBF16:
       return Bf16ToFloat(static_cast<const uint16_t*>(data)[index]);
+    case DType::kFP8:
+      return Fp8ToFloat(static_cast<const uint8_t*>(data)[index]);
   }
   return 0;
 }
@@ -157,6 +206,9 @@ void StoreFromFloat(void* data, DType dtype, size_t index, float value) {
       return;
     case DType::kBF16:
       static_cast<uint16_t*>(data)[index] = FloatToBf16(value);
+      return;
+    case DType::kFP8:
+      static_cast<uint8_t*>(data)[index] = FloatToFp8(value);
       return;
   }
 }

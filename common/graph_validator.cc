@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -172,6 +173,24 @@ absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp) {
   return absl::OkStatus();
 }
 
+// fp8 GEMMs (cuBLASLt on Hopper) need every matrix's rows to start 16 bytes
+// apart: each rank's k and n multiples of 16 (n for the bf16 output as well).
+absl::Status CheckFp8Widths(const OpSpec& op, const std::string& path, int tp, DType dtype) {
+  if (dtype != DType::kFP8 || IsCollectiveOnly(op.type)) return absl::OkStatus();
+  const LocalShapes local = LocalShapesFor(op, tp);
+  const bool n_split = op.type == OpType::kAgGemm || op.type == OpType::kGemm;
+  const bool k_split = op.type == OpType::kGemmRs || op.type == OpType::kGemmAr;
+  for (const auto& [name, value, split] :
+       {std::tuple<const char*, int64_t, bool>{"k", local.gemm_k, k_split},
+        {"n", local.gemm_n, n_split}}) {
+    if (value % 16 == 0) continue;
+    return Error(absl::StrCat(path, ".", name),
+                 absl::StrCat(split ? absl::StrCat(name, "/tp = ") : std::string(), value,
+                              " is not a multiple of 16, which fp8 GEMMs need (cuBLASLt)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool library_algorithms) {
   const std::string path = absl::StrCat("ops[", index, "]");
   if (op.algorithm != AllReduceAlgorithm::kDefault && op.type != OpType::kAllReduce) {
@@ -190,7 +209,10 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
     }
   }
   RETURN_IF_ERROR(CheckOverflow(op, path, dtype));
-  if (IsGemmOnly(op.type)) return CheckGemmOnly(op, path, tp);
+  if (IsGemmOnly(op.type)) {
+    RETURN_IF_ERROR(CheckGemmOnly(op, path, tp));
+    return CheckFp8Widths(op, path, tp, dtype);
+  }
   if (op.transport == Transport::kNone) {
     return Error(absl::StrCat(path, ".transport"),
                  absl::StrCat("none is only for gemm (no collective); ", OpTypeName(op.type),
@@ -207,6 +229,7 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
                                 OpTypeName(op.type), ")"));
     }
   }
+  RETURN_IF_ERROR(CheckFp8Widths(op, path, tp, dtype));
   const std::string chunks_path = absl::StrCat(path, ".chunks");
   // With mode auto, chunks narrows the chunked and ring candidates to that count.
   if (op.chunks != 0 && (op.mode == OverlapMode::kSerial || op.mode == OverlapMode::kBulk)) {

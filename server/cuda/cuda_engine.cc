@@ -43,6 +43,8 @@ ElemType ToElemType(DType dtype) {
       return ElemType::kF16;
     case DType::kBF16:
       return ElemType::kBF16;
+    case DType::kFP8:
+      return ElemType::kFP8;
   }
   return ElemType::kF32;
 }

@@ -22,6 +22,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclFloat16;
     case DType::kBF16:
       return ncclBfloat16;
+    case DType::kFP8:
+      return ncclUint8;  // only gathered (RunCollective): bytes, whatever they encode
   }
   return ncclFloat32;
 }
@@ -101,6 +103,9 @@ absl::StatusOr<std::vector<CudaEngineImpl::RankPtrs>> CudaEngineImpl::PrepareCol
 absl::Status CudaEngineImpl::RunCollective(
     const engine::CollectiveArgs& args, CollectiveKind kind, size_t send_elems, size_t recv_elems,
     const char* op, const std::function<ncclResult_t(const RankPtrs&, ncclComm_t)>& call) {
+  if (args.dtype == DType::kFP8 && kind != CollectiveKind::kAllGather) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": fp8 is gathered, never summed"));
+  }
   ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks,
                    PrepareCollective(args, send_elems, recv_elems, op));
   if (args.count == 0) return absl::OkStatus();

@@ -96,6 +96,9 @@ absl::StatusOr<int64_t> CudaEngineImpl::FirstNonFinite(engine::BufferRef src, DT
 
 absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferRef dst,
                                         engine::BufferRef src, DType dtype) {
+  if (dtype == DType::kFP8) {
+    return absl::InvalidArgumentError("Accumulate: fp8 is gathered, never summed");
+  }
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
   ASSIGN_OR_RETURN(char* dst_ptr, Resolve(dst, slot->device, "Accumulate destination"));
   ASSIGN_OR_RETURN(BufferEntry src_entry, LookupBuffer(src.buffer));
@@ -131,22 +134,30 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   const int64_t stride_b = args.batch > 1 ? args.stride_b : 0;
   const int64_t stride_c = args.batch > 1 ? args.stride_c : 0;
   ASSIGN_OR_RETURN(size_t span_a, MatrixSpan("A", args.m, args.k, args.a.ld, args.batch, stride_a));
-  ASSIGN_OR_RETURN(size_t span_b, MatrixSpan("B", args.k, args.n, args.b.ld, args.batch, stride_b));
+  // fp8 reads B stored [n, k] and writes bf16 (engine.h).
+  const bool b_transposed = WeightsStoredTransposed(args.dtype);
+  ASSIGN_OR_RETURN(size_t span_b,
+                   MatrixSpan("B", b_transposed ? args.n : args.k, b_transposed ? args.k : args.n,
+                              args.b.ld, args.batch, stride_b));
   ASSIGN_OR_RETURN(size_t span_c, MatrixSpan("C", args.m, args.n, args.c.ld, args.batch, stride_c));
   if (args.batch > 1 && stride_c < (args.m - 1) * args.c.ld + args.n) {
     return absl::InvalidArgumentError(
         absl::StrCat("GEMM C: batch stride ", stride_c, " makes the batch outputs overlap"));
   }
-  const size_t elem = DTypeSize(args.dtype);
+  const size_t in_elem = DTypeSize(args.dtype);
+  const size_t out_elem = DTypeSize(GemmOutputDType(args.dtype));
   const struct {
     const engine::MatrixRef* ref;
     size_t span;
+    size_t elem;
     const char* what;
-  } operands[] = {
-      {&args.a, span_a, "GEMM A"}, {&args.b, span_b, "GEMM B"}, {&args.c, span_c, "GEMM C"}};
+  } operands[] = {{&args.a, span_a, in_elem, "GEMM A"},
+                  {&args.b, span_b, in_elem, "GEMM B"},
+                  {&args.c, span_c, out_elem, "GEMM C"}};
   char* ptrs[3] = {};
   for (int i = 0; i < 3; ++i) {
     const engine::MatrixRef& ref = *operands[i].ref;
+    const size_t elem = operands[i].elem;
     engine::BufferRef range{ref.buffer, ref.offset * elem, operands[i].span * elem};
     const bool may_be_remote = i == 2 && args.c_on_peer;
     ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, operands[i].what));
@@ -190,7 +201,9 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
     GemmFootprint footprint;
     const char* bytes[3] = {ptrs[0], ptrs[1], ptrs[2]};
     GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
-    for (int i = 0; i < 3; ++i) *ranges[i] = {bytes[i], bytes[i] + operands[i].span * elem};
+    for (int i = 0; i < 3; ++i) {
+      *ranges[i] = {bytes[i], bytes[i] + operands[i].span * operands[i].elem};
+    }
     ASSIGN_OR_RETURN(workspace, slot->chain->Before(slot->stream.get(), footprint));
   }
   absl::Status status = state.gemm->Run(problem, slot->stream.get(), slot->workspace[workspace],

@@ -44,11 +44,27 @@ cudaDataType_t LtType(ElemType type) {
       return CUDA_R_16F;
     case ElemType::kBF16:
       return CUDA_R_16BF;
+    case ElemType::kFP8:
+      return CUDA_R_8F_E4M3;
   }
   return CUDA_R_32F;
 }
 
-size_t ElemBytes(ElemType type) { return type == ElemType::kF32 ? 4 : 2; }
+// What the GEMM writes: bf16 for fp8 inputs (GemmOutputDType).
+ElemType OutputType(ElemType input) { return input == ElemType::kFP8 ? ElemType::kBF16 : input; }
+
+size_t ElemBytes(ElemType type) {
+  switch (type) {
+    case ElemType::kF32:
+      return 4;
+    case ElemType::kFP8:
+      return 1;
+    case ElemType::kF16:
+    case ElemType::kBF16:
+      break;
+  }
+  return 2;
+}
 
 int Alignment(const void* p) {
   const uintptr_t v = reinterpret_cast<uintptr_t>(p);
@@ -153,8 +169,10 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
   auto plan = std::make_shared<Plan>();
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t no_transpose = CUBLAS_OP_N;
+  const bool fp8 = p.type == ElemType::kFP8;
+  const cublasOperation_t transa = fp8 ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                        &no_transpose, sizeof(no_transpose)));
+                                                        &transa, sizeof(transa)));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
                                                         &no_transpose, sizeof(no_transpose)));
   if (sm_count_target > 0) {
@@ -162,9 +180,11 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
   }
-  RETURN_IF_ERROR(MakeLayout(&plan->a, p.type, p.n, p.k, p.ldb, p.batch, p.stride_b));
+  // A' is n x k, or stored k x n and read transposed for fp8.
+  RETURN_IF_ERROR(
+      MakeLayout(&plan->a, p.type, fp8 ? p.k : p.n, fp8 ? p.n : p.k, p.ldb, p.batch, p.stride_b));
   RETURN_IF_ERROR(MakeLayout(&plan->b, p.type, p.k, p.m, p.lda, p.batch, p.stride_a));
-  RETURN_IF_ERROR(MakeLayout(&plan->c, p.type, p.n, p.m, p.ldc, p.batch, p.stride_c));
+  RETURN_IF_ERROR(MakeLayout(&plan->c, OutputType(p.type), p.n, p.m, p.ldc, p.batch, p.stride_c));
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -214,7 +234,7 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
   if (p.beta != 0.0f) {
     const size_t c_bytes =
         (static_cast<size_t>(p.batch - 1) * p.stride_c + (p.m - 1) * p.ldc + p.n) *
-        ElemBytes(p.type);
+        ElemBytes(OutputType(p.type));
     // Over-allocated by 256 bytes so the scratch C keeps the alignment class of C.
     absl::StatusOr<DeviceMemory> allocated = DeviceMemory::Allocate(device_, c_bytes + 256);
     if (!allocated.ok()) {

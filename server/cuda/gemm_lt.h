@@ -3,6 +3,9 @@
 //
 // cuBLASLt is column-major, so the row-major product is computed as
 // C^T = B^T A^T: m' = n, n' = m, A' = B (ld = ldb), B' = A (ld = lda), C' = C.
+// fp8 (E4M3) inputs write bf16 and need A' transposed ("TN", the only fp8
+// layout on Hopper): B is then stored [n, k] row-major, which column-major is
+// k x n with ld = ldb, read transposed. The scales are cuBLASLt's default, 1.
 //
 // Algorithm choice: the first call for a shape key (dtype, m, n, k, lds, batch,
 // strides, beta, SM target, pointer alignment, workspace) asks the heuristic for
@@ -32,7 +35,7 @@
 namespace overlap::cuda {
 
 struct GemmProblem {
-  ElemType type = ElemType::kBF16;
+  ElemType type = ElemType::kBF16;  // of A and B; C is bf16 where they are fp8
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
   int batch = 1;

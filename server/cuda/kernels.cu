@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -10,7 +11,7 @@ namespace overlap::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;  // elements per 16-byte vector of 16-bit types
+constexpr int kVec = 8;  // elements per vector: 8 bytes of fp8, 16 of 16-bit types, 32 of fp32
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
@@ -26,10 +27,17 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+// E4M3, round to nearest even, saturating at +-448 (__NV_SATFINITE), as the
+// host's FloatToFp8.
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 FromFloat<__nv_fp8_e4m3>(float v) {
+  return __nv_fp8_e4m3(v);
+}
 
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 
 __device__ __forceinline__ float RandomValue(uint64_t seed, size_t i, float scale) {
   // __fmul_rn: never contracted, so the product rounds exactly as on the host.
@@ -48,7 +56,9 @@ __global__ void FillRandomKernel(T* __restrict__ dst, size_t count, uint64_t see
     alignas(16) T out[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) out[j] = FromFloat<T>(RandomValue(seed, v * kVec + j, scale));
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(T) == 1) {
+      *reinterpret_cast<uint2*>(dst + v * kVec) = *reinterpret_cast<const uint2*>(out);
+    } else if constexpr (sizeof(T) == 2) {
       *reinterpret_cast<uint4*>(dst + v * kVec) = *reinterpret_cast<const uint4*>(out);
     } else {
       reinterpret_cast<uint4*>(dst + v * kVec)[0] = reinterpret_cast<const uint4*>(out)[0];
@@ -127,6 +137,8 @@ cudaError_t LaunchFillRandom(void* dst, ElemType type, size_t count, uint64_t se
       return FillRandomTyped<__half>(dst, count, seed, scale, stream);
     case ElemType::kBF16:
       return FillRandomTyped<__nv_bfloat16>(dst, count, seed, scale, stream);
+    case ElemType::kFP8:
+      return FillRandomTyped<__nv_fp8_e4m3>(dst, count, seed, scale, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -145,6 +157,10 @@ cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float val
       break;
     case ElemType::kBF16:
       FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
+                                                                 count, value);
+      break;
+    case ElemType::kFP8:
+      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__nv_fp8_e4m3*>(dst),
                                                                  count, value);
       break;
     default:
@@ -176,6 +192,8 @@ cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t c
       return AccumulateTyped<__half>(dst, src, count, stream);
     case ElemType::kBF16:
       return AccumulateTyped<__nv_bfloat16>(dst, src, count, stream);
+    case ElemType::kFP8:
+      break;  // fp8 is never summed (engine.h)
   }
   return cudaErrorInvalidValue;
 }
@@ -213,6 +231,10 @@ cudaError_t LaunchFirstNonFinite(const void* src, ElemType type, size_t count,
     case ElemType::kBF16:
       FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(src), count, first);
+      break;
+    case ElemType::kFP8:  // E4M3 has NaN but no infinity
+      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          static_cast<const __nv_fp8_e4m3*>(src), count, first);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -10,7 +10,7 @@
 
 namespace overlap::cuda {
 
-enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kFP8 = 3 };  // kFP8: E4M3
 
 // dst[i] = SeededUniform(seed, i) * scale, rounded to nearest even into the type:
 // bit-identical to the host's StoreFromFloat(SeededUniform(seed, i) * scale).

@@ -61,7 +61,10 @@ struct MatrixRef {
 };
 
 // C = A x B + beta * C, row-major, `batch` times with the given element strides.
-// A is [m, k], B is [k, n], C is [m, n]. Accumulation is in fp32.
+// A is [m, k], B is [k, n], C is [m, n]. Accumulation is in fp32. With fp8
+// inputs C is bf16 (GemmOutputDType) and B is stored transposed, [n, k] with
+// row stride ld (WeightsStoredTransposed): the only layout Hopper's fp8 tensor
+// cores read. The per-tensor scales are 1.
 struct GemmArgs {
   DType dtype = DType::kBF16;
   int64_t m = 0, n = 0, k = 0;
@@ -94,6 +97,8 @@ enum class LibraryAlgorithm { kLibraryChoice, kRing, kTree };
 
 // Collectives in rank order (ranks[i] is rank i). `count` is in elements:
 // AllGather: sent per rank; ReduceScatter: received per rank; AllReduce: total.
+// fp8 is only gathered: sums in it are INVALID_ARGUMENT (reduce GEMM outputs,
+// which are bf16), and so is Accumulate.
 struct CollectiveArgs {
   DType dtype = DType::kBF16;
   size_t count = 0;

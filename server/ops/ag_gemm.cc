@@ -82,7 +82,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.n = nl;
       g.k = k;
       g.a = ctx.Matrix(rs.pingpong[p], 0, k);
-      g.b = ctx.Matrix(rs.w, 0, nl);
+      g.b = ctx.Weights(r);
       g.c = ctx.Matrix(rs.y, row, nl);
       g.batch = tp;
       g.stride_a = rc * k;

@@ -76,8 +76,8 @@ absl::Status AllReduceRingP2p(OpContext& ctx, On on, const std::vector<BufferId>
       if (p.rows > 0) {
         RETURN_IF_ERROR(
             Pull(ctx, stream, r, at.Of(dst[r], p), left, at.Of(s == 0 ? src[left] : dst[left], p)));
-        RETURN_IF_ERROR(
-            ctx.engine().Accumulate(stream, at.Of(dst[r], p), at.Of(src[r], p), ctx.dtype()));
+        RETURN_IF_ERROR(ctx.engine().Accumulate(stream, at.Of(dst[r], p), at.Of(src[r], p),
+                                                ctx.reduced_dtype()));
       }
       RETURN_IF_ERROR(ctx.Record(r, stream, done, s));
     }
@@ -128,8 +128,8 @@ absl::Status AllReduceTreeP2p(OpContext& ctx, On on, const std::vector<BufferId>
         const BufferRef to =
             i == 0 ? at.Of(dst[r], p) : ctx.Rows(ctx.rank(r).slots[0], 0, p.rows, cols);
         RETURN_IF_ERROR(Pull(ctx, stream, r, to, child, at.Of(partial(child), p)));
-        RETURN_IF_ERROR(ctx.engine().Accumulate(stream, at.Of(dst[r], p),
-                                                i == 0 ? at.Of(src[r], p) : to, ctx.dtype()));
+        RETURN_IF_ERROR(ctx.engine().Accumulate(
+            stream, at.Of(dst[r], p), i == 0 ? at.Of(src[r], p) : to, ctx.reduced_dtype()));
       }
       RETURN_IF_ERROR(ctx.Record(r, stream, up, c));
     }
@@ -172,7 +172,7 @@ absl::Status AllReduceParameterServerP2p(OpContext& ctx, On on, const std::vecto
           q == 1 ? at.Of(dst[0], p) : ctx.Rows(ctx.rank(0).slots[0], 0, p.rows, cols);
       RETURN_IF_ERROR(Pull(ctx, server, 0, to, q, at.Of(src[q], p)));
       RETURN_IF_ERROR(ctx.engine().Accumulate(server, at.Of(dst[0], p),
-                                              q == 1 ? at.Of(src[0], p) : to, ctx.dtype()));
+                                              q == 1 ? at.Of(src[0], p) : to, ctx.reduced_dtype()));
     }
     RETURN_IF_ERROR(ctx.Record(0, server, summed, c));
   }

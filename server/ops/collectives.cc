@@ -14,11 +14,13 @@ using engine::StreamId;
 
 namespace {
 
+// `count` elements of what the send buffers hold (an op's gathers move its
+// dtype, its reductions the reduced one: OpContext::DTypeOf).
 engine::CollectiveArgs Args(OpContext& ctx, On on, size_t count,
                             const std::vector<BufferRef>& send,
                             const std::vector<BufferRef>& recv) {
   engine::CollectiveArgs args;
-  args.dtype = ctx.dtype();
+  args.dtype = ctx.DTypeOf(send[0].buffer);
   args.count = count;
   args.channel = ctx.channel();
   // The comm stream's collectives run beside the op's GEMMs.
@@ -86,9 +88,9 @@ absl::Status ReduceBlockP2p(OpContext& ctx, int r, StreamId stream, const Buffer
     }
     RETURN_IF_ERROR(ctx.engine().PeerCopy(stream, to, device, peer_block(q), ctx.rank(q).device));
   }
-  if (!in_place) RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, own, ctx.dtype()));
+  if (!in_place) RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, own, ctx.reduced_dtype()));
   for (const BufferRef& slot : slots) {
-    RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, slot, ctx.dtype()));
+    RETURN_IF_ERROR(ctx.engine().Accumulate(stream, out, slot, ctx.reduced_dtype()));
   }
   return absl::OkStatus();
 }
@@ -107,7 +109,8 @@ absl::Status AllGather(OpContext& ctx, Transport transport, On on,
   const int tp = ctx.tp();
   const size_t block = src[0].bytes;
   if (transport == Transport::kNccl && tp > 1) {
-    return ctx.engine().AllGather(Args(ctx, on, block / ctx.esize(), src, dst));
+    return ctx.engine().AllGather(
+        Args(ctx, on, block / DTypeSize(ctx.DTypeOf(src[0].buffer)), src, dst));
   }
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
@@ -131,7 +134,8 @@ absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
   const int tp = ctx.tp();
   const size_t block = dst[0].bytes;
   if (transport == Transport::kNccl && tp > 1) {
-    return ctx.engine().ReduceScatter(Args(ctx, on, block / ctx.esize(), src, dst));
+    return ctx.engine().ReduceScatter(
+        Args(ctx, on, block / DTypeSize(ctx.DTypeOf(src[0].buffer)), src, dst));
   }
   for (int r = 0; r < tp; ++r) {
     RETURN_IF_ERROR(ReduceBlockP2p(ctx, r, StreamOf(ctx, r, on), dst[r],

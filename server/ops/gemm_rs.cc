@@ -63,7 +63,8 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
     RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "received"));
     for (int i = 1; i < tp; ++i) {
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.compute, ctx.Rows(rs.y, 0, mr, n),
-                                              ctx.Rows(rs.slots[i - 1], 0, mr, n), ctx.dtype()));
+                                              ctx.Rows(rs.slots[i - 1], 0, mr, n),
+                                              ctx.reduced_dtype()));
     }
   }
   return ctx.JoinComm();
@@ -92,7 +93,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.n = n;
       g.k = kl;
       g.a = ctx.Matrix(rs.a, row, kl);
-      g.b = ctx.Matrix(rs.w, 0, n);
+      g.b = ctx.Weights(r);
       g.c = ctx.Matrix(rs.pingpong[p], 0, n);
       g.batch = tp;
       g.stride_a = mr * kl;
@@ -186,7 +187,7 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
     const engine::BufferRef mine = ctx.Rows(out[r], out_row(r), mr, n);
     for (int slot = 0; slot < tp - 2; ++slot) {
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine, ctx.Rows(rs.slots[slot], 0, mr, n),
-                                              ctx.dtype()));
+                                              ctx.reduced_dtype()));
     }
     RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived"));
     RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived"));
@@ -236,7 +237,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
         const engine::BufferRef mine = ctx.Rows(out[r], out_row(r) + piece_row, rc, n);
         for (int slot = 0; slot < tp - 2; ++slot) {
           RETURN_IF_ERROR(ctx.engine().Accumulate(
-              rs.comm, mine, ctx.Rows(rs.slots[slot], piece_row, rc, n), ctx.dtype()));
+              rs.comm, mine, ctx.Rows(rs.slots[slot], piece_row, rc, n), ctx.reduced_dtype()));
         }
         RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
       }

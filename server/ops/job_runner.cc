@@ -65,13 +65,15 @@ TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, in
 }
 
 // The op's collective and its bytes as nccl-tests counts them (common/stats.h).
+// A gather moves the graph's dtype, a reduction GemmOutputDType (bf16 for fp8).
 std::pair<Collective, double> CollectiveBytes(const OpSpec& op, DType dtype) {
-  const double es = static_cast<double>(DTypeSize(dtype));
+  const double gathered = static_cast<double>(DTypeSize(dtype));
+  const double es = static_cast<double>(DTypeSize(GemmOutputDType(dtype)));
   switch (op.type) {
     case OpType::kAgGemm:
-      return {Collective::kAllGather, static_cast<double>(op.m) * op.k * es};
+      return {Collective::kAllGather, static_cast<double>(op.m) * op.k * gathered};
     case OpType::kAllGather:
-      return {Collective::kAllGather, static_cast<double>(op.m) * op.n * es};
+      return {Collective::kAllGather, static_cast<double>(op.m) * op.n * gathered};
     case OpType::kGemmRs:
     case OpType::kReduceScatter:
       return {Collective::kReduceScatter, static_cast<double>(op.m) * op.n * es};
@@ -456,10 +458,7 @@ int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
       sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
     }
     // In double: absurd shapes must saturate, not wrap, so that they are refused.
-    const double bytes =
-        (static_cast<double>(sizes.a) + sizes.w + sizes.y + sizes.full + 2.0 * sizes.pingpong +
-         sizes.spare + static_cast<double>(sizes.slots) * sizes.slot_count) *
-        static_cast<double>(DTypeSize(spec.dtype));
+    const double bytes = BufferBytes(sizes, BufferDTypesFor(op.type, spec.dtype));
     if (bytes >= 9.0e18) return std::numeric_limits<int64_t>::max();
     worst = std::max(worst, static_cast<int64_t>(bytes));
   }

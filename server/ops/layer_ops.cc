@@ -17,7 +17,7 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   g.n = sh.w_cols;
   g.k = sh.w_rows;
   g.a = ctx.Matrix(a, a_row, sh.w_rows);
-  g.b = ctx.Matrix(ctx.rank(r).w, 0, sh.w_cols);
+  g.b = ctx.Weights(r);
   g.c = ctx.Matrix(c, c_row, sh.w_cols);
   g.beta = beta;
   g.beside_collective = ctx.gemms_beside_collective();

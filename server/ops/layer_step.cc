@@ -39,7 +39,8 @@ constexpr int64_t kBucketRowElements = 1024;
 // closes it first: merged, or fired after the op, that member would no longer
 // come before it.
 std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
-  const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+  // all_reduce ops carry GEMM outputs: bf16 in an fp8 graph.
+  const int64_t es = static_cast<int64_t>(DTypeSize(GemmOutputDType(dtype)));
   auto bucketable = [&](const Member& m) {
     return m.deferred && m.join_before.empty() && m.op.type == OpType::kAllReduce &&
            m.op.m * m.op.n * es <= cap_bytes;

@@ -56,6 +56,27 @@ BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& s) {
   return b;
 }
 
+BufferDTypes BufferDTypesFor(OpType type, DType dtype) {
+  const DType reduced = GemmOutputDType(dtype);
+  const bool sums = type == OpType::kReduceScatter || type == OpType::kAllReduce;
+  BufferDTypes d;
+  d.a = sums ? reduced : dtype;
+  d.w = dtype;
+  d.y = type == OpType::kAllGather ? dtype : reduced;
+  d.full = type == OpType::kAgGemm ? dtype : reduced;
+  d.slots = reduced;
+  return d;
+}
+
+double BufferBytes(const BufferSizes& s, const BufferDTypes& d) {
+  auto bytes = [](int64_t elements, DType dtype) {
+    return static_cast<double>(elements) * static_cast<double>(DTypeSize(dtype));
+  };
+  return bytes(s.a, d.a) + bytes(s.w, d.w) + bytes(s.y, d.y) +
+         bytes(2 * s.pingpong + s.full + s.spare, d.full) +
+         static_cast<double>(s.slot_count) * bytes(s.slots, d.slots);
+}
+
 BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
   BufferSizes m;
   m.a = std::max(a.a, b.a);
@@ -85,10 +106,12 @@ absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& eng
 absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSizes& sizes) {
   sizes_ = sizes;
   ranks_.resize(devices.size());
-  const size_t es = esize();
-  auto alloc = [&](int device, int64_t elements, BufferId* out) -> absl::Status {
+  const BufferDTypes dt = BufferDTypesFor(op_.type, dtype_);
+  auto alloc = [&](int device, int64_t elements, DType dtype, BufferId* out) -> absl::Status {
     if (elements <= 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(*out, engine_->Allocate(device, static_cast<size_t>(elements) * es));
+    ASSIGN_OR_RETURN(*out,
+                     engine_->Allocate(device, static_cast<size_t>(elements) * DTypeSize(dtype)));
+    buffer_dtypes_[*out] = dtype;
     return absl::OkStatus();
   };
   for (size_t r = 0; r < devices.size(); ++r) {
@@ -96,15 +119,16 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     rs.device = devices[r];
     rs.compute = engine_->GetStream(rs.device, engine::StreamRole::kCompute);
     rs.comm = engine_->GetStream(rs.device, engine::StreamRole::kComm);
-    RETURN_IF_ERROR(alloc(rs.device, sizes.a, &rs.a));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.w, &rs.w));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.y, &rs.y));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.full, &rs.full));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[0]));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, &rs.pingpong[1]));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.spare, &rs.spare));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.a, dt.a, &rs.a));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.w, dt.w, &rs.w));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.y, dt.y, &rs.y));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.full, dt.full, &rs.full));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, dt.full, &rs.pingpong[0]));
+    RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, dt.full, &rs.pingpong[1]));
+    // The collective's side while the GEMM alone runs: gathered A, a partial or Y.
+    RETURN_IF_ERROR(alloc(rs.device, sizes.spare, dt.full, &rs.spare));
     rs.slots.assign(sizes.slot_count, engine::kNoBuffer);
-    for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, &slot));
+    for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, dt.slots, &slot));
   }
   return absl::OkStatus();
 }
@@ -140,14 +164,24 @@ std::vector<int> OpContext::devices() const {
   return out;
 }
 
+DType OpContext::DTypeOf(BufferId buffer) const {
+  auto it = buffer_dtypes_.find(buffer);
+  return it == buffer_dtypes_.end() ? dtype_ : it->second;
+}
+
 BufferRef OpContext::Rows(BufferId buffer, int64_t row, int64_t rows, int64_t cols) const {
-  const size_t es = DTypeSize(dtype_);
+  const size_t es = DTypeSize(DTypeOf(buffer));
   return BufferRef{buffer, static_cast<size_t>(row * cols) * es,
                    static_cast<size_t>(rows * cols) * es};
 }
 
 MatrixRef OpContext::Matrix(BufferId buffer, int64_t row, int64_t ld) const {
   return MatrixRef{buffer, static_cast<size_t>(row * ld), ld};
+}
+
+MatrixRef OpContext::Weights(int r) const {
+  const bool transposed = WeightsStoredTransposed(dtype_);
+  return MatrixRef{ranks_[r].w, 0, transposed ? shapes_.w_rows : shapes_.w_cols};
 }
 
 absl::StatusOr<engine::EventId> OpContext::Event(int r, const std::string& tag, int index) {

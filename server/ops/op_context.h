@@ -21,7 +21,8 @@
 
 namespace overlap::ops {
 
-// Per-rank buffer sizes in elements. Zero means "not needed".
+// Per-rank buffer sizes in elements (of each buffer's dtype, OpContext::DTypeOf).
+// Zero means "not needed".
 struct BufferSizes {
   int64_t a = 0, w = 0, y = 0;  // inputs and output
   int64_t full = 0;             // gathered A (ag_gemm) or full partial P (gemm_rs)
@@ -33,6 +34,19 @@ struct BufferSizes {
     return a + w + y + full + 2 * pingpong + slots * slot_count + spare;
   }
 };
+
+// The dtype of each buffer of an op whose graph has `dtype`: they differ for
+// fp8 only. GEMM inputs, and A gathered for them, hold the graph's dtype; GEMM
+// outputs, partials and what reductions sum hold GemmOutputDType (bf16), and
+// so do a reduce_scatter's and an all_reduce's inputs (GEMM outputs, gradients).
+struct BufferDTypes {
+  DType a, w, y;
+  DType full;  // also the ping-pong buffers and the spare: gathered A, or partials
+  DType slots;
+};
+BufferDTypes BufferDTypesFor(OpType type, DType dtype);
+// Bytes of one rank's buffers, in double so that absurd shapes saturate.
+double BufferBytes(const BufferSizes& sizes, const BufferDTypes& dtypes);
 
 // What `schedule` needs for `op` at tensor-parallel degree `tp`.
 BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& schedule);
@@ -67,9 +81,15 @@ class OpContext {
   // TimelineEngine), and returns the engine it replaces, to be put back.
   engine::Engine* UseEngine(engine::Engine* engine) { return std::exchange(engine_, engine); }
   const OpSpec& op() const { return op_; }
+  // The graph's dtype: what GEMMs read, and what gathers move.
   DType dtype() const { return dtype_; }
+  // What GEMMs write and reductions sum: GemmOutputDType(dtype()) (bf16 for fp8).
+  DType reduced_dtype() const { return GemmOutputDType(dtype_); }
+  // The dtype of one of the context's buffers: the inputs A and W and what is
+  // gathered from A hold dtype(); outputs and partials hold reduced_dtype(),
+  // except an all_gather's output, the gathered A itself.
+  DType DTypeOf(engine::BufferId buffer) const;
   int tp() const { return static_cast<int>(ranks_.size()); }
-  size_t esize() const { return DTypeSize(dtype_); }
   const LocalShapes& shapes() const { return shapes_; }
   const BufferSizes& sizes() const { return sizes_; }
   RankState& rank(int r) { return ranks_[r]; }
@@ -79,6 +99,9 @@ class OpContext {
   // row-major buffer whose rows hold `cols` elements.
   engine::BufferRef Rows(engine::BufferId buffer, int64_t row, int64_t rows, int64_t cols) const;
   engine::MatrixRef Matrix(engine::BufferId buffer, int64_t row, int64_t ld) const;
+  // Rank r's weights as the GEMM's B: [k, n] row-major, or [n, k] where the
+  // dtype's GEMMs read them transposed (WeightsStoredTransposed).
+  engine::MatrixRef Weights(int r) const;
 
   // The cached event (tag, index) of rank r's device.
   absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);
@@ -117,6 +140,7 @@ class OpContext {
   LocalShapes shapes_;
   BufferSizes sizes_;
   std::vector<RankState> ranks_;
+  std::map<engine::BufferId, DType> buffer_dtypes_;
   bool gemms_beside_collective_ = false;
   int channel_ = 0;
   std::map<std::tuple<int, std::string, int>, engine::EventId> events_;

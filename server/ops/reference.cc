@@ -14,7 +14,12 @@
 namespace overlap::ops {
 namespace {
 
-float WScale(const OpSpec& op) { return 1.0f / std::sqrt(static_cast<float>(op.k)); }
+// Weights are scaled so that outputs stay near the inputs' size. fp8 keeps them
+// at full range: scaled by 1/sqrt(k), most would be subnormal in E4M3, where a
+// model carries that factor in the GEMM's per-tensor scale instead.
+float WScale(const OpSpec& op, DType dtype) {
+  return dtype == DType::kFP8 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(op.k));
+}
 
 // Input element as the device holds it: the seeded value rounded to the dtype.
 double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
@@ -76,12 +81,13 @@ absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
-                                            ctx.dtype(), InputSeed(job_seed, op_index, 0, r),
+                                            ctx.DTypeOf(rs.a), InputSeed(job_seed, op_index, 0, r),
                                             1.0f));
     if (sh.w_rows * sh.w_cols == 0) continue;  // a collective alone has no W
+    // Element i of the buffer is SeededUniform(seed, i) whichever way W is stored.
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
                                             ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
-                                            WScale(ctx.op())));
+                                            WScale(ctx.op(), ctx.dtype())));
   }
   return absl::OkStatus();
 }
@@ -90,8 +96,8 @@ absl::Status PoisonOutputs(OpContext& ctx) {
   const LocalShapes& sh = ctx.shapes();
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
-    RETURN_IF_ERROR(ctx.engine().FillConstant(
-        rs.compute, ctx.Rows(rs.y, 0, sh.y_rows, sh.y_cols), ctx.dtype(), std::nanf("")));
+    RETURN_IF_ERROR(ctx.engine().FillConstant(rs.compute, ctx.Rows(rs.y, 0, sh.y_rows, sh.y_cols),
+                                              ctx.DTypeOf(rs.y), std::nanf("")));
   }
   return absl::OkStatus();
 }
@@ -101,8 +107,12 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   const OpSpec& op = ctx.op();
   const LocalShapes& sh = ctx.shapes();
   const int tp = ctx.tp();
-  const DType dt = ctx.dtype();
-  const size_t es = ctx.esize();
+  // A's dtype (the graph's, or bf16 for what an fp8 graph reduces), W's, and Y's.
+  const DType dt = ctx.DTypeOf(ctx.rank(0).a);
+  const DType w_dt = ctx.dtype();
+  const DType y_dt = ctx.DTypeOf(ctx.rank(0).y);
+  const size_t es = DTypeSize(y_dt);
+  const bool w_transposed = WeightsStoredTransposed(w_dt);
   const int64_t mr = op.m / tp;
 
   const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
@@ -116,7 +126,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   for (int r = 0; r < tp; ++r) {
     ASSIGN_OR_RETURN(const int64_t bad,
                      ctx.engine().FirstNonFinite(ctx.Rows(ctx.rank(r).y, 0, sh.y_rows, sh.y_cols),
-                                                 dt, ctx.rank(r).device));
+                                                 y_dt, ctx.rank(r).device));
     if (bad >= 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("op %s: output not fully written: rank %d row %d col %d is not finite",
@@ -149,7 +159,8 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   }
 
   // The checked columns of every rank's W, as the devices hold them
-  // (regenerated from its seed): w[q][kk * nc + c] is W_q[kk, cols[c]].
+  // (regenerated from its seed): w[q][kk * nc + c] is W_q[kk, cols[c]], which
+  // is element cols[c] * k + kk of the buffer where W is stored transposed.
   std::vector<std::vector<float>> w(tp);
   for (int q = 0; q < tp; ++q) {
     w[q].resize(static_cast<size_t>(sh.w_rows * nc));
@@ -159,8 +170,8 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       const int64_t block = (w_rows + threads - 1) / threads;
       for (int64_t kk = t * block; kk < std::min(w_rows, (t + 1) * block); ++kk) {
         for (int64_t c = 0; c < nc; ++c) {
-          w[q][kk * nc + c] =
-              static_cast<float>(InputValue(dt, seed, kk * sh.w_cols + cols[c], WScale(op)));
+          const int64_t index = w_transposed ? cols[c] * w_rows + kk : kk * sh.w_cols + cols[c];
+          w[q][kk * nc + c] = static_cast<float>(InputValue(w_dt, seed, index, WScale(op, w_dt)));
         }
       }
     });
@@ -213,7 +224,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
         }
       }
       for (int64_t c = 0; c < nc; ++c) {
-        const double got = LoadAsFloat(y[r].data(), dt, tasks[t].local * sh.y_cols + cols[c]);
+        const double got = LoadAsFloat(y[r].data(), y_dt, tasks[t].local * sh.y_cols + cols[c]);
         max_err[t] = std::max(max_err[t], std::abs(got - acc[c]));
         max_ref[t] = std::max(max_ref[t], std::abs(acc[c]));
       }

@@ -66,10 +66,11 @@ TEST(DTypeTest, ParseAcceptsAliases) {
 }
 
 TEST(DTypeTest, ParseRejectsUnknown) {
-  auto result = ParseDType("fp8");
+  auto result = ParseDType("fp4");
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(result.status().message().find("unknown dtype \"fp8\""), std::string::npos);
+  EXPECT_NE(result.status().message().find("unknown dtype \"fp4\""), std::string::npos);
+  EXPECT_NE(result.status().message().find("fp8"), std::string::npos) << "lists what is known";
   EXPECT_FALSE(ParseDType("").ok());
 }
 
@@ -252,6 +253,99 @@ TEST(DTypeTest, SeededValueIsDeterministicAndInRange) {
     sum += v;
   }
   EXPECT_LT(std::fabs(sum / 10000), 0.05);  // roughly centred
+}
+
+}  // namespace
+}  // namespace overlap
+
+namespace overlap {
+namespace {
+
+TEST(Fp8Test, SizeNameParseAndWhatItsGemmsWrite) {
+  EXPECT_EQ(DTypeSize(DType::kFP8), 1u);
+  EXPECT_EQ(DTypeName(DType::kFP8), "fp8");
+  for (const char* name : {"fp8", "FP8", "e4m3", "fp8_e4m3"}) {
+    ASSERT_TRUE(ParseDType(name).ok()) << name;
+    EXPECT_EQ(*ParseDType(name), DType::kFP8) << name;
+  }
+  EXPECT_FALSE(ParseDType("e5m2").ok()) << "only E4M3 is supported";
+  EXPECT_EQ(GemmOutputDType(DType::kFP8), DType::kBF16);
+  EXPECT_TRUE(WeightsStoredTransposed(DType::kFP8));
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(GemmOutputDType(d), d);
+    EXPECT_FALSE(WeightsStoredTransposed(d));
+  }
+  // An fp8 op's output is bf16 (or fp8 rows copied exactly): bf16's tolerance.
+  EXPECT_DOUBLE_EQ(DTypeTolerance(DType::kFP8, 8), DTypeTolerance(DType::kBF16, 8));
+}
+
+TEST(Fp8Test, KnownPatterns) {
+  EXPECT_EQ(FloatToFp8(0.0f), 0x00);
+  EXPECT_EQ(FloatToFp8(-0.0f), 0x80);
+  EXPECT_EQ(FloatToFp8(1.0f), 0x38);  // exponent 7 = bias
+  EXPECT_EQ(FloatToFp8(-2.0f), 0xC0);
+  EXPECT_EQ(FloatToFp8(1.125f), 0x39);        // one mantissa step (2^-3)
+  EXPECT_EQ(FloatToFp8(448.0f), 0x7E);        // the largest finite value
+  EXPECT_EQ(FloatToFp8(0.015625f), 0x08);     // 2^-6, the smallest normal
+  EXPECT_EQ(FloatToFp8(0.001953125f), 0x01);  // 2^-9, the smallest subnormal
+  EXPECT_FLOAT_EQ(Fp8ToFloat(0x38), 1.0f);
+  EXPECT_FLOAT_EQ(Fp8ToFloat(0x7E), 448.0f);
+  EXPECT_FLOAT_EQ(Fp8ToFloat(0xFE), -448.0f);
+  EXPECT_FLOAT_EQ(Fp8ToFloat(0x07), 7.0f / 512);  // the largest subnormal
+  EXPECT_TRUE(std::isnan(Fp8ToFloat(0x7F)));
+  EXPECT_TRUE(std::isnan(Fp8ToFloat(0xFF)));
+}
+
+// No infinities: beyond 448 it saturates (CUDA's __NV_SATFINITE), NaN stays NaN.
+TEST(Fp8Test, SaturatesAndKeepsNan) {
+  EXPECT_EQ(FloatToFp8(449.0f), 0x7E);
+  EXPECT_EQ(FloatToFp8(1e6f), 0x7E);
+  EXPECT_EQ(FloatToFp8(-1e6f), 0xFE);
+  EXPECT_EQ(FloatToFp8(std::numeric_limits<float>::infinity()), 0x7E);
+  EXPECT_EQ(FloatToFp8(std::nanf("")) & 0x7F, 0x7F);
+}
+
+TEST(Fp8Test, RoundsToNearestEven) {
+  // Between 1 (0x38, even) and 1.125 (0x39): the tie goes to 1, above it up.
+  EXPECT_EQ(FloatToFp8(1.0625f), 0x38);
+  EXPECT_EQ(FloatToFp8(std::nextafter(1.0625f, 2.0f)), 0x39);
+  // Between 1.125 (odd) and 1.25: the tie goes up to 1.25 (0x3A).
+  EXPECT_EQ(FloatToFp8(1.1875f), 0x3A);
+  // A carry out of the mantissa bumps the exponent: 1.9375 is the tie between
+  // 1.875 (0x3F, odd) and 2 (0x40).
+  EXPECT_EQ(FloatToFp8(1.9375f), 0x40);
+  // Subnormals, in units of 2^-9: 0.5 unit ties to 0, 1.5 to 2, 7.5 to the smallest normal.
+  EXPECT_EQ(FloatToFp8(0.5f / 512), 0x00);
+  EXPECT_EQ(FloatToFp8(1.5f / 512), 0x02);
+  EXPECT_EQ(FloatToFp8(7.5f / 512), 0x08);
+  EXPECT_EQ(FloatToFp8(-2.5f / 512), 0x82);
+}
+
+// Every code but NaN decodes to a value that encodes back to itself, and the
+// finite values ascend with the code (so rounding is monotonic).
+TEST(Fp8Test, EveryCodeRoundTripsAndTheyAscend) {
+  float previous = -1.0f;
+  for (int code = 0; code < 0x7F; ++code) {
+    const float value = Fp8ToFloat(static_cast<uint8_t>(code));
+    EXPECT_EQ(FloatToFp8(value), code) << code;
+    EXPECT_EQ(FloatToFp8(-value), code | 0x80) << code;
+    EXPECT_GT(value, previous) << code;
+    previous = value;
+    // The midpoint to the next code rounds to whichever of the two is even.
+    if (code + 1 < 0x7F) {
+      const float mid = (value + Fp8ToFloat(static_cast<uint8_t>(code + 1))) / 2;
+      EXPECT_EQ(FloatToFp8(mid), code % 2 == 0 ? code : code + 1) << code;
+    }
+  }
+}
+
+TEST(Fp8Test, LoadAndStoreGoThroughOneByte) {
+  uint8_t bytes[3] = {0xAA, 0xAA, 0xAA};
+  StoreFromFloat(bytes, DType::kFP8, 1, -1.0f);
+  EXPECT_EQ(bytes[0], 0xAA);
+  EXPECT_EQ(bytes[1], 0xB8);
+  EXPECT_EQ(bytes[2], 0xAA);
+  EXPECT_FLOAT_EQ(LoadAsFloat(bytes, DType::kFP8, 1), -1.0f);
 }
 
 }  // namespace

@@ -232,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"ops: [3]", "ops[0]: must be a mapping (got \"3\")"},
         ErrorCase{"ops: {id: a}", "ops: must be a list of ops (got a mapping)"},
         ErrorCase{"name: x", "ops: required field missing"},
-        ErrorCase{"dtype: fp8\n" OP(""), "dtype: unknown dtype \"fp8\""},
+        ErrorCase{"dtype: fp4\n" OP(""), "dtype: unknown dtype \"fp4\""},
         ErrorCase{"iterations: 0\n" OP(""), "iterations: must be a positive integer (got \"0\")"},
         ErrorCase{"iterations: 99999999999\n" OP(""), "iterations: must be at most 2147483647"},
         ErrorCase{"warmup: -1\n" OP(""), "warmup: must be a non-negative integer (got \"-1\")"},

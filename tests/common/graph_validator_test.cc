@@ -157,6 +157,37 @@ TEST(GraphValidatorTest, ShapeErrors) {
   }
 }
 
+// fp8 GEMMs need each rank's k and n in multiples of 16 (cuBLASLt); the
+// error names the field and says whether the split width is what fails.
+TEST(GraphValidatorTest, Fp8NeedsWidthsInSixteens) {
+  JobSpec spec = TwoOpSpec();
+  spec.dtype = DType::kFP8;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+  spec.ops[0].n = 2 * 8200;  // 8200 per rank
+  ExpectInvalid(spec, "ops[0].n: n/tp = 8200 is not a multiple of 16, which fp8 GEMMs need");
+  spec = TwoOpSpec();
+  spec.dtype = DType::kFP8;
+  spec.ops[0].k = 8200;  // ag_gemm's k is whole on every rank
+  ExpectInvalid(spec, "ops[0].k: 8200 is not a multiple of 16");
+  spec = TwoOpSpec();
+  spec.dtype = DType::kFP8;
+  spec.ops[1].k = 2 * 8200;  // gemm_rs splits k
+  ExpectInvalid(spec, "ops[1].k: k/tp = 8200 is not a multiple of 16");
+  spec.dtype = DType::kBF16;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok()) << "bf16 takes any width";
+
+  // A gemm alone too; a collective alone has no GEMM, and any width.
+  spec = TwoOpSpec();
+  spec.dtype = DType::kFP8;
+  spec.ops[1] = MakeOp("wgrad", OpType::kGemm, 8192, 8190, 8192);
+  spec.ops[1].transport = Transport::kNone;
+  spec.ops[1].mode = OverlapMode::kSerial;
+  ExpectInvalid(spec, "ops[1].k: 8190 is not a multiple of 16");
+  spec.ops[1] = MakeOp("gather", OpType::kAllGather, 8192, 0, 1000);
+  spec.ops[1].mode = OverlapMode::kSerial;
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+}
+
 TEST(GraphValidatorTest, OverflowErrors) {
   JobSpec spec = TwoOpSpec();
   spec.ops.pop_back();

@@ -267,6 +267,58 @@ TEST(HostEngineTest, GemmWithBetaZeroIgnoresNanInC) {
   }
 }
 
+// fp8 reads B stored transposed ([n, k]) and writes bf16, the layout and the
+// output cuBLASLt's fp8 GEMMs have on Hopper.
+TEST(HostEngineTest, Fp8GemmReadsWeightsTransposedAndWritesBf16) {
+  auto engine = MakeHostEngine(1);
+  const StreamId s = engine->GetStream(0, StreamRole::kCompute);
+  GemmArgs g;
+  g.dtype = DType::kFP8;
+  g.m = 2;
+  g.k = 2;
+  g.n = 3;
+  g.a = {Upload(*engine, 0, {1, 2, 3, 4}, DType::kFP8), 0, 2};
+  // W = [[1, 0, 2], [0, 1, -1]] (k x n), stored as its transpose, row by row.
+  g.b = {Upload(*engine, 0, {1, 0, 0, 1, 2, -1}, DType::kFP8), 0, 2};
+  const BufferId c = Upload(*engine, 0, {10, 10, 10, 10, 10, 10}, DType::kBF16);
+  g.c = {c, 0, 3};
+  ASSERT_TRUE(engine->Gemm(s, g).ok());
+  EXPECT_EQ(Download(*engine, 0, Whole(c, 6 * 2), DType::kBF16),
+            std::vector<float>({1, 2, 0, 3, 4, 2}));
+  g.beta = 1;  // accumulates onto the bf16 C
+  ASSERT_TRUE(engine->Gemm(s, g).ok());
+  EXPECT_EQ(Download(*engine, 0, Whole(c, 6 * 2), DType::kBF16),
+            std::vector<float>({2, 4, 0, 6, 8, 4}));
+
+  // A C sized for fp8 is too small: it holds bf16.
+  g.c = {Upload(*engine, 0, {0, 0, 0, 0, 0, 0}, DType::kFP8), 0, 3};
+  const absl::Status small = engine->Gemm(s, g);
+  EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(small.message()), HasSubstr("holds 3 bf16 elements"));
+}
+
+// fp8 is only gathered: sums in it are refused, whatever the buffers.
+TEST(HostEngineTest, Fp8IsNeverSummed) {
+  auto engine = MakeHostEngine(2);
+  const BufferId a = Upload(*engine, 0, {1, 2}, DType::kFP8);
+  const BufferId b = Upload(*engine, 0, {1, 2}, DType::kFP8);
+  const absl::Status acc = engine->Accumulate(engine->GetStream(0, StreamRole::kCompute),
+                                              Whole(a, 2), Whole(b, 2), DType::kFP8);
+  EXPECT_EQ(acc.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(acc.message()), HasSubstr("fp8 is gathered, never summed"));
+  CollectiveArgs args;
+  args.dtype = DType::kFP8;
+  args.count = 2;
+  const BufferId c = Upload(*engine, 1, {1, 2}, DType::kFP8);
+  args.ranks = {{0, engine->GetStream(0, StreamRole::kComm), Whole(a, 2), Whole(b, 2)},
+                {1, engine->GetStream(1, StreamRole::kComm), Whole(c, 2), Whole(c, 2)}};
+  for (const absl::Status& status : {engine->AllReduce(args), engine->ReduceScatter(args)}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("fp8 is gathered, never summed"));
+  }
+  ASSERT_TRUE(engine->Synchronize({0, 1}).ok());
+}
+
 TEST(HostEngineTest, ConcurrentGemmsOnSeveralStreams) {
   auto engine = MakeHostEngine(2, false);
   const int64_t n = 48;

@@ -146,6 +146,45 @@ TEST(JobRunnerTest, ToleranceWidensForSumsOverMoreRanks) {
   }
 }
 
+// An fp8 graph: every op verified, its gathers counted in fp8 bytes and its
+// sums in bf16 ones (what an fp8 layer moves), and the whole layer step too.
+TEST(JobRunnerTest, Fp8GraphGathersFp8AndSumsBf16) {
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.dtype = DType::kFP8;
+  spec.ops.push_back(AllReduceAfter("grads", 256, 64, "out"));
+  OpSpec gather = AllReduceAfter("gather", 128, 64, "out");
+  gather.type = OpType::kAllGather;
+  spec.ops.push_back(gather);
+  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->ops_size(), 5);
+  std::map<std::string, double> bytes_per_element;
+  const std::map<std::string, double> elements = {{"fc1", 128.0 * 64},
+                                                  {"fc2", 128.0 * 64},
+                                                  {"out", 128.0 * 64},
+                                                  {"grads", 256.0 * 64},
+                                                  {"gather", 128.0 * 64}};
+  for (const v1::OpResult& op : result->ops()) {
+    EXPECT_EQ(op.dtype(), "fp8") << op.id();
+    EXPECT_TRUE(op.verified()) << op.id();
+    EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
+    EXPECT_DOUBLE_EQ(op.tolerance(), 1e-2) << op.id();
+    ASSERT_GT(op.algbw_gbps(), 0) << op.id();
+    // algbw = bytes / comm alone: the bytes per element it was counted with.
+    bytes_per_element[op.id()] =
+        op.algbw_gbps() * 1e9 * op.comm_alone().median_ms() * 1e-3 / elements.at(op.id());
+  }
+  EXPECT_NEAR(bytes_per_element["fc1"], 1, 1e-9);     // A gathered in fp8
+  EXPECT_NEAR(bytes_per_element["gather"], 1, 1e-9);  // an all_gather of fp8
+  EXPECT_NEAR(bytes_per_element["fc2"], 2, 1e-9);     // the bf16 partial reduce-scattered
+  EXPECT_NEAR(bytes_per_element["out"], 2, 1e-9);
+  EXPECT_NEAR(bytes_per_element["grads"], 2, 1e-9);  // gradients summed in bf16
+  // The layer step checks every output again (it fails the job otherwise).
+  ASSERT_TRUE(result->has_layer_step()) << result->layer_note();
+  EXPECT_THAT(result->layer_deferred(), ::testing::Contains("grads"));
+}
+
 // A collective alone in a layer graph: its steps are its comm alone, all of it
 // exposed; no GEMM phases run, and its busbw follows nccl-tests' factors.
 TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {

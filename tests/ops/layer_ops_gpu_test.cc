@@ -152,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr),
                        ::testing::Values(OverlapMode::kSerial, OverlapMode::kBulk),
                        ::testing::Values(1), ::testing::Values(Transport::kNccl, Transport::kP2p),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kFP8)),
     Name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
                        ::testing::Values(1, 2, 4, 8),
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kFP8)),
     Name);
 
 // The GEMM's epilogue stores into the peer's memory over peer access.
@@ -170,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(OpType::kGemmRs, OpType::kGemmAr),
                        ::testing::Values(OverlapMode::kRing), ::testing::Values(1, 2, 4, 8),
                        ::testing::Values(Transport::kDirect),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kFP8)),
     Name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -189,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(OverlapMode::kChunked, OverlapMode::kRing),
                        ::testing::Values(3, 6),
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
-                       ::testing::Values(DType::kBF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF32, DType::kFP8)),
     Name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -260,7 +260,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          OpType::kAllReduce),
                        ::testing::Values(OverlapMode::kSerial), ::testing::Values(1),
                        ::testing::Values(Transport::kNccl, Transport::kP2p),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kFP8)),
     Name);
 INSTANTIATE_TEST_SUITE_P(
     ReplayedCollectiveAlone, LayerOpsGraphGpuTest,
@@ -275,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(
     GemmAlone, LayerOpsGpuTest,
     ::testing::Combine(::testing::Values(OpType::kGemm), ::testing::Values(OverlapMode::kSerial),
                        ::testing::Values(1), ::testing::Values(Transport::kNone),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kFP8)),
     Name);
 INSTANTIATE_TEST_SUITE_P(ReplayedGemmAlone, LayerOpsGraphGpuTest,
                          ::testing::Combine(::testing::Values(OpType::kGemm),

@@ -50,6 +50,9 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
     return absl::UnimplementedError(absl::StrCat(
         op, ": the host backend's collectives have one algorithm (ring and tree are NCCL's)"));
   }
+  if (args.dtype == DType::kFP8 && kind != CollectiveKind::kAllGather) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": fp8 is gathered, never summed"));
+  }
   const size_t n = args.ranks.size();
   if (n == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": no ranks"));
   const size_t es = DTypeSize(args.dtype);

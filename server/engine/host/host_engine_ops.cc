@@ -78,15 +78,19 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   if (g.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm: batch must be >= 1, got ", g.batch));
   }
-  const size_t es = DTypeSize(g.dtype);
+  // fp8 reads B stored [n, k] and writes bf16 (common/dtype.h).
+  const DType c_dtype = GemmOutputDType(g.dtype);
+  const bool b_transposed = WeightsStoredTransposed(g.dtype);
   struct Operand {
     const char* name;
     const MatrixRef& ref;
     int64_t rows, cols, stride;
+    DType dtype;
   };
-  const Operand operands[3] = {{"a", g.a, g.m, g.k, g.stride_a},
-                               {"b", g.b, g.k, g.n, g.stride_b},
-                               {"c", g.c, g.m, g.n, g.stride_c}};
+  const Operand operands[3] = {
+      {"a", g.a, g.m, g.k, g.stride_a, g.dtype},
+      {"b", g.b, b_transposed ? g.n : g.k, b_transposed ? g.k : g.n, g.stride_b, g.dtype},
+      {"c", g.c, g.m, g.n, g.stride_c, c_dtype}};
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Storage> storage[3];
   for (int i = 0; i < 3; ++i) {
@@ -114,20 +118,23 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
     const __int128 end = static_cast<__int128>(op.ref.offset) +
                          static_cast<__int128>(g.batch - 1) * op.stride +
                          static_cast<__int128>(op.rows - 1) * op.ref.ld + op.cols;
-    const size_t elements = it->second.bytes / es;
+    const size_t elements = it->second.bytes / DTypeSize(op.dtype);
     if (end > static_cast<__int128>(elements)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm ", op.name, ": the ", op.rows, "x", op.cols, " matrix at element offset ",
-          op.ref.offset, " with ld ", op.ref.ld,
-          g.batch > 1 ? absl::StrCat(", batch ", g.batch, " stride ", op.stride) : "",
-          " reaches element ", static_cast<int64_t>(end), " but buffer ", op.ref.buffer,
-          " holds ", elements, " ", DTypeName(g.dtype), " elements"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm ", op.name, ": the ", op.rows, "x", op.cols,
+                       " matrix at element offset ", op.ref.offset, " with ld ", op.ref.ld,
+                       g.batch > 1 ? absl::StrCat(", batch ", g.batch, " stride ", op.stride) : "",
+                       " reaches element ", static_cast<int64_t>(end), " but buffer ",
+                       op.ref.buffer, " holds ", elements, " ", DTypeName(op.dtype), " elements"));
     }
     storage[i] = it->second.storage;
   }
-  const auto regions_a = MatrixRegions(g.a, g.m, g.k, g.batch, g.stride_a, es);
-  const auto regions_b = MatrixRegions(g.b, g.k, g.n, g.batch, g.stride_b, es);
-  const auto regions_c = MatrixRegions(g.c, g.m, g.n, g.batch, g.stride_c, es);
+  auto regions = [&](const Operand& op) {
+    return MatrixRegions(op.ref, op.rows, op.cols, g.batch, op.stride, DTypeSize(op.dtype));
+  };
+  const auto regions_a = regions(operands[0]);
+  const auto regions_b = regions(operands[1]);
+  const auto regions_c = regions(operands[2]);
   if (g.batch > 1 && g.stride_c < (g.m - 1) * g.c.ld + g.n) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Gemm c: batch stride ", g.stride_c, " makes the batches of c overlap"));
@@ -153,6 +160,9 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
 }
 
 absl::Status HostEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) {
+  if (dtype == DType::kFP8) {
+    return absl::InvalidArgumentError("Accumulate: fp8 is gathered, never summed");
+  }
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Accumulate"));
   if (dst.bytes != src.bytes) {
     return absl::InvalidArgumentError(absl::StrCat("Accumulate: dst has ", dst.bytes,

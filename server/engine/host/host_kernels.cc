@@ -49,6 +49,9 @@ void ToFloat(const uint8_t* src, DType dtype, size_t count, float* dst) {
         dst[i] = Fp16ToFloat(bits);
       }
       return;
+    case DType::kFP8:
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8ToFloat(src[i]);
+      return;
   }
 }
 
@@ -69,15 +72,21 @@ void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst) {
         std::memcpy(dst + 2 * i, &bits, 2);
       }
       return;
+    case DType::kFP8:
+      for (size_t i = 0; i < count; ++i) dst[i] = FloatToFp8(src[i]);
+      return;
   }
 }
 
 void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* c) {
   const size_t es = DTypeSize(g.dtype);
+  const DType c_dtype = GemmOutputDType(g.dtype);
+  const size_t c_es = DTypeSize(c_dtype);
+  const bool b_transposed = WeightsStoredTransposed(g.dtype);  // B is [n, k]
   for (int i = 0; i < g.batch; ++i) {
     const uint8_t* ai = a + (g.a.offset + i * g.stride_a) * es;
     const uint8_t* bi = b + (g.b.offset + i * g.stride_b) * es;
-    uint8_t* ci = c + (g.c.offset + i * g.stride_c) * es;
+    uint8_t* ci = c + (g.c.offset + i * g.stride_c) * c_es;
     if (g.dtype == DType::kF32) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f,
                   reinterpret_cast<const float*>(ai), g.a.ld, reinterpret_cast<const float*>(bi),
@@ -91,12 +100,19 @@ void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* 
     fb.resize(g.k * g.n);
     fc.resize(g.m * g.n);
     Pack(ai, g.dtype, g.m, g.k, g.a.ld, fa.data());
-    Pack(bi, g.dtype, g.k, g.n, g.b.ld, fb.data());
+    if (b_transposed) {
+      Pack(bi, g.dtype, g.n, g.k, g.b.ld, fb.data());
+    } else {
+      Pack(bi, g.dtype, g.k, g.n, g.b.ld, fb.data());
+    }
     // With beta 0, C is never read: it may hold NaN poison.
-    if (g.beta != 0.0f) Pack(ci, g.dtype, g.m, g.n, g.c.ld, fc.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f, fa.data(), g.k,
-                fb.data(), g.n, g.beta, fc.data(), g.n);
-    for (int64_t r = 0; r < g.m; ++r) FromFloat(fc.data() + r * g.n, g.dtype, g.n, ci + r * g.c.ld * es);
+    if (g.beta != 0.0f) Pack(ci, c_dtype, g.m, g.n, g.c.ld, fc.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, g.m, g.n,
+                g.k, 1.0f, fa.data(), g.k, fb.data(), b_transposed ? g.k : g.n, g.beta, fc.data(),
+                g.n);
+    for (int64_t r = 0; r < g.m; ++r) {
+      FromFloat(fc.data() + r * g.n, c_dtype, g.n, ci + r * g.c.ld * c_es);
+    }
   }
 }
 
