@@ -165,8 +165,9 @@ TEST_F(CudaEngineTest, ReportsDevicesVersionsAndStreams) {
 TEST_F(CudaEngineTest, FillRandomIsBitIdenticalToTheHostConversion) {
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
   const size_t count = 100003;  // not a multiple of the vector width
-  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    // Scales that exercise subnormals (fp16) and overflow to infinity (fp16 max 65504).
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32, DType::kFP8}) {
+    // Scales that exercise subnormals (fp16, fp8), overflow to infinity (fp16 max
+    // 65504) and saturation (fp8 max 448).
     for (float scale : {1.0f, 3.7f, 1e-6f, 1e5f}) {
       for (size_t offset_elems : {size_t{0}, size_t{1}}) {  // aligned and unaligned paths
         SCOPED_TRACE(DTypeName(dtype) + " scale " + std::to_string(scale) + " offset " +
@@ -191,7 +192,7 @@ TEST_F(CudaEngineTest, FillRandomIsBitIdenticalToTheHostConversion) {
 
 TEST_F(CudaEngineTest, FillConstantPoisonsWithNaN) {
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kComm, 1);
-  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32, DType::kFP8}) {
     const size_t count = 4097;
     const BufferId buffer = Alloc(0, count * DTypeSize(dtype));
     ASSERT_TRUE(eng().FillConstant(stream, {buffer, 0, count * DTypeSize(dtype)}, dtype, NAN).ok());
@@ -280,6 +281,99 @@ struct GemmCase {
 };
 
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
+
+// fp8 GEMMs read B stored [n, k] (ldb >= k) and write bf16, batched with B
+// shared or not, beta 0 (C poisoned) and 1, against float64 on the fp8 inputs
+// as stored; and fp8 is never summed.
+class CudaFp8GemmTest : public CudaEngineTest, public ::testing::WithParamInterface<GemmCase> {};
+
+TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
+  const GemmCase& c = GetParam();
+  const int64_t stride_a = c.batch > 1 ? c.m * c.lda + 32 : 0;
+  const int64_t stride_b = c.batch > 1 && c.offset == 0 ? c.n * c.ldb + 16 : 0;  // 0: shared
+  const int64_t stride_c = c.batch > 1 ? c.m * c.ldc + 8 : 0;
+  const size_t count_a = c.offset + (c.batch - 1) * stride_a + c.m * c.lda;
+  const size_t count_b = c.offset + (c.batch - 1) * stride_b + c.n * c.ldb;
+  const size_t count_c = c.offset + (c.batch - 1) * stride_c + c.m * c.ldc;
+  const BufferId a = Alloc(0, count_a);
+  const BufferId b = Alloc(0, count_b);
+  const BufferId cbuf = Alloc(0, count_c * 2);
+  const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
+  ASSERT_TRUE(eng().FillRandom(stream, {a, 0, count_a}, DType::kFP8, 21, 1.0f).ok());
+  ASSERT_TRUE(eng().FillRandom(stream, {b, 0, count_b}, DType::kFP8, 22, 1.0f).ok());
+  const BufferRef c_all{cbuf, 0, count_c * 2};
+  if (c.beta == 0.0f) {
+    ASSERT_TRUE(eng().FillConstant(stream, c_all, DType::kBF16, NAN).ok());
+  } else {
+    ASSERT_TRUE(eng().FillRandom(stream, c_all, DType::kBF16, 23, 1.0f).ok());
+  }
+  engine::GemmArgs args;
+  args.dtype = DType::kFP8;
+  args.m = c.m;
+  args.n = c.n;
+  args.k = c.k;
+  args.a = {a, c.offset, c.lda};
+  args.b = {b, c.offset, c.ldb};
+  args.c = {cbuf, c.offset, c.ldc};
+  args.beta = c.beta;
+  args.batch = c.batch;
+  args.stride_a = stride_a;
+  args.stride_b = stride_b;
+  args.stride_c = stride_c;
+  const absl::Status status = eng().Gemm(stream, args);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  const std::vector<uint8_t> got = Download(cbuf, count_c * 2, 0);
+  const std::vector<uint8_t> ha = HostRandom(DType::kFP8, count_a, 21, 1.0f);
+  const std::vector<uint8_t> hb = HostRandom(DType::kFP8, count_b, 22, 1.0f);
+  const std::vector<uint8_t> hc = HostRandom(DType::kBF16, count_c, 23, 1.0f);
+  double max_err = 0, max_ref = 0;
+  for (int p = 0; p < c.batch; ++p) {
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double ref = 0;
+        for (int64_t l = 0; l < c.k; ++l) {
+          // B[l, j] is element j * ldb + l of its [n, k] storage.
+          ref += static_cast<double>(
+                     LoadAsFloat(ha.data(), DType::kFP8, c.offset + p * stride_a + i * c.lda + l)) *
+                 LoadAsFloat(hb.data(), DType::kFP8, c.offset + p * stride_b + j * c.ldb + l);
+        }
+        const size_t ci = c.offset + p * stride_c + i * c.ldc + j;
+        if (c.beta != 0.0f) ref += LoadAsFloat(hc.data(), DType::kBF16, ci);
+        const double y = LoadAsFloat(got.data(), DType::kBF16, ci);
+        ASSERT_TRUE(std::isfinite(y)) << "C[" << p << "][" << i << "][" << j << "] not written";
+        max_err = std::max(max_err, std::fabs(y - ref));
+        max_ref = std::max(max_ref, std::fabs(ref));
+      }
+    }
+  }
+  ASSERT_GT(max_ref, 0);
+  EXPECT_LT(max_err / max_ref, DTypeTolerance(DType::kFP8))
+      << "max err " << max_err << " max ref " << max_ref;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaFp8GemmTest,
+    ::testing::Values(GemmCase{"square", 128, 128, 128, 128, 128, 128, 1, 0.0f, 0},
+                      GemmCase{"padded_ld", 80, 144, 96, 112, 112, 160, 1, 0.0f, 0},
+                      GemmCase{"beta1", 48, 64, 32, 32, 32, 64, 1, 1.0f, 0},
+                      GemmCase{"batched", 64, 48, 96, 96, 96, 48, 3, 0.0f, 0},
+                      GemmCase{"batched_shared_b_beta1", 40, 32, 64, 64, 64, 32, 4, 1.0f, 16},
+                      GemmCase{"large_k", 96, 256, 4096, 4096, 4096, 256, 1, 0.0f, 0}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(CudaEngineTest, Fp8IsNeverSummed) {
+  const BufferId a = Alloc(0, 64);
+  const absl::Status acc = eng().Accumulate(eng().GetStream(0, StreamRole::kCompute, 0), {a, 0, 32},
+                                            {a, 32, 32}, DType::kFP8);
+  EXPECT_EQ(acc.code(), absl::StatusCode::kInvalidArgument);
+  engine::CollectiveArgs args;
+  args.dtype = DType::kFP8;
+  args.count = 16;
+  args.ranks = {{0, eng().GetStream(0, StreamRole::kComm, 0), {a, 0, 16}, {a, 32, 16}}};
+  EXPECT_EQ(eng().AllReduce(args).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+}
 
 class CudaGemmTest : public CudaEngineTest,
                      public ::testing::WithParamInterface<std::tuple<DType, GemmCase>> {};
