@@ -229,6 +229,11 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
       absl::StrCat("T = ", w.tokens, " tokens (seq ", o.seq, " x micro-batch ", o.micro_batch,
                    "), tp = ", o.tp, ", ",
                    o.sequence_parallel ? "sequence parallel" : "no sequence parallelism")};
+  if (o.dtype == DType::kFP8) {
+    lines.push_back(
+        "fp8: E4M3 GEMM inputs, gathered in fp8; GEMM outputs, reduce-scatters and gradient "
+        "all-reduces in bf16.");
+  }
   lines.push_back(
       "Left out, as they move nothing across GPUs: the attention core, norms, activations.");
   return lines;

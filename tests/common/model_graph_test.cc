@@ -198,6 +198,33 @@ TEST(ModelGraphTest, YamlRoundTripsAndValidates) {
   }
 }
 
+// fp8: every preset's layer holds at tp 1, 2, 4 and 8 (each rank's widths in
+// 16s), the header says what runs in bf16, and a width that is not refuses.
+TEST(ModelGraphTest, Fp8LayersHoldAndSayWhatStaysBf16) {
+  for (const ModelDims& model : ModelPresets()) {
+    for (int tp : {1, 2, 4, 8}) {
+      LayerGraphOptions options = Tp(tp, LayerPass::kBoth);
+      options.grads = true;
+      options.dtype = DType::kFP8;
+      absl::StatusOr<LayerGraph> graph = BuildLayerGraph(model, options);
+      ASSERT_TRUE(graph.ok()) << model.name << " tp " << tp << ": " << graph.status();
+      EXPECT_THAT(LayerGraphYaml(*graph),
+                  HasSubstr("# fp8: E4M3 GEMM inputs, gathered in fp8; GEMM outputs, "
+                            "reduce-scatters and gradient all-reduces in bf16.\n# Left out"));
+    }
+  }
+  ModelDims narrow = Preset("llama3-8b");
+  narrow.name = "narrow";
+  narrow.ffn = 14344;  // 7172 per rank at tp 2
+  LayerGraphOptions options = Tp(2);
+  options.dtype = DType::kFP8;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(narrow, options);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_THAT(graph.status().message(), HasSubstr("is not a multiple of 16, which fp8 GEMMs need"));
+  options.dtype = DType::kBF16;
+  EXPECT_TRUE(BuildLayerGraph(narrow, options).ok());
+}
+
 // Two layers: the forward up, the backward down, each layer's ops after the
 // last of the one before; ids name the layer.
 TEST(ModelGraphTest, LayersRunOneAfterAnother) {
