@@ -7,9 +7,23 @@ start_overlapd() {
   local log=$1
   shift
   work=$(mktemp -d /tmp/overlapd.XXXXXX)
+  run_overlapd "$log" "$@"
+}
+
+# restart_overlapd LOG [flags...]: stops the daemon start_overlapd started and
+# starts it again on the same socket and state directory (its log appended).
+restart_overlapd() {
+  kill -TERM "$pid" 2> /dev/null
+  wait "$pid" 2> /dev/null
+  run_overlapd "$@"
+}
+
+run_overlapd() {
+  local log=$1
+  shift
   addr="unix:$work/overlapd.sock"
   overlapd --backend "${OVERLAPD_BACKEND:-cuda}" --listen "$addr" --state-dir "$work/state" "$@" \
-    > "$log" 2>&1 &
+    >> "$log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     overlapctl --addr "$addr" node > /dev/null 2>&1 && return 0

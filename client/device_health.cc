@@ -62,9 +62,10 @@ std::vector<Problem> Problems(const v1::Device& d, int most_nvlinks_active) {
                                           d.ecc_uncorrected())});
   }
   if (d.xid_valid() && d.gpu_xid_errors() > 0) {
-    out.push_back({"xid", absl::StrFormat("%d Xid error(s) that point at the GPU since overlapd "
-                                          "started (the last Xid seen: %s): `dmesg | grep Xid` "
-                                          "has each; drain its jobs and reset the GPU",
+    out.push_back({"xid", absl::StrFormat("%d Xid error(s) that point at the GPU this boot (the "
+                                          "last Xid seen: %s): `dmesg | grep Xid` has each; drain "
+                                          "its jobs and reset the GPU, then remove xids.db from "
+                                          "overlapd's state directory and restart overlapd",
                                           d.gpu_xid_errors(), DescribeXid(d.last_xid()))});
   }
   if (d.row_remap_valid() && d.row_remap_failed()) {
@@ -155,8 +156,9 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
       absl::StrAppend(&problems, "GPU ", d.index(), ": ", p, "\n");
     }
   }
-  return absl::StrCat("health (errors since the driver loaded; Xids since overlapd started):\n",
-                      table.Render(), problems.empty() ? "no health problems\n" : problems);
+  return absl::StrCat(
+      "health (errors since the driver loaded; Xids this boot, kept across overlapd restarts):\n",
+      table.Render(), problems.empty() ? "no health problems\n" : problems);
 }
 
 nlohmann::json HealthJson(const v1::Device& d) {

@@ -15,6 +15,7 @@
 #include "server/cuda/cuda_check.h"
 #include "server/cuda/cuda_engine_impl.h"
 #include "server/cuda/scoped_device.h"
+#include "server/engine/xid_log.h"
 
 namespace overlap::cuda {
 namespace {
@@ -120,7 +121,19 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
   engine->EnablePeerAccess();
   std::vector<std::string> pci_bus_ids;
   for (const auto& state : engine->devices_) pci_bus_ids.push_back(state->pci_bus_id);
-  engine->nvml_ = NvmlTelemetry::Open(pci_bus_ids);
+  // Xid counts kept across restarts where the daemon has a state directory.
+  std::unique_ptr<engine::XidLog> xid_log;
+  if (!config.state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<engine::XidLog>> opened =
+        engine::XidLog::Open(config.state_dir, engine::CurrentBootId());
+    if (opened.ok()) {
+      xid_log = std::move(opened).value();
+    } else {
+      GetLogger("cuda")->warn("Xid counts will start from 0 at each restart: {}",
+                              opened.status().ToString());
+    }
+  }
+  engine->nvml_ = NvmlTelemetry::Open(pci_bus_ids, std::move(xid_log));
   if (config.launch_gate) {
     absl::StatusOr<std::unique_ptr<LaunchGate>> gate = LaunchGate::Create();
     if (gate.ok()) {

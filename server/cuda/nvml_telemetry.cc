@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <map>
 
 #include "common/logging.h"
 #include "common/xid.h"
@@ -71,7 +72,8 @@ bool Resolve(void* library, const char* name, Fn* out) {
 
 }  // namespace
 
-std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string>& pci_bus_ids) {
+std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string>& pci_bus_ids,
+                                                   std::unique_ptr<engine::XidLog> xid_log) {
   auto log = GetLogger("cuda");
   void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
@@ -117,18 +119,41 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
     if (api->handle_by_pci(pci.c_str(), &handle) != 0) handle = nullptr;
     handles.push_back(handle);
   }
-  std::unique_ptr<NvmlTelemetry> telemetry(
-      new NvmlTelemetry(library, std::move(api), std::move(handles)));
+  std::unique_ptr<NvmlTelemetry> telemetry(new NvmlTelemetry(
+      library, std::move(api), std::move(handles), pci_bus_ids, std::move(xid_log)));
   telemetry->StartXidWatch();
   return telemetry;
 }
 
-NvmlTelemetry::NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles)
+NvmlTelemetry::NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles,
+                             std::vector<std::string> pci_bus_ids,
+                             std::unique_ptr<engine::XidLog> xid_log)
     : library_(library),
       api_(std::move(api)),
       handles_(std::move(handles)),
+      pci_bus_ids_(std::move(pci_bus_ids)),
+      xid_log_(std::move(xid_log)),
       xid_registered_(handles_.size(), false),
-      xids_(handles_.size()) {}
+      xids_(handles_.size()) {
+  if (xid_log_ == nullptr) return;
+  absl::StatusOr<std::map<std::string, engine::XidCounts>> kept = xid_log_->Counts();
+  if (!kept.ok()) {
+    GetLogger("cuda")->warn("Xid counts from before this start are lost: {}",
+                            kept.status().ToString());
+    return;
+  }
+  absl::MutexLock lock(&xid_mu_);
+  for (size_t d = 0; d < pci_bus_ids_.size(); ++d) {
+    auto it = kept->find(pci_bus_ids_[d]);
+    if (it == kept->end()) continue;
+    xids_[d] = it->second;
+    GetLogger("cuda")->log(
+        it->second.gpu > 0 ? spdlog::level::err : spdlog::level::info,
+        "GPU {}: {} Xid(s) this boot from before this start, {} pointing at the GPU (last {}); "
+        "once the GPU is reset, remove {} from the state directory",
+        d, it->second.all, it->second.gpu, DescribeXid(it->second.last), engine::XidLog::kFileName);
+  }
+}
 
 NvmlTelemetry::~NvmlTelemetry() {
   stop_ = true;
@@ -196,13 +221,23 @@ void NvmlTelemetry::WatchXids() {
     // Error level where it points at the GPU: that is what an operator must act on.
     log->log(gpu ? spdlog::level::err : spdlog::level::warn, "GPU {}: {}{}", device,
              DescribeXid(xid), gpu ? ": the GPU itself; `overlapctl health` shows it" : "");
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    absl::MutexLock lock(&xid_mu_);
-    XidCounts& c = xids_[device];
-    ++c.all;
-    if (gpu) ++c.gpu;
-    c.last = xid;
-    c.last_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    {
+      absl::MutexLock lock(&xid_mu_);
+      engine::XidCounts& c = xids_[device];
+      ++c.all;
+      if (gpu) ++c.gpu;
+      c.last = xid;
+      c.last_unix_ms = now_ms;
+    }
+    if (xid_log_ != nullptr) {
+      if (absl::Status s = xid_log_->Record(pci_bus_ids_[device], xid, now_ms); !s.ok()) {
+        log->warn("GPU {}: this Xid is counted, but a restart will forget it: {}", device,
+                  s.ToString());
+      }
+    }
   }
 }
 
@@ -243,7 +278,7 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
   ReadHealth(h, &t);
   if (xid_registered_[device]) {
     absl::MutexLock lock(&xid_mu_);
-    const XidCounts& c = xids_[device];
+    const engine::XidCounts& c = xids_[device];
     t.xid_valid = true;
     t.xid_errors = c.all;
     t.gpu_xid_errors = c.gpu;

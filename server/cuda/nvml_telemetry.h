@@ -2,7 +2,8 @@
 // at run time: overlapd must start on machines without a driver (CI), so it
 // never links libnvidia-ml. Devices are matched by PCI bus id, because NVML and
 // CUDA may number them differently. A thread waits for NVML's Xid events and
-// counts them per GPU. Thread-safe (NVML is).
+// counts them per GPU, in an XidLog where there is one, so that the counts
+// survive the daemon's restarts. Thread-safe (NVML is).
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "server/engine/engine.h"
+#include "server/engine/xid_log.h"
 
 namespace overlap::cuda {
 
@@ -21,7 +23,9 @@ class NvmlTelemetry {
  public:
   // Null when libnvidia-ml.so.1 or one of its symbols is missing, or nvmlInit
   // fails; the reason is logged once.
-  static std::unique_ptr<NvmlTelemetry> Open(const std::vector<std::string>& pci_bus_ids);
+  // Xid counts start from what `xid_log` (may be null) kept for these GPUs.
+  static std::unique_ptr<NvmlTelemetry> Open(const std::vector<std::string>& pci_bus_ids,
+                                             std::unique_ptr<engine::XidLog> xid_log);
   ~NvmlTelemetry();
   NvmlTelemetry(const NvmlTelemetry&) = delete;
   NvmlTelemetry& operator=(const NvmlTelemetry&) = delete;
@@ -32,7 +36,8 @@ class NvmlTelemetry {
   struct Api;  // the resolved NVML entry points (nvml_telemetry.cc)
 
  private:
-  NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles);
+  NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vector<void*> handles,
+                std::vector<std::string> pci_bus_ids, std::unique_ptr<engine::XidLog> xid_log);
   // The health fields of `t` from device handle `h`.
   void ReadHealth(void* h, engine::DeviceTelemetry* t) const;
   // Registers every GPU for Xid events and starts the thread that waits for
@@ -42,21 +47,17 @@ class NvmlTelemetry {
   void WatchXids();
   static constexpr unsigned int kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
 
-  struct XidCounts {
-    int64_t all = 0;
-    int64_t gpu = 0;  // those that point at the GPU (common/xid.h)
-    uint64_t last = 0;
-    int64_t last_unix_ms = 0;
-  };
   void* library_;
   std::unique_ptr<Api> api_;
   std::vector<void*> handles_;  // nvmlDevice_t per CUDA device, null when not found
+  const std::vector<std::string> pci_bus_ids_;
+  const std::unique_ptr<engine::XidLog> xid_log_;  // null: counts since the daemon started
   void* event_set_ = nullptr;   // nvmlEventSet_t; null when not watching
   std::vector<bool> xid_registered_;
   std::atomic<bool> stop_{false};
   std::thread xid_thread_;
   mutable absl::Mutex xid_mu_;
-  std::vector<XidCounts> xids_ ABSL_GUARDED_BY(xid_mu_);
+  std::vector<engine::XidCounts> xids_ ABSL_GUARDED_BY(xid_mu_);
 };
 
 }  // namespace overlap::cuda

@@ -170,8 +170,8 @@ struct DeviceTelemetry {
   bool row_remap_valid = false;
   bool row_remap_pending = false;  // applied at the next GPU reset
   bool row_remap_failed = false;
-  // Xid errors (NVML events) since the daemon started; xid_valid where NVML
-  // lets it watch them.
+  // Xid errors (NVML events) this boot, kept across the daemon's restarts where
+  // it has a state directory (xid_log.h); xid_valid where NVML lets it watch them.
   bool xid_valid = false;
   int64_t xid_errors = 0;
   int64_t gpu_xid_errors = 0;  // those that point at the GPU (common/xid.h)

@@ -159,12 +159,12 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
              "(state=\"failed\") (NVML)",
              MetricType::Gauge);
   MetricFamily xids = Family("overlapd_device_xid_errors_total",
-                             "Xid errors (NVML events) since overlapd started: all of them "
+                             "Xid errors (NVML events) this boot, kept across overlapd restarts: "
+                             "all of them "
                              "(kind=\"all\") and those that point at the GPU (kind=\"gpu\")",
                              MetricType::Counter);
-  MetricFamily last_xid =
-      Family("overlapd_device_last_xid", "the last Xid seen since overlapd started, 0 for none",
-             MetricType::Gauge);
+  MetricFamily last_xid = Family("overlapd_device_last_xid",
+                                 "the last Xid seen this boot, 0 for none", MetricType::Gauge);
   for (const v1::Device& d : node.devices()) {
     const ClientMetric::Label device = DeviceLabel(d.index());
     Add(memory, static_cast<double>(d.memory_bytes()), {device, {"name", d.name()}});

@@ -74,9 +74,10 @@ TEST(DeviceHealthTest, XidsThatPointAtTheGpuAreAProblem) {
   d.set_xid_errors(4);
   d.set_last_xid(79);
   EXPECT_THAT(HealthProblems(d, 18),
-              ElementsAre("1 Xid error(s) that point at the GPU since overlapd started (the last "
+              ElementsAre("1 Xid error(s) that point at the GPU this boot (the last "
                           "Xid seen: Xid 79 (fallen off the bus)): `dmesg | grep Xid` has each; "
-                          "drain its jobs and reset the GPU"));
+                          "drain its jobs and reset the GPU, then remove xids.db from overlapd's "
+                          "state directory and restart overlapd"));
   const nlohmann::json j = HealthJson(d);
   EXPECT_EQ(j["xid"]["errors"], 4);
   EXPECT_EQ(j["xid"]["gpu_errors"], 1);
@@ -143,7 +144,8 @@ TEST(DeviceHealthTest, NodeTableShowsEveryReadingAndNamesTheProblems) {
   node.add_devices()->set_index(2);  // no NVML
   const std::string text = FormatDeviceHealth(node);
   EXPECT_THAT(text,
-              StartsWith("health (errors since the driver loaded; Xids since overlapd started):\n"
+              StartsWith("health (errors since the driver loaded; Xids this boot, kept across "
+                         "overlapd restarts):\n"
                          "INDEX  PCIE                     PCIE REPLAYS  NVLINKS  "
                          "NVLINK CRC/REPLAY/RECOVERY  ECC CORR/UNCORR  ROW REMAP  XID GPU/ALL\n"))
       << text;
