@@ -1,8 +1,9 @@
-// gemm_algos: which cuBLASLt algorithm is fastest for one bf16 GEMM shape when
-// the GPU is cold (as a quick tuner sees it) and when it has run GEMMs for a
-// while (as a training step, or our bench, sees it: the SM clock drops under
-// the power limit)? Times every heuristic candidate both ways, then our
-// GemmLt's pick. Usage: gemm_algos M N K [sustain_ms]
+// gemm_algos: which cuBLASLt algorithm is fastest for one bf16 (or fp8) GEMM
+// shape when the GPU is cold (as a quick tuner sees it) and when it has run
+// GEMMs for a while (as a training step, or our bench, sees it: the SM clock
+// drops under the power limit)? Times every heuristic candidate both ways, then
+// our GemmLt's pick. Usage: gemm_algos M N K [sustain_ms] [bf16|fp8]
+// fp8: E4M3 inputs, B stored [n, k] (the TN layout), bf16 out, as the daemon runs them.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,11 +39,12 @@ using overlap::bench::Median;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: gemm_algos M N K [sustain_ms]\n");
+    std::fprintf(stderr, "usage: gemm_algos M N K [sustain_ms] [bf16|fp8]\n");
     return 64;
   }
   const int64_t m = std::atoll(argv[1]), n = std::atoll(argv[2]), k = std::atoll(argv[3]);
   const double sustain_ms = argc > 4 ? std::atof(argv[4]) : 300;
+  const bool fp8 = argc > 5 && std::string(argv[5]) == "fp8";
   const size_t ws_bytes = size_t{64} << 20;
   void* ws;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
@@ -50,6 +53,11 @@ int main(int argc, char** argv) {
   overlap::bench::Bf16Gemm g;
   g.m = m, g.n = n, g.k = k;
   overlap::bench::AllocateFilled(g, s, 0.01f);
+  if (fp8) {  // the same buffers, refilled with one-byte values
+    using overlap::cuda::ElemType;
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, 1.0f, s));
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, 1.0f, s));
+  }
   void *a = g.a, *b = g.b, *c = g.c;
 
   // Row-major C[m,n] = A[m,k] B[k,n] is column-major C^T = B^T A^T.
@@ -58,8 +66,16 @@ int main(int argc, char** argv) {
   cublasLtMatmulDesc_t op;
   CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasLtMatrixLayout_t la, lb, lc;
-  CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+  if (fp8) {  // A' = B stored [n, k]: column-major k x n, read transposed
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                            sizeof(transpose)));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k));
+  } else {
+    CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
+  }
   CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n));
   cublasLtMatmulPreference_t pref;
   CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
@@ -108,7 +124,8 @@ int main(int argc, char** argv) {
     return std::make_pair(cold, time_iterations(launch, 20));
   };
   const double flops = 2.0 * m * n * k;
-  std::printf("GEMM %ldx%ldx%ld bf16: %d heuristic candidates\n", long(m), long(n), long(k), found);
+  std::printf("GEMM %ldx%ldx%ld %s: %d heuristic candidates\n", long(m), long(n), long(k),
+              fp8 ? "fp8" : "bf16", found);
   std::printf("%-4s %10s %10s %8s  %s\n", "#", "cold ms", "hot ms", "hot TF/s", "workspace");
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -116,8 +133,9 @@ int main(int argc, char** argv) {
     std::printf("%-4d %10.3f %10.3f %8.0f  %zu\n", i, cold, hot, flops / hot / 1e9,
                 results[i].workspaceSize);
   }
-  // cuBLAS's own entry point (what PyTorch's matmul calls), with a 32 MiB workspace.
-  {
+  // cuBLAS's own entry point (what PyTorch's matmul calls), with a 32 MiB workspace;
+  // it has no fp8 (PyTorch's _scaled_mm calls cuBLASLt).
+  if (!fp8) {
     cublasHandle_t handle;
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 1;
     cublasSetStream(handle, s);
@@ -136,7 +154,11 @@ int main(int argc, char** argv) {
   // Our tuner's pick (GemmLt tunes on first use), hot.
   auto ours = overlap::cuda::GemmLt::Create(0);
   if (!ours.ok()) return 1;
-  const overlap::cuda::GemmProblem p = overlap::bench::Problem(g);
+  overlap::cuda::GemmProblem p = overlap::bench::Problem(g);
+  if (fp8) {
+    p.type = overlap::cuda::ElemType::kFP8;
+    p.ldb = k;
+  }
   auto quiesce = [&] {
     return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()
                                                    : absl::InternalError("sync");

@@ -35,7 +35,7 @@ def uniform(shape, dtype):
     return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
 
 
-def time_gemm(run, iterations, preheat_ms):
+def time_gemm(run, iterations, preheat_ms, sync_each=False):
     run()
     torch.cuda.synchronize()
     t0 = time.time()
@@ -49,6 +49,8 @@ def time_gemm(run, iterations, preheat_ms):
         start.record()
         run()
         end.record()
+        if sync_each:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) for s, e in pairs]
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times)}
@@ -59,6 +61,8 @@ def main():
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--preheat-ms", type=float, default=300)
+    parser.add_argument("--sync-each", action="store_true",
+                        help="wait for each GEMM before queueing the next (as gemm_algos times)")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     shapes = sorted({local_shape(op, *s, args.tp) for op, ss in SWEEP.items() for s in ss})
@@ -68,13 +72,13 @@ def main():
         a16, w16 = uniform((m, k), torch.bfloat16), uniform((k, n), torch.bfloat16) * 0.01
         out16 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         bf16 = time_gemm(lambda: torch.matmul(a16, w16, out=out16), args.iterations,
-                         args.preheat_ms)
+                         args.preheat_ms, args.sync_each)
         del a16, w16, out16
         a8 = uniform((m, k), torch.float8_e4m3fn)
         w8 = uniform((n, k), torch.float8_e4m3fn)  # [n, k]: passed transposed
         fp8 = time_gemm(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
                                                  out_dtype=torch.bfloat16),
-                        args.iterations, args.preheat_ms)
+                        args.iterations, args.preheat_ms, args.sync_each)
         del a8, w8
         flop = 2.0 * m * k * n
         rows.append({"m": m, "k": k, "n": n, "bf16": bf16, "fp8": fp8,
