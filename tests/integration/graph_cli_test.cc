@@ -101,6 +101,34 @@ TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {
               HasSubstr("\nllama3-70b     8192  28672     64         8       128  gated\n"));
 }
 
+// The same layer in bf16 and in fp8 through the daemon: both verified, and
+// `compare` puts them side by side, naming the dtype as what differs.
+TEST(GraphCliTest, AnFp8LayerRunsAndComparesWithItsBf16Twin) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  ASSERT_TRUE(daemon.Start());
+  std::vector<std::string> ids;
+  for (const char* dtype : {"bf16", "fp8"}) {
+    const std::string file = dir.File(std::string(dtype) + ".yaml");
+    RunResult graph =
+        daemon.Ctl(With(kSmallModel, {"--mlp", "plain", "--dtype", dtype, "-o", file}));
+    ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
+    RunResult submit = daemon.Ctl({"submit", file, "--wait", "--json"}, std::chrono::seconds(120));
+    ASSERT_EQ(submit.exit_code, 0) << Describe(submit) << daemon.Log();
+    const nlohmann::json job = nlohmann::json::parse(submit.out);
+    EXPECT_EQ(job["state"], "SUCCEEDED");
+    for (const nlohmann::json& op : job["result"]["ops"]) {
+      EXPECT_EQ(op["dtype"], dtype) << op.dump();
+      EXPECT_TRUE(op["verified"].get<bool>()) << op.dump();
+    }
+    ids.push_back(job["id"]);
+  }
+  RunResult compare = daemon.Ctl({"compare", ids[0], ids[1]});
+  ASSERT_EQ(compare.exit_code, 0) << Describe(compare);
+  EXPECT_THAT(compare.out, HasSubstr("differs: dtype: bf16 -> fp8"));
+  EXPECT_THAT(compare.out, HasSubstr("\nfc2 "));
+}
+
 TEST(GraphCliTest, BadModelsAreUsageErrorsAndAMissingDaemonIsNamed) {
   TempDir dir;
   const std::string nobody = "unix:" + dir.File("nobody.sock");
