@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A short device check of the daemon's NVML health readings against
 # nvidia-smi's: PCIe link, NVLink states and error counters, ECC, row remaps;
-# an Xid made on purpose (xid_probe), counted again after a restart; then `overlapctl check` for its health
+# an Xid made on purpose (xid_probe), counted again after a restart, then
+# forgotten (health --forget-xids) for good; then `overlapctl check` for its health
 # findings. Pack with EXTRA_TARGETS=xid_probe. Run with the device bundle
 # unpacked (see pack-device.sh).
 set -uo pipefail
@@ -44,7 +45,12 @@ overlapctl --addr "$addr" --json health
 dmesg 2>/dev/null | grep -i xid | tail -3
 echo "== the Xid count after a restart on the same state directory (kept in xids.db)"
 restart_overlapd "$OUT/overlapd.log"
-overlapctl --addr "$addr" --json health | python3 -c "import json,sys; d=json.load(sys.stdin)['devices'][0]['health'].get('xid'); print('after restart:', d)"
+xids() { overlapctl --addr "$addr" --json health | python3 -c "import json,sys; print('$1:', json.load(sys.stdin)['devices'][0]['health'].get('xid'))"; }
+xids "after restart"
+overlapctl --addr "$addr" health --forget-xids 0; echo "forget exit $?"
+xids "after forget"
+restart_overlapd "$OUT/overlapd.log"
+xids "after forget and restart"
 echo "== check"
 overlapctl --addr "$addr" check --iterations 20; echo "check exit $?"
 overlapctl --addr "$addr" check --iterations 5 --json | python3 -c "import json,sys; j=json.load(sys.stdin); print(j['unhealthy_gpus'], j['gpus'][0].get('health'), j['gpus'][0].get('health_problems'))"

@@ -194,6 +194,18 @@ int Commands::Health() {
   return UnhealthyDevices(*node).empty() ? kExitOk : kExitJobFailed;
 }
 
+int Commands::ForgetXids(int device) {
+  absl::StatusOr<v1::ForgetXidsResponse> forgot = client_.ForgetXids(device);
+  if (!forgot.ok()) return Fail(forgot.status());
+  if (json_) {
+    out_ << nlohmann::json{{"device", device}, {"forgotten", forgot->forgotten()}}.dump() << "\n";
+  } else {
+    out_ << "GPU " << device << ": forgot " << forgot->forgotten()
+         << " Xid(s) of this boot; its count starts again from 0\n";
+  }
+  return kExitOk;
+}
+
 int Commands::Stats() {
   absl::StatusOr<v1::GetStatsResponse> stats = client_.GetStats();
   if (!stats.ok()) return Fail(stats.status());

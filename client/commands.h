@@ -56,6 +56,8 @@ class Commands {
   // problem; exit kExitJobFailed when a GPU has one, kExitRefused when the
   // daemon has no readings to judge by.
   int Health();
+  // Sets GPU `device`'s Xid counts of this boot back to 0 (after a GPU reset).
+  int ForgetXids(int device);
   int Stats();
   int Report(const std::string& id);
   // The job's graph with the schedules its ops ran (pin.h), to standard output

@@ -182,6 +182,17 @@ absl::StatusOr<v1::ForgetTunedSchedulesResponse> DaemonClient::ForgetTunedSchedu
   return response;
 }
 
+absl::StatusOr<v1::ForgetXidsResponse> DaemonClient::ForgetXids(int device) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::ForgetXidsRequest request;
+  request.set_device(device);
+  v1::ForgetXidsResponse response;
+  absl::Status status = Convert(node_->ForgetXids(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::Job> DaemonClient::WatchJob(
     const std::string& id, const std::function<void(const v1::Job&)>& on_event) {
   grpc::ClientContext context;

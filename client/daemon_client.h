@@ -57,6 +57,7 @@ class DaemonClient {
   absl::StatusOr<v1::ListTunedSchedulesResponse> ListTunedSchedules(const v1::TuningFilter& filter);
   absl::StatusOr<v1::ForgetTunedSchedulesResponse> ForgetTunedSchedules(
       const v1::TuningFilter& filter, bool all);
+  absl::StatusOr<v1::ForgetXidsResponse> ForgetXids(int device);
 
   // Follows WatchJob until the job is final, calling `on_event` for every event
   // (may be null), and returns the final job. No deadline: jobs run for minutes.

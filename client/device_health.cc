@@ -62,11 +62,12 @@ std::vector<Problem> Problems(const v1::Device& d, int most_nvlinks_active) {
                                           d.ecc_uncorrected())});
   }
   if (d.xid_valid() && d.gpu_xid_errors() > 0) {
-    out.push_back({"xid", absl::StrFormat("%d Xid error(s) that point at the GPU this boot (the "
-                                          "last Xid seen: %s): `dmesg | grep Xid` has each; drain "
-                                          "its jobs and reset the GPU, then remove xids.db from "
-                                          "overlapd's state directory and restart overlapd",
-                                          d.gpu_xid_errors(), DescribeXid(d.last_xid()))});
+    out.push_back(
+        {"xid", absl::StrFormat("%d Xid error(s) that point at the GPU this boot (the "
+                                "last Xid seen: %s): `dmesg | grep Xid` has each; drain "
+                                "its jobs and reset the GPU, then `overlapctl health "
+                                "--forget-xids %d`",
+                                d.gpu_xid_errors(), DescribeXid(d.last_xid()), d.index())});
   }
   if (d.row_remap_valid() && d.row_remap_failed()) {
     out.push_back({"remap",

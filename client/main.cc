@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
       "health",
       "the GPUs' health now, from NVML: PCIe link, NVLinks, ECC errors, row remaps, Xids "
       "(exit 1 when a GPU has a problem; no jobs run)");
+  int forget_xids_device = -1;
+  health
+      ->add_option("--forget-xids", forget_xids_device,
+                   "set this GPU's Xid counts of this boot back to 0 (after resetting it)")
+      ->check(CLI::NonNegativeNumber);
   overlap::client::CheckOptions check_options;
   bool no_links = false;
   CLI::App* check = app.add_subcommand(
@@ -306,7 +311,9 @@ int main(int argc, char** argv) {
   if (watch->parsed()) rc = commands.Watch(id);
   if (node->parsed()) rc = commands.Node();
   if (stats->parsed()) rc = commands.Stats();
-  if (health->parsed()) rc = commands.Health();
+  if (health->parsed()) {
+    rc = forget_xids_device >= 0 ? commands.ForgetXids(forget_xids_device) : commands.Health();
+  }
   if (report->parsed()) rc = commands.Report(id);
   if (compare->parsed()) rc = commands.Compare(id, id_b);
   if (pin->parsed()) rc = commands.Pin(id, pin_out);

@@ -268,6 +268,14 @@ engine::DeviceTelemetry CudaEngineImpl::Telemetry(int device) const {
   return nvml_ ? nvml_->Read(device) : engine::DeviceTelemetry{};
 }
 
+absl::StatusOr<int64_t> CudaEngineImpl::ForgetXids(int device) const {
+  if (!ValidDevice(device)) {
+    return absl::InvalidArgumentError(absl::StrCat("no device ", device));
+  }
+  if (nvml_ == nullptr) return absl::FailedPreconditionError("no NVML: Xid errors are not counted");
+  return nvml_->ForgetXids(device);
+}
+
 engine::BackendVersions CudaEngineImpl::Versions() const {
   engine::BackendVersions versions;
   int runtime = 0, driver = 0, nccl = 0;

@@ -45,6 +45,7 @@ class CudaEngineImpl final : public CudaEngine {
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
   engine::DeviceInfo GetDeviceInfo(int device) const override;
   engine::DeviceTelemetry Telemetry(int device) const override;
+  absl::StatusOr<int64_t> ForgetXids(int device) const override;
   int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
   double PreheatMs() const override { return config_.preheat_ms; }
   int RanksPerGpu() const override { return config_.ranks_per_gpu; }

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/xid.h"
 
 namespace overlap::cuda {
@@ -150,8 +152,8 @@ NvmlTelemetry::NvmlTelemetry(void* library, std::unique_ptr<Api> api, std::vecto
     GetLogger("cuda")->log(
         it->second.gpu > 0 ? spdlog::level::err : spdlog::level::info,
         "GPU {}: {} Xid(s) this boot from before this start, {} pointing at the GPU (last {}); "
-        "once the GPU is reset, remove {} from the state directory",
-        d, it->second.all, it->second.gpu, DescribeXid(it->second.last), engine::XidLog::kFileName);
+        "once the GPU is reset, `overlapctl health --forget-xids {}` clears them",
+        d, it->second.all, it->second.gpu, DescribeXid(it->second.last), d);
   }
 }
 
@@ -239,6 +241,18 @@ void NvmlTelemetry::WatchXids() {
       }
     }
   }
+}
+
+absl::StatusOr<int64_t> NvmlTelemetry::ForgetXids(int device) {
+  if (device < 0 || device >= static_cast<int>(handles_.size()) || !xid_registered_[device]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GPU ", device, ": NVML does not report its Xid errors"));
+  }
+  if (xid_log_ != nullptr) RETURN_IF_ERROR(xid_log_->Forget(pci_bus_ids_[device]));
+  absl::MutexLock lock(&xid_mu_);
+  const int64_t forgotten = xids_[device].all;
+  xids_[device] = engine::XidCounts{};
+  return forgotten;
 }
 
 engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {

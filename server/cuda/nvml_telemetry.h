@@ -32,6 +32,9 @@ class NvmlTelemetry {
 
   // Readings of CUDA device `device`; valid = false when NVML could not answer.
   engine::DeviceTelemetry Read(int device) const;
+  // Sets CUDA device `device`'s Xid counts back to 0, in the log too; returns
+  // how many Xids they held.
+  absl::StatusOr<int64_t> ForgetXids(int device);
 
   struct Api;  // the resolved NVML entry points (nvml_telemetry.cc)
 

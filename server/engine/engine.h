@@ -199,6 +199,13 @@ class Engine {
   virtual BackendVersions Versions() const = 0;
   virtual int64_t MemoryInUse(int device) const = 0;
   virtual DeviceTelemetry Telemetry(int device) const { return {}; }
+  // Sets `device`'s Xid counts back to 0 (after the GPU was reset) and returns
+  // how many Xids they held; FAILED_PRECONDITION where the backend counts none.
+  // const like Telemetry: the counts are the health readings' bookkeeping, not
+  // state any job sees.
+  virtual absl::StatusOr<int64_t> ForgetXids(int device) const {
+    return absl::FailedPreconditionError(Name() + " backend counts no Xid errors (NVML does)");
+  }
   // SMs that library collectives marked beside_gemm may use, and that GEMMs
   // marked beside_collective leave free; 0 = no budget (the library's own
   // choice, and GEMMs take every SM). Config nccl_overlap_ctas.

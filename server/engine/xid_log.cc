@@ -129,6 +129,16 @@ absl::Status XidLog::Record(const std::string& pci_bus_id, uint64_t xid, int64_t
   return absl::OkStatus();
 }
 
+absl::Status XidLog::Forget(const std::string& pci_bus_id) {
+  absl::MutexLock lock(&mu_);
+  Statement drop(db_, "DELETE FROM xid_counts WHERE boot_id = ? AND gpu = ?;");
+  if (drop.rc != SQLITE_OK) return Error(db_, "preparing");
+  sqlite3_bind_text(drop.stmt, 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(drop.stmt, 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(drop.stmt) != SQLITE_DONE) return Error(db_, "forgetting a GPU's Xids");
+  return absl::OkStatus();
+}
+
 std::string CurrentBootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;

@@ -45,6 +45,8 @@ class XidLog {
   absl::StatusOr<std::map<std::string, XidCounts>> Counts() const;
   // Counts one Xid of the GPU at `pci_bus_id`; on disk when it returns.
   absl::Status Record(const std::string& pci_bus_id, uint64_t xid, int64_t unix_ms);
+  // Drops this boot's counts of the GPU at `pci_bus_id` (after a GPU reset).
+  absl::Status Forget(const std::string& pci_bus_id);
 
  private:
   XidLog(sqlite3* db, std::string boot_id) : db_(db), boot_id_(std::move(boot_id)) {}

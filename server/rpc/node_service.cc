@@ -207,6 +207,22 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
+                                     const v1::ForgetXidsRequest* request,
+                                     v1::ForgetXidsResponse* response) {
+  const int device = request->device();
+  if (device < 0 || device >= engine_.DeviceCount()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("forget Xids: no device ", device, " (the daemon has ",
+                                     engine_.DeviceCount(), ")"));
+  }
+  absl::StatusOr<int64_t> forgotten = engine_.ForgetXids(device);
+  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
+  response->set_forgotten(*forgotten);
+  GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot", device, *forgotten);
+  return grpc::Status::OK;
+}
+
 grpc::Status NodeService::NoTuningCache() const {
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       "this daemon has no tuning cache: it could not open tuning.db in its state "

@@ -41,6 +41,8 @@ class NodeService final : public v1::Node::Service {
   grpc::Status ForgetTunedSchedules(grpc::ServerContext* context,
                                     const v1::ForgetTunedSchedulesRequest* request,
                                     v1::ForgetTunedSchedulesResponse* response) override;
+  grpc::Status ForgetXids(grpc::ServerContext* context, const v1::ForgetXidsRequest* request,
+                          v1::ForgetXidsResponse* response) override;
 
  private:
   grpc::Status NoTuningCache() const;

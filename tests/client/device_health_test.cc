@@ -76,8 +76,8 @@ TEST(DeviceHealthTest, XidsThatPointAtTheGpuAreAProblem) {
   EXPECT_THAT(HealthProblems(d, 18),
               ElementsAre("1 Xid error(s) that point at the GPU this boot (the last "
                           "Xid seen: Xid 79 (fallen off the bus)): `dmesg | grep Xid` has each; "
-                          "drain its jobs and reset the GPU, then remove xids.db from overlapd's "
-                          "state directory and restart overlapd"));
+                          "drain its jobs and reset the GPU, then `overlapctl health "
+                          "--forget-xids 0`"));
   const nlohmann::json j = HealthJson(d);
   EXPECT_EQ(j["xid"]["errors"], 4);
   EXPECT_EQ(j["xid"]["gpu_errors"], 1);

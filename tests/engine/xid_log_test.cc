@@ -61,6 +61,25 @@ TEST_F(XidLogTest, CountsSurviveReopeningWithinOneBoot) {
   EXPECT_EQ(log->Counts()->at("0000:2a:00.0").all, 2);
 }
 
+// After a GPU reset the operator forgets its counts: that GPU's only, for good.
+TEST_F(XidLogTest, ForgetDropsOneGpusCounts) {
+  std::unique_ptr<XidLog> log = OpenFor("boot-a");
+  ASSERT_NE(log, nullptr);
+  ASSERT_TRUE(log->Record("0000:18:00.0", 79, 1000).ok());
+  ASSERT_TRUE(log->Record("0000:2a:00.0", 48, 1000).ok());
+  ASSERT_TRUE(log->Forget("0000:18:00.0").ok());
+  ASSERT_TRUE(log->Forget("0000:99:00.0").ok()) << "a GPU without counts: nothing to do";
+  log.reset();
+  log = OpenFor("boot-a");
+  ASSERT_NE(log, nullptr);
+  const std::map<std::string, XidCounts> counts = *log->Counts();
+  EXPECT_EQ(counts.count("0000:18:00.0"), 0u);
+  ASSERT_EQ(counts.count("0000:2a:00.0"), 1u);
+  EXPECT_EQ(counts.at("0000:2a:00.0").gpu, 1);
+  ASSERT_TRUE(log->Record("0000:18:00.0", 31, 2000).ok());
+  EXPECT_EQ(log->Counts()->at("0000:18:00.0").all, 1) << "counting starts again from 0";
+}
+
 // A reboot resets the GPUs: another boot's counts are gone once the log opens.
 TEST_F(XidLogTest, AnotherBootStartsFromNothing) {
   ASSERT_TRUE(OpenFor("boot-a")->Record("0000:18:00.0", 79, 1000).ok());

@@ -688,6 +688,17 @@ TEST(CliHealthTest, ASickGpuIsNamedByNodeHealthAndCheck) {
   EXPECT_EQ(j["unhealthy_gpus"], nlohmann::json::array({2}));
   EXPECT_EQ(j["gpus"][2]["health_problems"].size(), 2u);
   EXPECT_EQ(j["gpus"][0]["health_problems"], nlohmann::json::array());
+
+  // Forgetting Xids: the host backend counts none, and device 9 is not there.
+  RunResult forget = daemon.Ctl({"health", "--forget-xids", "2"});
+  EXPECT_EQ(forget.exit_code, 3) << Describe(forget);
+  EXPECT_EQ(forget.err,
+            "overlapctl: FAILED_PRECONDITION: host backend counts no Xid errors (NVML does)\n");
+  forget = daemon.Ctl({"health", "--forget-xids", "9"});
+  EXPECT_EQ(forget.exit_code, 3) << Describe(forget);
+  EXPECT_EQ(forget.err,
+            "overlapctl: INVALID_ARGUMENT: forget Xids: no device 9 (the daemon has 4)\n");
+  EXPECT_EQ(daemon.Ctl({"health", "--forget-xids", "-1"}).exit_code, 64);
 }
 
 }  // namespace
