@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/sqlite_statement.h"
 #include "common/xid.h"
 
 namespace overlap::engine {
@@ -29,16 +30,6 @@ CREATE TABLE IF NOT EXISTS xid_counts (
 absl::Status Error(sqlite3* db, absl::string_view what) {
   return absl::InternalError(absl::StrCat("Xid log: ", what, ": ", sqlite3_errmsg(db)));
 }
-
-// A prepared statement, finalized on destruction.
-struct Statement {
-  Statement(sqlite3* db, const char* sql) { rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr); }
-  ~Statement() { sqlite3_finalize(stmt); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-  sqlite3_stmt* stmt = nullptr;
-  int rc = SQLITE_OK;
-};
 
 }  // namespace
 
@@ -69,10 +60,10 @@ absl::StatusOr<std::unique_ptr<XidLog>> XidLog::Open(const std::string& state_di
     }
   }
   // Another boot's counts describe GPUs that have been reset since.
-  Statement drop(db, "DELETE FROM xid_counts WHERE boot_id != ?;");
-  if (drop.rc != SQLITE_OK) return Error(db, "preparing");
-  sqlite3_bind_text(drop.stmt, 1, boot_id.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(drop.stmt) != SQLITE_DONE) return Error(db, "dropping other boots' counts");
+  SqliteStatement drop(db, "DELETE FROM xid_counts WHERE boot_id != ?;");
+  if (!drop.prepared()) return Error(db, "preparing");
+  sqlite3_bind_text(drop.get(), 1, boot_id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(db, "dropping other boots' counts");
   return log;
 }
 
@@ -94,19 +85,19 @@ absl::Status XidLog::Exec(const char* sql) const {
 
 absl::StatusOr<std::map<std::string, XidCounts>> XidLog::Counts() const {
   absl::MutexLock lock(&mu_);
-  Statement select(db_,
-                   "SELECT gpu, all_count, gpu_count, last_xid, last_unix_ms FROM xid_counts "
-                   "WHERE boot_id = ?;");
-  if (select.rc != SQLITE_OK) return Error(db_, "preparing");
-  sqlite3_bind_text(select.stmt, 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
+  SqliteStatement select(db_,
+                         "SELECT gpu, all_count, gpu_count, last_xid, last_unix_ms FROM xid_counts "
+                         "WHERE boot_id = ?;");
+  if (!select.prepared()) return Error(db_, "preparing");
+  sqlite3_bind_text(select.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
   std::map<std::string, XidCounts> out;
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(select.stmt)) == SQLITE_ROW) {
-    XidCounts& c = out[reinterpret_cast<const char*>(sqlite3_column_text(select.stmt, 0))];
-    c.all = sqlite3_column_int64(select.stmt, 1);
-    c.gpu = sqlite3_column_int64(select.stmt, 2);
-    c.last = static_cast<uint64_t>(sqlite3_column_int64(select.stmt, 3));
-    c.last_unix_ms = sqlite3_column_int64(select.stmt, 4);
+  while ((rc = sqlite3_step(select.get())) == SQLITE_ROW) {
+    XidCounts& c = out[reinterpret_cast<const char*>(sqlite3_column_text(select.get(), 0))];
+    c.all = sqlite3_column_int64(select.get(), 1);
+    c.gpu = sqlite3_column_int64(select.get(), 2);
+    c.last = static_cast<uint64_t>(sqlite3_column_int64(select.get(), 3));
+    c.last_unix_ms = sqlite3_column_int64(select.get(), 4);
   }
   if (rc != SQLITE_DONE) return Error(db_, "reading the counts");
   return out;
@@ -114,28 +105,29 @@ absl::StatusOr<std::map<std::string, XidCounts>> XidLog::Counts() const {
 
 absl::Status XidLog::Record(const std::string& pci_bus_id, uint64_t xid, int64_t unix_ms) {
   absl::MutexLock lock(&mu_);
-  Statement upsert(db_,
-                   "INSERT INTO xid_counts VALUES (?, ?, 1, ?, ?, ?) "
-                   "ON CONFLICT (boot_id, gpu) DO UPDATE SET all_count = all_count + 1, "
-                   "gpu_count = gpu_count + excluded.gpu_count, last_xid = excluded.last_xid, "
-                   "last_unix_ms = excluded.last_unix_ms;");
-  if (upsert.rc != SQLITE_OK) return Error(db_, "preparing");
-  sqlite3_bind_text(upsert.stmt, 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(upsert.stmt, 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(upsert.stmt, 3, XidPointsAtTheGpu(xid) ? 1 : 0);
-  sqlite3_bind_int64(upsert.stmt, 4, static_cast<int64_t>(xid));
-  sqlite3_bind_int64(upsert.stmt, 5, unix_ms);
-  if (sqlite3_step(upsert.stmt) != SQLITE_DONE) return Error(db_, "recording an Xid");
+  SqliteStatement upsert(
+      db_,
+      "INSERT INTO xid_counts VALUES (?, ?, 1, ?, ?, ?) "
+      "ON CONFLICT (boot_id, gpu) DO UPDATE SET all_count = all_count + 1, "
+      "gpu_count = gpu_count + excluded.gpu_count, last_xid = excluded.last_xid, "
+      "last_unix_ms = excluded.last_unix_ms;");
+  if (!upsert.prepared()) return Error(db_, "preparing");
+  sqlite3_bind_text(upsert.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(upsert.get(), 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(upsert.get(), 3, XidPointsAtTheGpu(xid) ? 1 : 0);
+  sqlite3_bind_int64(upsert.get(), 4, static_cast<int64_t>(xid));
+  sqlite3_bind_int64(upsert.get(), 5, unix_ms);
+  if (sqlite3_step(upsert.get()) != SQLITE_DONE) return Error(db_, "recording an Xid");
   return absl::OkStatus();
 }
 
 absl::Status XidLog::Forget(const std::string& pci_bus_id) {
   absl::MutexLock lock(&mu_);
-  Statement drop(db_, "DELETE FROM xid_counts WHERE boot_id = ? AND gpu = ?;");
-  if (drop.rc != SQLITE_OK) return Error(db_, "preparing");
-  sqlite3_bind_text(drop.stmt, 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(drop.stmt, 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(drop.stmt) != SQLITE_DONE) return Error(db_, "forgetting a GPU's Xids");
+  SqliteStatement drop(db_, "DELETE FROM xid_counts WHERE boot_id = ? AND gpu = ?;");
+  if (!drop.prepared()) return Error(db_, "preparing");
+  sqlite3_bind_text(drop.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(drop.get(), 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(db_, "forgetting a GPU's Xids");
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/sqlite_statement.h"
 
 namespace overlap::jobs {
 namespace {
@@ -76,25 +77,17 @@ absl::Status SqliteError(sqlite3* db, absl::string_view what) {
   return StatusForSqlite(db, absl::StrCat("job store: ", what, ": ", sqlite3_errmsg(db)));
 }
 
-// A prepared statement, finalized on destruction.
-class Statement {
+// A prepared statement whose failure to prepare reads as a job store error.
+class Statement : public SqliteStatement {
  public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
+  Statement(sqlite3* db, const char* sql) : SqliteStatement(db, sql), db_(db) {}
 
   absl::Status status(absl::string_view what) const {
-    return rc_ == SQLITE_OK ? absl::OkStatus() : SqliteError(db_, what);
+    return prepared() ? absl::OkStatus() : SqliteError(db_, what);
   }
-  sqlite3_stmt* get() { return stmt_; }
 
  private:
   sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_OK;
 };
 
 absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
+#include "server/ops/op_context.h"
 #include "server/ops/op_run.h"
 #include "server/ops/reference.h"
 #include "server/ops/traced_iteration.h"
@@ -39,8 +40,8 @@ constexpr int64_t kBucketRowElements = 1024;
 // closes it first: merged, or fired after the op, that member would no longer
 // come before it.
 std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
-  // all_reduce ops carry GEMM outputs: bf16 in an fp8 graph.
-  const int64_t es = static_cast<int64_t>(DTypeSize(GemmOutputDType(dtype)));
+  // What an all_reduce sums (BufferDTypesFor: bf16 in an fp8 graph).
+  const int64_t es = static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, dtype).a));
   auto bucketable = [&](const Member& m) {
     return m.deferred && m.join_before.empty() && m.op.type == OpType::kAllReduce &&
            m.op.m * m.op.n * es <= cap_bytes;
