@@ -3,7 +3,8 @@
 // GEMMs for a while (as a training step, or our bench, sees it: the SM clock
 // drops under the power limit)? Times every heuristic candidate both ways, then
 // our GemmLt's pick. Usage: gemm_algos M N K [sustain_ms] [bf16|fp8]
-// fp8: E4M3 inputs, B stored [n, k] (the TN layout), bf16 out, as the daemon runs them.
+// fp8: E4M3 inputs over their whole range, B stored [n, k] (the TN layout),
+// per-tensor scales in device memory, bf16 out, as the daemon runs them.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -53,10 +54,14 @@ int main(int argc, char** argv) {
   overlap::bench::Bf16Gemm g;
   g.m = m, g.n = n, g.k = k;
   overlap::bench::AllocateFilled(g, s, 0.01f);
+  float* scales = nullptr;  // fp8: A's and B's dequantization scales
   if (fp8) {  // the same buffers, refilled with one-byte values
     using overlap::cuda::ElemType;
-    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, 1.0f, s));
-    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, 1.0f, s));
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, 448.0f, s));
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, 448.0f, s));
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), 2 * sizeof(float)));
+    const float values[2] = {1.0f / 448, 0.01f / 448};
+    CHECK_CUDA(cudaMemcpy(scales, values, sizeof(values), cudaMemcpyHostToDevice));
   }
   void *a = g.a, *b = g.b, *c = g.c;
 
@@ -72,6 +77,12 @@ int main(int argc, char** argv) {
                                             sizeof(transpose)));
     CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k));
     CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k));
+    const float* a_scale = scales;  // cuBLASLt's B is our A (column-major)
+    const float* b_scale = scales + 1;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
+                                            sizeof(b_scale)));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
+                                            sizeof(a_scale)));
   } else {
     CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, k, n));
     CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, m, k));
@@ -158,6 +169,8 @@ int main(int argc, char** argv) {
   if (fp8) {
     p.type = overlap::cuda::ElemType::kFP8;
     p.ldb = k;
+    p.a_scale = scales;
+    p.b_scale = scales + 1;
   }
   auto quiesce = [&] {
     return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()

@@ -168,7 +168,7 @@ uint8_t FloatToFp8(float value) {
   const uint32_t abs = bits & 0x7FFFFFFFu;
   if (abs > 0x7F800000u) return sign | 0x7Fu;  // NaN
   const float magnitude = BitsFloat(abs);
-  if (magnitude >= 448.0f) return sign | 0x7Eu;  // saturates, infinities too
+  if (magnitude >= kFp8Max) return sign | 0x7Eu;  // saturates, infinities too
   if (magnitude < 0.015625f) {
     // Below the smallest normal (2^-6): a multiple of 2^-9, rounded to nearest
     // even (the default rounding mode); 8 units is that smallest normal.

@@ -39,8 +39,10 @@ float Bf16ToFloat(uint16_t bits);
 uint16_t FloatToBf16(float value);  // round to nearest even
 float Fp16ToFloat(uint16_t bits);
 uint16_t FloatToFp16(float value);  // round to nearest even
+// E4M3's largest finite magnitude.
+inline constexpr float kFp8Max = 448.0f;
 float Fp8ToFloat(uint8_t bits);
-// Round to nearest even; beyond +-448, the largest finite value, it saturates
+// Round to nearest even; beyond +-448 (kFp8Max) it saturates
 // (no infinities in E4M3), as CUDA's __NV_SATFINITE conversion does.
 uint8_t FloatToFp8(float value);
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch's GEMMs at the op sweep's per-rank shapes, bf16 (torch.matmul) and fp8
-(torch._scaled_mm, E4M3 inputs, bf16 out, per-tensor scales of 1), timed as
+(torch._scaled_mm, E4M3 inputs, bf16 out, per-tensor scales), timed as
 overlapd times its GEMM alone: after --preheat-ms of the same GEMM back to back
 (the sustained power state of a training loop), one CUDA-event pair per GEMM,
 back to back, median (min and max too) of --iterations.
 
 The fp8 weights are stored [n, k] and passed transposed, the layout Hopper's
 fp8 tensor cores take, as overlapd stores them (engine.h). Inputs are uniform
-in [-1, 1) drawn in fp32 and rounded, as overlapd fills its own.
+in [-1, 1) drawn in fp32 and rounded; fp8 ones span E4M3's range (+-448) and
+carry the rest in their scales, as overlapd fills its own (reference.h).
 
 Run:  python3 bench/peers/torch_fp8_gemm.py --tp 1 --json $OUT/torch_fp8.json
 """
@@ -31,8 +32,8 @@ def local_shape(op, m, k, n, tp):
     return (m, k, n // tp) if op == "ag_gemm" else (m, k // tp, n)
 
 
-def uniform(shape, dtype):
-    return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
+def uniform(shape, dtype, scale=1.0):
+    return ((torch.rand(*shape, device="cuda") * 2 - 1) * scale).to(dtype)
 
 
 def time_gemm(run, iterations, preheat_ms, sync_each=False):
@@ -66,7 +67,7 @@ def main():
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     shapes = sorted({local_shape(op, *s, args.tp) for op, ss in SWEEP.items() for s in ss})
-    one = torch.ones((), device="cuda", dtype=torch.float32)
+    scale_a = torch.full((), 1 / 448, device="cuda", dtype=torch.float32)
     rows = []
     for m, k, n in shapes:
         a16, w16 = uniform((m, k), torch.bfloat16), uniform((k, n), torch.bfloat16) * 0.01
@@ -74,9 +75,10 @@ def main():
         bf16 = time_gemm(lambda: torch.matmul(a16, w16, out=out16), args.iterations,
                          args.preheat_ms, args.sync_each)
         del a16, w16, out16
-        a8 = uniform((m, k), torch.float8_e4m3fn)
-        w8 = uniform((n, k), torch.float8_e4m3fn)  # [n, k]: passed transposed
-        fp8 = time_gemm(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one,
+        a8 = uniform((m, k), torch.float8_e4m3fn, 448)
+        w8 = uniform((n, k), torch.float8_e4m3fn, 448)  # [n, k]: passed transposed
+        scale_w = torch.full((), k ** -0.5 / 448, device="cuda", dtype=torch.float32)
+        fp8 = time_gemm(lambda: torch._scaled_mm(a8, w8.t(), scale_a=scale_a, scale_b=scale_w,
                                                  out_dtype=torch.bfloat16),
                         args.iterations, args.preheat_ms, args.sync_each)
         del a8, w8

@@ -130,6 +130,7 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   if (args.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("GEMM batch must be >= 1, got ", args.batch));
   }
+  RETURN_IF_ERROR(engine::CheckGemmScales(args));
   const int64_t stride_a = args.batch > 1 ? args.stride_a : 0;
   const int64_t stride_b = args.batch > 1 ? args.stride_b : 0;
   const int64_t stride_c = args.batch > 1 ? args.stride_c : 0;
@@ -162,6 +163,13 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
     const bool may_be_remote = i == 2 && args.c_on_peer;
     ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, operands[i].what));
   }
+  const float* scales[2] = {};
+  const engine::BufferRef* scale_refs[2] = {&args.a_scale, &args.b_scale};
+  for (int i = 0; i < 2; ++i) {
+    if (scale_refs[i]->buffer == engine::kNoBuffer) continue;
+    ASSIGN_OR_RETURN(char* scale, Resolve(*scale_refs[i], slot->device, "GEMM scale"));
+    scales[i] = reinterpret_cast<const float*>(scale);
+  }
   if (args.c_on_peer) {
     ASSIGN_OR_RETURN(BufferEntry c_entry, LookupBuffer(args.c.buffer));
     if (!peer_access_[slot->device][c_entry.device]) {
@@ -186,6 +194,8 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   problem.a = ptrs[0];
   problem.b = ptrs[1];
   problem.c = ptrs[2];
+  problem.a_scale = scales[0];
+  problem.b_scale = scales[1];
   DeviceState& state = *devices_[slot->device];
   const int device = slot->device;
   ScopedDevice guard(device);

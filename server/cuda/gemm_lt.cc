@@ -22,6 +22,9 @@ struct GemmLt::Plan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_needed = 0;
   float time_ms = 0;  // per call when timed, 0 otherwise
+  // Held while a scaled call sets its scale pointers on `op` and enqueues:
+  // the descriptor is shared by every call of the shape.
+  mutable absl::Mutex scale_mu;
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -118,13 +121,32 @@ size_t GemmLt::CachedShapes() const {
 
 namespace {
 
+// Column-major, cuBLASLt's A is our B (gemm_lt.h), and so are their scales.
+absl::Status SetScales(cublasLtMatmulDesc_t op, const GemmProblem& p) {
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                        &p.b_scale, sizeof(p.b_scale)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                        &p.a_scale, sizeof(p.a_scale)));
+  return absl::OkStatus();
+}
+
 absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const GemmProblem& p,
                     void* c, cudaStream_t stream, void* workspace, size_t workspace_bytes) {
   const float alpha = 1.0f;
   const float beta = p.beta;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b, &beta,
-                                        c, plan->c, c, plan->c, &plan->algo, workspace,
-                                        workspace_bytes, stream));
+  auto matmul = [&] {
+    return cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b, &beta, c, plan->c,
+                          c, plan->c, &plan->algo, workspace, workspace_bytes, stream);
+  };
+  if (!p.scaled()) {
+    CUBLAS_RETURN_IF_ERROR(matmul());
+    return absl::OkStatus();
+  }
+  // cuBLASLt reads the pointers from the descriptor when the call enqueues the
+  // kernel, so each call sets its own.
+  absl::MutexLock lock(&plan->scale_mu);
+  RETURN_IF_ERROR(SetScales(plan->op, p));
+  CUBLAS_RETURN_IF_ERROR(matmul());
   return absl::OkStatus();
 }
 
@@ -148,7 +170,8 @@ absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* worksp
                 p.beta,
                 sm_count_target,
                 align_code,
-                workspace_bytes};
+                workspace_bytes,
+                p.scaled()};
   std::shared_ptr<const Plan> plan;
   {
     absl::MutexLock lock(&mu_);
@@ -180,6 +203,8 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
   }
+  // The heuristic sees the descriptor as the calls will (Matmul sets them again).
+  if (p.scaled()) RETURN_IF_ERROR(SetScales(plan->op, p));
   // A' is n x k, or stored k x n and read transposed for fp8.
   RETURN_IF_ERROR(
       MakeLayout(&plan->a, p.type, fp8 ? p.k : p.n, fp8 ? p.n : p.k, p.ldb, p.batch, p.stride_b));

@@ -5,7 +5,9 @@
 // C^T = B^T A^T: m' = n, n' = m, A' = B (ld = ldb), B' = A (ld = lda), C' = C.
 // fp8 (E4M3) inputs write bf16 and need A' transposed ("TN", the only fp8
 // layout on Hopper): B is then stored [n, k] row-major, which column-major is
-// k x n with ld = ldb, read transposed. The scales are cuBLASLt's default, 1.
+// k x n with ld = ldb, read transposed. Their per-tensor scales, when given,
+// are device pointers set on the descriptor for each call (A's as cuBLASLt's
+// B scale, B's as its A scale); without them cuBLASLt scales by 1.
 //
 // Algorithm choice: the first call for a shape key (dtype, m, n, k, lds, batch,
 // strides, beta, SM target, pointer alignment, workspace) asks the heuristic for
@@ -44,6 +46,10 @@ struct GemmProblem {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  // fp8: one fp32 each on the device, or null for 1.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool scaled() const { return a_scale != nullptr || b_scale != nullptr; }
 };
 
 class GemmLt {
@@ -71,7 +77,7 @@ class GemmLt {
 
  private:
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
-                         int64_t, int64_t, float, int, int, size_t>;
+                         int64_t, int64_t, float, int, int, size_t, bool>;
 
   GemmLt(int device, cublasLtHandle_t handle) : device_(device), handle_(handle) {}
   absl::StatusOr<std::shared_ptr<const Plan>> Tune(const GemmProblem& problem, cudaStream_t stream,

@@ -25,6 +25,24 @@ std::vector<std::string> ClockLimitNames(uint64_t mask) {
   return names;
 }
 
+absl::Status CheckGemmScales(const GemmArgs& args) {
+  const std::pair<const char*, const BufferRef*> scales[] = {{"a_scale", &args.a_scale},
+                                                             {"b_scale", &args.b_scale}};
+  for (const auto& [name, ref] : scales) {
+    if (ref->buffer == kNoBuffer) continue;
+    if (args.dtype != DType::kFP8) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GEMM %s: per-tensor scales are for fp8 inputs, not %s", name, DTypeName(args.dtype)));
+    }
+    if (ref->bytes != sizeof(float) || ref->offset % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GEMM %s: a scale is one aligned fp32 (4 bytes), got %d bytes at offset %d", name,
+          ref->bytes, ref->offset));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Engine::FirstNonFinite(BufferRef src, DType dtype, int device) {
   std::vector<uint8_t> host(src.bytes);
   RETURN_IF_ERROR(CopyToHost(host.data(), src, device));

@@ -64,7 +64,7 @@ struct MatrixRef {
 // A is [m, k], B is [k, n], C is [m, n]. Accumulation is in fp32. With fp8
 // inputs C is bf16 (GemmOutputDType) and B is stored transposed, [n, k] with
 // row stride ld (WeightsStoredTransposed): the only layout Hopper's fp8 tensor
-// cores read. The per-tensor scales are 1.
+// cores read, and each of A and B may carry a per-tensor scale (below).
 struct GemmArgs {
   DType dtype = DType::kBF16;
   int64_t m = 0, n = 0, k = 0;
@@ -81,7 +81,17 @@ struct GemmArgs {
   // (NVLink): the GEMM's epilogue stores (and with beta = 1 loads) it across the
   // link, so a partial lands on its owner with no copy. A and B stay local.
   bool c_on_peer = false;
+  // fp8 only: the per-tensor dequantization scales of A and B, one fp32 each in
+  // device memory on the GEMM's device, read when the GEMM runs (as
+  // TransformerEngine's scale_inv, so a scale computed on the GPU needs no host
+  // sync): C = a_scale * b_scale * (A x B) + beta * C. No buffer means 1.
+  BufferRef a_scale, b_scale;
 };
+
+// What every backend checks of a GEMM's scales before resolving them:
+// INVALID_ARGUMENT when one is given for a dtype other than fp8 or does not
+// span exactly one fp32.
+absl::Status CheckGemmScales(const GemmArgs& args);
 
 // One rank's part of a collective.
 struct RankBuffers {

@@ -87,18 +87,13 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       // The reduce-scatter of chunk c-2 (every peer's pulls, for p2p) must be
       // done with this ping-pong buffer before the GEMM overwrites it.
       if (c >= 2) RETURN_IF_ERROR(WaitForProducers(ctx, r, rs.compute, transport, "rs", c - 2));
-      engine::GemmArgs g;
-      g.dtype = ctx.dtype();
+      engine::GemmArgs g = ctx.WeightsGemm(r);
       g.m = rc;
-      g.n = n;
-      g.k = kl;
       g.a = ctx.Matrix(rs.a, row, kl);
-      g.b = ctx.Weights(r);
       g.c = ctx.Matrix(rs.pingpong[p], 0, n);
       g.batch = tp;
       g.stride_a = mr * kl;
       g.stride_b = 0;
-      g.beside_collective = ctx.gemms_beside_collective();
       g.stride_c = rc * n;
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));

@@ -10,17 +10,11 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
                       int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
                       float beta, bool c_on_peer) {
   if (rows == 0) return absl::OkStatus();
-  const LocalShapes& sh = ctx.shapes();
-  engine::GemmArgs g;
-  g.dtype = ctx.dtype();
+  engine::GemmArgs g = ctx.WeightsGemm(r);
   g.m = rows;
-  g.n = sh.w_cols;
-  g.k = sh.w_rows;
-  g.a = ctx.Matrix(a, a_row, sh.w_rows);
-  g.b = ctx.Weights(r);
-  g.c = ctx.Matrix(c, c_row, sh.w_cols);
+  g.a = ctx.Matrix(a, a_row, g.k);
+  g.c = ctx.Matrix(c, c_row, g.n);
   g.beta = beta;
-  g.beside_collective = ctx.gemms_beside_collective();
   g.c_on_peer = c_on_peer;
   return ctx.engine().Gemm(stream, g);
 }

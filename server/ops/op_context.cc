@@ -65,6 +65,7 @@ BufferDTypes BufferDTypesFor(OpType type, DType dtype) {
   d.y = type == OpType::kAllGather ? dtype : reduced;
   d.full = type == OpType::kAgGemm ? dtype : reduced;
   d.slots = reduced;
+  d.scales = dtype == DType::kFP8 && !IsCollectiveOnly(type);
   return d;
 }
 
@@ -74,7 +75,8 @@ double BufferBytes(const BufferSizes& s, const BufferDTypes& d) {
   };
   return bytes(s.a, d.a) + bytes(s.w, d.w) + bytes(s.y, d.y) +
          bytes(2 * s.pingpong + s.full + s.spare, d.full) +
-         static_cast<double>(s.slot_count) * bytes(s.slots, d.slots);
+         static_cast<double>(s.slot_count) * bytes(s.slots, d.slots) +
+         (d.scales ? bytes(2, DType::kF32) : 0.0);
 }
 
 BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
@@ -129,6 +131,7 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     RETURN_IF_ERROR(alloc(rs.device, sizes.spare, dt.full, &rs.spare));
     rs.slots.assign(sizes.slot_count, engine::kNoBuffer);
     for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, dt.slots, &slot));
+    if (dt.scales) RETURN_IF_ERROR(alloc(rs.device, 2, DType::kF32, &rs.scales));
   }
   return absl::OkStatus();
 }
@@ -149,7 +152,8 @@ absl::Status OpContext::MoveToSideStreams() {
 OpContext::~OpContext() {
   for (auto& [key, event] : events_) engine_->DestroyEvent(event);
   for (RankState& rs : ranks_) {
-    for (BufferId b : {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1], rs.spare}) {
+    for (BufferId b :
+         {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1], rs.spare, rs.scales}) {
       if (b != engine::kNoBuffer) engine_->Free(b);
     }
     for (BufferId b : rs.slots) {
@@ -182,6 +186,21 @@ MatrixRef OpContext::Matrix(BufferId buffer, int64_t row, int64_t ld) const {
 MatrixRef OpContext::Weights(int r) const {
   const bool transposed = WeightsStoredTransposed(dtype_);
   return MatrixRef{ranks_[r].w, 0, transposed ? shapes_.w_rows : shapes_.w_cols};
+}
+
+engine::GemmArgs OpContext::WeightsGemm(int r) const {
+  engine::GemmArgs g;
+  g.dtype = dtype_;
+  g.n = shapes_.w_cols;
+  g.k = shapes_.w_rows;
+  g.b = Weights(r);
+  g.beside_collective = gemms_beside_collective_;
+  const BufferId scales = ranks_[r].scales;
+  if (scales != engine::kNoBuffer) {
+    g.a_scale = Rows(scales, 0, 1, 1);
+    g.b_scale = Rows(scales, 1, 1, 1);
+  }
+  return g;
 }
 
 absl::StatusOr<engine::EventId> OpContext::Event(int r, const std::string& tag, int index) {

@@ -43,6 +43,8 @@ struct BufferDTypes {
   DType a, w, y;
   DType full;  // also the ping-pong buffers and the spare: gathered A, or partials
   DType slots;
+  // An fp8 GEMM's per-tensor scales, A's and W's (engine.h, GemmArgs::a_scale).
+  bool scales = false;
 };
 BufferDTypes BufferDTypesFor(OpType type, DType dtype);
 // Bytes of one rank's buffers, in double so that absurd shapes saturate.
@@ -62,6 +64,7 @@ struct RankState {
   engine::BufferId pingpong[2] = {engine::kNoBuffer, engine::kNoBuffer};
   std::vector<engine::BufferId> slots;
   engine::BufferId spare = engine::kNoBuffer;
+  engine::BufferId scales = engine::kNoBuffer;  // fp32 [A's, W's] where BufferDTypes::scales
 };
 
 class OpContext {
@@ -102,6 +105,9 @@ class OpContext {
   // Rank r's weights as the GEMM's B: [k, n] row-major, or [n, k] where the
   // dtype's GEMMs read them transposed (WeightsStoredTransposed).
   engine::MatrixRef Weights(int r) const;
+  // A GEMM of rank r's weights with its dtype, k, n, B, the per-tensor scales
+  // (fp8) and beside_collective set: the caller sets m, A, C and any batch.
+  engine::GemmArgs WeightsGemm(int r) const;
 
   // The cached event (tag, index) of rank r's device.
   absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);

@@ -14,13 +14,6 @@
 namespace overlap::ops {
 namespace {
 
-// Weights are scaled so that outputs stay near the inputs' size. fp8 keeps them
-// at full range: scaled by 1/sqrt(k), most would be subnormal in E4M3, where a
-// model carries that factor in the GEMM's per-tensor scale instead.
-float WScale(const OpSpec& op, DType dtype) {
-  return dtype == DType::kFP8 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(op.k));
-}
-
 // Input element as the device holds it: the seeded value rounded to the dtype.
 double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
   uint32_t storage = 0;
@@ -71,6 +64,20 @@ void AddCollectiveRow(OpType type, DType dt, uint64_t job_seed, int op_index, in
 
 }  // namespace
 
+InputScaling InputScalingFor(const OpSpec& op, DType dtype) {
+  InputScaling s;
+  s.dequant_w = 1.0f / std::sqrt(static_cast<float>(op.k));
+  if (dtype == DType::kFP8 && !IsCollectiveOnly(op.type)) {
+    s.fill_a = s.fill_w = kFp8Max;
+    s.dequant_a = 1.0f / kFp8Max;
+    s.dequant_w /= kFp8Max;
+  } else {
+    s.fill_w = s.dequant_w;
+    s.dequant_w = 1;
+  }
+  return s;
+}
+
 uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
   return SplitMix64(job_seed * 1000003u + static_cast<uint64_t>(op_index) * 4099u +
                     static_cast<uint64_t>(tensor) * 131u + static_cast<uint64_t>(rank));
@@ -78,16 +85,22 @@ uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
 
 absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
   const LocalShapes& sh = ctx.shapes();
+  const InputScaling scaling = InputScalingFor(ctx.op(), ctx.dtype());
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
                                             ctx.DTypeOf(rs.a), InputSeed(job_seed, op_index, 0, r),
-                                            1.0f));
+                                            scaling.fill_a));
     if (sh.w_rows * sh.w_cols == 0) continue;  // a collective alone has no W
     // Element i of the buffer is SeededUniform(seed, i) whichever way W is stored.
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
                                             ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
-                                            WScale(ctx.op(), ctx.dtype())));
+                                            scaling.fill_w));
+    if (rs.scales == engine::kNoBuffer) continue;
+    RETURN_IF_ERROR(ctx.engine().FillConstant(rs.compute, ctx.Rows(rs.scales, 0, 1, 1), DType::kF32,
+                                              scaling.dequant_a));
+    RETURN_IF_ERROR(ctx.engine().FillConstant(rs.compute, ctx.Rows(rs.scales, 1, 1, 1), DType::kF32,
+                                              scaling.dequant_w));
   }
   return absl::OkStatus();
 }
@@ -114,6 +127,7 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   const size_t es = DTypeSize(y_dt);
   const bool w_transposed = WeightsStoredTransposed(w_dt);
   const int64_t mr = op.m / tp;
+  const InputScaling scaling = InputScalingFor(op, w_dt);
 
   const int threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
   auto parallel = [threads](const auto& fn) {
@@ -171,7 +185,8 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
       for (int64_t kk = t * block; kk < std::min(w_rows, (t + 1) * block); ++kk) {
         for (int64_t c = 0; c < nc; ++c) {
           const int64_t index = w_transposed ? cols[c] * w_rows + kk : kk * sh.w_cols + cols[c];
-          w[q][kk * nc + c] = static_cast<float>(InputValue(w_dt, seed, index, WScale(op, w_dt)));
+          w[q][kk * nc + c] =
+              static_cast<float>(InputValue(w_dt, seed, index, scaling.fill_w) * scaling.dequant_w);
         }
       }
     });
@@ -215,7 +230,8 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
         }
         const uint64_t seed = InputSeed(job_seed, op_index, 0, static_cast<int>(a_rank));
         for (int64_t kk = 0; kk < sh.a_cols; ++kk) {
-          a_row[kk] = InputValue(dt, seed, a_row_index * sh.a_cols + kk, 1.0f);
+          a_row[kk] = InputValue(dt, seed, a_row_index * sh.a_cols + kk, scaling.fill_a) *
+                      scaling.dequant_a;
         }
         for (int64_t kk = 0; kk < sh.w_rows; ++kk) {
           const double a = a_row[kk];

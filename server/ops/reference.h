@@ -12,7 +12,19 @@ namespace overlap::ops {
 // Seed of rank r's A (tensor 0) or W (tensor 1) for the op at `op_index`.
 uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank);
 
-// Fills every rank's A and W (W scaled by 1/sqrt(k) so outputs stay O(1)).
+// How an op's GEMM inputs are made: element i of A holds SeededUniform(seed, i)
+// * fill_a rounded to A's dtype, and stands for that times dequant_a (W alike).
+// W stands for values scaled by 1/sqrt(k), so that outputs stay O(1). fp8
+// inputs span E4M3's range (+-448) and carry the rest in their per-tensor
+// scales, as a model's fp8 tensors do: at a fixed scale of 1 most of W would be
+// subnormal in E4M3.
+struct InputScaling {
+  float fill_a = 1, fill_w = 1;
+  float dequant_a = 1, dequant_w = 1;
+};
+InputScaling InputScalingFor(const OpSpec& op, DType dtype);
+
+// Fills every rank's A and W as InputScalingFor says, and an fp8 op's scales.
 absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index);
 
 // Poisons every rank's Y with NaN (enqueued on the compute streams).

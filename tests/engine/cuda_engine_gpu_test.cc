@@ -287,6 +287,8 @@ void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 // as stored; and fp8 is never summed.
 class CudaFp8GemmTest : public CudaEngineTest, public ::testing::WithParamInterface<GemmCase> {};
 
+// Each case runs twice: inputs in [-1, 1) with no scales, then over E4M3's
+// whole range with per-tensor scales read from device memory.
 TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
   const GemmCase& c = GetParam();
   const int64_t stride_a = c.batch > 1 ? c.m * c.lda + 32 : 0;
@@ -298,58 +300,72 @@ TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
   const BufferId a = Alloc(0, count_a);
   const BufferId b = Alloc(0, count_b);
   const BufferId cbuf = Alloc(0, count_c * 2);
+  const BufferId scales = Alloc(0, 2 * sizeof(float));
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
-  ASSERT_TRUE(eng().FillRandom(stream, {a, 0, count_a}, DType::kFP8, 21, 1.0f).ok());
-  ASSERT_TRUE(eng().FillRandom(stream, {b, 0, count_b}, DType::kFP8, 22, 1.0f).ok());
-  const BufferRef c_all{cbuf, 0, count_c * 2};
-  if (c.beta == 0.0f) {
-    ASSERT_TRUE(eng().FillConstant(stream, c_all, DType::kBF16, NAN).ok());
-  } else {
-    ASSERT_TRUE(eng().FillRandom(stream, c_all, DType::kBF16, 23, 1.0f).ok());
-  }
-  engine::GemmArgs args;
-  args.dtype = DType::kFP8;
-  args.m = c.m;
-  args.n = c.n;
-  args.k = c.k;
-  args.a = {a, c.offset, c.lda};
-  args.b = {b, c.offset, c.ldb};
-  args.c = {cbuf, c.offset, c.ldc};
-  args.beta = c.beta;
-  args.batch = c.batch;
-  args.stride_a = stride_a;
-  args.stride_b = stride_b;
-  args.stride_c = stride_c;
-  const absl::Status status = eng().Gemm(stream, args);
-  ASSERT_TRUE(status.ok()) << status;
-  ASSERT_TRUE(eng().Synchronize({0}).ok());
-  const std::vector<uint8_t> got = Download(cbuf, count_c * 2, 0);
-  const std::vector<uint8_t> ha = HostRandom(DType::kFP8, count_a, 21, 1.0f);
-  const std::vector<uint8_t> hb = HostRandom(DType::kFP8, count_b, 22, 1.0f);
-  const std::vector<uint8_t> hc = HostRandom(DType::kBF16, count_c, 23, 1.0f);
-  double max_err = 0, max_ref = 0;
-  for (int p = 0; p < c.batch; ++p) {
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        double ref = 0;
-        for (int64_t l = 0; l < c.k; ++l) {
-          // B[l, j] is element j * ldb + l of its [n, k] storage.
-          ref += static_cast<double>(
-                     LoadAsFloat(ha.data(), DType::kFP8, c.offset + p * stride_a + i * c.lda + l)) *
-                 LoadAsFloat(hb.data(), DType::kFP8, c.offset + p * stride_b + j * c.ldb + l);
+  for (const bool scaled : {false, true}) {
+    SCOPED_TRACE(scaled ? "per-tensor scales" : "no scales");
+    const float fill = scaled ? kFp8Max : 1.0f;
+    const float a_scale = scaled ? 1.0f / kFp8Max : 1.0f;
+    const float b_scale = scaled ? 0.25f / kFp8Max : 1.0f;
+    ASSERT_TRUE(eng().FillRandom(stream, {a, 0, count_a}, DType::kFP8, 21, fill).ok());
+    ASSERT_TRUE(eng().FillRandom(stream, {b, 0, count_b}, DType::kFP8, 22, fill).ok());
+    ASSERT_TRUE(eng().FillConstant(stream, {scales, 0, 4}, DType::kF32, a_scale).ok());
+    ASSERT_TRUE(eng().FillConstant(stream, {scales, 4, 4}, DType::kF32, b_scale).ok());
+    const BufferRef c_all{cbuf, 0, count_c * 2};
+    if (c.beta == 0.0f) {
+      ASSERT_TRUE(eng().FillConstant(stream, c_all, DType::kBF16, NAN).ok());
+    } else {
+      ASSERT_TRUE(eng().FillRandom(stream, c_all, DType::kBF16, 23, 1.0f).ok());
+    }
+    engine::GemmArgs args;
+    args.dtype = DType::kFP8;
+    args.m = c.m;
+    args.n = c.n;
+    args.k = c.k;
+    args.a = {a, c.offset, c.lda};
+    args.b = {b, c.offset, c.ldb};
+    args.c = {cbuf, c.offset, c.ldc};
+    args.beta = c.beta;
+    args.batch = c.batch;
+    args.stride_a = stride_a;
+    args.stride_b = stride_b;
+    args.stride_c = stride_c;
+    if (scaled) {
+      args.a_scale = {scales, 0, 4};
+      args.b_scale = {scales, 4, 4};
+    }
+    const absl::Status status = eng().Gemm(stream, args);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(eng().Synchronize({0}).ok());
+    const std::vector<uint8_t> got = Download(cbuf, count_c * 2, 0);
+    const std::vector<uint8_t> ha = HostRandom(DType::kFP8, count_a, 21, fill);
+    const std::vector<uint8_t> hb = HostRandom(DType::kFP8, count_b, 22, fill);
+    const std::vector<uint8_t> hc = HostRandom(DType::kBF16, count_c, 23, 1.0f);
+    double max_err = 0, max_ref = 0;
+    for (int p = 0; p < c.batch; ++p) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double ref = 0;
+          for (int64_t l = 0; l < c.k; ++l) {
+            // B[l, j] is element j * ldb + l of its [n, k] storage.
+            ref += static_cast<double>(LoadAsFloat(ha.data(), DType::kFP8,
+                                                   c.offset + p * stride_a + i * c.lda + l)) *
+                   LoadAsFloat(hb.data(), DType::kFP8, c.offset + p * stride_b + j * c.ldb + l);
+          }
+          ref *= static_cast<double>(a_scale) * b_scale;
+          const size_t ci = c.offset + p * stride_c + i * c.ldc + j;
+          if (c.beta != 0.0f) ref += LoadAsFloat(hc.data(), DType::kBF16, ci);
+          const double y = LoadAsFloat(got.data(), DType::kBF16, ci);
+          ASSERT_TRUE(std::isfinite(y)) << "C[" << p << "][" << i << "][" << j << "] not written";
+          max_err = std::max(max_err, std::fabs(y - ref));
+          max_ref = std::max(max_ref, std::fabs(ref));
         }
-        const size_t ci = c.offset + p * stride_c + i * c.ldc + j;
-        if (c.beta != 0.0f) ref += LoadAsFloat(hc.data(), DType::kBF16, ci);
-        const double y = LoadAsFloat(got.data(), DType::kBF16, ci);
-        ASSERT_TRUE(std::isfinite(y)) << "C[" << p << "][" << i << "][" << j << "] not written";
-        max_err = std::max(max_err, std::fabs(y - ref));
-        max_ref = std::max(max_ref, std::fabs(ref));
       }
     }
+    ASSERT_GT(max_ref, 0);
+    EXPECT_LT(max_err / max_ref, DTypeTolerance(DType::kFP8))
+        << "max err " << max_err << " max ref " << max_ref;
   }
-  ASSERT_GT(max_ref, 0);
-  EXPECT_LT(max_err / max_ref, DTypeTolerance(DType::kFP8))
-      << "max err " << max_err << " max ref " << max_ref;
 }
 
 INSTANTIATE_TEST_SUITE_P(

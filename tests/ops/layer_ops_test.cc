@@ -355,14 +355,18 @@ TEST(Fp8BuffersTest, AreSizedInTheirOwnDtypes) {
   const BufferSizes sizes = BuffersFor(op, 2, s);
   const double fp8 = BufferBytes(sizes, BufferDTypesFor(op.type, DType::kFP8));
   const double bf16 = BufferBytes(sizes, BufferDTypesFor(op.type, DType::kBF16));
-  // Only Y is bf16 in both.
-  EXPECT_DOUBLE_EQ(bf16 - fp8, static_cast<double>(sizes.TotalElements() - sizes.y));
+  // Only Y is bf16 in both; fp8 adds its two fp32 scales.
+  const double scales = 2 * sizeof(float);
+  EXPECT_DOUBLE_EQ(bf16 - fp8, static_cast<double>(sizes.TotalElements() - sizes.y) - scales);
   op = Fp8Op(OpType::kGemmRs, 2);
   const BufferSizes rs = BuffersFor(op, 2, s);
   // gemm_rs: only A and W shrink; its partials and slots stay bf16.
   EXPECT_DOUBLE_EQ(BufferBytes(rs, BufferDTypesFor(op.type, DType::kBF16)) -
                        BufferBytes(rs, BufferDTypesFor(op.type, DType::kFP8)),
-                   static_cast<double>(rs.a + rs.w));
+                   static_cast<double>(rs.a + rs.w) - scales);
+  // A collective alone runs no GEMM: no scales.
+  EXPECT_FALSE(BufferDTypesFor(OpType::kAllGather, DType::kFP8).scales);
+  EXPECT_FALSE(BufferDTypesFor(OpType::kGemmRs, DType::kBF16).scales);
 }
 
 }  // namespace

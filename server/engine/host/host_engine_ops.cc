@@ -78,6 +78,7 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   if (g.batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm: batch must be >= 1, got ", g.batch));
   }
+  RETURN_IF_ERROR(CheckGemmScales(g));
   // fp8 reads B stored [n, k] and writes bf16 (common/dtype.h).
   const DType c_dtype = GemmOutputDType(g.dtype);
   const bool b_transposed = WeightsStoredTransposed(g.dtype);
@@ -143,18 +144,34 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
       (g.c.buffer == g.b.buffer && AnyOverlap(regions_c, regions_b))) {
     return absl::InvalidArgumentError("Gemm c: output overlaps an input");
   }
+  std::vector<Range> scales;
+  for (const BufferRef* scale : {&g.a_scale, &g.b_scale}) {
+    if (scale->buffer == kNoBuffer) continue;
+    ASSIGN_OR_RETURN(scales.emplace_back(), Resolve(*scale, s->device, "Gemm scale"));
+  }
   absl::Status result;
   if (!PassFailurePoint("gemm", {stream}, &result)) return result;
   std::vector<Access> accesses;
   for (const Region& r : regions_a) accesses.push_back({g.a.buffer, r, false, stream});
   for (const Region& r : regions_b) accesses.push_back({g.b.buffer, r, false, stream});
+  for (const Range& scale : scales) {
+    accesses.push_back(
+        {scale.buffer, Region::Contiguous(scale.offset, scale.bytes), false, stream});
+  }
   for (const Region& r : regions_c) {
     if (g.beta != 0.0f) accesses.push_back({g.c.buffer, r, false, stream});
     accesses.push_back({g.c.buffer, r, true, stream});
   }
   RETURN_IF_ERROR(CheckHazards({stream}, accesses, "gemm"));
-  s->worker->Enqueue([g, a = storage[0], b = storage[1], c = storage[2]] {
-    GemmKernel(g, a->data.get(), b->data.get(), c->data.get());
+  s->worker->Enqueue([g, scales, a = storage[0], b = storage[1], c = storage[2]] {
+    // The scales are read when the GEMM runs, as a GPU reads them.
+    float alpha = 1.0f;
+    for (const Range& scale : scales) {
+      float value;
+      std::memcpy(&value, scale.data(), sizeof(value));
+      alpha *= value;
+    }
+    GemmKernel(g, alpha, a->data.get(), b->data.get(), c->data.get());
   });
   return absl::OkStatus();
 }

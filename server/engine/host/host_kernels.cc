@@ -78,7 +78,7 @@ void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst) {
   }
 }
 
-void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* c) {
+void GemmKernel(const GemmArgs& g, float alpha, const uint8_t* a, const uint8_t* b, uint8_t* c) {
   const size_t es = DTypeSize(g.dtype);
   const DType c_dtype = GemmOutputDType(g.dtype);
   const size_t c_es = DTypeSize(c_dtype);
@@ -88,7 +88,7 @@ void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* 
     const uint8_t* bi = b + (g.b.offset + i * g.stride_b) * es;
     uint8_t* ci = c + (g.c.offset + i * g.stride_c) * c_es;
     if (g.dtype == DType::kF32) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, alpha,
                   reinterpret_cast<const float*>(ai), g.a.ld, reinterpret_cast<const float*>(bi),
                   g.b.ld, g.beta, reinterpret_cast<float*>(ci), g.c.ld);
       continue;
@@ -108,7 +108,7 @@ void GemmKernel(const GemmArgs& g, const uint8_t* a, const uint8_t* b, uint8_t* 
     // With beta 0, C is never read: it may hold NaN poison.
     if (g.beta != 0.0f) Pack(ci, c_dtype, g.m, g.n, g.c.ld, fc.data());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, g.m, g.n,
-                g.k, 1.0f, fa.data(), g.k, fb.data(), b_transposed ? g.k : g.n, g.beta, fc.data(),
+                g.k, alpha, fa.data(), g.k, fb.data(), b_transposed ? g.k : g.n, g.beta, fc.data(),
                 g.n);
     for (int64_t r = 0; r < g.m; ++r) {
       FromFloat(fc.data() + r * g.n, c_dtype, g.n, ci + r * g.c.ld * c_es);

@@ -19,8 +19,9 @@ void InitBlas();
 void ToFloat(const uint8_t* src, DType dtype, size_t count, float* dst);
 void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst);
 
-// `a`, `b`, `c` are the bases of the buffers that args.a/b/c name.
-void GemmKernel(const GemmArgs& args, const uint8_t* a, const uint8_t* b, uint8_t* c);
+// `a`, `b`, `c` are the bases of the buffers that args.a/b/c name; C =
+// alpha * A x B + beta * C, alpha being the product of the per-tensor scales.
+void GemmKernel(const GemmArgs& args, float alpha, const uint8_t* a, const uint8_t* b, uint8_t* c);
 void FillRandomKernel(uint8_t* dst, DType dtype, size_t count, uint64_t seed, float scale);
 void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value);
 void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count);
