@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
     using overlap::cuda::ElemType;
     CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, 448.0f, s));
     CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, 448.0f, s));
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), 2 * sizeof(float)));
-    const float values[2] = {1.0f / 448, 0.01f / 448};
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), 5 * sizeof(float)));
+    const float values[5] = {1.0f / 448, 0, 0, 0, 0.01f / 448};  // 16 bytes apart
     CHECK_CUDA(cudaMemcpy(scales, values, sizeof(values), cudaMemcpyHostToDevice));
   }
   void *a = g.a, *b = g.b, *c = g.c;
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k));
     CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k));
     const float* a_scale = scales;  // cuBLASLt's B is our A (column-major)
-    const float* b_scale = scales + 1;
+    const float* b_scale = scales + 4;
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
                                             sizeof(b_scale)));
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     p.type = overlap::cuda::ElemType::kFP8;
     p.ldb = k;
     p.a_scale = scales;
-    p.b_scale = scales + 1;
+    p.b_scale = scales + 4;
   }
   auto quiesce = [&] {
     return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()

@@ -34,10 +34,11 @@ absl::Status CheckGemmScales(const GemmArgs& args) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "GEMM %s: per-tensor scales are for fp8 inputs, not %s", name, DTypeName(args.dtype)));
     }
-    if (ref->bytes != sizeof(float) || ref->offset % sizeof(float) != 0) {
+    if (ref->bytes != sizeof(float) || ref->offset % kGemmScaleAlignment != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "GEMM %s: a scale is one aligned fp32 (4 bytes), got %d bytes at offset %d", name,
-          ref->bytes, ref->offset));
+          "GEMM %s: a scale is one fp32 (4 bytes) at an offset that is a multiple of %d, got "
+          "%d bytes at offset %d",
+          name, kGemmScaleAlignment, ref->bytes, ref->offset));
     }
   }
   return absl::OkStatus();

@@ -81,17 +81,19 @@ struct GemmArgs {
   // (NVLink): the GEMM's epilogue stores (and with beta = 1 loads) it across the
   // link, so a partial lands on its owner with no copy. A and B stay local.
   bool c_on_peer = false;
-  // fp8 only: the per-tensor dequantization scales of A and B, one fp32 each in
-  // device memory on the GEMM's device, read when the GEMM runs (as
+  // fp8 only: the per-tensor dequantization scales of A and B, one fp32 each at
+  // a 16-byte-aligned address (cuBLASLt refuses others as NOT_SUPPORTED) of the
+  // GEMM's device, read when the GEMM runs (as
   // TransformerEngine's scale_inv, so a scale computed on the GPU needs no host
   // sync): C = a_scale * b_scale * (A x B) + beta * C. No buffer means 1.
   BufferRef a_scale, b_scale;
 };
 
 // What every backend checks of a GEMM's scales before resolving them:
-// INVALID_ARGUMENT when one is given for a dtype other than fp8 or does not
-// span exactly one fp32.
+// INVALID_ARGUMENT when one is given for a dtype other than fp8, does not span
+// exactly one fp32 or is not 16-byte aligned within its buffer (buffers are).
 absl::Status CheckGemmScales(const GemmArgs& args);
+inline constexpr size_t kGemmScaleAlignment = 16;
 
 // One rank's part of a collective.
 struct RankBuffers {

@@ -76,7 +76,7 @@ double BufferBytes(const BufferSizes& s, const BufferDTypes& d) {
   return bytes(s.a, d.a) + bytes(s.w, d.w) + bytes(s.y, d.y) +
          bytes(2 * s.pingpong + s.full + s.spare, d.full) +
          static_cast<double>(s.slot_count) * bytes(s.slots, d.slots) +
-         (d.scales ? bytes(2, DType::kF32) : 0.0);
+         (d.scales ? 2.0 * engine::kGemmScaleAlignment : 0.0);
 }
 
 BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
@@ -131,7 +131,7 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     RETURN_IF_ERROR(alloc(rs.device, sizes.spare, dt.full, &rs.spare));
     rs.slots.assign(sizes.slot_count, engine::kNoBuffer);
     for (auto& slot : rs.slots) RETURN_IF_ERROR(alloc(rs.device, sizes.slots, dt.slots, &slot));
-    if (dt.scales) RETURN_IF_ERROR(alloc(rs.device, 2, DType::kF32, &rs.scales));
+    if (dt.scales) RETURN_IF_ERROR(alloc(rs.device, 2 * kScaleStride, DType::kF32, &rs.scales));
   }
   return absl::OkStatus();
 }
@@ -188,6 +188,10 @@ MatrixRef OpContext::Weights(int r) const {
   return MatrixRef{ranks_[r].w, 0, transposed ? shapes_.w_rows : shapes_.w_cols};
 }
 
+BufferRef OpContext::ScaleOf(int r, int tensor) const {
+  return Rows(ranks_[r].scales, tensor * kScaleStride, 1, 1);
+}
+
 engine::GemmArgs OpContext::WeightsGemm(int r) const {
   engine::GemmArgs g;
   g.dtype = dtype_;
@@ -197,8 +201,8 @@ engine::GemmArgs OpContext::WeightsGemm(int r) const {
   g.beside_collective = gemms_beside_collective_;
   const BufferId scales = ranks_[r].scales;
   if (scales != engine::kNoBuffer) {
-    g.a_scale = Rows(scales, 0, 1, 1);
-    g.b_scale = Rows(scales, 1, 1, 1);
+    g.a_scale = ScaleOf(r, 0);
+    g.b_scale = ScaleOf(r, 1);
   }
   return g;
 }

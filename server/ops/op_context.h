@@ -64,11 +64,15 @@ struct RankState {
   engine::BufferId pingpong[2] = {engine::kNoBuffer, engine::kNoBuffer};
   std::vector<engine::BufferId> slots;
   engine::BufferId spare = engine::kNoBuffer;
-  engine::BufferId scales = engine::kNoBuffer;  // fp32 [A's, W's] where BufferDTypes::scales
+  // Where BufferDTypes::scales: A's and W's, OpContext::ScaleOf.
+  engine::BufferId scales = engine::kNoBuffer;
 };
 
 class OpContext {
  public:
+  // fp32 elements between the scales in RankState::scales (kGemmScaleAlignment).
+  static constexpr int64_t kScaleStride = engine::kGemmScaleAlignment / sizeof(float);
+
   // Allocates the buffers; RESOURCE_EXHAUSTED when they do not fit.
   static absl::StatusOr<std::unique_ptr<OpContext>> Create(engine::Engine& engine,
                                                            const OpSpec& op, DType dtype,
@@ -108,6 +112,8 @@ class OpContext {
   // A GEMM of rank r's weights with its dtype, k, n, B, the per-tensor scales
   // (fp8) and beside_collective set: the caller sets m, A, C and any batch.
   engine::GemmArgs WeightsGemm(int r) const;
+  // Rank r's per-tensor scale of A (tensor 0) or W (tensor 1), an fp8 op's.
+  engine::BufferRef ScaleOf(int r, int tensor) const;
 
   // The cached event (tag, index) of rank r's device.
   absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);

@@ -97,10 +97,10 @@ absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
                                             ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
                                             scaling.fill_w));
     if (rs.scales == engine::kNoBuffer) continue;
-    RETURN_IF_ERROR(ctx.engine().FillConstant(rs.compute, ctx.Rows(rs.scales, 0, 1, 1), DType::kF32,
-                                              scaling.dequant_a));
-    RETURN_IF_ERROR(ctx.engine().FillConstant(rs.compute, ctx.Rows(rs.scales, 1, 1, 1), DType::kF32,
-                                              scaling.dequant_w));
+    RETURN_IF_ERROR(
+        ctx.engine().FillConstant(rs.compute, ctx.ScaleOf(r, 0), DType::kF32, scaling.dequant_a));
+    RETURN_IF_ERROR(
+        ctx.engine().FillConstant(rs.compute, ctx.ScaleOf(r, 1), DType::kF32, scaling.dequant_w));
   }
   return absl::OkStatus();
 }

@@ -300,7 +300,7 @@ TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
   const BufferId a = Alloc(0, count_a);
   const BufferId b = Alloc(0, count_b);
   const BufferId cbuf = Alloc(0, count_c * 2);
-  const BufferId scales = Alloc(0, 2 * sizeof(float));
+  const BufferId scales = Alloc(0, 32);  // two scales, 16 bytes apart
   const engine::StreamId stream = eng().GetStream(0, StreamRole::kCompute, 0);
   for (const bool scaled : {false, true}) {
     SCOPED_TRACE(scaled ? "per-tensor scales" : "no scales");
@@ -310,7 +310,7 @@ TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
     ASSERT_TRUE(eng().FillRandom(stream, {a, 0, count_a}, DType::kFP8, 21, fill).ok());
     ASSERT_TRUE(eng().FillRandom(stream, {b, 0, count_b}, DType::kFP8, 22, fill).ok());
     ASSERT_TRUE(eng().FillConstant(stream, {scales, 0, 4}, DType::kF32, a_scale).ok());
-    ASSERT_TRUE(eng().FillConstant(stream, {scales, 4, 4}, DType::kF32, b_scale).ok());
+    ASSERT_TRUE(eng().FillConstant(stream, {scales, 16, 4}, DType::kF32, b_scale).ok());
     const BufferRef c_all{cbuf, 0, count_c * 2};
     if (c.beta == 0.0f) {
       ASSERT_TRUE(eng().FillConstant(stream, c_all, DType::kBF16, NAN).ok());
@@ -332,7 +332,7 @@ TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
     args.stride_c = stride_c;
     if (scaled) {
       args.a_scale = {scales, 0, 4};
-      args.b_scale = {scales, 4, 4};
+      args.b_scale = {scales, 16, 4};
     }
     const absl::Status status = eng().Gemm(stream, args);
     ASSERT_TRUE(status.ok()) << status;

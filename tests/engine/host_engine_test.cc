@@ -310,26 +310,33 @@ TEST(HostEngineTest, Fp8GemmAppliesPerTensorScales) {
   g.n = 2;
   g.a = {Upload(*engine, 0, {256, 448}, DType::kFP8), 0, 2};
   g.b = {Upload(*engine, 0, {1, 0, 0, 2}, DType::kFP8), 0, 2};  // W = diag(1, 2), transposed
-  const BufferId scales = Upload(*engine, 0, {0.25f, 0.125f}, DType::kF32);
+  const BufferId scales = Upload(*engine, 0, {0.25f, 0, 0, 0, 0.125f}, DType::kF32);
   g.a_scale = {scales, 0, 4};
-  g.b_scale = {scales, 4, 4};
+  g.b_scale = {scales, 16, 4};
   const BufferId c = Upload(*engine, 0, {0, 0}, DType::kBF16);
   g.c = {c, 0, 2};
   ASSERT_TRUE(engine->Gemm(s, g).ok());
-  ASSERT_TRUE(engine->FillConstant(s, Whole(scales, 8), DType::kF32, 1.0f).ok());
+  ASSERT_TRUE(engine->FillConstant(s, Whole(scales, 20), DType::kF32, 1.0f).ok());
   EXPECT_EQ(Download(*engine, 0, Whole(c, 4), DType::kBF16), std::vector<float>({8, 28}));
   ASSERT_TRUE(engine->Gemm(s, g).ok());  // now 1 x 1
   EXPECT_EQ(Download(*engine, 0, Whole(c, 4), DType::kBF16), std::vector<float>({256, 896}));
 
   GemmArgs wide = g;
   wide.a_scale = {scales, 0, 8};
+  GemmArgs misaligned = g;
+  misaligned.b_scale = {scales, 4, 4};
   GemmArgs bf16 = g;
   bf16.dtype = DType::kBF16;
   bf16.b_scale = {};
   GemmArgs unknown = g;
   unknown.b_scale = {scales + 100, 0, 4};
   for (const auto& [args, message] :
-       {std::pair{wide, "a scale is one aligned fp32"},
+       {std::pair{wide,
+                  "a_scale: a scale is one fp32 (4 bytes) at an offset that is a multiple "
+                  "of 16, got 8 bytes"},
+        std::pair{misaligned,
+                  "b_scale: a scale is one fp32 (4 bytes) at an offset that is a "
+                  "multiple of 16, got 4 bytes at offset 4"},
         std::pair{bf16, "per-tensor scales are for fp8 inputs, not bf16"},
         std::pair{unknown, "unknown buffer"}}) {
     const absl::Status status = engine->Gemm(s, args);

@@ -355,8 +355,8 @@ TEST(Fp8BuffersTest, AreSizedInTheirOwnDtypes) {
   const BufferSizes sizes = BuffersFor(op, 2, s);
   const double fp8 = BufferBytes(sizes, BufferDTypesFor(op.type, DType::kFP8));
   const double bf16 = BufferBytes(sizes, BufferDTypesFor(op.type, DType::kBF16));
-  // Only Y is bf16 in both; fp8 adds its two fp32 scales.
-  const double scales = 2 * sizeof(float);
+  // Only Y is bf16 in both; fp8 adds its two scales, 16 bytes apart.
+  const double scales = 32;
   EXPECT_DOUBLE_EQ(bf16 - fp8, static_cast<double>(sizes.TotalElements() - sizes.y) - scales);
   op = Fp8Op(OpType::kGemmRs, 2);
   const BufferSizes rs = BuffersFor(op, 2, s);
