@@ -2,8 +2,8 @@
 
 #include <sqlite3.h>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 
 namespace overlap::ops {
@@ -59,11 +59,7 @@ std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
 // Whether the table has the column, without writing anything (a database on a
 // full disk still opens).
 bool HasAlgorithmColumn(sqlite3* db) {
-  sqlite3_stmt* stmt = nullptr;
-  const bool has = sqlite3_prepare_v2(db, "SELECT algorithm FROM tuned_schedules LIMIT 0", -1,
-                                      &stmt, nullptr) == SQLITE_OK;
-  sqlite3_finalize(stmt);
-  return has;
+  return SqliteStatement(db, "SELECT algorithm FROM tuned_schedules LIMIT 0").prepared();
 }
 
 bool Matches(const TunedEntry& e, const TuningFilter& f) {
@@ -107,10 +103,10 @@ TuningCache::~TuningCache() { sqlite3_close(db_); }
 
 std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not_before_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  sqlite3_stmt* stmt = nullptr;
   const std::string sql = absl::StrCat("SELECT ", kColumns, " FROM tuned_schedules WHERE key = ?");
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) return std::nullopt;
-  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  SqliteStatement statement(db_, sql.c_str());
+  if (!statement.prepared()) return std::nullopt;
+  sqlite3_stmt* stmt = statement.get();
   const std::string text = key.Text();
   sqlite3_bind_text(stmt, 1, text.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(stmt) != SQLITE_ROW) return std::nullopt;
@@ -122,13 +118,11 @@ std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not
 absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
                                 int64_t tuned_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  sqlite3_stmt* stmt = nullptr;
   const std::string sql = absl::StrCat("INSERT OR REPLACE INTO tuned_schedules (", kColumns,
                                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
-  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  SqliteStatement statement(db_, sql.c_str());
+  if (!statement.prepared()) return Unavailable();
+  sqlite3_stmt* stmt = statement.get();
   const std::string text = key.Text();
   const std::string mode = OverlapModeName(choice.schedule.mode);
   const std::string transport = TransportName(choice.schedule.transport);
@@ -148,9 +142,7 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   sqlite3_bind_int64(stmt, 14, tuned_unix_ms);
   const std::string algorithm = StoredAllReduceAlgorithm(choice.schedule.algorithm);
   sqlite3_bind_text(stmt, 15, algorithm.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(stmt) != SQLITE_DONE) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
+  if (sqlite3_step(stmt) != SQLITE_DONE) return Unavailable();
   return absl::OkStatus();
 }
 
@@ -160,35 +152,27 @@ absl::StatusOr<std::vector<TunedEntry>> TuningCache::List(const TuningFilter& fi
 }
 
 absl::StatusOr<std::vector<TunedEntry>> TuningCache::ListLocked(const TuningFilter& filter) {
-  sqlite3_stmt* stmt = nullptr;
   const std::string sql = absl::StrCat("SELECT ", kColumns,
                                        " FROM tuned_schedules ORDER BY op_type, m, k, n, dtype, "
                                        "tp, tuned_unix_ms DESC, key");
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
-  absl::Cleanup finalize = [stmt] { sqlite3_finalize(stmt); };
+  SqliteStatement statement(db_, sql.c_str());
+  if (!statement.prepared()) return Unavailable();
   std::vector<TunedEntry> out;
   int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    std::optional<TunedEntry> entry = ReadEntry(stmt);
+  while ((rc = sqlite3_step(statement.get())) == SQLITE_ROW) {
+    std::optional<TunedEntry> entry = ReadEntry(statement.get());
     if (entry && Matches(*entry, filter)) out.push_back(std::move(*entry));
   }
-  if (rc != SQLITE_DONE) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
+  if (rc != SQLITE_DONE) return Unavailable();
   return out;
 }
 
 absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(std::vector<TunedEntry> doomed, ListLocked(filter));
-  sqlite3_stmt* del = nullptr;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM tuned_schedules WHERE key = ?", -1, &del, nullptr) !=
-      SQLITE_OK) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
-  absl::Cleanup finalize = [del] { sqlite3_finalize(del); };
+  SqliteStatement statement(db_, "DELETE FROM tuned_schedules WHERE key = ?");
+  if (!statement.prepared()) return Unavailable();
+  sqlite3_stmt* del = statement.get();
   sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
   for (const TunedEntry& entry : doomed) {
     const std::string key = entry.key.Text();
@@ -200,10 +184,12 @@ absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
       return absl::UnavailableError(absl::StrCat("tuning cache: ", msg));
     }
   }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-  }
+  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return Unavailable();
   return static_cast<int>(doomed.size());
+}
+
+absl::Status TuningCache::Unavailable() const {
+  return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
 }
 
 }  // namespace overlap::ops

@@ -69,6 +69,8 @@ class TuningCache {
  private:
   explicit TuningCache(sqlite3* db) : db_(db) {}
   absl::StatusOr<std::vector<TunedEntry>> ListLocked(const TuningFilter& filter);
+  // UNAVAILABLE with SQLite's last error on the database.
+  absl::Status Unavailable() const;
   std::mutex mu_;
   sqlite3* db_;
 };
