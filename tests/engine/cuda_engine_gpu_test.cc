@@ -282,6 +282,25 @@ struct GemmCase {
 
 void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
 
+// The GEMM a case describes, its matrices at c.offset of buffers a, b and cbuf.
+engine::GemmArgs CaseGemm(const GemmCase& c, DType dtype, BufferId a, BufferId b, BufferId cbuf,
+                          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  engine::GemmArgs args;
+  args.dtype = dtype;
+  args.m = c.m;
+  args.n = c.n;
+  args.k = c.k;
+  args.a = {a, c.offset, c.lda};
+  args.b = {b, c.offset, c.ldb};
+  args.c = {cbuf, c.offset, c.ldc};
+  args.beta = c.beta;
+  args.batch = c.batch;
+  args.stride_a = stride_a;
+  args.stride_b = stride_b;
+  args.stride_c = stride_c;
+  return args;
+}
+
 // fp8 GEMMs read B stored [n, k] (ldb >= k) and write bf16, batched with B
 // shared or not, beta 0 (C poisoned) and 1, against float64 on the fp8 inputs
 // as stored; and fp8 is never summed.
@@ -317,19 +336,7 @@ TEST_P(CudaFp8GemmTest, MatchesFloat64Reference) {
     } else {
       ASSERT_TRUE(eng().FillRandom(stream, c_all, DType::kBF16, 23, 1.0f).ok());
     }
-    engine::GemmArgs args;
-    args.dtype = DType::kFP8;
-    args.m = c.m;
-    args.n = c.n;
-    args.k = c.k;
-    args.a = {a, c.offset, c.lda};
-    args.b = {b, c.offset, c.ldb};
-    args.c = {cbuf, c.offset, c.ldc};
-    args.beta = c.beta;
-    args.batch = c.batch;
-    args.stride_a = stride_a;
-    args.stride_b = stride_b;
-    args.stride_c = stride_c;
+    engine::GemmArgs args = CaseGemm(c, DType::kFP8, a, b, cbuf, stride_a, stride_b, stride_c);
     if (scaled) {
       args.a_scale = {scales, 0, 4};
       args.b_scale = {scales, 16, 4};
@@ -417,19 +424,7 @@ TEST_P(CudaGemmTest, MatchesFloat64Reference) {
   } else {
     ASSERT_TRUE(eng().FillRandom(stream, {cbuf, 0, count_c * elem}, dtype, 13, 1.0f).ok());
   }
-  engine::GemmArgs args;
-  args.dtype = dtype;
-  args.m = c.m;
-  args.n = c.n;
-  args.k = c.k;
-  args.a = {a, c.offset, c.lda};
-  args.b = {b, c.offset, c.ldb};
-  args.c = {cbuf, c.offset, c.ldc};
-  args.beta = c.beta;
-  args.batch = c.batch;
-  args.stride_a = stride_a;
-  args.stride_b = stride_b;
-  args.stride_c = stride_c;
+  const engine::GemmArgs args = CaseGemm(c, dtype, a, b, cbuf, stride_a, stride_b, stride_c);
   for (int run = 0; run < (c.beta == 0.0f ? 2 : 1); ++run) {  // 2nd run: the cached plan
     const absl::Status status = eng().Gemm(stream, args);
     ASSERT_TRUE(status.ok()) << status;

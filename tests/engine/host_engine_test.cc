@@ -299,7 +299,8 @@ TEST(HostEngineTest, Fp8GemmReadsWeightsTransposedAndWritesBf16) {
 
 // fp8's per-tensor scales multiply the product, read from device memory when
 // the GEMM runs (a scale written after the GEMM was enqueued is not seen);
-// they are refused for other dtypes and where they are not one fp32.
+// they are refused for other dtypes and where they are not one 16-byte-aligned
+// fp32.
 TEST(HostEngineTest, Fp8GemmAppliesPerTensorScales) {
   auto engine = MakeHostEngine(1);
   const StreamId s = engine->GetStream(0, StreamRole::kCompute);
