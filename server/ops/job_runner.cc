@@ -181,11 +181,7 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   // A GEMM alone is its own "GEMM alone" (its steps, below) and has no collective.
   const bool gemm_only = IsGemmOnly(op.type);
   const bool both = !collective_only && !gemm_only;
-  if (spec.heat_head_start && engine.HasGates() && !collective_only) {
-    ASSIGN_OR_RETURN(std::vector<double> probe,
-                     run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*ctx); }));
-    run.heat_gemm_ms = Summarize(probe).median;
-  }
+  RETURN_IF_ERROR(run.ProbeHeat());
 
   const int iters = spec.iterations;
   const int warm = std::max(1, std::min(spec.warmup, 5));
@@ -431,17 +427,32 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   return result;
 }
 
+namespace {
+
+// Whether a head start of `rows` of m may take half of them instead.
+bool HalvesFurther(int64_t rows, int64_t m) {
+  return rows % 2 == 0 && rows / 2 >= std::max<int64_t>(1, m / kHeadStartMinShare);
+}
+
+}  // namespace
+
 HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m) {
   const double needed = 1.25 * host_ms + kHeadStartMarginMs;
   HeadStartPlan plan;
   plan.whole_gemms = static_cast<int>(needed / gemm_ms);
   const double rest = needed - plan.whole_gemms * gemm_ms;
   plan.rows = m;
-  while (plan.rows % 2 == 0 && plan.rows / 2 >= std::max<int64_t>(1, m / kHeadStartMinShare) &&
+  while (HalvesFurther(plan.rows, m) &&
          gemm_ms * static_cast<double>(plan.rows / 2) / static_cast<double>(m) >= rest) {
     plan.rows /= 2;
   }
   return plan;
+}
+
+std::vector<int64_t> HeadStartRows(int64_t m) {
+  std::vector<int64_t> rows;
+  for (int64_t r = m; HalvesFurther(r, m);) rows.push_back(r /= 2);
+  return rows;
 }
 
 int PreheatGemms(double ms, double gemm_ms) {

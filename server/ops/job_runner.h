@@ -46,6 +46,8 @@ struct HeadStartPlan {
   int64_t rows = 0;
 };
 HeadStartPlan PlanHeadStart(double host_ms, double gemm_ms, int64_t m);
+// Every row count short of m that PlanHeadStart may choose, largest first.
+std::vector<int64_t> HeadStartRows(int64_t m);
 
 // Before a phase whose figures are compared (autotune's rounds, the timed
 // rounds, the layer step), the GPUs run the op's GEMM for the engine's

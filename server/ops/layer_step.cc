@@ -339,11 +339,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // algorithms of shapes not seen yet, communicator channel 1).
   RETURN_IF_ERROR(enqueue());
   RETURN_IF_ERROR(engine.Synchronize(devices));
-  if (spec.heat_head_start && engine.HasGates() && !IsCollectiveOnly(main->ctx->op().type)) {
-    ASSIGN_OR_RETURN(std::vector<double> probe,
-                     run.Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(*main->ctx); }));
-    run.heat_gemm_ms = Summarize(probe).median;
-  }
+  RETURN_IF_ERROR(run.ProbeHeat());
   // The float64 checks of the ops before it left the GPUs resting for seconds.
   RETURN_IF_ERROR(run.Preheat());
   ASSIGN_OR_RETURN(std::vector<double> times,

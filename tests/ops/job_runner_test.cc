@@ -533,6 +533,24 @@ TEST(JobRunnerTest, HeadStartCoversTheEnqueueWithFewGemmShapes) {
   EXPECT_EQ(PlanHeadStart(0.0, 10.0, 6).rows, 3);
 }
 
+// The shapes the setup runs once so that none is first seen (and tuned) inside
+// a timed phase: every row count PlanHeadStart can choose short of m.
+TEST(JobRunnerTest, HeadStartRowsListEveryShareAHeadStartMayTake) {
+  EXPECT_EQ(HeadStartRows(1024), (std::vector<int64_t>{512, 256, 128, 64}));
+  EXPECT_EQ(HeadStartRows(16), (std::vector<int64_t>{8, 4, 2, 1}));
+  EXPECT_EQ(HeadStartRows(6), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(HeadStartRows(999).empty());
+  for (const int64_t m : {int64_t{1024}, int64_t{96}, int64_t{6}, int64_t{999}}) {
+    std::vector<int64_t> choosable = HeadStartRows(m);
+    choosable.push_back(m);
+    for (double host_ms = 0; host_ms < 3; host_ms += 0.01) {
+      const int64_t rows = PlanHeadStart(host_ms, 1.0, m).rows;
+      EXPECT_NE(std::find(choosable.begin(), choosable.end(), rows), choosable.end())
+          << "m " << m << " host " << host_ms << " ms: " << rows << " rows";
+    }
+  }
+}
+
 TEST(JobRunnerTest, PreheatCoversItsTimeInWholeGemmsWithinBounds) {
   EXPECT_EQ(PreheatGemms(300, 1.0), 300);
   EXPECT_EQ(PreheatGemms(300, 0.7), 429);  // rounded up: never shorter than asked
