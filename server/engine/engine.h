@@ -81,11 +81,11 @@ struct GemmArgs {
   // (NVLink): the GEMM's epilogue stores (and with beta = 1 loads) it across the
   // link, so a partial lands on its owner with no copy. A and B stay local.
   bool c_on_peer = false;
-  // fp8 only: the per-tensor dequantization scales of A and B, one fp32 each at
-  // a 16-byte-aligned address (cuBLASLt refuses others as NOT_SUPPORTED) of the
-  // GEMM's device, read when the GEMM runs (as
-  // TransformerEngine's scale_inv, so a scale computed on the GPU needs no host
-  // sync): C = a_scale * b_scale * (A x B) + beta * C. No buffer means 1.
+  // fp8 only: the per-tensor dequantization scales of A and B, one fp32 each in
+  // the GEMM device's memory at a 16-byte-aligned address (cuBLASLt refuses
+  // others as NOT_SUPPORTED), read when the GEMM runs, as TransformerEngine's
+  // scale_inv is, so that a scale computed on the GPU needs no host sync:
+  // C = a_scale * b_scale * (A x B) + beta * C. No buffer means 1.
   BufferRef a_scale, b_scale;
 };
 

@@ -61,8 +61,8 @@ struct OpRun {
   // the op's GEMM (heat_gemm_ms), then runs once every share of its rows a head
   // start may take, so that the backend picks their GEMM algorithms now. A
   // shape seen first inside a timed phase is tuned there, and tuning idles the
-  // GPU: the iterations after it ran rested, up to 7% faster (a new daemon's
-  // first job, fp8 on one H200).
+  // GPU: the iterations after it ran rested (a new daemon's first op read up to
+  // 12% fast, fp8 on one H200: docs/PERFORMANCE.md).
   absl::Status ProbeHeat() {
     if (!spec.heat_head_start || !engine.HasGates() || IsCollectiveOnly(ctx.op().type)) {
       return absl::OkStatus();

@@ -65,17 +65,11 @@ void AddCollectiveRow(OpType type, DType dt, uint64_t job_seed, int op_index, in
 }  // namespace
 
 InputScaling InputScalingFor(const OpSpec& op, DType dtype) {
-  InputScaling s;
-  s.dequant_w = 1.0f / std::sqrt(static_cast<float>(op.k));
+  const float w = 1.0f / std::sqrt(static_cast<float>(op.k));
   if (dtype == DType::kFP8 && !IsCollectiveOnly(op.type)) {
-    s.fill_a = s.fill_w = kFp8Max;
-    s.dequant_a = 1.0f / kFp8Max;
-    s.dequant_w /= kFp8Max;
-  } else {
-    s.fill_w = s.dequant_w;
-    s.dequant_w = 1;
+    return {kFp8Max, kFp8Max, 1.0f / kFp8Max, w / kFp8Max};
   }
-  return s;
+  return {1.0f, w, 1.0f, 1.0f};
 }
 
 uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
