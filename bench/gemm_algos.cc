@@ -20,8 +20,10 @@
 
 #include "bench/gemm_util.h"
 #include "bench/probe_util.h"
+#include "common/dtype.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
+#include "server/engine/engine.h"
 
 namespace {
 
@@ -54,13 +56,18 @@ int main(int argc, char** argv) {
   overlap::bench::Bf16Gemm g;
   g.m = m, g.n = n, g.k = k;
   overlap::bench::AllocateFilled(g, s, 0.01f);
-  float* scales = nullptr;  // fp8: A's and B's dequantization scales
+  // fp8: A's and B's dequantization scales, kGemmScaleAlignment apart as cuBLASLt wants.
+  constexpr size_t kScaleStride = overlap::engine::kGemmScaleAlignment / sizeof(float);
+  float* scales = nullptr;
   if (fp8) {  // the same buffers, refilled with one-byte values
     using overlap::cuda::ElemType;
-    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, 448.0f, s));
-    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, 448.0f, s));
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), 5 * sizeof(float)));
-    const float values[5] = {1.0f / 448, 0, 0, 0, 0.01f / 448};  // 16 bytes apart
+    const float fill = overlap::kFp8Max;
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.a, ElemType::kFP8, m * k, 1, fill, s));
+    CHECK_CUDA(overlap::cuda::LaunchFillRandom(g.b, ElemType::kFP8, k * n, 2, fill, s));
+    float values[kScaleStride + 1] = {};
+    values[0] = 1.0f / fill;
+    values[kScaleStride] = 0.01f / fill;
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&scales), sizeof(values)));
     CHECK_CUDA(cudaMemcpy(scales, values, sizeof(values), cudaMemcpyHostToDevice));
   }
   void *a = g.a, *b = g.b, *c = g.c;
@@ -78,7 +85,7 @@ int main(int argc, char** argv) {
     CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k));
     CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k));
     const float* a_scale = scales;  // cuBLASLt's B is our A (column-major)
-    const float* b_scale = scales + 4;
+    const float* b_scale = scales + kScaleStride;
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale,
                                             sizeof(b_scale)));
     CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
@@ -170,7 +177,7 @@ int main(int argc, char** argv) {
     p.type = overlap::cuda::ElemType::kFP8;
     p.ldb = k;
     p.a_scale = scales;
-    p.b_scale = scales + 4;
+    p.b_scale = scales + kScaleStride;
   }
   auto quiesce = [&] {
     return cudaStreamSynchronize(s) == cudaSuccess ? absl::OkStatus()
