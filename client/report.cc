@@ -459,11 +459,10 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   absl::StrAppend(&out, "devices:  ", node.devices_size(), "\n");
   bool telemetry = false;
   for (const v1::Device& device : node.devices()) telemetry = telemetry || device.telemetry_valid();
-  std::vector<TextTable::Column> columns = {{"INDEX", Align::kRight},
-                                            {"NAME"},
-                                            {"MEMORY", Align::kRight},
-                                            {"USED", Align::kRight},
-                                            {"PCI"}};
+  // POOL is what jobs may use (config pool_bytes_per_device), a part of MEMORY.
+  std::vector<TextTable::Column> columns = {{"INDEX", Align::kRight},     {"NAME"},
+                                            {"MEMORY", Align::kRight},    {"POOL", Align::kRight},
+                                            {"POOL USED", Align::kRight}, {"PCI"}};
   if (telemetry) {
     for (const char* title : {"SM MHz", "MAX MHz", "MEM MHz", "TEMP C", "POWER W", "UTIL %"}) {
       columns.push_back({title, Align::kRight});
@@ -472,10 +471,13 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   }
   TextTable table(columns);
   for (const v1::Device& device : node.devices()) {
-    std::vector<std::string> row = {absl::StrCat(device.index()), OrDash(device.name()),
-                                    FormatBytes(device.memory_bytes()),
-                                    FormatBytes(device.memory_used_bytes()),
-                                    OrDash(device.pci_bus_id())};
+    std::vector<std::string> row = {
+        absl::StrCat(device.index()),
+        OrDash(device.name()),
+        device.total_memory_bytes() > 0 ? FormatBytes(device.total_memory_bytes()) : "-",
+        FormatBytes(device.memory_bytes()),
+        FormatBytes(device.memory_used_bytes()),
+        OrDash(device.pci_bus_id())};
     if (device.telemetry_valid()) {
       row.push_back(absl::StrCat(device.sm_clock_mhz()));
       row.push_back(device.max_sm_clock_mhz() > 0 ? absl::StrCat(device.max_sm_clock_mhz()) : "-");

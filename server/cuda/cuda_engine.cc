@@ -261,6 +261,7 @@ engine::DeviceInfo CudaEngineImpl::GetDeviceInfo(int device) const {
   info.name = state.name;
   info.pci_bus_id = state.pci_bus_id;
   info.memory_bytes = static_cast<int64_t>(state.pool->capacity() - state.reserved_bytes);
+  info.total_memory_bytes = static_cast<int64_t>(state.pool->device_total_bytes());
   return info;
 }
 

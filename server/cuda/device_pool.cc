@@ -39,13 +39,14 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64
         bytes, free_bytes, std::max(sharers, 1), requested_bytes);
   }
   ASSIGN_OR_RETURN(DeviceMemory memory, DeviceMemory::Allocate(device, bytes));
-  return std::unique_ptr<DevicePool>(new DevicePool(device, std::move(memory)));
+  return std::unique_ptr<DevicePool>(new DevicePool(device, std::move(memory), total_bytes));
 }
 
-DevicePool::DevicePool(int device, DeviceMemory memory)
+DevicePool::DevicePool(int device, DeviceMemory memory, size_t device_total_bytes)
     : device_(device),
       memory_(std::move(memory)),
       capacity_(memory_.bytes()),
+      device_total_bytes_(device_total_bytes),
       allocator_(memory_.bytes()) {}
 
 void DevicePool::ReclaimLocked(bool wait) const {

@@ -38,6 +38,7 @@ class DevicePool {
 
   int device() const { return device_; }
   size_t capacity() const { return capacity_; }
+  size_t device_total_bytes() const { return device_total_bytes_; }  // the GPU's whole memory
   size_t BytesInUse() const;  // includes blocks whose fences have not completed
   // True when `ptr` .. `ptr + bytes` lies inside this pool's block.
   bool Contains(const void* ptr, size_t bytes) const;
@@ -47,7 +48,7 @@ class DevicePool {
     size_t offset;
     std::vector<CudaEvent> fences;
   };
-  DevicePool(int device, DeviceMemory memory);
+  DevicePool(int device, DeviceMemory memory, size_t device_total_bytes);
   // Returns blocks whose fences completed (with `wait`, after waiting for them).
   // Const: reclaiming frees nothing that is still in use.
   void ReclaimLocked(bool wait) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -55,6 +56,7 @@ class DevicePool {
   const int device_;
   DeviceMemory memory_;
   const size_t capacity_;
+  const size_t device_total_bytes_;
   mutable absl::Mutex mu_;
   mutable RangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<PendingFree> pending_ ABSL_GUARDED_BY(mu_);

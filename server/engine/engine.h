@@ -138,7 +138,9 @@ struct Transfer {
 struct DeviceInfo {
   int index = 0;
   std::string name;
-  int64_t memory_bytes = 0;  // what jobs may allocate
+  int64_t memory_bytes = 0;  // what jobs may allocate: the daemon's pool
+  // The device's whole memory, of which the pool is a part; 0 where unknown.
+  int64_t total_memory_bytes = 0;
   std::string pci_bus_id;
 };
 

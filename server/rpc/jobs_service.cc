@@ -31,7 +31,33 @@ absl::Status RequireId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// The config key that sizes what jobs may use of a device of `backend`.
+std::string PoolSetting(const std::string& backend) {
+  return backend == "host" ? "host_device_memory_bytes" : "pool_bytes_per_device";
+}
+
 }  // namespace
+
+std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
+                              const std::string& pool_setting) {
+  std::string message =
+      absl::StrFormat("job needs %.2f GiB per device, device %d has %.2f GiB (%s)", GiB(needed),
+                      device.index, GiB(device.memory_bytes), pool_setting);
+  const int64_t total = device.total_memory_bytes;
+  if (total <= device.memory_bytes) return message;  // the pool is the whole device
+  // The pool takes at most 90% of what is free when the daemon starts
+  // (DevicePool::Create), and the GPU's runtime holds some of the rest.
+  if (needed <= total / 10 * 9) {
+    absl::StrAppendFormat(&message, " of its %.2f GiB: a larger %s in the daemon's config fits it",
+                          GiB(total), pool_setting);
+  } else {
+    absl::StrAppendFormat(&message,
+                          " and %.2f GiB in all: spread the job over more GPUs (a larger tp) "
+                          "or make its shapes smaller",
+                          GiB(total));
+  }
+  return message;
+}
 
 JobsService::JobsService(jobs::Scheduler& scheduler, const engine::Engine& engine,
                          JobsServiceOptions options, DaemonCounters& counters)
@@ -58,11 +84,10 @@ absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
   const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(*spec, tp)
                                                    : ops::JobBytesPerDevice(*spec, tp);
   for (int device : *devices) {
-    const int64_t capacity = engine_.GetDeviceInfo(device).memory_bytes;
-    if (needed > capacity) {
+    const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
+    if (needed > info.memory_bytes) {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("job needs %.2f GiB per device, device %d has %.2f GiB", GiB(needed),
-                          device, GiB(capacity)));
+          DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
     }
   }
 

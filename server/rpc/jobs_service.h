@@ -31,6 +31,13 @@ struct JobsServiceOptions {
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
 };
 
+// RESOURCE_EXHAUSTED's message for a job that needs `needed` bytes on each of
+// its devices where `device`'s pool (sized by the config key `pool_setting`)
+// holds less: says what would make it fit, a larger pool where the GPU has the
+// room, more GPUs or smaller shapes where it does not.
+std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
+                              const std::string& pool_setting);
+
 class JobsService final : public v1::Jobs::Service {
  public:
   // All references must outlive the service.

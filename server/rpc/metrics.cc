@@ -101,10 +101,12 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
   Add(rejected, static_cast<double>(stats.jobs_rejected()));
   out.push_back(std::move(rejected));
 
-  MetricFamily memory =
-      Family("overlapd_device_memory_bytes", "device memory the daemon may use", MetricType::Gauge);
-  MetricFamily used =
-      Family("overlapd_device_memory_used_bytes", "device memory jobs hold now", MetricType::Gauge);
+  MetricFamily memory = Family("overlapd_device_memory_bytes",
+                               "device memory jobs may use: the daemon's pool", MetricType::Gauge);
+  MetricFamily used = Family("overlapd_device_memory_used_bytes", "of the pool, what jobs hold now",
+                             MetricType::Gauge);
+  MetricFamily total = Family("overlapd_device_total_memory_bytes",
+                              "the device's whole memory, the pool part of it", MetricType::Gauge);
   MetricFamily sm = Family("overlapd_device_sm_clock_mhz", "SM clock (NVML)", MetricType::Gauge);
   MetricFamily mem_clock =
       Family("overlapd_device_mem_clock_mhz", "memory clock (NVML)", MetricType::Gauge);
@@ -169,6 +171,8 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
     const ClientMetric::Label device = DeviceLabel(d.index());
     Add(memory, static_cast<double>(d.memory_bytes()), {device, {"name", d.name()}});
     Add(used, static_cast<double>(d.memory_used_bytes()), {device});
+    if (d.total_memory_bytes() > 0)
+      Add(total, static_cast<double>(d.total_memory_bytes()), {device});
     // Each health group is published where NVML answered it, clocks or not.
     if (d.pcie_valid()) {
       Add(pcie_gen, d.pcie_gen(), {device, {"link", "current"}});
@@ -219,10 +223,11 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
       Add(thermal_capped, d.thermal_capped_s(), {device});
     }
   }
-  for (MetricFamily* f : {&memory,         &used,     &sm,         &mem_clock,    &temperature,
-                          &power,          &util,     &max_sm,     &limit,        &power_capped,
-                          &thermal_capped, &pcie_gen, &pcie_width, &pcie_replays, &nvlinks,
-                          &nvlink_errors,  &ecc,      &remap,      &xids,         &last_xid}) {
+  for (MetricFamily* f :
+       {&memory,   &used,       &total,        &sm,      &mem_clock,     &temperature,
+        &power,    &util,       &max_sm,       &limit,   &power_capped,  &thermal_capped,
+        &pcie_gen, &pcie_width, &pcie_replays, &nvlinks, &nvlink_errors, &ecc,
+        &remap,    &xids,       &last_xid}) {
     out.push_back(std::move(*f));
   }
 

@@ -92,6 +92,7 @@ grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
     device->set_name(info.name);
     device->set_memory_bytes(info.memory_bytes);
     device->set_memory_used_bytes(engine_.MemoryInUse(d));
+    device->set_total_memory_bytes(info.total_memory_bytes);
     device->set_pci_bus_id(info.pci_bus_id);
     const engine::DeviceTelemetry t = engine_.Telemetry(d);
     device->set_telemetry_valid(t.valid);

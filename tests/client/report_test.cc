@@ -465,6 +465,7 @@ TEST(ReportTest, NodeInfo) {
     device->set_name("host" + std::to_string(i));
     device->set_memory_bytes(int64_t{2} << 30);
     device->set_memory_used_bytes(i == 0 ? (int64_t{1} << 20) : 0);
+    if (i == 0) device->set_total_memory_bytes(int64_t{2} << 30);
   }
   (*node.mutable_library_env())["NCCL_NVLS_ENABLE"] = "0";
   (*node.mutable_library_env())["CUDA_VISIBLE_DEVICES"] = "0,1";
@@ -474,8 +475,9 @@ TEST(ReportTest, NodeInfo) {
   EXPECT_THAT(text, HasSubstr("healthy:  yes\n"));
   EXPECT_THAT(text, HasSubstr("version:  0.1.0 (abc1234)\n"));
   EXPECT_THAT(text, HasSubstr("devices:  2\n"));
-  EXPECT_THAT(text, HasSubstr("    0  host0  2.00 GiB  1.00 MiB  -\n"));
-  EXPECT_THAT(text, HasSubstr("    1  host1  2.00 GiB       0 B  -\n"));
+  EXPECT_THAT(text, HasSubstr("INDEX  NAME     MEMORY      POOL  POOL USED  PCI\n"));
+  EXPECT_THAT(text, HasSubstr("    0  host0  2.00 GiB  2.00 GiB   1.00 MiB  -\n"));
+  EXPECT_THAT(text, HasSubstr("    1  host1         -  2.00 GiB        0 B  -\n"));
   EXPECT_THAT(text, Not(HasSubstr("cuda:")));
   EXPECT_THAT(text, Not(HasSubstr("SM MHz")));  // no telemetry: no telemetry columns
   EXPECT_THAT(text, Not(HasSubstr("ranks:")));

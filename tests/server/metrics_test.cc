@@ -62,6 +62,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   d0->set_name("NVIDIA H200");
   d0->set_memory_bytes(1000);
   d0->set_memory_used_bytes(250);
+  d0->set_total_memory_bytes(4000);
   d0->set_telemetry_valid(true);
   d0->set_sm_clock_mhz(1980);
   d0->set_power_w(306.5);
@@ -120,6 +121,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_jobs_submitted_total 9\n",
            "overlapd_device_memory_used_bytes{device=\"0\"} 250\n",
            "overlapd_device_memory_bytes{device=\"0\",name=\"NVIDIA H200\"} 1000\n",
+           "overlapd_device_total_memory_bytes{device=\"0\"} 4000\n",
            "overlapd_device_sm_clock_mhz{device=\"0\"} 1980\n",
            "overlapd_device_power_watts{device=\"0\"} 306.5\n",
            "overlapd_device_max_sm_clock_mhz{device=\"0\"} 1980\n",
@@ -162,6 +164,8 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
   EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlinks{device=\"1\"")));
+  // Device 1's whole memory is unknown: absent, not zero.
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_total_memory_bytes{device=\"1\"}")));
   // Health readings without clock readings are published all the same.
   v1::GetNodeInfoResponse health_only = node;
   health_only.mutable_devices(0)->set_telemetry_valid(false);

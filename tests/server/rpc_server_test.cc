@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "overlap_git_commit.h"
 #include "server/engine/host/host_engine.h"
+#include "server/rpc/jobs_service.h"
 #include "server/rpc/listen_address.h"
 #include "tests/forwarding_engine.h"
 #include "tests/server/test_util.h"
@@ -317,6 +318,23 @@ TEST_F(RpcServerTest, UnknownIdsAreNotFound) {
   EXPECT_EQ(Get("", &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST(DoesNotFitMessageTest, SaysWhetherALargerPoolOrMoreGpusWouldFit) {
+  engine::DeviceInfo gpu;
+  gpu.index = 1;
+  gpu.memory_bytes = 16 * kGiB;
+  gpu.total_memory_bytes = 140 * kGiB;
+  EXPECT_EQ(DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
+            "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) of "
+            "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config fits it");
+  EXPECT_EQ(DoesNotFitMessage(130 * kGiB, gpu, "pool_bytes_per_device"),
+            "job needs 130.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) "
+            "and 140.00 GiB in all: spread the job over more GPUs (a larger tp) or make its "
+            "shapes smaller");
+  gpu.total_memory_bytes = 0;  // unknown: the pool is all there is to say
+  EXPECT_EQ(DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
+            "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device)");
+}
+
 TEST_F(RpcServerTest, RefusalsHaveTheRightCodeAndNameTheField) {
   grpc::Status status = Submit("name: x\nops: [ {id: a, type: ag_gemm, m: 64");  // unterminated
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -328,7 +346,8 @@ TEST_F(RpcServerTest, RefusalsHaveTheRightCodeAndNameTheField) {
 
   status = Submit(Spec("huge", "[0, 1]"));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(status.error_message(), "job needs 3.00 GiB per device, device 0 has 2.00 GiB");
+  EXPECT_EQ(status.error_message(),
+            "job needs 3.00 GiB per device, device 0 has 2.00 GiB (host_device_memory_bytes)");
 
   status = Submit(Spec("big") + "# " + std::string(5000, 'x') + "\n");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

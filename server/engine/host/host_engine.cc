@@ -109,6 +109,7 @@ DeviceInfo HostEngine::GetDeviceInfo(int device) const {
   if (device < 0 || device >= options_.device_count) return info;
   info.name = absl::StrCat("host-rank-", device);
   info.memory_bytes = options_.device_memory_bytes;
+  info.total_memory_bytes = options_.device_memory_bytes;  // a simulated device is all pool
   info.pci_bus_id = absl::StrCat("host:", device);
   return info;
 }
