@@ -181,7 +181,9 @@ const std::vector<Field>& Fields() {
                "tests only: >= 0 gives the host backend's devices health readings, this one "
                "with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
                &DaemonConfig::host_sick_device, /*min_value=*/-1),
-      BytesField("pool_bytes_per_device", "cuda backend: buffer pool per GPU",
+      BytesField("pool_bytes_per_device",
+                 "cuda backend: buffer pool per GPU, allocated at start (at most 90% of the "
+                 "GPU's free memory: a larger size takes that)",
                  &DaemonConfig::pool_bytes_per_device, /*allow_zero=*/false),
       BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",
                  &DaemonConfig::gemm_workspace_bytes, /*allow_zero=*/true),

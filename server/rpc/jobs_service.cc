@@ -48,7 +48,9 @@ std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
   // The pool takes at most 90% of what is free when the daemon starts
   // (DevicePool::Create), and the GPU's runtime holds some of the rest.
   if (needed <= total / 10 * 9) {
-    absl::StrAppendFormat(&message, " of its %.2f GiB: a larger %s in the daemon's config fits it",
+    absl::StrAppendFormat(&message,
+                          " of its %.2f GiB: a larger %s in the daemon's config (up to 90%% of "
+                          "the GPU) fits it",
                           GiB(total), pool_setting);
   } else {
     absl::StrAppendFormat(&message,

@@ -323,9 +323,11 @@ TEST(DoesNotFitMessageTest, SaysWhetherALargerPoolOrMoreGpusWouldFit) {
   gpu.index = 1;
   gpu.memory_bytes = 16 * kGiB;
   gpu.total_memory_bytes = 140 * kGiB;
-  EXPECT_EQ(DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
-            "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) of "
-            "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config fits it");
+  EXPECT_EQ(
+      DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
+      "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) of "
+      "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config (up to 90% of the "
+      "GPU) fits it");
   EXPECT_EQ(DoesNotFitMessage(130 * kGiB, gpu, "pool_bytes_per_device"),
             "job needs 130.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) "
             "and 140.00 GiB in all: spread the job over more GPUs (a larger tp) or make its "
