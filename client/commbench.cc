@@ -331,6 +331,13 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
            "runs over p2p only\n";
   }
   const int tp = o.devices.empty() ? node->devices_size() : static_cast<int>(o.devices.size());
+  if (tp < 2 && (o.transports.size() > 1 || !o.algorithms.empty())) {
+    // One rank has no peer: every transport and layout is the same local copy.
+    o.transports.resize(1);
+    o.algorithms.clear();
+    err << "commbench: one rank: every transport is a local copy, so it times " << o.transports[0]
+        << " alone\n";
+  }
   v1::Job job;
   if (int rc = SubmitAndFollow(client, BuildCommBenchSpec(o, tp), "commbench", tp, node->backend(),
                                err_is_tty, err, &job);

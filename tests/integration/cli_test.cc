@@ -285,6 +285,16 @@ TEST_F(CliTest, CommbenchSweepsSizesOnBothTransports) {
   EXPECT_EQ(sized["rows"][1]["bytes"], int64_t{64} << 20);
   EXPECT_THAT(host.err, HasSubstr("commbench: host backend: sizes up to 64MiB"));
 
+  // One rank has no peer: one transport is timed, and the output says why.
+  RunResult one = daemon_->Ctl({"commbench", "--devices", "0", "--collectives", "all_gather",
+                                "--min-bytes", "64KiB", "--max-bytes", "64KiB", "--json"});
+  ASSERT_EQ(one.exit_code, 0) << Describe(one);
+  nlohmann::json alone = ParseJson(one.out);
+  ASSERT_EQ(alone["rows"].size(), 1u) << one.out;
+  EXPECT_TRUE(alone["rows"][0]["transports"].contains("nccl")) << one.out;
+  EXPECT_FALSE(alone["rows"][0]["transports"].contains("p2p")) << one.out;
+  EXPECT_THAT(one.err, HasSubstr("one rank: every transport is a local copy, so it times nccl"));
+
   RunResult bad = daemon_->Ctl({"commbench", "--collectives", "broadcast"});
   EXPECT_EQ(bad.exit_code, 64) << Describe(bad);
   EXPECT_THAT(bad.err, HasSubstr("unknown collective \"broadcast\""));
