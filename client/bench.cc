@@ -259,7 +259,7 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
     const double floor_ratio = r.floor_ms > 0 ? r.step_ms / r.floor_ms : 0;
     if (floor_ratio > 0) floor_ratios.push_back(floor_ratio);
     if (r.step_ms > 0) speedups.push_back(r.serial_ms / r.step_ms);
-    if (r.comm_ms <= r.gemm_ms) {
+    if (r.comm_ms > 0 && r.comm_ms <= r.gemm_ms) {  // one rank has no comm to hide
       ++hidden_checked;
       hidden_ok += r.hidden >= 0.85;
     }
@@ -284,7 +284,7 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
               FormatMs(r.comm_ms),
               absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms),
               FormatMs(r.exposed_ms),
-              FormatHidden(r.hidden),
+              r.comm_ms > 0 ? FormatHidden(r.hidden) : "-",
               absl::StrFormat("%.0f", r.tflops),
               absl::StrFormat("%.1f", 100 * r.mfu),
               absl::StrFormat("%.0f", r.busbw),

@@ -26,7 +26,7 @@ void ProgressPrinter::Update(const v1::Job& job) {
          << FormatMs(op.step().median_ms()) << " ms, ";
     if (IsCollectiveAlone(op)) {
       out_ << "busbw " << FormatRate(op.busbw_gbps()) << " GB/s\n";
-    } else if (IsGemmAlone(op)) {
+    } else if (!HasCommToHide(op)) {  // a GEMM alone, or at one rank
       out_ << FormatRate(op.tflops()) << " TFLOP/s\n";
     } else {
       out_ << "hidden " << FormatHidden(op.hidden_fraction()) << "%\n";

@@ -55,6 +55,10 @@ bool IsGemmAlone(const v1::OpResult& op) {
   return type.ok() && IsGemmOnly(*type);
 }
 
+bool HasCommToHide(const v1::OpResult& op) {
+  return !IsCollectiveAlone(op) && !IsGemmAlone(op) && op.comm_alone().median_ms() > 0;
+}
+
 std::string FormatLayerStep(const v1::JobResult& result) {
   if (!result.layer_note().empty()) return absl::StrCat("layer: ", result.layer_note(), "\n");
   const double layer = result.layer_step().median_ms();
@@ -256,16 +260,16 @@ std::string FormatReport(const v1::Job& job) {
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
     const bool comm = !IsGemmAlone(op);
-    const bool both = gemm && comm;
-    table.AddRow(
-        {op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
-         op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-", comm ? OrDash(TransportLabel(op)) : "-",
-         FormatMs(op.step().median_ms()), FormatMs(op.host_enqueue_ms()),
-         gemm ? FormatMs(op.gemm_alone().median_ms()) : "-",
-         comm ? FormatMs(op.comm_alone().median_ms()) : "-",
-         comm ? FormatMs(op.exposed_comm_ms()) : "-",
-         both ? FormatHidden(op.hidden_fraction()) : "-", gemm ? FormatRate(op.tflops()) : "-",
-         comm ? FormatRate(op.busbw_gbps()) : "-", FormatVerify(op)});
+    table.AddRow({op.id(), op.type(), FormatShape(op), OrDash(op.mode()),
+                  op.chunks() > 0 ? absl::StrCat(op.chunks()) : "-",
+                  comm ? OrDash(TransportLabel(op)) : "-", FormatMs(op.step().median_ms()),
+                  FormatMs(op.host_enqueue_ms()),
+                  gemm ? FormatMs(op.gemm_alone().median_ms()) : "-",
+                  comm ? FormatMs(op.comm_alone().median_ms()) : "-",
+                  comm ? FormatMs(op.exposed_comm_ms()) : "-",
+                  HasCommToHide(op) ? FormatHidden(op.hidden_fraction()) : "-",
+                  gemm ? FormatRate(op.tflops()) : "-", comm ? FormatRate(op.busbw_gbps()) : "-",
+                  FormatVerify(op)});
   }
   table.AddSeparator();
   const double total_tflops = GemmTflops(result, result.total_step_ms());

@@ -28,6 +28,9 @@ bool IsCollectiveAlone(const v1::OpResult& op);
 // gemm: a GEMM with no collective, whose transport, comm alone, exposed comm,
 // hidden % and busbw the report shows as "-".
 bool IsGemmAlone(const v1::OpResult& op);
+// A GEMM with a collective that took time beside it: an op with a share of its
+// communication hidden. Not so at one rank, where nothing moves (comm alone 0).
+bool HasCommToHide(const v1::OpResult& op);
 // "layer: 10.790 ms as one step (beside the ops after them on a side stream:
 // grads to the end), 10.862 ms op by op: -0.7%; exposed comm 0.190 ms (op by
 // op 0.262)\n", and a "layer order: ..." line when the step ran the ops in

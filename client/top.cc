@@ -81,7 +81,7 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
         job && !job->progress().op_id().empty() ? Truncate(job->progress().op_id(), 12) : "-",
         job ? Truncate(Phase(job->progress()), 36) : "-", last ? Truncate(last->id(), 12) : "-",
         last ? absl::StrFormat("%.3f", last->step().median_ms()) : "-",
-        last && !IsGemmAlone(*last)
+        last && HasCommToHide(*last)
             ? absl::StrFormat("%.1f", 100 * std::clamp(last->hidden_fraction(), 0.0, 1.0))
             : "-",
         wait >= 0 ? absl::StrFormat("%.3f", wait) : "-");

@@ -270,8 +270,11 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
                              {"schedule", op.schedule()}};
       Add(step, op.step().median_ms() / 1000.0, labels);
       Add(exposed, op.exposed_comm_ms() / 1000.0, labels);
-      // A GEMM alone has no communication to hide.
-      if (op.type() != OpTypeName(OpType::kGemm)) Add(hidden, op.hidden_fraction(), labels);
+      // A GEMM alone has no communication to hide, nor has an op at one rank
+      // (its comm alone is 0: nothing moves).
+      if (op.type() != OpTypeName(OpType::kGemm) && op.comm_alone().median_ms() > 0) {
+        Add(hidden, op.hidden_fraction(), labels);
+      }
       const int r = static_cast<int>(rank - devices.begin());
       if (r < op.gemm_alone_rank_ms_size()) Add(gemm, op.gemm_alone_rank_ms(r) / 1000.0, labels);
       if (r < op.compute_wait_rank_ms_size()) {

@@ -210,6 +210,14 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_EQ(table.find("one GPU:"), std::string::npos) << "tp = 2";
   rows[0].tp = 1;
   EXPECT_NE(FormatBench(rows).find("one GPU: nothing to communicate"), std::string::npos);
+  // One rank moves nothing: no hidden share to show or to count.
+  std::vector<BenchRow> one_rank = rows;
+  one_rank[0].comm_ms = 0;
+  one_rank[0].hidden = 1;
+  const std::string alone = FormatBench(one_rank);
+  EXPECT_NE(alone.find("hidden >= 85% where comm alone <= GEMM alone: 0/0"), std::string::npos)
+      << alone;
+  EXPECT_THAT(alone, ::testing::ContainsRegex(" 0\\.200 +- "));
   EXPECT_NE(table.find("slow GPU? ag_gemm 1000 x 1000 x 1000: rank 1 (device 1): GEMM alone "
                        "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
             std::string::npos)

@@ -314,6 +314,18 @@ TEST(ReportTest, EveryLineOfTheTableHasTheSameColumnStarts) {
   EXPECT_EQ(lines[7].find("2.275") + 5, exposed_end);
 }
 
+TEST(ReportTest, OneRankHasNoHiddenShare) {
+  v1::Job job = MakeJob();
+  v1::OpResult* fc1 = job.mutable_result()->mutable_ops(0);
+  fc1->set_tp(1);
+  SetTiming(fc1->mutable_comm_alone(), 0);
+  fc1->set_hidden_fraction(1);
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  const size_t hidden_end = lines[1].find("hidden %") + 8;
+  EXPECT_EQ(lines[3].substr(hidden_end - 5, 5), "    -") << lines[3];
+  EXPECT_EQ(Lines(FormatReport(MakeJob()))[3].substr(hidden_end - 5, 5), " 66.7");
+}
+
 TEST(ReportTest, HiddenIsFlooredAtZeroAndCappedAt100) {
   v1::Job job = MakeJob();
   job.mutable_result()->mutable_ops(1)->set_hidden_fraction(-9.373);  // slower than serial

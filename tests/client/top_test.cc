@@ -48,7 +48,9 @@ v1::Job RunningOn0() {
   job.mutable_progress()->set_iterations(20);
   v1::OpResult* fc1 = job.mutable_result()->add_ops();
   fc1->set_id("fc1");
+  fc1->set_type("ag_gemm");
   fc1->set_schedule("ring/p2p");
+  fc1->mutable_comm_alone()->set_median_ms(1.5);
   fc1->mutable_step()->set_median_ms(5.25);
   fc1->set_hidden_fraction(0.667);
   fc1->add_compute_wait_rank_ms(0.125);
@@ -84,6 +86,19 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   const std::vector<std::string> sick0 =
       absl::StrSplit(Lines(FormatTopSample(sick, {}, kNowMs))[0], ' ', absl::SkipEmpty());
   EXPECT_EQ(sick0[8], "pcie,xid");
+}
+
+// An op at one rank moves nothing (comm alone 0): its hidden column is a dash,
+// not 100.
+TEST(TopTest, OneRankShowsNoHidden) {
+  v1::Job job = RunningOn0();
+  job.mutable_result()->mutable_ops(0)->mutable_comm_alone()->set_median_ms(0);
+  job.mutable_result()->mutable_ops(0)->set_hidden_fraction(1);
+  const std::vector<std::string> lines = Lines(FormatTopSample(TwoGpus(), {job}, kNowMs));
+  const std::vector<std::string> gpu0 = absl::StrSplit(lines[0], ' ', absl::SkipEmpty());
+  ASSERT_GE(gpu0.size(), 3u);
+  EXPECT_EQ(gpu0[gpu0.size() - 2], "-");
+  EXPECT_EQ(gpu0[gpu0.size() - 3], "5.250");
 }
 
 // A GEMM alone has no communication: its hidden column is a dash. An op run

@@ -43,6 +43,7 @@ v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState stat
     op->set_id(last_op);
     op->set_schedule("ring/2/p2p");
     op->mutable_step()->set_median_ms(2.5);
+    op->mutable_comm_alone()->set_median_ms(1.0);
     op->set_exposed_comm_ms(0.25);
     op->set_hidden_fraction(0.75);
     for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
@@ -184,6 +185,13 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   const std::string gemm_text = Text(BuildMetrics(node, stats, gemm_last));
   EXPECT_THAT(gemm_text, HasSubstr("overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\""));
   EXPECT_THAT(gemm_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
+
+  // Nor at one rank, where nothing moved (comm alone 0).
+  std::vector<v1::Job> one_rank = recent;
+  one_rank[1].mutable_result()->mutable_ops(0)->mutable_comm_alone()->set_median_ms(0);
+  const std::string one_text = Text(BuildMetrics(node, stats, one_rank));
+  EXPECT_THAT(one_text, HasSubstr("overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\""));
+  EXPECT_THAT(one_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
 }
 
 TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
