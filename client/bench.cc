@@ -289,7 +289,7 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
               absl::StrFormat("%.1f", 100 * r.mfu),
               absl::StrFormat("%.0f", r.busbw),
               absl::StrFormat("%.3f", ratio),
-              absl::StrFormat("%.3f", r.gemm_slowdown),
+              r.gemm_slowdown > 0 ? absl::StrFormat("%.3f", r.gemm_slowdown) : "-",  // one rank
               absl::StrFormat("%.3f", floor_ratio),
               gemms_over,
               waited,

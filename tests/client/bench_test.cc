@@ -218,6 +218,8 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NE(alone.find("hidden >= 85% where comm alone <= GEMM alone: 0/0"), std::string::npos)
       << alone;
   EXPECT_THAT(alone, ::testing::ContainsRegex(" 0\\.200 +- "));
+  one_rank[0].gemm_slowdown = 0;  // nothing ran beside the GEMM
+  EXPECT_THAT(FormatBench(one_rank), ::testing::ContainsRegex(" 1\\.200 +- +1\\.091 "));
   EXPECT_NE(table.find("slow GPU? ag_gemm 1000 x 1000 x 1000: rank 1 (device 1): GEMM alone "
                        "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
             std::string::npos)
