@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/byte_size.h"
 #include "common/config_internal.h"
 #include "common/logging.h"
@@ -181,10 +182,18 @@ const std::vector<Field>& Fields() {
                "tests only: >= 0 gives the host backend's devices health readings, this one "
                "with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
                &DaemonConfig::host_sick_device, /*min_value=*/-1),
-      BytesField("pool_bytes_per_device",
-                 "cuda backend: buffer pool per GPU, allocated at start (at most 90% of the "
-                 "GPU's free memory: a larger size takes that)",
-                 &DaemonConfig::pool_bytes_per_device, /*allow_zero=*/false),
+      Field{"pool_bytes_per_device",
+            "cuda backend: buffer pool per GPU, allocated at start: a size, or a share of the "
+            "GPU's memory like 80% (at most 90% of what is free: a larger size takes that)",
+            [](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+              if (!node.IsScalar()) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("must be a byte size like 16GiB or a share like 80% (got ",
+                                 Describe(node), ")"));
+              }
+              return ParsePoolSize(node.Scalar(), config);
+            },
+            FormatPoolSize},
       BytesField("gemm_workspace_bytes", "cuda backend: cuBLASLt workspace per stream",
                  &DaemonConfig::gemm_workspace_bytes, /*allow_zero=*/true),
       BoolField("nvls_enable", "cuda backend: NVLink multicast (NVLS)", &DaemonConfig::nvls_enable),
@@ -307,6 +316,28 @@ std::string FieldLines(const DaemonConfig& config) {
 }
 
 }  // namespace
+
+absl::Status ParsePoolSize(absl::string_view text, DaemonConfig* config) {
+  if (absl::ConsumeSuffix(&text, "%")) {
+    double percent = 0;
+    if (!absl::SimpleAtod(text, &percent) || !(percent > 0 && percent <= 100)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a share of the GPU's memory must be more than 0% and at most 100% (got ", text, "%)"));
+    }
+    config->pool_percent_of_gpu = percent;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const int64_t bytes, ParseByteSize(text));
+  if (bytes == 0) return absl::InvalidArgumentError("must be greater than zero");
+  config->pool_bytes_per_device = bytes;
+  config->pool_percent_of_gpu = 0;
+  return absl::OkStatus();
+}
+
+std::string FormatPoolSize(const DaemonConfig& config) {
+  if (config.pool_percent_of_gpu > 0) return FormatDouble(config.pool_percent_of_gpu) + "%";
+  return FormatByteSize(config.pool_bytes_per_device);
+}
 
 std::string ConfigYaml(const DaemonConfig& config) {
   return "# overlapd configuration in effect (config file and flags merged).\n" +

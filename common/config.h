@@ -38,7 +38,13 @@ struct DaemonConfig {
   int host_sick_device = -1;
 
   // CUDA backend.
+  // Each rank's buffer pool, allocated at start: pool_bytes_per_device, or where
+  // pool_percent_of_gpu > 0 (`pool_bytes_per_device: 80%`) that share of its
+  // GPU's memory (split equally between the ranks of a GPU), so that one config
+  // suits nodes of 80 GB and of 141 GB GPUs. Either way at most 90% of the
+  // memory free at start (DevicePool::Create).
   int64_t pool_bytes_per_device = int64_t{16} << 30;
+  double pool_percent_of_gpu = 0;
   int64_t gemm_workspace_bytes = int64_t{64} << 20;
   bool nvls_enable = false;  // NVLink multicast; off unless asked for
   // Ranks each GPU hosts: 2 makes one GPU a two-rank node, so that multi-rank
@@ -101,6 +107,14 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text);
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
 // The built-in defaults as YAML (what `overlapd --print-default-config` shows).
 std::string DefaultConfigYaml();
+
+// The pool size as the config and --pool-bytes-per-device take it: a byte size
+// (16GiB) or a share of the GPU's memory (80%, more than 0 and at most 100).
+// A size sets pool_bytes_per_device and clears pool_percent_of_gpu; a share
+// sets pool_percent_of_gpu, which then takes precedence.
+absl::Status ParsePoolSize(absl::string_view text, DaemonConfig* config);
+// The form ParsePoolSize reads back: "16GiB" or "80%".
+std::string FormatPoolSize(const DaemonConfig& config);
 // `config` as YAML that ParseDaemonConfig reads back to the same values (what
 // `overlapd --print-config` shows: the config file and flags merged).
 std::string ConfigYaml(const DaemonConfig& config);

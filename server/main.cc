@@ -113,10 +113,10 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ApplyBytes(flags.pool_bytes_per_device, "--pool-bytes-per-device",
-                                  &config.pool_bytes_per_device);
-      !s.ok()) {
-    return s;
+  if (flags.pool_bytes_per_device) {
+    if (absl::Status s = ParsePoolSize(*flags.pool_bytes_per_device, &config); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--pool-bytes-per-device: ", s.message()));
+    }
   }
   if (absl::Status s = ApplyBytes(flags.gemm_workspace_bytes, "--gemm-workspace-bytes",
                                   &config.gemm_workspace_bytes);
@@ -184,7 +184,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   AddBoolFlag(app, "--hazard-checks,!--no-hazard-checks", &f.hazard_checks,
               "host backend: fail a job on a missing event wait");
   app.add_option("--pool-bytes-per-device", f.pool_bytes_per_device,
-                 "cuda backend: buffer pool per GPU (e.g. 16GiB)");
+                 "cuda backend: buffer pool per GPU (e.g. 16GiB, or 80% of its memory)");
   app.add_option("--gemm-workspace-bytes", f.gemm_workspace_bytes,
                  "cuda backend: cuBLASLt workspace per stream");
   AddBoolFlag(app, "--nvls-enable,!--no-nvls-enable", &f.nvls_enable,

@@ -180,8 +180,10 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
   // Numerically lower is higher priority: comm streams get `greatest`.
   int least = 0, greatest = 0;
   CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  // A share of the GPU (`80%`) is for all of its ranks together, a size per rank.
   ASSIGN_OR_RETURN(state.pool, DevicePool::Create(device, config_.pool_bytes_per_device,
-                                                  ranks_per_gpu - device % ranks_per_gpu));
+                                                  ranks_per_gpu - device % ranks_per_gpu,
+                                                  config_.pool_percent_of_gpu / ranks_per_gpu));
 
   size_t workspace = static_cast<size_t>(config_.gemm_workspace_bytes) / 256 * 256;
   const size_t capacity = state.pool->capacity();

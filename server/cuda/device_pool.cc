@@ -17,8 +17,12 @@ constexpr size_t kPoolGranularity = size_t{2} << 20;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64_t requested_bytes,
-                                                               int sharers) {
-  if (requested_bytes <= 0) {
+                                                               int sharers, double percent_of_gpu) {
+  if (percent_of_gpu > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool_bytes_per_device: ", percent_of_gpu, "% is more than the whole GPU"));
+  }
+  if (requested_bytes <= 0 && percent_of_gpu <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pool_bytes_per_device must be positive, got ", requested_bytes));
   }
@@ -26,14 +30,18 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64
   if (!guard.status().ok()) return guard.status();
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (percent_of_gpu > 0) {
+    requested_bytes = static_cast<int64_t>(static_cast<double>(total_bytes) * percent_of_gpu / 100);
+  }
   const size_t share = free_bytes / 10 * 9 / static_cast<size_t>(std::max(sharers, 1));
+  const bool capped = share < static_cast<size_t>(requested_bytes);
   size_t bytes = std::min(static_cast<size_t>(requested_bytes), share);
   bytes = bytes / kPoolGranularity * kPoolGranularity;
   if (bytes == 0) {
     return absl::ResourceExhaustedError(absl::StrCat("device ", device, ": only ", free_bytes,
                                                      " bytes free, cannot create a memory pool"));
   }
-  if (bytes < static_cast<size_t>(requested_bytes)) {
+  if (capped) {  // not when only rounded down to whole 2 MiB
     GetLogger("cuda")->warn(
         "device {}: pool capped to {} bytes (90% of {} free, shared by {}), {} requested", device,
         bytes, free_bytes, std::max(sharers, 1), requested_bytes);

@@ -26,9 +26,11 @@ class DevicePool {
  public:
   // Takes min(requested_bytes, 90% of the GPU's free memory / sharers), where
   // `sharers` counts the pools still to be made on the GPU, this one included
-  // (ranks_per_gpu: each rank gets an equal share).
+  // (ranks_per_gpu: each rank gets an equal share). percent_of_gpu > 0 asks
+  // for that share of the GPU's whole memory instead of requested_bytes.
   static absl::StatusOr<std::unique_ptr<DevicePool>> Create(int device, int64_t requested_bytes,
-                                                            int sharers = 1);
+                                                            int sharers = 1,
+                                                            double percent_of_gpu = 0);
 
   // RESOURCE_EXHAUSTED naming the device, the request and the free bytes.
   absl::StatusOr<void*> Allocate(size_t bytes);

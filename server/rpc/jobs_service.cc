@@ -49,8 +49,8 @@ std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
   // (DevicePool::Create), and the GPU's runtime holds some of the rest.
   if (needed <= total / 10 * 9) {
     absl::StrAppendFormat(&message,
-                          " of its %.2f GiB: a larger %s in the daemon's config (up to 90%% of "
-                          "the GPU) fits it",
+                          " of its %.2f GiB: a larger %s in the daemon's config fits it (a "
+                          "size, or a share such as 80%%; at most 90%% of the GPU)",
                           GiB(total), pool_setting);
   } else {
     absl::StrAppendFormat(&message,

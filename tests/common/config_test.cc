@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/config_internal.h"
 #include "gmock/gmock.h"
@@ -30,6 +31,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.host_device_memory_bytes, b.host_device_memory_bytes);
   EXPECT_EQ(a.hazard_checks, b.hazard_checks);
   EXPECT_EQ(a.pool_bytes_per_device, b.pool_bytes_per_device);
+  EXPECT_EQ(a.pool_percent_of_gpu, b.pool_percent_of_gpu);
   EXPECT_EQ(a.gemm_workspace_bytes, b.gemm_workspace_bytes);
   EXPECT_EQ(a.nvls_enable, b.nvls_enable);
   EXPECT_EQ(a.ranks_per_gpu, b.ranks_per_gpu);
@@ -216,6 +218,32 @@ TEST(ConfigTest, ByteSizeSuffixes) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->pool_bytes_per_device, int64_t{1} << 30);
   EXPECT_EQ(config->max_spec_bytes, 4096);
+}
+
+// One config for nodes of different GPUs: the pool as a share of each GPU.
+TEST(ConfigTest, PoolAsAShareOfTheGpu) {
+  auto config = ParseDaemonConfig("pool_bytes_per_device: 80%");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->pool_percent_of_gpu, 80);
+  EXPECT_EQ(FormatPoolSize(*config), "80%");
+  EXPECT_THAT(ConfigYaml(*config), HasSubstr("pool_bytes_per_device: 80%"));
+  auto again = ParseDaemonConfig(ConfigYaml(*config));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ExpectSameConfig(*config, *again);
+
+  DaemonConfig flags;
+  ASSERT_TRUE(ParsePoolSize("12.5%", &flags).ok());
+  EXPECT_EQ(flags.pool_percent_of_gpu, 12.5);
+  ASSERT_TRUE(ParsePoolSize("4GiB", &flags).ok());  // a size after a share: the size holds
+  EXPECT_EQ(flags.pool_percent_of_gpu, 0);
+  EXPECT_EQ(flags.pool_bytes_per_device, int64_t{4} << 30);
+  EXPECT_EQ(FormatPoolSize(flags), "4GiB");
+
+  for (const char* bad : {"0%", "101%", "-5%", "abc%", "%"}) {
+    ExpectInvalid(absl::StrCat("pool_bytes_per_device: \"", bad, "\""),
+                  "pool_bytes_per_device: a share of the GPU's memory must be more than 0% and at "
+                  "most 100%");
+  }
 }
 
 TEST(ConfigTest, Errors) {

@@ -326,8 +326,8 @@ TEST(DoesNotFitMessageTest, SaysWhetherALargerPoolOrMoreGpusWouldFit) {
   EXPECT_EQ(
       DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
       "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) of "
-      "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config (up to 90% of the "
-      "GPU) fits it");
+      "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config fits it (a size, or "
+      "a share such as 80%; at most 90% of the GPU)");
   EXPECT_EQ(DoesNotFitMessage(130 * kGiB, gpu, "pool_bytes_per_device"),
             "job needs 130.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) "
             "and 140.00 GiB in all: spread the job over more GPUs (a larger tp) or make its "
