@@ -10,6 +10,10 @@
 
 namespace overlap {
 
+// The most of a GPU's free memory its pools take at start, in percent: the rest
+// is left to the CUDA context, cuBLASLt and NCCL.
+inline constexpr int kPoolMaxPercentOfFree = 90;
+
 struct DaemonConfig {
   std::string backend = "auto";  // auto | cuda | host
   std::string listen;            // empty = the default unix socket (see DefaultListenAddress)

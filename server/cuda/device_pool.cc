@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
@@ -33,7 +34,8 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64
   if (percent_of_gpu > 0) {
     requested_bytes = static_cast<int64_t>(static_cast<double>(total_bytes) * percent_of_gpu / 100);
   }
-  const size_t share = free_bytes / 10 * 9 / static_cast<size_t>(std::max(sharers, 1));
+  const size_t share =
+      free_bytes / 100 * kPoolMaxPercentOfFree / static_cast<size_t>(std::max(sharers, 1));
   const bool capped = share < static_cast<size_t>(requested_bytes);
   size_t bytes = std::min(static_cast<size_t>(requested_bytes), share);
   bytes = bytes / kPoolGranularity * kPoolGranularity;
@@ -43,8 +45,8 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(int device, int64
   }
   if (capped) {  // not when only rounded down to whole 2 MiB
     GetLogger("cuda")->warn(
-        "device {}: pool capped to {} bytes (90% of {} free, shared by {}), {} requested", device,
-        bytes, free_bytes, std::max(sharers, 1), requested_bytes);
+        "device {}: pool capped to {} bytes ({}% of {} free, shared by {}), {} requested", device,
+        bytes, kPoolMaxPercentOfFree, free_bytes, std::max(sharers, 1), requested_bytes);
   }
   ASSIGN_OR_RETURN(DeviceMemory memory, DeviceMemory::Allocate(device, bytes));
   return std::unique_ptr<DevicePool>(new DevicePool(device, std::move(memory), total_bytes));

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/config.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 #include "common/logging.h"
@@ -45,13 +46,13 @@ std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
                       device.index, GiB(device.memory_bytes), pool_setting);
   const int64_t total = device.total_memory_bytes;
   if (total <= device.memory_bytes) return message;  // the pool is the whole device
-  // The pool takes at most 90% of what is free when the daemon starts
-  // (DevicePool::Create), and the GPU's runtime holds some of the rest.
-  if (needed <= total / 10 * 9) {
+  // The pool takes at most kPoolMaxPercentOfFree of what is free when the daemon
+  // starts (DevicePool::Create), and the GPU's runtime holds some of the rest.
+  if (needed <= total / 100 * kPoolMaxPercentOfFree) {
     absl::StrAppendFormat(&message,
                           " of its %.2f GiB: a larger %s in the daemon's config fits it (a "
-                          "size, or a share such as 80%%; at most 90%% of the GPU)",
-                          GiB(total), pool_setting);
+                          "size, or a share such as 80%%; at most %d%% of the GPU)",
+                          GiB(total), pool_setting, kPoolMaxPercentOfFree);
   } else {
     absl::StrAppendFormat(&message,
                           " and %.2f GiB in all: spread the job over more GPUs (a larger tp) "
