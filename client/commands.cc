@@ -160,9 +160,18 @@ int Commands::List(const std::string& state, int limit) {
     err_ << "overlapctl: --limit must be >= 0\n";
     return kExitUsage;
   }
-  absl::StatusOr<v1::ListJobsResponse> jobs = client_.ListJobs(wanted, limit);
-  if (!jobs.ok()) return Fail(jobs.status());
-  out_ << (json_ ? ToJson(*jobs) : FormatJobList(jobs->jobs(), NowMs()));
+  // A page at a time (the daemon sends summaries, at most 1000 a call) until
+  // --limit jobs or the oldest.
+  v1::ListJobsResponse all;
+  std::string token;
+  do {
+    const int want = limit > 0 ? limit - all.jobs_size() : 0;
+    absl::StatusOr<v1::ListJobsResponse> page = client_.ListJobs(wanted, want, token);
+    if (!page.ok()) return Fail(page.status());
+    for (v1::Job& job : *page->mutable_jobs()) *all.add_jobs() = std::move(job);
+    token = page->next_page_token();
+  } while (!token.empty() && (limit == 0 || all.jobs_size() < limit));
+  out_ << (json_ ? ToJson(all) : FormatJobList(all.jobs(), NowMs()));
   return kExitOk;
 }
 

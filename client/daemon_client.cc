@@ -1,5 +1,7 @@
 #include "client/daemon_client.h"
 
+#include "client/printable.h"
+
 #include <chrono>
 #include <utility>
 
@@ -36,7 +38,9 @@ absl::StatusOr<std::unique_ptr<DaemonClient>> DaemonClient::Create(const std::st
   // only matter for a long-lived client.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  // A job holds its spec (max_spec_bytes, set by the operator) and every op's
+  // result: whatever the daemon sends back is taken.
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (tls.enabled()) {
     const std::string target = ToTarget(address);
@@ -102,6 +106,7 @@ absl::StatusOr<v1::Job> DaemonClient::SubmitJob(const std::string& spec,
   v1::SubmitJobResponse response;
   absl::Status status = Convert(jobs_->SubmitJob(&context, request, &response));
   if (!status.ok()) return status;
+  MakePrintable(response.mutable_job());
   return std::move(*response.mutable_job());
 }
 
@@ -113,18 +118,22 @@ absl::StatusOr<v1::Job> DaemonClient::GetJob(const std::string& id) {
   v1::GetJobResponse response;
   absl::Status status = Convert(jobs_->GetJob(&context, request, &response));
   if (!status.ok()) return status;
+  MakePrintable(response.mutable_job());
   return std::move(*response.mutable_job());
 }
 
-absl::StatusOr<v1::ListJobsResponse> DaemonClient::ListJobs(v1::JobState state, int limit) {
+absl::StatusOr<v1::ListJobsResponse> DaemonClient::ListJobs(v1::JobState state, int limit,
+                                                             const std::string& page_token) {
   grpc::ClientContext context;
   PrepareUnary(context);
   v1::ListJobsRequest request;
   request.set_state(state);
   request.set_limit(limit);
+  request.set_page_token(page_token);
   v1::ListJobsResponse response;
   absl::Status status = Convert(jobs_->ListJobs(&context, request, &response));
   if (!status.ok()) return status;
+  for (v1::Job& job : *response.mutable_jobs()) MakePrintable(&job);
   return response;
 }
 
@@ -136,6 +145,7 @@ absl::StatusOr<v1::Job> DaemonClient::CancelJob(const std::string& id) {
   v1::CancelJobResponse response;
   absl::Status status = Convert(jobs_->CancelJob(&context, request, &response));
   if (!status.ok()) return status;
+  MakePrintable(response.mutable_job());
   return std::move(*response.mutable_job());
 }
 
@@ -206,6 +216,7 @@ absl::StatusOr<v1::Job> DaemonClient::WatchJob(
   while (reader->Read(&event)) {
     got_event = true;
     last = std::move(*event.mutable_job());
+    MakePrintable(&last);
     if (on_event) on_event(last);
   }
   absl::Status status = Convert(reader->Finish());

@@ -50,7 +50,9 @@ class DaemonClient {
 
   absl::StatusOr<v1::Job> SubmitJob(const std::string& spec, const std::string& source_name);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
-  absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit);
+  // One page of job summaries, newest first (limit 0 = the daemon's page size).
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit,
+                                                const std::string& page_token = "");
   absl::StatusOr<v1::Job> CancelJob(const std::string& id);
   absl::StatusOr<v1::GetNodeInfoResponse> GetNodeInfo();
   absl::StatusOr<v1::GetStatsResponse> GetStats();

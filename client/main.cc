@@ -35,7 +35,7 @@ std::string FromEnv(const char* name) {
 
 std::string DefaultAddress() {
   const std::string env = FromEnv("OVERLAPD_ADDR");
-  return !env.empty() ? env : overlap::DefaultListenAddress();
+  return !env.empty() ? env : overlap::DefaultClientAddress();
 }
 
 }  // namespace

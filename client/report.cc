@@ -357,6 +357,15 @@ namespace {
 
 // Why a job FAILED, was CANCELLED or ABORTED, cut to fit a list row; `get`
 // prints the whole of it.
+// A name as long as a graph allows (256 bytes) would widen every row.
+std::string ListName(const std::string& name) {
+  constexpr size_t kMaxChars = 40;
+  if (name.size() <= kMaxChars) return name;
+  size_t cut = kMaxChars - 3;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  return name.substr(0, cut) + "...";
+}
+
 std::string ListReason(const std::string& error) {
   constexpr size_t kMaxChars = 60;
   const std::string line = error.substr(0, error.find('\n'));
@@ -380,11 +389,13 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                    {"REASON"}});
   for (const v1::Job& job : jobs) {
     const bool started = job.start_time_ms() > 0;
-    const bool has_result = job.result().ops_size() > 0;
+    const int ops = std::max(job.ops_finished(), job.result().ops_size());
+    const bool has_result = ops > 0;
     table.AddRow(
-        {job.id(), JobStateName(job.state()), OrDash(job.name()), absl::StrCat(job.priority()),
+        {job.id(), JobStateName(job.state()), OrDash(ListName(job.name())),
+         absl::StrCat(job.priority()),
          job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","),
-         has_result ? absl::StrCat(job.result().ops_size()) : "-", FormatUtc(job.submit_time_ms()),
+         has_result ? absl::StrCat(ops) : "-", FormatUtc(job.submit_time_ms()),
          started ? FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
          has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});
   }

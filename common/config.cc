@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -162,6 +163,10 @@ const std::vector<Field>& Fields() {
       StringField("tls_client_ca",
                   "PEM CA file; clients must present a certificate it signed (mutual TLS)",
                   &DaemonConfig::tls_client_ca),
+      StringField("socket_group",
+                  "unix socket: mode 0660 to this group, whose members may use the daemon "
+                  "(\"\" = the daemon's own group)",
+                  &DaemonConfig::socket_group),
       StringField("state_dir", "\"\" = the default state directory (job database)",
                   &DaemonConfig::state_dir),
       StringField("log_level", "trace | debug | info | warn | error | critical | off",
@@ -240,6 +245,12 @@ const std::vector<Field>& Fields() {
                   &DaemonConfig::keep_finished_days, /*allow_zero=*/true),
       BytesField("max_spec_bytes", "largest job spec accepted", &DaemonConfig::max_spec_bytes,
                  /*allow_zero=*/false),
+      IntField("max_ops_per_job", "ops one job may have (more is INVALID_ARGUMENT)",
+               &DaemonConfig::max_ops_per_job),
+      IntField("max_watchers",
+               "WatchJob streams open at once, each holding a thread (more is "
+               "RESOURCE_EXHAUSTED)",
+               &DaemonConfig::max_watchers),
   };
   return *fields;
 }
@@ -364,11 +375,15 @@ UserContext CurrentUser() {
   if (const struct passwd* pw = getpwuid(getuid()); pw != nullptr && pw->pw_dir != nullptr) {
     user.home_from_passwd = pw->pw_dir;
   }
+  user.socket_exists = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  };
   return user;
 }
 
 std::string DefaultListenAddressFor(const UserContext& user) {
-  if (user.root) return "unix:/run/overlapd/overlapd.sock";
+  if (user.root) return absl::StrCat("unix:", kSystemSocketPath);
   const char* runtime_dir = user.getenv("XDG_RUNTIME_DIR");
   if (runtime_dir != nullptr && runtime_dir[0] == '/') {
     return absl::StrCat("unix:", runtime_dir, "/overlapd.sock");
@@ -386,10 +401,22 @@ std::string DefaultStateDirFor(const UserContext& user) {
   return absl::StrCat(home_dir, "/.local/state/overlapd");
 }
 
+std::string DefaultClientAddressFor(const UserContext& user) {
+  const std::string own = DefaultListenAddressFor(user);
+  if (user.root || !user.socket_exists) return own;
+  if (user.socket_exists(own.substr(std::string("unix:").size()))) return own;
+  if (user.socket_exists(kSystemSocketPath)) return absl::StrCat("unix:", kSystemSocketPath);
+  return own;
+}
+
 }  // namespace config_internal
 
 std::string DefaultListenAddress() {
   return config_internal::DefaultListenAddressFor(config_internal::CurrentUser());
+}
+
+std::string DefaultClientAddress() {
+  return config_internal::DefaultClientAddressFor(config_internal::CurrentUser());
 }
 
 std::string DefaultStateDir() {

@@ -24,6 +24,10 @@ struct DaemonConfig {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // The unix socket's group ("" = the daemon's own): its members may connect
+  // (mode 0660). The socket is made 0600 and handed to the group afterwards, so
+  // it is never more open than that.
+  std::string socket_group;
   std::string state_dir;         // empty = DefaultStateDir()
   std::string log_level = "info";
 
@@ -104,6 +108,12 @@ struct DaemonConfig {
   int keep_finished_jobs = 10000;
   double keep_finished_days = 0;
   int64_t max_spec_bytes = 1 << 20;
+  // Ops one job may have; more is INVALID_ARGUMENT. A 126-layer model's
+  // forward and backward (`overlapctl graph --layers`) is ~2,500.
+  int max_ops_per_job = 4096;
+  // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
+  // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.
+  int max_watchers = 256;
 };
 
 // Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.
@@ -126,6 +136,12 @@ std::string ConfigYaml(const DaemonConfig& config);
 // unix:/run/overlapd/overlapd.sock as root, else unix:$XDG_RUNTIME_DIR/overlapd.sock
 // (falling back to /tmp/overlapd-$UID/overlapd.sock without XDG_RUNTIME_DIR).
 std::string DefaultListenAddress();
+// Where overlapctl looks without --addr: DefaultListenAddress(), except that a
+// user other than root whose own socket is not there reaches the system daemon
+// (unix:/run/overlapd/overlapd.sock) when that socket exists.
+std::string DefaultClientAddress();
+// The socket the system daemon (deploy/overlapd.service) listens on.
+inline constexpr char kSystemSocketPath[] = "/run/overlapd/overlapd.sock";
 // /var/lib/overlapd as root, else $XDG_STATE_HOME/overlapd (~/.local/state/overlapd).
 std::string DefaultStateDir();
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/text.h"
 
 namespace overlap {
 namespace {
@@ -22,8 +23,21 @@ absl::Status Error(absl::string_view path, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
 }
 
-std::string Quoted(absl::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+std::string Quoted(absl::string_view text) { return QuotedExcerpt(text); }
+
+// A name or id that goes into tables, logs and terminals as it is.
+absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size_t max_bytes) {
+  if (text.empty()) return Error(path, "must not be empty");
+  if (text.size() > max_bytes) {
+    return Error(path, absl::StrCat(text.size(), " bytes is longer than the ", max_bytes,
+                                    " allowed: ", Quoted(text)));
+  }
+  if (HasControlCharacters(text)) {
+    return Error(path, absl::StrCat("must not hold control characters (newlines, terminal "
+                                    "escapes): ",
+                                    Quoted(text)));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int>> ResolveDevices(const JobSpec& spec,
@@ -284,9 +298,15 @@ absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& i
   std::reverse(cycle.begin(), cycle.end());
   std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
   cycle.push_back(cycle.front());
+  // A long cycle is named by its first ops, so that the message stays short.
+  constexpr size_t kNamed = 8;
   std::vector<std::string> ids;
-  for (int i : cycle) ids.push_back(absl::CHexEscape(spec.ops[i].id));
-  return Error("ops", absl::StrCat("dependency cycle ", absl::StrJoin(ids, " -> ")));
+  for (size_t i = 0; i < cycle.size() && i < kNamed; ++i) {
+    ids.push_back(Excerpt(spec.ops[cycle[i]].id, 40));
+  }
+  std::string more;
+  if (cycle.size() > kNamed) more = absl::StrCat(" -> ... (", cycle.size() - 1, " ops in the cycle)");
+  return Error("ops", absl::StrCat("dependency cycle ", absl::StrJoin(ids, " -> "), more));
 }
 
 }  // namespace
@@ -344,8 +364,13 @@ absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const Rea
 
 absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                                                  const ValidationLimits& limits) {
-  if (spec.name.empty()) return Error("name", "must not be empty");
+  RETURN_IF_ERROR(CheckPrintable("name", spec.name, kMaxNameBytes));
   if (spec.ops.empty()) return Error("ops", "at least one op is required");
+  if (static_cast<int64_t>(spec.ops.size()) > limits.max_ops) {
+    return Error("ops", absl::StrCat(spec.ops.size(), " ops is more than this daemon takes in one "
+                                     "job (max_ops_per_job = ",
+                                     limits.max_ops, "): split the graph into several jobs"));
+  }
   ASSIGN_OR_RETURN(std::vector<int> group, ResolveDevices(spec, limits));
   RETURN_IF_ERROR(CheckIterations(spec, limits));
   const int tp = static_cast<int>(group.size());
@@ -353,7 +378,7 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];
     const std::string id_path = absl::StrCat("ops[", i, "].id");
-    if (op.id.empty()) return Error(id_path, "must not be empty");
+    RETURN_IF_ERROR(CheckPrintable(id_path, op.id, kMaxOpIdBytes));
     if (!ids.insert(op.id).second) {
       return Error(id_path, absl::StrCat("duplicate id ", Quoted(op.id)));
     }

@@ -3,6 +3,7 @@
 // the dependency graph. Thread-safe (pure functions); never throws.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <vector>
 
@@ -11,9 +12,16 @@
 
 namespace overlap {
 
+// Longest graph name and op id accepted: they are printed in tables and logs.
+inline constexpr size_t kMaxNameBytes = 256;
+inline constexpr size_t kMaxOpIdBytes = 128;
+
 struct ValidationLimits {
   int device_count = 0;  // devices the backend has on this node
   int max_iterations = 10000;
+  // Ops a job may have (config max_ops_per_job). Each op's result is stored as
+  // it finishes, and a job's report lists every op.
+  int max_ops = 4096;
   // Whether the backend's library collectives take an all-reduce algorithm
   // (NCCL's ring and tree; the host backend's collectives have one).
   bool library_algorithms = true;
@@ -22,6 +30,9 @@ struct ValidationLimits {
 // The resolved device group (empty `devices` = 0..device_count-1); tp is its
 // size, and tp == 1 is allowed (no communication). INVALID_ARGUMENT with a
 // one-line message naming the field on error, e.g. `ops[0]: m*n*k overflows 64 bits`.
+// Names and ids with control characters (terminal escapes, newlines) or longer
+// than kMaxNameBytes / kMaxOpIdBytes are refused; messages quote at most
+// kMaxQuotedBytes of what the user wrote.
 absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                                                  const ValidationLimits& limits);
 

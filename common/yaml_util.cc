@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -37,7 +38,15 @@ std::string IntegerKind(int64_t min) {
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name) {
   const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
   try {
-    return YAML::Load(std::string(text));
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.empty()) return YAML::Node();
+    if (documents.size() > 1) {
+      // What follows a `---` would otherwise be dropped without a word.
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "holds ", documents.size(),
+                       " YAML documents (separated by ---); it must hold one"));
+    }
+    return documents.front();
   } catch (const YAML::ParserException& e) {
     std::string where;
     if (e.mark.line >= 0) {

@@ -4,12 +4,17 @@
 // drain_timeout_s), queued ones stay queued for the next start. It exits 0
 // after a drain, 1 when the engine became unhealthy or startup failed, 2 for a
 // bad command line or config (systemd does not restart those).
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -17,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -51,12 +57,12 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   bool print_config = false;
-  std::optional<std::string> backend, listen, state_dir, log_level, metrics_listen, tls_cert,
+  std::optional<std::string> backend, listen, socket_group, state_dir, log_level, metrics_listen, tls_cert,
       tls_key, tls_client_ca;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
-      keep_finished_jobs, ranks_per_gpu;
+      keep_finished_jobs, ranks_per_gpu, max_ops_per_job, max_watchers;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
   std::optional<double> preheat_ms, collective_timeout_s, drain_timeout_s, keep_finished_days;
@@ -72,6 +78,20 @@ absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag
   return absl::OkStatus();
 }
 
+// The gid of config socket_group; -1 for "" (the socket keeps the daemon's group).
+absl::StatusOr<int> SocketGroupId(const std::string& group) {
+  if (group.empty()) return -1;
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  const int rc = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (rc != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket_group: no group named \"", group.substr(0, 200), "\""));
+  }
+  return static_cast<int>(found->gr_gid);
+}
+
 rpc::ServerTls TlsOf(const DaemonConfig& config) {
   return rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
 }
@@ -85,6 +105,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   }
   if (flags.backend) config.backend = *flags.backend;
   if (flags.listen) config.listen = *flags.listen;
+  if (flags.socket_group) config.socket_group = *flags.socket_group;
   if (flags.state_dir) config.state_dir = *flags.state_dir;
   if (flags.log_level) config.log_level = *flags.log_level;
   if (flags.allow_insecure_tcp) config.allow_insecure_tcp = *flags.allow_insecure_tcp;
@@ -104,6 +125,8 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.host_devices) config.host_device_count = *flags.host_devices;
   if (flags.max_iterations) config.max_iterations = *flags.max_iterations;
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
+  if (flags.max_ops_per_job) config.max_ops_per_job = *flags.max_ops_per_job;
+  if (flags.max_watchers) config.max_watchers = *flags.max_watchers;
   if (flags.collective_timeout_s) config.collective_timeout_s = *flags.collective_timeout_s;
   if (flags.drain_timeout_s) config.drain_timeout_s = *flags.drain_timeout_s;
   if (flags.keep_finished_jobs) config.keep_finished_jobs = *flags.keep_finished_jobs;
@@ -132,6 +155,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
         absl::StrCat("log_level: unknown level \"", config.log_level, "\""));
   }
   if (config.listen.empty()) config.listen = DefaultListenAddress();
+  if (auto gid = SocketGroupId(config.socket_group); !gid.ok()) return gid.status();
   if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
   // Checked here too (RpcServer checks again) so that a bad address or TLS
   // file is a config error, found before the engine spends seconds starting.
@@ -173,6 +197,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--tls-key", f.tls_key, "TLS on HOST:PORT: PEM private key");
   app.add_option("--tls-client-ca", f.tls_client_ca,
                  "require client certificates signed by this PEM CA (mutual TLS)");
+  app.add_option("--socket-group", f.socket_group,
+                 "unix socket: mode 0660 to this group, whose members may use the daemon");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
   app.add_option("--metrics-listen", f.metrics_listen,
                  "serve Prometheus /metrics on HOST:PORT (\"\" = off, the default)");
@@ -221,6 +247,11 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "seconds running jobs get to finish on shutdown")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-spec-bytes", f.max_spec_bytes, "largest job spec accepted");
+  app.add_option("--max-ops-per-job", f.max_ops_per_job, "ops one job may have")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-watchers", f.max_watchers,
+                 "WatchJob streams open at once (each holds a thread)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--keep-finished-jobs", f.keep_finished_jobs,
                  "the job database keeps this many finished jobs (0 = all)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
@@ -295,10 +326,37 @@ void Notify(const std::string& state) {
   }
 }
 
+// The state directory exists (made private, umask 0077), is a directory, and
+// this process may write it: found here, before the engine spends seconds
+// starting, as a configuration error (exit 2), not a failure systemd retries.
+absl::Status PrepareStateDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir ", dir, ": cannot create it: ", ec.message()));
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("state_dir ", dir, " is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state_dir %s: overlapd (uid %d) cannot write it (owner uid %d, mode %04o): chown it to "
+        "the user overlapd runs as, or set another state_dir",
+        dir, ::geteuid(), st.st_uid, st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
 int Run(const DaemonConfig& config) {
   auto log = GetLogger("overlapd");
   log->info("overlapd {} ({}) starting: backend={} state_dir={}", OVERLAP_VERSION,
             OVERLAP_GIT_COMMIT, config.backend, config.state_dir);
+  if (absl::Status s = PrepareStateDir(config.state_dir); !s.ok()) {
+    log->error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
 
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
   if (!engine.ok()) {
@@ -313,7 +371,9 @@ int Run(const DaemonConfig& config) {
   if (!store.ok()) {
     log->error("cannot open the job store: {}", std::string(store.status().message()));
     // A state_dir it cannot use, a damaged database or one from a newer overlapd
-    // stays so until someone acts: exit 2, which systemd does not restart.
+    // stays so until someone acts: exit 2, which systemd does not restart. A
+    // full disk (RESOURCE_EXHAUSTED) exits 1: space is often freed without
+    // touching overlapd, and systemd's restarts then bring it back.
     const absl::StatusCode code = store.status().code();
     return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kDataLoss ||
                    code == absl::StatusCode::kFailedPrecondition
@@ -345,10 +405,13 @@ int Run(const DaemonConfig& config) {
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
   rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
+  rpc_options.socket_gid = *SocketGroupId(config.socket_group);  // checked by BuildConfig
   rpc_options.tls = TlsOf(config);
   rpc_options.state_dir = config.state_dir;
   rpc_options.jobs.max_iterations = config.max_iterations;
   rpc_options.jobs.max_spec_bytes = config.max_spec_bytes;
+  rpc_options.jobs.max_ops_per_job = config.max_ops_per_job;
+  rpc_options.jobs.max_watchers = config.max_watchers;
   rpc_options.tuning_cache = tuning_cache.get();
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
       rpc::RpcServer::Start(rpc_options, **scheduler, **engine);
@@ -357,7 +420,8 @@ int Run(const DaemonConfig& config) {
     (*scheduler)->StartDrain();
     (*scheduler)->CancelRunning("overlapd failed to start");
     (*scheduler)->WaitIdle(kCancelGrace);
-    return kExitFailure;
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                         : kExitFailure;
   }
   std::unique_ptr<rpc::MetricsExporter> metrics;
   if (!config.metrics_listen.empty()) {
@@ -458,6 +522,11 @@ int Run(const DaemonConfig& config) {
 int main(int argc, char** argv) {
   // Before any thread exists, so that every thread inherits the mask.
   overlap::BlockShutdownSignals();
+  // Whatever umask overlapd was started with, what it creates (the state
+  // directory, the job and tuning databases, the socket) starts private to its
+  // user; the socket is then opened to its group on purpose (RpcServer), so no
+  // file is ever more open than meant, not even for a moment.
+  ::umask(0077);
 
   CLI::App app{"overlapd: runs tensor-parallel layer ops with overlapped communication"};
   // A flag given twice: the last one wins (a wrapper script can append overrides).

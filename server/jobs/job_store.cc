@@ -4,23 +4,31 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
+#include "common/logging.h"
 #include "common/sqlite_statement.h"
+#include "common/text.h"
 
 namespace overlap::jobs {
 namespace {
 
 // 2: pruned_states, pruned_devices and meta keep what retention deleted.
-constexpr int kSchemaVersion = 2;
+// 3: summaries (what a list reads), op_results (a running job's finished ops)
+//    and an index by end time (retention).
+constexpr int kSchemaVersion = 3;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
@@ -48,6 +56,17 @@ CREATE TABLE IF NOT EXISTS meta (
   key TEXT PRIMARY KEY,
   value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS summaries (
+  sequence INTEGER PRIMARY KEY,
+  summary BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS op_results (
+  sequence INTEGER NOT NULL,
+  op_index INTEGER NOT NULL,
+  result BLOB NOT NULL,
+  PRIMARY KEY (sequence, op_index)
+);
+CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(end_time_ms, sequence);
 )sql";
 
 constexpr char kMaxPrunedKey[] = "max_pruned_sequence";
@@ -58,23 +77,8 @@ std::string FinalStatesSql() {
                       ")");
 }
 
-// The status code for SQLite's last error on `db`: a full disk is
-// RESOURCE_EXHAUSTED (the client may retry once there is room), a damaged file
-// DATA_LOSS, the rest INTERNAL.
-absl::Status StatusForSqlite(sqlite3* db, std::string message) {
-  switch (sqlite3_errcode(db)) {
-    case SQLITE_FULL:
-      return absl::ResourceExhaustedError(std::move(message));
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return absl::DataLossError(std::move(message));
-    default:
-      return absl::InternalError(std::move(message));
-  }
-}
-
-absl::Status SqliteError(sqlite3* db, absl::string_view what) {
-  return StatusForSqlite(db, absl::StrCat("job store: ", what, ": ", sqlite3_errmsg(db)));
+absl::Status StoreError(sqlite3* db, absl::string_view what) {
+  return SqliteError(db, absl::StrCat("job store: ", what));
 }
 
 // A prepared statement whose failure to prepare reads as a job store error.
@@ -83,7 +87,7 @@ class Statement : public SqliteStatement {
   Statement(sqlite3* db, const char* sql) : SqliteStatement(db, sql), db_(db) {}
 
   absl::Status status(absl::string_view what) const {
-    return prepared() ? absl::OkStatus() : SqliteError(db_, what);
+    return prepared() ? absl::OkStatus() : StoreError(db_, what);
   }
 
  private:
@@ -149,7 +153,7 @@ absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt
       jobs.push_back(DamagedJobFromColumns(stmt, job.status()));
     }
   }
-  if (rc != SQLITE_DONE) return SqliteError(db, "reading jobs");
+  if (rc != SQLITE_DONE) return StoreError(db, "reading jobs");
   return jobs;
 }
 
@@ -166,9 +170,105 @@ void AddUsage(const unsigned char* devices, int64_t start_ms, int64_t end_ms,
   }
 }
 
+
+// Reads the highest-id file: 0 when there is none.
+absl::StatusOr<uint64_t> ReadHighestId(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string text;
+  std::getline(in, text);
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &value)) {
+    return absl::DataLossError(absl::StrCat(
+        path, " is damaged (it should hold the highest job id given out): restore it, or remove "
+              "it if the job database is known to be whole"));
+  }
+  return value;
+}
+
+// Replaces the file in one rename, so that it never holds half a number. No
+// fsync: it guards against a database that lost jobs, and a crash of the
+// daemon leaves what it wrote in the page cache.
+absl::Status WriteHighestId(const std::string& path, uint64_t value) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << value << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", temp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+// Folds op rows (op_index, JobResult with one op) read by `stmt` into `job`.
+absl::Status FoldOpRows(sqlite3* db, sqlite3_stmt* stmt, v1::Job* job) {
+  v1::JobResult merged;
+  bool any = false;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    v1::JobResult row;
+    if (!row.ParseFromArray(sqlite3_column_blob(stmt, 0), sqlite3_column_bytes(stmt, 0))) {
+      return absl::DataLossError(
+          absl::StrCat("job store: an op result of ", job->id(), " is unreadable"));
+    }
+    google::protobuf::RepeatedPtrField<v1::OpResult> ops;
+    ops.Swap(merged.mutable_ops());
+    for (v1::OpResult& op : *row.mutable_ops()) *ops.Add() = std::move(op);
+    row.clear_ops();
+    merged = std::move(row);  // the newest row's other fields (totals) win
+    merged.mutable_ops()->Swap(&ops);
+    any = true;
+  }
+  if (rc != SQLITE_DONE) return StoreError(db, "reading op results");
+  if (any && merged.ops_size() > job->result().ops_size()) *job->mutable_result() = std::move(merged);
+  return absl::OkStatus();
+}
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED ||
+         state == v1::ABORTED;
+}
+
 }  // namespace
 
 std::string JobIdForSequence(uint64_t sequence) { return absl::StrFormat("job-%06d", sequence); }
+
+v1::Job JobSummary(const v1::Job& job) {
+  v1::Job summary;
+  summary.set_id(job.id());
+  summary.set_name(job.name());
+  summary.set_state(job.state());
+  summary.set_priority(job.priority());
+  *summary.mutable_devices() = job.devices();
+  summary.set_error(job.error());
+  summary.set_submit_time_ms(job.submit_time_ms());
+  summary.set_start_time_ms(job.start_time_ms());
+  summary.set_end_time_ms(job.end_time_ms());
+  *summary.mutable_progress() = job.progress();
+  summary.set_sequence(job.sequence());
+  summary.set_error_code(job.error_code());
+  summary.set_ops_finished(job.result().ops_size());
+  const v1::JobResult& result = job.result();
+  v1::JobResult* totals = summary.mutable_result();
+  totals->set_backend(result.backend());
+  totals->set_total_step_ms(result.total_step_ms());
+  totals->set_total_exposed_comm_ms(result.total_exposed_comm_ms());
+  if (result.has_layer_step()) *totals->mutable_layer_step() = result.layer_step();
+  totals->set_layer_exposed_comm_ms(result.layer_exposed_comm_ms());
+  totals->set_ranks_per_gpu(result.ranks_per_gpu());
+  return summary;
+}
+
+JobStore::JobStore(SqliteDb writer, SqliteDb reader, std::string path,
+                   std::string highest_id_path, uint64_t highest_id)
+    : writer_(std::move(writer)),
+      highest_id_(highest_id),
+      reader_(std::move(reader)),
+      path_(std::move(path)),
+      highest_id_path_(std::move(highest_id_path)) {}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& state_dir) {
   if (state_dir.empty()) return absl::InvalidArgumentError("state_dir is empty");
@@ -182,106 +282,231 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
     return absl::InvalidArgumentError(absl::StrCat("state_dir ", state_dir, " is not a directory"));
   }
   const std::string path = (std::filesystem::path(state_dir) / kStoreFileName).string();
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    absl::Status status = absl::InvalidArgumentError(
-        absl::StrCat("state_dir ", state_dir, ": cannot open ", path, ": ",
-                     db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
-    sqlite3_close(db);
-    return status;
-  }
-  std::unique_ptr<JobStore> store(new JobStore(db, path));
-  absl::MutexLock lock(&store->mu_);
-  sqlite3_busy_timeout(db, 5000);
-  // WAL + FULL: a job is on disk before SubmitJob answers OK.
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
-    absl::Status s = store->ExecLocked(sql);
-    if (s.code() == absl::StatusCode::kDataLoss) {
-      // Starting afresh would drop every job the file holds: the operator decides.
-      return absl::DataLossError(absl::StrCat(
-          s.message(), "; the job database is damaged: restore it from a backup, or move ", path,
-          "* aside to start with an empty job history"));
-    }
-    if (!s.ok()) return s;
-  }
+  const std::string highest_id_path =
+      (std::filesystem::path(state_dir) / kHighestIdFileName).string();
+  const bool fresh_file = !std::filesystem::exists(path, ec);
+  absl::StatusOr<uint64_t> highest_id = ReadHighestId(highest_id_path);
+  if (!highest_id.ok()) return highest_id.status();
+  const auto damaged = [&path](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(
+        absl::StartsWith(what, path) ? "" : absl::StrCat(path, ": "), what, "; the job database is damaged: restore it from a backup, or move ",
+        path, "* aside to start with an empty job history"));
+  };
 
-  Statement version(db, "PRAGMA user_version;");
-  if (auto s = version.status("reading the schema version"); !s.ok()) return s;
+  absl::StatusOr<SqliteDb> writer = SqliteDb::Open(path);
+  if (!writer.ok()) {
+    if (writer.status().code() == absl::StatusCode::kDataLoss) {
+      return damaged(writer.status().message());
+    }
+    return absl::Status(writer.status().code(),
+                        absl::StrCat("state_dir ", state_dir, ": ", writer.status().message()));
+  }
+  std::unique_ptr<JobStore> store(new JobStore(std::move(*writer), SqliteDb(), path,
+                                               highest_id_path, *highest_id));
+  absl::MutexLock lock(&store->write_mu_);
+  // Page damage would otherwise start a "healthy" daemon whose store answers
+  // DATA_LOSS; refused here, before anything is served.
+  {
+    Statement check(store->writer_.get(), "PRAGMA quick_check;");
+    if (!check.prepared()) {
+      const absl::Status s = StoreError(store->writer_.get(), "checking the database");
+      return s.code() == absl::StatusCode::kDataLoss ? damaged(s.message()) : s;
+    }
+    const int rc = sqlite3_step(check.get());
+    const unsigned char* verdict = rc == SQLITE_ROW ? sqlite3_column_text(check.get(), 0) : nullptr;
+    if (rc != SQLITE_ROW || verdict == nullptr ||
+        std::string(reinterpret_cast<const char*>(verdict)) != "ok") {
+      return damaged(verdict != nullptr
+                         ? absl::StrCat("quick_check found ",
+                                        Excerpt(reinterpret_cast<const char*>(verdict)))
+                         : std::string(sqlite3_errmsg(store->writer_.get())));
+    }
+  }
+  if (absl::Status s = store->SetUpSchema(); !s.ok()) {
+    return s.code() == absl::StatusCode::kDataLoss ? damaged(s.message()) : s;
+  }
+  if (absl::Status s = store->CheckNothingLost(fresh_file); !s.ok()) return s;
+  absl::StatusOr<SqliteDb> reader = SqliteDb::Open(path, SqliteDb::Mode::kReadOnly);
+  if (!reader.ok()) return reader.status();
+  absl::MutexLock read_lock(&store->read_mu_);
+  store->reader_ = std::move(*reader);
+  return store;
+}
+
+absl::Status JobStore::SetUpSchema() {
+  sqlite3* db = writer_.get();
   int user_version = 0;
-  if (sqlite3_step(version.get()) == SQLITE_ROW) {
-    user_version = sqlite3_column_int(version.get(), 0);
+  {
+    Statement version(db, "PRAGMA user_version;");
+    if (auto s = version.status("reading the schema version"); !s.ok()) return s;
+    if (sqlite3_step(version.get()) == SQLITE_ROW) {
+      user_version = sqlite3_column_int(version.get(), 0);
+    }
   }
   if (user_version > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " has schema version ", user_version,
+    return absl::FailedPreconditionError(absl::StrCat(path_, " has schema version ", user_version,
                                                       ", newer than this overlapd (",
                                                       kSchemaVersion, "); refusing to touch it"));
   }
+  if (absl::Status s = writer_.Exec(kSchema); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("job store ", path_, ": ", s.message()));
+  }
   if (user_version < kSchemaVersion) {
-    if (auto s =
-            store->ExecLocked(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str());
+    if (absl::Status s = writer_.Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";"));
         !s.ok()) {
       return s;
     }
   }
-  return store;
-}
-
-JobStore::~JobStore() {
-  absl::MutexLock lock(&mu_);
-  sqlite3_close(db_);
-}
-
-absl::Status JobStore::ExecLocked(const char* sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    absl::Status status = StatusForSqlite(
-        db_, absl::StrCat("job store ", path_, ": ", error != nullptr ? error : "unknown error"));
-    sqlite3_free(error);
-    return status;
-  }
   return absl::OkStatus();
 }
 
+absl::Status JobStore::CheckNothingLost(bool fresh_file) {
+  absl::StatusOr<uint64_t> max_pruned = MaxPrunedSequence(writer_.get());
+  if (!max_pruned.ok()) return max_pruned.status();
+  Statement stmt(writer_.get(), "SELECT COALESCE(MAX(sequence), 0) FROM jobs;");
+  if (auto s = stmt.status("reading max sequence"); !s.ok()) return s;
+  if (sqlite3_step(stmt.get()) != SQLITE_ROW) return StoreError(writer_.get(), "max sequence");
+  const uint64_t held =
+      std::max(static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)), *max_pruned);
+  if (highest_id_ <= held) {
+    if (highest_id_ < held) NoteHighestId(held);  // a database from before the file
+    return absl::OkStatus();
+  }
+  if (fresh_file) {
+    // Moved aside on purpose (what the refusal below asks for): a new history,
+    // its ids after every one given out.
+    GetLogger("store")->warn("{} is new: job ids continue after {}", path_,
+                             JobIdForSequence(highest_id_));
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrCat(
+      path_, " holds jobs up to ", held == 0 ? "none" : JobIdForSequence(held), ", but ",
+      JobIdForSequence(highest_id_), " was given out (", highest_id_path_,
+      "): the database lost jobs (truncated, replaced, or its write-ahead log damaged). "
+      "Restore it from a backup, or move ",
+      path_, "* aside to start with an empty job history (ids continue after ",
+      JobIdForSequence(highest_id_), ")"));
+}
+
+void JobStore::NoteHighestId(uint64_t sequence) {
+  if (sequence <= highest_id_) return;
+  if (absl::Status s = WriteHighestId(highest_id_path_, sequence); !s.ok()) {
+    GetLogger("store")->warn("{}", std::string(s.message()));
+    return;
+  }
+  highest_id_ = sequence;
+}
+
+JobStore::~JobStore() = default;
+
 absl::Status JobStore::Put(const v1::Job& job) {
-  std::string blob;
-  if (!job.SerializeToString(&blob)) {
+  absl::MutexLock lock(&write_mu_);
+  if (auto s = writer_.Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  absl::Status status = PutLocked(job);
+  if (status.ok()) status = writer_.Exec("COMMIT;");
+  if (!status.ok()) {
+    writer_.Exec("ROLLBACK;").IgnoreError();
+    return status;
+  }
+  NoteHighestId(job.sequence());
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::PutLocked(const v1::Job& job) {
+  sqlite3* db = writer_.get();
+  std::string blob, summary;
+  if (!job.SerializeToString(&blob) || !JobSummary(job).SerializeToString(&summary)) {
     return absl::InternalError(absl::StrCat("job store: cannot serialize ", job.id()));
   }
   const std::string devices = absl::StrJoin(job.devices(), ",");
-  absl::MutexLock lock(&mu_);
-  Statement stmt(db_,
-                 "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
-                 "start_time_ms, end_time_ms, job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);");
-  if (auto s = stmt.status("preparing insert"); !s.ok()) return s;
-  sqlite3_stmt* st = stmt.get();
-  sqlite3_bind_text(st, 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(job.sequence()));
-  sqlite3_bind_int(st, 3, job.state());
-  sqlite3_bind_int(st, 4, job.priority());
-  sqlite3_bind_text(st, 5, job.name().data(), static_cast<int>(job.name().size()),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 6, devices.data(), static_cast<int>(devices.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 7, job.start_time_ms());
-  sqlite3_bind_int64(st, 8, job.end_time_ms());
-  sqlite3_bind_blob(st, 9, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-  if (sqlite3_step(st) != SQLITE_DONE) return SqliteError(db_, absl::StrCat("storing ", job.id()));
+  {
+    Statement stmt(db,
+                   "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
+                   "start_time_ms, end_time_ms, job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);");
+    if (auto s = stmt.status("preparing insert"); !s.ok()) return s;
+    sqlite3_stmt* st = stmt.get();
+    sqlite3_bind_text(st, 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(job.sequence()));
+    sqlite3_bind_int(st, 3, job.state());
+    sqlite3_bind_int(st, 4, job.priority());
+    sqlite3_bind_text(st, 5, job.name().data(), static_cast<int>(job.name().size()),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, devices.data(), static_cast<int>(devices.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 7, job.start_time_ms());
+    sqlite3_bind_int64(st, 8, job.end_time_ms());
+    sqlite3_bind_blob(st, 9, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE) return StoreError(db, absl::StrCat("storing ", job.id()));
+  }
+  {
+    Statement stmt(db, "INSERT OR REPLACE INTO summaries (sequence, summary) VALUES (?, ?);");
+    if (auto s = stmt.status("preparing summary"); !s.ok()) return s;
+    sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
+    sqlite3_bind_blob(stmt.get(), 2, summary.data(), static_cast<int>(summary.size()),
+                      SQLITE_TRANSIENT);
+    if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+      return StoreError(db, absl::StrCat("storing the summary of ", job.id()));
+    }
+  }
+  if (IsFinal(job.state())) {
+    Statement stmt(db, "DELETE FROM op_results WHERE sequence = ?;");
+    if (auto s = stmt.status("preparing op cleanup"); !s.ok()) return s;
+    sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
+    if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+      return StoreError(db, absl::StrCat("dropping the op rows of ", job.id()));
+    }
+  }
   return absl::OkStatus();
 }
 
+absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const v1::JobResult& header,
+                                   const v1::OpResult& op) {
+  v1::JobResult row = header;
+  row.clear_ops();
+  *row.add_ops() = op;
+  std::string blob;
+  if (!row.SerializeToString(&blob)) {
+    return absl::InternalError(absl::StrCat("job store: cannot serialize an op result"));
+  }
+  absl::MutexLock lock(&write_mu_);
+  sqlite3* db = writer_.get();
+  Statement stmt(db,
+                 "INSERT OR REPLACE INTO op_results (sequence, op_index, result) VALUES (?, ?, ?);");
+  if (auto s = stmt.status("preparing op result"); !s.ok()) return s;
+  sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(sequence));
+  sqlite3_bind_int(stmt.get(), 2, index);
+  sqlite3_bind_blob(stmt.get(), 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    return StoreError(db, absl::StrCat("storing an op result of ", JobIdForSequence(sequence)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::AddOpRowsLocked(v1::Job* job) {
+  if (IsFinal(job->state())) return absl::OkStatus();
+  Statement stmt(reader_.get(),
+                 "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
+  if (auto s = stmt.status("preparing op results"); !s.ok()) return s;
+  sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
+  return FoldOpRows(reader_.get(), stmt.get(), job);
+}
+
 absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
-  absl::string_view id_view = id;
-  absl::MutexLock lock(&mu_);
-  Statement stmt(db_, "SELECT sequence, job FROM jobs WHERE id = ?;");
+  absl::MutexLock lock(&read_mu_);
+  sqlite3* db = reader_.get();
+  Statement stmt(db, "SELECT sequence, job FROM jobs WHERE id = ?;");
   if (auto s = stmt.status("preparing get"); !s.ok()) return s;
   sqlite3_bind_text(stmt.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(stmt.get());
-  if (rc == SQLITE_ROW) return JobFromColumn(stmt.get(), 1);
-  if (rc != SQLITE_DONE) return SqliteError(db_, absl::StrCat("reading ", id));
+  if (rc == SQLITE_ROW) {
+    absl::StatusOr<v1::Job> job = JobFromColumn(stmt.get(), 1);
+    if (!job.ok()) return job.status();
+    if (absl::Status s = AddOpRowsLocked(&*job); !s.ok()) return s;
+    return job;
+  }
+  if (rc != SQLITE_DONE) return StoreError(db, absl::StrCat("reading ", Excerpt(id)));
   uint64_t sequence = 0;
-  auto max_pruned = MaxPrunedSequenceLocked();
+  absl::string_view id_view = id;
+  auto max_pruned = MaxPrunedSequence(db);
   if (max_pruned.ok() && absl::ConsumePrefix(&id_view, "job-") &&
       absl::SimpleAtoi(id_view, &sequence) && sequence > 0 && sequence <= *max_pruned) {
     return absl::NotFoundError(
@@ -289,40 +514,109 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
                      " not found: finished jobs past the retention limit (keep_finished_jobs, "
                      "keep_finished_days) are deleted, and it may have been one"));
   }
-  return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return absl::NotFoundError(absl::StrCat("job ", Excerpt(id), " not found"));
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::List(v1::JobState state, int limit) {
+  absl::MutexLock lock(&read_mu_);
+  return ListLocked(state, limit);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::ListLocked(v1::JobState state, int limit) {
   std::string sql = absl::StrCat("SELECT ", kListColumns, " FROM jobs");
   if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " WHERE state = ?1");
   absl::StrAppend(&sql, limit > 0 ? " ORDER BY sequence DESC LIMIT ?2;" : " ORDER BY sequence;");
-  absl::MutexLock lock(&mu_);
-  Statement stmt(db_, sql.c_str());
+  Statement stmt(reader_.get(), sql.c_str());
   if (auto s = stmt.status("preparing list"); !s.ok()) return s;
   if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
   if (limit > 0) sqlite3_bind_int(stmt.get(), 2, limit);
-  return CollectJobs(db_, stmt.get());
+  absl::StatusOr<std::vector<v1::Job>> jobs = CollectJobs(reader_.get(), stmt.get());
+  if (!jobs.ok()) return jobs.status();
+  for (v1::Job& job : *jobs) {
+    if (absl::Status s = AddOpRowsLocked(&job); !s.ok()) return s;
+  }
+  return jobs;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::ListByState(v1::JobState state) {
   return List(state, 0);
 }
 
+absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, uint64_t before) {
+  limit = std::max(limit, 1);
+  std::string sql =
+      "SELECT j.sequence, s.summary, j.state, j.priority, j.name, j.devices, j.start_time_ms, "
+      "j.end_time_ms FROM jobs j LEFT JOIN summaries s ON s.sequence = j.sequence WHERE 1";
+  if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " AND j.state = ?1");
+  if (before > 0) absl::StrAppend(&sql, " AND j.sequence < ?2");
+  // One more than asked: whether another page follows.
+  absl::StrAppend(&sql, " ORDER BY j.sequence DESC LIMIT ?3;");
+  absl::MutexLock lock(&read_mu_);
+  sqlite3* db = reader_.get();
+  Statement stmt(db, sql.c_str());
+  if (auto s = stmt.status("preparing list"); !s.ok()) return s;
+  if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
+  if (before > 0) sqlite3_bind_int64(stmt.get(), 2, static_cast<sqlite3_int64>(before));
+  sqlite3_bind_int(stmt.get(), 3, limit + 1);
+  JobPage page;
+  std::vector<uint64_t> without_summary;  // rows stored before summaries existed
+  int rc;
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    if (static_cast<int>(page.jobs.size()) == limit) {
+      page.next_before = page.jobs.back().sequence();
+      break;
+    }
+    v1::Job summary;
+    const void* blob = sqlite3_column_blob(stmt.get(), 1);
+    if (blob == nullptr) {
+      summary.set_sequence(sqlite3_column_int64(stmt.get(), 0));
+      without_summary.push_back(summary.sequence());
+    } else if (!summary.ParseFromArray(blob, sqlite3_column_bytes(stmt.get(), 1))) {
+      summary = DamagedJobFromColumns(
+          stmt.get(), absl::DataLossError(absl::StrCat(
+                          "job store: ", JobIdForSequence(sqlite3_column_int64(stmt.get(), 0)),
+                          " is unreadable (its stored data is damaged)")));
+    }
+    page.jobs.push_back(std::move(summary));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return StoreError(db, "listing jobs");
+  for (v1::Job& job : page.jobs) {
+    if (std::find(without_summary.begin(), without_summary.end(), job.sequence()) ==
+        without_summary.end()) {
+      continue;
+    }
+    Statement one(db, absl::StrCat("SELECT ", kListColumns, " FROM jobs WHERE sequence = ?;").c_str());
+    if (auto s = one.status("preparing list"); !s.ok()) return s;
+    sqlite3_bind_int64(one.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
+    absl::StatusOr<std::vector<v1::Job>> full = CollectJobs(db, one.get());
+    if (!full.ok()) return full.status();
+    if (!full->empty()) job = JobSummary(full->front());
+  }
+  return page;
+}
+
 absl::StatusOr<uint64_t> JobStore::MaxSequence() {
-  absl::MutexLock lock(&mu_);
+  uint64_t highest_id = 0;
+  {
+    absl::MutexLock lock(&write_mu_);
+    highest_id = highest_id_;
+  }
+  absl::MutexLock lock(&read_mu_);
   // Pruned jobs keep their ids: numbering goes on past the highest ever stored.
-  Statement stmt(db_,
+  Statement stmt(reader_.get(),
                  "SELECT MAX((SELECT COALESCE(MAX(sequence), 0) FROM jobs), "
                  "(SELECT COALESCE(MAX(value), 0) FROM meta WHERE key = ?));");
-  sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   if (auto s = stmt.status("preparing max"); !s.ok()) return s;
-  if (sqlite3_step(stmt.get()) != SQLITE_ROW) return SqliteError(db_, "reading max sequence");
-  return static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0));
+  sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
+  if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
+    return StoreError(reader_.get(), "reading max sequence");
+  }
+  return std::max(highest_id, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
 }
 
 absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
-  absl::MutexLock lock(&mu_);
-  Statement stmt(db_,
+  absl::MutexLock lock(&read_mu_);
+  Statement stmt(reader_.get(),
                  "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY "
                  "state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
   if (auto s = stmt.status("preparing count"); !s.ok()) return s;
@@ -332,25 +626,26 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
     counts[static_cast<v1::JobState>(sqlite3_column_int(stmt.get(), 0))] =
         sqlite3_column_int64(stmt.get(), 1);
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "counting jobs");
+  if (rc != SQLITE_DONE) return StoreError(reader_.get(), "counting jobs");
   return counts;
 }
 
 absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&read_mu_);
+  sqlite3* db = reader_.get();
   std::map<int, DeviceUsage> usage;
   {
-    Statement stmt(db_,
+    Statement stmt(db,
                    "SELECT devices, start_time_ms, end_time_ms FROM jobs WHERE start_time_ms > 0;");
     if (auto s = stmt.status("preparing usage"); !s.ok()) return s;
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      AddUsage(sqlite3_column_text(stmt.get(), 0),
-               sqlite3_column_int64(stmt.get(), 1), sqlite3_column_int64(stmt.get(), 2), &usage);
+      AddUsage(sqlite3_column_text(stmt.get(), 0), sqlite3_column_int64(stmt.get(), 1),
+               sqlite3_column_int64(stmt.get(), 2), &usage);
     }
-    if (rc != SQLITE_DONE) return SqliteError(db_, "reading device usage");
+    if (rc != SQLITE_DONE) return StoreError(db, "reading device usage");
   }
-  Statement pruned(db_, "SELECT device, busy_ms, jobs_run FROM pruned_devices;");
+  Statement pruned(db, "SELECT device, busy_ms, jobs_run FROM pruned_devices;");
   if (auto s = pruned.status("preparing pruned usage"); !s.ok()) return s;
   int rc;
   while ((rc = sqlite3_step(pruned.get())) == SQLITE_ROW) {
@@ -358,50 +653,98 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
     u.busy_ms += sqlite3_column_double(pruned.get(), 1);
     u.jobs_run += sqlite3_column_int64(pruned.get(), 2);
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "reading pruned device usage");
+  if (rc != SQLITE_DONE) return StoreError(db, "reading pruned device usage");
   return usage;
 }
 
-absl::StatusOr<uint64_t> JobStore::MaxPrunedSequenceLocked() {
-  Statement stmt(db_, "SELECT value FROM meta WHERE key = ?;");
+absl::StatusOr<uint64_t> JobStore::MaxPrunedSequence(sqlite3* db) {
+  Statement stmt(db, "SELECT value FROM meta WHERE key = ?;");
   if (auto s = stmt.status("preparing meta"); !s.ok()) return s;
   sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   const int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_DONE) return 0;
-  if (rc != SQLITE_ROW) return SqliteError(db_, "reading meta");
+  if (rc != SQLITE_ROW) return StoreError(db, "reading meta");
   return static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0));
+}
+
+namespace {
+
+// The end time and sequence of the keep-th finished job to end last, newest
+// first (through jobs_by_end); nullopt when there are no more than `keep`.
+absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> KeepCutoff(sqlite3* db,
+                                                                       int64_t keep) {
+  const std::string sql = absl::StrCat(
+      "SELECT end_time_ms, sequence FROM jobs WHERE end_time_ms > 0 AND state IN ",
+      FinalStatesSql(), " ORDER BY end_time_ms DESC, sequence DESC LIMIT 1 OFFSET ?;");
+  SqliteStatement stmt(db, sql.c_str());
+  if (!stmt.prepared()) return StoreError(db, "preparing retention");
+  sqlite3_bind_int64(stmt.get(), 1, keep - 1);
+  const int rc = sqlite3_step(stmt.get());
+  if (rc == SQLITE_DONE) return std::nullopt;
+  if (rc != SQLITE_ROW) return StoreError(db, "reading retention");
+  return std::make_pair(static_cast<int64_t>(sqlite3_column_int64(stmt.get(), 0)),
+                        static_cast<int64_t>(sqlite3_column_int64(stmt.get(), 1)));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> JobStore::PruneDue(const RetentionPolicy& policy, int64_t now_ms,
+                                        int64_t slack) {
+  if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return false;
+  absl::MutexLock lock(&read_mu_);
+  sqlite3* db = reader_.get();
+  if (policy.keep_ms > 0) {
+    SqliteStatement oldest(db, "SELECT MIN(end_time_ms) FROM jobs WHERE end_time_ms > 0;");
+    if (!oldest.prepared()) return StoreError(db, "preparing retention");
+    if (sqlite3_step(oldest.get()) == SQLITE_ROW &&
+        sqlite3_column_type(oldest.get(), 0) != SQLITE_NULL &&
+        sqlite3_column_int64(oldest.get(), 0) < now_ms - policy.keep_ms) {
+      return true;
+    }
+  }
+  if (policy.keep_jobs <= 0) return false;
+  absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> cutoff =
+      KeepCutoff(db, policy.keep_jobs + std::max<int64_t>(slack, 0) + 1);
+  if (!cutoff.ok()) return cutoff.status();
+  return cutoff->has_value();
 }
 
 absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t now_ms) {
   if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return 0;
+  absl::MutexLock lock(&write_mu_);
   // A finished job goes when it is not among the keep_jobs that ended last, or
   // when it ended before now - keep_ms. (By end time, so that a job that has
   // just ended is never the one to go.)
   std::string where = absl::StrCat("state IN ", FinalStatesSql(), " AND (0");
   if (policy.keep_jobs > 0) {
-    absl::StrAppend(&where, " OR sequence NOT IN (SELECT sequence FROM jobs WHERE state IN ",
-                    FinalStatesSql(), " ORDER BY end_time_ms DESC, sequence DESC LIMIT ",
-                    policy.keep_jobs, ")");
+    absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> cutoff =
+        KeepCutoff(writer_.get(), policy.keep_jobs);
+    if (!cutoff.ok()) return cutoff.status();
+    if (cutoff->has_value()) {
+      const auto [end_ms, sequence] = **cutoff;
+      absl::StrAppend(&where, " OR end_time_ms < ", end_ms, " OR (end_time_ms = ", end_ms,
+                      " AND sequence < ", sequence, ")");
+    }
   }
   if (policy.keep_ms > 0) {
     absl::StrAppend(&where, " OR end_time_ms < ", now_ms - policy.keep_ms);
   }
   absl::StrAppend(&where, ")");
 
-  absl::MutexLock lock(&mu_);
   // One transaction: the rows chosen are the rows deleted, and the totals move
   // with them, or nothing changes.
-  if (auto s = ExecLocked("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  if (auto s = writer_.Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   absl::StatusOr<int64_t> pruned = PruneLocked(where);
   if (!pruned.ok()) {
-    ExecLocked("ROLLBACK;").IgnoreError();
+    writer_.Exec("ROLLBACK;").IgnoreError();
     return pruned.status();
   }
-  if (auto s = ExecLocked("COMMIT;"); !s.ok()) return s;
+  if (auto s = writer_.Exec("COMMIT;"); !s.ok()) return s;
   return pruned;
 }
 
 absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
+  sqlite3* db = writer_.get();
   std::map<int, int64_t> by_state;
   std::map<int, DeviceUsage> usage;
   uint64_t max_sequence = 0;
@@ -409,31 +752,31 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
   {
     const std::string sql = absl::StrCat(
         "SELECT sequence, state, devices, start_time_ms, end_time_ms FROM jobs WHERE ", where, ";");
-    Statement stmt(db_, sql.c_str());
+    Statement stmt(db, sql.c_str());
     if (auto s = stmt.status("preparing prune"); !s.ok()) return s;
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
       max_sequence =
           std::max(max_sequence, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
       ++by_state[sqlite3_column_int(stmt.get(), 1)];
-      AddUsage(sqlite3_column_text(stmt.get(), 2),
-               sqlite3_column_int64(stmt.get(), 3), sqlite3_column_int64(stmt.get(), 4), &usage);
+      AddUsage(sqlite3_column_text(stmt.get(), 2), sqlite3_column_int64(stmt.get(), 3),
+               sqlite3_column_int64(stmt.get(), 4), &usage);
       ++count;
     }
-    if (rc != SQLITE_DONE) return SqliteError(db_, "choosing jobs to prune");
+    if (rc != SQLITE_DONE) return StoreError(db, "choosing jobs to prune");
   }
   if (count == 0) return 0;
   for (const auto& [state, jobs] : by_state) {
-    Statement up(db_,
+    Statement up(db,
                  "INSERT INTO pruned_states (state, jobs) VALUES (?1, ?2) "
                  "ON CONFLICT(state) DO UPDATE SET jobs = jobs + ?2;");
     if (auto s = up.status("preparing pruned states"); !s.ok()) return s;
     sqlite3_bind_int(up.get(), 1, state);
     sqlite3_bind_int64(up.get(), 2, jobs);
-    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqliteError(db_, "storing pruned states");
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return StoreError(db, "storing pruned states");
   }
   for (const auto& [device, u] : usage) {
-    Statement up(db_,
+    Statement up(db,
                  "INSERT INTO pruned_devices (device, busy_ms, jobs_run) VALUES (?1, ?2, ?3) "
                  "ON CONFLICT(device) DO UPDATE SET busy_ms = busy_ms + ?2, "
                  "jobs_run = jobs_run + ?3;");
@@ -441,16 +784,24 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
     sqlite3_bind_int(up.get(), 1, device);
     sqlite3_bind_double(up.get(), 2, u.busy_ms);
     sqlite3_bind_int64(up.get(), 3, u.jobs_run);
-    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqliteError(db_, "storing pruned devices");
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return StoreError(db, "storing pruned devices");
   }
-  Statement meta(db_,
+  Statement meta(db,
                  "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                  "ON CONFLICT(key) DO UPDATE SET value = MAX(value, ?2);");
   if (auto s = meta.status("preparing meta"); !s.ok()) return s;
   sqlite3_bind_text(meta.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   sqlite3_bind_int64(meta.get(), 2, static_cast<sqlite3_int64>(max_sequence));
-  if (sqlite3_step(meta.get()) != SQLITE_DONE) return SqliteError(db_, "storing meta");
-  if (auto s = ExecLocked(absl::StrCat("DELETE FROM jobs WHERE ", where, ";").c_str()); !s.ok()) {
+  if (sqlite3_step(meta.get()) != SQLITE_DONE) return StoreError(db, "storing meta");
+  for (const char* table : {"summaries", "op_results"}) {
+    if (auto s = writer_.Exec(absl::StrCat("DELETE FROM ", table,
+                                           " WHERE sequence IN (SELECT sequence FROM jobs WHERE ",
+                                           where, ");"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (auto s = writer_.Exec(absl::StrCat("DELETE FROM jobs WHERE ", where, ";")); !s.ok()) {
     return s;
   }
   return count;

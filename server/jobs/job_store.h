@@ -3,12 +3,22 @@
 // restart keeps the history and runs the jobs that were still queued.
 //
 // Each row keeps the whole v1::Job serialized next to the columns queries need
-// (id, sequence, state, priority, name, devices, start/end times). Retention
-// (Prune) deletes old finished rows but keeps what they counted for.
+// (id, sequence, state, priority, name, devices, start/end times), and its
+// summary (JobSummary) in a table of its own, so that a list reads no spec.
+// A running job's results go in one row per finished op (PutOpResult): each
+// op writes only itself, and the job's final Put folds them into its row.
+// Retention (Prune) deletes old finished rows but keeps what they counted for.
 //
-// Thread safety: every method may be called from any thread (one connection,
-// serialized by an internal mutex). Errors: INVALID_ARGUMENT for an unusable
-// state directory, INTERNAL for SQLite failures (with SQLite's message).
+// Damage is refused at Open, never served: the file must pass SQLite's
+// quick_check, and the highest job id ever given out is kept in a file beside
+// the database (kHighestIdFileName), so that a database that lost jobs
+// (truncated, replaced, or its WAL damaged) is noticed instead of giving out
+// their ids again.
+//
+// Thread safety: every method may be called from any thread. Writes share one
+// connection and reads another (WAL lets them run at once): a read never waits
+// for a write's fsync. Errors: common/sqlite_db.h's codes; INVALID_ARGUMENT
+// for a state directory that is not one.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +32,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/sqlite_db.h"
 #include "overlap/v1/overlap.pb.h"
-
-struct sqlite3;
 
 namespace overlap::jobs {
 
 constexpr char kStoreFileName[] = "overlapd.db";
+// Beside it: the highest sequence given out, in decimal.
+constexpr char kHighestIdFileName[] = "overlapd.highest-id";
 
 // "job-" + the sequence number zero-padded to 6 digits.
 std::string JobIdForSequence(uint64_t sequence);
@@ -46,6 +57,16 @@ struct RetentionPolicy {
   int64_t keep_ms = 0;    // jobs that ended within this long of now
 };
 
+// What a list shows of `job`: everything but its spec and, of its result, the
+// ops (their count is in ops_finished) and other per-op detail; the totals stay.
+v1::Job JobSummary(const v1::Job& job);
+
+// One page of JobStore::ListSummaries.
+struct JobPage {
+  std::vector<v1::Job> jobs;      // newest first
+  uint64_t next_before = 0;       // pass as `before` for the next page; 0 = no more
+};
+
 class JobStore {
  public:
   // Creates `state_dir` (and parents) when missing and opens state_dir/overlapd.db.
@@ -54,8 +75,15 @@ class JobStore {
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
 
-  // Inserts or replaces the job (keyed by id).
+  // Inserts or replaces the job (keyed by id). A job in a final state takes its
+  // op rows (PutOpResult) with it: its own result is the whole one.
   absl::Status Put(const v1::Job& job);
+
+  // Stores the result of op `index` of job `sequence` while it runs, with the
+  // result's other fields (`header`, which should hold no ops), without
+  // rewriting the job: Get and List return the job with every op stored so far.
+  absl::Status PutOpResult(uint64_t sequence, int index, const v1::JobResult& header,
+                           const v1::OpResult& op);
 
   // NOT_FOUND when no job has this id; DATA_LOSS naming it when its stored data
   // is damaged.
@@ -70,7 +98,15 @@ class JobStore {
   // Jobs in `state`, oldest first.
   absl::StatusOr<std::vector<v1::Job>> ListByState(v1::JobState state);
 
-  // The highest sequence ever stored (0 for an empty store).
+  // Summaries (JobSummary) of at most `limit` jobs in `state` (UNSPECIFIED =
+  // all) with a sequence below `before` (0 = any), newest first.
+  absl::StatusOr<JobPage> ListSummaries(v1::JobState state, int limit, uint64_t before);
+
+  // Whether Prune(policy, now_ms) has more than `slack` jobs to delete (or any
+  // past keep_ms): a read that does not wait for writes.
+  absl::StatusOr<bool> PruneDue(const RetentionPolicy& policy, int64_t now_ms, int64_t slack);
+
+  // The highest sequence ever stored or given out (0 for an empty store).
   absl::StatusOr<uint64_t> MaxSequence();
 
   // State -> count, over every stored job.
@@ -89,15 +125,29 @@ class JobStore {
   const std::string& path() const { return path_; }
 
  private:
-  JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  absl::Status ExecLocked(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> MaxPrunedSequenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobStore(SqliteDb writer, SqliteDb reader, std::string path, std::string highest_id_path,
+           uint64_t highest_id);
+  absl::Status SetUpSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Refuses a database that lost jobs the highest-id file says were given out.
+  absl::Status CheckNothingLost(bool fresh_file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status PutLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void NoteHighestId(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::StatusOr<std::vector<v1::Job>> ListLocked(v1::JobState state, int limit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
+  // Folds the op rows of a job that is not final into its result.
+  absl::Status AddOpRowsLocked(v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
+  absl::StatusOr<uint64_t> MaxPrunedSequence(sqlite3* db);
   // Inside Prune's transaction: moves the rows matching `where` into the totals.
-  absl::StatusOr<int64_t> PruneLocked(const std::string& where) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> PruneLocked(const std::string& where)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
-  absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex write_mu_;
+  SqliteDb writer_ ABSL_GUARDED_BY(write_mu_);
+  uint64_t highest_id_ ABSL_GUARDED_BY(write_mu_) = 0;  // what the file says
+  absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
+  SqliteDb reader_ ABSL_GUARDED_BY(read_mu_);
   const std::string path_;
+  const std::string highest_id_path_;
 };
 
 }  // namespace overlap::jobs

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -57,10 +59,17 @@ void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::st
 }
 
 struct Scheduler::Entry {
-  v1::Job job;  // guarded by Scheduler::mu_
+  v1::Job job;  // what others see; guarded by Scheduler::mu_
   uint64_t version = 1;
   std::atomic<bool> cancel{false};
   std::string cancel_reason;  // guarded by Scheduler::mu_
+  // Guarded by Scheduler::mu_. Taken off pending_ to run; RUNNING is being
+  // stored and job still says QUEUED.
+  bool starting = false;
+  // Guarded by Scheduler::mu_. Its final state is being stored; job shows the
+  // state before it until that is done.
+  bool ending = false;
+  int64_t picked_ms = 0;  // when it was taken off pending_: its start time
 };
 
 Scheduler::Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options)
@@ -85,16 +94,16 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(JobStore* store, Jo
 Scheduler::~Scheduler() { Shutdown(); }
 
 absl::Status Scheduler::Recover() {
-  absl::MutexLock lock(&mu_);
+  // Before any executor or caller exists: the store is read and written here
+  // without the mutex, and what it finds is installed under it at the end.
   auto max_sequence = store_->MaxSequence();
   if (!max_sequence.ok()) return max_sequence.status();
-  next_sequence_ = *max_sequence + 1;
 
   auto running = store_->ListByState(v1::RUNNING);
   if (!running.ok()) return running.status();
   for (v1::Job& job : *running) {
     if (StoredDataLost(job)) {
-      if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
+      if (absl::Status s = FailDamaged(job); !s.ok()) return s;
       continue;
     }
     job.set_state(v1::FAILED);
@@ -107,25 +116,29 @@ absl::Status Scheduler::Recover() {
 
   auto queued = store_->ListByState(v1::QUEUED);
   if (!queued.ok()) return queued.status();
-  int recovered = 0;
+  std::vector<std::shared_ptr<Entry>> recovered;
   for (v1::Job& job : *queued) {
     // Its spec is lost with its stored data: it cannot run again.
     if (StoredDataLost(job)) {
-      if (absl::Status s = FailDamagedLocked(job); !s.ok()) return s;
+      if (absl::Status s = FailDamaged(job); !s.ok()) return s;
       continue;
     }
-    ++recovered;
     auto entry = std::make_shared<Entry>();
     entry->job = std::move(job);
+    recovered.push_back(std::move(entry));
+  }
+  if (!recovered.empty()) Log()->info("recovered {} queued job(s)", recovered.size());
+  MaybePrune();
+  absl::MutexLock lock(&mu_);
+  next_sequence_ = *max_sequence + 1;
+  for (std::shared_ptr<Entry>& entry : recovered) {
     pending_[{-entry->job.priority(), entry->job.sequence()}] = entry;
     active_[entry->job.id()] = entry;
   }
-  if (recovered > 0) Log()->info("recovered {} queued job(s)", recovered);
-  PruneLocked();
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::FailDamagedLocked(v1::Job& job) {
+absl::Status Scheduler::FailDamaged(v1::Job& job) {
   Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id(),
                v1::JobState_Name(job.state()), job.error());
   job.set_state(v1::FAILED);
@@ -133,30 +146,39 @@ absl::Status Scheduler::FailDamagedLocked(v1::Job& job) {
   return store_->Put(job);
 }
 
-void Scheduler::StoreLocked(const v1::Job& job) {
-  for (auto it = unstored_.begin(); it != unstored_.end();) {
-    if (store_->Put(it->second).ok()) {
-      Log()->info("job {} ({}) stored at last", it->first, v1::JobState_Name(it->second.state()));
-      it = unstored_.erase(it);
-    } else {
-      ++it;
-    }
+void Scheduler::RetryUnstored() {
+  std::vector<v1::Job> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : unstored_) waiting.push_back(job);
   }
-  // A state change that cannot be stored still happens in memory: the job is
-  // running or done either way, and failing it would lose the real outcome.
-  if (absl::Status s = store_->Put(job); !s.ok()) {
-    Log()->error("cannot store job {} ({}): {}", job.id(), v1::JobState_Name(job.state()),
-                 s.ToString());
-    // A finished job leaves active_: keep its end here, or its stale row
-    // (RUNNING) would be all that is left of it.
-    if (job.state() != v1::QUEUED && job.state() != v1::RUNNING) unstored_[job.id()] = job;
-  } else {
+  for (const v1::Job& job : waiting) {
+    if (!store_->Put(job).ok()) continue;
+    Log()->info("job {} ({}) stored at last", job.id(), v1::JobState_Name(job.state()));
+    absl::MutexLock lock(&mu_);
     unstored_.erase(job.id());
   }
 }
 
-void Scheduler::PruneLocked() {
-  absl::StatusOr<int64_t> pruned = store_->Prune(options_.retention, NowMs());
+absl::Status Scheduler::Store(const v1::Job& job) {
+  RetryUnstored();
+  absl::Status status = store_->Put(job);
+  if (!status.ok()) {
+    Log()->error("cannot store job {} ({}): {}", job.id(), v1::JobState_Name(job.state()),
+                 status.ToString());
+  }
+  return status;
+}
+
+void Scheduler::MaybePrune() {
+  const RetentionPolicy& policy = options_.retention;
+  if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return;
+  // Pruning one job at each end would write (and fsync) at each end; with a
+  // slack of 1% the deletes come in batches, and the check is a read.
+  const int64_t now = NowMs();
+  absl::StatusOr<bool> due = store_->PruneDue(policy, now, policy.keep_jobs / 100);
+  if (due.ok() && !*due) return;
+  absl::StatusOr<int64_t> pruned = store_->Prune(policy, now);
   if (!pruned.ok()) {
     Log()->error("cannot prune finished jobs: {}", pruned.status().ToString());
   } else if (*pruned > 0) {
@@ -170,35 +192,48 @@ void Scheduler::ChangedLocked(Entry& entry) {
 }
 
 absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
-  absl::MutexLock lock(&mu_);
-  if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
-  if (static_cast<int>(pending_.size()) >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue full: ", pending_.size(),
-                     " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
+  uint64_t sequence = 0;
+  PendingKey key;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
+    const int queued = static_cast<int>(pending_.size() + submitting_.size());
+    if (queued >= options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("queue full: ", queued,
+                       " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
+    }
+    sequence = next_sequence_++;
+    key = {-job.priority(), sequence};
+    submitting_[key] = {job.devices().begin(), job.devices().end()};
+    job.set_submit_time_ms(NowMs());
   }
-  const uint64_t sequence = next_sequence_;
   job.set_sequence(sequence);
   job.set_id(JobIdForSequence(sequence));
   job.set_state(v1::QUEUED);
-  job.set_submit_time_ms(NowMs());
   job.set_start_time_ms(0);
   job.set_end_time_ms(0);
   job.clear_error();
   job.set_error_code(0);
   job.clear_result();
   job.clear_progress();
-  // Stored before anyone hears of it: an accepted job survives a crash.
-  if (absl::Status s = store_->Put(job); !s.ok()) return s;
-  ++next_sequence_;
+  // Stored before anyone hears of it: an accepted job survives a crash. A
+  // failed write leaves a gap in the ids, never a reused one.
+  const absl::Status stored = Store(job);
+  absl::MutexLock lock(&mu_);
+  submitting_.erase(key);
+  changed_.SignalAll();  // StartDrain may wait for this submission
+  if (!stored.ok()) {
+    ScheduleLocked();  // it held its devices while it was on its way
+    return stored;
+  }
   auto entry = std::make_shared<Entry>();
-  entry->job = job;
-  pending_[{-job.priority(), sequence}] = entry;
-  active_[job.id()] = entry;
-  Log()->info("job {} queued (priority {}, {} device(s))", job.id(), job.priority(),
-              job.devices_size());
+  entry->job = std::move(job);
+  pending_[key] = entry;
+  active_[entry->job.id()] = entry;
+  Log()->info("job {} queued (priority {}, {} device(s))", entry->job.id(), entry->job.priority(),
+              entry->job.devices_size());
   ScheduleLocked();
-  changed_.SignalAll();
   return entry->job;
 }
 
@@ -208,7 +243,12 @@ void Scheduler::ScheduleLocked() {
   for (const auto& [sequence, entry] : running_) {
     claimed.insert(entry->job.devices().begin(), entry->job.devices().end());
   }
+  auto incoming = submitting_.begin();
   for (auto it = pending_.begin(); it != pending_.end();) {
+    // Submissions on their way in that rank above this job claim their devices.
+    for (; incoming != submitting_.end() && incoming->first < it->first; ++incoming) {
+      claimed.insert(incoming->second.begin(), incoming->second.end());
+    }
     std::shared_ptr<Entry> entry = it->second;
     const auto& devices = entry->job.devices();
     const bool blocked =
@@ -219,13 +259,11 @@ void Scheduler::ScheduleLocked() {
       continue;
     }
     it = pending_.erase(it);
-    entry->job.set_state(v1::RUNNING);
-    entry->job.set_start_time_ms(NowMs());
-    StoreLocked(entry->job);
+    entry->starting = true;
+    entry->picked_ms = NowMs();
     running_[entry->job.sequence()] = entry;
     ready_.push_back(entry);
-    ChangedLocked(*entry);
-    Log()->info("job {} started", entry->job.id());
+    changed_.SignalAll();  // an executor takes it
   }
 }
 
@@ -245,21 +283,50 @@ void Scheduler::ExecutorLoop() {
 
 void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   v1::Job job;
+  int64_t picked_ms = 0;
   {
     absl::MutexLock lock(&mu_);
     job = entry->job;
+    picked_ms = entry->picked_ms;
   }
+  job.set_state(v1::RUNNING);
+  job.set_start_time_ms(picked_ms);
+  // A start that cannot be stored still happens: the row stays QUEUED and a
+  // restart runs the job again, which is what a queued job does anyway.
+  (void)Store(job);
+  {
+    absl::MutexLock lock(&mu_);
+    entry->job.set_state(v1::RUNNING);
+    entry->job.set_start_time_ms(job.start_time_ms());
+    entry->starting = false;
+    ChangedLocked(*entry);
+  }
+  Log()->info("job {} started", job.id());
+
   ops::RunHooks hooks;
   hooks.on_progress = [this, entry](const v1::Progress& progress) {
     absl::MutexLock lock(&mu_);
     *entry->job.mutable_progress() = progress;
     ChangedLocked(*entry);
   };
-  hooks.on_op_done = [this, entry](const v1::JobResult& so_far) {
+  int ops_done = 0;  // on this executor thread only
+  hooks.on_op_done = [this, entry, &ops_done, sequence = job.sequence()](
+                         const v1::JobResult& header, const v1::OpResult& op) {
+    // Stored too, one row per op: a daemon that dies mid-job keeps the ops
+    // that had finished.
+    if (absl::Status s = store_->PutOpResult(sequence, ops_done, header, op); !s.ok()) {
+      Log()->error("cannot store op {} of {}: {}", op.id(), JobIdForSequence(sequence),
+                   s.ToString());
+    }
+    ++ops_done;
     absl::MutexLock lock(&mu_);
-    *entry->job.mutable_result() = so_far;
-    // Stored too: a daemon that dies mid-job keeps the ops that had finished.
-    StoreLocked(entry->job);
+    v1::JobResult* result = entry->job.mutable_result();
+    google::protobuf::RepeatedPtrField<v1::OpResult> ops;
+    ops.Swap(result->mutable_ops());
+    *result = header;
+    result->mutable_ops()->Swap(&ops);
+    *result->add_ops() = op;
+    entry->job.set_ops_finished(result->ops_size());
     ChangedLocked(*entry);
   };
   hooks.cancelled = [entry] { return entry->cancel.load(std::memory_order_relaxed); };
@@ -273,101 +340,163 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
     outcome = absl::InternalError(absl::StrCat("job runner threw: ", e.what()));
   }
 
-  absl::MutexLock lock(&mu_);
-  ApplyRunOutcome(outcome, entry->cancel_reason, &entry->job);
-  entry->job.set_end_time_ms(std::max(NowMs(), entry->job.start_time_ms()));
-  StoreLocked(entry->job);
-  if (entry->job.state() == v1::SUCCEEDED) {
-    Log()->info("job {} succeeded in {} ms", entry->job.id(),
-                entry->job.end_time_ms() - entry->job.start_time_ms());
-  } else {
-    Log()->warn("job {} ended {}: {}", entry->job.id(), v1::JobState_Name(entry->job.state()),
-                entry->job.error());
+  v1::Job final_job;
+  {
+    absl::MutexLock lock(&mu_);
+    final_job = entry->job;
+    entry->ending = true;
+    ApplyRunOutcome(outcome, entry->cancel_reason, &final_job);
   }
-  running_.erase(entry->job.sequence());
-  active_.erase(entry->job.id());
-  PruneLocked();
-  ChangedLocked(*entry);
+  final_job.set_end_time_ms(std::max(NowMs(), final_job.start_time_ms()));
+  final_job.set_ops_finished(final_job.result().ops_size());
+  const bool stored = Store(final_job).ok();
+  if (final_job.state() == v1::SUCCEEDED) {
+    Log()->info("job {} succeeded in {} ms", final_job.id(),
+                final_job.end_time_ms() - final_job.start_time_ms());
+  } else {
+    Log()->warn("job {} ended {}: {}", final_job.id(), v1::JobState_Name(final_job.state()),
+                final_job.error());
+  }
+  // Before the end is published, so that whoever sees it sees the history
+  // already trimmed to the retention policy.
+  MaybePrune();
+  absl::MutexLock lock(&mu_);
+  running_.erase(final_job.sequence());
+  FinishLocked(*entry, std::move(final_job), stored);
+}
+
+void Scheduler::FinishLocked(Entry& entry, v1::Job final_job, bool stored) {
+  entry.job = std::move(final_job);
+  entry.ending = false;
+  active_.erase(entry.job.id());
+  // Its end is served from memory while the store holds its stale row, and
+  // stored with the next write that succeeds.
+  if (!stored) unstored_[entry.job.id()] = entry.job;
+  ChangedLocked(entry);
   ScheduleLocked();
 }
 
-absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+std::optional<v1::Job> Scheduler::InMemoryLocked(const std::string& id) {
   if (auto it = active_.find(id); it != active_.end()) return it->second->job;
-  return FinishedLocked(id);
+  if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
+  return std::nullopt;
 }
 
-absl::StatusOr<v1::Job> Scheduler::FinishedLocked(const std::string& id) {
-  if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
+absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::optional<v1::Job> job = InMemoryLocked(id)) return *std::move(job);
+  }
+  // Not in memory: finished, and its end was stored before it left.
   return store_->Get(id);
 }
 
 absl::StatusOr<std::vector<v1::Job>> Scheduler::List(v1::JobState state, int limit) {
-  absl::MutexLock lock(&mu_);
   auto jobs = store_->List(state, limit);
   if (!jobs.ok()) return jobs.status();
+  absl::MutexLock lock(&mu_);
   for (v1::Job& job : *jobs) {
-    if (auto it = active_.find(job.id()); it != active_.end()) job = it->second->job;
-    if (auto it = unstored_.find(job.id()); it != unstored_.end()) job = it->second;
+    if (std::optional<v1::Job> live = InMemoryLocked(job.id())) job = *std::move(live);
   }
   return jobs;
 }
 
-absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
+absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, uint64_t before) {
+  auto page = store_->ListSummaries(state, limit, before);
+  if (!page.ok()) return page.status();
   absl::MutexLock lock(&mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    absl::StatusOr<v1::Job> stored = FinishedLocked(id);
+  for (v1::Job& job : page->jobs) {
+    if (auto it = unstored_.find(job.id()); it != unstored_.end()) {
+      job = JobSummary(it->second);
+    } else if (auto it = active_.find(job.id());
+               it != active_.end() && it->second->job.state() == job.state()) {
+      // Live progress and ops so far; a state the store has and memory does
+      // not yet show (a start being published) keeps the stored summary.
+      job = JobSummary(it->second->job);
+    }
+  }
+  return page;
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
+  std::shared_ptr<Entry> entry;
+  v1::Job cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(id);
+    if (it == active_.end()) {
+      std::optional<v1::Job> unstored = InMemoryLocked(id);
+      if (unstored) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", id, " already finished (", v1::JobState_Name(unstored->state()), ")"));
+      }
+    } else {
+      entry = it->second;
+      if (entry->job.state() != v1::QUEUED || entry->starting || entry->ending) {
+        if (!entry->ending && !entry->cancel.exchange(true)) {
+          entry->cancel_reason = kCancelledByRequest;
+          Log()->info("job {} cancel requested while running", id);
+        }
+        return entry->job;
+      }
+      pending_.erase({-entry->job.priority(), entry->job.sequence()});
+      entry->ending = true;
+      cancelled = entry->job;
+      // It may have been holding back lower-ranked jobs on its devices.
+      ScheduleLocked();
+    }
+  }
+  if (entry == nullptr) {
+    absl::StatusOr<v1::Job> stored = store_->Get(id);
     if (!stored.ok()) return stored.status();
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));
   }
-  std::shared_ptr<Entry> entry = it->second;
-  if (entry->job.state() == v1::QUEUED) {
-    pending_.erase({-entry->job.priority(), entry->job.sequence()});
-    active_.erase(it);
-    entry->job.set_state(v1::CANCELLED);
-    entry->job.set_error(kCancelledByRequest);
-    entry->job.set_error_code(static_cast<int32_t>(absl::StatusCode::kCancelled));
-    entry->job.set_end_time_ms(NowMs());
-    StoreLocked(entry->job);
-    ChangedLocked(*entry);
-    Log()->info("job {} cancelled while queued", id);
-    PruneLocked();
-    // It may have been holding back lower-ranked jobs on its devices.
-    ScheduleLocked();
-    return entry->job;
-  }
-  if (!entry->cancel.exchange(true)) {
-    entry->cancel_reason = kCancelledByRequest;
-    Log()->info("job {} cancel requested while running", id);
-  }
-  return entry->job;
+  cancelled.set_state(v1::CANCELLED);
+  cancelled.set_error(kCancelledByRequest);
+  cancelled.set_error_code(static_cast<int32_t>(absl::StatusCode::kCancelled));
+  cancelled.set_end_time_ms(NowMs());
+  const bool stored = Store(cancelled).ok();
+  Log()->info("job {} cancelled while queued", id);
+  MaybePrune();
+  absl::MutexLock lock(&mu_);
+  FinishLocked(*entry, cancelled, stored);
+  return cancelled;
 }
 
 absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint64_t seen_version,
                                                      absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    if (stopping_) return absl::UnavailableError("overlapd is shutting down");
-    auto it = active_.find(id);
-    if (it == active_.end()) {
-      auto stored = store_->Get(id);
-      if (!stored.ok()) return stored.status();
-      return JobSnapshot{std::move(*stored), kFinalVersion};
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (stopping_) return absl::UnavailableError("overlapd is shutting down");
+      auto it = active_.find(id);
+      if (it == active_.end()) {
+        if (auto unstored = unstored_.find(id); unstored != unstored_.end()) {
+          return JobSnapshot{unstored->second, kFinalVersion};
+        }
+        break;  // finished and stored: read below, without the mutex
+      }
+      if (it->second->version > seen_version || absl::Now() >= deadline) {
+        return JobSnapshot{it->second->job, it->second->version};
+      }
+      changed_.WaitWithDeadline(&mu_, deadline);
     }
-    if (it->second->version > seen_version || absl::Now() >= deadline) {
-      return JobSnapshot{it->second->job, it->second->version};
-    }
-    changed_.WaitWithDeadline(&mu_, deadline);
   }
+  auto stored = store_->Get(id);
+  if (!stored.ok()) return stored.status();
+  return JobSnapshot{std::move(*stored), kFinalVersion};
 }
 
 void Scheduler::StartDrain() {
   absl::MutexLock lock(&mu_);
   if (!draining_) Log()->info("draining: {} running, {} queued", running_.size(), pending_.size());
   draining_ = true;
+  // Submissions already past their checks end queued, as if they came first.
+  mu_.Await(absl::Condition(
+      +[](std::map<PendingKey, std::vector<int>>* submitting) { return submitting->empty(); },
+      &submitting_));
 }
 
 bool Scheduler::draining() const {
@@ -405,7 +534,6 @@ int Scheduler::RunningCount() const {
 }
 
 absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
-  absl::MutexLock lock(&mu_);
   SchedulerStats stats;
   auto counts = store_->CountByState();
   if (!counts.ok()) return counts.status();
@@ -418,7 +546,9 @@ absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
   }
   // Running jobs are stored with no end time yet: add their time so far.
   const int64_t now = NowMs();
+  absl::MutexLock lock(&mu_);
   for (const auto& [sequence, entry] : running_) {
+    if (entry->starting) continue;
     for (int device : entry->job.devices()) {
       stats.devices[device].busy_ms +=
           static_cast<double>(std::max<int64_t>(0, now - entry->job.start_time_ms()));

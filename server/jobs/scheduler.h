@@ -13,6 +13,13 @@
 // visible; progress ticks stay in memory and only wake watchers. A finished job
 // leaves memory and is read back from the store.
 //
+// No store I/O runs under the scheduler's mutex: a change is prepared under
+// it, written outside it, and published under it again, so that a slow disk
+// (an fsync, a prune) never holds up Get, List or WatchJob of other jobs.
+// Submit reserves its queue slot and sequence under the mutex before its
+// write, so queue room and draining are still checked atomically with it:
+// StartDrain waits for the submissions in flight, which end queued.
+//
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
@@ -21,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -95,6 +103,8 @@ class Scheduler {
   absl::StatusOr<v1::Job> Get(const std::string& id);
   // See JobStore::List; active jobs carry their live progress.
   absl::StatusOr<std::vector<v1::Job>> List(v1::JobState state, int limit);
+  // See JobStore::ListSummaries; active jobs carry their live progress.
+  absl::StatusOr<JobPage> ListSummaries(v1::JobState state, int limit, uint64_t before);
 
   // QUEUED -> CANCELLED at once; RUNNING -> the runner is asked to stop and the
   // job (still RUNNING) is returned; a final job -> FAILED_PRECONDITION; unknown
@@ -128,19 +138,28 @@ class Scheduler {
   using PendingKey = std::pair<int, uint64_t>;  // (-priority, sequence)
 
   Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options);
-  absl::Status Recover();
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
   // A queued or running job whose stored data was damaged (the store rebuilt it
   // from its row, error_code DATA_LOSS) ends FAILED with that error.
-  absl::Status FailDamagedLocked(v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A job no longer in active_: its end held in unstored_, else the store's.
-  absl::StatusOr<v1::Job> FinishedLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FailDamaged(v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // A job in active_ or unstored_ (copied), or nullopt: then the store has it.
+  std::optional<v1::Job> InMemoryLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the pending jobs that may start to ready_ (they are stored RUNNING
+  // by the executor that takes them, before anyone sees them so).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StoreLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies the retention policy; a failure is logged, never fatal.
-  void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `job` (first the ends kept in unstored_); never under mu_.
+  absl::Status Store(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  void RetryUnstored() ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes a finished job: out of active_ (kept in unstored_ when its end
+  // could not be stored), watchers woken, the next jobs scheduled.
+  void FinishLocked(Entry& entry, v1::Job final_job, bool stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the retention policy when it has enough to delete; a failure is
+  // logged, never fatal. Never under mu_.
+  void MaybePrune() ABSL_LOCKS_EXCLUDED(mu_);
   void ChangedLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
-  void Execute(const std::shared_ptr<Entry>& entry);
+  void Execute(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
 
   JobStore* const store_;
   const JobRunner runner_;
@@ -149,6 +168,10 @@ class Scheduler {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // any job changed, a job was made ready, or shutdown
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Submissions reserved and being stored, by rank, with their devices: the
+  // scheduler holds their devices for them as for pending jobs, so that no
+  // lower-ranked job starts there while one is on its way in.
+  std::map<PendingKey, std::vector<int>> submitting_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);

@@ -395,6 +395,7 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   // A job that asked to retune ignores every choice tuned before it started
   // (and replaces it); ones its own earlier ops tuned still answer.
   const TuningUse tuning{tuning_cache, spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
+  v1::JobResult header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
@@ -412,11 +413,13 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
     v1::OpResult r = std::move(op_result).value();
     total += r.step().median_ms();
     exposed += r.exposed_comm_ms();
+    header.set_total_step_ms(total);
+    header.set_total_exposed_comm_ms(exposed);
+    if (hooks.on_op_done) hooks.on_op_done(header, r);
     *result.add_ops() = std::move(r);
-    result.set_total_step_ms(total);
-    result.set_total_exposed_comm_ms(exposed);
-    if (hooks.on_op_done) hooks.on_op_done(result);
   }
+  result.set_total_step_ms(total);
+  result.set_total_exposed_comm_ms(exposed);
   if (absl::Status s = TimeLayerStep(engine, spec, devices, hooks, order, &result); !s.ok()) {
     const absl::Status drained = engine.Synchronize(devices);
     if (!drained.ok()) {

@@ -19,9 +19,11 @@ class TuningCache;  // server/ops/tuning_cache.h
 struct RunHooks {
   // Called after every phase change and every iteration; cheap, may be null.
   std::function<void(const v1::Progress&)> on_progress;
-  // Called after each op with the result so far (its ops and totals), so that a
-  // running job shows the ops it has finished, and a failed one keeps them; may be null.
-  std::function<void(const v1::JobResult&)> on_op_done;
+  // Called after each op with its result and the job's result so far without
+  // its ops (`header`: totals, versions), so that a running job shows the ops
+  // it has finished, and a failed one keeps them. Each call carries one op, so
+  // that storing them costs the same per op however many came before. May be null.
+  std::function<void(const v1::JobResult& header, const v1::OpResult& op)> on_op_done;
   // Polled between iterations; when it returns true the run stops with CANCELLED.
   std::function<bool()> cancelled;
 };

@@ -1,11 +1,16 @@
 #include "server/rpc/jobs_service.h"
 
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/config.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 #include "common/logging.h"
+#include "common/text.h"
 #include "server/ops/job_runner.h"
 #include "server/rpc/status_util.h"
 
@@ -27,8 +32,20 @@ void DropTimelines(v1::Job* job) {
   result->clear_layer_timeline();
 }
 
+// Job ids are "job-" and a sequence number; anything much longer is not one,
+// and is not worth looking up or quoting whole.
+constexpr size_t kMaxJobIdBytes = 64;
+
+// Jobs in a ListJobs page: where the request leaves it to the daemon, and at most.
+constexpr int kDefaultPageSize = 500;
+constexpr int kMaxPageSize = 1000;
+
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
+  if (id.size() > kMaxJobIdBytes || HasControlCharacters(id) || FirstInvalidUtf8(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("id: ", QuotedExcerpt(id, 40), " is not a job id (job-NNNNNN)"));
+  }
   return absl::OkStatus();
 }
 
@@ -67,12 +84,20 @@ JobsService::JobsService(jobs::Scheduler& scheduler, const engine::Engine& engin
     : scheduler_(scheduler), engine_(engine), options_(std::move(options)), counters_(counters) {}
 
 absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
-                                           const std::string& source_name) {
+                                           const std::string& raw_source_name) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
+  // Only for messages: printable, and short.
+  const std::string source_name = Excerpt(raw_source_name, 120);
   if (static_cast<int64_t>(spec_text.size()) > options_.max_spec_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", spec_text.size(),
                                                    " bytes is over max_spec_bytes (",
                                                    options_.max_spec_bytes, ")"));
+  }
+  if (std::optional<size_t> bad = FirstInvalidUtf8(spec_text)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sspec: not UTF-8 text (byte 0x%02x at offset %d): a graph is a YAML or JSON file",
+        source_name.empty() ? "" : source_name + ": ",
+        static_cast<unsigned char>(spec_text[*bad]), *bad));
   }
   absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
   if (!spec.ok()) return spec.status();
@@ -80,6 +105,7 @@ absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
   limits.device_count = engine_.DeviceCount();
   limits.library_algorithms = engine_.LibraryAlgorithms();
   limits.max_iterations = options_.max_iterations;
+  limits.max_ops = options_.max_ops_per_job;
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
   if (!devices.ok()) return devices.status();
 
@@ -149,15 +175,23 @@ grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJ
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("state: unknown job state ", static_cast<int>(request->state()))));
   }
-  absl::StatusOr<std::vector<v1::Job>> jobs = scheduler_.List(request->state(), request->limit());
-  if (!jobs.ok()) {
-    Log()->error("ListJobs failed: {}", jobs.status().ToString());
-    return ToGrpcStatus(jobs.status());
+  // The token is the sequence the next page starts below.
+  uint64_t before = 0;
+  if (!request->page_token().empty() &&
+      (!absl::SimpleAtoi(request->page_token(), &before) || before == 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("page_token: ", QuotedExcerpt(request->page_token(), 40),
+                     " is not a next_page_token from a previous response")));
   }
-  for (v1::Job& job : *jobs) {
-    DropTimelines(&job);
-    *response->add_jobs() = std::move(job);
+  const int limit = request->limit() == 0 ? kDefaultPageSize
+                                          : std::min(request->limit(), kMaxPageSize);
+  absl::StatusOr<jobs::JobPage> page = scheduler_.ListSummaries(request->state(), limit, before);
+  if (!page.ok()) {
+    Log()->error("ListJobs failed: {}", page.status().ToString());
+    return ToGrpcStatus(page.status());
   }
+  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  if (page->next_before > 0) response->set_next_page_token(absl::StrCat(page->next_before));
   return grpc::Status::OK;
 }
 
@@ -174,6 +208,18 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
 grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                    grpc::ServerWriter<v1::JobEvent>* writer) {
   if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+  // Each stream holds one of gRPC's server threads while it lasts: past the
+  // cap, a watcher is told so rather than starving every other call.
+  if (watchers_.fetch_add(1) >= options_.max_watchers) {
+    watchers_.fetch_sub(1);
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "too many jobs being watched at once (max_watchers = ", options_.max_watchers,
+        "): poll with `overlapctl get` instead, or watch again later")));
+  }
+  struct Release {
+    std::atomic<int>& count;
+    ~Release() { count.fetch_sub(1); }
+  } release{watchers_};
   uint64_t seen = 0;
   while (true) {
     if (context->IsCancelled()) return grpc::Status::CANCELLED;

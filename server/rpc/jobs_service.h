@@ -27,6 +27,9 @@ struct DaemonCounters {
 struct JobsServiceOptions {
   int max_iterations = 10000;
   int64_t max_spec_bytes = 1 << 20;
+  int max_ops_per_job = 4096;
+  // WatchJob streams open at once; each holds a server thread.
+  int max_watchers = 256;
   // Bytes per device a job needs; null = ops::JobBytesPerDevice.
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
 };
@@ -65,6 +68,7 @@ class JobsService final : public v1::Jobs::Service {
   const engine::Engine& engine_;
   const JobsServiceOptions options_;
   DaemonCounters& counters_;
+  std::atomic<int> watchers_{0};
 };
 
 }  // namespace overlap::rpc

@@ -1,18 +1,13 @@
 #include "server/rpc/metrics.h"
 
 #include <algorithm>
-#include <exception>
 #include <map>
-#include <system_error>
-#include <thread>
 
-#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/graph.h"
 #include "common/logging.h"
-#include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
+#include "prometheus/text_serializer.h"
 #include "server/rpc/node_service.h"
 
 namespace overlap::rpc {
@@ -43,28 +38,6 @@ void Add(MetricFamily& f, double value, Labels labels = {}) {
 }
 
 ClientMetric::Label DeviceLabel(int device) { return {"device", absl::StrCat(device)}; }
-
-// The HTTP server's own messages (why it could not listen, say) go to our log,
-// and those since the last start into the error a failed start returns.
-absl::Mutex g_http_mu;
-std::string* g_last_http_error ABSL_GUARDED_BY(g_http_mu) = new std::string;
-
-int LogHttpMessage(const mg_connection*, const char* message) {
-  GetLogger("metrics")->warn("http server: {}", message);
-  absl::MutexLock lock(&g_http_mu);
-  if (!g_last_http_error->empty()) *g_last_http_error += "; ";
-  *g_last_http_error += message;
-  return 1;  // logged here; civetweb need not write it anywhere
-}
-
-const CivetCallbacks& HttpCallbacks() {
-  static const CivetCallbacks* callbacks = [] {
-    auto* c = new CivetCallbacks();
-    c->log_message = LogHttpMessage;
-    return c;
-  }();
-  return *callbacks;
-}
 
 }  // namespace
 
@@ -310,41 +283,13 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
   return out;
 }
 
-class MetricsExporter::Collector : public prometheus::Collectable {
+class MetricsExporter::Collector {
  public:
   Collector(jobs::Scheduler& scheduler, const engine::Engine& engine,
             const DaemonCounters& counters)
       : scheduler_(scheduler), node_(scheduler, engine, NodeInfoStatic{}, counters) {}
 
-  // civetweb runs a scrape on one of its own threads, whose stacks its Debian
-  // build sets to 100 KiB. What a scrape reads (the job store through SQLite,
-  // NVML, the recent jobs' protobufs) has no bound that small, and overflowing
-  // there would kill the daemon: under AddressSanitizer's larger frames it
-  // did. So the figures are gathered on a thread with the default stack. An
-  // exception there comes back to this thread, as it would have without the
-  // hand-off; where no thread can be started, the scrape gathers here.
-  std::vector<MetricFamily> Collect() const override {
-    std::vector<MetricFamily> out;
-    std::exception_ptr failure;
-    std::thread gather;
-    try {
-      gather = std::thread([&] {
-        try {
-          out = Gather();
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      });
-    } catch (const std::system_error&) {
-      return Gather();
-    }
-    gather.join();
-    if (failure) std::rethrow_exception(failure);
-    return out;
-  }
-
- private:
-  std::vector<MetricFamily> Gather() const {
+  std::vector<MetricFamily> Gather() {
     v1::GetNodeInfoResponse node;
     v1::GetStatsResponse stats;
     // Neither call reads its context; a failed GetStats (the job store) leaves
@@ -358,37 +303,33 @@ class MetricsExporter::Collector : public prometheus::Collectable {
     return BuildMetrics(node, stats, recent);
   }
 
+ private:
   jobs::Scheduler& scheduler_;
-  mutable NodeService node_;
+  NodeService node_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& address, jobs::Scheduler& scheduler, const engine::Engine& engine,
     const DaemonCounters& counters) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
-  exporter->collector_ = std::make_shared<Collector>(scheduler, engine, counters);
-  {
-    absl::MutexLock lock(&g_http_mu);
-    g_last_http_error->clear();
-  }
-  try {
-    exporter->exposer_ =
-        std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2, &HttpCallbacks());
-  } catch (const std::exception& e) {
-    absl::MutexLock lock(&g_http_mu);
-    return absl::FailedPreconditionError(
-        absl::StrCat("metrics_listen: cannot serve metrics on ", address, ": ",
-                     g_last_http_error->empty() ? e.what() : *g_last_http_error));
-  }
-  exporter->exposer_->RegisterCollectable(exporter->collector_);
+  exporter->collector_ = std::make_unique<Collector>(scheduler, engine, counters);
+  Collector* collector = exporter->collector_.get();
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+      HttpEndpoint::Start(address, "/metrics", [collector] {
+        HttpResponse response;
+        response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        response.body = prometheus::TextSerializer().Serialize(collector->Gather());
+        return response;
+      });
+  if (!endpoint.ok()) return endpoint.status();
+  exporter->endpoint_ = std::move(*endpoint);
   return exporter;
 }
 
-MetricsExporter::~MetricsExporter() = default;
-
-int MetricsExporter::port() const {
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports[0];
+MetricsExporter::~MetricsExporter() {
+  endpoint_.reset();  // before the collector its thread calls
 }
+
+int MetricsExporter::port() const { return endpoint_->port(); }
 
 }  // namespace overlap::rpc

@@ -15,11 +15,8 @@
 #include "prometheus/metric_family.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
+#include "server/rpc/http_endpoint.h"
 #include "server/rpc/jobs_service.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace overlap::rpc {
 
@@ -47,8 +44,8 @@ class MetricsExporter {
  private:
   MetricsExporter() = default;
   class Collector;
-  std::shared_ptr<Collector> collector_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<Collector> collector_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
 };
 
 }  // namespace overlap::rpc

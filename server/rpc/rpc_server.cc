@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <limits>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,13 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   grpc::ServerBuilder builder;
   int selected_port = 0;
   builder.AddListeningPort(target->grpc_uri, *credentials, &selected_port);
+  // gRPC's own limit on a request (4 MiB by default) would otherwise refuse a
+  // spec that max_spec_bytes allows; twice it, so that a spec somewhat over
+  // it still reaches the check that names the setting.
+  const int64_t receive_limit = std::min<int64_t>(
+      std::numeric_limits<int>::max(),
+      std::max<int64_t>(4 << 20, 2 * options.jobs.max_spec_bytes + (64 << 10)));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->node_service_.get());
   server->server_ = builder.BuildAndStart();
@@ -65,7 +74,17 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   if (!target->socket_path.empty()) {
     server->socket_path_ = target->socket_path;
     server->listen_address_ = target->grpc_uri;
-    // Group members may talk to the daemon; others may not.
+    // Group members may talk to the daemon; others may not. The socket was
+    // bound under the daemon's umask (0077), so this only ever widens it.
+    if (options.socket_gid >= 0 &&
+        ::chown(target->socket_path.c_str(), static_cast<uid_t>(-1),
+                static_cast<gid_t>(options.socket_gid)) != 0) {
+      const int error = errno;
+      server->Shutdown(absl::ZeroDuration());
+      return absl::InvalidArgumentError(absl::StrCat(
+          "socket_group: cannot give ", target->socket_path, " to group ", options.socket_gid,
+          ": ", std::strerror(error), " (overlapd must run as root or be a member of it)"));
+    }
     if (::chmod(target->socket_path.c_str(), 0660) != 0) {
       log->warn("cannot chmod 0660 {}: {}", target->socket_path, std::strerror(errno));
     }

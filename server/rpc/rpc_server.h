@@ -1,6 +1,7 @@
 // The gRPC server of overlapd: the Jobs and Node services and the standard
 // grpc.health.v1 service (SERVING for "" and "overlap.v1.Jobs" while the daemon
-// takes work), listening on one unix socket (mode 0660) or TCP port (loopback,
+// takes work), listening on one unix socket (mode 0660, optionally to a chosen
+// group) or TCP port (loopback,
 // or the network with mutual TLS: server_tls.h).
 //
 // Thread safety: SetServing and listen_address may be called from any thread;
@@ -25,6 +26,9 @@ namespace overlap::rpc {
 struct RpcServerOptions {
   std::string listen;  // see listen_address.h
   bool allow_insecure_tcp = false;
+  // A unix socket is made 0600 (the daemon's umask) and then given mode 0660,
+  // with this group when >= 0 (config socket_group).
+  int socket_gid = -1;
   ServerTls tls;          // TCP only
   std::string state_dir;  // shown by GetNodeInfo
   JobsServiceOptions jobs;

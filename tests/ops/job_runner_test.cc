@@ -63,10 +63,14 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   std::vector<std::string> phases;
   RunHooks hooks;
   hooks.on_progress = [&](const v1::Progress& p) { phases.push_back(p.op_id() + ":" + p.phase()); };
-  std::vector<std::string> finished;  // the last op of each result so far
-  hooks.on_op_done = [&](const v1::JobResult& so_far) {
-    EXPECT_EQ(so_far.ops_size(), static_cast<int>(finished.size()) + 1);
-    finished.push_back(so_far.ops(so_far.ops_size() - 1).id());
+  std::vector<std::string> finished;  // each op as it finished
+  double step_so_far = 0;
+  hooks.on_op_done = [&](const v1::JobResult& header, const v1::OpResult& op) {
+    EXPECT_EQ(header.ops_size(), 0) << "one op per call, not the ops before it";
+    EXPECT_EQ(header.backend(), "host");
+    step_so_far += op.step().median_ms();
+    EXPECT_DOUBLE_EQ(header.total_step_ms(), step_so_far);
+    finished.push_back(op.id());
   };
   auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();

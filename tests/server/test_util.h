@@ -81,14 +81,14 @@ class FakeRunner {
     if (kind == "fail") return absl::FailedPreconditionError("verification failed: op ag");
     // "ops:N:then": N ops finish (each reported), then "fail" or "block" until cancelled.
     if (kind == "ops") {
-      v1::JobResult so_far;
+      v1::JobResult header;
       for (int i = 0; i < arg(1); ++i) {
-        v1::OpResult* op = so_far.add_ops();
-        op->set_id(absl::StrCat("op", i));
-        op->mutable_step()->set_median_ms(i + 1);
-        op->mutable_timeline()->add_spans()->set_name("gemm");
-        so_far.set_total_step_ms(so_far.total_step_ms() + i + 1);
-        if (hooks.on_op_done) hooks.on_op_done(so_far);
+        v1::OpResult op;
+        op.set_id(absl::StrCat("op", i));
+        op.mutable_step()->set_median_ms(i + 1);
+        op.mutable_timeline()->add_spans()->set_name("gemm");
+        header.set_total_step_ms(header.total_step_ms() + i + 1);
+        if (hooks.on_op_done) hooks.on_op_done(header, op);
       }
       while (parts.size() > 2 && parts[2] == "block") {
         if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("run cancelled");

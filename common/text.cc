@@ -1,0 +1,115 @@
+#include "common/text.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace overlap {
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `text` (1-4), or
+// 0 when it is not one; its code point in *code_point.
+size_t Utf8SequenceLength(absl::string_view text, uint32_t* code_point) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) {
+    *code_point = lead;
+    return 1;
+  }
+  size_t length;
+  uint32_t value;
+  uint32_t min_value;
+  if ((lead & 0xE0) == 0xC0) {
+    length = 2, value = lead & 0x1F, min_value = 0x80;
+  } else if ((lead & 0xF0) == 0xE0) {
+    length = 3, value = lead & 0x0F, min_value = 0x800;
+  } else if ((lead & 0xF8) == 0xF0) {
+    length = 4, value = lead & 0x07, min_value = 0x10000;
+  } else {
+    return 0;
+  }
+  if (text.size() < length) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+    value = (value << 6) | (byte(i) & 0x3F);
+  }
+  if (value < min_value || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) return 0;
+  *code_point = value;
+  return length;
+}
+
+bool IsControl(uint32_t code_point) {
+  return code_point < 0x20 || code_point == 0x7F || (code_point >= 0x80 && code_point <= 0x9F);
+}
+
+void AppendEscaped(uint32_t code_point, std::string* out) {
+  switch (code_point) {
+    case '\n':
+      *out += "\\n";
+      return;
+    case '\r':
+      *out += "\\r";
+      return;
+    case '\t':
+      *out += "\\t";
+      return;
+    default:
+      absl::StrAppendFormat(out, code_point < 0x100 ? "\\x%02x" : "\\u%04x", code_point);
+  }
+}
+
+}  // namespace
+
+std::optional<size_t> FirstInvalidUtf8(absl::string_view text) {
+  size_t offset = 0;
+  while (offset < text.size()) {
+    uint32_t code_point = 0;
+    const size_t length = Utf8SequenceLength(text.substr(offset), &code_point);
+    if (length == 0) return offset;
+    offset += length;
+  }
+  return std::nullopt;
+}
+
+bool HasControlCharacters(absl::string_view text) {
+  size_t offset = 0;
+  while (offset < text.size()) {
+    uint32_t code_point = 0;
+    const size_t length = Utf8SequenceLength(text.substr(offset), &code_point);
+    if (length == 0) {
+      ++offset;  // not UTF-8: not a control character either
+      continue;
+    }
+    if (IsControl(code_point)) return true;
+    offset += length;
+  }
+  return false;
+}
+
+std::string Excerpt(absl::string_view text, size_t max_bytes) {
+  std::string out;
+  size_t offset = 0;
+  while (offset < text.size() && offset < max_bytes) {
+    uint32_t code_point = 0;
+    const size_t length = Utf8SequenceLength(text.substr(offset), &code_point);
+    if (length == 0) {
+      absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned char>(text[offset]));
+      ++offset;
+      continue;
+    }
+    if (offset + length > max_bytes) break;  // keep the cut on a character boundary
+    if (IsControl(code_point)) {
+      AppendEscaped(code_point, &out);
+    } else {
+      out.append(text.data() + offset, length);
+    }
+    offset += length;
+  }
+  if (offset < text.size()) absl::StrAppend(&out, "... (", text.size(), " bytes in all)");
+  return out;
+}
+
+std::string QuotedExcerpt(absl::string_view text, size_t max_bytes) {
+  return absl::StrCat("\"", Excerpt(text, max_bytes), "\"");
+}
+
+}  // namespace overlap
