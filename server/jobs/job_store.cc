@@ -326,6 +326,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
     return s.code() == absl::StatusCode::kDataLoss ? damaged(s.message()) : s;
   }
   if (absl::Status s = store->CheckNothingLost(fresh_file); !s.ok()) return s;
+  if (absl::Status s = store->CountFinishedRows(); !s.ok()) return s;
   absl::StatusOr<SqliteDb> reader = SqliteDb::Open(path, SqliteDb::Mode::kReadOnly);
   if (!reader.ok()) return reader.status();
   absl::MutexLock read_lock(&store->read_mu_);
@@ -388,6 +389,16 @@ absl::Status JobStore::CheckNothingLost(bool fresh_file) {
       JobIdForSequence(highest_id_), ")"));
 }
 
+absl::Status JobStore::CountFinishedRows() {
+  Statement stmt(writer_.get(),
+                 absl::StrCat("SELECT COUNT(*) FROM jobs WHERE state IN ", FinalStatesSql(), ";")
+                     .c_str());
+  if (auto s = stmt.status("counting finished jobs"); !s.ok()) return s;
+  if (sqlite3_step(stmt.get()) != SQLITE_ROW) return StoreError(writer_.get(), "counting jobs");
+  finished_rows_.store(sqlite3_column_int64(stmt.get(), 0));
+  return absl::OkStatus();
+}
+
 void JobStore::NoteHighestId(uint64_t sequence) {
   if (sequence <= highest_id_) return;
   if (absl::Status s = WriteHighestId(highest_id_path_, sequence); !s.ok()) {
@@ -402,18 +413,29 @@ JobStore::~JobStore() = default;
 absl::Status JobStore::Put(const v1::Job& job) {
   absl::MutexLock lock(&write_mu_);
   if (auto s = writer_.Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-  absl::Status status = PutLocked(job);
+  int finished_delta = 0;
+  absl::Status status = PutLocked(job, &finished_delta);
   if (status.ok()) status = writer_.Exec("COMMIT;");
   if (!status.ok()) {
     writer_.Exec("ROLLBACK;").IgnoreError();
     return status;
   }
+  finished_rows_.fetch_add(finished_delta);
   NoteHighestId(job.sequence());
   return absl::OkStatus();
 }
 
-absl::Status JobStore::PutLocked(const v1::Job& job) {
+absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   sqlite3* db = writer_.get();
+  {
+    Statement before(db, "SELECT state FROM jobs WHERE sequence = ?;");
+    if (auto s = before.status("preparing insert"); !s.ok()) return s;
+    sqlite3_bind_int64(before.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
+    const bool was_final =
+        sqlite3_step(before.get()) == SQLITE_ROW &&
+        IsFinal(static_cast<v1::JobState>(sqlite3_column_int(before.get(), 0)));
+    *finished_delta = (IsFinal(job.state()) ? 1 : 0) - (was_final ? 1 : 0);
+  }
   std::string blob, summary;
   if (!job.SerializeToString(&blob) || !JobSummary(job).SerializeToString(&summary)) {
     return absl::InternalError(absl::StrCat("job store: cannot serialize ", job.id()));
@@ -482,12 +504,15 @@ absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const v1::JobRe
 }
 
 absl::Status JobStore::AddOpRowsLocked(v1::Job* job) {
-  if (IsFinal(job->state())) return absl::OkStatus();
-  Statement stmt(reader_.get(),
-                 "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
-  if (auto s = stmt.status("preparing op results"); !s.ok()) return s;
-  sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
-  return FoldOpRows(reader_.get(), stmt.get(), job);
+  if (!IsFinal(job->state())) {
+    Statement stmt(reader_.get(),
+                   "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
+    if (auto s = stmt.status("preparing op results"); !s.ok()) return s;
+    sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
+    if (absl::Status s = FoldOpRows(reader_.get(), stmt.get(), job); !s.ok()) return s;
+  }
+  job->set_ops_finished(job->result().ops_size());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
@@ -690,23 +715,18 @@ absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> KeepCutoff(sqlite3* d
 
 absl::StatusOr<bool> JobStore::PruneDue(const RetentionPolicy& policy, int64_t now_ms,
                                         int64_t slack) {
-  if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return false;
+  if (policy.keep_jobs > 0 &&
+      finished_rows_.load() > policy.keep_jobs + std::max<int64_t>(slack, 0)) {
+    return true;
+  }
+  if (policy.keep_ms <= 0) return false;
   absl::MutexLock lock(&read_mu_);
   sqlite3* db = reader_.get();
-  if (policy.keep_ms > 0) {
-    SqliteStatement oldest(db, "SELECT MIN(end_time_ms) FROM jobs WHERE end_time_ms > 0;");
-    if (!oldest.prepared()) return StoreError(db, "preparing retention");
-    if (sqlite3_step(oldest.get()) == SQLITE_ROW &&
-        sqlite3_column_type(oldest.get(), 0) != SQLITE_NULL &&
-        sqlite3_column_int64(oldest.get(), 0) < now_ms - policy.keep_ms) {
-      return true;
-    }
-  }
-  if (policy.keep_jobs <= 0) return false;
-  absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> cutoff =
-      KeepCutoff(db, policy.keep_jobs + std::max<int64_t>(slack, 0) + 1);
-  if (!cutoff.ok()) return cutoff.status();
-  return cutoff->has_value();
+  SqliteStatement oldest(db, "SELECT MIN(end_time_ms) FROM jobs WHERE end_time_ms > 0;");
+  if (!oldest.prepared()) return StoreError(db, "preparing retention");
+  return sqlite3_step(oldest.get()) == SQLITE_ROW &&
+         sqlite3_column_type(oldest.get(), 0) != SQLITE_NULL &&
+         sqlite3_column_int64(oldest.get(), 0) < now_ms - policy.keep_ms;
 }
 
 absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t now_ms) {
@@ -740,6 +760,7 @@ absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t n
     return pruned.status();
   }
   if (auto s = writer_.Exec("COMMIT;"); !s.ok()) return s;
+  finished_rows_.fetch_sub(*pruned);
   return pruned;
 }
 

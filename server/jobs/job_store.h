@@ -21,6 +21,7 @@
 // for a state directory that is not one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -130,7 +131,10 @@ class JobStore {
   absl::Status SetUpSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Refuses a database that lost jobs the highest-id file says were given out.
   absl::Status CheckNothingLost(bool fresh_file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  absl::Status PutLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Inside Put's transaction; *finished_delta is how it changes finished_rows_.
+  absl::Status PutLocked(const v1::Job& job, int* finished_delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status CountFinishedRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void NoteHighestId(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::StatusOr<std::vector<v1::Job>> ListLocked(v1::JobState state, int limit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
@@ -143,6 +147,9 @@ class JobStore {
 
   absl::Mutex write_mu_;
   SqliteDb writer_ ABSL_GUARDED_BY(write_mu_);
+  // Rows in a final state: what PruneDue compares with keep_jobs without a
+  // query (it runs at every job's end).
+  std::atomic<int64_t> finished_rows_{0};
   uint64_t highest_id_ ABSL_GUARDED_BY(write_mu_) = 0;  // what the file says
   absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(write_mu_);
   SqliteDb reader_ ABSL_GUARDED_BY(read_mu_);

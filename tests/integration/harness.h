@@ -207,6 +207,9 @@ class Daemon {
   // socket in `dir`, and pass `flags` (e.g. --tls-ca) to every Ctl call.
   void set_address(std::string address) { address_ = std::move(address); }
   void set_ctl_flags(std::vector<std::string> flags) { ctl_flags_ = std::move(flags); }
+  // Before Start: run overlapd through this command (e.g. setpriv, or a shell
+  // that sets a umask first), given the daemon's argv after it.
+  void set_launcher(std::vector<std::string> launcher) { launcher_ = std::move(launcher); }
   // What the daemon printed so far (its log goes to stderr).
   std::string Log() const {
     return child_ ? ReadFileOrEmpty(child_->err_path()) + ReadFileOrEmpty(child_->out_path()) : "";
@@ -218,6 +221,7 @@ class Daemon {
                                      "4",           "--hazard-checks", "--listen", address_,
                                      "--state-dir", state_dir_};
     argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+    argv.insert(argv.begin(), launcher_.begin(), launcher_.end());
     child_ = Child::Spawn(argv, dir_);
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
@@ -262,6 +266,7 @@ class Daemon {
   }
 
   bool running() const { return child_ && child_->running(); }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
 
  private:
   std::string dir_;
@@ -269,8 +274,39 @@ class Daemon {
   std::string address_;
   std::string state_dir_;
   std::vector<std::string> ctl_flags_;
+  std::vector<std::string> launcher_;
   std::unique_ptr<Child> child_;
 };
+
+// The unprivileged user and group tests switch to (nobody, nogroup).
+inline constexpr int kNobody = 65534;
+
+// A command prefix that runs what follows as `uid` with only group `gid`.
+inline std::vector<std::string> AsUser(int uid, int gid) {
+  return {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(gid),
+          "--clear-groups", "--"};
+}
+
+// Whether tests can switch users: as root, with setpriv, and with `path`
+// (a binary) reachable by nobody. The reason when not.
+inline std::string CannotSwitchUsers(const std::string& path) {
+  if (geteuid() != 0) return "needs root to switch to another user";
+  if (access("/usr/bin/setpriv", X_OK) != 0) return "needs /usr/bin/setpriv";
+  std::vector<std::string> argv = AsUser(kNobody, kNobody);
+  argv.insert(argv.end(), {"/usr/bin/test", "-x", path});
+  char dir_pattern[] = "/tmp/ovl-su-XXXXXX";
+  const char* dir = mkdtemp(dir_pattern);
+  if (dir == nullptr) return "cannot make a temporary directory";
+  RunResult probe = Child::Spawn(argv, dir)->Wait(std::chrono::seconds(10));
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  if (probe.exit_code != 0) return "user nobody cannot run " + path;
+  return "";
+}
+
+// A temporary directory others may enter (mkdtemp makes it 0700), for tests
+// that run a program as another user inside it.
+inline void OpenToOthers(const std::string& dir) { ::chmod(dir.c_str(), 0755); }
 
 // A TCP port on 127.0.0.1 that nothing listens on right now.
 inline int FreeLoopbackPort() {

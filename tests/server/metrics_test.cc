@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 #include "server/engine/host/host_engine.h"
+#include "tests/http_get.h"
 #include "tests/server/test_util.h"
 
 namespace overlap::rpc {
@@ -218,26 +219,6 @@ TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
   EXPECT_GE(named, 5);
 }
 
-// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
-  close(fd);
-  return response;
-}
-
 TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   testing::TempDir dir;
   engine::HostEngineOptions engine_options;
@@ -258,7 +239,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   const int port = (*exporter)->port();
   ASSERT_GT(port, 0);
-  const std::string response = HttpGet(port, "/metrics");
+  const std::string response = testing::HttpGet(port, "/metrics");
   EXPECT_THAT(response, HasSubstr("200 OK"));
   EXPECT_THAT(response, HasSubstr("overlapd_healthy{backend=\"host\"} 1\n"));
   EXPECT_THAT(response, HasSubstr("overlapd_jobs_submitted_total 3\n"));
