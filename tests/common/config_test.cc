@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -340,6 +341,37 @@ TEST(ConfigTest, DefaultPaths) {
     EXPECT_EQ(DefaultListenAddress().rfind("unix:", 0), 0u);
     EXPECT_THAT(DefaultStateDir(), HasSubstr("overlapd"));
   }
+}
+
+// overlapctl without --addr: the user's own daemon when its socket is there,
+// else the system daemon's when that is, else the user's own (to name it).
+TEST(ConfigTest, ClientsFallBackToTheSystemSocket) {
+  using config_internal::UserContext;
+  std::set<std::string> sockets;
+  UserContext user;
+  user.uid = 1000;
+  user.getenv = [](const char* name) -> const char* {
+    return std::string(name) == "XDG_RUNTIME_DIR" ? "/run/user/1000" : nullptr;
+  };
+  user.socket_exists = [&sockets](const std::string& path) { return sockets.count(path) > 0; };
+  EXPECT_EQ(config_internal::DefaultClientAddressFor(user), "unix:/run/user/1000/overlapd.sock");
+  sockets = {"/run/overlapd/overlapd.sock"};
+  EXPECT_EQ(config_internal::DefaultClientAddressFor(user), "unix:/run/overlapd/overlapd.sock");
+  sockets.insert("/run/user/1000/overlapd.sock");
+  EXPECT_EQ(config_internal::DefaultClientAddressFor(user), "unix:/run/user/1000/overlapd.sock");
+  user.root = true;
+  sockets.clear();
+  EXPECT_EQ(config_internal::DefaultClientAddressFor(user), "unix:/run/overlapd/overlapd.sock");
+}
+
+TEST(ConfigTest, LimitsAndSocketGroupAreKeys) {
+  auto config = ParseDaemonConfig(
+      "socket_group: ml-infra\nmax_ops_per_job: 10\nmax_watchers: 3\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->socket_group, "ml-infra");
+  EXPECT_EQ(config->max_ops_per_job, 10);
+  EXPECT_EQ(config->max_watchers, 3);
+  EXPECT_FALSE(ParseDaemonConfig("max_watchers: 0\n").ok());
 }
 
 }  // namespace

@@ -257,3 +257,35 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
 
 }  // namespace
 }  // namespace overlap::rpc
+
+namespace overlap::rpc {
+namespace {
+
+// The endpoint answers only GET (and HEAD) of its path, and says why otherwise.
+TEST(HttpEndpointTest, AnswersItsPathAndRefusesTheRest) {
+  int calls = 0;
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", "/metrics", [&calls] {
+    ++calls;
+    HttpResponse response;
+    response.body = "up 1\n";
+    return response;
+  });
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  const std::string ok = testing::HttpGet(port, "/metrics?x=1");
+  EXPECT_THAT(ok, ::testing::StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(ok, HasSubstr("Content-Length: 5\r\n"));
+  EXPECT_THAT(ok, ::testing::EndsWith("\r\n\r\nup 1\n"));
+  EXPECT_THAT(testing::HttpGet(port, "/"), ::testing::StartsWith("HTTP/1.1 404 Not Found"));
+  EXPECT_EQ(calls, 1);
+
+  EXPECT_EQ(HttpEndpoint::Start("127.0.0.1:x", "/metrics", nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpEndpoint::Start(absl::StrCat("127.0.0.1:", port), "/metrics", nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace overlap::rpc

@@ -1,8 +1,13 @@
 #include "server/jobs/scheduler.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
@@ -301,6 +306,50 @@ TEST_F(SchedulerTest, StatsComeFromStoredTimes) {
   EXPECT_GE(stats->devices[0].busy_ms, 50);
   EXPECT_GE(stats->devices[1].busy_ms, 100);
   EXPECT_EQ(stats->devices.count(2), 0u);
+}
+
+// No store I/O runs under the scheduler's mutex: while a submission waits on a
+// slow disk (here another connection holds the database's write lock), Get,
+// List and WatchJob of other jobs still answer at once.
+TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
+  Start();
+  const v1::Job done = Submit("sleep:1", {0});
+  AwaitState(done.id(), v1::SUCCEEDED);
+  const v1::Job queued = Submit("block", {1});
+  AwaitState(queued.id(), v1::RUNNING);
+
+  sqlite3* blocker = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_.path() + "/" + kStoreFileName).c_str(), &blocker), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(blocker, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::atomic<bool> submitted{false};
+  std::thread slow([&] {
+    Submit("sleep:1", {2});
+    submitted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(submitted.load()) << "the submission should be waiting on the write lock";
+
+  const auto start = std::chrono::steady_clock::now();
+  auto got = scheduler_->Get(done.id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->state(), v1::SUCCEEDED);
+  auto running = scheduler_->Get(queued.id());
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_EQ(running->state(), v1::RUNNING);
+  auto listed = scheduler_->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->jobs.size(), 2u) << "the waiting submission is not visible yet";
+  auto snapshot = scheduler_->WaitForChange(queued.id(), 0, absl::Seconds(1));
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_FALSE(submitted.load());
+
+  ASSERT_EQ(sqlite3_exec(blocker, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(blocker);
+  slow.join();
+  EXPECT_TRUE(submitted.load());
+  ASSERT_TRUE(scheduler_->Cancel(queued.id()).ok());
+  AwaitState(queued.id(), v1::CANCELLED);
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+#include "common/text.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace overlap {
+namespace {
+
+TEST(TextTest, FindsTheFirstByteThatIsNotUtf8) {
+  EXPECT_FALSE(FirstInvalidUtf8("plain ascii").has_value());
+  EXPECT_FALSE(FirstInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").has_value());
+  EXPECT_EQ(FirstInvalidUtf8("ab\xff"), 2u);
+  EXPECT_EQ(FirstInvalidUtf8("ab\xc3"), 2u) << "a sequence cut short";
+  EXPECT_EQ(FirstInvalidUtf8("\xc0\xaf"), 0u) << "an overlong '/'";
+  EXPECT_EQ(FirstInvalidUtf8("x\xed\xa0\x80"), 1u) << "a UTF-16 surrogate";
+  EXPECT_EQ(FirstInvalidUtf8("\xf4\x90\x80\x80"), 0u) << "above U+10FFFF";
+}
+
+TEST(TextTest, ControlCharactersIncludeNewlinesEscapesAndC1) {
+  EXPECT_FALSE(HasControlCharacters("fc1.wgrad-2 caf\xc3\xa9"));
+  EXPECT_TRUE(HasControlCharacters("a\nb"));
+  EXPECT_TRUE(HasControlCharacters("\x1b[2J"));
+  EXPECT_TRUE(HasControlCharacters("del\x7f"));
+  EXPECT_TRUE(HasControlCharacters("c1 \xc2\x9b"));  // U+009B, a terminal's CSI
+}
+
+TEST(TextTest, ExcerptsArePrintableAndBounded) {
+  EXPECT_EQ(Excerpt("\x1b]0;t\x07\n\t"), "\\x1b]0;t\\x07\\n\\t");
+  EXPECT_EQ(Excerpt("bad \xff byte"), "bad \\xff byte");
+  EXPECT_EQ(Excerpt(std::string(1000, 'a'), 10), "aaaaaaaaaa... (1000 bytes in all)");
+  // Cut at a character boundary: a 2-byte character that does not fit is left out.
+  EXPECT_EQ(Excerpt("abc\xc3\xa9xyz", 4), "abc... (8 bytes in all)");
+  EXPECT_EQ(QuotedExcerpt("id"), "\"id\"");
+}
+
+}  // namespace
+}  // namespace overlap
