@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -380,5 +382,40 @@ verify: false
 ops:
   - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial, transport: nccl}
 )";
+
+// A fixture with a private directory, the graphs above written into it, and
+// the real daemon started on demand; a failing test prints the daemon's log.
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    small_graph_ = dir_.File("small.yaml");
+    WriteFileOrDie(small_graph_, kSmallGraph);
+    long_graph_ = dir_.File("long.yaml");
+    WriteFileOrDie(long_graph_, kLongGraph);
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
+  }
+
+  // `launcher`: see Daemon::set_launcher.
+  void StartDaemon(std::vector<std::string> flags = {}, std::vector<std::string> launcher = {}) {
+    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
+    daemon_->set_launcher(std::move(launcher));
+    ASSERT_TRUE(daemon_->Start());
+  }
+
+  // Submits without waiting; returns the id.
+  std::string Submit(const std::string& graph) {
+    RunResult submit = daemon_->Ctl({"submit", graph});
+    EXPECT_EQ(submit.exit_code, 0) << Describe(submit);
+    return Trim(submit.out);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+  std::string small_graph_;
+  std::string long_graph_;
+};
 
 }  // namespace overlap::testing

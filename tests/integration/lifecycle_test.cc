@@ -16,36 +16,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class LifecycleTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
-    long_graph_ = dir_.File("long.yaml");
-    small_graph_ = dir_.File("small.yaml");
-    WriteFileOrDie(long_graph_, kLongGraph);
-    WriteFileOrDie(small_graph_, kSmallGraph);
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
-  }
-
-  void StartDaemon(std::vector<std::string> flags = {}) {
-    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
-    ASSERT_TRUE(daemon_->Start());
-  }
-
-  // Submits without waiting; returns the id.
-  std::string Submit(const std::string& graph) {
-    RunResult submit = daemon_->Ctl({"submit", graph});
-    EXPECT_EQ(submit.exit_code, 0) << Describe(submit);
-    return Trim(submit.out);
-  }
-
-  TempDir dir_;
-  std::unique_ptr<Daemon> daemon_;
-  std::string long_graph_;
-  std::string small_graph_;
-};
+class LifecycleTest : public DaemonTest {};
 
 TEST_F(LifecycleTest, CancelARunningJob) {
   StartDaemon();

@@ -23,37 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class OperatorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
-    small_graph_ = dir_.File("small.yaml");
-    WriteFileOrDie(small_graph_, kSmallGraph);
-    long_graph_ = dir_.File("long.yaml");
-    WriteFileOrDie(long_graph_, kLongGraph);
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
-  }
-
-  void StartDaemon(std::vector<std::string> flags = {},
-                   std::vector<std::string> launcher = {}) {
-    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
-    daemon_->set_launcher(std::move(launcher));
-    ASSERT_TRUE(daemon_->Start());
-  }
-
-  std::string Submit(const std::string& graph) {
-    RunResult submit = daemon_->Ctl({"submit", graph});
-    EXPECT_EQ(submit.exit_code, 0) << Describe(submit);
-    return Trim(submit.out);
-  }
-
-  TempDir dir_;
-  std::unique_ptr<Daemon> daemon_;
-  std::string small_graph_;
-  std::string long_graph_;
-};
+class OperatorTest : public DaemonTest {};
 
 // The build the README makes links cuBLASLt, NCCL and OpenBLAS wherever the
 // CUDA toolkit is found; their static TLS once kept the metrics server's

@@ -40,22 +40,8 @@ void ChownTree(const std::string& root, int uid, int gid) {
   }
 }
 
-class StoreDamageTest : public ::testing::Test {
+class StoreDamageTest : public DaemonTest {
  protected:
-  void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
-    small_graph_ = dir_.File("small.yaml");
-    WriteFileOrDie(small_graph_, kSmallGraph);
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
-  }
-
-  void StartDaemon(std::vector<std::string> flags = {}) {
-    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
-    ASSERT_TRUE(daemon_->Start());
-  }
-
   // Runs jobs to their end, then stops the daemon cleanly; their ids.
   std::vector<std::string> RunJobsAndStop(int count) {
     StartDaemon();
@@ -79,10 +65,6 @@ class StoreDamageTest : public ::testing::Test {
 
   std::string state_dir() const { return dir_.File("state"); }
   std::string db() const { return state_dir() + "/overlapd.db"; }
-
-  TempDir dir_;
-  std::unique_ptr<Daemon> daemon_;
-  std::string small_graph_;
 };
 
 // A database overlapd may only read used to start "healthy" and then fail

@@ -20,18 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class UntrustedInputTest : public ::testing::Test {
+class UntrustedInputTest : public DaemonTest {
  protected:
-  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "overlapd log:\n" << daemon_->Log();
-  }
-
-  void StartDaemon(std::vector<std::string> flags = {}) {
-    daemon_ = std::make_unique<Daemon>(dir_.path(), std::move(flags));
-    ASSERT_TRUE(daemon_->Start());
-  }
-
   // Submits `spec` (written to a file) and expects a refusal with `code`.
   RunResult Refused(const std::string& name, const std::string& spec, const std::string& code) {
     const std::string path = dir_.File(name);
@@ -47,9 +37,6 @@ class UntrustedInputTest : public ::testing::Test {
     RunResult node = daemon_->Ctl({"node"});
     EXPECT_EQ(node.exit_code, 0) << Describe(node);
   }
-
-  TempDir dir_;
-  std::unique_ptr<Daemon> daemon_;
 };
 
 TEST_F(UntrustedInputTest, AGraphThatIsNotUtf8IsInvalidArgumentSayingSo) {
@@ -130,9 +117,7 @@ TEST_F(UntrustedInputTest, MoreOpsThanAJobMayHaveAreRefused) {
 // the way to the terminal, in every command that prints them.
 TEST_F(UntrustedInputTest, StoredControlCharactersAreEscapedOnOutput) {
   StartDaemon();
-  const std::string graph = dir_.File("small.yaml");
-  WriteFileOrDie(graph, kSmallGraph);
-  RunResult done = daemon_->Ctl({"submit", graph, "--wait", "--json"});
+  RunResult done = daemon_->Ctl({"submit", small_graph_, "--wait", "--json"});
   ASSERT_EQ(done.exit_code, 0) << done.err;
   const std::string id = ParseJson(done.out)["id"];
   ASSERT_EQ(daemon_->Terminate(std::chrono::seconds(20)).exit_code, 0);
