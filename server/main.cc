@@ -37,7 +37,7 @@
 #include "server/jobs/job_execution.h"
 #include "server/jobs/job_store.h"
 #include "server/jobs/scheduler.h"
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 #include "server/rpc/grpc_log.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rpc_server.h"
@@ -381,8 +381,8 @@ int Run(const DaemonConfig& config) {
                : kExitFailure;
   }
   // Autotuning still works without the cache; it just re-tunes after a restart.
-  std::unique_ptr<ops::TuningCache> tuning_cache;
-  if (auto cache = ops::TuningCache::Open(config.state_dir + "/tuning.db"); cache.ok()) {
+  std::unique_ptr<runner::TuningCache> tuning_cache;
+  if (auto cache = runner::TuningCache::Open(config.state_dir + "/tuning.db"); cache.ok()) {
     tuning_cache = std::move(*cache);
   } else {
     log->warn("tuning cache disabled: {}", std::string(cache.status().message()));

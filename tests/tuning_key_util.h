@@ -4,15 +4,15 @@
 #include <cstdint>
 #include <string>
 
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 
 namespace overlap {
 
 // A bf16, tp = 2 key of op type `op`, global shape m x k x n, as auto asks it
 // (auto/0/auto), measured in `environment`.
-inline ops::TuningKey MakeTuningKey(const std::string& op, int64_t m, int64_t k, int64_t n,
+inline runner::TuningKey MakeTuningKey(const std::string& op, int64_t m, int64_t k, int64_t n,
                                     const std::string& environment) {
-  ops::TuningKey key;
+  runner::TuningKey key;
   key.op_type = op;
   key.m = m;
   key.k = k;

@@ -7,8 +7,8 @@
 namespace overlap::jobs {
 
 absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, int max_iterations,
-                                           ops::TuningCache* tuning_cache, const v1::Job& job,
-                                           const ops::RunHooks& hooks) {
+                                           runner::TuningCache* tuning_cache, const v1::Job& job,
+                                           const runner::RunHooks& hooks) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(job.spec(), job.id());
   if (!spec.ok()) return spec.status();
   spec->devices.assign(job.devices().begin(), job.devices().end());
@@ -21,12 +21,12 @@ absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, int max_itera
     return absl::InvalidArgumentError(
         absl::StrCat("no longer valid on this node: ", devices.status().message()));
   }
-  return ops::RunJob(engine, *spec, *devices, hooks, tuning_cache);
+  return runner::RunJob(engine, *spec, *devices, hooks, tuning_cache);
 }
 
 JobRunner MakeEngineRunner(engine::Engine& engine, int max_iterations,
-                           ops::TuningCache* tuning_cache) {
-  return [&engine, max_iterations, tuning_cache](const v1::Job& job, const ops::RunHooks& hooks) {
+                           runner::TuningCache* tuning_cache) {
+  return [&engine, max_iterations, tuning_cache](const v1::Job& job, const runner::RunHooks& hooks) {
     return RunStoredJob(engine, max_iterations, tuning_cache, job, hooks);
   };
 }

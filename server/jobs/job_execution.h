@@ -1,12 +1,12 @@
 // The scheduler's JobRunner for real engines: re-reads a stored job's spec and
-// runs it with ops::RunJob.
+// runs it with runner::RunJob.
 #pragma once
 
 #include "absl/status/statusor.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
 namespace overlap::jobs {
 
@@ -14,11 +14,11 @@ namespace overlap::jobs {
 // may meet a different backend (fewer devices, another max_iterations): it then
 // fails with INVALID_ARGUMENT instead of running on devices that do not exist.
 absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, int max_iterations,
-                                           ops::TuningCache* tuning_cache, const v1::Job& job,
-                                           const ops::RunHooks& hooks);
+                                           runner::TuningCache* tuning_cache, const v1::Job& job,
+                                           const runner::RunHooks& hooks);
 
 // RunStoredJob bound to an engine and cache (both must outlive the runner).
 JobRunner MakeEngineRunner(engine::Engine& engine, int max_iterations,
-                           ops::TuningCache* tuning_cache);
+                           runner::TuningCache* tuning_cache);
 
 }  // namespace overlap::jobs

@@ -303,7 +303,7 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   }
   Log()->info("job {} started", job.id());
 
-  ops::RunHooks hooks;
+  runner::RunHooks hooks;
   hooks.on_progress = [this, entry](const v1::Progress& progress) {
     absl::MutexLock lock(&mu_);
     *entry->job.mutable_progress() = progress;

@@ -41,7 +41,7 @@
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/jobs/job_store.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
 namespace overlap::jobs {
 
@@ -49,7 +49,7 @@ namespace overlap::jobs {
 // resolved devices. The status maps to the final state: OK -> SUCCEEDED,
 // CANCELLED -> CANCELLED, ABORTED -> ABORTED, anything else -> FAILED.
 using JobRunner =
-    std::function<absl::StatusOr<v1::JobResult>(const v1::Job& job, const ops::RunHooks& hooks)>;
+    std::function<absl::StatusOr<v1::JobResult>(const v1::Job& job, const runner::RunHooks& hooks)>;
 
 struct SchedulerOptions {
   int max_queued_jobs = 256;

@@ -11,7 +11,7 @@
 #include "common/graph_validator.h"
 #include "common/logging.h"
 #include "common/text.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::rpc {
@@ -111,7 +111,7 @@ absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
 
   const int tp = static_cast<int>(devices->size());
   const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(*spec, tp)
-                                                   : ops::JobBytesPerDevice(*spec, tp);
+                                                   : runner::JobBytesPerDevice(*spec, tp);
   for (int device : *devices) {
     const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
     if (needed > info.memory_bytes) {

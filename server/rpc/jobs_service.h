@@ -30,7 +30,7 @@ struct JobsServiceOptions {
   int max_ops_per_job = 4096;
   // WatchJob streams open at once; each holds a server thread.
   int max_watchers = 256;
-  // Bytes per device a job needs; null = ops::JobBytesPerDevice.
+  // Bytes per device a job needs; null = runner::JobBytesPerDevice.
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
 };
 

@@ -9,7 +9,7 @@
 #include "common/library_env.h"
 #include "common/logging.h"
 #include "overlap_git_commit.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::rpc {
@@ -25,16 +25,16 @@ std::string Hostname() {
 // GPU model it has.
 std::set<std::string> CurrentEnvironments(const engine::Engine& engine) {
   std::set<std::string> out;
-  for (int d = 0; d < engine.DeviceCount(); ++d) out.insert(ops::TuningEnvironment(engine, d));
+  for (int d = 0; d < engine.DeviceCount(); ++d) out.insert(runner::TuningEnvironment(engine, d));
   return out;
 }
 
-absl::StatusOr<ops::TuningFilter> FilterOf(const v1::TuningFilter& f,
+absl::StatusOr<runner::TuningFilter> FilterOf(const v1::TuningFilter& f,
                                            const std::set<std::string>& current) {
   if (f.m() < 0 || f.k() < 0 || f.n() < 0) {
     return absl::InvalidArgumentError("tuning filter: m, k and n must not be negative (0 = any)");
   }
-  ops::TuningFilter out;
+  runner::TuningFilter out;
   out.op_type = f.op_type();
   if (f.m() > 0) out.m = f.m();
   if (f.k() > 0) out.k = f.k();
@@ -73,7 +73,7 @@ void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
 
 NodeService::NodeService(jobs::Scheduler& scheduler, const engine::Engine& engine,
                          NodeInfoStatic info, const DaemonCounters& counters,
-                         ops::TuningCache* tuning_cache)
+                         runner::TuningCache* tuning_cache)
     : scheduler_(scheduler),
       engine_(engine),
       info_(std::move(info)),
@@ -165,11 +165,11 @@ grpc::Status NodeService::ListTunedSchedules(grpc::ServerContext* context,
                                              v1::ListTunedSchedulesResponse* response) {
   if (tuning_cache_ == nullptr) return NoTuningCache();
   const std::set<std::string> current = CurrentEnvironments(engine_);
-  absl::StatusOr<ops::TuningFilter> filter = FilterOf(request->filter(), current);
+  absl::StatusOr<runner::TuningFilter> filter = FilterOf(request->filter(), current);
   if (!filter.ok()) return ToGrpcStatus(filter.status());
-  absl::StatusOr<std::vector<ops::TunedEntry>> entries = tuning_cache_->List(*filter);
+  absl::StatusOr<std::vector<runner::TunedEntry>> entries = tuning_cache_->List(*filter);
   if (!entries.ok()) return ToGrpcStatus(entries.status());
-  for (const ops::TunedEntry& e : *entries) {
+  for (const runner::TunedEntry& e : *entries) {
     v1::TunedSchedule* t = response->add_schedules();
     t->set_key(e.key.Text());
     t->set_op_type(e.key.op_type);
@@ -199,7 +199,7 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "forget: name what to forget (op type, shape, stale) or ask for all");
   }
-  absl::StatusOr<ops::TuningFilter> filter = FilterOf(f, CurrentEnvironments(engine_));
+  absl::StatusOr<runner::TuningFilter> filter = FilterOf(f, CurrentEnvironments(engine_));
   if (!filter.ok()) return ToGrpcStatus(filter.status());
   absl::StatusOr<int> forgotten = tuning_cache_->Forget(*filter);
   if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());

@@ -8,7 +8,7 @@
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 #include "server/rpc/jobs_service.h"
 
 namespace overlap::rpc {
@@ -23,7 +23,7 @@ class NodeService final : public v1::Node::Service {
   // All references must outlive the service; `tuning_cache` too, and may be
   // null (the daemon could not open one: the tuning RPCs then fail).
   NodeService(jobs::Scheduler& scheduler, const engine::Engine& engine, NodeInfoStatic info,
-              const DaemonCounters& counters, ops::TuningCache* tuning_cache = nullptr);
+              const DaemonCounters& counters, runner::TuningCache* tuning_cache = nullptr);
 
   // The address as bound (a TCP port 0 is only known after the server starts).
   void set_listen_address(const std::string& address) {
@@ -52,7 +52,7 @@ class NodeService final : public v1::Node::Service {
   absl::Mutex mu_;
   NodeInfoStatic info_ ABSL_GUARDED_BY(mu_);
   const DaemonCounters& counters_;
-  ops::TuningCache* tuning_cache_;
+  runner::TuningCache* tuning_cache_;
 };
 
 }  // namespace overlap::rpc

@@ -33,7 +33,7 @@ struct RpcServerOptions {
   std::string state_dir;  // shown by GetNodeInfo
   JobsServiceOptions jobs;
   // Listed and pruned by the Node service; may be null. Must outlive the server.
-  ops::TuningCache* tuning_cache = nullptr;
+  runner::TuningCache* tuning_cache = nullptr;
 };
 
 class RpcServer {

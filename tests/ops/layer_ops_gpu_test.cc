@@ -13,7 +13,7 @@
 #include "common/config.h"
 #include "common/graph_validator.h"
 #include "server/cuda/cuda_engine.h"
-#include "server/ops/graph_replay.h"
+#include "server/runner/graph_replay.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
 #include "tests/gpu_ranks_util.h"
@@ -97,7 +97,7 @@ void ExpectOpMatchesReference(engine::Engine* engine, const OpSpec& op, const Sc
     ASSERT_TRUE(EnqueueOp(**ctx, s).ok());
     ASSERT_TRUE(engine->Synchronize(devices).ok());
     absl::StatusOr<engine::GraphId> captured =
-        CaptureIteration(**ctx, [&] { return EnqueueOp(**ctx, s); });
+        runner::CaptureIteration(**ctx, [&] { return EnqueueOp(**ctx, s); });
     ASSERT_TRUE(captured.ok()) << s.Name() << ": " << captured.status();
     graph = *captured;
   }
@@ -108,7 +108,7 @@ void ExpectOpMatchesReference(engine::Engine* engine, const OpSpec& op, const Sc
     if (graph) {
       ASSERT_TRUE(engine->Synchronize(devices).ok());
     }
-    absl::Status st = graph ? LaunchIteration(**ctx, *graph) : EnqueueOp(**ctx, s);
+    absl::Status st = graph ? runner::LaunchIteration(**ctx, *graph) : EnqueueOp(**ctx, s);
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;
     st = engine->Synchronize(devices);
     ASSERT_TRUE(st.ok()) << s.Name() << ": " << st;

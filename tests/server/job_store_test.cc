@@ -170,7 +170,7 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
 
   FakeRunner runner;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
@@ -205,7 +205,7 @@ TEST(JobStoreTest, AnEndTheStoreCannotTakeIsKeptAndStoredLater) {
 
   FakeRunner runner;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   v1::Job job;
@@ -260,7 +260,7 @@ TEST(JobStoreTest, RestartRecovery) {
   SchedulerOptions options;
   options.executor_threads = 2;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       options);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
 
@@ -436,7 +436,7 @@ TEST(JobStoreTest, SchedulerPrunesAsJobsEnd) {
   SchedulerOptions options;
   options.retention.keep_jobs = 2;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       options);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   for (int i = 0; i < 5; ++i) {

@@ -229,7 +229,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   ASSERT_TRUE(store.ok()) << store.status();
   testing::FakeRunner runner;
   auto scheduler = jobs::Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const ops::RunHooks& h) { return runner.Run(j, h); },
+      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       jobs::SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   DaemonCounters counters;

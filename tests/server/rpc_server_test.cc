@@ -86,12 +86,12 @@ class RpcServerTest : public ::testing::Test {
     scheduler_options.executor_threads = 2;
     auto scheduler = jobs::Scheduler::Create(
         store_.get(),
-        [this](const v1::Job& j, const ops::RunHooks& h) { return runner_.Run(j, h); },
+        [this](const v1::Job& j, const runner::RunHooks& h) { return runner_.Run(j, h); },
         scheduler_options);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
 
-    auto cache = ops::TuningCache::Open(dir_.path() + "/tuning.db");
+    auto cache = runner::TuningCache::Open(dir_.path() + "/tuning.db");
     ASSERT_TRUE(cache.ok()) << cache.status();
     tuning_cache_ = std::move(*cache);
 
@@ -188,7 +188,7 @@ class RpcServerTest : public ::testing::Test {
 
   TempDir dir_;
   FakeRunner runner_;
-  std::unique_ptr<ops::TuningCache> tuning_cache_;
+  std::unique_ptr<runner::TuningCache> tuning_cache_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<jobs::JobStore> store_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
@@ -444,9 +444,9 @@ TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
   auto key = [](const std::string& op, const std::string& environment) {
     return MakeTuningKey(op, 8192, 4096, 4096, environment);
   };
-  const ops::TunedChoice ring{ops::Schedule{OverlapMode::kRing, 2, Transport::kP2p}, 0.22};
+  const runner::TunedChoice ring{ops::Schedule{OverlapMode::kRing, 2, Transport::kP2p}, 0.22};
   ASSERT_TRUE(
-      tuning_cache_->Store(key("gemm_rs", ops::TuningEnvironment(*engine_, 0)), ring, 7000).ok());
+      tuning_cache_->Store(key("gemm_rs", runner::TuningEnvironment(*engine_, 0)), ring, 7000).ok());
   ASSERT_TRUE(tuning_cache_->Store(key("ag_gemm", "backend=host overlapd=0.0.1"), ring, 8000).ok());
 
   auto list = [&](bool stale_only, v1::ListTunedSchedulesResponse* response) {

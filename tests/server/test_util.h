@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "overlap/v1/overlap.pb.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
 namespace overlap::testing {
 
@@ -52,7 +52,7 @@ struct RunRecord {
 // FAILED_PRECONDITION; "abort" returns ABORTED; "block" runs until cancelled.
 class FakeRunner {
  public:
-  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const ops::RunHooks& hooks) {
+  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const runner::RunHooks& hooks) {
     RunRecord record{job.id(),
                      {job.devices().begin(), job.devices().end()},
                      std::chrono::steady_clock::now(),
@@ -70,7 +70,7 @@ class FakeRunner {
   }
 
  private:
-  static absl::StatusOr<v1::JobResult> RunBody(const v1::Job& job, const ops::RunHooks& hooks) {
+  static absl::StatusOr<v1::JobResult> RunBody(const v1::Job& job, const runner::RunHooks& hooks) {
     std::vector<std::string> parts = absl::StrSplit(job.name(), ':');
     const std::string& kind = parts[0];
     auto arg = [&](size_t i) {

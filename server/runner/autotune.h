@@ -20,17 +20,17 @@
 
 #include "server/ops/schedule.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 struct AutotuneChoice {
-  Schedule schedule;
+  ops::Schedule schedule;
   double ms = 0;  // the figure that chose it (runoff median, else best median)
   std::string reason;
 };
 
 // What autotune measured of one candidate.
 struct CandidateScore {
-  Schedule schedule;
+  ops::Schedule schedule;
   double best_ms = 0;    // best median over the stage-one rounds (+inf: never timed)
   double runoff_ms = 0;  // pooled runoff median; 0 when it was not in the runoff
 };
@@ -44,9 +44,9 @@ class Autotune {
 
   // `candidates` as CandidateSchedules returns them (serial over NCCL first
   // when the op is auto).
-  explicit Autotune(std::vector<Schedule> candidates);
+  explicit Autotune(std::vector<ops::Schedule> candidates);
 
-  const std::vector<Schedule>& candidates() const { return candidates_; }
+  const std::vector<ops::Schedule>& candidates() const { return candidates_; }
 
   // Stage one: one round's samples of candidate `i`.
   void AddRound(size_t i, const std::vector<double>& samples);
@@ -76,9 +76,9 @@ class Autotune {
   double Score(size_t i) const;
   int SerialIndex() const;  // serial over NCCL, or -1
 
-  std::vector<Schedule> candidates_;
+  std::vector<ops::Schedule> candidates_;
   std::vector<double> best_median_;          // stage one, +inf until timed
   std::vector<std::vector<double>> runoff_;  // stage two, pooled
 };
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,7 +1,7 @@
 // The layer step's order: critical-path collectives first, collectives that
 // nothing waits on never holding one that something waits on up, GEMM ops in
 // file order, and every dependency kept.
-#include "server/ops/layer_step.h"
+#include "server/runner/layer_step.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "tests/op_spec_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 OpSpec Op(const std::string& id, OpType type, std::vector<std::string> after = {}) {
@@ -125,4 +125,4 @@ TEST(LayerOrderTest, TheSideStreamsQueueCounts) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

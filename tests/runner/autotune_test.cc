@@ -1,9 +1,11 @@
-#include "server/ops/autotune.h"
+#include "server/runner/autotune.h"
 
 #include <gtest/gtest.h>
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
+
+using ops::Schedule;
 
 const Schedule kSerial{OverlapMode::kSerial, 1, Transport::kNccl};
 const Schedule kBulk{OverlapMode::kBulk, 1, Transport::kP2p};
@@ -122,4 +124,4 @@ TEST(AutotuneTest, NoSamplesNoLeaders) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -11,13 +11,13 @@
 #include "absl/status/statusor.h"
 #include "server/ops/op_context.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 // Records `enqueue` (which starts and ends on every rank's compute stream, as
 // the layer ops do) into a graph. Nothing runs. The GEMM algorithms must have
 // been chosen already (an earlier direct iteration): choosing one synchronises,
 // which a capture refuses.
-absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
+absl::StatusOr<engine::GraphId> CaptureIteration(ops::OpContext& ctx,
                                                  const std::function<absl::Status()>& enqueue);
 
 // Enqueues one replay: rank 0's compute stream launches the graph; the other
@@ -25,6 +25,6 @@ absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
 // stream only once every device's part is done. Its start waits only for what
 // came before on rank 0's stream: the caller orders the other ranks' earlier
 // work before it (the timed iterations' barrier does, or a synchronize).
-absl::Status LaunchIteration(OpContext& ctx, engine::GraphId graph);
+absl::Status LaunchIteration(ops::OpContext& ctx, engine::GraphId graph);
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

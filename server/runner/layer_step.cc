@@ -1,4 +1,4 @@
-#include "server/ops/layer_step.h"
+#include "server/runner/layer_step.h"
 
 #include <algorithm>
 #include <map>
@@ -11,11 +11,22 @@
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
 #include "server/ops/op_context.h"
-#include "server/ops/op_run.h"
+#include "server/runner/op_run.h"
 #include "server/ops/reference.h"
-#include "server/ops/traced_iteration.h"
+#include "server/runner/traced_iteration.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::BufferDTypesFor;
+using ops::BuffersFor;
+using ops::EnqueueOp;
+using ops::FillInputs;
+using ops::OpContext;
+using ops::OutputTolerance;
+using ops::PoisonOutputs;
+using ops::Schedule;
+using ops::Verification;
+using ops::VerifyOutputs;
 namespace {
 
 struct Member {
@@ -386,4 +397,4 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   return absl::OkStatus();
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -9,10 +9,10 @@
 #include "absl/status/statusor.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/ops/op_context.h"
-#include "server/ops/op_run.h"
-#include "server/ops/timeline.h"
+#include "server/runner/op_run.h"
+#include "server/runner/timeline.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 // Traces every engine call of `contexts` (run.ctx first; the others'
 // streams, where they differ from its own, are the lane "side"): the lanes
@@ -20,11 +20,11 @@ namespace overlap::ops {
 // and may label spans (TimelineEngine::SetLabel). Spans are timed from run.ctx's
 // iteration start on each rank.
 absl::StatusOr<v1::Timeline> TraceIteration(
-    OpRun& run, const std::vector<OpContext*>& contexts,
+    OpRun& run, const std::vector<ops::OpContext*>& contexts,
     absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue);
 
 // Per rank 0..ranks-1: from its iteration start to its last span's end, the
 // time its compute stream ran nothing.
 std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks);
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,6 +1,6 @@
 // The tuning cache on its own: what goes in comes back, filters pick exactly
 // the entries they name, retune cut-offs, and what a restart sees.
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -13,8 +13,10 @@
 
 #include "tests/tuning_key_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
+
+using ops::Schedule;
 
 class TuningCacheTest : public ::testing::Test {
  protected:
@@ -208,4 +210,4 @@ TEST_F(TuningCacheTest, UnopenableFileIsUnavailable) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,4 +1,4 @@
-#include "server/ops/autotune.h"
+#include "server/runner/autotune.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "common/stats.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::Schedule;
 
 Autotune::Autotune(std::vector<Schedule> candidates)
     : candidates_(std::move(candidates)),
@@ -129,4 +131,4 @@ std::vector<CandidateScore> Autotune::Scores() const {
   return out;
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -19,7 +19,7 @@
 
 struct sqlite3;
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 struct TuningKey {
   std::string op_type;
@@ -32,7 +32,7 @@ struct TuningKey {
 };
 
 struct TunedChoice {
-  Schedule schedule;
+  ops::Schedule schedule;
   double step_ms = 0;  // what the winner measured when it was chosen
 };
 
@@ -75,4 +75,4 @@ class TuningCache {
   sqlite3* db_;
 };
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,4 +1,4 @@
-#include "server/ops/timeline.h"
+#include "server/runner/timeline.h"
 
 #include <map>
 #include <set>
@@ -10,7 +10,7 @@
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 TimelineEngine::TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes)
     : inner_(inner), lanes_(std::move(lanes)) {
@@ -164,4 +164,4 @@ absl::Status TimelineEngine::PeerCopy(engine::StreamId stream, engine::BufferRef
                 [&] { return inner_.PeerCopy(stream, dst, dst_device, src, src_device); });
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "server/engine/engine.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 // A stream a timeline follows: rank `rank` (on `device`), lane "compute" or
 // "comm".
@@ -166,4 +166,4 @@ class TimelineEngine final : public engine::Engine {
   std::string label_;
 };
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -25,9 +25,9 @@
 #include "common/graph.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 // The order of the layer step: a topological order of `spec`'s ops that, among
 // the ops ready to go, sends a collective alone that an op waits on first (it
@@ -52,4 +52,4 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
                            const std::vector<int>& order, v1::JobResult* result);
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,8 +1,10 @@
-#include "server/ops/graph_replay.h"
+#include "server/runner/graph_replay.h"
 
 #include "common/status_macros.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::OpContext;
 
 absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
                                                  const std::function<absl::Status()>& enqueue) {
@@ -40,4 +42,4 @@ absl::Status LaunchIteration(OpContext& ctx, engine::GraphId graph) {
   return absl::OkStatus();
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,7 +1,7 @@
 // Timelines on the host backend: TimelineEngine's spans (names, lanes, order,
 // what it leaves untraced) and the traced iteration the job runner adds to each
 // op's result.
-#include "server/ops/timeline.h"
+#include "server/runner/timeline.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "server/engine/host/host_engine.h"
-#include "server/ops/job_runner.h"
-#include "server/ops/traced_iteration.h"
+#include "server/runner/job_runner.h"
+#include "server/runner/traced_iteration.h"
 #include "tests/host_engine_util.h"
 #include "tests/op_spec_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 using ::testing::ElementsAre;
@@ -238,4 +238,4 @@ TEST(TimelineTest, GraphCanTurnItOff) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

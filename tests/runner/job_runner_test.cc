@@ -1,6 +1,6 @@
 // The job runner on the host backend: results, autotune and its cache,
 // cancellation, progress, and the memory estimate used to refuse jobs.
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,12 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/host/host_engine.h"
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 #include "tests/auto_reason_util.h"
 #include "tests/host_engine_util.h"
 #include "tests/op_spec_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 JobSpec SmallJob() {
@@ -829,9 +829,9 @@ TEST(JobRunnerTest, MemoryEstimateCoversEveryBufferAndSaturates) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 // Library failures injected into the host backend surface with the code the
@@ -876,4 +876,4 @@ TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

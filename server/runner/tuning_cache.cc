@@ -1,4 +1,4 @@
-#include "server/ops/tuning_cache.h"
+#include "server/runner/tuning_cache.h"
 
 #include <sqlite3.h>
 
@@ -6,7 +6,9 @@
 #include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::Schedule;
 namespace {
 
 // The first table (`tuning`, until 0.1) keyed choices by a string without the
@@ -192,4 +194,4 @@ absl::Status TuningCache::Unavailable() const {
   return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

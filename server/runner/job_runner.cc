@@ -1,4 +1,4 @@
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,16 +17,34 @@
 #include "common/stats.h"
 #include "common/status_macros.h"
 #include "overlap_git_commit.h"
-#include "server/ops/autotune.h"
-#include "server/ops/graph_replay.h"
+#include "server/runner/autotune.h"
+#include "server/runner/graph_replay.h"
 #include "server/ops/layer_ops.h"
-#include "server/ops/layer_step.h"
-#include "server/ops/op_run.h"
+#include "server/runner/layer_step.h"
+#include "server/runner/op_run.h"
 #include "server/ops/reference.h"
-#include "server/ops/traced_iteration.h"
-#include "server/ops/tuning_cache.h"
+#include "server/runner/traced_iteration.h"
+#include "server/runner/tuning_cache.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::BufferBytes;
+using ops::BufferDTypesFor;
+using ops::BufferSizes;
+using ops::BuffersFor;
+using ops::CandidateSchedules;
+using ops::EnqueueCommAlone;
+using ops::EnqueueGemmAlone;
+using ops::EnqueueGemmBesideComm;
+using ops::EnqueueOp;
+using ops::FillInputs;
+using ops::MaxSizes;
+using ops::OpContext;
+using ops::OutputTolerance;
+using ops::PoisonOutputs;
+using ops::Schedule;
+using ops::Verification;
+using ops::VerifyOutputs;
 namespace {
 
 // The tuning cache as one job uses it: choices tuned before not_before_unix_ms
@@ -479,4 +497,4 @@ int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
   return worst;
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -13,10 +13,10 @@
 
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 #include "tests/gpu_ranks_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 class TimelineGpuTest : public ::testing::TestWithParam<Transport> {
@@ -104,4 +104,4 @@ INSTANTIATE_TEST_SUITE_P(Transports, TimelineGpuTest,
                          [](const auto& info) { return TransportName(info.param); });
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -14,10 +14,10 @@
 
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 #include "tests/gpu_ranks_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 OpSpec Op(const std::string& id, OpType type, int64_t m, int64_t k, int64_t n, Transport transport,
@@ -138,4 +138,4 @@ INSTANTIATE_TEST_SUITE_P(Transports, LayerStepGpuTest,
                          });
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner

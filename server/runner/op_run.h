@@ -16,11 +16,11 @@
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
-#include "server/ops/graph_replay.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/graph_replay.h"
+#include "server/runner/job_runner.h"
 #include "server/ops/layer_ops.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
 // A timed iteration's streams wait at a launch gate until the host has enqueued
 // all of it, at most this long (engine.h, HoldStreams).
@@ -34,7 +34,7 @@ struct OpRun {
   const RunHooks& hooks;
   int op_index;
   int op_count;
-  OpContext& ctx;
+  ops::OpContext& ctx;
   double host_enqueue_ms = 0;  // median over the last Timed call's iterations
   bool replayed = false;       // the last Timed call's iterations replayed a graph
   // The last Timed call's times per rank ([rank][iteration]); empty when it
@@ -53,8 +53,8 @@ struct OpRun {
   absl::Status HeadStart(double host_ms) {
     if (heat_gemm_ms <= 0) return absl::OkStatus();
     const HeadStartPlan plan = PlanHeadStart(host_ms, heat_gemm_ms, ctx.op().m);
-    for (int i = 0; i < plan.whole_gemms; ++i) RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
-    return EnqueueGemmAloneRows(ctx, plan.rows);
+    for (int i = 0; i < plan.whole_gemms; ++i) RETURN_IF_ERROR(ops::EnqueueGemmAlone(ctx));
+    return ops::EnqueueGemmAloneRows(ctx, plan.rows);
   }
 
   // Where the job asks for a heat head start and the engine has gates: times
@@ -68,9 +68,9 @@ struct OpRun {
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(std::vector<double> probe,
-                     Timed("setup", 1, 3, [&] { return EnqueueGemmAlone(ctx); }));
+                     Timed("setup", 1, 3, [&] { return ops::EnqueueGemmAlone(ctx); }));
     heat_gemm_ms = Summarize(probe).median;
-    for (int64_t rows : HeadStartRows(ctx.op().m)) RETURN_IF_ERROR(EnqueueGemmAloneRows(ctx, rows));
+    for (int64_t rows : HeadStartRows(ctx.op().m)) RETURN_IF_ERROR(ops::EnqueueGemmAloneRows(ctx, rows));
     return engine.Synchronize(ctx.devices());
   }
 
@@ -80,7 +80,7 @@ struct OpRun {
   absl::Status Preheat() {
     const int gemms = PreheatGemms(engine.PreheatMs(), heat_gemm_ms);
     if (gemms > 0) Progress("preheat", 0, gemms);
-    for (int i = 0; i < gemms; ++i) RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
+    for (int i = 0; i < gemms; ++i) RETURN_IF_ERROR(ops::EnqueueGemmAlone(ctx));
     return absl::OkStatus();
   }
 
@@ -218,4 +218,4 @@ inline v1::TimingStats ToProto(const Summary& s) {
   return t;
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -1,4 +1,4 @@
-#include "server/ops/traced_iteration.h"
+#include "server/runner/traced_iteration.h"
 
 #include <algorithm>
 #include <set>
@@ -6,7 +6,9 @@
 
 #include "common/status_macros.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
+
+using ops::OpContext;
 
 absl::StatusOr<v1::Timeline> TraceIteration(
     OpRun& run, const std::vector<OpContext*>& contexts,
@@ -68,4 +70,4 @@ std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks) {
   return wait;
 }
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -12,9 +12,9 @@
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 
-class TuningCache;  // server/ops/tuning_cache.h
+class TuningCache;  // server/runner/tuning_cache.h
 
 struct RunHooks {
   // Called after every phase change and every iteration; cheap, may be null.
@@ -73,4 +73,4 @@ std::string TuningEnvironment(const engine::Engine& engine, int device);
 // after another and free their buffers). Used to refuse a job at submission.
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp);
 
-}  // namespace overlap::ops
+}  // namespace overlap::runner

@@ -16,11 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/ops/job_runner.h"
+#include "server/runner/job_runner.h"
 #include "tests/host_engine_util.h"
 #include "tests/random_op_util.h"
 
-namespace overlap::ops {
+namespace overlap::runner {
 namespace {
 
 JobSpec RandomGraph(std::mt19937& rng, int tp) {
@@ -136,4 +136,4 @@ TEST(RandomGraphsTest, EveryDrawnGraphRunsInOrderAndVerifies) {
 }
 
 }  // namespace
-}  // namespace overlap::ops
+}  // namespace overlap::runner
