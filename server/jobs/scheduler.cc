@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "server/runner/op_report.h"
 
 namespace overlap::jobs {
 namespace {
@@ -304,9 +305,10 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   Log()->info("job {} started", job.id());
 
   runner::RunHooks hooks;
-  hooks.on_progress = [this, entry](const v1::Progress& progress) {
+  hooks.on_progress = [this, entry](const runner::Progress& progress) {
+    v1::Progress wire = runner::ToProto(progress);
     absl::MutexLock lock(&mu_);
-    *entry->job.mutable_progress() = progress;
+    *entry->job.mutable_progress() = std::move(wire);
     ChangedLocked(*entry);
   };
   int ops_done = 0;  // on this executor thread only

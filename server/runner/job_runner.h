@@ -3,7 +3,6 @@
 // Called on the daemon's executor thread, never on a gRPC thread.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,22 +10,11 @@
 #include "common/graph.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
+#include "server/runner/run_hooks.h"
 
 namespace overlap::runner {
 
 class TuningCache;  // server/runner/tuning_cache.h
-
-struct RunHooks {
-  // Called after every phase change and every iteration; cheap, may be null.
-  std::function<void(const v1::Progress&)> on_progress;
-  // Called after each op with its result and the job's result so far without
-  // its ops (`header`: totals, versions), so that a running job shows the ops
-  // it has finished, and a failed one keeps them. Each call carries one op, so
-  // that storing them costs the same per op however many came before. May be null.
-  std::function<void(const v1::JobResult& header, const v1::OpResult& op)> on_op_done;
-  // Polled between iterations; when it returns true the run stops with CANCELLED.
-  std::function<bool()> cancelled;
-};
 
 // `devices` is the resolved, validated TP group (rank i = devices[i]).
 // Returns the result, or: CANCELLED when hooks.cancelled() fired, ABORTED when a
@@ -63,11 +51,6 @@ std::vector<int64_t> HeadStartRows(int64_t m);
 // cover `ms` (at least 1, at most kPreheatMaxGemms: launches are not free).
 inline constexpr int kPreheatMaxGemms = 2000;
 int PreheatGemms(double ms, double gemm_ms);
-
-// What, besides the op, can change autotune's winner on `device` (its model)
-// under this engine: backend settings, versions, the overlapd build and the
-// NCCL_*/CUDA_* environment. Part of every tuning cache key (tuning_cache.h).
-std::string TuningEnvironment(const engine::Engine& engine, int device);
 
 // Bytes every device of the group needs for the job's largest op (ops run one
 // after another and free their buffers). Used to refuse a job at submission.

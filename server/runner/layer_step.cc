@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
 #include "server/ops/op_context.h"
+#include "server/runner/op_report.h"
 #include "server/runner/op_run.h"
 #include "server/ops/reference.h"
 #include "server/runner/traced_iteration.h"
@@ -353,11 +354,11 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   RETURN_IF_ERROR(run.ProbeHeat());
   // The float64 checks of the ops before it left the GPUs resting for seconds.
   RETURN_IF_ERROR(run.Preheat());
-  ASSIGN_OR_RETURN(std::vector<double> times,
+  ASSIGN_OR_RETURN(const TimedRun step,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
                              enqueue, "iter_end", replay));
-  const bool step_replayed = run.replayed;
-  *result->mutable_layer_step() = ToProto(Summarize(times));
+  const bool step_replayed = step.replayed;
+  *result->mutable_layer_step() = ToProto(Summarize(step.times));
   double gemms_ms = 0;
   for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
   result->set_layer_exposed_comm_ms(std::max(0.0, result->layer_step().median_ms() - gemms_ms));
@@ -382,9 +383,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // Run side by side, every op must still compute what it computes alone.
   run.heat_gemm_ms = 0;
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
-  ASSIGN_OR_RETURN(std::vector<double> unused,
-                   run.Timed("verify", 0, 1, enqueue, "iter_end", replay));
-  (void)unused;
+  RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, "iter_end", replay).status());
   for (Member& m : members) {
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
     const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->tp());

@@ -1,7 +1,8 @@
 // OpRun: one op's context and what the job runner needs to time it: warm-up
 // and timed iterations behind a barrier and a launch gate, per-rank events,
 // graph replay, the heat head start, progress and cancellation. Shared by the
-// per-op phases (job_runner.cc) and the whole-graph layer step (layer_step.cc).
+// per-op phases (op_phases.cc) and the whole-graph layer step (layer_step.cc).
+// Each Timed call returns what it measured (TimedRun); no protobuf here.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "common/status_macros.h"
 #include "server/runner/graph_replay.h"
 #include "server/runner/job_runner.h"
+#include "server/runner/run_hooks.h"
 #include "server/ops/layer_ops.h"
 
 namespace overlap::runner {
@@ -28,6 +30,16 @@ inline constexpr double kMaxGateHoldMs = 500;
 inline constexpr size_t kHostEstimateWindow =
     3;  // iterations whose enqueue times estimate the next
 
+// What one OpRun::Timed call measured of its timed iterations.
+struct TimedRun {
+  std::vector<double> times;  // per iteration: the max over ranks
+  // Per rank ([rank][iteration]); empty when the iterations replayed a graph,
+  // which only rank 0 times.
+  std::vector<std::vector<double>> rank_times;
+  double host_enqueue_ms = 0;  // median over the iterations
+  bool replayed = false;       // the iterations replayed one captured graph
+};
+
 struct OpRun {
   engine::Engine& engine;
   const JobSpec& spec;
@@ -35,11 +47,6 @@ struct OpRun {
   int op_index;
   int op_count;
   ops::OpContext& ctx;
-  double host_enqueue_ms = 0;  // median over the last Timed call's iterations
-  bool replayed = false;       // the last Timed call's iterations replayed a graph
-  // The last Timed call's times per rank ([rank][iteration]); empty when it
-  // replayed a graph, which only rank 0 times.
-  std::vector<std::vector<double>> rank_times = {};
   // The per-rank GEMM alone's time when timed iterations get a heat head start
   // (JobSpec::heat_head_start); 0 = none: the GPUs idle at the gate.
   double heat_gemm_ms = 0;
@@ -67,9 +74,9 @@ struct OpRun {
     if (!spec.heat_head_start || !engine.HasGates() || IsCollectiveOnly(ctx.op().type)) {
       return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(std::vector<double> probe,
+    ASSIGN_OR_RETURN(const TimedRun probe,
                      Timed("setup", 1, 3, [&] { return ops::EnqueueGemmAlone(ctx); }));
-    heat_gemm_ms = Summarize(probe).median;
+    heat_gemm_ms = Summarize(probe.times).median;
     for (int64_t rows : HeadStartRows(ctx.op().m)) RETURN_IF_ERROR(ops::EnqueueGemmAloneRows(ctx, rows));
     return engine.Synchronize(ctx.devices());
   }
@@ -86,14 +93,8 @@ struct OpRun {
 
   void Progress(const std::string& phase, int iteration, int iterations) const {
     if (!hooks.on_progress) return;
-    v1::Progress p;
-    p.set_op_index(op_index);
-    p.set_op_count(op_count);
-    p.set_op_id(label.empty() ? ctx.op().id : label);
-    p.set_phase(phase);
-    p.set_iteration(iteration);
-    p.set_iterations(iterations);
-    hooks.on_progress(p);
+    hooks.on_progress(runner::Progress{op_index, op_count, label.empty() ? ctx.op().id : label,
+                                       phase, iteration, iterations});
   }
 
   // Runs `enqueue` warmup + count times; each iteration starts with a barrier
@@ -114,15 +115,15 @@ struct OpRun {
   // (reported apart as host_enqueue_ms). Warm-up iterations run ungated: first
   // calls may set up NCCL connections, which can wait for the GPU.
   template <typename Fn>
-  absl::StatusOr<std::vector<double>> Timed(const std::string& phase, int warmup, int count,
-                                            Fn&& enqueue, const std::string& end_tag = "iter_end",
-                                            bool replay = false) {
+  absl::StatusOr<TimedRun> Timed(const std::string& phase, int warmup, int count, Fn&& enqueue,
+                                 const std::string& end_tag = "iter_end", bool replay = false) {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
-    std::vector<double> times, host_ms;
+    TimedRun run;
+    std::vector<double> host_ms;
     std::vector<double> recent_host_ms;  // the last few iterations', warm-up included
-    rank_times.assign(ctx.tp(), {});
+    run.rank_times.assign(ctx.tp(), {});
     std::optional<engine::GraphId> graph;
     absl::Cleanup destroy_graph = [&] {
       if (graph) engine.DestroyGraph(*graph);
@@ -178,22 +179,22 @@ struct OpRun {
           ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
           worst = std::max(worst, ms);
-          rank_times[r].push_back(ms);
+          run.rank_times[r].push_back(ms);
         }
-        times.push_back(worst);
+        run.times.push_back(worst);
       }
       Progress(phase, it + 1, warmup + count);
     }
-    host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
-    replayed = graph.has_value();
-    if (replayed) rank_times.clear();
+    run.host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
+    run.replayed = graph.has_value();
+    if (run.replayed) run.rank_times.clear();
     if (const int64_t late = GateTimeouts(devices) - gate_timeouts; late > 0) {
       GetLogger("ops")->warn(
           "{} {}: {} launch-gate holds ran out ({} ms) before the host had enqueued the "
           "iteration; those iterations include the host's latency",
           ctx.op().id, phase, late, kMaxGateHoldMs);
     }
-    return times;
+    return run;
   }
 
   int64_t GateTimeouts(const std::vector<int>& devices) const {
@@ -208,14 +209,5 @@ struct OpRun {
 // communicators are non-blocking, and capturing them is not something we have
 // verified.
 inline bool Replays(Transport transport) { return transport != Transport::kNccl; }
-
-inline v1::TimingStats ToProto(const Summary& s) {
-  v1::TimingStats t;
-  t.set_median_ms(s.median);
-  t.set_min_ms(s.min);
-  t.set_max_ms(s.max);
-  t.set_samples(s.samples);
-  return t;
-}
 
 }  // namespace overlap::runner

@@ -30,7 +30,7 @@ absl::StatusOr<v1::Timeline> TraceIteration(
   TimelineEngine tracer(run.engine, std::move(lanes));
   // Traced twice, kept once: the first (warm-up) tells the head start of the
   // second how long a traced enqueue takes, so the GPUs do not idle through it.
-  ASSIGN_OR_RETURN(std::vector<double> step, run.Timed("timeline", 1, 1, [&] {
+  ASSIGN_OR_RETURN(const TimedRun step, run.Timed("timeline", 1, 1, [&] {
     tracer.Clear();
     std::vector<engine::Engine*> own;
     for (OpContext* ctx : contexts) own.push_back(ctx->UseEngine(&tracer));
@@ -45,7 +45,7 @@ absl::StatusOr<v1::Timeline> TraceIteration(
   }
   ASSIGN_OR_RETURN(std::vector<TimelineSpan> spans, tracer.Collect(origin));
   v1::Timeline timeline;
-  timeline.set_step_ms(step.empty() ? 0 : step.front());
+  timeline.set_step_ms(step.times.empty() ? 0 : step.times.front());
   for (const TimelineSpan& span : spans) {
     v1::TimelineSpan* s = timeline.add_spans();
     s->set_op(span.op);

@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/library_env.h"
+#include "overlap_git_commit.h"
 #include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 
@@ -73,6 +75,28 @@ bool Matches(const TunedEntry& e, const TuningFilter& f) {
 }
 
 }  // namespace
+
+std::string TuningEnvironment(const engine::Engine& engine, int device) {
+  const engine::BackendVersions v = engine.Versions();
+  std::string library_env;
+  for (const auto& [name, value] : LibraryEnvironment()) {
+    // Where the toolkit is installed changes no schedule's speed.
+    if (name == "CUDA_HOME" || name == "CUDA_PATH" || name == "CUDA_ROOT") continue;
+    absl::StrAppend(&library_env, library_env.empty() ? "" : ",", name, "=", value);
+  }
+  return absl::StrCat("backend=", engine.Name(),
+                      // Replayed and enqueued schedules tune differently (finer pieces pay
+                      // once their hand-offs are cheap).
+                      " graphs=", engine.ReplaysGraphs() ? "on" : "off",
+                      // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
+                      " gates=", engine.HasGates() ? "on" : "off",
+                      // NCCL schedules run differently with an SM budget.
+                      " nccl_ctas=", engine.CollectiveSmBudget(),
+                      " device=", engine.GetDeviceInfo(device).name, " driver=", v.cuda_driver,
+                      " cuda=", v.cuda_runtime, " nccl=", v.nccl,
+                      // Schedules change between builds; so do the libraries' settings.
+                      " overlapd=", OVERLAP_VERSION, "+", OVERLAP_GIT_COMMIT, " env=", library_env);
+}
 
 std::string TuningKey::Text() const {
   return absl::StrCat(op_type, " m=", m, " k=", k, " n=", n, " dtype=", dtype, " tp=", tp,

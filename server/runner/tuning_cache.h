@@ -15,11 +15,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/engine/engine.h"
 #include "server/ops/schedule.h"
 
 struct sqlite3;
 
 namespace overlap::runner {
+
+// What, besides the op, can change autotune's winner on `device` (its model)
+// under this engine: backend settings, versions, the overlapd build and the
+// NCCL_*/CUDA_* environment. Part of every tuning cache key.
+std::string TuningEnvironment(const engine::Engine& engine, int device);
 
 struct TuningKey {
   std::string op_type;

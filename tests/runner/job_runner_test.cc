@@ -62,7 +62,7 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   auto engine = Engine();
   std::vector<std::string> phases;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) { phases.push_back(p.op_id() + ":" + p.phase()); };
+  hooks.on_progress = [&](const Progress& p) { phases.push_back(p.op_id + ":" + p.phase); };
   std::vector<std::string> finished;  // each op as it finished
   double step_so_far = 0;
   hooks.on_op_done = [&](const v1::JobResult& header, const v1::OpResult& op) {
@@ -197,8 +197,8 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
   spec.ops.push_back(AllReduceAfter("grads", 256, 64, "out"));
   std::vector<std::string> phases;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) {
-    if (p.op_id() == "grads") phases.push_back(p.phase());
+  hooks.on_progress = [&](const Progress& p) {
+    if (p.op_id == "grads") phases.push_back(p.phase);
   };
   auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -238,9 +238,9 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   spec.ops.push_back(grads);
   std::vector<std::string> layer_phases;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) {
-    if (p.op_id() == "layer" && (layer_phases.empty() || layer_phases.back() != p.phase())) {
-      layer_phases.push_back(p.phase());
+  hooks.on_progress = [&](const Progress& p) {
+    if (p.op_id == "layer" && (layer_phases.empty() || layer_phases.back() != p.phase)) {
+      layer_phases.push_back(p.phase);
     }
   };
   auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
@@ -305,8 +305,8 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
               MakeOp("grads", OpType::kAllReduce, 64, 0, 128, {"wgrad1", "wgrad2"})};
   std::vector<std::string> phases;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) {
-    if (p.op_id() == "wgrad1") phases.push_back(p.phase());
+  hooks.on_progress = [&](const Progress& p) {
+    if (p.op_id == "wgrad1") phases.push_back(p.phase);
   };
   auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -567,10 +567,10 @@ TEST(JobRunnerTest, PreheatCoversItsTimeInWholeGemmsWithinBounds) {
 
 // What the job runner reported doing for op `id`, in order, each phase once
 // (progress comes once per iteration).
-std::vector<std::string> PhasesOf(const std::vector<v1::Progress>& all, const std::string& id) {
+std::vector<std::string> PhasesOf(const std::vector<Progress>& all, const std::string& id) {
   std::vector<std::string> out;
-  for (const v1::Progress& p : all) {
-    if (p.op_id() == id && (out.empty() || out.back() != p.phase())) out.push_back(p.phase());
+  for (const Progress& p : all) {
+    if (p.op_id == id && (out.empty() || out.back() != p.phase)) out.push_back(p.phase);
   }
   return out;
 }
@@ -580,9 +580,9 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   options.device_count = 2;
   options.preheat_ms = 1;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  std::vector<v1::Progress> progress;
+  std::vector<Progress> progress;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) { progress.push_back(p); };
+  hooks.on_progress = [&](const Progress& p) { progress.push_back(p); };
   auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
 
@@ -631,14 +631,14 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   auto plain = RunJob(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->preheat_ms(), 0);
-  for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
+  for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
   progress.clear();
   JobSpec idle = SmallJob();
   idle.heat_head_start = false;
   auto idle_result = RunJob(*engine, idle, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(idle_result.ok()) << idle_result.status();
   EXPECT_EQ(idle_result->preheat_ms(), 0);
-  for (const v1::Progress& p : progress) EXPECT_NE(p.phase(), "preheat");
+  for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
 }
 
 TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
@@ -798,7 +798,7 @@ TEST(JobRunnerTest, CancelStopsBetweenIterations) {
   auto engine = Engine();
   std::atomic<int> ticks{0};
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress&) { ++ticks; };
+  hooks.on_progress = [&](const Progress&) { ++ticks; };
   hooks.cancelled = [&] { return ticks.load() >= 4; };
   auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);

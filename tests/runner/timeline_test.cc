@@ -129,8 +129,8 @@ TEST(TimelineTest, EachOpResultHasOneTracedIterationOfItsSchedule) {
   auto engine = Engine();
   std::vector<std::string> phases;
   RunHooks hooks;
-  hooks.on_progress = [&](const v1::Progress& p) {
-    if (phases.empty() || phases.back() != p.phase()) phases.push_back(p.phase());
+  hooks.on_progress = [&](const Progress& p) {
+    if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
   };
   auto result = RunJob(*engine, RingJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();

@@ -104,10 +104,10 @@ class FakeRunner {
     for (int i = 0; i < iterations; ++i) {
       if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("run cancelled");
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      v1::Progress progress;
-      progress.set_phase("timed");
-      progress.set_iteration(i + 1);
-      progress.set_iterations(iterations);
+      runner::Progress progress;
+      progress.phase = "timed";
+      progress.iteration = i + 1;
+      progress.iterations = iterations;
       if (hooks.on_progress) hooks.on_progress(progress);
     }
     v1::JobResult result;

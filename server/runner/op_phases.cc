@@ -1,0 +1,272 @@
+#include "server/runner/op_phases.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/stats.h"
+#include "common/status_macros.h"
+#include "server/ops/layer_ops.h"
+#include "server/ops/reference.h"
+#include "server/runner/autotune.h"
+#include "server/runner/traced_iteration.h"
+
+namespace overlap::runner {
+
+using ops::CandidateSchedules;
+using ops::EnqueueOp;
+using ops::OpContext;
+using ops::Schedule;
+
+namespace {
+
+// Autotune measures each candidate this many times (after one warm-up) per
+// round, in kTuneRounds round-robin passes over the candidates; then the
+// leaders kRunoffIterations times in each of kRunoffRounds (autotune.h).
+constexpr int kTuneIterations = 5;
+constexpr int kTuneRounds = 2;
+constexpr int kRunoffIterations = 7;
+constexpr int kRunoffRounds = 3;
+// The timed iterations are split into this many rounds, each GEMM alone then step.
+constexpr int kTimedRounds = 4;
+
+TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
+                 int first_device) {
+  TuningKey key;
+  key.op_type = OpTypeName(op.type);
+  key.m = op.m;
+  key.k = op.k;
+  key.n = op.n;
+  key.dtype = DTypeName(dtype);
+  key.tp = tp;
+  key.requested =
+      absl::StrCat(OverlapModeName(op.mode), "/", op.chunks, "/", TransportName(op.transport));
+  if (op.algorithm != AllReduceAlgorithm::kDefault) {
+    absl::StrAppend(&key.requested, "/", AllReduceAlgorithmName(op.algorithm));
+  }
+  key.environment = TuningEnvironment(engine, first_device);
+  return key;
+}
+
+// Warm-up iterations of the baselines: the job's, between 1 and 5.
+int BaselineWarmup(const JobSpec& spec) { return std::max(1, std::min(spec.warmup, 5)); }
+
+void Append(std::vector<double>& to, const std::vector<double>& from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
+
+// Autotune over `candidates`: kTuneRounds over all of them, then the runoff of
+// the leaders; the tally decides.
+absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
+  const OpSpec& op = run.ctx.op();
+  const std::vector<Schedule>& candidates = tally.candidates();
+  auto time = [&](size_t i, const std::string& phase, int iterations) {
+    const Schedule& s = candidates[i];
+    return run.Timed(
+        absl::StrFormat("autotune %s (%s)", s.Name(), phase), 1, iterations,
+        [&] { return EnqueueOp(run.ctx, s); }, "iter_end", Replays(s.transport));
+  };
+  // Every other round runs the candidates in reverse, so that none is always
+  // timed first (on the GPU the preheat left) or last (after the others' heat).
+  auto in_turn = [](const std::vector<size_t>& order, int round) {
+    return round % 2 == 0 ? order : std::vector<size_t>(order.rbegin(), order.rend());
+  };
+  std::vector<size_t> all(candidates.size());
+  std::iota(all.begin(), all.end(), 0);
+  RETURN_IF_ERROR(run.Preheat());
+  for (int round = 0; round < kTuneRounds; ++round) {
+    for (size_t i : in_turn(all, round)) {
+      ASSIGN_OR_RETURN(
+          const TimedRun t,
+          time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), kTuneIterations));
+      tally.AddRound(i, t.times);
+      GetLogger("ops")->debug("autotune {} {} round {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id,
+                              candidates[i].Name(), round + 1, Summarize(t.times).median,
+                              t.host_enqueue_ms);
+    }
+  }
+  const bool fall_back_to_serial = op.mode == OverlapMode::kAuto;
+  const std::vector<size_t> entrants = tally.RunoffEntrants(fall_back_to_serial);
+  for (int round = 0; !entrants.empty() && round < kRunoffRounds; ++round) {
+    for (size_t i : in_turn(entrants, round)) {
+      ASSIGN_OR_RETURN(
+          const TimedRun t,
+          time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), kRunoffIterations));
+      tally.AddRunoff(i, t.times);
+    }
+  }
+  return tally.Decide(fall_back_to_serial);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OpContext>> CreateOpContext(engine::Engine& engine,
+                                                           const JobSpec& spec,
+                                                           const std::vector<int>& devices,
+                                                           const OpSpec& op) {
+  const int tp = static_cast<int>(devices.size());
+  ops::BufferSizes sizes;
+  for (const Schedule& s : CandidateSchedules(op, tp, engine.LibraryAlgorithms())) {
+    sizes = ops::MaxSizes(sizes, ops::BuffersFor(op, tp, s));
+  }
+  return OpContext::Create(engine, op, spec.dtype, devices, sizes);
+}
+
+absl::Status PrepareInputs(OpRun& run) {
+  const std::vector<int> devices = run.ctx.devices();
+  RETURN_IF_ERROR(ops::FillInputs(run.ctx, run.spec.seed, run.op_index));
+  RETURN_IF_ERROR(run.engine.Synchronize(devices));
+  // One serial iteration fills every intermediate buffer (the gathered A that
+  // the GEMM alone reads, the partials) with real data: a GEMM on never-written
+  // memory reads zeros and runs faster than it will on real data.
+  RETURN_IF_ERROR(EnqueueOp(run.ctx, Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
+  RETURN_IF_ERROR(run.engine.Synchronize(devices));
+  return run.ProbeHeat();
+}
+
+absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning) {
+  const OpSpec& op = run.ctx.op();
+  const int tp = run.ctx.tp();
+  std::vector<Schedule> candidates = CandidateSchedules(op, tp, run.engine.LibraryAlgorithms());
+  if (candidates.size() == 1) {
+    return ScheduleChoice{candidates[0],
+                          op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested",
+                          {}};
+  }
+  const TuningKey key = KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
+  if (tuning.cache != nullptr) {
+    if (auto hit = tuning.cache->Lookup(key, tuning.not_before_unix_ms)) {
+      return ScheduleChoice{
+          hit->schedule, absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms), {}};
+    }
+  }
+  Autotune tally(candidates);
+  ASSIGN_OR_RETURN(const AutotuneChoice decided, Tune(run, tally));
+  ScheduleChoice choice{decided.schedule, decided.reason, tally.Scores()};
+  GetLogger("ops")->debug("autotune {}: {}", op.id, decided.reason);
+  if (tuning.cache != nullptr) {
+    // The cache only spares a later job the tuning: a choice it cannot keep (a
+    // full disk) must not fail the job that made it.
+    if (absl::Status kept = tuning.cache->Store(key, TunedChoice{decided.schedule, decided.ms},
+                                                absl::ToUnixMillis(absl::Now()));
+        !kept.ok()) {
+      GetLogger("ops")->warn("autotune {}: the tuning cache could not keep the choice: {}", op.id,
+                             kept.ToString());
+      absl::StrAppend(&choice.reason, " (not kept in the tuning cache: ", kept.message(), ")");
+    }
+  }
+  return choice;
+}
+
+absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
+  CommAlone comm;
+  const OpType type = run.ctx.op().type;
+  // A collective alone is its own comm alone (its steps), a GEMM has none.
+  if (run.ctx.tp() <= 1 || IsCollectiveOnly(type) || IsGemmOnly(type)) return comm;
+  const int warm = BaselineWarmup(run.spec);
+  ASSIGN_OR_RETURN(const TimedRun nccl,
+                   run.Timed("comm_alone nccl", warm, run.spec.iterations, [&] {
+                     return ops::EnqueueCommAlone(run.ctx, Transport::kNccl);
+                   }));
+  // Replayed like the p2p schedules, so that step and ideal are timed alike.
+  ASSIGN_OR_RETURN(const TimedRun p2p,
+                   run.Timed(
+                       "comm_alone p2p", warm, run.spec.iterations,
+                       [&] { return ops::EnqueueCommAlone(run.ctx, Transport::kP2p); },
+                       "iter_end", Replays(Transport::kP2p)));
+  comm.nccl = nccl.times;
+  comm.p2p = p2p.times;
+  comm.fastest = Summarize(comm.p2p).median < Summarize(comm.nccl).median ? Transport::kP2p
+                                                                          : Transport::kNccl;
+  return comm;
+}
+
+absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Transport beside) {
+  const JobSpec& spec = run.spec;
+  OpContext& ctx = run.ctx;
+  const OpType type = ctx.op().type;
+  const bool gemm_only = IsGemmOnly(type);
+  const bool both = !IsCollectiveOnly(type) && !gemm_only;
+  const int tp = ctx.tp();
+  const int iters = spec.iterations;
+  const int warm = BaselineWarmup(spec);
+  TimedRounds out;
+  out.gemm_by_rank.resize(tp);  // a slow GPU shows here
+  const auto add_ranks = [&](const TimedRun& t) {
+    for (size_t r = 0; r < t.rank_times.size(); ++r) Append(out.gemm_by_rank[r], t.rank_times[r]);
+  };
+  const int rounds = std::max(1, std::min(kTimedRounds, iters));
+  for (int i = 0; i < rounds; ++i) {
+    const int count = iters / rounds + (i < iters % rounds ? 1 : 0);
+    const int first_warm = i == 0 ? warm : 1;
+    const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
+    if (both) {
+      ASSIGN_OR_RETURN(const TimedRun g, run.Timed("gemm_alone" + round, first_warm, count, [&] {
+        return ops::EnqueueGemmAlone(ctx);
+      }));
+      Append(out.gemm, g.times);
+      add_ranks(g);
+    }
+    if (tp > 1 && both) {
+      // The GEMM's own time while the collective runs beside it: contention for
+      // SMs and HBM bounds what any schedule can hide.
+      ASSIGN_OR_RETURN(
+          const TimedRun b,
+          run.Timed(
+              "gemm_beside_comm" + round, first_warm, count,
+              [&] { return ops::EnqueueGemmBesideComm(ctx, beside, "gemm_end"); }, "gemm_end"));
+      Append(out.beside, b.times);
+    }
+    ASSIGN_OR_RETURN(const TimedRun t, run.Timed(
+                                           "timed" + round, i == 0 ? spec.warmup : 1, count,
+                                           [&] { return EnqueueOp(ctx, schedule); }, "iter_end",
+                                           Replays(schedule.transport)));
+    Append(out.step, t.times);
+    if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone
+    out.host_enqueue.push_back(t.host_enqueue_ms);
+    out.step_replayed = out.step_replayed && t.replayed;
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<v1::Timeline>> TraceOp(OpRun& run, const Schedule& schedule) {
+  if (!run.spec.timeline) return std::nullopt;
+  return TraceIteration(run, {&run.ctx}, [&](TimelineEngine& tracer) {
+    tracer.SetLabel(run.ctx.op().id);
+    return EnqueueOp(run.ctx, schedule);
+  });
+}
+
+absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Schedule& schedule) {
+  if (!run.spec.verify) return std::nullopt;
+  OpContext& ctx = run.ctx;
+  const OpSpec& op = ctx.op();
+  run.Progress("verify", 0, 1);
+  run.heat_gemm_ms = 0;  // a head start would write outputs the check must see poisoned
+  RETURN_IF_ERROR(ops::PoisonOutputs(ctx));
+  RETURN_IF_ERROR(run.Timed(
+                         "verify", 0, 1, [&] { return EnqueueOp(ctx, schedule); }, "iter_end",
+                         Replays(schedule.transport))
+                      .status());
+  const absl::Time check_start = absl::Now();
+  ASSIGN_OR_RETURN(const ops::Verification v,
+                   ops::VerifyOutputs(ctx, run.spec.seed, run.op_index));
+  GetLogger("ops")->debug("{} checked against float64 in {:.0f} ms ({} rows x {} columns)", op.id,
+                          absl::ToDoubleMilliseconds(absl::Now() - check_start), v.rows_checked,
+                          v.cols_checked);
+  const double tolerance = ops::OutputTolerance(op.type, run.spec.dtype, ctx.tp());
+  if (!(v.max_rel_error <= tolerance)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g for %s", op.id,
+        schedule.Name(), v.max_rel_error, tolerance, DTypeName(run.spec.dtype)));
+  }
+  return v;
+}
+
+}  // namespace overlap::runner

@@ -1,0 +1,62 @@
+// The phases the job runner measures one op in, each returning what it
+// measured (op_measurement.h): setting up its buffers and inputs, choosing its
+// schedule (autotune), timing the collective alone, the timed rounds (GEMM
+// alone, GEMM beside the collective, the step), one traced iteration, and the
+// check against float64. RunJob (job_runner.h) runs them in that order.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "common/graph.h"
+#include "server/ops/op_context.h"
+#include "server/runner/op_measurement.h"
+#include "server/runner/op_run.h"
+#include "server/runner/tuning_cache.h"
+
+namespace overlap::runner {
+
+// The tuning cache as one job uses it: choices tuned before not_before_unix_ms
+// do not answer (JobSpec::retune).
+struct TuningUse {
+  TuningCache* cache = nullptr;
+  int64_t not_before_unix_ms = 0;
+};
+
+// The op's buffers, sized for every schedule auto may try; RESOURCE_EXHAUSTED
+// when they do not fit.
+absl::StatusOr<std::unique_ptr<ops::OpContext>> CreateOpContext(engine::Engine& engine,
+                                                                const JobSpec& spec,
+                                                                const std::vector<int>& devices,
+                                                                const OpSpec& op);
+
+// Random inputs, then one serial iteration so that every intermediate buffer
+// holds real data, then the heat probe (OpRun::ProbeHeat).
+absl::Status PrepareInputs(OpRun& run);
+
+// The schedule the op asked for, or auto's choice: from the tuning cache, or
+// by autotune (rounds over every candidate, then a runoff), kept in the cache.
+absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning);
+
+// The collective alone on both transports, where the op has a GEMM beside a
+// collective and more than one rank; the faster is comm alone.
+absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run);
+
+// The GEMM alone, the GEMM beside the collective (over `beside`) and the step
+// of `schedule`, alternating in rounds: sustained GEMMs lower the SM clock
+// within seconds, so measuring one long after the other would put them at
+// different clocks and skew step / ideal and the slowdown either way.
+absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const ops::Schedule& schedule,
+                                       Transport beside);
+
+// One more iteration of `schedule`, traced span by span, where spec.timeline.
+absl::StatusOr<std::optional<v1::Timeline>> TraceOp(OpRun& run, const ops::Schedule& schedule);
+
+// Where spec.verify: outputs poisoned, one iteration of `schedule`, the result
+// against float64. FAILED_PRECONDITION naming the op when it is off by more
+// than the dtype's tolerance.
+absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run,
+                                                          const ops::Schedule& schedule);
+
+}  // namespace overlap::runner

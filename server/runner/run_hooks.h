@@ -1,0 +1,36 @@
+// What a job's run tells whoever runs it (the scheduler) as it goes, and asks
+// it: progress, each op's result as it finishes, and whether to stop.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "overlap/v1/overlap.pb.h"
+
+namespace overlap::runner {
+
+// Where a run is: op `op_index` of `op_count` (`op_id`, or "layer" for the
+// layer step), its phase (setup | autotune ... | comm_alone ... | gemm_alone ...
+// | timed ... | timeline | verify | step), and the iteration within it.
+struct Progress {
+  int op_index = 0;
+  int op_count = 0;
+  std::string op_id;
+  std::string phase;
+  int iteration = 0;
+  int iterations = 0;
+};
+
+struct RunHooks {
+  // Called after every phase change and every iteration; cheap, may be null.
+  std::function<void(const Progress&)> on_progress;
+  // Called after each op with its result and the job's result so far without
+  // its ops (`header`: totals, versions), so that a running job shows the ops
+  // it has finished, and a failed one keeps them. Each call carries one op, so
+  // that storing them costs the same per op however many came before. May be null.
+  std::function<void(const v1::JobResult& header, const v1::OpResult& op)> on_op_done;
+  // Polled between iterations; when it returns true the run stops with CANCELLED.
+  std::function<bool()> cancelled;
+};
+
+}  // namespace overlap::runner
