@@ -1,56 +1,29 @@
-// overlapd: the per-node daemon. Loads the config (defaults < YAML file < flags),
-// picks the engine, recovers the job store, serves gRPC, and on SIGTERM/SIGINT
-// drains: no new jobs, running ones finish (or are cancelled after
-// drain_timeout_s), queued ones stay queued for the next start. It exits 0
-// after a drain, 1 when the engine became unhealthy or startup failed, 2 for a
-// bad command line or config (systemd does not restart those).
-#include <grp.h>
-#include <pthread.h>
-#include <signal.h>
+// overlapd: the per-node daemon. Loads the config (defaults < YAML file <
+// flags) and runs the Daemon (server/daemon.h) until SIGTERM/SIGINT, which
+// drain it. It exits 0 after a drain, 1 when the engine became unhealthy or
+// startup failed, 2 for a bad command line or config (systemd does not
+// restart those).
 #include <sys/stat.h>
-#include <systemd/sd-daemon.h>
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <filesystem>
-#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "overlap_git_commit.h"
-#include "server/engine_select.h"
-#include "server/jobs/job_execution.h"
-#include "server/jobs/job_store.h"
-#include "server/jobs/scheduler.h"
-#include "server/runner/tuning_cache.h"
+#include "server/daemon.h"
 #include "server/rpc/grpc_log.h"
-#include "server/rpc/metrics.h"
-#include "server/rpc/rpc_server.h"
+#include "server/rpc/listen_address.h"
 #include "server/rpc/server_tls.h"
 
 namespace overlap {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-constexpr absl::Duration kCancelGrace = absl::Seconds(10);
-constexpr absl::Duration kRpcGrace = absl::Seconds(2);
 
 // Command-line values; each one given overrides the config file.
 struct Flags {
@@ -76,20 +49,6 @@ absl::Status ApplyBytes(const std::optional<std::string>& text, const char* flag
   }
   *out = *bytes;
   return absl::OkStatus();
-}
-
-// The gid of config socket_group; -1 for "" (the socket keeps the daemon's group).
-absl::StatusOr<int> SocketGroupId(const std::string& group) {
-  if (group.empty()) return -1;
-  std::vector<char> buffer(16384);
-  struct group entry {};
-  struct group* found = nullptr;
-  const int rc = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
-  if (rc != 0 || found == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("socket_group: no group named \"", group.substr(0, 200), "\""));
-  }
-  return static_cast<int>(found->gr_gid);
 }
 
 rpc::ServerTls TlsOf(const DaemonConfig& config) {
@@ -260,262 +219,6 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::NonNegativeNumber);
 }
 
-volatile sig_atomic_t g_stray_signal = 0;
-
-void RecordStraySignal(int sig) { g_stray_signal = sig; }
-
-// SIGTERM/SIGINT are blocked in main before it makes any thread, so every thread
-// of ours inherits the mask and only the signal thread's sigtimedwait takes
-// them. Libraries can start threads before main (OpenBLAS's pool starts in a
-// shared-library constructor) and those do not block them; a signal the kernel
-// hands to one of those runs this handler instead of killing the process, and
-// the signal thread picks it up from g_stray_signal.
-void BlockShutdownSignals() {
-  struct sigaction action {};
-  action.sa_handler = RecordStraySignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-// The one reason the daemon stops (first one wins) and the exit code it implies.
-class StopRequest {
- public:
-  void Request(int exit_code, const std::string& why) {
-    absl::MutexLock lock(&mu_);
-    if (requested_) return;
-    requested_ = true;
-    exit_code_ = exit_code;
-    why_ = why;
-  }
-  // True when stopped within `timeout`.
-  bool Wait(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&requested_), timeout);
-  }
-  bool requested() {
-    absl::MutexLock lock(&mu_);
-    return requested_;
-  }
-  int exit_code() {
-    absl::MutexLock lock(&mu_);
-    return exit_code_;
-  }
-  std::string why() {
-    absl::MutexLock lock(&mu_);
-    return why_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool requested_ ABSL_GUARDED_BY(mu_) = false;
-  int exit_code_ ABSL_GUARDED_BY(mu_) = kExitOk;
-  std::string why_ ABSL_GUARDED_BY(mu_);
-};
-
-void Notify(const std::string& state) {
-  // Returns 0 when not under systemd (no NOTIFY_SOCKET): nothing to do.
-  if (sd_notify(0, state.c_str()) < 0) {
-    GetLogger("overlapd")->warn("sd_notify({}) failed", state.substr(0, state.find('\n')));
-  }
-}
-
-// The state directory exists (made private, umask 0077), is a directory, and
-// this process may write it: found here, before the engine spends seconds
-// starting, as a configuration error (exit 2), not a failure systemd retries.
-absl::Status PrepareStateDir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state_dir ", dir, ": cannot create it: ", ec.message()));
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("state_dir ", dir, " is not a directory"));
-  }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "state_dir %s: overlapd (uid %d) cannot write it (owner uid %d, mode %04o): chown it to "
-        "the user overlapd runs as, or set another state_dir",
-        dir, ::geteuid(), st.st_uid, st.st_mode & 07777));
-  }
-  return absl::OkStatus();
-}
-
-int Run(const DaemonConfig& config) {
-  auto log = GetLogger("overlapd");
-  log->info("overlapd {} ({}) starting: backend={} state_dir={}", OVERLAP_VERSION,
-            OVERLAP_GIT_COMMIT, config.backend, config.state_dir);
-  if (absl::Status s = PrepareStateDir(config.state_dir); !s.ok()) {
-    log->error("{}", std::string(s.message()));
-    return kExitUsage;
-  }
-
-  absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
-  if (!engine.ok()) {
-    log->error("cannot start the engine: {}", std::string(engine.status().message()));
-    // A bad config is not retried by systemd (RestartPreventExitStatus=2).
-    return engine.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                        : kExitFailure;
-  }
-  log->info("engine {}: {} device(s)", (*engine)->Name(), (*engine)->DeviceCount());
-
-  absl::StatusOr<std::unique_ptr<jobs::JobStore>> store = jobs::JobStore::Open(config.state_dir);
-  if (!store.ok()) {
-    log->error("cannot open the job store: {}", std::string(store.status().message()));
-    // A state_dir it cannot use, a damaged database or one from a newer overlapd
-    // stays so until someone acts: exit 2, which systemd does not restart. A
-    // full disk (RESOURCE_EXHAUSTED) exits 1: space is often freed without
-    // touching overlapd, and systemd's restarts then bring it back.
-    const absl::StatusCode code = store.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kDataLoss ||
-                   code == absl::StatusCode::kFailedPrecondition
-               ? kExitUsage
-               : kExitFailure;
-  }
-  // Autotuning still works without the cache; it just re-tunes after a restart.
-  std::unique_ptr<runner::TuningCache> tuning_cache;
-  if (auto cache = runner::TuningCache::Open(config.state_dir + "/tuning.db"); cache.ok()) {
-    tuning_cache = std::move(*cache);
-  } else {
-    log->warn("tuning cache disabled: {}", std::string(cache.status().message()));
-  }
-
-  jobs::SchedulerOptions scheduler_options;
-  scheduler_options.max_queued_jobs = config.max_queued_jobs;
-  scheduler_options.executor_threads = (*engine)->DeviceCount();
-  scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
-  scheduler_options.retention.keep_ms =
-      static_cast<int64_t>(std::min(config.keep_finished_days, 1e6) * 24 * 3600 * 1000);
-  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler = jobs::Scheduler::Create(
-      store->get(), jobs::MakeEngineRunner(**engine, config.max_iterations, tuning_cache.get()),
-      scheduler_options);
-  if (!scheduler.ok()) {
-    log->error("cannot recover jobs: {}", std::string(scheduler.status().message()));
-    return kExitFailure;
-  }
-
-  rpc::RpcServerOptions rpc_options;
-  rpc_options.listen = config.listen;
-  rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
-  rpc_options.socket_gid = *SocketGroupId(config.socket_group);  // checked by BuildConfig
-  rpc_options.tls = TlsOf(config);
-  rpc_options.state_dir = config.state_dir;
-  rpc_options.jobs.max_iterations = config.max_iterations;
-  rpc_options.jobs.max_spec_bytes = config.max_spec_bytes;
-  rpc_options.jobs.max_ops_per_job = config.max_ops_per_job;
-  rpc_options.jobs.max_watchers = config.max_watchers;
-  rpc_options.tuning_cache = tuning_cache.get();
-  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
-      rpc::RpcServer::Start(rpc_options, **scheduler, **engine);
-  if (!server.ok()) {
-    log->error("cannot start the gRPC server: {}", std::string(server.status().message()));
-    (*scheduler)->StartDrain();
-    (*scheduler)->CancelRunning("overlapd failed to start");
-    (*scheduler)->WaitIdle(kCancelGrace);
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                         : kExitFailure;
-  }
-  std::unique_ptr<rpc::MetricsExporter> metrics;
-  if (!config.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> started = rpc::MetricsExporter::Start(
-        config.metrics_listen, **scheduler, **engine, (*server)->counters());
-    if (!started.ok()) {
-      log->error("{}", std::string(started.status().message()));
-      (*server)->Shutdown(absl::ZeroDuration());
-      (*scheduler)->StartDrain();
-      (*scheduler)->CancelRunning("overlapd failed to start");
-      (*scheduler)->WaitIdle(kCancelGrace);
-      return kExitUsage;
-    }
-    metrics = std::move(*started);
-    log->info("metrics on http://{}:{}/metrics",
-              config.metrics_listen.substr(0, config.metrics_listen.rfind(':')), metrics->port());
-  }
-  Notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->listen_address()));
-
-  StopRequest stop;
-  std::atomic<bool> threads_done{false};
-  const sigset_t signals = [] {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    return set;
-  }();
-  jobs::Scheduler* sched = scheduler->get();
-  std::thread signal_thread([&] {
-    const timespec poll{0, 200 * 1000 * 1000};
-    while (!threads_done.load()) {
-      int sig = sigtimedwait(&signals, nullptr, &poll);
-      if (sig <= 0) {
-        sig = g_stray_signal;
-        g_stray_signal = 0;
-      }
-      if (sig <= 0) continue;
-      if (!stop.requested()) {
-        log->info("{} received: draining", strsignal(sig));
-        stop.Request(kExitOk, strsignal(sig));
-      } else {
-        log->warn("{} received again: cancelling running jobs now", strsignal(sig));
-        sched->CancelRunning("cancelled: overlapd shutting down (second signal)");
-      }
-    }
-  });
-  engine::Engine* eng = engine->get();
-  std::thread health_thread([&] {
-    while (!stop.Wait(absl::Milliseconds(500))) {
-      if (!eng->Healthy()) {
-        log->error(
-            "engine {} is unhealthy (a device hit a sticky error): draining and exiting "
-            "so that the service manager restarts overlapd",
-            eng->Name());
-        stop.Request(kExitFailure, "engine unhealthy");
-      }
-    }
-  });
-
-  stop.Wait(absl::InfiniteDuration());
-  Notify(absl::StrCat("STOPPING=1\nSTATUS=draining (", stop.why(), ")"));
-  (*server)->SetServing(false);
-  sched->StartDrain();
-  bool stuck = false;
-  const absl::Duration drain_timeout = absl::Seconds(config.drain_timeout_s);
-  if (!sched->WaitIdle(drain_timeout)) {
-    const int cancelled = sched->CancelRunning(absl::StrFormat(
-        "cancelled: overlapd shut down (drain timeout %gs)", config.drain_timeout_s));
-    log->warn("drain timeout ({}s): cancelled {} running job(s)", config.drain_timeout_s,
-              cancelled);
-    stuck = !sched->WaitIdle(kCancelGrace);
-  }
-  threads_done.store(true);
-  signal_thread.join();
-  health_thread.join();
-  if (stuck) {
-    // A job that ignores cancellation cannot be joined; its row stays RUNNING and
-    // the next start marks it FAILED "daemon restarted".
-    log->error("{} job(s) did not stop after cancel; exiting without them", sched->RunningCount());
-    (*server)->Shutdown(kRpcGrace);
-    spdlog::shutdown();
-    std::_Exit(kExitFailure);
-  }
-  const int queued = sched->QueuedCount();
-  metrics.reset();    // it reads the server's counters and the scheduler
-  sched->Shutdown();  // ends WatchJob streams
-  (*server)->Shutdown(kRpcGrace);
-  server->reset();
-  scheduler->reset();
-  log->info("overlapd stopped ({} queued job(s) kept for the next start)", queued);
-  return stop.exit_code();
-}
-
 }  // namespace
 }  // namespace overlap
 
@@ -556,5 +259,9 @@ int main(int argc, char** argv) {
   }
   overlap::InitLogging(config->log_level);
   overlap::rpc::RouteGrpcLogsToSpdlog();
-  return overlap::Run(*config);
+  overlap::Daemon::StartError error;
+  std::unique_ptr<overlap::Daemon> daemon = overlap::Daemon::Start(*config, &error);
+  if (daemon == nullptr) return error.exit_code;
+  daemon->Wait();
+  return daemon->Stop();
 }

@@ -1,24 +1,25 @@
-// The scheduler's JobRunner for real engines: re-reads a stored job's spec and
-// runs it with runner::RunJob.
+// The scheduler's JobRunner for real engines: re-reads a stored job's spec,
+// checks it again (Admission::Revalidate) and runs it with runner::RunJob.
 #pragma once
 
 #include "absl/status/statusor.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
+#include "server/jobs/admission.h"
 #include "server/jobs/scheduler.h"
 #include "server/runner/job_runner.h"
 
 namespace overlap::jobs {
 
-// The spec is parsed and validated again because a job queued before a restart
-// may meet a different backend (fewer devices, another max_iterations): it then
-// fails with INVALID_ARGUMENT instead of running on devices that do not exist.
-absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, int max_iterations,
+// The spec is validated again because a job queued before a restart may meet
+// a different backend (fewer devices, another max_iterations): it then fails
+// with INVALID_ARGUMENT instead of running on devices that do not exist.
+absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admission& admission,
                                            runner::TuningCache* tuning_cache, const v1::Job& job,
                                            const runner::RunHooks& hooks);
 
-// RunStoredJob bound to an engine and cache (both must outlive the runner).
-JobRunner MakeEngineRunner(engine::Engine& engine, int max_iterations,
+// RunStoredJob bound to an engine, admission and cache (all must outlive the runner).
+JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,
                            runner::TuningCache* tuning_cache);
 
 }  // namespace overlap::jobs

@@ -6,12 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/config.h"
-#include "common/graph_parser.h"
-#include "common/graph_validator.h"
 #include "common/logging.h"
 #include "common/text.h"
-#include "server/runner/job_runner.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::rpc {
@@ -21,11 +17,9 @@ constexpr absl::Duration kWatchPoll = absl::Milliseconds(250);
 
 std::shared_ptr<spdlog::logger> Log() { return GetLogger("rpc"); }
 
-double GiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1LL << 30); }
-
 // Timelines are the bulk of a finished op's result (a span per GEMM piece and
-// transfer per rank). A list, and the progress events of a watch, carry the
-// job without them; GetJob and a watch's final event carry them whole.
+// transfer per rank). The progress events of a watch carry the job without
+// them; GetJob and a watch's final event carry them whole.
 void DropTimelines(v1::Job* job) {
   v1::JobResult* result = job->mutable_result();
   for (v1::OpResult& op : *result->mutable_ops()) op.clear_timeline();
@@ -49,85 +43,20 @@ absl::Status RequireId(const std::string& id) {
   return absl::OkStatus();
 }
 
-// The config key that sizes what jobs may use of a device of `backend`.
-std::string PoolSetting(const std::string& backend) {
-  return backend == "host" ? "host_device_memory_bytes" : "pool_bytes_per_device";
-}
-
 }  // namespace
 
-std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
-                              const std::string& pool_setting) {
-  std::string message =
-      absl::StrFormat("job needs %.2f GiB per device, device %d has %.2f GiB (%s)", GiB(needed),
-                      device.index, GiB(device.memory_bytes), pool_setting);
-  const int64_t total = device.total_memory_bytes;
-  if (total <= device.memory_bytes) return message;  // the pool is the whole device
-  // The pool takes at most kPoolMaxPercentOfFree of what is free when the daemon
-  // starts (DevicePool::Create), and the GPU's runtime holds some of the rest.
-  if (needed <= total / 100 * kPoolMaxPercentOfFree) {
-    absl::StrAppendFormat(&message,
-                          " of its %.2f GiB: a larger %s in the daemon's config fits it (a "
-                          "size, or a share such as 80%%; at most %d%% of the GPU)",
-                          GiB(total), pool_setting, kPoolMaxPercentOfFree);
-  } else {
-    absl::StrAppendFormat(&message,
-                          " and %.2f GiB in all: spread the job over more GPUs (a larger tp) "
-                          "or make its shapes smaller",
-                          GiB(total));
-  }
-  return message;
-}
-
-JobsService::JobsService(jobs::Scheduler& scheduler, const engine::Engine& engine,
-                         JobsServiceOptions options, DaemonCounters& counters)
-    : scheduler_(scheduler), engine_(engine), options_(std::move(options)), counters_(counters) {}
+JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
+                         JobsServiceOptions options, node::DaemonCounters& counters)
+    : scheduler_(scheduler), admission_(admission), options_(options), counters_(counters) {}
 
 absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
-                                           const std::string& raw_source_name) {
+                                           const std::string& source_name) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
-  // Only for messages: printable, and short.
-  const std::string source_name = Excerpt(raw_source_name, 120);
-  if (static_cast<int64_t>(spec_text.size()) > options_.max_spec_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("spec: ", spec_text.size(),
-                                                   " bytes is over max_spec_bytes (",
-                                                   options_.max_spec_bytes, ")"));
-  }
-  if (std::optional<size_t> bad = FirstInvalidUtf8(spec_text)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%sspec: not UTF-8 text (byte 0x%02x at offset %d): a graph is a YAML or JSON file",
-        source_name.empty() ? "" : source_name + ": ",
-        static_cast<unsigned char>(spec_text[*bad]), *bad));
-  }
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
-  if (!spec.ok()) return spec.status();
-  ValidationLimits limits;
-  limits.device_count = engine_.DeviceCount();
-  limits.library_algorithms = engine_.LibraryAlgorithms();
-  limits.max_iterations = options_.max_iterations;
-  limits.max_ops = options_.max_ops_per_job;
-  absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
-  if (!devices.ok()) return devices.status();
-
-  const int tp = static_cast<int>(devices->size());
-  const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(*spec, tp)
-                                                   : runner::JobBytesPerDevice(*spec, tp);
-  for (int device : *devices) {
-    const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
-    if (needed > info.memory_bytes) {
-      return absl::ResourceExhaustedError(
-          DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
-    }
-  }
-
-  v1::Job job;
-  job.set_name(!spec->name.empty() ? spec->name : source_name);
-  job.set_priority(spec->priority);
-  for (int device : *devices) job.add_devices(device);
-  job.set_spec(spec_text);
+  absl::StatusOr<v1::Job> job = admission_.Admit(spec_text, source_name);
+  if (!job.ok()) return job.status();
   // Queue room and draining are checked again by the scheduler, atomically with
   // storing the job.
-  return scheduler_.Submit(std::move(job));
+  return scheduler_.Submit(std::move(*job));
 }
 
 absl::StatusOr<v1::Job> JobsService::Submit(const std::string& spec_text,

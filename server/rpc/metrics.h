@@ -2,8 +2,10 @@
 // dashboards SREs already keep next to dcgm-exporter's: health, jobs by state,
 // per-GPU memory, busy time and telemetry, and per GPU the last op a job
 // finished there (its step, exposed communication, hidden share and the GEMM
-// alone of that GPU's rank). Built on scrape from what GetNodeInfo, GetStats
-// and the job list return, so the figures always agree with overlapctl's.
+// alone of that GPU's rank). Each family is one definition in a table
+// (metrics.cc). Built on scrape from the node's state (node/node_state.h, what
+// GetNodeInfo and GetStats answer) and the job list, so the figures always
+// agree with overlapctl's.
 #pragma once
 
 #include <memory>
@@ -13,10 +15,9 @@
 #include "absl/status/statusor.h"
 #include "overlap/v1/overlap.pb.h"
 #include "prometheus/metric_family.h"
-#include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
 #include "server/rpc/http_endpoint.h"
-#include "server/rpc/jobs_service.h"
+#include "server/node/node_state.h"
 
 namespace overlap::rpc {
 
@@ -34,9 +35,8 @@ class MetricsExporter {
   // Serves /metrics on `address` (HOST:PORT; port 0 picks one). The references
   // must outlive the exporter. FAILED_PRECONDITION when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& address,
-                                                                jobs::Scheduler& scheduler,
-                                                                const engine::Engine& engine,
-                                                                const DaemonCounters& counters);
+                                                                const node::NodeState& node,
+                                                                jobs::Scheduler& scheduler);
   ~MetricsExporter();
 
   int port() const;

@@ -23,8 +23,7 @@ constexpr char kJobsServiceName[] = "overlap.v1.Jobs";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options,
-                                                            jobs::Scheduler& scheduler,
-                                                            const engine::Engine& engine) {
+                                                            const RpcServerParts& parts) {
   auto log = GetLogger("rpc");
   absl::StatusOr<ListenTarget> target =
       ResolveListenWithTls(options.listen, options.allow_insecure_tcp, options.tls);
@@ -44,11 +43,9 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   }
 
   std::unique_ptr<RpcServer> server(new RpcServer());
-  server->jobs_service_ =
-      std::make_unique<JobsService>(scheduler, engine, options.jobs, server->counters_);
-  server->node_service_ =
-      std::make_unique<NodeService>(scheduler, engine, NodeInfoStatic{options.state_dir, ""},
-                                    server->counters_, options.tuning_cache);
+  server->jobs_service_ = std::make_unique<JobsService>(parts.scheduler, parts.admission,
+                                                       options.jobs, parts.node.counters());
+  server->node_service_ = std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -59,7 +56,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   // it still reaches the check that names the setting.
   const int64_t receive_limit = std::min<int64_t>(
       std::numeric_limits<int>::max(),
-      std::max<int64_t>(4 << 20, 2 * options.jobs.max_spec_bytes + (64 << 10)));
+      std::max<int64_t>(4 << 20, 2 * options.max_spec_bytes + (64 << 10)));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->node_service_.get());
@@ -92,7 +89,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
     const size_t colon = target->grpc_uri.rfind(':');
     server->listen_address_ = absl::StrCat(target->grpc_uri.substr(0, colon), ":", selected_port);
   }
-  server->node_service_->set_listen_address(server->listen_address_);
+  parts.node.set_listen_address(server->listen_address_);
   server->SetServing(true);
   log->info("listening on {}{}", server->listen_address_,
             !options.tls.enabled()                ? ""

@@ -17,6 +17,9 @@
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/jobs/scheduler.h"
+#include "server/jobs/admission.h"
+#include "server/node/node_state.h"
+#include "server/node/tuning_state.h"
 #include "server/rpc/jobs_service.h"
 #include "server/rpc/node_service.h"
 #include "server/rpc/server_tls.h"
@@ -29,21 +32,27 @@ struct RpcServerOptions {
   // A unix socket is made 0600 (the daemon's umask) and then given mode 0660,
   // with this group when >= 0 (config socket_group).
   int socket_gid = -1;
-  ServerTls tls;          // TCP only
-  std::string state_dir;  // shown by GetNodeInfo
+  ServerTls tls;  // TCP only
   JobsServiceOptions jobs;
-  // Listed and pruned by the Node service; may be null. Must outlive the server.
-  runner::TuningCache* tuning_cache = nullptr;
+  // The largest request gRPC takes: max_spec_bytes, with room (rpc_server.cc).
+  int64_t max_spec_bytes = 1 << 20;
+};
+
+// What the services serve from; every part must outlive the server.
+struct RpcServerParts {
+  jobs::Scheduler& scheduler;
+  const jobs::Admission& admission;
+  node::NodeState& node;
+  node::TuningState& tuning;
+  const engine::Engine& engine;
 };
 
 class RpcServer {
  public:
-  // Listening when this returns. INVALID_ARGUMENT for a bad listen address or
-  // TLS settings, FAILED_PRECONDITION when it cannot be bound. `scheduler` and `engine`
-  // must outlive the server.
+  // Listening when this returns. INVALID_ARGUMENT for a bad listen address, TLS
+  // settings or socket group, FAILED_PRECONDITION when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<RpcServer>> Start(const RpcServerOptions& options,
-                                                          jobs::Scheduler& scheduler,
-                                                          const engine::Engine& engine);
+                                                          const RpcServerParts& parts);
   ~RpcServer();  // Shutdown(0)
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
@@ -56,12 +65,9 @@ class RpcServer {
   // until every handler returned. Removes the unix socket file.
   void Shutdown(absl::Duration grace);
 
-  const DaemonCounters& counters() const { return counters_; }
-
  private:
   RpcServer() = default;
 
-  DaemonCounters counters_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<NodeService> node_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -232,10 +232,10 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
       store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
       jobs::SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  DaemonCounters counters;
-  counters.jobs_submitted = 3;
+  node::NodeState node(**scheduler, **engine, dir.path());
+  node.counters().jobs_submitted = 3;
 
-  auto exporter = MetricsExporter::Start("127.0.0.1:0", **scheduler, **engine, counters);
+  auto exporter = MetricsExporter::Start("127.0.0.1:0", node, **scheduler);
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   const int port = (*exporter)->port();
   ASSERT_GT(port, 0);
@@ -246,7 +246,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   EXPECT_THAT(response, HasSubstr("overlapd_device_memory_used_bytes{device=\"1\"} 0\n"));
 
   auto second =
-      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), **scheduler, **engine, counters);
+      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **scheduler);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));

@@ -95,16 +95,21 @@ class RpcServerTest : public ::testing::Test {
     ASSERT_TRUE(cache.ok()) << cache.status();
     tuning_cache_ = std::move(*cache);
 
-    RpcServerOptions options;
-    options.tuning_cache = tuning_cache_.get();
-    options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
-    options.state_dir = dir_.path() + "/state";
-    options.jobs.max_spec_bytes = 4096;
+    jobs::AdmissionOptions admission;
+    admission.max_spec_bytes = 4096;
     // Jobs named "huge" ask for 3 GiB per device; the devices have 2.
-    options.jobs.bytes_per_device = [](const JobSpec& spec, int tp) -> int64_t {
+    admission.bytes_per_device = [](const JobSpec& spec, int tp) -> int64_t {
       return spec.name == "huge" ? 3 * kGiB : 1 << 20;
     };
-    auto server = RpcServer::Start(options, *scheduler_, *engine_);
+    admission_ = std::make_unique<jobs::Admission>(*engine_, admission);
+    node_state_ =
+        std::make_unique<node::NodeState>(*scheduler_, *engine_, dir_.path() + "/state");
+    tuning_ = node::CacheTuningState(tuning_cache_.get(), *engine_);
+    RpcServerOptions options;
+    options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
+    options.max_spec_bytes = 4096;
+    auto server = RpcServer::Start(
+        options, RpcServerParts{*scheduler_, *admission_, *node_state_, *tuning_, *engine_});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     channel_ = grpc::CreateChannel(server_->listen_address(), grpc::InsecureChannelCredentials());
@@ -189,6 +194,9 @@ class RpcServerTest : public ::testing::Test {
   TempDir dir_;
   FakeRunner runner_;
   std::unique_ptr<runner::TuningCache> tuning_cache_;
+  std::unique_ptr<jobs::Admission> admission_;
+  std::unique_ptr<node::NodeState> node_state_;
+  std::unique_ptr<node::TuningState> tuning_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<jobs::JobStore> store_;
   std::unique_ptr<jobs::Scheduler> scheduler_;
@@ -327,16 +335,16 @@ TEST(DoesNotFitMessageTest, SaysWhetherALargerPoolOrMoreGpusWouldFit) {
   gpu.memory_bytes = 16 * kGiB;
   gpu.total_memory_bytes = 140 * kGiB;
   EXPECT_EQ(
-      DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
+      jobs::DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
       "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) of "
       "its 140.00 GiB: a larger pool_bytes_per_device in the daemon's config fits it (a size, or "
       "a share such as 80%; at most 90% of the GPU)");
-  EXPECT_EQ(DoesNotFitMessage(130 * kGiB, gpu, "pool_bytes_per_device"),
+  EXPECT_EQ(jobs::DoesNotFitMessage(130 * kGiB, gpu, "pool_bytes_per_device"),
             "job needs 130.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device) "
             "and 140.00 GiB in all: spread the job over more GPUs (a larger tp) or make its "
             "shapes smaller");
   gpu.total_memory_bytes = 0;  // unknown: the pool is all there is to say
-  EXPECT_EQ(DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
+  EXPECT_EQ(jobs::DoesNotFitMessage(20 * kGiB, gpu, "pool_bytes_per_device"),
             "job needs 20.00 GiB per device, device 1 has 16.00 GiB (pool_bytes_per_device)");
 }
 
@@ -538,7 +546,9 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
   auto host = engine::CreateHostEngine(options);
   ASSERT_TRUE(host.ok()) << host.status();
   ReadingEngine engine(std::move(*host));
-  NodeService node(*scheduler_, engine, NodeInfoStatic{}, server_->counters(), nullptr);
+  node::NodeState state(*scheduler_, engine, "");
+  std::unique_ptr<node::TuningState> no_cache = node::CacheTuningState(nullptr, engine);
+  NodeService node(state, *no_cache, engine);
   v1::GetNodeInfoResponse info;
   ASSERT_TRUE(node.GetNodeInfo(nullptr, nullptr, &info).ok());
   ASSERT_EQ(info.devices_size(), 2);
@@ -568,9 +578,11 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
 }
 
 TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {
-  NodeService node(*scheduler_, *engine_, NodeInfoStatic{}, server_->counters(), nullptr);
+  std::unique_ptr<node::TuningState> no_cache = node::CacheTuningState(nullptr, *engine_);
+  NodeService node(*node_state_, *no_cache, *engine_);
+  v1::ListTunedSchedulesRequest list;
   v1::ListTunedSchedulesResponse listed;
-  grpc::Status status = node.ListTunedSchedules(nullptr, nullptr, &listed);
+  grpc::Status status = node.ListTunedSchedules(nullptr, &list, &listed);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), ::testing::HasSubstr("no tuning cache"));
   v1::ForgetTunedSchedulesRequest request;

@@ -1,0 +1,360 @@
+#include "server/daemon.h"
+
+#include <grp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "overlap_git_commit.h"
+#include "server/engine_select.h"
+#include "server/jobs/admission.h"
+#include "server/jobs/job_execution.h"
+#include "server/jobs/job_store.h"
+#include "server/jobs/scheduler.h"
+#include "server/node/node_state.h"
+#include "server/node/tuning_state.h"
+#include "server/rpc/metrics.h"
+#include "server/rpc/rpc_server.h"
+#include "server/rpc/server_tls.h"
+#include "server/runner/tuning_cache.h"
+
+namespace overlap {
+namespace {
+
+constexpr absl::Duration kCancelGrace = absl::Seconds(10);
+constexpr absl::Duration kRpcGrace = absl::Seconds(2);
+
+volatile sig_atomic_t g_stray_signal = 0;
+
+void RecordStraySignal(int sig) { g_stray_signal = sig; }
+
+// The one reason the daemon stops (first one wins) and the exit code it implies.
+class StopRequest {
+ public:
+  void Request(int exit_code, const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (requested_) return;
+    requested_ = true;
+    exit_code_ = exit_code;
+    why_ = why;
+  }
+  // True when stopped within `timeout`.
+  bool Wait(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&requested_), timeout);
+  }
+  bool requested() {
+    absl::MutexLock lock(&mu_);
+    return requested_;
+  }
+  int exit_code() {
+    absl::MutexLock lock(&mu_);
+    return exit_code_;
+  }
+  std::string why() {
+    absl::MutexLock lock(&mu_);
+    return why_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  int exit_code_ ABSL_GUARDED_BY(mu_) = kExitOk;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+};
+
+void Notify(const std::string& state) {
+  // Returns 0 when not under systemd (no NOTIFY_SOCKET): nothing to do.
+  if (sd_notify(0, state.c_str()) < 0) {
+    GetLogger("overlapd")->warn("sd_notify({}) failed", state.substr(0, state.find('\n')));
+  }
+}
+
+// The state directory exists (made private, umask 0077), is a directory, and
+// this process may write it: found here, before the engine spends seconds
+// starting, as a configuration error (exit 2), not a failure systemd retries.
+absl::Status PrepareStateDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir ", dir, ": cannot create it: ", ec.message()));
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("state_dir ", dir, " is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state_dir %s: overlapd (uid %d) cannot write it (owner uid %d, mode %04o): chown it to "
+        "the user overlapd runs as, or set another state_dir",
+        dir, ::geteuid(), st.st_uid, st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// SIGTERM/SIGINT are blocked in main before it makes any thread, so every thread
+// of ours inherits the mask and only the signal thread's sigtimedwait takes
+// them. Libraries can start threads before main (OpenBLAS's pool starts in a
+// shared-library constructor) and those do not block them; a signal the kernel
+// hands to one of those runs this handler instead of killing the process, and
+// the signal thread picks it up from g_stray_signal.
+void BlockShutdownSignals() {
+  struct sigaction action {};
+  action.sa_handler = RecordStraySignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+absl::StatusOr<int> SocketGroupId(const std::string& group) {
+  if (group.empty()) return -1;
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  const int rc = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (rc != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket_group: no group named \"", group.substr(0, 200), "\""));
+  }
+  return static_cast<int>(found->gr_gid);
+}
+
+// Declared in the order they start; destroyed the other way round, each
+// before what it uses.
+struct Daemon::Parts {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<jobs::JobStore> store;
+  std::unique_ptr<runner::TuningCache> tuning_cache;  // may stay null
+  std::unique_ptr<node::TuningState> tuning;
+  std::unique_ptr<jobs::Admission> admission;
+  std::unique_ptr<jobs::Scheduler> scheduler;
+  std::unique_ptr<node::NodeState> node;
+  std::unique_ptr<rpc::RpcServer> server;
+  std::unique_ptr<rpc::MetricsExporter> metrics;
+  StopRequest stop;
+  std::atomic<bool> threads_done{false};
+};
+
+Daemon::Daemon(const DaemonConfig& config) : config_(config), parts_(std::make_unique<Parts>()) {}
+
+Daemon::~Daemon() {
+  parts_->threads_done.store(true);
+  parts_->stop.Request(kExitOk, "destroyed");
+  if (signal_thread_.joinable()) signal_thread_.join();
+  if (health_thread_.joinable()) health_thread_.join();
+}
+
+std::unique_ptr<Daemon> Daemon::Start(const DaemonConfig& config, StartError* error) {
+  std::unique_ptr<Daemon> daemon(new Daemon(config));
+  int exit_code = kExitFailure;
+  if (absl::Status s = daemon->StartParts(&exit_code); !s.ok()) {
+    GetLogger("overlapd")->error("{}", std::string(s.message()));
+    Parts& p = *daemon->parts_;
+    if (p.scheduler != nullptr) {
+      if (p.server != nullptr) p.server->Shutdown(absl::ZeroDuration());
+      p.scheduler->StartDrain();
+      p.scheduler->CancelRunning("overlapd failed to start");
+      p.scheduler->WaitIdle(kCancelGrace);
+    }
+    *error = StartError{s, exit_code};
+    return nullptr;
+  }
+  return daemon;
+}
+
+absl::Status Daemon::StartParts(int* exit_code) {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
+  const DaemonConfig& config = config_;
+  log->info("overlapd {} ({}) starting: backend={} state_dir={}", OVERLAP_VERSION,
+            OVERLAP_GIT_COMMIT, config.backend, config.state_dir);
+  *exit_code = kExitUsage;
+  if (absl::Status s = PrepareStateDir(config.state_dir); !s.ok()) return s;
+
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
+  if (!engine.ok()) {
+    // A bad config is not retried by systemd (RestartPreventExitStatus=2).
+    *exit_code = engine.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                              : kExitFailure;
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("cannot start the engine: ", engine.status().message()));
+  }
+  p.engine = std::move(*engine);
+  log->info("engine {}: {} device(s)", p.engine->Name(), p.engine->DeviceCount());
+
+  absl::StatusOr<std::unique_ptr<jobs::JobStore>> store = jobs::JobStore::Open(config.state_dir);
+  if (!store.ok()) {
+    // A state_dir it cannot use, a damaged database or one from a newer overlapd
+    // stays so until someone acts: exit 2, which systemd does not restart. A
+    // full disk (RESOURCE_EXHAUSTED) exits 1: space is often freed without
+    // touching overlapd, and systemd's restarts then bring it back.
+    const absl::StatusCode code = store.status().code();
+    *exit_code = code == absl::StatusCode::kInvalidArgument ||
+                         code == absl::StatusCode::kDataLoss ||
+                         code == absl::StatusCode::kFailedPrecondition
+                     ? kExitUsage
+                     : kExitFailure;
+    return absl::Status(code, absl::StrCat("cannot open the job store: ", store.status().message()));
+  }
+  p.store = std::move(*store);
+  // Autotuning still works without the cache; it just re-tunes after a restart.
+  if (auto cache = runner::TuningCache::Open(config.state_dir + "/tuning.db"); cache.ok()) {
+    p.tuning_cache = std::move(*cache);
+  } else {
+    log->warn("tuning cache disabled: {}", std::string(cache.status().message()));
+  }
+  p.tuning = node::CacheTuningState(p.tuning_cache.get(), *p.engine);
+
+  jobs::AdmissionOptions admission;
+  admission.max_iterations = config.max_iterations;
+  admission.max_spec_bytes = config.max_spec_bytes;
+  admission.max_ops_per_job = config.max_ops_per_job;
+  p.admission = std::make_unique<jobs::Admission>(*p.engine, admission);
+
+  jobs::SchedulerOptions scheduler_options;
+  scheduler_options.max_queued_jobs = config.max_queued_jobs;
+  scheduler_options.executor_threads = p.engine->DeviceCount();
+  scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
+  scheduler_options.retention.keep_ms =
+      static_cast<int64_t>(std::min(config.keep_finished_days, 1e6) * 24 * 3600 * 1000);
+  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler = jobs::Scheduler::Create(
+      p.store.get(), jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get()),
+      scheduler_options);
+  *exit_code = kExitFailure;
+  if (!scheduler.ok()) {
+    return absl::Status(scheduler.status().code(),
+                        absl::StrCat("cannot recover jobs: ", scheduler.status().message()));
+  }
+  p.scheduler = std::move(*scheduler);
+  p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
+
+  rpc::RpcServerOptions rpc_options;
+  rpc_options.listen = config.listen;
+  rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
+  rpc_options.socket_gid = *SocketGroupId(config.socket_group);  // checked with the config
+  rpc_options.tls = rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
+  rpc_options.jobs.max_watchers = config.max_watchers;
+  rpc_options.max_spec_bytes = config.max_spec_bytes;
+  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
+      rpc_options, rpc::RpcServerParts{*p.scheduler, *p.admission, *p.node, *p.tuning, *p.engine});
+  if (!server.ok()) {
+    *exit_code = server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                               : kExitFailure;
+    return absl::Status(server.status().code(), absl::StrCat("cannot start the gRPC server: ",
+                                                             server.status().message()));
+  }
+  p.server = std::move(*server);
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> metrics =
+        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.scheduler);
+    *exit_code = kExitUsage;
+    if (!metrics.ok()) return metrics.status();
+    p.metrics = std::move(*metrics);
+    log->info("metrics on http://{}:{}/metrics",
+              config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
+              p.metrics->port());
+  }
+  Notify(absl::StrCat("READY=1\nSTATUS=serving on ", p.server->listen_address()));
+
+  signal_thread_ = std::thread([&p, log] {
+    const sigset_t signals = [] {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGTERM);
+      sigaddset(&set, SIGINT);
+      return set;
+    }();
+    const timespec poll{0, 200 * 1000 * 1000};
+    while (!p.threads_done.load()) {
+      int sig = sigtimedwait(&signals, nullptr, &poll);
+      if (sig <= 0) {
+        sig = g_stray_signal;
+        g_stray_signal = 0;
+      }
+      if (sig <= 0) continue;
+      if (!p.stop.requested()) {
+        log->info("{} received: draining", strsignal(sig));
+        p.stop.Request(kExitOk, strsignal(sig));
+      } else {
+        log->warn("{} received again: cancelling running jobs now", strsignal(sig));
+        p.scheduler->CancelRunning("cancelled: overlapd shutting down (second signal)");
+      }
+    }
+  });
+  health_thread_ = std::thread([&p, log] {
+    while (!p.stop.Wait(absl::Milliseconds(500))) {
+      if (!p.engine->Healthy()) {
+        log->error(
+            "engine {} is unhealthy (a device hit a sticky error): draining and exiting so that "
+            "the service manager restarts overlapd",
+            p.engine->Name());
+        p.stop.Request(kExitFailure, "engine unhealthy");
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void Daemon::Wait() { parts_->stop.Wait(absl::InfiniteDuration()); }
+
+int Daemon::Stop() {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
+  Notify(absl::StrCat("STOPPING=1\nSTATUS=draining (", p.stop.why(), ")"));
+  p.server->SetServing(false);
+  p.scheduler->StartDrain();
+  bool stuck = false;
+  if (!p.scheduler->WaitIdle(absl::Seconds(config_.drain_timeout_s))) {
+    const int cancelled = p.scheduler->CancelRunning(absl::StrFormat(
+        "cancelled: overlapd shut down (drain timeout %gs)", config_.drain_timeout_s));
+    log->warn("drain timeout ({}s): cancelled {} running job(s)", config_.drain_timeout_s,
+              cancelled);
+    stuck = !p.scheduler->WaitIdle(kCancelGrace);
+  }
+  p.threads_done.store(true);
+  signal_thread_.join();
+  health_thread_.join();
+  if (stuck) {
+    // A job that ignores cancellation cannot be joined; its row stays RUNNING and
+    // the next start marks it FAILED "daemon restarted".
+    log->error("{} job(s) did not stop after cancel; exiting without them",
+               p.scheduler->RunningCount());
+    p.server->Shutdown(kRpcGrace);
+    spdlog::shutdown();
+    std::_Exit(kExitFailure);
+  }
+  const int queued = p.scheduler->QueuedCount();
+  p.metrics.reset();      // it reads the node's state and the scheduler
+  p.scheduler->Shutdown();  // ends WatchJob streams
+  p.server->Shutdown(kRpcGrace);
+  p.server.reset();
+  p.node.reset();
+  p.scheduler.reset();
+  log->info("overlapd stopped ({} queued job(s) kept for the next start)", queued);
+  return p.stop.exit_code();
+}
+
+}  // namespace overlap

@@ -1,0 +1,107 @@
+#include "server/jobs/admission.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config.h"
+#include "common/graph_parser.h"
+#include "common/status_macros.h"
+#include "common/text.h"
+#include "server/runner/job_runner.h"
+
+namespace overlap::jobs {
+namespace {
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1LL << 30); }
+
+// The config key that sizes what jobs may use of a device of `backend`.
+std::string PoolSetting(const std::string& backend) {
+  return backend == "host" ? "host_device_memory_bytes" : "pool_bytes_per_device";
+}
+
+}  // namespace
+
+std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
+                              const std::string& pool_setting) {
+  std::string message =
+      absl::StrFormat("job needs %.2f GiB per device, device %d has %.2f GiB (%s)", GiB(needed),
+                      device.index, GiB(device.memory_bytes), pool_setting);
+  const int64_t total = device.total_memory_bytes;
+  if (total <= device.memory_bytes) return message;  // the pool is the whole device
+  // The pool takes at most kPoolMaxPercentOfFree of what is free when the daemon
+  // starts (DevicePool::Create), and the GPU's runtime holds some of the rest.
+  if (needed <= total / 100 * kPoolMaxPercentOfFree) {
+    absl::StrAppendFormat(&message,
+                          " of its %.2f GiB: a larger %s in the daemon's config fits it (a "
+                          "size, or a share such as 80%%; at most %d%% of the GPU)",
+                          GiB(total), pool_setting, kPoolMaxPercentOfFree);
+  } else {
+    absl::StrAppendFormat(&message,
+                          " and %.2f GiB in all: spread the job over more GPUs (a larger tp) "
+                          "or make its shapes smaller",
+                          GiB(total));
+  }
+  return message;
+}
+
+Admission::Admission(const engine::Engine& engine, AdmissionOptions options)
+    : engine_(engine), options_(std::move(options)) {}
+
+ValidationLimits Admission::Limits() const {
+  ValidationLimits limits;
+  limits.device_count = engine_.DeviceCount();
+  limits.library_algorithms = engine_.LibraryAlgorithms();
+  limits.max_iterations = options_.max_iterations;
+  limits.max_ops = options_.max_ops_per_job;
+  return limits;
+}
+
+absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
+                                         const std::string& raw_source_name) const {
+  // Only for messages: printable, and short.
+  const std::string source_name = Excerpt(raw_source_name, 120);
+  if (static_cast<int64_t>(spec_text.size()) > options_.max_spec_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", spec_text.size(),
+                                                   " bytes is over max_spec_bytes (",
+                                                   options_.max_spec_bytes, ")"));
+  }
+  if (std::optional<size_t> bad = FirstInvalidUtf8(spec_text)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sspec: not UTF-8 text (byte 0x%02x at offset %d): a graph is a YAML or JSON file",
+        source_name.empty() ? "" : source_name + ": ",
+        static_cast<unsigned char>(spec_text[*bad]), *bad));
+  }
+  ASSIGN_OR_RETURN(const JobSpec spec, ParseJobSpec(spec_text, source_name));
+  ASSIGN_OR_RETURN(const std::vector<int> devices, ValidateJobSpec(spec, Limits()));
+  const int tp = static_cast<int>(devices.size());
+  const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(spec, tp)
+                                                   : runner::JobBytesPerDevice(spec, tp);
+  for (int device : devices) {
+    const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
+    if (needed > info.memory_bytes) {
+      return absl::ResourceExhaustedError(
+          DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
+    }
+  }
+  v1::Job job;
+  job.set_name(!spec.name.empty() ? spec.name : source_name);
+  job.set_priority(spec.priority);
+  for (int device : devices) job.add_devices(device);
+  job.set_spec(spec_text);
+  return job;
+}
+
+absl::StatusOr<AdmittedJob> Admission::Revalidate(const v1::Job& job) const {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec(), job.id()));
+  spec.devices.assign(job.devices().begin(), job.devices().end());
+  absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(spec, Limits());
+  if (!devices.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no longer valid on this node: ", devices.status().message()));
+  }
+  return AdmittedJob{std::move(spec), std::move(*devices)};
+}
+
+}  // namespace overlap::jobs
