@@ -27,7 +27,7 @@
 
 namespace overlap::cuda {
 
-class CudaEngine : public engine::Engine {
+class CudaEngine : public engine::EngineDefaults {
  public:
   virtual int MultiprocessorCount(int device) const = 0;
 };

@@ -203,6 +203,11 @@ struct BackendVersions {
   std::string cuda_runtime, cuda_driver, nccl, cublas;
 };
 
+// Every method is pure, so that a decorator that forgets one fails to
+// compile. Backends derive from EngineDefaults, which answers the optional
+// parts (telemetry, Xids, knobs, graph replay, launch gates) for a backend
+// without them; decorators derive from ForwardingEngine
+// (server/engine/forwarding_engine.h).
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -212,27 +217,25 @@ class Engine {
   virtual DeviceInfo GetDeviceInfo(int device) const = 0;
   virtual BackendVersions Versions() const = 0;
   virtual int64_t MemoryInUse(int device) const = 0;
-  virtual DeviceTelemetry Telemetry(int device) const { return {}; }
+  virtual DeviceTelemetry Telemetry(int device) const = 0;
   // Sets `device`'s Xid counts back to 0 (after the GPU was reset) and returns
   // how many Xids they held; FAILED_PRECONDITION where the backend counts none.
   // const like Telemetry: the counts are the health readings' bookkeeping, not
   // state any job sees.
-  virtual absl::StatusOr<int64_t> ForgetXids(int device) const {
-    return absl::FailedPreconditionError(Name() + " backend counts no Xid errors (NVML does)");
-  }
+  virtual absl::StatusOr<int64_t> ForgetXids(int device) const = 0;
   // SMs that library collectives marked beside_gemm may use, and that GEMMs
   // marked beside_collective leave free; 0 = no budget (the library's own
   // choice, and GEMMs take every SM). Config nccl_overlap_ctas.
-  virtual int CollectiveSmBudget() const { return 0; }
+  virtual int CollectiveSmBudget() const = 0;
   // How long the job runner heats the GPUs with a GEMM before a measured phase
   // (config preheat_ms); 0 where rest does not speed anything up.
-  virtual double PreheatMs() const { return 0; }
+  virtual double PreheatMs() const = 0;
   // Ranks each GPU hosts (config ranks_per_gpu): above 1, devices are ranks
   // that share GPUs, good for checking schedules but not for timing them.
-  virtual int RanksPerGpu() const { return 1; }
+  virtual int RanksPerGpu() const = 0;
   // Whether library collectives take CollectiveArgs::algorithm (NCCL does; the
   // host backend's collectives have one way to move their bytes).
-  virtual bool LibraryAlgorithms() const { return false; }
+  virtual bool LibraryAlgorithms() const = 0;
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).
@@ -283,9 +286,9 @@ class Engine {
   // The index of the first element of `src` (of `dtype`) that is not finite
   // (NaN or infinite), -1 when every one is; synchronous like CopyToHost. It
   // proves an output fully written after poisoning without copying it back:
-  // the default does copy it and scans on the host; the CUDA backend scans on
+  // EngineDefaults copies it and scans on the host; the CUDA backend scans on
   // the GPU and returns 8 bytes.
-  virtual absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device);
+  virtual absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device) = 0;
 
   // Blocks until every stream of the given devices is idle; returns the first
   // asynchronous error seen there (the hazard checker's, a library's).
@@ -302,17 +305,11 @@ class Engine {
   // Backends without graphs return UNIMPLEMENTED and callers enqueue directly;
   // ReplaysGraphs says beforehand whether BeginCapture can succeed (the backend
   // has graphs and they are on).
-  virtual bool ReplaysGraphs() const { return false; }
-  virtual absl::Status BeginCapture(StreamId origin) {
-    return absl::UnimplementedError(Name() + " backend: no graph replay");
-  }
-  virtual absl::StatusOr<GraphId> EndCapture(StreamId origin) {
-    return absl::UnimplementedError(Name() + " backend: no graph replay");
-  }
-  virtual absl::Status LaunchGraph(GraphId graph, StreamId stream) {
-    return absl::UnimplementedError(Name() + " backend: no graph replay");
-  }
-  virtual void DestroyGraph(GraphId graph) {}
+  virtual bool ReplaysGraphs() const = 0;
+  virtual absl::Status BeginCapture(StreamId origin) = 0;
+  virtual absl::StatusOr<GraphId> EndCapture(StreamId origin) = 0;
+  virtual absl::Status LaunchGraph(GraphId graph, StreamId stream) = 0;
+  virtual void DestroyGraph(GraphId graph) = 0;
 
   // Launch gates. HoldStreams holds each of `streams` (of any devices): what is
   // queued behind the hold runs only once ReleaseGate(ticket) is called, or once
@@ -324,19 +321,39 @@ class Engine {
   // counts the holds on `device` that ended by timing out (exact once the
   // device is synchronized). Backends without gates, or with them off
   // (launch_gate: false), say so with HasGates and return UNIMPLEMENTED.
-  virtual bool HasGates() const { return false; }
+  virtual bool HasGates() const = 0;
   virtual absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
-                                              double max_hold_ms) {
-    return absl::UnimplementedError(Name() + " backend: no launch gates");
-  }
-  virtual absl::Status ReleaseGate(int64_t ticket) {
-    return absl::UnimplementedError(Name() + " backend: no launch gates");
-  }
-  virtual int64_t GateTimeouts(int device) const { return 0; }
+                                              double max_hold_ms) = 0;
+  virtual absl::Status ReleaseGate(int64_t ticket) = 0;
+  virtual int64_t GateTimeouts(int device) const = 0;
 
   // False once a device hit a sticky error (the context is lost): the daemon
   // reports NOT_SERVING and exits so that systemd restarts it.
   virtual bool Healthy() const = 0;
+};
+
+// The optional parts of an Engine as a backend without them answers: no
+// telemetry or Xids, no knobs, no graph replay (UNIMPLEMENTED), no launch
+// gates (UNIMPLEMENTED), and FirstNonFinite by copying to the host.
+class EngineDefaults : public Engine {
+ public:
+  DeviceTelemetry Telemetry(int device) const override { return {}; }
+  absl::StatusOr<int64_t> ForgetXids(int device) const override;
+  int CollectiveSmBudget() const override { return 0; }
+  double PreheatMs() const override { return 0; }
+  int RanksPerGpu() const override { return 1; }
+  bool LibraryAlgorithms() const override { return false; }
+  absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device) override;
+  bool ReplaysGraphs() const override { return false; }
+  absl::Status BeginCapture(StreamId origin) override;
+  absl::StatusOr<GraphId> EndCapture(StreamId origin) override;
+  absl::Status LaunchGraph(GraphId graph, StreamId stream) override;
+  void DestroyGraph(GraphId graph) override {}
+  bool HasGates() const override { return false; }
+  absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
+                                      double max_hold_ms) override;
+  absl::Status ReleaseGate(int64_t ticket) override;
+  int64_t GateTimeouts(int device) const override { return 0; }
 };
 
 }  // namespace overlap::engine

@@ -13,7 +13,7 @@
 namespace overlap::runner {
 
 TimelineEngine::TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes)
-    : inner_(inner), lanes_(std::move(lanes)) {
+    : engine::ForwardingEngine(inner), lanes_(std::move(lanes)) {
   for (size_t i = 0; i < lanes_.size(); ++i) {
     lane_of_stream_.emplace(lanes_[i].stream, static_cast<int>(i));
   }
@@ -22,7 +22,7 @@ TimelineEngine::TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> 
 TimelineEngine::~TimelineEngine() { Clear(); }
 
 void TimelineEngine::Clear() {
-  for (engine::EventId event : events_) inner_.DestroyEvent(event);
+  for (engine::EventId event : events_) inner().DestroyEvent(event);
   events_.clear();
   pending_.clear();
   open_end_.clear();
@@ -30,7 +30,7 @@ void TimelineEngine::Clear() {
 
 absl::Status TimelineEngine::WaitEvent(engine::StreamId stream, engine::EventId event) {
   open_end_.erase(stream);  // the next span on it may start later than the last one ended
-  return inner_.WaitEvent(stream, event);
+  return inner().WaitEvent(stream, event);
 }
 
 std::string TimelineEngine::RankName(int device) const {
@@ -50,22 +50,22 @@ absl::Status TimelineEngine::Traced(const std::string& kind, const std::vector<P
     const auto lane = lane_of_stream_.find(part.stream);
     if (lane == lane_of_stream_.end() || !seen.insert(part.stream).second) continue;
     const int device = lanes_[lane->second].device;
-    ASSIGN_OR_RETURN(engine::EventId end, inner_.CreateEvent(device));
+    ASSIGN_OR_RETURN(engine::EventId end, inner().CreateEvent(device));
     events_.push_back(end);
     engine::EventId begin;
     if (const auto open = open_end_.find(part.stream); open != open_end_.end()) {
       begin = open->second;
     } else {
-      ASSIGN_OR_RETURN(begin, inner_.CreateEvent(device));
+      ASSIGN_OR_RETURN(begin, inner().CreateEvent(device));
       events_.push_back(begin);
-      RETURN_IF_ERROR(inner_.RecordEvent(begin, part.stream));
+      RETURN_IF_ERROR(inner().RecordEvent(begin, part.stream));
     }
     pending_.push_back(Pending{label_, lane->second, kind, part.name, begin, end});
   }
   RETURN_IF_ERROR(work());
   for (size_t i = first; i < pending_.size(); ++i) {
     const engine::StreamId stream = lanes_[pending_[i].lane].stream;
-    RETURN_IF_ERROR(inner_.RecordEvent(pending_[i].end, stream));
+    RETURN_IF_ERROR(inner().RecordEvent(pending_[i].end, stream));
     open_end_[stream] = pending_[i].end;
   }
   return absl::OkStatus();
@@ -79,8 +79,8 @@ absl::StatusOr<std::vector<TimelineSpan>> TimelineEngine::Collect(
     if (lane.rank < 0 || lane.rank >= static_cast<int>(origin.size())) {
       return absl::InternalError(absl::StrCat("timeline: no origin event for rank ", lane.rank));
     }
-    ASSIGN_OR_RETURN(double start, inner_.ElapsedMs(origin[lane.rank], p.begin));
-    ASSIGN_OR_RETURN(double end, inner_.ElapsedMs(origin[lane.rank], p.end));
+    ASSIGN_OR_RETURN(double start, inner().ElapsedMs(origin[lane.rank], p.begin));
+    ASSIGN_OR_RETURN(double end, inner().ElapsedMs(origin[lane.rank], p.end));
     spans.push_back(TimelineSpan{p.op, lane.rank, lane.name, p.kind, p.name, start, end});
   }
   return spans;
@@ -89,13 +89,13 @@ absl::StatusOr<std::vector<TimelineSpan>> TimelineEngine::Collect(
 absl::Status TimelineEngine::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
                                         uint64_t seed, float scale) {
   return Traced("fill", {{stream, absl::StrCat("fill ", FormatBytes(dst.bytes))}},
-                [&] { return inner_.FillRandom(stream, dst, dtype, seed, scale); });
+                [&] { return inner().FillRandom(stream, dst, dtype, seed, scale); });
 }
 
 absl::Status TimelineEngine::FillConstant(engine::StreamId stream, engine::BufferRef dst,
                                           DType dtype, float value) {
   return Traced("fill", {{stream, absl::StrCat("fill ", FormatBytes(dst.bytes))}},
-                [&] { return inner_.FillConstant(stream, dst, dtype, value); });
+                [&] { return inner().FillConstant(stream, dst, dtype, value); });
 }
 
 absl::Status TimelineEngine::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
@@ -104,13 +104,13 @@ absl::Status TimelineEngine::Gemm(engine::StreamId stream, const engine::GemmArg
   if (args.batch > 1) absl::StrAppend(&name, " x", args.batch);
   if (args.beta != 0.0f) absl::StrAppend(&name, " +=");
   if (args.c_on_peer) absl::StrAppend(&name, " into peer");
-  return Traced("gemm", {{stream, name}}, [&] { return inner_.Gemm(stream, args); });
+  return Traced("gemm", {{stream, name}}, [&] { return inner().Gemm(stream, args); });
 }
 
 absl::Status TimelineEngine::Accumulate(engine::StreamId stream, engine::BufferRef dst,
                                         engine::BufferRef src, DType dtype) {
   return Traced("reduce", {{stream, absl::StrCat("reduce ", FormatBytes(dst.bytes))}},
-                [&] { return inner_.Accumulate(stream, dst, src, dtype); });
+                [&] { return inner().Accumulate(stream, dst, src, dtype); });
 }
 
 absl::Status TimelineEngine::Collective(const std::string& name, const engine::CollectiveArgs& args,
@@ -124,15 +124,15 @@ absl::Status TimelineEngine::Collective(const std::string& name, const engine::C
 }
 
 absl::Status TimelineEngine::AllGather(const engine::CollectiveArgs& args) {
-  return Collective("all_gather", args, [&] { return inner_.AllGather(args); });
+  return Collective("all_gather", args, [&] { return inner().AllGather(args); });
 }
 
 absl::Status TimelineEngine::ReduceScatter(const engine::CollectiveArgs& args) {
-  return Collective("reduce_scatter", args, [&] { return inner_.ReduceScatter(args); });
+  return Collective("reduce_scatter", args, [&] { return inner().ReduceScatter(args); });
 }
 
 absl::Status TimelineEngine::AllReduce(const engine::CollectiveArgs& args) {
-  return Collective("all_reduce", args, [&] { return inner_.AllReduce(args); });
+  return Collective("all_reduce", args, [&] { return inner().AllReduce(args); });
 }
 
 absl::Status TimelineEngine::SendRecv(int channel, const std::vector<int>& group,
@@ -153,7 +153,7 @@ absl::Status TimelineEngine::SendRecv(int channel, const std::vector<int>& group
     parts.push_back(Part{stream, absl::StrJoin(names, ", ")});
   }
   return Traced("sendrecv", parts,
-                [&] { return inner_.SendRecv(channel, group, transfers, beside_gemm); });
+                [&] { return inner().SendRecv(channel, group, transfers, beside_gemm); });
 }
 
 absl::Status TimelineEngine::PeerCopy(engine::StreamId stream, engine::BufferRef dst,
@@ -161,7 +161,19 @@ absl::Status TimelineEngine::PeerCopy(engine::StreamId stream, engine::BufferRef
   const std::string name = absl::StrCat("copy ", FormatBytes(src.bytes), " ", RankName(src_device),
                                         "->", RankName(dst_device));
   return Traced("copy", {{stream, name}},
-                [&] { return inner_.PeerCopy(stream, dst, dst_device, src, src_device); });
+                [&] { return inner().PeerCopy(stream, dst, dst_device, src, src_device); });
+}
+
+absl::Status TimelineEngine::BeginCapture(engine::StreamId origin) {
+  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
+}
+
+absl::StatusOr<engine::GraphId> TimelineEngine::EndCapture(engine::StreamId origin) {
+  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
+}
+
+absl::Status TimelineEngine::LaunchGraph(engine::GraphId graph, engine::StreamId stream) {
+  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
 }
 
 }  // namespace overlap::runner

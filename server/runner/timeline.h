@@ -19,6 +19,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "server/engine/engine.h"
+#include "server/engine/forwarding_engine.h"
 
 namespace overlap::runner {
 
@@ -47,7 +48,7 @@ struct TimelineSpan {
 // iteration is enqueued call by call. Errors are the inner engine's. Not
 // thread-safe: one iteration, enqueued from one thread; it must outlive the
 // work it traced (its destructor destroys the events).
-class TimelineEngine final : public engine::Engine {
+class TimelineEngine final : public engine::ForwardingEngine {
  public:
   TimelineEngine(engine::Engine& inner, std::vector<TimelineLane> lanes);
   ~TimelineEngine() override;
@@ -62,37 +63,8 @@ class TimelineEngine final : public engine::Engine {
   // Spans enqueued from now on belong to `op` (TimelineSpan::op).
   void SetLabel(std::string op) { label_ = std::move(op); }
 
-  std::string Name() const override { return inner_.Name(); }
-  int DeviceCount() const override { return inner_.DeviceCount(); }
-  engine::DeviceInfo GetDeviceInfo(int device) const override {
-    return inner_.GetDeviceInfo(device);
-  }
-  engine::BackendVersions Versions() const override { return inner_.Versions(); }
-  int64_t MemoryInUse(int device) const override { return inner_.MemoryInUse(device); }
-  engine::DeviceTelemetry Telemetry(int device) const override { return inner_.Telemetry(device); }
-  int CollectiveSmBudget() const override { return inner_.CollectiveSmBudget(); }
-  double PreheatMs() const override { return inner_.PreheatMs(); }
-  int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
-  bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
-  engine::StreamId GetStream(int device, engine::StreamRole role, int index = 0) override {
-    return inner_.GetStream(device, role, index);
-  }
-  int StreamsPerRole() const override { return inner_.StreamsPerRole(); }
-  absl::StatusOr<engine::BufferId> Allocate(int device, size_t bytes) override {
-    return inner_.Allocate(device, bytes);
-  }
-  void Free(engine::BufferId buffer) override { inner_.Free(buffer); }
-  absl::StatusOr<engine::EventId> CreateEvent(int device) override {
-    return inner_.CreateEvent(device);
-  }
-  void DestroyEvent(engine::EventId event) override { inner_.DestroyEvent(event); }
-  absl::Status RecordEvent(engine::EventId event, engine::StreamId stream) override {
-    return inner_.RecordEvent(event, stream);
-  }
+  // The calls traced on a lane's stream; every other call is forwarded as is.
   absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override;
-  absl::StatusOr<double> ElapsedMs(engine::EventId start, engine::EventId end) override {
-    return inner_.ElapsedMs(start, end);
-  }
   absl::Status FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
                           uint64_t seed, float scale) override;
   absl::Status FillConstant(engine::StreamId stream, engine::BufferRef dst, DType dtype,
@@ -107,30 +79,13 @@ class TimelineEngine final : public engine::Engine {
                         const std::vector<engine::Transfer>& transfers, bool beside_gemm) override;
   absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
                         engine::BufferRef src, int src_device) override;
-  absl::Status Barrier(int channel, const std::vector<int>& devices,
-                       const std::vector<engine::StreamId>& streams) override {
-    return inner_.Barrier(channel, devices, streams);
-  }
-  absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override {
-    return inner_.CopyToHost(dst, src, device);
-  }
-  absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override {
-    return inner_.CopyFromHost(dst, device, src);
-  }
-  absl::StatusOr<int64_t> FirstNonFinite(engine::BufferRef src, DType dtype, int device) override {
-    return inner_.FirstNonFinite(src, dtype, device);
-  }
-  absl::Status Synchronize(const std::vector<int>& devices) override {
-    return inner_.Synchronize(devices);
-  }
-  bool HasGates() const override { return inner_.HasGates(); }
-  absl::StatusOr<int64_t> HoldStreams(const std::vector<engine::StreamId>& streams,
-                                      double max_hold_ms) override {
-    return inner_.HoldStreams(streams, max_hold_ms);
-  }
-  absl::Status ReleaseGate(int64_t ticket) override { return inner_.ReleaseGate(ticket); }
-  int64_t GateTimeouts(int device) const override { return inner_.GateTimeouts(device); }
-  bool Healthy() const override { return inner_.Healthy(); }
+
+  // A traced iteration is enqueued call by call: graph replay is refused.
+  bool ReplaysGraphs() const override { return false; }
+  absl::Status BeginCapture(engine::StreamId origin) override;
+  absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
+  absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
+  void DestroyGraph(engine::GraphId graph) override {}
 
  private:
   // One stream's part of a traced call: its lane and the name of its span.
@@ -152,7 +107,6 @@ class TimelineEngine final : public engine::Engine {
                           absl::FunctionRef<absl::Status()> work);
   std::string RankName(int device) const;
 
-  engine::Engine& inner_;
   std::vector<TimelineLane> lanes_;
   std::map<engine::StreamId, int> lane_of_stream_;
   std::vector<Pending> pending_;

@@ -25,7 +25,7 @@
 
 namespace overlap::engine::host {
 
-class HostEngine final : public Engine {
+class HostEngine final : public EngineDefaults {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const HostEngineOptions& options);
   ~HostEngine() override;

@@ -1,0 +1,127 @@
+// ForwardingEngine: a decorator base that passes every Engine call to the
+// engine it wraps, so that a decorator overrides only the calls it records or
+// changes (the runner's TimelineEngine, the tests' failure injectors). Every
+// Engine method is pure, so a call added to Engine and missed here fails to
+// compile rather than silently skipping the wrapped engine.
+//
+// The wrapped engine must outlive the decorator. Thread safety: the wrapped
+// engine's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/engine/engine.h"
+
+namespace overlap::engine {
+
+class ForwardingEngine : public Engine {
+ public:
+  explicit ForwardingEngine(Engine& inner) : inner_(inner) {}
+
+  std::string Name() const override { return inner_.Name(); }
+  int DeviceCount() const override { return inner_.DeviceCount(); }
+  DeviceInfo GetDeviceInfo(int device) const override { return inner_.GetDeviceInfo(device); }
+  BackendVersions Versions() const override { return inner_.Versions(); }
+  int64_t MemoryInUse(int device) const override { return inner_.MemoryInUse(device); }
+  DeviceTelemetry Telemetry(int device) const override { return inner_.Telemetry(device); }
+  absl::StatusOr<int64_t> ForgetXids(int device) const override {
+    return inner_.ForgetXids(device);
+  }
+  int CollectiveSmBudget() const override { return inner_.CollectiveSmBudget(); }
+  double PreheatMs() const override { return inner_.PreheatMs(); }
+  int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
+  bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
+
+  StreamId GetStream(int device, StreamRole role, int index = 0) override {
+    return inner_.GetStream(device, role, index);
+  }
+  int StreamsPerRole() const override { return inner_.StreamsPerRole(); }
+  absl::StatusOr<BufferId> Allocate(int device, size_t bytes) override {
+    return inner_.Allocate(device, bytes);
+  }
+  void Free(BufferId buffer) override { inner_.Free(buffer); }
+  absl::StatusOr<EventId> CreateEvent(int device) override { return inner_.CreateEvent(device); }
+  void DestroyEvent(EventId event) override { inner_.DestroyEvent(event); }
+  absl::Status RecordEvent(EventId event, StreamId stream) override {
+    return inner_.RecordEvent(event, stream);
+  }
+  absl::Status WaitEvent(StreamId stream, EventId event) override {
+    return inner_.WaitEvent(stream, event);
+  }
+  absl::StatusOr<double> ElapsedMs(EventId start, EventId end) override {
+    return inner_.ElapsedMs(start, end);
+  }
+
+  absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                          float scale) override {
+    return inner_.FillRandom(stream, dst, dtype, seed, scale);
+  }
+  absl::Status FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) override {
+    return inner_.FillConstant(stream, dst, dtype, value);
+  }
+  absl::Status Gemm(StreamId stream, const GemmArgs& args) override {
+    return inner_.Gemm(stream, args);
+  }
+  absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) override {
+    return inner_.Accumulate(stream, dst, src, dtype);
+  }
+  absl::Status AllGather(const CollectiveArgs& args) override { return inner_.AllGather(args); }
+  absl::Status ReduceScatter(const CollectiveArgs& args) override {
+    return inner_.ReduceScatter(args);
+  }
+  absl::Status AllReduce(const CollectiveArgs& args) override { return inner_.AllReduce(args); }
+  absl::Status SendRecv(int channel, const std::vector<int>& group,
+                        const std::vector<Transfer>& transfers, bool beside_gemm) override {
+    return inner_.SendRecv(channel, group, transfers, beside_gemm);
+  }
+  absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
+                        int src_device) override {
+    return inner_.PeerCopy(stream, dst, dst_device, src, src_device);
+  }
+  absl::Status Barrier(int channel, const std::vector<int>& devices,
+                       const std::vector<StreamId>& streams) override {
+    return inner_.Barrier(channel, devices, streams);
+  }
+
+  absl::Status CopyToHost(void* dst, BufferRef src, int device) override {
+    return inner_.CopyToHost(dst, src, device);
+  }
+  absl::Status CopyFromHost(BufferRef dst, int device, const void* src) override {
+    return inner_.CopyFromHost(dst, device, src);
+  }
+  absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device) override {
+    return inner_.FirstNonFinite(src, dtype, device);
+  }
+  absl::Status Synchronize(const std::vector<int>& devices) override {
+    return inner_.Synchronize(devices);
+  }
+
+  bool ReplaysGraphs() const override { return inner_.ReplaysGraphs(); }
+  absl::Status BeginCapture(StreamId origin) override { return inner_.BeginCapture(origin); }
+  absl::StatusOr<GraphId> EndCapture(StreamId origin) override {
+    return inner_.EndCapture(origin);
+  }
+  absl::Status LaunchGraph(GraphId graph, StreamId stream) override {
+    return inner_.LaunchGraph(graph, stream);
+  }
+  void DestroyGraph(GraphId graph) override { inner_.DestroyGraph(graph); }
+
+  bool HasGates() const override { return inner_.HasGates(); }
+  absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
+                                      double max_hold_ms) override {
+    return inner_.HoldStreams(streams, max_hold_ms);
+  }
+  absl::Status ReleaseGate(int64_t ticket) override { return inner_.ReleaseGate(ticket); }
+  int64_t GateTimeouts(int device) const override { return inner_.GateTimeouts(device); }
+
+  bool Healthy() const override { return inner_.Healthy(); }
+
+ protected:
+  Engine& inner() const { return inner_; }
+
+ private:
+  Engine& inner_;
+};
+
+}  // namespace overlap::engine
