@@ -8,6 +8,7 @@
 #include "server/cuda/cuda_engine_impl.h"
 #include "server/cuda/kernels.h"
 #include "server/cuda/scoped_device.h"
+#include "server/engine/gemm_checks.h"
 
 namespace overlap::cuda {
 namespace {
@@ -21,23 +22,6 @@ absl::Status CheckWholeElements(const engine::BufferRef& ref, DType dtype, const
 }
 
 // Elements spanned by `batch` matrices of `rows` x `cols` with row stride `ld`.
-absl::StatusOr<size_t> MatrixSpan(const char* name, int64_t rows, int64_t cols, int64_t ld,
-                                  int batch, int64_t stride) {
-  if (ld < cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GEMM ", name, ": ld ", ld, " is smaller than its ", cols, " columns"));
-  }
-  if (stride < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": negative batch stride"));
-  }
-  const double span = static_cast<double>(batch - 1) * stride + static_cast<double>(rows - 1) * ld +
-                      static_cast<double>(cols);
-  if (span > static_cast<double>(std::numeric_limits<int64_t>::max() / 4)) {
-    return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, ": extent overflows"));
-  }
-  return static_cast<size_t>(batch - 1) * stride + static_cast<size_t>(rows - 1) * ld + cols;
-}
-
 }  // namespace
 
 absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
@@ -123,45 +107,18 @@ absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferR
 
 absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  if (args.m <= 0 || args.n <= 0 || args.k <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GEMM dims must be positive: m=", args.m, " n=", args.n, " k=", args.k));
-  }
-  if (args.batch < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("GEMM batch must be >= 1, got ", args.batch));
-  }
-  RETURN_IF_ERROR(engine::CheckGemmScales(args));
-  const int64_t stride_a = args.batch > 1 ? args.stride_a : 0;
-  const int64_t stride_b = args.batch > 1 ? args.stride_b : 0;
-  const int64_t stride_c = args.batch > 1 ? args.stride_c : 0;
-  ASSIGN_OR_RETURN(size_t span_a, MatrixSpan("A", args.m, args.k, args.a.ld, args.batch, stride_a));
-  // fp8 reads B stored [n, k] and writes bf16 (engine.h).
-  const bool b_transposed = WeightsStoredTransposed(args.dtype);
-  ASSIGN_OR_RETURN(size_t span_b,
-                   MatrixSpan("B", b_transposed ? args.n : args.k, b_transposed ? args.k : args.n,
-                              args.b.ld, args.batch, stride_b));
-  ASSIGN_OR_RETURN(size_t span_c, MatrixSpan("C", args.m, args.n, args.c.ld, args.batch, stride_c));
-  if (args.batch > 1 && stride_c < (args.m - 1) * args.c.ld + args.n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GEMM C: batch stride ", stride_c, " makes the batch outputs overlap"));
-  }
-  const size_t in_elem = DTypeSize(args.dtype);
-  const size_t out_elem = DTypeSize(GemmOutputDType(args.dtype));
-  const struct {
-    const engine::MatrixRef* ref;
-    size_t span;
-    size_t elem;
-    const char* what;
-  } operands[] = {{&args.a, span_a, in_elem, "GEMM A"},
-                  {&args.b, span_b, in_elem, "GEMM B"},
-                  {&args.c, span_c, out_elem, "GEMM C"}};
+  ASSIGN_OR_RETURN(const engine::GemmOperands checked, engine::CheckGemmArgs(args));
+  RETURN_IF_ERROR(engine::CheckGemmOutput(args, checked));
+  const engine::GemmOperand* operands[3] = {&checked.a, &checked.b, &checked.c};
+  const char* what[3] = {"GEMM A", "GEMM B", "GEMM C"};
   char* ptrs[3] = {};
   for (int i = 0; i < 3; ++i) {
-    const engine::MatrixRef& ref = *operands[i].ref;
-    const size_t elem = operands[i].elem;
-    engine::BufferRef range{ref.buffer, ref.offset * elem, operands[i].span * elem};
+    const engine::GemmOperand& op = *operands[i];
+    const size_t elem = DTypeSize(op.dtype);
+    engine::BufferRef range{op.ref.buffer, op.ref.offset * elem,
+                            static_cast<size_t>(op.extent) * elem};
     const bool may_be_remote = i == 2 && args.c_on_peer;
-    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, operands[i].what));
+    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, what[i]));
   }
   const float* scales[2] = {};
   const engine::BufferRef* scale_refs[2] = {&args.a_scale, &args.b_scale};
@@ -187,9 +144,9 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   problem.ldb = args.b.ld;
   problem.ldc = args.c.ld;
   problem.batch = args.batch;
-  problem.stride_a = stride_a;
-  problem.stride_b = stride_b;
-  problem.stride_c = stride_c;
+  problem.stride_a = checked.a.stride;
+  problem.stride_b = checked.b.stride;
+  problem.stride_c = checked.c.stride;
   problem.beta = args.beta;
   problem.a = ptrs[0];
   problem.b = ptrs[1];
@@ -212,7 +169,7 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
     const char* bytes[3] = {ptrs[0], ptrs[1], ptrs[2]};
     GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
     for (int i = 0; i < 3; ++i) {
-      *ranges[i] = {bytes[i], bytes[i] + operands[i].span * operands[i].elem};
+      *ranges[i] = {bytes[i], bytes[i] + operands[i]->extent * DTypeSize(operands[i]->dtype)};
     }
     ASSIGN_OR_RETURN(workspace, slot->chain->Before(slot->stream.get(), footprint));
   }

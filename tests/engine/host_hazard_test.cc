@@ -237,7 +237,7 @@ TEST_F(HostHazardTest, HostCopyRacesWithAnotherDevicesStream) {
 }
 
 TEST(HazardTrackerTest, StridedRegionsOverlapOnlyWhereRunsDo) {
-  using engine::host::Region;
+  using engine::Region;
   const Region left = Region::Strided(0, 32, 64, 10);    // columns [0, 32) of 10 rows
   const Region right = Region::Strided(32, 32, 64, 10);  // columns [32, 64)
   EXPECT_FALSE(left.Overlaps(right));
@@ -254,7 +254,7 @@ TEST(HazardTrackerTest, StridedRegionsOverlapOnlyWhereRunsDo) {
 TEST(HazardTrackerTest, RecordListsStayShort) {
   using engine::host::Access;
   using engine::host::HazardTracker;
-  using engine::host::Region;
+  using engine::Region;
   HazardTracker tracker({"s0", "s1"});
   const Access read{7, Region::Contiguous(0, 64), false, 0};
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(tracker.Op({0}, {read}, "read").ok());

@@ -4,40 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/engine/gemm_checks.h"
 #include "server/engine/host/host_engine_impl.h"
 #include "server/engine/host/host_kernels.h"
 
 namespace overlap::engine::host {
-namespace {
-
-// The bytes a (batched) row-major matrix view touches.
-std::vector<Region> MatrixRegions(const MatrixRef& ref, int64_t rows, int64_t cols, int batch,
-                                  int64_t stride, size_t es) {
-  const uint64_t ld_bytes = ref.ld * es;
-  const uint64_t row_bytes = cols * es;
-  if (batch == 1 || stride == 0) {
-    return {Region::Strided(ref.offset * es, row_bytes, ld_bytes, rows)};
-  }
-  if (stride == rows * ref.ld) {  // the batches continue the same row pattern
-    return {Region::Strided(ref.offset * es, row_bytes, ld_bytes, rows * batch)};
-  }
-  std::vector<Region> regions;
-  for (int i = 0; i < batch; ++i) {
-    regions.push_back(Region::Strided((ref.offset + i * stride) * es, row_bytes, ld_bytes, rows));
-  }
-  return regions;
-}
-
-bool AnyOverlap(const std::vector<Region>& x, const std::vector<Region>& y) {
-  for (const Region& a : x) {
-    for (const Region& b : y) {
-      if (a.Overlaps(b)) return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
 
 absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
                                     float scale) {
@@ -71,39 +42,12 @@ absl::Status HostEngine::FillConstant(StreamId stream, BufferRef dst, DType dtyp
 
 absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Gemm"));
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: m, n, k must be positive, got ", g.m, ", ", g.n, ", ", g.k));
-  }
-  if (g.batch < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: batch must be >= 1, got ", g.batch));
-  }
-  RETURN_IF_ERROR(CheckGemmScales(g));
-  // fp8 reads B stored [n, k] and writes bf16 (common/dtype.h).
-  const DType c_dtype = GemmOutputDType(g.dtype);
-  const bool b_transposed = WeightsStoredTransposed(g.dtype);
-  struct Operand {
-    const char* name;
-    const MatrixRef& ref;
-    int64_t rows, cols, stride;
-    DType dtype;
-  };
-  const Operand operands[3] = {
-      {"a", g.a, g.m, g.k, g.stride_a, g.dtype},
-      {"b", g.b, b_transposed ? g.n : g.k, b_transposed ? g.k : g.n, g.stride_b, g.dtype},
-      {"c", g.c, g.m, g.n, g.stride_c, c_dtype}};
+  ASSIGN_OR_RETURN(const GemmOperands operands, CheckGemmArgs(g));
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Storage> storage[3];
+  const GemmOperand* ops[3] = {&operands.a, &operands.b, &operands.c};
   for (int i = 0; i < 3; ++i) {
-    const Operand& op = operands[i];
-    if (op.ref.ld < op.cols) {
-      return absl::InvalidArgumentError(absl::StrCat("Gemm ", op.name, ": ld ", op.ref.ld,
-                                                     " is less than its ", op.cols, " columns"));
-    }
-    if (g.batch > 1 && op.stride < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm ", op.name, ": negative batch stride ", op.stride));
-    }
+    const GemmOperand& op = *ops[i];
     auto it = buffers_.find(op.ref.buffer);
     if (it == buffers_.end()) {
       return absl::InvalidArgumentError(
@@ -115,35 +59,22 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
           "Gemm ", op.name, ": buffer ", op.ref.buffer, " is on device ", it->second.device,
           " but stream ", s->name, " is on device ", s->device));
     }
-    // One past the last element touched, in 128 bits so that no ld overflows.
-    const __int128 end = static_cast<__int128>(op.ref.offset) +
-                         static_cast<__int128>(g.batch - 1) * op.stride +
-                         static_cast<__int128>(op.rows - 1) * op.ref.ld + op.cols;
-    const size_t elements = it->second.bytes / DTypeSize(op.dtype);
-    if (end > static_cast<__int128>(elements)) {
+    const int64_t end = op.ref.offset + op.extent;
+    const int64_t elements = static_cast<int64_t>(it->second.bytes / DTypeSize(op.dtype));
+    if (end > elements) {
       return absl::InvalidArgumentError(
           absl::StrCat("Gemm ", op.name, ": the ", op.rows, "x", op.cols,
                        " matrix at element offset ", op.ref.offset, " with ld ", op.ref.ld,
                        g.batch > 1 ? absl::StrCat(", batch ", g.batch, " stride ", op.stride) : "",
-                       " reaches element ", static_cast<int64_t>(end), " but buffer ",
-                       op.ref.buffer, " holds ", elements, " ", DTypeName(op.dtype), " elements"));
+                       " reaches element ", end, " but buffer ", op.ref.buffer, " holds ",
+                       elements, " ", DTypeName(op.dtype), " elements"));
     }
     storage[i] = it->second.storage;
   }
-  auto regions = [&](const Operand& op) {
-    return MatrixRegions(op.ref, op.rows, op.cols, g.batch, op.stride, DTypeSize(op.dtype));
-  };
-  const auto regions_a = regions(operands[0]);
-  const auto regions_b = regions(operands[1]);
-  const auto regions_c = regions(operands[2]);
-  if (g.batch > 1 && g.stride_c < (g.m - 1) * g.c.ld + g.n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm c: batch stride ", g.stride_c, " makes the batches of c overlap"));
-  }
-  if ((g.c.buffer == g.a.buffer && AnyOverlap(regions_c, regions_a)) ||
-      (g.c.buffer == g.b.buffer && AnyOverlap(regions_c, regions_b))) {
-    return absl::InvalidArgumentError("Gemm c: output overlaps an input");
-  }
+  RETURN_IF_ERROR(CheckGemmOutput(g, operands));
+  const auto regions_a = operands.a.Regions(g.batch);
+  const auto regions_b = operands.b.Regions(g.batch);
+  const auto regions_c = operands.c.Regions(g.batch);
   std::vector<Range> scales;
   for (const BufferRef* scale : {&g.a_scale, &g.b_scale}) {
     if (scale->buffer == kNoBuffer) continue;

@@ -1,0 +1,78 @@
+// The GEMM argument checks every backend shares (server/engine/gemm_checks.h).
+#include "server/engine/gemm_checks.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace overlap::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+GemmArgs Fp32(int64_t m, int64_t n, int64_t k) {
+  GemmArgs g;
+  g.dtype = DType::kF32;
+  g.m = m, g.n = n, g.k = k;
+  g.a = {1, 0, k};
+  g.b = {2, 0, n};
+  g.c = {3, 0, n};
+  return g;
+}
+
+TEST(GemmChecksTest, ExtentsFollowShapeLdAndBatch) {
+  GemmArgs g = Fp32(4, 8, 16);
+  g.c.ld = 10;
+  auto ops = CheckGemmArgs(g);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->a.extent, 3 * 16 + 16);
+  EXPECT_EQ(ops->c.extent, 3 * 10 + 8);
+  g.batch = 3;
+  g.stride_c = 40;
+  ops = CheckGemmArgs(g);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->c.extent, 2 * 40 + 3 * 10 + 8);
+  EXPECT_TRUE(CheckGemmOutput(g, *ops).ok());
+  // fp8 reads B stored [n, k] and writes bf16.
+  GemmArgs fp8 = Fp32(4, 8, 16);
+  fp8.dtype = DType::kFP8;
+  fp8.b.ld = 16;
+  ops = CheckGemmArgs(fp8);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->b.rows, 8);
+  EXPECT_EQ(ops->c.dtype, DType::kBF16);
+}
+
+TEST(GemmChecksTest, RefusesWhatNoBackendCanRun) {
+  auto refused = [](const GemmArgs& g) {
+    absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
+    absl::Status status = ops.ok() ? CheckGemmOutput(g, *ops) : ops.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  EXPECT_THAT(refused(Fp32(0, 8, 8)), HasSubstr("must be positive"));
+  GemmArgs g = Fp32(4, 8, 8);
+  g.batch = 0;
+  EXPECT_THAT(refused(g), HasSubstr("batch must be >= 1"));
+  g = Fp32(4, 8, 8);
+  g.a.ld = 7;
+  EXPECT_THAT(refused(g), HasSubstr("GEMM a: ld 7 is less than its 8 columns"));
+  g = Fp32(4, 8, 8);
+  g.batch = 2;
+  g.stride_b = -1;
+  EXPECT_THAT(refused(g), HasSubstr("GEMM b: negative batch stride"));
+  g = Fp32(4, 8, 8);
+  g.batch = 2;
+  g.stride_a = g.stride_b = 64;
+  g.stride_c = 8;  // the second batch of C starts inside the first
+  EXPECT_THAT(refused(g), HasSubstr("makes the batches of c overlap"));
+  g = Fp32(4, 8, 8);
+  g.c = {1, 16, 8};  // A's buffer, rows 2 and 3 of A
+  EXPECT_THAT(refused(g), HasSubstr("output overlaps an input"));
+  g.c = {1, 32, 8};  // past A
+  absl::StatusOr<GemmOperands> beside = CheckGemmArgs(g);
+  ASSERT_TRUE(beside.ok());
+  EXPECT_TRUE(CheckGemmOutput(g, *beside).ok()) << "beside A in its buffer is fine";
+}
+
+}  // namespace
+}  // namespace overlap::engine
