@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/sqlite_db.h"
 #include "common/sqlite_statement.h"
 #include "common/xid.h"
 
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS xid_counts (
 )sql";
 
 absl::Status Error(sqlite3* db, absl::string_view what) {
-  return absl::InternalError(absl::StrCat("Xid log: ", what, ": ", sqlite3_errmsg(db)));
+  return SqliteError(db, absl::StrCat("Xid log: ", what));
 }
 
 }  // namespace
@@ -42,53 +43,30 @@ absl::StatusOr<std::unique_ptr<XidLog>> XidLog::Open(const std::string& state_di
         absl::StrCat("state_dir ", state_dir, ": cannot create: ", ec.message()));
   }
   const std::string path = (std::filesystem::path(state_dir) / kFileName).string();
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc != SQLITE_OK) {
-    absl::Status status = absl::InvalidArgumentError(absl::StrCat(
-        "cannot open ", path, ": ", db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
-    sqlite3_close(db);
-    return status;
+  absl::StatusOr<SqliteDb> db = SqliteDb::Open(path);
+  if (!db.ok()) return db.status();
+  if (absl::Status s = db->Exec(kSchema); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
-  std::unique_ptr<XidLog> log(new XidLog(db, boot_id));
+  std::unique_ptr<XidLog> log(new XidLog(std::move(*db), boot_id));
   absl::MutexLock lock(&log->mu_);
-  sqlite3_busy_timeout(db, 2000);
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
-    if (absl::Status s = log->Exec(sql); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-    }
-  }
+  sqlite3* raw = log->db_.get();
   // Another boot's counts describe GPUs that have been reset since.
-  SqliteStatement drop(db, "DELETE FROM xid_counts WHERE boot_id != ?;");
-  if (!drop.prepared()) return Error(db, "preparing");
+  SqliteStatement drop(raw, "DELETE FROM xid_counts WHERE boot_id != ?;");
+  if (!drop.prepared()) return Error(raw, "preparing");
   sqlite3_bind_text(drop.get(), 1, boot_id.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(db, "dropping other boots' counts");
+  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(raw, "dropping other boots' counts");
   return log;
 }
 
-XidLog::~XidLog() {
-  absl::MutexLock lock(&mu_);
-  sqlite3_close(db_);
-}
-
-absl::Status XidLog::Exec(const char* sql) const {
-  char* message = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    absl::Status status = absl::InternalError(
-        absl::StrCat("Xid log: ", message != nullptr ? message : sqlite3_errmsg(db_)));
-    sqlite3_free(message);
-    return status;
-  }
-  return absl::OkStatus();
-}
+XidLog::~XidLog() = default;
 
 absl::StatusOr<std::map<std::string, XidCounts>> XidLog::Counts() const {
   absl::MutexLock lock(&mu_);
-  SqliteStatement select(db_,
+  SqliteStatement select(db_.get(),
                          "SELECT gpu, all_count, gpu_count, last_xid, last_unix_ms FROM xid_counts "
                          "WHERE boot_id = ?;");
-  if (!select.prepared()) return Error(db_, "preparing");
+  if (!select.prepared()) return Error(db_.get(), "preparing");
   sqlite3_bind_text(select.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
   std::map<std::string, XidCounts> out;
   int rc = SQLITE_ROW;
@@ -99,35 +77,35 @@ absl::StatusOr<std::map<std::string, XidCounts>> XidLog::Counts() const {
     c.last = static_cast<uint64_t>(sqlite3_column_int64(select.get(), 3));
     c.last_unix_ms = sqlite3_column_int64(select.get(), 4);
   }
-  if (rc != SQLITE_DONE) return Error(db_, "reading the counts");
+  if (rc != SQLITE_DONE) return Error(db_.get(), "reading the counts");
   return out;
 }
 
 absl::Status XidLog::Record(const std::string& pci_bus_id, uint64_t xid, int64_t unix_ms) {
   absl::MutexLock lock(&mu_);
   SqliteStatement upsert(
-      db_,
+      db_.get(),
       "INSERT INTO xid_counts VALUES (?, ?, 1, ?, ?, ?) "
       "ON CONFLICT (boot_id, gpu) DO UPDATE SET all_count = all_count + 1, "
       "gpu_count = gpu_count + excluded.gpu_count, last_xid = excluded.last_xid, "
       "last_unix_ms = excluded.last_unix_ms;");
-  if (!upsert.prepared()) return Error(db_, "preparing");
+  if (!upsert.prepared()) return Error(db_.get(), "preparing");
   sqlite3_bind_text(upsert.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(upsert.get(), 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(upsert.get(), 3, XidPointsAtTheGpu(xid) ? 1 : 0);
   sqlite3_bind_int64(upsert.get(), 4, static_cast<int64_t>(xid));
   sqlite3_bind_int64(upsert.get(), 5, unix_ms);
-  if (sqlite3_step(upsert.get()) != SQLITE_DONE) return Error(db_, "recording an Xid");
+  if (sqlite3_step(upsert.get()) != SQLITE_DONE) return Error(db_.get(), "recording an Xid");
   return absl::OkStatus();
 }
 
 absl::Status XidLog::Forget(const std::string& pci_bus_id) {
   absl::MutexLock lock(&mu_);
-  SqliteStatement drop(db_, "DELETE FROM xid_counts WHERE boot_id = ? AND gpu = ?;");
-  if (!drop.prepared()) return Error(db_, "preparing");
+  SqliteStatement drop(db_.get(), "DELETE FROM xid_counts WHERE boot_id = ? AND gpu = ?;");
+  if (!drop.prepared()) return Error(db_.get(), "preparing");
   sqlite3_bind_text(drop.get(), 1, boot_id_.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(drop.get(), 2, pci_bus_id.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(db_, "forgetting a GPU's Xids");
+  if (sqlite3_step(drop.get()) != SQLITE_DONE) return Error(db_.get(), "forgetting a GPU's Xids");
   return absl::OkStatus();
 }
 

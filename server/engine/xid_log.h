@@ -16,9 +16,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/sqlite_db.h"
 #include "absl/synchronization/mutex.h"
 
-struct sqlite3;
 
 namespace overlap::engine {
 
@@ -49,11 +49,10 @@ class XidLog {
   absl::Status Forget(const std::string& pci_bus_id);
 
  private:
-  XidLog(sqlite3* db, std::string boot_id) : db_(db), boot_id_(std::move(boot_id)) {}
-  absl::Status Exec(const char* sql) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  XidLog(SqliteDb db, std::string boot_id) : db_(std::move(db)), boot_id_(std::move(boot_id)) {}
 
   mutable absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  SqliteDb db_ ABSL_GUARDED_BY(mu_);
   const std::string boot_id_;
 };
 

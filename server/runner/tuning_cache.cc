@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/library_env.h"
 #include "overlap_git_commit.h"
+#include "common/sqlite_db.h"
 #include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 
@@ -104,33 +105,21 @@ std::string TuningKey::Text() const {
 }
 
 absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat("cannot open tuning cache ", path, ": ", msg));
+  ASSIGN_OR_RETURN(SqliteDb db, SqliteDb::Open(path));
+  absl::Status schema = db.Exec(kSchema);
+  if (schema.ok() && !HasAlgorithmColumn(db.get())) schema = db.Exec(kAddAlgorithm);
+  if (!schema.ok()) {
+    return absl::Status(schema.code(), absl::StrCat("tuning cache ", path, ": ", schema.message()));
   }
-  sqlite3_busy_timeout(db, 5000);
-  char* err = nullptr;
-  bool ok = sqlite3_exec(db, kSchema, nullptr, nullptr, &err) == SQLITE_OK;
-  if (ok && !HasAlgorithmColumn(db)) {
-    ok = sqlite3_exec(db, kAddAlgorithm, nullptr, nullptr, &err) == SQLITE_OK;
-  }
-  if (!ok) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat("tuning cache ", path, ": ", msg));
-  }
-  return std::unique_ptr<TuningCache>(new TuningCache(db));
+  return std::unique_ptr<TuningCache>(new TuningCache(std::move(db)));
 }
 
-TuningCache::~TuningCache() { sqlite3_close(db_); }
+TuningCache::~TuningCache() = default;
 
 std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not_before_unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string sql = absl::StrCat("SELECT ", kColumns, " FROM tuned_schedules WHERE key = ?");
-  SqliteStatement statement(db_, sql.c_str());
+  SqliteStatement statement(db_.get(), sql.c_str());
   if (!statement.prepared()) return std::nullopt;
   sqlite3_stmt* stmt = statement.get();
   const std::string text = key.Text();
@@ -146,8 +135,8 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   std::lock_guard<std::mutex> lock(mu_);
   const std::string sql = absl::StrCat("INSERT OR REPLACE INTO tuned_schedules (", kColumns,
                                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  SqliteStatement statement(db_, sql.c_str());
-  if (!statement.prepared()) return Unavailable();
+  SqliteStatement statement(db_.get(), sql.c_str());
+  if (!statement.prepared()) return StoreError();
   sqlite3_stmt* stmt = statement.get();
   const std::string text = key.Text();
   const std::string mode = OverlapModeName(choice.schedule.mode);
@@ -168,7 +157,7 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
   sqlite3_bind_int64(stmt, 14, tuned_unix_ms);
   const std::string algorithm = StoredAllReduceAlgorithm(choice.schedule.algorithm);
   sqlite3_bind_text(stmt, 15, algorithm.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(stmt) != SQLITE_DONE) return Unavailable();
+  if (sqlite3_step(stmt) != SQLITE_DONE) return StoreError();
   return absl::OkStatus();
 }
 
@@ -181,41 +170,41 @@ absl::StatusOr<std::vector<TunedEntry>> TuningCache::ListLocked(const TuningFilt
   const std::string sql = absl::StrCat("SELECT ", kColumns,
                                        " FROM tuned_schedules ORDER BY op_type, m, k, n, dtype, "
                                        "tp, tuned_unix_ms DESC, key");
-  SqliteStatement statement(db_, sql.c_str());
-  if (!statement.prepared()) return Unavailable();
+  SqliteStatement statement(db_.get(), sql.c_str());
+  if (!statement.prepared()) return StoreError();
   std::vector<TunedEntry> out;
   int rc;
   while ((rc = sqlite3_step(statement.get())) == SQLITE_ROW) {
     std::optional<TunedEntry> entry = ReadEntry(statement.get());
     if (entry && Matches(*entry, filter)) out.push_back(std::move(*entry));
   }
-  if (rc != SQLITE_DONE) return Unavailable();
+  if (rc != SQLITE_DONE) return StoreError();
   return out;
 }
 
 absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(std::vector<TunedEntry> doomed, ListLocked(filter));
-  SqliteStatement statement(db_, "DELETE FROM tuned_schedules WHERE key = ?");
-  if (!statement.prepared()) return Unavailable();
+  SqliteStatement statement(db_.get(), "DELETE FROM tuned_schedules WHERE key = ?");
+  if (!statement.prepared()) return StoreError();
   sqlite3_stmt* del = statement.get();
-  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
+  sqlite3_exec(db_.get(), "BEGIN", nullptr, nullptr, nullptr);
   for (const TunedEntry& entry : doomed) {
     const std::string key = entry.key.Text();
     sqlite3_reset(del);
     sqlite3_bind_text(del, 1, key.c_str(), -1, SQLITE_TRANSIENT);
     if (sqlite3_step(del) != SQLITE_DONE) {
-      const std::string msg = sqlite3_errmsg(db_);
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      return absl::UnavailableError(absl::StrCat("tuning cache: ", msg));
+      const absl::Status error = StoreError();
+      sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+      return error;
     }
   }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return Unavailable();
+  if (sqlite3_exec(db_.get(), "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return StoreError();
+  }
   return static_cast<int>(doomed.size());
 }
 
-absl::Status TuningCache::Unavailable() const {
-  return absl::UnavailableError(absl::StrCat("tuning cache: ", sqlite3_errmsg(db_)));
-}
+absl::Status TuningCache::StoreError() const { return SqliteError(db_.get(), "tuning cache"); }
 
 }  // namespace overlap::runner

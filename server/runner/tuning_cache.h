@@ -15,10 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/sqlite_db.h"
 #include "server/engine/engine.h"
 #include "server/ops/schedule.h"
-
-struct sqlite3;
 
 namespace overlap::runner {
 
@@ -73,12 +72,13 @@ class TuningCache {
   absl::StatusOr<int> Forget(const TuningFilter& filter);
 
  private:
-  explicit TuningCache(sqlite3* db) : db_(db) {}
+  explicit TuningCache(SqliteDb db) : db_(std::move(db)) {}
   absl::StatusOr<std::vector<TunedEntry>> ListLocked(const TuningFilter& filter);
   // UNAVAILABLE with SQLite's last error on the database.
-  absl::Status Unavailable() const;
+  // SQLite's last error, with common/sqlite_db.h's code.
+  absl::Status StoreError() const;
   std::mutex mu_;
-  sqlite3* db_;
+  SqliteDb db_;
 };
 
 }  // namespace overlap::runner

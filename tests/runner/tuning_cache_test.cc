@@ -204,9 +204,11 @@ TEST_F(TuningCacheTest, ATableWithoutTheAlgorithmColumnGainsIt) {
   EXPECT_EQ(names, (std::vector<std::string>{"serial/p2p/ps", "ring/2/p2p"}));
 }
 
-TEST_F(TuningCacheTest, UnopenableFileIsUnavailable) {
+// Opened the one way overlapd opens SQLite (common/sqlite_db.h): a file it
+// cannot open is FAILED_PRECONDITION, as for the job store and the Xid log.
+TEST_F(TuningCacheTest, UnopenableFileIsFailedPrecondition) {
   auto cache = TuningCache::Open("/nonexistent-dir/overlap/tuning.db");
-  EXPECT_EQ(cache.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(cache.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
