@@ -40,6 +40,7 @@ using StreamId = int32_t;
 using EventId = int64_t;
 using GraphId = int64_t;
 constexpr BufferId kNoBuffer = -1;
+constexpr EventId kNoEvent = -1;
 
 enum class StreamRole {
   kCompute,  // lowest priority: GEMMs, reductions

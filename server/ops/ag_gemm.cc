@@ -42,9 +42,9 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
   RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst, OwnBlock::kNotNeeded));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
-    RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered"));
+    RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kGathered));
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.y, r * mr, mr));
-    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "gathered"));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kGathered));
     if (r > 0) RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, 0, rs.y, 0, r * mr));
     if (r < tp - 1) {
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, (r + 1) * mr, rs.y, (r + 1) * mr,
@@ -67,15 +67,15 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
     const auto [row, rc] = PieceOf(mr, chunks, c);
     std::vector<BufferRef> src, dst;
     for (int r = 0; r < tp; ++r) {
-      if (c >= 2) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).comm, r, "gemm", c - 2));
+      if (c >= 2) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).comm, r, EventKind::kGemm, c - 2));
       src.push_back(ctx.Rows(ctx.rank(r).a, row, rc, k));
       dst.push_back(ctx.Rows(ctx.rank(r).pingpong[p], 0, tp * rc, k));
     }
     RETURN_IF_ERROR(AllGather(ctx, transport, On::kComm, src, dst));
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
-      RETURN_IF_ERROR(ctx.Record(r, rs.comm, "gathered", c));
-      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "gathered", c));
+      RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kGathered, c));
+      RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kGathered, c));
       engine::GemmArgs g = ctx.WeightsGemm(r);
       g.m = rc;
       g.a = ctx.Matrix(rs.pingpong[p], 0, k);
@@ -85,7 +85,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.stride_b = 0;
       g.stride_c = mr * nl;
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm, c));
     }
   }
   return ctx.JoinComm();
@@ -116,8 +116,8 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
       for (int r = 0; r < tp; ++r) {
         RankState& rs = ctx.rank(r);
         const int64_t row = ((r + s) % tp) * mr + piece_row;
-        RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", index));
-        RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived", index));
+        RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kArrived, index));
+        RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kArrived, index));
         RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.full, row, rs.y, row, rc));
       }
     }

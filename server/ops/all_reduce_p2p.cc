@@ -59,7 +59,6 @@ absl::Status AllReduceRingP2p(OpContext& ctx, On on, const std::vector<BufferId>
                               int64_t cols, int tag) {
   const int tp = ctx.tp();
   const Rows at{ctx, row, cols};
-  const std::string done = absl::StrCat("ar_ring_", tag);
   auto part = [&](int p) { return PieceOf(rows, tp, ((p % tp) + tp) % tp); };
   // Step by step over the ranks: a wait names the latest record enqueued
   // before it, so each step's records must be enqueued before the next step's
@@ -72,14 +71,14 @@ absl::Status AllReduceRingP2p(OpContext& ctx, On on, const std::vector<BufferId>
       const StreamId stream = StreamOf(ctx, r, on);
       const int left = (r + tp - 1) % tp;
       const Piece p = part(r - 1 - s);
-      if (s > 0) RETURN_IF_ERROR(ctx.Wait(stream, left, done, s - 1));
+      if (s > 0) RETURN_IF_ERROR(ctx.Wait(stream, left, EventKind::kArRing, tag, s - 1));
       if (p.rows > 0) {
         RETURN_IF_ERROR(
             Pull(ctx, stream, r, at.Of(dst[r], p), left, at.Of(s == 0 ? src[left] : dst[left], p)));
         RETURN_IF_ERROR(ctx.engine().Accumulate(stream, at.Of(dst[r], p), at.Of(src[r], p),
                                                 ctx.reduced_dtype()));
       }
-      RETURN_IF_ERROR(ctx.Record(r, stream, done, s));
+      RETURN_IF_ERROR(ctx.Record(r, stream, EventKind::kArRing, tag, s));
     }
   }
   for (int s = 0; s + 1 < tp; ++s) {
@@ -91,11 +90,11 @@ absl::Status AllReduceRingP2p(OpContext& ctx, On on, const std::vector<BufferId>
       const StreamId stream = StreamOf(ctx, r, on);
       const int left = (r + tp - 1) % tp;
       const Piece p = part(r - s);
-      RETURN_IF_ERROR(ctx.Wait(stream, left, done, tp - 2 + s));
+      RETURN_IF_ERROR(ctx.Wait(stream, left, EventKind::kArRing, tag, tp - 2 + s));
       if (p.rows > 0) {
         RETURN_IF_ERROR(Pull(ctx, stream, r, at.Of(dst[r], p), left, at.Of(dst[left], p)));
       }
-      RETURN_IF_ERROR(ctx.Record(r, stream, done, tp - 1 + s));
+      RETURN_IF_ERROR(ctx.Record(r, stream, EventKind::kArRing, tag, tp - 1 + s));
     }
   }
   return absl::OkStatus();
@@ -108,8 +107,6 @@ absl::Status AllReduceTreeP2p(OpContext& ctx, On on, const std::vector<BufferId>
   const Rows at{ctx, row, cols};
   const int pieces = PipelinePieces(rows, tp);
   RETURN_IF_ERROR(CheckSlot(ctx, rows, pieces, cols));
-  const std::string up = absl::StrCat("ar_tree_up_", tag);
-  const std::string down = absl::StrCat("ar_tree_down_", tag);
   // A binary tree over the ranks, rank 0 at the root: rank r's children are
   // 2r+1 and 2r+2. A leaf's partial sum is its input; an inner rank's is its dst.
   auto is_leaf = [&](int r) { return 2 * r + 1 >= tp; };
@@ -122,7 +119,7 @@ absl::Status AllReduceTreeP2p(OpContext& ctx, On on, const std::vector<BufferId>
     for (int r = tp - 1; r >= 0; --r) {
       const StreamId stream = StreamOf(ctx, r, on);
       for (int child = 2 * r + 1, i = 0; child < tp && child <= 2 * r + 2; ++child, ++i) {
-        RETURN_IF_ERROR(ctx.Wait(stream, child, up, c));
+        RETURN_IF_ERROR(ctx.Wait(stream, child, EventKind::kArTreeUp, tag, c));
         if (p.rows == 0) continue;
         // The first child's sum lands in our output, the second's in a slot.
         const BufferRef to =
@@ -131,7 +128,7 @@ absl::Status AllReduceTreeP2p(OpContext& ctx, On on, const std::vector<BufferId>
         RETURN_IF_ERROR(ctx.engine().Accumulate(
             stream, at.Of(dst[r], p), i == 0 ? at.Of(src[r], p) : to, ctx.reduced_dtype()));
       }
-      RETURN_IF_ERROR(ctx.Record(r, stream, up, c));
+      RETURN_IF_ERROR(ctx.Record(r, stream, EventKind::kArTreeUp, tag, c));
     }
   }
   // Down: the root's sum is whole once its up pass is; every other rank pulls
@@ -143,12 +140,12 @@ absl::Status AllReduceTreeP2p(OpContext& ctx, On on, const std::vector<BufferId>
       const StreamId stream = StreamOf(ctx, r, on);
       if (r > 0) {
         const int parent = (r - 1) / 2;
-        RETURN_IF_ERROR(ctx.Wait(stream, parent, down, c));
+        RETURN_IF_ERROR(ctx.Wait(stream, parent, EventKind::kArTreeDown, tag, c));
         if (p.rows > 0) {
           RETURN_IF_ERROR(Pull(ctx, stream, r, at.Of(dst[r], p), parent, at.Of(dst[parent], p)));
         }
       }
-      RETURN_IF_ERROR(ctx.Record(r, stream, down, c));
+      RETURN_IF_ERROR(ctx.Record(r, stream, EventKind::kArTreeDown, tag, c));
     }
   }
   return absl::OkStatus();
@@ -161,7 +158,6 @@ absl::Status AllReduceParameterServerP2p(OpContext& ctx, On on, const std::vecto
   const Rows at{ctx, row, cols};
   const int pieces = PipelinePieces(rows, tp);
   RETURN_IF_ERROR(CheckSlot(ctx, rows, pieces, cols));
-  const std::string summed = absl::StrCat("ar_ps_", tag);
   // Rank 0 pulls every input and sums it, piece by piece; the others pull each
   // summed piece from it as soon as it is there.
   const StreamId server = StreamOf(ctx, 0, on);
@@ -174,13 +170,13 @@ absl::Status AllReduceParameterServerP2p(OpContext& ctx, On on, const std::vecto
       RETURN_IF_ERROR(ctx.engine().Accumulate(server, at.Of(dst[0], p),
                                               q == 1 ? at.Of(src[0], p) : to, ctx.reduced_dtype()));
     }
-    RETURN_IF_ERROR(ctx.Record(0, server, summed, c));
+    RETURN_IF_ERROR(ctx.Record(0, server, EventKind::kArPs, tag, c));
   }
   for (int q = 1; q < tp; ++q) {
     const StreamId stream = StreamOf(ctx, q, on);
     for (int c = 0; c < pieces; ++c) {
       const Piece p = PieceOf(rows, pieces, c);
-      RETURN_IF_ERROR(ctx.Wait(stream, 0, summed, c));
+      RETURN_IF_ERROR(ctx.Wait(stream, 0, EventKind::kArPs, tag, c));
       if (p.rows > 0) RETURN_IF_ERROR(Pull(ctx, stream, q, at.Of(dst[q], p), 0, at.Of(dst[0], p)));
     }
   }

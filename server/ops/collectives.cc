@@ -57,11 +57,11 @@ absl::Status CopyOwnBlock(OpContext& ctx, int r, On on, const BufferRef& to,
   if (on == On::kComm || rs.comm == rs.compute) {
     return ctx.engine().PeerCopy(StreamOf(ctx, r, on), to, rs.device, from, rs.device);
   }
-  RETURN_IF_ERROR(ctx.Record(r, rs.compute, "own_block"));
-  RETURN_IF_ERROR(ctx.Wait(rs.comm, r, "own_block"));
+  RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kOwnBlock));
+  RETURN_IF_ERROR(ctx.Wait(rs.comm, r, EventKind::kOwnBlock));
   RETURN_IF_ERROR(ctx.engine().PeerCopy(rs.comm, to, rs.device, from, rs.device));
-  RETURN_IF_ERROR(ctx.Record(r, rs.comm, "own_block_copied"));
-  return ctx.Wait(rs.compute, r, "own_block_copied");
+  RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kOwnBlockCopied));
+  return ctx.Wait(rs.compute, r, EventKind::kOwnBlockCopied);
 }
 
 // p2p reduction of one block on rank r: `out` gets `own` (rank r's
@@ -98,9 +98,9 @@ absl::Status ReduceBlockP2p(OpContext& ctx, int r, StreamId stream, const Buffer
 }  // namespace
 
 absl::Status WaitForProducers(OpContext& ctx, int r, StreamId stream, Transport transport,
-                              const std::string& tag, int index) {
-  if (transport == Transport::kP2p) return ctx.WaitAll(stream, tag, index);
-  return ctx.Wait(stream, r, tag, index);
+                              EventKind kind, int index) {
+  if (transport == Transport::kP2p) return ctx.WaitAll(stream, kind, index);
+  return ctx.Wait(stream, r, kind, index);
 }
 
 absl::Status AllGather(OpContext& ctx, Transport transport, On on,
@@ -209,13 +209,13 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
                                        return ctx.Rows(src[q], row + r * part, n, cols);
                                      }));
     }
-    RETURN_IF_ERROR(ctx.Record(r, stream, "ar_reduced", tag));
+    RETURN_IF_ERROR(ctx.Record(r, stream, EventKind::kArReduced, tag));
   }
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
     // Peers must have reduced their part (which we pull) and, in place,
     // finished pulling ours before we overwrite it.
-    RETURN_IF_ERROR(ctx.WaitAll(stream, "ar_reduced", tag));
+    RETURN_IF_ERROR(ctx.WaitAll(stream, EventKind::kArReduced, tag));
     for (int i = 1; i < tp; ++i) {
       const int q = (r + i) % tp;
       const int64_t n = part_rows(q);

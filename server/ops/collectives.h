@@ -22,7 +22,7 @@ engine::StreamId StreamOf(OpContext& ctx, int r, On on);
 // receiver, so rank r's `stream` waits for that event on every rank; a library
 // collective synchronises the ranks itself, so it waits for rank r's own.
 absl::Status WaitForProducers(OpContext& ctx, int r, engine::StreamId stream, Transport transport,
-                              const std::string& tag, int index);
+                              EventKind kind, int index);
 
 // Rank q's src[q] (all the same size) lands in every rank's dst[r] at offset
 // q * src[q].bytes; dst[r] covers tp such blocks. With kNotNeeded (the caller

@@ -21,14 +21,14 @@ absl::Status GemmThenAllReduce(OpContext& ctx, Transport transport, On on, int64
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, row, rs.y, row, rows));
-    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", index));
+    RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm, index));
   }
   for (int r = 0; r < tp; ++r) {
     const engine::StreamId stream = StreamOf(ctx, r, on);
     if (transport == Transport::kP2p) {
-      RETURN_IF_ERROR(ctx.WaitAll(stream, "gemm", index));
+      RETURN_IF_ERROR(ctx.WaitAll(stream, EventKind::kGemm, index));
     } else if (on == On::kComm) {
-      RETURN_IF_ERROR(ctx.Wait(stream, r, "gemm", index));
+      RETURN_IF_ERROR(ctx.Wait(stream, r, EventKind::kGemm, index));
     }
   }
   return AllReduceRows(ctx, transport, on, Outputs(ctx), row, rows, ctx.op().n, index);
@@ -72,7 +72,7 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
     // A pull must wait for the owner's reduced piece, which comes after the
     // owner has pulled our partial out of the same rows.
     for (int r = 0; r < tp; ++r) {
-      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "reduced", c));
+      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kReduced, c));
     }
     const Piece piece = PieceOf(mr, chunks, c);
     for (int s = 1; s < tp; ++s) {

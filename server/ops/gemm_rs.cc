@@ -1,10 +1,12 @@
 // GEMM+RS (row-parallel with sequence parallelism): rank r holds A[m, k/tp] and
 // W[k/tp, n]; its partial P = A x W [m, n] is reduce-scattered along m, so rank r
 // ends with Y[m/tp, n] = sum over ranks of rows [r*m/tp, (r+1)*m/tp) of P.
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status_macros.h"
+
 #include "server/ops/collectives.h"
 #include "server/ops/layer_ops.h"
 
@@ -21,12 +23,12 @@ absl::Status Serial(OpContext& ctx, Transport transport) {
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, 0, rs.full, 0, m));
-    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm"));
+    RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm));
     src.push_back(ctx.Rows(rs.full, 0, m, n));
     dst.push_back(ctx.Rows(rs.y, 0, mr, n));
   }
   if (transport == Transport::kP2p) {
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "gemm"));
+    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, EventKind::kGemm));
   }
   return ReduceScatter(ctx, transport, On::kCompute, src, dst);
 }
@@ -44,11 +46,11 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, (r + 1) * mr, rs.full, (r + 1) * mr,
                                (tp - 1 - r) * mr));
     }
-    RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm"));
+    RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm));
   }
   std::vector<RankTransfer> step;
   for (int r = 0; r < tp; ++r) {
-    RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "gemm", 0));
+    RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kGemm, 0));
     for (int i = 1; i < tp; ++i) {
       const int q = (r + i) % tp;  // rank r receives its rows of q's partial in slot i-1
       step.push_back(RankTransfer{q, ctx.Rows(ctx.rank(q).full, r * mr, mr, n), r,
@@ -58,9 +60,9 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
   RETURN_IF_ERROR(Exchange(ctx, transport, step));
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
-    RETURN_IF_ERROR(ctx.Record(r, rs.comm, "received"));
+    RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kReceived));
     RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr, rs.y, 0, mr));
-    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "received"));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kReceived));
     for (int i = 1; i < tp; ++i) {
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.compute, ctx.Rows(rs.y, 0, mr, n),
                                               ctx.Rows(rs.slots[i - 1], 0, mr, n),
@@ -86,7 +88,7 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       RankState& rs = ctx.rank(r);
       // The reduce-scatter of chunk c-2 (every peer's pulls, for p2p) must be
       // done with this ping-pong buffer before the GEMM overwrites it.
-      if (c >= 2) RETURN_IF_ERROR(WaitForProducers(ctx, r, rs.compute, transport, "rs", c - 2));
+      if (c >= 2) RETURN_IF_ERROR(WaitForProducers(ctx, r, rs.compute, transport, EventKind::kRs, c - 2));
       engine::GemmArgs g = ctx.WeightsGemm(r);
       g.m = rc;
       g.a = ctx.Matrix(rs.a, row, kl);
@@ -96,15 +98,15 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       g.stride_b = 0;
       g.stride_c = rc * n;
       RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "gemm", c));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm, c));
       src.push_back(ctx.Rows(rs.pingpong[p], 0, tp * rc, n));
       dst.push_back(ctx.Rows(rs.y, row, rc, n));
     }
     for (int r = 0; r < tp; ++r) {
-      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "gemm", c));
+      RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kGemm, c));
     }
     RETURN_IF_ERROR(ReduceScatter(ctx, transport, On::kComm, src, dst));
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).comm, "rs", c));
+    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).comm, EventKind::kRs, c));
   }
   return ctx.JoinComm();
 }
@@ -125,22 +127,22 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
 
 // Each rank computes its own block with beta = 1 on top of what arrived (no
 // reduction kernel after the last GEMM), in `chunks` pieces; piece c first
-// waits for the rank's own event (arrived_tag, c) unless the tag is empty, and
+// waits for the rank's own event (arrived, c) where `arrived` is given, and
 // records (reduced, c) after.
 absl::Status OwnBlockOnArrivals(OpContext& ctx, int chunks,
                                 const std::vector<engine::BufferId>& out, bool out_row_is_block,
-                                const std::string& arrived_tag) {
+                                std::optional<EventKind> arrived) {
   const int tp = ctx.tp();
   const int64_t mr = ctx.op().m / tp;
   for (int c = 0; c < chunks; ++c) {
     const Piece piece = PieceOf(mr, chunks, c);
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
-      if (!arrived_tag.empty()) RETURN_IF_ERROR(ctx.Wait(rs.compute, r, arrived_tag, c));
+      if (arrived) RETURN_IF_ERROR(ctx.Wait(rs.compute, r, *arrived, c));
       const int64_t row = (out_row_is_block ? r * mr : 0) + piece.row;
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, r * mr + piece.row, out[r], row,
                                piece.rows, /*beta=*/1.0f));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "reduced", c));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kReduced, c));
     }
   }
   return absl::OkStatus();
@@ -158,7 +160,7 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
   for (int r = 0; r < tp; ++r) {
     // Peers store into our buffers from here on: each must have started this
     // iteration (its fork), so it is done with them from the last one.
-    RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, "fork"));
+    RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, EventKind::kFork));
   }
   for (int s = 1; s < tp; ++s) {
     for (int r = 0; r < tp; ++r) {
@@ -167,7 +169,7 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
       const engine::BufferId dst = s == 1 ? out[d] : ctx.rank(d).slots[s - 2];
       RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, d * mr, dst, s == 1 ? out_row(d) : 0, mr,
                                /*beta=*/0.0f, /*c_on_peer=*/true));
-      RETURN_IF_ERROR(ctx.Record(r, rs.compute, "stored", s));
+      RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kStored, s));
     }
   }
   // Every own piece runs on the compute stream, so one wait before the first
@@ -177,17 +179,17 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     const engine::StreamId waiter = via_comm ? rs.comm : rs.compute;
-    for (int s = 1; s < tp; ++s) RETURN_IF_ERROR(ctx.Wait(waiter, (r - s + tp) % tp, "stored", s));
+    for (int s = 1; s < tp; ++s) RETURN_IF_ERROR(ctx.Wait(waiter, (r - s + tp) % tp, EventKind::kStored, s));
     if (!via_comm) continue;
     const engine::BufferRef mine = ctx.Rows(out[r], out_row(r), mr, n);
     for (int slot = 0; slot < tp - 2; ++slot) {
       RETURN_IF_ERROR(ctx.engine().Accumulate(rs.comm, mine, ctx.Rows(rs.slots[slot], 0, mr, n),
                                               ctx.reduced_dtype()));
     }
-    RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived"));
-    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, "arrived"));
+    RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kArrived));
+    RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kArrived));
   }
-  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, /*arrived_tag=*/"");
+  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, /*arrived=*/std::nullopt);
 }
 
 }  // namespace
@@ -212,11 +214,11 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
         RankState& rs = ctx.rank(r);
         const int64_t row = ((r + s) % tp) * mr + piece_row;
         RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, rs.a, row, partial[r], row, rc));
-        RETURN_IF_ERROR(ctx.Record(r, rs.compute, "partial", index));
+        RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kPartial, index));
       }
       std::vector<RankTransfer> step;
       for (int r = 0; r < tp; ++r) {
-        RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, "partial", index));
+        RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kPartial, index));
         const int d = (r + s) % tp;
         const engine::BufferRef dst = s == 1 ? ctx.Rows(out[d], out_row(d) + piece_row, rc, n)
                                              : ctx.Rows(ctx.rank(d).slots[s - 2], piece_row, rc, n);
@@ -234,11 +236,11 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
           RETURN_IF_ERROR(ctx.engine().Accumulate(
               rs.comm, mine, ctx.Rows(rs.slots[slot], piece_row, rc, n), ctx.reduced_dtype()));
         }
-        RETURN_IF_ERROR(ctx.Record(r, rs.comm, "arrived", c));
+        RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kArrived, c));
       }
     }
   }
-  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, "arrived");
+  return OwnBlockOnArrivals(ctx, chunks, out, out_row_is_block, EventKind::kArrived);
 }
 
 absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {

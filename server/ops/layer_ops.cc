@@ -120,11 +120,11 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
 }
 
 absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
-                                   const std::string& end_tag) {
+                                   EventKind end) {
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));
   RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
-  for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end_tag));
+  for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end));
   return ctx.JoinComm();
 }
 

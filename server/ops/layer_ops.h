@@ -32,7 +32,7 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
 // on the comm stream (independent buffers); records (end_tag) on each rank's
 // compute stream right after its GEMM, then joins.
 absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
-                                   const std::string& end_tag);
+                                   EventKind end);
 
 // Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter with the
 // reduction fused into the GEMM. For each peer in turn, rank r computes that

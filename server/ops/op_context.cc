@@ -93,7 +93,10 @@ BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
 }
 
 OpContext::OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp)
-    : engine_(&engine), op_(op), dtype_(dtype), shapes_(LocalShapesFor(op, tp)) {}
+    : engine_(&engine),
+      op_(op),
+      dtype_(dtype),
+      shapes_(LocalShapesFor(op, tp)) {}
 
 absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& engine,
                                                              const OpSpec& op, DType dtype,
@@ -207,36 +210,50 @@ engine::GemmArgs OpContext::WeightsGemm(int r) const {
   return g;
 }
 
-absl::StatusOr<engine::EventId> OpContext::Event(int r, const std::string& tag, int index) {
-  auto key = std::make_tuple(r, tag, index);
-  auto it = events_.find(key);
-  if (it != events_.end()) return it->second;
-  ASSIGN_OR_RETURN(engine::EventId event, engine_->CreateEvent(ranks_[r].device));
-  events_.emplace(key, event);
-  return event;
+namespace {
+
+// (rank, kind, index, step) as one key: 12, 8, 24 and 20 bits.
+uint64_t EventKey(int r, EventKind kind, int index, int step) {
+  return (static_cast<uint64_t>(r) << 52) | (static_cast<uint64_t>(kind) << 44) |
+         (static_cast<uint64_t>(index & 0xFFFFFF) << 20) | static_cast<uint64_t>(step & 0xFFFFF);
 }
 
-absl::Status OpContext::Record(int r, StreamId stream, const std::string& tag, int index) {
-  ASSIGN_OR_RETURN(engine::EventId event, Event(r, tag, index));
+}  // namespace
+
+absl::StatusOr<engine::EventId> OpContext::Event(int r, EventKind kind, int index, int step) {
+  auto [it, inserted] = events_.try_emplace(EventKey(r, kind, index, step), engine::kNoEvent);
+  if (inserted) {
+    absl::StatusOr<engine::EventId> event = engine_->CreateEvent(ranks_[r].device);
+    if (!event.ok()) {
+      events_.erase(it);
+      return event.status();
+    }
+    it->second = *event;
+  }
+  return it->second;
+}
+
+absl::Status OpContext::Record(int r, StreamId stream, EventKind kind, int index, int step) {
+  ASSIGN_OR_RETURN(engine::EventId event, Event(r, kind, index, step));
   return engine_->RecordEvent(event, stream);
 }
 
-absl::Status OpContext::Wait(StreamId stream, int event_rank, const std::string& tag,
-                             int index) {
-  ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, tag, index));
+absl::Status OpContext::Wait(StreamId stream, int event_rank, EventKind kind, int index,
+                             int step) {
+  ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, kind, index, step));
   return engine_->WaitEvent(stream, event);
 }
 
-absl::Status OpContext::WaitAll(StreamId stream, const std::string& tag, int index) {
-  for (int q = 0; q < tp(); ++q) RETURN_IF_ERROR(Wait(stream, q, tag, index));
+absl::Status OpContext::WaitAll(StreamId stream, EventKind kind, int index, int step) {
+  for (int q = 0; q < tp(); ++q) RETURN_IF_ERROR(Wait(stream, q, kind, index, step));
   return absl::OkStatus();
 }
 
 absl::Status OpContext::ForkComm(Transport transport) {
   gemms_beside_collective_ = transport == Transport::kNccl && tp() > 1;
   for (int r = 0; r < tp(); ++r) {
-    RETURN_IF_ERROR(Record(r, ranks_[r].compute, "fork"));
-    RETURN_IF_ERROR(Wait(ranks_[r].comm, r, "fork"));
+    RETURN_IF_ERROR(Record(r, ranks_[r].compute, EventKind::kFork));
+    RETURN_IF_ERROR(Wait(ranks_[r].comm, r, EventKind::kFork));
   }
   return absl::OkStatus();
 }
@@ -244,8 +261,8 @@ absl::Status OpContext::ForkComm(Transport transport) {
 absl::Status OpContext::JoinComm() {
   gemms_beside_collective_ = false;
   for (int r = 0; r < tp(); ++r) {
-    RETURN_IF_ERROR(Record(r, ranks_[r].comm, "join"));
-    RETURN_IF_ERROR(Wait(ranks_[r].compute, r, "join"));
+    RETURN_IF_ERROR(Record(r, ranks_[r].comm, EventKind::kJoin));
+    RETURN_IF_ERROR(Wait(ranks_[r].compute, r, EventKind::kJoin));
   }
   return absl::OkStatus();
 }

@@ -2,15 +2,16 @@
 // its tensor-parallel group, plus the helpers the schedules are written with.
 //
 // Buffers are allocated once per op (sized for every schedule the op may run,
-// see ScratchNeeds) and freed when the context is destroyed. Events are created
-// on first use and cached under a (tag, index) key so that each iteration reuses
-// them; a wait always refers to the latest record enqueued before it (engine.h).
+// see ScratchNeeds) and freed when the context is destroyed. Events are named
+// by kind and index (EventKind), created on first use and reused by every
+// iteration after; a wait always refers to the latest record enqueued before it
+// (engine.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,36 @@ double BufferBytes(const BufferSizes& sizes, const BufferDTypes& dtypes);
 BufferSizes BuffersFor(const OpSpec& op, int tp, const Schedule& schedule);
 // Element-wise maximum: one allocation serves every schedule autotune may try.
 BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b);
+
+// What an event marks in a schedule; with an index (a piece, a chunk, a
+// peer), one event of a rank.
+enum class EventKind : uint8_t {
+  kIterStart,       // an iteration's start on the compute stream (timing)
+  kIterEnd,         // its end
+  kGemmEnd,         // the GEMM beside the collective done (timing)
+  kFork,            // compute -> comm at an iteration's start
+  kJoin,            // comm -> compute at its end
+  kGemm,            // a GEMM piece written
+  kGathered,        // a gathered block of A arrived
+  kArrived,         // a peer's piece arrived
+  kReceived,        // a reduce-scatter's block received
+  kReduced,         // a piece reduced
+  kStored,          // a direct store landed in its owner's memory
+  kPartial,         // a partial GEMM result written
+  kRs,              // a reduce-scatter piece done
+  kOwnBlock,        // the rank's own block written
+  kOwnBlockCopied,  // and copied where the collective reads it
+  kArReduced,       // an all-reduce part reduced
+  kCaptureFork,     // graph capture: the other ranks join rank 0's stream
+  kCaptureJoin,     // and rejoin it before the capture ends
+  kGraphDone,       // a replayed graph finished
+  kLayerFork,       // the layer step: a side stream forks off the main one
+  kLayerDone,       // and a side op finishes
+  kArRing,          // p2p all-reduce, ring: a step done (index: which all-reduce)
+  kArTreeUp,        // tree: a piece's partial sum sent up
+  kArTreeDown,      // tree: a piece's total sent down
+  kArPs,            // parameter server: a piece summed on rank 0
+};
 
 struct RankState {
   int device = 0;
@@ -115,13 +146,17 @@ class OpContext {
   // Rank r's per-tensor scale of A (tensor 0) or W (tensor 1), an fp8 op's.
   engine::BufferRef ScaleOf(int r, int tensor) const;
 
-  // The cached event (tag, index) of rank r's device.
-  absl::StatusOr<engine::EventId> Event(int r, const std::string& tag, int index = 0);
-  absl::Status Record(int r, engine::StreamId stream, const std::string& tag, int index = 0);
-  absl::Status Wait(engine::StreamId stream, int event_rank, const std::string& tag,
-                    int index = 0);
-  // `stream` waits for event (tag, index) of every rank.
-  absl::Status WaitAll(engine::StreamId stream, const std::string& tag, int index = 0);
+  // Rank r's event (kind, index, step): created the first time it is named
+  // (the first, untimed iteration) and reused after, found by an integer key,
+  // with nothing built on the enqueue path. `step` tells apart the events of
+  // one all-reduce of several (index) that a p2p all-reduce records.
+  absl::StatusOr<engine::EventId> Event(int r, EventKind kind, int index = 0, int step = 0);
+  absl::Status Record(int r, engine::StreamId stream, EventKind kind, int index = 0,
+                      int step = 0);
+  absl::Status Wait(engine::StreamId stream, int event_rank, EventKind kind, int index = 0,
+                    int step = 0);
+  // `stream` waits for event (kind, index) of every rank.
+  absl::Status WaitAll(engine::StreamId stream, EventKind kind, int index = 0, int step = 0);
 
   // Fork/join of one iteration: the comm stream waits for the compute stream
   // (at the start), and the compute stream for the comm stream (at the end).
@@ -155,7 +190,8 @@ class OpContext {
   std::map<engine::BufferId, DType> buffer_dtypes_;
   bool gemms_beside_collective_ = false;
   int channel_ = 0;
-  std::map<std::tuple<int, std::string, int>, engine::EventId> events_;
+  // By (rank, kind, index, step) packed into one integer (EventKey).
+  std::unordered_map<uint64_t, engine::EventId> events_;
 };
 
 }  // namespace overlap::ops

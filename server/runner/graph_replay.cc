@@ -11,14 +11,14 @@ absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
   const engine::StreamId origin = ctx.rank(0).compute;
   RETURN_IF_ERROR(ctx.engine().BeginCapture(origin));
   auto record = [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx.Record(0, origin, "capture_fork"));
+    RETURN_IF_ERROR(ctx.Record(0, origin, ops::EventKind::kCaptureFork));
     for (int r = 1; r < ctx.tp(); ++r) {
-      RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, 0, "capture_fork"));
+      RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, 0, ops::EventKind::kCaptureFork));
     }
     RETURN_IF_ERROR(enqueue());
     for (int r = 1; r < ctx.tp(); ++r) {
-      RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, "capture_join"));
-      RETURN_IF_ERROR(ctx.Wait(origin, r, "capture_join"));
+      RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, ops::EventKind::kCaptureJoin));
+      RETURN_IF_ERROR(ctx.Wait(origin, r, ops::EventKind::kCaptureJoin));
     }
     return absl::OkStatus();
   };
@@ -35,9 +35,9 @@ absl::StatusOr<engine::GraphId> CaptureIteration(OpContext& ctx,
 absl::Status LaunchIteration(OpContext& ctx, engine::GraphId graph) {
   const engine::StreamId origin = ctx.rank(0).compute;
   RETURN_IF_ERROR(ctx.engine().LaunchGraph(graph, origin));
-  RETURN_IF_ERROR(ctx.Record(0, origin, "graph_done"));
+  RETURN_IF_ERROR(ctx.Record(0, origin, ops::EventKind::kGraphDone));
   for (int r = 1; r < ctx.tp(); ++r) {
-    RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, 0, "graph_done"));
+    RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, 0, ops::EventKind::kGraphDone));
   }
   return absl::OkStatus();
 }

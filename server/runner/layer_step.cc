@@ -126,7 +126,7 @@ absl::Status JoinBefore(std::vector<Member>& members, const std::string& id, OpC
   for (Member& m : members) {
     if (!m.deferred || m.join_before != id) continue;
     for (int r = 0; r < main.tp(); ++r) {
-      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, "layer_done"));
+      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, ops::EventKind::kLayerDone));
     }
   }
   return absl::OkStatus();
@@ -145,14 +145,14 @@ absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main,
     RETURN_IF_ERROR(JoinBefore(members, m.op.id, main));
     if (m.deferred) {
       for (int r = 0; r < main.tp(); ++r) {
-        RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, "layer_fork", static_cast<int>(i)));
-        RETURN_IF_ERROR(main.Wait(ctx.rank(r).compute, r, "layer_fork", static_cast<int>(i)));
+        RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, ops::EventKind::kLayerFork, static_cast<int>(i)));
+        RETURN_IF_ERROR(main.Wait(ctx.rank(r).compute, r, ops::EventKind::kLayerFork, static_cast<int>(i)));
       }
     }
     RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
     if (m.deferred) {
       for (int r = 0; r < ctx.tp(); ++r) {
-        RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, "layer_done"));
+        RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, ops::EventKind::kLayerDone));
       }
     }
   }
@@ -356,7 +356,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   RETURN_IF_ERROR(run.Preheat());
   ASSIGN_OR_RETURN(const TimedRun step,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
-                             enqueue, "iter_end", replay));
+                             enqueue, ops::EventKind::kIterEnd, replay));
   const bool step_replayed = step.replayed;
   *result->mutable_layer_step() = ToProto(Summarize(step.times));
   double gemms_ms = 0;
@@ -383,7 +383,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // Run side by side, every op must still compute what it computes alone.
   run.heat_gemm_ms = 0;
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
-  RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, "iter_end", replay).status());
+  RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay).status());
   for (Member& m : members) {
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
     const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->tp());

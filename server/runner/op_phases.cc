@@ -70,7 +70,7 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
     const Schedule& s = candidates[i];
     return run.Timed(
         absl::StrFormat("autotune %s (%s)", s.Name(), phase), 1, iterations,
-        [&] { return EnqueueOp(run.ctx, s); }, "iter_end", Replays(s.transport));
+        [&] { return EnqueueOp(run.ctx, s); }, ops::EventKind::kIterEnd, Replays(s.transport));
   };
   // Every other round runs the candidates in reverse, so that none is always
   // timed first (on the GPU the preheat left) or last (after the others' heat).
@@ -179,7 +179,7 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
                    run.Timed(
                        "comm_alone p2p", warm, run.spec.iterations,
                        [&] { return ops::EnqueueCommAlone(run.ctx, Transport::kP2p); },
-                       "iter_end", Replays(Transport::kP2p)));
+                       ops::EventKind::kIterEnd, Replays(Transport::kP2p)));
   comm.nccl = nccl.times;
   comm.p2p = p2p.times;
   comm.fastest = Summarize(comm.p2p).median < Summarize(comm.nccl).median ? Transport::kP2p
@@ -220,12 +220,12 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
           const TimedRun b,
           run.Timed(
               "gemm_beside_comm" + round, first_warm, count,
-              [&] { return ops::EnqueueGemmBesideComm(ctx, beside, "gemm_end"); }, "gemm_end"));
+              [&] { return ops::EnqueueGemmBesideComm(ctx, beside, ops::EventKind::kGemmEnd); }, ops::EventKind::kGemmEnd));
       Append(out.beside, b.times);
     }
     ASSIGN_OR_RETURN(const TimedRun t, run.Timed(
                                            "timed" + round, i == 0 ? spec.warmup : 1, count,
-                                           [&] { return EnqueueOp(ctx, schedule); }, "iter_end",
+                                           [&] { return EnqueueOp(ctx, schedule); }, ops::EventKind::kIterEnd,
                                            Replays(schedule.transport)));
     Append(out.step, t.times);
     if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone
@@ -251,7 +251,7 @@ absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Sche
   run.heat_gemm_ms = 0;  // a head start would write outputs the check must see poisoned
   RETURN_IF_ERROR(ops::PoisonOutputs(ctx));
   RETURN_IF_ERROR(run.Timed(
-                         "verify", 0, 1, [&] { return EnqueueOp(ctx, schedule); }, "iter_end",
+                         "verify", 0, 1, [&] { return EnqueueOp(ctx, schedule); }, ops::EventKind::kIterEnd,
                          Replays(schedule.transport))
                       .status());
   const absl::Time check_start = absl::Now();

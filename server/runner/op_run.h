@@ -100,9 +100,9 @@ struct OpRun {
   // Runs `enqueue` warmup + count times; each iteration starts with a barrier
   // across the ranks, each rank times itself on its compute stream, and the
   // iteration's time is the max over ranks. Host sync only between iterations.
-  // `end_tag` names the event that ends the timed region on each rank's compute
-  // stream; "iter_end" is recorded after `enqueue`, any other must be recorded
-  // by `enqueue` itself.
+  // `end` is the event that ends the timed region on each rank's compute
+  // stream; kIterEnd is recorded after `enqueue`, any other must be recorded by
+  // `enqueue` itself.
   //
   // With `replay`, the timed iterations replay one captured after the warm-up
   // (graph_replay.h) and are timed on rank 0, whose launch stream sees the whole
@@ -116,7 +116,8 @@ struct OpRun {
   // calls may set up NCCL connections, which can wait for the GPU.
   template <typename Fn>
   absl::StatusOr<TimedRun> Timed(const std::string& phase, int warmup, int count, Fn&& enqueue,
-                                 const std::string& end_tag = "iter_end", bool replay = false) {
+                                 ops::EventKind end = ops::EventKind::kIterEnd,
+                                 bool replay = false) {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
@@ -159,13 +160,13 @@ struct OpRun {
       const absl::Time host_start = absl::Now();
       // One rank has nothing to align with.
       if (ctx.tp() > 1) RETURN_IF_ERROR(engine.Barrier(/*channel=*/0, devices, compute));
-      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_start"));
+      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], ops::EventKind::kIterStart));
       if (graph) {
         RETURN_IF_ERROR(LaunchIteration(ctx, *graph));
       } else {
         RETURN_IF_ERROR(enqueue());
       }
-      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], "iter_end"));
+      for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, compute[r], ops::EventKind::kIterEnd));
       const double enqueue_ms = absl::ToDoubleMilliseconds(absl::Now() - host_start);
       if (it >= warmup) host_ms.push_back(enqueue_ms);
       recent_host_ms.push_back(enqueue_ms);
@@ -175,9 +176,9 @@ struct OpRun {
       if (it >= warmup) {
         double worst = 0;
         for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
-          ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, "iter_start"));
-          ASSIGN_OR_RETURN(engine::EventId end, ctx.Event(r, end_tag));
-          ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, end));
+          ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, ops::EventKind::kIterStart));
+          ASSIGN_OR_RETURN(engine::EventId stop, ctx.Event(r, end));
+          ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, stop));
           worst = std::max(worst, ms);
           run.rank_times[r].push_back(ms);
         }

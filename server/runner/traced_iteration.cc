@@ -40,7 +40,7 @@ absl::StatusOr<v1::Timeline> TraceIteration(
   }));
   std::vector<engine::EventId> origin;
   for (int r = 0; r < main.tp(); ++r) {
-    ASSIGN_OR_RETURN(engine::EventId start, main.Event(r, "iter_start"));
+    ASSIGN_OR_RETURN(engine::EventId start, main.Event(r, ops::EventKind::kIterStart));
     origin.push_back(start);
   }
   ASSIGN_OR_RETURN(std::vector<TimelineSpan> spans, tracer.Collect(origin));

@@ -146,11 +146,11 @@ TEST_P(SmBudgetTest, BaselinesMarkOnlyTheGemmBesideTheCollective) {
   EXPECT_EQ(comm.collectives, 1);
   EXPECT_EQ(comm.collectives_beside, 0);
   const MarkRecorder::Marks beside =
-      Run([&] { return EnqueueGemmBesideComm(*ctx_, Transport::kNccl, "beside_end"); });
+      Run([&] { return EnqueueGemmBesideComm(*ctx_, Transport::kNccl, EventKind::kGemmEnd); });
   EXPECT_EQ(beside.gemms_beside, 2);
   EXPECT_EQ(beside.collectives_beside, 1);
   const MarkRecorder::Marks copies =
-      Run([&] { return EnqueueGemmBesideComm(*ctx_, Transport::kP2p, "beside_end"); });
+      Run([&] { return EnqueueGemmBesideComm(*ctx_, Transport::kP2p, EventKind::kGemmEnd); });
   EXPECT_EQ(copies.gemms_beside, 0);
   // After an overlapped schedule, the next one starts unmarked.
   Run([&] { return EnqueueOp(*ctx_, Schedule{OverlapMode::kRing, 2, Transport::kNccl}); });
