@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libopenblas-dev libsqlite3-dev libsystemd-dev prometheus-cpp-dev libcivetweb-dev
-  systemd openssl
+  systemd openssl clang
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: install the build dependencies, build everything (Release)
-# into build/, run every test except the GPU ones.
+# into build/, check the lock annotations with clang, run every test except the
+# GPU ones.
 #
 # Tests that need a GPU carry the ctest label `gpu` and are excluded here (-LE
 # gpu): on a CPU-only machine they could only skip. On a GPU node run them with
@@ -11,4 +12,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
+# Clang's thread-safety analysis of the annotated locks (syntax only, ~30 s).
+bash scripts/check-thread-safety.sh
 ctest --test-dir build --output-on-failure -LE gpu -j2

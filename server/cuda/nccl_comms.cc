@@ -239,22 +239,20 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   // so no other communicator initialises while NCCL_ALGO is set; the others
   // only read it, and may initialise at once.
   const char* algo = NcclAlgoValue(algorithm);
-  const bool pinned = *algo != '\0';
   absl::Mutex& env = EnvironmentMutex();
-  if (pinned) {
-    env.WriterLock();
+  if (*algo != '\0') {
+    absl::WriterMutexLock lock(&env);
     AlgorithmEnvWindow::Get().Open(algo);
-  } else {
-    env.ReaderLock();
+    absl::Cleanup close = [] { AlgorithmEnvWindow::Get().Close(); };
+    return Init(devices, channel, max_ctas, algorithm);
   }
-  absl::Cleanup release = [&] {
-    if (pinned) {
-      AlgorithmEnvWindow::Get().Close();
-      env.WriterUnlock();
-    } else {
-      env.ReaderUnlock();
-    }
-  };
+  absl::ReaderMutexLock lock(&env);
+  return Init(devices, channel, max_ctas, algorithm);
+}
+
+absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Init(const std::vector<int>& devices,
+                                                           int channel, int max_ctas,
+                                                           engine::LibraryAlgorithm algorithm) {
   ncclUniqueId id;
   NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
   const std::string name = absl::StrCat("overlap-ch", channel, "-dev", absl::StrJoin(devices, "."),

@@ -104,6 +104,10 @@ class NcclComms {
   absl::StatusOr<std::shared_ptr<NcclGroup>> Create(const std::vector<int>& devices, int channel,
                                                     int max_ctas,
                                                     engine::LibraryAlgorithm algorithm);
+  // Create's communicators, with the environment held as Create chose.
+  absl::StatusOr<std::shared_ptr<NcclGroup>> Init(const std::vector<int>& devices, int channel,
+                                                  int max_ctas,
+                                                  engine::LibraryAlgorithm algorithm);
 
   const double init_timeout_s_;
   const bool nonblocking_;

@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<TuningCache>> TuningCache::Open(const std::string
 TuningCache::~TuningCache() = default;
 
 std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not_before_unix_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string sql = absl::StrCat("SELECT ", kColumns, " FROM tuned_schedules WHERE key = ?");
   SqliteStatement statement(db_.get(), sql.c_str());
   if (!statement.prepared()) return std::nullopt;
@@ -132,7 +132,7 @@ std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not
 
 absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
                                 int64_t tuned_unix_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string sql = absl::StrCat("INSERT OR REPLACE INTO tuned_schedules (", kColumns,
                                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   SqliteStatement statement(db_.get(), sql.c_str());
@@ -162,7 +162,7 @@ absl::Status TuningCache::Store(const TuningKey& key, const TunedChoice& choice,
 }
 
 absl::StatusOr<std::vector<TunedEntry>> TuningCache::List(const TuningFilter& filter) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ListLocked(filter);
 }
 
@@ -183,7 +183,7 @@ absl::StatusOr<std::vector<TunedEntry>> TuningCache::ListLocked(const TuningFilt
 }
 
 absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::vector<TunedEntry> doomed, ListLocked(filter));
   SqliteStatement statement(db_.get(), "DELETE FROM tuned_schedules WHERE key = ?");
   if (!statement.prepared()) return StoreError();

@@ -8,13 +8,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/sqlite_db.h"
 #include "server/engine/engine.h"
 #include "server/ops/schedule.h"
@@ -73,12 +74,13 @@ class TuningCache {
 
  private:
   explicit TuningCache(SqliteDb db) : db_(std::move(db)) {}
-  absl::StatusOr<std::vector<TunedEntry>> ListLocked(const TuningFilter& filter);
+  absl::StatusOr<std::vector<TunedEntry>> ListLocked(const TuningFilter& filter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE with SQLite's last error on the database.
   // SQLite's last error, with common/sqlite_db.h's code.
-  absl::Status StoreError() const;
-  std::mutex mu_;
-  SqliteDb db_;
+  absl::Status StoreError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Mutex mu_;
+  SqliteDb db_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::runner

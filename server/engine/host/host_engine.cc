@@ -134,7 +134,7 @@ BackendVersions HostEngine::Versions() const {
 }
 
 int64_t HostEngine::MemoryInUse(int device) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (device < 0 || device >= options_.device_count) return 0;
   return memory_in_use_[device];
 }
@@ -248,7 +248,7 @@ absl::Status HostEngine::CheckHazards(absl::Span<const StreamId> streams,
 }
 
 void HostEngine::RecordError(int device, const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(errors_mu_);
+  absl::MutexLock lock(&errors_mu_);
   DeviceError& error = errors_[device];
   if (error.status.ok()) error = DeviceError{status, ++error_sequence_};
 }
@@ -259,7 +259,7 @@ void HostEngine::WaitIdle(absl::Span<const int> devices) {
 
 absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
   RETURN_IF_ERROR(CheckDevice(device, "Allocate"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::Status result;
   if (!PassFailurePoint("allocate", {}, &result)) return result;
   const int64_t capacity = options_.device_memory_bytes;
@@ -286,7 +286,7 @@ absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
 void HostEngine::Free(BufferId buffer) {
   int device;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = buffers_.find(buffer);
     if (it == buffers_.end()) {
       GetLogger("engine")->warn("host engine: Free of unknown buffer {}", buffer);
@@ -297,7 +297,7 @@ void HostEngine::Free(BufferId buffer) {
   // As if after Synchronize(device): work on the device's streams is done (and
   // other devices' queued work keeps the storage alive until it finishes).
   WaitIdle({device});
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer);
   if (it == buffers_.end()) return;
   memory_in_use_[device] -= static_cast<int64_t>(it->second.bytes);
@@ -310,20 +310,20 @@ void HostEngine::Free(BufferId buffer) {
 
 absl::StatusOr<EventId> HostEngine::CreateEvent(int device) {
   RETURN_IF_ERROR(CheckDevice(device, "CreateEvent"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const EventId id = next_event_++;
   events_[id] = Event{device, nullptr, {}};
   return id;
 }
 
 void HostEngine::DestroyEvent(EventId event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   events_.erase(event);
 }
 
 absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "RecordEvent"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("RecordEvent: unknown event ", event));
@@ -342,7 +342,7 @@ absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
 
 absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "WaitEvent"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("WaitEvent: unknown event ", event));
@@ -357,7 +357,7 @@ absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
 absl::StatusOr<double> HostEngine::ElapsedMs(EventId start, EventId end) {
   std::shared_ptr<EventRecord> records[2];
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     int devices[2];
     const EventId ids[2] = {start, end};
     for (int i = 0; i < 2; ++i) {
@@ -392,10 +392,10 @@ absl::Status HostEngine::Synchronize(const std::vector<int>& devices) {
   for (int d : devices) RETURN_IF_ERROR(CheckDevice(d, "Synchronize"));
   WaitIdle(devices);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (hazards_ != nullptr) hazards_->SyncHost(DeviceStreams(devices));
   }
-  std::lock_guard<std::mutex> lock(errors_mu_);
+  absl::MutexLock lock(&errors_mu_);
   absl::Status first;
   uint64_t first_sequence = 0;
   for (int d : devices) {
@@ -424,13 +424,13 @@ absl::Status HostEngine::HostCopy(BufferRef ref, int device, bool to_host, void*
     return absl::InvalidArgumentError(absl::StrCat(op, ": null host pointer"));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(Resolve(ref, device, op).status());
   }
   WaitIdle({device});
   Range range;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Re-resolve: the buffer could only have gone away through a misuse of the
     // threading contract, but a clean error beats a dangling pointer.
     ASSIGN_OR_RETURN(range, Resolve(ref, device, op));

@@ -63,7 +63,7 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
   std::vector<Range> sends, recvs;
   std::vector<Access> accesses;
   std::set<int> devices;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < n; ++i) {
     const RankBuffers& rank = args.ranks[i];
     const std::string what = absl::StrCat(op, " rank ", i);
@@ -154,7 +154,7 @@ absl::Status HostEngine::SendRecv(int channel, const std::vector<int>& group,
   std::vector<Copy> copies;
   std::vector<Access> accesses;
   std::vector<StreamId> streams;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (size_t t = 0; t < transfers.size(); ++t) {
     const Transfer& x = transfers[t];
     const std::string what = absl::StrCat("send_recv transfer ", t);
@@ -241,7 +241,7 @@ absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
                                                      " is not on device ", devices[i]));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::Status result;
   if (!PassFailurePoint("barrier", streams, &result)) return result;
   RETURN_IF_ERROR(CheckHazards(streams, {}, "barrier"));
@@ -265,7 +265,7 @@ absl::StatusOr<int64_t> HostEngine::HoldStreams(const std::vector<StreamId>& str
   }
   const int64_t ticket = gate_->NextTicket();
   const auto max_hold = std::chrono::microseconds(static_cast<int64_t>(max_hold_ms * 1000));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const Stream* s : held) {
     s->worker->Enqueue([gate = gate_, ticket, device = s->device, max_hold] {
       gate->Hold(ticket, device, max_hold);

@@ -5,18 +5,17 @@
 // (validate, hazard check, push to the stream queues). Stream threads never take
 // mu_, and no call waits for a stream while holding it, so a stream blocked in a
 // collective's rendezvous can never stall the thread that enqueues its partners.
-// (std::mutex, like stream_worker.h, so that ThreadSanitizer can check us.)
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "server/engine/engine.h"
 #include "server/engine/host/hazard_tracker.h"
@@ -140,7 +139,7 @@ class HostEngine final : public EngineDefaults {
   std::shared_ptr<LaunchGate> gate_;
   std::atomic<bool> healthy_{true};
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::unordered_map<BufferId, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<EventId, Event> events_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> memory_in_use_ ABSL_GUARDED_BY(mu_);
@@ -155,7 +154,7 @@ class HostEngine final : public EngineDefaults {
     absl::Status status;
     uint64_t sequence = 0;
   };
-  std::mutex errors_mu_;
+  absl::Mutex errors_mu_;
   std::vector<DeviceError> errors_ ABSL_GUARDED_BY(errors_mu_);
   uint64_t error_sequence_ ABSL_GUARDED_BY(errors_mu_) = 0;
 };

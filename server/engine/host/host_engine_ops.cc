@@ -13,7 +13,7 @@ namespace overlap::engine::host {
 absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
                                     float scale) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillRandom"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillRandom dst"));
   absl::Status result;
   if (!PassFailurePoint("fill_random", {stream}, &result)) return result;
@@ -28,7 +28,7 @@ absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype,
 
 absl::Status HostEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillConstant"));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillConstant dst"));
   absl::Status result;
   if (!PassFailurePoint("fill_constant", {stream}, &result)) return result;
@@ -43,7 +43,7 @@ absl::Status HostEngine::FillConstant(StreamId stream, BufferRef dst, DType dtyp
 absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Gemm"));
   ASSIGN_OR_RETURN(const GemmOperands operands, CheckGemmArgs(g));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::shared_ptr<Storage> storage[3];
   const GemmOperand* ops[3] = {&operands.a, &operands.b, &operands.c};
   for (int i = 0; i < 3; ++i) {
@@ -116,7 +116,7 @@ absl::Status HostEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef sr
     return absl::InvalidArgumentError(absl::StrCat("Accumulate: dst has ", dst.bytes,
                                                    " bytes but src has ", src.bytes));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range to, ResolveTyped(dst, s->device, dtype, "Accumulate dst"));
   ASSIGN_OR_RETURN(Range from, ResolveTyped(src, s->device, dtype, "Accumulate src"));
   const Region dst_region = Region::Contiguous(dst.offset, dst.bytes);
@@ -150,7 +150,7 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
     return absl::InvalidArgumentError(
         absl::StrCat("PeerCopy: dst has ", dst.bytes, " bytes but src has ", src.bytes));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range to, Resolve(dst, dst_device, "PeerCopy dst"));
   ASSIGN_OR_RETURN(Range from, Resolve(src, src_device, "PeerCopy src"));
   const Region dst_region = Region::Contiguous(dst.offset, dst.bytes);

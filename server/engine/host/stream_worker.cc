@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/time/time.h"
+
 namespace overlap::engine::host {
 
 StreamWorker::StreamWorker(std::string name) : name_(std::move(name)) {
@@ -11,32 +13,28 @@ StreamWorker::StreamWorker(std::string name) : name_(std::move(name)) {
 
 StreamWorker::~StreamWorker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  changed_.notify_all();
   thread_.join();
 }
 
 void StreamWorker::Enqueue(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
-  }
-  changed_.notify_all();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
 }
 
 void StreamWorker::WaitIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &StreamWorker::IdleLocked));
 }
 
 void StreamWorker::Run() {
   while (true) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [this] { return !queue_.empty() || stop_; });
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &StreamWorker::HasWorkOrStopLocked));
       // Stop only once drained: queued collectives have partners on other
       // streams that would otherwise wait forever.
       if (queue_.empty()) return;
@@ -46,74 +44,75 @@ void StreamWorker::Run() {
     }
     task();
     task = nullptr;  // release what the task holds before reporting idle
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-    }
-    changed_.notify_all();
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
   }
 }
 
 void EventRecord::Complete() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    time_ = std::chrono::steady_clock::now();
-    done_ = true;
-  }
-  completed_.notify_all();
+  absl::MutexLock lock(&mu_);
+  time_ = std::chrono::steady_clock::now();
+  done_ = true;
 }
 
 void EventRecord::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  completed_.wait(lock, [this] { return done_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
 }
 
 bool EventRecord::done() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return done_;
 }
 
 std::chrono::steady_clock::time_point EventRecord::time() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return time_;
 }
 
 void Rendezvous::ArriveAndWait() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const int64_t generation = generation_;
   if (++arrived_ == parties_) {
     arrived_ = 0;
     ++generation_;
-    lock.unlock();
-    released_.notify_all();
     return;
   }
-  released_.wait(lock, [&] { return generation_ != generation; });
+  struct Released {
+    const Rendezvous* self;
+    int64_t generation;
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return self->generation_ != generation;
+    }
+  } released{this, generation};
+  mu_.Await(absl::Condition(&released));
 }
 
 int64_t LaunchGate::NextTicket() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return next_ticket_++;
 }
 
 void LaunchGate::Hold(int64_t ticket, int device, std::chrono::microseconds max_hold) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!opened_cv_.wait_for(lock, max_hold, [&] { return IsOpen(ticket); })) {
+  absl::MutexLock lock(&mu_);
+  struct Opened {
+    const LaunchGate* self;
+    int64_t ticket;
+    bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->IsOpen(ticket); }
+  } opened{this, ticket};
+  if (!mu_.AwaitWithTimeout(absl::Condition(&opened), absl::FromChrono(max_hold))) {
     ++timeouts_[device];
   }
 }
 
 void LaunchGate::Open(int64_t ticket) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t& slot = opened_[ticket % kSlots];
-    slot = std::max(slot, ticket);
-  }
-  opened_cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  int64_t& slot = opened_[ticket % kSlots];
+  slot = std::max(slot, ticket);
 }
 
 int64_t LaunchGate::Timeouts(int device) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return timeouts_[device];
 }
 

@@ -2,24 +2,20 @@
 // runs its tasks in order; an event record completes when its stream reaches
 // it; a rendezvous lines up the ranks of one collective.
 //
-// std::mutex rather than absl::Mutex: ThreadSanitizer sees pthread-based
-// locks even though the system abseil is not instrumented.
-//
 // Deadlock freedom rests on one rule kept by the engine: a task only ever waits
 // for work enqueued before it (an event record made before the wait call, or
 // the other ranks' parts of the same collective, which are enqueued together).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace overlap::engine::host {
 
@@ -39,10 +35,13 @@ class StreamWorker {
 
  private:
   void Run();
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; }
+  bool HasWorkOrStopLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || stop_;
+  }
 
   const std::string name_;
-  std::mutex mu_;
-  std::condition_variable changed_;
+  absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -59,8 +58,7 @@ class EventRecord {
   std::chrono::steady_clock::time_point time();
 
  private:
-  std::mutex mu_;
-  std::condition_variable completed_;
+  absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point time_ ABSL_GUARDED_BY(mu_);
 };
@@ -73,8 +71,7 @@ class Rendezvous {
 
  private:
   const int parties_;
-  std::mutex mu_;
-  std::condition_variable released_;
+  absl::Mutex mu_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -98,8 +95,7 @@ class LaunchGate {
     return opened_[ticket % kSlots] >= ticket;
   }
 
-  std::mutex mu_;
-  std::condition_variable opened_cv_;
+  absl::Mutex mu_;
   int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t opened_[kSlots] ABSL_GUARDED_BY(mu_) = {};
   std::vector<int64_t> timeouts_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,154 @@
+// The commands about one job (or two, compare): their options, and the
+// Commands method (commands.h) each one runs.
+#include <string>
+
+#include "client/cli_commands.h"
+#include "client/commands.h"
+
+namespace overlap::client {
+namespace {
+
+// get, cancel, watch and report take a job id and nothing else.
+struct JobIdOptions {
+  std::string id;
+};
+
+void AddJobId(CLI::App& app, JobIdOptions& options) {
+  app.add_option("ID", options.id, "job id")->required();
+}
+
+struct SubmitOptions {
+  std::string file;
+  bool wait = false;
+};
+
+struct ListOptions {
+  std::string state;
+  int limit = 0;
+};
+
+struct PinOptions {
+  std::string id;
+  std::string output;
+};
+
+struct TimelineOptions {
+  std::string id;
+  std::string op;
+  int width = 100;
+  bool spans = false;
+  std::string output;
+};
+
+struct CompareOptions {
+  std::string a;
+  std::string b;
+};
+
+}  // namespace
+
+CliCommand SubmitCommand() {
+  return MakeCliCommand<SubmitOptions>(
+      "submit", "submit a layer graph (YAML or JSON file)",
+      [](CLI::App& app, SubmitOptions& options) {
+        app.add_option("FILE", options.file, "graph file; - reads standard input")->required();
+        app.add_flag("--wait", options.wait, "follow the job and print its report");
+      },
+      [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Submit(options.file, options.wait);
+      });
+}
+
+CliCommand GetCommand() {
+  return MakeCliCommand<JobIdOptions>(
+      "get", "show one job", AddJobId,
+      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Get(options.id);
+      });
+}
+
+CliCommand ListCommand() {
+  return MakeCliCommand<ListOptions>(
+      "list", "list jobs, newest first",
+      [](CLI::App& app, ListOptions& options) {
+        app.add_option("--state", options.state, "only jobs in this state (queued, running, ...)");
+        app.add_option("--limit", options.limit, "at most this many jobs (0 = all)");
+      },
+      [](const ListOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).List(options.state, options.limit);
+      });
+}
+
+CliCommand CancelCommand() {
+  return MakeCliCommand<JobIdOptions>(
+      "cancel", "cancel a queued or running job", AddJobId,
+      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Cancel(options.id);
+      });
+}
+
+CliCommand WatchCommand() {
+  return MakeCliCommand<JobIdOptions>(
+      "watch", "follow a job to its end, then print its report", AddJobId,
+      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Watch(options.id);
+      });
+}
+
+CliCommand ReportCommand() {
+  return MakeCliCommand<JobIdOptions>(
+      "report", "print the report of a finished job", AddJobId,
+      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Report(options.id);
+      });
+}
+
+CliCommand PinCommand() {
+  return MakeCliCommand<PinOptions>(
+      "pin", "a job's graph with every op set to the schedule it ran (YAML), to submit again",
+      [](CLI::App& app, PinOptions& options) {
+        app.add_option("ID", options.id, "job id")->required();
+        app.add_option("-o,--output", options.output,
+                       "write it to this file instead of standard output");
+      },
+      [](const PinOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Pin(options.id, options.output);
+      });
+}
+
+CliCommand TimelineCommand() {
+  return MakeCliCommand<TimelineOptions>(
+      "timeline",
+      "where each op's traced iteration spent its time: GEMMs, transfers and waits per rank "
+      "and stream",
+      [](CLI::App& app, TimelineOptions& options) {
+        app.add_option("ID", options.id, "job id")->required();
+        app.add_option("--op", options.op, "this op only");
+        app.add_option("--width", options.width, "chart width in characters")
+            ->check(CLI::Range(10, 1000))
+            ->capture_default_str();
+        app.add_flag("--spans", options.spans,
+                     "list every span, however many (by default up to 64 per timeline)");
+        app.add_option(
+            "-o,--output", options.output,
+            "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");
+      },
+      [](const TimelineOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Timeline(options.id, options.op, options.width, options.spans,
+                                             options.output);
+      });
+}
+
+CliCommand CompareCommand() {
+  return MakeCliCommand<CompareOptions>(
+      "compare", "two finished jobs op by op: schedules, steps and B's change against A",
+      [](CLI::App& app, CompareOptions& options) {
+        app.add_option("A", options.a, "job id")->required();
+        app.add_option("B", options.b, "job id")->required();
+      },
+      [](const CompareOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Compare(options.a, options.b);
+      });
+}
+
+}  // namespace overlap::client
