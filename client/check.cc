@@ -10,6 +10,7 @@
 #include "client/device_health.h"
 #include "client/report.h"
 #include "client/table.h"
+#include "common/status_macros.h"
 
 namespace overlap::client {
 namespace {
@@ -35,9 +36,8 @@ std::string Percent(double x) { return absl::StrFormat("%+.1f%%", 100 * x); }
 
 // Submits `spec` and follows it to its end.
 absl::StatusOr<v1::Job> RunJob(DaemonClient& client, const std::string& spec) {
-  absl::StatusOr<v1::Job> job = client.SubmitJob(spec, "check");
-  if (!job.ok()) return job.status();
-  return client.WatchJob(job->id(), [](const v1::Job&) {});
+  ASSIGN_OR_RETURN(const v1::Job job, client.SubmitJob(spec, "check"));
+  return client.WatchJob(job.id(), [](const v1::Job&) {});
 }
 
 }  // namespace

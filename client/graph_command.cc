@@ -4,6 +4,7 @@
 #include "client/commands.h"
 #include "client/table.h"
 #include "common/hf_config.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {
@@ -14,9 +15,8 @@ namespace {
 absl::StatusOr<int> ResolveTp(DaemonClient& client, const GraphCommandOptions& options) {
   if (options.tp != 0) return options.tp;
   if (!options.devices.empty()) return static_cast<int>(options.devices.size());
-  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
-  if (!node.ok()) return node.status();
-  return node->devices_size();
+  ASSIGN_OR_RETURN(const v1::GetNodeInfoResponse node, client.GetNodeInfo());
+  return node.devices_size();
 }
 
 }  // namespace
@@ -27,16 +27,11 @@ absl::StatusOr<ModelDims> ResolveModel(const GraphCommandOptions& options) {
   }
   ModelDims model;
   if (!options.model.empty()) {
-    absl::StatusOr<ModelDims> preset = FindModelPreset(options.model);
-    if (!preset.ok()) return preset.status();
-    model = *preset;
+    ASSIGN_OR_RETURN(model, FindModelPreset(options.model));
   }
   if (!options.config.empty()) {
-    absl::StatusOr<std::string> text = ReadGraphFile(options.config);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<ModelDims> from_config = ModelFromHfConfig(*text, options.config);
-    if (!from_config.ok()) return from_config.status();
-    model = *from_config;
+    ASSIGN_OR_RETURN(const std::string text, ReadGraphFile(options.config));
+    ASSIGN_OR_RETURN(model, ModelFromHfConfig(text, options.config));
   }
   const ModelDims& given = options.dims;
   bool changed = false;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "common/yaml_util.h"
 
 namespace overlap::client {
@@ -19,9 +20,8 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
         absl::StrCat("job ", job.id(), " has no op that ran to the end: nothing to pin (it is ",
                      v1::JobState_Name(job.state()), ")"));
   }
-  absl::StatusOr<YAML::Node> root = yaml_util::LoadDocument(job.spec(), job.id());
-  if (!root.ok()) return root.status();
-  YAML::Node ops = (*root)["ops"];
+  ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(job.spec(), job.id()));
+  YAML::Node ops = root["ops"];
   if (!ops.IsSequence()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id(), ": its graph has no ops list"));
@@ -51,7 +51,7 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
     }
   }
   YAML::Emitter out;
-  out << *root;
+  out << root;
   std::string text = absl::StrCat(
       "# pinned from ", job.id(), " (", job.name(), "): every op runs the schedule it ran there",
       job.result().ops_size() > 0 ? absl::StrCat(", tp = ", job.result().ops(0).tp()) : "",

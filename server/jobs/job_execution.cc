@@ -1,13 +1,13 @@
 #include "server/jobs/job_execution.h"
+#include "common/status_macros.h"
 
 namespace overlap::jobs {
 
 absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admission& admission,
                                            runner::TuningCache* tuning_cache, const v1::Job& job,
                                            const runner::RunHooks& hooks) {
-  absl::StatusOr<AdmittedJob> admitted = admission.Revalidate(job);
-  if (!admitted.ok()) return admitted.status();
-  return runner::RunJob(engine, admitted->spec, admitted->devices, hooks, tuning_cache);
+  ASSIGN_OR_RETURN(const AdmittedJob admitted, admission.Revalidate(job));
+  return runner::RunJob(engine, admitted.spec, admitted.devices, hooks, tuning_cache);
 }
 
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,

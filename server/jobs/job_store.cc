@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/sqlite_statement.h"
+#include "common/status_macros.h"
 #include "common/text.h"
 
 namespace overlap::jobs {
@@ -285,8 +286,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   const std::string highest_id_path =
       (std::filesystem::path(state_dir) / kHighestIdFileName).string();
   const bool fresh_file = !std::filesystem::exists(path, ec);
-  absl::StatusOr<uint64_t> highest_id = ReadHighestId(highest_id_path);
-  if (!highest_id.ok()) return highest_id.status();
+  ASSIGN_OR_RETURN(const uint64_t highest_id, ReadHighestId(highest_id_path));
   const auto damaged = [&path](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(
         absl::StartsWith(what, path) ? "" : absl::StrCat(path, ": "), what, "; the job database is damaged: restore it from a backup, or move ",
@@ -302,7 +302,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
                         absl::StrCat("state_dir ", state_dir, ": ", writer.status().message()));
   }
   std::unique_ptr<JobStore> store(new JobStore(std::move(*writer), SqliteDb(), path,
-                                               highest_id_path, *highest_id));
+                                               highest_id_path, highest_id));
   absl::MutexLock lock(&store->write_mu_);
   // Page damage would otherwise start a "healthy" daemon whose store answers
   // DATA_LOSS; refused here, before anything is served.
@@ -325,12 +325,11 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   if (absl::Status s = store->SetUpSchema(); !s.ok()) {
     return s.code() == absl::StatusCode::kDataLoss ? damaged(s.message()) : s;
   }
-  if (absl::Status s = store->CheckNothingLost(fresh_file); !s.ok()) return s;
-  if (absl::Status s = store->CountFinishedRows(); !s.ok()) return s;
-  absl::StatusOr<SqliteDb> reader = SqliteDb::Open(path, SqliteDb::Mode::kReadOnly);
-  if (!reader.ok()) return reader.status();
+  RETURN_IF_ERROR(store->CheckNothingLost(fresh_file));
+  RETURN_IF_ERROR(store->CountFinishedRows());
+  ASSIGN_OR_RETURN(SqliteDb reader, SqliteDb::Open(path, SqliteDb::Mode::kReadOnly));
   absl::MutexLock read_lock(&store->read_mu_);
-  store->reader_ = std::move(*reader);
+  store->reader_ = std::move(reader);
   return store;
 }
 
@@ -339,7 +338,7 @@ absl::Status JobStore::SetUpSchema() {
   int user_version = 0;
   {
     Statement version(db, "PRAGMA user_version;");
-    if (auto s = version.status("reading the schema version"); !s.ok()) return s;
+    RETURN_IF_ERROR(version.status("reading the schema version"));
     if (sqlite3_step(version.get()) == SQLITE_ROW) {
       user_version = sqlite3_column_int(version.get(), 0);
     }
@@ -362,13 +361,12 @@ absl::Status JobStore::SetUpSchema() {
 }
 
 absl::Status JobStore::CheckNothingLost(bool fresh_file) {
-  absl::StatusOr<uint64_t> max_pruned = MaxPrunedSequence(writer_.get());
-  if (!max_pruned.ok()) return max_pruned.status();
+  ASSIGN_OR_RETURN(const uint64_t max_pruned, MaxPrunedSequence(writer_.get()));
   Statement stmt(writer_.get(), "SELECT COALESCE(MAX(sequence), 0) FROM jobs;");
-  if (auto s = stmt.status("reading max sequence"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("reading max sequence"));
   if (sqlite3_step(stmt.get()) != SQLITE_ROW) return StoreError(writer_.get(), "max sequence");
   const uint64_t held =
-      std::max(static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)), *max_pruned);
+      std::max(static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)), max_pruned);
   if (highest_id_ <= held) {
     if (highest_id_ < held) NoteHighestId(held);  // a database from before the file
     return absl::OkStatus();
@@ -393,7 +391,7 @@ absl::Status JobStore::CountFinishedRows() {
   Statement stmt(writer_.get(),
                  absl::StrCat("SELECT COUNT(*) FROM jobs WHERE state IN ", FinalStatesSql(), ";")
                      .c_str());
-  if (auto s = stmt.status("counting finished jobs"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("counting finished jobs"));
   if (sqlite3_step(stmt.get()) != SQLITE_ROW) return StoreError(writer_.get(), "counting jobs");
   finished_rows_.store(sqlite3_column_int64(stmt.get(), 0));
   return absl::OkStatus();
@@ -412,7 +410,7 @@ JobStore::~JobStore() = default;
 
 absl::Status JobStore::Put(const v1::Job& job) {
   absl::MutexLock lock(&write_mu_);
-  if (auto s = writer_.Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  RETURN_IF_ERROR(writer_.Exec("BEGIN IMMEDIATE;"));
   int finished_delta = 0;
   absl::Status status = PutLocked(job, &finished_delta);
   if (status.ok()) status = writer_.Exec("COMMIT;");
@@ -429,7 +427,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   sqlite3* db = writer_.get();
   {
     Statement before(db, "SELECT state FROM jobs WHERE sequence = ?;");
-    if (auto s = before.status("preparing insert"); !s.ok()) return s;
+    RETURN_IF_ERROR(before.status("preparing insert"));
     sqlite3_bind_int64(before.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
     const bool was_final =
         sqlite3_step(before.get()) == SQLITE_ROW &&
@@ -445,7 +443,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
     Statement stmt(db,
                    "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
                    "start_time_ms, end_time_ms, job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);");
-    if (auto s = stmt.status("preparing insert"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing insert"));
     sqlite3_stmt* st = stmt.get();
     sqlite3_bind_text(st, 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, static_cast<sqlite3_int64>(job.sequence()));
@@ -461,7 +459,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   }
   {
     Statement stmt(db, "INSERT OR REPLACE INTO summaries (sequence, summary) VALUES (?, ?);");
-    if (auto s = stmt.status("preparing summary"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing summary"));
     sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
     sqlite3_bind_blob(stmt.get(), 2, summary.data(), static_cast<int>(summary.size()),
                       SQLITE_TRANSIENT);
@@ -471,7 +469,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   }
   if (IsFinal(job.state())) {
     Statement stmt(db, "DELETE FROM op_results WHERE sequence = ?;");
-    if (auto s = stmt.status("preparing op cleanup"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing op cleanup"));
     sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
     if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
       return StoreError(db, absl::StrCat("dropping the op rows of ", job.id()));
@@ -493,7 +491,7 @@ absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const v1::JobRe
   sqlite3* db = writer_.get();
   Statement stmt(db,
                  "INSERT OR REPLACE INTO op_results (sequence, op_index, result) VALUES (?, ?, ?);");
-  if (auto s = stmt.status("preparing op result"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing op result"));
   sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(sequence));
   sqlite3_bind_int(stmt.get(), 2, index);
   sqlite3_bind_blob(stmt.get(), 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
@@ -507,9 +505,9 @@ absl::Status JobStore::AddOpRowsLocked(v1::Job* job) {
   if (!IsFinal(job->state())) {
     Statement stmt(reader_.get(),
                    "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
-    if (auto s = stmt.status("preparing op results"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing op results"));
     sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
-    if (absl::Status s = FoldOpRows(reader_.get(), stmt.get(), job); !s.ok()) return s;
+    RETURN_IF_ERROR(FoldOpRows(reader_.get(), stmt.get(), job));
   }
   job->set_ops_finished(job->result().ops_size());
   return absl::OkStatus();
@@ -519,13 +517,12 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
   sqlite3* db = reader_.get();
   Statement stmt(db, "SELECT sequence, job FROM jobs WHERE id = ?;");
-  if (auto s = stmt.status("preparing get"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing get"));
   sqlite3_bind_text(stmt.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_ROW) {
-    absl::StatusOr<v1::Job> job = JobFromColumn(stmt.get(), 1);
-    if (!job.ok()) return job.status();
-    if (absl::Status s = AddOpRowsLocked(&*job); !s.ok()) return s;
+    ASSIGN_OR_RETURN(v1::Job job, JobFromColumn(stmt.get(), 1));
+    RETURN_IF_ERROR(AddOpRowsLocked(&job));
     return job;
   }
   if (rc != SQLITE_DONE) return StoreError(db, absl::StrCat("reading ", Excerpt(id)));
@@ -552,13 +549,12 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListLocked(v1::JobState state, in
   if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " WHERE state = ?1");
   absl::StrAppend(&sql, limit > 0 ? " ORDER BY sequence DESC LIMIT ?2;" : " ORDER BY sequence;");
   Statement stmt(reader_.get(), sql.c_str());
-  if (auto s = stmt.status("preparing list"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing list"));
   if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
   if (limit > 0) sqlite3_bind_int(stmt.get(), 2, limit);
-  absl::StatusOr<std::vector<v1::Job>> jobs = CollectJobs(reader_.get(), stmt.get());
-  if (!jobs.ok()) return jobs.status();
-  for (v1::Job& job : *jobs) {
-    if (absl::Status s = AddOpRowsLocked(&job); !s.ok()) return s;
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, CollectJobs(reader_.get(), stmt.get()));
+  for (v1::Job& job : jobs) {
+    RETURN_IF_ERROR(AddOpRowsLocked(&job));
   }
   return jobs;
 }
@@ -579,7 +575,7 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
   absl::MutexLock lock(&read_mu_);
   sqlite3* db = reader_.get();
   Statement stmt(db, sql.c_str());
-  if (auto s = stmt.status("preparing list"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing list"));
   if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
   if (before > 0) sqlite3_bind_int64(stmt.get(), 2, static_cast<sqlite3_int64>(before));
   sqlite3_bind_int(stmt.get(), 3, limit + 1);
@@ -611,11 +607,10 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
       continue;
     }
     Statement one(db, absl::StrCat("SELECT ", kListColumns, " FROM jobs WHERE sequence = ?;").c_str());
-    if (auto s = one.status("preparing list"); !s.ok()) return s;
+    RETURN_IF_ERROR(one.status("preparing list"));
     sqlite3_bind_int64(one.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
-    absl::StatusOr<std::vector<v1::Job>> full = CollectJobs(db, one.get());
-    if (!full.ok()) return full.status();
-    if (!full->empty()) job = JobSummary(full->front());
+    ASSIGN_OR_RETURN(const std::vector<v1::Job> full, CollectJobs(db, one.get()));
+    if (!full.empty()) job = JobSummary(full.front());
   }
   return page;
 }
@@ -631,7 +626,7 @@ absl::StatusOr<uint64_t> JobStore::MaxSequence() {
   Statement stmt(reader_.get(),
                  "SELECT MAX((SELECT COALESCE(MAX(sequence), 0) FROM jobs), "
                  "(SELECT COALESCE(MAX(value), 0) FROM meta WHERE key = ?));");
-  if (auto s = stmt.status("preparing max"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing max"));
   sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
     return StoreError(reader_.get(), "reading max sequence");
@@ -644,7 +639,7 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
   Statement stmt(reader_.get(),
                  "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY "
                  "state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
-  if (auto s = stmt.status("preparing count"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing count"));
   std::map<v1::JobState, int64_t> counts;
   int rc;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
@@ -662,7 +657,7 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
   {
     Statement stmt(db,
                    "SELECT devices, start_time_ms, end_time_ms FROM jobs WHERE start_time_ms > 0;");
-    if (auto s = stmt.status("preparing usage"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing usage"));
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
       AddUsage(sqlite3_column_text(stmt.get(), 0), sqlite3_column_int64(stmt.get(), 1),
@@ -671,7 +666,7 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
     if (rc != SQLITE_DONE) return StoreError(db, "reading device usage");
   }
   Statement pruned(db, "SELECT device, busy_ms, jobs_run FROM pruned_devices;");
-  if (auto s = pruned.status("preparing pruned usage"); !s.ok()) return s;
+  RETURN_IF_ERROR(pruned.status("preparing pruned usage"));
   int rc;
   while ((rc = sqlite3_step(pruned.get())) == SQLITE_ROW) {
     DeviceUsage& u = usage[sqlite3_column_int(pruned.get(), 0)];
@@ -684,7 +679,7 @@ absl::StatusOr<std::map<int, DeviceUsage>> JobStore::UsageByDevice() {
 
 absl::StatusOr<uint64_t> JobStore::MaxPrunedSequence(sqlite3* db) {
   Statement stmt(db, "SELECT value FROM meta WHERE key = ?;");
-  if (auto s = stmt.status("preparing meta"); !s.ok()) return s;
+  RETURN_IF_ERROR(stmt.status("preparing meta"));
   sqlite3_bind_text(stmt.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   const int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_DONE) return 0;
@@ -737,11 +732,9 @@ absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t n
   // just ended is never the one to go.)
   std::string where = absl::StrCat("state IN ", FinalStatesSql(), " AND (0");
   if (policy.keep_jobs > 0) {
-    absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> cutoff =
-        KeepCutoff(writer_.get(), policy.keep_jobs);
-    if (!cutoff.ok()) return cutoff.status();
-    if (cutoff->has_value()) {
-      const auto [end_ms, sequence] = **cutoff;
+    ASSIGN_OR_RETURN(const auto cutoff, KeepCutoff(writer_.get(), policy.keep_jobs));
+    if (cutoff.has_value()) {
+      const auto [end_ms, sequence] = *cutoff;
       absl::StrAppend(&where, " OR end_time_ms < ", end_ms, " OR (end_time_ms = ", end_ms,
                       " AND sequence < ", sequence, ")");
     }
@@ -753,13 +746,13 @@ absl::StatusOr<int64_t> JobStore::Prune(const RetentionPolicy& policy, int64_t n
 
   // One transaction: the rows chosen are the rows deleted, and the totals move
   // with them, or nothing changes.
-  if (auto s = writer_.Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  RETURN_IF_ERROR(writer_.Exec("BEGIN IMMEDIATE;"));
   absl::StatusOr<int64_t> pruned = PruneLocked(where);
   if (!pruned.ok()) {
     writer_.Exec("ROLLBACK;").IgnoreError();
     return pruned.status();
   }
-  if (auto s = writer_.Exec("COMMIT;"); !s.ok()) return s;
+  RETURN_IF_ERROR(writer_.Exec("COMMIT;"));
   finished_rows_.fetch_sub(*pruned);
   return pruned;
 }
@@ -774,7 +767,7 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
     const std::string sql = absl::StrCat(
         "SELECT sequence, state, devices, start_time_ms, end_time_ms FROM jobs WHERE ", where, ";");
     Statement stmt(db, sql.c_str());
-    if (auto s = stmt.status("preparing prune"); !s.ok()) return s;
+    RETURN_IF_ERROR(stmt.status("preparing prune"));
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
       max_sequence =
@@ -791,7 +784,7 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
     Statement up(db,
                  "INSERT INTO pruned_states (state, jobs) VALUES (?1, ?2) "
                  "ON CONFLICT(state) DO UPDATE SET jobs = jobs + ?2;");
-    if (auto s = up.status("preparing pruned states"); !s.ok()) return s;
+    RETURN_IF_ERROR(up.status("preparing pruned states"));
     sqlite3_bind_int(up.get(), 1, state);
     sqlite3_bind_int64(up.get(), 2, jobs);
     if (sqlite3_step(up.get()) != SQLITE_DONE) return StoreError(db, "storing pruned states");
@@ -801,7 +794,7 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
                  "INSERT INTO pruned_devices (device, busy_ms, jobs_run) VALUES (?1, ?2, ?3) "
                  "ON CONFLICT(device) DO UPDATE SET busy_ms = busy_ms + ?2, "
                  "jobs_run = jobs_run + ?3;");
-    if (auto s = up.status("preparing pruned devices"); !s.ok()) return s;
+    RETURN_IF_ERROR(up.status("preparing pruned devices"));
     sqlite3_bind_int(up.get(), 1, device);
     sqlite3_bind_double(up.get(), 2, u.busy_ms);
     sqlite3_bind_int64(up.get(), 3, u.jobs_run);
@@ -810,7 +803,7 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
   Statement meta(db,
                  "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                  "ON CONFLICT(key) DO UPDATE SET value = MAX(value, ?2);");
-  if (auto s = meta.status("preparing meta"); !s.ok()) return s;
+  RETURN_IF_ERROR(meta.status("preparing meta"));
   sqlite3_bind_text(meta.get(), 1, kMaxPrunedKey, -1, SQLITE_STATIC);
   sqlite3_bind_int64(meta.get(), 2, static_cast<sqlite3_int64>(max_sequence));
   if (sqlite3_step(meta.get()) != SQLITE_DONE) return StoreError(db, "storing meta");

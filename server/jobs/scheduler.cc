@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "server/runner/op_report.h"
 
 namespace overlap::jobs {
@@ -83,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(JobStore* store, Jo
   }
   options.executor_threads = std::max(1, options.executor_threads);
   std::unique_ptr<Scheduler> scheduler(new Scheduler(store, std::move(runner), options));
-  if (absl::Status s = scheduler->Recover(); !s.ok()) return s;
+  RETURN_IF_ERROR(scheduler->Recover());
   for (int i = 0; i < options.executor_threads; ++i) {
     scheduler->executors_.emplace_back([s = scheduler.get()] { s->ExecutorLoop(); });
   }
@@ -97,31 +98,28 @@ Scheduler::~Scheduler() { Shutdown(); }
 absl::Status Scheduler::Recover() {
   // Before any executor or caller exists: the store is read and written here
   // without the mutex, and what it finds is installed under it at the end.
-  auto max_sequence = store_->MaxSequence();
-  if (!max_sequence.ok()) return max_sequence.status();
+  ASSIGN_OR_RETURN(const uint64_t max_sequence, store_->MaxSequence());
 
-  auto running = store_->ListByState(v1::RUNNING);
-  if (!running.ok()) return running.status();
-  for (v1::Job& job : *running) {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> running, store_->ListByState(v1::RUNNING));
+  for (v1::Job& job : running) {
     if (StoredDataLost(job)) {
-      if (absl::Status s = FailDamaged(job); !s.ok()) return s;
+      RETURN_IF_ERROR(FailDamaged(job));
       continue;
     }
     job.set_state(v1::FAILED);
     job.set_error(kRestartedError);
     job.set_error_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
     job.set_end_time_ms(NowMs());
-    if (absl::Status s = store_->Put(job); !s.ok()) return s;
+    RETURN_IF_ERROR(store_->Put(job));
     Log()->warn("job {} was running when overlapd stopped: marked FAILED", job.id());
   }
 
-  auto queued = store_->ListByState(v1::QUEUED);
-  if (!queued.ok()) return queued.status();
+  ASSIGN_OR_RETURN(std::vector<v1::Job> queued, store_->ListByState(v1::QUEUED));
   std::vector<std::shared_ptr<Entry>> recovered;
-  for (v1::Job& job : *queued) {
+  for (v1::Job& job : queued) {
     // Its spec is lost with its stored data: it cannot run again.
     if (StoredDataLost(job)) {
-      if (absl::Status s = FailDamaged(job); !s.ok()) return s;
+      RETURN_IF_ERROR(FailDamaged(job));
       continue;
     }
     auto entry = std::make_shared<Entry>();
@@ -131,7 +129,7 @@ absl::Status Scheduler::Recover() {
   if (!recovered.empty()) Log()->info("recovered {} queued job(s)", recovered.size());
   MaybePrune();
   absl::MutexLock lock(&mu_);
-  next_sequence_ = *max_sequence + 1;
+  next_sequence_ = max_sequence + 1;
   for (std::shared_ptr<Entry>& entry : recovered) {
     pending_[{-entry->job.priority(), entry->job.sequence()}] = entry;
     active_[entry->job.id()] = entry;
@@ -394,20 +392,18 @@ absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<v1::Job>> Scheduler::List(v1::JobState state, int limit) {
-  auto jobs = store_->List(state, limit);
-  if (!jobs.ok()) return jobs.status();
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->List(state, limit));
   absl::MutexLock lock(&mu_);
-  for (v1::Job& job : *jobs) {
+  for (v1::Job& job : jobs) {
     if (std::optional<v1::Job> live = InMemoryLocked(job.id())) job = *std::move(live);
   }
   return jobs;
 }
 
 absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, uint64_t before) {
-  auto page = store_->ListSummaries(state, limit, before);
-  if (!page.ok()) return page.status();
+  ASSIGN_OR_RETURN(JobPage page, store_->ListSummaries(state, limit, before));
   absl::MutexLock lock(&mu_);
-  for (v1::Job& job : page->jobs) {
+  for (v1::Job& job : page.jobs) {
     if (auto it = unstored_.find(job.id()); it != unstored_.end()) {
       job = JobSummary(it->second);
     } else if (auto it = active_.find(job.id());
@@ -449,10 +445,9 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
     }
   }
   if (entry == nullptr) {
-    absl::StatusOr<v1::Job> stored = store_->Get(id);
-    if (!stored.ok()) return stored.status();
+    ASSIGN_OR_RETURN(const v1::Job stored, store_->Get(id));
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored->state()), ")"));
+        absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored.state()), ")"));
   }
   cancelled.set_state(v1::CANCELLED);
   cancelled.set_error(kCancelledByRequest);
@@ -486,9 +481,8 @@ absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint
       changed_.WaitWithDeadline(&mu_, deadline);
     }
   }
-  auto stored = store_->Get(id);
-  if (!stored.ok()) return stored.status();
-  return JobSnapshot{std::move(*stored), kFinalVersion};
+  ASSIGN_OR_RETURN(v1::Job stored, store_->Get(id));
+  return JobSnapshot{std::move(stored), kFinalVersion};
 }
 
 void Scheduler::StartDrain() {
@@ -537,12 +531,9 @@ int Scheduler::RunningCount() const {
 
 absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
   SchedulerStats stats;
-  auto counts = store_->CountByState();
-  if (!counts.ok()) return counts.status();
-  stats.jobs_by_state = std::move(*counts);
-  auto usage = store_->UsageByDevice();
-  if (!usage.ok()) return usage.status();
-  for (const auto& [device, u] : *usage) {
+  ASSIGN_OR_RETURN(stats.jobs_by_state, store_->CountByState());
+  ASSIGN_OR_RETURN(const auto usage, store_->UsageByDevice());
+  for (const auto& [device, u] : usage) {
     stats.devices[device].busy_ms = u.busy_ms;
     stats.devices[device].jobs_run = u.jobs_run;
   }
