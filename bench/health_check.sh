@@ -37,7 +37,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))["devices"][0]
 print("ours:", {k: v for k, v in d.items() if k.startswith(("pcie", "nvlink", "ecc", "row"))})
 PY
-echo "== Xid: a process faults on purpose (bench/xid_probe.cu, Xid 31, an application's)"
+echo "== Xid: a process faults on purpose (bench/probes/xid_probe.cu, Xid 31, an application's)"
 xid_probe 0; echo "xid_probe exit $?"
 sleep 2
 overlapctl --addr "$addr" health; echo "health exit $?"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 cmake --build build-gpu -j"$(nproc)" --target overlapd overlapctl ${EXTRA_TARGETS:-}
 extra=()
 for t in ${EXTRA_TARGETS:-}; do  # test binaries and bench tools
-  if [ -x "build-gpu/tests/$t" ]; then extra+=("build-gpu/tests/$t"); else extra+=("build-gpu/bench/$t"); fi
+  if [ -x "build-gpu/tests/$t" ]; then extra+=("build-gpu/tests/$t"); elif [ -x "build-gpu/bench/$t" ]; then extra+=("build-gpu/bench/$t"); else extra+=("build-gpu/bench/probes/$t"); fi
 done
 ../shared/tools/device-bundle build-gpu/server/overlapd build-gpu/client/overlapctl "${extra[@]}"
 strip .device/bin/*

@@ -3,7 +3,7 @@
 // A ring schedule runs one GEMM as row pieces on the compute stream. In a
 // replayed graph each boundary between two pieces waits until the whole previous
 // kernel has finished and flushed: the last wave's tail of one piece plus the
-// ramp-up of the next, 4-20 us each (bench/piece_edges). When the two GEMMs share
+// ramp-up of the next, 4-20 us each (bench/probes/piece_edges). When the two GEMMs share
 // no byte that either of them writes, nothing but time orders them, and an edge
 // of type programmatic from the previous kernel's LaunchCompletion port lets the
 // next one start once every block of the previous one has started, filling the

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/probe_util.h"
+#include "bench/probes/probe_util.h"
 
 namespace {
 

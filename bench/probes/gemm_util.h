@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "bench/probe_util.h"
+#include "bench/probes/probe_util.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 

@@ -1,4 +1,4 @@
-"""PyTorch's matmul for one bf16 shape, timed the way bench/gemm_algos times the
+"""PyTorch's matmul for one bf16 shape, timed the way bench/probes/gemm_algos times the
 cuBLASLt candidates: cold (after 300 ms idle) and hot (after `ms` of back-to-back
 GEMMs), one GEMM per timed iteration with a host sync between.
 Usage: python3 torch_gemm_hot.py M N K [ms]"""

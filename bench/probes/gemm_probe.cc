@@ -14,8 +14,8 @@
 #include <functional>
 #include <vector>
 
-#include "bench/gemm_util.h"
-#include "bench/probe_util.h"
+#include "bench/probes/gemm_util.h"
+#include "bench/probes/probe_util.h"
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/gemm_lt.h"

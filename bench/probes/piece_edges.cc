@@ -17,8 +17,8 @@
 #include <cstring>
 #include <vector>
 
-#include "bench/gemm_util.h"
-#include "bench/probe_util.h"
+#include "bench/probes/gemm_util.h"
+#include "bench/probes/probe_util.h"
 #include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"

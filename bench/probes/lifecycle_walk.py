@@ -15,7 +15,7 @@ host backend in CI:
   - jobs that share a device start in priority-then-submission order.
 
 On a GPU node (docs/DEVELOPMENT.md):
-  python3 bench/lifecycle_walk.py --devices 2 \
+  python3 bench/probes/lifecycle_walk.py --devices 2 \
       --backend-flags "--backend cuda --ranks-per-gpu 2 --preheat-ms 20 --pool-bytes-per-device 4GiB"
 Exit status 0 when nothing was wrong, 1 otherwise (each problem is printed).
 """

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/gemm_util.h"
-#include "bench/probe_util.h"
+#include "bench/probes/gemm_util.h"
+#include "bench/probes/probe_util.h"
 #include "common/dtype.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"

@@ -8,7 +8,7 @@
 # BENCH_FLAGS go to every `overlapctl bench` (e.g. --transport nccl --no-verify);
 # BUDGET_S (default 480) stops starting new runs once spent.
 # Usage: VARIANTS="base:X=1 ch8:NCCL_MAX_NCHANNELS=8" SHAPES=gemm_ar:8192x4096x4096 \
-#          bash bench/ab_env.sh
+#          bash bench/probes/ab_env.sh
 set -uo pipefail
 source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

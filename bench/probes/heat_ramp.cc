@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench/gemm_util.h"
-#include "bench/probe_util.h"
+#include "bench/probes/gemm_util.h"
+#include "bench/probes/probe_util.h"
 #include "server/cuda/gemm_lt.h"
 
 namespace {
