@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "overlap_git_commit.h"
 #include "server/engine_select.h"
 #include "server/jobs/admission.h"
@@ -204,7 +205,17 @@ absl::Status Daemon::StartParts(int* exit_code) {
   }
   p.engine = std::move(*engine);
   log->info("engine {}: {} device(s)", p.engine->Name(), p.engine->DeviceCount());
+  RETURN_IF_ERROR(StartJobs(exit_code));
+  RETURN_IF_ERROR(StartServers(exit_code));
+  Notify(absl::StrCat("READY=1\nSTATUS=serving on ", p.server->listen_address()));
+  StartWatchers();
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::StartJobs(int* exit_code) {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
+  const DaemonConfig& config = config_;
   absl::StatusOr<std::unique_ptr<jobs::JobStore>> store = jobs::JobStore::Open(config.state_dir);
   if (!store.ok()) {
     // A state_dir it cannot use, a damaged database or one from a newer overlapd
@@ -250,7 +261,13 @@ absl::Status Daemon::StartParts(int* exit_code) {
   }
   p.scheduler = std::move(*scheduler);
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::StartServers(int* exit_code) {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
+  const DaemonConfig& config = config_;
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
   rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
@@ -277,8 +294,12 @@ absl::Status Daemon::StartParts(int* exit_code) {
               config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
               p.metrics->port());
   }
-  Notify(absl::StrCat("READY=1\nSTATUS=serving on ", p.server->listen_address()));
+  return absl::OkStatus();
+}
 
+void Daemon::StartWatchers() {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
   signal_thread_ = std::thread([&p, log] {
     const sigset_t signals = [] {
       sigset_t set;
@@ -315,7 +336,6 @@ absl::Status Daemon::StartParts(int* exit_code) {
       }
     }
   });
-  return absl::OkStatus();
 }
 
 void Daemon::Wait() { parts_->stop.Wait(absl::InfiniteDuration()); }

@@ -56,7 +56,11 @@ class Daemon {
  private:
   struct Parts;
   explicit Daemon(const DaemonConfig& config);
+  // Each sets *exit_code to what its failure means (kExitUsage, kExitFailure).
   absl::Status StartParts(int* exit_code);
+  absl::Status StartJobs(int* exit_code);     // job store, tuning, admission, scheduler
+  absl::Status StartServers(int* exit_code);  // gRPC and metrics
+  void StartWatchers();                       // the signal and health threads
 
   const DaemonConfig config_;
   std::unique_ptr<Parts> parts_;

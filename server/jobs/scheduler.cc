@@ -72,6 +72,7 @@ struct Scheduler::Entry {
   // state before it until that is done.
   bool ending = false;
   int64_t picked_ms = 0;  // when it was taken off pending_: its start time
+  uint64_t job_sequence = 0;  // job.sequence(), readable without the mutex
 };
 
 Scheduler::Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options)
@@ -124,6 +125,7 @@ absl::Status Scheduler::Recover() {
     }
     auto entry = std::make_shared<Entry>();
     entry->job = std::move(job);
+    entry->job_sequence = entry->job.sequence();
     recovered.push_back(std::move(entry));
   }
   if (!recovered.empty()) Log()->info("recovered {} queued job(s)", recovered.size());
@@ -228,6 +230,7 @@ absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
   }
   auto entry = std::make_shared<Entry>();
   entry->job = std::move(job);
+  entry->job_sequence = sequence;
   pending_[key] = entry;
   active_[entry->job.id()] = entry;
   Log()->info("job {} queued (priority {}, {} device(s))", entry->job.id(), entry->job.priority(),
@@ -281,15 +284,27 @@ void Scheduler::ExecutorLoop() {
 }
 
 void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
+  const v1::Job job = MarkRunning(entry);
+  int ops_done = 0;  // on this executor thread only
+  absl::StatusOr<v1::JobResult> outcome;
+  try {
+    outcome = runner_(job, HooksFor(entry, &ops_done));
+  } catch (const std::exception& e) {
+    // The runner reports errors as Status; an exception (bad_alloc) must not
+    // take the daemon down with the job.
+    outcome = absl::InternalError(absl::StrCat("job runner threw: ", e.what()));
+  }
+  End(entry, outcome);
+}
+
+v1::Job Scheduler::MarkRunning(const std::shared_ptr<Entry>& entry) {
   v1::Job job;
-  int64_t picked_ms = 0;
   {
     absl::MutexLock lock(&mu_);
     job = entry->job;
-    picked_ms = entry->picked_ms;
+    job.set_start_time_ms(entry->picked_ms);
   }
   job.set_state(v1::RUNNING);
-  job.set_start_time_ms(picked_ms);
   // A start that cannot be stored still happens: the row stays QUEUED and a
   // restart runs the job again, which is what a queued job does anyway.
   (void)Store(job);
@@ -301,7 +316,10 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
     ChangedLocked(*entry);
   }
   Log()->info("job {} started", job.id());
+  return job;
+}
 
+runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done) {
   runner::RunHooks hooks;
   hooks.on_progress = [this, entry](const runner::Progress& progress) {
     v1::Progress wire = runner::ToProto(progress);
@@ -309,16 +327,16 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
     *entry->job.mutable_progress() = std::move(wire);
     ChangedLocked(*entry);
   };
-  int ops_done = 0;  // on this executor thread only
-  hooks.on_op_done = [this, entry, &ops_done, sequence = job.sequence()](
-                         const v1::JobResult& header, const v1::OpResult& op) {
+  hooks.on_op_done = [this, entry, ops_done](const v1::JobResult& header,
+                                             const v1::OpResult& op) {
+    const uint64_t sequence = entry->job_sequence;
     // Stored too, one row per op: a daemon that dies mid-job keeps the ops
     // that had finished.
-    if (absl::Status s = store_->PutOpResult(sequence, ops_done, header, op); !s.ok()) {
+    if (absl::Status s = store_->PutOpResult(sequence, *ops_done, header, op); !s.ok()) {
       Log()->error("cannot store op {} of {}: {}", op.id(), JobIdForSequence(sequence),
                    s.ToString());
     }
-    ++ops_done;
+    ++*ops_done;
     absl::MutexLock lock(&mu_);
     v1::JobResult* result = entry->job.mutable_result();
     google::protobuf::RepeatedPtrField<v1::OpResult> ops;
@@ -330,16 +348,11 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
     ChangedLocked(*entry);
   };
   hooks.cancelled = [entry] { return entry->cancel.load(std::memory_order_relaxed); };
+  return hooks;
+}
 
-  absl::StatusOr<v1::JobResult> outcome;
-  try {
-    outcome = runner_(job, hooks);
-  } catch (const std::exception& e) {
-    // The runner reports errors as Status; an exception (bad_alloc) must not
-    // take the daemon down with the job.
-    outcome = absl::InternalError(absl::StrCat("job runner threw: ", e.what()));
-  }
-
+void Scheduler::End(const std::shared_ptr<Entry>& entry,
+                    const absl::StatusOr<v1::JobResult>& outcome) {
   v1::Job final_job;
   {
     absl::MutexLock lock(&mu_);

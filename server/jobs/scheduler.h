@@ -159,7 +159,13 @@ class Scheduler {
   void MaybePrune() ABSL_LOCKS_EXCLUDED(mu_);
   void ChangedLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
+  // One job on an executor: stored RUNNING, run with hooks that publish its
+  // progress and store each op's result, ended with its outcome.
   void Execute(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
+  v1::Job MarkRunning(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
+  runner::RunHooks HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done);
+  void End(const std::shared_ptr<Entry>& entry, const absl::StatusOr<v1::JobResult>& outcome)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   JobStore* const store_;
   const JobRunner runner_;
