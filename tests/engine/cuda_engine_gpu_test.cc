@@ -492,17 +492,24 @@ TEST_F(CudaEngineTest, GemmRejectsBadShapesAndRanges) {
   args.m = args.n = args.k = 64;
   args.a = {buf, 0, 64};
   args.b = {buf, 0, 64};
-  args.c = {buf, 0, 64};
+  args.c = {Alloc(0, 64 * 64 * 2), 0, 64};
   engine::GemmArgs bad_ld = args;
   bad_ld.a.ld = 32;
   absl::Status status = eng().Gemm(stream, bad_ld);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("GEMM A: ld 32"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("GEMM a: ld 32"));  // gemm_checks.h
+  // C in a buffer of its own, one element past what it holds.
   engine::GemmArgs too_far = args;
-  too_far.c.offset = 1;
+  too_far.c = {Alloc(0, 64 * 64 * 2), 1, 64};
   status = eng().Gemm(stream, too_far);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("GEMM C"));
+  // C over A in their buffer: refused on every backend.
+  engine::GemmArgs overlapping = args;
+  overlapping.c = {buf, 0, 64};
+  status = eng().Gemm(stream, overlapping);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("output overlaps an input"));
   engine::GemmArgs zero = args;
   zero.k = 0;
   EXPECT_EQ(eng().Gemm(stream, zero).code(), absl::StatusCode::kInvalidArgument);
