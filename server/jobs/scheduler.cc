@@ -23,8 +23,8 @@ std::shared_ptr<spdlog::logger> Log() { return GetLogger("sched"); }
 
 // A queued or running job the store could only rebuild from its row's columns
 // (JobStore::List): its spec is gone.
-bool StoredDataLost(const v1::Job& job) {
-  return job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss);
+bool StoredDataLost(const JobRecord& job) {
+  return job.error_code == absl::StatusCode::kDataLoss;
 }
 
 }  // namespace
@@ -35,33 +35,33 @@ bool IsFinalState(v1::JobState state) {
 }
 
 void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
-                     v1::Job* job) {
-  job->clear_error();
-  job->set_error_code(0);
+                     JobRecord* job) {
+  job->error.clear();
+  job->error_code = absl::StatusCode::kOk;
   if (outcome.ok()) {
-    job->set_state(v1::SUCCEEDED);
-    *job->mutable_result() = *outcome;
+    job->state = JobState::kSucceeded;
+    job->result = *outcome;
     return;
   }
   const absl::Status& status = outcome.status();
-  job->set_error_code(static_cast<int32_t>(status.code()));
+  job->error_code = status.code();
   switch (status.code()) {
     case absl::StatusCode::kCancelled:
-      job->set_state(v1::CANCELLED);
-      job->set_error(!cancel_reason.empty() ? cancel_reason : std::string(status.message()));
+      job->state = JobState::kCancelled;
+      job->error = !cancel_reason.empty() ? cancel_reason : std::string(status.message());
       return;
     case absl::StatusCode::kAborted:
-      job->set_state(v1::ABORTED);
+      job->state = JobState::kAborted;
       break;
     default:
-      job->set_state(v1::FAILED);
+      job->state = JobState::kFailed;
       break;
   }
-  job->set_error(std::string(status.message()));
+  job->error = std::string(status.message());
 }
 
 struct Scheduler::Entry {
-  v1::Job job;  // what others see; guarded by Scheduler::mu_
+  JobRecord job;  // what others see; guarded by Scheduler::mu_
   uint64_t version = 1;
   std::atomic<bool> cancel{false};
   std::string cancel_reason;  // guarded by Scheduler::mu_
@@ -72,7 +72,7 @@ struct Scheduler::Entry {
   // state before it until that is done.
   bool ending = false;
   int64_t picked_ms = 0;  // when it was taken off pending_: its start time
-  uint64_t job_sequence = 0;  // job.sequence(), readable without the mutex
+  uint64_t job_sequence = 0;  // job.sequence, readable without the mutex
 };
 
 Scheduler::Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options)
@@ -102,22 +102,24 @@ absl::Status Scheduler::Recover() {
   ASSIGN_OR_RETURN(const uint64_t max_sequence, store_->MaxSequence());
 
   ASSIGN_OR_RETURN(std::vector<v1::Job> running, store_->ListByState(v1::RUNNING));
-  for (v1::Job& job : running) {
+  for (const v1::Job& stored : running) {
+    JobRecord job = FromProto(stored);
     if (StoredDataLost(job)) {
       RETURN_IF_ERROR(FailDamaged(job));
       continue;
     }
-    job.set_state(v1::FAILED);
-    job.set_error(kRestartedError);
-    job.set_error_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
-    job.set_end_time_ms(NowMs());
-    RETURN_IF_ERROR(store_->Put(job));
-    Log()->warn("job {} was running when overlapd stopped: marked FAILED", job.id());
+    job.state = JobState::kFailed;
+    job.error = kRestartedError;
+    job.error_code = absl::StatusCode::kUnavailable;
+    job.end_time_ms = NowMs();
+    RETURN_IF_ERROR(store_->Put(ToProto(job)));
+    Log()->warn("job {} was running when overlapd stopped: marked FAILED", job.id);
   }
 
   ASSIGN_OR_RETURN(std::vector<v1::Job> queued, store_->ListByState(v1::QUEUED));
   std::vector<std::shared_ptr<Entry>> recovered;
-  for (v1::Job& job : queued) {
+  for (const v1::Job& stored : queued) {
+    JobRecord job = FromProto(stored);
     // Its spec is lost with its stored data: it cannot run again.
     if (StoredDataLost(job)) {
       RETURN_IF_ERROR(FailDamaged(job));
@@ -125,7 +127,7 @@ absl::Status Scheduler::Recover() {
     }
     auto entry = std::make_shared<Entry>();
     entry->job = std::move(job);
-    entry->job_sequence = entry->job.sequence();
+    entry->job_sequence = entry->job.sequence;
     recovered.push_back(std::move(entry));
   }
   if (!recovered.empty()) Log()->info("recovered {} queued job(s)", recovered.size());
@@ -133,39 +135,39 @@ absl::Status Scheduler::Recover() {
   absl::MutexLock lock(&mu_);
   next_sequence_ = max_sequence + 1;
   for (std::shared_ptr<Entry>& entry : recovered) {
-    pending_[{-entry->job.priority(), entry->job.sequence()}] = entry;
-    active_[entry->job.id()] = entry;
+    pending_[{-entry->job.priority, entry->job.sequence}] = entry;
+    active_[entry->job.id] = entry;
   }
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::FailDamaged(v1::Job& job) {
-  Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id(),
-               v1::JobState_Name(job.state()), job.error());
-  job.set_state(v1::FAILED);
-  if (job.end_time_ms() == 0) job.set_end_time_ms(NowMs());
-  return store_->Put(job);
+absl::Status Scheduler::FailDamaged(JobRecord& job) {
+  Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id,
+               v1::JobState_Name(ToProto(job.state)), job.error);
+  job.state = JobState::kFailed;
+  if (job.end_time_ms == 0) job.end_time_ms = NowMs();
+  return store_->Put(ToProto(job));
 }
 
 void Scheduler::RetryUnstored() {
-  std::vector<v1::Job> waiting;
+  std::vector<JobRecord> waiting;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, job] : unstored_) waiting.push_back(job);
   }
-  for (const v1::Job& job : waiting) {
-    if (!store_->Put(job).ok()) continue;
-    Log()->info("job {} ({}) stored at last", job.id(), v1::JobState_Name(job.state()));
+  for (const JobRecord& job : waiting) {
+    if (!store_->Put(ToProto(job)).ok()) continue;
+    Log()->info("job {} ({}) stored at last", job.id, v1::JobState_Name(ToProto(job.state)));
     absl::MutexLock lock(&mu_);
-    unstored_.erase(job.id());
+    unstored_.erase(job.id);
   }
 }
 
-absl::Status Scheduler::Store(const v1::Job& job) {
+absl::Status Scheduler::Store(const JobRecord& job) {
   RetryUnstored();
-  absl::Status status = store_->Put(job);
+  absl::Status status = store_->Put(ToProto(job));
   if (!status.ok()) {
-    Log()->error("cannot store job {} ({}): {}", job.id(), v1::JobState_Name(job.state()),
+    Log()->error("cannot store job {} ({}): {}", job.id, v1::JobState_Name(ToProto(job.state)),
                  status.ToString());
   }
   return status;
@@ -192,8 +194,12 @@ void Scheduler::ChangedLocked(Entry& entry) {
   changed_.SignalAll();
 }
 
-absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
-  uint64_t sequence = 0;
+absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
+  JobRecord job;
+  job.name = submitted.name();
+  job.priority = submitted.priority();
+  job.devices.assign(submitted.devices().begin(), submitted.devices().end());
+  job.spec = submitted.spec();
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);
@@ -204,20 +210,12 @@ absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
           absl::StrCat("queue full: ", queued,
                        " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
     }
-    sequence = next_sequence_++;
-    key = {-job.priority(), sequence};
-    submitting_[key] = {job.devices().begin(), job.devices().end()};
-    job.set_submit_time_ms(NowMs());
+    job.sequence = next_sequence_++;
+    key = {-job.priority, job.sequence};
+    submitting_[key] = job.devices;
+    job.submit_time_ms = NowMs();
   }
-  job.set_sequence(sequence);
-  job.set_id(JobIdForSequence(sequence));
-  job.set_state(v1::QUEUED);
-  job.set_start_time_ms(0);
-  job.set_end_time_ms(0);
-  job.clear_error();
-  job.set_error_code(0);
-  job.clear_result();
-  job.clear_progress();
+  job.id = JobIdForSequence(job.sequence);
   // Stored before anyone hears of it: an accepted job survives a crash. A
   // failed write leaves a gap in the ids, never a reused one.
   const absl::Status stored = Store(job);
@@ -230,20 +228,20 @@ absl::StatusOr<v1::Job> Scheduler::Submit(v1::Job job) {
   }
   auto entry = std::make_shared<Entry>();
   entry->job = std::move(job);
-  entry->job_sequence = sequence;
+  entry->job_sequence = entry->job.sequence;
   pending_[key] = entry;
-  active_[entry->job.id()] = entry;
-  Log()->info("job {} queued (priority {}, {} device(s))", entry->job.id(), entry->job.priority(),
-              entry->job.devices_size());
+  active_[entry->job.id] = entry;
+  Log()->info("job {} queued (priority {}, {} device(s))", entry->job.id, entry->job.priority,
+              entry->job.devices.size());
   ScheduleLocked();
-  return entry->job;
+  return ToProto(entry->job);
 }
 
 void Scheduler::ScheduleLocked() {
   if (draining_ || stopping_) return;
   std::set<int> claimed;
   for (const auto& [sequence, entry] : running_) {
-    claimed.insert(entry->job.devices().begin(), entry->job.devices().end());
+    claimed.insert(entry->job.devices.begin(), entry->job.devices.end());
   }
   auto incoming = submitting_.begin();
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -252,7 +250,7 @@ void Scheduler::ScheduleLocked() {
       claimed.insert(incoming->second.begin(), incoming->second.end());
     }
     std::shared_ptr<Entry> entry = it->second;
-    const auto& devices = entry->job.devices();
+    const std::vector<int>& devices = entry->job.devices;
     const bool blocked =
         std::any_of(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
     claimed.insert(devices.begin(), devices.end());
@@ -263,7 +261,7 @@ void Scheduler::ScheduleLocked() {
     it = pending_.erase(it);
     entry->starting = true;
     entry->picked_ms = NowMs();
-    running_[entry->job.sequence()] = entry;
+    running_[entry->job.sequence] = entry;
     ready_.push_back(entry);
     changed_.SignalAll();  // an executor takes it
   }
@@ -298,33 +296,32 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
 }
 
 v1::Job Scheduler::MarkRunning(const std::shared_ptr<Entry>& entry) {
-  v1::Job job;
+  JobRecord job;
   {
     absl::MutexLock lock(&mu_);
     job = entry->job;
-    job.set_start_time_ms(entry->picked_ms);
+    job.start_time_ms = entry->picked_ms;
   }
-  job.set_state(v1::RUNNING);
+  job.state = JobState::kRunning;
   // A start that cannot be stored still happens: the row stays QUEUED and a
   // restart runs the job again, which is what a queued job does anyway.
   (void)Store(job);
   {
     absl::MutexLock lock(&mu_);
-    entry->job.set_state(v1::RUNNING);
-    entry->job.set_start_time_ms(job.start_time_ms());
+    entry->job.state = JobState::kRunning;
+    entry->job.start_time_ms = job.start_time_ms;
     entry->starting = false;
     ChangedLocked(*entry);
   }
-  Log()->info("job {} started", job.id());
-  return job;
+  Log()->info("job {} started", job.id);
+  return ToProto(job);
 }
 
 runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done) {
   runner::RunHooks hooks;
   hooks.on_progress = [this, entry](const runner::Progress& progress) {
-    v1::Progress wire = runner::ToProto(progress);
     absl::MutexLock lock(&mu_);
-    *entry->job.mutable_progress() = std::move(wire);
+    entry->job.progress = progress;
     ChangedLocked(*entry);
   };
   hooks.on_op_done = [this, entry, ops_done](const v1::JobResult& header,
@@ -338,13 +335,12 @@ runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* o
     }
     ++*ops_done;
     absl::MutexLock lock(&mu_);
-    v1::JobResult* result = entry->job.mutable_result();
+    v1::JobResult& result = entry->job.result;
     google::protobuf::RepeatedPtrField<v1::OpResult> ops;
-    ops.Swap(result->mutable_ops());
-    *result = header;
-    result->mutable_ops()->Swap(&ops);
-    *result->add_ops() = op;
-    entry->job.set_ops_finished(result->ops_size());
+    ops.Swap(result.mutable_ops());
+    result = header;
+    result.mutable_ops()->Swap(&ops);
+    *result.add_ops() = op;
     ChangedLocked(*entry);
   };
   hooks.cancelled = [entry] { return entry->cancel.load(std::memory_order_relaxed); };
@@ -353,45 +349,45 @@ runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* o
 
 void Scheduler::End(const std::shared_ptr<Entry>& entry,
                     const absl::StatusOr<v1::JobResult>& outcome) {
-  v1::Job final_job;
+  JobRecord final_job;
   {
     absl::MutexLock lock(&mu_);
     final_job = entry->job;
     entry->ending = true;
-    ApplyRunOutcome(outcome, entry->cancel_reason, &final_job);
   }
-  final_job.set_end_time_ms(std::max(NowMs(), final_job.start_time_ms()));
-  final_job.set_ops_finished(final_job.result().ops_size());
+  ApplyRunOutcome(outcome, entry->cancel_reason, &final_job);
+  final_job.progress.reset();
+  final_job.end_time_ms = std::max(NowMs(), final_job.start_time_ms);
   const bool stored = Store(final_job).ok();
-  if (final_job.state() == v1::SUCCEEDED) {
-    Log()->info("job {} succeeded in {} ms", final_job.id(),
-                final_job.end_time_ms() - final_job.start_time_ms());
+  if (final_job.state == JobState::kSucceeded) {
+    Log()->info("job {} succeeded in {} ms", final_job.id,
+                final_job.end_time_ms - final_job.start_time_ms);
   } else {
-    Log()->warn("job {} ended {}: {}", final_job.id(), v1::JobState_Name(final_job.state()),
-                final_job.error());
+    Log()->warn("job {} ended {}: {}", final_job.id, v1::JobState_Name(ToProto(final_job.state)),
+                final_job.error);
   }
   // Before the end is published, so that whoever sees it sees the history
   // already trimmed to the retention policy.
   MaybePrune();
   absl::MutexLock lock(&mu_);
-  running_.erase(final_job.sequence());
+  running_.erase(final_job.sequence);
   FinishLocked(*entry, std::move(final_job), stored);
 }
 
-void Scheduler::FinishLocked(Entry& entry, v1::Job final_job, bool stored) {
+void Scheduler::FinishLocked(Entry& entry, JobRecord final_job, bool stored) {
   entry.job = std::move(final_job);
   entry.ending = false;
-  active_.erase(entry.job.id());
+  active_.erase(entry.job.id);
   // Its end is served from memory while the store holds its stale row, and
   // stored with the next write that succeeds.
-  if (!stored) unstored_[entry.job.id()] = entry.job;
+  if (!stored) unstored_[entry.job.id] = entry.job;
   ChangedLocked(entry);
   ScheduleLocked();
 }
 
 std::optional<v1::Job> Scheduler::InMemoryLocked(const std::string& id) {
-  if (auto it = active_.find(id); it != active_.end()) return it->second->job;
-  if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
+  if (auto it = active_.find(id); it != active_.end()) return ToProto(it->second->job);
+  if (auto it = unstored_.find(id); it != unstored_.end()) return ToProto(it->second);
   return std::nullopt;
 }
 
@@ -418,12 +414,12 @@ absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, 
   absl::MutexLock lock(&mu_);
   for (v1::Job& job : page.jobs) {
     if (auto it = unstored_.find(job.id()); it != unstored_.end()) {
-      job = JobSummary(it->second);
+      job = JobSummary(ToProto(it->second));
     } else if (auto it = active_.find(job.id());
-               it != active_.end() && it->second->job.state() == job.state()) {
+               it != active_.end() && ToProto(it->second->job.state) == job.state()) {
       // Live progress and ops so far; a state the store has and memory does
       // not yet show (a start being published) keeps the stored summary.
-      job = JobSummary(it->second->job);
+      job = JobSummary(ToProto(it->second->job));
     }
   }
   return page;
@@ -431,7 +427,7 @@ absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, 
 
 absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
   std::shared_ptr<Entry> entry;
-  v1::Job cancelled;
+  JobRecord cancelled;
   {
     absl::MutexLock lock(&mu_);
     auto it = active_.find(id);
@@ -443,14 +439,14 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
       }
     } else {
       entry = it->second;
-      if (entry->job.state() != v1::QUEUED || entry->starting || entry->ending) {
+      if (entry->job.state != JobState::kQueued || entry->starting || entry->ending) {
         if (!entry->ending && !entry->cancel.exchange(true)) {
           entry->cancel_reason = kCancelledByRequest;
           Log()->info("job {} cancel requested while running", id);
         }
-        return entry->job;
+        return ToProto(entry->job);
       }
-      pending_.erase({-entry->job.priority(), entry->job.sequence()});
+      pending_.erase({-entry->job.priority, entry->job.sequence});
       entry->ending = true;
       cancelled = entry->job;
       // It may have been holding back lower-ranked jobs on its devices.
@@ -462,16 +458,16 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored.state()), ")"));
   }
-  cancelled.set_state(v1::CANCELLED);
-  cancelled.set_error(kCancelledByRequest);
-  cancelled.set_error_code(static_cast<int32_t>(absl::StatusCode::kCancelled));
-  cancelled.set_end_time_ms(NowMs());
+  cancelled.state = JobState::kCancelled;
+  cancelled.error = kCancelledByRequest;
+  cancelled.error_code = absl::StatusCode::kCancelled;
+  cancelled.end_time_ms = NowMs();
   const bool stored = Store(cancelled).ok();
   Log()->info("job {} cancelled while queued", id);
   MaybePrune();
   absl::MutexLock lock(&mu_);
   FinishLocked(*entry, cancelled, stored);
-  return cancelled;
+  return ToProto(cancelled);
 }
 
 absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint64_t seen_version,
@@ -484,12 +480,12 @@ absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint
       auto it = active_.find(id);
       if (it == active_.end()) {
         if (auto unstored = unstored_.find(id); unstored != unstored_.end()) {
-          return JobSnapshot{unstored->second, kFinalVersion};
+          return JobSnapshot{ToProto(unstored->second), kFinalVersion};
         }
         break;  // finished and stored: read below, without the mutex
       }
       if (it->second->version > seen_version || absl::Now() >= deadline) {
-        return JobSnapshot{it->second->job, it->second->version};
+        return JobSnapshot{ToProto(it->second->job), it->second->version};
       }
       changed_.WaitWithDeadline(&mu_, deadline);
     }
@@ -555,9 +551,9 @@ absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
   absl::MutexLock lock(&mu_);
   for (const auto& [sequence, entry] : running_) {
     if (entry->starting) continue;
-    for (int device : entry->job.devices()) {
+    for (int device : entry->job.devices) {
       stats.devices[device].busy_ms +=
-          static_cast<double>(std::max<int64_t>(0, now - entry->job.start_time_ms()));
+          static_cast<double>(std::max<int64_t>(0, now - entry->job.start_time_ms));
     }
   }
   return stats;

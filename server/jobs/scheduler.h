@@ -1,5 +1,7 @@
 // The scheduler and executor: owns every QUEUED and RUNNING job, decides which
 // jobs start, and runs them on its own executor threads (never on gRPC threads).
+// It keeps jobs in its own model (job_record.h) and speaks v1::Job only at its
+// edges: the API it serves and the store it writes.
 //
 // Scheduling rule. A job runs on its device group. Walk the pending jobs sorted
 // by (priority desc, sequence asc) keeping a set of claimed devices, initially
@@ -40,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.pb.h"
+#include "server/jobs/job_record.h"
 #include "server/jobs/job_store.h"
 #include "server/runner/job_runner.h"
 
@@ -79,7 +82,7 @@ bool IsFinalState(v1::JobState state);
 // Fills the job's final state, error, error_code and result from the runner's
 // outcome. `cancel_reason` (may be empty) replaces the error text of a CANCELLED run.
 void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
-                     v1::Job* job);
+                     JobRecord* job);
 
 class Scheduler {
  public:
@@ -94,10 +97,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // `job` carries name, priority, devices and spec; the scheduler assigns id,
-  // sequence, state and submit time, stores it, and returns the stored job.
+  // Of `job` the scheduler takes name, priority, devices and spec; it assigns
+  // id, sequence, state and submit time, stores it, and returns the stored job.
   // UNAVAILABLE while draining, RESOURCE_EXHAUSTED when max_queued_jobs are queued.
-  absl::StatusOr<v1::Job> Submit(v1::Job job);
+  absl::StatusOr<v1::Job> Submit(const v1::Job& job);
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> Get(const std::string& id);
@@ -141,18 +144,18 @@ class Scheduler {
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
   // A queued or running job whose stored data was damaged (the store rebuilt it
   // from its row, error_code DATA_LOSS) ends FAILED with that error.
-  absl::Status FailDamaged(v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FailDamaged(JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);
   // A job in active_ or unstored_ (copied), or nullopt: then the store has it.
   std::optional<v1::Job> InMemoryLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pending jobs that may start to ready_ (they are stored RUNNING
   // by the executor that takes them, before anyone sees them so).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `job` (first the ends kept in unstored_); never under mu_.
-  absl::Status Store(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Store(const JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);
   void RetryUnstored() ABSL_LOCKS_EXCLUDED(mu_);
   // Publishes a finished job: out of active_ (kept in unstored_ when its end
   // could not be stored), watchers woken, the next jobs scheduled.
-  void FinishLocked(Entry& entry, v1::Job final_job, bool stored)
+  void FinishLocked(Entry& entry, JobRecord final_job, bool stored)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the retention policy when it has enough to delete; a failure is
   // logged, never fatal. Never under mu_.
@@ -185,7 +188,7 @@ class Scheduler {
   std::map<uint64_t, std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);
   // Finished jobs whose end the store could not take (a full disk): served from
   // here, over their stale rows, and stored again with every later store.
-  std::map<std::string, v1::Job> unstored_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobRecord> unstored_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Entry>> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> executors_;
 };
