@@ -167,6 +167,10 @@ const std::vector<Field>& Fields() {
                   "unix socket: mode 0660 to this group, whose members may use the daemon "
                   "(\"\" = the daemon's own group)",
                   &DaemonConfig::socket_group),
+      StringField("admin_group",
+                  "its members (and root) may cancel any job and forget tuning or Xids (\"\" = "
+                  "root only)",
+                  &DaemonConfig::admin_group),
       StringField("state_dir", "\"\" = the default state directory (job database)",
                   &DaemonConfig::state_dir),
       StringField("log_level", "trace | debug | info | warn | error | critical | off",
@@ -251,6 +255,13 @@ const std::vector<Field>& Fields() {
                "WatchJob streams open at once, each holding a thread (more is "
                "RESOURCE_EXHAUSTED)",
                &DaemonConfig::max_watchers),
+      IntField("max_user_priority",
+               "the highest priority a user who is not an admin may ask for (above: "
+               "PERMISSION_DENIED)",
+               &DaemonConfig::max_user_priority, std::numeric_limits<int>::min()),
+      IntField("max_queued_jobs_per_user",
+               "queued jobs one user may have (0 = no quota; above: RESOURCE_EXHAUSTED)",
+               &DaemonConfig::max_queued_jobs_per_user, 0),
   };
   return *fields;
 }

@@ -28,6 +28,9 @@ struct DaemonConfig {
   // (mode 0660). The socket is made 0600 and handed to the group afterwards, so
   // it is never more open than that.
   std::string socket_group;
+  // Its members (and root) are admins: they may cancel any job and change
+  // node-wide state (tuning, Xid counts). "" = root only.
+  std::string admin_group;
   std::string state_dir;         // empty = DefaultStateDir()
   std::string log_level = "info";
 
@@ -114,6 +117,10 @@ struct DaemonConfig {
   // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
   // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.
   int max_watchers = 256;
+  // What a user who is not an admin may ask for: a priority up to this, and
+  // this many queued jobs at once (0 = no quota beyond max_queued_jobs).
+  int max_user_priority = 10;
+  int max_queued_jobs_per_user = 64;
 };
 
 // Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.

@@ -130,7 +130,7 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-absl::StatusOr<int> SocketGroupId(const std::string& group) {
+absl::StatusOr<int> GroupId(const std::string& setting, const std::string& group) {
   if (group.empty()) return -1;
   std::vector<char> buffer(16384);
   struct group entry {};
@@ -138,7 +138,7 @@ absl::StatusOr<int> SocketGroupId(const std::string& group) {
   const int rc = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (rc != 0 || found == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("socket_group: no group named \"", group.substr(0, 200), "\""));
+        absl::StrCat(setting, ": no group named \"", group.substr(0, 200), "\""));
   }
   return static_cast<int>(found->gr_gid);
 }
@@ -247,6 +247,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
 
   jobs::SchedulerOptions scheduler_options;
   scheduler_options.max_queued_jobs = config.max_queued_jobs;
+  scheduler_options.max_queued_jobs_per_owner = config.max_queued_jobs_per_user;
   scheduler_options.executor_threads = p.engine->DeviceCount();
   scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
   scheduler_options.retention.keep_ms =
@@ -271,7 +272,10 @@ absl::Status Daemon::StartServers(int* exit_code) {
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
   rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
-  rpc_options.socket_gid = *SocketGroupId(config.socket_group);  // checked with the config
+  // Both checked with the config.
+  rpc_options.socket_gid = *GroupId("socket_group", config.socket_group);
+  rpc_options.admin_gid = *GroupId("admin_group", config.admin_group);
+  rpc_options.jobs.max_user_priority = config.max_user_priority;
   rpc_options.tls = rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
   rpc_options.jobs.max_watchers = config.max_watchers;
   rpc_options.max_spec_bytes = config.max_spec_bytes;

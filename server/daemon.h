@@ -27,9 +27,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-// The gid of config socket_group; -1 for "" (the socket keeps the daemon's
-// group). INVALID_ARGUMENT naming the setting for an unknown group.
-absl::StatusOr<int> SocketGroupId(const std::string& group);
+// The gid of `group`, the value of the config key `setting` (socket_group,
+// admin_group); -1 for "". INVALID_ARGUMENT naming the setting for an
+// unknown group.
+absl::StatusOr<int> GroupId(const std::string& setting, const std::string& group);
 
 // Blocks SIGTERM and SIGINT in the calling thread (and so in every thread it
 // starts later) and routes them to the daemon's signal thread. Call in main

@@ -30,12 +30,13 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   bool print_config = false;
-  std::optional<std::string> backend, listen, socket_group, state_dir, log_level, metrics_listen, tls_cert,
+  std::optional<std::string> backend, listen, socket_group, admin_group, state_dir, log_level, metrics_listen, tls_cert,
       tls_key, tls_client_ca;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
-      keep_finished_jobs, ranks_per_gpu, max_ops_per_job, max_watchers;
+      keep_finished_jobs, ranks_per_gpu, max_ops_per_job, max_watchers, max_user_priority,
+      max_queued_jobs_per_user;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
   std::optional<double> preheat_ms, collective_timeout_s, drain_timeout_s, keep_finished_days;
@@ -65,6 +66,7 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.backend) config.backend = *flags.backend;
   if (flags.listen) config.listen = *flags.listen;
   if (flags.socket_group) config.socket_group = *flags.socket_group;
+  if (flags.admin_group) config.admin_group = *flags.admin_group;
   if (flags.state_dir) config.state_dir = *flags.state_dir;
   if (flags.log_level) config.log_level = *flags.log_level;
   if (flags.allow_insecure_tcp) config.allow_insecure_tcp = *flags.allow_insecure_tcp;
@@ -86,6 +88,10 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
   if (flags.max_ops_per_job) config.max_ops_per_job = *flags.max_ops_per_job;
   if (flags.max_watchers) config.max_watchers = *flags.max_watchers;
+  if (flags.max_user_priority) config.max_user_priority = *flags.max_user_priority;
+  if (flags.max_queued_jobs_per_user) {
+    config.max_queued_jobs_per_user = *flags.max_queued_jobs_per_user;
+  }
   if (flags.collective_timeout_s) config.collective_timeout_s = *flags.collective_timeout_s;
   if (flags.drain_timeout_s) config.drain_timeout_s = *flags.drain_timeout_s;
   if (flags.keep_finished_jobs) config.keep_finished_jobs = *flags.keep_finished_jobs;
@@ -114,7 +120,8 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
         absl::StrCat("log_level: unknown level \"", config.log_level, "\""));
   }
   if (config.listen.empty()) config.listen = DefaultListenAddress();
-  if (auto gid = SocketGroupId(config.socket_group); !gid.ok()) return gid.status();
+  if (auto gid = GroupId("socket_group", config.socket_group); !gid.ok()) return gid.status();
+  if (auto gid = GroupId("admin_group", config.admin_group); !gid.ok()) return gid.status();
   if (config.state_dir.empty()) config.state_dir = DefaultStateDir();
   // Checked here too (RpcServer checks again) so that a bad address or TLS
   // file is a config error, found before the engine spends seconds starting.
@@ -158,6 +165,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "require client certificates signed by this PEM CA (mutual TLS)");
   app.add_option("--socket-group", f.socket_group,
                  "unix socket: mode 0660 to this group, whose members may use the daemon");
+  app.add_option("--admin-group", f.admin_group,
+                 "its members (and root) may cancel any job and change node-wide state");
   app.add_option("--state-dir", f.state_dir, "directory of the job database");
   app.add_option("--metrics-listen", f.metrics_listen,
                  "serve Prometheus /metrics on HOST:PORT (\"\" = off, the default)");
@@ -208,6 +217,11 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-spec-bytes", f.max_spec_bytes, "largest job spec accepted");
   app.add_option("--max-ops-per-job", f.max_ops_per_job, "ops one job may have")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-user-priority", f.max_user_priority,
+                 "the highest priority a user who is not an admin may ask for");
+  app.add_option("--max-queued-jobs-per-user", f.max_queued_jobs_per_user,
+                 "queued jobs one user may have (0 = no quota)")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--max-watchers", f.max_watchers,
                  "WatchJob streams open at once (each holds a thread)")
       ->check(CLI::Range(1, 1 << 16));

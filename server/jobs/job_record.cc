@@ -52,6 +52,8 @@ v1::Job ToProto(const JobRecord& job) {
   out.set_priority(job.priority);
   for (int device : job.devices) out.add_devices(device);
   out.set_spec(job.spec);
+  out.set_owner(job.owner);
+  out.set_owner_name(job.owner_name);
   out.set_error(job.error);
   out.set_submit_time_ms(job.submit_time_ms);
   out.set_start_time_ms(job.start_time_ms);
@@ -72,6 +74,8 @@ JobRecord FromProto(const v1::Job& job) {
   out.priority = job.priority();
   out.devices.assign(job.devices().begin(), job.devices().end());
   out.spec = job.spec();
+  out.owner = job.owner();
+  out.owner_name = job.owner_name();
   out.state = FromProto(job.state());
   out.submit_time_ms = job.submit_time_ms();
   out.start_time_ms = job.start_time_ms();

@@ -28,6 +28,8 @@ struct JobRecord {
   int priority = 0;
   std::vector<int> devices;
   std::string spec;  // the submitted graph text, as given
+  std::string owner;       // v1::Job.owner
+  std::string owner_name;
   JobState state = JobState::kQueued;
   int64_t submit_time_ms = 0;  // unix milliseconds; 0 = not yet
   int64_t start_time_ms = 0;

@@ -252,6 +252,8 @@ v1::Job JobSummary(const v1::Job& job) {
   summary.set_sequence(job.sequence());
   summary.set_error_code(job.error_code());
   summary.set_ops_finished(job.result().ops_size());
+  summary.set_owner(job.owner());
+  summary.set_owner_name(job.owner_name());
   const v1::JobResult& result = job.result();
   v1::JobResult* totals = summary.mutable_result();
   totals->set_backend(result.backend());

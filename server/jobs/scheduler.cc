@@ -200,6 +200,8 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
   job.priority = submitted.priority();
   job.devices.assign(submitted.devices().begin(), submitted.devices().end());
   job.spec = submitted.spec();
+  job.owner = submitted.owner();
+  job.owner_name = submitted.owner_name();
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);
@@ -210,9 +212,18 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
           absl::StrCat("queue full: ", queued,
                        " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
     }
+    if (options_.max_queued_jobs_per_owner > 0) {
+      const int mine = QueuedByOwnerLocked(job.owner);
+      if (mine >= options_.max_queued_jobs_per_owner) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "quota: ", job.owner_name.empty() ? job.owner : job.owner_name, " has ", mine,
+            " jobs queued (max_queued_jobs_per_user = ", options_.max_queued_jobs_per_owner,
+            "); wait for some to start, or cancel some"));
+      }
+    }
     job.sequence = next_sequence_++;
     key = {-job.priority, job.sequence};
-    submitting_[key] = job.devices;
+    submitting_[key] = Submitting{job.devices, job.owner};
     job.submit_time_ms = NowMs();
   }
   job.id = JobIdForSequence(job.sequence);
@@ -237,6 +248,13 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
   return ToProto(entry->job);
 }
 
+int Scheduler::QueuedByOwnerLocked(const std::string& owner) const {
+  int count = 0;
+  for (const auto& [key, entry] : pending_) count += entry->job.owner == owner ? 1 : 0;
+  for (const auto& [key, incoming] : submitting_) count += incoming.owner == owner ? 1 : 0;
+  return count;
+}
+
 void Scheduler::ScheduleLocked() {
   if (draining_ || stopping_) return;
   std::set<int> claimed;
@@ -247,7 +265,7 @@ void Scheduler::ScheduleLocked() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     // Submissions on their way in that rank above this job claim their devices.
     for (; incoming != submitting_.end() && incoming->first < it->first; ++incoming) {
-      claimed.insert(incoming->second.begin(), incoming->second.end());
+      claimed.insert(incoming->second.devices.begin(), incoming->second.devices.end());
     }
     std::shared_ptr<Entry> entry = it->second;
     const std::vector<int>& devices = entry->job.devices;
@@ -500,7 +518,7 @@ void Scheduler::StartDrain() {
   draining_ = true;
   // Submissions already past their checks end queued, as if they came first.
   mu_.Await(absl::Condition(
-      +[](std::map<PendingKey, std::vector<int>>* submitting) { return submitting->empty(); },
+      +[](std::map<PendingKey, Submitting>* submitting) { return submitting->empty(); },
       &submitting_));
 }
 

@@ -56,6 +56,8 @@ using JobRunner =
 
 struct SchedulerOptions {
   int max_queued_jobs = 256;
+  // Queued jobs one owner may have (v1::Job.owner); 0 = no quota.
+  int max_queued_jobs_per_owner = 0;
   // Executor threads: at most one job per device runs, so the device count.
   int executor_threads = 1;
   // Finished jobs beyond this are deleted from the store at start and as jobs end.
@@ -97,9 +99,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Of `job` the scheduler takes name, priority, devices and spec; it assigns
-  // id, sequence, state and submit time, stores it, and returns the stored job.
-  // UNAVAILABLE while draining, RESOURCE_EXHAUSTED when max_queued_jobs are queued.
+  // Of `job` the scheduler takes name, priority, devices, spec and owner; it
+  // assigns id, sequence, state and submit time, stores it, and returns the
+  // stored job. UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
+  // max_queued_jobs are queued, or the owner's max_queued_jobs_per_owner.
   absl::StatusOr<v1::Job> Submit(const v1::Job& job);
 
   // NOT_FOUND for an unknown id.
@@ -180,7 +183,13 @@ class Scheduler {
   // Submissions reserved and being stored, by rank, with their devices: the
   // scheduler holds their devices for them as for pending jobs, so that no
   // lower-ranked job starts there while one is on its way in.
-  std::map<PendingKey, std::vector<int>> submitting_ ABSL_GUARDED_BY(mu_);
+  struct Submitting {
+    std::vector<int> devices;
+    std::string owner;
+  };
+  std::map<PendingKey, Submitting> submitting_ ABSL_GUARDED_BY(mu_);
+  // Queued jobs (pending or submitting) per owner, for the quota.
+  int QueuedByOwnerLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/text.h"
 #include "server/rpc/status_util.h"
 
@@ -46,22 +47,51 @@ absl::Status RequireId(const std::string& id) {
 }  // namespace
 
 JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
-                         JobsServiceOptions options, node::DaemonCounters& counters)
-    : scheduler_(scheduler), admission_(admission), options_(options), counters_(counters) {}
+                         const CallerResolver& callers, JobsServiceOptions options,
+                         node::DaemonCounters& counters)
+    : scheduler_(scheduler),
+      admission_(admission),
+      callers_(callers),
+      options_(options),
+      counters_(counters) {}
 
-absl::StatusOr<v1::Job> JobsService::Admit(const std::string& spec_text,
+absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::string& spec_text,
                                            const std::string& source_name) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
-  absl::StatusOr<v1::Job> job = admission_.Admit(spec_text, source_name);
-  if (!job.ok()) return job.status();
-  // Queue room and draining are checked again by the scheduler, atomically with
-  // storing the job.
-  return scheduler_.Submit(std::move(*job));
+  ASSIGN_OR_RETURN(v1::Job job, admission_.Admit(spec_text, source_name));
+  if (!caller.admin && job.priority() > options_.max_user_priority) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "priority: ", job.priority(), " is above ", options_.max_user_priority,
+        ", the highest a user who is not an admin may ask for (max_user_priority)"));
+  }
+  job.set_owner(caller.owner);
+  job.set_owner_name(caller.name);
+  // Queue room, the owner's quota and draining are checked again by the
+  // scheduler, atomically with storing the job.
+  return scheduler_.Submit(job);
 }
 
-absl::StatusOr<v1::Job> JobsService::Submit(const std::string& spec_text,
+absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {
+  ASSIGN_OR_RETURN(const v1::Job job, scheduler_.Get(id));
+  const bool own = !job.owner().empty() && job.owner() == caller.owner;
+  if (!own && !caller.admin) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", id, " belongs to ", job.owner_name().empty() ? "nobody known" : job.owner_name(),
+        ", not to ", caller.Describe(), ": only its owner or an admin (root, admin_group) may "
+        "cancel it"));
+  }
+  ASSIGN_OR_RETURN(v1::Job cancelled, scheduler_.Cancel(id));
+  if (!own) {
+    Log()->warn("job {} of {} cancelled by the admin {}", id,
+                job.owner_name().empty() ? std::string("nobody known") : job.owner_name(),
+                caller.Describe());
+  }
+  return cancelled;
+}
+
+absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::string& spec_text,
                                             const std::string& source_name) {
-  absl::StatusOr<v1::Job> job = Admit(spec_text, source_name);
+  absl::StatusOr<v1::Job> job = Admit(caller, spec_text, source_name);
   if (!job.ok()) {
     counters_.jobs_rejected.fetch_add(1);
     if (job.status().code() == absl::StatusCode::kInternal ||
@@ -79,7 +109,9 @@ absl::StatusOr<v1::Job> JobsService::Submit(const std::string& spec_text,
 grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
                                     const v1::SubmitJobRequest* request,
                                     v1::SubmitJobResponse* response) {
-  absl::StatusOr<v1::Job> job = Submit(request->spec(), request->source_name());
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::Job> job = Submit(*caller, request->spec(), request->source_name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response->mutable_job() = std::move(*job);
   return grpc::Status::OK;
@@ -128,7 +160,9 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
                                     const v1::CancelJobRequest* request,
                                     v1::CancelJobResponse* response) {
   if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<v1::Job> job = scheduler_.Cancel(request->id());
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::Job> job = Cancel(*caller, request->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response->mutable_job() = std::move(*job);
   return grpc::Status::OK;

@@ -14,19 +14,23 @@
 #include "server/jobs/admission.h"
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
+#include "server/rpc/caller.h"
 
 namespace overlap::rpc {
 
 struct JobsServiceOptions {
   // WatchJob streams open at once; each holds a server thread.
   int max_watchers = 256;
+  // The highest priority a caller who is not an admin may ask for.
+  int max_user_priority = 10;
 };
 
 class JobsService final : public v1::Jobs::Service {
  public:
   // All references must outlive the service.
   JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
-              JobsServiceOptions options, node::DaemonCounters& counters);
+              const CallerResolver& callers, JobsServiceOptions options,
+              node::DaemonCounters& counters);
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -39,14 +43,19 @@ class JobsService final : public v1::Jobs::Service {
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
 
-  // The checks and the hand-over of SubmitJob, without gRPC.
-  absl::StatusOr<v1::Job> Submit(const std::string& spec_text, const std::string& source_name);
+  // The checks and the hand-over of SubmitJob for `caller`, without gRPC.
+  absl::StatusOr<v1::Job> Submit(const Caller& caller, const std::string& spec_text,
+                                 const std::string& source_name);
 
  private:
-  absl::StatusOr<v1::Job> Admit(const std::string& spec_text, const std::string& source_name);
+  absl::StatusOr<v1::Job> Admit(const Caller& caller, const std::string& spec_text,
+                                const std::string& source_name);
+  // Only the job's owner, or an admin, may cancel it (PERMISSION_DENIED).
+  absl::StatusOr<v1::Job> Cancel(const Caller& caller, const std::string& id);
 
   jobs::Scheduler& scheduler_;
   const jobs::Admission& admission_;
+  const CallerResolver& callers_;
   const JobsServiceOptions options_;
   node::DaemonCounters& counters_;
   std::atomic<int> watchers_{0};

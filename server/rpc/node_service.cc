@@ -9,9 +9,27 @@
 
 namespace overlap::rpc {
 
+namespace {
+
+// The caller, where it is an admin; PERMISSION_DENIED naming `what` otherwise.
+absl::StatusOr<Caller> Admin(const CallerResolver& callers, const grpc::ServerContext* context,
+                             const char* what) {
+  absl::StatusOr<Caller> caller = callers.Resolve(context);
+  if (!caller.ok()) return caller.status();
+  if (!caller->admin) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " changes the node for everyone: only an admin (root, or a member of "
+                     "admin_group) may, not ",
+                     caller->Describe()));
+  }
+  return caller;
+}
+
+}  // namespace
+
 NodeService::NodeService(const node::NodeState& state, node::TuningState& tuning,
-                         const engine::Engine& engine)
-    : state_(state), tuning_(tuning), engine_(engine) {}
+                         const engine::Engine& engine, const CallerResolver& callers)
+    : state_(state), tuning_(tuning), engine_(engine), callers_(callers) {}
 
 grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
                                       const v1::GetNodeInfoRequest* request,
@@ -43,6 +61,8 @@ grpc::Status NodeService::ListTunedSchedules(grpc::ServerContext* context,
 grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
                                                const v1::ForgetTunedSchedulesRequest* request,
                                                v1::ForgetTunedSchedulesResponse* response) {
+  absl::StatusOr<Caller> admin = Admin(callers_, context, "forgetting tuned schedules");
+  if (!admin.ok()) return ToGrpcStatus(admin.status());
   const v1::TuningFilter& f = request->filter();
   const bool empty =
       f.op_type().empty() && f.m() == 0 && f.k() == 0 && f.n() == 0 && !f.stale_only();
@@ -53,13 +73,15 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
   absl::StatusOr<int> forgotten = tuning_.Forget(f);
   if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
   response->set_forgotten(*forgotten);
-  GetLogger("rpc")->info("forgot {} tuned schedule(s)", *forgotten);
+  GetLogger("rpc")->info("forgot {} tuned schedule(s), for {}", *forgotten, admin->Describe());
   return grpc::Status::OK;
 }
 
 grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
                                      const v1::ForgetXidsRequest* request,
                                      v1::ForgetXidsResponse* response) {
+  absl::StatusOr<Caller> admin = Admin(callers_, context, "forgetting a GPU's Xids");
+  if (!admin.ok()) return ToGrpcStatus(admin.status());
   const int device = request->device();
   if (device < 0 || device >= engine_.DeviceCount()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -69,7 +91,8 @@ grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
   absl::StatusOr<int64_t> forgotten = engine_.ForgetXids(device);
   if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
   response->set_forgotten(*forgotten);
-  GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot", device, *forgotten);
+  GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot, for {}", device, *forgotten,
+                         admin->Describe());
   return grpc::Status::OK;
 }
 

@@ -1,12 +1,15 @@
 // overlap.v1.Node: what this daemon runs on and what it has done, a thin
 // adapter over the node's state (server/node/): NodeState for GetNodeInfo and
 // GetStats, TuningState for the tuned schedules, the engine for ForgetXids.
+// What changes the node for everyone (forgetting tuned schedules or Xid
+// counts) is for admins (caller.h): PERMISSION_DENIED for others.
 #pragma once
 
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
+#include "server/rpc/caller.h"
 
 namespace overlap::rpc {
 
@@ -14,7 +17,7 @@ class NodeService final : public v1::Node::Service {
  public:
   // All references must outlive the service.
   NodeService(const node::NodeState& state, node::TuningState& tuning,
-              const engine::Engine& engine);
+              const engine::Engine& engine, const CallerResolver& callers);
 
   grpc::Status GetNodeInfo(grpc::ServerContext* context, const v1::GetNodeInfoRequest* request,
                            v1::GetNodeInfoResponse* response) override;
@@ -33,6 +36,7 @@ class NodeService final : public v1::Node::Service {
   const node::NodeState& state_;
   node::TuningState& tuning_;
   const engine::Engine& engine_;
+  const CallerResolver& callers_;
 };
 
 }  // namespace overlap::rpc

@@ -13,12 +13,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "server/rpc/listen_address.h"
 
 namespace overlap::rpc {
 namespace {
 
 constexpr char kJobsServiceName[] = "overlap.v1.Jobs";
+
+// Group members may talk to the daemon; others may not. The socket was bound
+// under the daemon's umask (0077), so this only ever widens it.
+absl::Status OpenSocketToGroup(const std::string& path, int gid) {
+  if (gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0) {
+    const int error = errno;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket_group: cannot give ", path, " to group ", gid, ": ", std::strerror(error),
+        " (overlapd must run as root or be a member of it)"));
+  }
+  if (::chmod(path.c_str(), 0660) != 0) {
+    GetLogger("rpc")->warn("cannot chmod 0660 {}: {}", path, std::strerror(errno));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -31,26 +47,39 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentialsFor(options.tls);
   if (!credentials.ok()) return credentials.status();
-  if (!target->socket_path.empty()) {
-    if (absl::Status s = PrepareUnixSocketPath(target->socket_path); !s.ok()) return s;
-  }
-  if (target->insecure_network) {
+  const bool on_unix_socket = !target->socket_path.empty();
+  std::unique_ptr<RpcServer> server(new RpcServer());
+  if (on_unix_socket) {
+    RETURN_IF_ERROR(PrepareUnixSocketPath(target->socket_path));
+    // Bound under the daemon's umask (0077): 0600 until it is opened below.
+    ASSIGN_OR_RETURN(server->unix_, UnixListener::Bind(target->socket_path));
+    server->socket_path_ = target->socket_path;
+    RETURN_IF_ERROR(OpenSocketToGroup(target->socket_path, options.socket_gid));
+  } else if (target->insecure_network) {
     log->warn(
         "*** listening on {} {}: anyone who can reach this port can run and cancel jobs "
         "(allow_insecure_tcp is set) ***",
         target->grpc_uri,
         options.tls.enabled() ? "with TLS but no client certificates" : "without TLS");
+  } else if (!options.tls.clients_authenticated()) {
+    log->warn(
+        "listening on {} without client certificates: every local user who connects is "
+        "\"anonymous\", who may submit and read jobs and cancel anonymous ones; the unix socket "
+        "knows each user",
+        target->grpc_uri);
   }
-
-  std::unique_ptr<RpcServer> server(new RpcServer());
-  server->jobs_service_ = std::make_unique<JobsService>(parts.scheduler, parts.admission,
-                                                       options.jobs, parts.node.counters());
-  server->node_service_ = std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine);
+  server->callers_ = std::make_unique<CallerResolver>(server->unix_.get(), options.admin_gid);
+  server->jobs_service_ =
+      std::make_unique<JobsService>(parts.scheduler, parts.admission, *server->callers_,
+                                    options.jobs, parts.node.counters());
+  server->node_service_ =
+      std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine, *server->callers_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(target->grpc_uri, *credentials, &selected_port);
+  // The unix socket's connections come from UnixListener (AddInsecureChannelFromFd).
+  if (!on_unix_socket) builder.AddListeningPort(target->grpc_uri, *credentials, &selected_port);
   // gRPC's own limit on a request (4 MiB by default) would otherwise refuse a
   // spec that max_spec_bytes allows; twice it, so that a spec somewhat over
   // it still reaches the check that names the setting.
@@ -61,30 +90,16 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->node_service_.get());
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || selected_port == 0) {
+  if (server->server_ == nullptr || (!on_unix_socket && selected_port == 0)) {
     server->server_.reset();
     return absl::FailedPreconditionError(absl::StrCat(
         "listen: cannot listen on ", target->grpc_uri,
         " (address in use, not permitted, or the host does not resolve",
         options.tls.enabled() ? "; or tls_cert and tls_key are not a matching pair" : "", ")"));
   }
-  if (!target->socket_path.empty()) {
-    server->socket_path_ = target->socket_path;
+  if (on_unix_socket) {
     server->listen_address_ = target->grpc_uri;
-    // Group members may talk to the daemon; others may not. The socket was
-    // bound under the daemon's umask (0077), so this only ever widens it.
-    if (options.socket_gid >= 0 &&
-        ::chown(target->socket_path.c_str(), static_cast<uid_t>(-1),
-                static_cast<gid_t>(options.socket_gid)) != 0) {
-      const int error = errno;
-      server->Shutdown(absl::ZeroDuration());
-      return absl::InvalidArgumentError(absl::StrCat(
-          "socket_group: cannot give ", target->socket_path, " to group ", options.socket_gid,
-          ": ", std::strerror(error), " (overlapd must run as root or be a member of it)"));
-    }
-    if (::chmod(target->socket_path.c_str(), 0660) != 0) {
-      log->warn("cannot chmod 0660 {}: {}", target->socket_path, std::strerror(errno));
-    }
+    server->unix_->Start(server->server_.get());
   } else {
     const size_t colon = target->grpc_uri.rfind(':');
     server->listen_address_ = absl::StrCat(target->grpc_uri.substr(0, colon), ":", selected_port);
@@ -115,6 +130,7 @@ void RpcServer::Shutdown(absl::Duration grace) {
     // Ends health Watch streams, which would otherwise hold Shutdown up.
     health->Shutdown();
   }
+  if (unix_ != nullptr) unix_->Stop();  // no new connections
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   if (!socket_path_.empty()) ::unlink(socket_path_.c_str());

@@ -20,9 +20,11 @@
 #include "server/jobs/admission.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
+#include "server/rpc/caller.h"
 #include "server/rpc/jobs_service.h"
 #include "server/rpc/node_service.h"
 #include "server/rpc/server_tls.h"
+#include "server/rpc/unix_listener.h"
 
 namespace overlap::rpc {
 
@@ -32,6 +34,8 @@ struct RpcServerOptions {
   // A unix socket is made 0600 (the daemon's umask) and then given mode 0660,
   // with this group when >= 0 (config socket_group).
   int socket_gid = -1;
+  // Members of this group are admins (caller.h); -1: only root.
+  int admin_gid = -1;
   ServerTls tls;  // TCP only
   JobsServiceOptions jobs;
   // The largest request gRPC takes: max_spec_bytes, with room (rpc_server.cc).
@@ -68,6 +72,8 @@ class RpcServer {
  private:
   RpcServer() = default;
 
+  std::unique_ptr<UnixListener> unix_;  // on a unix socket
+  std::unique_ptr<CallerResolver> callers_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<NodeService> node_service_;
   std::unique_ptr<grpc::Server> server_;

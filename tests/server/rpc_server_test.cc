@@ -548,7 +548,8 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
   ReadingEngine engine(std::move(*host));
   node::NodeState state(*scheduler_, engine, "");
   std::unique_ptr<node::TuningState> no_cache = node::CacheTuningState(nullptr, engine);
-  NodeService node(state, *no_cache, engine);
+  const CallerResolver in_process(nullptr, -1);
+  NodeService node(state, *no_cache, engine, in_process);
   v1::GetNodeInfoResponse info;
   ASSERT_TRUE(node.GetNodeInfo(nullptr, nullptr, &info).ok());
   ASSERT_EQ(info.devices_size(), 2);
@@ -579,7 +580,8 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
 
 TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {
   std::unique_ptr<node::TuningState> no_cache = node::CacheTuningState(nullptr, *engine_);
-  NodeService node(*node_state_, *no_cache, *engine_);
+  const CallerResolver in_process(nullptr, -1);
+  NodeService node(*node_state_, *no_cache, *engine_, in_process);
   v1::ListTunedSchedulesRequest list;
   v1::ListTunedSchedulesResponse listed;
   grpc::Status status = node.ListTunedSchedules(nullptr, &list, &listed);
