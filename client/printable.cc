@@ -32,6 +32,8 @@ void CleanTimeline(v1::Timeline* timeline) {
 void MakePrintable(v1::Job* job) {
   Clean(job->mutable_id(), kMaxIdBytes);
   Clean(job->mutable_name(), kMaxNameBytes);
+  Clean(job->mutable_owner(), kMaxNameBytes);
+  Clean(job->mutable_owner_name(), kMaxNameBytes);
   Clean(job->mutable_error(), kMaxErrorBytes);
   if (job->has_progress()) Clean(job->mutable_progress()->mutable_op_id(), kMaxIdBytes);
   if (!job->has_result()) return;

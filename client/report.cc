@@ -357,6 +357,11 @@ namespace {
 
 // Why a job FAILED, was CANCELLED or ABORTED, cut to fit a list row; `get`
 // prints the whole of it.
+// Who submitted the job, as a list shows it: the user's name where known.
+std::string OwnerOf(const v1::Job& job) {
+  return job.owner_name().empty() ? job.owner() : job.owner_name();
+}
+
 // A name as long as a graph allows (256 bytes) would widen every row.
 std::string ListName(const std::string& name) {
   constexpr size_t kMaxChars = 40;
@@ -379,6 +384,7 @@ std::string ListReason(const std::string& error) {
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
   TextTable table({{"ID"},
                    {"STATE"},
+                   {"OWNER"},
                    {"NAME"},
                    {"PRIO", Align::kRight},
                    {"DEVICES"},
@@ -392,7 +398,8 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
     const int ops = std::max(job.ops_finished(), job.result().ops_size());
     const bool has_result = ops > 0;
     table.AddRow(
-        {job.id(), JobStateName(job.state()), OrDash(ListName(job.name())),
+        {job.id(), JobStateName(job.state()), OrDash(ListName(OwnerOf(job))),
+         OrDash(ListName(job.name())),
          absl::StrCat(job.priority()),
          job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","),
          has_result ? absl::StrCat(ops) : "-", FormatUtc(job.submit_time_ms()),
@@ -418,6 +425,10 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
   };
   field("id", job.id());
   field("name", OrDash(job.name()));
+  field("owner", job.owner().empty() ? "-"
+                 : job.owner_name().empty() || job.owner_name() == job.owner()
+                     ? job.owner()
+                     : absl::StrCat(job.owner_name(), " (", job.owner(), ")"));
   field("state", JobStateName(job.state()));
   field("priority", absl::StrCat(job.priority()));
   field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));

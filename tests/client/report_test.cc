@@ -404,17 +404,24 @@ TEST(ReportTest, JobList) {
   damaged->set_submit_time_ms(1764505700000);
   damaged->set_error(
       "DATA_LOSS: job 46: its stored result does not parse (the state directory is damaged)");
+  jobs.Mutable(0)->set_owner("uid:1000");
+  jobs.Mutable(0)->set_owner_name("alice");
+  jobs.Mutable(1)->set_owner("anonymous");
+  jobs.Mutable(1)->set_owner_name("anonymous");
   const std::vector<std::string> expected = {
-      "ID  STATE      NAME          PRIO  DEVICES  OPS  SUBMITTED (UTC)       DURATION  STEP ms  "
-      "REASON",
-      std::string(150, '-'),
-      "42  SUCCEEDED  llama70b-mlp     0  0,1        3  2025-11-30 12:28:16Z     2.5 s   11.875  -",
-      "43  QUEUED     -                5  -          -  2025-11-30 12:28:20Z         -        -  -",
-      "44  RUNNING    long             0  -          -  2025-11-30 12:28:20Z     1m05s        -  -",
-      "45  FAILED     -                0  -          -  2025-11-30 12:28:20Z         -        -  "
-      "daemon restarted",
-      "46  FAILED     -                0  -          -  2025-11-30 12:28:20Z         -        -  "
-      "DATA_LOSS: job 46: its stored result does not parse (the ...",
+      "ID  STATE      OWNER      NAME          PRIO  DEVICES  OPS  SUBMITTED (UTC)       DURATION  "
+      "STEP ms  REASON",
+      std::string(161, '-'),
+      "42  SUCCEEDED  alice      llama70b-mlp     0  0,1        3  2025-11-30 12:28:16Z     2.5 s   "
+      "11.875  -",
+      "43  QUEUED     anonymous  -                5  -          -  2025-11-30 12:28:20Z         -   "
+      "     -  -",
+      "44  RUNNING    -          long             0  -          -  2025-11-30 12:28:20Z     1m05s   "
+      "     -  -",
+      "45  FAILED     -          -                0  -          -  2025-11-30 12:28:20Z         -   "
+      "     -  daemon restarted",
+      "46  FAILED     -          -                0  -          -  2025-11-30 12:28:20Z         -   "
+      "     -  DATA_LOSS: job 46: its stored result does not parse (the ...",
   };
   EXPECT_EQ(Lines(FormatJobList(jobs, 1764505765000)), expected);
 }

@@ -102,7 +102,7 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
   RunResult list = daemon_->Ctl({"list"});
   ASSERT_EQ(list.exit_code, 0) << Describe(list);
   EXPECT_TRUE(std::regex_search(list.out, std::regex("\n" + id +
-                                                     " +SUCCEEDED +small-block +0 +"
+                                                     " +SUCCEEDED +root +small-block +0 +"
                                                      "0,1,2,3 +3 ")))
       << list.out;
 
