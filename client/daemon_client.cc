@@ -2,14 +2,21 @@
 
 #include "client/printable.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "client/report.h"
 #include "common/pem_file.h"
+#include "common/private_dir.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -22,6 +29,19 @@ constexpr char kUnreachablePayload[] = "type.overlap.dev/overlapctl.unreachable"
 std::string ToTarget(const std::string& address) {
   if (absl::StartsWith(address, "/")) return "unix:" + address;
   return address;
+}
+
+// A socket in /tmp/overlapd-UID is only trusted when that directory is the
+// user's own (common/private_dir.h); a missing one is left to the connection
+// error, which says the daemon is not there.
+absl::Status CheckSocketDirectory(const std::string& target) {
+  absl::string_view path = target;
+  if (!absl::ConsumePrefix(&path, "unix:")) return absl::OkStatus();
+  const std::string dir = std::filesystem::path(std::string(path)).parent_path();
+  if (dir != FallbackSocketDir(::getuid())) return absl::OkStatus();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 && errno == ENOENT) return absl::OkStatus();
+  return CheckPrivateDir(dir, ::getuid(), "--addr");
 }
 
 }  // namespace
@@ -66,6 +86,7 @@ absl::StatusOr<std::unique_ptr<DaemonClient>> DaemonClient::Create(const std::st
       args.SetSslTargetNameOverride(tls.server_name);
     }
   }
+  RETURN_IF_ERROR(CheckSocketDirectory(ToTarget(address)));
   auto channel = grpc::CreateCustomChannel(ToTarget(address), credentials, args);
   return std::unique_ptr<DaemonClient>(new DaemonClient(address, std::move(channel), deadline));
 }

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
 #include "common/config_internal.h"
+#include "common/private_dir.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/yaml_util.h"
@@ -399,7 +400,7 @@ std::string DefaultListenAddressFor(const UserContext& user) {
   if (runtime_dir != nullptr && runtime_dir[0] == '/') {
     return absl::StrCat("unix:", runtime_dir, "/overlapd.sock");
   }
-  return absl::StrCat("unix:/tmp/overlapd-", user.uid, "/overlapd.sock");
+  return absl::StrCat("unix:", FallbackSocketDir(user.uid), "/overlapd.sock");
 }
 
 std::string DefaultStateDirFor(const UserContext& user) {

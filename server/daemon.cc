@@ -282,8 +282,13 @@ absl::Status Daemon::StartServers(int* exit_code) {
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
       rpc_options, rpc::RpcServerParts{*p.scheduler, *p.admission, *p.node, *p.tuning, *p.engine});
   if (!server.ok()) {
-    *exit_code = server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                               : kExitFailure;
+    // A setting, or a socket directory someone else owns, stays wrong until
+    // someone acts: exit 2, which systemd does not restart.
+    const absl::StatusCode code = server.status().code();
+    *exit_code = code == absl::StatusCode::kInvalidArgument ||
+                         code == absl::StatusCode::kPermissionDenied
+                     ? kExitUsage
+                     : kExitFailure;
     return absl::Status(server.status().code(), absl::StrCat("cannot start the gRPC server: ",
                                                              server.status().message()));
   }

@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/private_dir.h"
+#include "common/status_macros.h"
 
 namespace overlap::rpc {
 namespace {
@@ -90,7 +92,9 @@ absl::StatusOr<ListenTarget> ResolveListenAddress(const std::string& listen,
 absl::Status PrepareUnixSocketPath(const std::string& socket_path) {
   const std::filesystem::path path(socket_path);
   std::error_code ec;
-  if (path.has_parent_path() && !std::filesystem::exists(path.parent_path(), ec)) {
+  if (path.parent_path() == FallbackSocketDir(::geteuid())) {
+    RETURN_IF_ERROR(MakePrivateDir(path.parent_path(), ::geteuid(), "listen"));
+  } else if (path.has_parent_path() && !std::filesystem::exists(path.parent_path(), ec)) {
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) {
       return absl::FailedPreconditionError(

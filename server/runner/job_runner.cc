@@ -43,7 +43,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
   run.Progress("setup", 0, 0);
   RETURN_IF_ERROR(PrepareInputs(run));
-  OpMeasurement m{op, spec.dtype, ctx->tp()};
+  OpMeasurement m;
+  m.op = op;
+  m.dtype = spec.dtype;
+  m.tp = ctx->tp();
   ASSIGN_OR_RETURN(m.choice, ChooseSchedule(run, tuning));
   ASSIGN_OR_RETURN(m.comm, TimeCommAlone(run));
   // The collective alone left the SMs idle: the first GEMM alone would run
