@@ -123,6 +123,11 @@ TEST_F(TlsTest, MutualTlsLetsInOnlyClientsWithACertificateFromTheCa) {
   RunResult done = daemon_->Ctl({"submit", small_graph_, "--wait", "--json"});
   ASSERT_EQ(done.exit_code, 0) << Describe(done);
   EXPECT_EQ(ParseJson(done.out)["state"], "SUCCEEDED");
+  // The certificate names the owner; a certificate never makes an admin.
+  EXPECT_EQ(ParseJson(done.out)["owner"], "x509:CN=client");
+  RunResult forget = daemon_->Ctl({"tuning", "forget", "--all"});
+  EXPECT_EQ(forget.exit_code, 3) << Describe(forget);
+  EXPECT_THAT(forget.err, HasSubstr("PERMISSION_DENIED"));
 
   const std::vector<std::vector<std::string>> refused = {
       {},                                  // plaintext
