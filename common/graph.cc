@@ -76,8 +76,56 @@ std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
       return "ps";
     case AllReduceAlgorithm::kAuto:
       return "auto";
+    case AllReduceAlgorithm::kHierarchical:
+      return "hierarchical";
   }
   return "unknown";
+}
+
+std::string OpGroupName(OpGroup group) {
+  switch (group) {
+    case OpGroup::kTp:
+      return "tp";
+    case OpGroup::kDp:
+      return "dp";
+    case OpGroup::kWorld:
+      return "world";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name) {
+  for (OpGroup group : {OpGroup::kTp, OpGroup::kDp, OpGroup::kWorld}) {
+    if (name == OpGroupName(group)) return group;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown group \"", absl::CHexEscape(name),
+                                                 "\" (expected tp, dp, world)"));
+}
+
+std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count) {
+  std::vector<std::vector<int>> groups;
+  if (!mesh.declared() || group == OpGroup::kWorld) {
+    groups.emplace_back();
+    for (int i = 0; i < device_count; ++i) groups.back().push_back(i);
+    return groups;
+  }
+  if (group == OpGroup::kTp) {
+    for (int d = 0; d < mesh.dp; ++d) {
+      groups.emplace_back();
+      for (int t = 0; t < mesh.tp; ++t) groups.back().push_back(d * mesh.tp + t);
+    }
+    return groups;
+  }
+  for (int t = 0; t < mesh.tp; ++t) {
+    groups.emplace_back();
+    for (int d = 0; d < mesh.dp; ++d) groups.back().push_back(d * mesh.tp + t);
+  }
+  return groups;
+}
+
+int GroupSize(const Mesh& mesh, OpGroup group, int device_count) {
+  if (!mesh.declared() || group == OpGroup::kWorld) return device_count;
+  return group == OpGroup::kTp ? mesh.tp : mesh.dp;
 }
 
 absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
@@ -112,11 +160,12 @@ absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
   for (AllReduceAlgorithm algorithm :
        {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
-        AllReduceAlgorithm::kParameterServer, AllReduceAlgorithm::kAuto}) {
+        AllReduceAlgorithm::kParameterServer, AllReduceAlgorithm::kAuto,
+        AllReduceAlgorithm::kHierarchical}) {
     if (name == AllReduceAlgorithmName(algorithm)) return algorithm;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown algorithm \"", absl::CHexEscape(name),
-                                                 "\" (expected default, ring, tree, ps, auto)"));
+                                                 "\" (expected default, ring, tree, ps, hierarchical, auto)"));
 }
 
 std::string StoredAllReduceAlgorithm(AllReduceAlgorithm algorithm) {

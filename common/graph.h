@@ -47,12 +47,16 @@ enum class Transport { kAuto, kNccl, kP2p, kDirect, kNone };
 //          pulls the sum: (N-1) x S in and out of rank 0 (p2p only);
 //   auto:  autotune measures every one the transports have (the op's only:
 //          a schedule's algorithm is never auto).
-enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer, kAuto };
+//   hierarchical: a world all_reduce over a mesh (tp > 1 and dp > 1): reduce-
+//          scatter inside each tp group, all-reduce the 1/tp share across the
+//          replicas, all-gather inside each tp group: the replicas exchange
+//          S/tp each instead of S, the links between nodes' share;
+enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer, kAuto, kHierarchical };
 
 std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
 std::string OverlapModeName(OverlapMode mode);  // "serial" ...
 std::string TransportName(Transport transport);  // "auto" | "nccl" | "p2p" | "direct" | "none"
-// "default" | "ring" | "tree" | "ps" | "auto"
+// "default" | "ring" | "tree" | "ps" | "auto" | "hierarchical"
 std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 absl::StatusOr<OpType> ParseOpType(absl::string_view name);
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name);
@@ -62,6 +66,18 @@ absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view nam
 // default, which most all-reduces (and every other op) run.
 std::string StoredAllReduceAlgorithm(AllReduceAlgorithm algorithm);
 absl::StatusOr<AllReduceAlgorithm> ParseStoredAllReduceAlgorithm(absl::string_view stored);
+
+// The devices an op runs over when the graph declares a mesh (JobSpec::mesh):
+// tp x dp devices, tp-major, so that devices [d*tp, (d+1)*tp) are replica d's
+// tensor-parallel group.
+//   tp:    each replica's tp group, every replica running its own copy of the op
+//          (the default, and without a mesh every device);
+//   dp:    each tp rank's data-parallel group, its devices across the replicas
+//          (a gradient all-reduce);
+//   world: every device as one group.
+enum class OpGroup { kTp, kDp, kWorld };
+std::string OpGroupName(OpGroup group);  // "tp" | "dp" | "world"
+absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name);
 
 struct OpSpec {
   std::string id;
@@ -73,12 +89,21 @@ struct OpSpec {
   int chunks = 0;  // chunked only; 0 = not given (the schedule picks)
   Transport transport = Transport::kAuto;
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;  // all_reduce only
+  OpGroup group = OpGroup::kTp;
   std::vector<std::string> after;  // ids of ops this one depends on
+};
+
+// A tensor-parallel x data-parallel layout of a job's devices (OpGroup).
+struct Mesh {
+  int tp = 0;  // 0: no mesh, every op runs over all the job's devices as one group
+  int dp = 0;
+  bool declared() const { return tp > 0; }
 };
 
 struct JobSpec {
   std::string name;
   std::vector<int> devices;  // empty = every device of the backend
+  Mesh mesh;
   DType dtype = DType::kBF16;
   int iterations = 20;
   int warmup = 5;
@@ -97,6 +122,14 @@ struct JobSpec {
   // its last gradient is ready, as PyTorch DDP does (its default cap is 25 MiB);
   // 0 = no buckets.
   int bucket_mib = 25;
+  // Gradient all-reduces larger than this many KiB are cut into pieces of it,
+  // each sent after one of the ops that follow, so that they interleave with
+  // that compute instead of one long transfer beside it; 0 = whole.
+  int chunk_kib = 0;
+  // A deferred all-reduce that nothing waits on is joined back into the main
+  // streams before the first op that starts at least this long (by the ops'
+  // times alone) after it was sent, or at the end of the step.
+  double defer_bound_ms = 50;
   // Autotune again even where the tuning cache holds a choice for an op:
   // choices tuned before this job started are ignored and replaced (bench sets
   // it: a benchmark measures what wins now).
@@ -108,6 +141,14 @@ struct JobSpec {
   uint64_t seed = 1234;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()
 };
+
+// The groups `group` forms over a job's `device_count` devices, each a list of
+// positions in the job's device list: with a mesh as OpGroup says, and
+// without one a single group of every device (dp as well). The mesh must
+// match the device count (ValidateJobSpec checks it).
+std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count);
+// The size of each of those groups: the degree an op's dims are split over.
+int GroupSize(const Mesh& mesh, OpGroup group, int device_count);
 
 // The op shapes one rank sees for a tensor-parallel degree `tp`.
 struct LocalShapes {

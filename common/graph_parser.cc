@@ -23,9 +23,11 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
-    "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline"};
-const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",
-                                 "mode", "chunks", "transport", "algorithm", "after"};
+    "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
+    "mesh", "chunk_kib", "defer_bound_ms"};
+const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
+                                 "chunks", "transport", "algorithm", "group", "after"};
+const char* const kMeshFields[] = {"tp", "dp"};
 
 // Adds the field path to an error from a reader that does not know it.
 absl::Status AtPath(const absl::Status& status, absl::string_view path) {
@@ -120,6 +122,9 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     } else if (key == "algorithm") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
       ASSIGN_OR_RETURN(op.algorithm, WithPath(ParseAllReduceAlgorithm(name), field));
+    } else if (key == "group") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.group, WithPath(ParseOpGroup(name), field));
     } else if (key == "after") {
       ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
     }
@@ -141,6 +146,26 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
         absl::StrCat(OpTypeName(op.type), " is a collective alone, with no GEMM: leave k out"));
   }
   return op;
+}
+
+// mesh: {tp: T, dp: D}, both required.
+absl::StatusOr<Mesh> ParseMesh(const YAML::Node& node) {
+  if (!node.IsMap()) {
+    return FieldError("mesh", absl::StrCat("must be a mapping like {tp: 2, dp: 2} (got ",
+                                           Describe(node), ")"));
+  }
+  Mesh mesh;
+  auto visit = [&](const std::string& key, const YAML::Node& value) -> absl::Status {
+    ASSIGN_OR_RETURN((key == "tp" ? mesh.tp : mesh.dp), ReadInt(value, 1, absl::StrCat("mesh.", key)));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachField(node, "mesh", kMeshFields, "mesh: ", visit));
+  for (const char* required : {"tp", "dp"}) {
+    if ((std::string(required) == "tp" ? mesh.tp : mesh.dp) == 0) {
+      return FieldError(absl::StrCat("mesh.", required), "required field missing");
+    }
+  }
+  return mesh;
 }
 
 absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
@@ -186,6 +211,13 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.layer_step, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "bucket_mib") {
       ASSIGN_OR_RETURN(spec.bucket_mib, ReadInt(value, 0, key));
+    } else if (key == "chunk_kib") {
+      ASSIGN_OR_RETURN(spec.chunk_kib, ReadInt(value, 0, key));
+    } else if (key == "defer_bound_ms") {
+      ASSIGN_OR_RETURN(spec.defer_bound_ms,
+                       WithPath(yaml_util::ReadDouble(value, /*allow_zero=*/true), key));
+    } else if (key == "mesh") {
+      ASSIGN_OR_RETURN(spec.mesh, ParseMesh(value));
     } else if (key == "retune") {
       ASSIGN_OR_RETURN(spec.retune, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "timeline") {

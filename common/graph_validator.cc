@@ -115,7 +115,9 @@ absl::Status CheckAlgorithm(const OpSpec& op, const std::string& path, bool libr
   const std::string field = absl::StrCat(path, ".algorithm");
   const std::string name = AllReduceAlgorithmName(op.algorithm);
   // auto tries only what the backend has.
-  if (op.algorithm == AllReduceAlgorithm::kDefault || op.algorithm == AllReduceAlgorithm::kAuto) {
+  // hierarchical is made of the transport's own collectives (CheckGroup).
+  if (op.algorithm == AllReduceAlgorithm::kDefault || op.algorithm == AllReduceAlgorithm::kAuto ||
+      op.algorithm == AllReduceAlgorithm::kHierarchical) {
     return absl::OkStatus();
   }
   if (op.transport == Transport::kDirect) return absl::OkStatus();  // refused below
@@ -139,7 +141,7 @@ absl::Status CheckAlgorithm(const OpSpec& op, const std::string& path, bool libr
 // A collective alone: its rows split over the ranks, serial (nothing to
 // overlap with) over NCCL or copy engines.
 absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int tp,
-                                 bool library_algorithms) {
+                                 const std::string& over, bool library_algorithms) {
   const std::string type = OpTypeName(op.type);
   if (op.k != 0) {
     return Error(absl::StrCat(path, ".k"),
@@ -147,7 +149,7 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
   }
   if (op.m % tp != 0) {
     return Error(absl::StrCat(path, ".m"),
-                 absl::StrCat(op.m, " is not divisible by tp = ", tp, " (required by ", type, ")"));
+                 absl::StrCat(op.m, " is not divisible by ", over, " = ", tp, " (required by ", type, ")"));
   }
   if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
     return Error(absl::StrCat(path, ".mode"),
@@ -166,10 +168,11 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
 
 // A GEMM alone: its columns split over the ranks; nothing to overlap, nothing
 // to move.
-absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp) {
+absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp,
+                           const std::string& over) {
   if (op.n % tp != 0) {
     return Error(absl::StrCat(path, ".n"),
-                 absl::StrCat(op.n, " is not divisible by tp = ", tp, " (required by gemm)"));
+                 absl::StrCat(op.n, " is not divisible by ", over, " = ", tp, " (required by gemm)"));
   }
   if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
     return Error(absl::StrCat(path, ".mode"),
@@ -189,7 +192,8 @@ absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp) {
 
 // fp8 GEMMs (cuBLASLt on Hopper) need every matrix's rows to start 16 bytes
 // apart: each rank's k and n multiples of 16 (n for the bf16 output as well).
-absl::Status CheckFp8Widths(const OpSpec& op, const std::string& path, int tp, DType dtype) {
+absl::Status CheckFp8Widths(const OpSpec& op, const std::string& path, int tp,
+                            const std::string& over, DType dtype) {
   if (dtype != DType::kFP8 || IsCollectiveOnly(op.type)) return absl::OkStatus();
   const LocalShapes local = LocalShapesFor(op, tp);
   const bool n_split = op.type == OpType::kAgGemm || op.type == OpType::kGemm;
@@ -199,13 +203,14 @@ absl::Status CheckFp8Widths(const OpSpec& op, const std::string& path, int tp, D
         {"n", local.gemm_n, n_split}}) {
     if (value % 16 == 0) continue;
     return Error(absl::StrCat(path, ".", name),
-                 absl::StrCat(split ? absl::StrCat(name, "/tp = ") : std::string(), value,
+                 absl::StrCat(split ? absl::StrCat(name, "/", over, " = ") : std::string(), value,
                               " is not a multiple of 16, which fp8 GEMMs need (cuBLASLt)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool library_algorithms) {
+absl::Status CheckOp(const OpSpec& op, size_t index, int tp, const std::string& over, DType dtype,
+                     bool library_algorithms) {
   const std::string path = absl::StrCat("ops[", index, "]");
   if (op.algorithm != AllReduceAlgorithm::kDefault && op.type != OpType::kAllReduce) {
     return Error(absl::StrCat(path, ".algorithm"),
@@ -224,26 +229,26 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
   }
   RETURN_IF_ERROR(CheckOverflow(op, path, dtype));
   if (IsGemmOnly(op.type)) {
-    RETURN_IF_ERROR(CheckGemmOnly(op, path, tp));
-    return CheckFp8Widths(op, path, tp, dtype);
+    RETURN_IF_ERROR(CheckGemmOnly(op, path, tp, over));
+    return CheckFp8Widths(op, path, tp, over, dtype);
   }
   if (op.transport == Transport::kNone) {
     return Error(absl::StrCat(path, ".transport"),
                  absl::StrCat("none is only for gemm (no collective); ", OpTypeName(op.type),
                               " needs nccl, p2p or auto"));
   }
-  if (collective) return CheckCollectiveOnly(op, path, tp, library_algorithms);
+  if (collective) return CheckCollectiveOnly(op, path, tp, over, library_algorithms);
   const bool split_n = op.type == OpType::kAgGemm;
   const std::pair<const char*, int64_t> split[] = {{"m", op.m},
                                                    {split_n ? "n" : "k", split_n ? op.n : op.k}};
   for (const auto& [name, value] : split) {
     if (value % tp != 0) {
       return Error(absl::StrCat(path, ".", name),
-                   absl::StrCat(value, " is not divisible by tp = ", tp, " (required by ",
+                   absl::StrCat(value, " is not divisible by ", over, " = ", tp, " (required by ",
                                 OpTypeName(op.type), ")"));
     }
   }
-  RETURN_IF_ERROR(CheckFp8Widths(op, path, tp, dtype));
+  RETURN_IF_ERROR(CheckFp8Widths(op, path, tp, over, dtype));
   const std::string chunks_path = absl::StrCat(path, ".chunks");
   // With mode auto, chunks narrows the chunked and ring candidates to that count.
   if (op.chunks != 0 && (op.mode == OverlapMode::kSerial || op.mode == OverlapMode::kBulk)) {
@@ -255,7 +260,7 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
   // Chunks need not divide the rows (the pieces then differ a little, see
   // ops::PieceOf), but each needs a row.
   if (op.chunks > op.m / tp) {
-    return Error(chunks_path, absl::StrCat(op.chunks, " is more than m/tp = ", op.m / tp,
+    return Error(chunks_path, absl::StrCat(op.chunks, " is more than m/", over, " = ", op.m / tp,
                                            " rows (every chunk needs at least one row)"));
   }
   if (op.transport == Transport::kDirect) {
@@ -269,6 +274,31 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, DType dtype, bool l
       return Error(transport_path, absl::StrCat("direct only works with mode: ring or auto (got ",
                                                 OverlapModeName(op.mode), ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// tp x dp covers the job's devices exactly.
+absl::Status CheckMesh(const Mesh& mesh, int device_count) {
+  if (!mesh.declared() || mesh.tp * mesh.dp == device_count) return absl::OkStatus();
+  return Error("mesh", absl::StrCat("tp x dp = ", mesh.tp, " x ", mesh.dp, " = ",
+                                    mesh.tp * mesh.dp, " devices, but the job has ", device_count,
+                                    " (devices, or every device of the backend)"));
+}
+
+// dp needs a mesh to be across; a hierarchical all-reduce needs tp and dp
+// groups of more than one device to be made of.
+absl::Status CheckGroup(const Mesh& mesh, const OpSpec& op, size_t index) {
+  const std::string path = absl::StrCat("ops[", index, "]");
+  if (op.group == OpGroup::kDp && !mesh.declared()) {
+    return Error(absl::StrCat(path, ".group"),
+                 "dp is across the replicas of a mesh: declare one (mesh: {tp: T, dp: D})");
+  }
+  if (op.algorithm == AllReduceAlgorithm::kHierarchical &&
+      (op.group != OpGroup::kWorld || !mesh.declared() || mesh.tp < 2 || mesh.dp < 2)) {
+    return Error(absl::StrCat(path, ".algorithm"),
+                 "hierarchical reduces inside the tp groups and across the replicas: it needs "
+                 "group: world and a mesh with tp > 1 and dp > 1");
   }
   return absl::OkStatus();
 }
@@ -373,7 +403,8 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   }
   ASSIGN_OR_RETURN(std::vector<int> group, ResolveDevices(spec, limits));
   RETURN_IF_ERROR(CheckIterations(spec, limits));
-  const int tp = static_cast<int>(group.size());
+  const int device_count = static_cast<int>(group.size());
+  RETURN_IF_ERROR(CheckMesh(spec.mesh, device_count));
   std::set<std::string> ids;
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];
@@ -382,7 +413,10 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
     if (!ids.insert(op.id).second) {
       return Error(id_path, absl::StrCat("duplicate id ", Quoted(op.id)));
     }
-    RETURN_IF_ERROR(CheckOp(op, i, tp, spec.dtype, limits.library_algorithms));
+    RETURN_IF_ERROR(CheckGroup(spec.mesh, op, i));
+    RETURN_IF_ERROR(CheckOp(op, i, GroupSize(spec.mesh, op.group, device_count),
+                            spec.mesh.declared() ? OpGroupName(op.group) : "tp", spec.dtype,
+                            limits.library_algorithms));
   }
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
   return group;

@@ -19,7 +19,9 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   return ctx.engine().Gemm(stream, g);
 }
 
-absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
+namespace {
+
+absl::Status EnqueueOpInGroup(OpContext& ctx, const Schedule& s) {
   if (s.transport == Transport::kDirect &&
       (s.mode != OverlapMode::kRing || ctx.op().type == OpType::kAgGemm)) {
     return absl::InvalidArgumentError(
@@ -47,9 +49,7 @@ absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
   return absl::InvalidArgumentError("unknown op type");
 }
 
-absl::Status EnqueueGemmAlone(OpContext& ctx) { return EnqueueGemmAloneRows(ctx, ctx.op().m); }
-
-absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
+absl::Status GemmAloneRowsInGroup(OpContext& ctx, int64_t rows) {
   if (IsCollectiveOnly(ctx.op().type)) {
     return absl::InvalidArgumentError(
         absl::StrCat(OpTypeName(ctx.op().type), " has no GEMM to run alone"));
@@ -66,8 +66,6 @@ absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
   }
   return absl::OkStatus();
 }
-
-namespace {
 
 // The unchunked collective on stream `on`; with `use_spare` it works on the spare
 // buffer instead of the one the GEMM alone touches (gathered A, partial, or Y).
@@ -115,17 +113,32 @@ absl::Status Collective(OpContext& ctx, Transport transport, On on, bool use_spa
 
 }  // namespace
 
+// The entry points run the op on each of its groups in turn (OpContext::
+// ForEachGroup): every group's work is only enqueued, so they all run at once.
+absl::Status EnqueueOp(OpContext& ctx, const Schedule& s) {
+  return ctx.ForEachGroup([&] { return EnqueueOpInGroup(ctx, s); });
+}
+
+absl::Status EnqueueGemmAlone(OpContext& ctx) { return EnqueueGemmAloneRows(ctx, ctx.op().m); }
+
+absl::Status EnqueueGemmAloneRows(OpContext& ctx, int64_t rows) {
+  return ctx.ForEachGroup([&] { return GemmAloneRowsInGroup(ctx, rows); });
+}
+
 absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
-  return Collective(ctx, transport, On::kCompute, /*use_spare=*/false);
+  return ctx.ForEachGroup(
+      [&] { return Collective(ctx, transport, On::kCompute, /*use_spare=*/false); });
 }
 
 absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
                                    EventKind end) {
-  RETURN_IF_ERROR(ctx.ForkComm(transport));
-  RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));
-  RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
-  for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end));
-  return ctx.JoinComm();
+  return ctx.ForEachGroup([&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx.ForkComm(transport));
+    RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));
+    RETURN_IF_ERROR(EnqueueGemmAlone(ctx));
+    for (int r = 0; r < ctx.tp(); ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, end));
+    return ctx.JoinComm();
+  });
 }
 
 }  // namespace overlap::ops

@@ -92,25 +92,61 @@ BufferSizes MaxSizes(const BufferSizes& a, const BufferSizes& b) {
   return m;
 }
 
-OpContext::OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp)
+OpContext::OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int group_size,
+                     const Mesh& mesh)
     : engine_(&engine),
       op_(op),
       dtype_(dtype),
-      shapes_(LocalShapesFor(op, tp)) {}
+      shapes_(LocalShapesFor(op, group_size)),
+      group_size_(group_size),
+      mesh_(mesh) {}
 
 absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& engine,
                                                              const OpSpec& op, DType dtype,
                                                              const std::vector<int>& devices,
-                                                             const BufferSizes& sizes) {
-  std::unique_ptr<OpContext> ctx(
-      new OpContext(engine, op, dtype, static_cast<int>(devices.size())));
+                                                             const BufferSizes& sizes,
+                                                             const RankLayout& layout) {
+  const int count = static_cast<int>(devices.size());
+  const int group_size = layout.group_size > 0 ? layout.group_size : count;
+  if (count == 0 || count % group_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op.id, ": ", count,
+                                                   " devices do not form groups of ", group_size));
+  }
+  std::unique_ptr<OpContext> ctx(new OpContext(engine, op, dtype, group_size, layout.mesh));
   RETURN_IF_ERROR(ctx->Allocate(devices, sizes));
   return ctx;
+}
+
+absl::Status OpContext::ForEachGroup(absl::FunctionRef<absl::Status()> fn) {
+  if (group_ >= 0) return fn();
+  const std::vector<int> all = view_;
+  absl::Status status;
+  for (int g = 0; g < groups() && status.ok(); ++g) {
+    group_ = g;
+    view_.clear();
+    for (int r = 0; r < group_size_; ++r) view_.push_back(g * group_size_ + r);
+    status = fn();
+  }
+  group_ = -1;
+  view_ = all;
+  return status;
+}
+
+absl::Status OpContext::InView(const std::vector<int>& ranks,
+                               absl::FunctionRef<absl::Status()> fn) {
+  std::vector<int> seen;
+  for (int r : ranks) seen.push_back(view_[r]);
+  std::swap(view_, seen);
+  absl::Status status = fn();
+  std::swap(view_, seen);
+  return status;
 }
 
 absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSizes& sizes) {
   sizes_ = sizes;
   ranks_.resize(devices.size());
+  view_.clear();
+  for (size_t r = 0; r < devices.size(); ++r) view_.push_back(static_cast<int>(r));
   const BufferDTypes dt = BufferDTypesFor(op_.type, dtype_);
   auto alloc = [&](int device, int64_t elements, DType dtype, BufferId* out) -> absl::Status {
     if (elements <= 0) return absl::OkStatus();
@@ -167,7 +203,7 @@ OpContext::~OpContext() {
 
 std::vector<int> OpContext::devices() const {
   std::vector<int> out;
-  for (const RankState& rs : ranks_) out.push_back(rs.device);
+  for (int index : view_) out.push_back(ranks_[index].device);
   return out;
 }
 
@@ -188,11 +224,11 @@ MatrixRef OpContext::Matrix(BufferId buffer, int64_t row, int64_t ld) const {
 
 MatrixRef OpContext::Weights(int r) const {
   const bool transposed = WeightsStoredTransposed(dtype_);
-  return MatrixRef{ranks_[r].w, 0, transposed ? shapes_.w_rows : shapes_.w_cols};
+  return MatrixRef{At(r).w, 0, transposed ? shapes_.w_rows : shapes_.w_cols};
 }
 
 BufferRef OpContext::ScaleOf(int r, int tensor) const {
-  return Rows(ranks_[r].scales, tensor * kScaleStride, 1, 1);
+  return Rows(At(r).scales, tensor * kScaleStride, 1, 1);
 }
 
 engine::GemmArgs OpContext::WeightsGemm(int r) const {
@@ -202,7 +238,7 @@ engine::GemmArgs OpContext::WeightsGemm(int r) const {
   g.k = shapes_.w_rows;
   g.b = Weights(r);
   g.beside_collective = gemms_beside_collective_;
-  const BufferId scales = ranks_[r].scales;
+  const BufferId scales = At(r).scales;
   if (scales != engine::kNoBuffer) {
     g.a_scale = ScaleOf(r, 0);
     g.b_scale = ScaleOf(r, 1);
@@ -221,9 +257,11 @@ uint64_t EventKey(int r, EventKind kind, int index, int step) {
 }  // namespace
 
 absl::StatusOr<engine::EventId> OpContext::Event(int r, EventKind kind, int index, int step) {
-  auto [it, inserted] = events_.try_emplace(EventKey(r, kind, index, step), engine::kNoEvent);
+  // Keyed by the rank's index among all the op's ranks: each group's are its own.
+  auto [it, inserted] =
+      events_.try_emplace(EventKey(view_[r], kind, index, step), engine::kNoEvent);
   if (inserted) {
-    absl::StatusOr<engine::EventId> event = engine_->CreateEvent(ranks_[r].device);
+    absl::StatusOr<engine::EventId> event = engine_->CreateEvent(At(r).device);
     if (!event.ok()) {
       events_.erase(it);
       return event.status();
@@ -252,8 +290,8 @@ absl::Status OpContext::WaitAll(StreamId stream, EventKind kind, int index, int 
 absl::Status OpContext::ForkComm(Transport transport) {
   gemms_beside_collective_ = transport == Transport::kNccl && tp() > 1;
   for (int r = 0; r < tp(); ++r) {
-    RETURN_IF_ERROR(Record(r, ranks_[r].compute, EventKind::kFork));
-    RETURN_IF_ERROR(Wait(ranks_[r].comm, r, EventKind::kFork));
+    RETURN_IF_ERROR(Record(r, At(r).compute, EventKind::kFork));
+    RETURN_IF_ERROR(Wait(At(r).comm, r, EventKind::kFork));
   }
   return absl::OkStatus();
 }
@@ -261,8 +299,8 @@ absl::Status OpContext::ForkComm(Transport transport) {
 absl::Status OpContext::JoinComm() {
   gemms_beside_collective_ = false;
   for (int r = 0; r < tp(); ++r) {
-    RETURN_IF_ERROR(Record(r, ranks_[r].comm, EventKind::kJoin));
-    RETURN_IF_ERROR(Wait(ranks_[r].compute, r, EventKind::kJoin));
+    RETURN_IF_ERROR(Record(r, At(r).comm, EventKind::kJoin));
+    RETURN_IF_ERROR(Wait(At(r).compute, r, EventKind::kJoin));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "server/engine/engine.h"
@@ -99,6 +100,15 @@ struct RankState {
   engine::BufferId scales = engine::kNoBuffer;
 };
 
+// How an op's ranks form groups (common/graph.h, OpGroup): `group_size`
+// consecutive ranks each, every group running the op on its own; 0 = all the
+// ranks are one group. `mesh` is the job's, of which a world all_reduce's
+// hierarchical schedule is made.
+struct RankLayout {
+  int group_size = 0;
+  Mesh mesh;
+};
+
 class OpContext {
  public:
   // fp32 elements between the scales in RankState::scales (kGemmScaleAlignment).
@@ -108,7 +118,8 @@ class OpContext {
   static absl::StatusOr<std::unique_ptr<OpContext>> Create(engine::Engine& engine,
                                                            const OpSpec& op, DType dtype,
                                                            const std::vector<int>& devices,
-                                                           const BufferSizes& sizes);
+                                                           const BufferSizes& sizes,
+                                                           const RankLayout& layout = {});
   ~OpContext();
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
@@ -127,10 +138,26 @@ class OpContext {
   // gathered from A hold dtype(); outputs and partials hold reduced_dtype(),
   // except an all_gather's output, the gathered A itself.
   DType DTypeOf(engine::BufferId buffer) const;
-  int tp() const { return static_cast<int>(ranks_.size()); }
+  // The ranks the calls see now: a group's inside ForEachGroup (the schedules
+  // are written for one group: rank(0..tp()-1)), else every rank of the op.
+  int tp() const { return static_cast<int>(view_.size()); }
+  // The ranks of one group: the degree the op's dims are split over.
+  int group_size() const { return group_size_; }
+  int groups() const { return static_cast<int>(ranks_.size()) / group_size_; }
+  // The group ForEachGroup is in; -1 outside.
+  int group() const { return group_; }
+  const Mesh& mesh() const { return mesh_; }
+  // Runs `fn` once per group with the calls seeing that group's ranks, then
+  // sees every rank again. Inside a group already, runs `fn` once, for it, so
+  // that entry points that call each other may each wrap their work in it.
+  absl::Status ForEachGroup(absl::FunctionRef<absl::Status()> fn);
+  // Runs `fn` seeing only `ranks` (indices among the ranks seen now), then
+  // what it saw before: a schedule made of collectives over parts of its
+  // group (the hierarchical all-reduce).
+  absl::Status InView(const std::vector<int>& ranks, absl::FunctionRef<absl::Status()> fn);
   const LocalShapes& shapes() const { return shapes_; }
   const BufferSizes& sizes() const { return sizes_; }
-  RankState& rank(int r) { return ranks_[r]; }
+  RankState& rank(int r) { return ranks_[view_[r]]; }
   std::vector<int> devices() const;
 
   // A byte range of `rows` rows of `cols` elements starting at row `row` of a
@@ -178,7 +205,9 @@ class OpContext {
   int channel() const { return channel_; }
 
  private:
-  OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int tp);
+  OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int group_size,
+            const Mesh& mesh);
+  const RankState& At(int r) const { return ranks_[view_[r]]; }
   absl::Status Allocate(const std::vector<int>& devices, const BufferSizes& sizes);
 
   engine::Engine* engine_;
@@ -186,7 +215,11 @@ class OpContext {
   DType dtype_;
   LocalShapes shapes_;
   BufferSizes sizes_;
-  std::vector<RankState> ranks_;
+  std::vector<RankState> ranks_;  // every group's, group after group
+  int group_size_;
+  Mesh mesh_;
+  std::vector<int> view_;  // indices into ranks_ of the ranks seen now
+  int group_ = -1;
   std::map<engine::BufferId, DType> buffer_dtypes_;
   bool gemms_beside_collective_ = false;
   int channel_ = 0;

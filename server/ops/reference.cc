@@ -77,7 +77,13 @@ uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
                     static_cast<uint64_t>(tensor) * 131u + static_cast<uint64_t>(rank));
 }
 
-absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
+namespace {
+
+// Each group of a mesh op holds inputs of its own: a replica's data differ
+// from another's, as a data-parallel batch does. Group 0's are the op's.
+int GroupSeedIndex(int op_index, int group) { return op_index + std::max(0, group) * (1 << 22); }
+
+absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
   const LocalShapes& sh = ctx.shapes();
   const InputScaling scaling = InputScalingFor(ctx.op(), ctx.dtype());
   for (int r = 0; r < ctx.tp(); ++r) {
@@ -99,7 +105,7 @@ absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
   return absl::OkStatus();
 }
 
-absl::Status PoisonOutputs(OpContext& ctx) {
+absl::Status PoisonGroupOutputs(OpContext& ctx) {
   const LocalShapes& sh = ctx.shapes();
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
@@ -109,8 +115,8 @@ absl::Status PoisonOutputs(OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
-                                           int max_rows, int max_cols) {
+absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+                                                int max_rows, int max_cols) {
   const OpSpec& op = ctx.op();
   const LocalShapes& sh = ctx.shapes();
   const int tp = ctx.tp();
@@ -252,6 +258,39 @@ absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, in
   v.rows_checked = static_cast<int64_t>(rows.size());
   v.cols_checked = nc;
   return v;
+}
+
+}  // namespace
+
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
+  return ctx.ForEachGroup(
+      [&] { return FillGroupInputs(ctx, job_seed, GroupSeedIndex(op_index, ctx.group())); });
+}
+
+absl::Status PoisonOutputs(OpContext& ctx) {
+  return ctx.ForEachGroup([&] { return PoisonGroupOutputs(ctx); });
+}
+
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+                                           int max_rows, int max_cols) {
+  Verification worst;
+  bool first = true;
+  RETURN_IF_ERROR(ctx.ForEachGroup([&]() -> absl::Status {
+    absl::StatusOr<Verification> v = VerifyGroupOutputs(
+        ctx, job_seed, GroupSeedIndex(op_index, ctx.group()), max_rows, max_cols);
+    if (!v.ok()) {
+      if (ctx.groups() == 1) return v.status();
+      return absl::Status(v.status().code(),
+                          absl::StrCat("group ", ctx.group(), ": ", v.status().message()));
+    }
+    // A NaN error wins, and stays.
+    if (first || (!std::isnan(worst.max_rel_error) && !(v->max_rel_error <= worst.max_rel_error))) {
+      worst = *v;
+    }
+    first = false;
+    return absl::OkStatus();
+  }));
+  return worst;
 }
 
 double OutputTolerance(OpType type, DType dtype, int tp) {
