@@ -174,7 +174,7 @@ TEST(GraphParserTest, AllReduceTakesAnAlgorithm) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("ops[0].algorithm: unknown algorithm \"butterfly\" (expected default, "
-                        "ring, tree, ps, auto)"));
+                        "ring, tree, ps, hierarchical, auto)"));
 }
 
 struct ErrorCase {
