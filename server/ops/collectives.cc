@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/ops/all_reduce_hierarchical.h"
 #include "server/ops/all_reduce_p2p.h"
 
 namespace overlap::ops {
@@ -170,6 +171,9 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
     return absl::InternalError(
         absl::StrCat("all-reduce ", AllReduceAlgorithmName(algorithm), " runs out of place only"));
   }
+  if (algorithm == AllReduceAlgorithm::kHierarchical) {
+    return AllReduceHierarchical(ctx, transport, on, src, dst, row, rows, cols, tag);
+  }
   if (transport == Transport::kNccl) {
     std::vector<BufferRef> send, recv;
     for (int r = 0; r < tp; ++r) {
@@ -195,6 +199,8 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
       return AllReduceTreeP2p(ctx, on, src, dst, row, rows, cols, tag);
     case AllReduceAlgorithm::kParameterServer:
       return AllReduceParameterServerP2p(ctx, on, src, dst, row, rows, cols, tag);
+    case AllReduceAlgorithm::kHierarchical:
+      break;  // above
   }
   // Two phases: reduce part r of the rows on rank r, then every rank pulls the
   // reduced parts of its peers. Parts are ceil(rows / tp) rows, the last shorter.

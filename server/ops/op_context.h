@@ -85,6 +85,7 @@ enum class EventKind : uint8_t {
   kArTreeUp,        // tree: a piece's partial sum sent up
   kArTreeDown,      // tree: a piece's total sent down
   kArPs,            // parameter server: a piece summed on rank 0
+  kArHierarchical,  // hierarchical: a rank's phase done (step: which phase)
 };
 
 struct RankState {

@@ -65,8 +65,11 @@ std::vector<int> ChunkCandidates(int64_t rows_per_rank) {
 // The all_reduce layouts an op asks for over `transport`: its own algorithm, or
 // with auto the transport's own first, then every one it has.
 std::vector<AllReduceAlgorithm> AlgorithmsOver(const OpSpec& op, Transport transport,
-                                               bool library_algorithms) {
+                                               bool library_algorithms, bool hierarchical) {
   const bool p2p = transport == Transport::kP2p;
+  if (op.algorithm == AllReduceAlgorithm::kDefault && hierarchical) {
+    return {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kHierarchical};
+  }
   if (op.algorithm != AllReduceAlgorithm::kAuto) {
     if (op.algorithm == AllReduceAlgorithm::kParameterServer && !p2p) return {};
     return {op.algorithm};
@@ -77,12 +80,19 @@ std::vector<AllReduceAlgorithm> AlgorithmsOver(const OpSpec& op, Transport trans
     out.push_back(AllReduceAlgorithm::kTree);
   }
   if (p2p) out.push_back(AllReduceAlgorithm::kParameterServer);
+  if (hierarchical) out.push_back(AllReduceAlgorithm::kHierarchical);
   return out;
 }
 
 }  // namespace
 
-std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms) {
+bool HierarchicalApplies(const OpSpec& op, const Mesh& mesh) {
+  return op.type == OpType::kAllReduce && op.group == OpGroup::kWorld && mesh.declared() &&
+         mesh.tp > 1 && mesh.dp > 1;
+}
+
+std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms,
+                                         const Mesh& mesh) {
   if (IsGemmOnly(op.type)) return {Schedule{OverlapMode::kSerial, 1, Transport::kNone}};
   // One rank moves nothing, whatever the algorithm.
   if (tp == 1) return {Schedule{OverlapMode::kSerial, 1, Transport::kNccl}};
@@ -100,7 +110,8 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_
   if (IsCollectiveOnly(op.type)) {
     std::vector<Schedule> out;
     for (Transport transport : transports) {
-      for (AllReduceAlgorithm algorithm : AlgorithmsOver(op, transport, library_algorithms)) {
+      for (AllReduceAlgorithm algorithm :
+           AlgorithmsOver(op, transport, library_algorithms, HierarchicalApplies(op, mesh))) {
         out.push_back(Schedule{OverlapMode::kSerial, 1, transport, algorithm});
       }
     }

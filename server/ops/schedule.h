@@ -42,6 +42,11 @@ int64_t MaxPieceRows(int64_t rows, int chunks);
 // transport auto still tunes the transport. A gemm op has one: serial, no transport.
 // An all_reduce with algorithm auto has every layout of each transport, NCCL's
 // pinned ones only where the backend pins them (`library_algorithms`).
-std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms = true);
+// A world all_reduce over a mesh with tp > 1 and dp > 1 also has the
+// hierarchical layout, tried beside the flat ones unless the op names another.
+std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_algorithms = true,
+                                         const Mesh& mesh = {});
+// Whether `op` may run hierarchical over `mesh`.
+bool HierarchicalApplies(const OpSpec& op, const Mesh& mesh);
 
 }  // namespace overlap::ops

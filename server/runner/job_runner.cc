@@ -46,7 +46,10 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   OpMeasurement m;
   m.op = op;
   m.dtype = spec.dtype;
-  m.tp = ctx->tp();
+  m.tp = ctx->group_size();
+  m.groups = ctx->groups();
+  m.group = op.group;
+  m.mesh = spec.mesh.declared();
   ASSIGN_OR_RETURN(m.choice, ChooseSchedule(run, tuning));
   ASSIGN_OR_RETURN(m.comm, TimeCommAlone(run));
   // The collective alone left the SMs idle: the first GEMM alone would run
@@ -72,6 +75,8 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
   if (engine.HasGates() && spec.heat_head_start) result.set_preheat_ms(engine.PreheatMs());
   result.set_nccl_overlap_ctas(engine.CollectiveSmBudget());
   result.set_ranks_per_gpu(engine.RanksPerGpu());
+  result.set_mesh_tp(spec.mesh.tp);
+  result.set_mesh_dp(spec.mesh.dp);
   const engine::BackendVersions versions = engine.Versions();
   result.set_overlapd_version(absl::StrCat(OVERLAP_VERSION, " (", OVERLAP_GIT_COMMIT, ")"));
   if (!devices.empty()) result.set_gpu(engine.GetDeviceInfo(devices[0]).name);
@@ -156,9 +161,10 @@ int PreheatGemms(double ms, double gemm_ms) {
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
   int64_t worst = 0;
   for (const OpSpec& op : spec.ops) {
+    const int degree = GroupSize(spec.mesh, op.group, tp);
     BufferSizes sizes;
-    for (const Schedule& s : CandidateSchedules(op, tp)) {
-      sizes = MaxSizes(sizes, BuffersFor(op, tp, s));
+    for (const Schedule& s : CandidateSchedules(op, degree, true, spec.mesh)) {
+      sizes = MaxSizes(sizes, BuffersFor(op, degree, s));
     }
     // In double: absurd shapes must saturate, not wrap, so that they are refused.
     const double bytes = BufferBytes(sizes, BufferDTypesFor(op.type, spec.dtype));

@@ -38,13 +38,17 @@ struct TimedRounds {
   std::vector<double> step;
   std::vector<double> host_enqueue;  // each round's median
   std::vector<std::vector<double>> gemm_by_rank;  // [rank][iteration]
+  std::vector<std::vector<double>> step_by_group;  // [group][iteration]; empty when replayed
   bool step_replayed = true;                      // every round's step replayed a graph
 };
 
 struct OpMeasurement {
   OpSpec op;
   DType dtype = DType::kBF16;
-  int tp = 1;
+  int tp = 1;  // a group's size
+  int groups = 1;
+  OpGroup group = OpGroup::kTp;
+  bool mesh = false;  // the graph declares one: the report names the group
   ScheduleChoice choice;
   CommAlone comm;
   TimedRounds rounds;

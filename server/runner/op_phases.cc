@@ -37,7 +37,7 @@ constexpr int kRunoffRounds = 3;
 constexpr int kTimedRounds = 4;
 
 TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, int tp,
-                 int first_device) {
+                 int first_device, const Mesh& mesh) {
   TuningKey key;
   key.op_type = OpTypeName(op.type);
   key.m = op.m;
@@ -49,6 +49,11 @@ TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, in
       absl::StrCat(OverlapModeName(op.mode), "/", op.chunks, "/", TransportName(op.transport));
   if (op.algorithm != AllReduceAlgorithm::kDefault) {
     absl::StrAppend(&key.requested, "/", AllReduceAlgorithmName(op.algorithm));
+  }
+  // In a mesh every group runs at once, beside the others: another contest
+  // than the same op alone.
+  if (mesh.declared()) {
+    absl::StrAppend(&key.requested, "/", OpGroupName(op.group), "@", mesh.tp, "x", mesh.dp);
   }
   key.environment = TuningEnvironment(engine, first_device);
   return key;
@@ -106,16 +111,27 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
 
 }  // namespace
 
+std::vector<int> GroupMajorDevices(const JobSpec& spec, const std::vector<int>& devices,
+                                   OpGroup group) {
+  std::vector<int> out;
+  for (const std::vector<int>& positions :
+       GroupsOf(spec.mesh, group, static_cast<int>(devices.size()))) {
+    for (int position : positions) out.push_back(devices[position]);
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<OpContext>> CreateOpContext(engine::Engine& engine,
                                                            const JobSpec& spec,
                                                            const std::vector<int>& devices,
                                                            const OpSpec& op) {
-  const int tp = static_cast<int>(devices.size());
+  const int tp = GroupSize(spec.mesh, op.group, static_cast<int>(devices.size()));
   ops::BufferSizes sizes;
-  for (const Schedule& s : CandidateSchedules(op, tp, engine.LibraryAlgorithms())) {
+  for (const Schedule& s : CandidateSchedules(op, tp, engine.LibraryAlgorithms(), spec.mesh)) {
     sizes = ops::MaxSizes(sizes, ops::BuffersFor(op, tp, s));
   }
-  return OpContext::Create(engine, op, spec.dtype, devices, sizes);
+  return OpContext::Create(engine, op, spec.dtype, GroupMajorDevices(spec, devices, op.group),
+                           sizes, ops::RankLayout{tp, spec.mesh});
 }
 
 absl::Status PrepareInputs(OpRun& run) {
@@ -132,14 +148,16 @@ absl::Status PrepareInputs(OpRun& run) {
 
 absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning) {
   const OpSpec& op = run.ctx.op();
-  const int tp = run.ctx.tp();
-  std::vector<Schedule> candidates = CandidateSchedules(op, tp, run.engine.LibraryAlgorithms());
+  const int tp = run.ctx.group_size();
+  std::vector<Schedule> candidates =
+      CandidateSchedules(op, tp, run.engine.LibraryAlgorithms(), run.spec.mesh);
   if (candidates.size() == 1) {
     return ScheduleChoice{candidates[0],
                           op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested",
                           {}};
   }
-  const TuningKey key = KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device);
+  const TuningKey key =
+      KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device, run.spec.mesh);
   if (tuning.cache != nullptr) {
     if (auto hit = tuning.cache->Lookup(key, tuning.not_before_unix_ms)) {
       return ScheduleChoice{
@@ -168,7 +186,7 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
   CommAlone comm;
   const OpType type = run.ctx.op().type;
   // A collective alone is its own comm alone (its steps), a GEMM has none.
-  if (run.ctx.tp() <= 1 || IsCollectiveOnly(type) || IsGemmOnly(type)) return comm;
+  if (run.ctx.group_size() <= 1 || IsCollectiveOnly(type) || IsGemmOnly(type)) return comm;
   const int warm = BaselineWarmup(run.spec);
   ASSIGN_OR_RETURN(const TimedRun nccl,
                    run.Timed("comm_alone nccl", warm, run.spec.iterations, [&] {
@@ -193,11 +211,12 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
   const OpType type = ctx.op().type;
   const bool gemm_only = IsGemmOnly(type);
   const bool both = !IsCollectiveOnly(type) && !gemm_only;
-  const int tp = ctx.tp();
+  const int tp = ctx.group_size();
   const int iters = spec.iterations;
   const int warm = BaselineWarmup(spec);
   TimedRounds out;
-  out.gemm_by_rank.resize(tp);  // a slow GPU shows here
+  out.gemm_by_rank.resize(ctx.tp());  // a slow GPU shows here
+  out.step_by_group.resize(ctx.groups());
   const auto add_ranks = [&](const TimedRun& t) {
     for (size_t r = 0; r < t.rank_times.size(); ++r) Append(out.gemm_by_rank[r], t.rank_times[r]);
   };
@@ -228,6 +247,7 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
                                            [&] { return EnqueueOp(ctx, schedule); }, ops::EventKind::kIterEnd,
                                            Replays(schedule.transport)));
     Append(out.step, t.times);
+    for (size_t g = 0; g < t.group_times.size(); ++g) Append(out.step_by_group[g], t.group_times[g]);
     if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone
     out.host_enqueue.push_back(t.host_enqueue_ms);
     out.step_replayed = out.step_replayed && t.replayed;
@@ -260,7 +280,7 @@ absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Sche
   GetLogger("ops")->debug("{} checked against float64 in {:.0f} ms ({} rows x {} columns)", op.id,
                           absl::ToDoubleMilliseconds(absl::Now() - check_start), v.rows_checked,
                           v.cols_checked);
-  const double tolerance = ops::OutputTolerance(op.type, run.spec.dtype, ctx.tp());
+  const double tolerance = ops::OutputTolerance(op.type, run.spec.dtype, ctx.group_size());
   if (!(v.max_rel_error <= tolerance)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g for %s", op.id,

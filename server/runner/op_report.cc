@@ -48,6 +48,7 @@ void SetSchedule(const OpMeasurement& m, v1::OpResult* res) {
   res->set_tp(m.tp);
   res->set_dtype(DTypeName(m.dtype));
   res->set_auto_reason(m.choice.reason);
+  if (m.mesh) res->set_group(OpGroupName(m.op.group));
   for (const CandidateScore& c : m.choice.scores) {
     if (!std::isfinite(c.best_ms)) continue;
     v1::CandidateTiming* t = res->add_candidates();
@@ -108,7 +109,7 @@ v1::OpResult OpReport(const OpMeasurement& m) {
     v1::Timeline* timeline = res.mutable_timeline();
     *timeline = *m.timeline;
     timeline->set_enqueued_not_replayed(m.rounds.step_replayed);
-    for (double ms : ComputeWaitByRank(*timeline, m.tp)) res.add_compute_wait_rank_ms(ms);
+    for (double ms : ComputeWaitByRank(*timeline, m.tp * m.groups)) res.add_compute_wait_rank_ms(ms);
   }
   if (m.tp > 1 && !gemm_only) {
     *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
@@ -118,6 +119,17 @@ v1::OpResult OpReport(const OpMeasurement& m) {
     const Summary beside = Summarize(m.rounds.beside);
     *res.mutable_gemm_beside_comm() = ToProto(beside);
     if (gemm.median > 0) res.set_gemm_slowdown(beside.median / gemm.median);
+  }
+  if (m.mesh && !m.rounds.step_by_group.empty()) {
+    double slowest = -1;
+    for (size_t g = 0; g < m.rounds.step_by_group.size(); ++g) {
+      const double median = Summarize(m.rounds.step_by_group[g]).median;
+      res.add_group_step_ms(median);
+      if (median > slowest) {
+        slowest = median;
+        res.set_slowest_group(static_cast<int>(g));
+      }
+    }
   }
   const double exposed = std::max(0.0, step.median - gemm.median);
   res.set_exposed_comm_ms(exposed);

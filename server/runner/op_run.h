@@ -36,6 +36,9 @@ struct TimedRun {
   // Per rank ([rank][iteration]); empty when the iterations replayed a graph,
   // which only rank 0 times.
   std::vector<std::vector<double>> rank_times;
+  // Per group of the op ([group][iteration]: the max over its ranks); one
+  // group without a mesh. Empty when replayed.
+  std::vector<std::vector<double>> group_times;
   double host_enqueue_ms = 0;  // median over the iterations
   bool replayed = false;       // the iterations replayed one captured graph
 };
@@ -175,20 +178,30 @@ struct OpRun {
       RETURN_IF_ERROR(engine.Synchronize(devices));
       if (it >= warmup) {
         double worst = 0;
+        std::vector<double> group_worst(ctx.groups(), 0.0);
         for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
           ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, ops::EventKind::kIterStart));
           ASSIGN_OR_RETURN(engine::EventId stop, ctx.Event(r, end));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, stop));
           worst = std::max(worst, ms);
+          double& in_group = group_worst[r / ctx.group_size()];
+          in_group = std::max(in_group, ms);
           run.rank_times[r].push_back(ms);
         }
         run.times.push_back(worst);
+        if (!graph) {
+          run.group_times.resize(ctx.groups());
+          for (int g = 0; g < ctx.groups(); ++g) run.group_times[g].push_back(group_worst[g]);
+        }
       }
       Progress(phase, it + 1, warmup + count);
     }
     run.host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
     run.replayed = graph.has_value();
-    if (run.replayed) run.rank_times.clear();
+    if (run.replayed) {
+      run.rank_times.clear();
+      run.group_times.clear();
+    }
     if (const int64_t late = GateTimeouts(devices) - gate_timeouts; late > 0) {
       GetLogger("ops")->warn(
           "{} {}: {} launch-gate holds ran out ({} ms) before the host had enqueued the "

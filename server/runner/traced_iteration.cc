@@ -1,6 +1,7 @@
 #include "server/runner/traced_iteration.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -19,12 +20,19 @@ absl::StatusOr<v1::Timeline> TraceIteration(
   auto add = [&](engine::StreamId stream, int rank, int device, const char* name) {
     if (seen.insert(stream).second) lanes.push_back(TimelineLane{stream, rank, device, name});
   };
+  // A lane's rank is main's rank on its device: in a mesh the contexts order
+  // their ranks by their own groups.
+  std::map<int, int> rank_of_device;
   for (int r = 0; r < main.tp(); ++r) {
+    rank_of_device[main.rank(r).device] = r;
     add(main.rank(r).compute, r, main.rank(r).device, "compute");
     add(main.rank(r).comm, r, main.rank(r).device, "comm");
-    for (OpContext* ctx : contexts) {
-      add(ctx->rank(r).compute, r, ctx->rank(r).device, "side");
-      add(ctx->rank(r).comm, r, ctx->rank(r).device, "side");
+  }
+  for (OpContext* ctx : contexts) {
+    for (int q = 0; q < ctx->tp(); ++q) {
+      const int device = ctx->rank(q).device;
+      add(ctx->rank(q).compute, rank_of_device[device], device, "side");
+      add(ctx->rank(q).comm, rank_of_device[device], device, "side");
     }
   }
   TimelineEngine tracer(run.engine, std::move(lanes));
