@@ -34,4 +34,20 @@ absl::Status EnqueueCollectiveOnly(OpContext& ctx, const Schedule& s) {
   return ReduceScatter(ctx, s.transport, On::kCompute, src, dst);
 }
 
+absl::Status EnqueueAllReduceRows(OpContext& ctx, const Schedule& s, RowRange range) {
+  if (ctx.op().type != OpType::kAllReduce) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OpTypeName(ctx.op().type), ": only an all_reduce runs in row pieces"));
+  }
+  return ctx.ForEachGroup([&] {
+    std::vector<engine::BufferId> src, dst;
+    for (int r = 0; r < ctx.tp(); ++r) {
+      src.push_back(ctx.rank(r).a);
+      dst.push_back(ctx.rank(r).y);
+    }
+    return AllReduceRowsInto(ctx, s.transport, On::kCompute, src, dst, range.row, range.rows,
+                             ctx.shapes().y_cols, /*tag=*/0, s.algorithm);
+  });
+}
+
 }  // namespace overlap::ops

@@ -18,6 +18,15 @@ absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& schedule);  // gemm_a
 // all_gather, reduce_scatter, all_reduce (collective_ops.cc): serial only.
 absl::Status EnqueueCollectiveOnly(OpContext& ctx, const Schedule& schedule);
 
+// Rows [row, row + rows) of an all_reduce op's X and Y: one piece of a chunked
+// gradient all-reduce (the layer step, JobSpec::chunk_kib), with the schedule's
+// transport and algorithm; every group of the op at once.
+struct RowRange {
+  int64_t row = 0;
+  int64_t rows = 0;
+};
+absl::Status EnqueueAllReduceRows(OpContext& ctx, const Schedule& schedule, RowRange range);
+
 // Dispatches on the op type.
 absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
 // The unchunked per-rank GEMM alone, no communication (GEMM ops only).

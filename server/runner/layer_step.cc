@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
 #include "server/ops/op_context.h"
+#include "server/runner/op_phases.h"
 #include "server/runner/op_report.h"
 #include "server/runner/op_run.h"
 #include "server/ops/reference.h"
@@ -38,6 +39,12 @@ struct Member {
   bool deferred = false;              // on the side streams
   std::string join_before;            // the first op that waits for it; "" = the end of the step
   std::vector<std::string> bucketed;  // a bucket: the ids of the all-reduces it merges
+  // A chunked all-reduce (JobSpec::chunk_kib): its rows in pieces, the first
+  // sent where it stands and each next one after the next op on the main
+  // streams; empty = whole. `sent` counts the pieces enqueued this iteration.
+  std::vector<ops::RowRange> pieces;
+  size_t sent = 0;
+  double alone_ms = 0;  // its collective alone (a bucket: its members'), from their own runs
 };
 
 // Bucket inputs get seeds apart from every op's (an op's are its spec index).
@@ -45,25 +52,35 @@ constexpr int kBucketSeedBase = 1 << 20;
 // A bucket's rows: long enough for whole cache lines, padded to whole rows per rank.
 constexpr int64_t kBucketRowElements = 1024;
 
-// Merges runs of deferred all-reduces over one transport and algorithm, each at most
-// `cap_bytes`, into buckets of at most `cap_bytes`: one all-reduce of their
-// elements (padded to whole rows), where the last of them ran. A bucket of
+// Merges runs of deferred all-reduces over one transport, algorithm and group,
+// each at most `cap_bytes`, into buckets of at most `cap_bytes`: one
+// all-reduce of their elements (padded to whole rows), sent where the last of
+// them stands, before the ops that follow it, as DDP fires a bucket once its
+// last gradient is ready. A bucket of
 // one stays that op. An op that waits on a member of the bucket being filled
 // closes it first: merged, or fired after the op, that member would no longer
 // come before it.
-std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType dtype, int tp) {
+std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, const JobSpec& spec,
+                           int device_count) {
   // What an all_reduce sums (BufferDTypesFor: bf16 in an fp8 graph).
-  const int64_t es = static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, dtype).a));
+  const int64_t es =
+      static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
+  // With chunking on, an all-reduce larger than a chunk is chunked instead.
+  const int64_t max_bytes =
+      spec.chunk_kib > 0 ? std::min(cap_bytes, int64_t{spec.chunk_kib} << 10) : cap_bytes;
   auto bucketable = [&](const Member& m) {
     return m.deferred && m.join_before.empty() && m.op.type == OpType::kAllReduce &&
-           m.op.m * m.op.n * es <= cap_bytes;
+           m.op.algorithm != AllReduceAlgorithm::kHierarchical &&
+           m.op.m * m.op.n * es <= max_bytes;
   };
   std::vector<Member> out;
   std::vector<Member> open;  // the bucket being filled
   int64_t open_bytes = 0;
+  size_t fire_at = 0;  // where in `out` its last member stands: the bucket goes there
   int buckets = 0;
   auto close = [&] {
-    if (open.size() == 1) out.push_back(std::move(open[0]));
+    const auto at = out.begin() + static_cast<std::ptrdiff_t>(fire_at);
+    if (open.size() == 1) out.insert(at, std::move(open[0]));
     if (open.size() > 1) {
       Member b;
       b.spec_index = kBucketSeedBase + buckets++;
@@ -76,13 +93,16 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
       }
       b.op.id = absl::StrCat("bucket(", absl::StrJoin(b.bucketed, "+"), ")");
       b.op.type = OpType::kAllReduce;
+      b.op.group = open[0].op.group;
       b.op.n = kBucketRowElements;
       const int64_t rows = (elements + kBucketRowElements - 1) / kBucketRowElements;
+      const int tp = GroupSize(spec.mesh, b.op.group, device_count);
       b.op.m = (rows + tp - 1) / tp * tp;
+      for (const Member& m : open) b.alone_ms += m.alone_ms;
       b.op.mode = OverlapMode::kSerial;
       b.op.transport = b.schedule.transport;
       b.op.algorithm = b.schedule.algorithm;
-      out.push_back(std::move(b));
+      out.insert(at, std::move(b));
     }
     open.clear();
     open_bytes = 0;
@@ -104,11 +124,12 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, DType
     const int64_t bytes = m.op.m * m.op.n * es;
     if (!open.empty() &&
         (open_bytes + bytes > cap_bytes || open[0].schedule.transport != m.schedule.transport ||
-         open[0].schedule.algorithm != m.schedule.algorithm)) {
+         open[0].schedule.algorithm != m.schedule.algorithm || open[0].op.group != m.op.group)) {
       close();
     }
     open_bytes += bytes;
     open.push_back(std::move(m));
+    fire_at = out.size();
   }
   close();
   return out;
@@ -121,42 +142,127 @@ absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
   return Schedule{mode, std::max(1, r.chunks()), transport, algorithm};
 }
 
-// The main streams wait for the deferred ops that join before `id` ("" = the end).
-absl::Status JoinBefore(std::vector<Member>& members, const std::string& id, OpContext& main) {
-  for (Member& m : members) {
+// Each device's main compute stream: the layer step's main streams, which
+// every op of a mesh reaches through its rank on that device.
+using MainStreams = std::map<int, engine::StreamId>;
+
+MainStreams MainStreamsOf(OpContext& main) {
+  MainStreams streams;
+  for (int r = 0; r < main.tp(); ++r) streams[main.rank(r).device] = main.rank(r).compute;
+  return streams;
+}
+
+// Deferred member `m` sends its next piece, or the
+// whole op: its side streams wait for the main streams to get here first.
+absl::Status SendDeferred(Member& m, const MainStreams& main) {
+  OpContext& ctx = *m.ctx;
+  const int fork = static_cast<int>(m.sent);  // one event per piece, of m's own context
+  for (int q = 0; q < ctx.tp(); ++q) {
+    RETURN_IF_ERROR(ctx.Record(q, main.at(ctx.rank(q).device), ops::EventKind::kLayerFork, fork));
+    RETURN_IF_ERROR(ctx.Wait(ctx.rank(q).compute, q, ops::EventKind::kLayerFork, fork));
+  }
+  if (m.pieces.empty()) {
+    RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
+  } else {
+    RETURN_IF_ERROR(ops::EnqueueAllReduceRows(ctx, m.schedule, m.pieces[m.sent]));
+  }
+  ++m.sent;
+  if (m.sent < std::max<size_t>(1, m.pieces.size())) return absl::OkStatus();
+  for (int q = 0; q < ctx.tp(); ++q) {
+    RETURN_IF_ERROR(ctx.Record(q, ctx.rank(q).compute, ops::EventKind::kLayerDone));
+  }
+  return absl::OkStatus();
+}
+
+bool Unsent(const Member& m) { return m.sent < std::max<size_t>(1, m.pieces.size()); }
+
+// The main streams wait for the deferred ops that join before `id` ("" = the
+// end), each first sending what it has not sent yet.
+absl::Status JoinBefore(std::vector<Member>& members, const std::string& id,
+                        const MainStreams& main) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    Member& m = members[i];
     if (!m.deferred || m.join_before != id) continue;
-    for (int r = 0; r < main.tp(); ++r) {
-      RETURN_IF_ERROR(m.ctx->Wait(main.rank(r).compute, r, ops::EventKind::kLayerDone));
+    while (Unsent(m)) RETURN_IF_ERROR(SendDeferred(m, main));
+    for (int q = 0; q < m.ctx->tp(); ++q) {
+      RETURN_IF_ERROR(
+          m.ctx->Wait(main.at(m.ctx->rank(q).device), q, ops::EventKind::kLayerDone));
     }
   }
   return absl::OkStatus();
 }
 
 // One layer iteration: each op on its streams in order; a deferred op starts
-// on its side streams once the main streams reach it, and the main streams
-// wait for it before the first op that needs it, or at the end.
-// `tracer`, when set, labels the spans of each op with its id.
+// on its side streams once the main streams reach it (a chunked one piece by
+// piece, one after each op that follows), and the main streams wait for it
+// before the op it joins before, or at the end. Without `with_deferred` the
+// deferred ops are left out: the step they would add to, to tell how much of
+// them hid. `tracer`, when set, labels the spans of each op with its id.
 absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main,
-                          TimelineEngine* tracer = nullptr) {
+                          TimelineEngine* tracer = nullptr, bool with_deferred = true) {
+  const MainStreams streams = MainStreamsOf(main);
+  for (Member& m : members) m.sent = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     Member& m = members[i];
-    OpContext& ctx = *m.ctx;
+    if (m.deferred && !with_deferred) continue;
     if (tracer != nullptr) tracer->SetLabel(m.op.id);
-    RETURN_IF_ERROR(JoinBefore(members, m.op.id, main));
+    if (with_deferred) RETURN_IF_ERROR(JoinBefore(members, m.op.id, streams));
     if (m.deferred) {
-      for (int r = 0; r < main.tp(); ++r) {
-        RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, ops::EventKind::kLayerFork, static_cast<int>(i)));
-        RETURN_IF_ERROR(main.Wait(ctx.rank(r).compute, r, ops::EventKind::kLayerFork, static_cast<int>(i)));
-      }
+      RETURN_IF_ERROR(SendDeferred(m, streams));
+      continue;
     }
-    RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
-    if (m.deferred) {
-      for (int r = 0; r < ctx.tp(); ++r) {
-        RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).compute, ops::EventKind::kLayerDone));
-      }
+    RETURN_IF_ERROR(EnqueueOp(*m.ctx, m.schedule));
+    if (!with_deferred) continue;
+    // After each op on the main streams, every chunked op sent before it sends its next piece.
+    for (size_t j = 0; j < i; ++j) {
+      Member& earlier = members[j];
+      if (!earlier.deferred || earlier.pieces.empty() || !Unsent(earlier)) continue;
+      if (tracer != nullptr) tracer->SetLabel(earlier.op.id);
+      RETURN_IF_ERROR(SendDeferred(earlier, streams));
     }
   }
-  return JoinBefore(members, "", main);
+  if (!with_deferred) return absl::OkStatus();
+  return JoinBefore(members, "", streams);
+}
+
+// A deferred all-reduce larger than a chunk (JobSpec::chunk_kib) goes in
+// pieces of about a chunk's rows each; not a hierarchical one, whose rows
+// must divide over the mesh.
+void Chunk(std::vector<Member>& members, const JobSpec& spec) {
+  if (spec.chunk_kib <= 0) return;
+  const int64_t es =
+      static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
+  const int64_t chunk_bytes = int64_t{spec.chunk_kib} << 10;
+  for (Member& m : members) {
+    if (!m.deferred || m.op.type != OpType::kAllReduce || !m.bucketed.empty() ||
+        m.schedule.algorithm == AllReduceAlgorithm::kHierarchical ||
+        m.op.m * m.op.n * es <= chunk_bytes) {
+      continue;
+    }
+    const int64_t rows = std::max<int64_t>(1, chunk_bytes / (m.op.n * es));
+    for (int64_t row = 0; row < m.op.m; row += rows) {
+      m.pieces.push_back(ops::RowRange{row, std::min(rows, m.op.m - row)});
+    }
+  }
+}
+
+// A deferred op that nothing waits on joins the main streams before the first
+// op that starts defer_bound_ms or more after it was sent, by the ops' times
+// alone (the main streams' ops back to back), or at the end of the step.
+void Bound(std::vector<Member>& members, double bound_ms) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    Member& m = members[i];
+    if (!m.deferred || !m.join_before.empty()) continue;
+    double elapsed = 0;
+    for (size_t j = i + 1; j < members.size(); ++j) {
+      if (members[j].deferred) continue;
+      if (elapsed >= bound_ms) {
+        m.join_before = members[j].op.id;
+        break;
+      }
+      elapsed += members[j].alone_ms;
+    }
+  }
 }
 
 // Whether the collective alone at members[i] goes to the side streams, and
@@ -264,6 +370,40 @@ class StepClock {
   double side_free_ = 0;  // when the side stream does
 };
 
+// What was deferred and how, and how much of it hid: the step once more
+// without the deferred ops, beside the step with them.
+absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext& main,
+                             bool replay, const JobSpec& spec, v1::JobResult* result) {
+  const int64_t es =
+      static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
+  double deferred_alone = 0;
+  for (const Member& m : members) {
+    if (!m.deferred) continue;
+    v1::LayerDeferral* d = result->add_layer_deferrals();
+    d->set_op(m.op.id);
+    d->set_how(!m.pieces.empty()    ? "chunked"
+               : !m.bucketed.empty() ? "bucketed"
+                                     : "whole");
+    d->set_pieces(std::max<int>(1, static_cast<int>(m.pieces.size())));
+    d->set_piece_bytes(m.pieces.empty() ? 0 : m.pieces[0].rows * m.op.n * es);
+    d->set_joined_before(m.join_before);
+    d->set_alone_ms(m.alone_ms);
+    deferred_alone += m.alone_ms;
+  }
+  if (result->layer_deferrals_size() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const TimedRun without,
+                   run.Timed(
+                       "step without deferred", 1, spec.iterations,
+                       [&] { return EnqueueLayer(members, main, nullptr, /*with_deferred=*/false); },
+                       ops::EventKind::kIterEnd, replay));
+  const Summary alone = Summarize(without.times);
+  *result->mutable_layer_step_without_deferred() = ToProto(alone);
+  const double added = std::max(0.0, result->layer_step().median_ms() - alone.median);
+  result->set_layer_deferred_hidden_fraction(
+      deferred_alone > 0 ? std::clamp(1.0 - added / deferred_alone, 0.0, 1.0) : 0.0);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vector<double>& ms) {
@@ -284,7 +424,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
                            const std::vector<int>& order, v1::JobResult* result) {
   if (order.size() < 2 || !spec.layer_step) return absl::OkStatus();
-  const int tp = static_cast<int>(devices.size());
+  const int device_count = static_cast<int>(devices.size());
   // result->ops() follows `order`; the step follows the layer order.
   std::map<int, int> result_of;
   for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
@@ -298,6 +438,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     members[i].spec_index = layer_order[i];
     members[i].op = spec.ops[layer_order[i]];
     ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(result_of.at(layer_order[i]))));
+    members[i].alone_ms = alone_ms[layer_order[i]];
   }
   bool any_main = false;
   for (size_t i = members.size(); i-- > 0;) {
@@ -311,13 +452,17 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     for (Member& m : members) m.deferred = false;
   }
   if (spec.bucket_mib > 0) {
-    members = Bucket(std::move(members), int64_t{spec.bucket_mib} << 20, spec.dtype, tp);
+    members = Bucket(std::move(members), int64_t{spec.bucket_mib} << 20, spec, device_count);
   }
+  Chunk(members, spec);
+  Bound(members, spec.defer_bound_ms);
 
   for (Member& m : members) {
     const OpSpec& op = m.op;
-    absl::StatusOr<std::unique_ptr<OpContext>> ctx =
-        OpContext::Create(engine, op, spec.dtype, devices, BuffersFor(op, tp, m.schedule));
+    const int degree = GroupSize(spec.mesh, op.group, device_count);
+    absl::StatusOr<std::unique_ptr<OpContext>> ctx = OpContext::Create(
+        engine, op, spec.dtype, GroupMajorDevices(spec, devices, op.group),
+        BuffersFor(op, degree, m.schedule), ops::RankLayout{degree, spec.mesh});
     if (!ctx.ok()) {
       if (!absl::IsResourceExhausted(ctx.status())) return ctx.status();
       result->set_layer_note(absl::StrCat(
@@ -359,6 +504,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                              enqueue, ops::EventKind::kIterEnd, replay));
   const bool step_replayed = step.replayed;
   *result->mutable_layer_step() = ToProto(Summarize(step.times));
+  RETURN_IF_ERROR(ReportDeferrals(run, members, *main->ctx, replay, spec, result));
   double gemms_ms = 0;
   for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
   result->set_layer_exposed_comm_ms(std::max(0.0, result->layer_step().median_ms() - gemms_ms));
@@ -386,7 +532,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay).status());
   for (Member& m : members) {
     ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
-    const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->tp());
+    const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->group_size());
     if (!(v.max_rel_error <= tolerance)) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g",

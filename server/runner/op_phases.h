@@ -24,6 +24,11 @@ struct TuningUse {
   int64_t not_before_unix_ms = 0;
 };
 
+// `devices` (the job's) reordered group after group for `group` (common/
+// graph.h, GroupsOf): the order an op's context holds its ranks in.
+std::vector<int> GroupMajorDevices(const JobSpec& spec, const std::vector<int>& devices,
+                                   OpGroup group);
+
 // The op's buffers, sized for every schedule auto may try; RESOURCE_EXHAUSTED
 // when they do not fit.
 absl::StatusOr<std::unique_ptr<ops::OpContext>> CreateOpContext(engine::Engine& engine,

@@ -254,7 +254,19 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   ASSERT_EQ(result->layer_deferred_size(), 1);
   EXPECT_EQ(result->layer_deferred(0), "grads");
   EXPECT_TRUE(result->layer_note().empty());
-  EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "timeline", "verify"}));
+  EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "step without deferred",
+                                                     "timeline", "verify"}));
+  // What was deferred, how, and how much of it hid behind fc2 and out.
+  ASSERT_EQ(result->layer_deferrals_size(), 1);
+  const v1::LayerDeferral& deferral = result->layer_deferrals(0);
+  EXPECT_EQ(deferral.op(), "grads");
+  EXPECT_EQ(deferral.how(), "whole");
+  EXPECT_EQ(deferral.pieces(), 1);
+  EXPECT_EQ(deferral.joined_before(), "");
+  EXPECT_GT(deferral.alone_ms(), 0);
+  EXPECT_EQ(result->layer_step_without_deferred().samples(), spec.iterations);
+  EXPECT_GE(result->layer_deferred_hidden_fraction(), 0.0);
+  EXPECT_LE(result->layer_deferred_hidden_fraction(), 1.0);
 
   // The layer order sent grads right after fc1, ahead of fc2 and out.
   EXPECT_EQ(std::vector<std::string>(result->layer_order().begin(), result->layer_order().end()),

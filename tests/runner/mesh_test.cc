@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -123,6 +124,54 @@ INSTANTIATE_TEST_SUITE_P(Meshes, HierarchicalTest,
                                            std::make_tuple("nccl", 2, 2),
                                            std::make_tuple("p2p", 2, 3),
                                            std::make_tuple("nccl", 3, 2)));
+
+constexpr char kBackward[] = R"(name: mesh-backward
+dtype: f32
+iterations: 2
+warmup: 1
+mesh: {tp: 2, dp: 2}
+chunk_kib: 16
+ops:
+  - {id: dgrad1, type: gemm_rs, m: 128, k: 64, n: 64, mode: serial, transport: nccl}
+  - {id: wgrad1, type: gemm, m: 64, k: 128, n: 64, after: [dgrad1]}
+  - {id: big_grads, type: all_reduce, m: 256, n: 32, group: dp, transport: p2p, after: [wgrad1]}
+  - {id: dgrad2, type: gemm_rs, m: 128, k: 64, n: 64, mode: serial, transport: p2p, after: [dgrad1]}
+  - {id: wgrad2, type: gemm, m: 64, k: 128, n: 64, after: [dgrad2]}
+  - {id: small_a, type: all_reduce, m: 16, n: 32, group: dp, transport: nccl, after: [wgrad2]}
+  - {id: small_b, type: all_reduce, m: 16, n: 32, group: dp, transport: nccl, after: [wgrad2]}
+  - {id: dgrad3, type: gemm_rs, m: 128, k: 64, n: 64, mode: serial, transport: nccl, after: [dgrad2]}
+  - {id: dgrad4, type: gemm_rs, m: 128, k: 64, n: 64, mode: serial, transport: nccl, after: [dgrad3]}
+)";
+
+// The dp gradient all-reduces of a backward step: the large one chunked into
+// 16 KiB pieces between the data-gradient GEMMs that follow, the small ones
+// bucketed; every output checked again after a layer iteration, with the
+// hazard checker watching each piece's hand-off.
+TEST(MeshTest, GradientAllReducesAreChunkedOrBucketedBesideTheBackward) {
+  auto engine = CheckedHostEngine(4);
+  absl::StatusOr<v1::JobResult> result =
+      RunJob(*engine, Parse(kBackward), {0, 1, 2, 3}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->has_layer_step()) << result->layer_note();
+  std::map<std::string, v1::LayerDeferral> deferred;
+  for (const v1::LayerDeferral& d : result->layer_deferrals()) deferred[d.op()] = d;
+  ASSERT_TRUE(deferred.count("big_grads")) << result->DebugString();
+  EXPECT_EQ(deferred["big_grads"].how(), "chunked");
+  EXPECT_EQ(deferred["big_grads"].pieces(), 2);  // 256 x 32 fp32 = 32 KiB
+  EXPECT_EQ(deferred["big_grads"].piece_bytes(), 16 << 10);
+  ASSERT_TRUE(deferred.count("bucket(small_a+small_b)")) << result->DebugString();
+  EXPECT_EQ(deferred["bucket(small_a+small_b)"].how(), "bucketed");
+  EXPECT_GT(result->layer_step_without_deferred().median_ms(), 0);
+
+  // A bound of 0 ms joins each before the next op on the main streams.
+  JobSpec bounded = Parse(kBackward);
+  bounded.defer_bound_ms = 0;
+  result = RunJob(*engine, bounded, {0, 1, 2, 3}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const v1::LayerDeferral& d : result->layer_deferrals()) {
+    EXPECT_NE(d.joined_before(), "") << d.op() << " order: " << ::testing::PrintToString(result->layer_order());
+  }
+}
 
 // A 1 x 1 mesh is the graph without one: the same schedules, the same checks.
 TEST(MeshTest, OneByOneChangesNothing) {
