@@ -45,6 +45,10 @@ void MakePrintable(v1::Job* job) {
   CleanAll(result->mutable_layer_deferred(), kMaxIdBytes);
   CleanAll(result->mutable_layer_joined_before(), kMaxIdBytes);
   CleanAll(result->mutable_layer_order(), kMaxIdBytes);
+  for (v1::LayerDeferral& d : *result->mutable_layer_deferrals()) {
+    Clean(d.mutable_op(), kMaxErrorBytes);  // a bucket names every op it merges
+    Clean(d.mutable_joined_before(), kMaxIdBytes);
+  }
   Clean(result->mutable_layer_note(), kMaxErrorBytes);
   if (result->has_layer_timeline()) CleanTimeline(result->mutable_layer_timeline());
 }

@@ -713,3 +713,33 @@ TEST(CliHealthTest, ASickGpuIsNamedByNodeHealthAndCheck) {
 
 }  // namespace
 }  // namespace overlap::testing
+
+namespace overlap::testing {
+namespace {
+
+// The bundled mesh graph through the real daemon: tp 2 x dp 2 on its four
+// host devices, every op checked against float64, and the report's mesh and
+// deferral lines.
+TEST_F(DaemonTest, MeshGraphReportsEachGroupAndWhatTheLayerStepDeferred) {
+  StartDaemon();
+  RunResult done = daemon_->Ctl(
+      {"submit", std::string(OVERLAP_SOURCE_DIR) + "/deploy/graphs/mesh-host.yaml", "--wait"});
+  ASSERT_EQ(done.exit_code, 0) << Describe(done);
+  EXPECT_THAT(done.out, ::testing::HasSubstr("mesh: tp 2 x dp 2; each group's step"));
+  EXPECT_THAT(done.out, ::testing::ContainsRegex("fc2_grads \\(dp\\) [0-9.]+\\*? / [0-9.]+\\*? ms"));
+  EXPECT_THAT(done.out, ::testing::HasSubstr("fc2_grads chunked 2 x 32KiB"));
+  EXPECT_THAT(done.out, ::testing::HasSubstr("bucket(fc1_grads+bias_grads) bucketed"));
+  EXPECT_THAT(done.out, ::testing::ContainsRegex("[0-9]+% hidden \\(layer"));
+  EXPECT_THAT(done.out, ::testing::Not(::testing::HasSubstr("FAIL")));
+  RunResult json = daemon_->Ctl({"get", Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]), "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  const nlohmann::json result = ParseJson(json.out)["result"];
+  EXPECT_EQ(result["mesh_tp"], 2);
+  EXPECT_EQ(result["mesh_dp"], 2);
+  for (const nlohmann::json& op : result["ops"]) {
+    EXPECT_EQ(op.value("verified", false), true) << op.dump();
+  }
+}
+
+}  // namespace
+}  // namespace overlap::testing
