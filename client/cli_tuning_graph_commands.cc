@@ -69,8 +69,14 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
   app.add_option("--mlp", graph.mlp,
                  "gated (SwiGLU: fc1 is 2 x ffn wide) | plain (default: the model's; gated)");
   app.add_option("--tp", graph.tp,
-                 "tensor-parallel size (default: --devices, else every GPU the daemon has)");
-  app.add_option("--devices", graph.devices, "the TP group, e.g. 0,1")->delimiter(',');
+                 "tensor-parallel size (default: --devices, else every GPU the daemon has, "
+                 "divided by --dp)");
+  app.add_option("--dp", graph.dp,
+                 "data-parallel replicas: above 1 the graph declares a tp x dp mesh and --grads "
+                 "all-reduces each gradient across the replicas (group dp)")
+      ->capture_default_str();
+  app.add_option("--devices", graph.devices, "the graph's devices, tp x dp of them, e.g. 0,1")
+      ->delimiter(',');
   app.add_option("--seq", graph.seq, "sequence length")->capture_default_str();
   app.add_option("--micro-batch", graph.micro_batch, "sequences per micro-batch")
       ->capture_default_str();
@@ -83,7 +89,20 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
                "ones gemm_ar");
   app.add_option("--pass", graph.pass, "forward | backward | both")->capture_default_str();
   app.add_flag("--grads", graph.grads,
-               "backward: add each weight gradient's data-parallel all-reduce (deferred)");
+               "backward: add each weight gradient's data-parallel all-reduce (deferred; "
+               "across the --dp replicas, or with --dp 1 over the tp group as a stand-in)");
+  app.add_option("--bucket-mib", graph.bucket_mib,
+                 "layer step: merge deferred all-reduces into buckets of up to this many MiB "
+                 "(0 = no buckets)")
+      ->capture_default_str();
+  app.add_option("--chunk-kib", graph.chunk_kib,
+                 "layer step: cut gradient all-reduces larger than this into pieces of it, each "
+                 "sent after one of the ops that follow (0 = whole)")
+      ->capture_default_str();
+  app.add_option("--defer-bound-ms", graph.defer_bound_ms,
+                 "layer step: join a deferred all-reduce back before the first op that starts "
+                 "this long after it was sent")
+      ->capture_default_str();
   app.add_option("--dtype", graph.dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
   app.add_option("-o,--output", graph.output, "write it to this file");
 }

@@ -10,11 +10,8 @@
 namespace overlap::client {
 namespace {
 
-// The tensor-parallel size: as given, else the devices given, else every
-// device of the node (as a submitted graph without devices runs).
-absl::StatusOr<int> ResolveTp(DaemonClient& client, const GraphCommandOptions& options) {
-  if (options.tp != 0) return options.tp;
-  if (!options.devices.empty()) return static_cast<int>(options.devices.size());
+// Every device of the node (as a submitted graph without devices runs).
+absl::StatusOr<int> NodeDeviceCount(DaemonClient& client) {
   ASSIGN_OR_RETURN(const v1::GetNodeInfoResponse node, client.GetNodeInfo());
   return node.devices_size();
 }
@@ -71,14 +68,20 @@ std::string LayerGraphJson(const LayerGraph& graph) {
   nlohmann::ordered_json doc;
   doc["name"] = spec.name;
   if (!spec.devices.empty()) doc["devices"] = spec.devices;
+  if (spec.mesh.declared()) doc["mesh"] = {{"tp", spec.mesh.tp}, {"dp", spec.mesh.dp}};
   doc["dtype"] = DTypeName(spec.dtype);
   doc["iterations"] = spec.iterations;
   doc["warmup"] = spec.warmup;
+  const JobSpec defaults;
+  if (spec.bucket_mib != defaults.bucket_mib) doc["bucket_mib"] = spec.bucket_mib;
+  if (spec.chunk_kib != defaults.chunk_kib) doc["chunk_kib"] = spec.chunk_kib;
+  if (spec.defer_bound_ms != defaults.defer_bound_ms) doc["defer_bound_ms"] = spec.defer_bound_ms;
   doc["ops"] = nlohmann::ordered_json::array();
   for (const OpSpec& op : spec.ops) {
     nlohmann::ordered_json item = {{"id", op.id}, {"type", OpTypeName(op.type)}, {"m", op.m}};
     if (!IsCollectiveOnly(op.type)) item["k"] = op.k;
     item["n"] = op.n;
+    if (op.group != OpGroup::kTp) item["group"] = OpGroupName(op.group);
     if (!op.after.empty()) item["after"] = op.after;
     doc["ops"].push_back(std::move(item));
   }
@@ -128,13 +131,32 @@ int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json
       return kExitUsage;
     }
   }
-  absl::StatusOr<int> tp = ResolveTp(client, options);
-  if (!tp.ok()) {
-    err << "overlapctl: graph: give --tp, or start overlapd so that its GPUs can be counted\n";
-    return ReportCallError(tp.status(), client.address(), err);
+  if (options.dp < 1) {
+    err << "overlapctl: graph: dp: must be at least 1 (got " << options.dp << ")\n";
+    return kExitUsage;
+  }
+  // The tensor-parallel size: as given, else the devices given (or every
+  // device of the node) split into dp replicas.
+  int tp = options.tp;
+  if (tp == 0) {
+    const bool given = !options.devices.empty();
+    absl::StatusOr<int> count =
+        given ? static_cast<int>(options.devices.size()) : NodeDeviceCount(client);
+    if (!count.ok()) {
+      err << "overlapctl: graph: give --tp, or start overlapd so that its GPUs can be counted\n";
+      return ReportCallError(count.status(), client.address(), err);
+    }
+    if (*count % options.dp != 0) {
+      err << "overlapctl: graph: dp: " << options.dp << " replicas do not split the " << *count
+          << (given ? " devices given" : " GPUs of the daemon")
+          << " evenly: give --tp (each replica's tensor-parallel group)\n";
+      return kExitUsage;
+    }
+    tp = *count / options.dp;
   }
   LayerGraphOptions layer;
-  layer.tp = *tp;
+  layer.tp = tp;
+  layer.dp = options.dp;
   layer.seq = options.seq;
   layer.micro_batch = options.micro_batch;
   layer.layers = options.layers;
@@ -143,6 +165,9 @@ int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json
   layer.grads = options.grads;
   layer.dtype = *dtype;
   layer.devices = options.devices;
+  layer.bucket_mib = options.bucket_mib;
+  layer.chunk_kib = options.chunk_kib;
+  layer.defer_bound_ms = options.defer_bound_ms;
   absl::StatusOr<LayerGraph> graph = BuildLayerGraph(*model, layer);
   if (!graph.ok()) {
     err << "overlapctl: graph: " << graph.status().message() << "\n";

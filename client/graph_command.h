@@ -4,6 +4,7 @@
 //   overlapctl graph --model llama3-70b --tp 2 | overlapctl submit - --wait
 //   overlapctl graph --hidden 5120 --ffn 13824 --heads 40 --pass both -o layer.yaml
 //   overlapctl graph --model llama3-8b --tp 2 | overlapctl bench --graph -
+//   overlapctl graph --model llama3-8b --tp 2 --dp 2 --pass backward --grads
 #pragma once
 
 #include <ostream>
@@ -21,7 +22,8 @@ struct GraphCommandOptions {
   std::string name;    // the model's name in the graph's (default: the preset's, model_type)
   ModelDims dims;      // each one given (non-zero) wins over the preset's
   std::string mlp;     // gated | plain; empty: the preset's (gated for a custom model)
-  int tp = 0;          // 0: the --devices given, else every device the daemon has
+  int tp = 0;          // 0: the --devices given, else every device the daemon has, over dp
+  int dp = 1;          // data-parallel replicas; above 1 the graph declares a tp x dp mesh
   int64_t seq = 8192;
   int64_t micro_batch = 1;
   int layers = 1;
@@ -30,6 +32,9 @@ struct GraphCommandOptions {
   bool grads = false;
   std::string dtype = "bf16";
   std::vector<int> devices;
+  int bucket_mib = JobSpec().bucket_mib;  // the graph's layer-step settings
+  int chunk_kib = JobSpec().chunk_kib;
+  double defer_bound_ms = JobSpec().defer_bound_ms;
   std::string output;  // a file; empty: standard output
   bool list_models = false;
 };
@@ -48,7 +53,9 @@ std::string LayerGraphJson(const LayerGraph& graph);
 std::string FormatModelPresets(bool json);
 
 // Prints the graph (or with list_models, the presets); asks `client` for the
-// node's device count only when neither tp nor devices are given.
+// node's device count only when neither tp nor devices are given. Without tp,
+// the devices (given, or the node's) are split into dp replicas: a usage error
+// when dp does not divide them.
 int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json, std::ostream& out,
              std::ostream& err);
 

@@ -1,6 +1,7 @@
 #include "common/model_graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "absl/strings/ascii.h"
@@ -29,9 +30,28 @@ struct LayerWidths {
   int64_t fc2;     // ffn
 };
 
+// bucket_mib, chunk_kib and defer_bound_ms as ParseJobSpec would take them.
+absl::Status CheckLayerStep(const LayerGraphOptions& options) {
+  for (const auto& [name, value] :
+       {std::pair{"bucket_mib", options.bucket_mib}, std::pair{"chunk_kib", options.chunk_kib}}) {
+    if (value < 0) return DimError(name, absl::StrCat("must not be negative (got ", value, ")"));
+  }
+  if (!std::isfinite(options.defer_bound_ms) || options.defer_bound_ms < 0) {
+    return DimError("defer_bound_ms", absl::StrCat("must be a non-negative number (got ",
+                                                   options.defer_bound_ms, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
   const int tp = options.tp;
   if (tp < 1) return DimError("tp", absl::StrCat("must be at least 1 (got ", tp, ")"));
+  const int dp = options.dp;
+  if (dp < 1) return DimError("dp", absl::StrCat("must be at least 1 (got ", dp, ")"));
+  if (dp > 1 && int64_t{tp} * dp > kMaxMeshDevices) {
+    return DimError("dp", absl::StrCat("tp x dp = ", tp, " x ", dp, " is more than ",
+                                       kMaxMeshDevices, " devices"));
+  }
   // The name goes into the graph's name and a comment line of its YAML.
   if (model.name.empty() || std::any_of(model.name.begin(), model.name.end(),
                                         [](char c) { return absl::ascii_iscntrl(c); })) {
@@ -88,6 +108,12 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
   if (model.hidden % tp != 0) {
     return DimError("hidden", absl::StrCat(model.hidden, " does not split over tp = ", tp));
   }
+  // A gradient all-reduce's m (the hidden size) is split over its group.
+  if (options.grads && options.pass != LayerPass::kForward && model.hidden % dp != 0) {
+    return DimError("hidden",
+                    absl::StrCat(model.hidden, " does not split over dp = ", dp,
+                                 " (the gradient all-reduces split it over the replicas)"));
+  }
   const int64_t tokens = options.seq * options.micro_batch;
   if (tokens % tp != 0) {
     return DimError("seq",
@@ -116,11 +142,12 @@ class GraphWriter {
 
   // Returns the op's id (prefixed), for the `after` of the ops that wait on it.
   std::string Add(const std::string& name, OpType type, int64_t m, int64_t k, int64_t n,
-                  std::vector<std::string> after, std::string note) {
+                  std::vector<std::string> after, std::string note, OpGroup group = OpGroup::kTp) {
     const std::string id = prefix_ + name;
     OpSpec op;
     op.id = id;
     op.type = type;
+    op.group = group;
     op.m = m;
     op.k = IsCollectiveOnly(type) ? 0 : k;
     op.n = n;
@@ -195,10 +222,19 @@ std::string AddPairBackward(const std::string& col, const std::string& row, int6
   if (o.grads) {
     for (const auto& [name, width, wgrad] :
          {std::tuple{row, row_width, row_wgrad}, std::tuple{col, col_width, col_wgrad}}) {
+      const bool across = o.dp > 1;
       out.Add(name + "_grads", OpType::kAllReduce, w.hidden, 0, width / o.tp, {wgrad},
-              absl::StrCat(name,
-                           "'s weight gradient (this rank's shard) all-reduced, a "
-                           "stand-in for data parallelism that nothing here waits on"));
+              across ? absl::StrCat(name,
+                                    "'s weight gradient (this tp rank's shard) all-reduced "
+                                    "across the ",
+                                    o.dp,
+                                    " data-parallel replicas; nothing waits on it: the layer "
+                                    "step defers it beside the backward that follows, bucketed "
+                                    "or chunked")
+                     : absl::StrCat(name,
+                                    "'s weight gradient (this rank's shard) all-reduced, a "
+                                    "stand-in for data parallelism that nothing here waits on"),
+              across ? OpGroup::kDp : OpGroup::kTp);
     }
   }
   return col_dgrad;
@@ -209,7 +245,8 @@ std::string GraphName(const ModelDims& model, const LayerGraphOptions& o) {
                      : o.pass == LayerPass::kBackward ? "-backward"
                                                       : "-forward-backward";
   const std::string layers = o.layers > 1 ? absl::StrCat("-", o.layers, "-layers") : "-layer";
-  return absl::StrCat(model.name, layers, pass, o.sequence_parallel ? "" : "-nosp", "-tp", o.tp);
+  return absl::StrCat(model.name, layers, pass, o.sequence_parallel ? "" : "-nosp", "-tp", o.tp,
+                      o.dp > 1 ? absl::StrCat("-dp", o.dp) : "");
 }
 
 std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions& o,
@@ -229,6 +266,12 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
       absl::StrCat("T = ", w.tokens, " tokens (seq ", o.seq, " x micro-batch ", o.micro_batch,
                    "), tp = ", o.tp, ", ",
                    o.sequence_parallel ? "sequence parallel" : "no sequence parallelism")};
+  if (o.dp > 1) {
+    lines.push_back(absl::StrCat(
+        "mesh: tp ", o.tp, " x dp ", o.dp, " (", o.tp * o.dp,
+        " GPUs): each replica's tp group runs the layer",
+        o.grads ? "; the gradient all-reduces run across the replicas (group dp)." : "."));
+  }
   if (o.dtype == DType::kFP8) {
     lines.push_back(
         "fp8: E4M3 GEMM inputs, gathered in fp8; GEMM outputs, reduce-scatters and gradient "
@@ -275,9 +318,15 @@ absl::StatusOr<LayerPass> ParseLayerPass(absl::string_view name) {
 absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
                                            const LayerGraphOptions& options) {
   ASSIGN_OR_RETURN(const LayerWidths widths, CheckDims(model, options));
-  if (!options.devices.empty() && static_cast<int>(options.devices.size()) != options.tp) {
-    return DimError("devices",
-                    absl::StrCat(options.devices.size(), " devices given for tp = ", options.tp));
+  RETURN_IF_ERROR(CheckLayerStep(options));
+  const int device_count = options.tp * options.dp;
+  if (!options.devices.empty() && static_cast<int>(options.devices.size()) != device_count) {
+    return DimError(
+        "devices",
+        options.dp > 1
+            ? absl::StrCat(options.devices.size(), " devices given for tp x dp = ", options.tp,
+                           " x ", options.dp, " = ", device_count)
+            : absl::StrCat(options.devices.size(), " devices given for tp = ", options.tp));
   }
   if (options.grads && options.pass == LayerPass::kForward) {
     return DimError("grads", "weight gradients come with the backward pass (backward or both)");
@@ -285,7 +334,11 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
   LayerGraph graph;
   graph.spec.name = GraphName(model, options);
   graph.spec.devices = options.devices;
+  if (options.dp > 1) graph.spec.mesh = Mesh{options.tp, options.dp};
   graph.spec.dtype = options.dtype;
+  graph.spec.bucket_mib = options.bucket_mib;
+  graph.spec.chunk_kib = options.chunk_kib;
+  graph.spec.defer_bound_ms = options.defer_bound_ms;
   graph.header = Header(model, options, widths);
   GraphWriter out(&graph);
   // Layer l's ops are "l<l>.qkv", ...; the forward runs the layers up, the
@@ -309,7 +362,7 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
   }
   ValidationLimits limits;
   limits.device_count = options.devices.empty()
-                            ? options.tp
+                            ? device_count
                             : *std::max_element(options.devices.begin(), options.devices.end()) + 1;
   if (const absl::StatusOr<std::vector<int>> group = ValidateJobSpec(graph.spec, limits);
       !group.ok()) {
@@ -332,14 +385,30 @@ std::string LayerGraphYaml(const LayerGraph& graph) {
   if (!spec.devices.empty()) {
     absl::StrAppend(&out, "devices: [", absl::StrJoin(spec.devices, ", "), "]\n");
   }
+  if (spec.mesh.declared()) {
+    absl::StrAppend(&out, "mesh: {tp: ", spec.mesh.tp, ", dp: ", spec.mesh.dp, "}\n");
+  }
   absl::StrAppend(&out, "dtype: ", DTypeName(spec.dtype), "\n", "iterations: ", spec.iterations,
-                  "\n", "warmup: ", spec.warmup, "\n", "ops:\n");
+                  "\n", "warmup: ", spec.warmup, "\n");
+  const JobSpec defaults;
+  if (spec.bucket_mib != defaults.bucket_mib) {
+    absl::StrAppend(&out, "bucket_mib: ", spec.bucket_mib, "\n");
+  }
+  if (spec.chunk_kib != defaults.chunk_kib) {
+    absl::StrAppend(&out, "chunk_kib: ", spec.chunk_kib, "\n");
+  }
+  if (spec.defer_bound_ms != defaults.defer_bound_ms) {
+    // JSON's number form: the shortest that reads back as the same double.
+    absl::StrAppend(&out, "defer_bound_ms: ", nlohmann::json(spec.defer_bound_ms).dump(), "\n");
+  }
+  absl::StrAppend(&out, "ops:\n");
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];
     absl::StrAppend(&out, "  # ", graph.op_notes[i], "\n", "  - {id: ", op.id,
                     ", type: ", OpTypeName(op.type), ", m: ", op.m);
     if (!IsCollectiveOnly(op.type)) absl::StrAppend(&out, ", k: ", op.k);
     absl::StrAppend(&out, ", n: ", op.n);
+    if (op.group != OpGroup::kTp) absl::StrAppend(&out, ", group: ", OpGroupName(op.group));
     if (!op.after.empty()) absl::StrAppend(&out, ", after: [", absl::StrJoin(op.after, ", "), "]");
     absl::StrAppend(&out, "}\n");
   }

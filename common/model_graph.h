@@ -56,8 +56,16 @@ inline constexpr int kMaxLayers = 16;
 // The largest dimension (hidden, ffn, heads, seq, ...) a model may give.
 inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 
+// The most devices a graph's mesh (tp x dp) may span.
+inline constexpr int kMaxMeshDevices = 1 << 16;
+
 struct LayerGraphOptions {
   int tp = 0;  // the tensor-parallel group's size, at least 1
+  // Data-parallel replicas, each a tp group of its own. Above 1 the graph
+  // declares mesh {tp, dp} over tp x dp devices, its layer ops run on every
+  // replica's tp group at once, and the gradient all-reduces (grads) run over
+  // group dp: each tp rank's shard summed across the replicas. At 1, no mesh.
+  int dp = 1;
   // Decoder layers, one after another (backward in reverse): with more than
   // one, a layer's deferred gradient all-reduces run beside the next layer's
   // backward, as in training.
@@ -67,11 +75,16 @@ struct LayerGraphOptions {
   bool sequence_parallel = true;
   LayerPass pass = LayerPass::kForward;
   // Backward: a data-parallel all-reduce of each weight gradient (this rank's
-  // shard, over the TP group's GPUs as a stand-in for the data-parallel group),
-  // which nothing in the layer waits on: the layer step defers and buckets them.
+  // shard; over group dp with dp > 1, else over the TP group's GPUs as a
+  // stand-in for the data-parallel group), which nothing in the layer waits
+  // on: the layer step defers and buckets (or chunks) them.
   bool grads = false;
   DType dtype = DType::kBF16;
-  std::vector<int> devices;  // empty: every device of the node (then tp of them)
+  std::vector<int> devices;  // empty: every device of the node (then tp x dp of them)
+  // JobSpec's layer-step settings, written to the graph as given.
+  int bucket_mib = JobSpec().bucket_mib;
+  int chunk_kib = JobSpec().chunk_kib;
+  double defer_bound_ms = JobSpec().defer_bound_ms;
 };
 
 struct LayerGraph {
@@ -81,12 +94,14 @@ struct LayerGraph {
 };
 
 // INVALID_ARGUMENT naming the dimension when the model does not split over tp
-// (heads, kv_heads, ffn, hidden or the tokens), or when the graph would not
-// pass graph_validator.
+// (heads, kv_heads, ffn, hidden or the tokens) or its gradients over dp
+// (hidden), or when the graph would not pass graph_validator.
 absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
                                            const LayerGraphOptions& options);
 
-// The graph as a YAML document that overlapctl submit takes, commented.
+// The graph as a YAML document that overlapctl submit takes, commented: it
+// parses back (ParseJobSpec) to graph.spec. Layer-step settings at their
+// defaults are left out.
 std::string LayerGraphYaml(const LayerGraph& graph);
 
 }  // namespace overlap

@@ -14,9 +14,11 @@
 namespace overlap {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // What a test compares of an op: id, type, m, k, n and its dependencies.
 using OpRow =
@@ -198,6 +200,102 @@ TEST(ModelGraphTest, YamlRoundTripsAndValidates) {
   }
 }
 
+// dp 2: a tp 2 x dp 2 mesh; the layer's ops stay on each replica's tp group
+// and each weight gradient's shard is all-reduced across the replicas. The
+// YAML says so and parses back to the same graph, which holds on 4 devices.
+TEST(ModelGraphTest, DataParallelGradientsRunAcrossTheReplicas) {
+  LayerGraphOptions options = Tp(2, LayerPass::kBackward);
+  options.dp = 2;
+  options.grads = true;
+  options.chunk_kib = 512;
+  options.defer_bound_ms = 12.5;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const JobSpec& spec = graph->spec;
+  EXPECT_EQ(spec.name, "llama3-8b-layer-backward-tp2-dp2");
+  EXPECT_EQ(std::pair(spec.mesh.tp, spec.mesh.dp), std::pair(2, 2));
+  EXPECT_THAT(graph->header, Contains("mesh: tp 2 x dp 2 (4 GPUs): each replica's tp group runs "
+                                      "the layer; the gradient all-reduces run across the "
+                                      "replicas (group dp)."));
+  // m = h = 4096; n = each weight's width over tp: fc2 14336, fc1 28672, proj 4096, qkv 6144.
+  std::vector<std::tuple<std::string, int64_t, int64_t>> grads;
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const OpSpec& op = spec.ops[i];
+    if (op.id.size() > 6 && op.id.substr(op.id.size() - 6) == "_grads") {
+      EXPECT_EQ(op.group, OpGroup::kDp) << op.id;
+      EXPECT_THAT(graph->op_notes[i], HasSubstr("all-reduced across the 2 data-parallel replicas"));
+      grads.emplace_back(op.id, op.m, op.n);
+    } else {
+      EXPECT_EQ(op.group, OpGroup::kTp) << op.id;
+    }
+  }
+  using G = std::tuple<std::string, int64_t, int64_t>;
+  EXPECT_THAT(grads, ElementsAre(G{"fc2_grads", 4096, 7168}, G{"fc1_grads", 4096, 14336},
+                                 G{"proj_grads", 4096, 2048}, G{"qkv_grads", 4096, 3072}));
+
+  const std::string yaml = LayerGraphYaml(*graph);
+  EXPECT_THAT(yaml, HasSubstr("\nmesh: {tp: 2, dp: 2}\n"));
+  EXPECT_THAT(yaml, HasSubstr("\nchunk_kib: 512\ndefer_bound_ms: 12.5\nops:\n"));
+  EXPECT_THAT(yaml, Not(HasSubstr("bucket_mib")));
+  EXPECT_THAT(yaml, Not(HasSubstr("group: tp")));
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(yaml, "generated");
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << yaml;
+  EXPECT_EQ(parsed->name, spec.name);
+  EXPECT_EQ(std::pair(parsed->mesh.tp, parsed->mesh.dp), std::pair(2, 2));
+  EXPECT_EQ(std::tuple(parsed->bucket_mib, parsed->chunk_kib, parsed->defer_bound_ms),
+            std::tuple(25, 512, 12.5));
+  EXPECT_EQ(Rows(parsed->ops), Rows(spec.ops));
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    EXPECT_EQ(parsed->ops[i].group, spec.ops[i].group) << spec.ops[i].id;
+  }
+  ValidationLimits limits;
+  limits.device_count = 4;
+  absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*parsed, limits);
+  EXPECT_TRUE(devices.ok()) << devices.status();
+  limits.device_count = 2;
+  EXPECT_FALSE(ValidateJobSpec(*parsed, limits).ok()) << "a tp 2 x dp 2 mesh needs 4 devices";
+
+  // Given devices are the mesh's, tp-major.
+  options.devices = {4, 5, 6, 7};
+  options.bucket_mib = 0;
+  graph = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  parsed = ParseJobSpec(LayerGraphYaml(*graph), "generated");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->devices, ElementsAre(4, 5, 6, 7));
+  EXPECT_EQ(parsed->bucket_mib, 0);
+  limits.device_count = 8;
+  EXPECT_TRUE(ValidateJobSpec(*parsed, limits).ok());
+
+  // A mesh without gradients: the layer on each replica, nothing across them.
+  options = Tp(2);
+  options.dp = 4;
+  graph = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->spec.name, "llama3-8b-layer-tp2-dp4");
+  EXPECT_THAT(graph->header, Contains("mesh: tp 2 x dp 4 (8 GPUs): each replica's tp group runs "
+                                      "the layer."));
+  for (const OpSpec& op : graph->spec.ops) EXPECT_EQ(op.group, OpGroup::kTp) << op.id;
+}
+
+// dp 1 (the default): no mesh, the gradient all-reduces over the tp group as
+// before, and a YAML with none of the mesh's keys or layer-step settings.
+TEST(ModelGraphTest, OneReplicaDeclaresNoMesh) {
+  LayerGraphOptions options = Tp(2, LayerPass::kBackward);
+  options.grads = true;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-8b"), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->spec.name, "llama3-8b-layer-backward-tp2");
+  EXPECT_FALSE(graph->spec.mesh.declared());
+  for (const OpSpec& op : graph->spec.ops) EXPECT_EQ(op.group, OpGroup::kTp) << op.id;
+  EXPECT_EQ(Find(graph->spec, "fc1_grads")->n, 14336);
+  const std::string yaml = LayerGraphYaml(*graph);
+  for (const char* key : {"mesh", "group", "bucket_mib", "chunk_kib", "defer_bound_ms"}) {
+    EXPECT_THAT(yaml, Not(HasSubstr(key)));
+  }
+  EXPECT_THAT(graph->op_notes[5], HasSubstr("a stand-in for data parallelism"));
+}
+
 // fp8: every preset's layer holds at tp 1, 2, 4 and 8 (each rank's widths in
 // 16s), the header says what runs in bf16, and a width that is not refuses.
 TEST(ModelGraphTest, Fp8LayersHoldAndSayWhatStaysBf16) {
@@ -302,6 +400,20 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
   two_lines.name = "a\nb";
   ModelDims gqa = Preset("llama3-8b");
   gqa.kv_heads = 5;
+  LayerGraphOptions odd_dp = Tp(2, LayerPass::kBackward);
+  odd_dp.dp = 3;
+  odd_dp.grads = true;
+  LayerGraphOptions zero_dp = Tp(2);
+  zero_dp.dp = 0;
+  LayerGraphOptions huge_dp = Tp(2);
+  huge_dp.dp = 1 << 20;
+  LayerGraphOptions mesh_devices = Tp(2);
+  mesh_devices.dp = 2;
+  mesh_devices.devices = {0, 1};
+  LayerGraphOptions negative_chunk = Tp(2);
+  negative_chunk.chunk_kib = -1;
+  LayerGraphOptions negative_bound = Tp(2);
+  negative_bound.defer_bound_ms = -0.5;
   for (const Case& c : std::vector<Case>{
            {Preset("llama3-70b"), Tp(3), "heads: 64 query heads do not split over tp = 3"},
            {Preset("llama3-70b"), Tp(16), "kv_heads: 8 key/value heads do not split over tp = 16"},
@@ -317,6 +429,15 @@ TEST(ModelGraphTest, ShapesThatDoNotSplitNameTheDimension) {
            {two_lines, Tp(2), "name: must be a non-empty line of text"},
            {huge, Tp(2), "ffn: must be at most 16777216 (got 1099511627776)"},
            {Preset("llama3-8b"), many_layers, "layers: must be 1 to 16 (got 17)"},
+           {Preset("llama3-8b"), odd_dp,
+            "hidden: 4096 does not split over dp = 3 (the gradient all-reduces split it over "
+            "the replicas)"},
+           {Preset("llama3-8b"), zero_dp, "dp: must be at least 1 (got 0)"},
+           {Preset("llama3-8b"), huge_dp, "dp: tp x dp = 2 x 1048576 is more than 65536 devices"},
+           {Preset("llama3-8b"), mesh_devices, "devices: 2 devices given for tp x dp = 2 x 2 = 4"},
+           {Preset("llama3-8b"), negative_chunk, "chunk_kib: must not be negative (got -1)"},
+           {Preset("llama3-8b"), negative_bound,
+            "defer_bound_ms: must be a non-negative number (got -0.5)"},
        }) {
     SCOPED_TRACE(c.error);
     absl::StatusOr<LayerGraph> graph = BuildLayerGraph(c.model, c.options);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/graph_parser.h"
+#include "common/graph_validator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -101,6 +102,39 @@ TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {
               HasSubstr("\nllama3-70b     8192  28672     64         8       128  gated\n"));
 }
 
+// --dp 2: a tp 2 x dp 2 mesh, the gradient all-reduces across the replicas,
+// the same in YAML and JSON, with the layer-step settings given.
+TEST(GraphCliTest, WithDpTheGraphIsAMeshAndItsGradientsCrossTheReplicas) {
+  TempDir dir;
+  const std::string nobody = "unix:" + dir.File("nobody.sock");
+  const std::vector<std::string> args =
+      With(kSmallModel, {"--tp", "2", "--dp", "2", "--pass", "backward", "--grads", "--chunk-kib",
+                         "64", "--defer-bound-ms", "5"});
+  RunResult yaml = Overlapctl(dir.path(), nobody, args);
+  ASSERT_EQ(yaml.exit_code, 0) << Describe(yaml);
+  EXPECT_THAT(yaml.out, HasSubstr("\n# mesh: tp 2 x dp 2 (4 GPUs): "));
+  RunResult json = Overlapctl(dir.path(), nobody, With(args, {"--json"}));
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  for (const RunResult* r : {&yaml, &json}) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(r->out);
+    ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << r->out;
+    EXPECT_EQ(spec->name, "custom-layer-backward-tp2-dp2");
+    EXPECT_EQ(std::pair(spec->mesh.tp, spec->mesh.dp), std::pair(2, 2));
+    EXPECT_EQ(std::tuple(spec->bucket_mib, spec->chunk_kib, spec->defer_bound_ms),
+              std::tuple(25, 64, 5.0));
+    std::vector<std::string> dp_ops;
+    for (const OpSpec& op : spec->ops) {
+      if (op.group == OpGroup::kDp) dp_ops.push_back(op.id);
+    }
+    EXPECT_THAT(dp_ops,
+                ::testing::ElementsAre("fc2_grads", "fc1_grads", "proj_grads", "qkv_grads"));
+    ValidationLimits limits;
+    limits.device_count = 4;
+    absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(*spec, limits);
+    EXPECT_TRUE(devices.ok()) << devices.status();
+  }
+}
+
 // The same layer in bf16 and in fp8 through the daemon: both verified, and
 // `compare` puts them side by side, naming the dtype as what differs.
 TEST(GraphCliTest, AnFp8LayerRunsAndComparesWithItsBf16Twin) {
@@ -159,6 +193,10 @@ TEST(GraphCliTest, BadModelsAreUsageErrorsAndAMissingDaemonIsNamed) {
            {{"graph", "--config", "no-such.json", "--tp", "2"},
             64,
             "overlapctl: graph: cannot read no-such.json: No such file or directory"},
+           {{"graph", "--model", "llama3-70b", "--dp", "3", "--devices", "0,1,2,3"},
+            64,
+            "overlapctl: graph: dp: 3 replicas do not split the 4 devices given evenly: give "
+            "--tp"},
            {{"graph", "--model", "llama3-70b"},
             2,
             "overlapctl: graph: give --tp, or start overlapd so that its GPUs can be counted\n"
