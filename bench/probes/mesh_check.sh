@@ -26,7 +26,7 @@ printf 'name: plain\ndtype: bf16\n%s\n' "$ops" > "$dir/plain.yaml"
 printf 'name: one-by-one\ndtype: bf16\nmesh: {tp: 1, dp: 1}\n%s\n' "$ops" > "$dir/mesh11.yaml"
 run_daemon 1 one
 for g in plain mesh11; do
-  overlapctl --addr "unix:$dir/one.sock" submit "$dir/$g.yaml" --wait --json > "$OUT/$g.json" 2>&1
+  overlapctl --addr "unix:$dir/one.sock" submit "$dir/$g.yaml" --wait --json > "$OUT/$g.json" 2> "$OUT/$g.progress.log"
   echo "$g exit $?: $(python3 -c "import json,sys; r=json.load(open('$OUT/$g.json'))['result']; print([(o['id'], o['schedule'], o.get('verified'), round(o['step']['median_ms'],3)) for o in r['ops']])")"
 done
 kill %1; wait

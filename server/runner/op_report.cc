@@ -120,7 +120,11 @@ v1::OpResult OpReport(const OpMeasurement& m) {
     *res.mutable_gemm_beside_comm() = ToProto(beside);
     if (gemm.median > 0) res.set_gemm_slowdown(beside.median / gemm.median);
   }
-  if (m.mesh && !m.rounds.step_by_group.empty()) {
+  const bool every_group_timed =
+      std::none_of(m.rounds.step_by_group.begin(), m.rounds.step_by_group.end(),
+                   [](const std::vector<double>& t) { return t.empty(); });
+  // One group (world) has the op's step as its own.
+  if (m.mesh && m.rounds.step_by_group.size() > 1 && every_group_timed) {
     double slowest = -1;
     for (size_t g = 0; g < m.rounds.step_by_group.size(); ++g) {
       const double median = Summarize(m.rounds.step_by_group[g]).median;

@@ -139,7 +139,9 @@ struct OpRun {
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
       }
-      if (replay && it == warmup && engine.ReplaysGraphs()) {
+      // A graph is timed on rank 0 only: an op of several groups (a mesh's)
+      // enqueues, so that each group's ranks time themselves.
+      if (replay && it == warmup && engine.ReplaysGraphs() && ctx.groups() == 1) {
         absl::StatusOr<engine::GraphId> captured = CaptureIteration(ctx, enqueue);
         if (captured.ok()) {
           graph = *captured;

@@ -67,8 +67,12 @@ ops:
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
-    EXPECT_EQ(op.group_step_ms_size(), op.group() == "world" ? 1 : 2) << op.id();
-    if (op.id() == "loss_hier") EXPECT_EQ(op.algorithm(), "hierarchical");
+    EXPECT_EQ(op.group_step_ms_size(), op.group() == "world" ? 0 : 2) << op.id();
+    // Each group times itself (a mesh op enqueues rather than replay a graph timed on rank 0).
+    for (double ms : op.group_step_ms()) EXPECT_GT(ms, 0) << op.id();
+    if (op.id() == "loss_hier") {
+      EXPECT_EQ(op.algorithm(), "hierarchical");
+    }
   }
   ASSERT_TRUE(result->has_layer_step()) << result->layer_note();
   std::map<std::string, std::string> how;
