@@ -62,7 +62,9 @@ TEST(DeployTest, ShippedGraphsAreValidOnEveryGroupSize) {
     for (int gpus : {1, 2, 4, 8}) {
       ValidationLimits limits;
       limits.device_count = gpus;
-      EXPECT_TRUE(ValidateJobSpec(*spec, limits).ok())
+      // A mesh graph runs on its tp x dp devices, and is refused elsewhere.
+      const bool fits = !spec->mesh.declared() || spec->mesh.tp * spec->mesh.dp == gpus;
+      EXPECT_EQ(ValidateJobSpec(*spec, limits).ok(), fits)
           << path << " on " << gpus << " GPUs: " << ValidateJobSpec(*spec, limits).status();
     }
   }
