@@ -1,6 +1,7 @@
 // The commands about one job (or two, compare): their options, and the
 // Commands method (commands.h) each one runs.
 #include <string>
+#include <vector>
 
 #include "client/cli_commands.h"
 #include "client/commands.h"
@@ -20,6 +21,7 @@ void AddJobId(CLI::App& app, JobIdOptions& options) {
 struct SubmitOptions {
   std::string file;
   bool wait = false;
+  std::vector<std::string> nodes;
 };
 
 struct ListOptions {
@@ -53,9 +55,14 @@ CliCommand SubmitCommand() {
       [](CLI::App& app, SubmitOptions& options) {
         app.add_option("FILE", options.file, "graph file; - reads standard input")->required();
         app.add_flag("--wait", options.wait, "follow the job and print its report");
+        app.add_option("--nodes", options.nodes,
+                       "run the job over these daemons' peer addresses, e.g. "
+                       "node1:7070,node2:7070 (this daemon among them coordinates; replaces the "
+                       "graph's nodes)")
+            ->delimiter(',');
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
-        return CommandsFor(context).Submit(options.file, options.wait);
+        return CommandsFor(context).Submit(options.file, options.wait, options.nodes);
       });
 }
 

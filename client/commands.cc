@@ -122,13 +122,14 @@ int Commands::FollowAndPrint(const std::string& id) {
   return PrintFinal(*job);
 }
 
-int Commands::Submit(const std::string& file, bool wait) {
+int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes) {
   absl::StatusOr<std::string> spec = ReadGraphFile(file);
   if (!spec.ok()) {
     err_ << "overlapctl: " << spec.status().message() << "\n";
     return kExitUsage;
   }
-  absl::StatusOr<v1::Job> job = client_.SubmitJob(*spec, file == "-" ? "<stdin>" : file);
+  absl::StatusOr<v1::Job> job =
+      client_.SubmitJob(*spec, file == "-" ? "<stdin>" : file, nodes);
   if (!job.ok()) return Fail(job.status());
   if (!wait) {
     if (json_) {

@@ -45,7 +45,7 @@ class Commands {
       : client_(client), out_(out), err_(err), err_is_tty_(err_is_tty), json_(json) {}
 
   // `file` "-" reads standard input.
-  int Submit(const std::string& file, bool wait);
+  int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {});
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);

@@ -48,7 +48,9 @@ class DaemonClient {
   // The address as given by the user (what error messages name).
   const std::string& address() const { return address_; }
 
-  absl::StatusOr<v1::Job> SubmitJob(const std::string& spec, const std::string& source_name);
+  // `nodes`: run it over these daemons (SubmitJobRequest.nodes).
+  absl::StatusOr<v1::Job> SubmitJob(const std::string& spec, const std::string& source_name,
+                                    const std::vector<std::string>& nodes = {});
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   // One page of job summaries, newest first (limit 0 = the daemon's page size).
   absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit,

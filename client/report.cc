@@ -140,6 +140,41 @@ std::string FormatMeshGroups(const v1::JobResult& result) {
                       absl::StrJoin(ops, "; "), "\n");
 }
 
+// A job over nodes: a line per node, the bus bandwidth across nodes and the
+// slowest rank:
+// "node 0 127.0.0.1:7071 (job-000002): ranks 0-1, ops 1.234 ms, layer 1.5 ms, slowest rank 1".
+std::string FormatNodes(const v1::JobResult& result) {
+  if (result.node_results_size() == 0) return "";
+  std::string out;
+  for (const v1::NodeResult& node : result.node_results()) {
+    absl::StrAppend(&out, absl::StrFormat(
+                              "node %d %s (%s): ranks %d-%d, ops %s ms", node.node_index(),
+                              node.node(), OrDash(node.part_id()), node.first_rank(),
+                              node.first_rank() + node.ranks() - 1,
+                              FormatMs(node.total_step_ms())));
+    if (node.layer_step_ms() > 0) absl::StrAppend(&out, ", layer ", FormatMs(node.layer_step_ms()), " ms");
+    if (node.slowest_rank() >= 0) absl::StrAppend(&out, ", slowest rank ", node.slowest_rank());
+    out += "\n";
+  }
+  std::vector<std::string> spanning;
+  for (const v1::OpResult& op : result.ops()) {
+    if (op.spans_nodes()) spanning.push_back(op.id());
+  }
+  if (!spanning.empty()) {
+    absl::StrAppend(&out, "across nodes: ", absl::StrJoin(spanning, ", "));
+    if (result.inter_node_busbw_gbps() > 0) {
+      absl::StrAppend(&out, "; bus bandwidth ", FormatRate(result.inter_node_busbw_gbps()),
+                      " GB/s");
+    }
+    out += "\n";
+  }
+  if (!result.slowest_node().empty()) {
+    absl::StrAppend(&out, "slowest rank: ", result.slowest_rank(), " on ", result.slowest_node(),
+                    " (the largest GEMM alone)\n");
+  }
+  return out;
+}
+
 std::string FormatShape(const v1::OpResult& op) {
   if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
   return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
@@ -320,7 +355,7 @@ std::string FormatReport(const v1::Job& job) {
                 FormatMs(result.total_exposed_comm_ms()), "",
                 total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
-  absl::StrAppend(&out, FormatMeshGroups(result), FormatLayerStep(result),
+  absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
                   FormatDeferrals(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
@@ -476,6 +511,11 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
   field("state", JobStateName(job.state()));
   field("priority", absl::StrCat(job.priority()));
   field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));
+  if (job.nodes_size() > 0) field("nodes", absl::StrJoin(job.nodes(), ","));
+  if (!job.coordinator().empty()) {
+    field("part of", absl::StrCat(job.global_job_id(), " on ", job.coordinator(), " (node ",
+                                  job.node_index(), ")"));
+  }
   field("submitted", FormatUtc(job.submit_time_ms()));
   field("started", FormatUtc(job.start_time_ms()));
   field("ended", FormatUtc(job.end_time_ms()));

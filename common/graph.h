@@ -103,6 +103,9 @@ struct Mesh {
 struct JobSpec {
   std::string name;
   std::vector<int> devices;  // empty = every device of the backend
+  // Daemons (peer addresses) the job spans, in rank order: each brings the
+  // same `devices`, ranks are node-major. Empty: this daemon alone.
+  std::vector<std::string> nodes;
   Mesh mesh;
   DType dtype = DType::kBF16;
   int iterations = 20;

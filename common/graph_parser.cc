@@ -24,7 +24,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
-    "mesh", "chunk_kib", "defer_bound_ms"};
+    "mesh", "chunk_kib", "defer_bound_ms", "nodes"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
                                  "chunks", "transport", "algorithm", "group", "after"};
 const char* const kMeshFields[] = {"tp", "dp"};
@@ -191,6 +191,17 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       for (size_t i = 0; i < value.size(); ++i) {
         ASSIGN_OR_RETURN(int device, ReadInt(value[i], 0, absl::StrCat("devices[", i, "]")));
         spec.devices.push_back(device);
+      }
+    } else if (key == "nodes") {
+      if (!value.IsSequence() || value.size() == 0) {
+        return FieldError(key, absl::StrCat("must be a non-empty list of peer addresses "
+                                            "(host:port), got ",
+                                            Describe(value)));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        ASSIGN_OR_RETURN(std::string node, WithPath(yaml_util::ReadString(value[i]),
+                                                    absl::StrCat("nodes[", i, "]")));
+        spec.nodes.push_back(node);
       }
     } else if (key == "dtype") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));

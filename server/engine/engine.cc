@@ -79,4 +79,10 @@ absl::StatusOr<int64_t> EngineDefaults::FirstNonFinite(BufferRef src, DType dtyp
   return -1;
 }
 
+absl::Status EngineDefaults::EnqueueHostWork(StreamId stream,
+                                             const std::vector<BufferRef>& buffers,
+                                             HostWork work) {
+  return absl::UnimplementedError(Name() + " backend: the host cannot address its memory");
+}
+
 }  // namespace overlap::engine

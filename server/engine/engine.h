@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -291,6 +292,21 @@ class Engine {
   // the GPU and returns 8 bytes.
   virtual absl::StatusOr<int64_t> FirstNonFinite(BufferRef src, DType dtype, int device) = 0;
 
+  // Host work in a stream's order, the role of cudaLaunchHostFunc: once the
+  // stream reaches it, `work` runs on the host with the address of each of
+  // `buffers` (on the stream's device; each counts as written, for the hazard
+  // checker), and an error it returns becomes the stream's asynchronous error
+  // (Synchronize reports it). It may block (a collective across processes):
+  // the stream waits, the device's other streams go on. Backends whose memory
+  // the host cannot address answer UNIMPLEMENTED.
+  using HostWork = std::function<absl::Status(const std::vector<uint8_t*>& data)>;
+  virtual absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                                       HostWork work) = 0;
+  // False for a device that another process holds: a rank of a job that spans
+  // daemons (server/cluster/spanning_engine.h). Nothing enqueued there runs
+  // here, and its buffers and events have no contents or times to read.
+  virtual bool IsLocalDevice(int device) const = 0;
+
   // Blocks until every stream of the given devices is idle; returns the first
   // asynchronous error seen there (the hazard checker's, a library's).
   virtual absl::Status Synchronize(const std::vector<int>& devices) = 0;
@@ -355,6 +371,9 @@ class EngineDefaults : public Engine {
                                       double max_hold_ms) override;
   absl::Status ReleaseGate(int64_t ticket) override;
   int64_t GateTimeouts(int device) const override { return 0; }
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                               HostWork work) override;
+  bool IsLocalDevice(int device) const override { return true; }
 };
 
 }  // namespace overlap::engine

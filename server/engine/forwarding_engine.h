@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/engine/engine.h"
@@ -114,6 +115,11 @@ class ForwardingEngine : public Engine {
   }
   absl::Status ReleaseGate(int64_t ticket) override { return inner_.ReleaseGate(ticket); }
   int64_t GateTimeouts(int device) const override { return inner_.GateTimeouts(device); }
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                               HostWork work) override {
+    return inner_.EnqueueHostWork(stream, buffers, std::move(work));
+  }
+  bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
 
   bool Healthy() const override { return inner_.Healthy(); }
 

@@ -1,5 +1,6 @@
 #include "server/jobs/admission.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -22,6 +23,29 @@ std::string PoolSetting(const std::string& backend) {
 }
 
 }  // namespace
+
+absl::Status CheckCrossNodeSchedules(const JobSpec& spec, int world, int devices_per_node) {
+  for (const OpSpec& op : spec.ops) {
+    bool crosses = false;
+    for (const std::vector<int>& group : GroupsOf(spec.mesh, op.group, world)) {
+      for (int position : group) {
+        crosses = crosses || position / devices_per_node != group.front() / devices_per_node;
+      }
+    }
+    if (!crosses) continue;
+    if (op.transport == Transport::kP2p || op.transport == Transport::kDirect) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op ", op.id, ": transport ", TransportName(op.transport),
+          " needs the peer's memory, and this op's group spans daemons: use nccl (or auto)"));
+    }
+    if (op.mode == OverlapMode::kRing) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op ", op.id, ": mode ring sends point to point, and this op's group spans daemons: "
+          "use chunked, bulk or serial (or auto)"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
                               const std::string& pool_setting) {
@@ -58,10 +82,8 @@ ValidationLimits Admission::Limits() const {
   return limits;
 }
 
-absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
-                                         const std::string& raw_source_name) const {
-  // Only for messages: printable, and short.
-  const std::string source_name = Excerpt(raw_source_name, 120);
+absl::Status Admission::CheckText(const std::string& spec_text,
+                                  const std::string& source_name) const {
   if (static_cast<int64_t>(spec_text.size()) > options_.max_spec_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", spec_text.size(),
                                                    " bytes is over max_spec_bytes (",
@@ -73,9 +95,11 @@ absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
         source_name.empty() ? "" : source_name + ": ",
         static_cast<unsigned char>(spec_text[*bad]), *bad));
   }
-  ASSIGN_OR_RETURN(const JobSpec spec, ParseJobSpec(spec_text, source_name));
-  ASSIGN_OR_RETURN(const std::vector<int> devices, ValidateJobSpec(spec, Limits()));
-  const int tp = static_cast<int>(devices.size());
+  return absl::OkStatus();
+}
+
+absl::Status Admission::CheckFits(const JobSpec& spec, int tp,
+                                  const std::vector<int>& devices) const {
   const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(spec, tp)
                                                    : runner::JobBytesPerDevice(spec, tp);
   for (int device : devices) {
@@ -85,6 +109,65 @@ absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
           DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AdmittedSpan> Admission::AdmitSpan(const std::string& spec_text,
+                                                  const std::string& raw_source_name,
+                                                  const std::vector<std::string>& nodes) const {
+  const std::string source_name = Excerpt(raw_source_name, 120);
+  RETURN_IF_ERROR(CheckText(spec_text, source_name));
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(spec_text, source_name));
+  if (!nodes.empty()) spec.nodes = nodes;
+  if (spec.nodes.empty()) {
+    return absl::InvalidArgumentError("nodes: a job spanning daemons needs at least one node");
+  }
+  // This node's devices, as every node brings them.
+  AdmittedSpan span;
+  const int count = engine_.DeviceCount();
+  if (spec.devices.empty()) {
+    for (int d = 0; d < count; ++d) span.local_devices.push_back(d);
+  }
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    const int d = spec.devices[i];
+    if (d < 0 || d >= count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "devices[", i, "]: device ", d, " does not exist on this node (", count, " devices)"));
+    }
+    if (std::find(span.local_devices.begin(), span.local_devices.end(), d) !=
+        span.local_devices.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("devices[", i, "]: device ", d,
+                                                     " is listed twice"));
+    }
+    span.local_devices.push_back(d);
+  }
+  span.world = static_cast<int>(spec.nodes.size() * span.local_devices.size());
+  // The graph over the whole mesh: global devices 0..world-1, node-major.
+  JobSpec whole = spec;
+  whole.devices.clear();
+  ValidationLimits limits = Limits();
+  limits.device_count = span.world;
+  ASSIGN_OR_RETURN(const std::vector<int> global, ValidateJobSpec(whole, limits));
+  RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, span.world,
+                                          static_cast<int>(span.local_devices.size())));
+  RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), span.local_devices));
+  span.spec = std::move(spec);
+  return span;
+}
+
+absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
+                                         const std::string& raw_source_name) const {
+  // Only for messages: printable, and short.
+  const std::string source_name = Excerpt(raw_source_name, 120);
+  RETURN_IF_ERROR(CheckText(spec_text, source_name));
+  ASSIGN_OR_RETURN(const JobSpec spec, ParseJobSpec(spec_text, source_name));
+  if (!spec.nodes.empty()) {
+    return absl::FailedPreconditionError(
+        "nodes: the graph spans daemons, and this daemon coordinates no such jobs: give it "
+        "peer_listen and peers in its config (docs/OPERATIONS.md, \"Cluster\")");
+  }
+  ASSIGN_OR_RETURN(const std::vector<int> devices, ValidateJobSpec(spec, Limits()));
+  RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(devices.size()), devices));
   v1::Job job;
   job.set_name(!spec.name.empty() ? spec.name : source_name);
   job.set_priority(spec.priority);

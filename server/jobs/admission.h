@@ -35,6 +35,20 @@ struct AdmittedJob {
   std::vector<int> devices;  // the resolved group, rank order
 };
 
+// A job spanning daemons as one node admits it: the graph (its nodes
+// replaced by those asked for, where given), this node's devices in rank
+// order (every node brings the same `devices`), and the mesh's size.
+struct AdmittedSpan {
+  JobSpec spec;
+  std::vector<int> local_devices;
+  int world = 0;  // nodes x local devices; ranks node-major
+};
+
+// INVALID_ARGUMENT for an op whose groups cross nodes (ranks node-major,
+// `devices_per_node` each) and that asks for a schedule needing the peer's
+// memory (p2p, direct) or point-to-point sends (ring).
+absl::Status CheckCrossNodeSchedules(const JobSpec& spec, int world, int devices_per_node);
+
 class Admission {
  public:
   // `engine` must outlive the admission.
@@ -50,8 +64,19 @@ class Admission {
   // INVALID_ARGUMENT "no longer valid on this node: ..." when it does not.
   absl::StatusOr<AdmittedJob> Revalidate(const v1::Job& job) const;
 
+  // A job spanning `nodes` (or the graph's own nodes: when empty), checked
+  // as Admit checks a job, over the whole mesh: the graph validated on nodes x
+  // this node's devices, its cross-node ops' schedules (CheckCrossNodeSchedules),
+  // and its largest op against this node's memory. Admit itself refuses a
+  // graph with nodes (FAILED_PRECONDITION): only a daemon with peers runs one.
+  absl::StatusOr<AdmittedSpan> AdmitSpan(const std::string& spec_text,
+                                         const std::string& source_name,
+                                         const std::vector<std::string>& nodes) const;
+
  private:
   ValidationLimits Limits() const;
+  absl::Status CheckText(const std::string& spec_text, const std::string& source_name) const;
+  absl::Status CheckFits(const JobSpec& spec, int tp, const std::vector<int>& devices) const;
 
   const engine::Engine& engine_;
   const AdmissionOptions options_;

@@ -54,6 +54,10 @@ v1::Job ToProto(const JobRecord& job) {
   out.set_spec(job.spec);
   out.set_owner(job.owner);
   out.set_owner_name(job.owner_name);
+  for (const std::string& node : job.nodes) out.add_nodes(node);
+  out.set_coordinator(job.coordinator);
+  out.set_global_job_id(job.global_job_id);
+  out.set_node_index(job.node_index);
   out.set_error(job.error);
   out.set_submit_time_ms(job.submit_time_ms);
   out.set_start_time_ms(job.start_time_ms);
@@ -76,6 +80,10 @@ JobRecord FromProto(const v1::Job& job) {
   out.spec = job.spec();
   out.owner = job.owner();
   out.owner_name = job.owner_name();
+  out.nodes.assign(job.nodes().begin(), job.nodes().end());
+  out.coordinator = job.coordinator();
+  out.global_job_id = job.global_job_id();
+  out.node_index = job.node_index();
   out.state = FromProto(job.state());
   out.submit_time_ms = job.submit_time_ms();
   out.start_time_ms = job.start_time_ms();

@@ -30,6 +30,12 @@ struct JobRecord {
   std::string spec;  // the submitted graph text, as given
   std::string owner;       // v1::Job.owner
   std::string owner_name;
+  // A job that spans daemons (v1::Job nodes, coordinator, global_job_id,
+  // node_index).
+  std::vector<std::string> nodes;
+  std::string coordinator;
+  std::string global_job_id;
+  int node_index = 0;
   JobState state = JobState::kQueued;
   int64_t submit_time_ms = 0;  // unix milliseconds; 0 = not yet
   int64_t start_time_ms = 0;

@@ -254,6 +254,10 @@ v1::Job JobSummary(const v1::Job& job) {
   summary.set_ops_finished(job.result().ops_size());
   summary.set_owner(job.owner());
   summary.set_owner_name(job.owner_name());
+  *summary.mutable_nodes() = job.nodes();
+  summary.set_coordinator(job.coordinator());
+  summary.set_global_job_id(job.global_job_id());
+  summary.set_node_index(job.node_index());
   const v1::JobResult& result = job.result();
   v1::JobResult* totals = summary.mutable_result();
   totals->set_backend(result.backend());

@@ -202,6 +202,10 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
   job.spec = submitted.spec();
   job.owner = submitted.owner();
   job.owner_name = submitted.owner_name();
+  job.nodes.assign(submitted.nodes().begin(), submitted.nodes().end());
+  job.coordinator = submitted.coordinator();
+  job.global_job_id = submitted.global_job_id();
+  job.node_index = submitted.node_index();
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);

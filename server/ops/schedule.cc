@@ -153,4 +153,25 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_
   return out;
 }
 
+bool CollectivesOnly(const Schedule& schedule) {
+  return (schedule.transport == Transport::kNccl || schedule.transport == Transport::kNone) &&
+         schedule.mode != OverlapMode::kRing;
+}
+
+absl::StatusOr<Schedule> SpanningSchedule(const std::vector<Schedule>& candidates) {
+  const Schedule* bulk = nullptr;
+  const Schedule* first = nullptr;
+  for (const Schedule& s : candidates) {
+    if (!CollectivesOnly(s)) continue;
+    if (s.mode == OverlapMode::kChunked) return s;
+    if (s.mode == OverlapMode::kBulk && bulk == nullptr) bulk = &s;
+    if (first == nullptr) first = &s;
+  }
+  if (bulk != nullptr) return *bulk;
+  if (first != nullptr) return *first;
+  return absl::InvalidArgumentError(
+      "no schedule of this op moves its data through collectives only, which a group "
+      "spanning daemons needs: ask for transport nccl and mode serial, bulk or chunked");
+}
+
 }  // namespace overlap::ops

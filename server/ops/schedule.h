@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 #include "common/graph.h"
 
 namespace overlap::ops {
@@ -48,5 +50,18 @@ std::vector<Schedule> CandidateSchedules(const OpSpec& op, int tp, bool library_
                                          const Mesh& mesh = {});
 // Whether `op` may run hierarchical over `mesh`.
 bool HierarchicalApplies(const OpSpec& op, const Mesh& mesh);
+
+// What a job that spans daemons runs for `op` among `candidates` (never
+// empty): no autotune there, since ranks that timed differently would choose
+// differently and hang, so every node applies this same rule. It keeps to
+// schedules that move data through collectives only (the NCCL transport;
+// ring needs point-to-point and p2p and direct the peer's memory), preferring
+// chunked (the fewest pieces: the least per-collective latency across nodes),
+// then bulk, then the first (for an all_reduce, the flat layout unless the op
+// names another). INVALID_ARGUMENT when none moves data through collectives
+// only.
+absl::StatusOr<Schedule> SpanningSchedule(const std::vector<Schedule>& candidates);
+// Whether `schedule` moves its data through collectives only.
+bool CollectivesOnly(const Schedule& schedule);
 
 }  // namespace overlap::ops

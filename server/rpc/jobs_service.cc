@@ -56,9 +56,23 @@ JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admi
       counters_(counters) {}
 
 absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::string& spec_text,
-                                           const std::string& source_name) {
+                                           const std::string& source_name,
+                                           const std::vector<std::string>& nodes) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
-  ASSIGN_OR_RETURN(v1::Job job, admission_.Admit(spec_text, source_name));
+  std::optional<v1::Job> spanning;
+  if (options_.admit_spanning) {
+    ASSIGN_OR_RETURN(spanning, options_.admit_spanning(spec_text, source_name, nodes));
+  } else if (!nodes.empty()) {
+    return absl::FailedPreconditionError(
+        "nodes: this daemon coordinates no jobs spanning daemons: give it peer_listen and "
+        "peers in its config (docs/OPERATIONS.md, \"Cluster\")");
+  }
+  v1::Job job;
+  if (spanning) {
+    job = std::move(*spanning);
+  } else {
+    ASSIGN_OR_RETURN(job, admission_.Admit(spec_text, source_name));
+  }
   if (!caller.admin && job.priority() > options_.max_user_priority) {
     return absl::PermissionDeniedError(absl::StrCat(
         "priority: ", job.priority(), " is above ", options_.max_user_priority,
@@ -90,8 +104,9 @@ absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::str
 }
 
 absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::string& spec_text,
-                                            const std::string& source_name) {
-  absl::StatusOr<v1::Job> job = Admit(caller, spec_text, source_name);
+                                            const std::string& source_name,
+                                            const std::vector<std::string>& nodes) {
+  absl::StatusOr<v1::Job> job = Admit(caller, spec_text, source_name, nodes);
   if (!job.ok()) {
     counters_.jobs_rejected.fetch_add(1);
     if (job.status().code() == absl::StatusCode::kInternal ||
@@ -111,7 +126,9 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
                                     v1::SubmitJobResponse* response) {
   absl::StatusOr<Caller> caller = callers_.Resolve(context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::Job> job = Submit(*caller, request->spec(), request->source_name());
+  absl::StatusOr<v1::Job> job =
+      Submit(*caller, request->spec(), request->source_name(),
+             {request->nodes().begin(), request->nodes().end()});
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response->mutable_job() = std::move(*job);
   return grpc::Status::OK;

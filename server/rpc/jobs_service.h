@@ -8,6 +8,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.grpc.pb.h"
@@ -23,6 +27,13 @@ struct JobsServiceOptions {
   int max_watchers = 256;
   // The highest priority a caller who is not an admin may ask for.
   int max_user_priority = 10;
+  // Admits a graph that spans daemons (server/cluster/cluster_jobs.h): the
+  // job to queue, or nullopt for a graph without nodes. Null on a daemon
+  // without peers: a submission with nodes is then FAILED_PRECONDITION.
+  std::function<absl::StatusOr<std::optional<v1::Job>>(
+      const std::string& spec_text, const std::string& source_name,
+      const std::vector<std::string>& nodes)>
+      admit_spanning;
 };
 
 class JobsService final : public v1::Jobs::Service {
@@ -45,11 +56,13 @@ class JobsService final : public v1::Jobs::Service {
 
   // The checks and the hand-over of SubmitJob for `caller`, without gRPC.
   absl::StatusOr<v1::Job> Submit(const Caller& caller, const std::string& spec_text,
-                                 const std::string& source_name);
+                                 const std::string& source_name,
+                                 const std::vector<std::string>& nodes = {});
 
  private:
   absl::StatusOr<v1::Job> Admit(const Caller& caller, const std::string& spec_text,
-                                const std::string& source_name);
+                                const std::string& source_name,
+                                const std::vector<std::string>& nodes);
   // Only the job's owner, or an admin, may cancel it (PERMISSION_DENIED).
   absl::StatusOr<v1::Job> Cancel(const Caller& caller, const std::string& id);
 

@@ -26,6 +26,15 @@ using ops::Schedule;
 
 namespace {
 
+// A job that spans daemons holds some of its ranks in other processes: its
+// data moves through collectives only, and its schedules are chosen by rule.
+bool SpansDaemons(const OpRun& run) {
+  for (int device : run.ctx.devices()) {
+    if (!run.engine.IsLocalDevice(device)) return true;
+  }
+  return false;
+}
+
 // Autotune measures each candidate this many times (after one warm-up) per
 // round, in kTuneRounds round-robin passes over the candidates; then the
 // leaders kRunoffIterations times in each of kRunoffRounds (autotune.h).
@@ -141,7 +150,9 @@ absl::Status PrepareInputs(OpRun& run) {
   // One serial iteration fills every intermediate buffer (the gathered A that
   // the GEMM alone reads, the partials) with real data: a GEMM on never-written
   // memory reads zeros and runs faster than it will on real data.
-  RETURN_IF_ERROR(EnqueueOp(run.ctx, Schedule{OverlapMode::kSerial, 1, Transport::kP2p}));
+  RETURN_IF_ERROR(EnqueueOp(
+      run.ctx,
+      Schedule{OverlapMode::kSerial, 1, SpansDaemons(run) ? Transport::kNccl : Transport::kP2p}));
   RETURN_IF_ERROR(run.engine.Synchronize(devices));
   return run.ProbeHeat();
 }
@@ -151,6 +162,15 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tunin
   const int tp = run.ctx.group_size();
   std::vector<Schedule> candidates =
       CandidateSchedules(op, tp, run.engine.LibraryAlgorithms(), run.spec.mesh);
+  if (SpansDaemons(run)) {
+    ASSIGN_OR_RETURN(const Schedule schedule, ops::SpanningSchedule(candidates));
+    return ScheduleChoice{schedule,
+                          candidates.size() == 1
+                              ? std::string(op.mode == OverlapMode::kAuto ? kOnlyOneSchedule
+                                                                          : "as requested")
+                              : "the rule for jobs spanning daemons (no autotune across them)",
+                          {}};
+  }
   if (candidates.size() == 1) {
     return ScheduleChoice{candidates[0],
                           op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested",
@@ -192,6 +212,12 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
                    run.Timed("comm_alone nccl", warm, run.spec.iterations, [&] {
                      return ops::EnqueueCommAlone(run.ctx, Transport::kNccl);
                    }));
+  // Across daemons only collectives move data: there is no p2p to time.
+  if (SpansDaemons(run)) {
+    comm.nccl = nccl.times;
+    comm.fastest = Transport::kNccl;
+    return comm;
+  }
   // Replayed like the p2p schedules, so that step and ideal are timed alike.
   ASSIGN_OR_RETURN(const TimedRun p2p,
                    run.Timed(

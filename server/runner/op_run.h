@@ -182,6 +182,8 @@ struct OpRun {
         double worst = 0;
         std::vector<double> group_worst(ctx.groups(), 0.0);
         for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
+          // A rank of another daemon (a job spanning nodes) is timed there.
+          if (!engine.IsLocalDevice(ctx.rank(r).device)) continue;
           ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, ops::EventKind::kIterStart));
           ASSIGN_OR_RETURN(engine::EventId stop, ctx.Event(r, end));
           ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, stop));

@@ -64,6 +64,8 @@ class HostEngine final : public EngineDefaults {
   absl::Status Barrier(int channel, const std::vector<int>& devices,
                        const std::vector<StreamId>& streams) override;
 
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                               HostWork work) override;
   absl::Status CopyToHost(void* dst, BufferRef src, int device) override;
   absl::Status CopyFromHost(BufferRef dst, int device, const void* src) override;
   absl::Status Synchronize(const std::vector<int>& devices) override;

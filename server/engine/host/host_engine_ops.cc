@@ -167,4 +167,30 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
   return absl::OkStatus();
 }
 
+absl::Status HostEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                                         HostWork work) {
+  ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "EnqueueHostWork"));
+  absl::MutexLock lock(&mu_);
+  std::vector<Range> ranges;
+  std::vector<Access> accesses;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ASSIGN_OR_RETURN(Range range,
+                     Resolve(buffers[i], s->device, absl::StrCat("EnqueueHostWork buffer ", i)));
+    ranges.push_back(range);
+    accesses.push_back(
+        {buffers[i].buffer, Region::Contiguous(buffers[i].offset, buffers[i].bytes), true, stream});
+  }
+  absl::Status result;
+  if (!PassFailurePoint("host_work", {stream}, &result)) return result;
+  RETURN_IF_ERROR(CheckHazards({stream}, accesses, "host_work"));
+  s->worker->Enqueue([this, device = s->device, ranges = std::move(ranges),
+                      work = std::move(work)] {
+    std::vector<uint8_t*> data;
+    for (const Range& range : ranges) data.push_back(range.data());
+    const absl::Status status = work(data);
+    if (!status.ok()) RecordError(device, status);
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace overlap::engine::host

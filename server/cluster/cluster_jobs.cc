@@ -1,0 +1,620 @@
+#include "server/cluster/cluster_jobs.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/graph_parser.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/cluster/spanning_engine.h"
+#include "server/gloo/rendezvous_store.h"
+#include "server/runner/job_runner.h"
+
+namespace overlap::cluster {
+namespace {
+
+// How long one HoldPart call may wait at the coordinator before answering
+// WAIT: short enough that a part notices its own cancel soon.
+constexpr absl::Duration kHoldPoll = absl::Seconds(1);
+// Calls that do not wait for anything.
+constexpr absl::Duration kCallDeadline = absl::Seconds(10);
+// While the parts run, the coordinator asks every node that has not reported
+// whether it is still there this often; one that misses kMissedProbes in a
+// row is taken for dead.
+constexpr absl::Duration kProbeEvery = absl::Seconds(1);
+constexpr int kMissedProbes = 3;
+
+std::shared_ptr<spdlog::logger> Log() { return GetLogger("cluster"); }
+
+// The status with the node named first (calls over the network name it already).
+absl::Status WithNode(const std::string& node, const absl::Status& status) {
+  const std::string prefix = absl::StrCat("node ", node, ": ");
+  if (absl::StartsWith(status.message(), prefix)) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+absl::Status FromReport(const v1::ReportPartRequest& report, const std::string& node) {
+  return absl::Status(static_cast<absl::StatusCode>(report.error_code()),
+                      absl::StrCat("node ", node, ": ", report.error()));
+}
+
+// A rendezvous store served by the coordinator, for a part on another node.
+class CoordinatorStore final : public gloo_group::RendezvousStore {
+ public:
+  CoordinatorStore(PeerLink& link, std::string coordinator, v1::GlobalJobId id)
+      : link_(link), coordinator_(std::move(coordinator)), id_(std::move(id)) {}
+
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    v1::StoreSetRequest request;
+    *request.mutable_global_id() = id_;
+    request.set_key(key);
+    request.set_value(value);
+    return link_.StoreSet(coordinator_, request, kCallDeadline);
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    v1::StoreGetRequest request;
+    *request.mutable_global_id() = id_;
+    request.set_key(key);
+    request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    return link_.StoreGet(coordinator_, request, timeout + kCallDeadline);
+  }
+
+ private:
+  PeerLink& link_;
+  const std::string coordinator_;
+  const v1::GlobalJobId id_;
+};
+
+}  // namespace
+
+std::string GlobalKey(const v1::GlobalJobId& id) {
+  return absl::StrCat(id.coordinator(), "/", id.job_id());
+}
+
+// What the coordinator knows of one job while it runs. Guarded by its own
+// mutex: HoldPart, ReportPart and the store are called from gRPC threads
+// while the coordination waits on `changed`.
+struct ClusterJobs::Coordinated {
+  Coordinated(std::string job_id_in, std::vector<std::string> nodes_in)
+      : job_id(std::move(job_id_in)), nodes(std::move(nodes_in)) {}
+
+  const std::string job_id;
+  const std::vector<std::string> nodes;
+  gloo_group::InMemoryRendezvousStore store;
+
+  absl::Mutex mu;
+  absl::CondVar changed;
+  int attempt ABSL_GUARDED_BY(mu) = 0;
+  std::map<int, std::string> part_ids ABSL_GUARDED_BY(mu);  // node index -> part id
+  std::set<int> held ABSL_GUARDED_BY(mu);
+  bool started ABSL_GUARDED_BY(mu) = false;
+  std::string cancel_reason ABSL_GUARDED_BY(mu);  // set: every part is to end
+  std::map<int, v1::ReportPartRequest> reports ABSL_GUARDED_BY(mu);
+};
+
+ClusterJobs::ClusterJobs(ClusterOptions options, engine::Engine& engine,
+                         const jobs::Admission& admission, PeerLink& link)
+    : options_(std::move(options)), engine_(engine), admission_(admission), link_(link) {}
+
+ClusterJobs::~ClusterJobs() = default;
+
+void ClusterJobs::SetScheduler(jobs::Scheduler* scheduler) {
+  absl::MutexLock lock(&mu_);
+  scheduler_ = scheduler;
+}
+
+bool ClusterJobs::IsPeer(const std::string& node) const {
+  return std::find(options_.peers.begin(), options_.peers.end(), node) != options_.peers.end();
+}
+
+std::shared_ptr<ClusterJobs::Coordinated> ClusterJobs::Find(const v1::GlobalJobId& id) {
+  if (id.coordinator() != options_.node_name) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto it = coordinated_.find(id.job_id());
+  return it == coordinated_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
+    const std::string& spec_text, const std::string& source_name,
+    const std::vector<std::string>& nodes) {
+  if (nodes.empty()) {
+    // Only the graph can still ask for nodes; one that does not parse is the
+    // local admission's to refuse.
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
+    if (!spec.ok() || spec->nodes.empty()) return std::nullopt;
+  }
+  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
+                   admission_.AdmitSpan(spec_text, source_name, nodes));
+  const std::vector<std::string>& all = span.spec.nodes;
+  if (std::find(all.begin(), all.end(), options_.node_name) == all.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nodes: this daemon (", options_.node_name,
+        ") coordinates the jobs it runs a part of: list it among the nodes, or submit to one "
+        "of them"));
+  }
+  std::set<std::string> seen;
+  for (const std::string& node : all) {
+    if (!seen.insert(node).second) {
+      return absl::InvalidArgumentError(absl::StrCat("nodes: ", node, " is listed twice"));
+    }
+    if (node != options_.node_name && !IsPeer(node)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "nodes: ", node, " is not in this daemon's peers: (",
+          absl::StrJoin(options_.peers, ", "), "); a job reaches only the daemons listed there"));
+    }
+  }
+  jobs::Scheduler* scheduler;
+  {
+    absl::MutexLock lock(&mu_);
+    scheduler = scheduler_;
+  }
+  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
+  int coordinating = 0;
+  for (v1::JobState state : {v1::QUEUED, v1::RUNNING}) {
+    ASSIGN_OR_RETURN(const std::vector<v1::Job> active, scheduler->List(state, 0));
+    for (const v1::Job& job : active) {
+      coordinating += job.nodes_size() > 0 && job.coordinator().empty();
+    }
+  }
+  if (coordinating >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this daemon already coordinates ", coordinating,
+        " jobs spanning daemons, queued or running (cluster_max_jobs = ", options_.max_jobs,
+        ")"));
+  }
+  // Every peer answers, runs this version and could admit its part now,
+  // before anything is queued.
+  for (int n = 0; n < static_cast<int>(all.size()); ++n) {
+    if (all[n] == options_.node_name) continue;
+    // Their statuses name the node already.
+    RETURN_IF_ERROR(link_.Hello(all[n], kCallDeadline).status());
+    v1::AdmitPartRequest check;
+    check.mutable_global_id()->set_coordinator(options_.node_name);
+    check.set_spec(spec_text);
+    check.set_node_index(n);
+    for (const std::string& node : all) check.add_nodes(node);
+    check.set_check_only(true);
+    RETURN_IF_ERROR(link_.AdmitPart(all[n], check, kCallDeadline).status());
+  }
+  v1::Job job;
+  job.set_name(!span.spec.name.empty() ? span.spec.name : source_name);
+  job.set_priority(span.spec.priority);
+  job.set_spec(spec_text);
+  for (const std::string& node : all) job.add_nodes(node);
+  return job;
+}
+
+absl::StatusOr<v1::JobResult> ClusterJobs::Run(const v1::Job& job,
+                                               const runner::RunHooks& hooks) {
+  if (job.submit_time_ms() < options_.started_unix_ms) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "queued before this daemon restarted: a job spanning daemons never runs on its own "
+        "after a restart; submit it again to its coordinator",
+        job.coordinator().empty() ? "" : absl::StrCat(" (", job.coordinator(), ")")));
+  }
+  return job.coordinator().empty() ? Coordinate(job, hooks) : RunPart(job, hooks);
+}
+
+// --- The coordinator ---------------------------------------------------------
+
+absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job,
+                                                      const runner::RunHooks& hooks) {
+  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
+                   job.nodes().begin(), job.nodes().end()}));
+  auto state = std::make_shared<Coordinated>(job.id(), span.spec.nodes);
+  {
+    absl::MutexLock lock(&mu_);
+    coordinated_[job.id()] = state;
+  }
+  auto forget = [&] {
+    absl::MutexLock lock(&mu_);
+    coordinated_.erase(job.id());
+  };
+  absl::Status outcome = Reserve(job, *state, hooks);
+  if (outcome.ok()) outcome = AwaitReports(*state, hooks);
+  if (!outcome.ok()) {
+    CancelParts(*state, outcome.code() == absl::StatusCode::kCancelled
+                            ? "the job was cancelled on its coordinator"
+                            : absl::StrCat("the job failed: ", outcome.message()));
+    forget();
+    return outcome;
+  }
+  std::vector<v1::JobResult> parts;
+  std::vector<std::string> part_ids;
+  {
+    absl::MutexLock lock(&state->mu);
+    for (int n = 0; n < static_cast<int>(state->nodes.size()); ++n) {
+      parts.push_back(state->reports[n].result());
+      part_ids.push_back(state->part_ids[n]);
+    }
+  }
+  forget();
+  return MergeNodeResults(span.spec, state->nodes, part_ids, parts,
+                          static_cast<int>(span.local_devices.size()));
+}
+
+absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
+                                  const runner::RunHooks& hooks) {
+  const int count = static_cast<int>(state.nodes.size());
+  std::vector<int> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return state.nodes[a] < state.nodes[b]; });
+  std::mt19937 random(std::random_device{}());
+  for (int attempt = 1;; ++attempt) {
+    bool released = false;
+    for (int i = 0; i < count && !released; ++i) {
+      const int n = order[i];
+      if (hooks.on_progress) {
+        hooks.on_progress(runner::Progress{i, count, state.nodes[n],
+                                           absl::StrCat("reserve (attempt ", attempt, ")"), 0, 0});
+      }
+      v1::AdmitPartRequest request;
+      request.mutable_global_id()->set_coordinator(options_.node_name);
+      request.mutable_global_id()->set_job_id(job.id());
+      request.set_spec(job.spec());
+      request.set_node_index(n);
+      for (const std::string& node : state.nodes) request.add_nodes(node);
+      request.set_owner(job.owner());
+      request.set_owner_name(job.owner_name());
+      request.set_priority(job.priority());
+      request.set_name(job.name());
+      absl::StatusOr<v1::AdmitPartResponse> admitted = CallAdmit(state.nodes[n], request);
+      if (!admitted.ok()) return WithNode(state.nodes[n], admitted.status());
+      absl::MutexLock lock(&state.mu);
+      state.part_ids[n] = admitted->part_id();
+      const absl::Time deadline = absl::Now() + options_.hold_timeout;
+      while (!state.held.count(n) && !state.reports.count(n)) {
+        if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
+        if (absl::Now() >= deadline) break;
+        state.changed.WaitWithTimeout(&state.mu, absl::Milliseconds(100));
+      }
+      if (auto report = state.reports.find(n); report != state.reports.end()) {
+        // The part ended before it held its node (it could not start there).
+        return FromReport(report->second, state.nodes[n]);
+      }
+      if (!state.held.count(n)) {
+        Log()->info("job {}: {} did not start its part within {} ms; releasing the nodes held "
+                    "and trying again",
+                    job.id(), state.nodes[n], absl::ToInt64Milliseconds(options_.hold_timeout));
+        released = true;
+      }
+    }
+    if (!released) {
+      absl::MutexLock lock(&state.mu);
+      state.started = true;
+      state.changed.SignalAll();
+      return absl::OkStatus();
+    }
+    CancelParts(state, "the coordinator released the reservation to try again");
+    {
+      absl::MutexLock lock(&state.mu);
+      ++state.attempt;
+      state.part_ids.clear();
+      state.held.clear();
+      state.reports.clear();
+      state.cancel_reason.clear();
+    }
+    // Apart in time, so that two coordinators that collided do not collide again.
+    const double backoff_ms =
+        std::uniform_real_distribution<double>(0.25, 1.0)(random) *
+        std::min(absl::ToDoubleMilliseconds(options_.hold_timeout), 500.0 * attempt);
+    absl::Time until = absl::Now() + absl::Milliseconds(backoff_ms);
+    while (absl::Now() < until) {
+      if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
+absl::Status ClusterJobs::AwaitReports(Coordinated& state, const runner::RunHooks& hooks) {
+  const int count = static_cast<int>(state.nodes.size());
+  std::map<int, int> missed;
+  absl::Time next_probe = absl::Now() + kProbeEvery;
+  if (hooks.on_progress) hooks.on_progress(runner::Progress{0, count, "", "run", 0, 0});
+  while (true) {
+    std::vector<int> waiting;
+    {
+      absl::MutexLock lock(&state.mu);
+      state.changed.WaitWithTimeout(&state.mu, absl::Milliseconds(100));
+      for (const auto& [n, report] : state.reports) {
+        if (report.error_code() != 0) return FromReport(report, state.nodes[n]);
+      }
+      if (static_cast<int>(state.reports.size()) == count) return absl::OkStatus();
+      for (int n = 0; n < count; ++n) {
+        if (!state.reports.count(n)) waiting.push_back(n);
+      }
+    }
+    if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
+    if (absl::Now() < next_probe) continue;
+    next_probe = absl::Now() + kProbeEvery;
+    for (int n : waiting) {
+      if (state.nodes[n] == options_.node_name) continue;
+      absl::StatusOr<v1::HelloResponse> hello = link_.Hello(state.nodes[n], kProbeEvery);
+      if (hello.ok()) {
+        missed[n] = 0;
+      } else if (++missed[n] >= kMissedProbes) {
+        return absl::AbortedError(absl::StrCat("node ", state.nodes[n], " stopped answering (",
+                                               hello.status().message(), ")"));
+      }
+    }
+  }
+}
+
+void ClusterJobs::CancelParts(Coordinated& state, const std::string& reason) {
+  std::map<int, std::string> parts;
+  {
+    absl::MutexLock lock(&state.mu);
+    state.cancel_reason = reason;
+    state.changed.SignalAll();
+    parts = state.part_ids;
+  }
+  for (const auto& [n, part_id] : parts) {
+    v1::CancelPartRequest request;
+    request.mutable_global_id()->set_coordinator(options_.node_name);
+    request.mutable_global_id()->set_job_id(state.job_id);
+    request.set_reason(reason);
+    // A part that already ended answers FAILED_PRECONDITION: nothing to do.
+    absl::Status cancelled = CallCancel(state.nodes[n], request);
+    if (!cancelled.ok() && cancelled.code() != absl::StatusCode::kFailedPrecondition) {
+      Log()->info("cancelling part {} on {}: {}", part_id, state.nodes[n], cancelled.ToString());
+    }
+  }
+}
+
+// --- Calls to nodes, this one without the network --------------------------
+
+absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::CallAdmit(const std::string& node,
+                                                             const v1::AdmitPartRequest& request) {
+  if (node == options_.node_name) return AdmitPart(peer::PeerCaller{}, request);
+  return link_.AdmitPart(node, request, kCallDeadline);
+}
+
+absl::Status ClusterJobs::CallCancel(const std::string& node,
+                                     const v1::CancelPartRequest& request) {
+  if (node == options_.node_name) return CancelPart(peer::PeerCaller{}, request);
+  return link_.CancelPart(node, request, kCallDeadline);
+}
+
+absl::StatusOr<v1::HoldPartResponse> ClusterJobs::CallHold(const std::string& node,
+                                                           const v1::HoldPartRequest& request) {
+  if (node == options_.node_name) return HoldPart(peer::PeerCaller{}, request);
+  return link_.HoldPart(node, request, kHoldPoll + kCallDeadline);
+}
+
+absl::Status ClusterJobs::CallReport(const std::string& node,
+                                     const v1::ReportPartRequest& request) {
+  if (node == options_.node_name) return ReportPart(peer::PeerCaller{}, request);
+  return link_.ReportPart(node, request, kCallDeadline);
+}
+
+// --- A part --------------------------------------------------------------------
+
+absl::Status ClusterJobs::AwaitStart(const v1::Job& job, const runner::RunHooks& hooks) {
+  v1::HoldPartRequest request;
+  request.mutable_global_id()->set_coordinator(job.coordinator());
+  request.mutable_global_id()->set_job_id(job.global_job_id());
+  request.set_node_index(job.node_index());
+  request.set_part_id(job.id());
+  request.set_wait_ms(absl::ToInt64Milliseconds(kHoldPoll));
+  while (true) {
+    if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
+    absl::StatusOr<v1::HoldPartResponse> answer = CallHold(job.coordinator(), request);
+    if (!answer.ok()) {
+      return absl::Status(answer.status().code() == absl::StatusCode::kNotFound
+                              ? absl::StatusCode::kFailedPrecondition
+                              : absl::StatusCode::kUnavailable,
+                          absl::StrCat("coordinator ", job.coordinator(), ": ",
+                                       answer.status().message()));
+    }
+    switch (answer->decision()) {
+      case v1::HoldPartResponse::START: return absl::OkStatus();
+      case v1::HoldPartResponse::RELEASE:
+      case v1::HoldPartResponse::CANCEL: return absl::CancelledError(answer->reason());
+      default: break;
+    }
+  }
+}
+
+absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job,
+                                                   const runner::RunHooks& hooks) {
+  ASSIGN_OR_RETURN(jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
+                   job.nodes().begin(), job.nodes().end()}));
+  RETURN_IF_ERROR(AwaitStart(job, hooks));
+  v1::GlobalJobId id;
+  id.set_coordinator(job.coordinator());
+  id.set_job_id(job.global_job_id());
+
+  std::unique_ptr<gloo_group::RendezvousStore> remote_store;
+  gloo_group::RendezvousStore* store = nullptr;
+  std::shared_ptr<Coordinated> own = Find(id);
+  if (own != nullptr) {
+    store = &own->store;
+  } else {
+    remote_store = std::make_unique<CoordinatorStore>(link_, job.coordinator(), id);
+    store = remote_store.get();
+  }
+  SpanningOptions options;
+  options.placement.nodes = job.nodes_size();
+  options.placement.node_index = job.node_index();
+  options.placement.local_devices = span.local_devices;
+  options.job_key = GlobalKey(id);
+  options.bind_address = options_.bind_address;
+  options.timeout = options_.collective_timeout;
+  absl::StatusOr<v1::JobResult> result;
+  {
+    SpanningEngine spanning(engine_, *store, options);
+    // A traced iteration reads every rank's events; each node has only its own.
+    span.spec.timeline = false;
+    std::vector<int> devices(span.world);
+    std::iota(devices.begin(), devices.end(), 0);
+    result = runner::RunJob(spanning, span.spec, devices, hooks, /*tuning_cache=*/nullptr);
+  }
+  v1::ReportPartRequest report;
+  *report.mutable_global_id() = id;
+  report.set_node_index(job.node_index());
+  if (result.ok()) {
+    *report.mutable_result() = *result;
+  } else {
+    report.set_error_code(static_cast<int>(result.status().code()));
+    report.set_error(std::string(result.status().message()));
+  }
+  if (absl::Status sent = CallReport(job.coordinator(), report); !sent.ok()) {
+    Log()->warn("part {} of {}: the coordinator did not take its report: {}", job.id(),
+                GlobalKey(id), sent.ToString());
+  }
+  return result;
+}
+
+// --- The peer listener's calls ------------------------------------------------
+
+absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
+    const peer::PeerCaller& caller, const v1::AdmitPartRequest& request) {
+  const std::string& coordinator = request.global_id().coordinator();
+  if (coordinator != options_.node_name && !IsPeer(coordinator)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(coordinator, " is not in the peers: of ", options_.node_name,
+                     ", which joins jobs only from the coordinators listed there"));
+  }
+  if (request.node_index() < 0 || request.node_index() >= request.nodes_size() ||
+      request.nodes(request.node_index()) != options_.node_name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this daemon is ", options_.node_name, ", not node ", request.node_index(), " of the job"));
+  }
+  const std::string key = GlobalKey(request.global_id());
+  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
+                   admission_.AdmitSpan(request.spec(), key,
+                                        {request.nodes().begin(), request.nodes().end()}));
+  jobs::Scheduler* scheduler;
+  {
+    absl::MutexLock lock(&mu_);
+    scheduler = scheduler_;
+  }
+  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
+  if (scheduler->draining()) return absl::UnavailableError("overlapd is draining");
+  if (request.check_only()) return v1::AdmitPartResponse{};
+  v1::Job part;
+  part.set_name(absl::StrCat(request.name().empty() ? "job" : request.name(), " (part ",
+                             request.node_index(), " of ", key, ")"));
+  part.set_priority(request.priority());
+  for (int device : span.local_devices) part.add_devices(device);
+  part.set_spec(request.spec());
+  part.set_owner(request.owner());
+  part.set_owner_name(request.owner_name());
+  *part.mutable_nodes() = request.nodes();
+  part.set_coordinator(coordinator);
+  part.set_global_job_id(request.global_id().job_id());
+  part.set_node_index(request.node_index());
+  ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part));
+  {
+    absl::MutexLock lock(&mu_);
+    parts_[key] = queued.id();
+  }
+  Log()->info("part {} of {} queued (owner {})", queued.id(), key, request.owner());
+  v1::AdmitPartResponse response;
+  response.set_part_id(queued.id());
+  return response;
+}
+
+absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
+                                     const v1::CancelPartRequest& request) {
+  std::string part_id;
+  jobs::Scheduler* scheduler;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parts_.find(GlobalKey(request.global_id()));
+    if (it == parts_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no part of ", GlobalKey(request.global_id()), " here"));
+    }
+    part_id = it->second;
+    scheduler = scheduler_;
+  }
+  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
+  Log()->info("part {} of {}: cancelled by its coordinator: {}", part_id,
+              GlobalKey(request.global_id()), request.reason());
+  return scheduler->Cancel(part_id).status();
+}
+
+absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCaller& caller,
+                                                           const v1::HoldPartRequest& request) {
+  std::shared_ptr<Coordinated> state = Find(request.global_id());
+  if (state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", request.global_id().job_id(),
+                                            " is being coordinated here (it ended, or this "
+                                            "daemon restarted)"));
+  }
+  v1::HoldPartResponse response;
+  absl::MutexLock lock(&state->mu);
+  auto part = state->part_ids.find(request.node_index());
+  if (part == state->part_ids.end() || part->second != request.part_id()) {
+    response.set_decision(v1::HoldPartResponse::RELEASE);
+    response.set_reason("the coordinator released this reservation and tries again");
+    return response;
+  }
+  state->held.insert(request.node_index());
+  state->changed.SignalAll();
+  const absl::Time deadline =
+      absl::Now() + std::min(absl::Milliseconds(request.wait_ms()), absl::Seconds(5));
+  while (!state->started && state->cancel_reason.empty() && absl::Now() < deadline) {
+    state->changed.WaitWithDeadline(&state->mu, deadline);
+  }
+  if (!state->cancel_reason.empty()) {
+    response.set_decision(v1::HoldPartResponse::CANCEL);
+    response.set_reason(state->cancel_reason);
+  } else if (state->started) {
+    response.set_decision(v1::HoldPartResponse::START);
+  } else {
+    response.set_decision(v1::HoldPartResponse::WAIT);
+  }
+  return response;
+}
+
+absl::Status ClusterJobs::ReportPart(const peer::PeerCaller& caller,
+                                     const v1::ReportPartRequest& request) {
+  std::shared_ptr<Coordinated> state = Find(request.global_id());
+  if (state == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
+  }
+  absl::MutexLock lock(&state->mu);
+  if (request.node_index() < 0 || request.node_index() >= static_cast<int>(state->nodes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("node_index ", request.node_index()));
+  }
+  state->reports[request.node_index()] = request;
+  state->changed.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status ClusterJobs::StoreSet(const peer::PeerCaller& caller,
+                                   const v1::StoreSetRequest& request) {
+  std::shared_ptr<Coordinated> state = Find(request.global_id());
+  if (state == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
+  }
+  return state->store.Set(request.key(), request.value());
+}
+
+absl::StatusOr<std::string> ClusterJobs::StoreGet(const peer::PeerCaller& caller,
+                                                  const v1::StoreGetRequest& request) {
+  std::shared_ptr<Coordinated> state = Find(request.global_id());
+  if (state == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
+  }
+  const absl::Duration timeout =
+      std::clamp(absl::Milliseconds(request.timeout_ms()), absl::ZeroDuration(),
+                 options_.collective_timeout);
+  return state->store.Get(request.key(), timeout);
+}
+
+}  // namespace overlap::cluster

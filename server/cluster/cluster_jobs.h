@@ -1,0 +1,157 @@
+// Jobs that span daemons: the coordinator's side and each node's part.
+//
+// A user submits a graph with nodes to one daemon, the coordinator. Its job
+// holds no devices of its own; it runs (on an executor, like any job) the
+// coordination:
+//
+//   1. Reserve, in the nodes' global order (sorted by address), one node at a
+//      time: admit a part there (AdmitPart: that daemon checks the graph, its
+//      devices, memory, queue and rights, and queues the part like any job),
+//      and wait until the part has started, that is holds its devices, and
+//      says so (HoldPart). Every coordinator reserves in the same order, so
+//      two jobs over overlapping nodes cannot each hold a node the other
+//      waits for. A node whose part has not started within
+//      cluster_hold_timeout_ms (busy with a long local job) makes the
+//      coordinator release every part it holds (they end CANCELLED) and try
+//      again after a backoff, so that a reservation keeps the nodes idle for
+//      that long at most. While a part holds its node, the jobs queued there
+//      behind it wait, as behind any running job.
+//   2. Start every part at once (HoldPart answers START). The parts run the
+//      same schedule over the whole mesh on a SpanningEngine; the groups that
+//      cross nodes meet in the coordinator's store (StoreSet/StoreGet) and run
+//      over Gloo.
+//   3. Collect each part's result (ReportPart), merge them into the job's
+//      result: the ops' steps max over every node, a line per node, the
+//      bus bandwidth across nodes, the slowest rank. A part that fails, a node
+//      that stops answering, and a cancel end the job and every other part.
+//
+// Every `auto` is decided by one rule on every node (ops::SpanningSchedule),
+// never by timing, since nodes that timed differently would choose
+// differently and hang. A part queued when its daemon restarted never runs
+// alone: it fails when it would start.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "overlap/v1/overlap.pb.h"
+#include "overlap/v1/peer.pb.h"
+#include "server/cluster/peer_link.h"
+#include "server/engine/engine.h"
+#include "server/jobs/admission.h"
+#include "server/jobs/scheduler.h"
+#include "server/peer/peer_server.h"
+#include "server/runner/run_hooks.h"
+
+namespace overlap::cluster {
+
+struct ClusterOptions {
+  std::string node_name;           // this daemon's peer address, as its peers list it
+  std::vector<std::string> peers;  // the daemons it may run jobs with
+  std::string bind_address = "127.0.0.1";  // this node's Gloo connections bind here
+  absl::Duration hold_timeout = absl::Seconds(10);
+  absl::Duration collective_timeout = absl::Seconds(60);
+  int max_jobs = 4;  // jobs this daemon coordinates at once, queued or running
+  // When this daemon started: a part submitted before it never runs.
+  int64_t started_unix_ms = 0;
+};
+
+class ClusterJobs final : public peer::PeerHandler {
+ public:
+  // `engine`, `admission` and `link` must outlive this; so must the scheduler
+  // given to SetScheduler (made after this, since its runner calls Run).
+  ClusterJobs(ClusterOptions options, engine::Engine& engine, const jobs::Admission& admission,
+              PeerLink& link);
+  ~ClusterJobs() override;
+  void SetScheduler(jobs::Scheduler* scheduler);
+
+  // The job to hand to the scheduler for a graph that spans daemons (its
+  // `nodes`, or `nodes` where given), checked here and on every peer it can
+  // be without reserving anything: this node among them, the others in
+  // peers:, reachable and of this version. nullopt for a graph without
+  // nodes (the caller admits it as a local job). INVALID_ARGUMENT,
+  // PERMISSION_DENIED (a node not in peers:), FAILED_PRECONDITION (a version
+  // mismatch), UNAVAILABLE (a node down), RESOURCE_EXHAUSTED
+  // (cluster_max_jobs), each naming the node.
+  absl::StatusOr<std::optional<v1::Job>> AdmitCoordinated(const std::string& spec_text,
+                                                          const std::string& source_name,
+                                                          const std::vector<std::string>& nodes);
+
+  // The scheduler's runner for a job with nodes: the coordination for the
+  // coordinator's job, the part's run for a part.
+  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const runner::RunHooks& hooks);
+  static bool Handles(const v1::Job& job) { return job.nodes_size() > 0; }
+
+  // peer::PeerHandler.
+  absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const peer::PeerCaller& caller,
+                                                  const v1::AdmitPartRequest& request) override;
+  absl::Status CancelPart(const peer::PeerCaller& caller,
+                          const v1::CancelPartRequest& request) override;
+  absl::StatusOr<v1::HoldPartResponse> HoldPart(const peer::PeerCaller& caller,
+                                                const v1::HoldPartRequest& request) override;
+  absl::Status ReportPart(const peer::PeerCaller& caller,
+                          const v1::ReportPartRequest& request) override;
+  absl::Status StoreSet(const peer::PeerCaller& caller,
+                        const v1::StoreSetRequest& request) override;
+  absl::StatusOr<std::string> StoreGet(const peer::PeerCaller& caller,
+                                       const v1::StoreGetRequest& request) override;
+
+ private:
+  struct Coordinated;  // a job this daemon coordinates
+
+  absl::StatusOr<v1::JobResult> Coordinate(const v1::Job& job, const runner::RunHooks& hooks);
+  absl::StatusOr<v1::JobResult> RunPart(const v1::Job& job, const runner::RunHooks& hooks);
+  // Step 1: every node holds its part (OK), or the job cannot run.
+  absl::Status Reserve(const v1::Job& job, Coordinated& state, const runner::RunHooks& hooks);
+  // Step 3: every node's report, or the first failure.
+  absl::Status AwaitReports(Coordinated& state, const runner::RunHooks& hooks);
+  // Ends every part admitted so far (best effort), with `reason`.
+  void CancelParts(Coordinated& state, const std::string& reason);
+  // The part's wait for the start: OK to run, or why not.
+  absl::Status AwaitStart(const v1::Job& job, const runner::RunHooks& hooks);
+
+  // Calls to a node, this one included (without the network).
+  absl::StatusOr<v1::AdmitPartResponse> CallAdmit(const std::string& node,
+                                                  const v1::AdmitPartRequest& request);
+  absl::Status CallCancel(const std::string& node, const v1::CancelPartRequest& request);
+  absl::StatusOr<v1::HoldPartResponse> CallHold(const std::string& node,
+                                                const v1::HoldPartRequest& request);
+  absl::Status CallReport(const std::string& node, const v1::ReportPartRequest& request);
+
+  std::shared_ptr<Coordinated> Find(const v1::GlobalJobId& id);
+  bool IsPeer(const std::string& node) const;
+
+  const ClusterOptions options_;
+  engine::Engine& engine_;
+  const jobs::Admission& admission_;
+  PeerLink& link_;
+
+  absl::Mutex mu_;
+  jobs::Scheduler* scheduler_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Jobs this daemon coordinates, by job id, while they run.
+  std::map<std::string, std::shared_ptr<Coordinated>> coordinated_ ABSL_GUARDED_BY(mu_);
+  // Parts admitted here, by global id ("coordinator/job"): their local ids.
+  std::map<std::string, std::string> parts_ ABSL_GUARDED_BY(mu_);
+};
+
+// The job's global id as one string, "coordinator/job-000001".
+std::string GlobalKey(const v1::GlobalJobId& id);
+
+// The merged result of a job over nodes from each node's part (index =
+// node index): see ClusterJobs. `nodes` and `part_ids` are per node;
+// `devices_per_node` ranks each.
+v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
+                               const std::vector<std::string>& part_ids,
+                               const std::vector<v1::JobResult>& parts, int devices_per_node);
+
+}  // namespace overlap::cluster

@@ -1,0 +1,131 @@
+// The result of a job over nodes, from each node's part: every node ran the
+// same ops in the same order and measured its own ranks.
+#include <algorithm>
+
+#include "server/cluster/cluster_jobs.h"
+
+namespace overlap::cluster {
+namespace {
+
+bool GroupsCrossNodes(const JobSpec& spec, const std::string& op_id, int world,
+                      int devices_per_node) {
+  for (const OpSpec& op : spec.ops) {
+    if (op.id != op_id) continue;
+    for (const std::vector<int>& group : GroupsOf(spec.mesh, op.group, world)) {
+      for (int position : group) {
+        if (position / devices_per_node != group.front() / devices_per_node) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The index of each node's slowest rank (the largest GEMM alone, summed over
+// the ops): a slow GPU shows there first. -1 when the node timed no GEMM.
+int SlowestLocalRank(const v1::JobResult& part, double* gemm_ms) {
+  std::vector<double> by_rank;
+  for (const v1::OpResult& op : part.ops()) {
+    if (by_rank.size() < static_cast<size_t>(op.gemm_alone_rank_ms_size())) {
+      by_rank.resize(op.gemm_alone_rank_ms_size(), 0.0);
+    }
+    for (int r = 0; r < op.gemm_alone_rank_ms_size(); ++r) by_rank[r] += op.gemm_alone_rank_ms(r);
+  }
+  if (by_rank.empty()) return -1;
+  const auto slowest = std::max_element(by_rank.begin(), by_rank.end());
+  *gemm_ms = *slowest;
+  return static_cast<int>(slowest - by_rank.begin());
+}
+
+}  // namespace
+
+v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
+                               const std::vector<std::string>& part_ids,
+                               const std::vector<v1::JobResult>& parts, int devices_per_node) {
+  v1::JobResult merged = parts.at(0);
+  merged.clear_ops();
+  merged.clear_node_results();
+  const int count = static_cast<int>(parts.size());
+  const int world = count * devices_per_node;
+  double total_step = 0, total_exposed = 0, bus_bytes = 0, bus_ms = 0;
+  for (int i = 0; i < parts[0].ops_size(); ++i) {
+    int slowest = 0;
+    for (int n = 1; n < count; ++n) {
+      if (i < parts[n].ops_size() &&
+          parts[n].ops(i).step().median_ms() > parts[slowest].ops(i).step().median_ms()) {
+        slowest = n;
+      }
+    }
+    v1::OpResult op = parts[slowest].ops(i);
+    op.clear_gemm_alone_rank_ms();
+    op.clear_group_step_ms();
+    std::vector<double> group_steps;
+    for (int n = 0; n < count; ++n) {
+      if (i >= parts[n].ops_size()) continue;
+      const v1::OpResult& mine = parts[n].ops(i);
+      op.set_verified(op.verified() && mine.verified());
+      op.set_max_rel_error(std::max(op.max_rel_error(), mine.max_rel_error()));
+      for (double ms : mine.gemm_alone_rank_ms()) op.add_gemm_alone_rank_ms(ms);
+      group_steps.resize(std::max<size_t>(group_steps.size(), mine.group_step_ms_size()), 0.0);
+      for (int g = 0; g < mine.group_step_ms_size(); ++g) {
+        group_steps[g] = std::max(group_steps[g], mine.group_step_ms(g));
+      }
+    }
+    for (double ms : group_steps) op.add_group_step_ms(ms);
+    if (!group_steps.empty()) {
+      op.set_slowest_group(static_cast<int>(
+          std::max_element(group_steps.begin(), group_steps.end()) - group_steps.begin()));
+    }
+    op.set_spans_nodes(GroupsCrossNodes(spec, op.id(), world, devices_per_node));
+    if (op.spans_nodes() && op.busbw_gbps() > 0) {
+      const double ms =
+          op.comm_alone().median_ms() > 0 ? op.comm_alone().median_ms() : op.step().median_ms();
+      bus_bytes += op.busbw_gbps() * ms;
+      bus_ms += ms;
+    }
+    total_step += op.step().median_ms();
+    total_exposed += op.exposed_comm_ms();
+    *merged.add_ops() = std::move(op);
+  }
+  merged.set_total_step_ms(total_step);
+  merged.set_total_exposed_comm_ms(total_exposed);
+  merged.set_inter_node_busbw_gbps(bus_ms > 0 ? bus_bytes / bus_ms : 0);
+
+  // The layer step ran on every node at once: the slowest node's is the job's.
+  int slowest_layer = 0;
+  for (int n = 1; n < count; ++n) {
+    if (parts[n].layer_step().median_ms() > parts[slowest_layer].layer_step().median_ms()) {
+      slowest_layer = n;
+    }
+  }
+  const v1::JobResult& layer = parts[slowest_layer];
+  *merged.mutable_layer_step() = layer.layer_step();
+  merged.set_layer_exposed_comm_ms(layer.layer_exposed_comm_ms());
+  *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
+  merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
+  *merged.mutable_layer_deferrals() = layer.layer_deferrals();
+
+  double worst_gemm = -1;
+  for (int n = 0; n < count; ++n) {
+    v1::NodeResult* line = merged.add_node_results();
+    line->set_node(nodes[n]);
+    line->set_node_index(n);
+    line->set_part_id(part_ids[n]);
+    line->set_first_rank(n * devices_per_node);
+    line->set_ranks(devices_per_node);
+    line->set_total_step_ms(parts[n].total_step_ms());
+    line->set_layer_step_ms(parts[n].layer_step().median_ms());
+    line->set_backend(parts[n].backend());
+    line->set_gpu(parts[n].gpu());
+    double gemm_ms = 0;
+    const int local = SlowestLocalRank(parts[n], &gemm_ms);
+    line->set_slowest_rank(local < 0 ? -1 : n * devices_per_node + local);
+    if (local >= 0 && gemm_ms > worst_gemm) {
+      worst_gemm = gemm_ms;
+      merged.set_slowest_rank(line->slowest_rank());
+      merged.set_slowest_node(nodes[n]);
+    }
+  }
+  return merged;
+}
+
+}  // namespace overlap::cluster

@@ -1,0 +1,148 @@
+// The engine of a part of a job spanning daemons, without daemons: one host
+// engine per "node" in this process, each wrapped in a SpanningEngine, all
+// meeting in one in-memory store, each running the whole job on a thread of
+// its own as its daemon would. Every op is verified against float64 on every
+// node's own ranks.
+#include "server/cluster/spanning_engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/graph_parser.h"
+#include "server/gloo/rendezvous_store.h"
+#include "server/jobs/admission.h"
+#include "server/runner/job_runner.h"
+#include "tests/host_engine_util.h"
+
+namespace overlap::cluster {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct NodeRun {
+  std::unique_ptr<engine::Engine> host;
+  absl::StatusOr<v1::JobResult> result = absl::UnknownError("not run");
+};
+
+// Runs `graph` over `nodes` nodes of `devices` devices each; every node's result.
+std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devices,
+                                  const std::string& job_key,
+                                  absl::Duration timeout = absl::Seconds(20)) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(graph);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  spec->timeline = false;
+  gloo_group::InMemoryRendezvousStore store;
+  std::vector<NodeRun> runs(nodes);
+  std::vector<std::thread> threads;
+  for (int n = 0; n < nodes; ++n) {
+    runs[n].host = CheckedHostEngine(devices);
+    threads.emplace_back([&, n] {
+      SpanningOptions options;
+      options.placement.nodes = nodes;
+      options.placement.node_index = n;
+      options.placement.local_devices.resize(devices);
+      std::iota(options.placement.local_devices.begin(), options.placement.local_devices.end(), 0);
+      options.job_key = job_key;
+      options.timeout = timeout;
+      SpanningEngine engine(*runs[n].host, store, options);
+      std::vector<int> global(nodes * devices);
+      std::iota(global.begin(), global.end(), 0);
+      runs[n].result = runner::RunJob(engine, *spec, global, {}, nullptr);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+constexpr char kMeshLayer[] = R"(mesh: {tp: 2, dp: 2}
+iterations: 2
+warmup: 1
+ops:
+  - {id: fc1, type: ag_gemm, m: 128, k: 64, n: 64}
+  - {id: fc2, type: gemm_rs, m: 128, k: 64, n: 64, after: [fc1]}
+  - {id: out, type: gemm_ar, m: 64, k: 64, n: 32, group: dp, after: [fc2]}
+  - {id: grads, type: all_reduce, m: 64, n: 64, group: dp, after: [out]}
+  - {id: world, type: all_reduce, m: 64, n: 32, group: world}
+  - {id: hier, type: all_reduce, m: 64, n: 32, group: world, algorithm: hierarchical}
+  - {id: gather, type: all_gather, m: 64, n: 32, group: dp}
+)";
+
+TEST(SpanningEngineTest, AMeshOverTwoNodesRunsAndEveryNodeVerifiesItsRanks) {
+  std::vector<NodeRun> runs = RunOverNodes(kMeshLayer, 2, 2, "mesh");
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_TRUE(runs[n].result.ok()) << "node " << n << ": " << runs[n].result.status();
+    ASSERT_EQ(runs[n].result->ops_size(), 7);
+    for (const v1::OpResult& op : runs[n].result->ops()) {
+      EXPECT_TRUE(op.verified()) << op.id();
+      EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
+      // Through collectives only: the rule, never p2p.
+      EXPECT_NE(op.transport(), "p2p") << op.id();
+      EXPECT_NE(op.mode(), "ring") << op.id();
+    }
+    EXPECT_TRUE(runs[n].result->has_layer_step()) << runs[n].result->layer_note();
+  }
+}
+
+TEST(SpanningEngineTest, ThreeNodesOfOneDeviceRunTheWorldAsOneGroup) {
+  std::vector<NodeRun> runs = RunOverNodes(R"(iterations: 2
+warmup: 1
+dtype: fp32
+ops:
+  - {id: ar, type: all_reduce, m: 96, n: 48}
+  - {id: rs, type: reduce_scatter, m: 96, n: 48}
+  - {id: ag, type: ag_gemm, m: 96, k: 32, n: 48, mode: chunked}
+)",
+                                           3, 1, "three");
+  for (int n = 0; n < 3; ++n) {
+    ASSERT_TRUE(runs[n].result.ok()) << "node " << n << ": " << runs[n].result.status();
+    for (const v1::OpResult& op : runs[n].result->ops()) EXPECT_TRUE(op.verified()) << op.id();
+  }
+}
+
+TEST(SpanningEngineTest, ANodeThatNeverComesFailsTheOthersWithinTheTimeout) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(iterations: 2
+warmup: 1
+ops:
+  - {id: ar, type: all_reduce, m: 64, n: 64}
+)");
+  ASSERT_TRUE(spec.ok());
+  spec->timeline = false;
+  gloo_group::InMemoryRendezvousStore store;
+  std::unique_ptr<engine::Engine> host = CheckedHostEngine(1);
+  SpanningOptions options;
+  options.placement = {2, 0, {0}};
+  options.job_key = "alone";
+  options.timeout = absl::Seconds(1);
+  SpanningEngine engine(*host, store, options);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::JobResult> result = runner::RunJob(engine, *spec, {0, 1}, {}, nullptr);
+  EXPECT_FALSE(result.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+TEST(SpanningEngineTest, PeerMemoryAcrossNodesIsRefusedBeforeAnythingRuns) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(mesh: {tp: 2, dp: 2}
+ops:
+  - {id: grads, type: all_reduce, m: 64, n: 64, group: dp, transport: p2p}
+)");
+  ASSERT_TRUE(spec.ok());
+  absl::Status refused = jobs::CheckCrossNodeSchedules(*spec, 4, 2);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("transport p2p needs the peer's memory"));
+  // Within a node the same op is fine: tp 2 x dp 2 on one node of four.
+  EXPECT_TRUE(jobs::CheckCrossNodeSchedules(*spec, 4, 4).ok());
+  absl::StatusOr<JobSpec> ring = ParseJobSpec(R"(ops:
+  - {id: fc1, type: ag_gemm, m: 128, k: 64, n: 64, mode: ring}
+)");
+  ASSERT_TRUE(ring.ok());
+  EXPECT_THAT(jobs::CheckCrossNodeSchedules(*ring, 2, 1).message(), HasSubstr("mode ring"));
+}
+
+}  // namespace
+}  // namespace overlap::cluster

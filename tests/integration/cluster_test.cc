@@ -1,0 +1,298 @@
+// Jobs that span daemons, with real daemons on loopback: each a host backend
+// with its own state dir, unix socket and peer listener, the others in its
+// peers:. Tiny shapes, few iterations and short timeouts.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/integration/harness.h"
+
+namespace overlap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kCollectiveTimeoutMs = 4000;
+
+// A tp 2 x dp 2 layer over two nodes of two devices: each replica's tp group
+// on one node, the gradient all-reduce (dp) across the nodes.
+constexpr char kMeshLayer[] = R"(name: mesh-layer
+mesh: {tp: 2, dp: 2}
+iterations: 3
+warmup: 1
+dtype: bf16
+ops:
+  - {id: fc1, type: ag_gemm, m: 128, k: 64, n: 64}
+  - {id: fc2, type: gemm_rs, m: 128, k: 64, n: 64, after: [fc1]}
+  - {id: grads, type: all_reduce, m: 64, n: 64, group: dp, after: [fc2]}
+)";
+
+constexpr char kWorldAllReduce[] = R"(name: world
+mesh: {tp: 2, dp: 2}
+iterations: 3
+warmup: 1
+ops:
+  - {id: flat, type: all_reduce, m: 64, n: 32, group: world}
+  - {id: hier, type: all_reduce, m: 64, n: 32, group: world, algorithm: hierarchical}
+)";
+
+// Long enough to be caught running: many iterations of a GEMM op.
+constexpr char kLongLayer[] = R"(name: long
+mesh: {tp: 2, dp: 2}
+iterations: 5000
+warmup: 1
+verify: false
+layer_step: false
+ops:
+  - {id: grads, type: all_reduce, m: 256, n: 256, group: dp}
+)";
+
+// One daemon of a cluster: its peer port chosen up front, so that every
+// daemon's peers: can name the others before any starts.
+struct Node {
+  std::unique_ptr<TempDir> dir = std::make_unique<TempDir>();
+  std::string peer;  // 127.0.0.1:PORT
+  std::unique_ptr<Daemon> daemon;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  // `devices` host devices each; every node lists every other as a peer,
+  // except those in `not_peers` (by index) which nobody lists.
+  void StartNodes(int count, int devices = 2, std::vector<int> unlisted = {},
+                  int hold_timeout_ms = 3000) {
+    for (int i = 0; i < count; ++i) {
+      Node node;
+      node.peer = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
+      nodes_.push_back(std::move(node));
+    }
+    for (int i = 0; i < count; ++i) {
+      std::vector<std::string> peers;
+      for (int j = 0; j < count; ++j) {
+        const bool listed =
+            std::find(unlisted.begin(), unlisted.end(), j) == unlisted.end();
+        if (j != i && listed) peers.push_back(absl::StrCat("\"", nodes_[j].peer, "\""));
+      }
+      const std::string config = nodes_[i].dir->File("overlapd.yaml");
+      WriteFileOrDie(config, absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\n",
+                                          "peers: [", absl::StrJoin(peers, ", "), "]\n",
+                                          "cluster_hold_timeout_ms: ", hold_timeout_ms, "\n",
+                                          "cluster_collective_timeout_ms: ",
+                                          kCollectiveTimeoutMs, "\n"));
+      nodes_[i].daemon = std::make_unique<Daemon>(
+          nodes_[i].dir->path(),
+          std::vector<std::string>{"--config", config, "--host-devices",
+                                   absl::StrCat(devices)});
+      ASSERT_TRUE(nodes_[i].daemon->Start()) << nodes_[i].daemon->Log();
+    }
+  }
+
+  Daemon& daemon(int i) { return *nodes_[i].daemon; }
+  const std::string& peer(int i) { return nodes_[i].peer; }
+
+  std::string Nodes(std::vector<int> which) {
+    std::vector<std::string> out;
+    for (int i : which) out.push_back(nodes_[i].peer);
+    return absl::StrJoin(out, ",");
+  }
+
+  std::string WriteGraph(const std::string& name, const std::string& text) {
+    const std::string path = nodes_[0].dir->File(name);
+    WriteFileOrDie(path, text);
+    return path;
+  }
+
+  // Submits on node `coordinator` over `nodes`; the job id.
+  std::string Submit(int coordinator, const std::string& graph, const std::string& nodes) {
+    RunResult submit = daemon(coordinator).Ctl({"submit", graph, "--nodes", nodes});
+    EXPECT_EQ(submit.exit_code, 0) << submit.err;
+    return Trim(submit.out);
+  }
+
+  // The jobs of node `i` (summaries).
+  nlohmann::json List(int i) {
+    RunResult list = daemon(i).Ctl({"list", "--json"});
+    EXPECT_EQ(list.exit_code, 0) << list.err;
+    return ParseJson(list.out)["jobs"];
+  }
+
+  // Waits until node `i` has a part (a job with a coordinator) in `state`.
+  nlohmann::json WaitForPart(int i, const std::string& state,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = Clock::now() + timeout;
+    nlohmann::json seen;
+    while (Clock::now() < deadline) {
+      seen = List(i);
+      for (const nlohmann::json& job : seen) {
+        if (!job.value("coordinator", "").empty() && job.value("state", "") == state) return job;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no part " << state << " on node " << i << ": " << seen.dump(2);
+    return {};
+  }
+
+  std::vector<Node> nodes_;
+};
+
+bool Final(const nlohmann::json& job) {
+  const std::string state = job.value("state", "");
+  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED" || state == "ABORTED";
+}
+
+TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
+  StartNodes(2);
+  const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  const nlohmann::json& result = job["result"];
+  ASSERT_EQ(result["ops"].size(), 3u);
+  for (const nlohmann::json& op : result["ops"]) {
+    EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
+    EXPECT_LE(op.value("max_rel_error", 1.0), op.value("tolerance", 0.0)) << op.dump(2);
+  }
+  // Only the gradients' dp groups cross the nodes; each tp group is on one.
+  EXPECT_FALSE(result["ops"][0].value("spans_nodes", false));
+  EXPECT_TRUE(result["ops"][2].value("spans_nodes", false));
+  ASSERT_EQ(result["node_results"].size(), 2u);
+  EXPECT_EQ(result["node_results"][0].value("node", ""), peer(0));
+  EXPECT_EQ(result["node_results"][1].value("node", ""), peer(1));
+  EXPECT_EQ(result["node_results"][1].value("first_rank", 0), 2);
+  EXPECT_GT(result.value("inter_node_busbw_gbps", 0.0), 0.0);
+  // Each node keeps its part, listed with its coordinator.
+  const nlohmann::json part = WaitForPart(1, "SUCCEEDED");
+  EXPECT_EQ(part.value("coordinator", ""), peer(0));
+  EXPECT_EQ(part.value("global_job_id", ""), id);
+  // The report names every node.
+  RunResult report = daemon(0).Ctl({"get", id});
+  EXPECT_THAT(report.out, HasSubstr(absl::StrCat("node 1 ", peer(1))));
+  EXPECT_THAT(report.out, HasSubstr("across nodes: grads"));
+}
+
+TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
+  StartNodes(3, /*devices=*/2);
+  // tp 2 x dp 3: each replica on one node, the world and dp groups across all three.
+  std::string graph = kWorldAllReduce;
+  graph.replace(graph.find("dp: 2"), 5, "dp: 3");
+  const std::string id = Submit(1, WriteGraph("world.yaml", graph), Nodes({0, 1, 2}));
+  const nlohmann::json job = WaitForJob(daemon(1), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  const nlohmann::json& ops = job["result"]["ops"];
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].value("algorithm", "default"), "default") << ops[0].dump(2);
+  EXPECT_EQ(ops[1].value("algorithm", ""), "hierarchical") << ops[1].dump(2);
+  for (const nlohmann::json& op : ops) {
+    EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
+    EXPECT_TRUE(op.value("spans_nodes", false));
+  }
+  EXPECT_EQ(job["result"]["node_results"].size(), 3u);
+}
+
+TEST_F(ClusterTest, ANodeNotInPeersIsRefusedAtSubmission) {
+  StartNodes(3, 2, /*unlisted=*/{2});
+  RunResult submit = daemon(0).Ctl(
+      {"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes", Nodes({0, 2})});
+  EXPECT_NE(submit.exit_code, 0);
+  EXPECT_THAT(submit.err, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(submit.err, HasSubstr(absl::StrCat(peer(2), " is not in this daemon's peers")));
+  // Nor may node 2 pull node 0 into a job: 0 does not list 2.
+  RunResult pulled = daemon(2).Ctl(
+      {"submit", WriteGraph("layer2.yaml", kMeshLayer), "--nodes", Nodes({2, 0})});
+  EXPECT_NE(pulled.exit_code, 0);
+  EXPECT_THAT(pulled.err, HasSubstr("PERMISSION_DENIED"));
+}
+
+TEST_F(ClusterTest, APeerThatCannotAdmitItsPartGetsTheJobRefusedNamingIt) {
+  StartNodes(2);
+  // Device 3 exists on neither node (2 devices each).
+  std::string graph = kMeshLayer;
+  graph.replace(graph.find("mesh:"), 0, "devices: [0, 3]\n");
+  RunResult local = daemon(0).Ctl({"submit", WriteGraph("bad.yaml", graph), "--nodes",
+                                   Nodes({0, 1})});
+  EXPECT_NE(local.exit_code, 0);
+  EXPECT_THAT(local.err, HasSubstr("INVALID_ARGUMENT"));
+  // A shape that fits node 0 but is refused by node 1: a draining peer.
+  daemon(1).Terminate(std::chrono::seconds(0));
+  RunResult down = daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes",
+                                  Nodes({0, 1})});
+  EXPECT_NE(down.exit_code, 0);
+  EXPECT_THAT(down.err, HasSubstr(peer(1)));
+  EXPECT_THAT(down.err, ::testing::AnyOf(HasSubstr("UNAVAILABLE"), HasSubstr("draining")));
+}
+
+TEST_F(ClusterTest, CancelOnTheCoordinatorCancelsEveryPart) {
+  StartNodes(2);
+  const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
+  WaitForPart(1, "RUNNING");
+  WaitForJob(daemon(0), id, StateIs("RUNNING"));
+  RunResult cancel = daemon(0).Ctl({"cancel", id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(30));
+  EXPECT_EQ(job.value("state", ""), "CANCELLED") << job.dump(2);
+  WaitForPart(1, "CANCELLED", std::chrono::seconds(30));
+}
+
+TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNext) {
+  StartNodes(2);
+  const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
+  WaitForPart(1, "RUNNING");
+  daemon(1).Kill();
+  const auto killed = Clock::now();
+  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(60));
+  EXPECT_THAT(job.value("state", ""), ::testing::AnyOf("FAILED", "ABORTED")) << job.dump(2);
+  EXPECT_THAT(job.value("error", ""), HasSubstr(peer(1))) << job.dump(2);
+  EXPECT_LT(Clock::now() - killed, std::chrono::milliseconds(kCollectiveTimeoutMs) +
+                                       std::chrono::seconds(15));
+  // The survivor's own part ended too, and it runs the next job.
+  nlohmann::json parts = List(0);
+  for (const nlohmann::json& j : parts) EXPECT_TRUE(Final(j)) << j.dump(2);
+  RunResult next = daemon(0).Ctl({"submit", WriteGraph("local.yaml", R"(name: local
+iterations: 2
+warmup: 1
+ops:
+  - {id: ar, type: all_reduce, m: 64, n: 64}
+)"), "--wait"});
+  EXPECT_EQ(next.exit_code, 0) << next.err << next.out;
+}
+
+TEST_F(ClusterTest, ACoordinatorKilledMidJobEndsThePeersParts) {
+  StartNodes(2);
+  const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
+  WaitForPart(1, "RUNNING");
+  daemon(0).Kill();
+  const auto killed = Clock::now();
+  const auto deadline = killed + std::chrono::milliseconds(kCollectiveTimeoutMs) +
+                        std::chrono::seconds(20);
+  bool ended = false;
+  while (!ended && Clock::now() < deadline) {
+    ended = true;
+    for (const nlohmann::json& j : List(1)) ended = ended && Final(j);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(ended) << List(1).dump(2);
+  for (const nlohmann::json& j : List(1)) {
+    EXPECT_THAT(j.value("state", ""), ::testing::AnyOf("FAILED", "ABORTED")) << j.dump(2);
+  }
+}
+
+TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish) {
+  StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500);
+  const std::string graph = WriteGraph("layer.yaml", kMeshLayer);
+  std::unique_ptr<Child> a =
+      daemon(0).CtlAsync({"submit", graph, "--nodes", Nodes({0, 1}), "--wait"});
+  std::unique_ptr<Child> b =
+      daemon(1).CtlAsync({"submit", graph, "--nodes", Nodes({1, 0}), "--wait"});
+  RunResult ra = a->Wait(std::chrono::seconds(180));
+  RunResult rb = b->Wait(std::chrono::seconds(180));
+  EXPECT_EQ(ra.exit_code, 0) << ra.err << ra.out;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err << rb.out;
+}
+
+}  // namespace
+}  // namespace overlap::testing
