@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -96,6 +97,37 @@ Field StringField(const char* name, const char* comment, std::string DaemonConfi
             return absl::OkStatus();
           },
           [member](const DaemonConfig& config) { return YamlQuote(config.*member); }};
+}
+
+// A YAML list of strings; null (`peers:`) is the empty list.
+Field StringListField(const char* name, const char* comment,
+                      std::vector<std::string> DaemonConfig::*member) {
+  return {
+      name, comment,
+      [member](const YAML::Node& node, DaemonConfig* config) -> absl::Status {
+        std::vector<std::string> values;
+        if (!node.IsNull()) {
+          if (!node.IsSequence()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "must be a list of strings, e.g. [\"10.0.0.2:7000\"] (got ", Describe(node), ")"));
+          }
+          for (size_t i = 0; i < node.size(); ++i) {
+            absl::StatusOr<std::string> value = yaml_util::ReadString(node[i]);
+            if (!value.ok()) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("[", i, "]: ", value.status().message()));
+            }
+            values.push_back(*std::move(value));
+          }
+        }
+        config->*member = std::move(values);
+        return absl::OkStatus();
+      },
+      [member](const DaemonConfig& config) {
+        std::vector<std::string> quoted;
+        for (const std::string& value : config.*member) quoted.push_back(YamlQuote(value));
+        return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+      }};
 }
 
 Field BoolField(const char* name, const char* comment, bool DaemonConfig::*member) {
@@ -236,6 +268,31 @@ const std::vector<Field>& Fields() {
       StringField("metrics_listen",
                   "Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9464 (\"\" = off)",
                   &DaemonConfig::metrics_listen),
+      StringField("peer_listen",
+                  "jobs across nodes: HOST:PORT other daemons reach this one on (\"\" = "
+                  "none: joins no cluster)",
+                  &DaemonConfig::peer_listen),
+      StringListField("peers",
+                      "HOST:PORT of the other daemons this one runs jobs with (each as its "
+                      "node_name)",
+                      &DaemonConfig::peers),
+      StringField("node_name", "HOST:PORT this daemon goes by among its peers (\"\" = peer_listen)",
+                  &DaemonConfig::node_name),
+      StringField("peer_tls_cert",
+                  "PEM certificate chain the peer listener and calls to peers present "
+                  "(required off loopback)",
+                  &DaemonConfig::peer_tls_cert),
+      StringField("peer_tls_key", "PEM private key of peer_tls_cert", &DaemonConfig::peer_tls_key),
+      StringField("peer_tls_ca", "PEM CA that signed the peers' certificates (mutual TLS)",
+                  &DaemonConfig::peer_tls_ca),
+      IntField("cluster_hold_timeout_ms",
+               "a coordinator waits this long for every node to hold its part, then retries",
+               &DaemonConfig::cluster_hold_timeout_ms),
+      IntField("cluster_collective_timeout_ms",
+               "Gloo's timeout to connect and for each collective across daemons",
+               &DaemonConfig::cluster_collective_timeout_ms),
+      IntField("cluster_max_jobs", "jobs across nodes this daemon coordinates at once",
+               &DaemonConfig::cluster_max_jobs),
       IntField("max_iterations", "largest iterations/warmup a job may ask for",
                &DaemonConfig::max_iterations),
       IntField("max_queued_jobs", "submissions beyond this are RESOURCE_EXHAUSTED",
@@ -291,12 +348,56 @@ absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate config key ", Describe(it->first)));
     }
     absl::Status status = field->parse(it->second, &config);
-    if (!status.ok()) return FieldError(key, status.message());
+    if (!status.ok()) {
+      // A list's entry error starts with its index: "peers[1]: ...", not "peers: [1]: ...".
+      if (absl::StartsWith(status.message(), "[")) {
+        return absl::InvalidArgumentError(absl::StrCat(key, status.message()));
+      }
+      return FieldError(key, status.message());
+    }
   }
+  RETURN_IF_ERROR(ValidateClusterKeys(config));
   return config;
 }
 
 }  // namespace
+
+std::string NodeName(const DaemonConfig& config) {
+  return config.node_name.empty() ? config.peer_listen : config.node_name;
+}
+
+absl::Status ValidateClusterKeys(const DaemonConfig& config) {
+  if (config.peer_listen.empty()) {
+    if (!config.peers.empty()) {
+      return absl::InvalidArgumentError(
+          "peers: needs peer_listen, the listener the peers reach this daemon on");
+    }
+    if (!config.node_name.empty()) {
+      return absl::InvalidArgumentError(
+          "node_name: needs peer_listen, the listener the peers reach this daemon on");
+    }
+    return absl::OkStatus();
+  }
+  const std::string self = NodeName(config);
+  for (size_t i = 0; i < config.peers.size(); ++i) {
+    const std::string& peer = config.peers[i];
+    if (peer.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("peers[", i, "]: empty (expected HOST:PORT)"));
+    }
+    if (peer == self) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "peers[", i, "]: ", YamlQuote(peer), " is this daemon itself (its ",
+          config.node_name.empty() ? "peer_listen" : "node_name", "): list only the others"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (config.peers[j] == peer) {
+        return absl::InvalidArgumentError(absl::StrCat("peers[", i, "]: ", YamlQuote(peer),
+                                                       " is listed twice (also peers[", j, "])"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text) {
   ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(yaml_text, ""));

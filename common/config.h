@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -101,6 +102,33 @@ struct DaemonConfig {
   // authentication: bind it where only the scraper can reach it.
   std::string metrics_listen;
 
+  // Jobs that span daemons, one per node (docs/CONFIGURATION.md, "Jobs across
+  // nodes"). Daemons speak to each other on the peer listener (peer.proto).
+  // HOST:PORT of the peer listener (port 0: any free port); "" = none, and the
+  // daemon joins no cluster.
+  std::string peer_listen;
+  // HOST:PORT of the other daemons this one runs jobs with, as each names
+  // itself (its node_name): it coordinates jobs over these nodes only, and
+  // joins jobs only from a coordinator listed here.
+  std::vector<std::string> peers;
+  // HOST:PORT this daemon goes by among its peers, the entry the others list
+  // in their peers; "" = peer_listen (its bound address when the port is 0).
+  std::string node_name;
+  // Mutual TLS between daemons (PEM files, all three or none): the listener
+  // presents cert/key and requires a client certificate signed by peer_tls_ca;
+  // calls to peers present the same cert/key and check the peer's against
+  // peer_tls_ca. Required when peer_listen is not a loopback address.
+  std::string peer_tls_cert;
+  std::string peer_tls_key;
+  std::string peer_tls_ca;
+  // How long a coordinator waits for every node to hold its part before it
+  // releases the reservation and tries again.
+  int cluster_hold_timeout_ms = 10000;
+  // Gloo's timeout for connecting and for every collective across daemons.
+  int cluster_collective_timeout_ms = 60000;
+  // Jobs spanning daemons that this daemon coordinates at once.
+  int cluster_max_jobs = 4;
+
   // Limits.
   int max_iterations = 10000;
   int max_queued_jobs = 256;
@@ -126,6 +154,14 @@ struct DaemonConfig {
 // Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.
 absl::StatusOr<DaemonConfig> ParseDaemonConfig(absl::string_view yaml_text);
 absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
+// The checks between the cluster keys that need no address parsing: peers and
+// node_name need peer_listen, no peer is listed twice, and this daemon's own
+// name (NodeName) is not among its peers. INVALID_ARGUMENT naming the key.
+// ParseDaemonConfig runs it; the peer listener (server/peer/peer_config.h)
+// runs it with the checks of the addresses and TLS files.
+absl::Status ValidateClusterKeys(const DaemonConfig& config);
+// The name this daemon goes by among its peers: node_name, else peer_listen.
+std::string NodeName(const DaemonConfig& config);
 // The built-in defaults as YAML (what `overlapd --print-default-config` shows).
 std::string DefaultConfigYaml();
 

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
@@ -28,6 +29,8 @@
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
+#include "server/peer/peer_config.h"
+#include "server/peer/peer_server.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rpc_server.h"
 #include "server/rpc/server_tls.h"
@@ -108,6 +111,17 @@ absl::Status PrepareStateDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// What answers the peer listener's job calls (AdmitPart, HoldPart, ...): null
+// for now, and the listener answers them UNAVAILABLE "this daemon runs no
+// cluster jobs". It may keep references to the parts it is given; it is
+// destroyed after the peer listener stops and before them.
+std::unique_ptr<peer::PeerHandler> MakePeerHandler(const DaemonConfig& /*config*/,
+                                                   jobs::Scheduler& /*scheduler*/,
+                                                   const jobs::Admission& /*admission*/,
+                                                   engine::Engine& /*engine*/) {
+  return nullptr;
+}
+
 }  // namespace
 
 // SIGTERM/SIGINT are blocked in main before it makes any thread, so every thread
@@ -153,6 +167,8 @@ struct Daemon::Parts {
   std::unique_ptr<jobs::Admission> admission;
   std::unique_ptr<jobs::Scheduler> scheduler;
   std::unique_ptr<node::NodeState> node;
+  std::unique_ptr<peer::PeerHandler> peer_handler;  // may stay null (MakePeerHandler)
+  std::unique_ptr<peer::PeerServer> peer_server;    // with peer_listen only
   std::unique_ptr<rpc::RpcServer> server;
   std::unique_ptr<rpc::MetricsExporter> metrics;
   StopRequest stop;
@@ -175,6 +191,7 @@ std::unique_ptr<Daemon> Daemon::Start(const DaemonConfig& config, StartError* er
     GetLogger("overlapd")->error("{}", std::string(s.message()));
     Parts& p = *daemon->parts_;
     if (p.scheduler != nullptr) {
+      if (p.peer_server != nullptr) p.peer_server->Shutdown(absl::ZeroDuration());
       if (p.server != nullptr) p.server->Shutdown(absl::ZeroDuration());
       p.scheduler->StartDrain();
       p.scheduler->CancelRunning("overlapd failed to start");
@@ -194,6 +211,9 @@ absl::Status Daemon::StartParts(int* exit_code) {
             OVERLAP_GIT_COMMIT, config.backend, config.state_dir);
   *exit_code = kExitUsage;
   if (absl::Status s = PrepareStateDir(config.state_dir); !s.ok()) return s;
+  // Before the engine spends seconds starting: a bad peer address or TLS file
+  // is a config error (exit 2).
+  if (absl::Status s = peer::ValidatePeerConfig(config); !s.ok()) return s;
 
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
   if (!engine.ok()) {
@@ -269,6 +289,28 @@ absl::Status Daemon::StartServers(int* exit_code) {
   auto log = GetLogger("overlapd");
   Parts& p = *parts_;
   const DaemonConfig& config = config_;
+  // The peer listener first: once users reach the daemon, so do its peers.
+  if (!config.peer_listen.empty()) {
+    p.peer_handler = MakePeerHandler(config, *p.scheduler, *p.admission, *p.engine);
+    peer::PeerServerOptions peer_options;
+    peer_options.listen = config.peer_listen;
+    peer_options.tls = peer::PeerTlsOf(config);
+    absl::StatusOr<std::unique_ptr<peer::PeerServer>> peer_server = peer::PeerServer::Start(
+        peer_options, p.peer_handler.get(),
+        peer::PeerHello{p.engine->Name(), p.engine->DeviceCount(), config.node_name});
+    if (!peer_server.ok()) {
+      *exit_code = peer_server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                                     : kExitFailure;
+      return absl::Status(
+          peer_server.status().code(),
+          absl::StrCat("cannot start the peer listener: ", peer_server.status().message()));
+    }
+    p.peer_server = std::move(*peer_server);
+    log->info("peer listener on {}{}: node {}, peers: {}", p.peer_server->listen_address(),
+              p.peer_server->tls() ? " (mutual TLS)" : "", p.peer_server->node_name(),
+              config.peers.empty() ? "none" : absl::StrJoin(config.peers, ", "));
+    if (p.peer_handler == nullptr) log->info("this daemon runs no cluster jobs yet");
+  }
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
   rpc_options.allow_insecure_tcp = config.allow_insecure_tcp;
@@ -376,6 +418,11 @@ int Daemon::Stop() {
     std::_Exit(kExitFailure);
   }
   const int queued = p.scheduler->QueuedCount();
+  // After the drain (a running job spanning daemons still talks to its peers
+  // through it), before the scheduler the handler uses.
+  if (p.peer_server != nullptr) p.peer_server->Shutdown(kRpcGrace);
+  p.peer_server.reset();
+  p.peer_handler.reset();
   p.metrics.reset();      // it reads the node's state and the scheduler
   p.scheduler->Shutdown();  // ends WatchJob streams
   p.server->Shutdown(kRpcGrace);

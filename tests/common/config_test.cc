@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
@@ -49,6 +50,15 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.keep_finished_jobs, b.keep_finished_jobs);
   EXPECT_EQ(a.keep_finished_days, b.keep_finished_days);
   EXPECT_EQ(a.max_spec_bytes, b.max_spec_bytes);
+  EXPECT_EQ(a.peer_listen, b.peer_listen);
+  EXPECT_EQ(a.peers, b.peers);
+  EXPECT_EQ(a.node_name, b.node_name);
+  EXPECT_EQ(a.peer_tls_cert, b.peer_tls_cert);
+  EXPECT_EQ(a.peer_tls_key, b.peer_tls_key);
+  EXPECT_EQ(a.peer_tls_ca, b.peer_tls_ca);
+  EXPECT_EQ(a.cluster_hold_timeout_ms, b.cluster_hold_timeout_ms);
+  EXPECT_EQ(a.cluster_collective_timeout_ms, b.cluster_collective_timeout_ms);
+  EXPECT_EQ(a.cluster_max_jobs, b.cluster_max_jobs);
 }
 
 void ExpectInvalid(const std::string& yaml, const std::string& message) {
@@ -98,13 +108,27 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "drain_timeout_s",
                           "keep_finished_jobs",
                           "keep_finished_days",
-                          "max_spec_bytes"}) {
+                          "max_spec_bytes",
+                          "peer_listen",
+                          "peers",
+                          "node_name",
+                          "peer_tls_cert",
+                          "peer_tls_key",
+                          "peer_tls_ca",
+                          "cluster_hold_timeout_ms",
+                          "cluster_collective_timeout_ms",
+                          "cluster_max_jobs"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
   }
   EXPECT_THAT(yaml, HasSubstr("host_device_memory_bytes: 2GiB"));
   EXPECT_THAT(yaml, HasSubstr("pool_bytes_per_device: 16GiB"));
   EXPECT_THAT(yaml, HasSubstr("max_spec_bytes: 1MiB"));
   EXPECT_THAT(yaml, HasSubstr("backend: \"auto\""));
+  EXPECT_THAT(yaml, HasSubstr("\npeer_listen: \"\" "));
+  EXPECT_THAT(yaml, HasSubstr("\npeers: [] "));
+  EXPECT_THAT(yaml, HasSubstr("\ncluster_hold_timeout_ms: 10000 "));
+  EXPECT_THAT(yaml, HasSubstr("\ncluster_collective_timeout_ms: 60000 "));
+  EXPECT_THAT(yaml, HasSubstr("\ncluster_max_jobs: 4 "));
   EXPECT_THAT(yaml, HasSubstr("# auto | cuda | host"));
 }
 
@@ -137,6 +161,15 @@ drain_timeout_s: 0
 keep_finished_jobs: 0
 keep_finished_days: 7.5
 max_spec_bytes: 65536
+peer_listen: "0.0.0.0:7000"
+peers: ["gpu-node-2:7000", "10.0.0.3:7000"]
+node_name: "gpu-node-1:7000"
+peer_tls_cert: /etc/overlapd/peer/node.pem
+peer_tls_key: /etc/overlapd/peer/node.key
+peer_tls_ca: /etc/overlapd/peer/ca.pem
+cluster_hold_timeout_ms: 2500
+cluster_collective_timeout_ms: 30000
+cluster_max_jobs: 2
 )");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->backend, "host");
@@ -166,6 +199,20 @@ max_spec_bytes: 65536
   EXPECT_EQ(config->keep_finished_jobs, 0);
   EXPECT_EQ(config->keep_finished_days, 7.5);
   EXPECT_EQ(config->max_spec_bytes, 65536);
+  EXPECT_EQ(config->peer_listen, "0.0.0.0:7000");
+  EXPECT_EQ(config->peers, (std::vector<std::string>{"gpu-node-2:7000", "10.0.0.3:7000"}));
+  EXPECT_EQ(config->node_name, "gpu-node-1:7000");
+  EXPECT_EQ(config->peer_tls_cert, "/etc/overlapd/peer/node.pem");
+  EXPECT_EQ(config->peer_tls_key, "/etc/overlapd/peer/node.key");
+  EXPECT_EQ(config->peer_tls_ca, "/etc/overlapd/peer/ca.pem");
+  EXPECT_EQ(config->cluster_hold_timeout_ms, 2500);
+  EXPECT_EQ(config->cluster_collective_timeout_ms, 30000);
+  EXPECT_EQ(config->cluster_max_jobs, 2);
+  // What --print-config shows reads back to the same values.
+  auto again = ParseDaemonConfig(ConfigYaml(*config));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigYaml(*config);
+  ExpectSameConfig(*config, *again);
+  EXPECT_THAT(ConfigYaml(*config), HasSubstr("\npeers: [\"gpu-node-2:7000\", \"10.0.0.3:7000\"] "));
 
   // Keys not given keep their defaults.
   config = ParseDaemonConfig("backend: cuda\nlisten:\n");
@@ -271,6 +318,69 @@ TEST(ConfigTest, Errors) {
   ExpectInvalid("backend: host\nbackend: cuda", "duplicate config key \"backend\"");
   ExpectInvalid("- backend", "config must be a mapping");
   ExpectInvalid("backend: [host", "malformed YAML/JSON at line ");
+}
+
+TEST(ConfigTest, ClusterKeys) {
+  // The defaults: no peer listener, no cluster.
+  const DaemonConfig defaults;
+  EXPECT_EQ(defaults.peer_listen, "");
+  EXPECT_TRUE(defaults.peers.empty());
+  EXPECT_EQ(defaults.node_name, "");
+  EXPECT_EQ(defaults.cluster_hold_timeout_ms, 10000);
+  EXPECT_EQ(defaults.cluster_collective_timeout_ms, 60000);
+  EXPECT_EQ(defaults.cluster_max_jobs, 4);
+
+  auto config = ParseDaemonConfig("peer_listen: 127.0.0.1:7000\npeers:\n  - 127.0.0.1:7001\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->peers, std::vector<std::string>{"127.0.0.1:7001"});
+  EXPECT_EQ(NodeName(*config), "127.0.0.1:7000");  // node_name defaults to peer_listen
+  config = ParseDaemonConfig("peer_listen: 0.0.0.0:7000\nnode_name: gpu-node-1:7000\npeers:\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->peers.empty());  // `peers:` alone is the empty list
+  EXPECT_EQ(NodeName(*config), "gpu-node-1:7000");
+
+  // Entries that YAML would mangle survive the round trip through ConfigYaml.
+  DaemonConfig odd;
+  odd.peer_listen = "127.0.0.1:7000";
+  odd.peers = {"[::1]:7001", "a \"b\":1", "#c:2"};
+  auto again = ParseDaemonConfig(ConfigYaml(odd));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigYaml(odd);
+  EXPECT_EQ(again->peers, odd.peers);
+
+  ExpectInvalid(
+      "peer_listen: 127.0.0.1:7000\npeers: 127.0.0.1:7001",
+      "peers: must be a list of strings, e.g. [\"10.0.0.2:7000\"] (got \"127.0.0.1:7001\")");
+  ExpectInvalid("peer_listen: 127.0.0.1:7000\npeers: [127.0.0.1:7001, [a]]",
+                "peers[1]: must be a string (got a list)");
+  ExpectInvalid("peer_listen: 127.0.0.1:7000\npeers: [\"\"]",
+                "peers[0]: empty (expected HOST:PORT)");
+  ExpectInvalid("peer_listen: 127.0.0.1:7000\npeers: [a:1, b:2, a:1]",
+                "peers[2]: \"a:1\" is listed twice (also peers[0])");
+  ExpectInvalid("peer_listen: 127.0.0.1:7000\npeers: [a:1, 127.0.0.1:7000]",
+                "peers[1]: \"127.0.0.1:7000\" is this daemon itself (its peer_listen): list only "
+                "the others");
+  ExpectInvalid("peer_listen: 0.0.0.0:7000\nnode_name: n1:7000\npeers: [n2:7000, n1:7000]",
+                "peers[1]: \"n1:7000\" is this daemon itself (its node_name)");
+  ExpectInvalid("peers: [a:1]", "peers: needs peer_listen");
+  ExpectInvalid("node_name: a:1", "node_name: needs peer_listen");
+  ExpectInvalid("cluster_hold_timeout_ms: 0",
+                "cluster_hold_timeout_ms: must be a positive integer (got \"0\")");
+  ExpectInvalid("cluster_hold_timeout_ms: -5",
+                "cluster_hold_timeout_ms: must be a positive integer");
+  ExpectInvalid("cluster_collective_timeout_ms: 0",
+                "cluster_collective_timeout_ms: must be a positive integer");
+  ExpectInvalid("cluster_collective_timeout_ms: 1.5",
+                "cluster_collective_timeout_ms: must be a positive integer");
+  ExpectInvalid("cluster_max_jobs: 0", "cluster_max_jobs: must be a positive integer");
+  ExpectInvalid("peer_listen: [a]", "peer_listen: must be a string (got a list)");
+
+  // The cross-key checks hold for a config built in code too.
+  DaemonConfig built;
+  built.peer_listen = "127.0.0.1:7000";
+  built.peers = {"x:1", "x:1"};
+  EXPECT_EQ(ValidateClusterKeys(built).code(), absl::StatusCode::kInvalidArgument);
+  built.peers = {"x:1"};
+  EXPECT_TRUE(ValidateClusterKeys(built).ok());
 }
 
 TEST(ConfigTest, LoadFromFile) {

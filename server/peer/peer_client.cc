@@ -1,0 +1,93 @@
+#include "server/peer/peer_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace overlap::peer {
+namespace {
+
+// The most of a peer's self-description quoted in a message.
+constexpr size_t kMaxQuoted = 200;
+
+std::string Shorten(const std::string& text) {
+  return absl::StrCat(absl::CHexEscape(text.substr(0, kMaxQuoted)),
+                      text.size() > kMaxQuoted ? "..." : "");
+}
+
+std::string Quote(const std::string& text) { return absl::StrCat("\"", Shorten(text), "\""); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<v1::Peers::Stub>> NewPeerStub(const PeerChannelOptions& options,
+                                                             const std::string& address) {
+  ASSIGN_OR_RETURN(const PeerAddress parsed,
+                   ParsePeerAddress("peer", address, /*allow_port_zero=*/false));
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls.enabled()) {
+    ASSIGN_OR_RETURN(PeerTlsPem pem, ReadPeerTls(options.tls));
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = std::move(pem.ca);
+    ssl.pem_private_key = std::move(pem.private_key);
+    ssl.pem_cert_chain = std::move(pem.cert_chain);
+    credentials = grpc::SslCredentials(ssl);
+  } else if (parsed.loopback) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer: \"", address,
+                     "\": not a loopback address: calls to it need mutual TLS; set peer_tls_cert, "
+                     "peer_tls_key and peer_tls_ca"));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  return v1::Peers::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+}
+
+void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout) {
+  context->AddMetadata(kVersionHeader, OVERLAP_VERSION);
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,
+                                        const std::string& own_node, absl::Duration timeout) {
+  grpc::ClientContext context;
+  PreparePeerContext(&context, timeout);
+  v1::HelloRequest request;
+  request.set_node(own_node);
+  v1::HelloResponse response;
+  const grpc::Status status = stub.Hello(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("peer ", address, ": ", status.error_message()));
+  }
+  if (response.version() != OVERLAP_VERSION) {
+    return absl::FailedPreconditionError(absl::StrCat("peer ", address, " runs overlapd ",
+                                                      Quote(response.version()), ", this daemon ",
+                                                      OVERLAP_VERSION, ": upgrade them together"));
+  }
+  if (response.node() != address) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("peer ", address, " names itself ", Quote(response.node()),
+                     ": its node_name must be the address this daemon lists in peers"));
+  }
+  return response;
+}
+
+absl::Status CheckListedPeer(const DaemonConfig& config, const std::string& address) {
+  if (std::find(config.peers.begin(), config.peers.end(), address) != config.peers.end()) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat("node ", Shorten(address),
+                                                  " is not in this daemon's peers: (",
+                                                  absl::StrJoin(config.peers, ", "), ")"));
+}
+
+}  // namespace overlap::peer

@@ -1,0 +1,53 @@
+// Calling peers: stubs on channels with the peer TLS settings, the context
+// every call needs (version header, deadline), Hello, and whether an address
+// is one of this daemon's peers.
+//
+// Thread safety: every function may be called from any thread; a stub may be
+// shared between threads (gRPC stubs are thread-safe).
+#pragma once
+
+#include <grpcpp/client_context.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/config.h"
+#include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/peer_config.h"
+
+namespace overlap::peer {
+
+struct PeerChannelOptions {
+  PeerTls tls;  // none: plain TCP, to loopback addresses only
+  // The largest response taken (StoreGet's values).
+  int max_message_bytes = 64 << 20;
+};
+
+// A stub for the peer at `address` (HOST:PORT). With TLS the channel presents
+// tls's certificate and checks the peer's against tls's CA, and its name
+// against the address's host (the peer's certificate must name it in its
+// subjectAltName). INVALID_ARGUMENT naming "peer" for a malformed address,
+// unusable TLS files, or a non-loopback address without TLS. Connects lazily:
+// an unreachable peer shows in the first call (UNAVAILABLE).
+absl::StatusOr<std::unique_ptr<v1::Peers::Stub>> NewPeerStub(const PeerChannelOptions& options,
+                                                             const std::string& address);
+
+// Makes `context` a peer call's: the version header (kVersionHeader) and a
+// deadline `timeout` from now. Call before the call starts.
+void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout);
+
+// Hello to the peer at `address` through `stub`, naming this daemon
+// `own_node`. The call's status (its code, the message prefixed with the
+// peer) on failure; FAILED_PRECONDITION naming the peer when it runs another
+// version, or names itself other than `address` (its node_name must be the
+// entry this daemon lists in peers).
+absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,
+                                        const std::string& own_node, absl::Duration timeout);
+
+// OK when `address` is listed in config.peers (as written there);
+// PERMISSION_DENIED "node X is not in this daemon's peers: (a, b)" otherwise.
+absl::Status CheckListedPeer(const DaemonConfig& config, const std::string& address);
+
+}  // namespace overlap::peer

@@ -1,0 +1,108 @@
+#include "server/peer/peer_config.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/pem_file.h"
+#include "common/status_macros.h"
+#include "server/rpc/listen_address.h"
+
+namespace overlap::peer {
+namespace {
+
+absl::Status Invalid(absl::string_view key, const std::string& address, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": \"", address, "\": ", why));
+}
+
+}  // namespace
+
+PeerTls PeerTlsOf(const DaemonConfig& config) {
+  return PeerTls{config.peer_tls_cert, config.peer_tls_key, config.peer_tls_ca};
+}
+
+absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls) {
+  if (tls.cert_file.empty() || tls.key_file.empty() || tls.ca_file.empty()) {
+    std::string missing;
+    for (const auto& [key, file] :
+         {std::pair<const char*, const std::string*>{"peer_tls_cert", &tls.cert_file},
+          {"peer_tls_key", &tls.key_file},
+          {"peer_tls_ca", &tls.ca_file}}) {
+      if (file->empty()) absl::StrAppend(&missing, missing.empty() ? "" : ", ", key);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer_tls_cert, peer_tls_key and peer_tls_ca go together (mutual TLS between daemons); "
+        "missing: ",
+        missing));
+  }
+  PeerTlsPem pem;
+  ASSIGN_OR_RETURN(pem.cert_chain, ReadPemFile(tls.cert_file, "peer_tls_cert", "CERTIFICATE"));
+  ASSIGN_OR_RETURN(pem.private_key, ReadPemFile(tls.key_file, "peer_tls_key", "PRIVATE KEY"));
+  ASSIGN_OR_RETURN(pem.ca, ReadPemFile(tls.ca_file, "peer_tls_ca", "CERTIFICATE"));
+  return pem;
+}
+
+absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::string& address,
+                                             bool allow_port_zero) {
+  if (address.empty()) return Invalid(key, address, "empty (expected HOST:PORT)");
+  // One parser for every address the daemon takes (listen_address.h); with
+  // allow_insecure_tcp it reports a non-loopback host instead of refusing it.
+  absl::StatusOr<rpc::ListenTarget> target =
+      rpc::ResolveListenAddress(address, /*allow_insecure_tcp=*/true);
+  if (!target.ok()) {
+    // "listen: \"ADDRESS\": why" -> "<key>: \"ADDRESS\": why"
+    absl::string_view message = target.status().message();
+    absl::ConsumePrefix(&message, "listen: ");
+    return absl::InvalidArgumentError(absl::StrCat(key, ": ", message));
+  }
+  if (!target->socket_path.empty()) {
+    return Invalid(key, address, "peers speak TCP: expected HOST:PORT, not a unix socket");
+  }
+  PeerAddress parsed;
+  const size_t colon = address.rfind(':');
+  parsed.host = address.substr(0, colon);
+  if (parsed.host.size() >= 2 && parsed.host.front() == '[') {
+    parsed.host = parsed.host.substr(1, parsed.host.size() - 2);
+  }
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &parsed.port)) {
+    return Invalid(key, address, "expected HOST:PORT");  // ResolveListenAddress checked it
+  }
+  if (parsed.port == 0 && !allow_port_zero) {
+    return Invalid(key, address, "port 0 names no listener: give the port the peer listens on");
+  }
+  parsed.loopback = !target->insecure_network;
+  return parsed;
+}
+
+absl::Status ValidatePeerConfig(const DaemonConfig& config) {
+  RETURN_IF_ERROR(ValidateClusterKeys(config));
+  if (config.peer_listen.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const PeerAddress listen,
+                   ParsePeerAddress("peer_listen", config.peer_listen, /*allow_port_zero=*/true));
+  if (!config.node_name.empty()) {
+    RETURN_IF_ERROR(
+        ParsePeerAddress("node_name", config.node_name, /*allow_port_zero=*/false).status());
+  }
+  for (size_t i = 0; i < config.peers.size(); ++i) {
+    RETURN_IF_ERROR(ParsePeerAddress(absl::StrCat("peers[", i, "]"), config.peers[i],
+                                     /*allow_port_zero=*/false)
+                        .status());
+  }
+  const PeerTls tls = PeerTlsOf(config);
+  if (tls.enabled()) return ReadPeerTls(tls).status();
+  if (!listen.loopback) {
+    return Invalid("peer_listen", config.peer_listen,
+                   "not a loopback address: daemons off loopback speak mutual TLS; set "
+                   "peer_tls_cert, peer_tls_key and peer_tls_ca");
+  }
+  for (size_t i = 0; i < config.peers.size(); ++i) {
+    if (!ParsePeerAddress("peers", config.peers[i], false)->loopback) {
+      return Invalid(absl::StrCat("peers[", i, "]"), config.peers[i],
+                     "not a loopback address: calls to it need mutual TLS; set peer_tls_cert, "
+                     "peer_tls_key and peer_tls_ca");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::peer

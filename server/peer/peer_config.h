@@ -1,0 +1,59 @@
+// What the peer listener and the channels to peers share: the protocol's
+// version header, the peer TLS settings, and the checks of the cluster keys
+// of the config (common/config.h: peer_listen, peers, node_name, peer_tls_*).
+//
+// Peer addresses are HOST:PORT as listen_address.h reads them (localhost, an
+// IPv4 address, [IPv6] or a host name), never unix:PATH. Plain TCP is allowed
+// on loopback only; off loopback daemons speak mutual TLS (peer_tls_*).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/config.h"
+
+namespace overlap::peer {
+
+// Metadata key every peer call carries: the caller's OVERLAP_VERSION. A daemon
+// refuses another version (or none) with FAILED_PRECONDITION.
+inline constexpr char kVersionHeader[] = "overlapd-version";
+
+struct PeerTls {
+  std::string cert_file;  // peer_tls_cert
+  std::string key_file;   // peer_tls_key
+  std::string ca_file;    // peer_tls_ca
+
+  bool enabled() const { return !cert_file.empty() || !key_file.empty() || !ca_file.empty(); }
+};
+
+PeerTls PeerTlsOf(const DaemonConfig& config);
+
+// The PEM texts of enabled peer TLS settings.
+struct PeerTlsPem {
+  std::string cert_chain;
+  std::string private_key;
+  std::string ca;
+};
+// INVALID_ARGUMENT naming the key when the three are not all set, or a file is
+// unreadable or holds no PEM block of its kind. Call only when tls.enabled().
+absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls);
+
+struct PeerAddress {
+  std::string host;  // without brackets
+  int port = 0;
+  bool loopback = false;  // 127.0.0.0/8, localhost, [::1]
+};
+// `address` as HOST:PORT; INVALID_ARGUMENT "<key>: \"<address>\": <why>" when
+// malformed or a unix: address, or with port 0 unless `allow_port_zero` (a
+// listener may take any free port; a peer is called on a real one).
+absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::string& address,
+                                             bool allow_port_zero);
+
+// Every check of the cluster keys, none of which needs the network: those of
+// ValidateClusterKeys, the addresses of peer_listen, peers and node_name, the
+// TLS files, and TLS required when peer_listen or a peer is not loopback.
+// INVALID_ARGUMENT naming the key. OK when peer_listen is "".
+absl::Status ValidatePeerConfig(const DaemonConfig& config);
+
+}  // namespace overlap::peer

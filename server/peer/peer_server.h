@@ -1,0 +1,105 @@
+// The peer listener: the gRPC port daemons speak to each other on about jobs
+// that span them (overlap.v1.Peers, proto/overlap/v1/peer.proto), beside the
+// port users keep. It owns the transport and its rules; the job logic sits
+// behind PeerHandler.
+//
+// Rules every call meets before a handler sees it:
+//   - the metadata "overlapd-version" (peer_config.h) equals this daemon's
+//     OVERLAP_VERSION, else FAILED_PRECONDITION saying both versions;
+//   - off loopback, the caller presented a certificate signed by peer_tls_ca
+//     (mutual TLS; the handshake refuses anyone else), whose subject reaches
+//     the handler as PeerCaller::tls_subject.
+// Hello is answered by the listener itself. Whether a caller is one of this
+// daemon's peers (CheckListedPeer, peer_client.h) is the handler's to decide.
+//
+// Thread safety: handler methods run on gRPC's threads, several at once.
+// listen_address and node_name from any thread; Shutdown once, from one.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/peer_config.h"
+
+namespace overlap::peer {
+
+// Who called, as the peer listener authenticated them: the TLS subject with
+// mutual TLS, else "" (loopback).
+struct PeerCaller {
+  std::string tls_subject;  // "CN=node-2,O=acme"; "" without TLS
+  std::string peer_uri;     // gRPC's peer string, "ipv4:127.0.0.1:53412"
+};
+
+// The job side of the peer protocol (peer.proto says what each call means).
+// A returned status goes to the caller with its code and message. Long polls
+// (HoldPart's wait_ms, StoreGet's timeout_ms) should end by themselves: the
+// listener's Shutdown waits for running handlers after its grace.
+class PeerHandler {
+ public:
+  virtual ~PeerHandler() = default;
+  virtual absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const PeerCaller& caller,
+                                                          const v1::AdmitPartRequest& request) = 0;
+  virtual absl::Status CancelPart(const PeerCaller& caller,
+                                  const v1::CancelPartRequest& request) = 0;
+  virtual absl::StatusOr<v1::HoldPartResponse> HoldPart(const PeerCaller& caller,
+                                                        const v1::HoldPartRequest& request) = 0;
+  virtual absl::Status ReportPart(const PeerCaller& caller,
+                                  const v1::ReportPartRequest& request) = 0;
+  virtual absl::Status StoreSet(const PeerCaller& caller, const v1::StoreSetRequest& request) = 0;
+  virtual absl::StatusOr<std::string> StoreGet(const PeerCaller& caller,
+                                               const v1::StoreGetRequest& request) = 0;
+};
+
+struct PeerServerOptions {
+  std::string listen;  // peer_listen: HOST:PORT; port 0 takes any free port
+  PeerTls tls;         // required off loopback
+  // The largest request taken (AdmitPart's spec, ReportPart's result).
+  int max_message_bytes = 64 << 20;
+};
+
+// What Hello answers, beside the version (always OVERLAP_VERSION).
+struct PeerHello {
+  std::string backend;  // "host" | "cuda"
+  int device_count = 0;
+  std::string node_name;  // "" = the bound listen address
+};
+
+class PeerServer {
+ public:
+  // Listening when this returns. `handler` may be null: the job calls are then
+  // UNAVAILABLE "this daemon runs no cluster jobs"; else it must outlive the
+  // server. INVALID_ARGUMENT for a bad address or TLS settings (TLS missing
+  // off loopback), FAILED_PRECONDITION when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<PeerServer>> Start(const PeerServerOptions& options,
+                                                           PeerHandler* handler, PeerHello hello);
+  ~PeerServer();  // Shutdown(0)
+  PeerServer(const PeerServer&) = delete;
+  PeerServer& operator=(const PeerServer&) = delete;
+
+  // The bound address ("127.0.0.1:41234").
+  const std::string& listen_address() const { return listen_address_; }
+  // The name Hello answers with: the hello's node_name, else listen_address().
+  const std::string& node_name() const { return node_name_; }
+  bool tls() const { return tls_; }
+  // Stops taking calls; calls still running after `grace` are cancelled. Blocks
+  // until every handler returned.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  class Service;
+  PeerServer() = default;
+
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string listen_address_;
+  std::string node_name_;
+  bool tls_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace overlap::peer

@@ -1,0 +1,133 @@
+// The peer listener of the real overlapd: with peer_listen it starts, logs the
+// address it bound, answers Hello as the daemon (its backend, devices and
+// name) and refuses job calls while no handler runs them; settings that cannot
+// work stop the daemon at start (exit 2) with the reason.
+#include <grpcpp/create_channel.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "overlap/v1/peer.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace overlap::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kDaemonUsage = 2;  // overlapd: a config error
+
+class PeerListenTest : public DaemonTest {
+ protected:
+  std::string Config(const std::string& yaml) {
+    const std::string path = dir_.File("peer.yaml");
+    WriteFileOrDie(path, yaml);
+    return path;
+  }
+
+  // The address the log says the peer listener bound ("" when not logged in time).
+  std::string PeerAddress() {
+    const std::regex logged("peer listener on (127\\.0\\.0\\.1:[0-9]+): node ([^,]+), peers: ");
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    std::smatch match;
+    std::string log;
+    while (Clock::now() < deadline) {
+      log = daemon_->Log();
+      if (std::regex_search(log, match, logged)) {
+        EXPECT_EQ(match[2].str(), match[1].str()) << "node_name defaults to the bound address";
+        return match[1].str();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "no peer listener address in the log:\n" << log;
+    return "";
+  }
+
+  // overlapd with `yaml` must refuse to start (exit 2) saying `reason`.
+  void ExpectRefusedAtStart(const std::string& yaml, const std::string& reason) {
+    const std::vector<std::string> argv = {OVERLAPD_BIN,
+                                           "--backend",
+                                           "host",
+                                           "--listen",
+                                           "unix:" + dir_.File("refused.sock"),
+                                           "--state-dir",
+                                           dir_.File("state"),
+                                           "--config",
+                                           Config(yaml)};
+    RunResult r = Child::Spawn(argv, dir_.path())->Wait(std::chrono::seconds(20));
+    EXPECT_EQ(r.exit_code, kDaemonUsage) << Describe(r);
+    EXPECT_THAT(r.err + r.out, HasSubstr(reason));
+  }
+};
+
+TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
+  StartDaemon({"--config", Config("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\"]\n")});
+  const std::string address = PeerAddress();
+  ASSERT_FALSE(address.empty());
+  std::unique_ptr<v1::Peers::Stub> stub =
+      v1::Peers::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("overlapd-version", OVERLAP_VERSION);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::HelloRequest request;
+    request.set_node("127.0.0.1:1");
+    v1::HelloResponse response;
+    const grpc::Status status = stub->Hello(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.version(), OVERLAP_VERSION);
+    EXPECT_EQ(response.backend(), "host");
+    EXPECT_EQ(response.device_count(), 4);  // the harness's --host-devices
+    EXPECT_EQ(response.node(), address);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("overlapd-version", "0.0.9");
+    v1::HelloResponse response;
+    const grpc::Status status = stub->Hello(&context, v1::HelloRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(std::string("peer runs overlapd 0.0.9, this daemon ") + OVERLAP_VERSION));
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("overlapd-version", OVERLAP_VERSION);
+    v1::AdmitPartResponse response;
+    const grpc::Status status = stub->AdmitPart(&context, v1::AdmitPartRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(status.error_message(), "this daemon runs no cluster jobs");
+  }
+  RunResult stopped = daemon_->Terminate(std::chrono::seconds(30));
+  EXPECT_EQ(stopped.exit_code, 0) << Describe(stopped);
+  EXPECT_THAT(stopped.err, HasSubstr("peer listener stopped"));
+}
+
+TEST_F(PeerListenTest, WithoutPeerListenThereIsNoPeerListener) {
+  StartDaemon();
+  EXPECT_THAT(daemon_->Log(), ::testing::Not(HasSubstr("peer listener")));
+}
+
+TEST_F(PeerListenTest, SettingsThatCannotWorkStopTheDaemonAtStart) {
+  ExpectRefusedAtStart(
+      "peer_listen: 0.0.0.0:7000\n",
+      "peer_listen: \"0.0.0.0:7000\": not a loopback address: daemons off "
+      "loopback speak mutual TLS; set peer_tls_cert, peer_tls_key and peer_tls_ca");
+  ExpectRefusedAtStart("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\", \"127.0.0.1\"]\n",
+                       "peers[1]: \"127.0.0.1\": expected");
+  ExpectRefusedAtStart("peer_listen: 127.0.0.1:0\npeers: [\"10.9.8.7:7000\"]\n",
+                       "peers[0]: \"10.9.8.7:7000\": not a loopback address");
+  ExpectRefusedAtStart("peer_listen: 127.0.0.1:7000\npeers: [\"127.0.0.1:7000\"]\n",
+                       "is this daemon itself");
+  ExpectRefusedAtStart("peer_listen: 127.0.0.1:0\npeer_tls_cert: " + dir_.File("missing.pem") +
+                           "\npeer_tls_key: " + dir_.File("missing.key") +
+                           "\npeer_tls_ca: " + dir_.File("ca.pem") + "\n",
+                       "peer_tls_cert: cannot read " + dir_.File("missing.pem"));
+  ExpectRefusedAtStart("cluster_hold_timeout_ms: 0\n",
+                       "cluster_hold_timeout_ms: must be a positive integer");
+}
+
+}  // namespace
+}  // namespace overlap::testing
