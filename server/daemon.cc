@@ -29,6 +29,9 @@
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
+#include "server/cluster/cluster_jobs.h"
+#include "server/cluster/grpc_peer_link.h"
+#include "server/peer/peer_client.h"
 #include "server/peer/peer_config.h"
 #include "server/peer/peer_server.h"
 #include "server/rpc/metrics.h"
@@ -111,17 +114,6 @@ absl::Status PrepareStateDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// What answers the peer listener's job calls (AdmitPart, HoldPart, ...): null
-// for now, and the listener answers them UNAVAILABLE "this daemon runs no
-// cluster jobs". It may keep references to the parts it is given; it is
-// destroyed after the peer listener stops and before them.
-std::unique_ptr<peer::PeerHandler> MakePeerHandler(const DaemonConfig& /*config*/,
-                                                   jobs::Scheduler& /*scheduler*/,
-                                                   const jobs::Admission& /*admission*/,
-                                                   engine::Engine& /*engine*/) {
-  return nullptr;
-}
-
 }  // namespace
 
 // SIGTERM/SIGINT are blocked in main before it makes any thread, so every thread
@@ -165,10 +157,14 @@ struct Daemon::Parts {
   std::unique_ptr<runner::TuningCache> tuning_cache;  // may stay null
   std::unique_ptr<node::TuningState> tuning;
   std::unique_ptr<jobs::Admission> admission;
+  // With peer_listen only: jobs that span daemons. The scheduler's runner
+  // calls it and it calls the scheduler, so it outlives the scheduler (which
+  // has no job running by then) and gets it once made.
+  std::unique_ptr<cluster::PeerLink> peer_link;
+  std::unique_ptr<cluster::ClusterJobs> cluster;
   std::unique_ptr<jobs::Scheduler> scheduler;
   std::unique_ptr<node::NodeState> node;
-  std::unique_ptr<peer::PeerHandler> peer_handler;  // may stay null (MakePeerHandler)
-  std::unique_ptr<peer::PeerServer> peer_server;    // with peer_listen only
+  std::unique_ptr<peer::PeerServer> peer_server;  // with peer_listen only
   std::unique_ptr<rpc::RpcServer> server;
   std::unique_ptr<rpc::MetricsExporter> metrics;
   StopRequest stop;
@@ -269,18 +265,40 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   scheduler_options.max_queued_jobs = config.max_queued_jobs;
   scheduler_options.max_queued_jobs_per_owner = config.max_queued_jobs_per_user;
   scheduler_options.executor_threads = p.engine->DeviceCount();
+  jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get());
+  if (!config.peer_listen.empty()) {
+    p.peer_link = std::make_unique<cluster::GrpcPeerLink>(
+        peer::PeerChannelOptions{peer::PeerTlsOf(config)}, NodeName(config));
+    cluster::ClusterOptions cluster_options;
+    cluster_options.node_name = NodeName(config);
+    cluster_options.peers = config.peers;
+    cluster_options.hold_timeout = absl::Milliseconds(config.cluster_hold_timeout_ms);
+    cluster_options.collective_timeout =
+        absl::Milliseconds(config.cluster_collective_timeout_ms);
+    cluster_options.max_jobs = config.cluster_max_jobs;
+    cluster_options.started_unix_ms = absl::ToUnixMillis(absl::Now());
+    p.cluster = std::make_unique<cluster::ClusterJobs>(cluster_options, *p.engine,
+                                                       *p.admission, *p.peer_link);
+    // A coordination holds no device but an executor: room for them beside
+    // one job per device, so that a node's own part always finds one.
+    scheduler_options.executor_threads += 2 * config.cluster_max_jobs;
+    runner = [base = std::move(runner), cluster = p.cluster.get()](
+                 const v1::Job& job, const runner::RunHooks& hooks) {
+      return cluster::ClusterJobs::Handles(job) ? cluster->Run(job, hooks) : base(job, hooks);
+    };
+  }
   scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
   scheduler_options.retention.keep_ms =
       static_cast<int64_t>(std::min(config.keep_finished_days, 1e6) * 24 * 3600 * 1000);
-  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler = jobs::Scheduler::Create(
-      p.store.get(), jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get()),
-      scheduler_options);
+  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler =
+      jobs::Scheduler::Create(p.store.get(), std::move(runner), scheduler_options);
   *exit_code = kExitFailure;
   if (!scheduler.ok()) {
     return absl::Status(scheduler.status().code(),
                         absl::StrCat("cannot recover jobs: ", scheduler.status().message()));
   }
   p.scheduler = std::move(*scheduler);
+  if (p.cluster != nullptr) p.cluster->SetScheduler(p.scheduler.get());
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
   return absl::OkStatus();
 }
@@ -291,12 +309,11 @@ absl::Status Daemon::StartServers(int* exit_code) {
   const DaemonConfig& config = config_;
   // The peer listener first: once users reach the daemon, so do its peers.
   if (!config.peer_listen.empty()) {
-    p.peer_handler = MakePeerHandler(config, *p.scheduler, *p.admission, *p.engine);
     peer::PeerServerOptions peer_options;
     peer_options.listen = config.peer_listen;
     peer_options.tls = peer::PeerTlsOf(config);
     absl::StatusOr<std::unique_ptr<peer::PeerServer>> peer_server = peer::PeerServer::Start(
-        peer_options, p.peer_handler.get(),
+        peer_options, p.cluster.get(),
         peer::PeerHello{p.engine->Name(), p.engine->DeviceCount(), config.node_name});
     if (!peer_server.ok()) {
       *exit_code = peer_server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
@@ -309,7 +326,6 @@ absl::Status Daemon::StartServers(int* exit_code) {
     log->info("peer listener on {}{}: node {}, peers: {}", p.peer_server->listen_address(),
               p.peer_server->tls() ? " (mutual TLS)" : "", p.peer_server->node_name(),
               config.peers.empty() ? "none" : absl::StrJoin(config.peers, ", "));
-    if (p.peer_handler == nullptr) log->info("this daemon runs no cluster jobs yet");
   }
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
@@ -320,6 +336,13 @@ absl::Status Daemon::StartServers(int* exit_code) {
   rpc_options.jobs.max_user_priority = config.max_user_priority;
   rpc_options.tls = rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
   rpc_options.jobs.max_watchers = config.max_watchers;
+  if (p.cluster != nullptr) {
+    rpc_options.jobs.admit_spanning = [cluster = p.cluster.get()](
+                                          const std::string& spec, const std::string& source,
+                                          const std::vector<std::string>& nodes) {
+      return cluster->AdmitCoordinated(spec, source, nodes);
+    };
+  }
   rpc_options.max_spec_bytes = config.max_spec_bytes;
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
       rpc_options, rpc::RpcServerParts{*p.scheduler, *p.admission, *p.node, *p.tuning, *p.engine});
@@ -422,7 +445,6 @@ int Daemon::Stop() {
   // through it), before the scheduler the handler uses.
   if (p.peer_server != nullptr) p.peer_server->Shutdown(kRpcGrace);
   p.peer_server.reset();
-  p.peer_handler.reset();
   p.metrics.reset();      // it reads the node's state and the scheduler
   p.scheduler->Shutdown();  // ends WatchJob streams
   p.server->Shutdown(kRpcGrace);

@@ -322,16 +322,40 @@ absl::Status ClusterJobs::AwaitReports(Coordinated& state, const runner::RunHook
   if (hooks.on_progress) hooks.on_progress(runner::Progress{0, count, "", "run", 0, 0});
   while (true) {
     std::vector<int> waiting;
+    absl::Status failed;
+    std::vector<int> silent;  // nodes that have not reported when one failed
     {
       absl::MutexLock lock(&state.mu);
       state.changed.WaitWithTimeout(&state.mu, absl::Milliseconds(100));
       for (const auto& [n, report] : state.reports) {
-        if (report.error_code() != 0) return FromReport(report, state.nodes[n]);
+        if (report.error_code() == 0) continue;
+        failed = FromReport(report, state.nodes[n]);
+        for (int m = 0; m < count; ++m) {
+          if (!state.reports.count(m) && state.nodes[m] != options_.node_name) {
+            silent.push_back(m);
+          }
+        }
+        break;
       }
-      if (static_cast<int>(state.reports.size()) == count) return absl::OkStatus();
+      if (failed.ok() && static_cast<int>(state.reports.size()) == count) {
+        return absl::OkStatus();
+      }
       for (int n = 0; n < count; ++n) {
         if (!state.reports.count(n)) waiting.push_back(n);
       }
+    }
+    if (!failed.ok()) {
+      // A part that lost a peer fails first and names itself: say which node
+      // went away, where one did.
+      for (int n : silent) {
+        absl::StatusOr<v1::HelloResponse> hello = link_.Hello(state.nodes[n], kProbeEvery);
+        if (!hello.ok()) {
+          return absl::AbortedError(absl::StrCat("node ", state.nodes[n], " stopped answering (",
+                                                 hello.status().message(), "); ",
+                                                 failed.message()));
+        }
+      }
+      return failed;
     }
     if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
     if (absl::Now() < next_probe) continue;

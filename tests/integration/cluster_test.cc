@@ -149,7 +149,7 @@ bool Final(const nlohmann::json& job) {
 TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
   StartNodes(2);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
-  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(120));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
   ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
   const nlohmann::json& result = job["result"];
   ASSERT_EQ(result["ops"].size(), 3u);
@@ -180,12 +180,15 @@ TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
   // tp 2 x dp 3: each replica on one node, the world and dp groups across all three.
   std::string graph = kWorldAllReduce;
   graph.replace(graph.find("dp: 2"), 5, "dp: 3");
+  for (size_t at = graph.find("m: 64"); at != std::string::npos; at = graph.find("m: 64")) {
+    graph.replace(at, 5, "m: 96");  // divisible by the world of 6
+  }
   const std::string id = Submit(1, WriteGraph("world.yaml", graph), Nodes({0, 1, 2}));
-  const nlohmann::json job = WaitForJob(daemon(1), id, Final, std::chrono::seconds(120));
+  const nlohmann::json job = PollJob(daemon(1), id, Final, std::chrono::seconds(120));
   ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
   const nlohmann::json& ops = job["result"]["ops"];
   ASSERT_EQ(ops.size(), 2u);
-  EXPECT_EQ(ops[0].value("algorithm", "default"), "default") << ops[0].dump(2);
+  EXPECT_EQ(ops[0].value("algorithm", "?"), "") << ops[0].dump(2);  // flat: the default
   EXPECT_EQ(ops[1].value("algorithm", ""), "hierarchical") << ops[1].dump(2);
   for (const nlohmann::json& op : ops) {
     EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
@@ -230,10 +233,10 @@ TEST_F(ClusterTest, CancelOnTheCoordinatorCancelsEveryPart) {
   StartNodes(2);
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   WaitForPart(1, "RUNNING");
-  WaitForJob(daemon(0), id, StateIs("RUNNING"));
+  PollJob(daemon(0), id, StateIs("RUNNING"));
   RunResult cancel = daemon(0).Ctl({"cancel", id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
-  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(30));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(30));
   EXPECT_EQ(job.value("state", ""), "CANCELLED") << job.dump(2);
   WaitForPart(1, "CANCELLED", std::chrono::seconds(30));
 }
@@ -244,14 +247,20 @@ TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNex
   WaitForPart(1, "RUNNING");
   daemon(1).Kill();
   const auto killed = Clock::now();
-  const nlohmann::json job = WaitForJob(daemon(0), id, Final, std::chrono::seconds(60));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(60));
   EXPECT_THAT(job.value("state", ""), ::testing::AnyOf("FAILED", "ABORTED")) << job.dump(2);
   EXPECT_THAT(job.value("error", ""), HasSubstr(peer(1))) << job.dump(2);
   EXPECT_LT(Clock::now() - killed, std::chrono::milliseconds(kCollectiveTimeoutMs) +
                                        std::chrono::seconds(15));
-  // The survivor's own part ended too, and it runs the next job.
-  nlohmann::json parts = List(0);
-  for (const nlohmann::json& j : parts) EXPECT_TRUE(Final(j)) << j.dump(2);
+  // The survivor's own part ends too, and it runs the next job.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  bool ended = false;
+  while (!ended && Clock::now() < deadline) {
+    ended = true;
+    for (const nlohmann::json& j : List(0)) ended = ended && Final(j);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ended) << List(0).dump(2);
   RunResult next = daemon(0).Ctl({"submit", WriteGraph("local.yaml", R"(name: local
 iterations: 2
 warmup: 1
