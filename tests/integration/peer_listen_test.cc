@@ -96,9 +96,12 @@ TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
     grpc::ClientContext context;
     context.AddMetadata("overlapd-version", OVERLAP_VERSION);
     v1::AdmitPartResponse response;
-    const grpc::Status status = stub->AdmitPart(&context, v1::AdmitPartRequest(), &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_EQ(status.error_message(), "this daemon runs no cluster jobs");
+    v1::AdmitPartRequest request;
+    request.mutable_global_id()->set_coordinator("127.0.0.1:9");
+    const grpc::Status status = stub->AdmitPart(&context, request, &response);
+    // A part comes only from a coordinator listed in peers:, and it has none.
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(), HasSubstr("127.0.0.1:9 is not in the peers:"));
   }
   RunResult stopped = daemon_->Terminate(std::chrono::seconds(30));
   EXPECT_EQ(stopped.exit_code, 0) << Describe(stopped);
