@@ -300,6 +300,13 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   p.scheduler = std::move(*scheduler);
   if (p.cluster != nullptr) p.cluster->SetScheduler(p.scheduler.get());
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
+  if (p.cluster != nullptr) {
+    const bool host = p.engine->Name() == "host";
+    p.node->set_cluster(node::NodeState::ClusterInfo{
+        NodeName(config), config.peers, host ? "gloo" : "",
+        host ? "" : "jobs across daemons run on the host backend only: NCCL between daemons is "
+                    "not built yet"});
+  }
   return absl::OkStatus();
 }
 

@@ -111,6 +111,13 @@ void ClusterJobs::SetScheduler(jobs::Scheduler* scheduler) {
   scheduler_ = scheduler;
 }
 
+absl::Status ClusterJobs::CheckBackend() const {
+  if (engine_.Name() == "host") return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "jobs spanning daemons run on the host backend (Gloo) only; between GPUs of several "
+      "daemons (NCCL) they are not built yet, and this daemon's backend is ", engine_.Name()));
+}
+
 bool ClusterJobs::IsPeer(const std::string& node) const {
   return std::find(options_.peers.begin(), options_.peers.end(), node) != options_.peers.end();
 }
@@ -131,6 +138,7 @@ absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
     absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
     if (!spec.ok() || spec->nodes.empty()) return std::nullopt;
   }
+  RETURN_IF_ERROR(CheckBackend());
   ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
                    admission_.AdmitSpan(spec_text, source_name, nodes));
   const std::vector<std::string>& all = span.spec.nodes;
@@ -513,6 +521,7 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
     return absl::InvalidArgumentError(absl::StrCat(
         "this daemon is ", options_.node_name, ", not node ", request.node_index(), " of the job"));
   }
+  RETURN_IF_ERROR(CheckBackend());
   const std::string key = GlobalKey(request.global_id());
   ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
                    admission_.AdmitSpan(request.spec(), key,

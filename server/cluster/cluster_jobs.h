@@ -130,6 +130,8 @@ class ClusterJobs final : public peer::PeerHandler {
 
   std::shared_ptr<Coordinated> Find(const v1::GlobalJobId& id);
   bool IsPeer(const std::string& node) const;
+  // FAILED_PRECONDITION on a backend whose memory Gloo cannot reach (CUDA).
+  absl::Status CheckBackend() const;
 
   const ClusterOptions options_;
   engine::Engine& engine_;

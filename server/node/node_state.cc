@@ -67,6 +67,11 @@ NodeState::NodeState(jobs::Scheduler& scheduler, const engine::Engine& engine,
                      std::string state_dir)
     : scheduler_(scheduler), engine_(engine), state_dir_(std::move(state_dir)) {}
 
+void NodeState::set_cluster(ClusterInfo cluster) {
+  absl::MutexLock lock(&mu_);
+  cluster_ = std::move(cluster);
+}
+
 void NodeState::set_listen_address(const std::string& address) {
   absl::MutexLock lock(&mu_);
   listen_address_ = address;
@@ -104,6 +109,10 @@ v1::GetNodeInfoResponse NodeState::Info() const {
   {
     absl::MutexLock lock(&mu_);
     response.set_listen_address(listen_address_);
+    response.set_node_name(cluster_.node_name);
+    for (const std::string& peer : cluster_.peers) response.add_peers(peer);
+    response.set_cross_daemon_transport(cluster_.transport);
+    response.set_cross_daemon_note(cluster_.note);
   }
   response.set_healthy(engine_.Healthy() && !scheduler_.draining());
   return response;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -37,6 +38,14 @@ class NodeState {
 
   // The address as bound (a TCP port 0 is only known after the server starts).
   void set_listen_address(const std::string& address);
+  // What Info says of jobs across daemons (GetNodeInfoResponse node_name ...).
+  struct ClusterInfo {
+    std::string node_name;
+    std::vector<std::string> peers;
+    std::string transport;
+    std::string note;
+  };
+  void set_cluster(ClusterInfo cluster);
 
   v1::GetNodeInfoResponse Info() const;
   // The job store's errors (it counts jobs by state).
@@ -52,6 +61,7 @@ class NodeState {
   DaemonCounters counters_;
   mutable absl::Mutex mu_;
   std::string listen_address_ ABSL_GUARDED_BY(mu_);
+  ClusterInfo cluster_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::node
