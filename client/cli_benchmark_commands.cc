@@ -1,5 +1,7 @@
-// `bench` (the op sweep) and `commbench` (the collectives alone): options
-// whose text is parsed after CLI11 is done (shapes, a graph file, byte sizes).
+// `bench` (the op sweep; with --nodes the gradient all-reduces across daemons)
+// and `commbench` (the collectives alone; with --nodes the all-reduce across
+// daemons): options whose text is parsed after CLI11 is done (shapes, a graph
+// file, byte sizes).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ struct BenchCliOptions {
   std::string json_out;
   bool no_verify = false;
   bool use_tuned = false;
+  // --nodes: the gradient all-reduces across daemons instead of the op sweep.
+  GradBenchOptions grads;
+  std::string grad_sizes;  // 1MiB,4MiB,...; empty: DefaultGradSizes
+  std::string gemm;        // MxKxN; empty: DefaultGradGemm
 };
 
 struct CommBenchCliOptions {
@@ -66,13 +72,72 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
                  "GEMM, as in a training loop) | idle")
       ->check(CLI::IsMember({"heat", "idle"}))
       ->capture_default_str();
-  app.add_option("--devices", bench.devices, "the TP group, e.g. 0,1,2,3 (default: every device)")
+  app.add_option("--devices", bench.devices,
+                 "the TP group, e.g. 0,1,2,3 (default: every device); with --nodes each node's")
       ->delimiter(',');
   app.add_option("--json-out", options.json_out, "also write the JSON report to this file");
+  // bench --nodes: the gradient all-reduces across daemons. The sweep's own
+  // options do not apply there.
+  GradBenchOptions& grads = options.grads;
+  CLI::Option* nodes =
+      app.add_option("--nodes", grads.nodes,
+                     "time the data-parallel gradient all-reduces across these daemons (peer "
+                     "addresses, this one's among them) in a layer step beside GEMMs: whole, "
+                     "bucketed and chunked, instead of the op sweep")
+          ->delimiter(',');
+  for (const char* sweep_only : {"--shapes", "--graph", "--transport", "--chunks", "--repeats",
+                                 "--peak-tflops", "--use-tuned", "--head-start"}) {
+    nodes->excludes(app.get_option(sweep_only));
+  }
+  app.add_option("--grad-sizes", options.grad_sizes,
+                 "each rank's gradients, e.g. 1MiB,4MiB,16MiB,64MiB (the default; on the host "
+                 "backend 256KiB,1MiB,4MiB)")
+      ->needs(nodes);
+  app.add_option("--gemm", options.gemm,
+                 "the GEMMs standing in for the backward, MxKxN global (n splits over each "
+                 "node's devices; default 8192x8192x8192, on the host backend 256x256x256)")
+      ->needs(nodes);
+  app.add_option("--gemms-per-grad", grads.gemms_per_grad,
+                 "GEMMs before each gradient's all-reduce (and after the last)")
+      ->needs(nodes)
+      ->capture_default_str();
+  app.add_option("--bucket-mib", grads.bucket_mib, "the bucketed form's buckets")
+      ->needs(nodes)
+      ->capture_default_str();
+  app.add_option("--chunk-kib", grads.chunk_kib, "the chunked form's pieces")
+      ->needs(nodes)
+      ->capture_default_str();
+}
+
+int RunGradBenchCommand(const BenchCliOptions& options, const CliContext& context) {
+  GradBenchOptions grads = options.grads;
+  const BenchOptions& bench = options.bench;
+  grads.devices = bench.devices;
+  grads.dtype = bench.dtype;
+  grads.iterations = bench.iterations;
+  grads.warmup = bench.warmup;
+  grads.seed = bench.seed;
+  grads.verify = !options.no_verify;
+  if (!options.grad_sizes.empty()) {
+    absl::StatusOr<std::vector<int64_t>> sizes = ParseGradSizes(options.grad_sizes);
+    if (!sizes.ok()) {
+      context.err << "overlapctl: " << sizes.status().message() << "\n";
+      return kExitUsage;
+    }
+    grads.grad_bytes = *sizes;
+  }
+  if (!options.gemm.empty() &&
+      !ParseShapeDims(options.gemm, &grads.gemm.m, &grads.gemm.k, &grads.gemm.n)) {
+    context.err << "overlapctl: --gemm: \"" << options.gemm << "\" is not MxKxN\n";
+    return kExitUsage;
+  }
+  return RunGradBench(context.client, grads, options.json_out, context.json, context.err_is_tty,
+                      context.out, context.err);
 }
 
 int RunBenchCommand(const BenchCliOptions& options, const CLI::App& app,
                     const CliContext& context) {
+  if (!options.grads.nodes.empty()) return RunGradBenchCommand(options, context);
   BenchOptions bench = options.bench;
   bench.verify = !options.no_verify;
   bench.retune = !options.use_tuned;
@@ -119,8 +184,18 @@ void AddCommBenchOptions(CLI::App& app, CommBenchCliOptions& options) {
   app.add_option("--max-bytes", options.max_bytes, "largest size")->capture_default_str();
   app.add_option("--factor", comm.factor, "each size is this many times the last")
       ->capture_default_str();
-  app.add_option("--devices", comm.devices, "the group, e.g. 0,1 (default: every device)")
+  app.add_option("--devices", comm.devices,
+                 "the group, e.g. 0,1 (default: every device); with --nodes each node's")
       ->delimiter(',');
+  CLI::Option* nodes =
+      app.add_option("--nodes", comm.nodes,
+                     "across these daemons (peer addresses, this one's among them): the "
+                     "all_reduce over each tp rank's dp group, over the world flat and "
+                     "hierarchical (on the host backend sizes 64KiB to 4MiB by default)")
+          ->delimiter(',');
+  for (const char* local_only : {"--collectives", "--transports", "--algorithms"}) {
+    nodes->excludes(app.get_option(local_only));
+  }
   app.add_option("--dtype", comm.dtype, "bf16 | fp16 | fp32")->capture_default_str();
   app.add_option("--iterations", comm.iterations, "timed iterations per size")
       ->capture_default_str();
@@ -146,6 +221,11 @@ int RunCommBenchCommand(const CommBenchCliOptions& options, const CLI::App& app,
   comm.verify = !options.no_verify;
   // A host backend gets a smaller largest size, unless the user chose one.
   comm.max_bytes_given = app.count("--max-bytes") > 0;
+  comm.min_bytes_given = app.count("--min-bytes") > 0;
+  if (!comm.nodes.empty()) {  // across daemons: the all_reduce over NCCL (Gloo on host) only
+    comm.collectives = {"all_reduce"};
+    comm.transports = {"nccl"};
+  }
   if (!ParseByteFlag(options.min_bytes, "--min-bytes", &comm.min_bytes, context.err) ||
       !ParseByteFlag(options.max_bytes, "--max-bytes", &comm.max_bytes, context.err)) {
     return kExitUsage;

@@ -1,18 +1,68 @@
 // The commands about the daemon and its GPUs rather than one job.
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "client/check.h"
 #include "client/cli_commands.h"
+#include "client/cluster_view.h"
 #include "client/commands.h"
 #include "client/top.h"
 
 namespace overlap::client {
 namespace {
 
-// node and stats take no options.
+// stats takes no options.
 struct NoOptions {};
 
 void AddNoOptions(CLI::App&, NoOptions&) {}
+
+// --nodes of node, top and check: daemons' user addresses, as --addr takes them.
+void AddNodesOption(CLI::App& app, std::vector<std::string>& nodes) {
+  app.add_option("--nodes", nodes,
+                 "several daemons at once: their user addresses, as --addr takes them "
+                 "(unix:PATH or HOST:PORT, comma-separated; the --tls-* flags apply to all)")
+      ->delimiter(',');
+}
+
+// The global --tls-* flags as main.cc reads them (the flag, else its
+// environment variable): CliContext carries the client they made, not them.
+ClientTls GlobalTls(const CLI::App& command) {
+  const CLI::App& top = *command.get_parent();
+  auto value = [&top](const char* flag, const char* env) -> std::string {
+    const CLI::Option* option = top.get_option_no_throw(flag);
+    if (option != nullptr && option->count() > 0) return option->as<std::string>();
+    const char* from_env = env != nullptr ? std::getenv(env) : nullptr;
+    return from_env != nullptr ? from_env : "";
+  };
+  return ClientTls{value("--tls-ca", "OVERLAPD_TLS_CA"), value("--tls-cert", "OVERLAPD_TLS_CERT"),
+                   value("--tls-key", "OVERLAPD_TLS_KEY"), value("--tls-server-name", nullptr)};
+}
+
+// Runs `run` over a client per --nodes address; a usage error for --addr
+// beside --nodes, a repeated address or unusable TLS files.
+int WithNodes(const CLI::App& command, const std::vector<std::string>& addresses,
+              const CliContext& context,
+              const std::function<int(std::vector<NodeClient>& nodes)>& run) {
+  const CLI::Option* addr = command.get_parent()->get_option_no_throw("--addr");
+  if (addr != nullptr && addr->count() > 0) {
+    context.err << "overlapctl: " << command.get_name()
+                << ": give --nodes or --addr, not both (--nodes names every daemon)\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(addresses, GlobalTls(command));
+  if (!nodes.ok()) {
+    context.err << "overlapctl: " << nodes.status().message() << "\n";
+    return kExitUsage;
+  }
+  return run(*nodes);
+}
+
+struct NodeOptions {
+  std::vector<std::string> nodes;
+};
 
 struct HealthOptions {
   int forget_xids_device = -1;  // -1: print the health instead
@@ -21,15 +71,27 @@ struct HealthOptions {
 struct CheckCliOptions {
   CheckOptions check;
   bool no_links = false;
+  std::vector<std::string> nodes;
+};
+
+struct TopCliOptions {
+  TopOptions top;
+  std::vector<std::string> nodes;
 };
 
 }  // namespace
 
 CliCommand NodeCommand() {
-  return MakeCliCommand<NoOptions>(
-      "node", "show the daemon's backend and devices", AddNoOptions,
-      [](const NoOptions&, const CLI::App&, const CliContext& context) {
-        return CommandsFor(context).Node();
+  return MakeCliCommand<NodeOptions>(
+      "node",
+      "show the daemon's backend and devices; with --nodes, several daemons' versions and "
+      "health side by side (exit 1 on a version mismatch or an unhealthy node)",
+      [](CLI::App& app, NodeOptions& options) { AddNodesOption(app, options.nodes); },
+      [](const NodeOptions& options, const CLI::App& app, const CliContext& context) {
+        if (options.nodes.empty()) return CommandsFor(context).Node();
+        return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
+          return RunClusterNode(nodes, context.json, context.out, context.err);
+        });
       });
 }
 
@@ -77,6 +139,7 @@ CliCommand CheckCommand() {
             ->check(CLI::Range(1, 10000))
             ->capture_default_str();
         app.add_flag("--no-links", options.no_links, "check the GPUs only");
+        AddNodesOption(app, options.nodes);
       },
       [](const CheckCliOptions& options, const CLI::App& app, const CliContext& context) {
         CheckOptions check = options.check;
@@ -84,25 +147,36 @@ CliCommand CheckCommand() {
         // A host backend gets smaller sizes, but only those the user left alone.
         check.gemm_size_given = app.count("--gemm-size") > 0;
         check.link_mib_given = app.count("--link-mib") > 0;
-        return RunCheck(context.client, check, context.json, context.out, context.err);
+        if (options.nodes.empty()) {
+          return RunCheck(context.client, check, context.json, context.out, context.err);
+        }
+        return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
+          return RunClusterCheck(nodes, check, context.json, context.out, context.err);
+        });
       });
 }
 
 CliCommand TopCommand() {
-  return MakeCliCommand<TopOptions>(
+  return MakeCliCommand<TopCliOptions>(
       "top",
       "live view of the GPUs, one line each per sample: clocks, temperature, power, "
-      "utilization, memory, and the job, op and last step there",
-      [](CLI::App& app, TopOptions& options) {
-        app.add_option("--interval", options.interval_s, "seconds between samples")
+      "utilization, memory, and the job, op and last step there (--nodes: every node's)",
+      [](CLI::App& app, TopCliOptions& options) {
+        app.add_option("--interval", options.top.interval_s, "seconds between samples")
             ->check(CLI::Range(0.05, 3600.0))
             ->capture_default_str();
-        app.add_option("--count", options.count, "samples to print (0: until interrupted)")
+        app.add_option("--count", options.top.count, "samples to print (0: until interrupted)")
             ->check(CLI::NonNegativeNumber)
             ->capture_default_str();
+        AddNodesOption(app, options.nodes);
       },
-      [](const TopOptions& options, const CLI::App&, const CliContext& context) {
-        return RunTop(context.client, options, context.json, context.out, context.err);
+      [](const TopCliOptions& options, const CLI::App& app, const CliContext& context) {
+        if (options.nodes.empty()) {
+          return RunTop(context.client, options.top, context.json, context.out, context.err);
+        }
+        return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
+          return RunClusterTop(nodes, options.top, context.json, context.out, context.err);
+        });
       });
 }
 

@@ -28,16 +28,10 @@ const char* ShortName(const std::string& collective) {
   return "rs";
 }
 
-struct Shape {
-  int64_t m = 0, n = 0;
-};
+using Shape = CollectiveShape;
 
 Shape ShapeFor(int64_t bytes, int64_t element_bytes, int tp) {
-  const int64_t elements = std::max<int64_t>(bytes / element_bytes, tp);
-  Shape s;
-  s.n = elements >= kRowElements * tp ? kRowElements : std::max<int64_t>(1, elements / tp);
-  s.m = std::max<int64_t>(tp, elements / s.n / tp * tp);
-  return s;
+  return CollectiveShapeFor(bytes, element_bytes, tp);
 }
 
 std::vector<int64_t> Sizes(const CommBenchOptions& o) {
@@ -55,6 +49,14 @@ int64_t ElementBytes(const std::string& dtype) {
 }
 
 }  // namespace
+
+CollectiveShape CollectiveShapeFor(int64_t bytes, int64_t element_bytes, int group) {
+  const int64_t elements = std::max<int64_t>(bytes / element_bytes, group);
+  CollectiveShape s;
+  s.n = elements >= kRowElements * group ? kRowElements : std::max<int64_t>(1, elements / group);
+  s.m = std::max<int64_t>(group, elements / s.n / group * group);
+  return s;
+}
 
 absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
   for (const std::string& c : o.collectives) {
@@ -95,6 +97,19 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
                                                    ": need 0 < min <= max"));
   }
   if (o.factor < 2) return absl::InvalidArgumentError("--factor: must be at least 2");
+  if (!o.nodes.empty()) {
+    if (o.nodes.size() < 2) {
+      return absl::InvalidArgumentError(
+          "--nodes: give at least two daemons (their peer addresses, this one's among them)");
+    }
+    if (o.collectives != std::vector<std::string>{"all_reduce"} ||
+        o.transports != std::vector<std::string>{"nccl"} || !o.algorithms.empty()) {
+      return absl::InvalidArgumentError(
+          "--nodes: across daemons commbench times the all_reduce over nccl (Gloo on the host "
+          "backend), flat and hierarchical: leave out --collectives, --transports and "
+          "--algorithms");
+    }
+  }
   const absl::StatusOr<DType> dtype = ParseDType(o.dtype);
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype \"", o.dtype, "\""));
@@ -310,6 +325,223 @@ nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& 
   return j;
 }
 
+std::vector<std::string> NodesCommBenchVariants(int tp) {
+  std::vector<std::string> variants = {"dp", "world"};
+  if (tp > 1) variants.push_back("world/hierarchical");  // tp 1: it is the flat one
+  return variants;
+}
+
+std::string BuildNodesCommBenchSpec(const CommBenchOptions& o, int tp) {
+  const int dp = static_cast<int>(o.nodes.size());
+  std::string spec = absl::StrFormat(
+      "name: commbench-nodes\nmesh: {tp: %d, dp: %d}\ndtype: %s\niterations: %d\n"
+      "warmup: %d\nverify: %s\nlayer_step: false\n",
+      tp, dp, o.dtype, o.iterations, o.warmup, o.verify ? "true" : "false");
+  if (!o.devices.empty()) {
+    absl::StrAppend(&spec, "devices: [", absl::StrJoin(o.devices, ", "), "]\n");
+  }
+  spec += "ops:\n";
+  const int64_t es = ElementBytes(o.dtype);
+  for (int64_t bytes : Sizes(o)) {
+    // One shape for the three, whole rows for every rank of the world.
+    const Shape s = ShapeFor(bytes, es, tp * dp);
+    for (const std::string& variant : NodesCommBenchVariants(tp)) {
+      const bool hierarchical = variant == "world/hierarchical";
+      absl::StrAppendFormat(&spec,
+                            "  - {id: %s-%d, type: all_reduce, m: %d, n: %d, group: %s, "
+                            "mode: serial, transport: nccl%s}\n",
+                            hierarchical ? "hier" : variant, s.m * s.n * es, s.m, s.n,
+                            hierarchical ? "world" : variant,
+                            hierarchical ? ", algorithm: hierarchical" : "");
+    }
+  }
+  return spec;
+}
+
+std::vector<CommBenchRow> FoldNodesCommBench(const v1::Job& job) {
+  std::vector<CommBenchRow> rows;
+  for (const v1::OpResult& op : job.result().ops()) {
+    if (op.type() != "all_reduce") continue;
+    const std::string variant = op.group() == "dp"              ? "dp"
+                                : op.algorithm() == "hierarchical" ? "world/hierarchical"
+                                                                   : "world";
+    const int64_t count = op.m() * op.n();
+    auto row = std::find_if(rows.begin(), rows.end(),
+                            [&](const CommBenchRow& r) { return r.count == count; });
+    if (row == rows.end()) {
+      rows.push_back(CommBenchRow{op.type(), count * ElementBytes(op.dtype()), count, {}});
+      row = rows.end() - 1;
+    }
+    CommBenchResult& result = row->by_transport[variant];
+    result.ms = op.step().median_ms();
+    result.min_ms = op.step().min_ms();
+    result.max_ms = op.step().max_ms();
+    result.algbw_gbps = op.algbw_gbps();
+    result.busbw_gbps = op.busbw_gbps();
+    result.verified = op.verified();
+    result.max_rel_error = op.max_rel_error();
+    result.tolerance = op.tolerance();
+  }
+  return rows;
+}
+
+std::string HostFiguresNote(const std::string& backend) {
+  if (backend != "host") return "";
+  return "host backend: the figures mean nothing: its \"GPUs\" are threads sharing the CPU cores "
+         "and the collectives between daemons run over Gloo on TCP, so only the checks (verify) "
+         "count; run it on GPU nodes for times and bandwidths\n";
+}
+
+void AddNodesJson(const v1::Job& job, const std::string& backend, nlohmann::json* j) {
+  (*j)["nodes"] = std::vector<std::string>(job.nodes().begin(), job.nodes().end());
+  (*j)["mesh"] = {{"tp", job.result().mesh_tp()}, {"dp", job.result().mesh_dp()}};
+  (*j)["figures_meaningful"] = backend != "host";
+  (*j)["figures_note"] = HostFiguresNote(backend);
+  (*j)["inter_node_busbw_gbps"] = job.result().inter_node_busbw_gbps();
+  (*j)["slowest_node"] = job.result().slowest_node();
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const v1::NodeResult& n : job.result().node_results()) {
+    nodes.push_back({{"node", n.node()},
+                     {"node_index", n.node_index()},
+                     {"part_id", n.part_id()},
+                     {"first_rank", n.first_rank()},
+                     {"ranks", n.ranks()},
+                     {"backend", n.backend()},
+                     {"gpu", n.gpu()},
+                     {"total_step_ms", n.total_step_ms()},
+                     {"layer_step_ms", n.layer_step_ms()}});
+  }
+  (*j)["node_results"] = nodes;
+}
+
+std::string FormatNodesLine(const v1::JobResult& result) {
+  std::vector<std::string> nodes;
+  for (const v1::NodeResult& n : result.node_results()) {
+    nodes.push_back(absl::StrFormat("%d %s ranks %d-%d (%s)", n.node_index(), n.node(),
+                                    n.first_rank(), n.first_rank() + n.ranks() - 1,
+                                    n.part_id().empty() ? "-" : n.part_id()));
+  }
+  return nodes.empty() ? "" : absl::StrCat("nodes: ", absl::StrJoin(nodes, ", "), "\n");
+}
+
+std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job,
+                                 int tp, const std::string& dtype) {
+  const v1::JobResult& result = job.result();
+  const int dp = job.nodes_size();
+  const std::vector<std::string> variants = NodesCommBenchVariants(tp);
+  const bool hierarchical = variants.size() > 2;
+  std::vector<TextTable::Column> columns = {{"size", Align::kRight}, {"count", Align::kRight}};
+  for (const std::string& v : variants) {
+    columns.push_back({absl::StrCat(v == "world/hierarchical" ? "hier" : v, " ms"), Align::kRight});
+    columns.push_back({"algbw", Align::kRight});
+    columns.push_back({"busbw", Align::kRight});
+  }
+  if (hierarchical) columns.push_back({"flat/hier", Align::kRight});
+  columns.push_back({"verify"});
+  TextTable table(columns);
+  std::map<std::string, std::pair<double, int64_t>> best;  // per variant: busbw, size
+  for (const CommBenchRow& r : rows) {
+    std::vector<std::string> cells = {FormatByteSize(r.bytes), absl::StrCat(r.count)};
+    double worst_error = 0;
+    bool verified = false, within = true;
+    for (const std::string& v : variants) {
+      auto it = r.by_transport.find(v);
+      if (it == r.by_transport.end()) {
+        cells.insert(cells.end(), {"-", "-", "-"});
+        continue;
+      }
+      const CommBenchResult& c = it->second;
+      cells.insert(cells.end(),
+                   {FormatMs(c.ms), FormatRate(c.algbw_gbps), FormatRate(c.busbw_gbps)});
+      worst_error = std::max(worst_error, c.max_rel_error);
+      verified = verified || c.verified;
+      within = within && (!c.verified || c.max_rel_error <= c.tolerance);
+      auto& b = best[v];
+      if (c.busbw_gbps > b.first) b = {c.busbw_gbps, r.bytes};
+    }
+    if (hierarchical) {
+      auto flat = r.by_transport.find("world");
+      auto hier = r.by_transport.find("world/hierarchical");
+      cells.push_back(flat != r.by_transport.end() && hier != r.by_transport.end() &&
+                              hier->second.ms > 0
+                          ? absl::StrFormat("%.2fx", flat->second.ms / hier->second.ms)
+                          : "-");
+    }
+    cells.push_back(verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error)
+                             : "off");
+    table.AddRow(cells);
+  }
+  std::string out = absl::StrFormat(
+      "commbench: all_reduce across %d nodes x %d device(s) (mesh tp %d x dp %d), %s; "
+      "busbw = algbw x 2(N-1)/N, N = %d (dp) or %d (world)\n",
+      dp, tp, tp, dp, dtype, dp, tp * dp);
+  out += table.Render();
+  if (hierarchical) {
+    out += "flat/hier: the flat world all-reduce's time over the hierarchical one's (above 1: "
+           "hierarchical is faster)\n";
+  } else {
+    out += "one device per node: the hierarchical all-reduce is the flat one, left out\n";
+  }
+  for (const std::string& v : variants) {
+    auto it = best.find(v);
+    if (it == best.end() || it->second.first <= 0) continue;
+    absl::StrAppendFormat(&out, "best busbw: %s %s GB/s (at %s)\n", v,
+                          FormatRate(it->second.first), FormatByteSize(it->second.second));
+  }
+  if (result.inter_node_busbw_gbps() > 0) {
+    absl::StrAppend(&out, "across nodes: bus bandwidth ", FormatRate(result.inter_node_busbw_gbps()),
+                    " GB/s (every op, its bytes over its time)\n");
+  }
+  out += FormatNodesLine(result);
+  out += SharedGpuNote(result.ranks_per_gpu());
+  out += HostFiguresNote(result.backend());
+  return out;
+}
+
+nlohmann::json NodesCommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
+                                  const v1::GetNodeInfoResponse* node_after,
+                                  const std::vector<CommBenchRow>& rows, const CommBenchOptions& o,
+                                  int tp) {
+  nlohmann::json j = CommBenchJson(job, node, node_after, rows, o, tp);
+  j.erase("algorithms");
+  AddNodesJson(job, node.backend(), &j);
+  // The rows' "transports" are the variants here: dp, world, world/hierarchical.
+  for (nlohmann::json& row : j["rows"]) {
+    row["variants"] = std::move(row["transports"]);
+    row.erase("transports");
+  }
+  return j;
+}
+
+namespace {
+
+int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node,
+                      CommBenchOptions o, const std::string& json_file, bool json, bool err_is_tty,
+                      std::ostream& out, std::ostream& err) {
+  if (node.backend() == "host") {
+    if (!o.min_bytes_given) o.min_bytes = kHostNodesCommBenchMinBytes;
+    if (!o.max_bytes_given) o.max_bytes = std::max(o.min_bytes, kHostNodesCommBenchMaxBytes);
+    err << "commbench: host backend: sizes " << FormatByteSize(o.min_bytes) << " to "
+        << FormatByteSize(o.max_bytes) << " (--min-bytes and --max-bytes set them)\n";
+  }
+  const int tp = o.devices.empty() ? node.devices_size() : static_cast<int>(o.devices.size());
+  v1::Job job;
+  if (int rc = SubmitAndFollow(client, BuildNodesCommBenchSpec(o, tp), "commbench", tp,
+                               node.backend(), err_is_tty, err, &job, o.nodes);
+      rc != kExitOk) {
+    return rc;
+  }
+  const std::vector<CommBenchRow> rows = FoldNodesCommBench(job);
+  absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
+  const nlohmann::json j =
+      NodesCommBenchJson(job, node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
+  if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
+  out << (json ? j.dump(1) + "\n" : FormatNodesCommBench(rows, job, tp, o.dtype));
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
                  const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
                  std::ostream& err) {
@@ -319,6 +551,9 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
   }
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+  if (!options.nodes.empty()) {
+    return RunNodesCommBench(client, *node, options, json_file, json, err_is_tty, out, err);
+  }
   CommBenchOptions o = options;
   if (node->backend() == "host" && !o.max_bytes_given) {
     o.max_bytes = std::max(o.min_bytes, kHostCommBenchMaxBytes);

@@ -14,8 +14,10 @@ namespace overlap::client {
 namespace {
 
 constexpr int kHeaderEvery = 20;
+// After the time (and, for `top --nodes`, the node): the GPU's columns.
 constexpr char kLineFormat[] =
-    "%-8s %4s %6s %7s %5s %7s %5s %-12s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
+    "%4s %6s %7s %5s %7s %5s %-12s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
+constexpr size_t kMaxNodeWidth = 40;
 
 // The running job that holds `device`, or null.
 const v1::Job* JobOn(const std::vector<v1::Job>& running, int device) {
@@ -53,18 +55,24 @@ std::string Truncate(const std::string& s, size_t width) {
   return s.size() <= width ? s : s.substr(0, width - 1) + "~";
 }
 
-}  // namespace
+// An address keeps its end, where the nodes differ.
+std::string TruncateFront(const std::string& s, size_t width) {
+  return s.size() <= width ? s : "~" + s.substr(s.size() - width + 1);
+}
 
-std::string TopHeader() {
-  return absl::StrFormat(kLineFormat, "# time", "gpu", "sm MHz", "mem MHz", "temp", "power W",
+std::string ColumnsHeader() {
+  return absl::StrFormat(kLineFormat, "gpu", "sm MHz", "mem MHz", "temp", "power W",
                          "util%", "limits", "health", "mem used", "job", "op", "phase", "last op",
                          "step ms", "hidden%", "wait ms");
 }
 
-std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
-                            const std::vector<v1::Job>& running, int64_t now_ms) {
-  const std::string time =
-      absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
+std::string TimeOf(int64_t now_ms) {
+  return absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
+}
+
+// One line per device, each after `prefix` (the time, and the node).
+std::string DeviceLines(const std::string& prefix, const v1::GetNodeInfoResponse& node,
+                        const std::vector<v1::Job>& running) {
   std::string out;
   const int most_nvlinks = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {
@@ -72,8 +80,9 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
     const v1::Job* job = JobOn(running, d.index());
     const v1::OpResult* last = job ? LastOp(*job) : nullptr;
     const double wait = last ? ComputeWaitMs(*job, *last, d.index()) : -1;
+    absl::StrAppend(&out, prefix);
     absl::StrAppendFormat(
-        &out, kLineFormat, time, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
+        &out, kLineFormat, absl::StrCat(d.index()), Or(t, absl::StrCat(d.sm_clock_mhz())),
         Or(t, absl::StrCat(d.mem_clock_mhz())), Or(t, absl::StrCat(d.temperature_c())),
         Or(t, absl::StrFormat("%.1f", d.power_w())), Or(t, absl::StrCat(d.utilization_pct())),
         Truncate(FormatClockLimits(d), 12), Truncate(HealthTags(d, most_nvlinks), 12),
@@ -87,6 +96,20 @@ std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
         wait >= 0 ? absl::StrFormat("%.3f", wait) : "-");
   }
   return out;
+}
+
+std::string NodePrefix(int64_t now_ms, const std::string& address, size_t width) {
+  return absl::StrFormat("%-8s %-*s ", TimeOf(now_ms), static_cast<int>(width),
+                         TruncateFront(address, width));
+}
+
+}  // namespace
+
+std::string TopHeader() { return absl::StrFormat("%-8s ", "# time") + ColumnsHeader(); }
+
+std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
+                            const std::vector<v1::Job>& running, int64_t now_ms) {
+  return DeviceLines(absl::StrFormat("%-8s ", TimeOf(now_ms)), node, running);
 }
 
 nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
@@ -142,6 +165,96 @@ int RunTop(DaemonClient& client, const TopOptions& options, bool json, std::ostr
     out.flush();
   }
   return kExitOk;
+}
+
+size_t ClusterTopNodeWidth(const std::vector<NodeTopSample>& nodes) {
+  size_t width = 4;  // "node"
+  for (const NodeTopSample& n : nodes) width = std::max(width, n.address.size());
+  return std::min(width, kMaxNodeWidth);
+}
+
+std::string ClusterTopHeader(size_t node_width) {
+  return absl::StrFormat("%-8s %-*s ", "# time", static_cast<int>(node_width), "node") +
+         ColumnsHeader();
+}
+
+std::string FormatClusterTopSample(const std::vector<NodeTopSample>& nodes, int64_t now_ms) {
+  const size_t width = ClusterTopNodeWidth(nodes);
+  std::string out;
+  for (const NodeTopSample& n : nodes) {
+    const std::string prefix = NodePrefix(now_ms, n.address, width);
+    if (n.status.ok()) {
+      out += DeviceLines(prefix, n.node, n.running);
+    } else {
+      absl::StrAppend(&out, prefix, absl::StrFormat("%4s ", "-"), "no answer: ",
+                      NoAnswerText(n.status), "\n");
+    }
+  }
+  return out;
+}
+
+nlohmann::json ClusterTopSampleJson(const std::vector<NodeTopSample>& nodes, int64_t now_ms) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const NodeTopSample& n : nodes) {
+    nlohmann::json j = {{"address", n.address}};
+    if (n.status.ok()) {
+      j["devices"] = TopSampleJson(n.node, n.running, now_ms)["devices"];
+    } else {
+      j["error"] = NoAnswerJson(n.status);
+    }
+    all.push_back(std::move(j));
+  }
+  return {{"time_ms", now_ms}, {"nodes", std::move(all)}};
+}
+
+namespace {
+
+struct NodeNow {
+  v1::GetNodeInfoResponse node;
+  std::vector<v1::Job> running;
+};
+
+absl::StatusOr<NodeNow> SampleNode(DaemonClient& client) {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return node.status();
+  absl::StatusOr<v1::ListJobsResponse> jobs = client.ListJobs(v1::RUNNING, 0);
+  if (!jobs.ok()) return jobs.status();
+  return NodeNow{*std::move(node), {jobs->jobs().begin(), jobs->jobs().end()}};
+}
+
+}  // namespace
+
+int RunClusterTop(std::vector<NodeClient>& nodes, const TopOptions& options, bool json,
+                  std::ostream& out, std::ostream& err) {
+  std::vector<NodeTopSample> samples;
+  for (int sample = 0; options.count <= 0 || sample < options.count; ++sample) {
+    if (sample > 0) absl::SleepFor(absl::Seconds(options.interval_s));
+    std::vector<absl::StatusOr<NodeNow>> now = CallEveryNode<NodeNow>(nodes, SampleNode);
+    samples.clear();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      NodeTopSample s{nodes[i].address, now[i].status(), {}, {}};
+      if (now[i].ok()) {
+        s.node = std::move(now[i]->node);
+        s.running = std::move(now[i]->running);
+      }
+      samples.push_back(std::move(s));
+    }
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    if (json) {
+      out << ClusterTopSampleJson(samples, now_ms).dump() << "\n";
+    } else {
+      if (sample % kHeaderEvery == 0) out << ClusterTopHeader(ClusterTopNodeWidth(samples));
+      out << FormatClusterTopSample(samples, now_ms);
+    }
+    out.flush();
+  }
+  int rc = kExitOk;
+  for (const NodeTopSample& s : samples) {
+    if (s.status.ok()) continue;
+    const int failed = ReportCallError(s.status, s.address, err);
+    if (rc == kExitOk) rc = failed;
+  }
+  return rc;
 }
 
 }  // namespace overlap::client

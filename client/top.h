@@ -8,6 +8,10 @@
 //
 // Each sample is two calls (GetNodeInfo, ListJobs of the running jobs). With
 // --json every sample is one JSON object on its own line.
+//
+// `top --nodes`: every node's GPUs in each sample, a node column (its address)
+// after the time; the nodes are asked at once, and one that does not answer
+// is a row that says why.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "client/cluster_view.h"
 #include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
@@ -38,5 +44,27 @@ nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
 // samples. Exit status as the other commands.
 int RunTop(DaemonClient& client, const TopOptions& options, bool json, std::ostream& out,
            std::ostream& err);
+
+// One node's part of a `top --nodes` sample.
+struct NodeTopSample {
+  std::string address;
+  absl::Status status;  // why it gave no sample; OK when it did
+  v1::GetNodeInfoResponse node;
+  std::vector<v1::Job> running;
+};
+// The header and lines of a `top --nodes` sample: TopHeader's columns with a
+// node column of `node_width` after the time; a node that did not answer is
+// one line, "no answer: " and why (NoAnswerText).
+std::string ClusterTopHeader(size_t node_width);
+size_t ClusterTopNodeWidth(const std::vector<NodeTopSample>& nodes);
+std::string FormatClusterTopSample(const std::vector<NodeTopSample>& nodes, int64_t now_ms);
+// {"time_ms", "nodes": [{"address", "devices": [as TopSampleJson]} or
+// {"address", "error": NoAnswerJson}]}.
+nlohmann::json ClusterTopSampleJson(const std::vector<NodeTopSample>& nodes, int64_t now_ms);
+// Samples every node until `count`. Exit status: kExitOk when every node
+// answered the last sample; otherwise the status of a call that failed there
+// (kExitUnreachable, kExitRefused), its message on `err`.
+int RunClusterTop(std::vector<NodeClient>& nodes, const TopOptions& options, bool json,
+                  std::ostream& out, std::ostream& err);
 
 }  // namespace overlap::client

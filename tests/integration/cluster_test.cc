@@ -303,5 +303,31 @@ TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish
   EXPECT_EQ(rb.exit_code, 0) << rb.err << rb.out;
 }
 
+TEST_F(ClusterTest, APartQueuedWhenItsDaemonRestartedNeverRunsOnItsOwn) {
+  StartNodes(2);
+  // Node 1 busy with a job of its own, so that the part queues behind it.
+  RunResult busy = daemon(1).Ctl({"submit", WriteGraph("busy.yaml", R"(name: busy
+iterations: 5000
+warmup: 1
+verify: false
+layer_step: false
+ops:
+  - {id: ar, type: all_reduce, m: 256, n: 256}
+)")});
+  ASSERT_EQ(busy.exit_code, 0) << busy.err;
+  PollJob(daemon(1), Trim(busy.out), StateIs("RUNNING"));
+  const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  const std::string part = WaitForPart(1, "QUEUED").value("id", "");
+  ASSERT_FALSE(part.empty());
+  daemon(1).Kill();
+  ASSERT_TRUE(daemon(1).Start()) << daemon(1).Log();
+  // Its store kept the part, which fails instead of running alone.
+  const nlohmann::json ended = PollJob(daemon(1), part, Final, std::chrono::seconds(60));
+  EXPECT_EQ(ended.value("state", ""), "FAILED") << ended.dump(2);
+  EXPECT_THAT(ended.value("error", ""), HasSubstr("restarted")) << ended.dump(2);
+  EXPECT_EQ(ended.value("coordinator", ""), peer(0));
+  daemon(0).Ctl({"cancel", id});
+}
+
 }  // namespace
 }  // namespace overlap::testing
