@@ -272,6 +272,13 @@ absl::Status Daemon::StartJobs(int* exit_code) {
     cluster::ClusterOptions cluster_options;
     cluster_options.node_name = NodeName(config);
     cluster_options.peers = config.peers;
+    // Gloo's connections go out from, and are met at, the address the peers
+    // know this node by.
+    if (absl::StatusOr<peer::PeerAddress> own =
+            peer::ParsePeerAddress("node_name", NodeName(config), /*allow_port_zero=*/true);
+        own.ok()) {
+      cluster_options.bind_address = own->host;
+    }
     cluster_options.hold_timeout = absl::Milliseconds(config.cluster_hold_timeout_ms);
     cluster_options.collective_timeout =
         absl::Milliseconds(config.cluster_collective_timeout_ms);

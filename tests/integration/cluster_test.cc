@@ -175,6 +175,30 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   EXPECT_THAT(report.out, HasSubstr("across nodes: grads"));
 }
 
+TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDaemons) {
+  StartNodes(2);
+  const std::string path = nodes_[0].dir->File("written.yaml");
+  RunResult written = Overlapctl(nodes_[0].dir->path(), "",
+                                 {"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
+                                  "--tp", "2", "--dp", "2", "--seq", "128", "--pass", "both",
+                                  "--grads", "--chunk-kib", "16", "-o", path});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  std::string graph = ReadFileOrEmpty(path);
+  graph.replace(graph.find("iterations: 20"), 14, "iterations: 2");
+  graph.replace(graph.find("warmup: 5"), 9, "warmup: 1");
+  WriteFileOrDie(path, graph);
+  const std::string id = Submit(0, path, Nodes({0, 1}));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  int across = 0;
+  for (const nlohmann::json& op : job["result"]["ops"]) {
+    EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
+    across += op.value("spans_nodes", false);
+  }
+  EXPECT_GE(across, 4);  // each weight's gradient all-reduce
+  EXPECT_FALSE(job["result"]["layer_deferrals"].empty());
+}
+
 TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
   StartNodes(3, /*devices=*/2);
   // tp 2 x dp 3: each replica on one node, the world and dp groups across all three.
