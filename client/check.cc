@@ -398,8 +398,7 @@ constexpr int64_t kPairN = 4096;
 
 constexpr char kHostTimingNote[] =
     "host backend: these timings are CPU threads' and say nothing about GPUs or the network "
-    "between nodes, so nothing is called slow; every job still ran and each pair's all-reduce "
-    "was verified against float64\n";
+    "between nodes, so nothing is called slow; every job still ran";
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -459,9 +458,8 @@ double MedianGemmMs(const NodeCheck& node) {
 }
 
 bool ClusterVerdict::Clean() const {
-  return slow_nodes.empty() && slow_gpus.empty() && slow_link_nodes.empty() &&
-         slow_pairs.empty() && failed_pairs.empty() && unhealthy_gpus.empty() &&
-         unhealthy_nodes.empty();
+  return slow_nodes.empty() && slow_gpus.empty() && slow_link_nodes.empty() && slow_pairs.empty() &&
+         failed_pairs.empty() && unhealthy_gpus.empty() && unhealthy_nodes.empty();
 }
 
 ClusterVerdict JudgeCluster(const ClusterCheckResult& r) {
@@ -475,6 +473,21 @@ ClusterVerdict JudgeCluster(const ClusterCheckResult& r) {
   for (size_t p = 0; p < r.pairs.size(); ++p) {
     if (!r.pairs[p].failed.empty()) v.failed_pairs.push_back(p);
   }
+  // Links: a healthy node has a good pair with some other healthy node, so
+  // the median of each node's best pair stands for a good link even where one
+  // bad node slows most pairs (2 of 3 with three nodes).
+  std::vector<double> best(r.nodes.size(), 0);
+  for (const NodePairCheck& p : r.pairs) {
+    if (!p.ran()) continue;
+    best[p.a] = std::max(best[p.a], p.busbw_gbps);
+    best[p.b] = std::max(best[p.b], p.busbw_gbps);
+  }
+  std::vector<double> bests;
+  for (double b : best) {
+    if (b > 0) bests.push_back(b);
+  }
+  v.link_reference_gbps = Median(bests);
+  // Below: what is slow, which only GPUs' and networks' timings can say.
   if (!r.timings_judged) return v;
   // GEMMs: each node's median against the fastest node's, then each GPU of
   // the others against the fastest GPU of all.
@@ -491,20 +504,6 @@ ClusterVerdict JudgeCluster(const ClusterCheckResult& r) {
   for (size_t k : SlowerThanFastest(all)) {
     if (!Contains(v.slow_nodes, where[k].first)) v.slow_gpus.push_back(where[k]);
   }
-  // Links: a healthy node has a good pair with some other healthy node, so
-  // the median of each node's best pair stands for a good link even where one
-  // bad node slows most pairs (2 of 3 with three nodes).
-  std::vector<double> best(r.nodes.size(), 0);
-  for (const NodePairCheck& p : r.pairs) {
-    if (!p.ran()) continue;
-    best[p.a] = std::max(best[p.a], p.busbw_gbps);
-    best[p.b] = std::max(best[p.b], p.busbw_gbps);
-  }
-  std::vector<double> bests;
-  for (double b : best) {
-    if (b > 0) bests.push_back(b);
-  }
-  v.link_reference_gbps = Median(bests);
   const double floor = v.link_reference_gbps * (1 - kSlowNodeLinkFraction);
   for (size_t i = 0; i < best.size(); ++i) {
     if (best[i] > 0 && best[i] < floor) v.slow_link_nodes.push_back(i);  // every pair below
@@ -522,7 +521,11 @@ ClusterVerdict JudgeCluster(const ClusterCheckResult& r) {
 std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& o) {
   const ClusterVerdict v = JudgeCluster(r);
   std::string out;
-  if (!r.timings_judged) out += kHostTimingNote;
+  if (!r.timings_judged) {
+    absl::StrAppend(
+        &out, kHostTimingNote,
+        r.pairs.empty() ? "" : ", and each pair's all-reduce was verified against float64", "\n");
+  }
   absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each GPU of %d nodes, all at once\n",
                         o.gemm_size, o.gemm_size, o.gemm_size, r.nodes.size());
   std::vector<double> all;
@@ -531,22 +534,34 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
   }
   const size_t fastest_gpu = FastestIndex(all);
   const double fastest = fastest_gpu < all.size() ? all[fastest_gpu] : 0;
-  TextTable gpus({{"node"},
-                  {"GPU", Align::kRight},
-                  {"GEMM ms", Align::kRight},
-                  {"TFLOP/s", Align::kRight},
-                  {"vs fastest", Align::kRight},
-                  {"power-capped", Align::kRight},
-                  {"heat-capped", Align::kRight},
-                  {""}});
+  bool capped = false;
+  for (const NodeCheck& n : r.nodes) {
+    for (const GpuCheck& g : n.gpus) capped = capped || g.capped_valid;
+  }
+  std::vector<TextTable::Column> columns = {{"node"},
+                                            {"GPU", Align::kRight},
+                                            {"GEMM ms", Align::kRight},
+                                            {"TFLOP/s", Align::kRight},
+                                            {"vs fastest", Align::kRight}};
+  if (capped) {
+    columns.push_back({"power-capped", Align::kRight});
+    columns.push_back({"heat-capped", Align::kRight});
+  }
+  columns.push_back({""});
+  TextTable gpus(columns);
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     for (size_t k = 0; k < r.nodes[i].gpus.size(); ++k) {
       const GpuCheck& g = r.nodes[i].gpus[k];
       const bool slow = Contains(v.slow_nodes, i) || Contains(v.slow_gpus, std::pair{i, k});
-      gpus.AddRow({r.nodes[i].address, absl::StrCat(g.device), FormatMs(g.gemm_ms),
-                   absl::StrFormat("%.1f", g.tflops),
-                   fastest > 0 ? Percent(g.gemm_ms / fastest - 1) : "-",
-                   Share(g, g.power_capped), Share(g, g.thermal_capped), slow ? "SLOW" : ""});
+      std::vector<std::string> row = {r.nodes[i].address, absl::StrCat(g.device),
+                                      FormatMs(g.gemm_ms), absl::StrFormat("%.1f", g.tflops),
+                                      fastest > 0 ? Percent(g.gemm_ms / fastest - 1) : "-"};
+      if (capped) {
+        row.push_back(Share(g, g.power_capped));
+        row.push_back(Share(g, g.thermal_capped));
+      }
+      row.push_back(slow ? "SLOW" : "");
+      gpus.AddRow(row);
     }
   }
   out += gpus.Render();
@@ -589,12 +604,12 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
       }
       const bool slow = Contains(v.slow_pairs, k) || Contains(v.slow_link_nodes, p.a) ||
                         Contains(v.slow_link_nodes, p.b);
-      links.AddRow({PairName(r, p), p.job, FormatMs(p.ms), FormatRate(p.busbw_gbps),
-                    v.link_reference_gbps > 0 ? Percent(p.busbw_gbps / v.link_reference_gbps - 1)
-                                              : "-",
-                    absl::StrFormat("%s %.1e", p.max_rel_error <= p.tolerance ? "ok" : "FAIL",
-                                    p.max_rel_error),
-                    slow ? "SLOW" : ""});
+      links.AddRow(
+          {PairName(r, p), p.job, FormatMs(p.ms), FormatRate(p.busbw_gbps),
+           v.link_reference_gbps > 0 ? Percent(p.busbw_gbps / v.link_reference_gbps - 1) : "-",
+           absl::StrFormat("%s %.1e", p.max_rel_error <= p.tolerance ? "ok" : "FAIL",
+                           p.max_rel_error),
+           slow ? "SLOW" : ""});
     }
     out += links.Render();
   }
@@ -625,7 +640,8 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
                           r.nodes[i].address, 100 * kSlowNodeLinkFraction, FormatRate(ref));
   }
   for (size_t k : v.slow_pairs) {
-    absl::StrAppendFormat(&out, "slow link: %s, %s GB/s, more than %.0f%% below the reference %s GB/s\n",
+    absl::StrAppendFormat(&out,
+                          "slow link: %s, %s GB/s, more than %.0f%% below the reference %s GB/s\n",
                           PairName(r, r.pairs[k]), FormatRate(r.pairs[k].busbw_gbps),
                           100 * kSlowNodeLinkFraction, FormatRate(ref));
   }
@@ -662,12 +678,10 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
 
 nlohmann::json ClusterCheckJson(const ClusterCheckResult& r, const CheckOptions& o) {
   const ClusterVerdict v = JudgeCluster(r);
-  nlohmann::json j = {{"gemm_size", o.gemm_size},
-                      {"link_mib", o.link_mib},
-                      {"iterations", o.iterations},
-                      {"pair_devices", r.pair_devices},
-                      {"timings_judged", r.timings_judged},
-                      {"link_reference_gbps", v.link_reference_gbps}};
+  nlohmann::json j = {
+      {"gemm_size", o.gemm_size},           {"link_mib", o.link_mib},
+      {"iterations", o.iterations},         {"pair_devices", r.pair_devices},
+      {"timings_judged", r.timings_judged}, {"link_reference_gbps", v.link_reference_gbps}};
   j["nodes"] = nlohmann::json::array();
   for (const NodeCheck& n : r.nodes) {
     nlohmann::json node = {{"address", n.address},
@@ -680,8 +694,8 @@ nlohmann::json ClusterCheckJson(const ClusterCheckResult& r, const CheckOptions&
   }
   j["pairs"] = nlohmann::json::array();
   for (const NodePairCheck& p : r.pairs) {
-    nlohmann::json pair = {{"a", r.nodes[p.a].address}, {"b", r.nodes[p.b].address},
-                           {"job", p.job}};
+    nlohmann::json pair = {
+        {"a", r.nodes[p.a].address}, {"b", r.nodes[p.b].address}, {"job", p.job}};
     if (!p.not_checked.empty()) pair["not_checked"] = p.not_checked;
     if (!p.failed.empty()) pair["failed"] = p.failed;
     if (p.ran()) {
@@ -706,7 +720,8 @@ nlohmann::json ClusterCheckJson(const ClusterCheckResult& r, const CheckOptions&
   };
   auto pair_list = [&](const std::vector<size_t>& pairs) {
     nlohmann::json a = nlohmann::json::array();
-    for (size_t k : pairs) a.push_back({r.nodes[r.pairs[k].a].address, r.nodes[r.pairs[k].b].address});
+    for (size_t k : pairs)
+      a.push_back({r.nodes[r.pairs[k].a].address, r.nodes[r.pairs[k].b].address});
     return a;
   };
   j["slow_nodes"] = addresses(v.slow_nodes);
@@ -771,7 +786,8 @@ int RunClusterCheck(std::vector<NodeClient>& nodes, const CheckOptions& options,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - gemm_start).count();
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!after[i].info.ok()) continue;
-    for (GpuCheck& g : result.nodes[i].gpus) SetCappedShares(*start[i].info, *after[i].info, wall_s, &g);
+    for (GpuCheck& g : result.nodes[i].gpus)
+      SetCappedShares(*start[i].info, *after[i].info, wall_s, &g);
   }
   if (o.links) {
     const size_t total = nodes.size() * (nodes.size() - 1) / 2;

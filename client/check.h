@@ -127,7 +127,7 @@ struct NodeCheck {
   std::vector<std::string> problems;  // the daemon's own (not healthy when the check began)
 };
 struct NodePairCheck {
-  size_t a = 0, b = 0;  // into ClusterCheckResult::nodes; a coordinated the job
+  size_t a = 0, b = 0;      // into ClusterCheckResult::nodes; a coordinated the job
   std::string not_checked;  // why no job ran over the pair; "" when one did
   std::string failed;       // the job's line when it did not succeed
   std::string job;
@@ -145,15 +145,15 @@ struct ClusterCheckResult {
 // What the check calls slow or unhealthy; the slow lists stay empty when
 // timings are not judged.
 struct ClusterVerdict {
-  std::vector<size_t> slow_nodes;                      // by their GPUs' median GEMM
-  std::vector<std::pair<size_t, size_t>> slow_gpus;    // (node, gpu), on nodes not slow
-  double link_reference_gbps = 0;                      // 0 without a pair that ran
-  std::vector<size_t> slow_link_nodes;                 // every pair with it is slow
-  std::vector<size_t> slow_pairs;                      // slow, with neither end such a node
-  std::vector<size_t> failed_pairs;                    // whose job did not succeed
+  std::vector<size_t> slow_nodes;                         // by their GPUs' median GEMM
+  std::vector<std::pair<size_t, size_t>> slow_gpus;       // (node, gpu), on nodes not slow
+  double link_reference_gbps = 0;                         // 0 without a pair that ran
+  std::vector<size_t> slow_link_nodes;                    // every pair with it is slow
+  std::vector<size_t> slow_pairs;                         // slow, with neither end such a node
+  std::vector<size_t> failed_pairs;                       // whose job did not succeed
   std::vector<std::pair<size_t, size_t>> unhealthy_gpus;  // (node, gpu)
-  std::vector<size_t> unhealthy_nodes;                 // the daemon's own problems
-  bool Clean() const;  // nothing slow, failed or unhealthy
+  std::vector<size_t> unhealthy_nodes;                    // the daemon's own problems
+  bool Clean() const;                                     // nothing slow, failed or unhealthy
 };
 // A node's median GEMM time over its GPUs (0 without any).
 double MedianGemmMs(const NodeCheck& node);

@@ -1,4 +1,5 @@
 // The commands about the daemon and its GPUs rather than one job.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -41,15 +42,18 @@ ClientTls GlobalTls(const CLI::App& command) {
                    value("--tls-key", "OVERLAPD_TLS_KEY"), value("--tls-server-name", nullptr)};
 }
 
-// Runs `run` over a client per --nodes address; a usage error for --addr
-// beside --nodes, a repeated address or unusable TLS files.
+// Runs `run` over a client per --nodes address; a usage error for a repeated
+// address, unusable TLS files, or an --addr that is not among the nodes. (main
+// checks the --tls-* flags against --addr before any command runs, so with TLS
+// --addr must name a HOST:PORT: one of the nodes is the one that makes sense.)
 int WithNodes(const CLI::App& command, const std::vector<std::string>& addresses,
               const CliContext& context,
               const std::function<int(std::vector<NodeClient>& nodes)>& run) {
   const CLI::Option* addr = command.get_parent()->get_option_no_throw("--addr");
-  if (addr != nullptr && addr->count() > 0) {
-    context.err << "overlapctl: " << command.get_name()
-                << ": give --nodes or --addr, not both (--nodes names every daemon)\n";
+  if (addr != nullptr && addr->count() > 0 &&
+      std::find(addresses.begin(), addresses.end(), context.client.address()) == addresses.end()) {
+    context.err << "overlapctl: " << command.get_name() << ": --addr " << context.client.address()
+                << " is not among --nodes, which names every daemon to ask\n";
     return kExitUsage;
   }
   absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(addresses, GlobalTls(command));

@@ -61,9 +61,9 @@ std::string TruncateFront(const std::string& s, size_t width) {
 }
 
 std::string ColumnsHeader() {
-  return absl::StrFormat(kLineFormat, "gpu", "sm MHz", "mem MHz", "temp", "power W",
-                         "util%", "limits", "health", "mem used", "job", "op", "phase", "last op",
-                         "step ms", "hidden%", "wait ms");
+  return absl::StrFormat(kLineFormat, "gpu", "sm MHz", "mem MHz", "temp", "power W", "util%",
+                         "limits", "health", "mem used", "job", "op", "phase", "last op", "step ms",
+                         "hidden%", "wait ms");
 }
 
 std::string TimeOf(int64_t now_ms) {
@@ -186,8 +186,8 @@ std::string FormatClusterTopSample(const std::vector<NodeTopSample>& nodes, int6
     if (n.status.ok()) {
       out += DeviceLines(prefix, n.node, n.running);
     } else {
-      absl::StrAppend(&out, prefix, absl::StrFormat("%4s ", "-"), "no answer: ",
-                      NoAnswerText(n.status), "\n");
+      absl::StrAppend(&out, prefix, absl::StrFormat("%4s ", "-"),
+                      "no answer: ", NoAnswerText(n.status), "\n");
     }
   }
   return out;
