@@ -671,9 +671,8 @@ std::vector<GradMessage> GradMessages(const v1::Job& job, const GradBenchOptions
         if (const GradShape* g = FindGrad(grads, id)) elements += g->m * g->n;
       }
       msg.n = kBucketRowElements;
-      msg.m = RoundUp(std::max<int64_t>(1, RoundUp(elements, kBucketRowElements) /
-                                               kBucketRowElements),
-                      dp);
+      msg.m = RoundUp(
+          std::max<int64_t>(1, RoundUp(elements, kBucketRowElements) / kBucketRowElements), dp);
     } else {
       const GradShape* g = FindGrad(grads, d.op());
       if (g == nullptr) continue;  // not one of ours
@@ -837,10 +836,10 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
       &out,
       "step: the layer step (median); no ARs: it again without the all-reduces; exposed = step - "
       "no ARs; ARs alone: what the form sent (whole gradients, buckets, pieces), each timed "
-      "alone; hidden %%: 1 - exposed / the gradients' whole all-reduces alone (%s ms in the "
-      "whole form; the same base in every form); busbw = algbw x 2(N-1)/N, N = %d, of what it "
-      "sent alone\n",
-      rows.empty() ? "-" : FormatMs(rows[0].whole_alone_ms), dp);
+      "alone; hidden %%: 1 - exposed / the gradients' whole all-reduces alone as the form's job "
+      "timed them (one base for every form); busbw = algbw x 2(N-1)/N, N = %d, of what it sent "
+      "alone\n",
+      dp);
   for (const std::string& n : notes) absl::StrAppend(&out, n, "\n");
   out += FormatNodesLine(first.result());
   out += SharedGpuNote(first.result().ranks_per_gpu());

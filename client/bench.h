@@ -149,8 +149,8 @@ struct GradBenchOptions {
   std::vector<int64_t> grad_bytes;  // empty = DefaultGradSizes(backend)
   BenchShape gemm;                  // op "gemm", global (n splits over tp); m 0 = the default
   int gemms_per_grad = 4;
-  int bucket_mib = 25;  // the bucketed form's bucket_mib (PyTorch DDP's)
-  int chunk_kib = 256;  // the chunked form's chunk_kib
+  int bucket_mib = 25;       // the bucketed form's bucket_mib (PyTorch DDP's)
+  int chunk_kib = 256;       // the chunked form's chunk_kib
   std::vector<int> devices;  // each node's; empty = every device
   std::string dtype = "bf16";
   int iterations = 20;
@@ -192,7 +192,7 @@ struct GradBenchRow {
   std::string job_id;
   std::vector<GradMessage> messages;
   double step_ms = 0, without_ms = 0, exposed_ms = 0;
-  double hidden = 0;         // the daemon's layer_deferred_hidden_fraction
+  double hidden = 0;          // the daemon's layer_deferred_hidden_fraction
   double whole_alone_ms = 0;  // the gradients' whole all-reduces alone: its base
   double sent_alone_ms = 0, sent_bytes = 0, algbw_gbps = 0, busbw_gbps = 0;  // of what it sent
   bool verified = false, within = true;
@@ -206,8 +206,8 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
                             const GradBenchOptions& options, int tp);
 nlohmann::json GradBenchJson(const v1::Job& first, const v1::GetNodeInfoResponse& node,
                              const v1::GetNodeInfoResponse* node_after,
-                             const std::vector<GradBenchRow>& rows,
-                             const GradBenchOptions& options, int tp);
+                             const std::vector<GradBenchRow>& rows, const GradBenchOptions& options,
+                             int tp);
 int RunGradBench(DaemonClient& client, const GradBenchOptions& options,
                  const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
                  std::ostream& err);

@@ -362,7 +362,7 @@ std::vector<CommBenchRow> FoldNodesCommBench(const v1::Job& job) {
   std::vector<CommBenchRow> rows;
   for (const v1::OpResult& op : job.result().ops()) {
     if (op.type() != "all_reduce") continue;
-    const std::string variant = op.group() == "dp"              ? "dp"
+    const std::string variant = op.group() == "dp"                 ? "dp"
                                 : op.algorithm() == "hierarchical" ? "world/hierarchical"
                                                                    : "world";
     const int64_t count = op.m() * op.n();
@@ -424,8 +424,8 @@ std::string FormatNodesLine(const v1::JobResult& result) {
   return nodes.empty() ? "" : absl::StrCat("nodes: ", absl::StrJoin(nodes, ", "), "\n");
 }
 
-std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job,
-                                 int tp, const std::string& dtype) {
+std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job, int tp,
+                                 const std::string& dtype) {
   const v1::JobResult& result = job.result();
   const int dp = job.nodes_size();
   const std::vector<std::string> variants = NodesCommBenchVariants(tp);
@@ -477,19 +477,21 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
       dp, tp, tp, dp, dtype, dp, tp * dp);
   out += table.Render();
   if (hierarchical) {
-    out += "flat/hier: the flat world all-reduce's time over the hierarchical one's (above 1: "
-           "hierarchical is faster)\n";
+    out +=
+        "flat/hier: the flat world all-reduce's time over the hierarchical one's (above 1: "
+        "hierarchical is faster)\n";
   } else {
     out += "one device per node: the hierarchical all-reduce is the flat one, left out\n";
   }
   for (const std::string& v : variants) {
     auto it = best.find(v);
     if (it == best.end() || it->second.first <= 0) continue;
-    absl::StrAppendFormat(&out, "best busbw: %s %s GB/s (at %s)\n", v,
-                          FormatRate(it->second.first), FormatByteSize(it->second.second));
+    absl::StrAppendFormat(&out, "best busbw: %s %s GB/s (at %s)\n", v, FormatRate(it->second.first),
+                          FormatByteSize(it->second.second));
   }
   if (result.inter_node_busbw_gbps() > 0) {
-    absl::StrAppend(&out, "across nodes: bus bandwidth ", FormatRate(result.inter_node_busbw_gbps()),
+    absl::StrAppend(&out, "across nodes: bus bandwidth ",
+                    FormatRate(result.inter_node_busbw_gbps()),
                     " GB/s (every op, its bytes over its time)\n");
   }
   out += FormatNodesLine(result);
@@ -515,9 +517,9 @@ nlohmann::json NodesCommBenchJson(const v1::Job& job, const v1::GetNodeInfoRespo
 
 namespace {
 
-int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node,
-                      CommBenchOptions o, const std::string& json_file, bool json, bool err_is_tty,
-                      std::ostream& out, std::ostream& err) {
+int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node, CommBenchOptions o,
+                      const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
+                      std::ostream& err) {
   if (node.backend() == "host") {
     if (!o.min_bytes_given) o.min_bytes = kHostNodesCommBenchMinBytes;
     if (!o.max_bytes_given) o.max_bytes = std::max(o.min_bytes, kHostNodesCommBenchMaxBytes);

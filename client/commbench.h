@@ -126,8 +126,8 @@ std::vector<CommBenchRow> FoldNodesCommBench(const v1::Job& job);
 // over the hierarchical one's; verify), the best busbw per variant, the bus
 // bandwidth across nodes, a line per node and, on the host backend, that the
 // figures mean nothing (HostFiguresNote).
-std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job,
-                                 int tp, const std::string& dtype);
+std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job, int tp,
+                                 const std::string& dtype);
 nlohmann::json NodesCommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& node,
                                   const v1::GetNodeInfoResponse* node_after,
                                   const std::vector<CommBenchRow>& rows,

@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "absl/strings/str_cat.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 
@@ -223,6 +226,157 @@ TEST(CommBenchFoldTest, OneRankSaysItMeasuredALocalCopy) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("best busbw")));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("nccl  ")));
   EXPECT_THAT(text, ::testing::ContainsRegex("950\\.0 +0\\.000 +- +- +- +- +ok"));
+}
+
+// commbench --nodes: per size the dp, flat world and hierarchical world
+// all-reduces, of one shape that splits over the whole world, as a valid mesh.
+TEST(CommBenchNodesTest, SpecHasDpFlatAndHierarchicalPerSizeOverTheMesh) {
+  CommBenchOptions o;
+  o.nodes = {"127.0.0.1:7071", "127.0.0.1:7072"};
+  o.min_bytes = 64 << 10;
+  o.max_bytes = 256 << 10;
+  o.iterations = 3;
+  auto spec = ParseJobSpec(BuildNodesCommBenchSpec(o, 2));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ValidationLimits limits;
+  limits.device_count = 4;  // the mesh's: 2 nodes x 2 devices
+  limits.library_algorithms = false;
+  ASSERT_TRUE(ValidateJobSpec(*spec, limits).ok()) << ValidateJobSpec(*spec, limits).status();
+  EXPECT_EQ(spec->mesh.tp, 2);
+  EXPECT_EQ(spec->mesh.dp, 2);
+  EXPECT_FALSE(spec->layer_step);
+  EXPECT_EQ(spec->iterations, 3);
+  EXPECT_TRUE(spec->nodes.empty()) << "the nodes go with the submission";
+  std::vector<std::string> ids;
+  for (const OpSpec& op : spec->ops) ids.push_back(op.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"dp-65536", "world-65536", "hier-65536", "dp-262144",
+                                           "world-262144", "hier-262144"}));
+  for (const OpSpec& op : spec->ops) {
+    EXPECT_EQ(op.type, OpType::kAllReduce) << op.id;
+    EXPECT_EQ(op.mode, OverlapMode::kSerial) << op.id;
+    EXPECT_EQ(op.transport, Transport::kNccl) << op.id;
+    EXPECT_EQ(op.m % 4, 0) << op.id << ": whole rows for every rank of the world";
+  }
+  EXPECT_EQ(spec->ops[0].group, OpGroup::kDp);
+  EXPECT_EQ(spec->ops[1].group, OpGroup::kWorld);
+  EXPECT_EQ(spec->ops[1].algorithm, AllReduceAlgorithm::kDefault);
+  EXPECT_EQ(spec->ops[2].group, OpGroup::kWorld);
+  EXPECT_EQ(spec->ops[2].algorithm, AllReduceAlgorithm::kHierarchical);
+  EXPECT_EQ(spec->ops[3].m * spec->ops[3].n * 2, 256 << 10);
+  EXPECT_EQ(spec->ops[4].m, spec->ops[3].m);  // one shape for the three
+  EXPECT_EQ(spec->ops[5].n, spec->ops[3].n);
+
+  // One device per node: hierarchical is the flat one, left out.
+  EXPECT_EQ(NodesCommBenchVariants(1), (std::vector<std::string>{"dp", "world"}));
+  o.devices = {1};
+  auto one = ParseJobSpec(BuildNodesCommBenchSpec(o, 1));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->ops.size(), 4u);
+  EXPECT_EQ(one->devices, (std::vector<int>{1}));
+}
+
+TEST(CommBenchNodesTest, RefusesOneNodeAndWhatDoesNotCrossDaemons) {
+  CommBenchOptions o;
+  o.nodes = {"a:1", "b:1"};
+  o.collectives = {"all_reduce"};
+  o.transports = {"nccl"};
+  EXPECT_TRUE(ValidateCommBenchOptions(o).ok());
+  CommBenchOptions one = o;
+  one.nodes = {"a:1"};
+  EXPECT_THAT(std::string(ValidateCommBenchOptions(one).message()),
+              HasSubstr("--nodes: give at least two daemons"));
+  for (auto change : std::vector<std::function<void(CommBenchOptions&)>>{
+           [](CommBenchOptions& c) {
+             c.collectives = {"all_reduce", "all_gather"};
+           },
+           [](CommBenchOptions& c) { c.transports = {"p2p"}; },
+           [](CommBenchOptions& c) { c.algorithms = {"ring"}; }}) {
+    CommBenchOptions c = o;
+    change(c);
+    const absl::Status s = ValidateCommBenchOptions(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("--nodes: across daemons"));
+  }
+}
+
+v1::OpResult NodesResult(const std::string& group, const std::string& algorithm, int64_t m,
+                         double ms, double algbw, double busbw, double error) {
+  v1::OpResult op = Result("all_reduce", m, 1024, "nccl", ms, busbw, error);
+  op.set_algbw_gbps(algbw);
+  op.set_group(group);
+  op.set_algorithm(algorithm);
+  op.set_spans_nodes(true);
+  return op;
+}
+
+v1::Job NodesJob(const std::string& backend) {
+  v1::Job job;
+  job.set_id("job-000004");
+  job.add_nodes("127.0.0.1:7071");
+  job.add_nodes("127.0.0.1:7072");
+  v1::JobResult* r = job.mutable_result();
+  r->set_backend(backend);
+  r->set_mesh_tp(2);
+  r->set_mesh_dp(2);
+  r->set_inter_node_busbw_gbps(12.5);
+  *r->add_ops() = NodesResult("dp", "", 32, 0.100, 0.65, 0.65, 1e-3);
+  *r->add_ops() = NodesResult("world", "", 32, 0.300, 0.22, 0.33, 2e-3);
+  *r->add_ops() = NodesResult("world", "hierarchical", 32, 0.150, 0.44, 0.66, 3e-3);
+  *r->add_ops() = NodesResult("dp", "", 128, 0.200, 1.3, 1.3, 1e-3);
+  *r->add_ops() = NodesResult("world", "", 128, 0.400, 0.65, 0.98, 0.5);  // wrong
+  *r->add_ops() = NodesResult("world", "hierarchical", 128, 0.500, 0.52, 0.78, 1e-3);
+  for (int n = 0; n < 2; ++n) {
+    v1::NodeResult* node = r->add_node_results();
+    node->set_node(job.nodes(n));
+    node->set_node_index(n);
+    node->set_part_id(absl::StrCat("job-00000", 7 + n));
+    node->set_first_rank(2 * n);
+    node->set_ranks(2);
+  }
+  return job;
+}
+
+TEST(CommBenchNodesTest, TableHasEachVariantFlatOverHierarchicalAndTheHostNote) {
+  const v1::Job job = NodesJob("host");
+  const std::vector<CommBenchRow> rows = FoldNodesCommBench(job);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].bytes, 64 << 10);
+  EXPECT_EQ(rows[1].count, 128 * 1024);
+  EXPECT_DOUBLE_EQ(rows[0].by_transport.at("world/hierarchical").ms, 0.150);
+  EXPECT_DOUBLE_EQ(rows[1].by_transport.at("dp").busbw_gbps, 1.3);
+
+  const std::string text = FormatNodesCommBench(rows, job, 2, "bf16");
+  EXPECT_THAT(text, HasSubstr("commbench: all_reduce across 2 nodes x 2 device(s) (mesh tp 2 x "
+                              "dp 2), bf16; busbw = algbw x 2(N-1)/N, N = 2 (dp) or 4 (world)"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("64KiB +32768 +0\\.100 +0\\.650 +0\\.650 +0\\.300 "
+                                             "+0\\.220 +0\\.330 +0\\.150 +0\\.440 +0\\.660 "
+                                             "+2\\.00x +ok 3\\.0e-03"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("256KiB .* 0\\.80x +FAIL 5\\.0e-01"));
+  EXPECT_THAT(text, HasSubstr("best busbw: dp 1.300 GB/s (at 256KiB)"));
+  EXPECT_THAT(text, HasSubstr("best busbw: world/hierarchical 0.780 GB/s (at 256KiB)"));
+  EXPECT_THAT(text, HasSubstr("across nodes: bus bandwidth 12.5 GB/s"));
+  EXPECT_THAT(text, HasSubstr("nodes: 0 127.0.0.1:7071 ranks 0-1 (job-000007), 1 "
+                              "127.0.0.1:7072 ranks 2-3 (job-000008)"));
+  EXPECT_THAT(text, HasSubstr("host backend: the figures mean nothing"));
+  EXPECT_THAT(FormatNodesCommBench(rows, NodesJob("cuda"), 2, "bf16"),
+              ::testing::Not(HasSubstr("figures mean nothing")));
+  EXPECT_THAT(FormatNodesCommBench(rows, job, 1, "bf16"),
+              HasSubstr("one device per node: the hierarchical all-reduce is the flat one"));
+
+  v1::GetNodeInfoResponse node;
+  node.set_backend("host");
+  CommBenchOptions o;
+  o.nodes = {job.nodes().begin(), job.nodes().end()};
+  const nlohmann::json j = NodesCommBenchJson(job, node, nullptr, rows, o, 2);
+  EXPECT_EQ(j["figures_meaningful"], false);
+  EXPECT_THAT(j["figures_note"].get<std::string>(), HasSubstr("figures mean nothing"));
+  EXPECT_EQ(j["nodes"], nlohmann::json({"127.0.0.1:7071", "127.0.0.1:7072"}));
+  EXPECT_EQ(j["mesh"]["dp"], 2);
+  EXPECT_EQ(j["node_results"][1]["first_rank"], 2);
+  EXPECT_DOUBLE_EQ(j["rows"][0]["variants"]["world/hierarchical"]["ms"].get<double>(), 0.150);
+  EXPECT_FALSE(j["rows"][0].contains("transports"));
+  node.set_backend("cuda");
+  EXPECT_EQ(NodesCommBenchJson(job, node, nullptr, rows, o, 2)["figures_meaningful"], true);
 }
 
 }  // namespace
