@@ -129,6 +129,17 @@ std::shared_ptr<ClusterJobs::Coordinated> ClusterJobs::Find(const v1::GlobalJobI
   return it == coordinated_.end() ? nullptr : it->second;
 }
 
+absl::StatusOr<std::shared_ptr<ClusterJobs::Coordinated>> ClusterJobs::Coordinating(
+    const v1::GlobalJobId& id) {
+  std::shared_ptr<Coordinated> state = Find(id);
+  if (state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", id.job_id(),
+                                            " is being coordinated here (it ended, or this "
+                                            "daemon restarted)"));
+  }
+  return state;
+}
+
 absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
     const std::string& spec_text, const std::string& source_name,
     const std::vector<std::string>& nodes) {
@@ -202,13 +213,12 @@ absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
 
 absl::StatusOr<v1::JobResult> ClusterJobs::Run(const v1::Job& job,
                                                const runner::RunHooks& hooks) {
+  if (!job.coordinator().empty()) return RunPart(job, hooks);
   if (job.submit_time_ms() < options_.started_unix_ms) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "queued before this daemon restarted: a job spanning daemons never runs on its own "
-        "after a restart; submit it again to its coordinator",
-        job.coordinator().empty() ? "" : absl::StrCat(" (", job.coordinator(), ")")));
+    return absl::FailedPreconditionError(
+        "queued before this daemon restarted, and its parts with it: submit it again");
   }
-  return job.coordinator().empty() ? Coordinate(job, hooks) : RunPart(job, hooks);
+  return Coordinate(job, hooks);
 }
 
 // --- The coordinator ---------------------------------------------------------
@@ -389,7 +399,13 @@ void ClusterJobs::CancelParts(Coordinated& state, const std::string& reason) {
     state.changed.SignalAll();
     parts = state.part_ids;
   }
-  for (const auto& [n, part_id] : parts) {
+  // The others before this node's own: a part that loses its peers after it
+  // was told to stop ends CANCELLED, not failed.
+  std::vector<std::pair<int, std::string>> order(parts.begin(), parts.end());
+  std::stable_partition(order.begin(), order.end(), [&](const auto& part) {
+    return state.nodes[part.first] != options_.node_name;
+  });
+  for (const auto& [n, part_id] : order) {
     v1::CancelPartRequest request;
     request.mutable_global_id()->set_coordinator(options_.node_name);
     request.mutable_global_id()->set_job_id(state.job_id);
@@ -449,7 +465,11 @@ absl::Status ClusterJobs::AwaitStart(const v1::Job& job, const runner::RunHooks&
     }
     switch (answer->decision()) {
       case v1::HoldPartResponse::START: return absl::OkStatus();
-      case v1::HoldPartResponse::RELEASE:
+      case v1::HoldPartResponse::RELEASE: {
+        absl::MutexLock lock(&mu_);
+        released_.insert(job.id());
+        return absl::CancelledError(answer->reason());
+      }
       case v1::HoldPartResponse::CANCEL: return absl::CancelledError(answer->reason());
       default: break;
     }
@@ -458,12 +478,52 @@ absl::Status ClusterJobs::AwaitStart(const v1::Job& job, const runner::RunHooks&
 
 absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job,
                                                    const runner::RunHooks& hooks) {
-  ASSIGN_OR_RETURN(jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
-                   job.nodes().begin(), job.nodes().end()}));
-  RETURN_IF_ERROR(AwaitStart(job, hooks));
   v1::GlobalJobId id;
   id.set_coordinator(job.coordinator());
   id.set_job_id(job.global_job_id());
+  absl::StatusOr<v1::JobResult> result = RunStartedPart(job, id, hooks);
+  if (!result.ok() && hooks.cancelled && hooks.cancelled()) {
+    // Cancelled, and then a collective lost the parts cancelled before it.
+    result = absl::CancelledError(absl::StrCat("cancelled (", result.status().message(), ")"));
+  }
+  bool released;
+  {
+    absl::MutexLock lock(&mu_);
+    released = released_.erase(job.id()) > 0;
+  }
+  if (!released) {
+    // Whatever ended the part, the coordinator hears of it: a part that could
+    // not start there would otherwise leave it waiting for a hold that never comes.
+    v1::ReportPartRequest report;
+    *report.mutable_global_id() = id;
+    report.set_node_index(job.node_index());
+    report.set_part_id(job.id());
+    if (result.ok()) {
+      *report.mutable_result() = *result;
+    } else {
+      report.set_error_code(static_cast<int>(result.status().code()));
+      report.set_error(std::string(result.status().message()));
+    }
+    if (absl::Status sent = CallReport(job.coordinator(), report); !sent.ok()) {
+      Log()->warn("part {} of {}: the coordinator did not take its report: {}", job.id(),
+                  GlobalKey(id), sent.ToString());
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
+                                                          const v1::GlobalJobId& id,
+                                                          const runner::RunHooks& hooks) {
+  if (job.submit_time_ms() < options_.started_unix_ms) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "queued before this daemon restarted: a part of a job spanning daemons never runs on "
+        "its own after a restart; submit the job again to its coordinator (",
+        job.coordinator(), ")"));
+  }
+  ASSIGN_OR_RETURN(jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
+                   job.nodes().begin(), job.nodes().end()}));
+  RETURN_IF_ERROR(AwaitStart(job, hooks));
 
   std::unique_ptr<gloo_group::RendezvousStore> remote_store;
   gloo_group::RendezvousStore* store = nullptr;
@@ -489,19 +549,6 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job,
     std::vector<int> devices(span.world);
     std::iota(devices.begin(), devices.end(), 0);
     result = runner::RunJob(spanning, span.spec, devices, hooks, /*tuning_cache=*/nullptr);
-  }
-  v1::ReportPartRequest report;
-  *report.mutable_global_id() = id;
-  report.set_node_index(job.node_index());
-  if (result.ok()) {
-    *report.mutable_result() = *result;
-  } else {
-    report.set_error_code(static_cast<int>(result.status().code()));
-    report.set_error(std::string(result.status().message()));
-  }
-  if (absl::Status sent = CallReport(job.coordinator(), report); !sent.ok()) {
-    Log()->warn("part {} of {}: the coordinator did not take its report: {}", job.id(),
-                GlobalKey(id), sent.ToString());
   }
   return result;
 }
@@ -579,12 +626,7 @@ absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
 
 absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCaller& caller,
                                                            const v1::HoldPartRequest& request) {
-  std::shared_ptr<Coordinated> state = Find(request.global_id());
-  if (state == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job ", request.global_id().job_id(),
-                                            " is being coordinated here (it ended, or this "
-                                            "daemon restarted)"));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
   v1::HoldPartResponse response;
   absl::MutexLock lock(&state->mu);
   auto part = state->part_ids.find(request.node_index());
@@ -613,14 +655,14 @@ absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCalle
 
 absl::Status ClusterJobs::ReportPart(const peer::PeerCaller& caller,
                                      const v1::ReportPartRequest& request) {
-  std::shared_ptr<Coordinated> state = Find(request.global_id());
-  if (state == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
   absl::MutexLock lock(&state->mu);
   if (request.node_index() < 0 || request.node_index() >= static_cast<int>(state->nodes.size())) {
     return absl::InvalidArgumentError(absl::StrCat("node_index ", request.node_index()));
+  }
+  auto part = state->part_ids.find(request.node_index());
+  if (part == state->part_ids.end() || part->second != request.part_id()) {
+    return absl::OkStatus();  // a part of a reservation given up: nothing waits for it
   }
   state->reports[request.node_index()] = request;
   state->changed.SignalAll();
@@ -629,21 +671,13 @@ absl::Status ClusterJobs::ReportPart(const peer::PeerCaller& caller,
 
 absl::Status ClusterJobs::StoreSet(const peer::PeerCaller& caller,
                                    const v1::StoreSetRequest& request) {
-  std::shared_ptr<Coordinated> state = Find(request.global_id());
-  if (state == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
   return state->store.Set(request.key(), request.value());
 }
 
 absl::StatusOr<std::string> ClusterJobs::StoreGet(const peer::PeerCaller& caller,
                                                   const v1::StoreGetRequest& request) {
-  std::shared_ptr<Coordinated> state = Find(request.global_id());
-  if (state == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no job ", request.global_id().job_id(), " is being coordinated here"));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
   const absl::Duration timeout =
       std::clamp(absl::Milliseconds(request.timeout_ms()), absl::ZeroDuration(),
                  options_.collective_timeout);

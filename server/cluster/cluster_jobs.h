@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -110,7 +111,10 @@ class ClusterJobs final : public peer::PeerHandler {
   struct Coordinated;  // a job this daemon coordinates
 
   absl::StatusOr<v1::JobResult> Coordinate(const v1::Job& job, const runner::RunHooks& hooks);
+  // A part's run, whose end (result or failure) it reports to the coordinator.
   absl::StatusOr<v1::JobResult> RunPart(const v1::Job& job, const runner::RunHooks& hooks);
+  absl::StatusOr<v1::JobResult> RunStartedPart(const v1::Job& job, const v1::GlobalJobId& id,
+                                               const runner::RunHooks& hooks);
   // Step 1: every node holds its part (OK), or the job cannot run.
   absl::Status Reserve(const v1::Job& job, Coordinated& state, const runner::RunHooks& hooks);
   // Step 3: every node's report, or the first failure.
@@ -129,6 +133,8 @@ class ClusterJobs final : public peer::PeerHandler {
   absl::Status CallReport(const std::string& node, const v1::ReportPartRequest& request);
 
   std::shared_ptr<Coordinated> Find(const v1::GlobalJobId& id);
+  // Find, or NOT_FOUND for a job this daemon does not coordinate (now).
+  absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);
   bool IsPeer(const std::string& node) const;
   // FAILED_PRECONDITION on a backend whose memory Gloo cannot reach (CUDA).
   absl::Status CheckBackend() const;
@@ -144,6 +150,9 @@ class ClusterJobs final : public peer::PeerHandler {
   std::map<std::string, std::shared_ptr<Coordinated>> coordinated_ ABSL_GUARDED_BY(mu_);
   // Parts admitted here, by global id ("coordinator/job"): their local ids.
   std::map<std::string, std::string> parts_ ABSL_GUARDED_BY(mu_);
+  // Parts the coordinator released (it retries with new ones): their end is
+  // nobody's news.
+  std::set<std::string> released_ ABSL_GUARDED_BY(mu_);
 };
 
 // The job's global id as one string, "coordinator/job-000001".

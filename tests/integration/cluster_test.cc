@@ -53,6 +53,11 @@ ops:
   - {id: grads, type: all_reduce, m: 256, n: 256, group: dp}
 )";
 
+bool Final(const nlohmann::json& job) {
+  const std::string state = job.value("state", "");
+  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED" || state == "ABORTED";
+}
+
 // One daemon of a cluster: its peer port chosen up front, so that every
 // daemon's peers: can name the others before any starts.
 struct Node {
@@ -138,19 +143,35 @@ class ClusterTest : public ::testing::Test {
     return {};
   }
 
+  // Every daemon's log, for a failure's message.
+  std::string Logs() {
+    std::string out;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      absl::StrAppend(&out, "\n--- node ", i, " log:\n", nodes_[i].daemon->Log());
+    }
+    return out;
+  }
+
+  // Whether every job of node `i` reaches a final state within `timeout`.
+  bool AllEnd(int i, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      bool ended = true;
+      for (const nlohmann::json& j : List(i)) ended = ended && Final(j);
+      if (ended) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
   std::vector<Node> nodes_;
 };
-
-bool Final(const nlohmann::json& job) {
-  const std::string state = job.value("state", "");
-  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED" || state == "ABORTED";
-}
 
 TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
   StartNodes(2);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
-  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
   const nlohmann::json& result = job["result"];
   ASSERT_EQ(result["ops"].size(), 3u);
   for (const nlohmann::json& op : result["ops"]) {
@@ -189,7 +210,7 @@ TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDa
   WriteFileOrDie(path, graph);
   const std::string id = Submit(0, path, Nodes({0, 1}));
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
-  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
   int across = 0;
   for (const nlohmann::json& op : job["result"]["ops"]) {
     EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
@@ -209,7 +230,7 @@ TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
   }
   const std::string id = Submit(1, WriteGraph("world.yaml", graph), Nodes({0, 1, 2}));
   const nlohmann::json job = PollJob(daemon(1), id, Final, std::chrono::seconds(120));
-  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2);
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
   const nlohmann::json& ops = job["result"]["ops"];
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].value("algorithm", "?"), "") << ops[0].dump(2);  // flat: the default
@@ -277,14 +298,7 @@ TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNex
   EXPECT_LT(Clock::now() - killed, std::chrono::milliseconds(kCollectiveTimeoutMs) +
                                        std::chrono::seconds(15));
   // The survivor's own part ends too, and it runs the next job.
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  bool ended = false;
-  while (!ended && Clock::now() < deadline) {
-    ended = true;
-    for (const nlohmann::json& j : List(0)) ended = ended && Final(j);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(ended) << List(0).dump(2);
+  EXPECT_TRUE(AllEnd(0, std::chrono::seconds(30))) << List(0).dump(2);
   RunResult next = daemon(0).Ctl({"submit", WriteGraph("local.yaml", R"(name: local
 iterations: 2
 warmup: 1
@@ -299,16 +313,8 @@ TEST_F(ClusterTest, ACoordinatorKilledMidJobEndsThePeersParts) {
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   WaitForPart(1, "RUNNING");
   daemon(0).Kill();
-  const auto killed = Clock::now();
-  const auto deadline = killed + std::chrono::milliseconds(kCollectiveTimeoutMs) +
-                        std::chrono::seconds(20);
-  bool ended = false;
-  while (!ended && Clock::now() < deadline) {
-    ended = true;
-    for (const nlohmann::json& j : List(1)) ended = ended && Final(j);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  EXPECT_TRUE(ended) << List(1).dump(2);
+  EXPECT_TRUE(AllEnd(1, std::chrono::milliseconds(kCollectiveTimeoutMs) + std::chrono::seconds(20)))
+      << List(1).dump(2);
   for (const nlohmann::json& j : List(1)) {
     EXPECT_THAT(j.value("state", ""), ::testing::AnyOf("FAILED", "ABORTED")) << j.dump(2);
   }
