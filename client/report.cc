@@ -566,6 +566,15 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   }
   field("env", absl::StrJoin(env, " "));
   field("cublas", node.cublas_version());
+  if (!node.node_name().empty()) {
+    // Jobs across daemons: who this daemon is to its peers, and what carries them.
+    field("peer", absl::StrCat(node.node_name(), "; peers: ",
+                               node.peers().empty() ? "none" : absl::StrJoin(node.peers(), ", "),
+                               "; between daemons: ", OrDash(node.cross_daemon_transport()),
+                               node.cross_daemon_note().empty()
+                                   ? ""
+                                   : absl::StrCat(" (", node.cross_daemon_note(), ")")));
+  }
   absl::StrAppend(&out, "devices:  ", node.devices_size(), "\n");
   bool telemetry = false;
   for (const v1::Device& device : node.devices()) telemetry = telemetry || device.telemetry_valid();

@@ -293,6 +293,9 @@ const std::vector<Field>& Fields() {
                &DaemonConfig::cluster_collective_timeout_ms),
       IntField("cluster_max_jobs", "jobs across nodes this daemon coordinates at once",
                &DaemonConfig::cluster_max_jobs),
+      StringListField("nccl_env",
+                      "NCCL settings for its communicators, e.g. [\"NCCL_SOCKET_IFNAME=eth0\"]",
+                      &DaemonConfig::nccl_env),
       IntField("max_iterations", "largest iterations/warmup a job may ask for",
                &DaemonConfig::max_iterations),
       IntField("max_queued_jobs", "submissions beyond this are RESOURCE_EXHAUSTED",
@@ -357,6 +360,7 @@ absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
     }
   }
   RETURN_IF_ERROR(ValidateClusterKeys(config));
+  RETURN_IF_ERROR(ValidateNcclEnv(config));
   return config;
 }
 
@@ -364,6 +368,23 @@ absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
 
 std::string NodeName(const DaemonConfig& config) {
   return config.node_name.empty() ? config.peer_listen : config.node_name;
+}
+
+absl::Status ValidateNcclEnv(const DaemonConfig& config) {
+  for (size_t i = 0; i < config.nccl_env.size(); ++i) {
+    const std::string& entry = config.nccl_env[i];
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (eq == std::string::npos || eq == 0 || !absl::StartsWith(name, "NCCL_")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl_env[", i, "]: \"", entry, "\" is not NCCL_NAME=value (e.g. NCCL_SOCKET_IFNAME=eth0)"));
+    }
+    if (name == "NCCL_NVLS_ENABLE") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl_env[", i, "]: NCCL_NVLS_ENABLE is the key nvls_enable's"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateClusterKeys(const DaemonConfig& config) {

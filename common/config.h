@@ -128,6 +128,10 @@ struct DaemonConfig {
   int cluster_collective_timeout_ms = 60000;
   // Jobs spanning daemons that this daemon coordinates at once.
   int cluster_max_jobs = 4;
+  // NCCL's settings for the communicators this daemon makes, as NAME=value
+  // (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...): set in its environment before the
+  // engine starts, where NCCL reads them; `overlapctl node` shows them.
+  std::vector<std::string> nccl_env;
 
   // Limits.
   int max_iterations = 10000;
@@ -160,6 +164,9 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path);
 // ParseDaemonConfig runs it; the peer listener (server/peer/peer_config.h)
 // runs it with the checks of the addresses and TLS files.
 absl::Status ValidateClusterKeys(const DaemonConfig& config);
+// INVALID_ARGUMENT naming the entry of nccl_env that is not NCCL_NAME=value,
+// or sets NCCL_NVLS_ENABLE (the key nvls_enable's).
+absl::Status ValidateNcclEnv(const DaemonConfig& config);
 // The name this daemon goes by among its peers: node_name, else peer_listen.
 std::string NodeName(const DaemonConfig& config);
 // The built-in defaults as YAML (what `overlapd --print-default-config` shows).

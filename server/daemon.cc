@@ -309,10 +309,14 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
   if (p.cluster != nullptr) {
     const bool host = p.engine->Name() == "host";
+    const bool nccl = p.engine->CrossProcessCollectives();
     p.node->set_cluster(node::NodeState::ClusterInfo{
-        NodeName(config), config.peers, host ? "gloo" : "",
-        host ? "" : "jobs across daemons run on the host backend only: NCCL between daemons is "
-                    "not built yet"});
+        NodeName(config), config.peers, host ? "gloo" : nccl ? "nccl" : "",
+        host ? ""
+        : nccl
+            ? "experimental: NCCL between daemons has not yet been verified on two GPUs"
+            : "no jobs across daemons with ranks_per_gpu above 1 (NCCL refuses two ranks of "
+              "one communicator on one GPU)"});
   }
   return absl::OkStatus();
 }

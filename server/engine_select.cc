@@ -46,6 +46,12 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateEngineForConfig(const Daem
   // Forced, not defaulted: an NCCL_NVLS_ENABLE=1 inherited from a login shell
   // must not turn multicast on behind the config's back.
   if (!config.nvls_enable) ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+  // The config's NCCL settings, where NCCL reads them (the network between
+  // daemons: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...).
+  for (const std::string& entry : config.nccl_env) {
+    const size_t eq = entry.find('=');
+    ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), /*overwrite=*/1);
+  }
   absl::StatusOr<std::unique_ptr<engine::Engine>> cuda = cuda::CreateCudaEngine(config);
   if (cuda.ok()) return cuda;
   // A config the GPUs cannot run (nccl_overlap_ctas above their SM count, ...)

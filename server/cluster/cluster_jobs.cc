@@ -112,10 +112,11 @@ void ClusterJobs::SetScheduler(jobs::Scheduler* scheduler) {
 }
 
 absl::Status ClusterJobs::CheckBackend() const {
-  if (engine_.Name() == "host") return absl::OkStatus();
+  if (engine_.Name() == "host" || engine_.CrossProcessCollectives()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "jobs spanning daemons run on the host backend (Gloo) only; between GPUs of several "
-      "daemons (NCCL) they are not built yet, and this daemon's backend is ", engine_.Name()));
+      "jobs spanning daemons need collectives between processes, which this daemon's ",
+      engine_.Name(), " backend does not have here (NCCL refuses two ranks of one communicator "
+      "on one GPU: ranks_per_gpu must be 1)"));
 }
 
 bool ClusterJobs::IsPeer(const std::string& node) const {

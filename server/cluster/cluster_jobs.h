@@ -136,7 +136,8 @@ class ClusterJobs final : public peer::PeerHandler {
   // Find, or NOT_FOUND for a job this daemon does not coordinate (now).
   absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);
   bool IsPeer(const std::string& node) const;
-  // FAILED_PRECONDITION on a backend whose memory Gloo cannot reach (CUDA).
+  // FAILED_PRECONDITION on a backend with neither Gloo's host memory nor
+  // communicators across processes (CUDA with ranks_per_gpu above 1).
   absl::Status CheckBackend() const;
 
   const ClusterOptions options_;

@@ -50,7 +50,10 @@ SpanningEngine::SpanningEngine(engine::Engine& inner, gloo_group::RendezvousStor
                                SpanningOptions options)
     : ForwardingEngine(inner), inner_(inner), store_(store), options_(std::move(options)) {}
 
-SpanningEngine::~SpanningEngine() = default;
+SpanningEngine::~SpanningEngine() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [device, buffer] : barrier_scratch_) inner_.Free(buffer);
+}
 
 bool SpanningEngine::IsLocalDevice(int device) const {
   return device >= 0 && device < DeviceCount() &&
@@ -208,6 +211,41 @@ absl::Status SpanningEngine::AllReduce(const CollectiveArgs& args) {
   return Collective(Kind::kAllReduce, args);
 }
 
+absl::StatusOr<std::string> SpanningEngine::CommunicatorId(int channel,
+                                                           const std::string& stream_name,
+                                                           const std::vector<int>& members) {
+  // The same on every node, as GroupFor's prefix.
+  const std::string key = absl::StrCat(options_.job_key, "/ch", channel, "/", stream_name, "/",
+                                       absl::StrJoin(members, ","), "/nccl-id");
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = comm_ids_.find(key);
+    if (it != comm_ids_.end()) return it->second;
+  }
+  // The node of the group's first rank makes the id; the others wait for it
+  // (they all reach this collective: the same schedule runs everywhere).
+  std::string id;
+  if (IsLocalDevice(members.front())) {
+    ASSIGN_OR_RETURN(id, inner_.NewCommunicatorId());
+    RETURN_IF_ERROR(store_.Set(key, id));
+  } else {
+    ASSIGN_OR_RETURN(id, store_.Get(key, options_.timeout));
+  }
+  absl::MutexLock lock(&mu_);
+  return comm_ids_.emplace(key, std::move(id)).first->second;
+}
+
+absl::StatusOr<engine::BufferRef> SpanningEngine::BarrierScratch(int device) {
+  absl::MutexLock lock(&mu_);
+  auto it = barrier_scratch_.find(device);
+  if (it == barrier_scratch_.end()) {
+    ASSIGN_OR_RETURN(const engine::BufferId buffer,
+                     inner_.Allocate(LocalDevice(device), sizeof(float)));
+    it = barrier_scratch_.emplace(device, buffer).first;
+  }
+  return engine::BufferRef{it->second, 0, sizeof(float)};
+}
+
 std::shared_ptr<SpanningEngine::LazyGroup> SpanningEngine::GroupFor(
     int channel, const std::string& stream_name, const std::vector<int>& members, int rank) {
   // The same on every node: the schedule names the group the same way there.
@@ -248,13 +286,30 @@ absl::Status SpanningEngine::Collective(Kind kind, const CollectiveArgs& args) {
   }
   if (args.algorithm != engine::LibraryAlgorithm::kLibraryChoice) {
     return absl::UnimplementedError(
-        "a collective across daemons has Gloo's algorithm (ring and tree are NCCL's)");
+        "a collective across daemons has the library's own algorithm (no pinned ring or tree)");
+  }
+  const std::string stream_name = StreamName(args.ranks[0].stream);
+  if (inner_.CrossProcessCollectives()) {
+    ASSIGN_OR_RETURN(const std::string id,
+                     CommunicatorId(args.channel, stream_name, members));
+    CollectiveArgs mine = args;
+    mine.ranks.clear();
+    std::vector<int> global_ranks;
+    for (size_t i : local) {
+      mine.ranks.push_back(args.ranks[i]);
+      mine.ranks.back().device = LocalDevice(args.ranks[i].device);
+      global_ranks.push_back(static_cast<int>(i));
+    }
+    const Engine::CollectiveOp op = kind == Kind::kAllGather       ? Engine::CollectiveOp::kAllGather
+                                    : kind == Kind::kReduceScatter ? Engine::CollectiveOp::kReduceScatter
+                                                                   : Engine::CollectiveOp::kAllReduce;
+    return inner_.CrossProcessCollective(op, id, static_cast<int>(args.ranks.size()),
+                                         global_ranks, mine);
   }
   const size_t n = args.ranks.size();
   const size_t es = DTypeSize(args.dtype);
   const size_t send_bytes = (kind == Kind::kReduceScatter ? args.count * n : args.count) * es;
   const size_t recv_bytes = (kind == Kind::kAllGather ? args.count * n : args.count) * es;
-  const std::string stream_name = StreamName(args.ranks[0].stream);
   for (size_t i : local) {
     const engine::RankBuffers& rank = args.ranks[i];
     if (rank.send.bytes < send_bytes || rank.recv.bytes < recv_bytes) {
@@ -300,6 +355,24 @@ absl::Status SpanningEngine::Barrier(int channel, const std::vector<int>& device
     return inner_.Barrier(channel, mine, streams);
   }
   const std::string stream_name = absl::StrCat("barrier-", StreamName(streams[0]));
+  if (inner_.CrossProcessCollectives()) {
+    // The library's barrier: a one-element all-reduce on a scratch of each rank.
+    CollectiveArgs args;
+    args.dtype = DType::kF32;
+    args.count = 1;
+    args.channel = channel;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      engine::RankBuffers rank;
+      rank.device = devices[i];
+      rank.stream = streams[i];
+      if (IsLocalDevice(devices[i])) {
+        ASSIGN_OR_RETURN(const engine::BufferRef scratch, BarrierScratch(devices[i]));
+        rank.send = rank.recv = scratch;
+      }
+      args.ranks.push_back(rank);
+    }
+    return Collective(Kind::kAllReduce, args);
+  }
   for (size_t i : local) {
     std::shared_ptr<LazyGroup> group =
         GroupFor(channel, stream_name, devices, static_cast<int>(i));

@@ -9,7 +9,9 @@
 // nodes have no contents and no times). A collective whose ranks are all on
 // this node runs on the engine's own collectives; one whose ranks live on
 // several nodes runs, on each local rank's stream, as a Gloo collective
-// (server/gloo/gloo_group.h) whose ranks meet in the coordinator's store. The
+// (server/gloo/gloo_group.h) whose ranks meet in the coordinator's store, or
+// where the engine has communicators across processes (NCCL on the CUDA
+// backend) on one of those, its id handed round through the same store. The
 // nodes synchronise only through those collectives: a wait on another node's
 // event and a copy to or from another node's memory are INVALID_ARGUMENT
 // (the p2p and direct transports need the peer's memory; the validator
@@ -129,6 +131,13 @@ class SpanningEngine final : public engine::ForwardingEngine {
   // named `stream_name`, as rank `rank`.
   std::shared_ptr<LazyGroup> GroupFor(int channel, const std::string& stream_name,
                                       const std::vector<int>& members, int rank);
+  // Where the engine has communicators across processes (NCCL): the id of the
+  // group's, made on the node of its first rank and read from the store by
+  // the others.
+  absl::StatusOr<std::string> CommunicatorId(int channel, const std::string& stream_name,
+                                             const std::vector<int>& members);
+  // A float of `device` (global) that NCCL barriers reduce.
+  absl::StatusOr<engine::BufferRef> BarrierScratch(int device);
 
   engine::Engine& inner_;
   gloo_group::RendezvousStore& store_;
@@ -142,6 +151,8 @@ class SpanningEngine final : public engine::ForwardingEngine {
   // (global device, role, index) -> handle, so that a stream asked for twice is one stream.
   std::map<std::tuple<int, int, int>, engine::StreamId> remote_streams_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<LazyGroup>> groups_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> comm_ids_ ABSL_GUARDED_BY(mu_);
+  std::map<int, engine::BufferId> barrier_scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::cluster

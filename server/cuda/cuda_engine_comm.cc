@@ -148,6 +148,61 @@ absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
                        });
 }
 
+absl::StatusOr<std::string> CudaEngineImpl::NewCommunicatorId() { return NcclComms::NewId(); }
+
+absl::Status CudaEngineImpl::CrossProcessCollective(CollectiveOp op, const std::string& id,
+                                                    int nranks,
+                                                    const std::vector<int>& global_ranks,
+                                                    const engine::CollectiveArgs& args) {
+  static const char* const names[] = {"AllGather", "ReduceScatter", "AllReduce"};
+  const char* name = names[static_cast<int>(op)];
+  if (!CrossProcessCollectives()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, " across processes: NCCL refuses two ranks of one communicator on one GPU, and "
+              "ranks_per_gpu is ", config_.ranks_per_gpu));
+  }
+  if (global_ranks.size() != args.ranks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", global_ranks.size(),
+                                                   " global ranks for ", args.ranks.size(),
+                                                   " local ones"));
+  }
+  if (args.dtype == DType::kFP8 && op != CollectiveOp::kAllGather) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": fp8 is gathered, never summed"));
+  }
+  const size_t all = args.count * static_cast<size_t>(nranks);
+  const size_t send = op == CollectiveOp::kReduceScatter ? all : args.count;
+  const size_t recv = op == CollectiveOp::kAllGather ? all : args.count;
+  ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks, PrepareCollective(args, send, recv, name));
+  if (args.count == 0) return absl::OkStatus();
+  std::vector<int> devices;
+  for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
+  ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
+                   comms_->GetShared(id, nranks, devices, global_ranks,
+                                     CtasFor(args.beside_gemm)));
+  const ncclDataType_t type = NcclType(args.dtype);
+  return RunGroup(
+      *group,
+      [&](int r) -> absl::Status {
+        const RankPtrs& rank = ranks[r];
+        switch (op) {
+          case CollectiveOp::kAllGather:
+            NCCL_RETURN_IF_ERROR(ncclAllGather(rank.send, rank.recv, args.count, type,
+                                               group->comm(r), rank.stream));
+            break;
+          case CollectiveOp::kReduceScatter:
+            NCCL_RETURN_IF_ERROR(ncclReduceScatter(rank.send, rank.recv, args.count, type,
+                                                   ncclSum, group->comm(r), rank.stream));
+            break;
+          case CollectiveOp::kAllReduce:
+            NCCL_RETURN_IF_ERROR(ncclAllReduce(rank.send, rank.recv, args.count, type, ncclSum,
+                                               group->comm(r), rank.stream));
+            break;
+        }
+        return absl::OkStatus();
+      },
+      name);
+}
+
 absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group_devices,
                                       const std::vector<engine::Transfer>& transfers,
                                       bool beside_gemm) {

@@ -82,6 +82,13 @@ class CudaEngineImpl final : public CudaEngine {
                         engine::BufferRef src, int src_device) override;
   absl::Status Barrier(int channel, const std::vector<int>& devices,
                        const std::vector<engine::StreamId>& streams) override;
+  // NCCL communicators across processes; not with ranks_per_gpu above 1 (NCCL
+  // refuses two ranks of one communicator on one GPU, across processes too).
+  bool CrossProcessCollectives() const override { return config_.ranks_per_gpu == 1; }
+  absl::StatusOr<std::string> NewCommunicatorId() override;
+  absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
+                                      const std::vector<int>& global_ranks,
+                                      const engine::CollectiveArgs& args) override;
 
   absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override;
   absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override;

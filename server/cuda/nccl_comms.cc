@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -191,6 +193,7 @@ NcclComms::NcclComms(double init_timeout_s, bool nonblocking)
 NcclComms::~NcclComms() {
   absl::MutexLock lock(&mu_);
   groups_.clear();
+  shared_.clear();
 }
 
 absl::Status NcclComms::CheckGroup(const std::vector<int>& devices, int channel) {
@@ -260,12 +263,66 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Init(const std::vector<int
                                         algorithm == engine::LibraryAlgorithm::kRing   ? "-ring"
                                         : algorithm == engine::LibraryAlgorithm::kTree ? "-tree"
                                                                                        : "");
+  std::vector<int> ranks(devices.size());
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return InitRanks(id, static_cast<int>(devices.size()), devices, ranks, channel, max_ctas,
+                   algorithm, name);
+}
+
+absl::StatusOr<std::string> NcclComms::NewId() {
+  ncclUniqueId id;
+  NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::GetShared(
+    const std::string& id, int nranks, const std::vector<int>& devices,
+    const std::vector<int>& global_ranks, int max_ctas) {
+  ncclUniqueId unique;
+  if (id.size() != sizeof(unique.internal)) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator id of ", id.size(),
+                                                   " bytes; NCCL's are ", sizeof(unique.internal)));
+  }
+  RETURN_IF_ERROR(CheckGroup(devices, 0));
+  if (global_ranks.size() != devices.size()) {
+    return absl::InvalidArgumentError("one global rank per local device");
+  }
+  for (int rank : global_ranks) {
+    if (rank < 0 || rank >= nranks) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", nranks));
+    }
+  }
+  const SharedKey key{id, max_ctas};
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = shared_.find(key);
+    if (it != shared_.end()) return it->second;
+  }
+  std::memcpy(unique.internal, id.data(), id.size());
+  const std::string name =
+      absl::StrCat("overlap-shared-ranks", absl::StrJoin(global_ranks, "."), "-of", nranks,
+                   max_ctas > 0 ? absl::StrCat("-ctas", max_ctas) : "");
+  absl::StatusOr<std::shared_ptr<NcclGroup>> group;
+  {
+    absl::ReaderMutexLock env(&EnvironmentMutex());
+    group = InitRanks(unique, nranks, devices, global_ranks, /*channel=*/0, max_ctas,
+                      engine::LibraryAlgorithm::kLibraryChoice, name);
+  }
+  if (!group.ok()) return group.status();
+  absl::MutexLock lock(&mu_);
+  return shared_.emplace(key, std::move(*group)).first->second;
+}
+
+absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::InitRanks(
+    const ncclUniqueId& id, int nranks, const std::vector<int>& devices,
+    const std::vector<int>& ranks, int channel, int max_ctas, engine::LibraryAlgorithm algorithm,
+    const std::string& name) {
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  const int nranks = static_cast<int>(devices.size());
   NCCL_RETURN_IF_ERROR(ncclGroupStart());
   absl::Status init_status;
-  for (int rank = 0; rank < nranks && init_status.ok(); ++rank) {
-    ScopedDevice guard(devices[rank]);
+  for (size_t local = 0; local < devices.size() && init_status.ok(); ++local) {
+    const int rank = ranks[local];
+    ScopedDevice guard(devices[local]);
     init_status = guard.status();
     if (!init_status.ok()) break;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -276,7 +333,7 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Init(const std::vector<int
       // NCCL's default floor may be above a small budget.
       config.minCTAs = 1;
     }
-    const ncclResult_t result = ncclCommInitRankConfig(&comms[rank], nranks, id, rank, &config);
+    const ncclResult_t result = ncclCommInitRankConfig(&comms[local], nranks, id, rank, &config);
     if (result != ncclSuccess && result != ncclInProgress) {
       init_status = NcclErrorToStatus(result, "ncclCommInitRankConfig", __FILE__, __LINE__);
     }
@@ -304,14 +361,18 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Init(const std::vector<int
 
 std::vector<std::shared_ptr<NcclGroup>> NcclComms::Touching(const std::vector<int>& devices) const {
   std::vector<std::shared_ptr<NcclGroup>> touching;
+  auto touches = [&](const NcclGroup& group) {
+    for (int device : group.devices()) {
+      if (std::find(devices.begin(), devices.end(), device) != devices.end()) return true;
+    }
+    return false;
+  };
   absl::MutexLock lock(&mu_);
   for (const auto& [key, group] : groups_) {
-    for (int device : std::get<0>(key)) {
-      if (std::find(devices.begin(), devices.end(), device) != devices.end()) {
-        touching.push_back(group);
-        break;
-      }
-    }
+    if (touches(*group)) touching.push_back(group);
+  }
+  for (const auto& [key, group] : shared_) {
+    if (touches(*group)) touching.push_back(group);
   }
   return touching;
 }
@@ -322,6 +383,9 @@ std::vector<std::string> NcclComms::AbortTouching(const std::vector<int>& device
     absl::MutexLock lock(&mu_);
     for (const auto& group : dropped) {
       groups_.erase(Key{group->devices(), group->channel(), group->max_ctas(), group->algorithm()});
+      for (auto it = shared_.begin(); it != shared_.end();) {
+        it = it->second == group ? shared_.erase(it) : std::next(it);
+      }
     }
   }
   std::vector<std::string> names;

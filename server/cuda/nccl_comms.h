@@ -93,6 +93,18 @@ class NcclComms {
       engine::LibraryAlgorithm algorithm = engine::LibraryAlgorithm::kLibraryChoice);
   // What Get refuses of a group: no devices, a repeated device, a negative channel.
   static absl::Status CheckGroup(const std::vector<int>& devices, int channel);
+  // A communicator across processes (engine.h, CrossProcessCollective): this
+  // process's ranks (`devices`, global_ranks[i] being devices[i]'s rank) of
+  // the one named `id` (ncclUniqueId bytes, from NewId in some process),
+  // created on first use by ncclCommInitRankConfig of every local rank in one
+  // group. Its init waits for the other processes' ranks: DEADLINE_EXCEEDED
+  // after the init timeout when they do not come.
+  absl::StatusOr<std::shared_ptr<NcclGroup>> GetShared(const std::string& id, int nranks,
+                                                       const std::vector<int>& devices,
+                                                       const std::vector<int>& global_ranks,
+                                                       int max_ctas);
+  // A fresh ncclUniqueId, as bytes.
+  static absl::StatusOr<std::string> NewId();
   // Every cached group that includes any of `devices`.
   std::vector<std::shared_ptr<NcclGroup>> Touching(const std::vector<int>& devices) const;
   // Aborts and drops every group touching `devices`; returns their names.
@@ -108,11 +120,20 @@ class NcclComms {
   absl::StatusOr<std::shared_ptr<NcclGroup>> Init(const std::vector<int>& devices, int channel,
                                                   int max_ctas,
                                                   engine::LibraryAlgorithm algorithm);
+  // Ranks ranks[i] (on devices[i]) of an `nranks` communicator named `id`.
+  absl::StatusOr<std::shared_ptr<NcclGroup>> InitRanks(const ncclUniqueId& id, int nranks,
+                                                       const std::vector<int>& devices,
+                                                       const std::vector<int>& ranks, int channel,
+                                                       int max_ctas,
+                                                       engine::LibraryAlgorithm algorithm,
+                                                       const std::string& name);
 
   const double init_timeout_s_;
   const bool nonblocking_;
   mutable absl::Mutex mu_;
   std::map<Key, std::shared_ptr<NcclGroup>> groups_ ABSL_GUARDED_BY(mu_);
+  using SharedKey = std::pair<std::string, int>;  // id, max_ctas
+  std::map<SharedKey, std::shared_ptr<NcclGroup>> shared_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::cuda

@@ -85,4 +85,15 @@ absl::Status EngineDefaults::EnqueueHostWork(StreamId stream,
   return absl::UnimplementedError(Name() + " backend: the host cannot address its memory");
 }
 
+absl::StatusOr<std::string> EngineDefaults::NewCommunicatorId() {
+  return absl::UnimplementedError(Name() + " backend: no communicators across processes");
+}
+
+absl::Status EngineDefaults::CrossProcessCollective(CollectiveOp op, const std::string& id,
+                                                    int nranks,
+                                                    const std::vector<int>& global_ranks,
+                                                    const CollectiveArgs& args) {
+  return absl::UnimplementedError(Name() + " backend: no communicators across processes");
+}
+
 }  // namespace overlap::engine

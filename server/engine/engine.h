@@ -302,6 +302,22 @@ class Engine {
   using HostWork = std::function<absl::Status(const std::vector<uint8_t*>& data)>;
   virtual absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
                                        HostWork work) = 0;
+  // Collectives between processes (the ranks of a job spanning daemons),
+  // where the backend's library makes communicators across them (NCCL). A
+  // communicator is named by an id from NewCommunicatorId, made in one process
+  // and handed to the others (the job's store carries it); each process then
+  // issues every collective on it with its own ranks: args.ranks[i] is rank
+  // global_ranks[i] of `nranks`. `count` as in CollectiveArgs, so an
+  // all-gather receives count x nranks. Backends without them answer
+  // UNIMPLEMENTED (the host backend's cross-process collectives are Gloo's,
+  // over EnqueueHostWork).
+  enum class CollectiveOp { kAllGather, kReduceScatter, kAllReduce };
+  virtual bool CrossProcessCollectives() const = 0;
+  virtual absl::StatusOr<std::string> NewCommunicatorId() = 0;
+  virtual absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
+                                              const std::vector<int>& global_ranks,
+                                              const CollectiveArgs& args) = 0;
+
   // False for a device that another process holds: a rank of a job that spans
   // daemons (server/cluster/spanning_engine.h). Nothing enqueued there runs
   // here, and its buffers and events have no contents or times to read.
@@ -374,6 +390,11 @@ class EngineDefaults : public Engine {
   absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
                                HostWork work) override;
   bool IsLocalDevice(int device) const override { return true; }
+  bool CrossProcessCollectives() const override { return false; }
+  absl::StatusOr<std::string> NewCommunicatorId() override;
+  absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
+                                      const std::vector<int>& global_ranks,
+                                      const CollectiveArgs& args) override;
 };
 
 }  // namespace overlap::engine

@@ -120,6 +120,13 @@ class ForwardingEngine : public Engine {
     return inner_.EnqueueHostWork(stream, buffers, std::move(work));
   }
   bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
+  bool CrossProcessCollectives() const override { return inner_.CrossProcessCollectives(); }
+  absl::StatusOr<std::string> NewCommunicatorId() override { return inner_.NewCommunicatorId(); }
+  absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
+                                      const std::vector<int>& global_ranks,
+                                      const CollectiveArgs& args) override {
+    return inner_.CrossProcessCollective(op, id, nranks, global_ranks, args);
+  }
 
   bool Healthy() const override { return inner_.Healthy(); }
 

@@ -59,6 +59,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.cluster_hold_timeout_ms, b.cluster_hold_timeout_ms);
   EXPECT_EQ(a.cluster_collective_timeout_ms, b.cluster_collective_timeout_ms);
   EXPECT_EQ(a.cluster_max_jobs, b.cluster_max_jobs);
+  EXPECT_EQ(a.nccl_env, b.nccl_env);
 }
 
 void ExpectInvalid(const std::string& yaml, const std::string& message) {
@@ -117,7 +118,8 @@ TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
                           "peer_tls_ca",
                           "cluster_hold_timeout_ms",
                           "cluster_collective_timeout_ms",
-                          "cluster_max_jobs"}) {
+                          "cluster_max_jobs",
+                          "nccl_env"}) {
     EXPECT_THAT(yaml, HasSubstr(std::string("\n") + key + ": ")) << key;
   }
   EXPECT_THAT(yaml, HasSubstr("host_device_memory_bytes: 2GiB"));
@@ -170,6 +172,7 @@ peer_tls_ca: /etc/overlapd/peer/ca.pem
 cluster_hold_timeout_ms: 2500
 cluster_collective_timeout_ms: 30000
 cluster_max_jobs: 2
+nccl_env: ["NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=mlx5_0,mlx5_1"]
 )");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->backend, "host");
@@ -208,6 +211,8 @@ cluster_max_jobs: 2
   EXPECT_EQ(config->cluster_hold_timeout_ms, 2500);
   EXPECT_EQ(config->cluster_collective_timeout_ms, 30000);
   EXPECT_EQ(config->cluster_max_jobs, 2);
+  EXPECT_THAT(config->nccl_env, ::testing::ElementsAre("NCCL_SOCKET_IFNAME=eth0",
+                                                       "NCCL_IB_HCA=mlx5_0,mlx5_1"));
   // What --print-config shows reads back to the same values.
   auto again = ParseDaemonConfig(ConfigYaml(*config));
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigYaml(*config);
@@ -372,6 +377,10 @@ TEST(ConfigTest, ClusterKeys) {
   ExpectInvalid("cluster_collective_timeout_ms: 1.5",
                 "cluster_collective_timeout_ms: must be a positive integer");
   ExpectInvalid("cluster_max_jobs: 0", "cluster_max_jobs: must be a positive integer");
+  ExpectInvalid("nccl_env: [\"SOCKET_IFNAME=eth0\"]",
+                "nccl_env[0]: \"SOCKET_IFNAME=eth0\" is not NCCL_NAME=value");
+  ExpectInvalid("nccl_env: [\"NCCL_DEBUG\"]", "nccl_env[0]: \"NCCL_DEBUG\" is not NCCL_NAME=value");
+  ExpectInvalid("nccl_env: [\"NCCL_NVLS_ENABLE=1\"]", "nvls_enable");
   ExpectInvalid("peer_listen: [a]", "peer_listen: must be a string (got a list)");
 
   // The cross-key checks hold for a config built in code too.
