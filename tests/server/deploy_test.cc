@@ -151,4 +151,27 @@ TEST(DeployTest, InstallStagesUnderDestdir) {
 }
 
 }  // namespace
+// The Slurm script turns the allocation's hosts into --nodes and submits to
+// the first node's daemon (scontrol and overlapctl stand-ins record it).
+TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
+  TempDir dir;
+  const std::string bin = dir.path() + "/bin";
+  std::filesystem::create_directories(bin);
+  std::ofstream(bin + "/scontrol") << "#!/bin/sh\n[ \"$1 $2\" = \"show hostnames\" ] || exit 9\n"
+                                   << "printf 'gpu-a\\ngpu-b\\ngpu-c\\n'\n";
+  std::ofstream(bin + "/overlapctl") << "#!/bin/sh\necho \"overlapctl $*\"\n";
+  ASSERT_EQ(Shell("chmod +x " + bin + "/scontrol " + bin + "/overlapctl", "/dev/null"), 0);
+  const std::string log = dir.path() + "/log";
+  ASSERT_EQ(Shell("PATH=" + bin + ":$PATH SLURM_JOB_NODELIST='gpu-[a-c]' PEER_PORT=7100 bash " +
+                      kDeploy + "/slurm/overlap-job.sbatch layer.yaml --json",
+                  log),
+            0)
+      << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("overlapctl --addr unix:/run/overlapd/overlapd.sock submit "
+                               "layer.yaml --nodes gpu-a:7100,gpu-b:7100,gpu-c:7100 --wait --json"),
+            std::string::npos)
+      << ReadFile(log);
+  EXPECT_NE(Shell("bash " + kDeploy + "/slurm/overlap-job.sbatch", log), 0);  // no graph
+}
+
 }  // namespace overlap
