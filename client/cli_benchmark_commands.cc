@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/bench.h"
+#include "client/grad_bench.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
 #include "client/commbench.h"

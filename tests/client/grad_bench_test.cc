@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "client/bench.h"
+#include "client/grad_bench.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 
