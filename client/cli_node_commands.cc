@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/check.h"
+#include "client/cluster_check.h"
 #include "client/cli_commands.h"
 #include "client/cluster_view.h"
 #include "client/commands.h"

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "client/check.h"
+#include "client/cluster_check.h"
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
