@@ -6,10 +6,12 @@
 #include <set>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
+#include "common/status_macros.h"
 #include "server/ops/op_context.h"
 #include "server/runner/op_phases.h"
 #include "server/runner/op_report.h"
@@ -420,6 +422,51 @@ absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vect
       [&](int picked) { clock.Picked(picked); });
 }
 
+namespace {
+
+// In a job that spans daemons every node plans the same step or their
+// collectives pair up wrongly: the plan (the layer order, where deferred
+// all-reduces are joined) follows the ops' times alone, which each node
+// measured on its own ranks. So they agree on one set first: every rank's,
+// summed by an all-reduce over every device and averaged, the same bits on
+// every node. A job on one daemon keeps its own.
+absl::Status AgreeAcrossDaemons(engine::Engine& engine, const std::vector<int>& devices,
+                                std::vector<double>* times) {
+  const bool spans = std::any_of(devices.begin(), devices.end(),
+                                 [&](int d) { return !engine.IsLocalDevice(d); });
+  if (!spans || times->empty()) return absl::OkStatus();
+  const size_t bytes = times->size() * sizeof(float);
+  std::vector<float> mine(times->begin(), times->end());
+  engine::CollectiveArgs args;
+  args.dtype = DType::kF32;
+  args.count = times->size();
+  std::vector<engine::BufferId> buffers;
+  absl::Cleanup free = [&] {
+    for (engine::BufferId b : buffers) engine.Free(b);
+  };
+  for (int device : devices) {
+    ASSIGN_OR_RETURN(const engine::BufferId buffer, engine.Allocate(device, bytes));
+    buffers.push_back(buffer);
+    const engine::BufferRef ref{buffer, 0, bytes};
+    if (engine.IsLocalDevice(device)) RETURN_IF_ERROR(engine.CopyFromHost(ref, device, mine.data()));
+    args.ranks.push_back(engine::RankBuffers{
+        device, engine.GetStream(device, engine::StreamRole::kComm), ref, ref});
+  }
+  RETURN_IF_ERROR(engine.AllReduce(args));
+  RETURN_IF_ERROR(engine.Synchronize(devices));
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!engine.IsLocalDevice(devices[i])) continue;
+    RETURN_IF_ERROR(engine.CopyToHost(mine.data(), args.ranks[i].recv, devices[i]));
+    break;
+  }
+  for (size_t i = 0; i < times->size(); ++i) {
+    (*times)[i] = static_cast<double>(mine[i]) / static_cast<double>(devices.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
                            const std::vector<int>& order, v1::JobResult* result) {
@@ -432,6 +479,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   for (const auto& [spec_index, result_index] : result_of) {
     alone_ms[spec_index] = result->ops(result_index).step().median_ms();
   }
+  RETURN_IF_ERROR(AgreeAcrossDaemons(engine, devices, &alone_ms));
   ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec, alone_ms));
   std::vector<Member> members(layer_order.size());
   for (size_t i = 0; i < layer_order.size(); ++i) {
