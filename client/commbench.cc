@@ -17,6 +17,20 @@
 namespace overlap::client {
 namespace {
 
+// One op's figures as a commbench cell.
+CommBenchResult ResultOf(const v1::OpResult& op) {
+  CommBenchResult result;
+  result.ms = op.step().median_ms();
+  result.min_ms = op.step().min_ms();
+  result.max_ms = op.step().max_ms();
+  result.algbw_gbps = op.algbw_gbps();
+  result.busbw_gbps = op.busbw_gbps();
+  result.verified = op.verified();
+  result.max_rel_error = op.max_rel_error();
+  result.tolerance = op.tolerance();
+  return result;
+}
+
 // Rows of this many elements where the size allows: long enough rows that a
 // row-split collective moves whole cache lines, few enough that small sizes
 // still have rows for every rank.
@@ -197,15 +211,7 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
       rows.push_back(CommBenchRow{op.type(), bytes, count, {}});
       row = rows.end() - 1;
     }
-    CommBenchResult& result = row->by_transport[TransportLabel(op)];
-    result.ms = op.step().median_ms();
-    result.min_ms = op.step().min_ms();
-    result.max_ms = op.step().max_ms();
-    result.algbw_gbps = op.algbw_gbps();
-    result.busbw_gbps = op.busbw_gbps();
-    result.verified = op.verified();
-    result.max_rel_error = op.max_rel_error();
-    result.tolerance = op.tolerance();
+    row->by_transport[TransportLabel(op)] = ResultOf(op);
   }
   return rows;
 }
@@ -372,15 +378,7 @@ std::vector<CommBenchRow> FoldNodesCommBench(const v1::Job& job) {
       rows.push_back(CommBenchRow{op.type(), count * ElementBytes(op.dtype()), count, {}});
       row = rows.end() - 1;
     }
-    CommBenchResult& result = row->by_transport[variant];
-    result.ms = op.step().median_ms();
-    result.min_ms = op.step().min_ms();
-    result.max_ms = op.step().max_ms();
-    result.algbw_gbps = op.algbw_gbps();
-    result.busbw_gbps = op.busbw_gbps();
-    result.verified = op.verified();
-    result.max_rel_error = op.max_rel_error();
-    result.tolerance = op.tolerance();
+    row->by_transport[variant] = ResultOf(op);
   }
   return rows;
 }
