@@ -149,16 +149,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   absl::StrAppendFormat(&out, "GPUs: a %dx%dx%d bf16 GEMM on each, all at once\n", o.gemm_size,
                         o.gemm_size, o.gemm_size);
   const bool capped = AnyCapped(r);
-  std::vector<TextTable::Column> columns = {{"GPU", Align::kRight},
-                                            {"GEMM ms", Align::kRight},
-                                            {"TFLOP/s", Align::kRight},
-                                            {"vs fastest", Align::kRight}};
-  if (capped) {
-    columns.push_back({"power-capped", Align::kRight});
-    columns.push_back({"heat-capped", Align::kRight});
-  }
-  columns.push_back({""});
-  TextTable gpus(columns);
+  TextTable gpus(GemmCheckColumns(capped, /*with_node=*/false));
   for (size_t i = 0; i < r.gpus.size(); ++i) {
     const GpuCheck& g = r.gpus[i];
     std::vector<std::string> row = {absl::StrCat(g.device), FormatMs(g.gemm_ms),
@@ -378,6 +369,20 @@ std::string SignedPercent(double x) { return absl::StrFormat("%+.1f%%", 100 * x)
 
 std::string CappedShare(const GpuCheck& g, double share) {
   return g.capped_valid ? absl::StrFormat("%.0f%%", 100 * share) : "-";
+}
+
+std::vector<TextTable::Column> GemmCheckColumns(bool capped, bool with_node) {
+  std::vector<TextTable::Column> columns;
+  if (with_node) columns.push_back({"node"});
+  for (const char* name : {"GPU", "GEMM ms", "TFLOP/s", "vs fastest"}) {
+    columns.push_back({name, Align::kRight});
+  }
+  if (capped) {
+    columns.push_back({"power-capped", Align::kRight});
+    columns.push_back({"heat-capped", Align::kRight});
+  }
+  columns.push_back({""});
+  return columns;
 }
 
 }  // namespace overlap::client

@@ -32,6 +32,7 @@
 
 #include "client/cluster_view.h"
 #include "client/daemon_client.h"
+#include "client/table.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {
@@ -124,6 +125,8 @@ inline constexpr int kCheckWarmup = 2;
 std::string SignedPercent(double x);                        // "+4.2%"
 std::string CappedShare(const GpuCheck& g, double share);  // "12%", "-" without readings
 nlohmann::json GpuJson(const GpuCheck& g);
+// The GEMM table's columns (a node column first with `with_node`).
+std::vector<TextTable::Column> GemmCheckColumns(bool capped, bool with_node);
 // Sizes a host backend can run, where the user left them alone (said on `err`):
 // GPU-sized ones take minutes per iteration on CPU cores.
 void UseHostSizes(CheckOptions* o, std::ostream& err);

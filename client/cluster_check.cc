@@ -160,17 +160,7 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
   for (const NodeCheck& n : r.nodes) {
     for (const GpuCheck& g : n.gpus) capped = capped || g.capped_valid;
   }
-  std::vector<TextTable::Column> columns = {{"node"},
-                                            {"GPU", Align::kRight},
-                                            {"GEMM ms", Align::kRight},
-                                            {"TFLOP/s", Align::kRight},
-                                            {"vs fastest", Align::kRight}};
-  if (capped) {
-    columns.push_back({"power-capped", Align::kRight});
-    columns.push_back({"heat-capped", Align::kRight});
-  }
-  columns.push_back({""});
-  TextTable gpus(columns);
+  TextTable gpus(GemmCheckColumns(capped, /*with_node=*/true));
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     for (size_t k = 0; k < r.nodes[i].gpus.size(); ++k) {
       const GpuCheck& g = r.nodes[i].gpus[k];
