@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
+#include "tests/openssl_util.h"
 
 namespace overlap::testing {
 namespace {
@@ -37,21 +38,10 @@ class Pki {
   std::string File(const std::string& name) const { return dir_ + "/" + name; }
 
  private:
-  bool Run(const std::string& command) const {
-    const std::string full = "cd '" + dir_ + "' && { " + command + "; } >/dev/null 2>&1";
-    return std::system(full.c_str()) == 0;
-  }
-  bool MakeCa(const std::string& name) const {
-    return Run(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-        "-keyout " +
-        name + ".key -out " + name + ".pem -days 3650 -subj /CN=" + name);
-  }
+  bool Run(const std::string& command) const { return RunInDir(dir_, command); }
+  bool MakeCa(const std::string& name) const { return MakeTestCa(dir_, name); }
   bool MakeLeaf(const std::string& name, const std::string& ca, const std::string& ext) const {
-    return Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-               name + ".key -out " + name + ".csr -subj /CN=" + name) &&
-           Run("openssl x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca +
-               ".key -CAcreateserial -days 3650 -extfile " + ext + " -out " + name + ".pem");
+    return MakeTestLeaf(dir_, name, ca, ext, "/CN=" + name);
   }
 
   std::string dir_;

@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/peer/peer_client.h"
+#include "tests/openssl_util.h"
 
 namespace overlap::peer {
 namespace {
@@ -474,21 +475,10 @@ class Pki {
   }
 
  private:
-  bool Run(const std::string& command) const {
-    const std::string full = "cd '" + dir_ + "' && { " + command + "; } >/dev/null 2>&1";
-    return std::system(full.c_str()) == 0;
-  }
-  bool MakeCa(const std::string& name) const {
-    return Run(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-        "-keyout " +
-        name + ".key -out " + name + ".pem -days 3650 -subj /CN=" + name);
-  }
+  bool Run(const std::string& command) const { return overlap::testing::RunInDir(dir_, command); }
+  bool MakeCa(const std::string& name) const { return overlap::testing::MakeTestCa(dir_, name); }
   bool MakeLeaf(const std::string& name, const std::string& ca) const {
-    return Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-               name + ".key -out " + name + ".csr -subj /O=overlap/CN=" + name) &&
-           Run("openssl x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca +
-               ".key -CAcreateserial -days 3650 -extfile node.ext -out " + name + ".pem");
+    return overlap::testing::MakeTestLeaf(dir_, name, ca, "node.ext", "/O=overlap/CN=" + name);
   }
 
   std::string dir_;
