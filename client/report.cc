@@ -480,7 +480,10 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
         {job.id(), JobStateName(job.state()), OrDash(ListName(OwnerOf(job))),
          OrDash(ListName(job.name())),
          absl::StrCat(job.priority()),
-         job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","),
+         // A coordinator's job holds no device: its parts do, on its nodes.
+         job.devices().empty()
+             ? (job.nodes_size() > 0 ? absl::StrCat(job.nodes_size(), " nodes") : "-")
+             : absl::StrJoin(job.devices(), ","),
          has_result ? absl::StrCat(ops) : "-", FormatUtc(job.submit_time_ms()),
          started ? FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
          has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});

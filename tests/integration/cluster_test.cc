@@ -197,6 +197,8 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   RunResult report = daemon(0).Ctl({"get", id});
   EXPECT_THAT(report.out, HasSubstr(absl::StrCat("node 1 ", peer(1))));
   EXPECT_THAT(report.out, HasSubstr("across nodes: grads"));
+  // The coordinator's job holds no device of its own; its list says where it ran.
+  EXPECT_THAT(daemon(0).Ctl({"list"}).out, HasSubstr("2 nodes"));
 }
 
 TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDaemons) {
