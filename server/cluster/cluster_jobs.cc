@@ -92,7 +92,6 @@ struct ClusterJobs::Coordinated {
 
   absl::Mutex mu;
   absl::CondVar changed;
-  int attempt ABSL_GUARDED_BY(mu) = 0;
   std::map<int, std::string> part_ids ABSL_GUARDED_BY(mu);  // node index -> part id
   std::set<int> held ABSL_GUARDED_BY(mu);
   bool started ABSL_GUARDED_BY(mu) = false;
@@ -288,23 +287,27 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
       request.set_name(job.name());
       absl::StatusOr<v1::AdmitPartResponse> admitted = CallAdmit(state.nodes[n], request);
       if (!admitted.ok()) return WithNode(state.nodes[n], admitted.status());
-      absl::MutexLock lock(&state.mu);
-      state.part_ids[n] = admitted->part_id();
-      const absl::Time deadline = absl::Now() + options_.hold_timeout;
-      while (!state.held.count(n) && !state.reports.count(n)) {
-        if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
-        if (absl::Now() >= deadline) break;
-        state.changed.WaitWithTimeout(&state.mu, absl::Milliseconds(100));
+      {
+        absl::MutexLock lock(&state.mu);
+        state.part_ids[n] = admitted->part_id();
+        const absl::Time deadline = absl::Now() + options_.hold_timeout;
+        while (!state.held.count(n) && !state.reports.count(n)) {
+          if (hooks.cancelled && hooks.cancelled()) {
+            return absl::CancelledError("cancelled by request");
+          }
+          if (absl::Now() >= deadline) break;
+          state.changed.WaitWithTimeout(&state.mu, absl::Milliseconds(100));
+        }
+        if (auto report = state.reports.find(n); report != state.reports.end()) {
+          // The part ended before it held its node (it could not start there).
+          return FromReport(report->second, state.nodes[n]);
+        }
+        released = !state.held.count(n);
       }
-      if (auto report = state.reports.find(n); report != state.reports.end()) {
-        // The part ended before it held its node (it could not start there).
-        return FromReport(report->second, state.nodes[n]);
-      }
-      if (!state.held.count(n)) {
+      if (released) {
         Log()->info("job {}: {} did not start its part within {} ms; releasing the nodes held "
                     "and trying again",
                     job.id(), state.nodes[n], absl::ToInt64Milliseconds(options_.hold_timeout));
-        released = true;
       }
     }
     if (!released) {
@@ -316,7 +319,6 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
     CancelParts(state, "the coordinator released the reservation to try again");
     {
       absl::MutexLock lock(&state.mu);
-      ++state.attempt;
       state.part_ids.clear();
       state.held.clear();
       state.reports.clear();
