@@ -123,6 +123,15 @@ std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int devi
   return groups;
 }
 
+bool GroupsCrossNodes(const Mesh& mesh, OpGroup group, int device_count, int devices_per_node) {
+  for (const std::vector<int>& ranks : GroupsOf(mesh, group, device_count)) {
+    for (int position : ranks) {
+      if (position / devices_per_node != ranks.front() / devices_per_node) return true;
+    }
+  }
+  return false;
+}
+
 int GroupSize(const Mesh& mesh, OpGroup group, int device_count) {
   if (!mesh.declared() || group == OpGroup::kWorld) return device_count;
   return group == OpGroup::kTp ? mesh.tp : mesh.dp;

@@ -150,6 +150,9 @@ struct JobSpec {
 // without one a single group of every device (dp as well). The mesh must
 // match the device count (ValidateJobSpec checks it).
 std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count);
+// Whether any of those groups has ranks on two nodes, the job's devices being
+// `devices_per_node` to a node, node-major (a job spanning daemons).
+bool GroupsCrossNodes(const Mesh& mesh, OpGroup group, int device_count, int devices_per_node);
 // The size of each of those groups: the degree an op's dims are split over.
 int GroupSize(const Mesh& mesh, OpGroup group, int device_count);
 

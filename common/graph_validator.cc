@@ -40,30 +40,6 @@ absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int>> ResolveDevices(const JobSpec& spec,
-                                                const ValidationLimits& limits) {
-  std::vector<int> group;
-  if (spec.devices.empty()) {
-    if (limits.device_count <= 0) return Error("devices", "this node has no devices");
-    for (int d = 0; d < limits.device_count; ++d) group.push_back(d);
-    return group;
-  }
-  std::set<int> seen;
-  for (size_t i = 0; i < spec.devices.size(); ++i) {
-    const int device = spec.devices[i];
-    const std::string path = absl::StrCat("devices[", i, "]");
-    if (device < 0 || device >= limits.device_count) {
-      return Error(path, absl::StrCat("device ", device, " does not exist (this node has ",
-                                      limits.device_count, ")"));
-    }
-    if (!seen.insert(device).second) {
-      return Error(path, absl::StrCat("device ", device, " is listed twice"));
-    }
-    group.push_back(device);
-  }
-  return group;
-}
-
 absl::Status CheckIterations(const JobSpec& spec, const ValidationLimits& limits) {
   if (spec.iterations < 1) {
     return Error("iterations", absl::StrCat("must be at least 1 (got ", spec.iterations, ")"));
@@ -419,6 +395,30 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                             limits.library_algorithms));
   }
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
+  return group;
+}
+
+absl::StatusOr<std::vector<int>> ResolveDevices(const JobSpec& spec,
+                                                const ValidationLimits& limits) {
+  std::vector<int> group;
+  if (spec.devices.empty()) {
+    if (limits.device_count <= 0) return Error("devices", "this node has no devices");
+    for (int d = 0; d < limits.device_count; ++d) group.push_back(d);
+    return group;
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    const int device = spec.devices[i];
+    const std::string path = absl::StrCat("devices[", i, "]");
+    if (device < 0 || device >= limits.device_count) {
+      return Error(path, absl::StrCat("device ", device, " does not exist (this node has ",
+                                      limits.device_count, ")"));
+    }
+    if (!seen.insert(device).second) {
+      return Error(path, absl::StrCat("device ", device, " is listed twice"));
+    }
+    group.push_back(device);
+  }
   return group;
 }
 

@@ -36,6 +36,12 @@ struct ValidationLimits {
 absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                                                  const ValidationLimits& limits);
 
+// The job's devices in rank order: `devices`, or every device of the node
+// (limits.device_count) when it lists none. INVALID_ARGUMENT naming the entry
+// for a device the node does not have or one listed twice.
+absl::StatusOr<std::vector<int>> ResolveDevices(const JobSpec& spec,
+                                                const ValidationLimits& limits);
+
 // Which of the ops ready to go goes next in TopologicalOrder: the smallest
 // key(op, done), where done[i] says whether op i is in the order already.
 using ReadyKey = std::function<int(int op, const std::vector<bool>& done)>;

@@ -129,6 +129,18 @@ std::shared_ptr<ClusterJobs::Coordinated> ClusterJobs::Find(const v1::GlobalJobI
   return it == coordinated_.end() ? nullptr : it->second;
 }
 
+v1::AdmitPartRequest ClusterJobs::PartRequest(const std::string& job_id, const std::string& spec,
+                                              const std::vector<std::string>& nodes,
+                                              int node_index) const {
+  v1::AdmitPartRequest request;
+  request.mutable_global_id()->set_coordinator(options_.node_name);
+  request.mutable_global_id()->set_job_id(job_id);
+  request.set_spec(spec);
+  request.set_node_index(node_index);
+  for (const std::string& node : nodes) request.add_nodes(node);
+  return request;
+}
+
 absl::StatusOr<std::shared_ptr<ClusterJobs::Coordinated>> ClusterJobs::Coordinating(
     const v1::GlobalJobId& id) {
   std::shared_ptr<Coordinated> state = Find(id);
@@ -195,11 +207,7 @@ absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
     if (all[n] == options_.node_name) continue;
     // Their statuses name the node already.
     RETURN_IF_ERROR(link_.Hello(all[n], kCallDeadline).status());
-    v1::AdmitPartRequest check;
-    check.mutable_global_id()->set_coordinator(options_.node_name);
-    check.set_spec(spec_text);
-    check.set_node_index(n);
-    for (const std::string& node : all) check.add_nodes(node);
+    v1::AdmitPartRequest check = PartRequest("", spec_text, all, n);
     check.set_check_only(true);
     RETURN_IF_ERROR(link_.AdmitPart(all[n], check, kCallDeadline).status());
   }
@@ -275,12 +283,7 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
         hooks.on_progress(runner::Progress{i, count, state.nodes[n],
                                            absl::StrCat("reserve (attempt ", attempt, ")"), 0, 0});
       }
-      v1::AdmitPartRequest request;
-      request.mutable_global_id()->set_coordinator(options_.node_name);
-      request.mutable_global_id()->set_job_id(job.id());
-      request.set_spec(job.spec());
-      request.set_node_index(n);
-      for (const std::string& node : state.nodes) request.add_nodes(node);
+      v1::AdmitPartRequest request = PartRequest(job.id(), job.spec(), state.nodes, n);
       request.set_owner(job.owner());
       request.set_owner_name(job.owner_name());
       request.set_priority(job.priority());

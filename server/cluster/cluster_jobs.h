@@ -132,6 +132,9 @@ class ClusterJobs final : public peer::PeerHandler {
                                                 const v1::HoldPartRequest& request);
   absl::Status CallReport(const std::string& node, const v1::ReportPartRequest& request);
 
+  // Node `node_index`'s part of the job `job_id` this daemon coordinates.
+  v1::AdmitPartRequest PartRequest(const std::string& job_id, const std::string& spec,
+                                   const std::vector<std::string>& nodes, int node_index) const;
   std::shared_ptr<Coordinated> Find(const v1::GlobalJobId& id);
   // Find, or NOT_FOUND for a job this daemon does not coordinate (now).
   absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);

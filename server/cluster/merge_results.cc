@@ -7,19 +7,6 @@
 namespace overlap::cluster {
 namespace {
 
-bool GroupsCrossNodes(const JobSpec& spec, const std::string& op_id, int world,
-                      int devices_per_node) {
-  for (const OpSpec& op : spec.ops) {
-    if (op.id != op_id) continue;
-    for (const std::vector<int>& group : GroupsOf(spec.mesh, op.group, world)) {
-      for (int position : group) {
-        if (position / devices_per_node != group.front() / devices_per_node) return true;
-      }
-    }
-  }
-  return false;
-}
-
 // The index of each node's slowest rank (the largest GEMM alone, summed over
 // the ops): a slow GPU shows there first. -1 when the node timed no GEMM.
 int SlowestLocalRank(const v1::JobResult& part, double* gemm_ms) {
@@ -75,7 +62,10 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
       op.set_slowest_group(static_cast<int>(
           std::max_element(group_steps.begin(), group_steps.end()) - group_steps.begin()));
     }
-    op.set_spans_nodes(GroupsCrossNodes(spec, op.id(), world, devices_per_node));
+    const auto spec_op = std::find_if(spec.ops.begin(), spec.ops.end(),
+                                      [&](const OpSpec& o) { return o.id == op.id(); });
+    op.set_spans_nodes(spec_op != spec.ops.end() &&
+                       GroupsCrossNodes(spec.mesh, spec_op->group, world, devices_per_node));
     if (op.spans_nodes() && op.busbw_gbps() > 0) {
       const double ms =
           op.comm_alone().median_ms() > 0 ? op.comm_alone().median_ms() : op.step().median_ms();

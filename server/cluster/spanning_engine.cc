@@ -40,7 +40,8 @@ class SpanningEngine::LazyGroup {
  private:
   gloo_group::RendezvousStore& store_;
   const gloo_group::GlooGroupOptions options_;
-  // Held across Connect and every collective: one thread drives a rank.
+  // Held while connecting; the collectives then need no lock, since one
+  // stream thread drives each rank's group.
   absl::Mutex mu_;
   std::unique_ptr<gloo_group::GlooGroup> group_ ABSL_GUARDED_BY(mu_);
   absl::Status connect_status_ ABSL_GUARDED_BY(mu_);
@@ -200,15 +201,15 @@ absl::Status SpanningEngine::Accumulate(StreamId stream, BufferRef dst, BufferRe
 }
 
 absl::Status SpanningEngine::AllGather(const CollectiveArgs& args) {
-  return Collective(Kind::kAllGather, args);
+  return Collective(CollectiveOp::kAllGather, args);
 }
 
 absl::Status SpanningEngine::ReduceScatter(const CollectiveArgs& args) {
-  return Collective(Kind::kReduceScatter, args);
+  return Collective(CollectiveOp::kReduceScatter, args);
 }
 
 absl::Status SpanningEngine::AllReduce(const CollectiveArgs& args) {
-  return Collective(Kind::kAllReduce, args);
+  return Collective(CollectiveOp::kAllReduce, args);
 }
 
 absl::StatusOr<std::string> SpanningEngine::CommunicatorId(int channel,
@@ -266,7 +267,7 @@ std::shared_ptr<SpanningEngine::LazyGroup> SpanningEngine::GroupFor(
   return group;
 }
 
-absl::Status SpanningEngine::Collective(Kind kind, const CollectiveArgs& args) {
+absl::Status SpanningEngine::Collective(CollectiveOp op, const CollectiveArgs& args) {
   std::vector<int> members;
   std::vector<size_t> local;
   for (size_t i = 0; i < args.ranks.size(); ++i) {
@@ -278,9 +279,9 @@ absl::Status SpanningEngine::Collective(Kind kind, const CollectiveArgs& args) {
   if (local.size() == args.ranks.size()) {
     CollectiveArgs mine = args;
     for (engine::RankBuffers& rank : mine.ranks) rank.device = LocalDevice(rank.device);
-    switch (kind) {
-      case Kind::kAllGather: return inner_.AllGather(mine);
-      case Kind::kReduceScatter: return inner_.ReduceScatter(mine);
+    switch (op) {
+      case CollectiveOp::kAllGather: return inner_.AllGather(mine);
+      case CollectiveOp::kReduceScatter: return inner_.ReduceScatter(mine);
       default: return inner_.AllReduce(mine);
     }
   }
@@ -300,16 +301,13 @@ absl::Status SpanningEngine::Collective(Kind kind, const CollectiveArgs& args) {
       mine.ranks.back().device = LocalDevice(args.ranks[i].device);
       global_ranks.push_back(static_cast<int>(i));
     }
-    const Engine::CollectiveOp op = kind == Kind::kAllGather       ? Engine::CollectiveOp::kAllGather
-                                    : kind == Kind::kReduceScatter ? Engine::CollectiveOp::kReduceScatter
-                                                                   : Engine::CollectiveOp::kAllReduce;
     return inner_.CrossProcessCollective(op, id, static_cast<int>(args.ranks.size()),
                                          global_ranks, mine);
   }
   const size_t n = args.ranks.size();
   const size_t es = DTypeSize(args.dtype);
-  const size_t send_bytes = (kind == Kind::kReduceScatter ? args.count * n : args.count) * es;
-  const size_t recv_bytes = (kind == Kind::kAllGather ? args.count * n : args.count) * es;
+  const size_t send_bytes = (op == CollectiveOp::kReduceScatter ? args.count * n : args.count) * es;
+  const size_t recv_bytes = (op == CollectiveOp::kAllGather ? args.count * n : args.count) * es;
   for (size_t i : local) {
     const engine::RankBuffers& rank = args.ranks[i];
     if (rank.send.bytes < send_bytes || rank.recv.bytes < recv_bytes) {
@@ -325,12 +323,12 @@ absl::Status SpanningEngine::Collective(Kind kind, const CollectiveArgs& args) {
         GroupFor(args.channel, stream_name, members, static_cast<int>(i));
     RETURN_IF_ERROR(inner_.EnqueueHostWork(
         rank.stream, {send, recv},
-        [group, kind, dtype = args.dtype,
+        [group, op, dtype = args.dtype,
          count = args.count](const std::vector<uint8_t*>& data) -> absl::Status {
           ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, group->Get());
-          switch (kind) {
-            case Kind::kAllGather: return g->AllGather(dtype, data[0], data[1], count);
-            case Kind::kReduceScatter: return g->ReduceScatter(dtype, data[0], data[1], count);
+          switch (op) {
+            case CollectiveOp::kAllGather: return g->AllGather(dtype, data[0], data[1], count);
+            case CollectiveOp::kReduceScatter: return g->ReduceScatter(dtype, data[0], data[1], count);
             default: return g->AllReduce(dtype, data[0], data[1], count);
           }
         }));
@@ -371,7 +369,7 @@ absl::Status SpanningEngine::Barrier(int channel, const std::vector<int>& device
       }
       args.ranks.push_back(rank);
     }
-    return Collective(Kind::kAllReduce, args);
+    return Collective(CollectiveOp::kAllReduce, args);
   }
   for (size_t i : local) {
     std::shared_ptr<LazyGroup> group =

@@ -112,7 +112,6 @@ class SpanningEngine final : public engine::ForwardingEngine {
   absl::Status ReleaseGate(int64_t ticket) override;
 
  private:
-  enum class Kind { kAllGather, kReduceScatter, kAllReduce, kBarrier };
   class LazyGroup;  // a Gloo group connected on its first collective
 
   // A stream, buffer or event of another node: a handle with nothing behind it.
@@ -126,7 +125,7 @@ class SpanningEngine final : public engine::ForwardingEngine {
   absl::Status CrossesNodes(const std::string& what) const;
   // The stream's (role, index), the same on every node: names a group's channel.
   std::string StreamName(engine::StreamId stream);
-  absl::Status Collective(Kind kind, const engine::CollectiveArgs& args);
+  absl::Status Collective(CollectiveOp op, const engine::CollectiveArgs& args);
   // The group of `members` (global devices) on `channel` used from streams
   // named `stream_name`, as rank `rank`.
   std::shared_ptr<LazyGroup> GroupFor(int channel, const std::string& stream_name,

@@ -26,13 +26,7 @@ std::string PoolSetting(const std::string& backend) {
 
 absl::Status CheckCrossNodeSchedules(const JobSpec& spec, int world, int devices_per_node) {
   for (const OpSpec& op : spec.ops) {
-    bool crosses = false;
-    for (const std::vector<int>& group : GroupsOf(spec.mesh, op.group, world)) {
-      for (int position : group) {
-        crosses = crosses || position / devices_per_node != group.front() / devices_per_node;
-      }
-    }
-    if (!crosses) continue;
+    if (!GroupsCrossNodes(spec.mesh, op.group, world, devices_per_node)) continue;
     if (op.transport == Transport::kP2p || op.transport == Transport::kDirect) {
       return absl::InvalidArgumentError(absl::StrCat(
           "op ", op.id, ": transport ", TransportName(op.transport),
@@ -124,23 +118,7 @@ absl::StatusOr<AdmittedSpan> Admission::AdmitSpan(const std::string& spec_text,
   }
   // This node's devices, as every node brings them.
   AdmittedSpan span;
-  const int count = engine_.DeviceCount();
-  if (spec.devices.empty()) {
-    for (int d = 0; d < count; ++d) span.local_devices.push_back(d);
-  }
-  for (size_t i = 0; i < spec.devices.size(); ++i) {
-    const int d = spec.devices[i];
-    if (d < 0 || d >= count) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "devices[", i, "]: device ", d, " does not exist on this node (", count, " devices)"));
-    }
-    if (std::find(span.local_devices.begin(), span.local_devices.end(), d) !=
-        span.local_devices.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("devices[", i, "]: device ", d,
-                                                     " is listed twice"));
-    }
-    span.local_devices.push_back(d);
-  }
+  ASSIGN_OR_RETURN(span.local_devices, ResolveDevices(spec, Limits()));
   span.world = static_cast<int>(spec.nodes.size() * span.local_devices.size());
   // The graph over the whole mesh: global devices 0..world-1, node-major.
   JobSpec whole = spec;

@@ -432,9 +432,7 @@ namespace {
 // every node. A job on one daemon keeps its own.
 absl::Status AgreeAcrossDaemons(engine::Engine& engine, const std::vector<int>& devices,
                                 std::vector<double>* times) {
-  const bool spans = std::any_of(devices.begin(), devices.end(),
-                                 [&](int d) { return !engine.IsLocalDevice(d); });
-  if (!spans || times->empty()) return absl::OkStatus();
+  if (!SpansDaemons(engine, devices) || times->empty()) return absl::OkStatus();
   const size_t bytes = times->size() * sizeof(float);
   std::vector<float> mine(times->begin(), times->end());
   engine::CollectiveArgs args;

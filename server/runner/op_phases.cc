@@ -24,16 +24,12 @@ using ops::EnqueueOp;
 using ops::OpContext;
 using ops::Schedule;
 
-namespace {
-
-// A job that spans daemons holds some of its ranks in other processes: its
-// data moves through collectives only, and its schedules are chosen by rule.
-bool SpansDaemons(const OpRun& run) {
-  for (int device : run.ctx.devices()) {
-    if (!run.engine.IsLocalDevice(device)) return true;
-  }
-  return false;
+bool SpansDaemons(const engine::Engine& engine, const std::vector<int>& devices) {
+  return std::any_of(devices.begin(), devices.end(),
+                     [&](int device) { return !engine.IsLocalDevice(device); });
 }
+
+namespace {
 
 // Autotune measures each candidate this many times (after one warm-up) per
 // round, in kTuneRounds round-robin passes over the candidates; then the
@@ -150,9 +146,8 @@ absl::Status PrepareInputs(OpRun& run) {
   // One serial iteration fills every intermediate buffer (the gathered A that
   // the GEMM alone reads, the partials) with real data: a GEMM on never-written
   // memory reads zeros and runs faster than it will on real data.
-  RETURN_IF_ERROR(EnqueueOp(
-      run.ctx,
-      Schedule{OverlapMode::kSerial, 1, SpansDaemons(run) ? Transport::kNccl : Transport::kP2p}));
+  const Transport fill = SpansDaemons(run.engine, devices) ? Transport::kNccl : Transport::kP2p;
+  RETURN_IF_ERROR(EnqueueOp(run.ctx, Schedule{OverlapMode::kSerial, 1, fill}));
   RETURN_IF_ERROR(run.engine.Synchronize(devices));
   return run.ProbeHeat();
 }
@@ -162,7 +157,7 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tunin
   const int tp = run.ctx.group_size();
   std::vector<Schedule> candidates =
       CandidateSchedules(op, tp, run.engine.LibraryAlgorithms(), run.spec.mesh);
-  if (SpansDaemons(run)) {
+  if (SpansDaemons(run.engine, run.ctx.devices())) {
     ASSIGN_OR_RETURN(const Schedule schedule, ops::SpanningSchedule(candidates));
     return ScheduleChoice{schedule,
                           candidates.size() == 1
@@ -213,7 +208,7 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
                      return ops::EnqueueCommAlone(run.ctx, Transport::kNccl);
                    }));
   // Across daemons only collectives move data: there is no p2p to time.
-  if (SpansDaemons(run)) {
+  if (SpansDaemons(run.engine, run.ctx.devices())) {
     comm.nccl = nccl.times;
     comm.fastest = Transport::kNccl;
     return comm;

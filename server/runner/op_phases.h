@@ -42,6 +42,10 @@ absl::Status PrepareInputs(OpRun& run);
 
 // The schedule the op asked for, or auto's choice: from the tuning cache, or
 // by autotune (rounds over every candidate, then a runoff), kept in the cache.
+// Whether some of `devices` live in another process: a job spanning daemons
+// (server/cluster/spanning_engine.h).
+bool SpansDaemons(const engine::Engine& engine, const std::vector<int>& devices);
+
 absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning);
 
 // The collective alone on both transports, where the op has a GEMM beside a
