@@ -53,7 +53,13 @@ void AppendEscaped(uint32_t code_point, std::string* out) {
       *out += "\\t";
       return;
     default:
-      absl::StrAppendFormat(out, code_point < 0x100 ? "\\x%02x" : "\\u%04x", code_point);
+      // Two calls, not a ternary format: absl checks a format string at compile
+      // time only when it is a literal (clang refuses the ternary).
+      if (code_point < 0x100) {
+        absl::StrAppendFormat(out, "\\x%02x", code_point);
+      } else {
+        absl::StrAppendFormat(out, "\\u%04x", code_point);
+      }
   }
 }
 

@@ -22,6 +22,7 @@
 #include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 #include "common/text.h"
+#include "server/jobs/job_row.h"
 
 namespace overlap::jobs {
 namespace {
@@ -95,16 +96,24 @@ class Statement : public SqliteStatement {
   sqlite3* db_;
 };
 
-absl::StatusOr<v1::Job> JobFromColumn(sqlite3_stmt* stmt, int column) {
+// A blob column's bytes (empty for NULL), valid until the statement moves on.
+absl::string_view BlobColumn(sqlite3_stmt* stmt, int column) {
   const void* blob = sqlite3_column_blob(stmt, column);
   const int bytes = sqlite3_column_bytes(stmt, column);
-  v1::Job job;
-  if (!job.ParseFromArray(blob, bytes)) {
-    return absl::DataLossError(
-        absl::StrCat("job store: ", JobIdForSequence(sqlite3_column_int64(stmt, 0)),
-                     " is unreadable (its stored data is damaged)"));
-  }
-  return job;
+  if (blob == nullptr || bytes <= 0) return {};
+  return absl::string_view(static_cast<const char*>(blob), static_cast<size_t>(bytes));
+}
+
+// The columns a row's blob repeats, from a statement whose columns 0 and 2
+// are its sequence and state (kListColumns' order).
+JobRowColumns RowColumns(sqlite3_stmt* stmt) {
+  return JobRowColumns{static_cast<uint64_t>(sqlite3_column_int64(stmt, 0)),
+                       sqlite3_column_int(stmt, 2)};
+}
+
+// The job in column 1 of a statement in kListColumns' order (job_row.h).
+absl::StatusOr<v1::Job> JobFromRow(sqlite3_stmt* stmt) {
+  return DecodeJobRow(BlobColumn(stmt, 1), RowColumns(stmt));
 }
 
 // The devices column ("0,1,3"); entries that are not numbers are skipped.
@@ -147,7 +156,7 @@ absl::StatusOr<std::vector<v1::Job>> CollectJobs(sqlite3* db, sqlite3_stmt* stmt
   std::vector<v1::Job> jobs;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    absl::StatusOr<v1::Job> job = JobFromColumn(stmt, 1);
+    absl::StatusOr<v1::Job> job = JobFromRow(stmt);
     if (job.ok()) {
       jobs.push_back(std::move(*job));
     } else {
@@ -210,11 +219,7 @@ absl::Status FoldOpRows(sqlite3* db, sqlite3_stmt* stmt, v1::Job* job) {
   bool any = false;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    v1::JobResult row;
-    if (!row.ParseFromArray(sqlite3_column_blob(stmt, 0), sqlite3_column_bytes(stmt, 0))) {
-      return absl::DataLossError(
-          absl::StrCat("job store: an op result of ", job->id(), " is unreadable"));
-    }
+    ASSIGN_OR_RETURN(v1::JobResult row, DecodeOpResultRow(BlobColumn(stmt, 0), job->sequence()));
     google::protobuf::RepeatedPtrField<v1::OpResult> ops;
     ops.Swap(merged.mutable_ops());
     for (v1::OpResult& op : *row.mutable_ops()) *ops.Add() = std::move(op);
@@ -522,12 +527,12 @@ absl::Status JobStore::AddOpRowsLocked(v1::Job* job) {
 absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
   sqlite3* db = reader_.get();
-  Statement stmt(db, "SELECT sequence, job FROM jobs WHERE id = ?;");
+  Statement stmt(db, "SELECT sequence, job, state FROM jobs WHERE id = ?;");
   RETURN_IF_ERROR(stmt.status("preparing get"));
   sqlite3_bind_text(stmt.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(v1::Job job, JobFromColumn(stmt.get(), 1));
+    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(stmt.get()));
     RETURN_IF_ERROR(AddOpRowsLocked(&job));
     return job;
   }
@@ -593,16 +598,17 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
       page.next_before = page.jobs.back().sequence();
       break;
     }
+    const uint64_t sequence = sqlite3_column_int64(stmt.get(), 0);
     v1::Job summary;
-    const void* blob = sqlite3_column_blob(stmt.get(), 1);
-    if (blob == nullptr) {
-      summary.set_sequence(sqlite3_column_int64(stmt.get(), 0));
-      without_summary.push_back(summary.sequence());
-    } else if (!summary.ParseFromArray(blob, sqlite3_column_bytes(stmt.get(), 1))) {
-      summary = DamagedJobFromColumns(
-          stmt.get(), absl::DataLossError(absl::StrCat(
-                          "job store: ", JobIdForSequence(sqlite3_column_int64(stmt.get(), 0)),
-                          " is unreadable (its stored data is damaged)")));
+    if (sqlite3_column_type(stmt.get(), 1) == SQLITE_NULL) {
+      summary.set_sequence(sequence);
+      without_summary.push_back(sequence);
+    } else if (absl::StatusOr<v1::Job> decoded =
+                   DecodeSummaryRow(BlobColumn(stmt.get(), 1), RowColumns(stmt.get()));
+               decoded.ok()) {
+      summary = std::move(*decoded);
+    } else {
+      summary = DamagedJobFromColumns(stmt.get(), decoded.status());
     }
     page.jobs.push_back(std::move(summary));
   }
