@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "yaml-cpp/eventhandler.h"
 
 namespace overlap {
 namespace yaml_util {
@@ -33,20 +36,166 @@ std::string IntegerKind(int64_t min) {
   return absl::StrCat("an integer >= ", min);
 }
 
+// Builds the tree of one document from the parser's events, within limits.
+//
+// Why not YAML::Load or LoadAll: yaml-cpp 0.7 answers a token that no rule
+// takes at the top of a document (a `,` or `]` outside any flow collection)
+// with an empty document and leaves the token where it was, so the next
+// document starts at the same token. LoadAll loops on such documents forever,
+// appending each to its vector: `,"` alone ran a daemon out of memory. Its
+// tree builder also lets an alias repeat a subtree, and nothing bounds the
+// nesting or the number of nodes. LoadDocument drives yaml-cpp's Parser
+// itself, one document and a look at the next, and this builder throws (as
+// yaml-cpp does, with where) at the first anchor, alias, or limit passed.
+class TreeBuilder final : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(const YamlLimits& limits) : limits_(limits) {}
+
+  const YAML::Mark& start() const { return start_; }
+  const YAML::Node& root() const { return root_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark; }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Add(mark, anchor, YAML::Node(YAML::NodeType::Null));
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    throw YAML::ParserException(mark, "aliases (*name) are not accepted");
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    YAML::Node node(value);
+    node.SetTag(tag);  // "!" when quoted: ReadInt64 and others tell "12" from 12
+    Add(mark, anchor, node);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value style) override {
+    Open(mark, anchor, YAML::NodeType::Sequence, tag, style);
+  }
+  void OnSequenceEnd() override { Close(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value style) override {
+    Open(mark, anchor, YAML::NodeType::Map, tag, style);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Open_ {
+    YAML::Node node;
+    std::optional<YAML::Node> key;  // a mapping's key that waits for its value
+  };
+
+  void Count(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) {
+      throw YAML::ParserException(mark, "anchors (&name) are not accepted");
+    }
+    if (++nodes_ > limits_.max_nodes) {
+      throw YAML::ParserException(
+          mark, absl::StrCat("more than ", limits_.max_nodes, " values in one document"));
+    }
+  }
+
+  void Add(const YAML::Mark& mark, YAML::anchor_t anchor, const YAML::Node& node) {
+    Count(mark, anchor);
+    Attach(node);
+  }
+
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor, YAML::NodeType::value type,
+            const std::string& tag, YAML::EmitterStyle::value style) {
+    Count(mark, anchor);
+    if (static_cast<int>(open_.size()) >= limits_.max_depth) {
+      throw YAML::ParserException(
+          mark, absl::StrCat("lists and mappings nested more than ", limits_.max_depth,
+                             " deep"));
+    }
+    YAML::Node node(type);
+    node.SetTag(tag);
+    node.SetStyle(style);
+    open_.push_back(Open_{node, std::nullopt});
+  }
+
+  void Close() {
+    YAML::Node done = open_.back().node;
+    open_.pop_back();
+    Attach(done);
+  }
+
+  void Attach(const YAML::Node& node) {
+    if (open_.empty()) {
+      root_ = node;
+      return;
+    }
+    Open_& parent = open_.back();
+    if (parent.node.IsSequence()) {
+      parent.node.push_back(node);
+    } else if (!parent.key) {
+      parent.key = node;
+    } else {
+      // As yaml-cpp's own builder does: keys are kept as written, in order.
+      parent.node.force_insert(*parent.key, node);
+      parent.key.reset();
+    }
+  }
+
+  const YamlLimits limits_;
+  YAML::Mark start_;
+  YAML::Node root_;
+  std::vector<Open_> open_;
+  int64_t nodes_ = 0;
+};
+
+// What to say of the token yaml-cpp stopped at without taking it.
+std::string StuckTokenMessage(absl::string_view text, const YAML::Mark& mark) {
+  size_t pos = mark.pos >= 0 ? static_cast<size_t>(mark.pos) : text.size();
+  while (pos < text.size() && absl::ascii_isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+  if (pos >= text.size()) return "unexpected text";
+  return absl::StrCat("unexpected '", absl::CHexEscape(text.substr(pos, 1)),
+                      "' where a value was expected");
+}
+
 }  // namespace
 
-absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name) {
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name,
+                                        const YamlLimits& limits) {
   const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  if (text.size() > limits.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "YAML/JSON text of ", text.size(),
+                                                   " bytes, over the ", limits.max_bytes,
+                                                   " bytes taken"));
+  }
+  std::istringstream stream{std::string(text)};
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.empty()) return YAML::Node();
-    if (documents.size() > 1) {
-      // What follows a `---` would otherwise be dropped without a word.
-      return absl::InvalidArgumentError(
-          absl::StrCat(prefix, "holds ", documents.size(),
-                       " YAML documents (separated by ---); it must hold one"));
+    YAML::Parser parser(stream);
+    TreeBuilder first(limits);
+    if (!parser.HandleNextDocument(first)) return YAML::Node();
+    // One more call tells a second document (refused: what follows a `---`
+    // would otherwise be dropped without a word) from the end of the text.
+    // A document that begins where the one before it began is the token
+    // yaml-cpp could not take, met again (see TreeBuilder): at most three
+    // calls tell it from a real second document.
+    TreeBuilder second(limits);
+    if (parser.HandleNextDocument(second)) {
+      const YAML::Mark* stuck = nullptr;
+      if (second.start().pos == first.start().pos) {
+        stuck = &first.start();
+      } else if (second.root().IsNull()) {
+        TreeBuilder third(limits);
+        if (parser.HandleNextDocument(third) && third.start().pos == second.start().pos) {
+          stuck = &second.start();
+        }
+      }
+      if (stuck != nullptr) {
+        throw YAML::ParserException(*stuck, StuckTokenMessage(text, *stuck));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "holds more than one YAML document (separated by ---); it must hold one"));
     }
-    return documents.front();
+    return first.root();
   } catch (const YAML::ParserException& e) {
     std::string where;
     if (e.mark.line >= 0) {

@@ -15,9 +15,23 @@
 namespace overlap {
 namespace yaml_util {
 
-// Parses one YAML (or JSON) document. A syntax error is INVALID_ARGUMENT naming
-// the 1-based line and column, prefixed with `source_name` when given.
-absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name);
+// What one parse may take. Every YAML text the daemon reads (graphs from users
+// and peers, its config, pinned graphs) is untrusted or nearly so, and
+// yaml-cpp itself bounds neither time nor memory (yaml_util.cc says why), so
+// LoadDocument holds each parse to these.
+struct YamlLimits {
+  size_t max_bytes = 4 << 20;  // the text
+  int max_depth = 32;          // lists and mappings inside each other
+  int64_t max_nodes = 200000;  // scalars, lists and mappings in all
+};
+
+// Parses one YAML (or JSON) document, within `limits`. INVALID_ARGUMENT,
+// prefixed with `source_name` when given, for a syntax error (naming the
+// 1-based line and column), more than one document, an anchor or alias (&a,
+// *a: a graph needs none, and an alias lets a few bytes stand for a huge
+// tree), or a text past a limit. Returns in time linear in the text.
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name,
+                                        const YamlLimits& limits = YamlLimits());
 
 // INVALID_ARGUMENT "<path>: <message>".
 absl::Status FieldError(absl::string_view path, absl::string_view message);
