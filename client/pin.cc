@@ -21,14 +21,21 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
                      v1::JobState_Name(job.state()), ")"));
   }
   ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(job.spec(), job.id()));
-  YAML::Node ops = root["ops"];
-  if (!ops.IsSequence()) {
+  // The stored text is what the daemon accepted, but it comes back from disk:
+  // every node is checked for the kind it is used as, since yaml-cpp throws
+  // on a key looked up in a scalar (a graph `h,` once ended overlapctl).
+  if (!root.IsMap() || !root["ops"].IsSequence()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id(), ": its graph has no ops list"));
   }
+  YAML::Node ops = root["ops"];
   std::vector<std::string> unpinned;
   for (YAML::Node op : ops) {
-    const std::string id = op["id"] ? op["id"].as<std::string>() : "";
+    if (!op.IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", job.id(), ": its graph has an op that is not a mapping"));
+    }
+    const std::string id = op["id"] && op["id"].IsScalar() ? op["id"].Scalar() : "";
     auto it = ran.find(id);
     if (it == ran.end()) {
       unpinned.push_back(id);
@@ -52,6 +59,10 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
   }
   YAML::Emitter out;
   out << root;
+  if (!out.good()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job.id(), ": its graph cannot be written back: ", out.GetLastError()));
+  }
   std::string text = absl::StrCat(
       "# pinned from ", job.id(), " (", job.name(), "): every op runs the schedule it ran there",
       job.result().ops_size() > 0 ? absl::StrCat(", tp = ", job.result().ops(0).tp()) : "",

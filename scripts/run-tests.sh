@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: install the build dependencies, build everything (Release)
 # into build/, check the lock annotations with clang, run every test except the
-# GPU ones.
+# GPU ones (the fuzz targets' kept inputs among them), then fuzz briefly.
 #
 # Tests that need a GPU carry the ctest label `gpu` and are excluded here (-LE
 # gpu): on a CPU-only machine they could only skip. On a GPU node run them with
@@ -15,3 +15,7 @@ cmake --build build -j"$(nproc)"
 # Clang's thread-safety analysis of the annotated locks (syntax only, ~30 s).
 bash scripts/check-thread-safety.sh
 ctest --test-dir build --output-on-failure -LE gpu -j2
+# Every fuzz target for 20 s on its corpus (tests/fuzz/; clang, ASan and UBSan
+# into build-fuzz/: about 4 minutes to build and 3 to run on 2 cores). A crash,
+# a sanitizer report, a timeout or running out of memory fails the run.
+bash scripts/run-sanitizers.sh fuzz-brief

@@ -37,7 +37,16 @@ std::string Text(sqlite3_stmt* stmt, int column) {
   return text ? reinterpret_cast<const char*>(text) : "";
 }
 
-// A row in kColumns order; nullopt when its schedule no longer parses.
+// Whether the runner can cut an op of `m` rows over `tp` ranks into `chunks`
+// pieces as `mode` does: graph_validator's rule for an explicit `chunks`.
+bool PiecesFit(OverlapMode mode, int chunks, int64_t m, int tp) {
+  if (mode != OverlapMode::kChunked && mode != OverlapMode::kRing) return true;
+  return chunks >= 1 && (chunks == 1 || (tp >= 1 && chunks <= m / tp));
+}
+
+// A row in kColumns order; nullopt when its schedule no longer parses, or is
+// one no op of the row's shape can run (a row changed on disk: handed to the
+// runner, chunks 0 would cut an op into no pieces).
 std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
   TunedEntry e;
   e.key.op_type = Text(stmt, 1);
@@ -55,7 +64,9 @@ std::optional<TunedEntry> ReadEntry(sqlite3_stmt* stmt) {
       *transport == Transport::kAuto) {
     return std::nullopt;
   }
-  e.choice.schedule = Schedule{*mode, sqlite3_column_int(stmt, 10), *transport, *algorithm};
+  const int chunks = sqlite3_column_int(stmt, 10);
+  if (!PiecesFit(*mode, chunks, e.key.m, e.key.tp)) return std::nullopt;
+  e.choice.schedule = Schedule{*mode, chunks, *transport, *algorithm};
   e.choice.step_ms = sqlite3_column_double(stmt, 12);
   e.tuned_unix_ms = sqlite3_column_int64(stmt, 13);
   return e;
@@ -126,7 +137,11 @@ std::optional<TunedChoice> TuningCache::Lookup(const TuningKey& key, int64_t not
   sqlite3_bind_text(stmt, 1, text.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(stmt) != SQLITE_ROW) return std::nullopt;
   std::optional<TunedEntry> entry = ReadEntry(stmt);
-  if (!entry || entry->tuned_unix_ms < not_before_unix_ms) return std::nullopt;
+  // Store writes the key from the columns; a row whose columns no longer spell
+  // it was changed on disk, and its choice was checked against other shapes.
+  if (!entry || entry->key.Text() != text || entry->tuned_unix_ms < not_before_unix_ms) {
+    return std::nullopt;
+  }
   return entry->choice;
 }
 

@@ -1,0 +1,128 @@
+// Fuzz target: the peer protocol's requests as another daemon (or anyone who
+// reaches the peer port) sends them (proto/overlap/v1/peer.proto). The first
+// byte picks the message: AdmitPart, CancelPart, HoldPart, ReportPart,
+// StoreSet, StoreGet; the rest is its wire bytes. An AdmitPart's spec goes
+// through what a node admits a part by (jobs::Admission::AdmitSpan) on a host
+// engine of 4 devices.
+//
+// Rules: any bytes come back as a refusal or a message; every message parsed
+// serializes and parses back to the same bytes; AdmitSpan refuses with
+// INVALID_ARGUMENT (a bad graph or node list) or RESOURCE_EXHAUSTED (does not
+// fit), and a span it admits lies on this node's devices, world = nodes x them.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "overlap/v1/peer.pb.h"
+#include "server/engine/host/host_engine.h"
+#include "server/jobs/admission.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace overlap::fuzz {
+namespace {
+
+constexpr int kDevices = 4;
+
+struct Node {
+  Node() {
+    // Bytes that are not UTF-8 in a string field are refused; protobuf would
+    // also log each one.
+    google::protobuf::SetLogHandler(nullptr);
+    engine::HostEngineOptions options;
+    options.device_count = kDevices;
+    host = std::move(engine::CreateHostEngine(options)).value();
+    admission = std::make_unique<jobs::Admission>(*host, jobs::AdmissionOptions{});
+  }
+  std::unique_ptr<engine::Engine> host;
+  std::unique_ptr<jobs::Admission> admission;
+};
+
+// Map fields (a report's library_env) serialize in no fixed order otherwise.
+std::string DeterministicBytes(const google::protobuf::Message& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    FUZZ_CHECK(message.SerializeToCodedStream(&out));
+  }
+  return bytes;
+}
+
+template <typename Request>
+bool ParseAndRoundTrip(absl::string_view wire, Request* request) {
+  if (!request->ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return false;
+  const std::string bytes = request->SerializeAsString();
+  Request again;
+  FUZZ_CHECK(again.ParseFromString(bytes));
+  FUZZ_CHECK(DeterministicBytes(again) == DeterministicBytes(*request));
+  return true;
+}
+
+void Admit(const Node& node, const v1::AdmitPartRequest& request) {
+  const std::vector<std::string> nodes(request.nodes().begin(), request.nodes().end());
+  const std::string source =
+      absl::StrCat(request.global_id().coordinator(), "/", request.global_id().job_id());
+  const absl::StatusOr<jobs::AdmittedSpan> span =
+      node.admission->AdmitSpan(request.spec(), source, nodes);
+  if (!span.ok()) {
+    FUZZ_CHECK(span.status().code() == absl::StatusCode::kInvalidArgument ||
+               span.status().code() == absl::StatusCode::kResourceExhausted);
+    return;
+  }
+  FUZZ_CHECK(!span->spec.nodes.empty());
+  FUZZ_CHECK(nodes.empty() || span->spec.nodes == nodes);
+  FUZZ_CHECK(!span->local_devices.empty());
+  for (int device : span->local_devices) FUZZ_CHECK(device >= 0 && device < kDevices);
+  FUZZ_CHECK(span->world == static_cast<int>(span->spec.nodes.size() * span->local_devices.size()));
+}
+
+}  // namespace
+}  // namespace overlap::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace overlap;
+  static const fuzz::Node* const node = new fuzz::Node();
+  if (size < 1) return 0;
+  const absl::string_view wire(reinterpret_cast<const char*>(data + 1), size - 1);
+  switch (data[0] % 6) {
+    case 0: {
+      v1::AdmitPartRequest request;
+      if (fuzz::ParseAndRoundTrip(wire, &request)) fuzz::Admit(*node, request);
+      break;
+    }
+    case 1: {
+      v1::CancelPartRequest request;
+      fuzz::ParseAndRoundTrip(wire, &request);
+      break;
+    }
+    case 2: {
+      v1::HoldPartRequest request;
+      fuzz::ParseAndRoundTrip(wire, &request);
+      break;
+    }
+    case 3: {
+      v1::ReportPartRequest request;
+      fuzz::ParseAndRoundTrip(wire, &request);
+      break;
+    }
+    case 4: {
+      v1::StoreSetRequest request;
+      fuzz::ParseAndRoundTrip(wire, &request);
+      break;
+    }
+    case 5: {
+      v1::StoreGetRequest request;
+      fuzz::ParseAndRoundTrip(wire, &request);
+      break;
+    }
+  }
+  return 0;
+}
