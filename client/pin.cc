@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/text.h"
 #include "common/yaml_util.h"
 
 namespace overlap::client {
@@ -63,13 +64,20 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id(), ": its graph cannot be written back: ", out.GetLastError()));
   }
+  // The comment lines quote stored text through Excerpt: an id with a newline
+  // in it would otherwise end the comment and write YAML of its own.
   std::string text = absl::StrCat(
-      "# pinned from ", job.id(), " (", job.name(), "): every op runs the schedule it ran there",
+      "# pinned from ", Excerpt(job.id()), " (", Excerpt(job.name()),
+      "): every op runs the schedule it ran there",
       job.result().ops_size() > 0 ? absl::StrCat(", tp = ", job.result().ops(0).tp()) : "",
-      job.result().gpu().empty() ? "" : absl::StrCat(", on ", job.result().gpu()), "\n");
+      job.result().gpu().empty() ? "" : absl::StrCat(", on ", Excerpt(job.result().gpu())), "\n");
   if (!unpinned.empty()) {
     absl::StrAppend(&text, "# not pinned (no result: the job ended before them): ",
-                    absl::StrJoin(unpinned, ", "), "\n");
+                    absl::StrJoin(unpinned, ", ",
+                                  [](std::string* out, const std::string& id) {
+                                    out->append(Excerpt(id));
+                                  }),
+                    "\n");
   }
   absl::StrAppend(&text, out.c_str(), "\n");
   return text;

@@ -4,9 +4,9 @@
 // parses) and a few ids it may not, with schedules as a run reports them.
 //
 // Rules: any spec comes back as a Status (INVALID_ARGUMENT when it is no graph
-// to pin), never an exception; a pinned graph is YAML again, and pinning a
-// UTF-8 spec that parses (what the daemon stores) gives a spec that parses,
-// each op with a result carrying that result's mode and transport.
+// to pin), never an exception. For a UTF-8 spec (the daemon stores no other):
+// the pinned graph is YAML again, and pinning a spec that parses gives a spec
+// that parses, each op with a result carrying that result's mode and transport.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -68,10 +68,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!spec.ok());
     return 0;
   }
-  FUZZ_CHECK(yaml_util::LoadDocument(*pinned, "pinned").ok());
   // The daemon stores only UTF-8 graphs (Admission); yaml-cpp writes other
   // bytes back as something else.
-  if (!spec.ok() || FirstInvalidUtf8(text).has_value()) return 0;
+  if (FirstInvalidUtf8(text).has_value()) return 0;
+  FUZZ_CHECK(yaml_util::LoadDocument(*pinned, "pinned").ok());
+  if (!spec.ok()) return 0;
   const absl::StatusOr<JobSpec> again = ParseJobSpec(*pinned, "pinned");
   FUZZ_CHECK(again.ok());
   FUZZ_CHECK(again->ops.size() == spec->ops.size());

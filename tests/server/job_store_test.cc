@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "gmock/gmock.h"
@@ -184,6 +185,145 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
   std::vector<RunRecord> records = runner.records();
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].id, "job-000008");
+}
+
+// Writes `blob` into `column` of `table` at the row of `sequence` from a
+// connection of its own, as damage from outside the daemon would.
+void OverwriteBlob(const std::string& db_path, const std::string& table, const std::string& column,
+                   uint64_t sequence, const std::string& blob) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  const std::string sql = "UPDATE " + table + " SET " + column + " = ? WHERE sequence = ?;";
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK);
+  sqlite3_bind_blob(stmt, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(sequence));
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+  EXPECT_EQ(sqlite3_changes(db), 1);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+// The stored bytes of `column` of `table` at the row of `sequence`.
+std::string ReadBlob(const std::string& db_path, const std::string& table,
+                     const std::string& column, uint64_t sequence) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  const std::string sql = "SELECT " + column + " FROM " + table + " WHERE sequence = ?;";
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK);
+  sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(sequence));
+  std::string out;
+  if (sqlite3_step(stmt) == SQLITE_ROW) {
+    out.assign(static_cast<const char*>(sqlite3_column_blob(stmt, 0)),
+               sqlite3_column_bytes(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+// Bits flipped inside a stored job row. Most flips still leave a protobuf that
+// parses (a field turned into an unknown one, one value into another): such a
+// row once came back as a job with an empty id. Every flip inside the id,
+// sequence or state is DATA_LOSS naming the job, and no flip anywhere yields a
+// job with another identity or state; a list shows the row as its columns say.
+TEST(JobStoreTest, FlippedBitsInAStoredJobAreDataLossNeverAnotherJob) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Job job = MakeJob(7, v1::RUNNING, {0, 1});
+  job.set_start_time_ms(30);
+  ASSERT_TRUE((*store)->Put(job).ok());
+  const std::string path = dir.path() + "/" + kStoreFileName;
+  const std::string blob = ReadBlob(path, "jobs", "job", 7);
+  ASSERT_EQ(blob, job.SerializeAsString()) << "the row holds the job as serialized";
+
+  // Where the id, sequence and state lie: each field serialized alone is its bytes.
+  std::vector<bool> identity(blob.size(), false);
+  v1::Job id_alone, state_alone, sequence_alone;
+  id_alone.set_id(job.id());
+  state_alone.set_state(job.state());
+  sequence_alone.set_sequence(job.sequence());
+  for (const v1::Job* field : {&id_alone, &state_alone, &sequence_alone}) {
+    const std::string bytes = field->SerializeAsString();
+    const size_t at = blob.find(bytes);
+    ASSERT_NE(at, std::string::npos);
+    for (size_t i = at; i < at + bytes.size(); ++i) identity[i] = true;
+  }
+
+  int data_loss = 0, identity_flips = 0;
+  for (size_t i = 0; i < blob.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string damaged = blob;
+      damaged[i] = static_cast<char>(damaged[i] ^ (1 << bit));
+      OverwriteBlob(path, "jobs", "job", 7, damaged);
+      const absl::StatusOr<v1::Job> got = (*store)->Get("job-000007");
+      SCOPED_TRACE(::testing::Message() << "byte " << i << " bit " << bit);
+      if (got.ok()) {
+        EXPECT_FALSE(identity[i]) << "a flip in the id, sequence or state passed";
+        EXPECT_EQ(got->id(), "job-000007");
+        EXPECT_EQ(got->sequence(), 7u);
+        EXPECT_EQ(got->state(), v1::RUNNING);
+        continue;
+      }
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+      EXPECT_EQ(got.status().message(),
+                "job store: job-000007 is unreadable (its stored data is damaged)");
+      ++data_loss;
+      if (identity[i]) ++identity_flips;
+    }
+  }
+  EXPECT_EQ(identity_flips, 8 * static_cast<int>(std::count(identity.begin(), identity.end(), true)));
+  EXPECT_GT(data_loss, identity_flips) << "flips elsewhere that break the parse are caught too";
+
+  // The id's tag flipped to field 9's: the blob parses, the id becomes an
+  // unknown field, and the job has an empty id (what a Get once returned).
+  // Listed as the row's columns say.
+  std::string tag_flipped = blob;
+  tag_flipped[0] = static_cast<char>(tag_flipped[0] ^ 0x40);
+  v1::Job parsed;
+  ASSERT_TRUE(parsed.ParseFromString(tag_flipped));
+  EXPECT_EQ(parsed.id(), "");
+  OverwriteBlob(path, "jobs", "job", 7, tag_flipped);
+  absl::StatusOr<std::vector<v1::Job>> listed = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id(), "job-000007");
+  EXPECT_EQ((*listed)[0].state(), v1::RUNNING);
+  EXPECT_EQ((*listed)[0].error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
+}
+
+// A summary that parses as another job, and an op result row that parses but
+// holds no op, are DATA_LOSS too.
+TEST(JobStoreTest, DamagedSummariesAndOpRowsAreDataLoss) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(MakeJob(7, v1::RUNNING, {0})).ok());
+  v1::OpResult op;
+  op.set_id("ag");
+  ASSERT_TRUE((*store)->PutOpResult(7, 0, v1::JobResult(), op).ok());
+  ASSERT_EQ((*store)->Get("job-000007")->result().ops_size(), 1);
+  const std::string path = dir.path() + "/" + kStoreFileName;
+
+  std::string summary = ReadBlob(path, "summaries", "summary", 7);
+  ASSERT_FALSE(summary.empty());
+  summary[0] = static_cast<char>(summary[0] ^ 0x40);  // the id's tag: parses, without an id
+  OverwriteBlob(path, "summaries", "summary", 7, summary);
+  absl::StatusOr<JobPage> page = (*store)->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].id(), "job-000007");
+  EXPECT_EQ(page->jobs[0].error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(page->jobs[0].error(),
+            "job store: job-000007 is unreadable (its stored data is damaged): its spec and "
+            "results are lost");
+
+  OverwriteBlob(path, "op_results", "result", 7, "");  // parses: a result with no op
+  const absl::StatusOr<v1::Job> got = (*store)->Get("job-000007");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_EQ(got.status().message(), "job store: an op result of job-000007 is unreadable");
 }
 
 // A job's end that the store cannot take (a full disk; here a trigger refuses
