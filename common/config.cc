@@ -285,6 +285,10 @@ const std::vector<Field>& Fields() {
       StringField("peer_tls_key", "PEM private key of peer_tls_cert", &DaemonConfig::peer_tls_key),
       StringField("peer_tls_ca", "PEM CA that signed the peers' certificates (mutual TLS)",
                   &DaemonConfig::peer_tls_ca),
+      StringField("peer_key_file",
+                  "the cluster key every peer call proves itself with, the same file on every "
+                  "node, mode 0600 (\"\" = STATE_DIR/cluster.key, made when missing)",
+                  &DaemonConfig::peer_key_file),
       IntField("cluster_hold_timeout_ms",
                "a coordinator waits this long for every node to hold its part, then retries",
                &DaemonConfig::cluster_hold_timeout_ms),
@@ -316,6 +320,14 @@ const std::vector<Field>& Fields() {
                "WatchJob streams open at once, each holding a thread (more is "
                "RESOURCE_EXHAUSTED)",
                &DaemonConfig::max_watchers),
+      IntField("max_requests_in_flight",
+               "job calls (submit, get, list, cancel) the daemon works on at once, and peer "
+               "calls (more is RESOURCE_EXHAUSTED)",
+               &DaemonConfig::max_requests_in_flight),
+      IntField("max_requests_per_user",
+               "of those, from one user, certificate or peer node at once (more is "
+               "RESOURCE_EXHAUSTED)",
+               &DaemonConfig::max_requests_per_user),
       IntField("max_user_priority",
                "the highest priority a user who is not an admin may ask for (above: "
                "PERMISSION_DENIED)",

@@ -121,6 +121,11 @@ struct DaemonConfig {
   std::string peer_tls_cert;
   std::string peer_tls_key;
   std::string peer_tls_ca;
+  // The cluster key (server/peer/peer_auth.h): a secret file, mode 0600, the
+  // same bytes on every node of the cluster, that every peer call proves
+  // itself with. "" = STATE_DIR/cluster.key, made when missing (copy it to
+  // the other nodes). Required without peer TLS; with it, also checked.
+  std::string peer_key_file;
   // How long a coordinator waits for every node to hold its part before it
   // releases the reservation and tries again.
   int cluster_hold_timeout_ms = 10000;
@@ -149,6 +154,11 @@ struct DaemonConfig {
   // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
   // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.
   int max_watchers = 256;
+  // Job calls (and, on the peer port, peer calls) worked on at once, in all
+  // and from one caller; past either a call is RESOURCE_EXHAUSTED at once, so
+  // that one user's flood cannot take every handler thread from the others.
+  int max_requests_in_flight = 64;
+  int max_requests_per_user = 16;
   // What a user who is not an admin may ask for: a priority up to this, and
   // this many queued jobs at once (0 = no quota beyond max_queued_jobs).
   int max_user_priority = 10;

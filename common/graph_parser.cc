@@ -259,7 +259,13 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name) {
   absl::StatusOr<JobSpec> spec;
   {
-    ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(text, source_name));
+    // The text's size is bounded where it comes in (max_spec_bytes on the
+    // user socket and the peer port, gRPC's message limit before that), and
+    // an operator may raise it past YamlLimits' default: no second byte cap.
+    // Depth and node count still hold, as does time linear in the text.
+    yaml_util::YamlLimits limits;
+    limits.max_bytes = std::numeric_limits<size_t>::max();
+    ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(text, source_name, limits));
     try {
       spec = ParseDocument(root);
     } catch (const std::exception& e) {  // yaml-cpp conversion errors; should not happen

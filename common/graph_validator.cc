@@ -25,7 +25,8 @@ absl::Status Error(absl::string_view path, absl::string_view message) {
 
 std::string Quoted(absl::string_view text) { return QuotedExcerpt(text); }
 
-// A name or id that goes into tables, logs and terminals as it is.
+}  // namespace
+
 absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size_t max_bytes) {
   if (text.empty()) return Error(path, "must not be empty");
   if (text.size() > max_bytes) {
@@ -34,11 +35,13 @@ absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size
   }
   if (HasControlCharacters(text)) {
     return Error(path, absl::StrCat("must not hold control characters (newlines, terminal "
-                                    "escapes): ",
+                                    "escapes, bidi overrides): ",
                                     Quoted(text)));
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 absl::Status CheckIterations(const JobSpec& spec, const ValidationLimits& limits) {
   if (spec.iterations < 1) {

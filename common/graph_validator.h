@@ -16,6 +16,11 @@ namespace overlap {
 inline constexpr size_t kMaxNameBytes = 256;
 inline constexpr size_t kMaxOpIdBytes = 128;
 
+// A name or id that goes into tables, logs and terminals as it is: not empty,
+// at most `max_bytes`, and no control or format characters
+// (HasControlCharacters). INVALID_ARGUMENT "<path>: ..." quoting it otherwise.
+absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size_t max_bytes);
+
 struct ValidationLimits {
   int device_count = 0;  // devices the backend has on this node
   int max_iterations = 10000;

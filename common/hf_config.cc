@@ -58,6 +58,14 @@ absl::StatusOr<int64_t> Dim(const Json& config, std::initializer_list<const char
 
 absl::StatusOr<ModelDims> ModelFromHfConfig(absl::string_view json_text, absl::string_view source,
                                             absl::string_view name) {
+  // A model's config.json is a few KiB; a bound keeps the parse's time and
+  // memory small whatever file is named.
+  constexpr size_t kMaxConfigBytes = 4 << 20;
+  if (json_text.size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", json_text.size(),
+                                                   " bytes is not a model's config.json (at most ",
+                                                   kMaxConfigBytes, ")"));
+  }
   Json config =
       Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {

@@ -37,8 +37,23 @@ size_t Utf8SequenceLength(absl::string_view text, uint32_t* code_point) {
   return length;
 }
 
+// Unicode's format characters (category Cf) and line and paragraph
+// separators: invisible, yet they reorder (U+202E turns "job-1 fdp." into
+// what reads as another name), hide or break the text around them on a
+// terminal or a web page.
+bool IsFormat(uint32_t c) {
+  return c == 0xAD || (c >= 0x600 && c <= 0x605) || c == 0x61C || c == 0x6DD || c == 0x70F ||
+         c == 0x8E2 || c == 0x180E || (c >= 0x200B && c <= 0x200F) ||
+         (c >= 0x2028 && c <= 0x202E) || (c >= 0x2060 && c <= 0x2064) ||
+         (c >= 0x2066 && c <= 0x206F) || c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB) ||
+         c == 0x110BD || c == 0x110CD || (c >= 0x13430 && c <= 0x1343F) ||
+         (c >= 0x1BCA0 && c <= 0x1BCA3) || (c >= 0x1D173 && c <= 0x1D17A) || c == 0xE0001 ||
+         (c >= 0xE0020 && c <= 0xE007F);
+}
+
 bool IsControl(uint32_t code_point) {
-  return code_point < 0x20 || code_point == 0x7F || (code_point >= 0x80 && code_point <= 0x9F);
+  return code_point < 0x20 || code_point == 0x7F || (code_point >= 0x80 && code_point <= 0x9F) ||
+         IsFormat(code_point);
 }
 
 void AppendEscaped(uint32_t code_point, std::string* out) {

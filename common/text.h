@@ -20,12 +20,15 @@ inline constexpr size_t kMaxQuotedBytes = 200;
 std::optional<size_t> FirstInvalidUtf8(absl::string_view text);
 
 // True when `text` holds a C0 control character (newline and tab included),
-// DEL, or a C1 control (U+0080..U+009F, which terminals also act on).
+// DEL, a C1 control (U+0080..U+009F, which terminals also act on), or an
+// invisible character that reorders or hides text: Unicode's format
+// characters (bidi overrides such as U+202E, zero-width spaces, U+FEFF) and
+// the line and paragraph separators U+2028/U+2029.
 bool HasControlCharacters(absl::string_view text);
 
-// `text` safe to print on a terminal and to quote in a message: control
-// characters and bytes that are not UTF-8 written as \n, \t, \x1b, ...; at most
-// `max_bytes` of it (cut at a character boundary), followed by
+// `text` safe to print on a terminal and to quote in a message: the
+// characters HasControlCharacters finds, and bytes that are not UTF-8,
+// written as \n, \t, \x1b, \u202e, ...; at most `max_bytes` of it (cut at a character boundary), followed by
 // "... (N bytes in all)" when cut.
 std::string Excerpt(absl::string_view text, size_t max_bytes = kMaxQuotedBytes);
 

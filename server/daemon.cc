@@ -210,6 +210,16 @@ absl::Status Daemon::StartParts(int* exit_code) {
   // Before the engine spends seconds starting: a bad peer address or TLS file
   // is a config error (exit 2).
   if (absl::Status s = peer::ValidatePeerConfig(config); !s.ok()) return s;
+  if (!config.peer_listen.empty()) {
+    absl::StatusOr<peer::ClusterKey> key = peer::LoadClusterKey(config);
+    if (!key.ok()) return key.status();
+    if (key->created) {
+      log->warn("made a new cluster key in {}: copy it (mode 0600) to every node this daemon "
+                "runs jobs with, and name it in their peer_key_file",
+                key->path);
+    }
+    cluster_key_ = std::move(key->bytes);
+  }
 
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
   if (!engine.ok()) {
@@ -268,7 +278,8 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get());
   if (!config.peer_listen.empty()) {
     p.peer_link = std::make_unique<cluster::GrpcPeerLink>(
-        peer::PeerChannelOptions{peer::PeerTlsOf(config)}, NodeName(config));
+        peer::PeerChannelOptions{peer::PeerTlsOf(config)},
+        peer::PeerIdentity{NodeName(config), cluster_key_});
     cluster::ClusterOptions cluster_options;
     cluster_options.node_name = NodeName(config);
     cluster_options.peers = config.peers;
@@ -283,6 +294,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
     cluster_options.collective_timeout =
         absl::Milliseconds(config.cluster_collective_timeout_ms);
     cluster_options.max_jobs = config.cluster_max_jobs;
+    cluster_options.max_user_priority = config.max_user_priority;
     cluster_options.started_unix_ms = absl::ToUnixMillis(absl::Now());
     p.cluster = std::make_unique<cluster::ClusterJobs>(cluster_options, *p.engine,
                                                        *p.admission, *p.peer_link);
@@ -330,6 +342,9 @@ absl::Status Daemon::StartServers(int* exit_code) {
     peer::PeerServerOptions peer_options;
     peer_options.listen = config.peer_listen;
     peer_options.tls = peer::PeerTlsOf(config);
+    peer_options.cluster_key = cluster_key_;
+    peer_options.requests = {config.max_requests_in_flight, config.max_requests_per_user};
+    peer_options.counters = &p.node->counters();
     absl::StatusOr<std::unique_ptr<peer::PeerServer>> peer_server = peer::PeerServer::Start(
         peer_options, p.cluster.get(),
         peer::PeerHello{p.engine->Name(), p.engine->DeviceCount(), config.node_name});
@@ -341,9 +356,12 @@ absl::Status Daemon::StartServers(int* exit_code) {
           absl::StrCat("cannot start the peer listener: ", peer_server.status().message()));
     }
     p.peer_server = std::move(*peer_server);
-    log->info("peer listener on {}{}: node {}, peers: {}", p.peer_server->listen_address(),
-              p.peer_server->tls() ? " (mutual TLS)" : "", p.peer_server->node_name(),
-              config.peers.empty() ? "none" : absl::StrJoin(config.peers, ", "));
+    const std::string proof = !p.peer_server->tls()  ? "the cluster key"
+                              : cluster_key_.empty() ? "mutual TLS"
+                                                     : "mutual TLS and the cluster key";
+    log->info("peer listener on {}: node {}, peers: {}; callers proven by {}",
+              p.peer_server->listen_address(), p.peer_server->node_name(),
+              config.peers.empty() ? "none" : absl::StrJoin(config.peers, ", "), proof);
   }
   rpc::RpcServerOptions rpc_options;
   rpc_options.listen = config.listen;
@@ -354,6 +372,7 @@ absl::Status Daemon::StartServers(int* exit_code) {
   rpc_options.jobs.max_user_priority = config.max_user_priority;
   rpc_options.tls = rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
   rpc_options.jobs.max_watchers = config.max_watchers;
+  rpc_options.requests = {config.max_requests_in_flight, config.max_requests_per_user};
   if (p.cluster != nullptr) {
     rpc_options.jobs.admit_spanning = [cluster = p.cluster.get()](
                                           const std::string& spec, const std::string& source,

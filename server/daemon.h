@@ -64,6 +64,8 @@ class Daemon {
   void StartWatchers();                       // the signal and health threads
 
   const DaemonConfig config_;
+  // The cluster key peer calls prove themselves with (peer_listen only).
+  std::string cluster_key_;
   std::unique_ptr<Parts> parts_;
   std::thread signal_thread_;
   std::thread health_thread_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/config.h"
+#include "server/peer/peer_auth.h"
 #include "common/logging.h"
 #include "overlap_git_commit.h"
 #include "server/daemon.h"
@@ -29,13 +30,15 @@ namespace {
 struct Flags {
   std::string config_path;
   bool print_default_config = false;
+  std::string make_cluster_key;
   bool print_config = false;
   std::optional<std::string> backend, listen, socket_group, admin_group, state_dir, log_level, metrics_listen, tls_cert,
       tls_key, tls_client_ca;
   std::optional<bool> allow_insecure_tcp, hazard_checks, nvls_enable, nccl_nonblocking,
       graph_replay, programmatic_edges, launch_gate;
   std::optional<int> host_devices, max_iterations, max_queued_jobs, nccl_overlap_ctas,
-      keep_finished_jobs, ranks_per_gpu, max_ops_per_job, max_watchers, max_user_priority,
+      keep_finished_jobs, ranks_per_gpu, max_ops_per_job, max_watchers, max_requests_in_flight,
+      max_requests_per_user, max_user_priority,
       max_queued_jobs_per_user;
   std::optional<std::string> host_device_memory, pool_bytes_per_device, gemm_workspace_bytes,
       max_spec_bytes;
@@ -88,6 +91,8 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& flags) {
   if (flags.max_queued_jobs) config.max_queued_jobs = *flags.max_queued_jobs;
   if (flags.max_ops_per_job) config.max_ops_per_job = *flags.max_ops_per_job;
   if (flags.max_watchers) config.max_watchers = *flags.max_watchers;
+  if (flags.max_requests_in_flight) config.max_requests_in_flight = *flags.max_requests_in_flight;
+  if (flags.max_requests_per_user) config.max_requests_per_user = *flags.max_requests_per_user;
   if (flags.max_user_priority) config.max_user_priority = *flags.max_user_priority;
   if (flags.max_queued_jobs_per_user) {
     config.max_queued_jobs_per_user = *flags.max_queued_jobs_per_user;
@@ -151,6 +156,8 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::ExistingFile);
   app.add_flag("--print-default-config", f.print_default_config,
                "print the default config as YAML and exit");
+  app.add_option("--make-cluster-key", f.make_cluster_key,
+                 "write a new cluster key (peer_key_file) to this path, mode 0600, and exit");
   app.add_flag("--print-config", f.print_config,
                "print the config in effect (file and flags merged) as YAML and exit");
   app.add_option("--backend", f.backend, "auto | cuda | host")
@@ -225,6 +232,12 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-watchers", f.max_watchers,
                  "WatchJob streams open at once (each holds a thread)")
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--max-requests-in-flight", f.max_requests_in_flight,
+                 "job calls and peer calls worked on at once (more: RESOURCE_EXHAUSTED)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--max-requests-per-user", f.max_requests_per_user,
+                 "of those, from one user, certificate or peer node")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--keep-finished-jobs", f.keep_finished_jobs,
                  "the job database keeps this many finished jobs (0 = all)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
@@ -260,6 +273,17 @@ int main(int argc, char** argv) {
   }
   if (flags.print_default_config) {
     std::cout << overlap::DefaultConfigYaml();
+    return 0;
+  }
+  if (!flags.make_cluster_key.empty()) {
+    absl::StatusOr<std::string> key = overlap::peer::CreateClusterKey(flags.make_cluster_key);
+    if (!key.ok()) {
+      std::cerr << "overlapd: " << key.status().message() << "\n";
+      return overlap::kExitUsage;
+    }
+    std::cout << "wrote a new cluster key to " << flags.make_cluster_key
+              << ": copy it to every node of the cluster (mode 0600) and name it in "
+                 "peer_key_file\n";
     return 0;
   }
   absl::StatusOr<overlap::DaemonConfig> config = overlap::BuildConfig(flags);

@@ -112,12 +112,15 @@ start_daemons() {
   local vars=("$@") env_vars=() i ok limit
   [ "$NCCL_VIA" = config ] || env_vars=("${vars[@]}")
   pids=(); addrs=(); peers=()
+  # Peers prove themselves with one cluster key that both daemons hold.
+  [ -f "$work/cluster.key" ] || overlapd --make-cluster-key "$work/cluster.key" > /dev/null
   for i in 0 1; do
     local dir=$work/$pass$i me=127.0.0.1:${ports[i]} other=127.0.0.1:${ports[1 - i]}
     mkdir -p "$dir"
     {
       echo "peer_listen: \"$me\""
       echo "peers: [\"$other\"]"
+      echo "peer_key_file: \"$work/cluster.key\""
       echo "cluster_collective_timeout_ms: $TIMEOUT_MS"
       echo "collective_timeout_s: $TIMEOUT_S"
       if [ "$NCCL_VIA" != env ] && (( ${#vars[@]} )); then

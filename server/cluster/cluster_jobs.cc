@@ -11,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/graph_parser.h"
+#include "common/graph_validator.h"
+#include "common/text.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/cluster/spanning_engine.h"
@@ -93,6 +95,9 @@ struct ClusterJobs::Coordinated {
   absl::Mutex mu;
   absl::CondVar changed;
   std::map<int, std::string> part_ids ABSL_GUARDED_BY(mu);  // node index -> part id
+  // Nodes whose AdmitPart is under way: their part may start, and ask to
+  // hold, before its id is recorded here.
+  std::set<int> admitting ABSL_GUARDED_BY(mu);
   std::set<int> held ABSL_GUARDED_BY(mu);
   bool started ABSL_GUARDED_BY(mu) = false;
   std::string cancel_reason ABSL_GUARDED_BY(mu);  // set: every part is to end
@@ -116,6 +121,12 @@ absl::Status ClusterJobs::CheckBackend() const {
       "jobs spanning daemons need collectives between processes, which this daemon's ",
       engine_.Name(), " backend does not have here (NCCL refuses two ranks of one communicator "
       "on one GPU: ranks_per_gpu must be 1)"));
+}
+
+peer::PeerCaller ClusterJobs::Self() const {
+  peer::PeerCaller self;
+  self.node = options_.node_name;
+  return self;
 }
 
 bool ClusterJobs::IsPeer(const std::string& node) const {
@@ -145,7 +156,7 @@ absl::StatusOr<std::shared_ptr<ClusterJobs::Coordinated>> ClusterJobs::Coordinat
     const v1::GlobalJobId& id) {
   std::shared_ptr<Coordinated> state = Find(id);
   if (state == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no job ", id.job_id(),
+    return absl::NotFoundError(absl::StrCat("no job ", QuotedExcerpt(id.job_id(), 80),
                                             " is being coordinated here (it ended, or this "
                                             "daemon restarted)"));
   }
@@ -288,11 +299,21 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
       request.set_owner_name(job.owner_name());
       request.set_priority(job.priority());
       request.set_name(job.name());
+      request.set_owner_admin(job.owner_admin());
+      {
+        absl::MutexLock lock(&state.mu);
+        state.admitting.insert(n);
+      }
       absl::StatusOr<v1::AdmitPartResponse> admitted = CallAdmit(state.nodes[n], request);
+      {
+        absl::MutexLock lock(&state.mu);
+        state.admitting.erase(n);
+        if (admitted.ok()) state.part_ids[n] = admitted->part_id();
+        state.changed.SignalAll();
+      }
       if (!admitted.ok()) return WithNode(state.nodes[n], admitted.status());
       {
         absl::MutexLock lock(&state.mu);
-        state.part_ids[n] = admitted->part_id();
         const absl::Time deadline = absl::Now() + options_.hold_timeout;
         while (!state.held.count(n) && !state.reports.count(n)) {
           if (hooks.cancelled && hooks.cancelled()) {
@@ -428,25 +449,25 @@ void ClusterJobs::CancelParts(Coordinated& state, const std::string& reason) {
 
 absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::CallAdmit(const std::string& node,
                                                              const v1::AdmitPartRequest& request) {
-  if (node == options_.node_name) return AdmitPart(peer::PeerCaller{}, request);
+  if (node == options_.node_name) return AdmitPart(Self(), request);
   return link_.AdmitPart(node, request, kCallDeadline);
 }
 
 absl::Status ClusterJobs::CallCancel(const std::string& node,
                                      const v1::CancelPartRequest& request) {
-  if (node == options_.node_name) return CancelPart(peer::PeerCaller{}, request);
+  if (node == options_.node_name) return CancelPart(Self(), request);
   return link_.CancelPart(node, request, kCallDeadline);
 }
 
 absl::StatusOr<v1::HoldPartResponse> ClusterJobs::CallHold(const std::string& node,
                                                            const v1::HoldPartRequest& request) {
-  if (node == options_.node_name) return HoldPart(peer::PeerCaller{}, request);
+  if (node == options_.node_name) return HoldPart(Self(), request);
   return link_.HoldPart(node, request, kHoldPoll + kCallDeadline);
 }
 
 absl::Status ClusterJobs::CallReport(const std::string& node,
                                      const v1::ReportPartRequest& request) {
-  if (node == options_.node_name) return ReportPart(peer::PeerCaller{}, request);
+  if (node == options_.node_name) return ReportPart(Self(), request);
   return link_.ReportPart(node, request, kCallDeadline);
 }
 
@@ -561,13 +582,36 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
 
 // --- The peer listener's calls ------------------------------------------------
 
+absl::Status ClusterJobs::CheckPartRequest(const v1::AdmitPartRequest& request) const {
+  // A check at submission comes before the coordinator knows who submits
+  // (it queues nothing); the part itself carries its owner.
+  if (request.check_only()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckPrintable("owner", request.owner(), kMaxNameBytes));
+  if (!request.owner_name().empty()) {
+    RETURN_IF_ERROR(CheckPrintable("owner_name", request.owner_name(), kMaxNameBytes));
+  }
+  if (!request.name().empty()) RETURN_IF_ERROR(CheckPrintable("name", request.name(), kMaxNameBytes));
+  if (!request.owner_admin() && request.priority() > options_.max_user_priority) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "priority: ", request.priority(), " is above ", options_.max_user_priority,
+        ", the highest a user who is not an admin may ask for on ", options_.node_name,
+        " (max_user_priority)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
     const peer::PeerCaller& caller, const v1::AdmitPartRequest& request) {
   const std::string& coordinator = request.global_id().coordinator();
   if (coordinator != options_.node_name && !IsPeer(coordinator)) {
     return absl::PermissionDeniedError(
-        absl::StrCat(coordinator, " is not in the peers: of ", options_.node_name,
-                     ", which joins jobs only from the coordinators listed there"));
+        absl::StrCat(QuotedExcerpt(coordinator, 100), " is not in the peers: of ",
+                     options_.node_name, ", which joins jobs only from the coordinators listed there"));
+  }
+  if (caller.node != coordinator) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller.node, " may not admit a part of a job coordinated by ", coordinator,
+        ": only a job's coordinator admits its parts"));
   }
   if (request.node_index() < 0 || request.node_index() >= request.nodes_size() ||
       request.nodes(request.node_index()) != options_.node_name) {
@@ -575,6 +619,7 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
         "this daemon is ", options_.node_name, ", not node ", request.node_index(), " of the job"));
   }
   RETURN_IF_ERROR(CheckBackend());
+  RETURN_IF_ERROR(CheckPartRequest(request));
   const std::string key = GlobalKey(request.global_id());
   ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
                    admission_.AdmitSpan(request.spec(), key,
@@ -595,10 +640,12 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
   part.set_spec(request.spec());
   part.set_owner(request.owner());
   part.set_owner_name(request.owner_name());
+  part.set_owner_admin(request.owner_admin());
   *part.mutable_nodes() = request.nodes();
   part.set_coordinator(coordinator);
   part.set_global_job_id(request.global_id().job_id());
   part.set_node_index(request.node_index());
+  // The owner's quota (max_queued_jobs_per_user) is the scheduler's to keep.
   ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part));
   {
     absl::MutexLock lock(&mu_);
@@ -612,39 +659,58 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
 
 absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
                                      const v1::CancelPartRequest& request) {
+  const std::string key = GlobalKey(request.global_id());
+  if (caller.node != request.global_id().coordinator()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller.node, " may not cancel a part of a job coordinated by ",
+        QuotedExcerpt(request.global_id().coordinator(), 100),
+        ": only a job's coordinator cancels its parts"));
+  }
   std::string part_id;
   jobs::Scheduler* scheduler;
   {
     absl::MutexLock lock(&mu_);
-    auto it = parts_.find(GlobalKey(request.global_id()));
+    auto it = parts_.find(key);
     if (it == parts_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no part of ", GlobalKey(request.global_id()), " here"));
+      return absl::NotFoundError(absl::StrCat("no part of ", QuotedExcerpt(key, 100), " here"));
     }
     part_id = it->second;
     scheduler = scheduler_;
   }
   if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
-  Log()->info("part {} of {}: cancelled by its coordinator: {}", part_id,
-              GlobalKey(request.global_id()), request.reason());
-  return scheduler->Cancel(part_id).status();
+  const std::string reason =
+      absl::StrCat("cancelled by its coordinator ", caller.node, ": ", Excerpt(request.reason()));
+  Log()->info("part {} of {}: {}", part_id, key, reason);
+  return scheduler->Cancel(part_id, reason).status();
 }
 
 absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCaller& caller,
                                                            const v1::HoldPartRequest& request) {
   ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+  const int n = request.node_index();
+  RETURN_IF_ERROR(CheckPartNode(*state, caller, n, "hold"));
   v1::HoldPartResponse response;
+  const absl::Time deadline =
+      absl::Now() + std::clamp(absl::Milliseconds(request.wait_ms()), absl::ZeroDuration(),
+                               absl::Seconds(5));
   absl::MutexLock lock(&state->mu);
-  auto part = state->part_ids.find(request.node_index());
+  // A part that started at once may ask before AdmitPart returned its id to
+  // the coordinator: it waits for the id rather than being told to go.
+  while (state->admitting.count(n) && !state->part_ids.count(n) && absl::Now() < deadline) {
+    state->changed.WaitWithDeadline(&state->mu, deadline);
+  }
+  auto part = state->part_ids.find(n);
+  if (part == state->part_ids.end() && state->admitting.count(n)) {
+    response.set_decision(v1::HoldPartResponse::WAIT);
+    return response;
+  }
   if (part == state->part_ids.end() || part->second != request.part_id()) {
     response.set_decision(v1::HoldPartResponse::RELEASE);
     response.set_reason("the coordinator released this reservation and tries again");
     return response;
   }
-  state->held.insert(request.node_index());
+  state->held.insert(n);
   state->changed.SignalAll();
-  const absl::Time deadline =
-      absl::Now() + std::min(absl::Milliseconds(request.wait_ms()), absl::Seconds(5));
   while (!state->started && state->cancel_reason.empty() && absl::Now() < deadline) {
     state->changed.WaitWithDeadline(&state->mu, deadline);
   }
@@ -659,13 +725,34 @@ absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCalle
   return response;
 }
 
+absl::Status ClusterJobs::CheckPartNode(const Coordinated& state, const peer::PeerCaller& caller,
+                                        int node_index, absl::string_view what) const {
+  if (node_index < 0 || node_index >= static_cast<int>(state.nodes.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("node_index ", node_index, " of a job over ",
+                                                   state.nodes.size(), " nodes"));
+  }
+  if (caller.node != state.nodes[node_index]) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller.node, " may not ", what, " the part of node ", node_index, " (",
+        state.nodes[node_index], ") of ", state.job_id, ": only that node may"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClusterJobs::CheckJobNode(const Coordinated& state,
+                                       const peer::PeerCaller& caller) const {
+  if (std::find(state.nodes.begin(), state.nodes.end(), caller.node) == state.nodes.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("node ", caller.node, " is not a node of ",
+                                                    state.job_id, ": its store is its nodes' only"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ClusterJobs::ReportPart(const peer::PeerCaller& caller,
                                      const v1::ReportPartRequest& request) {
   ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+  RETURN_IF_ERROR(CheckPartNode(*state, caller, request.node_index(), "report"));
   absl::MutexLock lock(&state->mu);
-  if (request.node_index() < 0 || request.node_index() >= static_cast<int>(state->nodes.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("node_index ", request.node_index()));
-  }
   auto part = state->part_ids.find(request.node_index());
   if (part == state->part_ids.end() || part->second != request.part_id()) {
     return absl::OkStatus();  // a part of a reservation given up: nothing waits for it
@@ -678,12 +765,14 @@ absl::Status ClusterJobs::ReportPart(const peer::PeerCaller& caller,
 absl::Status ClusterJobs::StoreSet(const peer::PeerCaller& caller,
                                    const v1::StoreSetRequest& request) {
   ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+  RETURN_IF_ERROR(CheckJobNode(*state, caller));
   return state->store.Set(request.key(), request.value());
 }
 
 absl::StatusOr<std::string> ClusterJobs::StoreGet(const peer::PeerCaller& caller,
                                                   const v1::StoreGetRequest& request) {
   ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+  RETURN_IF_ERROR(CheckJobNode(*state, caller));
   const absl::Duration timeout =
       std::clamp(absl::Milliseconds(request.timeout_ms()), absl::ZeroDuration(),
                  options_.collective_timeout);

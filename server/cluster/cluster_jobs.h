@@ -63,6 +63,8 @@ struct ClusterOptions {
   absl::Duration hold_timeout = absl::Seconds(10);
   absl::Duration collective_timeout = absl::Seconds(60);
   int max_jobs = 4;  // jobs this daemon coordinates at once, queued or running
+  // The highest priority a part whose owner is not an admin may have here.
+  int max_user_priority = 10;
   // When this daemon started: a part submitted before it never runs.
   int64_t started_unix_ms = 0;
 };
@@ -93,7 +95,9 @@ class ClusterJobs final : public peer::PeerHandler {
   absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const runner::RunHooks& hooks);
   static bool Handles(const v1::Job& job) { return job.nodes_size() > 0; }
 
-  // peer::PeerHandler.
+  // peer::PeerHandler. `caller` is the node the peer listener proved the call
+  // came from; each call is allowed only from the node it concerns (peer.proto),
+  // else PERMISSION_DENIED.
   absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const peer::PeerCaller& caller,
                                                   const v1::AdmitPartRequest& request) override;
   absl::Status CancelPart(const peer::PeerCaller& caller,
@@ -139,6 +143,16 @@ class ClusterJobs final : public peer::PeerHandler {
   // Find, or NOT_FOUND for a job this daemon does not coordinate (now).
   absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);
   bool IsPeer(const std::string& node) const;
+  // This daemon as the caller of its own calls, made without the network.
+  peer::PeerCaller Self() const;
+  // The owner, name and priority of a part to admit, checked as the user
+  // socket checks a job's (PERMISSION_DENIED / INVALID_ARGUMENT).
+  absl::Status CheckPartRequest(const v1::AdmitPartRequest& request) const;
+  // OK when `caller` is node `node_index` of the job (PERMISSION_DENIED
+  // saying it may not `what` that part), or one of its nodes.
+  absl::Status CheckPartNode(const Coordinated& state, const peer::PeerCaller& caller,
+                             int node_index, absl::string_view what) const;
+  absl::Status CheckJobNode(const Coordinated& state, const peer::PeerCaller& caller) const;
   // FAILED_PRECONDITION on a backend with neither Gloo's host memory nor
   // communicators across processes (CUDA with ranks_per_gpu above 1).
   absl::Status CheckBackend() const;

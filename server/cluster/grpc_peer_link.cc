@@ -1,5 +1,6 @@
 #include "server/cluster/grpc_peer_link.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,10 +17,11 @@ absl::Status FromGrpc(const std::string& node, const grpc::Status& status) {
 
 // One unary call: a stub's method with a fresh context.
 template <typename Request, typename Response, typename Method>
-absl::StatusOr<Response> Call(v1::Peers::Stub* stub, Method method, const std::string& node,
+absl::StatusOr<Response> Call(v1::Peers::Stub* stub, Method method, absl::string_view name,
+                              const peer::PeerIdentity& self, const std::string& node,
                               const Request& request, absl::Duration deadline) {
   grpc::ClientContext context;
-  peer::PreparePeerContext(&context, deadline);
+  peer::PreparePeerContext(&context, deadline, self, name, node, request);
   Response response;
   RETURN_IF_ERROR(FromGrpc(node, (stub->*method)(&context, request, &response)));
   return response;
@@ -27,25 +29,39 @@ absl::StatusOr<Response> Call(v1::Peers::Stub* stub, Method method, const std::s
 
 }  // namespace
 
-absl::StatusOr<v1::Peers::Stub*> GrpcPeerLink::StubFor(const std::string& node) {
+absl::StatusOr<GrpcPeerLink::Peer*> GrpcPeerLink::PeerFor(const std::string& node) {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<v1::Peers::Stub>& stub = stubs_[node];
-  if (stub == nullptr) {
-    ASSIGN_OR_RETURN(stub, peer::NewPeerStub(options_, node));
+  Peer& peer = peers_[node];
+  if (peer.stub == nullptr) {
+    ASSIGN_OR_RETURN(peer.channel, peer::NewPeerChannel(options_, node));
+    peer.stub = v1::Peers::NewStub(peer.channel);
   }
-  return stub.get();
+  return &peer;
+}
+
+absl::StatusOr<v1::Peers::Stub*> GrpcPeerLink::StubFor(const std::string& node) {
+  ASSIGN_OR_RETURN(Peer * peer, PeerFor(node));
+  return peer->stub.get();
 }
 
 absl::StatusOr<v1::HelloResponse> GrpcPeerLink::Hello(const std::string& node,
                                                       absl::Duration deadline) {
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return peer::Hello(*stub, node, node_name_, deadline);
+  ASSIGN_OR_RETURN(Peer * peer, PeerFor(node));
+  const absl::Time give_up = absl::Now() + deadline;
+  absl::StatusOr<v1::HelloResponse> hello = peer::Hello(*peer->stub, node, self_, deadline);
+  if (hello.status().code() != absl::StatusCode::kUnavailable) return hello;
+  // A channel whose peer went away fails each call at once until its next
+  // reconnection; a peer that restarted since is worth one more try once the
+  // channel connects again, rather than a stale "Connection refused".
+  const absl::Time connect_by = std::min(give_up, absl::Now() + absl::Seconds(1));
+  if (!peer->channel->WaitForConnected(absl::ToChronoTime(connect_by))) return hello;
+  return peer::Hello(*peer->stub, node, self_, give_up - absl::Now());
 }
 
 absl::StatusOr<v1::AdmitPartResponse> GrpcPeerLink::AdmitPart(
     const std::string& node, const v1::AdmitPartRequest& request, absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(stub, &v1::Peers::Stub::AdmitPart,
+  return Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_,
                                                            node, request, deadline);
 }
 
@@ -54,7 +70,7 @@ absl::Status GrpcPeerLink::CancelPart(const std::string& node,
                                       absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   return Call<v1::CancelPartRequest, v1::CancelPartResponse>(
-             stub, &v1::Peers::Stub::CancelPart, node, request, deadline)
+             stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, request, deadline)
       .status();
 }
 
@@ -62,7 +78,7 @@ absl::StatusOr<v1::HoldPartResponse> GrpcPeerLink::HoldPart(const std::string& n
                                                             const v1::HoldPartRequest& request,
                                                             absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::HoldPartRequest, v1::HoldPartResponse>(stub, &v1::Peers::Stub::HoldPart, node,
+  return Call<v1::HoldPartRequest, v1::HoldPartResponse>(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node,
                                                          request, deadline);
 }
 
@@ -71,14 +87,14 @@ absl::Status GrpcPeerLink::ReportPart(const std::string& node,
                                       absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   return Call<v1::ReportPartRequest, v1::ReportPartResponse>(
-             stub, &v1::Peers::Stub::ReportPart, node, request, deadline)
+             stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, request, deadline)
       .status();
 }
 
 absl::Status GrpcPeerLink::StoreSet(const std::string& node, const v1::StoreSetRequest& request,
                                     absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::StoreSetRequest, v1::StoreSetResponse>(stub, &v1::Peers::Stub::StoreSet, node,
+  return Call<v1::StoreSetRequest, v1::StoreSetResponse>(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node,
                                                          request, deadline)
       .status();
 }
@@ -89,7 +105,7 @@ absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node,
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   ASSIGN_OR_RETURN(v1::StoreGetResponse response,
                    (Call<v1::StoreGetRequest, v1::StoreGetResponse>(
-                       stub, &v1::Peers::Stub::StoreGet, node, request, deadline)));
+                       stub, &v1::Peers::Stub::StoreGet, "StoreGet", self_, node, request, deadline)));
   return std::move(*response.mutable_value());
 }
 

@@ -15,9 +15,9 @@ namespace overlap::cluster {
 
 class GrpcPeerLink final : public PeerLink {
  public:
-  // `node_name`: how this daemon names itself in Hello.
-  GrpcPeerLink(peer::PeerChannelOptions options, std::string node_name)
-      : options_(std::move(options)), node_name_(std::move(node_name)) {}
+  // `self`: who this daemon is among its peers, as every call proves.
+  GrpcPeerLink(peer::PeerChannelOptions options, peer::PeerIdentity self)
+      : options_(std::move(options)), self_(std::move(self)) {}
 
   absl::StatusOr<v1::HelloResponse> Hello(const std::string& node,
                                           absl::Duration deadline) override;
@@ -38,12 +38,17 @@ class GrpcPeerLink final : public PeerLink {
                                        absl::Duration deadline) override;
 
  private:
+  struct Peer {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Peers::Stub> stub;
+  };
+  absl::StatusOr<Peer*> PeerFor(const std::string& node);
   absl::StatusOr<v1::Peers::Stub*> StubFor(const std::string& node);
 
   const peer::PeerChannelOptions options_;
-  const std::string node_name_;
+  const peer::PeerIdentity self_;
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<v1::Peers::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::cluster

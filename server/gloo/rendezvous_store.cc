@@ -5,8 +5,26 @@
 namespace overlap::gloo_group {
 
 absl::Status InMemoryRendezvousStore::Set(const std::string& key, const std::string& value) {
+  if (key.empty() || key.size() > limits_.max_key_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous key of ", key.size(),
+                                                   " bytes (1 to ", limits_.max_key_bytes, ")"));
+  }
+  if (value.size() > limits_.max_value_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous value of ", value.size(),
+                                                     " bytes is over the ",
+                                                     limits_.max_value_bytes, " a key may hold"));
+  }
   absl::MutexLock lock(&mu_);
+  auto it = values_.find(key);
+  const size_t replaced = it == values_.end() ? 0 : key.size() + it->second.size();
+  const size_t total = total_bytes_ - replaced + key.size() + value.size();
+  if (total > limits_.max_total_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job's rendezvous store would hold ", total, " bytes, over its ",
+        limits_.max_total_bytes));
+  }
   values_[key] = value;
+  total_bytes_ = total;
   return absl::OkStatus();
 }
 
@@ -27,6 +45,7 @@ absl::StatusOr<std::string> InMemoryRendezvousStore::Get(const std::string& key,
 void InMemoryRendezvousStore::Clear() {
   absl::MutexLock lock(&mu_);
   values_.clear();
+  total_bytes_ = 0;
 }
 
 size_t InMemoryRendezvousStore::size() const {

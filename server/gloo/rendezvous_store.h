@@ -27,10 +27,21 @@ class RendezvousStore {
   virtual absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) = 0;
 };
 
+// What one store holds at most: it is served to other daemons, and a job's
+// keys (Gloo's addresses, NCCL's ids) are small.
+struct StoreLimits {
+  size_t max_key_bytes = 256;
+  size_t max_value_bytes = 4 << 20;
+  size_t max_total_bytes = 64 << 20;  // keys and values
+};
+
 // Thread-safe, within one process.
 class InMemoryRendezvousStore final : public RendezvousStore {
  public:
-  // Setting a key again replaces its value.
+  explicit InMemoryRendezvousStore(StoreLimits limits = StoreLimits()) : limits_(limits) {}
+
+  // Setting a key again replaces its value. INVALID_ARGUMENT for an empty or
+  // too long key, RESOURCE_EXHAUSTED for a value or a store past its limit.
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;
 
@@ -39,8 +50,10 @@ class InMemoryRendezvousStore final : public RendezvousStore {
   size_t size() const;
 
  private:
+  const StoreLimits limits_;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  size_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace overlap::gloo_group

@@ -297,6 +297,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
   const std::string highest_id_path =
       (std::filesystem::path(state_dir) / kHighestIdFileName).string();
   const bool fresh_file = !std::filesystem::exists(path, ec);
+  if (!fresh_file && !std::filesystem::is_regular_file(path, ec)) {
+    // /dev/null or a directory in its place opens, then fails at every write:
+    // refused at start, as a setting someone must fix (exit 2), not retried.
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a regular file (", std::filesystem::is_symlink(path, ec) ? "a symlink to " : "",
+        std::filesystem::is_character_file(path, ec) ? "a device"
+        : std::filesystem::is_directory(path, ec)    ? "a directory"
+                                                     : "not a file",
+        "): the job database must be a file in state_dir; move it aside"));
+  }
   ASSIGN_OR_RETURN(const uint64_t highest_id, ReadHighestId(highest_id_path));
   const auto damaged = [&path](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(

@@ -447,7 +447,8 @@ absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, 
   return page;
 }
 
-absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, const std::string& reason) {
+  const std::string why = reason.empty() ? kCancelledByRequest : reason;
   std::shared_ptr<Entry> entry;
   JobRecord cancelled;
   {
@@ -463,7 +464,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
       entry = it->second;
       if (entry->job.state != JobState::kQueued || entry->starting || entry->ending) {
         if (!entry->ending && !entry->cancel.exchange(true)) {
-          entry->cancel_reason = kCancelledByRequest;
+          entry->cancel_reason = why;
           Log()->info("job {} cancel requested while running", id);
         }
         return ToProto(entry->job);
@@ -481,7 +482,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id) {
         absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored.state()), ")"));
   }
   cancelled.state = JobState::kCancelled;
-  cancelled.error = kCancelledByRequest;
+  cancelled.error = why;
   cancelled.error_code = absl::StatusCode::kCancelled;
   cancelled.end_time_ms = NowMs();
   const bool stored = Store(cancelled).ok();

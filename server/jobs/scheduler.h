@@ -114,8 +114,8 @@ class Scheduler {
 
   // QUEUED -> CANCELLED at once; RUNNING -> the runner is asked to stop and the
   // job (still RUNNING) is returned; a final job -> FAILED_PRECONDITION; unknown
-  // -> NOT_FOUND.
-  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // -> NOT_FOUND. The job's error says `reason` ("" = "cancelled by request").
+  absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason = "");
 
   // Returns the job as soon as its version is above `seen_version`, or after
   // `timeout` unchanged. NOT_FOUND for an unknown id; UNAVAILABLE once Shutdown

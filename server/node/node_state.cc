@@ -140,6 +140,8 @@ absl::StatusOr<v1::GetStatsResponse> NodeState::Stats() const {
   }
   response.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - counters_.start_time));
   response.set_jobs_submitted(counters_.jobs_submitted.load());
+  response.set_requests_refused_busy(counters_.requests_refused_busy.load());
+  response.set_requests_abandoned(counters_.requests_abandoned.load());
   response.set_jobs_rejected(counters_.jobs_rejected.load());
   return response;
 }

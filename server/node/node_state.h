@@ -28,6 +28,8 @@ namespace overlap::node {
 struct DaemonCounters {
   std::atomic<int64_t> jobs_submitted{0};
   std::atomic<int64_t> jobs_rejected{0};
+  std::atomic<int64_t> requests_refused_busy{0};
+  std::atomic<int64_t> requests_abandoned{0};
   absl::Time start_time = absl::Now();
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "server/peer/peer_auth.h"
 
 namespace overlap::peer {
 namespace {
@@ -28,6 +29,12 @@ std::string Quote(const std::string& text) { return absl::StrCat("\"", Shorten(t
 
 absl::StatusOr<std::unique_ptr<v1::Peers::Stub>> NewPeerStub(const PeerChannelOptions& options,
                                                              const std::string& address) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, NewPeerChannel(options, address));
+  return v1::Peers::NewStub(channel);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> NewPeerChannel(const PeerChannelOptions& options,
+                                                              const std::string& address) {
   ASSIGN_OR_RETURN(const PeerAddress parsed,
                    ParsePeerAddress("peer", address, /*allow_port_zero=*/false));
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -48,20 +55,30 @@ absl::StatusOr<std::unique_ptr<v1::Peers::Stub>> NewPeerStub(const PeerChannelOp
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  return v1::Peers::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
-void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout) {
+void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
+                        const PeerIdentity& self, absl::string_view method,
+                        const std::string& callee, const google::protobuf::Message& request) {
   context->AddMetadata(kVersionHeader, OVERLAP_VERSION);
+  context->AddMetadata(kNodeHeader, self.node);
+  if (!self.cluster_key.empty()) {
+    const PeerCallFacts facts{std::string(method), self.node, callee, CanonicalBytes(request)};
+    context->AddMetadata(kAuthHeader, SignPeerCall(self.cluster_key, facts, absl::Now()));
+  }
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,
-                                        const std::string& own_node, absl::Duration timeout) {
-  grpc::ClientContext context;
-  PreparePeerContext(&context, timeout);
+                                        const PeerIdentity& self, absl::Duration timeout) {
   v1::HelloRequest request;
-  request.set_node(own_node);
+  request.set_node(self.node);
+  grpc::ClientContext context;
+  PreparePeerContext(&context, timeout, self, "Hello", address, request);
   v1::HelloResponse response;
   const grpc::Status status = stub.Hello(&context, request, &response);
   if (!status.ok()) {

@@ -6,6 +6,7 @@
 // shared between threads (gRPC stubs are thread-safe).
 #pragma once
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/config.h"
 #include "overlap/v1/peer.grpc.pb.h"
+#include "google/protobuf/message.h"
 #include "server/peer/peer_config.h"
 
 namespace overlap::peer {
@@ -33,18 +35,32 @@ struct PeerChannelOptions {
 // an unreachable peer shows in the first call (UNAVAILABLE).
 absl::StatusOr<std::unique_ptr<v1::Peers::Stub>> NewPeerStub(const PeerChannelOptions& options,
                                                              const std::string& address);
+// The channel NewPeerStub makes its stub on. It retries a lost connection
+// within a second (gRPC's backoff would wait up to 2 minutes), so that a peer
+// that restarted is reached again at once.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> NewPeerChannel(const PeerChannelOptions& options,
+                                                              const std::string& address);
 
-// Makes `context` a peer call's: the version header (kVersionHeader) and a
-// deadline `timeout` from now. Call before the call starts.
-void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout);
+// Who this daemon is among its peers, as its calls prove it (peer_auth.h).
+struct PeerIdentity {
+  std::string node;         // its node name, as its peers list it
+  std::string cluster_key;  // the key's bytes; "" = none (mutual TLS proves it)
+};
 
-// Hello to the peer at `address` through `stub`, naming this daemon
-// `own_node`. The call's status (its code, the message prefixed with the
+// Makes `context` a peer call's: the version header (kVersionHeader), who
+// calls (kNodeHeader) with its proof (kAuthHeader, with a cluster key) for
+// `method` with `request` to `callee`, and a deadline `timeout` from now.
+// Call before the call starts.
+void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
+                        const PeerIdentity& self, absl::string_view method,
+                        const std::string& callee, const google::protobuf::Message& request);
+
+// Hello to the peer at `address` through `stub`, as `self`. The call's status (its code, the message prefixed with the
 // peer) on failure; FAILED_PRECONDITION naming the peer when it runs another
 // version, or names itself other than `address` (its node_name must be the
 // entry this daemon lists in peers).
 absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,
-                                        const std::string& own_node, absl::Duration timeout);
+                                        const PeerIdentity& self, absl::Duration timeout);
 
 // OK when `address` is listed in config.peers (as written there);
 // PERMISSION_DENIED "node X is not in this daemon's peers: (a, b)" otherwise.

@@ -6,6 +6,7 @@
 #include "absl/strings/strip.h"
 #include "common/pem_file.h"
 #include "common/status_macros.h"
+#include "server/peer/peer_auth.h"
 #include "server/rpc/listen_address.h"
 
 namespace overlap::peer {
@@ -40,6 +41,30 @@ absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls) {
   ASSIGN_OR_RETURN(pem.private_key, ReadPemFile(tls.key_file, "peer_tls_key", "PRIVATE KEY"));
   ASSIGN_OR_RETURN(pem.ca, ReadPemFile(tls.ca_file, "peer_tls_ca", "CERTIFICATE"));
   return pem;
+}
+
+absl::StatusOr<ClusterKey> LoadClusterKey(const DaemonConfig& config) {
+  ClusterKey key;
+  const bool explicit_path = !config.peer_key_file.empty();
+  key.path = explicit_path ? config.peer_key_file : config.state_dir + "/cluster.key";
+  absl::StatusOr<std::string> bytes = ReadClusterKey(key.path);
+  if (bytes.ok()) {
+    key.bytes = std::move(*bytes);
+    return key;
+  }
+  if (bytes.status().code() != absl::StatusCode::kNotFound) return bytes.status();
+  if (explicit_path) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer_key_file: ", key.path, ": no such file (make one with `overlapd "
+        "--make-cluster-key ", key.path, "` and copy it to every node)"));
+  }
+  if (PeerTlsOf(config).enabled()) {
+    key.path.clear();
+    return key;
+  }
+  ASSIGN_OR_RETURN(key.bytes, CreateClusterKey(key.path));
+  key.created = true;
+  return key;
 }
 
 absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::string& address,

@@ -50,6 +50,18 @@ struct PeerAddress {
 absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::string& address,
                                              bool allow_port_zero);
 
+// The cluster key this daemon proves its peer calls with (peer_auth.h).
+struct ClusterKey {
+  std::string bytes;  // "" = none: peer TLS alone proves the calls
+  std::string path;
+  bool created = false;  // made now, at the default path
+};
+// peer_key_file's key; without it, STATE_DIR/cluster.key, made when missing
+// unless peer TLS is set (where a key made on one node alone would lock it
+// out of the others). INVALID_ARGUMENT naming peer_key_file for a key that
+// cannot be used; config.state_dir must be set.
+absl::StatusOr<ClusterKey> LoadClusterKey(const DaemonConfig& config);
+
 // Every check of the cluster keys, none of which needs the network: those of
 // ValidateClusterKeys, the addresses of peer_listen, peers and node_name, the
 // TLS files, and TLS required when peer_listen or a peer is not loopback.

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/peer/peer_auth.h"
 #include "server/rpc/status_util.h"
 
 namespace overlap::peer {
@@ -20,6 +21,9 @@ namespace {
 
 // The most of a caller's version header quoted back.
 constexpr size_t kMaxQuotedVersion = 64;
+
+// A caller names itself in at most this many bytes.
+constexpr size_t kMaxNodeNameBytes = 256;
 
 absl::Status CheckVersion(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
@@ -39,20 +43,29 @@ absl::Status CheckVersion(const grpc::ServerContext& context) {
                                                     OVERLAP_VERSION, ": upgrade them together"));
 }
 
-PeerCaller CallerOf(const grpc::ServerContext& context) {
-  PeerCaller caller;
-  caller.peer_uri = context.peer();
-  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth == nullptr || !auth->IsPeerAuthenticated()) return caller;
-  // The subject, else the common name (as rpc/caller.cc reads a user's certificate).
-  for (const char* property : {"x509_subject", "x509_common_name"}) {
-    for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
-      if (value.size() > 0 && caller.tls_subject.empty()) {
-        caller.tls_subject.assign(value.data(), value.size());
-      }
-    }
+// The metadata value under `key`, "" when absent.
+std::string Header(const grpc::ServerContext& context, const char* key) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find(key);
+  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+// The first value of an auth context property, "" when absent.
+std::string Property(const grpc::AuthContext& auth, const char* name) {
+  for (const grpc::string_ref& value : auth.FindPropertyValues(name)) {
+    if (value.size() > 0) return std::string(value.data(), value.size());
   }
-  return caller;
+  return "";
+}
+
+// The certificate's names, where the call came over mutual TLS.
+PeerCertificate CertificateOf(const grpc::AuthContext& auth) {
+  PeerCertificate certificate;
+  certificate.common_name = Property(auth, "x509_common_name");
+  for (const grpc::string_ref& value : auth.FindPropertyValues("x509_subject_alternative_name")) {
+    certificate.subject_alt_names.emplace_back(value.data(), value.size());
+  }
+  return certificate;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const PeerTls& tls) {
@@ -69,7 +82,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const Pe
 
 class PeerServer::Service final : public v1::Peers::Service {
  public:
-  Service(PeerHandler* handler, PeerHello hello) : handler_(handler), hello_(std::move(hello)) {}
+  Service(PeerHandler* handler, PeerHello hello, bool tls, std::string cluster_key,
+          rpc::RequestLimiter& limiter)
+      : handler_(handler),
+        limiter_(limiter),
+        tls_(tls),
+        cluster_key_(std::move(cluster_key)),
+        hello_(std::move(hello)) {}
 
   void set_node_name(const std::string& name) {
     absl::MutexLock lock(&mu_);
@@ -78,8 +97,9 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override {
-    if (absl::Status s = Admit(*context, "Hello"); !s.ok()) return rpc::ToGrpcStatus(s);
-    GetLogger("peer")->debug("Hello from {} ({})", request->node(), context->peer());
+    absl::StatusOr<PeerCaller> caller = Admit(*context, "Hello", *request);
+    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+    GetLogger("peer")->debug("Hello from {} ({})", caller->node, context->peer());
     absl::MutexLock lock(&mu_);
     response->set_version(OVERLAP_VERSION);
     response->set_backend(hello_.backend);
@@ -90,7 +110,7 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status AdmitPart(grpc::ServerContext* context, const v1::AdmitPartRequest* request,
                          v1::AdmitPartResponse* response) override {
-    return Serve(*context, "AdmitPart", [&](const PeerCaller& caller) -> absl::Status {
+    return Serve(*context, "AdmitPart", *request, [&](const PeerCaller& caller) -> absl::Status {
       ASSIGN_OR_RETURN(*response, handler_->AdmitPart(caller, *request));
       return absl::OkStatus();
     });
@@ -98,13 +118,13 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status CancelPart(grpc::ServerContext* context, const v1::CancelPartRequest* request,
                           v1::CancelPartResponse*) override {
-    return Serve(*context, "CancelPart",
+    return Serve(*context, "CancelPart", *request,
                  [&](const PeerCaller& caller) { return handler_->CancelPart(caller, *request); });
   }
 
   grpc::Status HoldPart(grpc::ServerContext* context, const v1::HoldPartRequest* request,
                         v1::HoldPartResponse* response) override {
-    return Serve(*context, "HoldPart", [&](const PeerCaller& caller) -> absl::Status {
+    return Serve(*context, "HoldPart", *request, [&](const PeerCaller& caller) -> absl::Status {
       ASSIGN_OR_RETURN(*response, handler_->HoldPart(caller, *request));
       return absl::OkStatus();
     });
@@ -112,46 +132,94 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status ReportPart(grpc::ServerContext* context, const v1::ReportPartRequest* request,
                           v1::ReportPartResponse*) override {
-    return Serve(*context, "ReportPart",
+    return Serve(*context, "ReportPart", *request,
                  [&](const PeerCaller& caller) { return handler_->ReportPart(caller, *request); });
   }
 
   grpc::Status StoreSet(grpc::ServerContext* context, const v1::StoreSetRequest* request,
                         v1::StoreSetResponse*) override {
-    return Serve(*context, "StoreSet",
+    return Serve(*context, "StoreSet", *request,
                  [&](const PeerCaller& caller) { return handler_->StoreSet(caller, *request); });
   }
 
   grpc::Status StoreGet(grpc::ServerContext* context, const v1::StoreGetRequest* request,
                         v1::StoreGetResponse* response) override {
-    return Serve(*context, "StoreGet", [&](const PeerCaller& caller) -> absl::Status {
+    return Serve(*context, "StoreGet", *request, [&](const PeerCaller& caller) -> absl::Status {
       ASSIGN_OR_RETURN(*response->mutable_value(), handler_->StoreGet(caller, *request));
       return absl::OkStatus();
     });
   }
 
  private:
-  // The version check, logged when it refuses: a cluster of mixed versions is
-  // the operator's to fix, and the caller may not show the message to anyone.
-  static absl::Status Admit(const grpc::ServerContext& context, absl::string_view method) {
-    absl::Status status = CheckVersion(context);
-    if (!status.ok()) {
+  // The version check and the caller's proof of who it is (peer_auth.h):
+  // the caller as proven, or why not, logged, since the caller may not show
+  // the message to anyone: a cluster of mixed versions or keys is the
+  // operator's to fix, and a refused stranger is worth knowing of.
+  absl::StatusOr<PeerCaller> Admit(const grpc::ServerContext& context, absl::string_view method,
+                                   const google::protobuf::Message& request) {
+    const absl::Status version = CheckVersion(context);
+    absl::StatusOr<PeerCaller> caller =
+        version.ok() ? Authenticate(context, method, request) : absl::StatusOr<PeerCaller>(version);
+    if (!caller.ok()) {
       GetLogger("peer")->warn("refused {} from {}: {}", std::string(method), context.peer(),
-                              std::string(status.message()));
+                              std::string(caller.status().message()));
     }
-    return status;
+    return caller;
+  }
+
+  absl::StatusOr<PeerCaller> Authenticate(const grpc::ServerContext& context,
+                                          absl::string_view method,
+                                          const google::protobuf::Message& request) {
+    PeerCaller caller;
+    caller.peer_uri = context.peer();
+    caller.node = Header(context, kNodeHeader);
+    if (caller.node.empty() || caller.node.size() > kMaxNodeNameBytes ||
+        !ParsePeerAddress("caller", caller.node, /*allow_port_zero=*/false).ok()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the call names no caller as HOST:PORT in its ", kNodeHeader, " header"));
+    }
+    if (!cluster_key_.empty()) {
+      PeerCallFacts facts{std::string(method), caller.node, node_name(), CanonicalBytes(request)};
+      RETURN_IF_ERROR(
+          VerifyPeerCall(cluster_key_, facts, Header(context, kAuthHeader), absl::Now()));
+    }
+    if (tls_) {
+      std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+        return absl::UnauthenticatedError("the call came without a client certificate");
+      }
+      caller.tls_subject = Property(*auth, "x509_subject");
+      if (caller.tls_subject.empty()) caller.tls_subject = Property(*auth, "x509_common_name");
+      RETURN_IF_ERROR(CheckCertificateNamesNode(CertificateOf(*auth), caller.node));
+    }
+    return caller;
+  }
+
+  std::string node_name() {
+    absl::MutexLock lock(&mu_);
+    return hello_.node_name;
   }
 
   template <typename Fn>
-  grpc::Status Serve(const grpc::ServerContext& context, absl::string_view method, Fn&& fn) {
-    if (absl::Status s = Admit(context, method); !s.ok()) return rpc::ToGrpcStatus(s);
+  grpc::Status Serve(const grpc::ServerContext& context, absl::string_view method,
+                     const google::protobuf::Message& request, Fn&& fn) {
+    absl::StatusOr<PeerCaller> caller = Admit(context, method, request);
+    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
     if (handler_ == nullptr) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon runs no cluster jobs");
     }
-    return rpc::ToGrpcStatus(fn(CallerOf(context)));
+    absl::StatusOr<rpc::RequestLimiter::Ticket> ticket = limiter_.Enter(caller->node);
+    if (!ticket.ok()) return rpc::ToGrpcStatus(ticket.status());
+    const absl::Time started = absl::Now();
+    const absl::Status status = fn(*caller);
+    limiter_.NoteIfAbandoned(context, method, caller->node, started);
+    return rpc::ToGrpcStatus(status);
   }
 
   PeerHandler* const handler_;
+  rpc::RequestLimiter& limiter_;
+  const bool tls_;
+  const std::string cluster_key_;
   absl::Mutex mu_;
   PeerHello hello_ ABSL_GUARDED_BY(mu_);
 };
@@ -167,12 +235,23 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
         "\": not a loopback address: daemons off loopback speak mutual TLS; set peer_tls_cert, "
         "peer_tls_key and peer_tls_ca"));
   }
+  if (!options.tls.enabled() && options.cluster_key.empty()) {
+    return absl::InvalidArgumentError(
+        "the peer port needs a way to tell daemons from anyone else: a cluster key "
+        "(peer_key_file) or mutual TLS (peer_tls_cert, peer_tls_key and peer_tls_ca)");
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    CredentialsFor(options.tls));
 
   std::unique_ptr<PeerServer> server(new PeerServer());
   const std::string node_name = hello.node_name;
-  server->service_ = std::make_unique<Service>(handler, std::move(hello));
+  node::DaemonCounters& counters =
+      options.counters != nullptr ? *options.counters : server->own_counters_;
+  server->limiter_ = std::make_unique<rpc::RequestLimiter>(
+      options.requests, "the peer port", counters.requests_refused_busy,
+      counters.requests_abandoned);
+  server->service_ = std::make_unique<Service>(handler, std::move(hello), options.tls.enabled(),
+                                               options.cluster_key, *server->limiter_);
   server->tls_ = options.tls.enabled();
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, under which a second daemon on the same

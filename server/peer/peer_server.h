@@ -6,11 +6,14 @@
 // Rules every call meets before a handler sees it:
 //   - the metadata "overlapd-version" (peer_config.h) equals this daemon's
 //     OVERLAP_VERSION, else FAILED_PRECONDITION saying both versions;
-//   - off loopback, the caller presented a certificate signed by peer_tls_ca
-//     (mutual TLS; the handshake refuses anyone else), whose subject reaches
-//     the handler as PeerCaller::tls_subject.
-// Hello is answered by the listener itself. Whether a caller is one of this
-// daemon's peers (CheckListedPeer, peer_client.h) is the handler's to decide.
+//   - with peer TLS, the caller presented a certificate signed by peer_tls_ca
+//     (the handshake refuses anyone else) that names the node the call says
+//     it comes from; with a cluster key, the call carries a token made with
+//     it for this very call (peer_auth.h). Else UNAUTHENTICATED, logged. The
+//     listener starts only with one or both.
+// The handler then sees the caller as proven (PeerCaller::node), never as a
+// message says, and decides what that node may do. Hello is answered by the
+// listener itself.
 //
 // Thread safety: handler methods run on gRPC's threads, several at once.
 // listen_address and node_name from any thread; Shutdown once, from one.
@@ -24,13 +27,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "overlap/v1/peer.grpc.pb.h"
+#include "server/node/node_state.h"
 #include "server/peer/peer_config.h"
+#include "server/rpc/request_limiter.h"
 
 namespace overlap::peer {
 
-// Who called, as the peer listener authenticated them: the TLS subject with
-// mutual TLS, else "" (loopback).
+// Who called, as the peer listener authenticated them.
 struct PeerCaller {
+  std::string node;         // the caller's node name (HOST:PORT), proven
   std::string tls_subject;  // "CN=node-2,O=acme"; "" without TLS
   std::string peer_uri;     // gRPC's peer string, "ipv4:127.0.0.1:53412"
 };
@@ -58,8 +63,16 @@ class PeerHandler {
 struct PeerServerOptions {
   std::string listen;  // peer_listen: HOST:PORT; port 0 takes any free port
   PeerTls tls;         // required off loopback
+  // The cluster key's bytes (peer_auth.h); "" = none, when TLS alone proves
+  // callers. Required without TLS.
+  std::string cluster_key;
   // The largest request taken (AdmitPart's spec, ReportPart's result).
   int max_message_bytes = 64 << 20;
+  // Calls in flight at once, in all and per calling node; long polls
+  // (HoldPart, StoreGet) count while they wait.
+  rpc::RequestLimits requests;
+  // Where refused and abandoned calls are counted; null = not exported.
+  node::DaemonCounters* counters = nullptr;
 };
 
 // What Hello answers, beside the version (always OVERLAP_VERSION).
@@ -74,7 +87,8 @@ class PeerServer {
   // Listening when this returns. `handler` may be null: the job calls are then
   // UNAVAILABLE "this daemon runs no cluster jobs"; else it must outlive the
   // server. INVALID_ARGUMENT for a bad address or TLS settings (TLS missing
-  // off loopback), FAILED_PRECONDITION when the address cannot be bound.
+  // off loopback, neither TLS nor a cluster key), FAILED_PRECONDITION when the
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<PeerServer>> Start(const PeerServerOptions& options,
                                                            PeerHandler* handler, PeerHello hello);
   ~PeerServer();  // Shutdown(0)
@@ -94,6 +108,8 @@ class PeerServer {
   class Service;
   PeerServer() = default;
 
+  node::DaemonCounters own_counters_;  // when the options give none
+  std::unique_ptr<rpc::RequestLimiter> limiter_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string listen_address_;

@@ -48,12 +48,26 @@ absl::Status RequireId(const std::string& id) {
 
 JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
                          const CallerResolver& callers, JobsServiceOptions options,
-                         node::DaemonCounters& counters)
+                         node::DaemonCounters& counters, RequestLimiter& limiter)
     : scheduler_(scheduler),
       admission_(admission),
       callers_(callers),
       options_(options),
-      counters_(counters) {}
+      counters_(counters),
+      limiter_(limiter) {}
+
+template <typename Serve>
+grpc::Status JobsService::Limited(grpc::ServerContext* context, absl::string_view method,
+                                  Serve&& serve) {
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<RequestLimiter::Ticket> ticket = limiter_.Enter(caller->owner);
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+  const absl::Time started = absl::Now();
+  grpc::Status status = serve(*caller);
+  limiter_.NoteIfAbandoned(*context, method, caller->Describe(), started);
+  return status;
+}
 
 absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::string& spec_text,
                                            const std::string& source_name,
@@ -80,6 +94,7 @@ absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::stri
   }
   job.set_owner(caller.owner);
   job.set_owner_name(caller.name);
+  job.set_owner_admin(caller.admin);
   // Queue room, the owner's quota and draining are checked again by the
   // scheduler, atomically with storing the job.
   return scheduler_.Submit(job);
@@ -124,27 +139,33 @@ absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::str
 grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
                                     const v1::SubmitJobRequest* request,
                                     v1::SubmitJobResponse* response) {
-  absl::StatusOr<Caller> caller = callers_.Resolve(context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::Job> job =
-      Submit(*caller, request->spec(), request->source_name(),
-             {request->nodes().begin(), request->nodes().end()});
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = std::move(*job);
-  return grpc::Status::OK;
+  return Limited(context, "SubmitJob", [&](const Caller& caller) {
+    absl::StatusOr<v1::Job> job = Submit(caller, request->spec(), request->source_name(),
+                                         {request->nodes().begin(), request->nodes().end()});
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                  v1::GetJobResponse* response) {
-  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<v1::Job> job = scheduler_.Get(request->id());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = std::move(*job);
-  return grpc::Status::OK;
+  return Limited(context, "GetJob", [&](const Caller&) {
+    if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+    absl::StatusOr<v1::Job> job = scheduler_.Get(request->id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                                    v1::ListJobsResponse* response) {
+  return Limited(context, "ListJobs", [&](const Caller&) { return List(request, response); });
+}
+
+grpc::Status JobsService::List(const v1::ListJobsRequest* request,
+                               v1::ListJobsResponse* response) {
   if (request->limit() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("limit: must be >= 0 (got ", request->limit(), ")")));
@@ -176,13 +197,13 @@ grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJ
 grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
                                     const v1::CancelJobRequest* request,
                                     v1::CancelJobResponse* response) {
-  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<Caller> caller = callers_.Resolve(context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::Job> job = Cancel(*caller, request->id());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = std::move(*job);
-  return grpc::Status::OK;
+  return Limited(context, "CancelJob", [&](const Caller& caller) {
+    if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+    absl::StatusOr<v1::Job> job = Cancel(caller, request->id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    *response->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,

@@ -19,6 +19,7 @@
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/request_limiter.h"
 
 namespace overlap::rpc {
 
@@ -41,7 +42,7 @@ class JobsService final : public v1::Jobs::Service {
   // All references must outlive the service.
   JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
               const CallerResolver& callers, JobsServiceOptions options,
-              node::DaemonCounters& counters);
+              node::DaemonCounters& counters, RequestLimiter& limiter);
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -63,6 +64,11 @@ class JobsService final : public v1::Jobs::Service {
   absl::StatusOr<v1::Job> Admit(const Caller& caller, const std::string& spec_text,
                                 const std::string& source_name,
                                 const std::vector<std::string>& nodes);
+  // Runs `serve` for the call's caller while the limiter lets it (the caller's
+  // requests in flight), noting it when its caller gave up before the answer.
+  template <typename Serve>
+  grpc::Status Limited(grpc::ServerContext* context, absl::string_view method, Serve&& serve);
+  grpc::Status List(const v1::ListJobsRequest* request, v1::ListJobsResponse* response);
   // Only the job's owner, or an admin, may cancel it (PERMISSION_DENIED).
   absl::StatusOr<v1::Job> Cancel(const Caller& caller, const std::string& id);
 
@@ -71,6 +77,7 @@ class JobsService final : public v1::Jobs::Service {
   const CallerResolver& callers_;
   const JobsServiceOptions options_;
   node::DaemonCounters& counters_;
+  RequestLimiter& limiter_;
   std::atomic<int> watchers_{0};
 };
 

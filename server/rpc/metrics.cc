@@ -172,6 +172,19 @@ const std::vector<Definition>& Definitions() {
        [](const Sources& s, MetricFamily& f) {
          Add(f, static_cast<double>(s.stats.jobs_rejected()));
        }},
+      {"overlapd_requests_refused_busy_total",
+       "requests refused since start because too many were in flight (max_requests_in_flight, "
+       "max_requests_per_user)",
+       MetricType::Counter,
+       [](const Sources& s, MetricFamily& f) {
+         Add(f, static_cast<double>(s.stats.requests_refused_busy()));
+       }},
+      {"overlapd_requests_abandoned_total",
+       "requests whose caller was gone (cancelled or past its deadline) when they were answered",
+       MetricType::Counter,
+       [](const Sources& s, MetricFamily& f) {
+         Add(f, static_cast<double>(s.stats.requests_abandoned()));
+       }},
       {"overlapd_device_memory_bytes", "device memory jobs may use: the daemon's pool",
        MetricType::Gauge,
        EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {

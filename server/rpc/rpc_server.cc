@@ -1,6 +1,7 @@
 #include "server/rpc/rpc_server.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <sys/stat.h>
@@ -69,9 +70,13 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
         target->grpc_uri);
   }
   server->callers_ = std::make_unique<CallerResolver>(server->unix_.get(), options.admin_gid);
+  node::DaemonCounters& counters = parts.node.counters();
+  server->limiter_ = std::make_unique<RequestLimiter>(
+      options.requests, "the user port", counters.requests_refused_busy,
+      counters.requests_abandoned);
   server->jobs_service_ =
       std::make_unique<JobsService>(parts.scheduler, parts.admission, *server->callers_,
-                                    options.jobs, parts.node.counters());
+                                    options.jobs, counters, *server->limiter_);
   server->node_service_ =
       std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine, *server->callers_);
 
@@ -87,6 +92,13 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
       std::numeric_limits<int>::max(),
       std::max<int64_t>(4 << 20, 2 * options.max_spec_bytes + (64 << 10)));
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
+  // Every call holds a thread while it runs: the limiter's calls, the
+  // watchers, and room for the node's cheap reads and health checks. Past
+  // it gRPC answers RESOURCE_EXHAUSTED itself rather than making threads
+  // without end.
+  grpc::ResourceQuota quota("overlapd-users");
+  quota.SetMaxThreads(options.requests.max_total + options.jobs.max_watchers + 32);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->node_service_.get());
   server->server_ = builder.BuildAndStart();

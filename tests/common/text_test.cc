@@ -25,6 +25,17 @@ TEST(TextTest, ControlCharactersIncludeNewlinesEscapesAndC1) {
   EXPECT_TRUE(HasControlCharacters("c1 \xc2\x9b"));  // U+009B, a terminal's CSI
 }
 
+// Invisible characters that reorder or hide what a terminal shows.
+TEST(TextTest, FormatCharactersCountAsControls) {
+  EXPECT_TRUE(HasControlCharacters("job \xe2\x80\xae" "1-boj"));  // U+202E right-to-left override
+  EXPECT_TRUE(HasControlCharacters("zero\xe2\x80\x8bwidth"));   // U+200B zero-width space
+  EXPECT_TRUE(HasControlCharacters("\xef\xbb\xbf" "bom"));         // U+FEFF
+  EXPECT_TRUE(HasControlCharacters("line\xe2\x80\xa8sep"));     // U+2028
+  EXPECT_TRUE(HasControlCharacters("tag\xf3\xa0\x80\x81"));     // U+E0001 language tag
+  EXPECT_FALSE(HasControlCharacters("\xe2\x80\x94 dash \xe2\x80\x99"));  // U+2014, U+2019
+  EXPECT_EQ(Excerpt("a\xe2\x80\xae" "b"), "a\\u202eb");
+}
+
 TEST(TextTest, ExcerptsArePrintableAndBounded) {
   EXPECT_EQ(Excerpt("\x1b]0;t\x07\n\t"), "\\x1b]0;t\\x07\\n\\t");
   EXPECT_EQ(Excerpt("bad \xff byte"), "bad \\xff byte");

@@ -75,6 +75,7 @@ class ClusterTest : public ::testing::Test {
   // except those in `not_peers` (by index) which nobody lists.
   void StartNodes(int count, int devices = 2, std::vector<int> unlisted = {},
                   int hold_timeout_ms = 3000) {
+    key_ = WriteClusterKey(key_dir_.File("cluster.key"));
     for (int i = 0; i < count; ++i) {
       Node node;
       node.peer = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
@@ -89,6 +90,7 @@ class ClusterTest : public ::testing::Test {
       }
       const std::string config = nodes_[i].dir->File("overlapd.yaml");
       WriteFileOrDie(config, absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\n",
+                                          "peer_key_file: \"", key_, "\"\n",
                                           "peers: [", absl::StrJoin(peers, ", "), "]\n",
                                           "cluster_hold_timeout_ms: ", hold_timeout_ms, "\n",
                                           "cluster_collective_timeout_ms: ",
@@ -168,6 +170,8 @@ class ClusterTest : public ::testing::Test {
   }
 
   std::vector<Node> nodes_;
+  TempDir key_dir_;
+  std::string key_;  // the cluster key every node shares
 };
 
 TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
@@ -362,6 +366,139 @@ ops:
   EXPECT_THAT(ended.value("error", ""), HasSubstr("restarted")) << ended.dump(2);
   EXPECT_EQ(ended.value("coordinator", ""), peer(0));
   daemon(0).Ctl({"cancel", id});
+}
+
+// The peer port as a second local user (nobody) sees it: it can reach the
+// port but holds no cluster key, so cancelling root's part, queueing a part
+// as root at the highest priority with an escape in its name, filling the
+// job's rendezvous store and reporting a part's failure are each
+// UNAUTHENTICATED, and the job runs on untouched. A daemon that holds the key
+// but is not the job's coordinator may not cancel its parts either.
+TEST_F(ClusterTest, ASecondUserCannotActOnThePeerPort) {
+  const std::string cannot = CannotSwitchUsers(PEER_CALL_BIN);
+  if (!cannot.empty()) GTEST_SKIP() << cannot;
+  StartNodes(2);
+  const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
+  const nlohmann::json part = WaitForPart(1, "RUNNING");
+  const std::string global = part.value("global_job_id", "");
+  ASSERT_FALSE(global.empty()) << part.dump(2);
+  const size_t jobs_on_1 = List(1).size();
+  const std::string spec = WriteGraph("attack.yaml", kMeshLayer);
+  OpenToOthers(nodes_[0].dir->path());
+
+  auto as_nobody = [&](int node, std::vector<std::string> args) {
+    std::vector<std::string> argv = AsUser(kNobody, kNobody);
+    argv.push_back(PEER_CALL_BIN);
+    argv.push_back(peer(node));
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = Child::Spawn(argv, nodes_[0].dir->path())->Wait(std::chrono::seconds(60));
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    return Trim(r.out);
+  };
+  const std::vector<std::string> job = {"--as", peer(0), "--coordinator", peer(0), "--job", global};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::pair<std::string, std::string>> attacks = {
+      {"cancel root's part", as_nobody(1, with({"CancelPart"}, job))},
+      {"queue a part as root, top priority, an escape in its name",
+       as_nobody(1, {"AdmitPart", "--as", peer(0), "--coordinator", peer(0), "--job",
+                     "job-999999", "--nodes", Nodes({0, 1}), "--node-index", "1",
+                     "--spec-file", spec, "--owner", "uid:0", "--priority", "2147483647",
+                     "--name", "evil\x1b[2J"})},
+      {"fill the job's store", as_nobody(0, with({"StoreSet", "--value-bytes", "62914560"},
+                                                 {"--as", peer(1), "--coordinator", peer(0),
+                                                  "--job", id}))},
+      {"report the part failed", as_nobody(0, {"ReportPart", "--as", peer(1), "--coordinator",
+                                               peer(0), "--job", id, "--node-index", "1"})},
+      {"guess a key", as_nobody(1, with({"CancelPart", "--key", "0123456789abcdef-guess"}, job))},
+  };
+  for (const auto& [what, answer] : attacks) {
+    EXPECT_THAT(answer, ::testing::StartsWith("UNAUTHENTICATED ")) << what;
+  }
+  // The key itself is out of reach.
+  EXPECT_THAT(as_nobody(1, with({"CancelPart", "--key-file", key_}, job)),
+              ::testing::StartsWith("KEY peer_key_file: "));
+
+  // A daemon with the key, speaking as a node that does not coordinate the job.
+  RunResult stranger = Child::Spawn(std::vector<std::string>{PEER_CALL_BIN, peer(1), "CancelPart", "--key-file", key_,
+                                     "--as", "127.0.0.1:9", "--coordinator", peer(0), "--job",
+                                     global},
+                                    nodes_[0].dir->path())
+                           ->Wait(std::chrono::seconds(60));
+  EXPECT_THAT(Trim(stranger.out), ::testing::StartsWith("PERMISSION_DENIED node 127.0.0.1:9 may not "
+                                                        "cancel a part"));
+
+  // Nothing changed: the job and its part run, nothing was queued.
+  EXPECT_EQ(List(1).size(), jobs_on_1);
+  EXPECT_EQ(PollJob(daemon(0), id, StateIs("RUNNING")).value("state", ""), "RUNNING");
+  WaitForPart(1, "RUNNING");
+  EXPECT_THAT(daemon(1).Log(), HasSubstr("refused CancelPart from"));
+  ASSERT_EQ(daemon(0).Ctl({"cancel", id}).exit_code, 0);
+  PollJob(daemon(0), id, Final, std::chrono::seconds(30));
+}
+
+// Bytes that once ran yaml-cpp away, sent as a part's spec by a daemon that
+// holds the key: INVALID_ARGUMENT at once, and the peer goes back to idle.
+TEST_F(ClusterTest, AHostileSpecThroughThePeerPortIsRefusedAtOnce) {
+  StartNodes(2);
+  const int64_t rss_before = ProcessRssBytes(daemon(1).pid());
+  for (const std::string& text : {std::string(",\""), std::string("[:"), std::string("a: &x 1")}) {
+    const std::string spec = WriteGraph("bad.yaml", text);
+    const auto start = Clock::now();
+    RunResult r = Child::Spawn(std::vector<std::string>{PEER_CALL_BIN, peer(1), "AdmitPart", "--key-file", key_, "--as",
+                                peer(0), "--coordinator", peer(0), "--nodes", Nodes({0, 1}),
+                                "--node-index", "1", "--spec-file", spec, "--owner", "uid:0"},
+                               nodes_[0].dir->path())
+                    ->Wait(std::chrono::seconds(30));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3)) << text;
+    EXPECT_THAT(Trim(r.out), ::testing::StartsWith("INVALID_ARGUMENT ")) << text << Describe(r);
+  }
+  EXPECT_TRUE(BecomesIdle(daemon(1).pid())) << "the peer kept a core busy";
+  EXPECT_LT(ProcessRssBytes(daemon(1).pid()), rss_before + (64 << 20));
+  EXPECT_TRUE(List(1).empty());
+}
+
+// A peer that just restarted is reached at once: no stale "Connection
+// refused" from the coordinator's channel.
+TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
+  StartNodes(2);
+  const std::string first = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  PollJob(daemon(0), first, Final, std::chrono::seconds(60));
+  daemon(1).Kill();
+  ASSERT_TRUE(daemon(1).Start()) << daemon(1).Log();
+  RunResult submit =
+      daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes", Nodes({0, 1})});
+  EXPECT_EQ(submit.exit_code, 0) << submit.err << Logs();
+  if (submit.exit_code == 0) {
+    const nlohmann::json job = PollJob(daemon(0), Trim(submit.out), Final, std::chrono::seconds(60));
+    EXPECT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
+  }
+}
+
+// A part whose node stays busy past cluster_hold_timeout_ms is let go by the
+// coordinator, and says so.
+TEST_F(ClusterTest, AReleasedPartSaysItWasReleased) {
+  StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500);
+  RunResult busy = daemon(1).Ctl({"submit", WriteGraph("busy.yaml", R"(name: busy
+iterations: 10000
+warmup: 1
+verify: false
+layer_step: false
+ops:
+  - {id: ar, type: all_reduce, m: 256, n: 256}
+)")});
+  ASSERT_EQ(busy.exit_code, 0) << busy.err;
+  PollJob(daemon(1), Trim(busy.out), StateIs("RUNNING"));
+  const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  const nlohmann::json released = WaitForPart(1, "CANCELLED", std::chrono::seconds(30));
+  EXPECT_THAT(released.value("error", ""),
+              HasSubstr("cancelled by its coordinator " + peer(0) +
+                        ": the coordinator released the reservation to try again"))
+      << released.dump(2);
+  daemon(0).Ctl({"cancel", id});
+  daemon(1).Ctl({"cancel", Trim(busy.out)});
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ class ClusterViewTest : public ::testing::Test {
       nodes_.emplace_back();
       if (i < peered) nodes_.back().peer = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
     }
+    const std::string key = WriteClusterKey(nodes_[0].dir->File("cluster.key"));
     for (int i = 0; i < peered + plain; ++i) {
       std::vector<std::string> flags = {"--host-devices", "2"};
       if (i < peered) {
@@ -47,7 +48,8 @@ class ClusterViewTest : public ::testing::Test {
           if (j != i) peers.push_back(absl::StrCat("\"", nodes_[j].peer, "\""));
         }
         const std::string config = nodes_[i].dir->File("overlapd.yaml");
-        WriteFileOrDie(config, absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\npeers: [",
+        WriteFileOrDie(config, absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\npeer_key_file: \"",
+                                            key, "\"\npeers: [",
                                             absl::StrJoin(peers, ", "),
                                             "]\ncluster_collective_timeout_ms: 4000\n"));
         flags.insert(flags.end(), {"--config", config});

@@ -327,6 +327,53 @@ inline int FreeLoopbackPort() {
   return port;
 }
 
+// The CPU time (user + system) process `pid` has used, in seconds; -1 when
+// it cannot be read.
+inline double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+    if (i == 15) return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return -1;
+}
+
+// Its resident memory (VmRSS) in bytes; -1 when it cannot be read.
+inline int64_t ProcessRssBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// Whether process `pid` is idle again within `timeout`: it uses under 5% of
+// a core over half a second.
+inline bool BecomesIdle(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    const double before = ProcessCpuSeconds(pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (ProcessCpuSeconds(pid) - before < 0.025) return true;
+  }
+  return false;
+}
+
+// A cluster key (peer_key_file) at `path`, mode 0600: the daemons of one
+// test cluster share it, as the nodes of a real one do.
+inline std::string WriteClusterKey(const std::string& path) {
+  WriteFileOrDie(path, "0123456789abcdef0123456789abcdef-test-cluster-key\n");
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
 // Parses overlapctl's --json output; a parse failure is a test failure.
 inline nlohmann::json ParseJson(const std::string& text) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

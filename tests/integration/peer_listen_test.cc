@@ -11,6 +11,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/peer_auth.h"
+#include "server/peer/peer_client.h"
 #include "tests/integration/harness.h"
 
 namespace overlap::testing {
@@ -64,17 +66,21 @@ class PeerListenTest : public DaemonTest {
 };
 
 TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
-  StartDaemon({"--config", Config("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\"]\n")});
+  const std::string key_file = WriteClusterKey(dir_.File("cluster.key"));
+  StartDaemon({"--config", Config("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\"]\n"
+                                  "peer_key_file: " + key_file + "\n")});
   const std::string address = PeerAddress();
   ASSERT_FALSE(address.empty());
   std::unique_ptr<v1::Peers::Stub> stub =
       v1::Peers::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::string> key = peer::ReadClusterKey(key_file);
+  ASSERT_TRUE(key.ok()) << key.status();
+  const peer::PeerIdentity listed{"127.0.0.1:1", *key};
   {
-    grpc::ClientContext context;
-    context.AddMetadata("overlapd-version", OVERLAP_VERSION);
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::HelloRequest request;
-    request.set_node("127.0.0.1:1");
+    request.set_node(listed.node);
+    grpc::ClientContext context;
+    peer::PreparePeerContext(&context, absl::Seconds(10), listed, "Hello", address, request);
     v1::HelloResponse response;
     const grpc::Status status = stub->Hello(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -82,6 +88,15 @@ TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
     EXPECT_EQ(response.backend(), "host");
     EXPECT_EQ(response.device_count(), 4);  // the harness's --host-devices
     EXPECT_EQ(response.node(), address);
+  }
+  {
+    // Without the key's proof, even Hello is refused.
+    grpc::ClientContext context;
+    context.AddMetadata("overlapd-version", OVERLAP_VERSION);
+    context.AddMetadata("overlapd-node", listed.node);
+    v1::HelloResponse response;
+    const grpc::Status status = stub->Hello(&context, v1::HelloRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
   {
     grpc::ClientContext context;
@@ -93,15 +108,18 @@ TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
                 HasSubstr(std::string("peer runs overlapd 0.0.9, this daemon ") + OVERLAP_VERSION));
   }
   {
-    grpc::ClientContext context;
-    context.AddMetadata("overlapd-version", OVERLAP_VERSION);
-    v1::AdmitPartResponse response;
+    // A caller with the key that is not in peers: proves who it is, and is
+    // still no coordinator of this daemon's.
+    const peer::PeerIdentity stranger{"127.0.0.1:9", *key};
     v1::AdmitPartRequest request;
-    request.mutable_global_id()->set_coordinator("127.0.0.1:9");
+    request.mutable_global_id()->set_coordinator(stranger.node);
+    grpc::ClientContext context;
+    peer::PreparePeerContext(&context, absl::Seconds(10), stranger, "AdmitPart", address,
+                             request);
+    v1::AdmitPartResponse response;
     const grpc::Status status = stub->AdmitPart(&context, request, &response);
-    // A part comes only from a coordinator listed in peers:, and it has none.
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_THAT(status.error_message(), HasSubstr("127.0.0.1:9 is not in the peers:"));
+    EXPECT_THAT(status.error_message(), HasSubstr("\"127.0.0.1:9\" is not in the peers:"));
   }
   RunResult stopped = daemon_->Terminate(std::chrono::seconds(30));
   EXPECT_EQ(stopped.exit_code, 0) << Describe(stopped);

@@ -98,6 +98,22 @@ TEST_F(StoreDamageTest, AStateDirItCannotWriteIsAConfigurationError) {
                                  "write it (owner uid 0"));
 }
 
+// A database symlinked to /dev/null (or a directory in its place) exited 1,
+// which systemd restarts forever; it is a setting to fix (2), said so.
+TEST_F(StoreDamageTest, ADatabaseThatIsNoFileIsAConfigurationError) {
+  RunJobsAndStop(1);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db() + suffix);
+  ASSERT_EQ(::symlink("/dev/null", db().c_str()), 0);
+  RunResult run = StartToExit();
+  EXPECT_EQ(run.exit_code, 2) << Describe(run);
+  EXPECT_THAT(run.err, HasSubstr(db() + " is not a regular file (a symlink to a device)"));
+  std::filesystem::remove(db());
+  std::filesystem::create_directory(db());
+  run = StartToExit();
+  EXPECT_EQ(run.exit_code, 2) << Describe(run);
+  EXPECT_THAT(run.err, HasSubstr(db() + " is not a regular file (a directory)"));
+}
+
 // Truncated to nothing, the database used to start empty and give out
 // job-000001 again. Moved aside, a new one continues the ids.
 TEST_F(StoreDamageTest, ATruncatedDatabaseIsRefusedAndIdsContinueAfterIt) {

@@ -99,7 +99,41 @@ TEST_F(UntrustedInputTest, ASecondYamlDocumentIsRefusedNotDropped) {
   StartDaemon();
   RunResult refused = Refused("two.yaml", std::string(kSmallGraph) + "---\nname: second\n",
                               "INVALID_ARGUMENT");
-  EXPECT_THAT(refused.err, HasSubstr("holds 2 YAML documents"));
+  EXPECT_THAT(refused.err, HasSubstr("holds more than one YAML document"));
+}
+
+// Texts that ran yaml-cpp away (`,"` kept a core at 100% and grew the daemon
+// by hundreds of MB a second), anchors that multiply a tree, and nesting past
+// the limit: each is INVALID_ARGUMENT within a second, and the daemon is idle
+// again with its memory where it was.
+TEST_F(UntrustedInputTest, TextThatRanTheParserAwayIsRefusedAtOnce) {
+  StartDaemon();
+  ASSERT_TRUE(BecomesIdle(daemon_->pid()));
+  const int64_t rss_before = ProcessRssBytes(daemon_->pid());
+  std::string laughs = "a0: &a0 [lol, lol]\n";
+  for (int i = 1; i < 10; ++i) {
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) laughs += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {",\"", "line 1, column 1: unexpected ','"},
+      {",", "unexpected ','"},
+      {"[:", "malformed YAML/JSON"},
+      {"{\"a\": ,\"", "malformed YAML/JSON"},
+      {"name: x\n,\n", "malformed YAML/JSON"},
+      {laughs, "anchors (&name) are not accepted"},
+      {std::string(100000, '['), "nested more than 32 deep"},
+  };
+  for (const auto& [text, reason] : cases) {
+    const auto start = Clock::now();
+    RunResult refused = Refused("hostile.yaml", text, "INVALID_ARGUMENT");
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3)) << text.substr(0, 20);
+    EXPECT_THAT(refused.err, HasSubstr(reason)) << text.substr(0, 20);
+  }
+  EXPECT_TRUE(BecomesIdle(daemon_->pid())) << "a thread kept a core busy";
+  EXPECT_LT(ProcessRssBytes(daemon_->pid()), rss_before + (64 << 20));
+  ExpectStillAnswers();
 }
 
 TEST_F(UntrustedInputTest, MoreOpsThanAJobMayHaveAreRefused) {

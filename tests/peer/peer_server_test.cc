@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/peer/peer_auth.h"
 #include "server/peer/peer_client.h"
 #include "tests/openssl_util.h"
 
@@ -33,6 +34,15 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(10);
+constexpr char kKey[] = "test-cluster-key-0123456789abcdef";
+// The daemon the tests' calls come from.
+const PeerIdentity kMe{"127.0.0.1:1", kKey};
+
+// Makes `context` a call of `method` with `request` to `callee`, as kMe.
+void Prepare(grpc::ClientContext* context, const std::string& callee, absl::string_view method,
+             const google::protobuf::Message& request, absl::Duration timeout = kCallTimeout) {
+  PreparePeerContext(context, timeout, kMe, method, callee, request);
+}
 
 // Records what reached it; answers from its fields.
 class FakeHandler : public PeerHandler {
@@ -99,10 +109,12 @@ class FakeHandler : public PeerHandler {
 
 std::unique_ptr<PeerServer> StartOrDie(PeerHandler* handler, PeerHello hello,
                                        const PeerTls& tls = {},
-                                       const std::string& listen = "127.0.0.1:0") {
+                                       const std::string& listen = "127.0.0.1:0",
+                                       const std::string& key = kKey) {
   PeerServerOptions options;
   options.listen = listen;
   options.tls = tls;
+  options.cluster_key = key;
   absl::StatusOr<std::unique_ptr<PeerServer>> server =
       PeerServer::Start(options, handler, std::move(hello));
   EXPECT_TRUE(server.ok()) << server.status();
@@ -124,13 +136,14 @@ v1::AdmitPartRequest Admit(const std::string& job_id) {
   return request;
 }
 
-// AdmitPart with the version header, or with `version` ("" = none).
-grpc::Status CallAdmit(v1::Peers::Stub& stub, const std::string& job_id,
+// AdmitPart to `callee`, as kMe.
+grpc::Status CallAdmit(v1::Peers::Stub& stub, const std::string& callee, const std::string& job_id,
                        v1::AdmitPartResponse* response = nullptr) {
   grpc::ClientContext context;
-  PreparePeerContext(&context, kCallTimeout);
+  const v1::AdmitPartRequest request = Admit(job_id);
+  Prepare(&context, callee, "AdmitPart", request);
   v1::AdmitPartResponse ignored;
-  return stub.AdmitPart(&context, Admit(job_id), response != nullptr ? response : &ignored);
+  return stub.AdmitPart(&context, request, response != nullptr ? response : &ignored);
 }
 
 TEST(PeerServerTest, HelloRoundTripBetweenTwoListeners) {
@@ -145,7 +158,7 @@ TEST(PeerServerTest, HelloRoundTripBetweenTwoListeners) {
 
   std::unique_ptr<v1::Peers::Stub> to_b = StubOrDie(b->listen_address());
   absl::StatusOr<v1::HelloResponse> hello =
-      Hello(*to_b, b->listen_address(), a->node_name(), kCallTimeout);
+      Hello(*to_b, b->listen_address(), PeerIdentity{a->node_name(), kKey}, kCallTimeout);
   ASSERT_TRUE(hello.ok()) << hello.status();
   EXPECT_EQ(hello->version(), OVERLAP_VERSION);
   EXPECT_EQ(hello->backend(), "cuda");
@@ -153,7 +166,7 @@ TEST(PeerServerTest, HelloRoundTripBetweenTwoListeners) {
   EXPECT_EQ(hello->node(), b->listen_address());
 
   std::unique_ptr<v1::Peers::Stub> to_a = StubOrDie(a->listen_address());
-  hello = Hello(*to_a, a->listen_address(), b->node_name(), kCallTimeout);
+  hello = Hello(*to_a, a->listen_address(), PeerIdentity{b->node_name(), kKey}, kCallTimeout);
   ASSERT_TRUE(hello.ok()) << hello.status();
   EXPECT_EQ(hello->backend(), "host");
   EXPECT_EQ(hello->device_count(), 4);
@@ -198,7 +211,7 @@ TEST(PeerServerTest, ACallWithoutOrWithAnotherVersionIsFailedPrecondition) {
   EXPECT_TRUE(handler.calls().empty()) << "a refused call reached the handler";
   // The same stub with the header is let in.
   v1::AdmitPartResponse response;
-  const grpc::Status admitted = CallAdmit(*stub, "j2", &response);
+  const grpc::Status admitted = CallAdmit(*stub, server->node_name(), "j2", &response);
   ASSERT_TRUE(admitted.ok()) << admitted.error_message();
   EXPECT_EQ(response.part_id(), "part-j2");
 }
@@ -207,34 +220,34 @@ TEST(PeerServerTest, WithoutAHandlerJobCallsAreUnavailable) {
   std::unique_ptr<PeerServer> server = StartOrDie(nullptr, PeerHello{"host", 2, ""});
   ASSERT_TRUE(server);
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address());
-  std::vector<grpc::Status> statuses = {CallAdmit(*stub, "j")};
+  std::vector<grpc::Status> statuses = {CallAdmit(*stub, server->node_name(), "j")};
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
+    Prepare(&context, server->node_name(), "CancelPart", v1::CancelPartRequest());
     v1::CancelPartResponse response;
     statuses.push_back(stub->CancelPart(&context, v1::CancelPartRequest(), &response));
   }
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
+    Prepare(&context, server->node_name(), "HoldPart", v1::HoldPartRequest());
     v1::HoldPartResponse response;
     statuses.push_back(stub->HoldPart(&context, v1::HoldPartRequest(), &response));
   }
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
+    Prepare(&context, server->node_name(), "ReportPart", v1::ReportPartRequest());
     v1::ReportPartResponse response;
     statuses.push_back(stub->ReportPart(&context, v1::ReportPartRequest(), &response));
   }
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
+    Prepare(&context, server->node_name(), "StoreSet", v1::StoreSetRequest());
     v1::StoreSetResponse response;
     statuses.push_back(stub->StoreSet(&context, v1::StoreSetRequest(), &response));
   }
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
+    Prepare(&context, server->node_name(), "StoreGet", v1::StoreGetRequest());
     v1::StoreGetResponse response;
     statuses.push_back(stub->StoreGet(&context, v1::StoreGetRequest(), &response));
   }
@@ -244,7 +257,7 @@ TEST(PeerServerTest, WithoutAHandlerJobCallsAreUnavailable) {
     EXPECT_EQ(statuses[i].error_message(), "this daemon runs no cluster jobs");
   }
   // Hello needs no handler.
-  EXPECT_TRUE(Hello(*stub, server->listen_address(), "me", kCallTimeout).ok());
+  EXPECT_TRUE(Hello(*stub, server->listen_address(), kMe, kCallTimeout).ok());
 }
 
 TEST(PeerServerTest, TheHandlerGetsTheRequestsAndItsStatusesReachTheCaller) {
@@ -255,33 +268,105 @@ TEST(PeerServerTest, TheHandlerGetsTheRequestsAndItsStatusesReachTheCaller) {
 
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
     v1::HoldPartRequest request;
     request.set_part_id("p7");
+    Prepare(&context, server->node_name(), "HoldPart", request);
     v1::HoldPartResponse response;
     ASSERT_TRUE(stub->HoldPart(&context, request, &response).ok());
     EXPECT_EQ(response.decision(), v1::HoldPartResponse::START);
   }
   {
     grpc::ClientContext context;
-    PreparePeerContext(&context, kCallTimeout);
     v1::StoreGetRequest request;
     request.set_key("k1");
+    Prepare(&context, server->node_name(), "StoreGet", request);
     v1::StoreGetResponse response;
     const grpc::Status status = stub->StoreGet(&context, request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.value(), std::string("value\0of k1", 11));  // bytes, NUL included
   }
   const PeerCaller caller = handler.last_caller();
+  EXPECT_EQ(caller.node, kMe.node);   // proven with the cluster key
   EXPECT_EQ(caller.tls_subject, "");  // loopback, no TLS
   EXPECT_THAT(caller.peer_uri, StartsWith("ipv4:127.0.0.1:"));
 
   handler.admit_status = absl::ResourceExhaustedError("node busy: 4 of 4 devices held");
-  const grpc::Status refused = CallAdmit(*stub, "j3");
+  const grpc::Status refused = CallAdmit(*stub, server->node_name(), "j3");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(refused.error_message(), "node busy: 4 of 4 devices held");
   EXPECT_EQ(handler.calls(),
             (std::vector<std::string>{"HoldPart:p7", "StoreGet:k1", "AdmitPart:j3"}));
+}
+
+
+// Calls that do not prove they come from a daemon holding the cluster key:
+// each is UNAUTHENTICATED, and none reaches the handler.
+TEST(PeerServerTest, CallsWithoutProofAreUnauthenticated) {
+  FakeHandler handler;
+  std::unique_ptr<PeerServer> server = StartOrDie(&handler, PeerHello{"host", 2, ""});
+  ASSERT_TRUE(server);
+  const std::string callee = server->node_name();
+  std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address());
+  v1::CancelPartRequest cancel;
+  cancel.mutable_global_id()->set_coordinator(kMe.node);
+  cancel.mutable_global_id()->set_job_id("job-000001");
+  v1::CancelPartRequest other = cancel;
+  other.mutable_global_id()->set_job_id("job-000002");
+  const PeerCallFacts facts{"CancelPart", kMe.node, callee, CanonicalBytes(cancel)};
+  struct Case {
+    std::string what;
+    std::string node;   // overlapd-node; "" = none
+    std::string token;  // overlapd-auth; "" = none
+    std::string message;
+  };
+  PeerCallFacts for_other = facts;
+  for_other.request_bytes = CanonicalBytes(other);
+  PeerCallFacts for_hold = facts;
+  for_hold.method = "HoldPart";
+  PeerCallFacts for_elsewhere = facts;
+  for_elsewhere.callee = "127.0.0.1:2";
+  const std::vector<Case> cases = {
+      {"no caller", "", SignPeerCall(kKey, facts, absl::Now()), "names no caller"},
+      {"a caller that is no address", "me", SignPeerCall(kKey, facts, absl::Now()),
+       "names no caller"},
+      {"no token", kMe.node, "", "carries no overlapd-auth token"},
+      {"garbage", kMe.node, "v1:1:2:3", "malformed overlapd-auth token"},
+      {"another key", kMe.node, SignPeerCall("another-cluster-key-0000000000", facts, absl::Now()),
+       "was not made with this daemon's cluster key"},
+      {"another caller's token", "127.0.0.1:3", SignPeerCall(kKey, facts, absl::Now()),
+       "was not made with this daemon's cluster key"},
+      {"another request's token", kMe.node, SignPeerCall(kKey, for_other, absl::Now()),
+       "was not made with this daemon's cluster key"},
+      {"another method's token", kMe.node, SignPeerCall(kKey, for_hold, absl::Now()),
+       "was not made with this daemon's cluster key"},
+      {"another callee's token", kMe.node, SignPeerCall(kKey, for_elsewhere, absl::Now()),
+       "was not made with this daemon's cluster key"},
+      {"an old token", kMe.node, SignPeerCall(kKey, facts, absl::Now() - absl::Minutes(10)),
+       "away from this daemon's clock"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::ClientContext context;
+    context.AddMetadata(kVersionHeader, OVERLAP_VERSION);
+    if (!c.node.empty()) context.AddMetadata(kNodeHeader, c.node);
+    if (!c.token.empty()) context.AddMetadata(kAuthHeader, c.token);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    v1::CancelPartResponse response;
+    const grpc::Status status = stub->CancelPart(&context, cancel, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+  }
+  EXPECT_TRUE(handler.calls().empty()) << "an unproven call reached the handler";
+  // Hello is no exception.
+  absl::StatusOr<v1::HelloResponse> hello =
+      Hello(*stub, server->listen_address(), PeerIdentity{kMe.node, ""}, kCallTimeout);
+  EXPECT_EQ(hello.status().code(), absl::StatusCode::kUnauthenticated);
+  // The same call with its proof is let in.
+  grpc::ClientContext context;
+  Prepare(&context, callee, "CancelPart", cancel);
+  v1::CancelPartResponse response;
+  EXPECT_TRUE(stub->CancelPart(&context, cancel, &response).ok());
+  EXPECT_EQ(handler.calls(), std::vector<std::string>{"CancelPart:"});
 }
 
 TEST(PeerServerTest, PeerCallsEndAtTheirDeadline) {
@@ -290,9 +375,9 @@ TEST(PeerServerTest, PeerCallsEndAtTheirDeadline) {
   ASSERT_TRUE(server);
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address());
   grpc::ClientContext context;
-  PreparePeerContext(&context, absl::Milliseconds(200));
   v1::StoreGetRequest request;
   request.set_key("block");
+  Prepare(&context, server->node_name(), "StoreGet", request, absl::Milliseconds(200));
   v1::StoreGetResponse response;
   const absl::Time start = absl::Now();
   EXPECT_EQ(stub->StoreGet(&context, request, &response).error_code(),
@@ -328,7 +413,7 @@ TEST(PeerClientTest, HelloRefusesAnotherVersionOrAnotherName) {
     service.version = other_version ? "0.0.9" : OVERLAP_VERSION;
     service.node = other_version ? address : "gpu-node-7:7000";
     std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(address);
-    absl::StatusOr<v1::HelloResponse> hello = Hello(*stub, address, "me", kCallTimeout);
+    absl::StatusOr<v1::HelloResponse> hello = Hello(*stub, address, kMe, kCallTimeout);
     EXPECT_EQ(hello.status().code(), absl::StatusCode::kFailedPrecondition);
     if (other_version) {
       EXPECT_EQ(hello.status().message(),
@@ -351,7 +436,7 @@ TEST(PeerClientTest, HelloToAnUnreachablePeerNamesIt) {
   const std::string address = gone->listen_address();
   gone.reset();
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(address);
-  absl::StatusOr<v1::HelloResponse> hello = Hello(*stub, address, "me", absl::Seconds(2));
+  absl::StatusOr<v1::HelloResponse> hello = Hello(*stub, address, kMe, absl::Seconds(2));
   EXPECT_THAT(hello.status().code(), ::testing::AnyOf(absl::StatusCode::kUnavailable,
                                                       absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(hello.status().message()), StartsWith("peer " + address + ": "));
@@ -401,6 +486,11 @@ TEST(PeerServerTest, RefusedAtStart) {
        "peer_listen: \"unix:/tmp/peer.sock\": peers speak TCP"},
       {"127.0.0.1", {}, absl::StatusCode::kInvalidArgument, "peer_listen: \"127.0.0.1\": "},
       {"", {}, absl::StatusCode::kInvalidArgument, "peer_listen: \"\": empty"},
+      {"127.0.0.1:0",
+       {},
+       absl::StatusCode::kInvalidArgument,
+       "the peer port needs a way to tell daemons from anyone else: a cluster key "
+       "(peer_key_file) or mutual TLS"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.listen);
@@ -420,6 +510,7 @@ TEST(PeerServerTest, ASecondListenerOnTheSamePortIsRefused) {
   ASSERT_TRUE(first);
   PeerServerOptions options;
   options.listen = first->listen_address();
+  options.cluster_key = kKey;
   absl::StatusOr<std::unique_ptr<PeerServer>> second =
       PeerServer::Start(options, nullptr, PeerHello{"host", 1, ""});
   ASSERT_FALSE(second.ok()) << "two listeners share " << first->listen_address();
@@ -500,7 +591,7 @@ class PeerTlsTest : public ::testing::Test {
     std::unique_ptr<v1::Peers::Stub> stub =
         v1::Peers::NewStub(grpc::CreateChannel(address, credentials));
     grpc::ClientContext context;
-    PreparePeerContext(&context, absl::Seconds(5));
+    Prepare(&context, address, "AdmitPart", Admit("tls"), absl::Seconds(5));
     v1::AdmitPartResponse response;
     return stub->AdmitPart(&context, Admit("tls"), &response);
   }
@@ -516,12 +607,12 @@ TEST_F(PeerTlsTest, APeerWithACertificateFromTheCaIsLetInAndNamed) {
   EXPECT_TRUE(server->tls());
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address(), pki_.Tls("node-b"));
   v1::AdmitPartResponse response;
-  const grpc::Status admitted = CallAdmit(*stub, "j1", &response);
+  const grpc::Status admitted = CallAdmit(*stub, server->node_name(), "j1", &response);
   ASSERT_TRUE(admitted.ok()) << admitted.error_message();
   EXPECT_EQ(response.part_id(), "part-j1");
   EXPECT_EQ(handler.last_caller().tls_subject, "CN=node-b,O=overlap");
   absl::StatusOr<v1::HelloResponse> hello =
-      Hello(*stub, server->listen_address(), "node-b", kCallTimeout);
+      Hello(*stub, server->listen_address(), PeerIdentity{"localhost:9", kKey}, kCallTimeout);
   EXPECT_TRUE(hello.ok()) << hello.status();
 }
 
@@ -553,7 +644,39 @@ TEST_F(PeerTlsTest, CallersWithoutACertificateFromTheCaAreRefused) {
   EXPECT_TRUE(handler.calls().empty()) << "a refused caller reached the handler";
   // The listener still serves a good peer after the refused handshakes.
   std::unique_ptr<v1::Peers::Stub> good = StubOrDie(address, pki_.Tls("node-b"));
-  EXPECT_TRUE(CallAdmit(*good, "after").ok());
+  EXPECT_TRUE(CallAdmit(*good, address, "after").ok());
+}
+
+
+// A node with a good certificate that speaks as another node: its
+// certificate does not name that node, so the call is UNAUTHENTICATED.
+TEST_F(PeerTlsTest, ACertifiedNodeCannotSpeakAsAnother) {
+  FakeHandler handler;
+  std::unique_ptr<PeerServer> server = StartOrDie(&handler, PeerHello{"host", 2, ""},
+                                                  pki_.Tls("node-a"), "127.0.0.1:0", /*key=*/"");
+  ASSERT_TRUE(server);
+  std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address(), pki_.Tls("node-b"));
+  const v1::AdmitPartRequest request = Admit("j1");
+  for (const std::string& claimed : {"10.9.9.9:7000", "node-a.example:7000"}) {
+    SCOPED_TRACE(claimed);
+    grpc::ClientContext context;
+    PreparePeerContext(&context, kCallTimeout, PeerIdentity{claimed, ""}, "AdmitPart",
+                       server->node_name(), request);
+    v1::AdmitPartResponse response;
+    const grpc::Status status = stub->AdmitPart(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("the caller's certificate (CN=node-b) does not name the node " + claimed));
+  }
+  EXPECT_TRUE(handler.calls().empty());
+  // As the node its certificate names (localhost, 127.0.0.1), it is let in, on TLS alone.
+  grpc::ClientContext context;
+  PreparePeerContext(&context, kCallTimeout, PeerIdentity{"localhost:7001", ""}, "AdmitPart",
+                     server->node_name(), request);
+  v1::AdmitPartResponse response;
+  const grpc::Status status = stub->AdmitPart(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(handler.last_caller().node, "localhost:7001");
 }
 
 TEST_F(PeerTlsTest, MutualTlsLetsTheListenerOffLoopback) {
@@ -565,7 +688,7 @@ TEST_F(PeerTlsTest, MutualTlsLetsTheListenerOffLoopback) {
   const std::string port = server->listen_address().substr(server->listen_address().rfind(':'));
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie("127.0.0.1" + port, pki_.Tls("node-b"));
   grpc::ClientContext context;
-  PreparePeerContext(&context, kCallTimeout);
+  Prepare(&context, server->node_name(), "Hello", v1::HelloRequest());
   v1::HelloResponse response;
   const grpc::Status status = stub->Hello(&context, v1::HelloRequest(), &response);
   ASSERT_TRUE(status.ok()) << status.error_message();

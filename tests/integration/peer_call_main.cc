@@ -1,0 +1,166 @@
+// peer_call: one call to a daemon's peer port, as the integration tests need
+// to make it: as a daemon would (with the cluster key), or as someone who
+// is not one (no key, another key, a false name). Prints "CODE message" and
+// exits 0 when the call was made, 2 on bad arguments.
+//
+//   peer_call ADDRESS METHOD [--as NODE] [--key-file PATH] [--key TEXT]
+//             [--coordinator NODE] [--job ID] [--node-index N] [--part ID]
+//             [--spec-file PATH] [--owner O] [--priority P] [--name NAME]
+//             [--nodes A,B] [--key-name K] [--value-bytes N] [--reason R]
+//
+// METHOD: Hello, AdmitPart, CancelPart, HoldPart, ReportPart, StoreSet, StoreGet.
+#include <grpcpp/create_channel.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/peer_auth.h"
+#include "server/peer/peer_client.h"
+
+namespace {
+
+using overlap::peer::PeerIdentity;
+namespace v1 = overlap::v1;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+template <typename Request, typename Response, typename Method>
+grpc::Status Call(v1::Peers::Stub& stub, Method method, const char* name,
+                  const PeerIdentity& self, const std::string& callee, const Request& request) {
+  grpc::ClientContext context;
+  overlap::peer::PreparePeerContext(&context, absl::Seconds(30), self, name, callee, request);
+  Response response;
+  return (stub.*method)(&context, request, &response);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: peer_call ADDRESS METHOD [--flag value ...]\n";
+    return 2;
+  }
+  const std::string address = argv[1];
+  const std::string method = argv[2];
+  std::map<std::string, std::string> flags;
+  for (int i = 3; i + 1 < argc; i += 2) flags[argv[i]] = argv[i + 1];
+  auto flag = [&](const std::string& name, const std::string& otherwise = "") {
+    auto it = flags.find(name);
+    return it == flags.end() ? otherwise : it->second;
+  };
+  PeerIdentity self{flag("--as", "127.0.0.1:1"), flag("--key")};
+  if (!flag("--key-file").empty()) {
+    absl::StatusOr<std::string> key = overlap::peer::ReadClusterKey(flag("--key-file"));
+    if (!key.ok()) {
+      std::cout << "KEY " << key.status().message() << "\n";
+      return 0;
+    }
+    self.cluster_key = *key;
+  }
+  int index = 0, priority = 0;
+  int64_t value_bytes = 0;
+  if (!absl::SimpleAtoi(flag("--node-index", "0"), &index) ||
+      !absl::SimpleAtoi(flag("--priority", "0"), &priority) ||
+      !absl::SimpleAtoi(flag("--value-bytes", "0"), &value_bytes)) {
+    std::cerr << "peer_call: bad number\n";
+    return 2;
+  }
+  v1::GlobalJobId id;
+  id.set_coordinator(flag("--coordinator", self.node));
+  id.set_job_id(flag("--job", "job-000001"));
+
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(256 << 20);
+  std::unique_ptr<v1::Peers::Stub> stub = v1::Peers::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  grpc::Status status;
+  if (method == "Hello") {
+    v1::HelloRequest request;
+    request.set_node(self.node);
+    status = Call<v1::HelloRequest, v1::HelloResponse>(*stub, &v1::Peers::Stub::Hello, "Hello",
+                                                       self, address, request);
+  } else if (method == "AdmitPart") {
+    v1::AdmitPartRequest request;
+    *request.mutable_global_id() = id;
+    request.set_spec(ReadFile(flag("--spec-file")));
+    for (absl::string_view node : absl::StrSplit(flag("--nodes", address), ',')) {
+      request.add_nodes(std::string(node));
+    }
+    request.set_node_index(index);
+    request.set_owner(flag("--owner", "uid:0"));
+    request.set_priority(priority);
+    request.set_name(flag("--name", "attack"));
+    status = Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(
+        *stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self, address, request);
+  } else if (method == "CancelPart") {
+    v1::CancelPartRequest request;
+    *request.mutable_global_id() = id;
+    request.set_reason(flag("--reason", "attack"));
+    status = Call<v1::CancelPartRequest, v1::CancelPartResponse>(
+        *stub, &v1::Peers::Stub::CancelPart, "CancelPart", self, address, request);
+  } else if (method == "HoldPart") {
+    v1::HoldPartRequest request;
+    *request.mutable_global_id() = id;
+    request.set_node_index(index);
+    request.set_part_id(flag("--part"));
+    status = Call<v1::HoldPartRequest, v1::HoldPartResponse>(
+        *stub, &v1::Peers::Stub::HoldPart, "HoldPart", self, address, request);
+  } else if (method == "ReportPart") {
+    v1::ReportPartRequest request;
+    *request.mutable_global_id() = id;
+    request.set_node_index(index);
+    request.set_part_id(flag("--part"));
+    request.set_error_code(13);
+    request.set_error(flag("--reason", "attack"));
+    status = Call<v1::ReportPartRequest, v1::ReportPartResponse>(
+        *stub, &v1::Peers::Stub::ReportPart, "ReportPart", self, address, request);
+  } else if (method == "StoreSet") {
+    v1::StoreSetRequest request;
+    *request.mutable_global_id() = id;
+    request.set_key(flag("--key-name", "k"));
+    request.set_value(std::string(static_cast<size_t>(value_bytes), 'x'));
+    status = Call<v1::StoreSetRequest, v1::StoreSetResponse>(
+        *stub, &v1::Peers::Stub::StoreSet, "StoreSet", self, address, request);
+  } else if (method == "StoreGet") {
+    v1::StoreGetRequest request;
+    *request.mutable_global_id() = id;
+    request.set_key(flag("--key-name", "k"));
+    status = Call<v1::StoreGetRequest, v1::StoreGetResponse>(
+        *stub, &v1::Peers::Stub::StoreGet, "StoreGet", self, address, request);
+  } else {
+    std::cerr << "peer_call: unknown method " << method << "\n";
+    return 2;
+  }
+  static const char* kCodes[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  const int code = static_cast<int>(status.error_code());
+  std::cout << (code >= 0 && code <= 16 ? kCodes[code] : "?") << " " << status.error_message()
+            << "\n";
+  return 0;
+}
