@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
 #include "common/config_internal.h"
+#include "common/daemon_settings.h"
 #include "common/private_dir.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -339,6 +341,13 @@ const std::vector<Field>& Fields() {
   return *fields;
 }
 
+const Field* FindField(absl::string_view key) {
+  for (const Field& f : Fields()) {
+    if (key == f.name) return &f;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
   DaemonConfig config;
   if (root.IsNull()) return config;  // an empty file: all defaults
@@ -349,10 +358,7 @@ absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
   std::set<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-    const Field* field = nullptr;
-    for (const Field& f : Fields()) {
-      if (key == f.name) field = &f;
-    }
+    const Field* field = FindField(key);
     if (field == nullptr) {
       std::vector<const char*> names;
       for (const Field& f : Fields()) names.push_back(f.name);
@@ -371,12 +377,53 @@ absl::StatusOr<DaemonConfig> ParseRoot(const YAML::Node& root) {
       return FieldError(key, status.message());
     }
   }
-  RETURN_IF_ERROR(ValidateClusterKeys(config));
-  RETURN_IF_ERROR(ValidateNcclEnv(config));
+  RETURN_IF_ERROR(ValidateAcrossKeys(config));
   return config;
 }
 
+// Lists are the one kind whose flag value is YAML text; every other value is
+// the flag's text as one scalar, so that a path or address is never read as
+// YAML ("[", "&", "*" and "#" mean nothing there).
+bool TakesAList(absl::string_view key) { return key == "peers" || key == "nccl_env"; }
+
 }  // namespace
+
+std::vector<SettingDescription> DescribeSettings() {
+  const DaemonConfig defaults;
+  std::vector<SettingDescription> settings;
+  for (const Field& f : Fields()) {
+    const std::string value = f.format(defaults);
+    settings.push_back({f.name, f.comment, value, value == "true" || value == "false"});
+  }
+  return settings;
+}
+
+std::string FlagName(absl::string_view key) {
+  std::string flag = absl::StrCat("--", key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+absl::Status ApplySetting(absl::string_view key, absl::string_view value, DaemonConfig* config) {
+  const Field* field = FindField(key);
+  if (field == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown config key \"", key, "\""));
+  }
+  absl::Status status;
+  if (TakesAList(key)) {
+    absl::StatusOr<YAML::Node> node = yaml_util::LoadDocument(value, "");
+    status = node.ok() ? field->parse(*node, config) : node.status();
+  } else {
+    status = field->parse(YAML::Node(std::string(value)), config);
+  }
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(FlagName(key), ": ", status.message()));
+}
+
+absl::Status ValidateAcrossKeys(const DaemonConfig& config) {
+  RETURN_IF_ERROR(ValidateClusterKeys(config));
+  return ValidateNcclEnv(config);
+}
 
 std::string NodeName(const DaemonConfig& config) {
   return config.node_name.empty() ? config.peer_listen : config.node_name;
