@@ -128,19 +128,7 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
 }  // namespace
 
 absl::Status EnqueueAgGemm(OpContext& ctx, const Schedule& s) {
-  switch (s.mode) {
-    case OverlapMode::kSerial:
-      return Serial(ctx, s.transport);
-    case OverlapMode::kBulk:
-      return Bulk(ctx, s.transport);
-    case OverlapMode::kChunked:
-      return Chunked(ctx, s.transport, s.chunks);
-    case OverlapMode::kRing:
-      return Ring(ctx, s.transport, s.chunks);
-    case OverlapMode::kAuto:
-      break;
-  }
-  return absl::InvalidArgumentError("ag_gemm: mode auto must be resolved before enqueueing");
+  return EnqueueByMode(ctx, s, {"ag_gemm", Serial, Bulk, Chunked, Ring});
 }
 
 }  // namespace overlap::ops

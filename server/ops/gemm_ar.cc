@@ -89,22 +89,14 @@ absl::Status Ring(OpContext& ctx, Transport transport, int chunks) {
   return ctx.JoinComm();
 }
 
+absl::Status Serial(OpContext& ctx, Transport transport) {
+  return GemmThenAllReduce(ctx, transport, On::kCompute, 0, ctx.op().m, 0);
+}
+
 }  // namespace
 
 absl::Status EnqueueGemmAr(OpContext& ctx, const Schedule& s) {
-  switch (s.mode) {
-    case OverlapMode::kSerial:
-      return GemmThenAllReduce(ctx, s.transport, On::kCompute, 0, ctx.op().m, 0);
-    case OverlapMode::kBulk:
-      return Bulk(ctx, s.transport);
-    case OverlapMode::kChunked:
-      return Chunked(ctx, s.transport, s.chunks);
-    case OverlapMode::kRing:
-      return Ring(ctx, s.transport, s.chunks);
-    case OverlapMode::kAuto:
-      break;
-  }
-  return absl::InvalidArgumentError("gemm_ar: mode auto must be resolved before enqueueing");
+  return EnqueueByMode(ctx, s, {"gemm_ar", Serial, Bulk, Chunked, Ring});
 }
 
 }  // namespace overlap::ops

@@ -244,19 +244,7 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
 }
 
 absl::Status EnqueueGemmRs(OpContext& ctx, const Schedule& s) {
-  switch (s.mode) {
-    case OverlapMode::kSerial:
-      return Serial(ctx, s.transport);
-    case OverlapMode::kBulk:
-      return Bulk(ctx, s.transport);
-    case OverlapMode::kChunked:
-      return Chunked(ctx, s.transport, s.chunks);
-    case OverlapMode::kRing:
-      return Ring(ctx, s.transport, s.chunks);
-    case OverlapMode::kAuto:
-      break;
-  }
-  return absl::InvalidArgumentError("gemm_rs: mode auto must be resolved before enqueueing");
+  return EnqueueByMode(ctx, s, {"gemm_rs", Serial, Bulk, Chunked, Ring});
 }
 
 }  // namespace overlap::ops

@@ -305,4 +305,21 @@ absl::Status OpContext::JoinComm() {
   return absl::OkStatus();
 }
 
+absl::Status EnqueueByMode(OpContext& ctx, const Schedule& s, const ModeSchedules& schedules) {
+  switch (s.mode) {
+    case OverlapMode::kSerial:
+      return schedules.serial(ctx, s.transport);
+    case OverlapMode::kBulk:
+      return schedules.bulk(ctx, s.transport);
+    case OverlapMode::kChunked:
+      return schedules.chunked(ctx, s.transport, s.chunks);
+    case OverlapMode::kRing:
+      return schedules.ring(ctx, s.transport, s.chunks);
+    case OverlapMode::kAuto:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(schedules.op, ": mode auto must be resolved before enqueueing"));
+}
+
 }  // namespace overlap::ops

@@ -228,4 +228,16 @@ class OpContext {
   std::unordered_map<uint64_t, engine::EventId> events_;
 };
 
+// One layer op's schedules, a function per mode; EnqueueByMode runs the one a
+// schedule names, so that the three ops share their dispatch.
+struct ModeSchedules {
+  const char* op;  // "ag_gemm", for errors
+  absl::Status (*serial)(OpContext&, Transport);
+  absl::Status (*bulk)(OpContext&, Transport);
+  absl::Status (*chunked)(OpContext&, Transport, int chunks);
+  absl::Status (*ring)(OpContext&, Transport, int chunks);
+};
+absl::Status EnqueueByMode(OpContext& ctx, const Schedule& schedule,
+                           const ModeSchedules& schedules);
+
 }  // namespace overlap::ops
