@@ -21,7 +21,7 @@
 #include "server/daemon.h"
 #include "server/peer/peer_auth.h"
 #include "server/rpc/grpc_log.h"
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 #include "server/rpc/server_tls.h"
 
 namespace overlap {

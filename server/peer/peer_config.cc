@@ -7,7 +7,7 @@
 #include "common/pem_file.h"
 #include "common/status_macros.h"
 #include "server/peer/peer_auth.h"
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 
 namespace overlap::peer {
 namespace {
@@ -72,8 +72,8 @@ absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::s
   if (address.empty()) return Invalid(key, address, "empty (expected HOST:PORT)");
   // One parser for every address the daemon takes (listen_address.h); with
   // allow_insecure_tcp it reports a non-loopback host instead of refusing it.
-  absl::StatusOr<rpc::ListenTarget> target =
-      rpc::ResolveListenAddress(address, /*allow_insecure_tcp=*/true);
+  absl::StatusOr<net::ListenTarget> target =
+      net::ResolveListenAddress(address, /*allow_insecure_tcp=*/true);
   if (!target.ok()) {
     // "listen: \"ADDRESS\": why" -> "<key>: \"ADDRESS\": why"
     absl::string_view message = target.status().message();
@@ -90,7 +90,7 @@ absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::s
     parsed.host = parsed.host.substr(1, parsed.host.size() - 2);
   }
   if (!absl::SimpleAtoi(address.substr(colon + 1), &parsed.port)) {
-    return Invalid(key, address, "expected HOST:PORT");  // ResolveListenAddress checked it
+    return Invalid(key, address, "expected HOST:PORT");  // net::ResolveListenAddress checked it
   }
   if (parsed.port == 0 && !allow_port_zero) {
     return Invalid(key, address, "port 0 names no listener: give the port the peer listens on");

@@ -14,7 +14,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/peer/peer_auth.h"
-#include "server/rpc/status_util.h"
+#include "server/net/status_util.h"
 
 namespace overlap::peer {
 namespace {
@@ -83,7 +83,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const Pe
 class PeerServer::Service final : public v1::Peers::Service {
  public:
   Service(PeerHandler* handler, PeerHello hello, bool tls, std::string cluster_key,
-          rpc::RequestLimiter& limiter)
+          net::RequestLimiter& limiter)
       : handler_(handler),
         limiter_(limiter),
         tls_(tls),
@@ -98,7 +98,7 @@ class PeerServer::Service final : public v1::Peers::Service {
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override {
     absl::StatusOr<PeerCaller> caller = Admit(*context, "Hello", *request);
-    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+    if (!caller.ok()) return net::ToGrpcStatus(caller.status());
     GetLogger("peer")->debug("Hello from {} ({})", caller->node, context->peer());
     absl::MutexLock lock(&mu_);
     response->set_version(OVERLAP_VERSION);
@@ -204,20 +204,20 @@ class PeerServer::Service final : public v1::Peers::Service {
   grpc::Status Serve(const grpc::ServerContext& context, absl::string_view method,
                      const google::protobuf::Message& request, Fn&& fn) {
     absl::StatusOr<PeerCaller> caller = Admit(context, method, request);
-    if (!caller.ok()) return rpc::ToGrpcStatus(caller.status());
+    if (!caller.ok()) return net::ToGrpcStatus(caller.status());
     if (handler_ == nullptr) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon runs no cluster jobs");
     }
-    absl::StatusOr<rpc::RequestLimiter::Ticket> ticket = limiter_.Enter(caller->node);
-    if (!ticket.ok()) return rpc::ToGrpcStatus(ticket.status());
+    absl::StatusOr<net::RequestLimiter::Ticket> ticket = limiter_.Enter(caller->node);
+    if (!ticket.ok()) return net::ToGrpcStatus(ticket.status());
     const absl::Time started = absl::Now();
     const absl::Status status = fn(*caller);
     limiter_.NoteIfAbandoned(context, method, caller->node, started);
-    return rpc::ToGrpcStatus(status);
+    return net::ToGrpcStatus(status);
   }
 
   PeerHandler* const handler_;
-  rpc::RequestLimiter& limiter_;
+  net::RequestLimiter& limiter_;
   const bool tls_;
   const std::string cluster_key_;
   absl::Mutex mu_;
@@ -247,7 +247,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
   const std::string node_name = hello.node_name;
   node::DaemonCounters& counters =
       options.counters != nullptr ? *options.counters : server->own_counters_;
-  server->limiter_ = std::make_unique<rpc::RequestLimiter>(
+  server->limiter_ = std::make_unique<net::RequestLimiter>(
       options.requests, "the peer port", counters.requests_refused_busy,
       counters.requests_abandoned);
   server->service_ = std::make_unique<Service>(handler, std::move(hello), options.tls.enabled(),

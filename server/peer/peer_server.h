@@ -29,7 +29,7 @@
 #include "overlap/v1/peer.grpc.pb.h"
 #include "server/node/node_state.h"
 #include "server/peer/peer_config.h"
-#include "server/rpc/request_limiter.h"
+#include "server/net/request_limiter.h"
 
 namespace overlap::peer {
 
@@ -70,7 +70,7 @@ struct PeerServerOptions {
   int max_message_bytes = 64 << 20;
   // Calls in flight at once, in all and per calling node; long polls
   // (HoldPart, StoreGet) count while they wait.
-  rpc::RequestLimits requests;
+  net::RequestLimits requests;
   // Where refused and abandoned calls are counted; null = not exported.
   node::DaemonCounters* counters = nullptr;
 };
@@ -109,7 +109,7 @@ class PeerServer {
   PeerServer() = default;
 
   node::DaemonCounters own_counters_;  // when the options give none
-  std::unique_ptr<rpc::RequestLimiter> limiter_;
+  std::unique_ptr<net::RequestLimiter> limiter_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string listen_address_;

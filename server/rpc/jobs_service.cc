@@ -9,7 +9,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
-#include "server/rpc/status_util.h"
+#include "server/net/status_util.h"
 
 namespace overlap::rpc {
 namespace {
@@ -48,7 +48,7 @@ absl::Status RequireId(const std::string& id) {
 
 JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
                          const CallerResolver& callers, JobsServiceOptions options,
-                         node::DaemonCounters& counters, RequestLimiter& limiter)
+                         node::DaemonCounters& counters, net::RequestLimiter& limiter)
     : scheduler_(scheduler),
       admission_(admission),
       callers_(callers),
@@ -60,9 +60,9 @@ template <typename Serve>
 grpc::Status JobsService::Limited(grpc::ServerContext* context, absl::string_view method,
                                   Serve&& serve) {
   absl::StatusOr<Caller> caller = callers_.Resolve(context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<RequestLimiter::Ticket> ticket = limiter_.Enter(caller->owner);
-  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+  if (!caller.ok()) return net::ToGrpcStatus(caller.status());
+  absl::StatusOr<net::RequestLimiter::Ticket> ticket = limiter_.Enter(caller->owner);
+  if (!ticket.ok()) return net::ToGrpcStatus(ticket.status());
   const absl::Time started = absl::Now();
   grpc::Status status = serve(*caller);
   limiter_.NoteIfAbandoned(*context, method, caller->Describe(), started);
@@ -142,7 +142,7 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
   return Limited(context, "SubmitJob", [&](const Caller& caller) {
     absl::StatusOr<v1::Job> job = Submit(caller, request->spec(), request->source_name(),
                                          {request->nodes().begin(), request->nodes().end()});
-    if (!job.ok()) return ToGrpcStatus(job.status());
+    if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   });
@@ -151,9 +151,9 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
 grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                  v1::GetJobResponse* response) {
   return Limited(context, "GetJob", [&](const Caller&) {
-    if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
     absl::StatusOr<v1::Job> job = scheduler_.Get(request->id());
-    if (!job.ok()) return ToGrpcStatus(job.status());
+    if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   });
@@ -167,18 +167,18 @@ grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJ
 grpc::Status JobsService::List(const v1::ListJobsRequest* request,
                                v1::ListJobsResponse* response) {
   if (request->limit() < 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
+    return net::ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("limit: must be >= 0 (got ", request->limit(), ")")));
   }
   if (!v1::JobState_IsValid(request->state())) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
+    return net::ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("state: unknown job state ", static_cast<int>(request->state()))));
   }
   // The token is the sequence the next page starts below.
   uint64_t before = 0;
   if (!request->page_token().empty() &&
       (!absl::SimpleAtoi(request->page_token(), &before) || before == 0)) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
+    return net::ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("page_token: ", QuotedExcerpt(request->page_token(), 40),
                      " is not a next_page_token from a previous response")));
   }
@@ -187,7 +187,7 @@ grpc::Status JobsService::List(const v1::ListJobsRequest* request,
   absl::StatusOr<jobs::JobPage> page = scheduler_.ListSummaries(request->state(), limit, before);
   if (!page.ok()) {
     Log()->error("ListJobs failed: {}", page.status().ToString());
-    return ToGrpcStatus(page.status());
+    return net::ToGrpcStatus(page.status());
   }
   for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
   if (page->next_before > 0) response->set_next_page_token(absl::StrCat(page->next_before));
@@ -198,9 +198,9 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
                                     const v1::CancelJobRequest* request,
                                     v1::CancelJobResponse* response) {
   return Limited(context, "CancelJob", [&](const Caller& caller) {
-    if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
     absl::StatusOr<v1::Job> job = Cancel(caller, request->id());
-    if (!job.ok()) return ToGrpcStatus(job.status());
+    if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;
   });
@@ -208,12 +208,12 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
 
 grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                    grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (absl::Status s = RequireId(request->id()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
   // Each stream holds one of gRPC's server threads while it lasts: past the
   // cap, a watcher is told so rather than starving every other call.
   if (watchers_.fetch_add(1) >= options_.max_watchers) {
     watchers_.fetch_sub(1);
-    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+    return net::ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
         "too many jobs being watched at once (max_watchers = ", options_.max_watchers,
         "): poll with `overlapctl get` instead, or watch again later")));
   }
@@ -228,7 +228,7 @@ grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::Watch
     // noticed even while the job sits unchanged in the queue.
     absl::StatusOr<jobs::JobSnapshot> snapshot =
         scheduler_.WaitForChange(request->id(), seen, kWatchPoll);
-    if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+    if (!snapshot.ok()) return net::ToGrpcStatus(snapshot.status());
     if (snapshot->version != seen) {
       seen = snapshot->version;
       v1::JobEvent event;

@@ -19,7 +19,7 @@
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
 #include "server/rpc/caller.h"
-#include "server/rpc/request_limiter.h"
+#include "server/net/request_limiter.h"
 
 namespace overlap::rpc {
 
@@ -42,7 +42,7 @@ class JobsService final : public v1::Jobs::Service {
   // All references must outlive the service.
   JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
               const CallerResolver& callers, JobsServiceOptions options,
-              node::DaemonCounters& counters, RequestLimiter& limiter);
+              node::DaemonCounters& counters, net::RequestLimiter& limiter);
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -77,7 +77,7 @@ class JobsService final : public v1::Jobs::Service {
   const CallerResolver& callers_;
   const JobsServiceOptions options_;
   node::DaemonCounters& counters_;
-  RequestLimiter& limiter_;
+  net::RequestLimiter& limiter_;
   std::atomic<int> watchers_{0};
 };
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "server/rpc/status_util.h"
+#include "server/net/status_util.h"
 
 namespace overlap::rpc {
 
@@ -43,7 +43,7 @@ grpc::Status NodeService::GetStats(grpc::ServerContext* context, const v1::GetSt
   absl::StatusOr<v1::GetStatsResponse> stats = state_.Stats();
   if (!stats.ok()) {
     GetLogger("rpc")->error("GetStats failed: {}", stats.status().ToString());
-    return ToGrpcStatus(stats.status());
+    return net::ToGrpcStatus(stats.status());
   }
   *response = std::move(*stats);
   return grpc::Status::OK;
@@ -53,7 +53,7 @@ grpc::Status NodeService::ListTunedSchedules(grpc::ServerContext* context,
                                              const v1::ListTunedSchedulesRequest* request,
                                              v1::ListTunedSchedulesResponse* response) {
   absl::StatusOr<std::vector<v1::TunedSchedule>> schedules = tuning_.List(request->filter());
-  if (!schedules.ok()) return ToGrpcStatus(schedules.status());
+  if (!schedules.ok()) return net::ToGrpcStatus(schedules.status());
   for (v1::TunedSchedule& s : *schedules) *response->add_schedules() = std::move(s);
   return grpc::Status::OK;
 }
@@ -62,7 +62,7 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
                                                const v1::ForgetTunedSchedulesRequest* request,
                                                v1::ForgetTunedSchedulesResponse* response) {
   absl::StatusOr<Caller> admin = Admin(callers_, context, "forgetting tuned schedules");
-  if (!admin.ok()) return ToGrpcStatus(admin.status());
+  if (!admin.ok()) return net::ToGrpcStatus(admin.status());
   const v1::TuningFilter& f = request->filter();
   const bool empty =
       f.op_type().empty() && f.m() == 0 && f.k() == 0 && f.n() == 0 && !f.stale_only();
@@ -71,7 +71,7 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
                         "forget: name what to forget (op type, shape, stale) or ask for all");
   }
   absl::StatusOr<int> forgotten = tuning_.Forget(f);
-  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
+  if (!forgotten.ok()) return net::ToGrpcStatus(forgotten.status());
   response->set_forgotten(*forgotten);
   GetLogger("rpc")->info("forgot {} tuned schedule(s), for {}", *forgotten, admin->Describe());
   return grpc::Status::OK;
@@ -81,7 +81,7 @@ grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
                                      const v1::ForgetXidsRequest* request,
                                      v1::ForgetXidsResponse* response) {
   absl::StatusOr<Caller> admin = Admin(callers_, context, "forgetting a GPU's Xids");
-  if (!admin.ok()) return ToGrpcStatus(admin.status());
+  if (!admin.ok()) return net::ToGrpcStatus(admin.status());
   const int device = request->device();
   if (device < 0 || device >= engine_.DeviceCount()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -89,7 +89,7 @@ grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
                                      engine_.DeviceCount(), ")"));
   }
   absl::StatusOr<int64_t> forgotten = engine_.ForgetXids(device);
-  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
+  if (!forgotten.ok()) return net::ToGrpcStatus(forgotten.status());
   response->set_forgotten(*forgotten);
   GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot, for {}", device, *forgotten,
                          admin->Describe());

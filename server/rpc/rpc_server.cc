@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 
 namespace overlap::rpc {
 namespace {
@@ -42,7 +42,7 @@ absl::Status OpenSocketToGroup(const std::string& path, int gid) {
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptions& options,
                                                             const RpcServerParts& parts) {
   auto log = GetLogger("rpc");
-  absl::StatusOr<ListenTarget> target =
+  absl::StatusOr<net::ListenTarget> target =
       ResolveListenWithTls(options.listen, options.allow_insecure_tcp, options.tls);
   if (!target.ok()) return target.status();
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   const bool on_unix_socket = !target->socket_path.empty();
   std::unique_ptr<RpcServer> server(new RpcServer());
   if (on_unix_socket) {
-    RETURN_IF_ERROR(PrepareUnixSocketPath(target->socket_path));
+    RETURN_IF_ERROR(net::PrepareUnixSocketPath(target->socket_path));
     // Bound under the daemon's umask (0077): 0600 until it is opened below.
     ASSIGN_OR_RETURN(server->unix_, UnixListener::Bind(target->socket_path));
     server->socket_path_ = target->socket_path;
@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   }
   server->callers_ = std::make_unique<CallerResolver>(server->unix_.get(), options.admin_gid);
   node::DaemonCounters& counters = parts.node.counters();
-  server->limiter_ = std::make_unique<RequestLimiter>(
+  server->limiter_ = std::make_unique<net::RequestLimiter>(
       options.requests, "the user port", counters.requests_refused_busy,
       counters.requests_abandoned);
   server->jobs_service_ =

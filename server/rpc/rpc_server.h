@@ -23,7 +23,7 @@
 #include "server/rpc/caller.h"
 #include "server/rpc/jobs_service.h"
 #include "server/rpc/node_service.h"
-#include "server/rpc/request_limiter.h"
+#include "server/net/request_limiter.h"
 #include "server/rpc/server_tls.h"
 #include "server/rpc/unix_listener.h"
 
@@ -43,7 +43,7 @@ struct RpcServerOptions {
   int64_t max_spec_bytes = 1 << 20;
   // Jobs calls in flight at once, in all and per user (request_limiter.h);
   // gRPC's threads are capped at these plus the watchers.
-  RequestLimits requests;
+  net::RequestLimits requests;
 };
 
 // What the services serve from; every part must outlive the server.
@@ -78,7 +78,7 @@ class RpcServer {
 
   std::unique_ptr<UnixListener> unix_;  // on a unix socket
   std::unique_ptr<CallerResolver> callers_;
-  std::unique_ptr<RequestLimiter> limiter_;
+  std::unique_ptr<net::RequestLimiter> limiter_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<NodeService> node_service_;
   std::unique_ptr<grpc::Server> server_;

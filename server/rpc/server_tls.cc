@@ -20,10 +20,10 @@ absl::Status ValidateServerTls(const ServerTls& tls) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ListenTarget> ResolveListenWithTls(const std::string& listen,
+absl::StatusOr<net::ListenTarget> ResolveListenWithTls(const std::string& listen,
                                                   bool allow_insecure_tcp, const ServerTls& tls) {
-  ASSIGN_OR_RETURN(ListenTarget target,
-                   ResolveListenAddress(listen, allow_insecure_tcp, tls.clients_authenticated()));
+  ASSIGN_OR_RETURN(net::ListenTarget target,
+                   net::ResolveListenAddress(listen, allow_insecure_tcp, tls.clients_authenticated()));
   if (tls.enabled() && !target.socket_path.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tls_cert: TLS is for HOST:PORT listen addresses; ", listen,

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 
 namespace overlap::rpc {
 
@@ -31,7 +31,7 @@ struct ServerTls {
 absl::Status ValidateServerTls(const ServerTls& tls);
 // ResolveListenAddress with these TLS settings: mutual TLS lets a non-loopback
 // host in, and TLS on a unix socket is INVALID_ARGUMENT (its file mode guards it).
-absl::StatusOr<ListenTarget> ResolveListenWithTls(const std::string& listen,
+absl::StatusOr<net::ListenTarget> ResolveListenWithTls(const std::string& listen,
                                                   bool allow_insecure_tcp, const ServerTls& tls);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const ServerTls& tls);
 

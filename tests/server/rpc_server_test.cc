@@ -20,7 +20,7 @@
 #include "overlap_git_commit.h"
 #include "server/engine/host/host_engine.h"
 #include "server/rpc/jobs_service.h"
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 #include "tests/forwarding_engine.h"
 #include "tests/server/test_util.h"
 #include "tests/tuning_key_util.h"
@@ -595,32 +595,32 @@ TEST_F(RpcServerTest, WithoutATuningCacheTheTuningCallsFailClearly) {
 }
 
 TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
-  auto unix_target = ResolveListenAddress("unix:/run/overlapd/overlapd.sock", false);
+  auto unix_target = net::ResolveListenAddress("unix:/run/overlapd/overlapd.sock", false);
   ASSERT_TRUE(unix_target.ok());
   EXPECT_EQ(unix_target->socket_path, "/run/overlapd/overlapd.sock");
-  EXPECT_EQ(ResolveListenAddress("unix:///tmp/x.sock", false)->socket_path, "/tmp/x.sock");
+  EXPECT_EQ(net::ResolveListenAddress("unix:///tmp/x.sock", false)->socket_path, "/tmp/x.sock");
   for (const char* ok : {"127.0.0.1:50051", "127.8.9.10:1", "localhost:0", "[::1]:50051"}) {
-    auto target = ResolveListenAddress(ok, false);
+    auto target = net::ResolveListenAddress(ok, false);
     ASSERT_TRUE(target.ok()) << ok << ": " << target.status();
     EXPECT_FALSE(target->insecure_network);
     EXPECT_TRUE(target->socket_path.empty());
   }
   for (const char* remote : {"0.0.0.0:50051", "10.1.2.3:50051", "[::]:50051", "node7:50051"}) {
-    auto refused = ResolveListenAddress(remote, false);
+    auto refused = net::ResolveListenAddress(remote, false);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << remote;
     EXPECT_NE(refused.status().message().find("allow_insecure_tcp"), std::string::npos);
     EXPECT_NE(refused.status().message().find("tls_client_ca"), std::string::npos);
-    auto allowed = ResolveListenAddress(remote, true);
+    auto allowed = net::ResolveListenAddress(remote, true);
     ASSERT_TRUE(allowed.ok()) << remote;
     EXPECT_TRUE(allowed->insecure_network);
     // Mutual TLS authenticates every client: no opt-in needed, nothing insecure.
-    auto authenticated = ResolveListenAddress(remote, false, /*clients_authenticated=*/true);
+    auto authenticated = net::ResolveListenAddress(remote, false, /*clients_authenticated=*/true);
     ASSERT_TRUE(authenticated.ok()) << remote;
     EXPECT_FALSE(authenticated->insecure_network);
   }
   for (const char* bad :
        {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000", "http://localhost:80"}) {
-    EXPECT_EQ(ResolveListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(net::ResolveListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
 }
@@ -628,7 +628,7 @@ TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
 TEST(ListenAddressTest, ALiveSocketIsNotStolen) {
   TempDir dir;
   const std::string path = dir.path() + "/sub/d.sock";
-  ASSERT_TRUE(PrepareUnixSocketPath(path).ok());  // makes sub/
+  ASSERT_TRUE(net::PrepareUnixSocketPath(path).ok());  // makes sub/
   grpc::ServerBuilder builder;
   v1::Node::Service unimplemented;
   builder.RegisterService(&unimplemented);
@@ -636,12 +636,12 @@ TEST(ListenAddressTest, ALiveSocketIsNotStolen) {
   builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials(), &port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  absl::Status status = PrepareUnixSocketPath(path);
+  absl::Status status = net::PrepareUnixSocketPath(path);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(status.message().find("already listening"), std::string::npos);
   server->Shutdown();
   // What a crashed daemon leaves: a socket file nobody listens on. Removed.
-  EXPECT_TRUE(PrepareUnixSocketPath(path).ok());
+  EXPECT_TRUE(net::PrepareUnixSocketPath(path).ok());
 }
 
 }  // namespace

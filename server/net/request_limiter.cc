@@ -1,4 +1,4 @@
-#include "server/rpc/request_limiter.h"
+#include "server/net/request_limiter.h"
 
 #include <grpcpp/server_context.h>
 
@@ -6,7 +6,7 @@
 #include "common/logging.h"
 #include "common/text.h"
 
-namespace overlap::rpc {
+namespace overlap::net {
 
 RequestLimiter::Ticket::~Ticket() {
   if (limiter_ != nullptr) limiter_->Leave(caller_);
@@ -54,4 +54,4 @@ void RequestLimiter::NoteIfAbandoned(const grpc::ServerContext& context, absl::s
                          absl::FormatDuration(absl::Now() - started));
 }
 
-}  // namespace overlap::rpc
+}  // namespace overlap::net

@@ -1,4 +1,4 @@
-#include "server/rpc/listen_address.h"
+#include "server/net/listen_address.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -18,7 +18,7 @@
 #include "common/private_dir.h"
 #include "common/status_macros.h"
 
-namespace overlap::rpc {
+namespace overlap::net {
 namespace {
 
 absl::Status Invalid(const std::string& listen, absl::string_view why) {
@@ -126,4 +126,4 @@ absl::Status PrepareUnixSocketPath(const std::string& socket_path) {
   return absl::OkStatus();
 }
 
-}  // namespace overlap::rpc
+}  // namespace overlap::net

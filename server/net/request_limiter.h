@@ -24,7 +24,7 @@ namespace grpc {
 class ServerContext;
 }
 
-namespace overlap::rpc {
+namespace overlap::net {
 
 struct RequestLimits {
   int max_total = 64;
@@ -81,4 +81,4 @@ class RequestLimiter {
   std::map<std::string, int> per_caller_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace overlap::rpc
+}  // namespace overlap::net

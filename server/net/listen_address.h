@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace overlap::rpc {
+namespace overlap::net {
 
 struct ListenTarget {
   std::string grpc_uri;           // what ServerBuilder::AddListeningPort takes
@@ -28,4 +28,4 @@ absl::StatusOr<ListenTarget> ResolveListenAddress(const std::string& listen,
 // file left by a crash is removed.
 absl::Status PrepareUnixSocketPath(const std::string& socket_path);
 
-}  // namespace overlap::rpc
+}  // namespace overlap::net

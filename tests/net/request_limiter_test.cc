@@ -1,6 +1,6 @@
 // The limit on requests in flight: per caller and in all, refused at once and
 // counted, and every ticket gives its place back.
-#include "server/rpc/request_limiter.h"
+#include "server/net/request_limiter.h"
 
 #include <atomic>
 #include <optional>
@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace overlap::rpc {
+namespace overlap::net {
 namespace {
 
 using ::testing::HasSubstr;
@@ -60,4 +60,4 @@ TEST(RequestLimiterTest, AMovedTicketIsReleasedOnce) {
 }
 
 }  // namespace
-}  // namespace overlap::rpc
+}  // namespace overlap::net

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 
-namespace overlap::rpc {
+namespace overlap::net {
 
 // The most of a message that goes into a status: gRPC sends it in trailers,
 // whose size is limited (8 KiB by default), and a longer one would reach the
@@ -31,4 +31,4 @@ inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::move(message));
 }
 
-}  // namespace overlap::rpc
+}  // namespace overlap::net
