@@ -118,6 +118,21 @@ class ClusterTest : public ::testing::Test {
     return path;
   }
 
+  // Keeps node `node` busy with a local job of `iterations` all-reduces,
+  // running when this returns, so that a part sent there queues behind it.
+  // The busy job's id.
+  std::string KeepBusy(int node, int iterations) {
+    RunResult busy = daemon(node).Ctl(
+        {"submit", WriteGraph("busy.yaml", absl::StrCat("name: busy\niterations: ", iterations,
+                                                        "\nwarmup: 1\nverify: false\n"
+                                                        "layer_step: false\nops:\n"
+                                                        "  - {id: ar, type: all_reduce, m: 256, "
+                                                        "n: 256}\n"))});
+    EXPECT_EQ(busy.exit_code, 0) << busy.err;
+    PollJob(daemon(node), Trim(busy.out), StateIs("RUNNING"));
+    return Trim(busy.out);
+  }
+
   // Submits on node `coordinator` over `nodes`; the job id.
   std::string Submit(int coordinator, const std::string& graph, const std::string& nodes) {
     RunResult submit = daemon(coordinator).Ctl({"submit", graph, "--nodes", nodes});
@@ -345,16 +360,7 @@ TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish
 TEST_F(ClusterTest, APartQueuedWhenItsDaemonRestartedNeverRunsOnItsOwn) {
   StartNodes(2);
   // Node 1 busy with a job of its own, so that the part queues behind it.
-  RunResult busy = daemon(1).Ctl({"submit", WriteGraph("busy.yaml", R"(name: busy
-iterations: 5000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: ar, type: all_reduce, m: 256, n: 256}
-)")});
-  ASSERT_EQ(busy.exit_code, 0) << busy.err;
-  PollJob(daemon(1), Trim(busy.out), StateIs("RUNNING"));
+  KeepBusy(1, 5000);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   const std::string part = WaitForPart(1, "QUEUED").value("id", "");
   ASSERT_FALSE(part.empty());
@@ -481,16 +487,7 @@ TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
 // coordinator, and says so.
 TEST_F(ClusterTest, AReleasedPartSaysItWasReleased) {
   StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500);
-  RunResult busy = daemon(1).Ctl({"submit", WriteGraph("busy.yaml", R"(name: busy
-iterations: 10000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: ar, type: all_reduce, m: 256, n: 256}
-)")});
-  ASSERT_EQ(busy.exit_code, 0) << busy.err;
-  PollJob(daemon(1), Trim(busy.out), StateIs("RUNNING"));
+  const std::string busy = KeepBusy(1, 10000);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   const nlohmann::json released = WaitForPart(1, "CANCELLED", std::chrono::seconds(30));
   EXPECT_THAT(released.value("error", ""),
@@ -498,7 +495,7 @@ ops:
                         ": the coordinator released the reservation to try again"))
       << released.dump(2);
   daemon(0).Ctl({"cancel", id});
-  daemon(1).Ctl({"cancel", Trim(busy.out)});
+  daemon(1).Ctl({"cancel", busy});
 }
 
 }  // namespace
