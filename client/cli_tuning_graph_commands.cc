@@ -5,8 +5,8 @@
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
-#include "client/graph_command.h"
-#include "client/tuning.h"
+#include "client/jobs/graph_command.h"
+#include "client/views/tuning.h"
 
 namespace overlap::client {
 namespace {

@@ -1,6 +1,6 @@
 #include "client/daemon_client.h"
 
-#include "client/printable.h"
+#include "client/format/printable.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "client/report.h"
+#include "client/format/report.h"
 #include "common/pem_file.h"
 #include "common/private_dir.h"
 #include "common/status_macros.h"

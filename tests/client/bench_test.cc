@@ -1,6 +1,6 @@
 // overlapctl bench without a daemon: the spec it submits, shape parsing, and how
 // it folds repeats into rows.
-#include "client/bench.h"
+#include "client/bench/bench.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "client/check.h"
-#include "client/cluster_check.h"
+#include "client/bench/check.h"
+#include "client/bench/cluster_check.h"
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

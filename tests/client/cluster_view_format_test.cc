@@ -1,7 +1,7 @@
 // `overlapctl node --nodes` and `top --nodes`: several daemons side by side,
 // what disagrees or is unhealthy flagged, and a daemon that did not answer
 // shown as such.
-#include "client/cluster_view.h"
+#include "client/views/cluster_view.h"
 
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/top.h"
+#include "client/views/top.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

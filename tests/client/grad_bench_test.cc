@@ -5,8 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "client/bench.h"
-#include "client/grad_bench.h"
+#include "client/bench/bench.h"
+#include "client/bench/grad_bench.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 

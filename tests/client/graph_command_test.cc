@@ -1,5 +1,5 @@
 // overlapctl graph's model resolution and its listings, without a daemon.
-#include "client/graph_command.h"
+#include "client/jobs/graph_command.h"
 
 #include <string>
 #include <tuple>

@@ -1,5 +1,5 @@
 // `overlapctl pin`: the job's own graph back, each op set to the schedule it ran.
-#include "client/pin.h"
+#include "client/jobs/pin.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

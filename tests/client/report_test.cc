@@ -1,12 +1,12 @@
-#include "client/report.h"
+#include "client/format/report.h"
 
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "client/progress_printer.h"
-#include "client/table.h"
+#include "client/jobs/progress_printer.h"
+#include "client/format/table.h"
 #include "common/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

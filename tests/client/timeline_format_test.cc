@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "client/report.h"
-#include "client/timeline.h"
+#include "client/format/report.h"
+#include "client/views/timeline.h"
 
 namespace overlap::client {
 namespace {

@@ -1,5 +1,5 @@
 // `overlapctl top`: one fixed-width line per GPU per sample, and its JSON form.
-#include "client/top.h"
+#include "client/views/top.h"
 
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 // `overlapctl tuning`: the filter flags and the table, exactly.
-#include "client/tuning.h"
+#include "client/views/tuning.h"
 
 #include <gtest/gtest.h>
 

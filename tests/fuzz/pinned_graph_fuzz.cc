@@ -1,4 +1,4 @@
-// Fuzz target: `overlapctl pin` (client/pin.cc), which reads a finished job's
+// Fuzz target: `overlapctl pin` (client/jobs/pin.cc), which reads a finished job's
 // stored graph text back and writes each op's schedule into it. The input is
 // the stored spec; the job's results name the ops the spec declares (when it
 // parses) and a few ids it may not, with schedules as a run reports them.
@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "client/pin.h"
+#include "client/jobs/pin.h"
 #include "common/graph_parser.h"
 #include "common/text.h"
 #include "common/yaml_util.h"

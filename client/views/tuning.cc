@@ -1,13 +1,13 @@
-#include "client/tuning.h"
+#include "client/views/tuning.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/bench.h"
+#include "client/bench/bench.h"
 #include "client/commands.h"
-#include "client/report.h"
-#include "client/table.h"
+#include "client/format/report.h"
+#include "client/format/table.h"
 #include "common/graph.h"
 
 namespace overlap::client {

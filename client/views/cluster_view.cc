@@ -1,4 +1,4 @@
-#include "client/cluster_view.h"
+#include "client/views/cluster_view.h"
 
 #include <algorithm>
 #include <map>
@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
-#include "client/device_health.h"
-#include "client/table.h"
+#include "client/views/device_health.h"
+#include "client/format/table.h"
 
 namespace overlap::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/top.h"
+#include "client/views/top.h"
 
 #include <algorithm>
 
@@ -7,8 +7,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
-#include "client/device_health.h"
-#include "client/report.h"
+#include "client/views/device_health.h"
+#include "client/format/report.h"
 
 namespace overlap::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/bench.h"
+#include "client/bench/bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,11 +12,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/commands.h"
-#include "client/commbench.h"
-#include "client/progress_printer.h"
-#include "client/report.h"
-#include "client/table.h"
-#include "client/timeline.h"
+#include "client/bench/commbench.h"
+#include "client/jobs/progress_printer.h"
+#include "client/format/report.h"
+#include "client/format/table.h"
+#include "client/views/timeline.h"
 #include "common/byte_size.h"
 #include "common/graph_parser.h"
 #include "common/library_env.h"

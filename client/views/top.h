@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/cluster_view.h"
+#include "client/views/cluster_view.h"
 #include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"

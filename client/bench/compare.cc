@@ -1,4 +1,4 @@
-#include "client/compare.h"
+#include "client/bench/compare.h"
 
 #include <algorithm>
 #include <map>
@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/report.h"
-#include "client/table.h"
-#include "client/timeline.h"
+#include "client/format/report.h"
+#include "client/format/table.h"
+#include "client/views/timeline.h"
 
 namespace overlap::client {
 namespace {

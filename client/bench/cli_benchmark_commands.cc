@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/bench.h"
-#include "client/grad_bench.h"
+#include "client/bench/bench.h"
+#include "client/bench/grad_bench.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
-#include "client/commbench.h"
+#include "client/bench/commbench.h"
 #include "common/byte_size.h"
 
 namespace overlap::client {

@@ -1,4 +1,4 @@
-#include "client/report.h"
+#include "client/format/report.h"
 
 #include <time.h>
 
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/device_health.h"
-#include "client/table.h"
-#include "client/timeline.h"
+#include "client/views/device_health.h"
+#include "client/format/table.h"
+#include "client/views/timeline.h"
 #include "common/graph.h"
 
 namespace overlap::client {

@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "client/cluster_view.h"
+#include "client/views/cluster_view.h"
 #include "client/daemon_client.h"
-#include "client/table.h"
+#include "client/format/table.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {

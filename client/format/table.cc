@@ -1,4 +1,4 @@
-#include "client/table.h"
+#include "client/format/table.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "client/cluster_check.h"
+#include "client/bench/cluster_check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,9 +6,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
-#include "client/device_health.h"
-#include "client/report.h"
-#include "client/table.h"
+#include "client/views/device_health.h"
+#include "client/format/report.h"
+#include "client/format/table.h"
 #include "common/status_macros.h"
 
 namespace overlap::client {

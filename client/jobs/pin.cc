@@ -1,4 +1,4 @@
-#include "client/pin.h"
+#include "client/jobs/pin.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "client/check.h"
-#include "client/cluster_view.h"
+#include "client/bench/check.h"
+#include "client/views/cluster_view.h"
 #include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 

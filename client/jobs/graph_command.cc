@@ -1,8 +1,8 @@
-#include "client/graph_command.h"
+#include "client/jobs/graph_command.h"
 
 #include "absl/strings/str_cat.h"
 #include "client/commands.h"
-#include "client/table.h"
+#include "client/format/table.h"
 #include "common/hf_config.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"

@@ -1,4 +1,4 @@
-#include "client/printable.h"
+#include "client/format/printable.h"
 
 #include <string>
 

@@ -1,7 +1,7 @@
-#include "client/progress_printer.h"
+#include "client/jobs/progress_printer.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/report.h"
+#include "client/format/report.h"
 
 namespace overlap::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/device_health.h"
+#include "client/views/device_health.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/table.h"
+#include "client/format/table.h"
 #include "common/xid.h"
 
 namespace overlap::client {

@@ -1,4 +1,4 @@
-#include "client/commbench.h"
+#include "client/bench/commbench.h"
 
 #include <algorithm>
 
@@ -7,10 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "client/bench.h"
+#include "client/bench/bench.h"
 #include "client/commands.h"
-#include "client/report.h"
-#include "client/table.h"
+#include "client/format/report.h"
+#include "client/format/table.h"
 #include "common/byte_size.h"
 #include "common/dtype.h"
 

@@ -1,4 +1,4 @@
-#include "client/timeline.h"
+#include "client/views/timeline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/report.h"
+#include "client/format/report.h"
 
 namespace overlap::client {
 namespace {

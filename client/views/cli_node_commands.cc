@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "client/check.h"
-#include "client/cluster_check.h"
+#include "client/bench/check.h"
+#include "client/bench/cluster_check.h"
 #include "client/cli_commands.h"
-#include "client/cluster_view.h"
+#include "client/views/cluster_view.h"
 #include "client/commands.h"
-#include "client/top.h"
+#include "client/views/top.h"
 
 namespace overlap::client {
 namespace {
