@@ -1,5 +1,6 @@
 #include "common/graph_parser.h"
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -254,9 +255,14 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
   return spec;
 }
 
+std::atomic<int64_t> graphs_parsed{0};
+
 }  // namespace
 
+int64_t GraphsParsed() { return graphs_parsed.load(std::memory_order_relaxed); }
+
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name) {
+  graphs_parsed.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<JobSpec> spec;
   {
     // The text's size is bounded where it comes in (max_spec_bytes on the

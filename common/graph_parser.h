@@ -17,6 +17,8 @@
 // dependency graph. Thread-safe; never throws.
 #pragma once
 
+#include <cstdint>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/graph.h"
@@ -27,5 +29,10 @@ namespace overlap {
 // `ops[1].chunks: must be a positive integer (got "abc")`, or the line and column
 // of a syntax error; prefixed with "<source_name>: " when source_name is given.
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name = "");
+
+// How many times this process has called ParseJobSpec, whatever the outcome:
+// the daemon parses a job's graph once and hands the typed graph on, so this
+// grows by one a job (overlapd_graphs_parsed_total).
+int64_t GraphsParsed();
 
 }  // namespace overlap

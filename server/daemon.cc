@@ -302,8 +302,10 @@ absl::Status Daemon::StartJobs(int* exit_code) {
     // one job per device, so that a node's own part always finds one.
     scheduler_options.executor_threads += 2 * config.cluster_max_jobs;
     runner = [base = std::move(runner), cluster = p.cluster.get()](
-                 const v1::Job& job, const runner::RunHooks& hooks) {
-      return cluster::ClusterJobs::Handles(job) ? cluster->Run(job, hooks) : base(job, hooks);
+                 const v1::Job& job, const jobs::GraphPtr& graph,
+                 const runner::RunHooks& hooks) {
+      return cluster::ClusterJobs::Handles(job) ? cluster->Run(job, graph, hooks)
+                                                : base(job, graph, hooks);
     };
   }
   scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
@@ -375,9 +377,10 @@ absl::Status Daemon::StartServers(int* exit_code) {
   rpc_options.requests = {config.max_requests_in_flight, config.max_requests_per_user};
   if (p.cluster != nullptr) {
     rpc_options.jobs.admit_spanning = [cluster = p.cluster.get()](
-                                          const std::string& spec, const std::string& source,
+                                          JobSpec spec, const std::string& text,
+                                          const std::string& source,
                                           const std::vector<std::string>& nodes) {
-      return cluster->AdmitCoordinated(spec, source, nodes);
+      return cluster->AdmitCoordinated(std::move(spec), text, source, nodes);
     };
   }
   rpc_options.max_spec_bytes = config.max_spec_bytes;

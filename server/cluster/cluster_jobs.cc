@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "server/cluster/spanning_engine.h"
 #include "server/gloo/rendezvous_store.h"
+#include "server/peer/peer_auth.h"
 #include "server/runner/job_runner.h"
 
 namespace overlap::cluster {
@@ -85,11 +86,12 @@ std::string GlobalKey(const v1::GlobalJobId& id) {
 // mutex: HoldPart, ReportPart and the store are called from gRPC threads
 // while the coordination waits on `changed`.
 struct ClusterJobs::Coordinated {
-  Coordinated(std::string job_id_in, std::vector<std::string> nodes_in)
-      : job_id(std::move(job_id_in)), nodes(std::move(nodes_in)) {}
+  Coordinated(std::string job_id_in, jobs::GraphPtr graph_in)
+      : job_id(std::move(job_id_in)), graph(std::move(graph_in)), nodes(graph->spec.nodes) {}
 
   const std::string job_id;
-  const std::vector<std::string> nodes;
+  const jobs::GraphPtr graph;  // the job's, as admitted at submission
+  const std::vector<std::string>& nodes;
   gloo_group::InMemoryRendezvousStore store;
 
   absl::Mutex mu;
@@ -163,19 +165,13 @@ absl::StatusOr<std::shared_ptr<ClusterJobs::Coordinated>> ClusterJobs::Coordinat
   return state;
 }
 
-absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
-    const std::string& spec_text, const std::string& source_name,
+absl::StatusOr<jobs::AdmittedJob> ClusterJobs::AdmitCoordinated(
+    JobSpec spec, const std::string& spec_text, const std::string& source_name,
     const std::vector<std::string>& nodes) {
-  if (nodes.empty()) {
-    // Only the graph can still ask for nodes; one that does not parse is the
-    // local admission's to refuse.
-    absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, source_name);
-    if (!spec.ok() || spec->nodes.empty()) return std::nullopt;
-  }
   RETURN_IF_ERROR(CheckBackend());
-  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
-                   admission_.AdmitSpan(spec_text, source_name, nodes));
-  const std::vector<std::string>& all = span.spec.nodes;
+  ASSIGN_OR_RETURN(jobs::GraphPtr graph, admission_.AdmitSpan(std::move(spec), nodes));
+  const JobSpec& admitted = graph->spec;
+  const std::vector<std::string>& all = admitted.nodes;
   if (std::find(all.begin(), all.end(), options_.node_name) == all.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nodes: this daemon (", options_.node_name,
@@ -222,31 +218,30 @@ absl::StatusOr<std::optional<v1::Job>> ClusterJobs::AdmitCoordinated(
     check.set_check_only(true);
     RETURN_IF_ERROR(link_.AdmitPart(all[n], check, kCallDeadline).status());
   }
-  v1::Job job;
-  job.set_name(!span.spec.name.empty() ? span.spec.name : source_name);
-  job.set_priority(span.spec.priority);
-  job.set_spec(spec_text);
-  for (const std::string& node : all) job.add_nodes(node);
+  jobs::AdmittedJob job;
+  job.job.set_name(!admitted.name.empty() ? admitted.name : Excerpt(source_name, 120));
+  job.job.set_priority(admitted.priority);
+  job.job.set_spec(spec_text);
+  for (const std::string& node : all) job.job.add_nodes(node);
+  job.graph = std::move(graph);
   return job;
 }
 
-absl::StatusOr<v1::JobResult> ClusterJobs::Run(const v1::Job& job,
+absl::StatusOr<v1::JobResult> ClusterJobs::Run(const v1::Job& job, const jobs::GraphPtr& graph,
                                                const runner::RunHooks& hooks) {
-  if (!job.coordinator().empty()) return RunPart(job, hooks);
-  if (job.submit_time_ms() < options_.started_unix_ms) {
+  if (!job.coordinator().empty()) return RunPart(job, graph, hooks);
+  if (job.submit_time_ms() < options_.started_unix_ms || graph == nullptr) {
     return absl::FailedPreconditionError(
         "queued before this daemon restarted, and its parts with it: submit it again");
   }
-  return Coordinate(job, hooks);
+  return Coordinate(job, graph, hooks);
 }
 
 // --- The coordinator ---------------------------------------------------------
 
-absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job,
+absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job, jobs::GraphPtr graph,
                                                       const runner::RunHooks& hooks) {
-  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
-                   job.nodes().begin(), job.nodes().end()}));
-  auto state = std::make_shared<Coordinated>(job.id(), span.spec.nodes);
+  auto state = std::make_shared<Coordinated>(job.id(), std::move(graph));
   {
     absl::MutexLock lock(&mu_);
     coordinated_[job.id()] = state;
@@ -274,8 +269,8 @@ absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job,
     }
   }
   forget();
-  return MergeNodeResults(span.spec, state->nodes, part_ids, parts,
-                          static_cast<int>(span.local_devices.size()));
+  return MergeNodeResults(state->graph->spec, state->nodes, part_ids, parts,
+                          static_cast<int>(state->graph->devices.size()));
 }
 
 absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
@@ -304,7 +299,8 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
         absl::MutexLock lock(&state.mu);
         state.admitting.insert(n);
       }
-      absl::StatusOr<v1::AdmitPartResponse> admitted = CallAdmit(state.nodes[n], request);
+      absl::StatusOr<v1::AdmitPartResponse> admitted =
+          CallAdmit(state.nodes[n], request, state.graph);
       {
         absl::MutexLock lock(&state.mu);
         state.admitting.erase(n);
@@ -448,8 +444,9 @@ void ClusterJobs::CancelParts(Coordinated& state, const std::string& reason) {
 // --- Calls to nodes, this one without the network --------------------------
 
 absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::CallAdmit(const std::string& node,
-                                                             const v1::AdmitPartRequest& request) {
-  if (node == options_.node_name) return AdmitPart(Self(), request);
+                                                             const v1::AdmitPartRequest& request,
+                                                             const jobs::GraphPtr& graph) {
+  if (node == options_.node_name) return AdmitPartGraph(Self(), request, graph);
   return link_.AdmitPart(node, request, kCallDeadline);
 }
 
@@ -503,12 +500,12 @@ absl::Status ClusterJobs::AwaitStart(const v1::Job& job, const runner::RunHooks&
   }
 }
 
-absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job,
+absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job, const jobs::GraphPtr& graph,
                                                    const runner::RunHooks& hooks) {
   v1::GlobalJobId id;
   id.set_coordinator(job.coordinator());
   id.set_job_id(job.global_job_id());
-  absl::StatusOr<v1::JobResult> result = RunStartedPart(job, id, hooks);
+  absl::StatusOr<v1::JobResult> result = RunStartedPart(job, id, graph, hooks);
   if (!result.ok() && hooks.cancelled && hooks.cancelled()) {
     // Cancelled, and then a collective lost the parts cancelled before it.
     result = absl::CancelledError(absl::StrCat("cancelled (", result.status().message(), ")"));
@@ -541,15 +538,14 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job,
 
 absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
                                                           const v1::GlobalJobId& id,
+                                                          jobs::GraphPtr graph,
                                                           const runner::RunHooks& hooks) {
-  if (job.submit_time_ms() < options_.started_unix_ms) {
+  if (job.submit_time_ms() < options_.started_unix_ms || graph == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "queued before this daemon restarted: a part of a job spanning daemons never runs on "
         "its own after a restart; submit the job again to its coordinator (",
         job.coordinator(), ")"));
   }
-  ASSIGN_OR_RETURN(jobs::AdmittedSpan span, admission_.AdmitSpan(job.spec(), job.id(), {
-                   job.nodes().begin(), job.nodes().end()}));
   RETURN_IF_ERROR(AwaitStart(job, hooks));
 
   std::unique_ptr<gloo_group::RendezvousStore> remote_store;
@@ -564,7 +560,7 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
   SpanningOptions options;
   options.placement.nodes = job.nodes_size();
   options.placement.node_index = job.node_index();
-  options.placement.local_devices = span.local_devices;
+  options.placement.local_devices = graph->devices;
   options.job_key = GlobalKey(id);
   options.bind_address = options_.bind_address;
   options.timeout = options_.collective_timeout;
@@ -572,10 +568,11 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
   {
     SpanningEngine spanning(engine_, *store, options);
     // A traced iteration reads every rank's events; each node has only its own.
-    span.spec.timeline = false;
-    std::vector<int> devices(span.world);
+    JobSpec spec = graph->spec;
+    spec.timeline = false;
+    std::vector<int> devices(graph->world);
     std::iota(devices.begin(), devices.end(), 0);
-    result = runner::RunJob(spanning, span.spec, devices, hooks, /*tuning_cache=*/nullptr);
+    result = runner::RunJob(spanning, spec, devices, hooks, /*tuning_cache=*/nullptr);
   }
   return result;
 }
@@ -600,8 +597,34 @@ absl::Status ClusterJobs::CheckPartRequest(const v1::AdmitPartRequest& request) 
   return absl::OkStatus();
 }
 
+absl::StatusOr<jobs::GraphPtr> ClusterJobs::PartGraph(const v1::AdmitPartRequest& request,
+                                                      const std::string& source_name) {
+  const std::string digest = peer::Sha256Hex(absl::StrCat(
+      request.global_id().coordinator(), "\n", request.node_index(), "\n",
+      absl::StrJoin(request.nodes(), "\n"), "\n\n", request.spec()));
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [seen, graph] : recent_part_graphs_) {
+      if (seen == digest) return graph;
+    }
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, admission_.Parse(request.spec(), source_name));
+  ASSIGN_OR_RETURN(jobs::GraphPtr graph,
+                   admission_.AdmitSpan(std::move(spec),
+                                        {request.nodes().begin(), request.nodes().end()}));
+  absl::MutexLock lock(&mu_);
+  recent_part_graphs_.emplace_back(digest, graph);
+  if (recent_part_graphs_.size() > kRecentPartGraphs) recent_part_graphs_.pop_front();
+  return graph;
+}
+
 absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
     const peer::PeerCaller& caller, const v1::AdmitPartRequest& request) {
+  return AdmitPartGraph(caller, request, nullptr);
+}
+
+absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPartGraph(
+    const peer::PeerCaller& caller, const v1::AdmitPartRequest& request, jobs::GraphPtr graph) {
   const std::string& coordinator = request.global_id().coordinator();
   if (coordinator != options_.node_name && !IsPeer(coordinator)) {
     return absl::PermissionDeniedError(
@@ -621,9 +644,9 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
   RETURN_IF_ERROR(CheckBackend());
   RETURN_IF_ERROR(CheckPartRequest(request));
   const std::string key = GlobalKey(request.global_id());
-  ASSIGN_OR_RETURN(const jobs::AdmittedSpan span,
-                   admission_.AdmitSpan(request.spec(), key,
-                                        {request.nodes().begin(), request.nodes().end()}));
+  if (graph == nullptr) {
+    ASSIGN_OR_RETURN(graph, PartGraph(request, key));
+  }
   jobs::Scheduler* scheduler;
   {
     absl::MutexLock lock(&mu_);
@@ -636,7 +659,7 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
   part.set_name(absl::StrCat(request.name().empty() ? "job" : request.name(), " (part ",
                              request.node_index(), " of ", key, ")"));
   part.set_priority(request.priority());
-  for (int device : span.local_devices) part.add_devices(device);
+  for (int device : graph->devices) part.add_devices(device);
   part.set_spec(request.spec());
   part.set_owner(request.owner());
   part.set_owner_name(request.owner_name());
@@ -646,7 +669,7 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPart(
   part.set_global_job_id(request.global_id().job_id());
   part.set_node_index(request.node_index());
   // The owner's quota (max_queued_jobs_per_user) is the scheduler's to keep.
-  ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part));
+  ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part, std::move(graph)));
   {
     absl::MutexLock lock(&mu_);
     parts_[key] = queued.id();

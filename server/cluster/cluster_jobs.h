@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,21 +79,24 @@ class ClusterJobs final : public peer::PeerHandler {
   ~ClusterJobs() override;
   void SetScheduler(jobs::Scheduler* scheduler);
 
-  // The job to hand to the scheduler for a graph that spans daemons (its
-  // `nodes`, or `nodes` where given), checked here and on every peer it can
-  // be without reserving anything: this node among them, the others in
-  // peers:, reachable and of this version. nullopt for a graph without
-  // nodes (the caller admits it as a local job). INVALID_ARGUMENT,
-  // PERMISSION_DENIED (a node not in peers:), FAILED_PRECONDITION (a version
-  // mismatch), UNAVAILABLE (a node down), RESOURCE_EXHAUSTED
-  // (cluster_max_jobs), each naming the node.
-  absl::StatusOr<std::optional<v1::Job>> AdmitCoordinated(const std::string& spec_text,
-                                                          const std::string& source_name,
-                                                          const std::vector<std::string>& nodes);
+  // The job to hand to the scheduler, and its typed graph, for a graph that
+  // spans daemons (its `nodes`, or `nodes` where given; `spec` is its parse
+  // of `spec_text`), checked here and on every peer it can be without
+  // reserving anything: this node among them, the others in peers:,
+  // reachable and of this version. INVALID_ARGUMENT, PERMISSION_DENIED (a
+  // node not in peers:), FAILED_PRECONDITION (a version mismatch),
+  // UNAVAILABLE (a node down), RESOURCE_EXHAUSTED (cluster_max_jobs), each
+  // naming the node.
+  absl::StatusOr<jobs::AdmittedJob> AdmitCoordinated(JobSpec spec, const std::string& spec_text,
+                                                     const std::string& source_name,
+                                                     const std::vector<std::string>& nodes);
 
   // The scheduler's runner for a job with nodes: the coordination for the
-  // coordinator's job, the part's run for a part.
-  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const runner::RunHooks& hooks);
+  // coordinator's job, the part's run for a part. `graph` is the job's
+  // admitted graph (null only for a job queued before a restart, which
+  // never runs).
+  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const jobs::GraphPtr& graph,
+                                    const runner::RunHooks& hooks);
   static bool Handles(const v1::Job& job) { return job.nodes_size() > 0; }
 
   // peer::PeerHandler. `caller` is the node the peer listener proved the call
@@ -114,10 +118,13 @@ class ClusterJobs final : public peer::PeerHandler {
  private:
   struct Coordinated;  // a job this daemon coordinates
 
-  absl::StatusOr<v1::JobResult> Coordinate(const v1::Job& job, const runner::RunHooks& hooks);
+  absl::StatusOr<v1::JobResult> Coordinate(const v1::Job& job, jobs::GraphPtr graph,
+                                           const runner::RunHooks& hooks);
   // A part's run, whose end (result or failure) it reports to the coordinator.
-  absl::StatusOr<v1::JobResult> RunPart(const v1::Job& job, const runner::RunHooks& hooks);
+  absl::StatusOr<v1::JobResult> RunPart(const v1::Job& job, const jobs::GraphPtr& graph,
+                                        const runner::RunHooks& hooks);
   absl::StatusOr<v1::JobResult> RunStartedPart(const v1::Job& job, const v1::GlobalJobId& id,
+                                               jobs::GraphPtr graph,
                                                const runner::RunHooks& hooks);
   // Step 1: every node holds its part (OK), or the job cannot run.
   absl::Status Reserve(const v1::Job& job, Coordinated& state, const runner::RunHooks& hooks);
@@ -128,9 +135,21 @@ class ClusterJobs final : public peer::PeerHandler {
   // The part's wait for the start: OK to run, or why not.
   absl::Status AwaitStart(const v1::Job& job, const runner::RunHooks& hooks);
 
-  // Calls to a node, this one included (without the network).
+  // Calls to a node, this one included (without the network; its own part
+  // takes the coordinator's graph, `graph`, as it is).
   absl::StatusOr<v1::AdmitPartResponse> CallAdmit(const std::string& node,
-                                                  const v1::AdmitPartRequest& request);
+                                                  const v1::AdmitPartRequest& request,
+                                                  const jobs::GraphPtr& graph);
+  // AdmitPart with the part's graph already admitted here (or null: parsed
+  // from the request, or taken from the check that came before it).
+  absl::StatusOr<v1::AdmitPartResponse> AdmitPartGraph(const peer::PeerCaller& caller,
+                                                       const v1::AdmitPartRequest& request,
+                                                       jobs::GraphPtr graph);
+  // The part's graph: parsed and admitted, or the one admitted for the same
+  // request (coordinator, nodes, node index and spec) when it was checked at
+  // submission or admitted on an earlier reservation attempt.
+  absl::StatusOr<jobs::GraphPtr> PartGraph(const v1::AdmitPartRequest& request,
+                                           const std::string& source_name);
   absl::Status CallCancel(const std::string& node, const v1::CancelPartRequest& request);
   absl::StatusOr<v1::HoldPartResponse> CallHold(const std::string& node,
                                                 const v1::HoldPartRequest& request);
@@ -171,6 +190,12 @@ class ClusterJobs final : public peer::PeerHandler {
   // Parts the coordinator released (it retries with new ones): their end is
   // nobody's news.
   std::set<std::string> released_ ABSL_GUARDED_BY(mu_);
+  // The last kRecentPartGraphs graphs admitted for parts, by the digest of
+  // what they were admitted from (PartGraph), oldest first: a part is checked
+  // at submission and admitted later, maybe more than once, from the same
+  // request, and parsed once.
+  static constexpr size_t kRecentPartGraphs = 32;
+  std::deque<std::pair<std::string, jobs::GraphPtr>> recent_part_graphs_ ABSL_GUARDED_BY(mu_);
 };
 
 // The job's global id as one string, "coordinator/job-000001".

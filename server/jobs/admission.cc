@@ -106,55 +106,60 @@ absl::Status Admission::CheckFits(const JobSpec& spec, int tp,
   return absl::OkStatus();
 }
 
-absl::StatusOr<AdmittedSpan> Admission::AdmitSpan(const std::string& spec_text,
-                                                  const std::string& raw_source_name,
-                                                  const std::vector<std::string>& nodes) const {
+absl::StatusOr<JobSpec> Admission::Parse(const std::string& spec_text,
+                                         const std::string& raw_source_name) const {
+  // Only for messages: printable, and short.
   const std::string source_name = Excerpt(raw_source_name, 120);
   RETURN_IF_ERROR(CheckText(spec_text, source_name));
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(spec_text, source_name));
+  return ParseJobSpec(spec_text, source_name);
+}
+
+absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec,
+                                              const std::vector<std::string>& nodes) const {
   if (!nodes.empty()) spec.nodes = nodes;
   if (spec.nodes.empty()) {
     return absl::InvalidArgumentError("nodes: a job spanning daemons needs at least one node");
   }
   // This node's devices, as every node brings them.
-  AdmittedSpan span;
-  ASSIGN_OR_RETURN(span.local_devices, ResolveDevices(spec, Limits()));
-  span.world = static_cast<int>(spec.nodes.size() * span.local_devices.size());
+  auto graph = std::make_shared<AdmittedGraph>();
+  ASSIGN_OR_RETURN(graph->devices, ResolveDevices(spec, Limits()));
+  graph->world = static_cast<int>(spec.nodes.size() * graph->devices.size());
   // The graph over the whole mesh: global devices 0..world-1, node-major.
   JobSpec whole = spec;
   whole.devices.clear();
   ValidationLimits limits = Limits();
-  limits.device_count = span.world;
+  limits.device_count = graph->world;
   ASSIGN_OR_RETURN(const std::vector<int> global, ValidateJobSpec(whole, limits));
-  RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, span.world,
-                                          static_cast<int>(span.local_devices.size())));
-  RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), span.local_devices));
-  span.spec = std::move(spec);
-  return span;
+  RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, graph->world,
+                                          static_cast<int>(graph->devices.size())));
+  RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), graph->devices));
+  graph->spec = std::move(spec);
+  return graph;
 }
 
-absl::StatusOr<v1::Job> Admission::Admit(const std::string& spec_text,
-                                         const std::string& raw_source_name) const {
-  // Only for messages: printable, and short.
-  const std::string source_name = Excerpt(raw_source_name, 120);
-  RETURN_IF_ERROR(CheckText(spec_text, source_name));
-  ASSIGN_OR_RETURN(const JobSpec spec, ParseJobSpec(spec_text, source_name));
+absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& spec_text,
+                                             const std::string& raw_source_name) const {
   if (!spec.nodes.empty()) {
     return absl::FailedPreconditionError(
         "nodes: the graph spans daemons, and this daemon coordinates no such jobs: give it "
         "peer_listen and peers in its config (docs/OPERATIONS.md, \"Cluster\")");
   }
-  ASSIGN_OR_RETURN(const std::vector<int> devices, ValidateJobSpec(spec, Limits()));
-  RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(devices.size()), devices));
-  v1::Job job;
-  job.set_name(!spec.name.empty() ? spec.name : source_name);
-  job.set_priority(spec.priority);
-  for (int device : devices) job.add_devices(device);
-  job.set_spec(spec_text);
-  return job;
+  auto graph = std::make_shared<AdmittedGraph>();
+  ASSIGN_OR_RETURN(graph->devices, ValidateJobSpec(spec, Limits()));
+  RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(graph->devices.size()), graph->devices));
+  AdmittedJob admitted;
+  admitted.job.set_name(!spec.name.empty() ? spec.name : Excerpt(raw_source_name, 120));
+  admitted.job.set_priority(spec.priority);
+  for (int device : graph->devices) admitted.job.add_devices(device);
+  admitted.job.set_spec(spec_text);
+  // As Revalidate would give it back from the stored job.
+  spec.devices = graph->devices;
+  graph->spec = std::move(spec);
+  admitted.graph = std::move(graph);
+  return admitted;
 }
 
-absl::StatusOr<AdmittedJob> Admission::Revalidate(const v1::Job& job) const {
+absl::StatusOr<GraphPtr> Admission::Revalidate(const v1::Job& job) const {
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec(), job.id()));
   spec.devices.assign(job.devices().begin(), job.devices().end());
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(spec, Limits());
@@ -162,7 +167,10 @@ absl::StatusOr<AdmittedJob> Admission::Revalidate(const v1::Job& job) const {
     return absl::InvalidArgumentError(
         absl::StrCat("no longer valid on this node: ", devices.status().message()));
   }
-  return AdmittedJob{std::move(spec), std::move(*devices)};
+  auto graph = std::make_shared<AdmittedGraph>();
+  graph->spec = std::move(spec);
+  graph->devices = std::move(*devices);
+  return graph;
 }
 
 }  // namespace overlap::jobs

@@ -1,9 +1,10 @@
 // Admission: whether a layer graph may run on this node, decided in one place
 // before the scheduler stores it: its size, that it is UTF-8 text, that it
 // parses and validates against this node's devices and limits, and that its
-// largest op fits every device's memory. A job admitted earlier is checked
-// again when it is about to run (Revalidate): one queued before a restart may
-// meet another backend or config.
+// largest op fits every device's memory. What it admits is a typed graph
+// (admitted_graph.h) that the job carries to its run. A job queued before a
+// restart is checked again when it is about to run (Revalidate): it may meet
+// another backend or config.
 //
 // Thread safety: const methods may be called from any thread.
 #pragma once
@@ -18,6 +19,7 @@
 #include "common/graph_validator.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
+#include "server/jobs/admitted_graph.h"
 
 namespace overlap::jobs {
 
@@ -29,19 +31,11 @@ struct AdmissionOptions {
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
 };
 
-// A job that may run here, and what it runs.
+// A job ready for the scheduler: the job as stored (name, priority, devices,
+// the spec's text) and its typed graph.
 struct AdmittedJob {
-  JobSpec spec;
-  std::vector<int> devices;  // the resolved group, rank order
-};
-
-// A job spanning daemons as one node admits it: the graph (its nodes
-// replaced by those asked for, where given), this node's devices in rank
-// order (every node brings the same `devices`), and the mesh's size.
-struct AdmittedSpan {
-  JobSpec spec;
-  std::vector<int> local_devices;
-  int world = 0;  // nodes x local devices; ranks node-major
+  v1::Job job;
+  GraphPtr graph;
 };
 
 // INVALID_ARGUMENT for an op whose groups cross nodes (ranks node-major,
@@ -54,24 +48,29 @@ class Admission {
   // `engine` must outlive the admission.
   Admission(const engine::Engine& engine, AdmissionOptions options);
 
-  // The job to hand to the scheduler (name, priority, devices and the spec as
-  // given). INVALID_ARGUMENT naming the field or file for a spec that is too
-  // big, not UTF-8, malformed or invalid here; RESOURCE_EXHAUSTED when it does
-  // not fit a device's memory (DoesNotFitMessage).
-  absl::StatusOr<v1::Job> Admit(const std::string& spec_text, const std::string& source_name) const;
+  // The spec's text checked (its size, that it is UTF-8) and parsed: the one
+  // parse of a job's graph on its way in. INVALID_ARGUMENT naming the field or
+  // file for a spec that is too big, not UTF-8 or malformed.
+  absl::StatusOr<JobSpec> Parse(const std::string& spec_text, const std::string& source_name) const;
 
-  // A stored job's spec parsed and validated again on its stored devices.
-  // INVALID_ARGUMENT "no longer valid on this node: ..." when it does not.
-  absl::StatusOr<AdmittedJob> Revalidate(const v1::Job& job) const;
+  // A local job from its parsed spec, validated against this node's devices
+  // and limits. INVALID_ARGUMENT naming the field for a graph invalid here;
+  // RESOURCE_EXHAUSTED when it does not fit a device's memory
+  // (DoesNotFitMessage); FAILED_PRECONDITION for a graph with nodes (only a
+  // daemon with peers runs one, through AdmitSpan).
+  absl::StatusOr<AdmittedJob> Admit(JobSpec spec, const std::string& spec_text,
+                                    const std::string& source_name) const;
 
-  // A job spanning `nodes` (or the graph's own nodes: when empty), checked
-  // as Admit checks a job, over the whole mesh: the graph validated on nodes x
+  // A job spanning `nodes` (or the graph's own nodes: when empty), checked as
+  // Admit checks a job, over the whole mesh: the graph validated on nodes x
   // this node's devices, its cross-node ops' schedules (CheckCrossNodeSchedules),
-  // and its largest op against this node's memory. Admit itself refuses a
-  // graph with nodes (FAILED_PRECONDITION): only a daemon with peers runs one.
-  absl::StatusOr<AdmittedSpan> AdmitSpan(const std::string& spec_text,
-                                         const std::string& source_name,
-                                         const std::vector<std::string>& nodes) const;
+  // and its largest op against this node's memory.
+  absl::StatusOr<GraphPtr> AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes) const;
+
+  // A stored job queued before a restart: its text parsed and validated again
+  // on its stored devices (the backend or config may have changed).
+  // INVALID_ARGUMENT "no longer valid on this node: ..." when it does not.
+  absl::StatusOr<GraphPtr> Revalidate(const v1::Job& job) const;
 
  private:
   ValidationLimits Limits() const;

@@ -5,15 +5,18 @@ namespace overlap::jobs {
 
 absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admission& admission,
                                            runner::TuningCache* tuning_cache, const v1::Job& job,
-                                           const runner::RunHooks& hooks) {
-  ASSIGN_OR_RETURN(const AdmittedJob admitted, admission.Revalidate(job));
-  return runner::RunJob(engine, admitted.spec, admitted.devices, hooks, tuning_cache);
+                                           GraphPtr graph, const runner::RunHooks& hooks) {
+  if (graph == nullptr) {
+    ASSIGN_OR_RETURN(graph, admission.Revalidate(job));
+  }
+  return runner::RunJob(engine, graph->spec, graph->devices, hooks, tuning_cache);
 }
 
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,
                            runner::TuningCache* tuning_cache) {
-  return [&engine, &admission, tuning_cache](const v1::Job& job, const runner::RunHooks& hooks) {
-    return RunStoredJob(engine, admission, tuning_cache, job, hooks);
+  return [&engine, &admission, tuning_cache](const v1::Job& job, const GraphPtr& graph,
+                                             const runner::RunHooks& hooks) {
+    return RunStoredJob(engine, admission, tuning_cache, job, graph, hooks);
   };
 }
 

@@ -1,5 +1,6 @@
-// The scheduler's JobRunner for real engines: re-reads a stored job's spec,
-// checks it again (Admission::Revalidate) and runs it with runner::RunJob.
+// The scheduler's JobRunner for real engines: runs a job's admitted graph
+// with runner::RunJob; a job queued before a restart has none, and its stored
+// spec is checked again (Admission::Revalidate) first.
 #pragma once
 
 #include "absl/status/statusor.h"
@@ -11,12 +12,12 @@
 
 namespace overlap::jobs {
 
-// The spec is validated again because a job queued before a restart may meet
-// a different backend (fewer devices, another max_iterations): it then fails
+// A job queued before a restart is validated again because it may meet a
+// different backend (fewer devices, another max_iterations): it then fails
 // with INVALID_ARGUMENT instead of running on devices that do not exist.
 absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admission& admission,
                                            runner::TuningCache* tuning_cache, const v1::Job& job,
-                                           const runner::RunHooks& hooks);
+                                           GraphPtr graph, const runner::RunHooks& hooks);
 
 // RunStoredJob bound to an engine, admission and cache (all must outlive the runner).
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,

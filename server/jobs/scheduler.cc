@@ -62,6 +62,9 @@ void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::st
 
 struct Scheduler::Entry {
   JobRecord job;  // what others see; guarded by Scheduler::mu_
+  // Admission's typed graph; null for a job recovered from the store. Set
+  // before the entry is shared, read by the executor that runs it.
+  GraphPtr graph;
   uint64_t version = 1;
   std::atomic<bool> cancel{false};
   std::string cancel_reason;  // guarded by Scheduler::mu_
@@ -194,7 +197,7 @@ void Scheduler::ChangedLocked(Entry& entry) {
   changed_.SignalAll();
 }
 
-absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
+absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr graph) {
   JobRecord job;
   job.name = submitted.name();
   job.priority = submitted.priority();
@@ -243,6 +246,7 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted) {
   }
   auto entry = std::make_shared<Entry>();
   entry->job = std::move(job);
+  entry->graph = std::move(graph);
   entry->job_sequence = entry->job.sequence;
   pending_[key] = entry;
   active_[entry->job.id] = entry;
@@ -308,7 +312,7 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   int ops_done = 0;  // on this executor thread only
   absl::StatusOr<v1::JobResult> outcome;
   try {
-    outcome = runner_(job, HooksFor(entry, &ops_done));
+    outcome = runner_(job, entry->graph, HooksFor(entry, &ops_done));
   } catch (const std::exception& e) {
     // The runner reports errors as Status; an exception (bad_alloc) must not
     // take the daemon down with the job.

@@ -42,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.pb.h"
+#include "server/jobs/admitted_graph.h"
 #include "server/jobs/job_record.h"
 #include "server/jobs/job_store.h"
 #include "server/runner/job_runner.h"
@@ -49,10 +50,12 @@
 namespace overlap::jobs {
 
 // Runs one job (on an executor thread). `job` carries the spec text and the
-// resolved devices. The status maps to the final state: OK -> SUCCEEDED,
-// CANCELLED -> CANCELLED, ABORTED -> ABORTED, anything else -> FAILED.
-using JobRunner =
-    std::function<absl::StatusOr<v1::JobResult>(const v1::Job& job, const runner::RunHooks& hooks)>;
+// resolved devices; `graph` is the typed graph admission made of it, or null
+// for a job queued before this process started (the runner parses its text).
+// The status maps to the final state: OK -> SUCCEEDED, CANCELLED ->
+// CANCELLED, ABORTED -> ABORTED, anything else -> FAILED.
+using JobRunner = std::function<absl::StatusOr<v1::JobResult>(
+    const v1::Job& job, const GraphPtr& graph, const runner::RunHooks& hooks)>;
 
 struct SchedulerOptions {
   int max_queued_jobs = 256;
@@ -101,9 +104,10 @@ class Scheduler {
 
   // Of `job` the scheduler takes name, priority, devices, spec and owner; it
   // assigns id, sequence, state and submit time, stores it, and returns the
-  // stored job. UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
+  // stored job. `graph` (admission's typed graph of the spec) goes to the
+  // runner with the job. UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
   // max_queued_jobs are queued, or the owner's max_queued_jobs_per_owner.
-  absl::StatusOr<v1::Job> Submit(const v1::Job& job);
+  absl::StatusOr<v1::Job> Submit(const v1::Job& job, GraphPtr graph = nullptr);
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> Get(const std::string& id);

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "common/graph_parser.h"
 #include "common/library_env.h"
 #include "overlap_git_commit.h"
 
@@ -143,6 +144,7 @@ absl::StatusOr<v1::GetStatsResponse> NodeState::Stats() const {
   response.set_requests_refused_busy(counters_.requests_refused_busy.load());
   response.set_requests_abandoned(counters_.requests_abandoned.load());
   response.set_jobs_rejected(counters_.jobs_rejected.load());
+  response.set_graphs_parsed(GraphsParsed());
   return response;
 }
 

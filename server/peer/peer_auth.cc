@@ -36,13 +36,6 @@ std::string Hex(const unsigned char* data, size_t size) {
       absl::string_view(reinterpret_cast<const char*>(data), size));
 }
 
-std::string Sha256Hex(absl::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr);
-  return Hex(digest, size);
-}
-
 // The MAC of everything a token vouches for; each part on its own line, and
 // none of them can hold a newline (node names are HOST:PORT, the rest hex or
 // digits), so no two different calls share a message.
@@ -63,6 +56,14 @@ absl::Status KeyError(const std::string& path, absl::string_view why) {
 }
 
 }  // namespace
+
+std::string Sha256Hex(absl::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr);
+  return Hex(digest, size);
+}
+
 
 absl::StatusOr<std::string> ReadClusterKey(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);

@@ -39,6 +39,9 @@ inline constexpr absl::Duration kPeerAuthWindow = absl::Minutes(2);
 // The shortest key taken, in bytes.
 inline constexpr size_t kMinClusterKeyBytes = 16;
 
+// The SHA-256 of `bytes`, 64 lower-case hex digits.
+std::string Sha256Hex(absl::string_view bytes);
+
 // The cluster key in `path`: its bytes, trailing whitespace dropped.
 // INVALID_ARGUMENT naming peer_key_file when it cannot be read, is readable or
 // writable by group or others (it must be 0600 or 0400), or is shorter than

@@ -73,20 +73,21 @@ absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::stri
                                            const std::string& source_name,
                                            const std::vector<std::string>& nodes) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
-  std::optional<v1::Job> spanning;
-  if (options_.admit_spanning) {
-    ASSIGN_OR_RETURN(spanning, options_.admit_spanning(spec_text, source_name, nodes));
-  } else if (!nodes.empty()) {
+  if (!nodes.empty() && !options_.admit_spanning) {
     return absl::FailedPreconditionError(
         "nodes: this daemon coordinates no jobs spanning daemons: give it peer_listen and "
         "peers in its config (docs/OPERATIONS.md, \"Cluster\")");
   }
-  v1::Job job;
-  if (spanning) {
-    job = std::move(*spanning);
+  // The one parse of the graph on this daemon: what follows hands on its result.
+  ASSIGN_OR_RETURN(JobSpec spec, admission_.Parse(spec_text, source_name));
+  jobs::AdmittedJob admitted;
+  if (options_.admit_spanning && (!nodes.empty() || !spec.nodes.empty())) {
+    ASSIGN_OR_RETURN(admitted,
+                     options_.admit_spanning(std::move(spec), spec_text, source_name, nodes));
   } else {
-    ASSIGN_OR_RETURN(job, admission_.Admit(spec_text, source_name));
+    ASSIGN_OR_RETURN(admitted, admission_.Admit(std::move(spec), spec_text, source_name));
   }
+  v1::Job& job = admitted.job;
   if (!caller.admin && job.priority() > options_.max_user_priority) {
     return absl::PermissionDeniedError(absl::StrCat(
         "priority: ", job.priority(), " is above ", options_.max_user_priority,
@@ -97,7 +98,7 @@ absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::stri
   job.set_owner_admin(caller.admin);
   // Queue room, the owner's quota and draining are checked again by the
   // scheduler, atomically with storing the job.
-  return scheduler_.Submit(job);
+  return scheduler_.Submit(job, std::move(admitted.graph));
 }
 
 absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {

@@ -28,11 +28,12 @@ struct JobsServiceOptions {
   int max_watchers = 256;
   // The highest priority a caller who is not an admin may ask for.
   int max_user_priority = 10;
-  // Admits a graph that spans daemons (server/cluster/cluster_jobs.h): the
-  // job to queue, or nullopt for a graph without nodes. Null on a daemon
-  // without peers: a submission with nodes is then FAILED_PRECONDITION.
-  std::function<absl::StatusOr<std::optional<v1::Job>>(
-      const std::string& spec_text, const std::string& source_name,
+  // Admits a graph that spans daemons (server/cluster/cluster_jobs.h) from its
+  // parse: the job to queue and its graph. Called for a graph with nodes, or
+  // a submission naming them. Null on a daemon without peers: such a
+  // submission is then FAILED_PRECONDITION.
+  std::function<absl::StatusOr<jobs::AdmittedJob>(
+      JobSpec spec, const std::string& spec_text, const std::string& source_name,
       const std::vector<std::string>& nodes)>
       admit_spanning;
 };

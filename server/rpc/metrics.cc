@@ -172,6 +172,13 @@ const std::vector<Definition>& Definitions() {
        [](const Sources& s, MetricFamily& f) {
          Add(f, static_cast<double>(s.stats.jobs_rejected()));
        }},
+      {"overlapd_graphs_parsed_total",
+       "graph specs parsed since this process started: one per job admitted, one per job "
+       "queued across a restart",
+       MetricType::Counter,
+       [](const Sources& s, MetricFamily& f) {
+         Add(f, static_cast<double>(s.stats.graphs_parsed()));
+       }},
       {"overlapd_requests_refused_busy_total",
        "requests refused since start because too many were in flight (max_requests_in_flight, "
        "max_requests_per_user)",

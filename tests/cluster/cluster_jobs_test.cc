@@ -109,7 +109,14 @@ class ClusterJobsTest : public ::testing::Test {
     runner_ = std::thread([this] {
       runner::RunHooks hooks;
       hooks.cancelled = [this] { return stop_.load(); };
-      absl::StatusOr<v1::JobResult> result = cluster_->Run(CoordinatedJob(), hooks);
+      const v1::Job job = CoordinatedJob();
+      absl::StatusOr<JobSpec> spec = admission_.Parse(job.spec(), job.id());
+      absl::StatusOr<jobs::GraphPtr> graph =
+          spec.ok()
+              ? admission_.AdmitSpan(std::move(*spec), {job.nodes().begin(), job.nodes().end()})
+              : spec.status();
+      absl::StatusOr<v1::JobResult> result =
+          graph.ok() ? cluster_->Run(job, *graph, hooks) : graph.status();
       absl::MutexLock lock(&mu_);
       outcome_ = result.status();
       done_ = true;

@@ -70,18 +70,23 @@ void Admit(const Node& node, const v1::AdmitPartRequest& request) {
   const std::vector<std::string> nodes(request.nodes().begin(), request.nodes().end());
   const std::string source =
       absl::StrCat(request.global_id().coordinator(), "/", request.global_id().job_id());
-  const absl::StatusOr<jobs::AdmittedSpan> span =
-      node.admission->AdmitSpan(request.spec(), source, nodes);
+  absl::StatusOr<jobs::GraphPtr> span;
+  if (absl::StatusOr<JobSpec> spec = node.admission->Parse(request.spec(), source); spec.ok()) {
+    span = node.admission->AdmitSpan(std::move(*spec), nodes);
+  } else {
+    span = spec.status();
+  }
   if (!span.ok()) {
     FUZZ_CHECK(span.status().code() == absl::StatusCode::kInvalidArgument ||
                span.status().code() == absl::StatusCode::kResourceExhausted);
     return;
   }
-  FUZZ_CHECK(!span->spec.nodes.empty());
-  FUZZ_CHECK(nodes.empty() || span->spec.nodes == nodes);
-  FUZZ_CHECK(!span->local_devices.empty());
-  for (int device : span->local_devices) FUZZ_CHECK(device >= 0 && device < kDevices);
-  FUZZ_CHECK(span->world == static_cast<int>(span->spec.nodes.size() * span->local_devices.size()));
+  const jobs::AdmittedGraph& graph = **span;
+  FUZZ_CHECK(!graph.spec.nodes.empty());
+  FUZZ_CHECK(nodes.empty() || graph.spec.nodes == nodes);
+  FUZZ_CHECK(!graph.devices.empty());
+  for (int device : graph.devices) FUZZ_CHECK(device >= 0 && device < kDevices);
+  FUZZ_CHECK(graph.world == static_cast<int>(graph.spec.nodes.size() * graph.devices.size()));
 }
 
 }  // namespace

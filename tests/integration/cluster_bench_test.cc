@@ -34,9 +34,9 @@ class ClusterBenchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     cluster_ = new Cluster;
-    for (int i = 0; i < 2; ++i) {
+    for (int port : FreeLoopbackPorts(2)) {
       cluster_->dirs.push_back(std::make_unique<TempDir>());
-      cluster_->peers.push_back(absl::StrCat("127.0.0.1:", FreeLoopbackPort()));
+      cluster_->peers.push_back(absl::StrCat("127.0.0.1:", port));
     }
     cluster_->nodes = absl::StrCat(cluster_->peers[0], ",", cluster_->peers[1]);
     const std::string key = WriteClusterKey(cluster_->dirs[0]->File("cluster.key"));

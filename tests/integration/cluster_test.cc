@@ -76,9 +76,9 @@ class ClusterTest : public ::testing::Test {
   void StartNodes(int count, int devices = 2, std::vector<int> unlisted = {},
                   int hold_timeout_ms = 3000) {
     key_ = WriteClusterKey(key_dir_.File("cluster.key"));
-    for (int i = 0; i < count; ++i) {
+    for (int port : FreeLoopbackPorts(count)) {
       Node node;
-      node.peer = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
+      node.peer = absl::StrCat("127.0.0.1:", port);
       nodes_.push_back(std::move(node));
     }
     for (int i = 0; i < count; ++i) {
@@ -190,7 +190,7 @@ class ClusterTest : public ::testing::Test {
 };
 
 TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
   ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
@@ -220,8 +220,38 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   EXPECT_THAT(daemon(0).Ctl({"list"}).out, HasSubstr("2 nodes"));
 }
 
+// The graph is parsed once on each daemon a job touches, and the typed graph
+// handed on: a local job's on its daemon; a spanning job's on its coordinator
+// (which admits its own part without the text) and once on the peer, whose
+// check at submission and admission at reservation share it.
+TEST_F(ClusterTest, AJobsGraphIsParsedOnceOnEachDaemonItTouches) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  auto parsed = [&](int i) {
+    RunResult stats = daemon(i).Ctl({"stats", "--json"});
+    EXPECT_EQ(stats.exit_code, 0) << stats.err;
+    return std::stoll(ParseJson(stats.out).value("graphs_parsed", std::string("0")));
+  };
+  const int64_t coordinator_before = parsed(0);
+  const int64_t peer_before = parsed(1);
+  const std::string local = Trim(
+      daemon(0).Ctl({"submit", WriteGraph("local.yaml", absl::StrCat("name: local\niterations: 2\n"
+                                                                    "warmup: 1\nops:\n"
+                                                                    "  - {id: ar, type: all_reduce, "
+                                                                    "m: 64, n: 64}\n"))})
+          .out);
+  ASSERT_EQ(PollJob(daemon(0), local, Final).value("state", ""), "SUCCEEDED") << Logs();
+  EXPECT_EQ(parsed(0) - coordinator_before, 1);
+  EXPECT_EQ(parsed(1) - peer_before, 0);
+
+  const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
+  EXPECT_EQ(parsed(0) - coordinator_before, 2);
+  EXPECT_EQ(parsed(1) - peer_before, 1);
+}
+
 TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDaemons) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string path = nodes_[0].dir->File("written.yaml");
   RunResult written = Overlapctl(nodes_[0].dir->path(), "",
                                  {"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
@@ -245,7 +275,7 @@ TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDa
 }
 
 TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
-  StartNodes(3, /*devices=*/2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(3, /*devices=*/2));
   // tp 2 x dp 3: each replica on one node, the world and dp groups across all three.
   std::string graph = kWorldAllReduce;
   graph.replace(graph.find("dp: 2"), 5, "dp: 3");
@@ -267,7 +297,7 @@ TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
 }
 
 TEST_F(ClusterTest, ANodeNotInPeersIsRefusedAtSubmission) {
-  StartNodes(3, 2, /*unlisted=*/{2});
+  ASSERT_NO_FATAL_FAILURE(StartNodes(3, 2, /*unlisted=*/{2}));
   RunResult submit = daemon(0).Ctl(
       {"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes", Nodes({0, 2})});
   EXPECT_NE(submit.exit_code, 0);
@@ -281,7 +311,7 @@ TEST_F(ClusterTest, ANodeNotInPeersIsRefusedAtSubmission) {
 }
 
 TEST_F(ClusterTest, APeerThatCannotAdmitItsPartGetsTheJobRefusedNamingIt) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   // Device 3 exists on neither node (2 devices each).
   std::string graph = kMeshLayer;
   graph.replace(graph.find("mesh:"), 0, "devices: [0, 3]\n");
@@ -299,7 +329,7 @@ TEST_F(ClusterTest, APeerThatCannotAdmitItsPartGetsTheJobRefusedNamingIt) {
 }
 
 TEST_F(ClusterTest, CancelOnTheCoordinatorCancelsEveryPart) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   WaitForPart(1, "RUNNING");
   PollJob(daemon(0), id, StateIs("RUNNING"));
@@ -311,7 +341,7 @@ TEST_F(ClusterTest, CancelOnTheCoordinatorCancelsEveryPart) {
 }
 
 TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNext) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   WaitForPart(1, "RUNNING");
   daemon(1).Kill();
@@ -333,7 +363,7 @@ ops:
 }
 
 TEST_F(ClusterTest, ACoordinatorKilledMidJobEndsThePeersParts) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   WaitForPart(1, "RUNNING");
   daemon(0).Kill();
@@ -345,7 +375,7 @@ TEST_F(ClusterTest, ACoordinatorKilledMidJobEndsThePeersParts) {
 }
 
 TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish) {
-  StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500));
   const std::string graph = WriteGraph("layer.yaml", kMeshLayer);
   std::unique_ptr<Child> a =
       daemon(0).CtlAsync({"submit", graph, "--nodes", Nodes({0, 1}), "--wait"});
@@ -358,7 +388,7 @@ TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish
 }
 
 TEST_F(ClusterTest, APartQueuedWhenItsDaemonRestartedNeverRunsOnItsOwn) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   // Node 1 busy with a job of its own, so that the part queues behind it.
   KeepBusy(1, 5000);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
@@ -383,7 +413,7 @@ TEST_F(ClusterTest, APartQueuedWhenItsDaemonRestartedNeverRunsOnItsOwn) {
 TEST_F(ClusterTest, ASecondUserCannotActOnThePeerPort) {
   const std::string cannot = CannotSwitchUsers(PEER_CALL_BIN);
   if (!cannot.empty()) GTEST_SKIP() << cannot;
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
   const nlohmann::json part = WaitForPart(1, "RUNNING");
   const std::string global = part.value("global_job_id", "");
@@ -448,7 +478,7 @@ TEST_F(ClusterTest, ASecondUserCannotActOnThePeerPort) {
 // Bytes that once ran yaml-cpp away, sent as a part's spec by a daemon that
 // holds the key: INVALID_ARGUMENT at once, and the peer goes back to idle.
 TEST_F(ClusterTest, AHostileSpecThroughThePeerPortIsRefusedAtOnce) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const int64_t rss_before = ProcessRssBytes(daemon(1).pid());
   for (const std::string& text : {std::string(",\""), std::string("[:"), std::string("a: &x 1")}) {
     const std::string spec = WriteGraph("bad.yaml", text);
@@ -469,7 +499,7 @@ TEST_F(ClusterTest, AHostileSpecThroughThePeerPortIsRefusedAtOnce) {
 // A peer that just restarted is reached at once: no stale "Connection
 // refused" from the coordinator's channel.
 TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
-  StartNodes(2);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string first = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   PollJob(daemon(0), first, Final, std::chrono::seconds(60));
   daemon(1).Kill();
@@ -486,7 +516,7 @@ TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
 // A part whose node stays busy past cluster_hold_timeout_ms is let go by the
 // coordinator, and says so.
 TEST_F(ClusterTest, AReleasedPartSaysItWasReleased) {
-  StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500));
   const std::string busy = KeepBusy(1, 10000);
   const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
   const nlohmann::json released = WaitForPart(1, "CANCELLED", std::chrono::seconds(30));

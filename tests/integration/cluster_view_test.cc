@@ -30,14 +30,17 @@ class ClusterViewTest : public ::testing::Test {
  protected:
   void TearDown() override {
     if (!HasFailure()) return;
-    for (const Node& n : nodes_) std::cerr << "overlapd log:\n" << n.daemon->Log();
+    for (const Node& n : nodes_) {
+      if (n.daemon != nullptr) std::cerr << "overlapd log:\n" << n.daemon->Log();
+    }
   }
 
   // `peered` daemons that list each other, then `plain` ones without a peer listener.
   void StartNodes(int peered, int plain = 0) {
+    const std::vector<int> ports = FreeLoopbackPorts(peered);
     for (int i = 0; i < peered + plain; ++i) {
       nodes_.emplace_back();
-      if (i < peered) nodes_.back().peer = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
+      if (i < peered) nodes_.back().peer = absl::StrCat("127.0.0.1:", ports[i]);
     }
     const std::string key = WriteClusterKey(nodes_[0].dir->File("cluster.key"));
     for (int i = 0; i < peered + plain; ++i) {
@@ -79,7 +82,7 @@ std::vector<std::string> Lines(const std::string& text) {
 }
 
 TEST_F(ClusterViewTest, NodeAndTopShowEveryDaemonAndOneThatDoesNotAnswerAsSuch) {
-  StartNodes(/*peered=*/2, /*plain=*/1);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(/*peered=*/2, /*plain=*/1));
   RunResult node = Ctl({"node", "--nodes", Addresses({0, 1, 2})});
   ASSERT_EQ(node.exit_code, 0) << Describe(node);
   EXPECT_THAT(Lines(node.out)[0], HasSubstr(address(2)));
@@ -130,7 +133,7 @@ TEST_F(ClusterViewTest, NodeAndTopShowEveryDaemonAndOneThatDoesNotAnswerAsSuch) 
 }
 
 TEST_F(ClusterViewTest, CheckRunsEachNodesGemmAndAVerifiedAllReduceBetweenThem) {
-  StartNodes(/*peered=*/2, /*plain=*/1);
+  ASSERT_NO_FATAL_FAILURE(StartNodes(/*peered=*/2, /*plain=*/1));
   RunResult check = Ctl({"check", "--nodes", Addresses({0, 1}), "--iterations", "2", "--json"});
   ASSERT_EQ(check.exit_code, 0) << Describe(check);
   const nlohmann::json j = ParseJson(check.out);

@@ -310,22 +310,34 @@ inline std::string CannotSwitchUsers(const std::string& path) {
 // that run a program as another user inside it.
 inline void OpenToOthers(const std::string& dir) { ::chmod(dir.c_str(), 0755); }
 
-// A TCP port on 127.0.0.1 that nothing listens on right now.
-inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+// `count` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+// Every socket stays bound until all are chosen: a port closed and asked for
+// again can come back, and two daemons given one port fail to start (one
+// lists itself as its own peer).
+inline std::vector<int> FreeLoopbackPorts(int count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(addr.sin_port);
+    }
+    fds.push_back(fd);
+    ports.push_back(port);
   }
-  ::close(fd);
-  return port;
+  for (int fd : fds) ::close(fd);
+  return ports;
 }
+
+// A TCP port on 127.0.0.1 that nothing listens on right now.
+inline int FreeLoopbackPort() { return FreeLoopbackPorts(1)[0]; }
 
 // The CPU time (user + system) process `pid` has used, in seconds; -1 when
 // it cannot be read.

@@ -171,7 +171,10 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
 
   FakeRunner runner;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
+      store->get(),
+      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        return runner.Run(j, h);
+      },
       SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
@@ -345,7 +348,10 @@ TEST(JobStoreTest, AnEndTheStoreCannotTakeIsKeptAndStoredLater) {
 
   FakeRunner runner;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
+      store->get(),
+      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        return runner.Run(j, h);
+      },
       SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   v1::Job job;
@@ -400,7 +406,10 @@ TEST(JobStoreTest, RestartRecovery) {
   SchedulerOptions options;
   options.executor_threads = 2;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
+      store->get(),
+      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        return runner.Run(j, h);
+      },
       options);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
 
@@ -576,7 +585,10 @@ TEST(JobStoreTest, SchedulerPrunesAsJobsEnd) {
   SchedulerOptions options;
   options.retention.keep_jobs = 2;
   auto scheduler = Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
+      store->get(),
+      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        return runner.Run(j, h);
+      },
       options);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   for (int i = 0; i < 5; ++i) {

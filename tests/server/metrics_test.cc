@@ -101,6 +101,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   (*stats.mutable_jobs_by_state())["RUNNING"] = 1;
   (*stats.mutable_jobs_by_state())["SUCCEEDED"] = 7;
   stats.set_jobs_submitted(9);
+  stats.set_graphs_parsed(11);
   v1::DeviceStats* busy = stats.add_devices();
   busy->set_device(1);
   busy->set_busy_ms(1500);
@@ -121,6 +122,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
            "overlapd_healthy{backend=\"cuda\"} 1\n",
            "overlapd_jobs{state=\"SUCCEEDED\"} 7\n",
            "overlapd_jobs_submitted_total 9\n",
+           "overlapd_graphs_parsed_total 11\n",
            "overlapd_device_memory_used_bytes{device=\"0\"} 250\n",
            "overlapd_device_memory_bytes{device=\"0\",name=\"NVIDIA H200\"} 1000\n",
            "overlapd_device_total_memory_bytes{device=\"0\"} 4000\n",
@@ -229,7 +231,10 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   ASSERT_TRUE(store.ok()) << store.status();
   testing::FakeRunner runner;
   auto scheduler = jobs::Scheduler::Create(
-      store->get(), [&](const v1::Job& j, const runner::RunHooks& h) { return runner.Run(j, h); },
+      store->get(),
+      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        return runner.Run(j, h);
+      },
       jobs::SchedulerOptions{});
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   node::NodeState node(**scheduler, **engine, dir.path());

@@ -86,7 +86,9 @@ class RpcServerTest : public ::testing::Test {
     scheduler_options.executor_threads = 2;
     auto scheduler = jobs::Scheduler::Create(
         store_.get(),
-        [this](const v1::Job& j, const runner::RunHooks& h) { return runner_.Run(j, h); },
+        [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+          return runner_.Run(j, h);
+        },
         scheduler_options);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);

@@ -30,7 +30,10 @@ class SchedulerTest : public ::testing::Test {
     options.max_queued_jobs = max_queued;
     auto scheduler = Scheduler::Create(
         store_.get(),
-        [this](const v1::Job& j, const runner::RunHooks& h) { return runner_.Run(j, h); }, options);
+        [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+          return runner_.Run(j, h);
+        },
+        options);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
   }
