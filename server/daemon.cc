@@ -30,6 +30,7 @@
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
 #include "server/cluster/cluster_jobs.h"
+#include "server/cluster/cross_node_transport.h"
 #include "server/cluster/grpc_peer_link.h"
 #include "server/peer/peer_client.h"
 #include "server/peer/peer_config.h"
@@ -322,13 +323,11 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   if (p.cluster != nullptr) p.cluster->SetScheduler(p.scheduler.get());
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
   if (p.cluster != nullptr) {
-    const bool host = p.engine->Name() == "host";
-    const bool nccl = p.engine->CrossProcessCollectives();
+    const cluster::TransportKind* transport = cluster::TransportFor(*p.engine);
     p.node->set_cluster(node::NodeState::ClusterInfo{
-        NodeName(config), config.peers, host ? "gloo" : nccl ? "nccl" : "",
-        host ? ""
-        : nccl
-            ? "experimental: NCCL between daemons has not yet been verified on two GPUs"
+        NodeName(config), config.peers, transport != nullptr ? transport->name : "",
+        transport != nullptr
+            ? transport->note
             : "no jobs across daemons with ranks_per_gpu above 1 (NCCL refuses two ranks of "
               "one communicator on one GPU)"});
   }

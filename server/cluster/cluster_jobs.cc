@@ -15,6 +15,7 @@
 #include "common/text.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/cluster/cross_node_transport.h"
 #include "server/cluster/spanning_engine.h"
 #include "server/gloo/rendezvous_store.h"
 #include "server/peer/peer_auth.h"
@@ -118,7 +119,7 @@ void ClusterJobs::SetScheduler(jobs::Scheduler* scheduler) {
 }
 
 absl::Status ClusterJobs::CheckBackend() const {
-  if (engine_.Name() == "host" || engine_.CrossProcessCollectives()) return absl::OkStatus();
+  if (TransportFor(engine_) != nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "jobs spanning daemons need collectives between processes, which this daemon's ",
       engine_.Name(), " backend does not have here (NCCL refuses two ranks of one communicator "

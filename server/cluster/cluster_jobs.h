@@ -172,8 +172,8 @@ class ClusterJobs final : public peer::PeerHandler {
   absl::Status CheckPartNode(const Coordinated& state, const peer::PeerCaller& caller,
                              int node_index, absl::string_view what) const;
   absl::Status CheckJobNode(const Coordinated& state, const peer::PeerCaller& caller) const;
-  // FAILED_PRECONDITION on a backend with neither Gloo's host memory nor
-  // communicators across processes (CUDA with ranks_per_gpu above 1).
+  // FAILED_PRECONDITION on a backend that can carry no cross-node transport
+  // (cross_node_transport.h; CUDA with ranks_per_gpu above 1).
   absl::Status CheckBackend() const;
 
   const ClusterOptions options_;

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "server/gloo/gloo_group.h"
 
 namespace overlap::cluster {
 
@@ -14,47 +13,27 @@ using engine::CollectiveArgs;
 using engine::EventId;
 using engine::StreamId;
 
-// Connects on the first collective, on the stream thread that runs it: every
-// node's ranks reach that collective, so every rank of the group is there to
-// connect, and nothing waits for a peer before the schedule gets there.
-class SpanningEngine::LazyGroup {
- public:
-  LazyGroup(gloo_group::RendezvousStore& store, gloo_group::GlooGroupOptions options)
-      : store_(store), options_(std::move(options)) {}
+namespace {
 
-  absl::StatusOr<gloo_group::GlooGroup*> Get() {
-    absl::MutexLock lock(&mu_);
-    if (group_ == nullptr && connect_status_.ok()) {
-      absl::StatusOr<std::unique_ptr<gloo_group::GlooGroup>> group =
-          gloo_group::GlooGroup::Connect(store_, options_);
-      if (group.ok()) {
-        group_ = std::move(*group);
-      } else {
-        connect_status_ = group.status();
-      }
-    }
-    if (!connect_status_.ok()) return connect_status_;
-    return group_.get();
-  }
+std::unique_ptr<CrossNodeTransport> MakeTransport(engine::Engine& inner,
+                                                  gloo_group::RendezvousStore& store,
+                                                  const SpanningOptions& options) {
+  const TransportKind* kind = TransportFor(inner);
+  if (kind == nullptr) return nullptr;
+  return kind->make(TransportContext{inner, store, options});
+}
 
- private:
-  gloo_group::RendezvousStore& store_;
-  const gloo_group::GlooGroupOptions options_;
-  // Held while connecting; the collectives then need no lock, since one
-  // stream thread drives each rank's group.
-  absl::Mutex mu_;
-  std::unique_ptr<gloo_group::GlooGroup> group_ ABSL_GUARDED_BY(mu_);
-  absl::Status connect_status_ ABSL_GUARDED_BY(mu_);
-};
+}  // namespace
 
 SpanningEngine::SpanningEngine(engine::Engine& inner, gloo_group::RendezvousStore& store,
                                SpanningOptions options)
-    : ForwardingEngine(inner), inner_(inner), store_(store), options_(std::move(options)) {}
+    : ForwardingEngine(inner),
+      inner_(inner),
+      store_(store),
+      options_(std::move(options)),
+      transport_(MakeTransport(inner_, store_, options_)) {}
 
-SpanningEngine::~SpanningEngine() {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [device, buffer] : barrier_scratch_) inner_.Free(buffer);
-}
+SpanningEngine::~SpanningEngine() = default;
 
 bool SpanningEngine::IsLocalDevice(int device) const {
   return device >= 0 && device < DeviceCount() &&
@@ -62,8 +41,7 @@ bool SpanningEngine::IsLocalDevice(int device) const {
 }
 
 int SpanningEngine::LocalDevice(int global_device) const {
-  return options_.placement
-      .local_devices[global_device % options_.placement.devices_per_node()];
+  return options_.placement.LocalDevice(global_device);
 }
 
 absl::Status SpanningEngine::CheckDevice(int device, const char* what) const {
@@ -212,59 +190,21 @@ absl::Status SpanningEngine::AllReduce(const CollectiveArgs& args) {
   return Collective(CollectiveOp::kAllReduce, args);
 }
 
-absl::StatusOr<std::string> SpanningEngine::CommunicatorId(int channel,
-                                                           const std::string& stream_name,
-                                                           const std::vector<int>& members) {
-  // The same on every node, as GroupFor's prefix.
-  const std::string key = absl::StrCat(options_.job_key, "/ch", channel, "/", stream_name, "/",
-                                       absl::StrJoin(members, ","), "/nccl-id");
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = comm_ids_.find(key);
-    if (it != comm_ids_.end()) return it->second;
-  }
-  // The node of the group's first rank makes the id; the others wait for it
-  // (they all reach this collective: the same schedule runs everywhere).
-  std::string id;
-  if (IsLocalDevice(members.front())) {
-    ASSIGN_OR_RETURN(id, inner_.NewCommunicatorId());
-    RETURN_IF_ERROR(store_.Set(key, id));
-  } else {
-    ASSIGN_OR_RETURN(id, store_.Get(key, options_.timeout));
-  }
-  absl::MutexLock lock(&mu_);
-  return comm_ids_.emplace(key, std::move(id)).first->second;
-}
-
-absl::StatusOr<engine::BufferRef> SpanningEngine::BarrierScratch(int device) {
-  absl::MutexLock lock(&mu_);
-  auto it = barrier_scratch_.find(device);
-  if (it == barrier_scratch_.end()) {
-    ASSIGN_OR_RETURN(const engine::BufferId buffer,
-                     inner_.Allocate(LocalDevice(device), sizeof(float)));
-    it = barrier_scratch_.emplace(device, buffer).first;
-  }
-  return engine::BufferRef{it->second, 0, sizeof(float)};
-}
-
-std::shared_ptr<SpanningEngine::LazyGroup> SpanningEngine::GroupFor(
-    int channel, const std::string& stream_name, const std::vector<int>& members, int rank) {
-  // The same on every node: the schedule names the group the same way there.
-  const std::string prefix = absl::StrCat(options_.job_key, "/ch", channel, "/", stream_name,
-                                          "/", absl::StrJoin(members, ","));
-  const std::string key = absl::StrCat(prefix, "#", rank);
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<LazyGroup>& group = groups_[key];
-  if (group == nullptr) {
-    gloo_group::GlooGroupOptions options;
-    options.rank = rank;
-    options.size = static_cast<int>(members.size());
-    options.prefix = prefix;
-    options.bind_address = options_.bind_address;
-    options.timeout = options_.timeout;
-    group = std::make_shared<LazyGroup>(store_, options);
-  }
+CrossNodeGroup SpanningEngine::GroupOf(int channel, StreamId stream,
+                                       const std::vector<int>& members) {
+  CrossNodeGroup group;
+  group.channel = channel;
+  group.stream_name = StreamName(stream);
+  group.members = members;
+  group.key = CrossNodeGroupKey(options_.job_key, channel, group.stream_name, members);
   return group;
+}
+
+absl::Status SpanningEngine::NoTransport() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "a collective across daemons: this daemon's ", inner_.Name(),
+      " backend has no transport between processes here (NCCL refuses two ranks of one "
+      "communicator on one GPU: ranks_per_gpu must be 1)"));
 }
 
 absl::Status SpanningEngine::Collective(CollectiveOp op, const CollectiveArgs& args) {
@@ -289,51 +229,9 @@ absl::Status SpanningEngine::Collective(CollectiveOp op, const CollectiveArgs& a
     return absl::UnimplementedError(
         "a collective across daemons has the library's own algorithm (no pinned ring or tree)");
   }
-  const std::string stream_name = StreamName(args.ranks[0].stream);
-  if (inner_.CrossProcessCollectives()) {
-    ASSIGN_OR_RETURN(const std::string id,
-                     CommunicatorId(args.channel, stream_name, members));
-    CollectiveArgs mine = args;
-    mine.ranks.clear();
-    std::vector<int> global_ranks;
-    for (size_t i : local) {
-      mine.ranks.push_back(args.ranks[i]);
-      mine.ranks.back().device = LocalDevice(args.ranks[i].device);
-      global_ranks.push_back(static_cast<int>(i));
-    }
-    return inner_.CrossProcessCollective(op, id, static_cast<int>(args.ranks.size()),
-                                         global_ranks, mine);
-  }
-  const size_t n = args.ranks.size();
-  const size_t es = DTypeSize(args.dtype);
-  const size_t send_bytes = (op == CollectiveOp::kReduceScatter ? args.count * n : args.count) * es;
-  const size_t recv_bytes = (op == CollectiveOp::kAllGather ? args.count * n : args.count) * es;
-  for (size_t i : local) {
-    const engine::RankBuffers& rank = args.ranks[i];
-    if (rank.send.bytes < send_bytes || rank.recv.bytes < recv_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("collective rank ", i, ": ",
-                                                     rank.send.bytes, "/", rank.recv.bytes,
-                                                     " bytes given, ", send_bytes, "/",
-                                                     recv_bytes, " needed"));
-    }
-    BufferRef send = rank.send, recv = rank.recv;
-    send.bytes = send_bytes;
-    recv.bytes = recv_bytes;
-    std::shared_ptr<LazyGroup> group =
-        GroupFor(args.channel, stream_name, members, static_cast<int>(i));
-    RETURN_IF_ERROR(inner_.EnqueueHostWork(
-        rank.stream, {send, recv},
-        [group, op, dtype = args.dtype,
-         count = args.count](const std::vector<uint8_t*>& data) -> absl::Status {
-          ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, group->Get());
-          switch (op) {
-            case CollectiveOp::kAllGather: return g->AllGather(dtype, data[0], data[1], count);
-            case CollectiveOp::kReduceScatter: return g->ReduceScatter(dtype, data[0], data[1], count);
-            default: return g->AllReduce(dtype, data[0], data[1], count);
-          }
-        }));
-  }
-  return absl::OkStatus();
+  if (transport_ == nullptr) return NoTransport();
+  return transport_->Collective(op, GroupOf(args.channel, args.ranks[0].stream, members), args,
+                                local);
 }
 
 absl::Status SpanningEngine::Barrier(int channel, const std::vector<int>& devices,
@@ -352,35 +250,8 @@ absl::Status SpanningEngine::Barrier(int channel, const std::vector<int>& device
     for (int d : devices) mine.push_back(LocalDevice(d));
     return inner_.Barrier(channel, mine, streams);
   }
-  const std::string stream_name = absl::StrCat("barrier-", StreamName(streams[0]));
-  if (inner_.CrossProcessCollectives()) {
-    // The library's barrier: a one-element all-reduce on a scratch of each rank.
-    CollectiveArgs args;
-    args.dtype = DType::kF32;
-    args.count = 1;
-    args.channel = channel;
-    for (size_t i = 0; i < devices.size(); ++i) {
-      engine::RankBuffers rank;
-      rank.device = devices[i];
-      rank.stream = streams[i];
-      if (IsLocalDevice(devices[i])) {
-        ASSIGN_OR_RETURN(const engine::BufferRef scratch, BarrierScratch(devices[i]));
-        rank.send = rank.recv = scratch;
-      }
-      args.ranks.push_back(rank);
-    }
-    return Collective(CollectiveOp::kAllReduce, args);
-  }
-  for (size_t i : local) {
-    std::shared_ptr<LazyGroup> group =
-        GroupFor(channel, stream_name, devices, static_cast<int>(i));
-    RETURN_IF_ERROR(inner_.EnqueueHostWork(
-        streams[i], {}, [group](const std::vector<uint8_t*>&) -> absl::Status {
-          ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, group->Get());
-          return g->Barrier();
-        }));
-  }
-  return absl::OkStatus();
+  if (transport_ == nullptr) return NoTransport();
+  return transport_->Barrier(GroupOf(channel, streams[0], devices), streams, local);
 }
 
 absl::Status SpanningEngine::SendRecv(int channel, const std::vector<int>& group,

@@ -8,17 +8,17 @@
 // leaves a placeholder handle behind (buffers, events and streams of other
 // nodes have no contents and no times). A collective whose ranks are all on
 // this node runs on the engine's own collectives; one whose ranks live on
-// several nodes runs, on each local rank's stream, as a Gloo collective
-// (server/gloo/gloo_group.h) whose ranks meet in the coordinator's store, or
-// where the engine has communicators across processes (NCCL on the CUDA
-// backend) on one of those, its id handed round through the same store. The
+// several nodes goes to the cross-node transport the engine can carry
+// (cross_node_transport.h: NCCL's communicators across processes on the CUDA
+// backend, Gloo over host memory on the host backend), whose ranks meet in
+// the coordinator's store. The
 // nodes synchronise only through those collectives: a wait on another node's
 // event and a copy to or from another node's memory are INVALID_ARGUMENT
 // (the p2p and direct transports need the peer's memory; the validator
 // refuses them on groups that span nodes before anything runs).
 //
-// Thread safety: as the wrapped engine's; the handle tables and the groups
-// have their own lock.
+// Thread safety: as the wrapped engine's; the handle tables and the
+// transport's groups have their own locks.
 #pragma once
 
 #include <map>
@@ -31,36 +31,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/cluster/cross_node_transport.h"
+#include "server/cluster/span_placement.h"
 #include "server/engine/forwarding_engine.h"
 #include "server/gloo/rendezvous_store.h"
 
 namespace overlap::cluster {
 
-// Where one part's ranks live.
-struct SpanPlacement {
-  int nodes = 1;
-  int node_index = 0;
-  // The daemon's own devices that run this node's ranks, in rank order.
-  std::vector<int> local_devices;
-
-  int devices_per_node() const { return static_cast<int>(local_devices.size()); }
-  int world_size() const { return nodes * devices_per_node(); }
-  int NodeOf(int global_device) const { return global_device / devices_per_node(); }
-};
-
-struct SpanningOptions {
-  SpanPlacement placement;
-  // Prefixes every group's keys in the store: the global job id.
-  std::string job_key;
-  // The address this node's Gloo connections bind to (its peer address's host).
-  std::string bind_address = "127.0.0.1";
-  // Connecting a group, and every collective across nodes.
-  absl::Duration timeout = absl::Seconds(60);
-};
-
 class SpanningEngine final : public engine::ForwardingEngine {
  public:
-  // `inner` and `store` must outlive the engine.
+  // `inner` and `store` must outlive the engine. Collectives across nodes go
+  // to the transport `inner` can carry (TransportFor); without one they are
+  // FAILED_PRECONDITION.
   SpanningEngine(engine::Engine& inner, gloo_group::RendezvousStore& store,
                  SpanningOptions options);
   ~SpanningEngine() override;
@@ -112,8 +94,6 @@ class SpanningEngine final : public engine::ForwardingEngine {
   absl::Status ReleaseGate(int64_t ticket) override;
 
  private:
-  class LazyGroup;  // a Gloo group connected on its first collective
-
   // A stream, buffer or event of another node: a handle with nothing behind it.
   static bool IsRemoteHandle(int64_t id) { return id >= kRemoteHandleBase; }
   static bool IsRemoteStream(engine::StreamId id) { return id >= kRemoteStreamBase; }
@@ -126,21 +106,15 @@ class SpanningEngine final : public engine::ForwardingEngine {
   // The stream's (role, index), the same on every node: names a group's channel.
   std::string StreamName(engine::StreamId stream);
   absl::Status Collective(CollectiveOp op, const engine::CollectiveArgs& args);
-  // The group of `members` (global devices) on `channel` used from streams
-  // named `stream_name`, as rank `rank`.
-  std::shared_ptr<LazyGroup> GroupFor(int channel, const std::string& stream_name,
-                                      const std::vector<int>& members, int rank);
-  // Where the engine has communicators across processes (NCCL): the id of the
-  // group's, made on the node of its first rank and read from the store by
-  // the others.
-  absl::StatusOr<std::string> CommunicatorId(int channel, const std::string& stream_name,
-                                             const std::vector<int>& members);
-  // A float of `device` (global) that NCCL barriers reduce.
-  absl::StatusOr<engine::BufferRef> BarrierScratch(int device);
+  // The group of `members` (global devices) on `channel`, used from `stream`.
+  CrossNodeGroup GroupOf(int channel, engine::StreamId stream, const std::vector<int>& members);
+  absl::Status NoTransport() const;
 
   engine::Engine& inner_;
   gloo_group::RendezvousStore& store_;
   const SpanningOptions options_;
+  // Null where the engine can carry none.
+  const std::unique_ptr<CrossNodeTransport> transport_;
 
   absl::Mutex mu_;
   int64_t next_remote_ ABSL_GUARDED_BY(mu_) = kRemoteHandleBase;
@@ -149,9 +123,6 @@ class SpanningEngine final : public engine::ForwardingEngine {
   engine::StreamId next_remote_stream_ ABSL_GUARDED_BY(mu_) = kRemoteStreamBase;
   // (global device, role, index) -> handle, so that a stream asked for twice is one stream.
   std::map<std::tuple<int, int, int>, engine::StreamId> remote_streams_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<LazyGroup>> groups_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> comm_ids_ ABSL_GUARDED_BY(mu_);
-  std::map<int, engine::BufferId> barrier_scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace overlap::cluster

@@ -302,6 +302,9 @@ class Engine {
   using HostWork = std::function<absl::Status(const std::vector<uint8_t*>& data)>;
   virtual absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
                                        HostWork work) = 0;
+  // Whether EnqueueHostWork runs here: the host can address the buffers (the
+  // host backend), so host libraries (Gloo) can carry its collectives.
+  virtual bool HostWorkOnBuffers() const = 0;
   // Collectives between processes (the ranks of a job spanning daemons),
   // where the backend's library makes communicators across them (NCCL). A
   // communicator is named by an id from NewCommunicatorId, made in one process
@@ -389,6 +392,7 @@ class EngineDefaults : public Engine {
   int64_t GateTimeouts(int device) const override { return 0; }
   absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
                                HostWork work) override;
+  bool HostWorkOnBuffers() const override { return false; }
   bool IsLocalDevice(int device) const override { return true; }
   bool CrossProcessCollectives() const override { return false; }
   absl::StatusOr<std::string> NewCommunicatorId() override;

@@ -120,6 +120,7 @@ class ForwardingEngine : public Engine {
     return inner_.EnqueueHostWork(stream, buffers, std::move(work));
   }
   bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
+  bool HostWorkOnBuffers() const override { return inner_.HostWorkOnBuffers(); }
   bool CrossProcessCollectives() const override { return inner_.CrossProcessCollectives(); }
   absl::StatusOr<std::string> NewCommunicatorId() override { return inner_.NewCommunicatorId(); }
   absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,

@@ -66,6 +66,7 @@ class HostEngine final : public EngineDefaults {
 
   absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
                                HostWork work) override;
+  bool HostWorkOnBuffers() const override { return true; }
   absl::Status CopyToHost(void* dst, BufferRef src, int device) override;
   absl::Status CopyFromHost(BufferRef dst, int device, const void* src) override;
   absl::Status Synchronize(const std::vector<int>& devices) override;
