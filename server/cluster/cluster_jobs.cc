@@ -19,7 +19,7 @@
 #include "server/cluster/spanning_engine.h"
 #include "server/gloo/rendezvous_store.h"
 #include "server/peer/peer_auth.h"
-#include "server/runner/job_runner.h"
+#include "server/report/result_proto.h"
 
 namespace overlap::cluster {
 namespace {
@@ -573,7 +573,7 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
     spec.timeline = false;
     std::vector<int> devices(graph->world);
     std::iota(devices.begin(), devices.end(), 0);
-    result = runner::RunJob(spanning, spec, devices, hooks, /*tuning_cache=*/nullptr);
+    result = report::RunJobResult(spanning, spec, devices, hooks, /*tuning_cache=*/nullptr);
   }
   return result;
 }

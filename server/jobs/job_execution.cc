@@ -1,5 +1,6 @@
 #include "server/jobs/job_execution.h"
 #include "common/status_macros.h"
+#include "server/report/result_proto.h"
 
 namespace overlap::jobs {
 
@@ -9,7 +10,7 @@ absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admissi
   if (graph == nullptr) {
     ASSIGN_OR_RETURN(graph, admission.Revalidate(job));
   }
-  return runner::RunJob(engine, graph->spec, graph->devices, hooks, tuning_cache);
+  return report::RunJobResult(engine, graph->spec, graph->devices, hooks, tuning_cache);
 }
 
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,

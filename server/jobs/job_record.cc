@@ -1,6 +1,6 @@
 #include "server/jobs/job_record.h"
 
-#include "server/runner/op_report.h"
+#include "server/report/result_proto.h"
 
 namespace overlap::jobs {
 
@@ -62,7 +62,7 @@ v1::Job ToProto(const JobRecord& job) {
   out.set_submit_time_ms(job.submit_time_ms);
   out.set_start_time_ms(job.start_time_ms);
   out.set_end_time_ms(job.end_time_ms);
-  if (job.progress) *out.mutable_progress() = runner::ToProto(*job.progress);
+  if (job.progress) *out.mutable_progress() = report::ToProto(*job.progress);
   *out.mutable_result() = job.result;
   out.set_sequence(job.sequence);
   out.set_error_code(static_cast<int32_t>(job.error_code));

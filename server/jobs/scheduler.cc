@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "server/runner/op_report.h"
+#include "server/report/result_proto.h"
 
 namespace overlap::jobs {
 namespace {
@@ -350,8 +350,11 @@ runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* o
     entry->job.progress = progress;
     ChangedLocked(*entry);
   };
-  hooks.on_op_done = [this, entry, ops_done](const v1::JobResult& header,
-                                             const v1::OpResult& op) {
+  hooks.on_op_done = [this, entry, ops_done](const runner::JobReport& header_report,
+                                             const runner::OpMeasurement& measured) {
+    // The store's edge: from here on the wire's types.
+    const v1::JobResult header = report::ToProto(header_report);
+    const v1::OpResult op = report::ToProto(measured);
     const uint64_t sequence = entry->job_sequence;
     // Stored too, one row per op: a daemon that dies mid-job keeps the ops
     // that had finished.

@@ -16,7 +16,6 @@
 #include "server/ops/op_context.h"
 #include "server/runner/layer_step.h"
 #include "server/runner/op_phases.h"
-#include "server/runner/op_report.h"
 #include "server/runner/op_run.h"
 #include "server/runner/tuning_cache.h"
 
@@ -33,9 +32,8 @@ using ops::Schedule;
 
 namespace {
 
-// One op, phase by phase (op_phases.h); OpReport turns what they measured
-// into its result.
-absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
+// One op, phase by phase (op_phases.h): what they measured.
+absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
                                    const TuningUse& tuning, int op_index, int op_count,
                                    const OpSpec& op) {
@@ -58,42 +56,37 @@ absl::StatusOr<v1::OpResult> RunOp(engine::Engine& engine, const JobSpec& spec,
   ASSIGN_OR_RETURN(m.rounds, TimeRounds(run, m.choice.schedule, m.comm.fastest));
   ASSIGN_OR_RETURN(m.timeline, TraceOp(run, m.choice.schedule));
   ASSIGN_OR_RETURN(m.verified, VerifyOp(run, m.choice.schedule));
-  return OpReport(m);
+  return m;
 }
 
 }  // namespace
 
 
-absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec,
-                                     const std::vector<int>& devices, const RunHooks& hooks,
-                                     TuningCache* tuning_cache) {
+absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
+                                 const std::vector<int>& devices, const RunHooks& hooks,
+                                 TuningCache* tuning_cache) {
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
-  v1::JobResult result;
-  result.set_backend(engine.Name());
-  result.set_launch_gate(engine.HasGates());
-  if (engine.HasGates()) result.set_head_start(spec.heat_head_start ? "heat" : "idle");
-  if (engine.HasGates() && spec.heat_head_start) result.set_preheat_ms(engine.PreheatMs());
-  result.set_nccl_overlap_ctas(engine.CollectiveSmBudget());
-  result.set_ranks_per_gpu(engine.RanksPerGpu());
-  result.set_mesh_tp(spec.mesh.tp);
-  result.set_mesh_dp(spec.mesh.dp);
-  const engine::BackendVersions versions = engine.Versions();
-  result.set_overlapd_version(absl::StrCat(OVERLAP_VERSION, " (", OVERLAP_GIT_COMMIT, ")"));
-  if (!devices.empty()) result.set_gpu(engine.GetDeviceInfo(devices[0]).name);
-  result.set_cuda_runtime(versions.cuda_runtime);
-  result.set_cuda_driver(versions.cuda_driver);
-  result.set_nccl(versions.nccl);
-  result.set_cublas(versions.cublas);
-  for (const auto& [name, value] : LibraryEnvironment())
-    (*result.mutable_library_env())[name] = value;
+  JobReport result;
+  result.backend = engine.Name();
+  result.launch_gate = engine.HasGates();
+  if (engine.HasGates()) result.head_start = spec.heat_head_start ? "heat" : "idle";
+  if (engine.HasGates() && spec.heat_head_start) result.preheat_ms = engine.PreheatMs();
+  result.nccl_overlap_ctas = engine.CollectiveSmBudget();
+  result.ranks_per_gpu = engine.RanksPerGpu();
+  result.mesh_tp = spec.mesh.tp;
+  result.mesh_dp = spec.mesh.dp;
+  result.versions = engine.Versions();
+  result.overlapd_version = absl::StrCat(OVERLAP_VERSION, " (", OVERLAP_GIT_COMMIT, ")");
+  if (!devices.empty()) result.gpu = engine.GetDeviceInfo(devices[0]).name;
+  result.library_env = LibraryEnvironment();
   // A job that asked to retune ignores every choice tuned before it started
   // (and replaces it); ones its own earlier ops tuned still answer.
   const TuningUse tuning{tuning_cache, spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
-  v1::JobResult header = result;  // before any op: what on_op_done gets beside each op
+  JobReport header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
-    absl::StatusOr<v1::OpResult> op_result =
+    absl::StatusOr<OpMeasurement> op_result =
         RunOp(engine, spec, devices, hooks, tuning, order[i], static_cast<int>(order.size()), op);
     if (!op_result.ok()) {
       // Drain what is still queued and consume the asynchronous errors it left,
@@ -104,16 +97,17 @@ absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec
       }
       return op_result.status();
     }
-    v1::OpResult r = std::move(op_result).value();
-    total += r.step().median_ms();
-    exposed += r.exposed_comm_ms();
-    header.set_total_step_ms(total);
-    header.set_total_exposed_comm_ms(exposed);
-    if (hooks.on_op_done) hooks.on_op_done(header, r);
-    *result.add_ops() = std::move(r);
+    OpMeasurement m = std::move(op_result).value();
+    const OpFigures figures = FiguresOf(m);
+    total += figures.step.median;
+    exposed += figures.exposed_comm_ms;
+    header.total_step_ms = total;
+    header.total_exposed_comm_ms = exposed;
+    if (hooks.on_op_done) hooks.on_op_done(header, m);
+    result.ops.push_back(std::move(m));
   }
-  result.set_total_step_ms(total);
-  result.set_total_exposed_comm_ms(exposed);
+  result.total_step_ms = total;
+  result.total_exposed_comm_ms = exposed;
   if (absl::Status s = TimeLayerStep(engine, spec, devices, hooks, order, &result); !s.ok()) {
     const absl::Status drained = engine.Synchronize(devices);
     if (!drained.ok()) {

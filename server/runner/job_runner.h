@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/graph.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
+#include "server/runner/job_report.h"
 #include "server/runner/run_hooks.h"
 
 namespace overlap::runner {
@@ -17,12 +17,12 @@ namespace overlap::runner {
 class TuningCache;  // server/runner/tuning_cache.h
 
 // `devices` is the resolved, validated TP group (rank i = devices[i]).
-// Returns the result, or: CANCELLED when hooks.cancelled() fired, ABORTED when a
+// Returns what it measured (server/report/ makes the API's result of it), or: CANCELLED when hooks.cancelled() fired, ABORTED when a
 // communicator was aborted, FAILED_PRECONDITION when verification or a hazard
 // check failed, RESOURCE_EXHAUSTED when buffers did not fit, or the engine's error.
-absl::StatusOr<v1::JobResult> RunJob(engine::Engine& engine, const JobSpec& spec,
-                                     const std::vector<int>& devices, const RunHooks& hooks,
-                                     TuningCache* tuning_cache);
+absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
+                                 const std::vector<int>& devices, const RunHooks& hooks,
+                                 TuningCache* tuning_cache);
 
 // The heat head start before a gated timed iteration (JobSpec::heat_head_start):
 // `whole_gemms` runs of the per-rank GEMM, then one over its first `rows` rows,

@@ -14,7 +14,6 @@
 #include "common/status_macros.h"
 #include "server/ops/op_context.h"
 #include "server/runner/op_phases.h"
-#include "server/runner/op_report.h"
 #include "server/runner/op_run.h"
 #include "server/ops/reference.h"
 #include "server/runner/traced_iteration.h"
@@ -137,11 +136,11 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, const
   return out;
 }
 
-absl::StatusOr<Schedule> ScheduleOf(const v1::OpResult& r) {
-  ASSIGN_OR_RETURN(OverlapMode mode, ParseOverlapMode(r.mode()));
-  ASSIGN_OR_RETURN(Transport transport, ParseTransport(r.transport()));
-  ASSIGN_OR_RETURN(AllReduceAlgorithm algorithm, ParseStoredAllReduceAlgorithm(r.algorithm()));
-  return Schedule{mode, std::max(1, r.chunks()), transport, algorithm};
+// The schedule the op ran alone, which it runs in the step too.
+Schedule ScheduleOf(const OpMeasurement& m) {
+  Schedule schedule = m.choice.schedule;
+  schedule.chunks = std::max(1, schedule.chunks);
+  return schedule;
 }
 
 // Each device's main compute stream: the layer step's main streams, which
@@ -375,34 +374,34 @@ class StepClock {
 // What was deferred and how, and how much of it hid: the step once more
 // without the deferred ops, beside the step with them.
 absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext& main,
-                             bool replay, const JobSpec& spec, v1::JobResult* result) {
+                             bool replay, const JobSpec& spec, LayerStepReport* result) {
   const int64_t es =
       static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
   double deferred_alone = 0;
   for (const Member& m : members) {
     if (!m.deferred) continue;
-    v1::LayerDeferral* d = result->add_layer_deferrals();
-    d->set_op(m.op.id);
-    d->set_how(!m.pieces.empty()    ? "chunked"
-               : !m.bucketed.empty() ? "bucketed"
-                                     : "whole");
-    d->set_pieces(std::max<int>(1, static_cast<int>(m.pieces.size())));
-    d->set_piece_bytes(m.pieces.empty() ? 0 : m.pieces[0].rows * m.op.n * es);
-    d->set_joined_before(m.join_before);
-    d->set_alone_ms(m.alone_ms);
+    LayerDeferral& d = result->deferrals.emplace_back();
+    d.op = m.op.id;
+    d.how = !m.pieces.empty()    ? "chunked"
+            : !m.bucketed.empty() ? "bucketed"
+                                  : "whole";
+    d.pieces = std::max<int>(1, static_cast<int>(m.pieces.size()));
+    d.piece_bytes = m.pieces.empty() ? 0 : m.pieces[0].rows * m.op.n * es;
+    d.joined_before = m.join_before;
+    d.alone_ms = m.alone_ms;
     deferred_alone += m.alone_ms;
   }
-  if (result->layer_deferrals_size() == 0) return absl::OkStatus();
+  if (result->deferrals.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const TimedRun without,
                    run.Timed(
                        "step without deferred", 1, spec.iterations,
                        [&] { return EnqueueLayer(members, main, nullptr, /*with_deferred=*/false); },
                        ops::EventKind::kIterEnd, replay));
   const Summary alone = Summarize(without.times);
-  *result->mutable_layer_step_without_deferred() = ToProto(alone);
-  const double added = std::max(0.0, result->layer_step().median_ms() - alone.median);
-  result->set_layer_deferred_hidden_fraction(
-      deferred_alone > 0 ? std::clamp(1.0 - added / deferred_alone, 0.0, 1.0) : 0.0);
+  result->without_deferred = alone;
+  const double added = std::max(0.0, result->step.median - alone.median);
+  result->deferred_hidden_fraction =
+      deferred_alone > 0 ? std::clamp(1.0 - added / deferred_alone, 0.0, 1.0) : 0.0;
   return absl::OkStatus();
 }
 
@@ -467,15 +466,15 @@ absl::Status AgreeAcrossDaemons(engine::Engine& engine, const std::vector<int>& 
 
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
-                           const std::vector<int>& order, v1::JobResult* result) {
+                           const std::vector<int>& order, JobReport* result) {
   if (order.size() < 2 || !spec.layer_step) return absl::OkStatus();
   const int device_count = static_cast<int>(devices.size());
-  // result->ops() follows `order`; the step follows the layer order.
+  // result->ops follows `order`; the step follows the layer order.
   std::map<int, int> result_of;
   for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
   std::vector<double> alone_ms(spec.ops.size());
   for (const auto& [spec_index, result_index] : result_of) {
-    alone_ms[spec_index] = result->ops(result_index).step().median_ms();
+    alone_ms[spec_index] = FiguresOf(result->ops[result_index]).step.median;
   }
   RETURN_IF_ERROR(AgreeAcrossDaemons(engine, devices, &alone_ms));
   ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec, alone_ms));
@@ -483,7 +482,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   for (size_t i = 0; i < layer_order.size(); ++i) {
     members[i].spec_index = layer_order[i];
     members[i].op = spec.ops[layer_order[i]];
-    ASSIGN_OR_RETURN(members[i].schedule, ScheduleOf(result->ops(result_of.at(layer_order[i]))));
+    members[i].schedule = ScheduleOf(result->ops[result_of.at(layer_order[i])]);
     members[i].alone_ms = alone_ms[layer_order[i]];
   }
   bool any_main = false;
@@ -511,9 +510,9 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
         BuffersFor(op, degree, m.schedule), ops::RankLayout{degree, spec.mesh});
     if (!ctx.ok()) {
       if (!absl::IsResourceExhausted(ctx.status())) return ctx.status();
-      result->set_layer_note(absl::StrCat(
+      result->layer_note = absl::StrCat(
           "no layer step: the buffers of every op do not fit in device memory at once (",
-          ctx.status().message(), ")"));
+          ctx.status().message(), ")");
       return absl::OkStatus();
     }
     m.ctx = std::move(*ctx);
@@ -549,29 +548,32 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
                              enqueue, ops::EventKind::kIterEnd, replay));
   const bool step_replayed = step.replayed;
-  *result->mutable_layer_step() = ToProto(Summarize(step.times));
-  RETURN_IF_ERROR(ReportDeferrals(run, members, *main->ctx, replay, spec, result));
+  LayerStepReport layer;
+  layer.step = Summarize(step.times);
+  RETURN_IF_ERROR(ReportDeferrals(run, members, *main->ctx, replay, spec, &layer));
   double gemms_ms = 0;
-  for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
-  result->set_layer_exposed_comm_ms(std::max(0.0, result->layer_step().median_ms() - gemms_ms));
-  for (int i : layer_order) result->add_layer_order(spec.ops[i].id);
+  for (const OpMeasurement& op : result->ops) gemms_ms += FiguresOf(op).gemm_alone.median;
+  layer.exposed_comm_ms = std::max(0.0, layer.step.median - gemms_ms);
+  for (int i : layer_order) layer.order.push_back(spec.ops[i].id);
   for (const Member& m : members) {
     if (!m.deferred) continue;
-    result->add_layer_deferred(m.ctx->op().id);
-    result->add_layer_joined_before(m.join_before);
+    layer.deferred.push_back(m.ctx->op().id);
+    layer.joined_before.push_back(m.join_before);
   }
 
   if (spec.timeline) {
     std::vector<OpContext*> contexts;
     for (Member& m : members) contexts.push_back(m.ctx.get());
-    ASSIGN_OR_RETURN(*result->mutable_layer_timeline(),
-                     TraceIteration(run, contexts, [&](TimelineEngine& tracer) {
+    ASSIGN_OR_RETURN(layer.timeline, TraceIteration(run, contexts, [&](TimelineEngine& tracer) {
                        return EnqueueLayer(members, *main->ctx, &tracer);
                      }));
-    result->mutable_layer_timeline()->set_enqueued_not_replayed(step_replayed);
+    layer.timeline->enqueued_not_replayed = step_replayed;
   }
 
-  if (!spec.verify) return absl::OkStatus();
+  if (!spec.verify) {
+    result->layer = std::move(layer);
+    return absl::OkStatus();
+  }
   // Run side by side, every op must still compute what it computes alone.
   run.heat_gemm_ms = 0;
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
@@ -585,6 +587,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
           m.ctx->op().id, m.schedule.Name(), v.max_rel_error, tolerance));
     }
   }
+  result->layer = std::move(layer);
   return absl::OkStatus();
 }
 

@@ -23,7 +23,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/graph.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/runner/job_runner.h"
 
@@ -44,12 +43,12 @@ namespace overlap::runner {
 absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec,
                                             const std::vector<double>& alone_ms = {});
 
-// `order` is the topological order the ops ran in and `result` holds their
-// results in that order; sets result's layer_step, layer_order, layer_deferred
-// and layer_joined_before, or layer_note when the step cannot be measured (one op;
-// the buffers of every op do not fit at once). Errors as RunJob's.
+// `order` is the topological order the ops ran in and `result` holds what
+// they measured in that order; sets result's layer, or its layer_note when
+// the step cannot be measured (the buffers of every op do not fit at once).
+// A graph of one op, or with the layer step off, has neither. Errors as RunJob's.
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
-                           const std::vector<int>& order, v1::JobResult* result);
+                           const std::vector<int>& order, JobReport* result);
 
 }  // namespace overlap::runner

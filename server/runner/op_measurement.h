@@ -1,7 +1,8 @@
 // What the job runner measured of one op, phase by phase, as plain values:
 // the schedule it chose (and why), the collective alone on each transport,
 // the timed rounds, the traced iteration and the check against float64.
-// OpReport (op_report.h) is the one place these become a v1::OpResult.
+// server/report/ is the one place these become the API's op result; the figures
+// the runner itself needs of them (OpFigures) are computed here.
 #pragma once
 
 #include <optional>
@@ -9,10 +10,11 @@
 #include <vector>
 
 #include "common/graph.h"
-#include "overlap/v1/overlap.pb.h"
+#include "common/stats.h"
 #include "server/ops/reference.h"
 #include "server/ops/schedule.h"
 #include "server/runner/autotune.h"
+#include "server/runner/timeline.h"
 
 namespace overlap::runner {
 
@@ -42,6 +44,14 @@ struct TimedRounds {
   bool step_replayed = true;                      // every round's step replayed a graph
 };
 
+// One traced iteration (traced_iteration.h): where the step's time went.
+struct Timeline {
+  double step_ms = 0;  // the traced iteration, max over ranks
+  // Enqueued call by call where the timed iterations replayed a graph.
+  bool enqueued_not_replayed = false;
+  std::vector<TimelineSpan> spans;  // in the order they were enqueued
+};
+
 struct OpMeasurement {
   OpSpec op;
   DType dtype = DType::kBF16;
@@ -52,8 +62,20 @@ struct OpMeasurement {
   ScheduleChoice choice;
   CommAlone comm;
   TimedRounds rounds;
-  std::optional<v1::Timeline> timeline;        // spec.timeline
+  std::optional<Timeline> timeline;            // spec.timeline
   std::optional<ops::Verification> verified;   // spec.verify
 };
+
+// The op's headline figures, as its report gives them: a collective alone is
+// its own comm alone, a GEMM alone its own GEMM alone.
+struct OpFigures {
+  Summary step;
+  Summary gemm_alone;
+  Summary comm_alone;
+  std::vector<double> comm_nccl;  // iteration times of the collective alone on each transport
+  std::vector<double> comm_p2p;
+  double exposed_comm_ms = 0;  // step - GEMM alone (medians, floored at 0)
+};
+OpFigures FiguresOf(const OpMeasurement& m);
 
 }  // namespace overlap::runner

@@ -276,7 +276,7 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
   return out;
 }
 
-absl::StatusOr<std::optional<v1::Timeline>> TraceOp(OpRun& run, const Schedule& schedule) {
+absl::StatusOr<std::optional<Timeline>> TraceOp(OpRun& run, const Schedule& schedule) {
   if (!run.spec.timeline) return std::nullopt;
   return TraceIteration(run, {&run.ctx}, [&](TimelineEngine& tracer) {
     tracer.SetLabel(run.ctx.op().id);

@@ -60,7 +60,7 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const ops::Schedule& schedule
                                        Transport beside);
 
 // One more iteration of `schedule`, traced span by span, where spec.timeline.
-absl::StatusOr<std::optional<v1::Timeline>> TraceOp(OpRun& run, const ops::Schedule& schedule);
+absl::StatusOr<std::optional<Timeline>> TraceOp(OpRun& run, const ops::Schedule& schedule);
 
 // Where spec.verify: outputs poisoned, one iteration of `schedule`, the result
 // against float64. FAILED_PRECONDITION naming the op when it is off by more

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "overlap/v1/overlap.pb.h"
+#include "server/runner/job_report.h"
 
 namespace overlap::runner {
 
@@ -24,11 +24,12 @@ struct Progress {
 struct RunHooks {
   // Called after every phase change and every iteration; cheap, may be null.
   std::function<void(const Progress&)> on_progress;
-  // Called after each op with its result and the job's result so far without
-  // its ops (`header`: totals, versions), so that a running job shows the ops
-  // it has finished, and a failed one keeps them. Each call carries one op, so
-  // that storing them costs the same per op however many came before. May be null.
-  std::function<void(const v1::JobResult& header, const v1::OpResult& op)> on_op_done;
+  // Called after each op with what it measured and the job's report so far
+  // without its ops (`header`: totals, versions), so that a running job shows
+  // the ops it has finished, and a failed one keeps them. Each call carries one
+  // op, so that storing them costs the same per op however many came before.
+  // May be null.
+  std::function<void(const JobReport& header, const OpMeasurement& op)> on_op_done;
   // Polled between iterations; when it returns true the run stops with CANCELLED.
   std::function<bool()> cancelled;
 };

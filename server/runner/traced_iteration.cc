@@ -11,7 +11,7 @@ namespace overlap::runner {
 
 using ops::OpContext;
 
-absl::StatusOr<v1::Timeline> TraceIteration(
+absl::StatusOr<Timeline> TraceIteration(
     OpRun& run, const std::vector<OpContext*>& contexts,
     absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue) {
   OpContext& main = run.ctx;
@@ -51,28 +51,18 @@ absl::StatusOr<v1::Timeline> TraceIteration(
     ASSIGN_OR_RETURN(engine::EventId start, main.Event(r, ops::EventKind::kIterStart));
     origin.push_back(start);
   }
-  ASSIGN_OR_RETURN(std::vector<TimelineSpan> spans, tracer.Collect(origin));
-  v1::Timeline timeline;
-  timeline.set_step_ms(step.times.empty() ? 0 : step.times.front());
-  for (const TimelineSpan& span : spans) {
-    v1::TimelineSpan* s = timeline.add_spans();
-    s->set_op(span.op);
-    s->set_rank(span.rank);
-    s->set_lane(span.lane);
-    s->set_kind(span.kind);
-    s->set_name(span.name);
-    s->set_start_ms(span.start_ms);
-    s->set_end_ms(span.end_ms);
-  }
+  Timeline timeline;
+  ASSIGN_OR_RETURN(timeline.spans, tracer.Collect(origin));
+  timeline.step_ms = step.times.empty() ? 0 : step.times.front();
   return timeline;
 }
 
-std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks) {
+std::vector<double> ComputeWaitByRank(const Timeline& timeline, int ranks) {
   std::vector<double> end(ranks, 0.0), busy(ranks, 0.0), wait(ranks, 0.0);
-  for (const v1::TimelineSpan& s : timeline.spans()) {
-    if (s.rank() < 0 || s.rank() >= ranks) continue;
-    end[s.rank()] = std::max(end[s.rank()], s.end_ms());
-    if (s.lane() == "compute") busy[s.rank()] += s.end_ms() - s.start_ms();
+  for (const TimelineSpan& s : timeline.spans) {
+    if (s.rank < 0 || s.rank >= ranks) continue;
+    end[s.rank] = std::max(end[s.rank], s.end_ms);
+    if (s.lane == "compute") busy[s.rank] += s.end_ms - s.start_ms;
   }
   for (int r = 0; r < ranks; ++r) wait[r] = std::max(0.0, end[r] - busy[r]);
   return wait;

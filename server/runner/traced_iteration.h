@@ -7,8 +7,8 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/ops/op_context.h"
+#include "server/runner/op_measurement.h"
 #include "server/runner/op_run.h"
 #include "server/runner/timeline.h"
 
@@ -19,12 +19,12 @@ namespace overlap::runner {
 // are each rank's compute and comm streams. `enqueue` enqueues one iteration
 // and may label spans (TimelineEngine::SetLabel). Spans are timed from run.ctx's
 // iteration start on each rank.
-absl::StatusOr<v1::Timeline> TraceIteration(
+absl::StatusOr<Timeline> TraceIteration(
     OpRun& run, const std::vector<ops::OpContext*>& contexts,
     absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue);
 
 // Per rank 0..ranks-1: from its iteration start to its last span's end, the
 // time its compute stream ran nothing.
-std::vector<double> ComputeWaitByRank(const v1::Timeline& timeline, int ranks);
+std::vector<double> ComputeWaitByRank(const Timeline& timeline, int ranks);
 
 }  // namespace overlap::runner

@@ -18,6 +18,7 @@
 #include "server/gloo/rendezvous_store.h"
 #include "server/jobs/admission.h"
 #include "server/runner/job_runner.h"
+#include "server/report/result_proto.h"
 #include "tests/host_engine_util.h"
 
 namespace overlap::cluster {
@@ -53,7 +54,7 @@ std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devic
       SpanningEngine engine(*runs[n].host, store, options);
       std::vector<int> global(nodes * devices);
       std::iota(global.begin(), global.end(), 0);
-      runs[n].result = runner::RunJob(engine, *spec, global, {}, nullptr);
+      runs[n].result = report::RunJobResult(engine, *spec, global, {}, nullptr);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -121,7 +122,7 @@ ops:
   options.timeout = absl::Seconds(1);
   SpanningEngine engine(*host, store, options);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::JobResult> result = runner::RunJob(engine, *spec, {0, 1}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> result = report::RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
   EXPECT_FALSE(result.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }

@@ -1,6 +1,7 @@
 // The job runner on the host backend: results, autotune and its cache,
 // cancellation, progress, and the memory estimate used to refuse jobs.
 #include "server/runner/job_runner.h"
+#include "server/report/result_proto.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -65,14 +66,14 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   hooks.on_progress = [&](const Progress& p) { phases.push_back(p.op_id + ":" + p.phase); };
   std::vector<std::string> finished;  // each op as it finished
   double step_so_far = 0;
-  hooks.on_op_done = [&](const v1::JobResult& header, const v1::OpResult& op) {
-    EXPECT_EQ(header.ops_size(), 0) << "one op per call, not the ops before it";
-    EXPECT_EQ(header.backend(), "host");
-    step_so_far += op.step().median_ms();
-    EXPECT_DOUBLE_EQ(header.total_step_ms(), step_so_far);
-    finished.push_back(op.id());
+  hooks.on_op_done = [&](const JobReport& header, const OpMeasurement& op) {
+    EXPECT_TRUE(header.ops.empty()) << "one op per call, not the ops before it";
+    EXPECT_EQ(header.backend, "host");
+    step_so_far += FiguresOf(op).step.median;
+    EXPECT_DOUBLE_EQ(header.total_step_ms, step_so_far);
+    finished.push_back(op.op.id);
   };
-  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(finished, (std::vector<std::string>{"fc1", "fc2", "out"}));
   ASSERT_EQ(result->ops_size(), 3);
@@ -141,7 +142,7 @@ TEST(JobRunnerTest, ToleranceWidensForSumsOverMoreRanks) {
   auto engine = std::move(engine::CreateHostEngine(options)).value();
   JobSpec spec = SmallJob();
   spec.dtype = DType::kBF16;
-  auto result = RunJob(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_DOUBLE_EQ(op.tolerance(), op.type() == "ag_gemm" ? 1e-2 : 4.0 / 256) << op.id();
@@ -160,7 +161,7 @@ TEST(JobRunnerTest, Fp8GraphGathersFp8AndSumsBf16) {
   OpSpec gather = AllReduceAfter("gather", 128, 64, "out");
   gather.type = OpType::kAllGather;
   spec.ops.push_back(gather);
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 5);
   std::map<std::string, double> bytes_per_element;
@@ -200,7 +201,7 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
   hooks.on_progress = [&](const Progress& p) {
     if (p.op_id == "grads") phases.push_back(p.phase);
   };
-  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 4);
   const v1::OpResult& op = result->ops(3);
@@ -243,7 +244,7 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
       layer_phases.push_back(p.phase);
     }
   };
-  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
@@ -279,19 +280,19 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   after_grads.id = "tail";
   after_grads.after = {"grads"};
   spec.ops.push_back(after_grads);
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GT(result->layer_step().samples(), 0);
   ASSERT_EQ(result->layer_joined_before_size(), 1);
   EXPECT_EQ(result->layer_joined_before(0), "tail");
   spec.layer_step = false;
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->has_layer_step());
   spec.layer_step = true;
   spec.ops = {grads};
   spec.ops[0].after.clear();
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->has_layer_step());
 }
@@ -320,7 +321,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   hooks.on_progress = [&](const Progress& p) {
     if (p.op_id == "wgrad1") phases.push_back(p.phase);
   };
-  auto result = RunJob(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 6);
   const v1::OpResult& wgrad1 = result->ops(4);
@@ -363,7 +364,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   for (OpSpec& o : side_waiter.ops) {
     if (o.type == OpType::kAllReduce) o.transport = Transport::kP2p;
   }
-  result = RunJob(*engine, side_waiter, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, side_waiter, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -375,7 +376,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   // With nothing between it and the op that waits on it, the gather has
   // nothing to run beside and stays on the main streams.
   spec.ops[2].after = {"dgrad1"};
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -397,7 +398,7 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   spec.ops.push_back(grads("big", 2048, Transport::kP2p));
   spec.ops.push_back(grads("g3", 64, Transport::kP2p));
   spec.ops.push_back(grads("g4", 64, Transport::kNccl));
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
@@ -406,7 +407,7 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   EXPECT_GT(result->layer_step().median_ms(), 0);
 
   spec.bucket_mib = 0;
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_deferred_size(), 5);
 }
@@ -427,7 +428,7 @@ TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
   spec.ops.push_back(grads("t2", AllReduceAlgorithm::kTree));
   spec.ops.push_back(grads("r1", AllReduceAlgorithm::kRing));
   spec.ops.push_back(grads("d1", AllReduceAlgorithm::kDefault));
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
@@ -448,7 +449,7 @@ TEST(JobRunnerTest, AllReduceAlgorithmAutoTunesOverTheLayouts) {
   spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
   spec.ops[0].after.clear();
   spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
-  auto result = RunJob(*engine, spec, {0, 1, 2}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   std::set<std::string> timed;
@@ -480,7 +481,7 @@ TEST(JobRunnerTest, LayerStepNeverBucketsPastAnOpThatWaits) {
   spec.ops.push_back(x);
   spec.ops.push_back(AllReduceAfter("g4", 64, 256, "fc1", Transport::kP2p));
   spec.ops.push_back(AllReduceAfter("g5", 64, 256, "fc1", Transport::kP2p));
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   // The layer order sends g1 and g3 first (ops wait on them). They share a
   // bucket, which x closes; g2 goes after x, with the free ones.
@@ -491,7 +492,7 @@ TEST(JobRunnerTest, LayerStepNeverBucketsPastAnOpThatWaits) {
   // With x waiting on fc1 instead, only g1 goes first, and g2, which waits on
   // it, closes its bucket: g1 runs alone.
   spec.ops[spec.ops.size() - 3].after = {"fc1"};  // x
-  result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -521,7 +522,7 @@ TEST(JobRunnerTest, LayerStepThatDoesNotFitIsSkippedWithAReason) {
     op.transport = Transport::kP2p;
     spec.ops.push_back(op);
   }
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->ops_size(), 2);
   EXPECT_FALSE(result->has_layer_step());
@@ -595,7 +596,7 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   std::vector<Progress> progress;
   RunHooks hooks;
   hooks.on_progress = [&](const Progress& p) { progress.push_back(p); };
-  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
 
   // fc1 is auto: a preheat, autotune's rounds, the collective alone, a
@@ -640,14 +641,14 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
 
   // Off by default on the host backend, and with the idle head start.
   progress.clear();
-  auto plain = RunJob(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
+  auto plain = report::RunJobResult(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->preheat_ms(), 0);
   for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
   progress.clear();
   JobSpec idle = SmallJob();
   idle.heat_head_start = false;
-  auto idle_result = RunJob(*engine, idle, {0, 1}, hooks, nullptr);
+  auto idle_result = report::RunJobResult(*engine, idle, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(idle_result.ok()) << idle_result.status();
   EXPECT_EQ(idle_result->preheat_ms(), 0);
   for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
@@ -657,11 +658,11 @@ TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
   auto engine = Engine();
   ASSERT_TRUE(engine->HasGates());
   JobSpec spec = SmallJob();
-  auto heat = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto heat = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(heat.ok()) << heat.status();
   EXPECT_EQ(heat->head_start(), "heat");
   spec.heat_head_start = false;
-  auto idle = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto idle = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(idle.ok()) << idle.status();
   EXPECT_EQ(idle->head_start(), "idle");
   for (const v1::OpResult& op : idle->ops()) EXPECT_TRUE(op.verified());
@@ -674,7 +675,7 @@ TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   spec.ops[0].after.clear();
   spec.ops[0].mode = OverlapMode::kAuto;
   spec.ops[0].chunks = 3;
-  auto result = RunJob(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   EXPECT_TRUE(op.verified());
@@ -712,7 +713,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   {
     auto cache = TuningCache::Open(path);
     ASSERT_TRUE(cache.ok());
-    auto first = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+    auto first = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_EQ(first->ops(1).auto_reason().find("tuning cache"), std::string::npos);
     EXPECT_FALSE(first->ops(1).graph_replay()) << "the host backend has no graphs";
@@ -741,7 +742,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   // A new cache object on the same file: what a restarted daemon sees.
   auto cache = TuningCache::Open(path);
   ASSERT_TRUE(cache.ok());
-  auto second = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  auto second = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_NE(second->ops(1).auto_reason().find("tuning cache"), std::string::npos)
       << second->ops(1).auto_reason();
@@ -763,7 +764,7 @@ TEST(JobRunnerTest, AChoiceTheCacheCannotKeepDoesNotFailTheJob) {
   JobSpec spec = SmallJob();
   spec.ops.resize(2);  // out (explicit) and fc1 (auto)
   spec.ops[0].after.clear();
-  auto result = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->ops(1).verified());
   EXPECT_THAT(result->ops(1).auto_reason(), ::testing::HasSubstr("(not kept in the tuning cache: "))
@@ -783,13 +784,13 @@ TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
   spec.ops[0].id = "again";
   spec.ops[1].after.clear();
   spec.ops[0].after.clear();
-  ASSERT_TRUE(RunJob(*engine, spec, {0, 1}, {}, cache->get()).ok());
+  ASSERT_TRUE(report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get()).ok());
   // A choice the cache holds from before, to be ignored.
   const std::vector<TunedEntry> before = *(*cache)->List({});
   ASSERT_EQ(before.size(), 1u);
 
   spec.retune = true;
-  auto retuned = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  auto retuned = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(retuned.ok()) << retuned.status();
   // The first op of the shape tunes again; the second uses what the first just tuned.
   EXPECT_THAT(retuned->ops(0).auto_reason(), IsFreshlyAutotuned());
@@ -800,7 +801,7 @@ TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
   EXPECT_GT(after[0].tuned_unix_ms, before[0].tuned_unix_ms);
 
   spec.retune = false;
-  auto cached = RunJob(*engine, spec, {0, 1}, {}, cache->get());
+  auto cached = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(cached.ok());
   EXPECT_EQ(cached->ops(0).auto_reason().rfind("tuning cache", 0), 0u);
   std::filesystem::remove(path);
@@ -812,10 +813,10 @@ TEST(JobRunnerTest, CancelStopsBetweenIterations) {
   RunHooks hooks;
   hooks.on_progress = [&](const Progress&) { ++ticks; };
   hooks.cancelled = [&] { return ticks.load() >= 4; };
-  auto result = RunJob(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
   // The engine is still usable: the next job runs.
-  EXPECT_TRUE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_TRUE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 TEST(JobRunnerTest, OutOfMemoryIsResourceExhausted) {
@@ -823,7 +824,7 @@ TEST(JobRunnerTest, OutOfMemoryIsResourceExhausted) {
   options.device_count = 2;
   options.device_memory_bytes = 64 << 10;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto result = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_GT(JobBytesPerDevice(SmallJob(), 2), 64 << 10);
 }
@@ -854,11 +855,11 @@ TEST(JobRunnerFailureTest, CollectiveFailureAbortsTheJobOnly) {
   options.fail_op = "all_gather";
   options.fail_after = 0;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
   EXPECT_NE(std::string(failed.status().message()).find("injected"), std::string::npos);
   EXPECT_TRUE(engine->Healthy());
-  auto next = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto next = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_TRUE(next.ok()) << next.status();
 }
 
@@ -869,10 +870,10 @@ TEST(JobRunnerFailureTest, StickyErrorMakesTheEngineUnhealthy) {
   options.fail_after = 3;
   options.inject_sticky_error = true;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_FALSE(failed.ok());
   EXPECT_FALSE(engine->Healthy());
-  EXPECT_FALSE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_FALSE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
@@ -882,9 +883,9 @@ TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
   options.fail_after = 1;
   options.fail_async = true;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
-  EXPECT_TRUE(RunJob(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_TRUE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 }  // namespace

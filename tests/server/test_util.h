@@ -81,13 +81,13 @@ class FakeRunner {
     if (kind == "fail") return absl::FailedPreconditionError("verification failed: op ag");
     // "ops:N:then": N ops finish (each reported), then "fail" or "block" until cancelled.
     if (kind == "ops") {
-      v1::JobResult header;
+      runner::JobReport header;
       for (int i = 0; i < arg(1); ++i) {
-        v1::OpResult op;
-        op.set_id(absl::StrCat("op", i));
-        op.mutable_step()->set_median_ms(i + 1);
-        op.mutable_timeline()->add_spans()->set_name("gemm");
-        header.set_total_step_ms(header.total_step_ms() + i + 1);
+        runner::OpMeasurement op;
+        op.op.id = absl::StrCat("op", i);
+        op.rounds.step = {static_cast<double>(i + 1)};
+        op.timeline.emplace().spans.emplace_back().name = "gemm";
+        header.total_step_ms += i + 1;
         if (hooks.on_op_done) hooks.on_op_done(header, op);
       }
       while (parts.size() > 2 && parts[2] == "block") {

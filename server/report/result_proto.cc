@@ -1,14 +1,19 @@
-#include "server/runner/op_report.h"
+#include "server/report/result_proto.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/library_env.h"
 #include "server/ops/reference.h"
+#include "server/runner/job_runner.h"
 #include "server/runner/traced_iteration.h"
 
-namespace overlap::runner {
+namespace overlap::report {
 namespace {
+
+using runner::OpMeasurement;
 
 // The op's collective and its bytes as nccl-tests counts them (common/stats.h).
 // A gather moves the graph's dtype, a reduction GemmOutputDType (bf16 for fp8).
@@ -49,7 +54,7 @@ void SetSchedule(const OpMeasurement& m, v1::OpResult* res) {
   res->set_dtype(DTypeName(m.dtype));
   res->set_auto_reason(m.choice.reason);
   if (m.mesh) res->set_group(OpGroupName(m.op.group));
-  for (const CandidateScore& c : m.choice.scores) {
+  for (const runner::CandidateScore& c : m.choice.scores) {
     if (!std::isfinite(c.best_ms)) continue;
     v1::CandidateTiming* t = res->add_candidates();
     t->set_schedule(c.schedule.Name());
@@ -69,7 +74,7 @@ v1::TimingStats ToProto(const Summary& s) {
   return t;
 }
 
-v1::Progress ToProto(const Progress& p) {
+v1::Progress ToProto(const runner::Progress& p) {
   v1::Progress out;
   out.set_op_index(p.op_index);
   out.set_op_count(p.op_count);
@@ -80,23 +85,34 @@ v1::Progress ToProto(const Progress& p) {
   return out;
 }
 
-v1::OpResult OpReport(const OpMeasurement& m) {
+v1::Timeline ToProto(const runner::Timeline& timeline) {
+  v1::Timeline out;
+  out.set_step_ms(timeline.step_ms);
+  out.set_enqueued_not_replayed(timeline.enqueued_not_replayed);
+  for (const runner::TimelineSpan& span : timeline.spans) {
+    v1::TimelineSpan* s = out.add_spans();
+    s->set_op(span.op);
+    s->set_rank(span.rank);
+    s->set_lane(span.lane);
+    s->set_kind(span.kind);
+    s->set_name(span.name);
+    s->set_start_ms(span.start_ms);
+    s->set_end_ms(span.end_ms);
+  }
+  return out;
+}
+
+v1::OpResult ToProto(const OpMeasurement& m) {
   v1::OpResult res;
   SetSchedule(m, &res);
   const OpType type = m.op.type;
   const bool collective_only = IsCollectiveOnly(type);
   const bool gemm_only = IsGemmOnly(type);
   const bool both = !collective_only && !gemm_only;
-  // A collective alone is its own comm alone, and a GEMM alone its own GEMM alone.
-  const std::vector<double>& step_t = m.rounds.step;
-  std::vector<double> nccl_t = m.comm.nccl, p2p_t = m.comm.p2p;
-  std::vector<double> comm_t = m.comm.fastest == Transport::kP2p ? p2p_t : nccl_t;
-  if (collective_only) {
-    comm_t = step_t;
-    (m.choice.schedule.transport == Transport::kP2p ? p2p_t : nccl_t) = step_t;
-  }
-  const std::vector<double>& gemm_t = gemm_only ? step_t : m.rounds.gemm;
-  const Summary step = Summarize(step_t), gemm = Summarize(gemm_t), comm = Summarize(comm_t);
+  const runner::OpFigures figures = runner::FiguresOf(m);
+  const Summary& step = figures.step;
+  const Summary& gemm = figures.gemm_alone;
+  const Summary& comm = figures.comm_alone;
   *res.mutable_step() = ToProto(step);
   *res.mutable_gemm_alone() = ToProto(gemm);
   for (const std::vector<double>& t : m.rounds.gemm_by_rank) {
@@ -106,14 +122,16 @@ v1::OpResult OpReport(const OpMeasurement& m) {
   res.set_host_enqueue_ms(Summarize(m.rounds.host_enqueue).median);
   res.set_graph_replay(m.rounds.step_replayed);
   if (m.timeline) {
-    v1::Timeline* timeline = res.mutable_timeline();
-    *timeline = *m.timeline;
-    timeline->set_enqueued_not_replayed(m.rounds.step_replayed);
-    for (double ms : ComputeWaitByRank(*timeline, m.tp * m.groups)) res.add_compute_wait_rank_ms(ms);
+    runner::Timeline timeline = *m.timeline;
+    timeline.enqueued_not_replayed = m.rounds.step_replayed;
+    *res.mutable_timeline() = ToProto(timeline);
+    for (double ms : runner::ComputeWaitByRank(timeline, m.tp * m.groups)) {
+      res.add_compute_wait_rank_ms(ms);
+    }
   }
   if (m.tp > 1 && !gemm_only) {
-    *res.mutable_comm_alone_nccl() = ToProto(Summarize(nccl_t));
-    *res.mutable_comm_alone_p2p() = ToProto(Summarize(p2p_t));
+    *res.mutable_comm_alone_nccl() = ToProto(Summarize(figures.comm_nccl));
+    *res.mutable_comm_alone_p2p() = ToProto(Summarize(figures.comm_p2p));
   }
   if (m.tp > 1 && both) {
     const Summary beside = Summarize(m.rounds.beside);
@@ -135,7 +153,7 @@ v1::OpResult OpReport(const OpMeasurement& m) {
       }
     }
   }
-  const double exposed = std::max(0.0, step.median - gemm.median);
+  const double exposed = figures.exposed_comm_ms;
   res.set_exposed_comm_ms(exposed);
   // A collective alone has nothing to hide behind: all of it is exposed.
   res.set_hidden_fraction(collective_only   ? 0.0
@@ -156,4 +174,59 @@ v1::OpResult OpReport(const OpMeasurement& m) {
   return res;
 }
 
-}  // namespace overlap::runner
+v1::JobResult ToProto(const runner::JobReport& report) {
+  v1::JobResult result;
+  result.set_backend(report.backend);
+  result.set_launch_gate(report.launch_gate);
+  result.set_head_start(report.head_start);
+  result.set_preheat_ms(report.preheat_ms);
+  result.set_nccl_overlap_ctas(report.nccl_overlap_ctas);
+  result.set_ranks_per_gpu(report.ranks_per_gpu);
+  result.set_mesh_tp(report.mesh_tp);
+  result.set_mesh_dp(report.mesh_dp);
+  result.set_overlapd_version(report.overlapd_version);
+  result.set_gpu(report.gpu);
+  result.set_cuda_runtime(report.versions.cuda_runtime);
+  result.set_cuda_driver(report.versions.cuda_driver);
+  result.set_nccl(report.versions.nccl);
+  result.set_cublas(report.versions.cublas);
+  for (const auto& [name, value] : report.library_env) (*result.mutable_library_env())[name] = value;
+  for (const OpMeasurement& op : report.ops) *result.add_ops() = ToProto(op);
+  result.set_total_step_ms(report.total_step_ms);
+  result.set_total_exposed_comm_ms(report.total_exposed_comm_ms);
+  result.set_layer_note(report.layer_note);
+  if (!report.layer) return result;
+  const runner::LayerStepReport& layer = *report.layer;
+  *result.mutable_layer_step() = ToProto(layer.step);
+  for (const runner::LayerDeferral& d : layer.deferrals) {
+    v1::LayerDeferral* out = result.add_layer_deferrals();
+    out->set_op(d.op);
+    out->set_how(d.how);
+    out->set_pieces(d.pieces);
+    out->set_piece_bytes(d.piece_bytes);
+    out->set_joined_before(d.joined_before);
+    out->set_alone_ms(d.alone_ms);
+  }
+  if (layer.without_deferred) {
+    *result.mutable_layer_step_without_deferred() = ToProto(*layer.without_deferred);
+    result.set_layer_deferred_hidden_fraction(layer.deferred_hidden_fraction);
+  }
+  result.set_layer_exposed_comm_ms(layer.exposed_comm_ms);
+  for (const std::string& id : layer.order) result.add_layer_order(id);
+  for (const std::string& id : layer.deferred) result.add_layer_deferred(id);
+  for (const std::string& id : layer.joined_before) result.add_layer_joined_before(id);
+  if (layer.timeline) *result.mutable_layer_timeline() = ToProto(*layer.timeline);
+  return result;
+}
+
+absl::StatusOr<v1::JobResult> RunJobResult(engine::Engine& engine, const JobSpec& spec,
+                                           const std::vector<int>& devices,
+                                           const runner::RunHooks& hooks,
+                                           runner::TuningCache* tuning_cache) {
+  absl::StatusOr<runner::JobReport> report =
+      runner::RunJob(engine, spec, devices, hooks, tuning_cache);
+  if (!report.ok()) return report.status();
+  return ToProto(*report);
+}
+
+}  // namespace overlap::report

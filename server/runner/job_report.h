@@ -1,0 +1,67 @@
+// What a job's run measured, as plain values: the runner returns a JobReport,
+// and those that speak the wire (server/report/ for the API, the store and
+// the peer port) turn it into the API's JobResult at their edge. A new
+// measurement is a field here, and its line in server/report/.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/stats.h"
+#include "server/engine/engine.h"
+#include "server/runner/op_measurement.h"
+
+namespace overlap::runner {
+
+// One collective the layer step ran on the side streams beside later ops.
+struct LayerDeferral {
+  std::string op;   // the op's id, or bucket(a+b+...) for merged all-reduces
+  std::string how;  // whole | bucketed | chunked
+  int pieces = 1;
+  int64_t piece_bytes = 0;     // chunked: the bytes of each piece
+  std::string joined_before;   // the op the main streams waited for it before; "" = the end
+  double alone_ms = 0;         // its time alone (a bucket: its members' sum)
+};
+
+// The whole graph as one step (layer_step.h).
+struct LayerStepReport {
+  Summary step;
+  std::vector<std::string> order;          // op ids, in the order the step ran them
+  std::vector<std::string> deferred;       // ops run on the side streams
+  std::vector<std::string> joined_before;  // beside `deferred`: what waited for each
+  double exposed_comm_ms = 0;              // the step's median less the ops' GEMMs alone
+  std::optional<Timeline> timeline;        // spec.timeline
+  std::vector<LayerDeferral> deferrals;
+  // With deferrals: the step without them, and how much of them hid.
+  std::optional<Summary> without_deferred;
+  double deferred_hidden_fraction = 0;
+};
+
+struct JobReport {
+  // What ran it.
+  std::string backend;
+  bool launch_gate = false;
+  std::string head_start;  // with launch gates: "heat" | "idle"
+  double preheat_ms = 0;
+  int nccl_overlap_ctas = 0;
+  int ranks_per_gpu = 1;
+  int mesh_tp = 0;
+  int mesh_dp = 0;
+  std::string overlapd_version;
+  std::string gpu;  // the group's first device
+  engine::BackendVersions versions;
+  std::map<std::string, std::string> library_env;
+  // Each op, in the order they ran, and their step medians and exposed
+  // communication summed.
+  std::vector<OpMeasurement> ops;
+  double total_step_ms = 0;
+  double total_exposed_comm_ms = 0;
+  // The layer step (jobs of two or more ops), or why there is none.
+  std::optional<LayerStepReport> layer;
+  std::string layer_note;
+};
+
+}  // namespace overlap::runner

@@ -1,0 +1,26 @@
+#include "server/runner/op_measurement.h"
+
+#include <algorithm>
+
+namespace overlap::runner {
+
+OpFigures FiguresOf(const OpMeasurement& m) {
+  OpFigures f;
+  const bool collective_only = IsCollectiveOnly(m.op.type);
+  const bool gemm_only = IsGemmOnly(m.op.type);
+  const std::vector<double>& step_t = m.rounds.step;
+  f.comm_nccl = m.comm.nccl;
+  f.comm_p2p = m.comm.p2p;
+  std::vector<double> comm_t = m.comm.fastest == Transport::kP2p ? f.comm_p2p : f.comm_nccl;
+  if (collective_only) {
+    comm_t = step_t;
+    (m.choice.schedule.transport == Transport::kP2p ? f.comm_p2p : f.comm_nccl) = step_t;
+  }
+  f.step = Summarize(step_t);
+  f.gemm_alone = Summarize(gemm_only ? step_t : m.rounds.gemm);
+  f.comm_alone = Summarize(comm_t);
+  f.exposed_comm_ms = std::max(0.0, f.step.median - f.gemm_alone.median);
+  return f;
+}
+
+}  // namespace overlap::runner
