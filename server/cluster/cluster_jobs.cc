@@ -83,6 +83,28 @@ std::string GlobalKey(const v1::GlobalJobId& id) {
   return absl::StrCat(id.coordinator(), "/", id.job_id());
 }
 
+const char* CoordinatorPhaseName(CoordinatorPhase phase) {
+  switch (phase) {
+    case CoordinatorPhase::kReserving: return "reserving";
+    case CoordinatorPhase::kReleasing: return "releasing";
+    case CoordinatorPhase::kRunning: return "running";
+    case CoordinatorPhase::kReporting: return "reporting";
+    case CoordinatorPhase::kEnded: return "ended";
+  }
+  return "?";
+}
+
+bool CoordinatorMayMove(CoordinatorPhase from, CoordinatorPhase to) {
+  using P = CoordinatorPhase;
+  if (to == P::kEnded) return from != P::kEnded;  // a failure or a cancel, from anywhere
+  switch (from) {
+    case P::kReserving: return to == P::kRunning || to == P::kReleasing;
+    case P::kReleasing: return to == P::kReserving;
+    case P::kRunning: return to == P::kReporting;
+    default: return false;
+  }
+}
+
 // What the coordinator knows of one job while it runs. Guarded by its own
 // mutex: HoldPart, ReportPart and the store are called from gRPC threads
 // while the coordination waits on `changed`.
@@ -102,9 +124,42 @@ struct ClusterJobs::Coordinated {
   // hold, before its id is recorded here.
   std::set<int> admitting ABSL_GUARDED_BY(mu);
   std::set<int> held ABSL_GUARDED_BY(mu);
-  bool started ABSL_GUARDED_BY(mu) = false;
+  CoordinatorPhase phase ABSL_GUARDED_BY(mu) = CoordinatorPhase::kReserving;
   std::string cancel_reason ABSL_GUARDED_BY(mu);  // set: every part is to end
   std::map<int, v1::ReportPartRequest> reports ABSL_GUARDED_BY(mu);
+
+  // Every transition of the job, and what it changes, in one place: a held
+  // part starts once the job is running; a release forgets the attempt's
+  // parts, holds and reports, so that the next attempt starts clean. A move
+  // the table does not allow is a bug, refused (INTERNAL) and logged.
+  absl::Status MoveTo(CoordinatorPhase next) ABSL_LOCKS_EXCLUDED(mu) {
+    CoordinatorPhase from;
+    {
+      absl::MutexLock lock(&mu);
+      from = phase;
+      if (!CoordinatorMayMove(from, next)) {
+        Log()->error("job {}: the coordinator cannot go from {} to {}", job_id,
+                     CoordinatorPhaseName(from), CoordinatorPhaseName(next));
+        return absl::InternalError(absl::StrCat("coordinator: no move from ",
+                                                CoordinatorPhaseName(from), " to ",
+                                                CoordinatorPhaseName(next)));
+      }
+      if (from == CoordinatorPhase::kReleasing) {
+        part_ids.clear();
+        held.clear();
+        reports.clear();
+        cancel_reason.clear();
+      }
+      phase = next;
+      changed.SignalAll();
+    }
+    Log()->debug("job {}: coordinator {} -> {}", job_id, CoordinatorPhaseName(from),
+                 CoordinatorPhaseName(next));
+    return absl::OkStatus();
+  }
+  bool Started() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return phase == CoordinatorPhase::kRunning || phase == CoordinatorPhase::kReporting;
+  }
 };
 
 ClusterJobs::ClusterJobs(ClusterOptions options, engine::Engine& engine,
@@ -253,10 +308,12 @@ absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job, jobs::
   };
   absl::Status outcome = Reserve(job, *state, hooks);
   if (outcome.ok()) outcome = AwaitReports(*state, hooks);
+  if (outcome.ok()) outcome = state->MoveTo(CoordinatorPhase::kReporting);
   if (!outcome.ok()) {
     CancelParts(*state, outcome.code() == absl::StatusCode::kCancelled
                             ? "the job was cancelled on its coordinator"
                             : absl::StrCat("the job failed: ", outcome.message()));
+    (void)state->MoveTo(CoordinatorPhase::kEnded);
     forget();
     return outcome;
   }
@@ -269,6 +326,7 @@ absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job, jobs::
       part_ids.push_back(state->part_ids[n]);
     }
   }
+  (void)state->MoveTo(CoordinatorPhase::kEnded);
   forget();
   return MergeNodeResults(state->graph->spec, state->nodes, part_ids, parts,
                           static_cast<int>(state->graph->devices.size()));
@@ -331,20 +389,10 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
                     job.id(), state.nodes[n], absl::ToInt64Milliseconds(options_.hold_timeout));
       }
     }
-    if (!released) {
-      absl::MutexLock lock(&state.mu);
-      state.started = true;
-      state.changed.SignalAll();
-      return absl::OkStatus();
-    }
+    if (!released) return state.MoveTo(CoordinatorPhase::kRunning);
+    RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReleasing));
     CancelParts(state, "the coordinator released the reservation to try again");
-    {
-      absl::MutexLock lock(&state.mu);
-      state.part_ids.clear();
-      state.held.clear();
-      state.reports.clear();
-      state.cancel_reason.clear();
-    }
+    RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReserving));
     // Apart in time, so that two coordinators that collided do not collide again.
     const double backoff_ms =
         std::uniform_real_distribution<double>(0.25, 1.0)(random) *
@@ -436,7 +484,9 @@ void ClusterJobs::CancelParts(Coordinated& state, const std::string& reason) {
     request.set_reason(reason);
     // A part that already ended answers FAILED_PRECONDITION: nothing to do.
     absl::Status cancelled = CallCancel(state.nodes[n], request);
-    if (!cancelled.ok() && cancelled.code() != absl::StatusCode::kFailedPrecondition) {
+    // NOT_FOUND: the part ended and was forgotten there already.
+    if (!cancelled.ok() && cancelled.code() != absl::StatusCode::kFailedPrecondition &&
+        cancelled.code() != absl::StatusCode::kNotFound) {
       Log()->info("cancelling part {} on {}: {}", part_id, state.nodes[n], cancelled.ToString());
     }
   }
@@ -515,6 +565,7 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunPart(const v1::Job& job, const job
   {
     absl::MutexLock lock(&mu_);
     released = released_.erase(job.id()) > 0;
+    ForgetPartLocked(GlobalKey(id), job.id());
   }
   if (!released) {
     // Whatever ended the part, the coordinator hears of it: a part that could
@@ -705,7 +756,19 @@ absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
   const std::string reason =
       absl::StrCat("cancelled by its coordinator ", caller.node, ": ", Excerpt(request.reason()));
   Log()->info("part {} of {}: {}", part_id, key, reason);
-  return scheduler->Cancel(part_id, reason).status();
+  absl::StatusOr<v1::Job> cancelled = scheduler->Cancel(part_id, reason);
+  if (cancelled.ok() && cancelled->state() == v1::CANCELLED) {
+    // It was queued and never runs: nothing else would forget it.
+    absl::MutexLock lock(&mu_);
+    ForgetPartLocked(key, part_id);
+  }
+  return cancelled.status();
+}
+
+void ClusterJobs::ForgetPartLocked(const std::string& key, const std::string& part_id) {
+  auto it = parts_.find(key);
+  // A reservation tried again may have admitted a newer part under the key.
+  if (it != parts_.end() && it->second == part_id) parts_.erase(it);
 }
 
 absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCaller& caller,
@@ -735,13 +798,13 @@ absl::StatusOr<v1::HoldPartResponse> ClusterJobs::HoldPart(const peer::PeerCalle
   }
   state->held.insert(n);
   state->changed.SignalAll();
-  while (!state->started && state->cancel_reason.empty() && absl::Now() < deadline) {
+  while (!state->Started() && state->cancel_reason.empty() && absl::Now() < deadline) {
     state->changed.WaitWithDeadline(&state->mu, deadline);
   }
   if (!state->cancel_reason.empty()) {
     response.set_decision(v1::HoldPartResponse::CANCEL);
     response.set_reason(state->cancel_reason);
-  } else if (state->started) {
+  } else if (state->Started()) {
     response.set_decision(v1::HoldPartResponse::START);
   } else {
     response.set_decision(v1::HoldPartResponse::WAIT);

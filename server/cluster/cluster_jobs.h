@@ -70,6 +70,17 @@ struct ClusterOptions {
   int64_t started_unix_ms = 0;
 };
 
+// Where a job this daemon coordinates is (ClusterJobs::Coordinate): it
+// reserves its nodes one by one (each admits its part, which holds its devices
+// and waits); when one does not hold in time it releases them all and tries
+// again; once every node holds, the parts are told to start and run; their
+// reports are merged; and it ends, whatever ended it.
+enum class CoordinatorPhase { kReserving, kReleasing, kRunning, kReporting, kEnded };
+const char* CoordinatorPhaseName(CoordinatorPhase phase);
+// The transitions a coordination may make (a failure or cancel ends it from
+// any phase but the end).
+bool CoordinatorMayMove(CoordinatorPhase from, CoordinatorPhase to);
+
 class ClusterJobs final : public peer::PeerHandler {
  public:
   // `engine`, `admission` and `link` must outlive this; so must the scheduler
@@ -185,8 +196,11 @@ class ClusterJobs final : public peer::PeerHandler {
   jobs::Scheduler* scheduler_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Jobs this daemon coordinates, by job id, while they run.
   std::map<std::string, std::shared_ptr<Coordinated>> coordinated_ ABSL_GUARDED_BY(mu_);
-  // Parts admitted here, by global id ("coordinator/job"): their local ids.
+  // Parts admitted here, by global id ("coordinator/job"): their local ids,
+  // until the part ends (ForgetPartLocked).
   std::map<std::string, std::string> parts_ ABSL_GUARDED_BY(mu_);
+  void ForgetPartLocked(const std::string& key, const std::string& part_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parts the coordinator released (it retries with new ones): their end is
   // nobody's news.
   std::set<std::string> released_ ABSL_GUARDED_BY(mu_);

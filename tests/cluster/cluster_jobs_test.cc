@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -327,6 +330,27 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
   EXPECT_EQ(cluster_->CancelPart(From(kStranger), cancel).code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(cluster_->CancelPart(From(kPeer), cancel).code(), absl::StatusCode::kNotFound);
+}
+
+// The coordinator's states and the only moves between them.
+TEST(CoordinatorPhaseTest, EveryMoveTheTableAllowsAndNoOther) {
+  using P = CoordinatorPhase;
+  const std::vector<P> all = {P::kReserving, P::kReleasing, P::kRunning, P::kReporting,
+                              P::kEnded};
+  std::set<std::pair<std::string, std::string>> allowed;
+  for (P from : all) {
+    for (P to : all) {
+      if (CoordinatorMayMove(from, to)) {
+        allowed.insert({CoordinatorPhaseName(from), CoordinatorPhaseName(to)});
+      }
+    }
+  }
+  const std::set<std::pair<std::string, std::string>> expected = {
+      {"reserving", "running"},   {"reserving", "releasing"}, {"releasing", "reserving"},
+      {"running", "reporting"},   {"reserving", "ended"},     {"releasing", "ended"},
+      {"running", "ended"},       {"reporting", "ended"},
+  };
+  EXPECT_EQ(allowed, expected);
 }
 
 }  // namespace
