@@ -134,24 +134,29 @@ struct ClusterJobs::Coordinated {
   // the table does not allow is a bug, refused (INTERNAL) and logged.
   absl::Status MoveTo(CoordinatorPhase next) ABSL_LOCKS_EXCLUDED(mu) {
     CoordinatorPhase from;
+    bool allowed;
     {
       absl::MutexLock lock(&mu);
       from = phase;
-      if (!CoordinatorMayMove(from, next)) {
-        Log()->error("job {}: the coordinator cannot go from {} to {}", job_id,
-                     CoordinatorPhaseName(from), CoordinatorPhaseName(next));
-        return absl::InternalError(absl::StrCat("coordinator: no move from ",
-                                                CoordinatorPhaseName(from), " to ",
-                                                CoordinatorPhaseName(next)));
-      }
-      if (from == CoordinatorPhase::kReleasing) {
+      allowed = CoordinatorMayMove(from, next);
+      if (allowed && from == CoordinatorPhase::kReleasing) {
         part_ids.clear();
         held.clear();
         reports.clear();
         cancel_reason.clear();
       }
-      phase = next;
-      changed.SignalAll();
+      if (allowed) {
+        phase = next;
+        changed.SignalAll();
+      }
+    }
+    // Logged outside the lock: HoldPart and ReportPart wait on it.
+    if (!allowed) {
+      Log()->error("job {}: the coordinator cannot go from {} to {}", job_id,
+                   CoordinatorPhaseName(from), CoordinatorPhaseName(next));
+      return absl::InternalError(absl::StrCat("coordinator: no move from ",
+                                              CoordinatorPhaseName(from), " to ",
+                                              CoordinatorPhaseName(next)));
     }
     Log()->debug("job {}: coordinator {} -> {}", job_id, CoordinatorPhaseName(from),
                  CoordinatorPhaseName(next));
