@@ -33,6 +33,11 @@ absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size
     return Error(path, absl::StrCat(text.size(), " bytes is longer than the ", max_bytes,
                                     " allowed: ", Quoted(text)));
   }
+  // yaml-cpp can decode UTF-8 text into a scalar that is not (a NUL before
+  // "_" comes back as a lone 0xa0 byte): the API's strings must be UTF-8.
+  if (FirstInvalidUtf8(text).has_value()) {
+    return Error(path, absl::StrCat("must be UTF-8 text: ", Quoted(text)));
+  }
   if (HasControlCharacters(text)) {
     return Error(path, absl::StrCat("must not hold control characters (newlines, terminal "
                                     "escapes, bidi overrides): ",

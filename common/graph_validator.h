@@ -17,7 +17,7 @@ inline constexpr size_t kMaxNameBytes = 256;
 inline constexpr size_t kMaxOpIdBytes = 128;
 
 // A name or id that goes into tables, logs and terminals as it is: not empty,
-// at most `max_bytes`, and no control or format characters
+// at most `max_bytes`, UTF-8, and no control or format characters
 // (HasControlCharacters). INVALID_ARGUMENT "<path>: ..." quoting it otherwise.
 absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size_t max_bytes);
 

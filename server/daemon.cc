@@ -440,7 +440,8 @@ void Daemon::StartWatchers() {
   });
   health_thread_ = std::thread([&p, log] {
     while (!p.stop.Wait(absl::Milliseconds(500))) {
-      if (!p.engine->Healthy()) {
+      const engine::DeviceMonitor* monitor = p.engine->Monitor();
+      if (monitor != nullptr && !monitor->Healthy()) {
         log->error(
             "engine {} is unhealthy (a device hit a sticky error): draining and exiting so that "
             "the service manager restarts overlapd",

@@ -1,7 +1,6 @@
 // The tests' decorator base: the engine ForwardingEngine (server/engine/
 // forwarding_engine.h) over an engine it owns, so that a test engine
-// overrides only the calls it records or changes, launch gates and graph
-// replay included.
+// overrides only the calls it records or changes, or the parts it has.
 #pragma once
 
 #include <memory>

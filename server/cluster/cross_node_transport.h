@@ -52,7 +52,7 @@ class CrossNodeTransport {
   // `op` over `group`: `args` over global devices, `local` the indices of this
   // node's ranks in args.ranks (some, not all). Enqueued on each local rank's
   // stream, in its order.
-  virtual absl::Status Collective(engine::Engine::CollectiveOp op, const CrossNodeGroup& group,
+  virtual absl::Status Collective(engine::CollectiveOp op, const CrossNodeGroup& group,
                                   const engine::CollectiveArgs& args,
                                   const std::vector<size_t>& local) = 0;
   // Each local rank's stream (streams[i] for group.members[i]) waits there

@@ -20,7 +20,7 @@ namespace {
 
 using engine::BufferRef;
 using engine::CollectiveArgs;
-using CollectiveOp = engine::Engine::CollectiveOp;
+using CollectiveOp = engine::CollectiveOp;
 
 // Connects on the first collective, on the stream thread that runs it: every
 // node's ranks reach that collective, so every rank of the group is there to
@@ -78,7 +78,7 @@ class GlooTransport final : public CrossNodeTransport {
       send.bytes = send_bytes;
       recv.bytes = recv_bytes;
       std::shared_ptr<LazyGroup> gloo = GroupFor(group.key, group.members.size(), i);
-      RETURN_IF_ERROR(context_.inner.EnqueueHostWork(
+      RETURN_IF_ERROR(context_.inner.HostWork()->EnqueueHostWork(
           rank.stream, {send, recv},
           [gloo, op, dtype = args.dtype,
            count = args.count](const std::vector<uint8_t*>& data) -> absl::Status {
@@ -101,7 +101,7 @@ class GlooTransport final : public CrossNodeTransport {
                                               "barrier-" + group.stream_name, group.members);
     for (size_t i : local) {
       std::shared_ptr<LazyGroup> gloo = GroupFor(key, group.members.size(), i);
-      RETURN_IF_ERROR(context_.inner.EnqueueHostWork(
+      RETURN_IF_ERROR(context_.inner.HostWork()->EnqueueHostWork(
           streams[i], {}, [gloo](const std::vector<uint8_t*>&) -> absl::Status {
             ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, gloo->Get());
             return g->Barrier();
@@ -137,7 +137,7 @@ class GlooTransport final : public CrossNodeTransport {
 TransportKind GlooTransportKind() {
   TransportKind kind;
   kind.name = "gloo";
-  kind.usable = [](const engine::Engine& engine) { return engine.HostWorkOnBuffers(); };
+  kind.usable = [](const engine::Engine& engine) { return engine.HostWork() != nullptr; };
   kind.make = [](const TransportContext& context) -> std::unique_ptr<CrossNodeTransport> {
     return std::make_unique<GlooTransport>(context);
   };

@@ -17,7 +17,7 @@ namespace overlap::cluster {
 namespace {
 
 using engine::CollectiveArgs;
-using CollectiveOp = engine::Engine::CollectiveOp;
+using CollectiveOp = engine::CollectiveOp;
 
 class NcclTransport final : public CrossNodeTransport {
  public:
@@ -39,8 +39,8 @@ class NcclTransport final : public CrossNodeTransport {
       mine.ranks.back().device = context_.options.placement.LocalDevice(args.ranks[i].device);
       global_ranks.push_back(static_cast<int>(i));
     }
-    return context_.inner.CrossProcessCollective(op, id, static_cast<int>(args.ranks.size()),
-                                                 global_ranks, mine);
+    return context_.inner.CrossProcess()->CrossProcessCollective(
+        op, id, static_cast<int>(args.ranks.size()), global_ranks, mine);
   }
 
   // The library's barrier: a one-element all-reduce on a scratch of each rank.
@@ -77,7 +77,7 @@ class NcclTransport final : public CrossNodeTransport {
     const SpanPlacement& placement = context_.options.placement;
     std::string id;
     if (placement.NodeOf(group.members.front()) == placement.node_index) {
-      ASSIGN_OR_RETURN(id, context_.inner.NewCommunicatorId());
+      ASSIGN_OR_RETURN(id, context_.inner.CrossProcess()->NewCommunicatorId());
       RETURN_IF_ERROR(context_.store.Set(key, id));
     } else {
       ASSIGN_OR_RETURN(id, context_.store.Get(key, context_.options.timeout));
@@ -111,7 +111,7 @@ TransportKind NcclTransportKind() {
   TransportKind kind;
   kind.name = "nccl";
   kind.note = "experimental: NCCL between daemons has not yet been verified on two GPUs";
-  kind.usable = [](const engine::Engine& engine) { return engine.CrossProcessCollectives(); };
+  kind.usable = [](const engine::Engine& engine) { return engine.CrossProcess() != nullptr; };
   kind.make = [](const TransportContext& context) -> std::unique_ptr<CrossNodeTransport> {
     return std::make_unique<NcclTransport>(context);
   };

@@ -70,18 +70,6 @@ engine::DeviceInfo SpanningEngine::GetDeviceInfo(int device) const {
   return info;
 }
 
-int64_t SpanningEngine::MemoryInUse(int device) const {
-  return IsLocalDevice(device) ? inner_.MemoryInUse(LocalDevice(device)) : 0;
-}
-
-engine::DeviceTelemetry SpanningEngine::Telemetry(int device) const {
-  return IsLocalDevice(device) ? inner_.Telemetry(LocalDevice(device)) : engine::DeviceTelemetry{};
-}
-
-int64_t SpanningEngine::GateTimeouts(int device) const {
-  return IsLocalDevice(device) ? inner_.GateTimeouts(LocalDevice(device)) : 0;
-}
-
 StreamId SpanningEngine::GetStream(int device, engine::StreamRole role, int index) {
   const std::string name =
       absl::StrCat(role == engine::StreamRole::kComm ? "comm" : "compute", index);
@@ -179,15 +167,15 @@ absl::Status SpanningEngine::Accumulate(StreamId stream, BufferRef dst, BufferRe
 }
 
 absl::Status SpanningEngine::AllGather(const CollectiveArgs& args) {
-  return Collective(CollectiveOp::kAllGather, args);
+  return Collective(engine::CollectiveOp::kAllGather, args);
 }
 
 absl::Status SpanningEngine::ReduceScatter(const CollectiveArgs& args) {
-  return Collective(CollectiveOp::kReduceScatter, args);
+  return Collective(engine::CollectiveOp::kReduceScatter, args);
 }
 
 absl::Status SpanningEngine::AllReduce(const CollectiveArgs& args) {
-  return Collective(CollectiveOp::kAllReduce, args);
+  return Collective(engine::CollectiveOp::kAllReduce, args);
 }
 
 CrossNodeGroup SpanningEngine::GroupOf(int channel, StreamId stream,
@@ -207,7 +195,7 @@ absl::Status SpanningEngine::NoTransport() const {
       "communicator on one GPU: ranks_per_gpu must be 1)"));
 }
 
-absl::Status SpanningEngine::Collective(CollectiveOp op, const CollectiveArgs& args) {
+absl::Status SpanningEngine::Collective(engine::CollectiveOp op, const CollectiveArgs& args) {
   std::vector<int> members;
   std::vector<size_t> local;
   for (size_t i = 0; i < args.ranks.size(); ++i) {
@@ -220,8 +208,8 @@ absl::Status SpanningEngine::Collective(CollectiveOp op, const CollectiveArgs& a
     CollectiveArgs mine = args;
     for (engine::RankBuffers& rank : mine.ranks) rank.device = LocalDevice(rank.device);
     switch (op) {
-      case CollectiveOp::kAllGather: return inner_.AllGather(mine);
-      case CollectiveOp::kReduceScatter: return inner_.ReduceScatter(mine);
+      case engine::CollectiveOp::kAllGather: return inner_.AllGather(mine);
+      case engine::CollectiveOp::kReduceScatter: return inner_.ReduceScatter(mine);
       default: return inner_.AllReduce(mine);
     }
   }
@@ -290,12 +278,6 @@ absl::Status SpanningEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_de
   return inner_.PeerCopy(stream, dst, LocalDevice(dst_device), src, LocalDevice(src_device));
 }
 
-absl::Status SpanningEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
-                                             HostWork work) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.EnqueueHostWork(stream, buffers, std::move(work));
-}
-
 absl::Status SpanningEngine::CopyToHost(void* dst, BufferRef src, int device) {
   RETURN_IF_ERROR(CheckDevice(device, "CopyToHost"));
   if (!IsLocalDevice(device)) return CrossesNodes(absl::StrCat("reading device ", device));
@@ -329,12 +311,22 @@ absl::StatusOr<int64_t> SpanningEngine::HoldStreams(const std::vector<StreamId>&
     if (!IsRemoteStream(s)) mine.push_back(s);
   }
   if (mine.empty()) return int64_t{-1};
-  return inner_.HoldStreams(mine, max_hold_ms);
+  return inner_.Gates()->HoldStreams(mine, max_hold_ms);
 }
 
 absl::Status SpanningEngine::ReleaseGate(int64_t ticket) {
   if (ticket < 0) return absl::OkStatus();
-  return inner_.ReleaseGate(ticket);
+  return inner_.Gates()->ReleaseGate(ticket);
+}
+
+int64_t SpanningEngine::GateTimeouts(int device) const {
+  return IsLocalDevice(device) ? inner_.Gates()->GateTimeouts(LocalDevice(device)) : 0;
+}
+
+absl::Status SpanningEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                                             Work work) {
+  if (IsRemoteStream(stream)) return absl::OkStatus();
+  return inner_.HostWork()->EnqueueHostWork(stream, buffers, std::move(work));
 }
 
 }  // namespace overlap::cluster

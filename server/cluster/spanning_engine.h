@@ -33,12 +33,15 @@
 #include "absl/time/time.h"
 #include "server/cluster/cross_node_transport.h"
 #include "server/cluster/span_placement.h"
+#include "server/engine/engine_overrides.h"
 #include "server/engine/forwarding_engine.h"
 #include "server/gloo/rendezvous_store.h"
 
 namespace overlap::cluster {
 
-class SpanningEngine final : public engine::ForwardingEngine {
+class SpanningEngine final : public engine::ForwardingEngine,
+                             public engine::LaunchGates,
+                             public engine::HostWorkQueue {
  public:
   // `inner` and `store` must outlive the engine. Collectives across nodes go
   // to the transport `inner` can carry (TransportFor); without one they are
@@ -49,49 +52,36 @@ class SpanningEngine final : public engine::ForwardingEngine {
 
   int DeviceCount() const override { return options_.placement.world_size(); }
   engine::DeviceInfo GetDeviceInfo(int device) const override;
-  int64_t MemoryInUse(int device) const override;
-  engine::DeviceTelemetry Telemetry(int device) const override;
   bool IsLocalDevice(int device) const override;
-  bool ReplaysGraphs() const override { return false; }
-  int64_t GateTimeouts(int device) const override;
 
-  engine::StreamId GetStream(int device, engine::StreamRole role, int index = 0) override;
-  absl::StatusOr<engine::BufferId> Allocate(int device, size_t bytes) override;
-  void Free(engine::BufferId buffer) override;
-  absl::StatusOr<engine::EventId> CreateEvent(int device) override;
-  void DestroyEvent(engine::EventId event) override;
-  absl::Status RecordEvent(engine::EventId event, engine::StreamId stream) override;
-  absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override;
-  absl::StatusOr<double> ElapsedMs(engine::EventId start, engine::EventId end) override;
+  // Its parts: gates and host work where the wrapped engine has them (on this
+  // node's streams); no monitor (the daemon watches its devices through its
+  // own engine), no graph replay (a graph cannot hold another node's work),
+  // and no library collectives across processes of its own (the transport
+  // uses the wrapped engine's).
+  const engine::DeviceMonitor* Monitor() const override { return nullptr; }
+  engine::GraphCapture* Graphs() const override { return nullptr; }
+  engine::LaunchGates* Gates() const override {
+    return inner_.Gates() != nullptr ? gates_ : nullptr;
+  }
+  engine::HostWorkQueue* HostWork() const override {
+    return inner_.HostWork() != nullptr ? host_work_ : nullptr;
+  }
+  engine::CrossProcessCollectives* CrossProcess() const override { return nullptr; }
 
-  absl::Status FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
-                          uint64_t seed, float scale) override;
-  absl::Status FillConstant(engine::StreamId stream, engine::BufferRef dst, DType dtype,
-                            float value) override;
-  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override;
-  absl::Status Accumulate(engine::StreamId stream, engine::BufferRef dst, engine::BufferRef src,
-                          DType dtype) override;
-  absl::Status AllGather(const engine::CollectiveArgs& args) override;
-  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
-  absl::Status AllReduce(const engine::CollectiveArgs& args) override;
-  absl::Status SendRecv(int channel, const std::vector<int>& group,
-                        const std::vector<engine::Transfer>& transfers,
-                        bool beside_gemm) override;
-  absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
-                        engine::BufferRef src, int src_device) override;
-  absl::Status Barrier(int channel, const std::vector<int>& devices,
-                       const std::vector<engine::StreamId>& streams) override;
-  absl::Status EnqueueHostWork(engine::StreamId stream,
-                               const std::vector<engine::BufferRef>& buffers,
-                               HostWork work) override;
-  absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override;
-  absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override;
-  absl::StatusOr<int64_t> FirstNonFinite(engine::BufferRef src, DType dtype,
-                                         int device) override;
-  absl::Status Synchronize(const std::vector<int>& devices) override;
+  // Every work call: this node's devices run theirs, others' leave placeholders.
+  OVERLAP_ENGINE_WORK_OVERRIDES;
+
+  // LaunchGates: holds this node's streams only.
   absl::StatusOr<int64_t> HoldStreams(const std::vector<engine::StreamId>& streams,
                                       double max_hold_ms) override;
   absl::Status ReleaseGate(int64_t ticket) override;
+  int64_t GateTimeouts(int device) const override;
+
+  // HostWorkQueue: work on another node's stream is that node's to run.
+  absl::Status EnqueueHostWork(engine::StreamId stream,
+                               const std::vector<engine::BufferRef>& buffers,
+                               Work work) override;
 
  private:
   // A stream, buffer or event of another node: a handle with nothing behind it.
@@ -105,12 +95,14 @@ class SpanningEngine final : public engine::ForwardingEngine {
   absl::Status CrossesNodes(const std::string& what) const;
   // The stream's (role, index), the same on every node: names a group's channel.
   std::string StreamName(engine::StreamId stream);
-  absl::Status Collective(CollectiveOp op, const engine::CollectiveArgs& args);
+  absl::Status Collective(engine::CollectiveOp op, const engine::CollectiveArgs& args);
   // The group of `members` (global devices) on `channel`, used from `stream`.
   CrossNodeGroup GroupOf(int channel, engine::StreamId stream, const std::vector<int>& members);
   absl::Status NoTransport() const;
 
   engine::Engine& inner_;
+  engine::LaunchGates* const gates_ = this;
+  engine::HostWorkQueue* const host_work_ = this;
   gloo_group::RendezvousStore& store_;
   const SpanningOptions options_;
   // Null where the engine can carry none.

@@ -150,13 +150,13 @@ absl::Status CudaEngineImpl::AllReduce(const engine::CollectiveArgs& args) {
 
 absl::StatusOr<std::string> CudaEngineImpl::NewCommunicatorId() { return NcclComms::NewId(); }
 
-absl::Status CudaEngineImpl::CrossProcessCollective(CollectiveOp op, const std::string& id,
+absl::Status CudaEngineImpl::CrossProcessCollective(engine::CollectiveOp op, const std::string& id,
                                                     int nranks,
                                                     const std::vector<int>& global_ranks,
                                                     const engine::CollectiveArgs& args) {
   static const char* const names[] = {"AllGather", "ReduceScatter", "AllReduce"};
   const char* name = names[static_cast<int>(op)];
-  if (!CrossProcessCollectives()) {
+  if (config_.ranks_per_gpu != 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         name, " across processes: NCCL refuses two ranks of one communicator on one GPU, and "
               "ranks_per_gpu is ", config_.ranks_per_gpu));
@@ -166,12 +166,12 @@ absl::Status CudaEngineImpl::CrossProcessCollective(CollectiveOp op, const std::
                                                    " global ranks for ", args.ranks.size(),
                                                    " local ones"));
   }
-  if (args.dtype == DType::kFP8 && op != CollectiveOp::kAllGather) {
+  if (args.dtype == DType::kFP8 && op != engine::CollectiveOp::kAllGather) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": fp8 is gathered, never summed"));
   }
   const size_t all = args.count * static_cast<size_t>(nranks);
-  const size_t send = op == CollectiveOp::kReduceScatter ? all : args.count;
-  const size_t recv = op == CollectiveOp::kAllGather ? all : args.count;
+  const size_t send = op == engine::CollectiveOp::kReduceScatter ? all : args.count;
+  const size_t recv = op == engine::CollectiveOp::kAllGather ? all : args.count;
   ASSIGN_OR_RETURN(std::vector<RankPtrs> ranks, PrepareCollective(args, send, recv, name));
   if (args.count == 0) return absl::OkStatus();
   std::vector<int> devices;
@@ -185,15 +185,15 @@ absl::Status CudaEngineImpl::CrossProcessCollective(CollectiveOp op, const std::
       [&](int r) -> absl::Status {
         const RankPtrs& rank = ranks[r];
         switch (op) {
-          case CollectiveOp::kAllGather:
+          case engine::CollectiveOp::kAllGather:
             NCCL_RETURN_IF_ERROR(ncclAllGather(rank.send, rank.recv, args.count, type,
                                                group->comm(r), rank.stream));
             break;
-          case CollectiveOp::kReduceScatter:
+          case engine::CollectiveOp::kReduceScatter:
             NCCL_RETURN_IF_ERROR(ncclReduceScatter(rank.send, rank.recv, args.count, type,
                                                    ncclSum, group->comm(r), rank.stream));
             break;
-          case CollectiveOp::kAllReduce:
+          case engine::CollectiveOp::kAllReduce:
             NCCL_RETURN_IF_ERROR(ncclAllReduce(rank.send, rank.recv, args.count, type, ncclSum,
                                                group->comm(r), rank.stream));
             break;

@@ -1,4 +1,4 @@
-// Launch gates: HoldStreams, ReleaseGate (engine.h; the mechanism is launch_gate.h).
+// Launch gates: HoldStreams, ReleaseGate (engine/launch_gates.h; the mechanism is launch_gate.h).
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/cuda/cuda_engine_impl.h"
@@ -8,7 +8,9 @@ namespace overlap::cuda {
 
 absl::StatusOr<int64_t> CudaEngineImpl::HoldStreams(const std::vector<engine::StreamId>& streams,
                                                     double max_hold_ms) {
-  if (gate_ == nullptr) return CudaEngine::HoldStreams(streams, max_hold_ms);
+  if (gate_ == nullptr) {
+    return absl::FailedPreconditionError("cuda backend: no launch gates (launch_gate off)");
+  }
   std::vector<const StreamSlot*> slots;
   for (engine::StreamId stream : streams) {
     ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
@@ -30,7 +32,9 @@ absl::StatusOr<int64_t> CudaEngineImpl::HoldStreams(const std::vector<engine::St
 }
 
 absl::Status CudaEngineImpl::ReleaseGate(int64_t ticket) {
-  if (gate_ == nullptr) return CudaEngine::ReleaseGate(ticket);
+  if (gate_ == nullptr) {
+    return absl::FailedPreconditionError("cuda backend: no launch gates (launch_gate off)");
+  }
   gate_->Open(ticket);
   return absl::OkStatus();
 }

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/cuda_resources.h"
+#include "server/engine/engine_overrides.h"
 #include "server/cuda/device_pool.h"
 #include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
@@ -32,7 +33,11 @@
 
 namespace overlap::cuda {
 
-class CudaEngineImpl final : public CudaEngine {
+class CudaEngineImpl final : public CudaEngine,
+                             public engine::DeviceMonitor,
+                             public engine::GraphCapture,
+                             public engine::LaunchGates,
+                             public engine::CrossProcessCollectives {
  public:
   static constexpr int kStreamsPerRole = 2;
   static constexpr int kStreamsPerDevice = 2 * kStreamsPerRole;
@@ -44,71 +49,53 @@ class CudaEngineImpl final : public CudaEngine {
   std::string Name() const override { return "cuda"; }
   int DeviceCount() const override { return static_cast<int>(devices_.size()); }
   engine::DeviceInfo GetDeviceInfo(int device) const override;
-  engine::DeviceTelemetry Telemetry(int device) const override;
-  absl::StatusOr<int64_t> ForgetXids(int device) const override;
   int CollectiveSmBudget() const override { return config_.nccl_overlap_ctas; }
   double PreheatMs() const override { return config_.preheat_ms; }
   int RanksPerGpu() const override { return config_.ranks_per_gpu; }
   bool LibraryAlgorithms() const override { return true; }
   engine::BackendVersions Versions() const override;
-  int64_t MemoryInUse(int device) const override;
 
-  engine::StreamId GetStream(int device, engine::StreamRole role, int index) override;
+  // Its parts: graph replay with config graph_replay, gates where the launch
+  // gate kernel loaded, and NCCL communicators across processes but not with
+  // ranks_per_gpu above 1 (NCCL refuses two ranks of one communicator on one
+  // GPU, across processes too).
+  const engine::DeviceMonitor* Monitor() const override { return monitor_; }
+  engine::GraphCapture* Graphs() const override {
+    return config_.graph_replay ? capture_ : nullptr;
+  }
+  engine::LaunchGates* Gates() const override { return gate_ != nullptr ? gates_ : nullptr; }
+  engine::CrossProcessCollectives* CrossProcess() const override {
+    return config_.ranks_per_gpu == 1 ? cross_process_ : nullptr;
+  }
+
   int StreamsPerRole() const override { return kStreamsPerRole; }
+  OVERLAP_ENGINE_WORK_OVERRIDES;
 
-  absl::StatusOr<engine::BufferId> Allocate(int device, size_t bytes) override;
-  void Free(engine::BufferId buffer) override;
+  int MultiprocessorCount(int device) const override;
 
-  absl::StatusOr<engine::EventId> CreateEvent(int device) override;
-  void DestroyEvent(engine::EventId event) override;
-  absl::Status RecordEvent(engine::EventId event, engine::StreamId stream) override;
-  absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override;
-  absl::StatusOr<double> ElapsedMs(engine::EventId start, engine::EventId end) override;
-
-  absl::Status FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
-                          uint64_t seed, float scale) override;
-  absl::Status FillConstant(engine::StreamId stream, engine::BufferRef dst, DType dtype,
-                            float value) override;
-  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override;
-  absl::Status Accumulate(engine::StreamId stream, engine::BufferRef dst, engine::BufferRef src,
-                          DType dtype) override;
-
-  absl::Status AllGather(const engine::CollectiveArgs& args) override;
-  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
-  absl::Status AllReduce(const engine::CollectiveArgs& args) override;
-  absl::Status SendRecv(int channel, const std::vector<int>& group,
-                        const std::vector<engine::Transfer>& transfers, bool beside_gemm) override;
-  absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
-                        engine::BufferRef src, int src_device) override;
-  absl::Status Barrier(int channel, const std::vector<int>& devices,
-                       const std::vector<engine::StreamId>& streams) override;
-  // NCCL communicators across processes; not with ranks_per_gpu above 1 (NCCL
-  // refuses two ranks of one communicator on one GPU, across processes too).
-  bool CrossProcessCollectives() const override { return config_.ranks_per_gpu == 1; }
-  absl::StatusOr<std::string> NewCommunicatorId() override;
-  absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
-                                      const std::vector<int>& global_ranks,
-                                      const engine::CollectiveArgs& args) override;
-
-  absl::Status CopyToHost(void* dst, engine::BufferRef src, int device) override;
-  absl::Status CopyFromHost(engine::BufferRef dst, int device, const void* src) override;
-  absl::StatusOr<int64_t> FirstNonFinite(engine::BufferRef src, DType dtype, int device) override;
-  absl::Status Synchronize(const std::vector<int>& devices) override;
+  // DeviceMonitor
+  int64_t MemoryInUse(int device) const override;
+  engine::DeviceTelemetry Telemetry(int device) const override;
+  absl::StatusOr<int64_t> ForgetXids(int device) const override;
   bool Healthy() const override;
 
-  bool ReplaysGraphs() const override { return config_.graph_replay; }
+  // GraphCapture
   absl::Status BeginCapture(engine::StreamId origin) override;
   absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
   absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
   void DestroyGraph(engine::GraphId graph) override;
 
-  bool HasGates() const override { return gate_ != nullptr; }
+  // LaunchGates
   absl::StatusOr<int64_t> HoldStreams(const std::vector<engine::StreamId>& streams,
                                       double max_hold_ms) override;
   absl::Status ReleaseGate(int64_t ticket) override;
   int64_t GateTimeouts(int device) const override;
 
-  int MultiprocessorCount(int device) const override;
+  // CrossProcessCollectives
+  absl::StatusOr<std::string> NewCommunicatorId() override;
+  absl::Status CrossProcessCollective(engine::CollectiveOp op, const std::string& id, int nranks,
+                                      const std::vector<int>& global_ranks,
+                                      const engine::CollectiveArgs& args) override;
 
  private:
   // The CTA cap of the communicator a collective uses (0 = NCCL's choice).
@@ -215,6 +202,11 @@ class CudaEngineImpl final : public CudaEngine {
                                        bool check_nccl);
 
   const DaemonConfig config_;
+  // The parts this engine is (it implements each itself).
+  const engine::DeviceMonitor* const monitor_ = this;
+  engine::GraphCapture* const capture_ = this;
+  engine::LaunchGates* const gates_ = this;
+  engine::CrossProcessCollectives* const cross_process_ = this;
   std::vector<StreamSlot> streams_;  // immutable after Create
   std::vector<std::unique_ptr<DeviceState>> devices_;
   std::vector<std::vector<bool>> peer_access_;  // [from][to]

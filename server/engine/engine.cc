@@ -44,56 +44,15 @@ absl::Status CheckGemmScales(const GemmArgs& args) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> EngineDefaults::ForgetXids(int device) const {
-  return absl::FailedPreconditionError(Name() + " backend counts no Xid errors (NVML does)");
-}
-
-absl::Status EngineDefaults::BeginCapture(StreamId origin) {
-  return absl::UnimplementedError(Name() + " backend: no graph replay");
-}
-
-absl::StatusOr<GraphId> EngineDefaults::EndCapture(StreamId origin) {
-  return absl::UnimplementedError(Name() + " backend: no graph replay");
-}
-
-absl::Status EngineDefaults::LaunchGraph(GraphId graph, StreamId stream) {
-  return absl::UnimplementedError(Name() + " backend: no graph replay");
-}
-
-absl::StatusOr<int64_t> EngineDefaults::HoldStreams(const std::vector<StreamId>& streams,
-                                                    double max_hold_ms) {
-  return absl::UnimplementedError(Name() + " backend: no launch gates");
-}
-
-absl::Status EngineDefaults::ReleaseGate(int64_t ticket) {
-  return absl::UnimplementedError(Name() + " backend: no launch gates");
-}
-
-absl::StatusOr<int64_t> EngineDefaults::FirstNonFinite(BufferRef src, DType dtype, int device) {
+absl::StatusOr<int64_t> FirstNonFiniteOnHost(Engine& engine, BufferRef src, DType dtype,
+                                             int device) {
   std::vector<uint8_t> host(src.bytes);
-  RETURN_IF_ERROR(CopyToHost(host.data(), src, device));
+  RETURN_IF_ERROR(engine.CopyToHost(host.data(), src, device));
   const int64_t count = static_cast<int64_t>(src.bytes / DTypeSize(dtype));
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(LoadAsFloat(host.data(), dtype, static_cast<size_t>(i)))) return i;
   }
   return -1;
-}
-
-absl::Status EngineDefaults::EnqueueHostWork(StreamId stream,
-                                             const std::vector<BufferRef>& buffers,
-                                             HostWork work) {
-  return absl::UnimplementedError(Name() + " backend: the host cannot address its memory");
-}
-
-absl::StatusOr<std::string> EngineDefaults::NewCommunicatorId() {
-  return absl::UnimplementedError(Name() + " backend: no communicators across processes");
-}
-
-absl::Status EngineDefaults::CrossProcessCollective(CollectiveOp op, const std::string& id,
-                                                    int nranks,
-                                                    const std::vector<int>& global_ranks,
-                                                    const CollectiveArgs& args) {
-  return absl::UnimplementedError(Name() + " backend: no communicators across processes");
 }
 
 }  // namespace overlap::engine

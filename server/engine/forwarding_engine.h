@@ -24,15 +24,17 @@ class ForwardingEngine : public Engine {
   int DeviceCount() const override { return inner_.DeviceCount(); }
   DeviceInfo GetDeviceInfo(int device) const override { return inner_.GetDeviceInfo(device); }
   BackendVersions Versions() const override { return inner_.Versions(); }
-  int64_t MemoryInUse(int device) const override { return inner_.MemoryInUse(device); }
-  DeviceTelemetry Telemetry(int device) const override { return inner_.Telemetry(device); }
-  absl::StatusOr<int64_t> ForgetXids(int device) const override {
-    return inner_.ForgetXids(device);
-  }
   int CollectiveSmBudget() const override { return inner_.CollectiveSmBudget(); }
   double PreheatMs() const override { return inner_.PreheatMs(); }
   int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
   bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
+  bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
+
+  const DeviceMonitor* Monitor() const override { return inner_.Monitor(); }
+  GraphCapture* Graphs() const override { return inner_.Graphs(); }
+  LaunchGates* Gates() const override { return inner_.Gates(); }
+  HostWorkQueue* HostWork() const override { return inner_.HostWork(); }
+  CrossProcessCollectives* CrossProcess() const override { return inner_.CrossProcess(); }
 
   StreamId GetStream(int device, StreamRole role, int index = 0) override {
     return inner_.GetStream(device, role, index);
@@ -97,39 +99,6 @@ class ForwardingEngine : public Engine {
   absl::Status Synchronize(const std::vector<int>& devices) override {
     return inner_.Synchronize(devices);
   }
-
-  bool ReplaysGraphs() const override { return inner_.ReplaysGraphs(); }
-  absl::Status BeginCapture(StreamId origin) override { return inner_.BeginCapture(origin); }
-  absl::StatusOr<GraphId> EndCapture(StreamId origin) override {
-    return inner_.EndCapture(origin);
-  }
-  absl::Status LaunchGraph(GraphId graph, StreamId stream) override {
-    return inner_.LaunchGraph(graph, stream);
-  }
-  void DestroyGraph(GraphId graph) override { inner_.DestroyGraph(graph); }
-
-  bool HasGates() const override { return inner_.HasGates(); }
-  absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
-                                      double max_hold_ms) override {
-    return inner_.HoldStreams(streams, max_hold_ms);
-  }
-  absl::Status ReleaseGate(int64_t ticket) override { return inner_.ReleaseGate(ticket); }
-  int64_t GateTimeouts(int device) const override { return inner_.GateTimeouts(device); }
-  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
-                               HostWork work) override {
-    return inner_.EnqueueHostWork(stream, buffers, std::move(work));
-  }
-  bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
-  bool HostWorkOnBuffers() const override { return inner_.HostWorkOnBuffers(); }
-  bool CrossProcessCollectives() const override { return inner_.CrossProcessCollectives(); }
-  absl::StatusOr<std::string> NewCommunicatorId() override { return inner_.NewCommunicatorId(); }
-  absl::Status CrossProcessCollective(CollectiveOp op, const std::string& id, int nranks,
-                                      const std::vector<int>& global_ranks,
-                                      const CollectiveArgs& args) override {
-    return inner_.CrossProcessCollective(op, id, nranks, global_ranks, args);
-  }
-
-  bool Healthy() const override { return inner_.Healthy(); }
 
  protected:
   Engine& inner() const { return inner_; }

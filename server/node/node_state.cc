@@ -82,16 +82,19 @@ v1::GetNodeInfoResponse NodeState::Info() const {
   v1::GetNodeInfoResponse response;
   response.set_backend(engine_.Name());
   response.set_ranks_per_gpu(engine_.RanksPerGpu());
+  // An engine without a monitor reads as idle and healthy: it has nothing to watch.
+  const engine::DeviceMonitor* monitor = engine_.Monitor();
   for (int d = 0; d < engine_.DeviceCount(); ++d) {
     const engine::DeviceInfo info = engine_.GetDeviceInfo(d);
     v1::Device* device = response.add_devices();
     device->set_index(info.index);
     device->set_name(info.name);
     device->set_memory_bytes(info.memory_bytes);
-    device->set_memory_used_bytes(engine_.MemoryInUse(d));
+    device->set_memory_used_bytes(monitor != nullptr ? monitor->MemoryInUse(d) : 0);
     device->set_total_memory_bytes(info.total_memory_bytes);
     device->set_pci_bus_id(info.pci_bus_id);
-    const engine::DeviceTelemetry t = engine_.Telemetry(d);
+    const engine::DeviceTelemetry t =
+        monitor != nullptr ? monitor->Telemetry(d) : engine::DeviceTelemetry{};
     SetTelemetry(t, device);
     SetHealth(t, device);
   }
@@ -115,7 +118,7 @@ v1::GetNodeInfoResponse NodeState::Info() const {
     response.set_cross_daemon_transport(cluster_.transport);
     response.set_cross_daemon_note(cluster_.note);
   }
-  response.set_healthy(engine_.Healthy() && !scheduler_.draining());
+  response.set_healthy((monitor == nullptr || monitor->Healthy()) && !scheduler_.draining());
   return response;
 }
 

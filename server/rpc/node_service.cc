@@ -88,7 +88,12 @@ grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
                         absl::StrCat("forget Xids: no device ", device, " (the daemon has ",
                                      engine_.DeviceCount(), ")"));
   }
-  absl::StatusOr<int64_t> forgotten = engine_.ForgetXids(device);
+  const engine::DeviceMonitor* monitor = engine_.Monitor();
+  if (monitor == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        engine_.Name() + " backend watches no devices: no Xids to forget");
+  }
+  absl::StatusOr<int64_t> forgotten = monitor->ForgetXids(device);
   if (!forgotten.ok()) return net::ToGrpcStatus(forgotten.status());
   response->set_forgotten(*forgotten);
   GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot, for {}", device, *forgotten,

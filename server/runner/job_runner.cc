@@ -68,9 +68,9 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
   JobReport result;
   result.backend = engine.Name();
-  result.launch_gate = engine.HasGates();
-  if (engine.HasGates()) result.head_start = spec.heat_head_start ? "heat" : "idle";
-  if (engine.HasGates() && spec.heat_head_start) result.preheat_ms = engine.PreheatMs();
+  result.launch_gate = engine.Gates() != nullptr;
+  if (result.launch_gate) result.head_start = spec.heat_head_start ? "heat" : "idle";
+  if (result.launch_gate && spec.heat_head_start) result.preheat_ms = engine.PreheatMs();
   result.nccl_overlap_ctas = engine.CollectiveSmBudget();
   result.ranks_per_gpu = engine.RanksPerGpu();
   result.mesh_tp = spec.mesh.tp;

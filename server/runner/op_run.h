@@ -25,7 +25,7 @@
 namespace overlap::runner {
 
 // A timed iteration's streams wait at a launch gate until the host has enqueued
-// all of it, at most this long (engine.h, HoldStreams).
+// all of it, at most this long (engine/launch_gates.h).
 inline constexpr double kMaxGateHoldMs = 500;
 inline constexpr size_t kHostEstimateWindow =
     3;  // iterations whose enqueue times estimate the next
@@ -74,7 +74,7 @@ struct OpRun {
   // GPU: the iterations after it ran rested (a new daemon's first op read up to
   // 12% fast, fp8 on one H200: docs/PERFORMANCE.md).
   absl::Status ProbeHeat() {
-    if (!spec.heat_head_start || !engine.HasGates() || IsCollectiveOnly(ctx.op().type)) {
+    if (!spec.heat_head_start || engine.Gates() == nullptr || IsCollectiveOnly(ctx.op().type)) {
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(const TimedRun probe,
@@ -130,7 +130,7 @@ struct OpRun {
     run.rank_times.assign(ctx.tp(), {});
     std::optional<engine::GraphId> graph;
     absl::Cleanup destroy_graph = [&] {
-      if (graph) engine.DestroyGraph(*graph);
+      if (graph) engine.Graphs()->DestroyGraph(*graph);
     };
     // Each iteration ends with a sync, so only the first needs one here.
     RETURN_IF_ERROR(engine.Synchronize(devices));
@@ -141,7 +141,7 @@ struct OpRun {
       }
       // A graph is timed on rank 0 only: an op of several groups (a mesh's)
       // enqueues, so that each group's ranks time themselves.
-      if (replay && it == warmup && engine.ReplaysGraphs() && ctx.groups() == 1) {
+      if (replay && it == warmup && engine.Graphs() != nullptr && ctx.groups() == 1) {
         absl::StatusOr<engine::GraphId> captured = CaptureIteration(ctx, enqueue);
         if (captured.ok()) {
           graph = *captured;
@@ -151,16 +151,16 @@ struct OpRun {
         }
       }
       std::optional<int64_t> ticket;
-      if (it >= warmup && engine.HasGates()) {
+      if (it >= warmup && engine.Gates() != nullptr) {
         RETURN_IF_ERROR(
             HeadStart(recent_host_ms.empty()
                           ? 0
                           : *std::max_element(recent_host_ms.begin(), recent_host_ms.end())));
-        ASSIGN_OR_RETURN(ticket, engine.HoldStreams(compute, kMaxGateHoldMs));
+        ASSIGN_OR_RETURN(ticket, engine.Gates()->HoldStreams(compute, kMaxGateHoldMs));
       }
       // Opened on every path: a held stream would otherwise wait out its hold.
       absl::Cleanup open_gate = [&] {
-        if (ticket) engine.ReleaseGate(*ticket).IgnoreError();
+        if (ticket) engine.Gates()->ReleaseGate(*ticket).IgnoreError();
       };
       const absl::Time host_start = absl::Now();
       // One rank has nothing to align with.
@@ -216,8 +216,9 @@ struct OpRun {
   }
 
   int64_t GateTimeouts(const std::vector<int>& devices) const {
+    const engine::LaunchGates* gates = engine.Gates();
     int64_t total = 0;
-    for (int d : devices) total += engine.GateTimeouts(d);
+    for (int d : devices) total += gates != nullptr ? gates->GateTimeouts(d) : 0;
     return total;
   }
 };

@@ -164,16 +164,4 @@ absl::Status TimelineEngine::PeerCopy(engine::StreamId stream, engine::BufferRef
                 [&] { return inner().PeerCopy(stream, dst, dst_device, src, src_device); });
 }
 
-absl::Status TimelineEngine::BeginCapture(engine::StreamId origin) {
-  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
-}
-
-absl::StatusOr<engine::GraphId> TimelineEngine::EndCapture(engine::StreamId origin) {
-  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
-}
-
-absl::Status TimelineEngine::LaunchGraph(engine::GraphId graph, engine::StreamId stream) {
-  return absl::UnimplementedError("a traced iteration is not replayed as a graph");
-}
-
 }  // namespace overlap::runner

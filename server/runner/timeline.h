@@ -80,12 +80,8 @@ class TimelineEngine final : public engine::ForwardingEngine {
   absl::Status PeerCopy(engine::StreamId stream, engine::BufferRef dst, int dst_device,
                         engine::BufferRef src, int src_device) override;
 
-  // A traced iteration is enqueued call by call: graph replay is refused.
-  bool ReplaysGraphs() const override { return false; }
-  absl::Status BeginCapture(engine::StreamId origin) override;
-  absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
-  absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
-  void DestroyGraph(engine::GraphId graph) override {}
+  // A traced iteration is enqueued call by call: no graph replay.
+  engine::GraphCapture* Graphs() const override { return nullptr; }
 
  private:
   // One stream's part of a traced call: its lane and the name of its span.

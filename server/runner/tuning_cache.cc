@@ -99,9 +99,9 @@ std::string TuningEnvironment(const engine::Engine& engine, int device) {
   return absl::StrCat("backend=", engine.Name(),
                       // Replayed and enqueued schedules tune differently (finer pieces pay
                       // once their hand-offs are cheap).
-                      " graphs=", engine.ReplaysGraphs() ? "on" : "off",
+                      " graphs=", engine.Graphs() != nullptr ? "on" : "off",
                       // Ungated, NCCL's candidates carried ~0.1 ms of launch latency.
-                      " gates=", engine.HasGates() ? "on" : "off",
+                      " gates=", engine.Gates() != nullptr ? "on" : "off",
                       // NCCL schedules run differently with an SM budget.
                       " nccl_ctas=", engine.CollectiveSmBudget(),
                       " device=", engine.GetDeviceInfo(device).name, " driver=", v.cuda_driver,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "server/engine/forwarding_engine.h"
 #include "tests/host_engine_util.h"
@@ -14,8 +15,10 @@
 namespace overlap::cluster {
 namespace {
 
-// A host engine that says what a test wants of its capabilities, under any name.
-class ReportingEngine final : public engine::ForwardingEngine {
+// A host engine that has the parts a test wants, under any name. Its
+// cross-process part is only asked whether it is there.
+class ReportingEngine final : public engine::ForwardingEngine,
+                              public engine::CrossProcessCollectives {
  public:
   ReportingEngine(engine::Engine& inner, std::string name, bool host_work, bool cross_process)
       : ForwardingEngine(inner),
@@ -23,13 +26,26 @@ class ReportingEngine final : public engine::ForwardingEngine {
         host_work_(host_work),
         cross_process_(cross_process) {}
   std::string Name() const override { return name_; }
-  bool HostWorkOnBuffers() const override { return host_work_; }
-  bool CrossProcessCollectives() const override { return cross_process_; }
+  engine::HostWorkQueue* HostWork() const override {
+    return host_work_ ? inner().HostWork() : nullptr;
+  }
+  engine::CrossProcessCollectives* CrossProcess() const override {
+    return cross_process_ ? self_ : nullptr;
+  }
+  absl::StatusOr<std::string> NewCommunicatorId() override {
+    return absl::UnimplementedError("not asked");
+  }
+  absl::Status CrossProcessCollective(engine::CollectiveOp, const std::string&, int,
+                                      const std::vector<int>&,
+                                      const engine::CollectiveArgs&) override {
+    return absl::UnimplementedError("not asked");
+  }
 
  private:
   const std::string name_;
   const bool host_work_;
   const bool cross_process_;
+  engine::CrossProcessCollectives* const self_ = this;
 };
 
 TEST(CrossNodeTransportTest, TheEngineSaysWhichByWhatItCanDoNotByItsName) {

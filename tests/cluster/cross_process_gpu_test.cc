@@ -54,59 +54,63 @@ class CrossProcessGpuTest : public ::testing::Test {
     return out;
   }
 
+  // Null only with ranks_per_gpu above 1; SetUp makes the engine with one.
+  engine::CrossProcessCollectives& cross() { return *engine_->CrossProcess(); }
+
   std::unique_ptr<engine::Engine> engine_;
   engine::BufferId send_ = engine::kNoBuffer, recv_ = engine::kNoBuffer;
 };
 
 TEST_F(CrossProcessGpuTest, IdsAreNcclUniqueIdsAndDiffer) {
-  ASSERT_TRUE(engine_->CrossProcessCollectives());
-  absl::StatusOr<std::string> a = engine_->NewCommunicatorId();
-  absl::StatusOr<std::string> b = engine_->NewCommunicatorId();
+  ASSERT_NE(engine_->CrossProcess(), nullptr);
+  absl::StatusOr<std::string> a = cross().NewCommunicatorId();
+  absl::StatusOr<std::string> b = cross().NewCommunicatorId();
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
   EXPECT_EQ(a->size(), 128u);
   EXPECT_NE(*a, *b);
-  EXPECT_EQ(engine_->CrossProcessCollective(Engine::CollectiveOp::kAllReduce, "short", 1, {0},
-                                            Args(16, 16, 1))
+  EXPECT_EQ(cross()
+                .CrossProcessCollective(engine::CollectiveOp::kAllReduce, "short", 1, {0},
+                                        Args(16, 16, 1))
                 .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CrossProcessGpuTest, ACommunicatorMadeFromAnIdSumsGathersAndScatters) {
-  const std::string id = *engine_->NewCommunicatorId();
+  const std::string id = *cross().NewCommunicatorId();
   const size_t n = 4096;
   // One rank: the sum is the input, the gather and the scatter its own block.
-  ASSERT_TRUE(engine_
-                  ->CrossProcessCollective(Engine::CollectiveOp::kAllReduce, id, 1, {0},
-                                           Args(n, n, 1.5f))
-                  .ok());
+  ASSERT_TRUE(
+      cross()
+          .CrossProcessCollective(engine::CollectiveOp::kAllReduce, id, 1, {0}, Args(n, n, 1.5f))
+          .ok());
   ASSERT_TRUE(engine_->Synchronize({0}).ok());
   for (float v : Received(n)) ASSERT_EQ(v, 1.5f);
-  ASSERT_TRUE(engine_
-                  ->CrossProcessCollective(Engine::CollectiveOp::kAllGather, id, 1, {0},
-                                           Args(n, n, 2.5f))
-                  .ok());
+  ASSERT_TRUE(
+      cross()
+          .CrossProcessCollective(engine::CollectiveOp::kAllGather, id, 1, {0}, Args(n, n, 2.5f))
+          .ok());
   ASSERT_TRUE(engine_->Synchronize({0}).ok());
   for (float v : Received(n)) ASSERT_EQ(v, 2.5f);
-  ASSERT_TRUE(engine_
-                  ->CrossProcessCollective(Engine::CollectiveOp::kReduceScatter, id, 1, {0},
-                                           Args(n, n, 3.5f))
+  ASSERT_TRUE(cross()
+                  .CrossProcessCollective(engine::CollectiveOp::kReduceScatter, id, 1, {0},
+                                          Args(n, n, 3.5f))
                   .ok());
   ASSERT_TRUE(engine_->Synchronize({0}).ok());
   for (float v : Received(n)) ASSERT_EQ(v, 3.5f);
 }
 
 TEST_F(CrossProcessGpuTest, ACommunicatorWhoseOtherRankNeverComesFailsWithinTheInitTimeout) {
-  const std::string id = *engine_->NewCommunicatorId();
+  const std::string id = *cross().NewCommunicatorId();
   const absl::Time start = absl::Now();
-  const absl::Status status = engine_->CrossProcessCollective(
-      Engine::CollectiveOp::kAllReduce, id, 2, {0}, Args(256, 256, 1));
+  const absl::Status status = cross().CrossProcessCollective(engine::CollectiveOp::kAllReduce, id,
+                                                             2, {0}, Args(256, 256, 1));
   EXPECT_FALSE(status.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(90)) << status;
   // The engine goes on: a one-rank communicator still works.
-  const std::string other = *engine_->NewCommunicatorId();
-  EXPECT_TRUE(engine_
-                  ->CrossProcessCollective(Engine::CollectiveOp::kAllReduce, other, 1, {0},
-                                           Args(256, 256, 1))
+  const std::string other = *cross().NewCommunicatorId();
+  EXPECT_TRUE(cross()
+                  .CrossProcessCollective(engine::CollectiveOp::kAllReduce, other, 1, {0},
+                                          Args(256, 256, 1))
                   .ok());
   EXPECT_TRUE(engine_->Synchronize({0}).ok());
 }

@@ -122,6 +122,11 @@ TEST(GraphValidatorTest, OpIdErrors) {
   spec.ops.push_back(MakeOp("fc3", OpType::kGemmAr, 64, 64, 64));
   spec.ops.push_back(MakeOp("fc1", OpType::kGemmAr, 64, 64, 64));
   ExpectInvalid(spec, "ops[3].id: duplicate id \"fc1\"");
+
+  // What yaml-cpp makes of "fc\0_d": not UTF-8, refused (it would not survive the API's strings).
+  spec = TwoOpSpec();
+  spec.ops[0].id = "fc\xa0" "d";
+  ExpectInvalid(spec, "ops[0].id: must be UTF-8 text: \"fc\\xa0d\"");
 }
 
 TEST(GraphValidatorTest, ShapeErrors) {

@@ -159,7 +159,7 @@ TEST_F(CudaEngineTest, ReportsDevicesVersionsAndStreams) {
   EXPECT_EQ(ids.count(-1), 0u);
   EXPECT_EQ(eng().GetStream(0, StreamRole::kCompute, 2), -1);
   EXPECT_EQ(eng().GetStream(eng().DeviceCount(), StreamRole::kComm, 0), -1);
-  EXPECT_TRUE(eng().Healthy());
+  EXPECT_TRUE(eng().Monitor()->Healthy());
 }
 
 TEST_F(CudaEngineTest, FillRandomIsBitIdenticalToTheHostConversion) {
@@ -631,7 +631,7 @@ TEST_F(CudaEngineTest, EventsTimeWorkOnOneDevice) {
 TEST_F(CudaEngineTest, PoolExhaustionIsResourceExhausted) {
   ASSERT_TRUE(eng().Synchronize({0}).ok());  // earlier tests' frees complete
   const int64_t capacity = eng().GetDeviceInfo(0).memory_bytes;
-  const int64_t before = eng().MemoryInUse(0);
+  const int64_t before = eng().Monitor()->MemoryInUse(0);
   absl::StatusOr<BufferId> too_big = eng().Allocate(0, capacity + 1);
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
@@ -642,7 +642,7 @@ TEST_F(CudaEngineTest, PoolExhaustionIsResourceExhausted) {
   absl::StatusOr<BufferId> half1 = eng().Allocate(0, capacity / 2);
   absl::StatusOr<BufferId> half2 = eng().Allocate(0, capacity / 2 - 4096);
   ASSERT_TRUE(half1.ok() && half2.ok());
-  EXPECT_GE(eng().MemoryInUse(0), before + capacity - 4096);
+  EXPECT_GE(eng().Monitor()->MemoryInUse(0), before + capacity - 4096);
   EXPECT_EQ(eng().Allocate(0, 1 << 20).status().code(), absl::StatusCode::kResourceExhausted);
   // Freed memory is usable again, even with the last use still queued.
   ASSERT_TRUE(eng()
@@ -655,7 +655,7 @@ TEST_F(CudaEngineTest, PoolExhaustionIsResourceExhausted) {
   ASSERT_TRUE(again.ok()) << again.status();
   eng().Free(*again);
   ASSERT_TRUE(eng().Synchronize({0}).ok());
-  EXPECT_EQ(eng().MemoryInUse(0), before);
+  EXPECT_EQ(eng().Monitor()->MemoryInUse(0), before);
   EXPECT_EQ(eng().Allocate(eng().DeviceCount(), 16).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -1045,30 +1045,31 @@ TEST_F(CudaEngineTest, GraphReplaysACrossDeviceChain) {
   absl::StatusOr<engine::EventId> produced = eng().CreateEvent(0);
   absl::StatusOr<engine::EventId> pulled = eng().CreateEvent(1);
   ASSERT_TRUE(produced.ok() && pulled.ok());
-  ASSERT_TRUE(eng().BeginCapture(compute).ok());
+  ASSERT_TRUE(eng().Graphs()->BeginCapture(compute).ok());
   ASSERT_TRUE(eng().Gemm(compute, args).ok());
   ASSERT_TRUE(eng().RecordEvent(*produced, compute).ok());
   ASSERT_TRUE(eng().WaitEvent(comm1, *produced).ok());
   ASSERT_TRUE(eng().PeerCopy(comm1, copy_ref, 1, c_ref, 0).ok());
   ASSERT_TRUE(eng().RecordEvent(*pulled, comm1).ok());
   ASSERT_TRUE(eng().WaitEvent(compute, *pulled).ok());
-  absl::StatusOr<engine::GraphId> graph = eng().EndCapture(compute);
+  absl::StatusOr<engine::GraphId> graph = eng().Graphs()->EndCapture(compute);
   ASSERT_TRUE(graph.ok()) << graph.status();
 
   for (int launch = 0; launch < 2; ++launch) {
     ASSERT_TRUE(eng().FillConstant(compute, c_ref, DType::kBF16, NAN).ok());
     ASSERT_TRUE(eng().FillConstant(comm1, copy_ref, DType::kBF16, NAN).ok());
     ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
-    ASSERT_TRUE(eng().LaunchGraph(*graph, compute).ok());
+    ASSERT_TRUE(eng().Graphs()->LaunchGraph(*graph, compute).ok());
     ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
     EXPECT_TRUE(Download(c, m * n * elem, 0) == want) << "launch " << launch;
     EXPECT_TRUE(Download(copy, m * n * elem, 1) == want)
         << "launch " << launch << ": device 1 copied C before the GEMM finished";
   }
   // Launched from another device's stream, or unknown: refused, nothing runs.
-  EXPECT_EQ(eng().LaunchGraph(*graph, comm1).code(), absl::StatusCode::kInvalidArgument);
-  eng().DestroyGraph(*graph);
-  EXPECT_EQ(eng().LaunchGraph(*graph, compute).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(eng().Graphs()->LaunchGraph(*graph, comm1).code(), absl::StatusCode::kInvalidArgument);
+  eng().Graphs()->DestroyGraph(*graph);
+  EXPECT_EQ(eng().Graphs()->LaunchGraph(*graph, compute).code(),
+            absl::StatusCode::kInvalidArgument);
   eng().DestroyEvent(*produced);
   eng().DestroyEvent(*pulled);
 }
@@ -1084,11 +1085,11 @@ TEST_F(CudaEngineTest, UnjoinedCaptureFailsAndTheEngineCarriesOn) {
   const engine::StreamId comm1 = eng().GetStream(1, StreamRole::kComm, 0);
   absl::StatusOr<engine::EventId> fork = eng().CreateEvent(0);
   ASSERT_TRUE(fork.ok());
-  ASSERT_TRUE(eng().BeginCapture(compute).ok());
+  ASSERT_TRUE(eng().Graphs()->BeginCapture(compute).ok());
   ASSERT_TRUE(eng().RecordEvent(*fork, compute).ok());
   ASSERT_TRUE(eng().WaitEvent(comm1, *fork).ok());
   ASSERT_TRUE(eng().PeerCopy(comm1, {dst, 0, bytes}, 1, {src, 0, bytes}, 0).ok());
-  absl::StatusOr<engine::GraphId> graph = eng().EndCapture(compute);
+  absl::StatusOr<engine::GraphId> graph = eng().Graphs()->EndCapture(compute);
   ASSERT_FALSE(graph.ok());
   EXPECT_THAT(std::string(graph.status().message()), HasSubstr("cudaStreamEndCapture"));
   // Both streams work directly again.
@@ -1097,7 +1098,7 @@ TEST_F(CudaEngineTest, UnjoinedCaptureFailsAndTheEngineCarriesOn) {
   ASSERT_TRUE(eng().PeerCopy(comm1, {dst, 0, bytes}, 1, {src, 0, bytes}, 0).ok());
   ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
   EXPECT_EQ(Download(dst, bytes, 1), Download(src, bytes, 0));
-  EXPECT_TRUE(eng().Healthy());
+  EXPECT_TRUE(eng().Monitor()->Healthy());
   eng().DestroyEvent(*fork);
 }
 
@@ -1123,7 +1124,7 @@ TEST_F(CudaEngineTest, BarrierAndEventsAcrossDevices) {
   EXPECT_EQ(eng().ElapsedMs(*e0, *e1).status().code(), absl::StatusCode::kInvalidArgument);
   eng().DestroyEvent(*e0);
   eng().DestroyEvent(*e1);
-  EXPECT_TRUE(eng().Healthy());
+  EXPECT_TRUE(eng().Monitor()->Healthy());
 }
 
 // The barrier is made of cross-device event waits: device 0 must not pass it
@@ -1157,7 +1158,7 @@ TEST_F(CudaEngineTest, BarrierHoldsEveryRankUntilTheLastArrives) {
 // the fill runs. A hold nobody releases lets go after its limit and is counted.
 TEST_F(CudaEngineTest, LaunchGateHoldsUntilReleasedOrItsLimit) {
   REQUIRE_GPUS(2);
-  ASSERT_TRUE(eng().HasGates());
+  ASSERT_NE(eng().Gates(), nullptr);
   const size_t count = 1 << 16;
   const size_t bytes = count * sizeof(float);
   const BufferId buffer = Alloc(0, bytes), peek = Alloc(1, bytes);
@@ -1165,9 +1166,9 @@ TEST_F(CudaEngineTest, LaunchGateHoldsUntilReleasedOrItsLimit) {
   const engine::StreamId s1 = eng().GetStream(1, StreamRole::kCompute);
   ASSERT_TRUE(eng().FillConstant(s0, {buffer, 0, bytes}, DType::kF32, 0.0f).ok());
   ASSERT_TRUE(eng().Synchronize({0, 1}).ok());
-  const int64_t timeouts = eng().GateTimeouts(0);
+  const int64_t timeouts = eng().Gates()->GateTimeouts(0);
 
-  absl::StatusOr<int64_t> ticket = eng().HoldStreams({s0}, /*max_hold_ms=*/60000);
+  absl::StatusOr<int64_t> ticket = eng().Gates()->HoldStreams({s0}, /*max_hold_ms=*/60000);
   ASSERT_TRUE(ticket.ok()) << ticket.status();
   ASSERT_TRUE(eng().FillConstant(s0, {buffer, 0, bytes}, DType::kF32, 7.0f).ok());
   ASSERT_TRUE(eng().PeerCopy(s1, {peek, 0, bytes}, 1, {buffer, 0, bytes}, 0).ok());
@@ -1175,28 +1176,29 @@ TEST_F(CudaEngineTest, LaunchGateHoldsUntilReleasedOrItsLimit) {
   std::vector<float> values(count);
   std::memcpy(values.data(), Download(peek, bytes, 1).data(), bytes);
   EXPECT_EQ(std::count(values.begin(), values.end(), 0.0f), static_cast<long>(count));
-  ASSERT_TRUE(eng().ReleaseGate(*ticket).ok());
+  ASSERT_TRUE(eng().Gates()->ReleaseGate(*ticket).ok());
   ASSERT_TRUE(eng().Synchronize({0}).ok());
   std::memcpy(values.data(), Download(buffer, bytes, 0).data(), bytes);
   EXPECT_EQ(std::count(values.begin(), values.end(), 7.0f), static_cast<long>(count));
-  EXPECT_EQ(eng().GateTimeouts(0), timeouts);
+  EXPECT_EQ(eng().Gates()->GateTimeouts(0), timeouts);
 
   absl::StatusOr<engine::EventId> before = eng().CreateEvent(0);
   absl::StatusOr<engine::EventId> after = eng().CreateEvent(0);
   ASSERT_TRUE(before.ok() && after.ok());
   ASSERT_TRUE(eng().RecordEvent(*before, s0).ok());
-  ASSERT_TRUE(eng().HoldStreams({s0}, /*max_hold_ms=*/30).ok());
+  ASSERT_TRUE(eng().Gates()->HoldStreams({s0}, /*max_hold_ms=*/30).ok());
   ASSERT_TRUE(eng().RecordEvent(*after, s0).ok());
   ASSERT_TRUE(eng().Synchronize({0}).ok());
   absl::StatusOr<double> held_ms = eng().ElapsedMs(*before, *after);
   ASSERT_TRUE(held_ms.ok()) << held_ms.status();
   EXPECT_GE(*held_ms, 29.0);
   EXPECT_LT(*held_ms, 5000.0);
-  EXPECT_EQ(eng().GateTimeouts(0), timeouts + 1);
+  EXPECT_EQ(eng().Gates()->GateTimeouts(0), timeouts + 1);
   eng().DestroyEvent(*before);
   eng().DestroyEvent(*after);
-  EXPECT_EQ(eng().HoldStreams({9999}, 10).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(eng().Healthy());
+  EXPECT_EQ(eng().Gates()->HoldStreams({9999}, 10).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(eng().Monitor()->Healthy());
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ TEST(CudaWatchdogGpuTest, HungCollectiveIsAbortedAndTheNextOneRuns) {
   // The timeout, then the drain (the held-back GEMMs finish); never a hang.
   EXPECT_GE(waited, kTimeoutS * 0.9);
   EXPECT_LT(waited, kTimeoutS + 20.0);
-  EXPECT_TRUE(eng.Healthy());
+  EXPECT_TRUE(eng.Monitor()->Healthy());
 
   // A fresh gather on the same devices rebuilds the communicator and is exact.
   for (int r = 0; r < 2; ++r) {

@@ -31,7 +31,7 @@ TEST(HostEngineTest, DescribesItself) {
   EXPECT_EQ(info.memory_bytes, 1 << 20);
   EXPECT_EQ(engine->Versions().nccl, "n/a");
   EXPECT_EQ(engine->Versions().cublas, "n/a");
-  EXPECT_TRUE(engine->Healthy());
+  EXPECT_TRUE(engine->Monitor()->Healthy());
 }
 
 TEST(HostEngineTest, StreamsAreDistinctPerDeviceRoleAndIndex) {
@@ -63,8 +63,8 @@ TEST(HostEngineTest, AccountsMemoryPerDevice) {
   auto engine = MakeHostEngine(2, false, 4096);
   auto a = engine->Allocate(1, 3000);
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(engine->MemoryInUse(1), 3000);
-  EXPECT_EQ(engine->MemoryInUse(0), 0);
+  EXPECT_EQ(engine->Monitor()->MemoryInUse(1), 3000);
+  EXPECT_EQ(engine->Monitor()->MemoryInUse(0), 0);
   auto b = engine->Allocate(1, 2000);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(b.status().message(), HasSubstr("device 1"));
@@ -72,7 +72,7 @@ TEST(HostEngineTest, AccountsMemoryPerDevice) {
   EXPECT_THAT(b.status().message(), HasSubstr("1096 of 4096 bytes free"));
   EXPECT_TRUE(engine->Allocate(0, 4096).ok());  // the other device has its own capacity
   engine->Free(*a);
-  EXPECT_EQ(engine->MemoryInUse(1), 0);
+  EXPECT_EQ(engine->Monitor()->MemoryInUse(1), 0);
   EXPECT_TRUE(engine->Allocate(1, 4096).ok());
   EXPECT_EQ(engine->Allocate(2, 16).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -554,7 +554,7 @@ TEST(HostEngineTest, FreeWaitsForQueuedWork) {
     ASSERT_TRUE(engine->FillRandom(s, Whole(*b, 1 << 16), DType::kF32, i, 1).ok());
     engine->Free(*b);
   }
-  EXPECT_EQ(engine->MemoryInUse(0), 0);
+  EXPECT_EQ(engine->Monitor()->MemoryInUse(0), 0);
   EXPECT_TRUE(engine->Synchronize({0}).ok());
 }
 
@@ -605,7 +605,7 @@ TEST(HostEngineFailureTest, InjectedCollectiveFailureIsAbortedAndReported) {
   EXPECT_EQ(engine->Synchronize({0, 1}).code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(engine->Synchronize({0, 1}).ok());  // reported once, then cleared
   EXPECT_TRUE(engine->AllGather(args).ok());
-  EXPECT_TRUE(engine->Healthy());
+  EXPECT_TRUE(engine->Monitor()->Healthy());
 }
 
 TEST(HostEngineFailureTest, AsyncFailureSurfacesAtSynchronize) {
@@ -676,9 +676,9 @@ TEST(HostEngineFailureTest, StickyFailureMakesEngineUnhealthy) {
   auto engine = *CreateHostEngine(options);
   EXPECT_TRUE(engine->Allocate(0, 16).ok());
   EXPECT_TRUE(engine->Allocate(1, 16).ok());
-  EXPECT_TRUE(engine->Healthy());
+  EXPECT_TRUE(engine->Monitor()->Healthy());
   EXPECT_EQ(engine->Allocate(0, 16).status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_FALSE(engine->Healthy());
+  EXPECT_FALSE(engine->Monitor()->Healthy());
   const BufferRef ref{1, 0, 16};
   EXPECT_EQ(engine->FillConstant(engine->GetStream(0, StreamRole::kCompute), ref, DType::kF32, 1)
                 .code(),

@@ -6,7 +6,8 @@
 // Rules: any spec comes back as a Status (INVALID_ARGUMENT when it is no graph
 // to pin), never an exception. For a UTF-8 spec (the daemon stores no other):
 // the pinned graph is YAML again, and pinning a spec that parses gives a spec
-// that parses, each op with a result carrying that result's mode and transport.
+// that parses, and where its op ids are ones the daemon stores (printable
+// UTF-8), each op with a result carrying that result's mode and transport.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "client/jobs/pin.h"
 #include "common/graph_parser.h"
+#include "common/graph_validator.h"
 #include "common/text.h"
 #include "common/yaml_util.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -76,6 +78,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::StatusOr<JobSpec> again = ParseJobSpec(*pinned, "pinned");
   FUZZ_CHECK(again.ok());
   FUZZ_CHECK(again->ops.size() == spec->ops.size());
+  // Ids the daemon would store (ValidateJobSpec) come back as they were; one
+  // yaml-cpp decoded into bytes that are not UTF-8 comes back as U+FFFD.
+  for (const OpSpec& op : spec->ops) {
+    if (!CheckPrintable("id", op.id, kMaxOpIdBytes).ok()) return 0;
+  }
   std::map<std::string, const v1::OpResult*> results;
   for (const v1::OpResult& op : job.result().ops()) results[op.id()] = &op;
   for (const OpSpec& op : again->ops) {

@@ -117,7 +117,7 @@ void ExpectOpMatchesReference(engine::Engine* engine, const OpSpec& op, const Sc
     EXPECT_LT(v->max_rel_error, OutputTolerance(type, dtype, tp))
         << s.Name() << " " << DTypeName(dtype);
   }
-  if (graph) engine->DestroyGraph(*graph);
+  if (graph) engine->Graphs()->DestroyGraph(*graph);
 }
 
 void ExpectMatchesReference(const Param& param, bool replay) {

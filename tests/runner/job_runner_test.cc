@@ -115,8 +115,8 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   EXPECT_NE(std::find(phases.begin(), phases.end(), "fc1:verify"), phases.end());
   // Timed iterations ran behind launch gates, and the runner opened every one
   // (a hold left closed lets go only after 500 ms, and is counted).
-  ASSERT_TRUE(engine->HasGates());
-  EXPECT_EQ(engine->GateTimeouts(0) + engine->GateTimeouts(1), 0);
+  ASSERT_NE(engine->Gates(), nullptr);
+  EXPECT_EQ(engine->Gates()->GateTimeouts(0) + engine->Gates()->GateTimeouts(1), 0);
 }
 
 // A collective alone: an all-reduce of m x n after `after`.
@@ -656,7 +656,7 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
 
 TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
   auto engine = Engine();
-  ASSERT_TRUE(engine->HasGates());
+  ASSERT_NE(engine->Gates(), nullptr);
   JobSpec spec = SmallJob();
   auto heat = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(heat.ok()) << heat.status();
@@ -858,7 +858,7 @@ TEST(JobRunnerFailureTest, CollectiveFailureAbortsTheJobOnly) {
   auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
   EXPECT_NE(std::string(failed.status().message()).find("injected"), std::string::npos);
-  EXPECT_TRUE(engine->Healthy());
+  EXPECT_TRUE(engine->Monitor()->Healthy());
   auto next = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_TRUE(next.ok()) << next.status();
 }
@@ -872,7 +872,7 @@ TEST(JobRunnerFailureTest, StickyErrorMakesTheEngineUnhealthy) {
   auto engine = std::move(engine::CreateHostEngine(options)).value();
   auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_FALSE(failed.ok());
-  EXPECT_FALSE(engine->Healthy());
+  EXPECT_FALSE(engine->Monitor()->Healthy());
   EXPECT_FALSE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 

@@ -508,9 +508,13 @@ TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
 
 // NVML's readings as the engine gives them, health included, reach GetNodeInfo.
 TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
-  class ReadingEngine : public ForwardingEngine {
+  class ReadingEngine : public ForwardingEngine, public engine::DeviceMonitor {
    public:
     using ForwardingEngine::ForwardingEngine;
+    const engine::DeviceMonitor* Monitor() const override { return this; }
+    int64_t MemoryInUse(int d) const override { return 0; }
+    absl::StatusOr<int64_t> ForgetXids(int d) const override { return 0; }
+    bool Healthy() const override { return true; }
     engine::DeviceTelemetry Telemetry(int d) const override {
       engine::DeviceTelemetry t;
       if (d != 1) return t;

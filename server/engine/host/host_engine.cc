@@ -133,6 +133,14 @@ BackendVersions HostEngine::Versions() const {
   return BackendVersions{"n/a", "n/a", "n/a", "n/a"};
 }
 
+absl::StatusOr<int64_t> HostEngine::ForgetXids(int device) const {
+  return absl::FailedPreconditionError("host backend counts no Xid errors (NVML does)");
+}
+
+absl::StatusOr<int64_t> HostEngine::FirstNonFinite(BufferRef src, DType dtype, int device) {
+  return FirstNonFiniteOnHost(*this, src, dtype, device);
+}
+
 int64_t HostEngine::MemoryInUse(int device) const {
   absl::MutexLock lock(&mu_);
   if (device < 0 || device >= options_.device_count) return 0;

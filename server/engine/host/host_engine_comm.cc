@@ -254,7 +254,9 @@ absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
 
 absl::StatusOr<int64_t> HostEngine::HoldStreams(const std::vector<StreamId>& streams,
                                                 double max_hold_ms) {
-  if (!options_.launch_gate) return EngineDefaults::HoldStreams(streams, max_hold_ms);
+  if (!options_.launch_gate) {
+    return absl::FailedPreconditionError("host backend: launch gates are off");
+  }
   if (!(max_hold_ms > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("hold: max_hold_ms ", max_hold_ms));
   }
@@ -275,7 +277,9 @@ absl::StatusOr<int64_t> HostEngine::HoldStreams(const std::vector<StreamId>& str
 }
 
 absl::Status HostEngine::ReleaseGate(int64_t ticket) {
-  if (!options_.launch_gate) return EngineDefaults::ReleaseGate(ticket);
+  if (!options_.launch_gate) {
+    return absl::FailedPreconditionError("host backend: launch gates are off");
+  }
   gate_->Open(ticket);
   return absl::OkStatus();
 }

@@ -18,13 +18,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "server/engine/engine.h"
+#include "server/engine/engine_overrides.h"
 #include "server/engine/host/hazard_tracker.h"
 #include "server/engine/host/host_engine.h"
 #include "server/engine/host/stream_worker.h"
 
 namespace overlap::engine::host {
 
-class HostEngine final : public EngineDefaults {
+class HostEngine final : public EngineDefaults,
+                         public DeviceMonitor,
+                         public LaunchGates,
+                         public HostWorkQueue {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const HostEngineOptions& options);
   ~HostEngine() override;
@@ -33,51 +37,30 @@ class HostEngine final : public EngineDefaults {
   int DeviceCount() const override { return options_.device_count; }
   DeviceInfo GetDeviceInfo(int device) const override;
   BackendVersions Versions() const override;
-  DeviceTelemetry Telemetry(int device) const override;
-  int64_t MemoryInUse(int device) const override;
-
-  StreamId GetStream(int device, StreamRole role, int index = 0) override;
+  double PreheatMs() const override { return options_.preheat_ms; }
   int StreamsPerRole() const override { return options_.streams_per_role; }
+  OVERLAP_ENGINE_WORK_OVERRIDES;
 
-  absl::StatusOr<BufferId> Allocate(int device, size_t bytes) override;
-  void Free(BufferId buffer) override;
+  // Its parts: gates only when they are on; every buffer is host memory.
+  const DeviceMonitor* Monitor() const override { return monitor_; }
+  LaunchGates* Gates() const override { return options_.launch_gate ? gates_ : nullptr; }
+  HostWorkQueue* HostWork() const override { return host_work_; }
 
-  absl::StatusOr<EventId> CreateEvent(int device) override;
-  void DestroyEvent(EventId event) override;
-  absl::Status RecordEvent(EventId event, StreamId stream) override;
-  absl::Status WaitEvent(StreamId stream, EventId event) override;
-  absl::StatusOr<double> ElapsedMs(EventId start, EventId end) override;
-
-  absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
-                          float scale) override;
-  absl::Status FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) override;
-  absl::Status Gemm(StreamId stream, const GemmArgs& args) override;
-  absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) override;
-
-  absl::Status AllGather(const CollectiveArgs& args) override;
-  absl::Status ReduceScatter(const CollectiveArgs& args) override;
-  absl::Status AllReduce(const CollectiveArgs& args) override;
-  absl::Status SendRecv(int channel, const std::vector<int>& group,
-                        const std::vector<Transfer>& transfers, bool beside_gemm) override;
-  absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
-                        int src_device) override;
-  absl::Status Barrier(int channel, const std::vector<int>& devices,
-                       const std::vector<StreamId>& streams) override;
-
-  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
-                               HostWork work) override;
-  bool HostWorkOnBuffers() const override { return true; }
-  absl::Status CopyToHost(void* dst, BufferRef src, int device) override;
-  absl::Status CopyFromHost(BufferRef dst, int device, const void* src) override;
-  absl::Status Synchronize(const std::vector<int>& devices) override;
+  // DeviceMonitor
+  int64_t MemoryInUse(int device) const override;
+  DeviceTelemetry Telemetry(int device) const override;
+  absl::StatusOr<int64_t> ForgetXids(int device) const override;
   bool Healthy() const override { return healthy_.load(); }
 
-  bool HasGates() const override { return options_.launch_gate; }
-  double PreheatMs() const override { return options_.preheat_ms; }
+  // LaunchGates
   absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,
                                       double max_hold_ms) override;
   absl::Status ReleaseGate(int64_t ticket) override;
   int64_t GateTimeouts(int device) const override;
+
+  // HostWorkQueue
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+                               Work work) override;
 
  private:
   // Buffer memory is shared with the tasks that use it, so a Free racing with
@@ -137,6 +120,10 @@ class HostEngine final : public EngineDefaults {
   absl::Status HostCopy(BufferRef ref, int device, bool to_host, void* host);
 
   const HostEngineOptions options_;
+  // The parts this engine is (it implements each itself).
+  const DeviceMonitor* const monitor_ = this;
+  LaunchGates* const gates_ = this;
+  HostWorkQueue* const host_work_ = this;
   std::vector<Stream> streams_;  // fixed at construction; index = StreamId
   // Shared with the hold tasks, which may outlive a stream's queue entry.
   std::shared_ptr<LaunchGate> gate_;

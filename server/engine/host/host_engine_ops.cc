@@ -168,7 +168,7 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
 }
 
 absl::Status HostEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
-                                         HostWork work) {
+                                         Work work) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "EnqueueHostWork"));
   absl::MutexLock lock(&mu_);
   std::vector<Range> ranges;
