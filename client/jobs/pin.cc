@@ -12,6 +12,18 @@
 #include "common/yaml_util.h"
 
 namespace overlap::client {
+namespace {
+
+// yaml-cpp reads a mapping as a key (`{}` on a line of its own) but cannot
+// read back what it writes of one (`{}: ~`); a graph's keys are names.
+bool KeysAreScalars(const YAML::Node& map) {
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
   std::map<std::string, const v1::OpResult*> ran;
@@ -25,14 +37,14 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
   // The stored text is what the daemon accepted, but it comes back from disk:
   // every node is checked for the kind it is used as, since yaml-cpp throws
   // on a key looked up in a scalar (a graph `h,` once ended overlapctl).
-  if (!root.IsMap() || !root["ops"].IsSequence()) {
+  if (!root.IsMap() || !KeysAreScalars(root) || !root["ops"].IsSequence()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id(), ": its graph has no ops list"));
   }
   YAML::Node ops = root["ops"];
   std::vector<std::string> unpinned;
   for (YAML::Node op : ops) {
-    if (!op.IsMap()) {
+    if (!op.IsMap() || !KeysAreScalars(op)) {
       return absl::InvalidArgumentError(
           absl::StrCat("job ", job.id(), ": its graph has an op that is not a mapping"));
     }
