@@ -22,7 +22,6 @@
 #include "absl/synchronization/mutex.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/cuda_resources.h"
-#include "server/engine/engine_overrides.h"
 #include "server/cuda/device_pool.h"
 #include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
@@ -30,6 +29,7 @@
 #include "server/cuda/launch_gate.h"
 #include "server/cuda/nccl_comms.h"
 #include "server/cuda/nvml_telemetry.h"
+#include "server/engine/engine_overrides.h"
 
 namespace overlap::cuda {
 
