@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/cluster/cross_node_transport.h"
+#include "server/cluster/schedule_wire.h"
 #include "server/cluster/spanning_engine.h"
 #include "server/gloo/rendezvous_store.h"
 #include "server/peer/peer_auth.h"
@@ -204,14 +205,15 @@ std::shared_ptr<ClusterJobs::Coordinated> ClusterJobs::Find(const v1::GlobalJobI
 }
 
 v1::AdmitPartRequest ClusterJobs::PartRequest(const std::string& job_id, const std::string& spec,
-                                              const std::vector<std::string>& nodes,
+                                              const jobs::AdmittedGraph& graph,
                                               int node_index) const {
   v1::AdmitPartRequest request;
   request.mutable_global_id()->set_coordinator(options_.node_name);
   request.mutable_global_id()->set_job_id(job_id);
   request.set_spec(spec);
   request.set_node_index(node_index);
-  for (const std::string& node : nodes) request.add_nodes(node);
+  for (const std::string& node : graph.spec.nodes) request.add_nodes(node);
+  AddDecidedSchedules(graph.schedules, request);
   return request;
 }
 
@@ -275,7 +277,7 @@ absl::StatusOr<jobs::AdmittedJob> ClusterJobs::AdmitCoordinated(
     if (all[n] == options_.node_name) continue;
     // Their statuses name the node already.
     RETURN_IF_ERROR(link_.Hello(all[n], kCallDeadline).status());
-    v1::AdmitPartRequest check = PartRequest("", spec_text, all, n);
+    v1::AdmitPartRequest check = PartRequest("", spec_text, *graph, n);
     check.set_check_only(true);
     RETURN_IF_ERROR(link_.AdmitPart(all[n], check, kCallDeadline).status());
   }
@@ -353,7 +355,7 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
         hooks.on_progress(runner::Progress{i, count, state.nodes[n],
                                            absl::StrCat("reserve (attempt ", attempt, ")"), 0, 0});
       }
-      v1::AdmitPartRequest request = PartRequest(job.id(), job.spec(), state.nodes, n);
+      v1::AdmitPartRequest request = PartRequest(job.id(), job.spec(), *state.graph, n);
       request.set_owner(job.owner());
       request.set_owner_name(job.owner_name());
       request.set_priority(job.priority());
@@ -629,7 +631,9 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
     spec.timeline = false;
     std::vector<int> devices(graph->world);
     std::iota(devices.begin(), devices.end(), 0);
-    result = report::RunJobResult(spanning, spec, devices, hooks, /*tuning_cache=*/nullptr);
+    // Every op runs what the coordinator decided: no tuning, no cache.
+    result = report::RunJobResult(spanning, spec, devices, hooks,
+                                  runner::ScheduleSource{&graph->schedules, nullptr});
   }
   return result;
 }
@@ -656,19 +660,26 @@ absl::Status ClusterJobs::CheckPartRequest(const v1::AdmitPartRequest& request) 
 
 absl::StatusOr<jobs::GraphPtr> ClusterJobs::PartGraph(const v1::AdmitPartRequest& request,
                                                       const std::string& source_name) {
+  std::string decisions;
+  for (const v1::DecidedSchedule& schedule : request.schedules()) {
+    const std::string bytes = schedule.SerializeAsString();
+    absl::StrAppend(&decisions, bytes.size(), ":", bytes);
+  }
   const std::string digest = peer::Sha256Hex(absl::StrCat(
       request.global_id().coordinator(), "\n", request.node_index(), "\n",
-      absl::StrJoin(request.nodes(), "\n"), "\n\n", request.spec()));
+      absl::StrJoin(request.nodes(), "\n"), "\n\n", decisions, "\n\n", request.spec()));
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [seen, graph] : recent_part_graphs_) {
       if (seen == digest) return graph;
     }
   }
+  ASSIGN_OR_RETURN(const ops::DecidedSchedules decided, DecidedSchedulesOf(request));
   ASSIGN_OR_RETURN(JobSpec spec, admission_.Parse(request.spec(), source_name));
   ASSIGN_OR_RETURN(jobs::GraphPtr graph,
                    admission_.AdmitSpan(std::move(spec),
-                                        {request.nodes().begin(), request.nodes().end()}));
+                                        {request.nodes().begin(), request.nodes().end()},
+                                        &decided));
   absl::MutexLock lock(&mu_);
   recent_part_graphs_.emplace_back(digest, graph);
   if (recent_part_graphs_.size() > kRecentPartGraphs) recent_part_graphs_.pop_front();

@@ -25,9 +25,10 @@
 //      bus bandwidth across nodes, the slowest rank. A part that fails, a node
 //      that stops answering, and a cancel end the job and every other part.
 //
-// Every `auto` is decided by one rule on every node (ops::SpanningSchedule),
-// never by timing, since nodes that timed differently would choose
-// differently and hang. A part queued when its daemon restarted never runs
+// Every `auto` is decided once, by the coordinator at admission, by one rule
+// (ops::DecideSpanningSchedules), never by timing, since nodes that timed
+// differently would choose differently and hang; each part checks the
+// decisions it is sent and runs them. A part queued when its daemon restarted never runs
 // alone: it fails when it would start.
 //
 // Thread safety: every public method may be called from any thread.
@@ -166,9 +167,10 @@ class ClusterJobs final : public peer::PeerHandler {
                                                 const v1::HoldPartRequest& request);
   absl::Status CallReport(const std::string& node, const v1::ReportPartRequest& request);
 
-  // Node `node_index`'s part of the job `job_id` this daemon coordinates.
+  // Node `node_index`'s part of the job `job_id` this daemon coordinates:
+  // `spec` as submitted, with the schedules decided for `graph`.
   v1::AdmitPartRequest PartRequest(const std::string& job_id, const std::string& spec,
-                                   const std::vector<std::string>& nodes, int node_index) const;
+                                   const jobs::AdmittedGraph& graph, int node_index) const;
   std::shared_ptr<Coordinated> Find(const v1::GlobalJobId& id);
   // Find, or NOT_FOUND for a job this daemon does not coordinate (now).
   absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);

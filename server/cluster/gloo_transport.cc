@@ -79,7 +79,7 @@ class GlooTransport final : public CrossNodeTransport {
       recv.bytes = recv_bytes;
       std::shared_ptr<LazyGroup> gloo = GroupFor(group.key, group.members.size(), i);
       RETURN_IF_ERROR(context_.inner.HostWork()->EnqueueHostWork(
-          rank.stream, {send, recv},
+          rank.stream, {{send, /*written=*/false}, {recv, /*written=*/true}},
           [gloo, op, dtype = args.dtype,
            count = args.count](const std::vector<uint8_t*>& data) -> absl::Status {
             ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, gloo->Get());

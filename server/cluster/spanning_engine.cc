@@ -323,7 +323,8 @@ int64_t SpanningEngine::GateTimeouts(int device) const {
   return IsLocalDevice(device) ? inner_.Gates()->GateTimeouts(LocalDevice(device)) : 0;
 }
 
-absl::Status SpanningEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+absl::Status SpanningEngine::EnqueueHostWork(StreamId stream,
+                                             const std::vector<engine::HostWorkBuffer>& buffers,
                                              Work work) {
   if (IsRemoteStream(stream)) return absl::OkStatus();
   return inner_.HostWork()->EnqueueHostWork(stream, buffers, std::move(work));

@@ -80,7 +80,7 @@ class SpanningEngine final : public engine::ForwardingEngine,
 
   // HostWorkQueue: work on another node's stream is that node's to run.
   absl::Status EnqueueHostWork(engine::StreamId stream,
-                               const std::vector<engine::BufferRef>& buffers,
+                               const std::vector<engine::HostWorkBuffer>& buffers,
                                Work work) override;
 
  private:

@@ -13,17 +13,25 @@
 
 namespace overlap::engine {
 
+// A buffer that host work touches, and whether it writes it: the hazard
+// checker lets other streams read what the work only reads.
+struct HostWorkBuffer {
+  BufferRef ref;
+  bool written = true;
+};
+
 class HostWorkQueue {
  public:
   virtual ~HostWorkQueue() = default;
 
   using Work = std::function<absl::Status(const std::vector<uint8_t*>& data)>;
   // Once `stream` reaches it, `work` runs on the host with the address of each
-  // of `buffers` (on the stream's device; each counts as written, for the
-  // hazard checker), and an error it returns becomes the stream's asynchronous
-  // error (Synchronize reports it). It may block (a collective across
-  // processes): the stream waits, the device's other streams go on.
-  virtual absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+  // of `buffers` (on the stream's device), and an error it returns becomes the
+  // stream's asynchronous error (Synchronize reports it). It may block (a
+  // collective across processes): the stream waits, the device's other
+  // streams go on.
+  virtual absl::Status EnqueueHostWork(StreamId stream,
+                                       const std::vector<HostWorkBuffer>& buffers,
                                        Work work) = 0;
 };
 

@@ -114,8 +114,8 @@ absl::StatusOr<JobSpec> Admission::Parse(const std::string& spec_text,
   return ParseJobSpec(spec_text, source_name);
 }
 
-absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec,
-                                              const std::vector<std::string>& nodes) const {
+absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes,
+                                              const ops::DecidedSchedules* decided) const {
   if (!nodes.empty()) spec.nodes = nodes;
   if (spec.nodes.empty()) {
     return absl::InvalidArgumentError("nodes: a job spanning daemons needs at least one node");
@@ -133,6 +133,15 @@ absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec,
   RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, graph->world,
                                           static_cast<int>(graph->devices.size())));
   RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), graph->devices));
+  const bool library_algorithms = engine_.LibraryAlgorithms();
+  if (decided == nullptr) {
+    ASSIGN_OR_RETURN(graph->schedules,
+                     ops::DecideSpanningSchedules(whole, graph->world, library_algorithms));
+  } else {
+    RETURN_IF_ERROR(
+        ops::CheckDecidedSchedules(whole, graph->world, library_algorithms, *decided));
+    graph->schedules = *decided;
+  }
   graph->spec = std::move(spec);
   return graph;
 }

@@ -64,8 +64,12 @@ class Admission {
   // A job spanning `nodes` (or the graph's own nodes: when empty), checked as
   // Admit checks a job, over the whole mesh: the graph validated on nodes x
   // this node's devices, its cross-node ops' schedules (CheckCrossNodeSchedules),
-  // and its largest op against this node's memory.
-  absl::StatusOr<GraphPtr> AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes) const;
+  // and its largest op against this node's memory. Every op's schedule is
+  // decided there: on the coordinator (`decided` null) by the rule for jobs
+  // spanning daemons; on a part, `decided` is its coordinator's decisions,
+  // checked (ops::CheckDecidedSchedules) and kept.
+  absl::StatusOr<GraphPtr> AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes,
+                                     const ops::DecidedSchedules* decided = nullptr) const;
 
   // A stored job queued before a restart: its text parsed and validated again
   // on its stored devices (the backend or config may have changed).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/graph.h"
+#include "server/ops/decided_schedules.h"
 
 namespace overlap::jobs {
 
@@ -18,6 +19,9 @@ struct AdmittedGraph {
   std::vector<int> devices;
   // A job spanning daemons: nodes x devices, ranks node-major. 0 for a local job.
   int world = 0;
+  // A job spanning daemons: every op's schedule, as its coordinator decided
+  // it (ops/decided_schedules.h). Empty for a local job, whose autos are tuned.
+  ops::DecidedSchedules schedules;
 };
 
 // Shared and never changed once admitted: a job's entries (the queue, the

@@ -222,9 +222,8 @@ v1::JobResult ToProto(const runner::JobReport& report) {
 absl::StatusOr<v1::JobResult> RunJobResult(engine::Engine& engine, const JobSpec& spec,
                                            const std::vector<int>& devices,
                                            const runner::RunHooks& hooks,
-                                           runner::TuningCache* tuning_cache) {
-  absl::StatusOr<runner::JobReport> report =
-      runner::RunJob(engine, spec, devices, hooks, tuning_cache);
+                                           const runner::ScheduleSource& source) {
+  absl::StatusOr<runner::JobReport> report = runner::RunJob(engine, spec, devices, hooks, source);
   if (!report.ok()) return report.status();
   return ToProto(*report);
 }

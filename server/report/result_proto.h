@@ -13,12 +13,9 @@
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/runner/job_report.h"
+#include "server/runner/job_runner.h"
 #include "server/runner/op_measurement.h"
 #include "server/runner/run_hooks.h"
-
-namespace overlap::runner {
-class TuningCache;
-}
 
 namespace overlap::report {
 
@@ -42,6 +39,12 @@ v1::Progress ToProto(const runner::Progress& p);
 absl::StatusOr<v1::JobResult> RunJobResult(engine::Engine& engine, const JobSpec& spec,
                                            const std::vector<int>& devices,
                                            const runner::RunHooks& hooks,
-                                           runner::TuningCache* tuning_cache);
+                                           const runner::ScheduleSource& source);
+inline absl::StatusOr<v1::JobResult> RunJobResult(engine::Engine& engine, const JobSpec& spec,
+                                                  const std::vector<int>& devices,
+                                                  const runner::RunHooks& hooks,
+                                                  runner::TuningCache* tuning_cache) {
+  return RunJobResult(engine, spec, devices, hooks, runner::ScheduleSource{nullptr, tuning_cache});
+}
 
 }  // namespace overlap::report

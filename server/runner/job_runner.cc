@@ -35,7 +35,7 @@ namespace {
 // One op, phase by phase (op_phases.h): what they measured.
 absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
-                                   const TuningUse& tuning, int op_index, int op_count,
+                                   const ChoiceSources& tuning, int op_index, int op_count,
                                    const OpSpec& op) {
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx, CreateOpContext(engine, spec, devices, op));
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
@@ -64,8 +64,20 @@ absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
 
 absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                                  const std::vector<int>& devices, const RunHooks& hooks,
-                                 TuningCache* tuning_cache) {
+                                 const ScheduleSource& source) {
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
+  // A part of a job spanning daemons runs only what its coordinator decided:
+  // refused before its first collective waits on the other nodes.
+  if (SpansDaemons(engine, devices)) {
+    for (const OpSpec& op : spec.ops) {
+      if (source.decided == nullptr || source.decided->count(op.id) == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "op ", op.id,
+            ": its ranks span daemons, and a part runs only the schedules its coordinator "
+            "decided; none was given"));
+      }
+    }
+  }
   JobReport result;
   result.backend = engine.Name();
   result.launch_gate = engine.Gates() != nullptr;
@@ -81,7 +93,8 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   result.library_env = LibraryEnvironment();
   // A job that asked to retune ignores every choice tuned before it started
   // (and replaces it); ones its own earlier ops tuned still answer.
-  const TuningUse tuning{tuning_cache, spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
+  const ChoiceSources tuning{source.decided, source.tuning_cache,
+                             spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
   JobReport header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "server/engine/engine.h"
+#include "server/ops/decided_schedules.h"
 #include "server/runner/job_report.h"
 #include "server/runner/run_hooks.h"
 
@@ -16,13 +17,31 @@ namespace overlap::runner {
 
 class TuningCache;  // server/runner/tuning_cache.h
 
+// Where a run takes the schedule of an op whose graph leaves it open (auto).
+struct ScheduleSource {
+  // Decided before the run, by op id (a part of a job spanning daemons: by
+  // its coordinator): every op runs its decision, and nothing is timed to
+  // choose. Null: a local job.
+  const ops::DecidedSchedules* decided = nullptr;
+  // A local job: the cache answers for an op it tuned before, else autotune
+  // chooses and the cache keeps the choice. May be null.
+  TuningCache* tuning_cache = nullptr;
+};
+
 // `devices` is the resolved, validated TP group (rank i = devices[i]).
 // Returns what it measured (server/report/ makes the API's result of it), or: CANCELLED when hooks.cancelled() fired, ABORTED when a
 // communicator was aborted, FAILED_PRECONDITION when verification or a hazard
-// check failed, RESOURCE_EXHAUSTED when buffers did not fit, or the engine's error.
+// check failed (or an op whose group spans daemons has no decided schedule),
+// RESOURCE_EXHAUSTED when buffers did not fit, or the engine's error.
 absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                                  const std::vector<int>& devices, const RunHooks& hooks,
-                                 TuningCache* tuning_cache);
+                                 const ScheduleSource& source);
+// A local job, with its tuning cache (may be null).
+inline absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
+                                        const std::vector<int>& devices, const RunHooks& hooks,
+                                        TuningCache* tuning_cache) {
+  return RunJob(engine, spec, devices, hooks, ScheduleSource{nullptr, tuning_cache});
+}
 
 // The heat head start before a gated timed iteration (JobSpec::heat_head_start):
 // `whole_gemms` runs of the per-rank GEMM, then one over its first `rows` rows,

@@ -152,29 +152,38 @@ absl::Status PrepareInputs(OpRun& run) {
   return run.ProbeHeat();
 }
 
-absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning) {
+absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& sources) {
   const OpSpec& op = run.ctx.op();
   const int tp = run.ctx.group_size();
   std::vector<Schedule> candidates =
       CandidateSchedules(op, tp, run.engine.LibraryAlgorithms(), run.spec.mesh);
-  if (SpansDaemons(run.engine, run.ctx.devices())) {
-    ASSIGN_OR_RETURN(const Schedule schedule, ops::SpanningSchedule(candidates));
-    return ScheduleChoice{schedule,
+  const std::string one_reason = op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested";
+  if (sources.decided != nullptr) {
+    const auto decided = sources.decided->find(op.id);
+    if (decided == sources.decided->end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("op ", op.id, ": no schedule was decided for it before the run"));
+    }
+    return ScheduleChoice{decided->second,
                           candidates.size() == 1
-                              ? std::string(op.mode == OverlapMode::kAuto ? kOnlyOneSchedule
-                                                                          : "as requested")
-                              : "the rule for jobs spanning daemons (no autotune across them)",
+                              ? one_reason
+                              : "decided by the coordinator, by the rule for jobs spanning "
+                                "daemons (no autotune across them)",
                           {}};
   }
-  if (candidates.size() == 1) {
-    return ScheduleChoice{candidates[0],
-                          op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested",
-                          {}};
+  // Nodes that tuned apart would choose apart, and their collectives would
+  // pair up wrongly: only the coordinator decides (ops/decided_schedules.h).
+  if (SpansDaemons(run.engine, run.ctx.devices())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "op ", op.id,
+        ": its ranks span daemons, and a part runs only the schedules its coordinator "
+        "decided; none was given"));
   }
+  if (candidates.size() == 1) return ScheduleChoice{candidates[0], one_reason, {}};
   const TuningKey key =
       KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device, run.spec.mesh);
-  if (tuning.cache != nullptr) {
-    if (auto hit = tuning.cache->Lookup(key, tuning.not_before_unix_ms)) {
+  if (sources.cache != nullptr) {
+    if (auto hit = sources.cache->Lookup(key, sources.not_before_unix_ms)) {
       return ScheduleChoice{
           hit->schedule, absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms), {}};
     }
@@ -183,10 +192,10 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tunin
   ASSIGN_OR_RETURN(const AutotuneChoice decided, Tune(run, tally));
   ScheduleChoice choice{decided.schedule, decided.reason, tally.Scores()};
   GetLogger("ops")->debug("autotune {}: {}", op.id, decided.reason);
-  if (tuning.cache != nullptr) {
+  if (sources.cache != nullptr) {
     // The cache only spares a later job the tuning: a choice it cannot keep (a
     // full disk) must not fail the job that made it.
-    if (absl::Status kept = tuning.cache->Store(key, TunedChoice{decided.schedule, decided.ms},
+    if (absl::Status kept = sources.cache->Store(key, TunedChoice{decided.schedule, decided.ms},
                                                 absl::ToUnixMillis(absl::Now()));
         !kept.ok()) {
       GetLogger("ops")->warn("autotune {}: the tuning cache could not keep the choice: {}", op.id,

@@ -17,9 +17,11 @@
 
 namespace overlap::runner {
 
-// The tuning cache as one job uses it: choices tuned before not_before_unix_ms
-// do not answer (JobSpec::retune).
-struct TuningUse {
+// Where one job's run takes its ops' schedules (job_runner.h, ScheduleSource):
+// decisions made before it, or the tuning cache, whose choices tuned before
+// not_before_unix_ms do not answer (JobSpec::retune).
+struct ChoiceSources {
+  const ops::DecidedSchedules* decided = nullptr;
   TuningCache* cache = nullptr;
   int64_t not_before_unix_ms = 0;
 };
@@ -40,13 +42,15 @@ absl::StatusOr<std::unique_ptr<ops::OpContext>> CreateOpContext(engine::Engine& 
 // holds real data, then the heat probe (OpRun::ProbeHeat).
 absl::Status PrepareInputs(OpRun& run);
 
-// The schedule the op asked for, or auto's choice: from the tuning cache, or
-// by autotune (rounds over every candidate, then a runoff), kept in the cache.
 // Whether some of `devices` live in another process: a job spanning daemons
 // (server/cluster/spanning_engine.h).
 bool SpansDaemons(const engine::Engine& engine, const std::vector<int>& devices);
 
-absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const TuningUse& tuning);
+// The op's schedule: the one decided before the run (`sources.decided`: a
+// job spanning daemons must have one, else FAILED_PRECONDITION), the one it
+// asked for, or auto's choice: from the tuning cache, or by autotune (rounds
+// over every candidate, then a runoff), kept in the cache.
+absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& sources);
 
 // The collective alone on both transports, where the op has a GEMM beside a
 // collective and more than one rank; the faster is comm alone.

@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/cluster/schedule_wire.h"
 #include "tests/host_engine_util.h"
 
 namespace overlap::cluster {
@@ -190,6 +191,28 @@ TEST_F(ClusterJobsTest, APartThatAsksBeforeItsIdIsRecordedWaitsAndStarts) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the reservation was released and retried";
 }
 
+// The coordinator decides every op's schedule and sends it with the part:
+// the part has nothing left to choose.
+TEST_F(ClusterJobsTest, TheCoordinatorSendsEveryOpsScheduleWithThePart) {
+  absl::Mutex sent_mu;
+  std::vector<v1::AdmitPartRequest> sent;
+  link_.on_admit = [&](const v1::AdmitPartRequest& request) -> absl::StatusOr<v1::AdmitPartResponse> {
+    absl::MutexLock lock(&sent_mu);
+    sent.push_back(request);
+    return absl::FailedPreconditionError("the test ends here");
+  };
+  Coordinate();
+  EXPECT_THAT(std::string(WaitOutcome().message()), HasSubstr("the test ends here"));
+  absl::MutexLock lock(&sent_mu);
+  ASSERT_EQ(sent.size(), 1u);
+  ASSERT_EQ(sent[0].schedules_size(), 1);
+  EXPECT_EQ(sent[0].schedules(0).op_id(), "ar");
+  EXPECT_EQ(sent[0].schedules(0).mode(), "serial");
+  EXPECT_EQ(sent[0].schedules(0).transport(), "nccl");
+  EXPECT_EQ(sent[0].schedules(0).chunks(), 1);
+  EXPECT_EQ(sent[0].schedules(0).algorithm(), "default");
+}
+
 // Hold, report and the store, each from a node other than the one it
 // concerns: PERMISSION_DENIED, and nothing changes.
 TEST_F(ClusterJobsTest, OnlyTheNodeACallConcernsMayMakeIt) {
@@ -277,6 +300,7 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
   request.set_owner("uid:1000");
   request.set_name("mlp");
   request.set_priority(3);
+  AddDecidedSchedules({{"ar", ops::Schedule{OverlapMode::kSerial, 1, Transport::kNccl}}}, request);
   struct Case {
     std::string what;
     std::string caller;
@@ -306,6 +330,14 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
        absl::StatusCode::kInvalidArgument, "owner: must not be empty"},
       {"the spec `,\"`", kPeer, [](v1::AdmitPartRequest& r) { r.set_spec(",\""); },
        absl::StatusCode::kInvalidArgument, "malformed YAML/JSON at line 1, column 1"},
+      {"no schedules", kPeer, [](v1::AdmitPartRequest& r) { r.clear_schedules(); },
+       absl::StatusCode::kInvalidArgument, "schedules: none was decided for op ar"},
+      {"a schedule that is no schedule", kPeer,
+       [](v1::AdmitPartRequest& r) { r.mutable_schedules(0)->set_mode("auto"); },
+       absl::StatusCode::kInvalidArgument, "schedules: op \"ar\": auto is a choice left open"},
+      {"a schedule this node would not run across daemons", kPeer,
+       [](v1::AdmitPartRequest& r) { r.mutable_schedules(0)->set_transport("p2p"); },
+       absl::StatusCode::kFailedPrecondition, "the coordinator decided serial/p2p"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -31,13 +31,24 @@ struct NodeRun {
   absl::StatusOr<v1::JobResult> result = absl::UnknownError("not run");
 };
 
-// Runs `graph` over `nodes` nodes of `devices` devices each; every node's result.
+// What a coordinator decides for `spec` over `world` host ranks.
+ops::DecidedSchedules Decide(const JobSpec& spec, int world) {
+  absl::StatusOr<ops::DecidedSchedules> decided =
+      ops::DecideSpanningSchedules(spec, world, /*library_algorithms=*/false);
+  EXPECT_TRUE(decided.ok()) << decided.status();
+  return decided.ok() ? *decided : ops::DecidedSchedules();
+}
+
+// Runs `graph` over `nodes` nodes of `devices` devices each, every op as
+// `decided` (empty: as a coordinator would decide); every node's result.
 std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devices,
                                   const std::string& job_key,
-                                  absl::Duration timeout = absl::Seconds(20)) {
+                                  absl::Duration timeout = absl::Seconds(20),
+                                  ops::DecidedSchedules decided = {}) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(graph);
   EXPECT_TRUE(spec.ok()) << spec.status();
   spec->timeline = false;
+  if (decided.empty()) decided = Decide(*spec, nodes * devices);
   gloo_group::InMemoryRendezvousStore store;
   std::vector<NodeRun> runs(nodes);
   std::vector<std::thread> threads;
@@ -54,7 +65,8 @@ std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devic
       SpanningEngine engine(*runs[n].host, store, options);
       std::vector<int> global(nodes * devices);
       std::iota(global.begin(), global.end(), 0);
-      runs[n].result = report::RunJobResult(engine, *spec, global, {}, nullptr);
+      runs[n].result =
+          report::RunJobResult(engine, *spec, global, {}, runner::ScheduleSource{&decided});
     });
   }
   for (std::thread& t : threads) t.join();
@@ -121,10 +133,57 @@ ops:
   options.job_key = "alone";
   options.timeout = absl::Seconds(1);
   SpanningEngine engine(*host, store, options);
+  const ops::DecidedSchedules decided = Decide(*spec, 2);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::JobResult> result = report::RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> result =
+      report::RunJobResult(engine, *spec, {0, 1}, {}, runner::ScheduleSource{&decided});
   EXPECT_FALSE(result.ok());
+  EXPECT_NE(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// A part runs what its coordinator decided, even where the rule would have
+// chosen otherwise (chunked for both GEMM ops), and decides nothing itself.
+TEST(SpanningEngineTest, EveryNodeRunsTheSchedulesItWasSentAndNoneOfItsOwn) {
+  constexpr char kGraph[] = R"(iterations: 2
+warmup: 1
+dtype: fp32
+ops:
+  - {id: fc1, type: ag_gemm, m: 128, k: 32, n: 64}
+  - {id: fc2, type: gemm_rs, m: 128, k: 64, n: 32, after: [fc1]}
+)";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(kGraph);
+  ASSERT_TRUE(spec.ok());
+  ops::DecidedSchedules decided = Decide(*spec, 2);
+  ASSERT_EQ(decided.at("fc1").mode, OverlapMode::kChunked);
+  decided["fc1"] = ops::Schedule{OverlapMode::kBulk, 1, Transport::kNccl};
+  decided["fc2"] = ops::Schedule{OverlapMode::kSerial, 1, Transport::kNccl};
+  std::vector<NodeRun> runs = RunOverNodes(kGraph, 2, 1, "decided", absl::Seconds(20), decided);
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_TRUE(runs[n].result.ok()) << "node " << n << ": " << runs[n].result.status();
+    ASSERT_EQ(runs[n].result->ops_size(), 2);
+    EXPECT_EQ(runs[n].result->ops(0).schedule(), "bulk/nccl");
+    EXPECT_EQ(runs[n].result->ops(1).schedule(), "serial/nccl");
+    for (const v1::OpResult& op : runs[n].result->ops()) {
+      EXPECT_TRUE(op.verified()) << op.id();
+      EXPECT_THAT(op.auto_reason(), HasSubstr("decided by the coordinator")) << op.id();
+      EXPECT_EQ(op.candidates_size(), 0) << op.id();
+    }
+  }
+
+  // Without decisions a part refuses to choose, before anything runs.
+  std::unique_ptr<engine::Engine> host = CheckedHostEngine(1);
+  gloo_group::InMemoryRendezvousStore store;
+  SpanningOptions options;
+  options.placement = {2, 0, {0}};
+  options.job_key = "undecided";
+  options.timeout = absl::Seconds(1);
+  SpanningEngine engine(*host, store, options);
+  spec->timeline = false;
+  absl::StatusOr<v1::JobResult> undecided =
+      report::RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
+  EXPECT_EQ(undecided.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(undecided.status().message(), HasSubstr("schedules its coordinator decided"));
 }
 
 TEST(SpanningEngineTest, PeerMemoryAcrossNodesIsRefusedBeforeAnythingRuns) {

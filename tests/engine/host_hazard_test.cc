@@ -1,5 +1,7 @@
 // The host engine's hazard checker (HostEngineOptions::hazard_checks): races
 // are reported at enqueue time, deterministically, and correct programs pass.
+#include <cstring>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/host/hazard_tracker.h"
@@ -151,6 +153,29 @@ TEST_F(HostHazardTest, ReadsFromTwoStreamsNeedNoOrder) {
   ASSERT_TRUE(engine_->WaitEvent(comm_, *e).ok());
   const absl::Status status = engine_->FillConstant(comm_, X(), DType::kF32, 0);
   EXPECT_THAT(status.message(), HasSubstr("compute1@dev0 (peer_copy) may still read"));
+}
+
+// Host work (Gloo's collectives across daemons) declares what it only reads:
+// a GEMM may read the same buffer beside it (bulk ag_gemm gathers A while the
+// GEMM of its own rows reads A), but not read what the work writes.
+TEST_F(HostHazardTest, HostWorkThatOnlyReadsABufferLetsOthersReadIt) {
+  HostWorkQueue* host_work = engine_->HostWork();
+  ASSERT_NE(host_work, nullptr);
+  const BufferId out = *engine_->Allocate(0, kN * kN * 4);
+  auto copy = [](const std::vector<uint8_t*>& data) {
+    std::memcpy(data[1], data[0], kN * kN * 4);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(host_work
+                  ->EnqueueHostWork(comm_, {{X(), /*written=*/false}, {Whole(out, kN * kN * 4)}},
+                                    copy)
+                  .ok());
+  EXPECT_TRUE(Gemm(x_).ok());
+  const absl::Status status = Gemm(out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("comm0@dev0 (host_work) may still write"));
+  EXPECT_EQ(engine_->Synchronize({0}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Download(*engine_, 0, Whole(out, kN * kN * 4)), std::vector<float>(kN * kN, 1.0f));
 }
 
 TEST_F(HostHazardTest, CollectivesJoinTheirStreams) {

@@ -657,7 +657,7 @@ TEST_F(PeerTlsTest, ACertifiedNodeCannotSpeakAsAnother) {
   ASSERT_TRUE(server);
   std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address(), pki_.Tls("node-b"));
   const v1::AdmitPartRequest request = Admit("j1");
-  for (const std::string& claimed : {"10.9.9.9:7000", "node-a.example:7000"}) {
+  for (const std::string claimed : {"10.9.9.9:7000", "node-a.example:7000"}) {
     SCOPED_TRACE(claimed);
     grpc::ClientContext context;
     PreparePeerContext(&context, kCallTimeout, PeerIdentity{claimed, ""}, "AdmitPart",

@@ -59,7 +59,7 @@ class HostEngine final : public EngineDefaults,
   int64_t GateTimeouts(int device) const override;
 
   // HostWorkQueue
-  absl::Status EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<HostWorkBuffer>& buffers,
                                Work work) override;
 
  private:

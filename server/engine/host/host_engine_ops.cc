@@ -167,18 +167,19 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
   return absl::OkStatus();
 }
 
-absl::Status HostEngine::EnqueueHostWork(StreamId stream, const std::vector<BufferRef>& buffers,
-                                         Work work) {
+absl::Status HostEngine::EnqueueHostWork(StreamId stream,
+                                         const std::vector<HostWorkBuffer>& buffers, Work work) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "EnqueueHostWork"));
   absl::MutexLock lock(&mu_);
   std::vector<Range> ranges;
   std::vector<Access> accesses;
   for (size_t i = 0; i < buffers.size(); ++i) {
+    const BufferRef& ref = buffers[i].ref;
     ASSIGN_OR_RETURN(Range range,
-                     Resolve(buffers[i], s->device, absl::StrCat("EnqueueHostWork buffer ", i)));
+                     Resolve(ref, s->device, absl::StrCat("EnqueueHostWork buffer ", i)));
     ranges.push_back(range);
     accesses.push_back(
-        {buffers[i].buffer, Region::Contiguous(buffers[i].offset, buffers[i].bytes), true, stream});
+        {ref.buffer, Region::Contiguous(ref.offset, ref.bytes), buffers[i].written, stream});
   }
   absl::Status result;
   if (!PassFailurePoint("host_work", {stream}, &result)) return result;
