@@ -14,7 +14,7 @@
 
 #include "CLI/CLI.hpp"
 #include "client/commands.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 
 namespace overlap::client {
 

@@ -13,11 +13,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/bench/compare.h"
-#include "client/views/device_health.h"
+#include "client/format/device_health.h"
+#include "client/format/report.h"
+#include "client/format/timeline.h"
 #include "client/jobs/pin.h"
 #include "client/jobs/progress_printer.h"
-#include "client/format/report.h"
-#include "client/views/timeline.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -31,68 +31,6 @@ int64_t NowMs() {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadGraphFile(const std::string& file) {
-  std::ostringstream text;
-  if (file == "-") {
-    text << std::cin.rdbuf();
-    return text.str();
-  }
-  if (std::filesystem::is_directory(file)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", file, ": it is a directory"));
-  }
-  errno = 0;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", file, errno != 0 ? ": " : "",
-                                            errno != 0 ? std::strerror(errno) : ""));
-  }
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", file));
-  return text.str();
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.add_whitespace = true;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  // Only fails for malformed Any fields, which the API does not use.
-  if (!status.ok()) return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
-  return json;
-}
-
-int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err) {
-  errno = 0;
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (file) file << text;
-  file.close();
-  if (!file) {
-    err << "overlapctl: cannot write " << path << (errno != 0 ? ": " : "")
-        << (errno != 0 ? std::strerror(errno) : "") << "\n";
-    return kExitUsage;
-  }
-  return kExitOk;
-}
-
-int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {
-  if (IsUnreachable(status)) {
-    err << "overlapctl: cannot reach overlapd at " << address << ": " << status.message() << "\n";
-    // Something answered on a TCP port but the connection did not come up: the
-    // usual cause is TLS on one side only, or a certificate the other refused.
-    const bool tcp = !absl::StartsWith(address, "unix:") && !absl::StartsWith(address, "/");
-    if (tcp && !absl::StrContains(status.message(), "Connection refused")) {
-      err << "overlapctl: if overlapd uses TLS, pass --tls-ca (and --tls-cert/--tls-key when it "
-             "requires client certificates)\n";
-    }
-    return kExitUnreachable;
-  }
-  err << "overlapctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
-      << "\n";
-  return kExitRefused;
-}
 
 int Commands::Fail(const absl::Status& status) {
   return ReportCallError(status, client_.address(), err_);

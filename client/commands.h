@@ -1,11 +1,6 @@
-// The overlapctl commands, separated from argument parsing (client/main.cc) so
-// that they only see a DaemonClient and two streams.
-//
-// Exit status of every command: kExitOk on success; kExitJobFailed when the job
-// being followed or reported ended FAILED, CANCELLED or ABORTED; kExitUnreachable
-// when no daemon answered; kExitRefused when the daemon refused the request
-// (printed as "overlapctl: <CODE_NAME>: <message>"); kExitUsage for bad
-// arguments.
+// The overlapctl commands on jobs and the node, separated from argument
+// parsing (client/main.cc) so that they only see a DaemonClient and two
+// streams. Each returns an exit status (core/command_io.h).
 #pragma once
 
 #include <ostream>
@@ -13,29 +8,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/daemon_client.h"
-#include "google/protobuf/message.h"
+#include "client/core/command_io.h"
+#include "client/core/daemon_client.h"
 
 namespace overlap::client {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitJobFailed = 1;
-inline constexpr int kExitUnreachable = 2;
-inline constexpr int kExitRefused = 3;
-inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
-
-// A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
-absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
-
-// Writes `text` to `path`, replacing it: kExitOk, or kExitUsage after printing
-// "overlapctl: cannot write PATH: reason" to `err`.
-int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err);
-
-// The protobuf JSON form: proto field names, primitive fields always printed.
-std::string ToJson(const google::protobuf::Message& message);
-
-// The one-line error for a failed call and the matching exit status.
-int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err);
 
 class Commands {
  public:

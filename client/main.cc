@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "common/config.h"
 
 namespace {

@@ -11,12 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/commands.h"
 #include "client/bench/commbench.h"
-#include "client/jobs/progress_printer.h"
+#include "client/core/command_io.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
-#include "client/views/timeline.h"
+#include "client/format/timeline.h"
+#include "client/jobs/progress_printer.h"
 #include "common/byte_size.h"
 #include "common/graph_parser.h"
 #include "common/library_env.h"
@@ -83,12 +83,6 @@ std::vector<BenchShape> DefaultBenchShapes() {
     shapes.push_back(s);
   }
   return shapes;
-}
-
-bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n) {
-  std::vector<absl::string_view> dims = absl::StrSplit(text, 'x');
-  return dims.size() == 3 && absl::SimpleAtoi(dims[0], m) && absl::SimpleAtoi(dims[1], k) &&
-         absl::SimpleAtoi(dims[2], n);
 }
 
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text) {

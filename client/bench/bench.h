@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 
@@ -57,8 +57,6 @@ std::vector<BenchShape> DefaultBenchShapes();
 // On the host backend the default sweep runs its shapes divided by this: at GPU
 // size its GEMMs would take hours on CPU cores.
 inline constexpr int64_t kHostBenchShapeDivisor = 32;
-// Splits "MxKxN" into its three integers; false when it is not that form.
-bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n);
 // Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text);
 

@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "client/views/cluster_view.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "client/format/table.h"
+#include "client/views/cluster_view.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "client/bench/check.h"
+#include "client/core/daemon_client.h"
 #include "client/views/cluster_view.h"
-#include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {

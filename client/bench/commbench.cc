@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/bench/bench.h"
-#include "client/commands.h"
+#include "client/core/command_io.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
 #include "common/byte_size.h"

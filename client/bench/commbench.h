@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
-#include "client/views/timeline.h"
+#include "client/format/timeline.h"
 
 namespace overlap::client {
 namespace {
@@ -79,8 +79,10 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
     for (const auto& [name, value] : ra.library_env()) env[name].first = value;
     for (const auto& [name, value] : rb.library_env()) env[name].second = value;
     for (const auto& [name, values] : env) {
-      auto shown = [&name](const auto& map, const std::string& value) {
-        return map.count(name) ? value : std::string("(unset)");
+      // clang before 16 cannot capture a structured binding.
+      const std::string& key = name;
+      auto shown = [&key](const auto& map, const std::string& value) {
+        return map.count(key) ? value : std::string("(unset)");
       };
       Caveat(&c.caveats, absl::StrCat("env ", name), shown(ra.library_env(), values.first),
              shown(rb.library_env(), values.second));

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/bench/bench.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 

@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/views/device_health.h"
+#include "client/format/device_health.h"
 #include "client/format/table.h"
-#include "client/views/timeline.h"
+#include "client/format/timeline.h"
 #include "common/graph.h"
 
 namespace overlap::client {

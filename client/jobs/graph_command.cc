@@ -1,7 +1,7 @@
 #include "client/jobs/graph_command.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/commands.h"
+#include "client/core/command_io.h"
 #include "client/format/table.h"
 #include "common/hf_config.h"
 #include "common/status_macros.h"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "common/model_graph.h"
 
 namespace overlap::client {

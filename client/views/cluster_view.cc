@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/commands.h"
-#include "client/views/device_health.h"
+#include "client/core/command_io.h"
+#include "client/format/device_health.h"
 #include "client/format/table.h"
 
 namespace overlap::client {

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 

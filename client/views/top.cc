@@ -6,8 +6,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/commands.h"
-#include "client/views/device_health.h"
+#include "client/core/command_io.h"
+#include "client/format/device_health.h"
 #include "client/format/report.h"
 
 namespace overlap::client {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/core/daemon_client.h"
 #include "client/views/cluster_view.h"
-#include "client/daemon_client.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 

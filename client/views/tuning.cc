@@ -4,8 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/bench/bench.h"
-#include "client/commands.h"
+#include "client/core/command_io.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
 #include "common/graph.h"

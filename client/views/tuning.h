@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
 #include "overlap/v1/overlap.pb.h"
 
 namespace overlap::client {

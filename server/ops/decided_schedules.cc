@@ -35,7 +35,8 @@ absl::StatusOr<DecidedSchedules> DecideSpanningSchedules(const JobSpec& spec, in
 
 absl::Status CheckDecidedSchedules(const JobSpec& spec, int world, bool library_algorithms,
                                    const DecidedSchedules& decided) {
-  for (const auto& [id, schedule] : decided) {
+  for (const auto& entry : decided) {
+    const std::string& id = entry.first;
     const bool known = std::any_of(spec.ops.begin(), spec.ops.end(),
                                    [&](const OpSpec& op) { return op.id == id; });
     if (!known) {

@@ -1,6 +1,6 @@
 // GPU health from NVML's readings: what counts as a problem, the NVLink errors
 // counted between two readings, node's table and the JSON record.
-#include "client/views/device_health.h"
+#include "client/format/device_health.h"
 
 #include <string>
 #include <vector>

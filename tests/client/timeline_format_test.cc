@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/format/report.h"
-#include "client/views/timeline.h"
+#include "client/format/timeline.h"
 
 namespace overlap::client {
 namespace {

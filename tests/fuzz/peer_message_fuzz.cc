@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "overlap/v1/peer.pb.h"
+#include "server/cluster/schedule_wire.h"
 #include "server/engine/host/host_engine.h"
 #include "server/jobs/admission.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -70,18 +71,29 @@ void Admit(const Node& node, const v1::AdmitPartRequest& request) {
   const std::vector<std::string> nodes(request.nodes().begin(), request.nodes().end());
   const std::string source =
       absl::StrCat(request.global_id().coordinator(), "/", request.global_id().job_id());
+  // As a part admits it (ClusterJobs::PartGraph): the coordinator's
+  // decisions, the graph, then the graph checked with those decisions.
   absl::StatusOr<jobs::GraphPtr> span;
-  if (absl::StatusOr<JobSpec> spec = node.admission->Parse(request.spec(), source); spec.ok()) {
-    span = node.admission->AdmitSpan(std::move(*spec), nodes);
+  absl::StatusOr<ops::DecidedSchedules> decided = cluster::DecidedSchedulesOf(request);
+  absl::StatusOr<JobSpec> spec = node.admission->Parse(request.spec(), source);
+  if (!decided.ok()) {
+    span = decided.status();
+  } else if (spec.ok()) {
+    span = node.admission->AdmitSpan(std::move(*spec), nodes, &*decided);
   } else {
     span = spec.status();
   }
   if (!span.ok()) {
     FUZZ_CHECK(span.status().code() == absl::StatusCode::kInvalidArgument ||
-               span.status().code() == absl::StatusCode::kResourceExhausted);
+               span.status().code() == absl::StatusCode::kResourceExhausted ||
+               span.status().code() == absl::StatusCode::kFailedPrecondition);
     return;
   }
   const jobs::AdmittedGraph& graph = **span;
+  // Every op runs a schedule the coordinator sent, and only those.
+  FUZZ_CHECK(graph.schedules == *decided);
+  FUZZ_CHECK(graph.schedules.size() == graph.spec.ops.size());
+  for (const OpSpec& op : graph.spec.ops) FUZZ_CHECK(graph.schedules.count(op.id) == 1);
   FUZZ_CHECK(!graph.spec.nodes.empty());
   FUZZ_CHECK(nodes.empty() || graph.spec.nodes == nodes);
   FUZZ_CHECK(!graph.devices.empty());

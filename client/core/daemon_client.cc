@@ -1,4 +1,5 @@
-#include "client/daemon_client.h"
+#include "client/core/daemon_client.h"
+#include "client/format/report.h"
 
 #include "client/format/printable.h"
 
@@ -14,7 +15,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "client/format/report.h"
 #include "common/pem_file.h"
 #include "common/private_dir.h"
 #include "common/status_macros.h"

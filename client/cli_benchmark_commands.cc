@@ -8,10 +8,10 @@
 
 #include "absl/status/statusor.h"
 #include "client/bench/bench.h"
+#include "client/bench/commbench.h"
 #include "client/bench/grad_bench.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
-#include "client/bench/commbench.h"
 #include "common/byte_size.h"
 
 namespace overlap::client {

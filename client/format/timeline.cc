@@ -1,4 +1,4 @@
-#include "client/views/timeline.h"
+#include "client/format/timeline.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "client/views/device_health.h"
+#include "client/format/device_health.h"
 
 #include <algorithm>
 #include <utility>

@@ -9,8 +9,8 @@
 #include "client/bench/check.h"
 #include "client/bench/cluster_check.h"
 #include "client/cli_commands.h"
-#include "client/views/cluster_view.h"
 #include "client/commands.h"
+#include "client/views/cluster_view.h"
 #include "client/views/top.h"
 
 namespace overlap::client {

@@ -1,0 +1,45 @@
+// What every overlapctl command shares: its exit statuses, reading a graph
+// file, writing a file, the JSON form of a reply and the line for a failed call.
+//
+// Exit status of every command: kExitOk on success; kExitJobFailed when the job
+// being followed or reported ended FAILED, CANCELLED or ABORTED; kExitUnreachable
+// when no daemon answered; kExitRefused when the daemon refused the request
+// (printed as "overlapctl: <CODE_NAME>: <message>"); kExitUsage for bad
+// arguments.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
+
+namespace overlap::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUnreachable = 2;
+inline constexpr int kExitRefused = 3;
+inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
+
+// A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
+
+// Writes `text` to `path`, replacing it: kExitOk, or kExitUsage after printing
+// "overlapctl: cannot write PATH: reason" to `err`.
+int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err);
+
+// The protobuf JSON form: proto field names, primitive fields always printed.
+std::string ToJson(const google::protobuf::Message& message);
+
+// The one-line error for a failed call and the matching exit status.
+int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err);
+
+// Splits "MxKxN" (a shape on the command line) into its three integers; false
+// when it is not that form.
+bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n);
+
+}  // namespace overlap::client
