@@ -86,8 +86,10 @@ std::string GlobalKey(const v1::GlobalJobId& id) {
 
 const char* CoordinatorPhaseName(CoordinatorPhase phase) {
   switch (phase) {
+    case CoordinatorPhase::kChecking: return "checking";
     case CoordinatorPhase::kReserving: return "reserving";
     case CoordinatorPhase::kReleasing: return "releasing";
+    case CoordinatorPhase::kHolding: return "holding";
     case CoordinatorPhase::kRunning: return "running";
     case CoordinatorPhase::kReporting: return "reporting";
     case CoordinatorPhase::kEnded: return "ended";
@@ -99,8 +101,10 @@ bool CoordinatorMayMove(CoordinatorPhase from, CoordinatorPhase to) {
   using P = CoordinatorPhase;
   if (to == P::kEnded) return from != P::kEnded;  // a failure or a cancel, from anywhere
   switch (from) {
-    case P::kReserving: return to == P::kRunning || to == P::kReleasing;
+    case P::kChecking: return to == P::kReserving;
+    case P::kReserving: return to == P::kHolding || to == P::kReleasing;
     case P::kReleasing: return to == P::kReserving;
+    case P::kHolding: return to == P::kRunning;
     case P::kRunning: return to == P::kReporting;
     default: return false;
   }
@@ -125,7 +129,7 @@ struct ClusterJobs::Coordinated {
   // hold, before its id is recorded here.
   std::set<int> admitting ABSL_GUARDED_BY(mu);
   std::set<int> held ABSL_GUARDED_BY(mu);
-  CoordinatorPhase phase ABSL_GUARDED_BY(mu) = CoordinatorPhase::kReserving;
+  CoordinatorPhase phase ABSL_GUARDED_BY(mu) = CoordinatorPhase::kChecking;
   std::string cancel_reason ABSL_GUARDED_BY(mu);  // set: every part is to end
   std::map<int, v1::ReportPartRequest> reports ABSL_GUARDED_BY(mu);
 
@@ -271,16 +275,8 @@ absl::StatusOr<jobs::AdmittedJob> ClusterJobs::AdmitCoordinated(
         " jobs spanning daemons, queued or running (cluster_max_jobs = ", options_.max_jobs,
         ")"));
   }
-  // Every peer answers, runs this version and could admit its part now,
-  // before anything is queued.
-  for (int n = 0; n < static_cast<int>(all.size()); ++n) {
-    if (all[n] == options_.node_name) continue;
-    // Their statuses name the node already.
-    RETURN_IF_ERROR(link_.Hello(all[n], kCallDeadline).status());
-    v1::AdmitPartRequest check = PartRequest("", spec_text, *graph, n);
-    check.set_check_only(true);
-    RETURN_IF_ERROR(link_.AdmitPart(all[n], check, kCallDeadline).status());
-  }
+  // Before anything is queued.
+  RETURN_IF_ERROR(CheckNodes(spec_text, *graph));
   jobs::AdmittedJob job;
   job.job.set_name(!admitted.name.empty() ? admitted.name : Excerpt(source_name, 120));
   job.job.set_priority(admitted.priority);
@@ -288,6 +284,20 @@ absl::StatusOr<jobs::AdmittedJob> ClusterJobs::AdmitCoordinated(
   for (const std::string& node : all) job.job.add_nodes(node);
   job.graph = std::move(graph);
   return job;
+}
+
+absl::Status ClusterJobs::CheckNodes(const std::string& spec_text,
+                                     const jobs::AdmittedGraph& graph) {
+  const std::vector<std::string>& nodes = graph.spec.nodes;
+  for (int n = 0; n < static_cast<int>(nodes.size()); ++n) {
+    if (nodes[n] == options_.node_name) continue;
+    // Their statuses name the node already.
+    RETURN_IF_ERROR(link_.Hello(nodes[n], kCallDeadline).status());
+    v1::AdmitPartRequest check = PartRequest("", spec_text, graph, n);
+    check.set_check_only(true);
+    RETURN_IF_ERROR(link_.AdmitPart(nodes[n], check, kCallDeadline).status());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobResult> ClusterJobs::Run(const v1::Job& job, const jobs::GraphPtr& graph,
@@ -313,7 +323,12 @@ absl::StatusOr<v1::JobResult> ClusterJobs::Coordinate(const v1::Job& job, jobs::
     absl::MutexLock lock(&mu_);
     coordinated_.erase(job.id());
   };
-  absl::Status outcome = Reserve(job, *state, hooks);
+  if (hooks.on_progress) hooks.on_progress(runner::Progress{0, 0, "", "check nodes", 0, 0});
+  absl::Status outcome = CheckNodes(job.spec(), *state->graph);
+  if (outcome.ok()) outcome = state->MoveTo(CoordinatorPhase::kReserving);
+  if (outcome.ok()) outcome = Reserve(job, *state, hooks);
+  // Every node holds its part: start them all (HoldPart answers START).
+  if (outcome.ok()) outcome = state->MoveTo(CoordinatorPhase::kRunning);
   if (outcome.ok()) outcome = AwaitReports(*state, hooks);
   if (outcome.ok()) outcome = state->MoveTo(CoordinatorPhase::kReporting);
   if (!outcome.ok()) {
@@ -396,7 +411,7 @@ absl::Status ClusterJobs::Reserve(const v1::Job& job, Coordinated& state,
                     job.id(), state.nodes[n], absl::ToInt64Milliseconds(options_.hold_timeout));
       }
     }
-    if (!released) return state.MoveTo(CoordinatorPhase::kRunning);
+    if (!released) return state.MoveTo(CoordinatorPhase::kHolding);
     RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReleasing));
     CancelParts(state, "the coordinator released the reservation to try again");
     RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReserving));

@@ -2,8 +2,11 @@
 //
 // A user submits a graph with nodes to one daemon, the coordinator. Its job
 // holds no devices of its own; it runs (on an executor, like any job) the
-// coordination:
+// coordination. Its states (CoordinatorPhase) are checking, reserving (releasing between
+// attempts), holding, running, reporting and ended, every move in one table
+// (CoordinatorMayMove) and logged at debug:
 //
+//   0. Check every node again, as at submission (CheckNodes).
 //   1. Reserve, in the nodes' global order (sorted by address), one node at a
 //      time: admit a part there (AdmitPart: that daemon checks the graph, its
 //      devices, memory, queue and rights, and queues the part like any job),
@@ -16,10 +19,10 @@
 //      again after a backoff, so that a reservation keeps the nodes idle for
 //      that long at most. While a part holds its node, the jobs queued there
 //      behind it wait, as behind any running job.
-//   2. Start every part at once (HoldPart answers START). The parts run the
-//      same schedule over the whole mesh on a SpanningEngine; the groups that
-//      cross nodes meet in the coordinator's store (StoreSet/StoreGet) and run
-//      over Gloo.
+//   2. Once every node holds its part, start them all at once (HoldPart
+//      answers START). The parts run the same schedules over the whole mesh
+//      on a SpanningEngine; the groups that cross nodes meet in the
+//      coordinator's store (StoreSet/StoreGet) and run over Gloo.
 //   3. Collect each part's result (ReportPart), merge them into the job's
 //      result: the ops' steps max over every node, a line per node, the
 //      bus bandwidth across nodes, the slowest rank. A part that fails, a node
@@ -71,12 +74,22 @@ struct ClusterOptions {
   int64_t started_unix_ms = 0;
 };
 
-// Where a job this daemon coordinates is (ClusterJobs::Coordinate): it
-// reserves its nodes one by one (each admits its part, which holds its devices
-// and waits); when one does not hold in time it releases them all and tries
-// again; once every node holds, the parts are told to start and run; their
+// Where a job this daemon coordinates is (ClusterJobs::Coordinate): it checks
+// its nodes again (each answers, runs this version and could admit its part:
+// the job may have waited in the queue since it was submitted); it reserves
+// them one by one (each admits its part, which holds its devices and waits);
+// when one does not hold in time it releases them all and reserves again;
+// once every node holds, it tells the parts to start, and they run; their
 // reports are merged; and it ends, whatever ended it.
-enum class CoordinatorPhase { kReserving, kReleasing, kRunning, kReporting, kEnded };
+enum class CoordinatorPhase {
+  kChecking,
+  kReserving,
+  kReleasing,
+  kHolding,
+  kRunning,
+  kReporting,
+  kEnded
+};
 const char* CoordinatorPhaseName(CoordinatorPhase phase);
 // The transitions a coordination may make (a failure or cancel ends it from
 // any phase but the end).
@@ -138,6 +151,10 @@ class ClusterJobs final : public peer::PeerHandler {
   absl::StatusOr<v1::JobResult> RunStartedPart(const v1::Job& job, const v1::GlobalJobId& id,
                                                jobs::GraphPtr graph,
                                                const runner::RunHooks& hooks);
+  // Every node but this one answers, runs this version and could admit its
+  // part of `graph` now (a check: nothing is queued), or the first that
+  // cannot, named.
+  absl::Status CheckNodes(const std::string& spec_text, const jobs::AdmittedGraph& graph);
   // Step 1: every node holds its part (OK), or the job cannot run.
   absl::Status Reserve(const v1::Job& job, Coordinated& state, const runner::RunHooks& hooks);
   // Step 3: every node's report, or the first failure.

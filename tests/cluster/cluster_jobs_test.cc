@@ -55,8 +55,14 @@ class FakeLink : public PeerLink {
   absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const std::string&,
                                                   const v1::AdmitPartRequest& request,
                                                   absl::Duration) override {
+    // The coordinator checks its nodes before it reserves them.
+    if (request.check_only()) {
+      checks++;
+      return v1::AdmitPartResponse();
+    }
     return on_admit(request);
   }
+  std::atomic<int> checks{0};
   absl::Status CancelPart(const std::string&, const v1::CancelPartRequest&,
                           absl::Duration) override {
     return absl::OkStatus();
@@ -203,6 +209,7 @@ TEST_F(ClusterJobsTest, TheCoordinatorSendsEveryOpsScheduleWithThePart) {
   };
   Coordinate();
   EXPECT_THAT(std::string(WaitOutcome().message()), HasSubstr("the test ends here"));
+  EXPECT_EQ(link_.checks.load(), 1) << "the coordinator checks its nodes before it reserves";
   absl::MutexLock lock(&sent_mu);
   ASSERT_EQ(sent.size(), 1u);
   ASSERT_EQ(sent[0].schedules_size(), 1);
@@ -367,8 +374,8 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
 // The coordinator's states and the only moves between them.
 TEST(CoordinatorPhaseTest, EveryMoveTheTableAllowsAndNoOther) {
   using P = CoordinatorPhase;
-  const std::vector<P> all = {P::kReserving, P::kReleasing, P::kRunning, P::kReporting,
-                              P::kEnded};
+  const std::vector<P> all = {P::kChecking, P::kReserving, P::kReleasing, P::kHolding,
+                              P::kRunning,  P::kReporting, P::kEnded};
   std::set<std::pair<std::string, std::string>> allowed;
   for (P from : all) {
     for (P to : all) {
@@ -378,9 +385,10 @@ TEST(CoordinatorPhaseTest, EveryMoveTheTableAllowsAndNoOther) {
     }
   }
   const std::set<std::pair<std::string, std::string>> expected = {
-      {"reserving", "running"},   {"reserving", "releasing"}, {"releasing", "reserving"},
-      {"running", "reporting"},   {"reserving", "ended"},     {"releasing", "ended"},
-      {"running", "ended"},       {"reporting", "ended"},
+      {"checking", "reserving"}, {"reserving", "holding"},  {"reserving", "releasing"},
+      {"releasing", "reserving"}, {"holding", "running"},   {"running", "reporting"},
+      {"checking", "ended"},      {"reserving", "ended"},   {"releasing", "ended"},
+      {"holding", "ended"},       {"running", "ended"},     {"reporting", "ended"},
   };
   EXPECT_EQ(allowed, expected);
 }
