@@ -48,10 +48,10 @@ std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uin
 // Adds to `acc` what a collective alone must leave in rank r's output row i:
 // all_gather, row i of the gathered X (rank i / mr's row i % mr); reduce_scatter,
 // the sum over ranks of row r*mr + i; all_reduce, the sum over ranks of row i.
-void AddCollectiveRow(OpType type, DType dt, uint64_t job_seed, int op_index, int tp, int64_t mr,
+void AddCollectiveRow(OpType type, DType dt, uint64_t job_seed, uint64_t input_key, int tp, int64_t mr,
                       int r, int64_t i, int64_t cols, std::vector<double>* acc) {
   auto add_row = [&](int rank, int64_t row) {
-    const uint64_t seed = InputSeed(job_seed, op_index, 0, rank);
+    const uint64_t seed = InputSeed(job_seed, input_key, 0, rank);
     for (int64_t j = 0; j < cols; ++j) (*acc)[j] += InputValue(dt, seed, row * cols + j, 1.0f);
   };
   if (type == OpType::kAllGather) {
@@ -72,8 +72,15 @@ InputScaling InputScalingFor(const OpSpec& op, DType dtype) {
   return {1.0f, w, 1.0f, 1.0f};
 }
 
-uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank) {
-  return SplitMix64(job_seed * 1000003u + static_cast<uint64_t>(op_index) * 4099u +
+uint64_t InputKeyOf(absl::string_view op_id) {
+  // FNV-1a: the same on every daemon and every build, unlike std::hash.
+  uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char c : op_id) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank) {
+  return SplitMix64(job_seed * 1000003u + input_key * 4099u +
                     static_cast<uint64_t>(tensor) * 131u + static_cast<uint64_t>(rank));
 }
 
@@ -81,20 +88,22 @@ namespace {
 
 // Each group of a mesh op holds inputs of its own: a replica's data differ
 // from another's, as a data-parallel batch does. Group 0's are the op's.
-int GroupSeedIndex(int op_index, int group) { return op_index + std::max(0, group) * (1 << 22); }
+uint64_t GroupInputKey(uint64_t input_key, int group) {
+  return input_key + static_cast<uint64_t>(std::max(0, group)) * (uint64_t{1} << 22);
+}
 
-absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
+absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key) {
   const LocalShapes& sh = ctx.shapes();
   const InputScaling scaling = InputScalingFor(ctx.op(), ctx.dtype());
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
-                                            ctx.DTypeOf(rs.a), InputSeed(job_seed, op_index, 0, r),
+                                            ctx.DTypeOf(rs.a), InputSeed(job_seed, input_key, 0, r),
                                             scaling.fill_a));
     if (sh.w_rows * sh.w_cols == 0) continue;  // a collective alone has no W
     // Element i of the buffer is SeededUniform(seed, i) whichever way W is stored.
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
-                                            ctx.dtype(), InputSeed(job_seed, op_index, 1, r),
+                                            ctx.dtype(), InputSeed(job_seed, input_key, 1, r),
                                             scaling.fill_w));
     if (rs.scales == engine::kNoBuffer) continue;
     RETURN_IF_ERROR(
@@ -115,7 +124,7 @@ absl::Status PoisonGroupOutputs(OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
                                                 int max_rows, int max_cols) {
   const OpSpec& op = ctx.op();
   const LocalShapes& sh = ctx.shapes();
@@ -155,10 +164,10 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
   const int64_t macs_per_element = IsCollectiveOnly(op.type) ? tp : op.k;
   const std::vector<int64_t> rows =
       IndicesToCheck(sh.y_rows, sh.y_rows * sh.y_cols * macs_per_element <= (int64_t{1} << 26),
-                     max_rows, job_seed + op_index);
+                     max_rows, job_seed + input_key);
   const std::vector<int64_t> cols = IndicesToCheck(
       sh.y_cols, IsCollectiveOnly(op.type) || sh.y_cols * macs_per_element <= (int64_t{1} << 22),
-      max_cols, SplitMix64(job_seed + op_index));
+      max_cols, SplitMix64(job_seed + input_key));
   const int64_t nc = static_cast<int64_t>(cols.size());
 
   // The checked rows back to the host, one copy per run of consecutive rows:
@@ -182,7 +191,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
   std::vector<std::vector<float>> w(tp);
   for (int q = 0; q < tp; ++q) {
     w[q].resize(static_cast<size_t>(sh.w_rows * nc));
-    const uint64_t seed = InputSeed(job_seed, op_index, 1, q);
+    const uint64_t seed = InputSeed(job_seed, input_key, 1, q);
     const int64_t w_rows = sh.w_rows;
     parallel([&, q, seed, w_rows](int t) {
       const int64_t block = (w_rows + threads - 1) / threads;
@@ -216,7 +225,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
       const int64_t i = tasks[t].row;
       std::fill(acc.begin(), acc.end(), 0.0);
       if (IsCollectiveOnly(op.type)) {
-        AddCollectiveRow(op.type, dt, job_seed, op_index, tp, mr, r, i, sh.a_cols, &acc);
+        AddCollectiveRow(op.type, dt, job_seed, input_key, tp, mr, r, i, sh.a_cols, &acc);
       }
       // Sum over the ranks whose inputs contribute to this output row.
       for (int q = 0; q < tp && !IsCollectiveOnly(op.type); ++q) {
@@ -233,7 +242,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
         } else {
           a_row_index = op.type == OpType::kGemmRs ? r * mr + i : i;
         }
-        const uint64_t seed = InputSeed(job_seed, op_index, 0, static_cast<int>(a_rank));
+        const uint64_t seed = InputSeed(job_seed, input_key, 0, static_cast<int>(a_rank));
         for (int64_t kk = 0; kk < sh.a_cols; ++kk) {
           a_row[kk] = InputValue(dt, seed, a_row_index * sh.a_cols + kk, scaling.fill_a) *
                       scaling.dequant_a;
@@ -267,22 +276,22 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
 
 }  // namespace
 
-absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index) {
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key) {
   return ctx.ForEachGroup(
-      [&] { return FillGroupInputs(ctx, job_seed, GroupSeedIndex(op_index, ctx.group())); });
+      [&] { return FillGroupInputs(ctx, job_seed, GroupInputKey(input_key, ctx.group())); });
 }
 
 absl::Status PoisonOutputs(OpContext& ctx) {
   return ctx.ForEachGroup([&] { return PoisonGroupOutputs(ctx); });
 }
 
-absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
                                            int max_rows, int max_cols) {
   Verification worst;
   bool first = true;
   RETURN_IF_ERROR(ctx.ForEachGroup([&]() -> absl::Status {
     absl::StatusOr<Verification> v = VerifyGroupOutputs(
-        ctx, job_seed, GroupSeedIndex(op_index, ctx.group()), max_rows, max_cols);
+        ctx, job_seed, GroupInputKey(input_key, ctx.group()), max_rows, max_cols);
     if (!v.ok()) {
       if (ctx.groups() == 1) return v.status();
       return absl::Status(v.status().code(),

@@ -5,12 +5,17 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/ops/op_context.h"
 
 namespace overlap::ops {
 
-// Seed of rank r's A (tensor 0) or W (tensor 1) for the op at `op_index`.
-uint64_t InputSeed(uint64_t job_seed, int op_index, int tensor, int rank);
+// The key an op's seeded inputs are drawn by: its id, so that rewriting a
+// graph around it (ops added, removed or fused) changes none of its data.
+uint64_t InputKeyOf(absl::string_view op_id);
+
+// Seed of rank r's A (tensor 0) or W (tensor 1) for the op keyed `input_key`.
+uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank);
 
 // How an op's GEMM inputs are made: element i of A holds SeededUniform(seed, i)
 // * fill_a rounded to A's dtype, and stands for that times dequant_a (W alike).
@@ -25,7 +30,7 @@ struct InputScaling {
 InputScaling InputScalingFor(const OpSpec& op, DType dtype);
 
 // Fills every rank's A and W as InputScalingFor says, and an fp8 op's scales.
-absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, int op_index);
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key);
 
 // Poisons every rank's Y with NaN (enqueued on the compute streams).
 absl::Status PoisonOutputs(OpContext& ctx);
@@ -48,7 +53,7 @@ struct Verification {
 // rows, never columns, so a misplaced piece or a missing sum shows in every
 // column; a full row of a large op cost its whole W regenerated on the host,
 // which left the GPUs idle for a second or more after each op.
-absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, int op_index,
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
                                            int max_rows = 48, int max_cols = 256);
 
 // What VerifyOutputs' error may reach for an op of `type` over `tp` ranks:

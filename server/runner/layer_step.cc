@@ -516,7 +516,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
       return absl::OkStatus();
     }
     m.ctx = std::move(*ctx);
-    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, m.spec_index));
+    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
     if (m.deferred) RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
   }
   RETURN_IF_ERROR(engine.Synchronize(devices));
@@ -579,7 +579,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
   RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay).status());
   for (Member& m : members) {
-    ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, m.spec_index));
+    ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
     const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->group_size());
     if (!(v.max_rel_error <= tolerance)) {
       return absl::FailedPreconditionError(absl::StrFormat(

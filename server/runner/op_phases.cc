@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<OpContext>> CreateOpContext(engine::Engine& engin
 
 absl::Status PrepareInputs(OpRun& run) {
   const std::vector<int> devices = run.ctx.devices();
-  RETURN_IF_ERROR(ops::FillInputs(run.ctx, run.spec.seed, run.op_index));
+  RETURN_IF_ERROR(ops::FillInputs(run.ctx, run.spec.seed, ops::InputKeyOf(run.ctx.op().id)));
   RETURN_IF_ERROR(run.engine.Synchronize(devices));
   // One serial iteration fills every intermediate buffer (the gathered A that
   // the GEMM alone reads, the partials) with real data: a GEMM on never-written
@@ -306,7 +306,7 @@ absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Sche
                       .status());
   const absl::Time check_start = absl::Now();
   ASSIGN_OR_RETURN(const ops::Verification v,
-                   ops::VerifyOutputs(ctx, run.spec.seed, run.op_index));
+                   ops::VerifyOutputs(ctx, run.spec.seed, ops::InputKeyOf(ctx.op().id)));
   GetLogger("ops")->debug("{} checked against float64 in {:.0f} ms ({} rows x {} columns)", op.id,
                           absl::ToDoubleMilliseconds(absl::Now() - check_start), v.rows_checked,
                           v.cols_checked);

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/graph_parser.h"
 #include "server/engine/host/host_engine.h"
+#include "server/ops/reference.h"
 #include "server/runner/tuning_cache.h"
 #include "tests/auto_reason_util.h"
 #include "tests/host_engine_util.h"
@@ -149,6 +151,37 @@ TEST(JobRunnerTest, ToleranceWidensForSumsOverMoreRanks) {
     EXPECT_TRUE(op.verified()) << op.id();
     EXPECT_LE(op.max_rel_error(), op.tolerance()) << op.id();
   }
+}
+
+// An op's inputs are drawn by its id: the same op measures the same error
+// (bf16 rounding on the same data) whether other ops come before it or not,
+// and another id draws other data.
+TEST(JobRunnerTest, AnOpKeepsItsInputsWhenOpsAreAddedBeforeIt) {
+  auto engine = Engine();
+  auto run = [&](const std::string& graph) -> v1::OpResult {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(graph);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec->layer_step = false;
+    spec->timeline = false;
+    auto result = report::RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->ops(result->ops_size() - 1) : v1::OpResult();
+  };
+  constexpr char kHead[] = "dtype: bf16\niterations: 1\nwarmup: 0\nops:\n";
+  constexpr char kFc1[] =
+      "  - {id: fc1, type: ag_gemm, m: 64, k: 64, n: 64, mode: serial, transport: p2p}\n";
+  const v1::OpResult alone = run(absl::StrCat(kHead, kFc1));
+  const v1::OpResult after = run(absl::StrCat(
+      kHead, "  - {id: x, type: gemm_rs, m: 64, k: 64, n: 64, mode: serial, transport: p2p}\n",
+      kFc1));
+  const v1::OpResult renamed = run(absl::StrCat(
+      kHead, "  - {id: fc9, type: ag_gemm, m: 64, k: 64, n: 64, mode: serial, transport: p2p}\n"));
+  ASSERT_EQ(after.id(), "fc1");
+  EXPECT_GT(alone.max_rel_error(), 0);
+  EXPECT_EQ(after.max_rel_error(), alone.max_rel_error());
+  EXPECT_NE(renamed.max_rel_error(), alone.max_rel_error());
+  // Stable across builds and daemons (FNV-1a), so that nodes agree.
+  EXPECT_EQ(ops::InputKeyOf("a"), 0xaf63dc4c8601ec8cull);
 }
 
 // An fp8 graph: every op verified, its gathers counted in fp8 bytes and its
