@@ -35,7 +35,7 @@ namespace {
 // One op, phase by phase (op_phases.h): what they measured.
 absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
-                                   const ChoiceSources& tuning, int op_index, int op_count,
+                                   const ChoiceSources& sources, int op_index, int op_count,
                                    const OpSpec& op) {
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx, CreateOpContext(engine, spec, devices, op));
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
@@ -48,7 +48,7 @@ absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
   m.groups = ctx->groups();
   m.group = op.group;
   m.mesh = spec.mesh.declared();
-  ASSIGN_OR_RETURN(m.choice, ChooseSchedule(run, tuning));
+  ASSIGN_OR_RETURN(m.choice, ChooseSchedule(run, sources));
   ASSIGN_OR_RETURN(m.comm, TimeCommAlone(run));
   // The collective alone left the SMs idle: the first GEMM alone would run
   // rested, faster than the steps after it, and make the ideal too low.
@@ -93,14 +93,14 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   result.library_env = LibraryEnvironment();
   // A job that asked to retune ignores every choice tuned before it started
   // (and replaces it); ones its own earlier ops tuned still answer.
-  const ChoiceSources tuning{source.decided, source.tuning_cache,
-                             spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
+  const ChoiceSources sources{source.decided, source.tuning_cache,
+                              spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
   JobReport header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
     absl::StatusOr<OpMeasurement> op_result =
-        RunOp(engine, spec, devices, hooks, tuning, order[i], static_cast<int>(order.size()), op);
+        RunOp(engine, spec, devices, hooks, sources, order[i], static_cast<int>(order.size()), op);
     if (!op_result.ok()) {
       // Drain what is still queued and consume the asynchronous errors it left,
       // so that the next job on these devices starts clean; report the first error.
