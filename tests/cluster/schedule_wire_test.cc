@@ -38,7 +38,8 @@ TEST(ScheduleWireTest, WhatIsNoDecisionIsRefusedNamingTheOp) {
   };
   const std::vector<Case> cases = {
       {"an unknown mode", [](v1::DecidedSchedule& s) { s.set_mode("fast"); }, "unknown mode"},
-      {"auto", [](v1::DecidedSchedule& s) { s.set_transport("auto"); }, "auto is a choice left open"},
+      {"auto", [](v1::DecidedSchedule& s) { s.set_transport("auto"); },
+       "auto is a choice left open"},
       {"no chunks", [](v1::DecidedSchedule& s) { s.set_chunks(0); }, "chunks must be 1 or more"},
       {"an unknown algorithm", [](v1::DecidedSchedule& s) { s.set_algorithm("x"); },
        "unknown"},

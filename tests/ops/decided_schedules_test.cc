@@ -71,7 +71,8 @@ TEST(DecidedSchedulesTest, APartRefusesDecisionsThatLeaveAnOpOutOrItWouldNotRun)
       {"p2p across daemons",
        [](DecidedSchedules& d) { d["fc1"] = Schedule{OverlapMode::kChunked, 2, Transport::kP2p}; },
        absl::StatusCode::kFailedPrecondition, "decided chunked/2/p2p"},
-      {"a ring", [](DecidedSchedules& d) { d["fc1"] = Schedule{OverlapMode::kRing, 1, Transport::kNccl}; },
+      {"a ring",
+       [](DecidedSchedules& d) { d["fc1"] = Schedule{OverlapMode::kRing, 1, Transport::kNccl}; },
        absl::StatusCode::kFailedPrecondition, "decided ring/nccl"},
       {"a chunk count the op does not have",
        [](DecidedSchedules& d) { d["fc1"] = Schedule{OverlapMode::kChunked, 3, Transport::kNccl}; },
@@ -81,7 +82,8 @@ TEST(DecidedSchedulesTest, APartRefusesDecisionsThatLeaveAnOpOutOrItWouldNotRun)
        absl::StatusCode::kFailedPrecondition, "op fc2: the coordinator decided serial/nccl"},
       {"an algorithm NCCL does not pin on this backend",
        [](DecidedSchedules& d) {
-         d["grads"] = Schedule{OverlapMode::kSerial, 1, Transport::kNccl, AllReduceAlgorithm::kTree};
+         d["grads"] =
+             Schedule{OverlapMode::kSerial, 1, Transport::kNccl, AllReduceAlgorithm::kTree};
        },
        absl::StatusCode::kFailedPrecondition, "serial/nccl/tree"},
   };
