@@ -66,8 +66,10 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                                  const std::vector<int>& devices, const RunHooks& hooks,
                                  const ScheduleSource& source) {
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
-  // A part of a job spanning daemons runs only what its coordinator decided:
-  // refused before its first collective waits on the other nodes.
+  // A part of a job spanning daemons runs only what its coordinator decided
+  // (nodes that tuned apart would choose apart, and their collectives would
+  // pair up wrongly): refused here, before its first collective waits on the
+  // other nodes, and ChooseSchedule need not ask again.
   if (SpansDaemons(engine, devices)) {
     for (const OpSpec& op : spec.ops) {
       if (source.decided == nullptr || source.decided->count(op.id) == 0) {

@@ -171,14 +171,6 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
                                 "daemons (no autotune across them)",
                           {}};
   }
-  // Nodes that tuned apart would choose apart, and their collectives would
-  // pair up wrongly: only the coordinator decides (ops/decided_schedules.h).
-  if (SpansDaemons(run.engine, run.ctx.devices())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "op ", op.id,
-        ": its ranks span daemons, and a part runs only the schedules its coordinator "
-        "decided; none was given"));
-  }
   if (candidates.size() == 1) return ScheduleChoice{candidates[0], one_reason, {}};
   const TuningKey key =
       KeyFor(run.engine, op, run.spec.dtype, tp, run.ctx.rank(0).device, run.spec.mesh);

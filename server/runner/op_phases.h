@@ -47,9 +47,10 @@ absl::Status PrepareInputs(OpRun& run);
 bool SpansDaemons(const engine::Engine& engine, const std::vector<int>& devices);
 
 // The op's schedule: the one decided before the run (`sources.decided`: a
-// job spanning daemons must have one, else FAILED_PRECONDITION), the one it
-// asked for, or auto's choice: from the tuning cache, or by autotune (rounds
-// over every candidate, then a runoff), kept in the cache.
+// job spanning daemons has one for every op, or RunJob refuses it before its
+// first op), the one it asked for, or auto's choice: from the tuning cache,
+// or by autotune (rounds over every candidate, then a runoff), kept in the
+// cache.
 absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& sources);
 
 // The collective alone on both transports, where the op has a GEMM beside a
