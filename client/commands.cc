@@ -1,16 +1,9 @@
 #include "client/commands.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/bench/compare.h"
 #include "client/format/device_health.h"
@@ -18,7 +11,6 @@
 #include "client/format/timeline.h"
 #include "client/jobs/pin.h"
 #include "client/jobs/progress_printer.h"
-#include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::client {
