@@ -102,6 +102,74 @@ absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name) {
                                                  "\" (expected tp, dp, world)"));
 }
 
+std::string ActivationName(Activation activation) {
+  switch (activation) {
+    case Activation::kNone:
+      return "none";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kSwiglu:
+      return "swiglu";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
+  for (Activation a : {Activation::kNone, Activation::kGelu, Activation::kSwiglu}) {
+    if (name == ActivationName(a)) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown activation \"", absl::CHexEscape(name),
+                                                 "\" (expected none, gelu, swiglu)"));
+}
+
+std::string SplitName(Split split) {
+  switch (split) {
+    case Split::kRows:
+      return "split by rows";
+    case Split::kCols:
+      return "split by columns";
+    case Split::kReplicated:
+      return "whole on every rank";
+    case Split::kPartial:
+      return "a partial sum on every rank";
+  }
+  return "unknown";
+}
+
+TensorLayout InputLayout(const OpSpec& op) {
+  switch (op.type) {
+    case OpType::kAgGemm:
+      return {op.m, op.k, Split::kRows};
+    case OpType::kGemmRs:
+    case OpType::kGemmAr:
+      return {op.m, op.k, Split::kCols};
+    case OpType::kAllGather:
+      return {op.m, op.n, Split::kRows};
+    case OpType::kReduceScatter:
+    case OpType::kAllReduce:
+      return {op.m, op.n, Split::kPartial};
+    case OpType::kGemm:
+      return {op.m, op.k, Split::kReplicated};
+  }
+  return {};
+}
+
+TensorLayout OutputLayout(const OpSpec& op) {
+  switch (op.type) {
+    case OpType::kAgGemm:
+    case OpType::kGemm:
+      return {op.m, op.n, Split::kCols};
+    case OpType::kGemmRs:
+    case OpType::kReduceScatter:
+      return {op.m, op.n, Split::kRows};
+    case OpType::kGemmAr:
+    case OpType::kAllGather:
+    case OpType::kAllReduce:
+      return {op.m, op.n, Split::kReplicated};
+  }
+  return {};
+}
+
 std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count) {
   std::vector<std::vector<int>> groups;
   if (!mesh.declared() || group == OpGroup::kWorld) {

@@ -79,6 +79,23 @@ enum class OpGroup { kTp, kDp, kWorld };
 std::string OpGroupName(OpGroup group);  // "tp" | "dp" | "world"
 absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name);
 
+// What an op applies to another op's output before reading it as its input
+// (OpSpec::input), in one elementwise kernel that also casts to the input's
+// dtype (fp8: quantizes it with the chain's scale, kChainFp8Dequant):
+//   none:   the output as it is;
+//   gelu:   GELU, tanh approximation, as Megatron-LM's and TransformerEngine's;
+//   swiglu: a gated MLP's SiLU(gate) x up, where each rank's shard of the
+//           producer's output holds its gate columns, then its up columns
+//           (Megatron-LM's layout of fc1's weight): the width halves.
+enum class Activation { kNone, kGelu, kSwiglu };
+std::string ActivationName(Activation activation);  // "none" | "gelu" | "swiglu"
+absl::StatusOr<Activation> ParseActivation(absl::string_view name);
+// An fp8 op's input made from another op's output holds value / this in E4M3
+// (values up to 7 before saturating): a fixed per-tensor scale where
+// TransformerEngine keeps an amax history; the outputs of the graphs'
+// normalised GEMMs stay within a few units.
+inline constexpr float kChainFp8Dequant = 1.0f / 64.0f;
+
 struct OpSpec {
   std::string id;
   OpType type = OpType::kAgGemm;
@@ -91,6 +108,10 @@ struct OpSpec {
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;  // all_reduce only
   OpGroup group = OpGroup::kTp;
   std::vector<std::string> after;  // ids of ops this one depends on
+  // The op whose output is this op's A (X for a collective alone), through
+  // `activation`; it is in `after` too. "": seeded random inputs.
+  std::string input;
+  Activation activation = Activation::kNone;
 };
 
 // A tensor-parallel x data-parallel layout of a job's devices (OpGroup).
@@ -164,6 +185,18 @@ struct LocalShapes {
   int64_t gemm_m, gemm_n, gemm_k;  // the unchunked per-rank GEMM (0 for a collective alone)
 };
 LocalShapes LocalShapesFor(const OpSpec& op, int tp);
+
+// How a tensor an op reads (its A, X for a collective alone) or writes (Y)
+// lies over the ranks of the op's group: split by rows, by columns, whole on
+// every rank, or a partial sum on every rank (what a reduction reads).
+enum class Split { kRows, kCols, kReplicated, kPartial };
+std::string SplitName(Split split);  // "split by rows" ...
+struct TensorLayout {
+  int64_t rows = 0, cols = 0;  // global
+  Split split = Split::kReplicated;
+};
+TensorLayout InputLayout(const OpSpec& op);
+TensorLayout OutputLayout(const OpSpec& op);
 
 // Why `auto` ran the schedule it ran when the op had only one (a GEMM alone,
 // or any op on one GPU); the report folds such ops into one line.

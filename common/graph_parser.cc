@@ -1,5 +1,6 @@
 #include "common/graph_parser.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -27,7 +28,8 @@ const char* const kTopLevelFields[] = {
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
     "mesh", "chunk_kib", "defer_bound_ms", "nodes"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
-                                 "chunks", "transport", "algorithm", "group", "after"};
+                                 "chunks", "transport", "algorithm", "group", "after",
+                                 "input", "activation"};
 const char* const kMeshFields[] = {"tp", "dp"};
 
 // Adds the field path to an error from a reader that does not know it.
@@ -128,6 +130,11 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
       ASSIGN_OR_RETURN(op.group, WithPath(ParseOpGroup(name), field));
     } else if (key == "after") {
       ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
+    } else if (key == "input") {
+      ASSIGN_OR_RETURN(op.input, WithPath(yaml_util::ReadString(value), field));
+    } else if (key == "activation") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      ASSIGN_OR_RETURN(op.activation, WithPath(ParseActivation(name), field));
     }
     return absl::OkStatus();
   };
@@ -136,6 +143,15 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     if (!given.count(required)) {
       return FieldError(absl::StrCat(path, ".", required), "required field missing");
     }
+  }
+  if (given.count("activation") && op.input.empty()) {
+    return FieldError(absl::StrCat(path, ".activation"),
+                      "applies to another op's output: name that op with input");
+  }
+  // An op runs after the op it reads.
+  if (!op.input.empty() &&
+      std::find(op.after.begin(), op.after.end(), op.input) == op.after.end()) {
+    op.after.push_back(op.input);
   }
   const bool collective = IsCollectiveOnly(op.type);
   if (!collective && !given.count("k")) {

@@ -287,6 +287,81 @@ absl::Status CheckGroup(const Mesh& mesh, const OpSpec& op, size_t index) {
   return absl::OkStatus();
 }
 
+// How a tensor lies, for messages: "[8192, 28672] split by columns over tp = 2".
+std::string DescribeLayout(const TensorLayout& layout, int size, const std::string& over) {
+  std::string text = absl::StrCat("[", layout.rows, ", ", layout.cols, "]");
+  if (size > 1) absl::StrAppend(&text, " ", SplitName(layout.split), " over ", over, " = ", size);
+  return text;
+}
+
+// An op that reads another's output (OpSpec::input) reads a tensor of the
+// shape and layout that one writes, after its activation: over the same
+// group, the same global shape split the same way (any way on one rank). A
+// reduction over another group (a dp all_reduce of a tp op's weight gradient)
+// sums each device's shard with its group's: it reads the shard's shape.
+absl::Status CheckWiring(const JobSpec& spec, int device_count) {
+  std::map<std::string, int> index_of;
+  for (size_t i = 0; i < spec.ops.size(); ++i) index_of[spec.ops[i].id] = static_cast<int>(i);
+  auto over = [&](OpGroup group) {
+    return spec.mesh.declared() ? OpGroupName(group) : std::string("tp");
+  };
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const OpSpec& op = spec.ops[i];
+    if (op.input.empty()) continue;
+    const std::string path = absl::StrCat("ops[", i, "].input");
+    const auto it = index_of.find(op.input);
+    if (it == index_of.end()) return Error(path, absl::StrCat("unknown op ", Quoted(op.input)));
+    if (it->second == static_cast<int>(i)) return Error(path, "an op cannot read its own output");
+    const OpSpec& from = spec.ops[it->second];
+    const int from_size = GroupSize(spec.mesh, from.group, device_count);
+    const int to_size = GroupSize(spec.mesh, op.group, device_count);
+    TensorLayout out = OutputLayout(from);
+    LocalShapes from_local = LocalShapesFor(from, from_size);
+    const std::string written = DescribeLayout(out, from_size, over(from.group));
+    std::string after_activation;
+    if (op.activation == Activation::kSwiglu) {
+      if (from_local.y_cols % 2 != 0) {
+        return Error(absl::StrCat("ops[", i, "].activation"),
+                     absl::StrCat("swiglu halves each rank's columns of ", Quoted(from.id),
+                                  "'s output (gate, then up), but a rank holds ",
+                                  from_local.y_cols));
+      }
+      out.cols /= 2;
+      from_local.y_cols /= 2;
+      after_activation = absl::StrCat(" (after swiglu ", DescribeLayout(out, from_size, over(from.group)), ")");
+    }
+    const TensorLayout in = InputLayout(op);
+    const LocalShapes to_local = LocalShapesFor(op, to_size);
+    const bool same_groups = GroupsOf(spec.mesh, from.group, device_count) ==
+                             GroupsOf(spec.mesh, op.group, device_count);
+    bool agree = false;
+    std::string read;
+    if (same_groups) {
+      agree = out.rows == in.rows && out.cols == in.cols &&
+              (out.split == in.split || to_size == 1);
+      read = DescribeLayout(in, to_size, over(op.group));
+    } else {
+      agree = in.split == Split::kPartial && from_local.y_rows == to_local.a_rows &&
+              from_local.y_cols == to_local.a_cols;
+      read = in.split == Split::kPartial
+                 ? absl::StrCat("[", to_local.a_rows, ", ", to_local.a_cols, "] on each device")
+                 : absl::StrCat(DescribeLayout(in, to_size, over(op.group)),
+                                " (only a reduction reads another group's shards)");
+      if (in.split == Split::kPartial) {
+        absl::StrAppend(&after_activation, ", [", from_local.y_rows, ", ", from_local.y_cols,
+                        "] on each device");
+      }
+    }
+    if (!agree) {
+      return Error(path, absl::StrCat(Quoted(op.id), " reads ", Quoted(from.id), "'s output, but ",
+                                      Quoted(from.id), " writes ", written, after_activation,
+                                      " and ", Quoted(op.id), " (", OpTypeName(op.type),
+                                      ") reads ", read));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Spec has a cycle among the ops not `done` (each still waits on one of them).
 // Walks `after` edges until a node repeats, then reports the loop in execution
 // order starting from its first op in file order.
@@ -402,6 +477,7 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                             spec.mesh.declared() ? OpGroupName(op.group) : "tp", spec.dtype,
                             limits.library_algorithms));
   }
+  RETURN_IF_ERROR(CheckWiring(spec, device_count));
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
   return group;
 }

@@ -120,6 +120,18 @@ std::string FormatDeferrals(const v1::JobResult& result) {
                          FormatMs(result.layer_step_without_deferred().median_ms()));
 }
 
+// The chains the layer step verified end to end:
+// "chains verified against float64: fc1 -swiglu-> fc2 3.1e-03 (tolerance 4.5e-02)".
+std::string FormatChains(const v1::JobResult& result) {
+  if (result.layer_chains_size() == 0) return "";
+  std::vector<std::string> parts;
+  for (const v1::LayerChainCheck& c : result.layer_chains()) {
+    parts.push_back(absl::StrFormat("%s %.1e (tolerance %.1e)", c.chain(), c.max_rel_error(),
+                                    c.tolerance()));
+  }
+  return absl::StrCat("chains verified against float64: ", absl::StrJoin(parts, "; "), "\n");
+}
+
 // Each mesh op's groups, which ran at once, and the slowest:
 // "mesh tp 2 x dp 2: fc1 (tp) 0.31 / 0.35* ms; grads (dp) 0.12 / 0.11 ms (* slowest)".
 std::string FormatMeshGroups(const v1::JobResult& result) {
@@ -356,7 +368,7 @@ std::string FormatReport(const v1::Job& job) {
                 total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
   absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
-                  FormatDeferrals(result));
+                  FormatDeferrals(result), FormatChains(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;

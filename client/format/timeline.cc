@@ -37,6 +37,7 @@ char ChartChar(const std::string& kind) {
   if (kind == "collective") return 'N';
   if (kind == "sendrecv") return 'S';
   if (kind == "reduce") return 'R';
+  if (kind == "elementwise") return 'E';
   return 'F';
 }
 
@@ -136,7 +137,9 @@ std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
                           ChartRow(timeline, rank, lane, end, width));
   }
   absl::StrAppendFormat(&out, "  %-14s  0 ms%*s ms\n", "", width - 3, FormatMs(end));
-  absl::StrAppend(&out, "  G GEMM  C copy  N collective  S send/recv  R reduction  . idle\n");
+  absl::StrAppend(&out,
+                  "  G GEMM  C copy  N collective  S send/recv  R reduction  E elementwise  "
+                  ". idle\n");
   for (const RankTimeline& r : SummarizeTimeline(timeline)) {
     std::string work = Counted(r.gemms, "GEMM", r.gemm_ms);
     if (r.transfers > 0) {
@@ -144,6 +147,9 @@ std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
     }
     if (r.reduces > 0) {
       absl::StrAppend(&work, ", ", Counted(r.reduces, "reduction", r.reduce_ms));
+    }
+    if (r.elementwise > 0) {
+      absl::StrAppend(&work, ", ", Counted(r.elementwise, "elementwise kernel", r.elementwise_ms));
     }
     absl::StrAppendFormat(
         &out, "  rank %d: %s; compute stream busy %s ms, waiting %s ms; ends at %s ms\n", r.rank,
@@ -197,6 +203,9 @@ std::vector<RankTimeline> SummarizeTimeline(const v1::Timeline& timeline) {
     } else if (s.kind() == "reduce") {
       r.reduce_ms += ms;
       ++r.reduces;
+    } else if (s.kind() == "elementwise") {
+      r.elementwise_ms += ms;
+      ++r.elementwise;
     }
   }
   std::vector<RankTimeline> out;
@@ -231,6 +240,10 @@ std::string FormatTimelineNote(const std::string& label, const v1::Timeline& tim
   }
   if (last.reduces > 0) {
     absl::StrAppend(&out, ", ", Counted(last.reduces, "reduction", last.reduce_ms));
+  }
+  if (last.elementwise > 0) {
+    absl::StrAppend(&out, ", ",
+                    Counted(last.elementwise, "elementwise kernel", last.elementwise_ms));
   }
   absl::StrAppendFormat(&out, "; its compute stream waited %s ms; traced step %s ms\n",
                         FormatMs(last.waiting_ms), FormatMs(timeline.step_ms()));
@@ -273,7 +286,9 @@ nlohmann::json TimelineJson(const v1::Timeline& timeline) {
                      {"transfers", r.transfers},
                      {"transfer_ms", r.transfer_ms},
                      {"reduces", r.reduces},
-                     {"reduce_ms", r.reduce_ms}});
+                     {"reduce_ms", r.reduce_ms},
+                     {"elementwise", r.elementwise},
+                     {"elementwise_ms", r.elementwise_ms}});
   }
   for (const v1::TimelineSpan& s : timeline.spans()) {
     spans.push_back({{"op", s.op()},

@@ -23,6 +23,8 @@ struct RankTimeline {
   int transfers = 0;
   double reduce_ms = 0;  // reduction kernels
   int reduces = 0;
+  double elementwise_ms = 0;  // activations and casts between a chain's GEMMs
+  int elementwise = 0;
 };
 
 // Ranks in order; empty when the op has no timeline.

@@ -93,6 +93,15 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
   merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
   *merged.mutable_layer_deferrals() = layer.layer_deferrals();
+  // Each node checked its own ranks of every chain: the job's error is the largest.
+  *merged.mutable_layer_chains() = parts[0].layer_chains();
+  for (int n = 1; n < count; ++n) {
+    for (int c = 0; c < merged.layer_chains_size() && c < parts[n].layer_chains_size(); ++c) {
+      v1::LayerChainCheck* check = merged.mutable_layer_chains(c);
+      check->set_max_rel_error(
+          std::max(check->max_rel_error(), parts[n].layer_chains(c).max_rel_error()));
+    }
+  }
 
   double worst_gemm = -1;
   for (int n = 0; n < count; ++n) {

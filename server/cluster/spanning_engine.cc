@@ -166,6 +166,11 @@ absl::Status SpanningEngine::Accumulate(StreamId stream, BufferRef dst, BufferRe
   return inner_.Accumulate(stream, dst, src, dtype);
 }
 
+absl::Status SpanningEngine::Elementwise(StreamId stream, const engine::ElementwiseArgs& args) {
+  if (IsRemoteStream(stream)) return absl::OkStatus();
+  return inner_.Elementwise(stream, args);
+}
+
 absl::Status SpanningEngine::AllGather(const CollectiveArgs& args) {
   return Collective(engine::CollectiveOp::kAllGather, args);
 }

@@ -105,6 +105,23 @@ absl::Status CudaEngineImpl::Accumulate(engine::StreamId stream, engine::BufferR
   return absl::OkStatus();
 }
 
+absl::Status CudaEngineImpl::Elementwise(engine::StreamId stream,
+                                         const engine::ElementwiseArgs& args) {
+  RETURN_IF_ERROR(engine::CheckElementwiseArgs(args));
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(char* src_ptr, Resolve(args.src, slot->device, "Elementwise source"));
+  ASSIGN_OR_RETURN(char* dst_ptr, Resolve(args.dst, slot->device, "Elementwise destination"));
+  const int activation = args.activation == Activation::kGelu     ? 1
+                         : args.activation == Activation::kSwiglu ? 2
+                                                                  : 0;
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  CUDA_RETURN_IF_ERROR(LaunchElementwise(src_ptr, ToElemType(args.src_dtype), dst_ptr,
+                                         ToElemType(args.dst_dtype), args.rows, args.src_cols,
+                                         activation, args.dst_scale, slot->stream.get()));
+  return absl::OkStatus();
+}
+
 absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
   ASSIGN_OR_RETURN(const engine::GemmOperands checked, engine::CheckGemmArgs(args));

@@ -200,6 +200,79 @@ cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t c
 
 namespace {
 
+// One thread per output element, grid-stride. Activation codes as
+// LaunchElementwise's; fp32 math, then / scale and rounded into Dst.
+template <typename Src, typename Dst>
+__global__ void ElementwiseKernel(const Src* __restrict__ src, Dst* __restrict__ dst,
+                                  size_t rows, size_t src_cols, int activation, float scale) {
+  const size_t dst_cols = activation == 2 ? src_cols / 2 : src_cols;
+  const size_t count = rows * dst_cols;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    const size_t row = i / dst_cols, col = i % dst_cols;
+    const Src* in = src + row * src_cols;
+    float x = ToFloat(in[col]);
+    if (activation == 1) {  // GELU, tanh approximation (common/activation.h)
+      x = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    } else if (activation == 2) {  // SwiGLU: SiLU(gate) x up
+      x = x / (1.0f + expf(-x)) * ToFloat(in[col + dst_cols]);
+    }
+    dst[i] = FromFloat<Dst>(__fdiv_rn(x, scale));
+  }
+}
+
+template <typename Src>
+cudaError_t ElementwiseTo(const void* src, void* dst, ElemType dst_type, size_t rows,
+                          size_t src_cols, int activation, float scale, cudaStream_t stream) {
+  const size_t count = rows * (activation == 2 ? src_cols / 2 : src_cols);
+  const Src* in = static_cast<const Src*>(src);
+  switch (dst_type) {
+    case ElemType::kF32:
+      ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          in, static_cast<float*>(dst), rows, src_cols, activation, scale);
+      break;
+    case ElemType::kF16:
+      ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          in, static_cast<__half*>(dst), rows, src_cols, activation, scale);
+      break;
+    case ElemType::kBF16:
+      ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          in, static_cast<__nv_bfloat16*>(dst), rows, src_cols, activation, scale);
+      break;
+    case ElemType::kFP8:
+      ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(
+          in, static_cast<__nv_fp8_e4m3*>(dst), rows, src_cols, activation, scale);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchElementwise(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                              size_t rows, size_t src_cols, int activation, float scale,
+                              cudaStream_t stream) {
+  if (rows == 0 || src_cols == 0) return cudaSuccess;
+  switch (src_type) {
+    case ElemType::kF32:
+      return ElementwiseTo<float>(src, dst, dst_type, rows, src_cols, activation, scale, stream);
+    case ElemType::kF16:
+      return ElementwiseTo<__half>(src, dst, dst_type, rows, src_cols, activation, scale, stream);
+    case ElemType::kBF16:
+      return ElementwiseTo<__nv_bfloat16>(src, dst, dst_type, rows, src_cols, activation, scale,
+                                          stream);
+    case ElemType::kFP8:
+      return ElementwiseTo<__nv_fp8_e4m3>(src, dst, dst_type, rows, src_cols, activation, scale,
+                                          stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+namespace {
+
 // Grid-stride: a thread visits its indices in ascending order, so its first
 // hit is its lowest, and one atomic per thread that found one is enough.
 template <typename T>

@@ -22,6 +22,14 @@ cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float val
 cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t count,
                              cudaStream_t stream);
 
+// dst = activation(src) / scale, rounded into dst_type; src holds `rows` rows of
+// `src_cols`, dst rows of src_cols (activation 0: none, 1: GELU, tanh
+// approximation) or src_cols / 2 (2: SwiGLU, SiLU of a row's first half times
+// its second half). fp32 math (engine_types.h, ElementwiseArgs).
+cudaError_t LaunchElementwise(const void* src, ElemType src_type, void* dst, ElemType dst_type,
+                              size_t rows, size_t src_cols, int activation, float scale,
+                              cudaStream_t stream);
+
 // *first = the lowest index of an element of src that is not finite, if lower
 // than what it holds; the caller sets *first (device memory) to ~0 before.
 cudaError_t LaunchFirstNonFinite(const void* src, ElemType type, size_t count,

@@ -44,6 +44,28 @@ absl::Status CheckGemmScales(const GemmArgs& args) {
   return absl::OkStatus();
 }
 
+absl::Status CheckElementwiseArgs(const ElementwiseArgs& args) {
+  if (args.rows <= 0 || args.src_cols <= 0 ||
+      (args.activation == Activation::kSwiglu && args.src_cols % 2 != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Elementwise: %d x %d is not a shape %s takes", args.rows, args.src_cols,
+                        ActivationName(args.activation)));
+  }
+  const double src_bytes = static_cast<double>(args.rows) * args.src_cols * DTypeSize(args.src_dtype);
+  const double dst_bytes = static_cast<double>(args.rows) * args.DstCols() * DTypeSize(args.dst_dtype);
+  if (static_cast<double>(args.src.bytes) != src_bytes ||
+      static_cast<double>(args.dst.bytes) != dst_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Elementwise: %d x %d %s -> %s needs %.0f and %.0f bytes, got %d and %d", args.rows,
+        args.src_cols, DTypeName(args.src_dtype), DTypeName(args.dst_dtype), src_bytes, dst_bytes,
+        args.src.bytes, args.dst.bytes));
+  }
+  if (!(args.dst_scale > 0) || !std::isfinite(args.dst_scale)) {
+    return absl::InvalidArgumentError("Elementwise: the scale must be finite and positive");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> FirstNonFiniteOnHost(Engine& engine, BufferRef src, DType dtype,
                                              int device) {
   std::vector<uint8_t> host(src.bytes);

@@ -116,6 +116,8 @@ class Engine {
   virtual absl::Status Gemm(StreamId stream, const GemmArgs& args) = 0;
   // dst[i] += src[i] for count elements (fp32 math).
   virtual absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) = 0;
+  // An activation (and cast) between two GEMMs of a chain (ElementwiseArgs).
+  virtual absl::Status Elementwise(StreamId stream, const ElementwiseArgs& args) = 0;
 
   virtual absl::Status AllGather(const CollectiveArgs& args) = 0;
   virtual absl::Status ReduceScatter(const CollectiveArgs& args) = 0;

@@ -32,6 +32,8 @@
       override;                                                                                 \
   absl::Status Accumulate(::overlap::engine::StreamId stream, ::overlap::engine::BufferRef dst, \
                           ::overlap::engine::BufferRef src, ::overlap::DType dtype) override;   \
+  absl::Status Elementwise(::overlap::engine::StreamId stream,                                  \
+                           const ::overlap::engine::ElementwiseArgs& args) override;            \
   absl::Status AllGather(const ::overlap::engine::CollectiveArgs& args) override;               \
   absl::Status ReduceScatter(const ::overlap::engine::CollectiveArgs& args) override;           \
   absl::Status AllReduce(const ::overlap::engine::CollectiveArgs& args) override;               \

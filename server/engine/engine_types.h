@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
+#include "common/graph.h"
 
 namespace overlap::engine {
 
@@ -74,6 +75,28 @@ struct GemmArgs {
 // exactly one fp32 or is not 16-byte aligned within its buffer (buffers are).
 absl::Status CheckGemmScales(const GemmArgs& args);
 inline constexpr size_t kGemmScaleAlignment = 16;
+
+// The elementwise kernel between two GEMMs of a chain (Engine::Elementwise):
+// dst = activation(src) / dst_scale, cast to dst_dtype, in fp32 math. src
+// holds `rows` rows of `src_cols` elements, dst `rows` rows of DstCols():
+// src_cols, or half of them for swiglu (SiLU of a row's first half times its
+// second half). Both on the stream's device.
+struct ElementwiseArgs {
+  BufferRef src;
+  DType src_dtype = DType::kBF16;
+  BufferRef dst;
+  DType dst_dtype = DType::kBF16;
+  int64_t rows = 0;
+  int64_t src_cols = 0;
+  Activation activation = Activation::kNone;
+  float dst_scale = 1.0f;  // an fp8 dst's per-tensor scale (kChainFp8Dequant)
+  int64_t DstCols() const {
+    return activation == Activation::kSwiglu ? src_cols / 2 : src_cols;
+  }
+};
+// INVALID_ARGUMENT unless src and dst span exactly rows x cols of their dtypes,
+// swiglu's columns are even and the scale is finite and positive.
+absl::Status CheckElementwiseArgs(const ElementwiseArgs& args);
 
 // One rank's part of a collective.
 struct RankBuffers {

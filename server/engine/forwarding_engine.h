@@ -69,6 +69,9 @@ class ForwardingEngine : public Engine {
   absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) override {
     return inner_.Accumulate(stream, dst, src, dtype);
   }
+  absl::Status Elementwise(StreamId stream, const ElementwiseArgs& args) override {
+    return inner_.Elementwise(stream, args);
+  }
   absl::Status AllGather(const CollectiveArgs& args) override { return inner_.AllGather(args); }
   absl::Status ReduceScatter(const CollectiveArgs& args) override {
     return inner_.ReduceScatter(args);

@@ -86,6 +86,7 @@ enum class EventKind : uint8_t {
   kArTreeDown,      // tree: a piece's total sent down
   kArPs,            // parameter server: a piece summed on rank 0
   kArHierarchical,  // hierarchical: a rank's phase done (step: which phase)
+  kInputReady,      // the layer step: an input made from another op's output
 };
 
 struct RankState {

@@ -12,18 +12,13 @@
 #include "common/status_macros.h"
 
 namespace overlap::ops {
-namespace {
 
-// Input element as the device holds it: the seeded value rounded to the dtype.
 double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
   uint32_t storage = 0;
   StoreFromFloat(&storage, dtype, 0, SeededUniform(seed, index) * scale);
   return LoadAsFloat(&storage, dtype, 0);
 }
 
-// Indices 0..count-1 when `all`, else the first and last of 16 blocks (the
-// rank blocks and the finest chunking any schedule uses, for rows), the last
-// one, and seeded random ones, `max_picked` in all, ascending.
 std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uint64_t seed) {
   std::vector<int64_t> out;
   if (all || count <= max_picked) {
@@ -44,6 +39,8 @@ std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uin
   }
   return {picked.begin(), picked.end()};
 }
+
+namespace {
 
 // Adds to `acc` what a collective alone must leave in rank r's output row i:
 // all_gather, row i of the gathered X (rank i / mr's row i % mr); reduce_scatter,
@@ -84,13 +81,11 @@ uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank) 
                     static_cast<uint64_t>(tensor) * 131u + static_cast<uint64_t>(rank));
 }
 
-namespace {
-
-// Each group of a mesh op holds inputs of its own: a replica's data differ
-// from another's, as a data-parallel batch does. Group 0's are the op's.
 uint64_t GroupInputKey(uint64_t input_key, int group) {
   return input_key + static_cast<uint64_t>(std::max(0, group)) * (uint64_t{1} << 22);
 }
+
+namespace {
 
 absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key) {
   const LocalShapes& sh = ctx.shapes();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -16,6 +17,19 @@ uint64_t InputKeyOf(absl::string_view op_id);
 
 // Seed of rank r's A (tensor 0) or W (tensor 1) for the op keyed `input_key`.
 uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank);
+// The key group `group` of a mesh op draws its inputs by: a replica's data
+// differ from another's, as a data-parallel batch does. Group 0's is the op's.
+uint64_t GroupInputKey(uint64_t input_key, int group);
+
+// Input element `index` of a tensor drawn by `seed`, as the device holds it:
+// SeededUniform(seed, index) * fill rounded to `dtype`.
+double InputValue(DType dtype, uint64_t seed, uint64_t index, float fill);
+
+// Which of `count` rows (or columns) a check reads: all of them when `all` or
+// when there are at most `max_picked`, else the first and last of 16 blocks
+// (rank blocks and chunk boundaries), the last one, and seeded random ones,
+// `max_picked` in all, ascending.
+std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uint64_t seed);
 
 // How an op's GEMM inputs are made: element i of A holds SeededUniform(seed, i)
 // * fill_a rounded to A's dtype, and stands for that times dequant_a (W alike).

@@ -216,6 +216,13 @@ v1::JobResult ToProto(const runner::JobReport& report) {
   for (const std::string& id : layer.deferred) result.add_layer_deferred(id);
   for (const std::string& id : layer.joined_before) result.add_layer_joined_before(id);
   if (layer.timeline) *result.mutable_layer_timeline() = ToProto(*layer.timeline);
+  for (const runner::LayerChainCheck& c : layer.chains) {
+    v1::LayerChainCheck* out = result.add_layer_chains();
+    out->set_op(c.op);
+    out->set_chain(c.chain);
+    out->set_max_rel_error(c.max_rel_error);
+    out->set_tolerance(c.tolerance);
+  }
   return result;
 }
 

@@ -26,6 +26,15 @@ struct LayerDeferral {
   double alone_ms = 0;         // its time alone (a bucket: its members' sum)
 };
 
+// An op that reads another's output, checked against the float64 reference
+// of its whole chain after a layer iteration (ops/chain_reference.h).
+struct LayerChainCheck {
+  std::string op;
+  std::string chain;  // "fc1 -swiglu-> fc2"
+  double max_rel_error = 0;
+  double tolerance = 0;
+};
+
 // The whole graph as one step (layer_step.h).
 struct LayerStepReport {
   Summary step;
@@ -38,6 +47,7 @@ struct LayerStepReport {
   // With deferrals: the step without them, and how much of them hid.
   std::optional<Summary> without_deferred;
   double deferred_hidden_fraction = 0;
+  std::vector<LayerChainCheck> chains;  // with verify
 };
 
 struct JobReport {

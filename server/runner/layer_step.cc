@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
 #include "common/status_macros.h"
+#include "server/ops/chain_reference.h"
 #include "server/ops/op_context.h"
 #include "server/runner/op_phases.h"
 #include "server/runner/op_run.h"
@@ -46,7 +47,52 @@ struct Member {
   std::vector<ops::RowRange> pieces;
   size_t sent = 0;
   double alone_ms = 0;  // its collective alone (a bucket: its members'), from their own runs
+  // The member whose output is this one's input (OpSpec::input); null: seeded inputs.
+  const Member* input_from = nullptr;
 };
+
+// Whether an op reads another's output or is read by another: its tensors
+// are its own, so it is neither bucketed nor cut into pieces.
+bool InChain(const JobSpec& spec, const OpSpec& op) {
+  if (!op.input.empty()) return true;
+  for (const OpSpec& other : spec.ops) {
+    if (other.input == op.id) return true;
+  }
+  return false;
+}
+
+// Member m's input made from its producer's output on m's compute streams:
+// each of m's ranks reads what the producer's rank on the same device wrote,
+// through m's activation, cast to m's input dtype (fp8: with the chain's scale).
+absl::Status EnqueueWiredInput(Member& m) {
+  if (m.input_from == nullptr) return absl::OkStatus();
+  OpContext& ctx = *m.ctx;
+  OpContext& from = *m.input_from->ctx;
+  std::map<int, int> from_rank;  // device -> the producer's rank there
+  for (int q = 0; q < from.tp(); ++q) from_rank[from.rank(q).device] = q;
+  const LocalShapes& out = from.shapes();
+  const LocalShapes& in = ctx.shapes();
+  for (int r = 0; r < ctx.tp(); ++r) {
+    ops::RankState& rank = ctx.rank(r);
+    const ops::RankState& source = from.rank(from_rank.at(rank.device));
+    engine::ElementwiseArgs args;
+    args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);
+    args.src_dtype = from.DTypeOf(source.y);
+    args.dst = ctx.Rows(rank.a, 0, in.a_rows, in.a_cols);
+    args.dst_dtype = ctx.DTypeOf(rank.a);
+    args.rows = out.y_rows;
+    args.src_cols = out.y_cols;
+    args.activation = ctx.op().activation;
+    args.dst_scale = args.dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
+    RETURN_IF_ERROR(ctx.engine().Elementwise(rank.compute, args));
+    RETURN_IF_ERROR(ctx.Record(r, rank.compute, ops::EventKind::kInputReady));
+  }
+  // A schedule may read a peer's input from its own streams (p2p gathers).
+  for (int r = 0; r < ctx.tp(); ++r) {
+    RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, ops::EventKind::kInputReady));
+  }
+  return absl::OkStatus();
+}
 
 // Bucket inputs get seeds apart from every op's (an op's are its spec index).
 constexpr int kBucketSeedBase = 1 << 20;
@@ -71,6 +117,7 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, const
       spec.chunk_kib > 0 ? std::min(cap_bytes, int64_t{spec.chunk_kib} << 10) : cap_bytes;
   auto bucketable = [&](const Member& m) {
     return m.deferred && m.join_before.empty() && m.op.type == OpType::kAllReduce &&
+           !InChain(spec, m.op) &&
            m.op.algorithm != AllReduceAlgorithm::kHierarchical &&
            m.op.m * m.op.n * es <= max_bytes;
   };
@@ -162,6 +209,7 @@ absl::Status SendDeferred(Member& m, const MainStreams& main) {
     RETURN_IF_ERROR(ctx.Record(q, main.at(ctx.rank(q).device), ops::EventKind::kLayerFork, fork));
     RETURN_IF_ERROR(ctx.Wait(ctx.rank(q).compute, q, ops::EventKind::kLayerFork, fork));
   }
+  if (m.sent == 0) RETURN_IF_ERROR(EnqueueWiredInput(m));
   if (m.pieces.empty()) {
     RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
   } else {
@@ -212,6 +260,7 @@ absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main,
       RETURN_IF_ERROR(SendDeferred(m, streams));
       continue;
     }
+    RETURN_IF_ERROR(EnqueueWiredInput(m));
     RETURN_IF_ERROR(EnqueueOp(*m.ctx, m.schedule));
     if (!with_deferred) continue;
     // After each op on the main streams, every chunked op sent before it sends its next piece.
@@ -236,6 +285,7 @@ void Chunk(std::vector<Member>& members, const JobSpec& spec) {
   const int64_t chunk_bytes = int64_t{spec.chunk_kib} << 10;
   for (Member& m : members) {
     if (!m.deferred || m.op.type != OpType::kAllReduce || !m.bucketed.empty() ||
+        InChain(spec, m.op) ||
         m.schedule.algorithm == AllReduceAlgorithm::kHierarchical ||
         m.op.m * m.op.n * es <= chunk_bytes) {
       continue;
@@ -407,6 +457,23 @@ absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext
 
 }  // namespace
 
+std::string ChainName(const JobSpec& spec, int index) {
+  std::string name = spec.ops[index].id;
+  for (const OpSpec* op = &spec.ops[index]; !op->input.empty();) {
+    const std::string arrow = op->activation == Activation::kNone
+                                  ? " -> "
+                                  : absl::StrCat(" -", ActivationName(op->activation), "-> ");
+    name = absl::StrCat(op->input, arrow, name);
+    const OpSpec* from = nullptr;
+    for (const OpSpec& other : spec.ops) {
+      if (other.id == op->input) from = &other;
+    }
+    if (from == nullptr) break;
+    op = from;
+  }
+  return name;
+}
+
 absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vector<double>& ms) {
   StepClock clock(spec, ms.size() == spec.ops.size() ? ms : std::vector<double>{});
   // 0 goes first: critical collectives; then the others that fit before the
@@ -422,6 +489,17 @@ absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vect
 }
 
 namespace {
+
+// An fp8 op that reads another's output reads it with the chain's scale.
+absl::Status UseChainScale(OpContext& ctx) {
+  if (ctx.op().input.empty()) return absl::OkStatus();
+  for (int r = 0; r < ctx.tp(); ++r) {
+    if (ctx.rank(r).scales == engine::kNoBuffer) continue;
+    RETURN_IF_ERROR(ctx.engine().FillConstant(ctx.rank(r).compute, ctx.ScaleOf(r, 0), DType::kF32,
+                                              kChainFp8Dequant));
+  }
+  return absl::OkStatus();
+}
 
 // In a job that spans daemons every node plans the same step or their
 // collectives pair up wrongly: the plan (the layer order, where deferred
@@ -501,6 +579,13 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   }
   Chunk(members, spec);
   Bound(members, spec.defer_bound_ms);
+  // Members stay where they are from here on.
+  for (Member& m : members) {
+    if (m.op.input.empty()) continue;
+    for (const Member& from : members) {
+      if (from.op.id == m.op.input) m.input_from = &from;
+    }
+  }
 
   for (Member& m : members) {
     const OpSpec& op = m.op;
@@ -517,6 +602,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     }
     m.ctx = std::move(*ctx);
     RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
+    RETURN_IF_ERROR(UseChainScale(*m.ctx));
     if (m.deferred) RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
   }
   RETURN_IF_ERROR(engine.Synchronize(devices));
@@ -578,13 +664,29 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   run.heat_gemm_ms = 0;
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
   RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay).status());
+  ops::ChainReference chains(spec, device_count);
   for (Member& m : members) {
-    ASSIGN_OR_RETURN(Verification v, VerifyOutputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
-    const double tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->group_size());
+    const bool chained = !m.op.input.empty();
+    Verification v;
+    double tolerance = 0;
+    if (chained) {
+      ASSIGN_OR_RETURN(v, chains.Verify(m.spec_index, *m.ctx));
+      tolerance = chains.Tolerance(m.spec_index);
+    } else {
+      ASSIGN_OR_RETURN(v, VerifyOutputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
+      tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->group_size());
+    }
     if (!(v.max_rel_error <= tolerance)) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "layer step: op %s (%s): verification failed: max|y-ref|/max|ref| = %.3g exceeds %.3g",
-          m.ctx->op().id, m.schedule.Name(), v.max_rel_error, tolerance));
+          "layer step: op %s (%s): verification%s failed: max|y-ref|/max|ref| = %.3g exceeds "
+          "%.3g",
+          m.ctx->op().id, m.schedule.Name(),
+          chained ? absl::StrCat(" of the chain ", ChainName(spec, m.spec_index)) : "",
+          v.max_rel_error, tolerance));
+    }
+    if (chained) {
+      layer.chains.push_back(
+          LayerChainCheck{m.op.id, ChainName(spec, m.spec_index), v.max_rel_error, tolerance});
     }
   }
   result->layer = std::move(layer);

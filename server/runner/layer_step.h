@@ -43,6 +43,9 @@ namespace overlap::runner {
 absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec,
                                             const std::vector<double>& alone_ms = {});
 
+// "fc1 -swiglu-> fc2": op `index` and the ops whose outputs lead to its input.
+std::string ChainName(const JobSpec& spec, int index);
+
 // `order` is the topological order the ops ran in and `result` holds what
 // they measured in that order; sets result's layer, or its layer_note when
 // the step cannot be measured (the buffers of every op do not fit at once).

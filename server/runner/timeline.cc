@@ -113,6 +113,13 @@ absl::Status TimelineEngine::Accumulate(engine::StreamId stream, engine::BufferR
                 [&] { return inner().Accumulate(stream, dst, src, dtype); });
 }
 
+absl::Status TimelineEngine::Elementwise(engine::StreamId stream,
+                                         const engine::ElementwiseArgs& args) {
+  const std::string name = absl::StrFormat("%s %dx%d", ActivationName(args.activation), args.rows,
+                                           args.src_cols);
+  return Traced("elementwise", {{stream, name}}, [&] { return inner().Elementwise(stream, args); });
+}
+
 absl::Status TimelineEngine::Collective(const std::string& name, const engine::CollectiveArgs& args,
                                         absl::FunctionRef<absl::Status()> work) {
   const size_t bytes = args.count * DTypeSize(args.dtype);

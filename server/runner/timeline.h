@@ -72,6 +72,7 @@ class TimelineEngine final : public engine::ForwardingEngine {
   absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override;
   absl::Status Accumulate(engine::StreamId stream, engine::BufferRef dst, engine::BufferRef src,
                           DType dtype) override;
+  absl::Status Elementwise(engine::StreamId stream, const engine::ElementwiseArgs& args) override;
   absl::Status AllGather(const engine::CollectiveArgs& args) override;
   absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
   absl::Status AllReduce(const engine::CollectiveArgs& args) override;

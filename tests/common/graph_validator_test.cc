@@ -543,3 +543,85 @@ TEST(GraphEnumsTest, NamesRoundTrip) {
 
 }  // namespace
 }  // namespace overlap
+
+namespace overlap {
+namespace {
+
+// fc1 [8192, 28672] split by columns feeds fc2's row-parallel input through
+// SwiGLU (k = 14336); a mismatch names both ops and both layouts.
+TEST(GraphValidatorTest, WiredInputsMustAgreeInShapeAndSplit) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[1].k = 14336;
+  spec.ops[1].input = "fc1";
+  spec.ops[1].activation = Activation::kSwiglu;
+  ASSERT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+
+  spec.ops[1].activation = Activation::kGelu;  // the width does not halve
+  ExpectInvalid(spec,
+                "ops[1].input: \"fc2\" reads \"fc1\"'s output, but \"fc1\" writes [8192, 28672] "
+                "split by columns over tp = 2 and \"fc2\" (gemm_rs) reads [8192, 14336] split by "
+                "columns over tp = 2");
+  spec.ops[1] = MakeOp("fc2", OpType::kAgGemm, 8192, 28672, 8192);  // reads rows
+  spec.ops[1].input = "fc1";
+  ExpectInvalid(spec, "\"fc2\" (ag_gemm) reads [8192, 28672] split by rows over tp = 2");
+  spec.ops[1].input = "fc3";
+  ExpectInvalid(spec, "ops[1].input: unknown op \"fc3\"");
+  spec.ops[1].input = "fc2";
+  ExpectInvalid(spec, "ops[1].input: an op cannot read its own output");
+
+  // On one device any split agrees: only shapes count.
+  spec.ops[1].input = "fc1";
+  spec.devices = {0};
+  EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+}
+
+TEST(GraphValidatorTest, SwigluNeedsAnEvenShareOfColumns) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops[0].n = 6;  // 3 columns a rank
+  spec.ops[1] = MakeOp("fc2", OpType::kGemm, 8192, 3, 8192);
+  spec.ops[1].input = "fc1";
+  spec.ops[1].activation = Activation::kSwiglu;
+  ExpectInvalid(spec, "ops[1].activation: swiglu halves each rank's columns of \"fc1\"'s output "
+                      "(gate, then up), but a rank holds 3");
+}
+
+// A dp all_reduce of a tp op's weight gradient sums each device's shard.
+TEST(GraphValidatorTest, ADataParallelReductionReadsEachDevicesShard) {
+  JobSpec spec;
+  spec.name = "grads";
+  spec.mesh = {2, 2};
+  spec.ops.push_back(MakeOp("wgrad", OpType::kGemm, 4096, 8192, 28672));
+  OpSpec grads = MakeOp("grads", OpType::kAllReduce, 4096, 0, 14336, {"wgrad"});
+  grads.group = OpGroup::kDp;
+  grads.input = "wgrad";
+  spec.ops.push_back(grads);
+  ValidationLimits four;
+  four.device_count = 4;
+  ASSERT_TRUE(ValidateJobSpec(spec, four).ok());
+  spec.ops[1].n = 28672;
+  ExpectInvalid(spec,
+                "\"wgrad\" writes [4096, 28672] split by columns over tp = 2, [4096, 14336] on "
+                "each device and \"grads\" (all_reduce) reads [4096, 28672] on each device",
+                four);
+}
+
+TEST(GraphParserTest, InputImpliesAfterAndActivationNeedsAnInput) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: x\nops:\n  - {id: a, type: gemm, m: 8, k: 8, n: 8}\n"
+      "  - {id: b, type: gemm, m: 8, k: 8, n: 8, input: a, activation: gelu}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->ops[1].after, ElementsAre("a"));
+  EXPECT_EQ(spec->ops[1].activation, Activation::kGelu);
+  spec = ParseJobSpec("name: x\nops:\n  - {id: b, type: gemm, m: 8, k: 8, n: 8, activation: gelu}\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("ops[0].activation: applies to another op's output: name that op with "
+                        "input"));
+  spec = ParseJobSpec(
+      "name: x\nops:\n  - {id: b, type: gemm, m: 8, k: 8, n: 8, input: a, activation: relu}\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("unknown activation \"relu\""));
+}
+
+}  // namespace
+}  // namespace overlap

@@ -136,6 +136,26 @@ absl::Status HostEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef sr
   return absl::OkStatus();
 }
 
+absl::Status HostEngine::Elementwise(StreamId stream, const ElementwiseArgs& args) {
+  RETURN_IF_ERROR(CheckElementwiseArgs(args));
+  ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Elementwise"));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Range to, ResolveTyped(args.dst, s->device, args.dst_dtype, "Elementwise dst"));
+  ASSIGN_OR_RETURN(Range from, ResolveTyped(args.src, s->device, args.src_dtype, "Elementwise src"));
+  const Region dst_region = Region::Contiguous(args.dst.offset, args.dst.bytes);
+  const Region src_region = Region::Contiguous(args.src.offset, args.src.bytes);
+  if (args.dst.buffer == args.src.buffer && dst_region.Overlaps(src_region)) {
+    return absl::InvalidArgumentError("Elementwise: dst and src overlap");
+  }
+  absl::Status result;
+  if (!PassFailurePoint("elementwise", {stream}, &result)) return result;
+  const Access accesses[] = {{args.src.buffer, src_region, false, stream},
+                             {args.dst.buffer, dst_region, true, stream}};
+  RETURN_IF_ERROR(CheckHazards({stream}, accesses, "elementwise"));
+  s->worker->Enqueue([to, from, args] { ElementwiseKernel(args, from.data(), to.data()); });
+  return absl::OkStatus();
+}
+
 absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
                                   int src_device) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "PeerCopy"));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/activation.h"
 #include "common/seeded_random.h"
 
 namespace overlap::engine::host {
@@ -139,6 +140,23 @@ void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value) {
 
 void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count) {
   SumKernel({dst, src}, dtype, count, dst);
+}
+
+void ElementwiseKernel(const ElementwiseArgs& args, const uint8_t* src, uint8_t* dst) {
+  const int64_t dst_cols = args.DstCols();
+  std::vector<float> in(static_cast<size_t>(args.src_cols)), out(static_cast<size_t>(dst_cols));
+  const size_t src_row_bytes = static_cast<size_t>(args.src_cols) * DTypeSize(args.src_dtype);
+  const size_t dst_row_bytes = static_cast<size_t>(dst_cols) * DTypeSize(args.dst_dtype);
+  for (int64_t row = 0; row < args.rows; ++row) {
+    ToFloat(src + row * src_row_bytes, args.src_dtype, in.size(), in.data());
+    for (int64_t j = 0; j < dst_cols; ++j) {
+      float value = in[j];
+      if (args.activation == Activation::kGelu) value = Gelu(value);
+      if (args.activation == Activation::kSwiglu) value = Silu(value) * in[j + dst_cols];
+      out[j] = value / args.dst_scale;
+    }
+    FromFloat(out.data(), args.dst_dtype, out.size(), dst + row * dst_row_bytes);
+  }
 }
 
 void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,

@@ -25,6 +25,8 @@ void GemmKernel(const GemmArgs& args, float alpha, const uint8_t* a, const uint8
 void FillRandomKernel(uint8_t* dst, DType dtype, size_t count, uint64_t seed, float scale);
 void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value);
 void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count);
+// `src` and `dst` point at the ranges args.src and args.dst name.
+void ElementwiseKernel(const ElementwiseArgs& args, const uint8_t* src, uint8_t* dst);
 
 // out = sum over inputs, elementwise in fp32, in input order.
 void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
