@@ -28,6 +28,9 @@ struct LayerWidths {
   int64_t qkv;     // q + 2 x kv_heads x head_dim
   int64_t fc1;     // ffn, or 2 x ffn when gated
   int64_t fc2;     // ffn
+  // Between fc1 and fc2: SwiGLU for a gated MLP (its gate and up halves),
+  // else GELU.
+  Activation activation;
 };
 
 // bucket_mib, chunk_kib and defer_bound_ms as ParseJobSpec would take them.
@@ -129,7 +132,8 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
                      q,
                      q + 2 * kv_heads * head_dim,
                      model.gated ? 2 * model.ffn : model.ffn,
-                     model.ffn};
+                     model.ffn,
+                     model.gated ? Activation::kSwiglu : Activation::kGelu};
 }
 
 // Appends ops and their notes in the order they are written.
@@ -139,6 +143,12 @@ class GraphWriter {
 
   // Ids of the ops added from now on start with this (each layer's its own).
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+
+  // The op added last reads `input`'s output through `activation`.
+  void WireLast(const std::string& input, Activation activation) {
+    graph_->spec.ops.back().input = input;
+    graph_->spec.ops.back().activation = activation;
+  }
 
   // Returns the op's id (prefixed), for the `after` of the ops that wait on it.
   std::string Add(const std::string& name, OpType type, int64_t m, int64_t k, int64_t n,
@@ -182,10 +192,14 @@ std::string AddForward(const LayerWidths& w, bool sp, const std::string& after, 
       "fc1", column, w.tokens, w.hidden, w.fc1, {proj},
       absl::StrCat("the MLP's ", w.fc1 == w.fc2 ? "up projection" : "gate and up projections",
                    " (column-parallel): ", gathered, "[T x h] x [h x fc1/tp]"));
-  return out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {fc1},
-                 absl::StrCat("the MLP's down projection (row-parallel): [T x ffn/tp] x "
-                              "[ffn/tp x h], the partial sums ",
-                              reduced));
+  const std::string fc2 =
+      out.Add("fc2", row, w.tokens, w.fc2, w.hidden, {fc1},
+              absl::StrCat("the MLP's down projection (row-parallel): its input is fc1's output "
+                           "through ",
+                           w.activation == Activation::kSwiglu ? "SwiGLU" : "GELU",
+                           ", [T x ffn/tp] x [ffn/tp x h], the partial sums ", reduced));
+  out.WireLast(fc1, w.activation);
+  return fc2;
 }
 
 // The backward of one column-parallel + row-parallel pair (the MLP's fc1 and
@@ -228,13 +242,14 @@ std::string AddPairBackward(const std::string& col, const std::string& row, int6
                                     "'s weight gradient (this tp rank's shard) all-reduced "
                                     "across the ",
                                     o.dp,
-                                    " data-parallel replicas; nothing waits on it: the layer "
-                                    "step defers it beside the backward that follows, bucketed "
-                                    "or chunked")
+                                    " data-parallel replicas, the gradient itself as its "
+                                    "input; nothing waits on it: the layer step defers it "
+                                    "beside the backward that follows, chunked or whole")
                      : absl::StrCat(name,
                                     "'s weight gradient (this rank's shard) all-reduced, a "
                                     "stand-in for data parallelism that nothing here waits on"),
               across ? OpGroup::kDp : OpGroup::kTp);
+      if (across) out.WireLast(wgrad, Activation::kNone);
     }
   }
   return col_dgrad;
@@ -278,7 +293,14 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
         "all-reduces in bf16.");
   }
   lines.push_back(
-      "Left out, as they move nothing across GPUs: the attention core, norms, activations.");
+      "Wired: fc2 reads fc1's output through the activation (checked end to end against "
+      "float64). Not wired: qkv -> proj (the attention core between them is left out, as are "
+      "the norms, which move nothing across GPUs) and the backward's GEMMs: they keep inputs of "
+      "their own.");
+  if (o.grads && o.dp > 1 && o.pass != LayerPass::kForward) {
+    lines.push_back(
+        "Each gradient all-reduce across the replicas sums its weight gradient (input: *_wgrad).");
+  }
   return lines;
 }
 
@@ -409,7 +431,14 @@ std::string LayerGraphYaml(const LayerGraph& graph) {
     if (!IsCollectiveOnly(op.type)) absl::StrAppend(&out, ", k: ", op.k);
     absl::StrAppend(&out, ", n: ", op.n);
     if (op.group != OpGroup::kTp) absl::StrAppend(&out, ", group: ", OpGroupName(op.group));
-    if (!op.after.empty()) absl::StrAppend(&out, ", after: [", absl::StrJoin(op.after, ", "), "]");
+    // `input` implies `after`: only the other ops it waits on are listed.
+    std::vector<std::string> after = op.after;
+    after.erase(std::remove(after.begin(), after.end(), op.input), after.end());
+    if (!after.empty()) absl::StrAppend(&out, ", after: [", absl::StrJoin(after, ", "), "]");
+    if (!op.input.empty()) absl::StrAppend(&out, ", input: ", op.input);
+    if (op.activation != Activation::kNone) {
+      absl::StrAppend(&out, ", activation: ", ActivationName(op.activation));
+    }
     absl::StrAppend(&out, "}\n");
   }
   return out;

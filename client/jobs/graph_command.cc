@@ -83,6 +83,8 @@ std::string LayerGraphJson(const LayerGraph& graph) {
     item["n"] = op.n;
     if (op.group != OpGroup::kTp) item["group"] = OpGroupName(op.group);
     if (!op.after.empty()) item["after"] = op.after;
+    if (!op.input.empty()) item["input"] = op.input;
+    if (op.activation != Activation::kNone) item["activation"] = ActivationName(op.activation);
     doc["ops"].push_back(std::move(item));
   }
   return doc.dump(2) + "\n";

@@ -51,14 +51,19 @@ struct Member {
   const Member* input_from = nullptr;
 };
 
-// Whether an op reads another's output or is read by another: its tensors
-// are its own, so it is neither bucketed nor cut into pieces.
-bool InChain(const JobSpec& spec, const OpSpec& op) {
-  if (!op.input.empty()) return true;
+// Whether another op reads this one's output: it must be whole when that one
+// runs, so it is not cut into pieces sent later.
+bool IsRead(const JobSpec& spec, const OpSpec& op) {
   for (const OpSpec& other : spec.ops) {
     if (other.input == op.id) return true;
   }
   return false;
+}
+
+// Whether an op reads another's output or is read by another: its tensors
+// are its own, not a bucket's.
+bool InChain(const JobSpec& spec, const OpSpec& op) {
+  return !op.input.empty() || IsRead(spec, op);
 }
 
 // Member m's input made from its producer's output on m's compute streams:
@@ -88,8 +93,13 @@ absl::Status EnqueueWiredInput(Member& m) {
     RETURN_IF_ERROR(ctx.Record(r, rank.compute, ops::EventKind::kInputReady));
   }
   // A schedule may read a peer's input from its own streams (p2p gathers).
+  // Across daemons data moves through collectives only, which wait for their
+  // inputs themselves; a stream here cannot wait on another node's event.
+  auto local = [&](int r) { return ctx.engine().IsLocalDevice(ctx.rank(r).device); };
   for (int r = 0; r < ctx.tp(); ++r) {
-    RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, ops::EventKind::kInputReady));
+    for (int q = 0; q < ctx.tp() && local(r); ++q) {
+      if (local(q)) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, q, ops::EventKind::kInputReady));
+    }
   }
   return absl::OkStatus();
 }
@@ -285,7 +295,7 @@ void Chunk(std::vector<Member>& members, const JobSpec& spec) {
   const int64_t chunk_bytes = int64_t{spec.chunk_kib} << 10;
   for (Member& m : members) {
     if (!m.deferred || m.op.type != OpType::kAllReduce || !m.bucketed.empty() ||
-        InChain(spec, m.op) ||
+        IsRead(spec, m.op) ||
         m.schedule.algorithm == AllReduceAlgorithm::kHierarchical ||
         m.op.m * m.op.n * es <= chunk_bytes) {
       continue;

@@ -102,6 +102,24 @@ TEST(ModelGraphTest, MatchesTheHandWrittenLlama70bGraphs) {
   }
 }
 
+// deploy/graphs/llama70b-mlp.yaml is the gated block as the generator writes
+// it: fc1 gate and up, fc2 reading fc1's output through SwiGLU.
+TEST(ModelGraphTest, MatchesTheWiredLlama70bMlpGraph) {
+  absl::StatusOr<LayerGraph> layer = BuildLayerGraph(Preset("llama3-70b"), Tp(2));
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const JobSpec hand = DeployGraph("llama70b-mlp.yaml");
+  for (const char* id : {"fc1", "fc2"}) {
+    SCOPED_TRACE(id);
+    const OpSpec* a = Find(layer->spec, id);
+    const OpSpec* b = Find(hand, id);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(std::tuple(a->type, a->m, a->k, a->n, a->input, a->activation),
+              std::tuple(b->type, b->m, b->k, b->n, b->input, b->activation));
+  }
+  EXPECT_EQ(Find(hand, "fc2")->activation, Activation::kSwiglu);
+}
+
 TEST(ModelGraphTest, BackwardOrderAndDependencies) {
   LayerGraphOptions options = Tp(2, LayerPass::kBoth);
   options.grads = true;
@@ -308,7 +326,7 @@ TEST(ModelGraphTest, Fp8LayersHoldAndSayWhatStaysBf16) {
       ASSERT_TRUE(graph.ok()) << model.name << " tp " << tp << ": " << graph.status();
       EXPECT_THAT(LayerGraphYaml(*graph),
                   HasSubstr("# fp8: E4M3 GEMM inputs, gathered in fp8; GEMM outputs, "
-                            "reduce-scatters and gradient all-reduces in bf16.\n# Left out"));
+                            "reduce-scatters and gradient all-reduces in bf16.\n# Wired"));
     }
   }
   ModelDims narrow = Preset("llama3-8b");

@@ -272,6 +272,17 @@ TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDa
   }
   EXPECT_GE(across, 4);  // each weight's gradient all-reduce
   EXPECT_FALSE(job["result"]["layer_deferrals"].empty());
+  // fc1 -swiglu-> fc2, and each weight gradient into its all-reduce across the
+  // replicas: checked end to end on every node's ranks.
+  std::set<std::string> chains;
+  for (const nlohmann::json& chain : job["result"]["layer_chains"]) {
+    chains.insert(chain.value("chain", ""));
+    EXPECT_LE(chain.value("max_rel_error", 1.0), chain.value("tolerance", 0.0)) << chain.dump(2);
+    EXPECT_GT(chain.value("max_rel_error", 0.0), 0) << chain.dump(2);
+  }
+  EXPECT_EQ(chains, (std::set<std::string>{"fc1 -swiglu-> fc2", "fc1_wgrad -> fc1_grads",
+                                           "fc2_wgrad -> fc2_grads", "qkv_wgrad -> qkv_grads",
+                                           "proj_wgrad -> proj_grads"}));
 }
 
 TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
