@@ -22,6 +22,7 @@ struct SubmitOptions {
   std::string file;
   bool wait = false;
   std::vector<std::string> nodes;
+  bool no_fuse = false;
 };
 
 struct ListOptions {
@@ -60,9 +61,13 @@ CliCommand SubmitCommand() {
                        "node1:7070,node2:7070 (this daemon among them coordinates; replaces the "
                        "graph's nodes)")
             ->delimiter(',');
+        app.add_flag("--no-fuse", options.no_fuse,
+                     "run the graph as written: no overlap pass fusing its plain collectives "
+                     "into the GEMMs beside them (sets the graph's fuse: false)");
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
-        return CommandsFor(context).Submit(options.file, options.wait, options.nodes);
+        return CommandsFor(context).Submit(options.file, options.wait, options.nodes,
+                                           options.no_fuse);
       });
 }
 

@@ -88,6 +88,10 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
                "no sequence parallelism: column-parallel ops are plain GEMMs, row-parallel "
                "ones gemm_ar");
   app.add_option("--pass", graph.pass, "forward | backward | both")->capture_default_str();
+  app.add_flag("--unfused", graph.unfused,
+               "write each overlapped op as its plain collective and its GEMM (all_gather -> "
+               "gemm, gemm -> reduce_scatter or all_reduce), as a framework's trace has them; "
+               "the daemon's overlap pass fuses them back");
   app.add_flag("--grads", graph.grads,
                "backward: add each weight gradient's data-parallel all-reduce (deferred; "
                "across the --dp replicas, or with --dp 1 over the tp group as a stand-in)");

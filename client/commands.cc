@@ -52,8 +52,10 @@ int Commands::FollowAndPrint(const std::string& id) {
   return PrintFinal(*job);
 }
 
-int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes) {
+int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes,
+                     bool no_fuse) {
   absl::StatusOr<std::string> spec = ReadGraphFile(file);
+  if (spec.ok() && no_fuse) spec = WithFuseOff(*spec);
   if (!spec.ok()) {
     err_ << "overlapctl: " << spec.status().message() << "\n";
     return kExitUsage;

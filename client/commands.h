@@ -21,7 +21,9 @@ class Commands {
       : client_(client), out_(out), err_(err), err_is_tty_(err_is_tty), json_(json) {}
 
   // `file` "-" reads standard input.
-  int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {});
+  // no_fuse: the graph runs as written (graph key fuse: false, the overlap pass off).
+  int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {},
+             bool no_fuse = false);
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);

@@ -149,15 +149,16 @@ TensorLayout InputLayout(const OpSpec& op) {
     case OpType::kAllReduce:
       return {op.m, op.n, Split::kPartial};
     case OpType::kGemm:
-      return {op.m, op.k, Split::kReplicated};
+      return {op.m, op.k, op.row_parallel ? Split::kCols : Split::kReplicated};
   }
   return {};
 }
 
 TensorLayout OutputLayout(const OpSpec& op) {
   switch (op.type) {
-    case OpType::kAgGemm:
     case OpType::kGemm:
+      return {op.m, op.n, op.row_parallel ? Split::kPartial : Split::kCols};
+    case OpType::kAgGemm:
       return {op.m, op.n, Split::kCols};
     case OpType::kGemmRs:
     case OpType::kReduceScatter:
@@ -257,6 +258,18 @@ absl::StatusOr<AllReduceAlgorithm> ParseStoredAllReduceAlgorithm(absl::string_vi
 LocalShapes LocalShapesFor(const OpSpec& op, int tp) {
   const int64_t t = tp > 0 ? tp : 1;
   LocalShapes s{};
+  if (op.type == OpType::kGemm && op.row_parallel) {  // gemm_ar's GEMM, no collective
+    s.a_rows = op.m;
+    s.a_cols = op.k / t;
+    s.w_rows = op.k / t;
+    s.w_cols = op.n;
+    s.y_rows = op.m;
+    s.y_cols = op.n;
+    s.gemm_m = op.m;
+    s.gemm_n = op.n;
+    s.gemm_k = op.k / t;
+    return s;
+  }
   switch (op.type) {
     case OpType::kGemm:  // ag_gemm's GEMM, on rows the rank already holds
     case OpType::kAgGemm:

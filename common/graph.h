@@ -13,6 +13,8 @@
 // and a GEMM alone (no collective), e.g. a weight-gradient GEMM in a backward
 // graph, split over the ranks by its columns as ag_gemm's:
 //   gemm:           rank holds A[m, k], W[k, n/tp]; Y[m, n/tp] = A x W
+// or, row-parallel (OpSpec::row_parallel), a partial sum for a reduction:
+//   gemm, row:      rank holds A[m, k/tp], W[k/tp, n]; Y[m, n] = A x W (partial)
 #pragma once
 
 #include <cstdint>
@@ -112,6 +114,24 @@ struct OpSpec {
   // `activation`; it is in `after` too. "": seeded random inputs.
   std::string input;
   Activation activation = Activation::kNone;
+  // gemm only: row-parallel, A[m, k/tp] x W[k/tp, n] -> a partial [m, n] on
+  // every rank (key `parallel: row`), as a reduction's input; else column-
+  // parallel, split as ag_gemm's.
+  bool row_parallel = false;
+  // Whose seeded data A and W hold: the ids of the ops they came from when the
+  // overlap pass fused two ops into this one (common/overlap_pass.h), so that
+  // the fused graph computes on the same data; "" = this op's id.
+  std::string a_seed_id, w_seed_id;
+};
+
+// What the overlap pass (common/overlap_pass.h) did with a collective and the
+// GEMM beside it: fused them into one op, or left them alone, and why.
+struct FusionNote {
+  std::string gemm;        // the GEMM's id, which the fused op keeps
+  std::string collective;  // the collective's id
+  std::string fused_type;  // ag_gemm | gemm_rs | gemm_ar
+  bool fused = false;
+  std::string why_not;     // when not fused
 };
 
 // A tensor-parallel x data-parallel layout of a job's devices (OpGroup).
@@ -163,7 +183,12 @@ struct JobSpec {
   bool timeline = true;
   int priority = 0;
   uint64_t seed = 1234;
+  // Fuse plain collectives into the GEMMs beside them (common/overlap_pass.h)
+  // before scheduling; key `fuse`, `overlapctl submit --no-fuse`.
+  bool fuse = true;
   std::vector<OpSpec> ops;  // as written; topological order from TopologicalOrder()
+  // What the overlap pass did to `ops`, for the report; empty before it ran.
+  std::vector<FusionNote> fusions;
 };
 
 // The groups `group` forms over a job's `device_count` devices, each a list of

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -26,10 +27,10 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
-    "mesh", "chunk_kib", "defer_bound_ms", "nodes"};
+    "mesh", "chunk_kib", "defer_bound_ms", "nodes", "fuse"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
                                  "chunks", "transport", "algorithm", "group", "after",
-                                 "input", "activation"};
+                                 "input", "activation", "parallel"};
 const char* const kMeshFields[] = {"tp", "dp"};
 
 // Adds the field path to an error from a reader that does not know it.
@@ -132,6 +133,13 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
       ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
     } else if (key == "input") {
       ASSIGN_OR_RETURN(op.input, WithPath(yaml_util::ReadString(value), field));
+    } else if (key == "parallel") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
+      if (name != "row" && name != "column") {
+        return FieldError(field, absl::StrCat("must be row or column (got \"",
+                                              absl::CHexEscape(name), "\")"));
+      }
+      op.row_parallel = name == "row";
     } else if (key == "activation") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
       ASSIGN_OR_RETURN(op.activation, WithPath(ParseActivation(name), field));
@@ -143,6 +151,11 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     if (!given.count(required)) {
       return FieldError(absl::StrCat(path, ".", required), "required field missing");
     }
+  }
+  if (given.count("parallel") && op.type != OpType::kGemm) {
+    return FieldError(absl::StrCat(path, ".parallel"),
+                      absl::StrCat("only for gemm (how its GEMM splits over the ranks); ",
+                                   OpTypeName(op.type), " splits as its type says"));
   }
   if (given.count("activation") && op.input.empty()) {
     return FieldError(absl::StrCat(path, ".activation"),
@@ -250,6 +263,8 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.retune, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "timeline") {
       ASSIGN_OR_RETURN(spec.timeline, WithPath(yaml_util::ReadBool(value), key));
+    } else if (key == "fuse") {
+      ASSIGN_OR_RETURN(spec.fuse, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {
       ASSIGN_OR_RETURN(spec.priority, ReadInt(value, kInt32Min, key));
     } else if (key == "seed") {

@@ -154,9 +154,12 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
 // to move.
 absl::Status CheckGemmOnly(const OpSpec& op, const std::string& path, int tp,
                            const std::string& over) {
-  if (op.n % tp != 0) {
-    return Error(absl::StrCat(path, ".n"),
-                 absl::StrCat(op.n, " is not divisible by ", over, " = ", tp, " (required by gemm)"));
+  const char* split = op.row_parallel ? "k" : "n";
+  const int64_t value = op.row_parallel ? op.k : op.n;
+  if (value % tp != 0) {
+    return Error(absl::StrCat(path, ".", split),
+                 absl::StrCat(value, " is not divisible by ", over, " = ", tp, " (required by ",
+                              op.row_parallel ? "a row-parallel gemm" : "gemm", ")"));
   }
   if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
     return Error(absl::StrCat(path, ".mode"),
@@ -180,8 +183,9 @@ absl::Status CheckFp8Widths(const OpSpec& op, const std::string& path, int tp,
                             const std::string& over, DType dtype) {
   if (dtype != DType::kFP8 || IsCollectiveOnly(op.type)) return absl::OkStatus();
   const LocalShapes local = LocalShapesFor(op, tp);
-  const bool n_split = op.type == OpType::kAgGemm || op.type == OpType::kGemm;
-  const bool k_split = op.type == OpType::kGemmRs || op.type == OpType::kGemmAr;
+  const bool row_gemm = op.type == OpType::kGemm && op.row_parallel;
+  const bool n_split = op.type == OpType::kAgGemm || (op.type == OpType::kGemm && !row_gemm);
+  const bool k_split = op.type == OpType::kGemmRs || op.type == OpType::kGemmAr || row_gemm;
   for (const auto& [name, value, split] :
        {std::tuple<const char*, int64_t, bool>{"k", local.gemm_k, k_split},
         {"n", local.gemm_n, n_split}}) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
+#include "common/overlap_pass.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -304,6 +305,30 @@ std::vector<std::string> Header(const ModelDims& model, const LayerGraphOptions&
   return lines;
 }
 
+// The graph's fused ops as their collectives and GEMMs, each with a note.
+void Unfuse(LayerGraph& graph) {
+  std::vector<size_t> origin;
+  JobSpec unfused = UnfuseCollectives(graph.spec, &origin);
+  std::vector<std::string> notes;
+  for (size_t i = 0; i < unfused.ops.size(); ++i) {
+    const OpSpec& op = unfused.ops[i];
+    const OpSpec& from = graph.spec.ops[origin[i]];
+    if (op.id == from.id) {
+      notes.push_back(graph.op_notes[origin[i]]);
+    } else {
+      notes.push_back(absl::StrCat(from.id, "'s ", OpTypeName(op.type),
+                                   " alone (the overlap pass fuses it back into ", from.id, ", ",
+                                   OpTypeName(from.type), ")"));
+    }
+  }
+  graph.spec = std::move(unfused);
+  graph.op_notes = std::move(notes);
+  graph.spec.name += "-unfused";
+  graph.header.push_back(
+      "Unfused: each overlapped op written as its plain collective and its GEMM, as a "
+      "framework's trace has them; the daemon fuses them back (fuse: false keeps them).");
+}
+
 }  // namespace
 
 const std::vector<ModelDims>& ModelPresets() {
@@ -382,6 +407,7 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
       last = AddPairBackward("qkv", "proj", widths.qkv, widths.q, widths, options, last, out);
     }
   }
+  if (options.unfused) Unfuse(graph);
   ValidationLimits limits;
   limits.device_count = options.devices.empty()
                             ? device_count
@@ -431,6 +457,7 @@ std::string LayerGraphYaml(const LayerGraph& graph) {
     if (!IsCollectiveOnly(op.type)) absl::StrAppend(&out, ", k: ", op.k);
     absl::StrAppend(&out, ", n: ", op.n);
     if (op.group != OpGroup::kTp) absl::StrAppend(&out, ", group: ", OpGroupName(op.group));
+    if (op.row_parallel) absl::StrAppend(&out, ", parallel: row");
     // `input` implies `after`: only the other ops it waits on are listed.
     std::vector<std::string> after = op.after;
     after.erase(std::remove(after.begin(), after.end(), op.input), after.end());

@@ -79,6 +79,10 @@ struct LayerGraphOptions {
   // stand-in for the data-parallel group), which nothing in the layer waits
   // on: the layer step defers and buckets (or chunks) them.
   bool grads = false;
+  // Write each ag_gemm, gemm_rs and gemm_ar as its plain collective and its
+  // GEMM, wired, as a framework's trace has them (common/overlap_pass.h): the
+  // daemon's overlap pass fuses them back.
+  bool unfused = false;
   DType dtype = DType::kBF16;
   std::vector<int> devices;  // empty: every device of the node (then tp x dp of them)
   // JobSpec's layer-step settings, written to the graph as given.

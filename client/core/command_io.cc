@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/core/daemon_client.h"
+#include "common/yaml_util.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace overlap::client {
@@ -83,6 +84,16 @@ bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n) 
   std::vector<absl::string_view> dims = absl::StrSplit(text, 'x');
   return dims.size() == 3 && absl::SimpleAtoi(dims[0], m) && absl::SimpleAtoi(dims[1], k) &&
          absl::SimpleAtoi(dims[2], n);
+}
+
+absl::StatusOr<std::string> WithFuseOff(const std::string& graph) {
+  absl::StatusOr<YAML::Node> doc = yaml_util::LoadDocument(graph, "graph");
+  if (!doc.ok()) return doc.status();
+  if (!doc->IsMap()) return absl::InvalidArgumentError("graph: must be a mapping");
+  (*doc)["fuse"] = false;
+  YAML::Emitter out;
+  out << *doc;
+  return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace overlap::client

@@ -27,6 +27,10 @@ inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
 
 // A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
+// The graph text with `fuse: false` set (submit --no-fuse), as YAML: the
+// daemon keeps it, so that the job runs unfused after a restart too.
+// INVALID_ARGUMENT for a text that is not one YAML or JSON mapping.
+absl::StatusOr<std::string> WithFuseOff(const std::string& graph);
 
 // Writes `text` to `path`, replacing it: kExitOk, or kExitUsage after printing
 // "overlapctl: cannot write PATH: reason" to `err`.

@@ -132,6 +132,29 @@ std::string FormatChains(const v1::JobResult& result) {
   return absl::StrCat("chains verified against float64: ", absl::StrJoin(parts, "; "), "\n");
 }
 
+// What the overlap pass did: "overlap pass: fused fc1_gather + fc1 into fc1
+// (ag_gemm); left alone: fc2 + fc2_rs (fuse: false)".
+std::string FormatFusions(const v1::JobResult& result) {
+  std::vector<std::string> fused, alone;
+  for (const v1::Fusion& f : result.fusions()) {
+    const std::string pair = f.fused_type() == "ag_gemm"
+                                 ? absl::StrCat(f.collective(), " + ", f.gemm())
+                                 : absl::StrCat(f.gemm(), " + ", f.collective());
+    if (f.fused()) {
+      fused.push_back(absl::StrCat(pair, " into ", f.gemm(), " (", f.fused_type(), ")"));
+    } else {
+      alone.push_back(absl::StrCat(pair, " (", f.why_not(), ")"));
+    }
+  }
+  if (fused.empty() && alone.empty()) return "";
+  std::string out = "overlap pass:";
+  if (!fused.empty()) absl::StrAppend(&out, " fused ", absl::StrJoin(fused, ", "));
+  if (!alone.empty()) {
+    absl::StrAppend(&out, fused.empty() ? "" : ";", " left alone ", absl::StrJoin(alone, ", "));
+  }
+  return out + "\n";
+}
+
 // Each mesh op's groups, which ran at once, and the slowest:
 // "mesh tp 2 x dp 2: fc1 (tp) 0.31 / 0.35* ms; grads (dp) 0.12 / 0.11 ms (* slowest)".
 std::string FormatMeshGroups(const v1::JobResult& result) {
@@ -368,7 +391,7 @@ std::string FormatReport(const v1::Job& job) {
                 total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
   absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
-                  FormatDeferrals(result), FormatChains(result));
+                  FormatDeferrals(result), FormatChains(result), FormatFusions(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;

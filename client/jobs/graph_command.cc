@@ -82,6 +82,7 @@ std::string LayerGraphJson(const LayerGraph& graph) {
     if (!IsCollectiveOnly(op.type)) item["k"] = op.k;
     item["n"] = op.n;
     if (op.group != OpGroup::kTp) item["group"] = OpGroupName(op.group);
+    if (op.row_parallel) item["parallel"] = "row";
     if (!op.after.empty()) item["after"] = op.after;
     if (!op.input.empty()) item["input"] = op.input;
     if (op.activation != Activation::kNone) item["activation"] = ActivationName(op.activation);
@@ -165,6 +166,7 @@ int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json
   layer.sequence_parallel = options.sequence_parallel;
   layer.pass = *pass;
   layer.grads = options.grads;
+  layer.unfused = options.unfused;
   layer.dtype = *dtype;
   layer.devices = options.devices;
   layer.bucket_mib = options.bucket_mib;

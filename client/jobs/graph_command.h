@@ -30,6 +30,7 @@ struct GraphCommandOptions {
   bool sequence_parallel = true;
   std::string pass = "forward";  // forward | backward | both
   bool grads = false;
+  bool unfused = false;  // LayerGraphOptions::unfused
   std::string dtype = "bf16";
   std::vector<int> devices;
   int bucket_mib = JobSpec().bucket_mib;  // the graph's layer-step settings

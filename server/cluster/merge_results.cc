@@ -93,6 +93,7 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
   merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
   *merged.mutable_layer_deferrals() = layer.layer_deferrals();
+  *merged.mutable_fusions() = parts[0].fusions();  // every node ran the same pass
   // Each node checked its own ranks of every chain: the job's error is the largest.
   *merged.mutable_layer_chains() = parts[0].layer_chains();
   for (int n = 1; n < count; ++n) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/config.h"
 #include "common/graph_parser.h"
+#include "common/overlap_pass.h"
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "server/runner/job_runner.h"
@@ -106,6 +107,22 @@ absl::Status Admission::CheckFits(const JobSpec& spec, int tp,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The graph the job runs: `spec` (validated) after the overlap pass, which
+// gives a valid graph from a valid one; INTERNAL names the pass otherwise.
+absl::StatusOr<JobSpec> Fused(JobSpec spec, const ValidationLimits& limits) {
+  JobSpec fused = FuseCollectives(std::move(spec));
+  if (absl::Status valid = ValidateJobSpec(fused, limits).status(); !valid.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the overlap pass rewrote the graph into one that is not valid: ",
+                     valid.message(), " (fuse: false runs it as written)"));
+  }
+  return fused;
+}
+
+}  // namespace
+
 absl::StatusOr<JobSpec> Admission::Parse(const std::string& spec_text,
                                          const std::string& raw_source_name) const {
   // Only for messages: printable, and short.
@@ -130,6 +147,9 @@ absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<st
   ValidationLimits limits = Limits();
   limits.device_count = graph->world;
   ASSIGN_OR_RETURN(const std::vector<int> global, ValidateJobSpec(whole, limits));
+  ASSIGN_OR_RETURN(whole, Fused(std::move(whole), limits));
+  spec.ops = whole.ops;
+  spec.fusions = whole.fusions;
   RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, graph->world,
                                           static_cast<int>(graph->devices.size())));
   RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), graph->devices));
@@ -155,6 +175,7 @@ absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& sp
   }
   auto graph = std::make_shared<AdmittedGraph>();
   ASSIGN_OR_RETURN(graph->devices, ValidateJobSpec(spec, Limits()));
+  ASSIGN_OR_RETURN(spec, Fused(std::move(spec), Limits()));
   RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(graph->devices.size()), graph->devices));
   AdmittedJob admitted;
   admitted.job.set_name(!spec.name.empty() ? spec.name : Excerpt(raw_source_name, 120));
@@ -177,7 +198,7 @@ absl::StatusOr<GraphPtr> Admission::Revalidate(const v1::Job& job) const {
         absl::StrCat("no longer valid on this node: ", devices.status().message()));
   }
   auto graph = std::make_shared<AdmittedGraph>();
-  graph->spec = std::move(spec);
+  ASSIGN_OR_RETURN(graph->spec, Fused(std::move(spec), Limits()));
   graph->devices = std::move(*devices);
   return graph;
 }

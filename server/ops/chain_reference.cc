@@ -113,7 +113,7 @@ std::vector<double> ChainReference::InputRow(int op, int group, int rank, int64_
   if (spec.input.empty()) {
     const InputScaling scaling = InputScalingFor(spec, spec_.dtype);
     const uint64_t seed =
-        InputSeed(spec_.seed, GroupInputKey(InputKeyOf(spec.id), group), 0, rank);
+        InputSeed(spec_.seed, GroupInputKeys(InputKeysOf(spec), group).a, 0, rank);
     for (int64_t kk = 0; kk < sh.a_cols; ++kk) {
       values[kk] = InputValue(a_dtype, seed, row * sh.a_cols + kk, scaling.fill_a) *
                    scaling.dequant_a;
@@ -168,7 +168,7 @@ void ChainReference::ComputeRows(int op, int position, const std::set<int64_t>& 
   const int64_t blocks = (sh.w_cols + kColumnBlock - 1) / kColumnBlock;
   for (const auto& [w_rank, products] : by_w_rank) {
     const uint64_t seed =
-        InputSeed(spec_.seed, GroupInputKey(InputKeyOf(spec.id), place.group), 1, w_rank);
+        InputSeed(spec_.seed, GroupInputKeys(InputKeysOf(spec), place.group).w, 1, w_rank);
     auto work = [&, seed](int t) {
       std::vector<float> w(static_cast<size_t>(sh.w_rows * kColumnBlock));
       for (int64_t b = t; b < blocks; b += threads) {
@@ -218,7 +218,7 @@ absl::StatusOr<Verification> ChainReference::Verify(int index, OpContext& ctx, i
   const LocalShapes sh = LocalShapesFor(op, size);
   const DType y_dtype = ctx.DTypeOf(ctx.rank(0).y);
   const std::vector<int64_t> rows =
-      IndicesToCheck(sh.y_rows, false, max_rows, spec_.seed + InputKeyOf(op.id));
+      IndicesToCheck(sh.y_rows, false, max_rows, spec_.seed + InputKeysOf(op).w);
   std::vector<int> local;  // ctx ranks on this daemon
   for (int r = 0; r < ctx.tp(); ++r) {
     if (!ctx.engine().IsLocalDevice(ctx.rank(r).device)) continue;

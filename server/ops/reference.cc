@@ -87,18 +87,18 @@ uint64_t GroupInputKey(uint64_t input_key, int group) {
 
 namespace {
 
-absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key) {
+absl::Status FillGroupInputs(OpContext& ctx, uint64_t job_seed, InputKeys keys) {
   const LocalShapes& sh = ctx.shapes();
   const InputScaling scaling = InputScalingFor(ctx.op(), ctx.dtype());
   for (int r = 0; r < ctx.tp(); ++r) {
     RankState& rs = ctx.rank(r);
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols),
-                                            ctx.DTypeOf(rs.a), InputSeed(job_seed, input_key, 0, r),
+                                            ctx.DTypeOf(rs.a), InputSeed(job_seed, keys.a, 0, r),
                                             scaling.fill_a));
     if (sh.w_rows * sh.w_cols == 0) continue;  // a collective alone has no W
     // Element i of the buffer is SeededUniform(seed, i) whichever way W is stored.
     RETURN_IF_ERROR(ctx.engine().FillRandom(rs.compute, ctx.Rows(rs.w, 0, sh.w_rows, sh.w_cols),
-                                            ctx.dtype(), InputSeed(job_seed, input_key, 1, r),
+                                            ctx.dtype(), InputSeed(job_seed, keys.w, 1, r),
                                             scaling.fill_w));
     if (rs.scales == engine::kNoBuffer) continue;
     RETURN_IF_ERROR(
@@ -119,7 +119,7 @@ absl::Status PoisonGroupOutputs(OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
+absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_seed, InputKeys keys,
                                                 int max_rows, int max_cols) {
   const OpSpec& op = ctx.op();
   const LocalShapes& sh = ctx.shapes();
@@ -159,10 +159,10 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
   const int64_t macs_per_element = IsCollectiveOnly(op.type) ? tp : op.k;
   const std::vector<int64_t> rows =
       IndicesToCheck(sh.y_rows, sh.y_rows * sh.y_cols * macs_per_element <= (int64_t{1} << 26),
-                     max_rows, job_seed + input_key);
+                     max_rows, job_seed + keys.w);
   const std::vector<int64_t> cols = IndicesToCheck(
       sh.y_cols, IsCollectiveOnly(op.type) || sh.y_cols * macs_per_element <= (int64_t{1} << 22),
-      max_cols, SplitMix64(job_seed + input_key));
+      max_cols, SplitMix64(job_seed + keys.w));
   const int64_t nc = static_cast<int64_t>(cols.size());
 
   // The checked rows back to the host, one copy per run of consecutive rows:
@@ -186,7 +186,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
   std::vector<std::vector<float>> w(tp);
   for (int q = 0; q < tp; ++q) {
     w[q].resize(static_cast<size_t>(sh.w_rows * nc));
-    const uint64_t seed = InputSeed(job_seed, input_key, 1, q);
+    const uint64_t seed = InputSeed(job_seed, keys.w, 1, q);
     const int64_t w_rows = sh.w_rows;
     parallel([&, q, seed, w_rows](int t) {
       const int64_t block = (w_rows + threads - 1) / threads;
@@ -220,7 +220,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
       const int64_t i = tasks[t].row;
       std::fill(acc.begin(), acc.end(), 0.0);
       if (IsCollectiveOnly(op.type)) {
-        AddCollectiveRow(op.type, dt, job_seed, input_key, tp, mr, r, i, sh.a_cols, &acc);
+        AddCollectiveRow(op.type, dt, job_seed, keys.a, tp, mr, r, i, sh.a_cols, &acc);
       }
       // Sum over the ranks whose inputs contribute to this output row.
       for (int q = 0; q < tp && !IsCollectiveOnly(op.type); ++q) {
@@ -237,7 +237,7 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
         } else {
           a_row_index = op.type == OpType::kGemmRs ? r * mr + i : i;
         }
-        const uint64_t seed = InputSeed(job_seed, input_key, 0, static_cast<int>(a_rank));
+        const uint64_t seed = InputSeed(job_seed, keys.a, 0, static_cast<int>(a_rank));
         for (int64_t kk = 0; kk < sh.a_cols; ++kk) {
           a_row[kk] = InputValue(dt, seed, a_row_index * sh.a_cols + kk, scaling.fill_a) *
                       scaling.dequant_a;
@@ -271,22 +271,31 @@ absl::StatusOr<Verification> VerifyGroupOutputs(OpContext& ctx, uint64_t job_see
 
 }  // namespace
 
-absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key) {
+InputKeys InputKeysOf(const OpSpec& op) {
+  return {InputKeyOf(op.a_seed_id.empty() ? op.id : op.a_seed_id),
+          InputKeyOf(op.w_seed_id.empty() ? op.id : op.w_seed_id)};
+}
+
+InputKeys GroupInputKeys(InputKeys keys, int group) {
+  return {GroupInputKey(keys.a, group), GroupInputKey(keys.w, group)};
+}
+
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, InputKeys keys) {
   return ctx.ForEachGroup(
-      [&] { return FillGroupInputs(ctx, job_seed, GroupInputKey(input_key, ctx.group())); });
+      [&] { return FillGroupInputs(ctx, job_seed, GroupInputKeys(keys, ctx.group())); });
 }
 
 absl::Status PoisonOutputs(OpContext& ctx) {
   return ctx.ForEachGroup([&] { return PoisonGroupOutputs(ctx); });
 }
 
-absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, InputKeys keys,
                                            int max_rows, int max_cols) {
   Verification worst;
   bool first = true;
   RETURN_IF_ERROR(ctx.ForEachGroup([&]() -> absl::Status {
     absl::StatusOr<Verification> v = VerifyGroupOutputs(
-        ctx, job_seed, GroupInputKey(input_key, ctx.group()), max_rows, max_cols);
+        ctx, job_seed, GroupInputKeys(keys, ctx.group()), max_rows, max_cols);
     if (!v.ok()) {
       if (ctx.groups() == 1) return v.status();
       return absl::Status(v.status().code(),

@@ -15,6 +15,17 @@ namespace overlap::ops {
 // graph around it (ops added, removed or fused) changes none of its data.
 uint64_t InputKeyOf(absl::string_view op_id);
 
+// The keys of an op's A and W: InputKeyOf its id, or of the ids its data came
+// from (OpSpec::a_seed_id, w_seed_id: an op the overlap pass fused). A single
+// key stands for both.
+struct InputKeys {
+  InputKeys(uint64_t key) : a(key), w(key) {}  // NOLINT: one key for both tensors
+  InputKeys(uint64_t a_key, uint64_t w_key) : a(a_key), w(w_key) {}
+  uint64_t a, w;
+};
+InputKeys InputKeysOf(const OpSpec& op);
+InputKeys GroupInputKeys(InputKeys keys, int group);
+
 // Seed of rank r's A (tensor 0) or W (tensor 1) for the op keyed `input_key`.
 uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank);
 // The key group `group` of a mesh op draws its inputs by: a replica's data
@@ -44,7 +55,7 @@ struct InputScaling {
 InputScaling InputScalingFor(const OpSpec& op, DType dtype);
 
 // Fills every rank's A and W as InputScalingFor says, and an fp8 op's scales.
-absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key);
+absl::Status FillInputs(OpContext& ctx, uint64_t job_seed, InputKeys keys);
 
 // Poisons every rank's Y with NaN (enqueued on the compute streams).
 absl::Status PoisonOutputs(OpContext& ctx);
@@ -67,7 +78,7 @@ struct Verification {
 // rows, never columns, so a misplaced piece or a missing sum shows in every
 // column; a full row of a large op cost its whole W regenerated on the host,
 // which left the GPUs idle for a second or more after each op.
-absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, uint64_t input_key,
+absl::StatusOr<Verification> VerifyOutputs(OpContext& ctx, uint64_t job_seed, InputKeys keys,
                                            int max_rows = 48, int max_cols = 256);
 
 // What VerifyOutputs' error may reach for an op of `type` over `tp` ranks:

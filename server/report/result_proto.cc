@@ -195,6 +195,14 @@ v1::JobResult ToProto(const runner::JobReport& report) {
   result.set_total_step_ms(report.total_step_ms);
   result.set_total_exposed_comm_ms(report.total_exposed_comm_ms);
   result.set_layer_note(report.layer_note);
+  for (const FusionNote& note : report.fusions) {
+    v1::Fusion* out = result.add_fusions();
+    out->set_gemm(note.gemm);
+    out->set_collective(note.collective);
+    out->set_fused_type(note.fused_type);
+    out->set_fused(note.fused);
+    out->set_why_not(note.why_not);
+  }
   if (!report.layer) return result;
   const runner::LayerStepReport& layer = *report.layer;
   *result.mutable_layer_step() = ToProto(layer.step);

@@ -69,6 +69,8 @@ struct JobReport {
   std::vector<OpMeasurement> ops;
   double total_step_ms = 0;
   double total_exposed_comm_ms = 0;
+  // What the overlap pass fused, and what it left alone (JobSpec::fusions).
+  std::vector<FusionNote> fusions;
   // The layer step (jobs of two or more ops), or why there is none.
   std::optional<LayerStepReport> layer;
   std::string layer_note;

@@ -82,6 +82,7 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   }
   JobReport result;
   result.backend = engine.Name();
+  result.fusions = spec.fusions;
   result.launch_gate = engine.Gates() != nullptr;
   if (result.launch_gate) result.head_start = spec.heat_head_start ? "heat" : "idle";
   if (result.launch_gate && spec.heat_head_start) result.preheat_ms = engine.PreheatMs();

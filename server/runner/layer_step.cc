@@ -611,7 +611,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
       return absl::OkStatus();
     }
     m.ctx = std::move(*ctx);
-    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
+    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeysOf(m.ctx->op())));
     RETURN_IF_ERROR(UseChainScale(*m.ctx));
     if (m.deferred) RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
   }
@@ -683,7 +683,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
       ASSIGN_OR_RETURN(v, chains.Verify(m.spec_index, *m.ctx));
       tolerance = chains.Tolerance(m.spec_index);
     } else {
-      ASSIGN_OR_RETURN(v, VerifyOutputs(*m.ctx, spec.seed, ops::InputKeyOf(m.ctx->op().id)));
+      ASSIGN_OR_RETURN(v, VerifyOutputs(*m.ctx, spec.seed, ops::InputKeysOf(m.ctx->op())));
       tolerance = OutputTolerance(m.ctx->op().type, spec.dtype, m.ctx->group_size());
     }
     if (!(v.max_rel_error <= tolerance)) {

@@ -45,6 +45,8 @@ TuningKey KeyFor(const engine::Engine& engine, const OpSpec& op, DType dtype, in
                  int first_device, const Mesh& mesh) {
   TuningKey key;
   key.op_type = OpTypeName(op.type);
+  // A row-parallel gemm splits k, not n: another GEMM at the same m, k, n.
+  if (op.row_parallel) key.op_type += "_row";
   key.m = op.m;
   key.k = op.k;
   key.n = op.n;
@@ -141,7 +143,7 @@ absl::StatusOr<std::unique_ptr<OpContext>> CreateOpContext(engine::Engine& engin
 
 absl::Status PrepareInputs(OpRun& run) {
   const std::vector<int> devices = run.ctx.devices();
-  RETURN_IF_ERROR(ops::FillInputs(run.ctx, run.spec.seed, ops::InputKeyOf(run.ctx.op().id)));
+  RETURN_IF_ERROR(ops::FillInputs(run.ctx, run.spec.seed, ops::InputKeysOf(run.ctx.op())));
   RETURN_IF_ERROR(run.engine.Synchronize(devices));
   // One serial iteration fills every intermediate buffer (the gathered A that
   // the GEMM alone reads, the partials) with real data: a GEMM on never-written
@@ -298,7 +300,7 @@ absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Sche
                       .status());
   const absl::Time check_start = absl::Now();
   ASSIGN_OR_RETURN(const ops::Verification v,
-                   ops::VerifyOutputs(ctx, run.spec.seed, ops::InputKeyOf(ctx.op().id)));
+                   ops::VerifyOutputs(ctx, run.spec.seed, ops::InputKeysOf(ctx.op())));
   GetLogger("ops")->debug("{} checked against float64 in {:.0f} ms ({} rows x {} columns)", op.id,
                           absl::ToDoubleMilliseconds(absl::Now() - check_start), v.rows_checked,
                           v.cols_checked);

@@ -743,3 +743,54 @@ TEST_F(DaemonTest, MeshGraphReportsEachGroupAndWhatTheLayerStepDeferred) {
 
 }  // namespace
 }  // namespace overlap::testing
+
+namespace overlap::testing {
+namespace {
+
+// A layer written as plain collectives and GEMMs (graph --unfused) through the
+// real daemon: the overlap pass fuses every pair back, the report says so, and
+// the chain fc1 -swiglu-> fc2 verifies; with submit --no-fuse it runs as
+// written, verified as well, and the report says why nothing was fused.
+TEST_F(DaemonTest, TheOverlapPassFusesAnUnfusedLayerUnlessToldNotTo) {
+  StartDaemon();
+  const std::string path = dir_.File("unfused.yaml");
+  RunResult written = daemon_->Ctl({"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
+                                    "--seq", "128", "--tp", "2", "--devices", "0,1",
+                                    "--unfused", "-o", path});
+  ASSERT_EQ(written.exit_code, 0) << Describe(written);
+  std::string graph = ReadFileOrEmpty(path);
+  graph.replace(graph.find("iterations: 20"), 14, "iterations: 2");
+  graph.replace(graph.find("warmup: 5"), 9, "warmup: 1");
+  WriteFileOrDie(path, graph);
+  auto run = [&](std::vector<std::string> args) {
+    RunResult done = daemon_->Ctl(args);
+    EXPECT_EQ(done.exit_code, 0) << Describe(done);
+    const std::string id =
+        Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]);
+    return std::pair(done.out, ParseJson(daemon_->Ctl({"get", id, "--json"}).out)["result"]);
+  };
+  auto [text, result] = run({"submit", path, "--wait"});
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "overlap pass: fused qkv_gather + qkv into qkv (ag_gemm), proj + proj_rs "
+                        "into proj (gemm_rs), fc1_gather + fc1 into fc1 (ag_gemm), fc2 + fc2_rs "
+                        "into fc2 (gemm_rs)"));
+  EXPECT_THAT(text, ::testing::HasSubstr("chains verified against float64: fc1 -swiglu-> fc2"));
+  std::vector<std::string> types;
+  for (const nlohmann::json& op : result["ops"]) {
+    types.push_back(op.value("type", ""));
+    EXPECT_TRUE(op.value("verified", false)) << op.dump();
+  }
+  EXPECT_THAT(types, ::testing::ElementsAre("ag_gemm", "gemm_rs", "ag_gemm", "gemm_rs"));
+
+  std::tie(text, result) = run({"submit", path, "--wait", "--no-fuse"});
+  EXPECT_THAT(text, ::testing::HasSubstr("overlap pass: left alone qkv_gather + qkv (fuse: false)"));
+  EXPECT_EQ(result["ops"].size(), 8u);
+  for (const nlohmann::json& op : result["ops"]) {
+    EXPECT_TRUE(op.value("verified", false)) << op.dump();
+  }
+  // qkv_gather -> qkv, proj -> proj_rs, fc1_gather -> fc1, fc1 -swiglu-> fc2, fc2 -> fc2_rs.
+  EXPECT_EQ(result["layer_chains"].size(), 5u);
+}
+
+}  // namespace
+}  // namespace overlap::testing

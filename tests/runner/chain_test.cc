@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/graph_parser.h"
+#include "common/overlap_pass.h"
 #include "server/ops/chain_reference.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
@@ -106,6 +107,52 @@ TEST(ChainTest, ReferenceFailsWhenTheInputWasNotHandedOn) {
   EXPECT_LE(handed_on->max_rel_error, again.Tolerance(1));
   EXPECT_EQ(handed_on->rows_checked, 12);
   EXPECT_EQ(handed_on->cols_checked, 64);
+}
+
+// The fused graph computes what the unfused one does: each fused op's output,
+// run alone on the data the pass gave it, matches the float64 reference of the
+// unfused pair it replaced (a gather then a GEMM; a GEMM then a reduction),
+// in bf16 and, but for the gather, in fp8.
+TEST(ChainTest, FusedOpsComputeWhatTheirUnfusedPairsDo) {
+  auto engine = CheckedHostEngine(2);
+  for (const std::string dtype : {"bf16", "fp8"}) {
+    SCOPED_TRACE(dtype);
+    absl::StatusOr<JobSpec> unfused = ParseJobSpec(absl::StrCat(
+        "name: u\ndtype: ", dtype, "\nops:\n"
+        "  - {id: x, type: all_gather, m: 128, n: 64}\n"
+        "  - {id: fc1, type: gemm, m: 128, k: 64, n: 128, input: x}\n"
+        "  - {id: fc2, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
+        "  - {id: fc2_rs, type: reduce_scatter, m: 128, n: 64, input: fc2}\n"
+        "  - {id: out, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
+        "  - {id: out_ar, type: all_reduce, m: 128, n: 64, input: out}\n"));
+    ASSERT_TRUE(unfused.ok()) << unfused.status();
+    const JobSpec fused = FuseCollectives(*unfused);
+    ASSERT_EQ(fused.ops.size(), 3u);
+    ops::ChainReference reference(*unfused, 2);
+    // Each fused op and the unfused op whose output it now writes.
+    const std::pair<int, int> pairs[] = {{0, 1}, {1, 3}, {2, 5}};
+    for (const auto& [fused_index, unfused_index] : pairs) {
+      // An fp8 all_gather alone holds its data at scale 1 (no GEMM to scale
+      // for); the fused ag_gemm draws A at the GEMM's fp8 scale: other data.
+      if (dtype == "fp8" && fused_index == 0) continue;
+      const OpSpec& op = fused.ops[fused_index];
+      ops::Schedule schedule;
+      schedule.mode = OverlapMode::kSerial;
+      schedule.transport = Transport::kP2p;
+      schedule.chunks = 1;
+      auto ctx = ops::OpContext::Create(*engine, op, fused.dtype, {0, 1},
+                                        ops::BuffersFor(op, 2, schedule), ops::RankLayout{2, {}});
+      ASSERT_TRUE(ctx.ok()) << ctx.status();
+      ASSERT_TRUE(ops::FillInputs(**ctx, fused.seed, ops::InputKeysOf(op)).ok());
+      ASSERT_TRUE(engine->Synchronize({0, 1}).ok());
+      ASSERT_TRUE(ops::EnqueueOp(**ctx, schedule).ok());
+      ASSERT_TRUE(engine->Synchronize({0, 1}).ok());
+      absl::StatusOr<ops::Verification> v = reference.Verify(unfused_index, **ctx);
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_LE(v->max_rel_error, reference.Tolerance(unfused_index)) << op.id;
+      EXPECT_GT(v->max_rel_error, 0) << op.id;
+    }
+  }
 }
 
 // A tensor-parallel op's weight gradient is what its data-parallel all-reduce
