@@ -23,6 +23,7 @@ struct SubmitOptions {
   bool wait = false;
   std::vector<std::string> nodes;
   bool no_fuse = false;
+  bool compare_fusion = false;
 };
 
 struct ListOptions {
@@ -61,11 +62,19 @@ CliCommand SubmitCommand() {
                        "node1:7070,node2:7070 (this daemon among them coordinates; replaces the "
                        "graph's nodes)")
             ->delimiter(',');
-        app.add_flag("--no-fuse", options.no_fuse,
-                     "run the graph as written: no overlap pass fusing its plain collectives "
-                     "into the GEMMs beside them (sets the graph's fuse: false)");
+        CLI::Option* no_fuse = app.add_flag(
+            "--no-fuse", options.no_fuse,
+            "run the graph as written: no overlap pass fusing its plain collectives into the "
+            "GEMMs beside them (sets the graph's fuse: false)");
+        app.add_flag("--compare-fusion", options.compare_fusion,
+                     "run the graph with the overlap pass, then without it, and show their step "
+                     "times side by side (waits for both)")
+            ->excludes(no_fuse);
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
+        if (options.compare_fusion) {
+          return CommandsFor(context).CompareFusion(options.file, options.nodes);
+        }
         return CommandsFor(context).Submit(options.file, options.wait, options.nodes,
                                            options.no_fuse);
       });

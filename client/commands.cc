@@ -75,6 +75,46 @@ int Commands::Submit(const std::string& file, bool wait, const std::vector<std::
   return FollowAndPrint(job->id());
 }
 
+int Commands::CompareFusion(const std::string& file, const std::vector<std::string>& nodes) {
+  absl::StatusOr<std::string> spec = ReadGraphFile(file);
+  absl::StatusOr<std::string> unfused = spec.ok() ? WithFuseOff(*spec) : spec;
+  if (!unfused.ok()) {
+    err_ << "overlapctl: " << unfused.status().message() << "\n";
+    return kExitUsage;
+  }
+  const std::string source = file == "-" ? "<stdin>" : file;
+  std::vector<v1::Job> jobs;
+  for (const std::string* text : {&*spec, &*unfused}) {
+    absl::StatusOr<v1::Job> job = client_.SubmitJob(*text, source, nodes);
+    if (!job.ok()) return Fail(job.status());
+    err_ << "submitted job " << job->id() << (jobs.empty() ? " (fused)" : " (unfused)") << "\n";
+    ProgressPrinter progress(err_, err_is_tty_);
+    job = client_.WatchJob(job->id(), [&progress](const v1::Job& event) { progress.Update(event); });
+    progress.Finish();
+    if (!job.ok()) return Fail(job.status());
+    if (IsUnsuccessfulState(job->state())) return PrintFinal(*job);
+    jobs.push_back(*std::move(job));
+  }
+  auto row = [](const v1::Job& job) {
+    const v1::JobResult& r = job.result();
+    int fused = 0;
+    for (const v1::Fusion& f : r.fusions()) fused += f.fused();
+    return nlohmann::json{{"job", job.id()},
+                          {"ops", r.ops_size()},
+                          {"fused_pairs", fused},
+                          {"layer_step_ms", r.layer_step().median_ms()},
+                          {"op_by_op_ms", r.total_step_ms()},
+                          {"layer_exposed_comm_ms", r.layer_exposed_comm_ms()}};
+  };
+  const nlohmann::json fused = row(jobs[0]), plain = row(jobs[1]);
+  if (json_) {
+    out_ << nlohmann::json{{"fused", fused}, {"unfused", plain}}.dump(1) << "\n";
+    return kExitOk;
+  }
+  out_ << FormatFusionComparison(jobs[0], jobs[1]);
+  return kExitOk;
+}
+
 int Commands::Get(const std::string& id) {
   absl::StatusOr<v1::Job> job = client_.GetJob(id);
   if (!job.ok()) return Fail(job.status());

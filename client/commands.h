@@ -24,6 +24,9 @@ class Commands {
   // no_fuse: the graph runs as written (graph key fuse: false, the overlap pass off).
   int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {},
              bool no_fuse = false);
+  // submit --compare-fusion: the graph with the overlap pass, then without it,
+  // one after the other, and their step times side by side.
+  int CompareFusion(const std::string& file, const std::vector<std::string>& nodes);
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);

@@ -48,6 +48,9 @@ std::string FormatShape(const v1::OpResult& op);
 // slow rank (SlowRankNote). A job without results
 // prints the header and its state (and error).
 std::string FormatReport(const v1::Job& job);
+// submit --compare-fusion: a graph's job with the overlap pass and its job
+// without, their ops, layer steps and exposed communication side by side.
+std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused);
 
 // A rank (or, in `overlapctl check`, a GPU) whose GEMM alone ran more than this
 // fraction above the fastest one's is called out: all ranks run the same GEMM at once, and ranks

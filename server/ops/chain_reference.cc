@@ -166,7 +166,10 @@ void ChainReference::ComputeRows(int op, int position, const std::set<int64_t>& 
   const int threads = static_cast<int>(
       std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32)));
   const int64_t blocks = (sh.w_cols + kColumnBlock - 1) / kColumnBlock;
-  for (const auto& [w_rank, products] : by_w_rank) {
+  for (const auto& entry : by_w_rank) {
+    // Named, not bound: lambdas below capture them (clang 14 cannot capture bindings).
+    const int w_rank = entry.first;
+    const std::vector<Product>& products = entry.second;
     const uint64_t seed =
         InputSeed(spec_.seed, GroupInputKeys(InputKeysOf(spec), place.group).w, 1, w_rank);
     auto work = [&, seed](int t) {

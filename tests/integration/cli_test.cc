@@ -790,6 +790,18 @@ TEST_F(DaemonTest, TheOverlapPassFusesAnUnfusedLayerUnlessToldNotTo) {
   }
   // qkv_gather -> qkv, proj -> proj_rs, fc1_gather -> fc1, fc1 -swiglu-> fc2, fc2 -> fc2_rs.
   EXPECT_EQ(result["layer_chains"].size(), 5u);
+
+  RunResult compared = daemon_->Ctl({"submit", path, "--compare-fusion"});
+  ASSERT_EQ(compared.exit_code, 0) << Describe(compared);
+  EXPECT_THAT(compared.out, ::testing::ContainsRegex("  fused +job-[0-9]+ +4 "));
+  EXPECT_THAT(compared.out, ::testing::ContainsRegex("  unfused +job-[0-9]+ +8 "));
+  EXPECT_THAT(compared.out, ::testing::HasSubstr("% layer step against unfused"));
+  compared = daemon_->Ctl({"submit", path, "--compare-fusion", "--json"});
+  ASSERT_EQ(compared.exit_code, 0) << Describe(compared);
+  const nlohmann::json both = ParseJson(compared.out);
+  EXPECT_EQ(both["fused"]["fused_pairs"], 4);
+  EXPECT_EQ(both["unfused"]["ops"], 8);
+  EXPECT_EQ(daemon_->Ctl({"submit", path, "--compare-fusion", "--no-fuse"}).exit_code, 64);
 }
 
 }  // namespace
