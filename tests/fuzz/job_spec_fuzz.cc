@@ -1,7 +1,9 @@
 // Fuzz target: a layer graph as a user or a peer submits it. ParseJobSpec,
 // then ValidateJobSpec as SubmitJob does (on 8 devices, and on 3 without the
 // library's all-reduce algorithms, as on another backend). Every refusal must
-// be INVALID_ARGUMENT; a graph that passes must name devices the node has.
+// be INVALID_ARGUMENT; a graph that passes must name devices the node has, and
+// the overlap pass must turn it into a valid graph with no more ops, as
+// admission relies on.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
+#include "common/overlap_pass.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace overlap::fuzz {
@@ -27,6 +30,9 @@ void Validate(const JobSpec& spec, int device_count, bool library_algorithms) {
   for (int device : *devices) FUZZ_CHECK(device >= 0 && device < device_count);
   const absl::StatusOr<std::vector<int>> order = TopologicalOrder(spec);
   FUZZ_CHECK(order.ok() && order->size() == spec.ops.size());
+  const JobSpec fused = FuseCollectives(spec);
+  FUZZ_CHECK(fused.ops.size() <= spec.ops.size());
+  FUZZ_CHECK(ValidateJobSpec(fused, limits).ok());
 }
 
 }  // namespace
