@@ -50,7 +50,10 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
     }
     const std::string id = op["id"] && op["id"].IsScalar() ? op["id"].Scalar() : "";
     auto it = ran.find(id);
-    if (it == ran.end()) {
+    // An op the overlap pass fused ran as another type (a gemm as ag_gemm):
+    // its schedule means nothing to the op as written.
+    const std::string type = op["type"] && op["type"].IsScalar() ? op["type"].Scalar() : "";
+    if (it == ran.end() || (!it->second->type().empty() && it->second->type() != type)) {
       unpinned.push_back(id);
       continue;
     }
