@@ -507,6 +507,37 @@ TEST_F(ClusterTest, AHostileSpecThroughThePeerPortIsRefusedAtOnce) {
   EXPECT_TRUE(List(1).empty());
 }
 
+// A part whose coordinator's decisions are missing, name an op the graph does
+// not have, or could not run here: refused at once with the code that says
+// which, the peer idle after and nothing queued.
+TEST_F(ClusterTest, APartWithoutRunnableDecisionsIsRefusedAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  const int64_t rss_before = ProcessRssBytes(daemon(1).pid());
+  const std::string spec =
+      WriteGraph("ar.yaml", "name: ar\nops:\n  - {id: ar, type: all_reduce, m: 64, n: 64}\n");
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "INVALID_ARGUMENT "},
+      {"zz=serial/1/nccl/default", "INVALID_ARGUMENT "},
+      {"ar=serial/1/p2p/default", "FAILED_PRECONDITION "},  // copy engines cannot cross daemons
+  };
+  for (const auto& [schedules, code] : cases) {
+    const auto start = Clock::now();
+    RunResult r = Child::Spawn(std::vector<std::string>{PEER_CALL_BIN, peer(1), "AdmitPart",
+                                                        "--key-file", key_, "--as", peer(0),
+                                                        "--coordinator", peer(0), "--nodes",
+                                                        Nodes({0, 1}), "--node-index", "1",
+                                                        "--spec-file", spec, "--owner", "uid:0",
+                                                        "--schedules", schedules},
+                               nodes_[0].dir->path())
+                      ->Wait(std::chrono::seconds(30));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3)) << schedules;
+    EXPECT_THAT(Trim(r.out), ::testing::StartsWith(code)) << schedules << Describe(r);
+  }
+  EXPECT_TRUE(BecomesIdle(daemon(1).pid())) << "the peer kept a core busy";
+  EXPECT_LT(ProcessRssBytes(daemon(1).pid()), rss_before + (64 << 20));
+  EXPECT_TRUE(List(1).empty());
+}
+
 // A peer that just restarted is reached at once: no stale "Connection
 // refused" from the coordinator's channel.
 TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {

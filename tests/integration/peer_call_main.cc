@@ -7,6 +7,7 @@
 //             [--coordinator NODE] [--job ID] [--node-index N] [--part ID]
 //             [--spec-file PATH] [--owner O] [--priority P] [--name NAME]
 //             [--nodes A,B] [--key-name K] [--value-bytes N] [--reason R]
+//             [--schedules OP=MODE/CHUNKS/TRANSPORT[/ALGORITHM],...]
 //
 // METHOD: Hello, AdmitPart, CancelPart, HoldPart, ReportPart, StoreSet, StoreGet.
 #include <grpcpp/create_channel.h>
@@ -16,6 +17,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -101,6 +103,19 @@ int main(int argc, char** argv) {
     request.set_owner(flag("--owner", "uid:0"));
     request.set_priority(priority);
     request.set_name(flag("--name", "attack"));
+    // The coordinator's decisions, as AdmitPart carries them.
+    for (absl::string_view entry : absl::StrSplit(flag("--schedules"), ',', absl::SkipEmpty())) {
+      const std::vector<std::string> op_schedule = absl::StrSplit(entry, '=');
+      const std::vector<std::string> parts = absl::StrSplit(op_schedule.back(), '/');
+      v1::DecidedSchedule* decided = request.add_schedules();
+      decided->set_op_id(op_schedule[0]);
+      decided->set_mode(parts[0]);
+      int chunks = 1;
+      if (parts.size() > 1 && !absl::SimpleAtoi(parts[1], &chunks)) chunks = 1;
+      decided->set_chunks(chunks);
+      if (parts.size() > 2) decided->set_transport(parts[2]);
+      if (parts.size() > 3) decided->set_algorithm(parts[3]);
+    }
     status = Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(
         *stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self, address, request);
   } else if (method == "CancelPart") {
