@@ -265,6 +265,10 @@ const std::vector<Field>& Fields() {
                "cuda backend: CTAs NCCL may use beside a GEMM, whose SMs it leaves free "
                "(0 = no budget)",
                &DaemonConfig::nccl_overlap_ctas, 0, kMaxNcclCtas),
+      IntField("deferred_lane_ctas",
+               "cuda backend: CTAs the deferred lane's NCCL communicators may use (0 = NCCL's "
+               "choice)",
+               &DaemonConfig::deferred_lane_ctas, 0, kMaxNcclCtas),
       NumberField("collective_timeout_s", "abort a collective hung this long (seconds)",
                   &DaemonConfig::collective_timeout_s, /*allow_zero=*/false),
       StringField("metrics_listen",

@@ -79,6 +79,11 @@ struct DaemonConfig {
   // GEMM that already holds them. 0 = no budget: NCCL's own CTA count, GEMMs
   // on every SM.
   int nccl_overlap_ctas = 0;
+  // The deferred lane's communicators (a layer step's gradient all-reduces
+  // under scheduler: dynamic) use at most this many CTAs (ncclConfig_t.maxCTAs):
+  // their kernels spin while they wait for peers, and few CTAs leave the SMs
+  // to the GEMMs beside them. 0 = NCCL's own count.
+  int deferred_lane_ctas = 4;
   // Timed iterations of copy-engine schedules replay one captured CUDA graph:
   // 3-13% shorter steps on the small shapes of the sweep (docs/PERFORMANCE.md).
   bool graph_replay = true;

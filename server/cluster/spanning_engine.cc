@@ -134,6 +134,12 @@ absl::Status SpanningEngine::WaitEvent(StreamId stream, EventId event) {
   return inner_.WaitEvent(stream, event);
 }
 
+absl::StatusOr<bool> SpanningEngine::EventDone(EventId event) {
+  // Another node's event: that node dispatches for its own ranks.
+  if (IsRemoteHandle(event)) return true;
+  return inner_.EventDone(event);
+}
+
 absl::StatusOr<double> SpanningEngine::ElapsedMs(EventId start, EventId end) {
   if (IsRemoteHandle(start) || IsRemoteHandle(end)) {
     return absl::FailedPreconditionError(

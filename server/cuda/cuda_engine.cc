@@ -189,20 +189,26 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
   const size_t capacity = state.pool->capacity();
   // Compute streams chain GEMMs with programmatic edges: a second workspace each.
   const bool chains = config_.programmatic_edges && config_.graph_replay;
-  const size_t workspaces = kStreamsPerDevice + (chains ? kStreamsPerRole : 0);
+  const size_t workspaces = 2 * kStreamsPerRole + (chains ? kStreamsPerRole : 0);
   if (workspace * workspaces > capacity / 4) {
     workspace = capacity / 4 / workspaces / 256 * 256;
     GetLogger("cuda")->warn("device {}: GEMM workspace cut to {} bytes per stream (pool {} bytes)",
                             device, workspace, capacity);
   }
-  for (int role = 0; role < 2; ++role) {
+  constexpr engine::StreamRole kRoles[] = {engine::StreamRole::kCompute, engine::StreamRole::kComm,
+                                           engine::StreamRole::kDeferred};
+  for (int role = 0; role < 3; ++role) {
     for (int index = 0; index < kStreamsPerRole; ++index) {
       StreamSlot& slot = streams_[device * kStreamsPerDevice + role * kStreamsPerRole + index];
       slot.device = device;
-      slot.role = role == 0 ? engine::StreamRole::kCompute : engine::StreamRole::kComm;
-      ASSIGN_OR_RETURN(slot.stream, CudaStream::Create(device, role == 0 ? least : greatest));
+      slot.role = kRoles[role];
+      // The critical lane at the top; GEMMs and the deferred lane at the bottom.
+      const bool critical = slot.role == engine::StreamRole::kComm;
+      ASSIGN_OR_RETURN(slot.stream, CudaStream::Create(device, critical ? greatest : least));
+      if (device == 0 && index == 0 && critical) lane_priorities_ = {greatest, least};
       const bool chained = chains && slot.role == engine::StreamRole::kCompute;
-      if (workspace > 0) {
+      // The deferred lane runs no GEMM: no workspace.
+      if (workspace > 0 && slot.role != engine::StreamRole::kDeferred) {
         for (int w = 0; w < (chained ? 2 : 1); ++w) {
           ASSIGN_OR_RETURN(slot.workspace[w], state.pool->Allocate(workspace));
         }
@@ -304,8 +310,19 @@ int64_t CudaEngineImpl::MemoryInUse(int device) const {
 
 engine::StreamId CudaEngineImpl::GetStream(int device, engine::StreamRole role, int index) {
   if (!ValidDevice(device) || index < 0 || index >= kStreamsPerRole) return -1;
-  const int role_index = role == engine::StreamRole::kCompute ? 0 : 1;
+  const int role_index = role == engine::StreamRole::kCompute ? 0
+                         : role == engine::StreamRole::kComm  ? 1
+                                                              : 2;
   return device * kStreamsPerDevice + role_index * kStreamsPerRole + index;
+}
+
+std::string CudaEngineImpl::DescribeLanes() const {
+  auto ctas = [](int n) { return n > 0 ? absl::StrCat("at most ", n, " CTAs") : "NCCL's CTAs"; };
+  return absl::StrCat("critical lane: comm streams at priority ", lane_priorities_.first,
+                      ", NCCL channels 0-1 (", ctas(0), "; beside a GEMM ",
+                      ctas(config_.nccl_overlap_ctas), "); deferred lane: streams at priority ",
+                      lane_priorities_.second, ", NCCL channel ", engine::kDeferredLaneChannel,
+                      " (", ctas(config_.deferred_lane_ctas), ")");
 }
 
 int CudaEngineImpl::MultiprocessorCount(int device) const {
@@ -450,6 +467,15 @@ absl::Status CudaEngineImpl::WaitEvent(engine::StreamId stream, engine::EventId 
   // Works across devices: the stream waits for another GPU's event.
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(slot->stream.get(), entry.event->get(), 0));
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaEngineImpl::EventDone(engine::EventId event) {
+  ASSIGN_OR_RETURN(EventEntry entry, LookupEvent(event));
+  if (!entry.recorded) return true;
+  const cudaError_t query = cudaEventQuery(entry.event->get());
+  if (query == cudaErrorNotReady) return false;
+  CUDA_RETURN_IF_ERROR(query);
+  return true;
 }
 
 absl::StatusOr<double> CudaEngineImpl::ElapsedMs(engine::EventId start, engine::EventId end) {

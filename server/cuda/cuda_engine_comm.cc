@@ -114,7 +114,7 @@ absl::Status CudaEngineImpl::RunCollective(
   ASSIGN_OR_RETURN(const bool stand_in, NeedsStandIn(devices, args.channel));
   if (stand_in) return StandInCollective(kind, args.dtype, args.count, ranks);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
-                   comms_->Get(devices, args.channel, CtasFor(args.beside_gemm), args.algorithm));
+                   comms_->Get(devices, args.channel, CtasFor(args.beside_gemm, args.channel), args.algorithm));
   return RunGroup(
       *group,
       [&](int r) -> absl::Status {
@@ -178,7 +178,7 @@ absl::Status CudaEngineImpl::CrossProcessCollective(engine::CollectiveOp op, con
   for (const RankPtrs& rank : ranks) devices.push_back(rank.device);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
                    comms_->GetShared(id, nranks, devices, global_ranks,
-                                     CtasFor(args.beside_gemm)));
+                                     CtasFor(args.beside_gemm, args.channel)));
   const ncclDataType_t type = NcclType(args.dtype);
   return RunGroup(
       *group,
@@ -242,7 +242,7 @@ absl::Status CudaEngineImpl::SendRecv(int channel, const std::vector<int>& group
   ASSIGN_OR_RETURN(const bool stand_in, NeedsStandIn(group_devices, channel));
   if (stand_in) return StandInSendRecv(resolved);
   ASSIGN_OR_RETURN(std::shared_ptr<NcclGroup> group,
-                   comms_->Get(group_devices, channel, CtasFor(beside_gemm)));
+                   comms_->Get(group_devices, channel, CtasFor(beside_gemm, channel)));
   // Every send and receive is issued in the first rank's slot of one group: NCCL
   // matches them by (peer, order), which is the transfer order on both sides.
   return RunGroup(

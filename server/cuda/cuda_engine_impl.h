@@ -40,7 +40,8 @@ class CudaEngineImpl final : public CudaEngine,
                              public engine::CrossProcessCollectives {
  public:
   static constexpr int kStreamsPerRole = 2;
-  static constexpr int kStreamsPerDevice = 2 * kStreamsPerRole;
+  // Compute, comm (the critical lane) and deferred (the deferred lane).
+  static constexpr int kStreamsPerDevice = 3 * kStreamsPerRole;
 
   static absl::StatusOr<std::unique_ptr<CudaEngineImpl>> Create(const DaemonConfig& config,
                                                                 int device_count);
@@ -69,6 +70,7 @@ class CudaEngineImpl final : public CudaEngine,
   }
 
   int StreamsPerRole() const override { return kStreamsPerRole; }
+  std::string DescribeLanes() const override;
   OVERLAP_ENGINE_WORK_OVERRIDES;
 
   int MultiprocessorCount(int device) const override;
@@ -98,8 +100,12 @@ class CudaEngineImpl final : public CudaEngine,
                                       const engine::CollectiveArgs& args) override;
 
  private:
-  // The CTA cap of the communicator a collective uses (0 = NCCL's choice).
-  int CtasFor(bool beside_gemm) const { return beside_gemm ? config_.nccl_overlap_ctas : 0; }
+  // The CTA cap of the communicator a collective uses (0 = NCCL's choice):
+  // the deferred lane's, or the budget beside a GEMM.
+  int CtasFor(bool beside_gemm, int channel) const {
+    if (channel == engine::kDeferredLaneChannel) return config_.deferred_lane_ctas;
+    return beside_gemm ? config_.nccl_overlap_ctas : 0;
+  }
 
   struct StreamSlot {
     int device = 0;
@@ -215,6 +221,8 @@ class CudaEngineImpl final : public CudaEngine,
   mutable absl::Mutex mu_;
   std::map<engine::BufferId, BufferEntry> buffers_ ABSL_GUARDED_BY(mu_);
   std::map<engine::EventId, EventEntry> events_ ABSL_GUARDED_BY(mu_);
+  // The critical and deferred lanes' stream priorities (set with the streams).
+  std::pair<int, int> lane_priorities_ = {0, 0};
   int64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<engine::GraphId, GraphEntry> graphs_ ABSL_GUARDED_BY(mu_);

@@ -82,6 +82,10 @@ class Engine {
   // daemons (server/cluster/spanning_engine.h). Nothing enqueued there runs
   // here, and its buffers and events have no contents or times to read.
   virtual bool IsLocalDevice(int device) const = 0;
+  // How the critical lane (kComm streams) and the deferred lane (kDeferred
+  // streams, channel kDeferredLaneChannel) are set up: stream priorities and
+  // their communicators' limits, one line for `node` and the report.
+  virtual std::string DescribeLanes() const = 0;
 
   // The parts only some engines have; null where this one has none. Each
   // lives as long as the engine.
@@ -106,6 +110,10 @@ class Engine {
   virtual absl::Status WaitEvent(StreamId stream, EventId event) = 0;
   // Milliseconds between two completed records of events on one device.
   virtual absl::StatusOr<double> ElapsedMs(EventId start, EventId end) = 0;
+  // Whether the latest record of `event` has completed (true when it was
+  // never recorded, as cudaEventQuery answers). Never blocks: the run-time
+  // dispatcher polls it (server/runner/deferred_dispatcher.h).
+  virtual absl::StatusOr<bool> EventDone(EventId event) = 0;
 
   // Fill with SeededUniform(seed, i) * scale, or with a constant (poisoning
   // uses NaN). `count` elements of `dtype` from the start of `dst`.
@@ -164,6 +172,9 @@ class EngineDefaults : public Engine {
   int RanksPerGpu() const override { return 1; }
   bool LibraryAlgorithms() const override { return false; }
   bool IsLocalDevice(int device) const override { return true; }
+  std::string DescribeLanes() const override {
+    return "critical and deferred lanes: streams of equal priority, no communicator limits";
+  }
   const DeviceMonitor* Monitor() const override { return nullptr; }
   GraphCapture* Graphs() const override { return nullptr; }
   LaunchGates* Gates() const override { return nullptr; }

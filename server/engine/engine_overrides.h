@@ -23,6 +23,7 @@
       override;                                                                                 \
   absl::StatusOr<double> ElapsedMs(::overlap::engine::EventId start,                            \
                                    ::overlap::engine::EventId end) override;                    \
+  absl::StatusOr<bool> EventDone(::overlap::engine::EventId event) override;                    \
   absl::Status FillRandom(::overlap::engine::StreamId stream, ::overlap::engine::BufferRef dst, \
                           ::overlap::DType dtype, uint64_t seed, float scale) override;         \
   absl::Status FillConstant(::overlap::engine::StreamId stream,                                 \

@@ -23,9 +23,16 @@ constexpr BufferId kNoBuffer = -1;
 constexpr EventId kNoEvent = -1;
 
 enum class StreamRole {
-  kCompute,  // lowest priority: GEMMs, reductions
-  kComm,     // highest priority: collectives, peer copies
+  kCompute,   // lowest priority: GEMMs, reductions
+  kComm,      // highest priority: collectives, peer copies (the critical lane)
+  kDeferred,  // lowest priority: deferred collectives and their copies (the deferred lane)
 };
+
+// The communicator channel of the deferred lane: its library collectives get
+// their own communicator (each lane's communicator then sees one op order on
+// every rank), which the backend may cap to a few CTAs so that its kernels,
+// spinning while they wait for peers, leave the SMs to the GEMMs.
+constexpr int kDeferredLaneChannel = 2;
 
 // A byte range of a buffer.
 struct BufferRef {

@@ -29,6 +29,7 @@ class ForwardingEngine : public Engine {
   int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
   bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
   bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
+  std::string DescribeLanes() const override { return inner_.DescribeLanes(); }
 
   const DeviceMonitor* Monitor() const override { return inner_.Monitor(); }
   GraphCapture* Graphs() const override { return inner_.Graphs(); }
@@ -55,6 +56,7 @@ class ForwardingEngine : public Engine {
   absl::StatusOr<double> ElapsedMs(EventId start, EventId end) override {
     return inner_.ElapsedMs(start, end);
   }
+  absl::StatusOr<bool> EventDone(EventId event) override { return inner_.EventDone(event); }
 
   absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
                           float scale) override {

@@ -188,6 +188,14 @@ absl::Status OpContext::MoveToSideStreams() {
   return absl::OkStatus();
 }
 
+void OpContext::MoveToDeferredLane() {
+  for (RankState& rs : ranks_) {
+    rs.compute = engine_->GetStream(rs.device, engine::StreamRole::kDeferred, 0);
+    rs.comm = rs.compute;
+  }
+  channel_ = engine::kDeferredLaneChannel;
+}
+
 OpContext::~OpContext() {
   for (auto& [key, event] : events_) engine_->DestroyEvent(event);
   for (RankState& rs : ranks_) {

@@ -204,6 +204,11 @@ class OpContext {
   // the main ops' channel 0. FAILED_PRECONDITION where the engine has one
   // stream per role.
   absl::Status MoveToSideStreams();
+  // A gradient all-reduce the run-time dispatcher sends (scheduler: dynamic):
+  // every rank's streams are its deferred-lane stream (lowest priority), and
+  // its library collectives use the deferred lane's communicator
+  // (engine::kDeferredLaneChannel).
+  void MoveToDeferredLane();
   int channel() const { return channel_; }
 
  private:

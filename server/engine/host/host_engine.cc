@@ -82,12 +82,17 @@ HostEngine::HostEngine(const HostEngineOptions& options)
   const int spr = options.streams_per_role;
   std::vector<std::string> names;
   for (int d = 0; d < options.device_count; ++d) {
-    for (const char* role : {"comm", "compute"}) {
+    // The critical lane (comm) runs ahead of the deferred lane on its device.
+    auto gate = std::make_shared<PriorityGate>();
+    for (const char* role : {"comm", "compute", "deferred"}) {
+      const WorkerPriority priority = role == std::string("comm")       ? WorkerPriority::kHigh
+                                      : role == std::string("deferred") ? WorkerPriority::kLow
+                                                                        : WorkerPriority::kNormal;
       for (int i = 0; i < spr; ++i) {
         Stream stream;
         stream.device = d;
         stream.name = absl::StrCat(role, i, "@dev", d);
-        stream.worker = std::make_unique<StreamWorker>(stream.name);
+        stream.worker = std::make_unique<StreamWorker>(stream.name, gate, priority);
         names.push_back(stream.name);
         streams_.push_back(std::move(stream));
       }
@@ -152,8 +157,8 @@ StreamId HostEngine::GetStream(int device, StreamRole role, int index) {
       index >= options_.streams_per_role) {
     return -1;
   }
-  const int role_index = role == StreamRole::kComm ? 0 : 1;
-  return (device * 2 + role_index) * options_.streams_per_role + index;
+  const int role_index = role == StreamRole::kComm ? 0 : role == StreamRole::kCompute ? 1 : 2;
+  return (device * kRoles + role_index) * options_.streams_per_role + index;
 }
 
 absl::Status HostEngine::CheckDevice(int device, absl::string_view what) const {
@@ -207,7 +212,7 @@ absl::StatusOr<HostEngine::Range> HostEngine::ResolveTyped(const BufferRef& ref,
 
 std::vector<StreamId> HostEngine::DeviceStreams(absl::Span<const int> devices) const {
   std::vector<StreamId> ids;
-  const int per_device = 2 * options_.streams_per_role;
+  const int per_device = kRoles * options_.streams_per_role;
   for (int d : devices) {
     for (int i = 0; i < per_device; ++i) ids.push_back(d * per_device + i);
   }
@@ -360,6 +365,19 @@ absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
   if (hazards_ != nullptr) hazards_->Merge(stream, it->second.snapshot);
   s->worker->Enqueue([record] { record->Wait(); });
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> HostEngine::EventDone(EventId event) {
+  std::shared_ptr<EventRecord> record;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("EventDone: unknown event ", event));
+    }
+    record = it->second.latest;
+  }
+  return record == nullptr || record->done();
 }
 
 absl::StatusOr<double> HostEngine::ElapsedMs(EventId start, EventId end) {

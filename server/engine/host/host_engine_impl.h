@@ -39,6 +39,10 @@ class HostEngine final : public EngineDefaults,
   BackendVersions Versions() const override;
   double PreheatMs() const override { return options_.preheat_ms; }
   int StreamsPerRole() const override { return options_.streams_per_role; }
+  std::string DescribeLanes() const override {
+    return "critical lane: comm streams, ahead of the deferred lane on their device; deferred "
+           "lane: deferred streams, each task yielding to a running critical one for up to 2 ms";
+  }
   OVERLAP_ENGINE_WORK_OVERRIDES;
 
   // Its parts: gates only when they are on; every buffer is host memory.
@@ -92,6 +96,7 @@ class HostEngine final : public EngineDefaults,
     uint8_t* data() const { return storage->data.get() + offset; }
   };
   enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
+  static constexpr int kRoles = 3;  // comm, compute, deferred: each streams_per_role streams
 
   explicit HostEngine(const HostEngineOptions& options);
 

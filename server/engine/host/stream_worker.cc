@@ -7,7 +7,24 @@
 
 namespace overlap::engine::host {
 
-StreamWorker::StreamWorker(std::string name) : name_(std::move(name)) {
+void PriorityGate::HighBegin() {
+  absl::MutexLock lock(&mu_);
+  ++high_running_;
+}
+
+void PriorityGate::HighEnd() {
+  absl::MutexLock lock(&mu_);
+  --high_running_;
+}
+
+void PriorityGate::LowWait(absl::Duration max_yield) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(this, &PriorityGate::NoHighLocked), max_yield);
+}
+
+StreamWorker::StreamWorker(std::string name, std::shared_ptr<PriorityGate> gate,
+                           WorkerPriority priority)
+    : name_(std::move(name)), gate_(std::move(gate)), priority_(priority) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -42,7 +59,10 @@ void StreamWorker::Run() {
       queue_.pop_front();
       busy_ = true;
     }
+    if (gate_ != nullptr && priority_ == WorkerPriority::kLow) gate_->LowWait(kMaxLowPriorityYield);
+    if (gate_ != nullptr && priority_ == WorkerPriority::kHigh) gate_->HighBegin();
     task();
+    if (gate_ != nullptr && priority_ == WorkerPriority::kHigh) gate_->HighEnd();
     task = nullptr;  // release what the task holds before reporting idle
     absl::MutexLock lock(&mu_);
     busy_ = false;

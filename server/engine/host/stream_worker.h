@@ -10,19 +10,46 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace overlap::engine::host {
+
+// Stream priority on the host, per device: a low-priority worker (the
+// deferred lane) holds each task back while a high-priority one (the critical
+// lane) of its device runs a task, for at most `max_yield`, as a GPU's block
+// scheduler favours a high-priority stream's blocks without starving the
+// others. Bounded, so that a critical task waiting for deferred work (or for
+// a peer) cannot hold the deferred lane forever. Thread-safe.
+class PriorityGate {
+ public:
+  void HighBegin();
+  void HighEnd();
+  // Returns once no high-priority task runs, or after `max_yield`.
+  void LowWait(absl::Duration max_yield);
+
+ private:
+  bool NoHighLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return high_running_ == 0; }
+  absl::Mutex mu_;
+  int high_running_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+enum class WorkerPriority { kNormal, kHigh, kLow };
+
+// How long a low-priority task yields to high-priority ones at most.
+inline constexpr absl::Duration kMaxLowPriorityYield = absl::Milliseconds(2);
 
 // One in-order queue served by its own thread. Thread-safe.
 class StreamWorker {
  public:
-  explicit StreamWorker(std::string name);
+  explicit StreamWorker(std::string name, std::shared_ptr<PriorityGate> gate = nullptr,
+                        WorkerPriority priority = WorkerPriority::kNormal);
   // Runs what is still queued, then joins the thread.
   ~StreamWorker();
   StreamWorker(const StreamWorker&) = delete;
@@ -41,6 +68,8 @@ class StreamWorker {
   }
 
   const std::string name_;
+  const std::shared_ptr<PriorityGate> gate_;  // null: no priority
+  const WorkerPriority priority_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
