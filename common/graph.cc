@@ -114,6 +114,18 @@ std::string ActivationName(Activation activation) {
   return "unknown";
 }
 
+std::string SchedulerName(Scheduler scheduler) {
+  return scheduler == Scheduler::kDynamic ? "dynamic" : "static";
+}
+
+absl::StatusOr<Scheduler> ParseScheduler(absl::string_view name) {
+  for (Scheduler s : {Scheduler::kStatic, Scheduler::kDynamic}) {
+    if (name == SchedulerName(s)) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown scheduler \"", absl::CHexEscape(name),
+                                                 "\" (expected static, dynamic)"));
+}
+
 absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
   for (Activation a : {Activation::kNone, Activation::kGelu, Activation::kSwiglu}) {
     if (name == ActivationName(a)) return a;

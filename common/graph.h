@@ -89,6 +89,15 @@ absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name);
 //   swiglu: a gated MLP's SiLU(gate) x up, where each rank's shard of the
 //           producer's output holds its gate columns, then its up columns
 //           (Megatron-LM's layout of fc1's weight): the width halves.
+// How a layer step sends its deferred collectives (the gradient all-reduces
+// nothing in the step waits on): static, as planned before the step from the
+// ops' times alone; dynamic, chunk by chunk at run time on the deferred lane,
+// between critical collectives and within defer_bound_ms
+// (server/runner/deferred_dispatcher.h).
+enum class Scheduler { kStatic, kDynamic };
+std::string SchedulerName(Scheduler scheduler);  // "static" | "dynamic"
+absl::StatusOr<Scheduler> ParseScheduler(absl::string_view name);
+
 enum class Activation { kNone, kGelu, kSwiglu };
 std::string ActivationName(Activation activation);  // "none" | "gelu" | "swiglu"
 absl::StatusOr<Activation> ParseActivation(absl::string_view name);
@@ -141,6 +150,10 @@ struct Mesh {
   bool declared() const { return tp > 0; }
 };
 
+// The chunk of a deferred all-reduce under scheduler: dynamic when chunk_kib is
+// 0: small enough to yield between chunks to critical work.
+inline constexpr int kDynamicChunkKib = 256;
+
 struct JobSpec {
   std::string name;
   std::vector<int> devices;  // empty = every device of the backend
@@ -174,6 +187,10 @@ struct JobSpec {
   // streams before the first op that starts at least this long (by the ops'
   // times alone) after it was sent, or at the end of the step.
   double defer_bound_ms = 50;
+  // static | dynamic (Scheduler). Under dynamic, defer_bound_ms is each
+  // deferred collective's deadline after its input was ready, and gradient
+  // all-reduces are sent in chunks of chunk_kib (kDynamicChunkKib when 0).
+  Scheduler scheduler = Scheduler::kStatic;
   // Autotune again even where the tuning cache holds a choice for an op:
   // choices tuned before this job started are ignored and replaced (bench sets
   // it: a benchmark measures what wins now).

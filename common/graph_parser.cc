@@ -27,7 +27,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
-    "mesh", "chunk_kib", "defer_bound_ms", "nodes", "fuse"};
+    "mesh", "chunk_kib", "defer_bound_ms", "nodes", "fuse", "scheduler"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
                                  "chunks", "transport", "algorithm", "group", "after",
                                  "input", "activation", "parallel"};
@@ -263,6 +263,9 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.retune, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "timeline") {
       ASSIGN_OR_RETURN(spec.timeline, WithPath(yaml_util::ReadBool(value), key));
+    } else if (key == "scheduler") {
+      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
+      ASSIGN_OR_RETURN(spec.scheduler, WithPath(ParseScheduler(name), key));
     } else if (key == "fuse") {
       ASSIGN_OR_RETURN(spec.fuse, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {

@@ -455,6 +455,44 @@ absl::StatusOr<std::vector<int>> TopologicalOrder(const JobSpec& spec, const Rea
   return order;
 }
 
+namespace {
+
+// scheduler: dynamic needs a bound to keep and something to defer: a
+// collective alone that no op waits on or reads (a gradient all-reduce),
+// beside at least one op with a GEMM, in a layer step.
+absl::Status CheckScheduler(const JobSpec& spec) {
+  if (spec.scheduler != Scheduler::kDynamic) return absl::OkStatus();
+  if (!(spec.defer_bound_ms > 0)) {
+    return Error("defer_bound_ms",
+                 absl::StrCat("must be above 0 with scheduler: dynamic, where it is each deferred "
+                              "collective's deadline after its input is ready (got ",
+                              spec.defer_bound_ms, ")"));
+  }
+  if (!spec.layer_step) {
+    return Error("scheduler", "dynamic schedules the layer step, which layer_step: false turns off");
+  }
+  std::set<std::string> waited_on;
+  bool any_gemm = false;
+  for (const OpSpec& op : spec.ops) {
+    waited_on.insert(op.after.begin(), op.after.end());
+    if (!op.input.empty()) waited_on.insert(op.input);
+    any_gemm = any_gemm || !IsCollectiveOnly(op.type);
+  }
+  bool any_deferrable = false;
+  for (const OpSpec& op : spec.ops) {
+    any_deferrable = any_deferrable || (IsCollectiveOnly(op.type) && waited_on.count(op.id) == 0);
+  }
+  if (!any_gemm || !any_deferrable) {
+    return Error("scheduler",
+                 "dynamic: the graph has nothing to defer: it needs a collective alone that no op "
+                 "waits on (a gradient all_reduce, e.g. overlapctl graph --pass backward --grads) "
+                 "beside an op with a GEMM");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
                                                  const ValidationLimits& limits) {
   RETURN_IF_ERROR(CheckPrintable("name", spec.name, kMaxNameBytes));
@@ -483,6 +521,7 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   }
   RETURN_IF_ERROR(CheckWiring(spec, device_count));
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
+  RETURN_IF_ERROR(CheckScheduler(spec));
   return group;
 }
 

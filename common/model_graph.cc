@@ -449,6 +449,9 @@ std::string LayerGraphYaml(const LayerGraph& graph) {
     // JSON's number form: the shortest that reads back as the same double.
     absl::StrAppend(&out, "defer_bound_ms: ", nlohmann::json(spec.defer_bound_ms).dump(), "\n");
   }
+  if (spec.scheduler != defaults.scheduler) {
+    absl::StrAppend(&out, "scheduler: ", SchedulerName(spec.scheduler), "\n");
+  }
   absl::StrAppend(&out, "ops:\n");
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];

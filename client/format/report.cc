@@ -120,6 +120,54 @@ std::string FormatDeferrals(const v1::JobResult& result) {
                          FormatMs(result.layer_step_without_deferred().median_ms()));
 }
 
+// scheduler: dynamic: how the run-time dispatcher sent each deferred
+// collective and whether priority held, per device.
+std::string FormatDispatch(const v1::JobResult& result) {
+  if (result.layer_scheduler() != "dynamic") return "";
+  std::string out = absl::StrCat(
+      "scheduler: dynamic (deferred collectives dispatched at run time on the deferred lane; the "
+      "step ran live, not from a captured graph)\nlanes: ",
+      result.lanes(), "\n");
+  TextTable table({{"deferred"},
+                   {"chunks", Align::kRight},
+                   {"ready ms", Align::kRight},
+                   {"first chunk ms", Align::kRight},
+                   {"finished ms", Align::kRight},
+                   {"worst delay ms", Align::kRight},
+                   {"bound ms", Align::kRight},
+                   {"bound"},
+                   {"yielded", Align::kRight},
+                   {"forced", Align::kRight}});
+  for (const v1::LayerDeferral& d : result.layer_deferrals()) {
+    if (!d.dispatched()) continue;
+    table.AddRow({d.op(), absl::StrCat(d.pieces()), FormatMs(d.ready_ms()),
+                  FormatMs(d.first_chunk_ms()), FormatMs(d.finished_ms()),
+                  FormatMs(d.worst_delay_ms()), FormatMs(d.bound_ms()),
+                  d.worst_delay_ms() <= d.bound_ms()
+                      ? "met"
+                      : absl::StrCat("missed by ", FormatMs(d.worst_delay_ms() - d.bound_ms()),
+                                     " ms"),
+                  absl::StrCat(d.chunks_yielded()), absl::StrCat(d.chunks_forced())});
+  }
+  absl::StrAppend(&out, "deferred lane, medians of ", result.layer_dispatch_iterations(),
+                  " dispatched iterations (ms from the iteration's start; chunks yielded and "
+                  "forced summed over them):\n",
+                  table.Render());
+  std::vector<std::string> devices;
+  for (const v1::LaneFigures& f : result.lane_figures()) {
+    devices.push_back(absl::StrFormat("device %d %s ms (lane busy %s ms)", f.device(),
+                                      FormatMs(f.inversion_ms()), FormatMs(f.deferred_busy_ms())));
+  }
+  if (!devices.empty()) {
+    absl::StrAppend(&out, "deferred chunks beside critical collectives (priority inversion, at most): ",
+                    absl::StrJoin(devices, ", "), "\n");
+  }
+  for (const std::string& note : result.scheduler_notes()) {
+    absl::StrAppend(&out, "scheduler note: ", note, "\n");
+  }
+  return out;
+}
+
 // The chains the layer step verified end to end:
 // "chains verified against float64: fc1 -swiglu-> fc2 3.1e-03 (tolerance 4.5e-02)".
 std::string FormatChains(const v1::JobResult& result) {
@@ -410,7 +458,8 @@ std::string FormatReport(const v1::Job& job) {
                 total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
   absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
-                  FormatDeferrals(result), FormatChains(result), FormatFusions(result));
+                  FormatDeferrals(result), FormatDispatch(result), FormatChains(result),
+                  FormatFusions(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;

@@ -93,6 +93,21 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
   merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
   *merged.mutable_layer_deferrals() = layer.layer_deferrals();
+  // Each node dispatched for its own ranks: a deferral's worst delay is the
+  // worst any node saw, and every node's devices have their lane figures.
+  for (int n = 0; n < count; ++n) {
+    for (int d = 0; d < merged.layer_deferrals_size() && d < parts[n].layer_deferrals_size(); ++d) {
+      v1::LayerDeferral* deferral = merged.mutable_layer_deferrals(d);
+      deferral->set_worst_delay_ms(
+          std::max(deferral->worst_delay_ms(), parts[n].layer_deferrals(d).worst_delay_ms()));
+    }
+    for (const v1::LaneFigures& f : parts[n].lane_figures()) *merged.add_lane_figures() = f;
+  }
+  merged.set_layer_scheduler(parts[0].layer_scheduler());
+  merged.set_layer_captured(parts[0].layer_captured());
+  merged.set_lanes(parts[0].lanes());
+  merged.set_layer_dispatch_iterations(parts[0].layer_dispatch_iterations());
+  *merged.mutable_scheduler_notes() = parts[0].scheduler_notes();
   *merged.mutable_fusions() = parts[0].fusions();  // every node ran the same pass
   // Each node checked its own ranks of every chain: the job's error is the largest.
   *merged.mutable_layer_chains() = parts[0].layer_chains();

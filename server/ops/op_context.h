@@ -87,6 +87,10 @@ enum class EventKind : uint8_t {
   kArPs,            // parameter server: a piece summed on rank 0
   kArHierarchical,  // hierarchical: a rank's phase done (step: which phase)
   kInputReady,      // the layer step: an input made from another op's output
+  kCriticalStart,   // scheduler: dynamic: an op with a collective starts on the main streams
+  kCriticalDone,    // and is done
+  kChunkStart,      // a deferred chunk starts on the deferred lane (index: the chunk)
+  kChunkEnd,        // and is done
 };
 
 struct RankState {

@@ -214,7 +214,27 @@ v1::JobResult ToProto(const runner::JobReport& report) {
     out->set_piece_bytes(d.piece_bytes);
     out->set_joined_before(d.joined_before);
     out->set_alone_ms(d.alone_ms);
+    out->set_dispatched(d.dispatched);
+    if (!d.dispatched) continue;
+    out->set_ready_ms(d.ready_ms);
+    out->set_first_chunk_ms(d.first_chunk_ms);
+    out->set_finished_ms(d.finished_ms);
+    out->set_worst_delay_ms(d.worst_delay_ms);
+    out->set_bound_ms(d.bound_ms);
+    out->set_chunks_yielded(d.chunks_yielded);
+    out->set_chunks_forced(d.chunks_forced);
   }
+  result.set_layer_scheduler(layer.scheduler);
+  result.set_layer_captured(layer.captured);
+  result.set_lanes(layer.lanes);
+  result.set_layer_dispatch_iterations(layer.dispatch_iterations);
+  for (const runner::LaneFigures& f : layer.lane_figures) {
+    v1::LaneFigures* out = result.add_lane_figures();
+    out->set_device(f.device);
+    out->set_inversion_ms(f.inversion_ms);
+    out->set_deferred_busy_ms(f.deferred_busy_ms);
+  }
+  for (const std::string& note : layer.scheduler_notes) result.add_scheduler_notes(note);
   if (layer.without_deferred) {
     *result.mutable_layer_step_without_deferred() = ToProto(*layer.without_deferred);
     result.set_layer_deferred_hidden_fraction(layer.deferred_hidden_fraction);

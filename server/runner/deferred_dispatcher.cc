@@ -61,24 +61,6 @@ void DeferredDispatcher::Issued(const DispatchDecision& decision, double now_ms)
   Advance();
 }
 
-std::vector<int> DeferredDispatcher::Flush(int work, double now_ms) {
-  std::vector<int> chunks;
-  while (!AllIssued() && Head() <= work) {
-    const int head = Head();
-    DispatchRecord& r = records_[head_];
-    // A join waits on a collective whose input the step has produced by now.
-    if (r.ready_ms < 0) r.ready_ms = now_ms;
-    if (r.issued == 0) r.first_issued_ms = now_ms;
-    r.last_issued_ms = now_ms;
-    ++r.issued;
-    ++r.flushed;
-    head_chunk_yielded_ = false;
-    chunks.push_back(head);
-    Advance();
-  }
-  return chunks;
-}
-
 void DeferredDispatcher::Advance() {
   while (head_ < work_.size() && records_[head_].issued >= std::max(1, work_[head_].chunks)) {
     ++head_;

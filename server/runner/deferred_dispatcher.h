@@ -22,8 +22,6 @@
 //  - Bounded. A chunk whose deadline (ready + bound) is near (now plus the
 //    chunk's expected time reaches it) goes regardless, and is counted as
 //    forced: nothing starves behind a steady stream of critical work.
-//  - Joins go first. Flush(i) releases every chunk up to collective i at once
-//    (the step is about to wait on it), in the same fixed order.
 #pragma once
 
 #include <functional>
@@ -49,7 +47,6 @@ struct DispatchRecord {
   int issued = 0;              // chunks issued
   int yielded = 0;             // chunks that waited for critical work
   int forced = 0;              // chunks sent while critical work was pending (deadline near)
-  int flushed = 0;             // chunks released by a join (Flush)
 };
 
 // Why Next() answered as it did.
@@ -78,11 +75,6 @@ class DeferredDispatcher {
   // collective queued or running. The caller issues it, then calls Issued.
   DispatchDecision Next(double now_ms, const std::function<bool(int device)>& critical_pending);
   void Issued(const DispatchDecision& decision, double now_ms);
-
-  // The chunks to issue now because the step joins collective `work`: every
-  // chunk not yet issued of the collectives up to and including it, in order.
-  // Each is recorded as issued (flushed) at `now_ms`.
-  std::vector<int> Flush(int work, double now_ms);
 
   bool AllIssued() const { return head_ >= work_.size(); }
   // The collective whose chunk goes next, or -1 when all are issued.

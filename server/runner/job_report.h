@@ -24,6 +24,30 @@ struct LayerDeferral {
   int64_t piece_bytes = 0;     // chunked: the bytes of each piece
   std::string joined_before;   // the op the main streams waited for it before; "" = the end
   double alone_ms = 0;         // its time alone (a bucket: its members' sum)
+  // scheduler: dynamic, on the deferred lane: when (ms after the iteration
+  // started, on the device's clock, the latest rank; medians over the dispatch
+  // iterations) its input was ready, its first chunk started and its last
+  // finished; the worst delay (finished - ready) against the bound; and how
+  // its chunks went, summed over the dispatch iterations: yielded to critical
+  // work, forced by a near deadline.
+  bool dispatched = false;
+  double ready_ms = 0;
+  double first_chunk_ms = 0;
+  double finished_ms = 0;
+  double worst_delay_ms = 0;
+  double bound_ms = 0;
+  int chunks_yielded = 0;
+  int chunks_forced = 0;
+};
+
+// scheduler: dynamic, per device (medians over the dispatch iterations): how
+// long deferred chunks ran while a critical collective was in flight there (an
+// upper bound on how long critical work waited behind deferred work, priority
+// inversion: ~0 when priority held), and how long the deferred lane was busy.
+struct LaneFigures {
+  int device = 0;
+  double inversion_ms = 0;
+  double deferred_busy_ms = 0;
 };
 
 // An op that reads another's output, checked against the float64 reference
@@ -48,6 +72,15 @@ struct LayerStepReport {
   std::optional<Summary> without_deferred;
   double deferred_hidden_fraction = 0;
   std::vector<LayerChainCheck> chains;  // with verify
+  // How the deferred collectives were sent: "static" (planned before the
+  // step) or "dynamic" (dispatched at run time; the step then runs live, not
+  // replayed from a captured graph: captured = false).
+  std::string scheduler = "static";
+  bool captured = false;        // the timed step replayed one captured graph
+  std::string lanes;            // Engine::DescribeLanes, under dynamic
+  int dispatch_iterations = 0;  // dynamic: the iterations the figures below come from
+  std::vector<LaneFigures> lane_figures;
+  std::vector<std::string> scheduler_notes;  // what the bound or chunk size could not keep
 };
 
 struct JobReport {

@@ -14,6 +14,8 @@
 #include "common/status_macros.h"
 #include "server/ops/chain_reference.h"
 #include "server/ops/op_context.h"
+#include "server/runner/dynamic_step.h"
+#include "server/runner/layer_members.h"
 #include "server/runner/op_phases.h"
 #include "server/runner/op_run.h"
 #include "server/ops/reference.h"
@@ -32,77 +34,6 @@ using ops::Schedule;
 using ops::Verification;
 using ops::VerifyOutputs;
 namespace {
-
-struct Member {
-  int spec_index = 0;  // the op's index in the spec: its input seeds
-  OpSpec op;
-  Schedule schedule;
-  std::unique_ptr<OpContext> ctx;
-  bool deferred = false;              // on the side streams
-  std::string join_before;            // the first op that waits for it; "" = the end of the step
-  std::vector<std::string> bucketed;  // a bucket: the ids of the all-reduces it merges
-  // A chunked all-reduce (JobSpec::chunk_kib): its rows in pieces, the first
-  // sent where it stands and each next one after the next op on the main
-  // streams; empty = whole. `sent` counts the pieces enqueued this iteration.
-  std::vector<ops::RowRange> pieces;
-  size_t sent = 0;
-  double alone_ms = 0;  // its collective alone (a bucket: its members'), from their own runs
-  // The member whose output is this one's input (OpSpec::input); null: seeded inputs.
-  const Member* input_from = nullptr;
-};
-
-// Whether another op reads this one's output: it must be whole when that one
-// runs, so it is not cut into pieces sent later.
-bool IsRead(const JobSpec& spec, const OpSpec& op) {
-  for (const OpSpec& other : spec.ops) {
-    if (other.input == op.id) return true;
-  }
-  return false;
-}
-
-// Whether an op reads another's output or is read by another: its tensors
-// are its own, not a bucket's.
-bool InChain(const JobSpec& spec, const OpSpec& op) {
-  return !op.input.empty() || IsRead(spec, op);
-}
-
-// Member m's input made from its producer's output on m's compute streams:
-// each of m's ranks reads what the producer's rank on the same device wrote,
-// through m's activation, cast to m's input dtype (fp8: with the chain's scale).
-absl::Status EnqueueWiredInput(Member& m) {
-  if (m.input_from == nullptr) return absl::OkStatus();
-  OpContext& ctx = *m.ctx;
-  OpContext& from = *m.input_from->ctx;
-  std::map<int, int> from_rank;  // device -> the producer's rank there
-  for (int q = 0; q < from.tp(); ++q) from_rank[from.rank(q).device] = q;
-  const LocalShapes& out = from.shapes();
-  const LocalShapes& in = ctx.shapes();
-  for (int r = 0; r < ctx.tp(); ++r) {
-    ops::RankState& rank = ctx.rank(r);
-    const ops::RankState& source = from.rank(from_rank.at(rank.device));
-    engine::ElementwiseArgs args;
-    args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);
-    args.src_dtype = from.DTypeOf(source.y);
-    args.dst = ctx.Rows(rank.a, 0, in.a_rows, in.a_cols);
-    args.dst_dtype = ctx.DTypeOf(rank.a);
-    args.rows = out.y_rows;
-    args.src_cols = out.y_cols;
-    args.activation = ctx.op().activation;
-    args.dst_scale = args.dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
-    RETURN_IF_ERROR(ctx.engine().Elementwise(rank.compute, args));
-    RETURN_IF_ERROR(ctx.Record(r, rank.compute, ops::EventKind::kInputReady));
-  }
-  // A schedule may read a peer's input from its own streams (p2p gathers).
-  // Across daemons data moves through collectives only, which wait for their
-  // inputs themselves; a stream here cannot wait on another node's event.
-  auto local = [&](int r) { return ctx.engine().IsLocalDevice(ctx.rank(r).device); };
-  for (int r = 0; r < ctx.tp(); ++r) {
-    for (int q = 0; q < ctx.tp() && local(r); ++q) {
-      if (local(q)) RETURN_IF_ERROR(ctx.Wait(ctx.rank(r).compute, q, ops::EventKind::kInputReady));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Bucket inputs get seeds apart from every op's (an op's are its spec index).
 constexpr int kBucketSeedBase = 1 << 20;
@@ -200,56 +131,6 @@ Schedule ScheduleOf(const OpMeasurement& m) {
   return schedule;
 }
 
-// Each device's main compute stream: the layer step's main streams, which
-// every op of a mesh reaches through its rank on that device.
-using MainStreams = std::map<int, engine::StreamId>;
-
-MainStreams MainStreamsOf(OpContext& main) {
-  MainStreams streams;
-  for (int r = 0; r < main.tp(); ++r) streams[main.rank(r).device] = main.rank(r).compute;
-  return streams;
-}
-
-// Deferred member `m` sends its next piece, or the
-// whole op: its side streams wait for the main streams to get here first.
-absl::Status SendDeferred(Member& m, const MainStreams& main) {
-  OpContext& ctx = *m.ctx;
-  const int fork = static_cast<int>(m.sent);  // one event per piece, of m's own context
-  for (int q = 0; q < ctx.tp(); ++q) {
-    RETURN_IF_ERROR(ctx.Record(q, main.at(ctx.rank(q).device), ops::EventKind::kLayerFork, fork));
-    RETURN_IF_ERROR(ctx.Wait(ctx.rank(q).compute, q, ops::EventKind::kLayerFork, fork));
-  }
-  if (m.sent == 0) RETURN_IF_ERROR(EnqueueWiredInput(m));
-  if (m.pieces.empty()) {
-    RETURN_IF_ERROR(EnqueueOp(ctx, m.schedule));
-  } else {
-    RETURN_IF_ERROR(ops::EnqueueAllReduceRows(ctx, m.schedule, m.pieces[m.sent]));
-  }
-  ++m.sent;
-  if (m.sent < std::max<size_t>(1, m.pieces.size())) return absl::OkStatus();
-  for (int q = 0; q < ctx.tp(); ++q) {
-    RETURN_IF_ERROR(ctx.Record(q, ctx.rank(q).compute, ops::EventKind::kLayerDone));
-  }
-  return absl::OkStatus();
-}
-
-bool Unsent(const Member& m) { return m.sent < std::max<size_t>(1, m.pieces.size()); }
-
-// The main streams wait for the deferred ops that join before `id` ("" = the
-// end), each first sending what it has not sent yet.
-absl::Status JoinBefore(std::vector<Member>& members, const std::string& id,
-                        const MainStreams& main) {
-  for (size_t i = 0; i < members.size(); ++i) {
-    Member& m = members[i];
-    if (!m.deferred || m.join_before != id) continue;
-    while (Unsent(m)) RETURN_IF_ERROR(SendDeferred(m, main));
-    for (int q = 0; q < m.ctx->tp(); ++q) {
-      RETURN_IF_ERROR(
-          m.ctx->Wait(main.at(m.ctx->rank(q).device), q, ops::EventKind::kLayerDone));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // One layer iteration: each op on its streams in order; a deferred op starts
 // on its side streams once the main streams reach it (a chunked one piece by
@@ -283,28 +164,6 @@ absl::Status EnqueueLayer(std::vector<Member>& members, OpContext& main,
   }
   if (!with_deferred) return absl::OkStatus();
   return JoinBefore(members, "", streams);
-}
-
-// A deferred all-reduce larger than a chunk (JobSpec::chunk_kib) goes in
-// pieces of about a chunk's rows each; not a hierarchical one, whose rows
-// must divide over the mesh.
-void Chunk(std::vector<Member>& members, const JobSpec& spec) {
-  if (spec.chunk_kib <= 0) return;
-  const int64_t es =
-      static_cast<int64_t>(DTypeSize(BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
-  const int64_t chunk_bytes = int64_t{spec.chunk_kib} << 10;
-  for (Member& m : members) {
-    if (!m.deferred || m.op.type != OpType::kAllReduce || !m.bucketed.empty() ||
-        IsRead(spec, m.op) ||
-        m.schedule.algorithm == AllReduceAlgorithm::kHierarchical ||
-        m.op.m * m.op.n * es <= chunk_bytes) {
-      continue;
-    }
-    const int64_t rows = std::max<int64_t>(1, chunk_bytes / (m.op.n * es));
-    for (int64_t row = 0; row < m.op.m; row += rows) {
-      m.pieces.push_back(ops::RowRange{row, std::min(rows, m.op.m - row)});
-    }
-  }
 }
 
 // A deferred op that nothing waits on joins the main streams before the first
@@ -357,6 +216,8 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
 // when LayerOrder checks that it fits: they contend for HBM and NVLink and,
 // over NCCL, for SMs.
 constexpr double kBesideGemmsFactor = 1.5;
+// scheduler: dynamic: the iterations the dispatch figures come from, at most.
+constexpr int kDispatchIterations = 5;
 
 // The layer step's clock as LayerOrder builds the order, from each op's time
 // alone: the GEMM ops run back to back on the main streams, the collectives
@@ -449,6 +310,7 @@ absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext
     d.piece_bytes = m.pieces.empty() ? 0 : m.pieces[0].rows * m.op.n * es;
     d.joined_before = m.join_before;
     d.alone_ms = m.alone_ms;
+    d.dispatched = m.on_deferred_lane;
     deferred_alone += m.alone_ms;
   }
   if (result->deferrals.empty()) return absl::OkStatus();
@@ -587,8 +449,13 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   if (spec.bucket_mib > 0) {
     members = Bucket(std::move(members), int64_t{spec.bucket_mib} << 20, spec, device_count);
   }
-  Chunk(members, spec);
-  Bound(members, spec.defer_bound_ms);
+  std::vector<std::string> scheduler_notes;
+  if (spec.scheduler == Scheduler::kDynamic) {
+    PlaceOnDeferredLane(members, spec, &scheduler_notes);
+  } else {
+    Chunk(members, spec, spec.chunk_kib, /*lane_only=*/false);
+    Bound(members, spec.defer_bound_ms);
+  }
   // Members stay where they are from here on.
   for (Member& m : members) {
     if (m.op.input.empty()) continue;
@@ -613,7 +480,11 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     m.ctx = std::move(*ctx);
     RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeysOf(m.ctx->op())));
     RETURN_IF_ERROR(UseChainScale(*m.ctx));
-    if (m.deferred) RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
+    if (m.on_deferred_lane) {
+      m.ctx->MoveToDeferredLane();
+    } else if (m.deferred) {
+      RETURN_IF_ERROR(m.ctx->MoveToSideStreams());
+    }
   }
   RETURN_IF_ERROR(engine.Synchronize(devices));
 
@@ -629,8 +500,13 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   const int count = static_cast<int>(order.size());
   OpRun run{engine, spec, hooks, count - 1, count, *main->ctx};
   run.label = "layer";
-  auto enqueue = [&] { return EnqueueLayer(members, *main->ctx); };
-  bool replay = true;
+  const bool dynamic = spec.scheduler == Scheduler::kDynamic;
+  auto enqueue = [&] {
+    if (dynamic) return EnqueueLayerDynamic(members, *main->ctx, spec.defer_bound_ms).status();
+    return EnqueueLayer(members, *main->ctx);
+  };
+  // A step dispatched at run time is enqueued live: never captured, never gated.
+  bool replay = !dynamic;
   for (const Member& m : members) replay = replay && Replays(m.schedule.transport);
 
   // One direct iteration first: it sets up what capture must not (GEMM
@@ -642,11 +518,19 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   RETURN_IF_ERROR(run.Preheat());
   ASSIGN_OR_RETURN(const TimedRun step,
                    run.Timed("step", std::max(1, std::min(spec.warmup, 5)), spec.iterations,
-                             enqueue, ops::EventKind::kIterEnd, replay));
+                             enqueue, ops::EventKind::kIterEnd, replay, /*gated=*/!dynamic));
   const bool step_replayed = step.replayed;
   LayerStepReport layer;
   layer.step = Summarize(step.times);
+  layer.scheduler = SchedulerName(spec.scheduler);
+  layer.captured = step_replayed;
+  layer.scheduler_notes = std::move(scheduler_notes);
   RETURN_IF_ERROR(ReportDeferrals(run, members, *main->ctx, replay, spec, &layer));
+  if (dynamic) {
+    layer.lanes = engine.DescribeLanes();
+    RETURN_IF_ERROR(ReportDispatch(members, *main->ctx, spec.defer_bound_ms,
+                                   std::clamp(spec.iterations, 1, kDispatchIterations), &layer));
+  }
   double gemms_ms = 0;
   for (const OpMeasurement& op : result->ops) gemms_ms += FiguresOf(op).gemm_alone.median;
   layer.exposed_comm_ms = std::max(0.0, layer.step.median - gemms_ms);
@@ -660,9 +544,15 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   if (spec.timeline) {
     std::vector<OpContext*> contexts;
     for (Member& m : members) contexts.push_back(m.ctx.get());
-    ASSIGN_OR_RETURN(layer.timeline, TraceIteration(run, contexts, [&](TimelineEngine& tracer) {
-                       return EnqueueLayer(members, *main->ctx, &tracer);
-                     }));
+    ASSIGN_OR_RETURN(layer.timeline, TraceIteration(
+                                         run, contexts,
+                                         [&](TimelineEngine& tracer) {
+                                           if (!dynamic) return EnqueueLayer(members, *main->ctx, &tracer);
+                                           return EnqueueLayerDynamic(members, *main->ctx,
+                                                                      spec.defer_bound_ms, &tracer)
+                                               .status();
+                                         },
+                                         /*gated=*/!dynamic));
     layer.timeline->enqueued_not_replayed = step_replayed;
   }
 
@@ -673,7 +563,8 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
   // Run side by side, every op must still compute what it computes alone.
   run.heat_gemm_ms = 0;
   for (Member& m : members) RETURN_IF_ERROR(PoisonOutputs(*m.ctx));
-  RETURN_IF_ERROR(run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay).status());
+  RETURN_IF_ERROR(
+      run.Timed("verify", 0, 1, enqueue, ops::EventKind::kIterEnd, replay, !dynamic).status());
   ops::ChainReference chains(spec, device_count);
   for (Member& m : members) {
     const bool chained = !m.op.input.empty();

@@ -116,11 +116,13 @@ struct OpRun {
   // one and runs once the host has enqueued all of it: the time is the GPUs',
   // as in a training loop whose host runs ahead, not the host's enqueue latency
   // (reported apart as host_enqueue_ms). Warm-up iterations run ungated: first
-  // calls may set up NCCL connections, which can wait for the GPU.
+  // calls may set up NCCL connections, which can wait for the GPU. So do all
+  // iterations without `gated`: an `enqueue` that waits for its own work to
+  // run (the run-time dispatcher, dynamic_step.h) cannot sit behind a gate.
   template <typename Fn>
   absl::StatusOr<TimedRun> Timed(const std::string& phase, int warmup, int count, Fn&& enqueue,
                                  ops::EventKind end = ops::EventKind::kIterEnd,
-                                 bool replay = false) {
+                                 bool replay = false, bool gated = true) {
     const std::vector<int> devices = ctx.devices();
     std::vector<engine::StreamId> compute;
     for (int r = 0; r < ctx.tp(); ++r) compute.push_back(ctx.rank(r).compute);
@@ -151,7 +153,7 @@ struct OpRun {
         }
       }
       std::optional<int64_t> ticket;
-      if (it >= warmup && engine.Gates() != nullptr) {
+      if (it >= warmup && gated && engine.Gates() != nullptr) {
         RETURN_IF_ERROR(
             HeadStart(recent_host_ms.empty()
                           ? 0

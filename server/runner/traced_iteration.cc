@@ -13,7 +13,7 @@ using ops::OpContext;
 
 absl::StatusOr<Timeline> TraceIteration(
     OpRun& run, const std::vector<OpContext*>& contexts,
-    absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue) {
+    absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue, bool gated) {
   OpContext& main = run.ctx;
   std::vector<TimelineLane> lanes;
   std::set<engine::StreamId> seen;
@@ -31,8 +31,9 @@ absl::StatusOr<Timeline> TraceIteration(
   for (OpContext* ctx : contexts) {
     for (int q = 0; q < ctx->tp(); ++q) {
       const int device = ctx->rank(q).device;
-      add(ctx->rank(q).compute, rank_of_device[device], device, "side");
-      add(ctx->rank(q).comm, rank_of_device[device], device, "side");
+      const char* lane = ctx->channel() == engine::kDeferredLaneChannel ? "deferred" : "side";
+      add(ctx->rank(q).compute, rank_of_device[device], device, lane);
+      add(ctx->rank(q).comm, rank_of_device[device], device, lane);
     }
   }
   TimelineEngine tracer(run.engine, std::move(lanes));
@@ -45,7 +46,7 @@ absl::StatusOr<Timeline> TraceIteration(
     absl::Status enqueued = enqueue(tracer);
     for (size_t i = 0; i < contexts.size(); ++i) contexts[i]->UseEngine(own[i]);
     return enqueued;
-  }));
+  }, ops::EventKind::kIterEnd, /*replay=*/false, gated));
   std::vector<engine::EventId> origin;
   for (int r = 0; r < main.tp(); ++r) {
     ASSIGN_OR_RETURN(engine::EventId start, main.Event(r, ops::EventKind::kIterStart));

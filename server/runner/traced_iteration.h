@@ -15,13 +15,14 @@
 namespace overlap::runner {
 
 // Traces every engine call of `contexts` (run.ctx first; the others'
-// streams, where they differ from its own, are the lane "side"): the lanes
-// are each rank's compute and comm streams. `enqueue` enqueues one iteration
-// and may label spans (TimelineEngine::SetLabel). Spans are timed from run.ctx's
-// iteration start on each rank.
+// streams, where they differ from its own, are the lane "side", or "deferred"
+// on the deferred lane): the lanes are each rank's compute and comm streams.
+// `enqueue` enqueues one iteration and may label spans
+// (TimelineEngine::SetLabel). Spans are timed from run.ctx's iteration start
+// on each rank. `gated` as OpRun::Timed's.
 absl::StatusOr<Timeline> TraceIteration(
     OpRun& run, const std::vector<ops::OpContext*>& contexts,
-    absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue);
+    absl::FunctionRef<absl::Status(TimelineEngine&)> enqueue, bool gated = true);
 
 // Per rank 0..ranks-1: from its iteration start to its last span's end, the
 // time its compute stream ran nothing.

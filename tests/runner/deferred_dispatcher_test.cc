@@ -1,5 +1,5 @@
 // The dispatcher's decisions on a hand-driven clock: ready by event, yield
-// while critical work is pending, forced issue near the deadline, joins, and
+// while critical work is pending, forced issue near the deadline, and
 // one order whatever the timing.
 #include "server/runner/deferred_dispatcher.h"
 
@@ -86,19 +86,6 @@ TEST(DeferredDispatcherTest, ANearDeadlineForcesTheChunk) {
   EXPECT_TRUE(d.AllIssued());
   EXPECT_EQ(d.records()[0].forced, 2);
   EXPECT_EQ(d.records()[0].yielded, 1);
-}
-
-TEST(DeferredDispatcherTest, AJoinFlushesEverythingUpToItInOrder) {
-  DeferredDispatcher d(TwoGradients(), 50);
-  d.Ready(0, 0);
-  const DispatchDecision first = d.Next(0, None());
-  d.Issued(first, 0);
-  EXPECT_EQ(d.Flush(1, 7), (std::vector<int>{0, 0, 1, 1}));
-  EXPECT_TRUE(d.AllIssued());
-  EXPECT_EQ(d.records()[0].flushed, 2);
-  EXPECT_EQ(d.records()[1].flushed, 2);
-  EXPECT_EQ(d.records()[1].ready_ms, 7);  // joined without having been seen ready
-  EXPECT_EQ(d.records()[1].first_issued_ms, 7);
 }
 
 // Two ranks' dispatchers fed different timings (one rank sees its inputs late

@@ -1,0 +1,63 @@
+// scheduler: dynamic: the layer step with its deferred collectives (gradient
+// all-reduces nothing in the step waits on) dispatched at run time.
+//
+// The main streams' work (GEMM ops, overlapped ops, critical collectives and
+// their joins) is enqueued in the layer order as the planned step enqueues it.
+// Each deferred collective instead marks where its input is ready (an event on
+// the main streams after its producer) and goes to a DeferredDispatcher
+// (deferred_dispatcher.h). Between ops and then until every chunk is out, the
+// host polls the events: a collective becomes ready when its event completes,
+// and its chunks go on the deferred lane (lowest-priority streams, their own
+// communicator) only while no critical collective is queued or running on its
+// devices, unless its deadline is near. Queued means queued on the device:
+// its streams reached it (its start event completed), not merely enqueued by
+// a host that runs ahead, or nothing deferred would go before the step's last
+// collective. The step ends by joining the lane back into the main streams.
+//
+// Why it cannot deadlock: each lane's communicator sees its collectives in one
+// order on every rank (the critical lane: the layer order; the deferred lane:
+// the dispatcher's fixed order, which no timing changes); a deferred chunk
+// waits only on events recorded before it on the main streams, whose work is
+// all enqueued ahead of it and never waits on the deferred lane until the
+// step's end, after the last chunk was issued; and the host's waits are
+// bounded by the deadline, so the last chunk is issued even if critical work
+// never ends. The one wait with no bound of ours, for an input to become
+// ready, is capped by kDispatchReadyTimeout and then fails the step.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/graph.h"
+#include "server/runner/deferred_dispatcher.h"
+#include "server/runner/job_report.h"
+#include "server/runner/layer_members.h"
+
+namespace overlap::runner {
+
+class TimelineEngine;
+
+// How long the dispatcher waits for a deferred collective's input before the
+// step fails with DEADLINE_EXCEEDED (the work before it hung).
+inline constexpr absl::Duration kDispatchReadyTimeout = absl::Seconds(120);
+
+// The deferred lane's members: chunks of chunk_kib (kDynamicChunkKib when 0),
+// on their deferred-lane streams; appends to `notes` where the bound or the
+// chunk size cannot be kept. Call once the contexts exist.
+void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
+                         std::vector<std::string>* notes);
+
+// One layer iteration, dispatched at run time; returns what the dispatcher did
+// (by deferred-lane member, in the layer order). `tracer` labels spans.
+absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Member>& members,
+                                                                OpContext& main, double bound_ms,
+                                                                TimelineEngine* tracer = nullptr);
+
+// Runs `iterations` more dispatched iterations, each on its own, and fills
+// each dispatched deferral's figures and the per-device lane figures of
+// `layer` from the devices' events.
+absl::Status ReportDispatch(std::vector<Member>& members, OpContext& main, double bound_ms,
+                            int iterations, LayerStepReport* layer);
+
+}  // namespace overlap::runner
