@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <map>
 #include <set>
 #include <utility>
@@ -23,7 +24,13 @@ using ops::EventKind;
 constexpr double kBesideGemmsFactor = 1.5;
 // Between polls that issued nothing: short against a chunk, long enough to
 // leave the host backend's workers the CPU.
-constexpr absl::Duration kPollInterval = absl::Microseconds(50);
+constexpr absl::Duration kPollInterval = absl::Microseconds(20);
+// How far ahead of the deferred lane the dispatcher issues chunks, in their
+// expected time: a chunk on the lane cannot be called back, so only a few go
+// at once and the rules are checked again between them (at least one, at most
+// kMaxChunksInFlight).
+constexpr double kLaneAheadMs = 0.25;
+constexpr int kMaxChunksInFlight = 8;
 
 int Pieces(const Member& m) { return std::max<int>(1, static_cast<int>(m.pieces.size())); }
 
@@ -64,8 +71,8 @@ bool HasCollective(const Member& m) { return m.op.type != OpType::kGemm; }
 // One dispatched iteration's bookkeeping on the host.
 class LiveDispatch {
  public:
-  LiveDispatch(std::vector<Member>& members, double bound_ms)
-      : dispatcher_(Work(members, &lane_), bound_ms), reached_(lane_.size()) {}
+  LiveDispatch(std::vector<Member>& members, double bound_ms, TimelineEngine* tracer)
+      : dispatcher_(Work(members, &lane_), bound_ms), reached_(lane_.size()), tracer_(tracer) {}
 
   // The main streams reached deferred member `lane_index`'s place: its input
   // is ready once they get there.
@@ -119,7 +126,18 @@ class LiveDispatch {
     int issued = 0;
     for (DispatchDecision d = dispatcher_.Next(now, critical_pending); d.work >= 0;
          d = dispatcher_.Next(now, critical_pending)) {
+      ASSIGN_OR_RETURN(const int in_flight, ChunksInFlight(engine));
+      const double chunk_ms = dispatcher_.work()[d.work].chunk_ms;
+      const int ahead = std::clamp(static_cast<int>(kLaneAheadMs / std::max(chunk_ms, 1e-6)), 1,
+                                   kMaxChunksInFlight);
+      // A forced chunk goes now: its deadline is near.
+      if (in_flight >= ahead && !d.forced) break;
+      // A chunk's spans are its collective's, whatever op the main streams are at.
+      const std::string label = tracer_ != nullptr ? tracer_->label() : "";
+      if (tracer_ != nullptr) tracer_->SetLabel(lane_[d.work]->op.id);
       RETURN_IF_ERROR(SendChunk(*lane_[d.work]));
+      if (tracer_ != nullptr) tracer_->SetLabel(label);
+      RETURN_IF_ERROR(TrackChunk(*lane_[d.work]));
       dispatcher_.Issued(d, now);
       ++issued;
     }
@@ -166,6 +184,30 @@ class LiveDispatch {
     return work;
   }
 
+  // The chunks issued and not yet seen finished on every local rank.
+  absl::StatusOr<int> ChunksInFlight(engine::Engine& engine) {
+    while (!in_flight_.empty()) {
+      for (engine::EventId event : in_flight_.front()) {
+        ASSIGN_OR_RETURN(const bool done, engine.EventDone(event));
+        if (!done) return static_cast<int>(in_flight_.size());
+      }
+      in_flight_.pop_front();
+    }
+    return 0;
+  }
+
+  // The chunk `m` just sent: its end events.
+  absl::Status TrackChunk(Member& m) {
+    OpContext& ctx = *m.ctx;
+    std::vector<engine::EventId>& ends = in_flight_.emplace_back();
+    for (int q = 0; q < ctx.tp(); ++q) {
+      if (!IsLocal(ctx, q)) continue;
+      ASSIGN_OR_RETURN(ends.emplace_back(),
+                       ctx.Event(q, EventKind::kChunkEnd, static_cast<int>(m.sent) - 1));
+    }
+    return absl::OkStatus();
+  }
+
   // Whether the event at the member's place completed on every local rank.
   static absl::StatusOr<bool> InputReady(OpContext& ctx) {
     for (int q = 0; q < ctx.tp(); ++q) {
@@ -182,6 +224,8 @@ class LiveDispatch {
   std::vector<Member*> lane_;  // before dispatcher_: Work() fills it
   DeferredDispatcher dispatcher_;
   std::vector<bool> reached_;
+  std::deque<std::vector<engine::EventId>> in_flight_;  // each chunk's end events, oldest first
+  TimelineEngine* tracer_;  // null: not traced
   struct CriticalWork {
     int device = 0;
     engine::EventId start = engine::kNoEvent, done = engine::kNoEvent;
@@ -220,7 +264,7 @@ absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Memb
                                                                 TimelineEngine* tracer) {
   const MainStreams streams = MainStreamsOf(main);
   for (Member& m : members) m.sent = 0;
-  LiveDispatch live(members, bound_ms);
+  LiveDispatch live(members, bound_ms, tracer);
   engine::Engine& engine = main.engine();
   int lane_index = 0;
   for (Member& m : members) {
@@ -248,7 +292,6 @@ absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Memb
     }
     RETURN_IF_ERROR(live.Poll(engine).status());
   }
-  if (tracer != nullptr) tracer->SetLabel("deferred lane");
   RETURN_IF_ERROR(live.Drain(engine));
   RETURN_IF_ERROR(JoinBefore(members, "", streams));
   return live.records();

@@ -62,6 +62,7 @@ class TimelineEngine final : public engine::ForwardingEngine {
   void Clear();
   // Spans enqueued from now on belong to `op` (TimelineSpan::op).
   void SetLabel(std::string op) { label_ = std::move(op); }
+  const std::string& label() const { return label_; }
 
   // The calls traced on a lane's stream; every other call is forwarded as is.
   absl::Status WaitEvent(engine::StreamId stream, engine::EventId event) override;

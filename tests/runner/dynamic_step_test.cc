@@ -1,0 +1,221 @@
+// scheduler: dynamic on the host backend (4 simulated devices as tp 2 x dp 2,
+// the hazard checker on): the gradient all-reduces go chunk by chunk on the
+// deferred lane, never into a critical collective unless a deadline forced
+// them (read from the layer timeline's spans), with critical collectives and
+// GEMMs made slow on one rank; every output and chain verifies; the bound is
+// kept or the report says by how much it was missed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "common/graph_parser.h"
+#include "common/graph_validator.h"
+#include "server/engine/forwarding_engine.h"
+#include "server/report/result_proto.h"
+#include "server/runner/job_runner.h"
+#include "tests/host_engine_util.h"
+
+namespace overlap::runner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A backward pass of two layers' MLP on a tp 2 x dp 2 mesh: each weight
+// gradient's dp all-reduce (64 KiB and 128 KiB, chunks of 16 KiB) is deferred.
+constexpr char kBackward[] = R"(name: dynamic-backward
+dtype: f32
+iterations: 3
+warmup: 1
+mesh: {tp: 2, dp: 2}
+scheduler: dynamic
+chunk_kib: 16
+bucket_mib: 0
+defer_bound_ms: BOUND
+ops:
+  - {id: fc2_dgrad, type: ag_gemm, m: 128, k: 128, n: 256, mode: serial, transport: nccl}
+  - {id: fc2_wgrad, type: gemm, m: 128, k: 128, n: 256, after: [fc2_dgrad]}
+  - {id: fc1_dgrad, type: gemm_rs, m: 128, k: 512, n: 128, mode: serial, transport: nccl, after: [fc2_dgrad]}
+  - {id: fc1_wgrad, type: gemm, m: 128, k: 128, n: 512, after: [fc1_dgrad]}
+  - {id: fc2_grads, type: all_reduce, m: 128, n: 128, group: dp, transport: TRANSPORT, input: fc2_wgrad}
+  - {id: fc1_grads, type: all_reduce, m: 128, n: 256, group: dp, transport: TRANSPORT, input: fc1_wgrad}
+  - {id: proj_dgrad, type: ag_gemm, m: 128, k: 128, n: 256, mode: serial, transport: nccl, after: [fc1_dgrad]}
+  - {id: proj_wgrad, type: gemm, m: 128, k: 128, n: 256, after: [proj_dgrad]}
+)";
+
+JobSpec Backward(const std::string& bound_ms, const std::string& transport = "nccl",
+                 const std::string& scheduler = "dynamic") {
+  const std::string yaml = absl::StrReplaceAll(
+      kBackward, {{"BOUND", bound_ms}, {"TRANSPORT", transport}, {"scheduler: dynamic",
+                                                                   "scheduler: " + scheduler}});
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec.ok() && ValidateJobSpec(*spec, ValidationLimits{.device_count = 4}).ok());
+  return spec.ok() ? *spec : JobSpec{};
+}
+
+// Makes one device's GEMMs, or its critical collectives (reduce-scatters and
+// all-gathers), slow: a host task sleeping before each on its stream.
+class SlowEngine : public engine::ForwardingEngine {
+ public:
+  SlowEngine(engine::Engine& inner, int device, absl::Duration gemm, absl::Duration collective)
+      : ForwardingEngine(inner), device_(device), gemm_(gemm), collective_(collective) {}
+
+  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override {
+    if (gemm_ > absl::ZeroDuration() && OnSlowDevice(stream)) Sleep(stream, gemm_);
+    return ForwardingEngine::Gemm(stream, args);
+  }
+  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override {
+    SlowCollective(args);
+    return ForwardingEngine::ReduceScatter(args);
+  }
+  absl::Status AllGather(const engine::CollectiveArgs& args) override {
+    SlowCollective(args);
+    return ForwardingEngine::AllGather(args);
+  }
+
+ private:
+  bool OnSlowDevice(engine::StreamId stream) {
+    for (int role = 0; role < 2; ++role) {
+      for (int i = 0; i < StreamsPerRole(); ++i) {
+        const auto r = role == 0 ? engine::StreamRole::kCompute : engine::StreamRole::kComm;
+        if (GetStream(device_, r, i) == stream) return true;
+      }
+    }
+    return false;
+  }
+  void SlowCollective(const engine::CollectiveArgs& args) {
+    if (collective_ <= absl::ZeroDuration() || args.channel == engine::kDeferredLaneChannel) return;
+    for (const engine::RankBuffers& rank : args.ranks) {
+      if (rank.device == device_) Sleep(rank.stream, collective_);
+    }
+  }
+  void Sleep(engine::StreamId stream, absl::Duration d) {
+    ASSERT_TRUE(HostWork()
+                    ->EnqueueHostWork(stream, {},
+                                      [d](const std::vector<uint8_t*>&) {
+                                        absl::SleepFor(d);
+                                        return absl::OkStatus();
+                                      })
+                    .ok());
+  }
+
+  const int device_;
+  const absl::Duration gemm_, collective_;
+};
+
+v1::JobResult RunStep(engine::Engine& engine, const JobSpec& spec) {
+  absl::StatusOr<v1::JobResult> result =
+      report::RunJobResult(engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : v1::JobResult{};
+}
+
+// Every deferred chunk's spans on the deferred lane start outside every
+// critical collective's span of their rank (on any other lane: a serial op's
+// collective runs on the compute stream), give or take `slack_ms` for a chunk
+// issued just before its rank reached the collective.
+void ExpectNoChunkStartsInsideCriticalWork(const v1::JobResult& result, double slack_ms) {
+  ASSERT_TRUE(result.has_layer_timeline());
+  int chunks = 0;
+  for (const v1::TimelineSpan& d : result.layer_timeline().spans()) {
+    if (d.lane() != "deferred") continue;
+    ++chunks;
+    for (const v1::TimelineSpan& c : result.layer_timeline().spans()) {
+      if (c.rank() != d.rank() || c.lane() == "deferred") continue;
+      if (c.kind() != "collective" && c.kind() != "copy" && c.kind() != "sendrecv") continue;
+      EXPECT_FALSE(d.start_ms() > c.start_ms() + slack_ms && d.start_ms() < c.end_ms())
+          << d.op() << " " << d.name() << " on rank " << d.rank() << " started at "
+          << d.start_ms() << " ms inside " << c.op() << " " << c.name() << " ["
+          << c.start_ms() << ", " << c.end_ms() << "]";
+    }
+  }
+  EXPECT_GT(chunks, 0);
+}
+
+void ExpectEverythingVerified(const v1::JobResult& result) {
+  for (const v1::OpResult& op : result.ops()) EXPECT_TRUE(op.verified()) << op.id();
+  // The gradient all-reduces sum what their wgrad GEMMs wrote, checked end to end.
+  EXPECT_EQ(result.layer_chains_size(), 2);
+  for (const v1::LayerChainCheck& c : result.layer_chains()) {
+    EXPECT_LE(c.max_rel_error(), c.tolerance()) << c.chain();
+  }
+}
+
+TEST(DynamicStepTest, GradientsGoChunkByChunkOnTheDeferredLane) {
+  auto engine = CheckedHostEngine(4);
+  const v1::JobResult result = RunStep(*engine, Backward("1000"));
+  ExpectEverythingVerified(result);
+  EXPECT_EQ(result.layer_scheduler(), "dynamic");
+  EXPECT_FALSE(result.layer_captured());
+  EXPECT_THAT(result.lanes(), HasSubstr("deferred lane"));
+  EXPECT_EQ(result.layer_dispatch_iterations(), 3);
+  int dispatched = 0;
+  for (const v1::LayerDeferral& d : result.layer_deferrals()) {
+    if (!d.dispatched()) continue;
+    ++dispatched;
+    SCOPED_TRACE(d.op());
+    EXPECT_EQ(d.pieces(), d.op() == "fc2_grads" ? 4 : 8);
+    EXPECT_EQ(d.piece_bytes(), 16 << 10);
+    EXPECT_LE(d.ready_ms(), d.first_chunk_ms());
+    EXPECT_LE(d.first_chunk_ms(), d.finished_ms());
+    EXPECT_LE(d.worst_delay_ms(), d.bound_ms());
+    EXPECT_EQ(d.chunks_forced(), 0);
+  }
+  EXPECT_EQ(dispatched, 2);
+  ASSERT_EQ(result.lane_figures_size(), 4);
+  for (const v1::LaneFigures& f : result.lane_figures()) EXPECT_GT(f.deferred_busy_ms(), 0);
+  ExpectNoChunkStartsInsideCriticalWork(result, 2.0);
+}
+
+TEST(DynamicStepTest, ASlowCriticalCollectiveOnOneRankHoldsTheChunksBack) {
+  auto host = CheckedHostEngine(4);
+  SlowEngine engine(*host, 1, absl::ZeroDuration(), absl::Milliseconds(15));
+  const v1::JobResult result = RunStep(engine, Backward("1000"));
+  ExpectEverythingVerified(result);
+  int yielded = 0;
+  for (const v1::LayerDeferral& d : result.layer_deferrals()) {
+    EXPECT_EQ(d.chunks_forced(), 0) << d.op();
+    yielded += d.chunks_yielded();
+  }
+  EXPECT_GT(yielded, 0);
+  ExpectNoChunkStartsInsideCriticalWork(result, 5.0);
+}
+
+TEST(DynamicStepTest, CopyEngineGradientsTakeTheSameLane) {
+  auto host = CheckedHostEngine(4);
+  SlowEngine engine(*host, 2, absl::Milliseconds(3), absl::Milliseconds(10));
+  const v1::JobResult result = RunStep(engine, Backward("1000", "p2p"));
+  ExpectEverythingVerified(result);
+  ExpectNoChunkStartsInsideCriticalWork(result, 5.0);
+}
+
+TEST(DynamicStepTest, ABoundTooTightIsForcedAndTheReportSaysSo) {
+  auto host = CheckedHostEngine(4);
+  SlowEngine engine(*host, 0, absl::ZeroDuration(), absl::Milliseconds(20));
+  const v1::JobResult result = RunStep(engine, Backward("0.001"));
+  ExpectEverythingVerified(result);
+  int forced = 0;
+  for (const v1::LayerDeferral& d : result.layer_deferrals()) forced += d.chunks_forced();
+  EXPECT_GT(forced, 0);
+  bool note = false;
+  for (const std::string& n : result.scheduler_notes()) {
+    note = note || n.find("below one chunk's expected time") != std::string::npos;
+  }
+  EXPECT_TRUE(note);
+}
+
+TEST(DynamicStepTest, StaticAndDynamicComputeTheSame) {
+  auto engine = CheckedHostEngine(4);
+  const v1::JobResult planned = RunStep(*engine, Backward("50", "nccl", "static"));
+  ExpectEverythingVerified(planned);
+  EXPECT_EQ(planned.layer_scheduler(), "static");
+  EXPECT_EQ(planned.lane_figures_size(), 0);
+  for (const v1::LayerDeferral& d : planned.layer_deferrals()) EXPECT_FALSE(d.dispatched());
+}
+
+}  // namespace
+}  // namespace overlap::runner
