@@ -24,6 +24,8 @@ struct SubmitOptions {
   std::vector<std::string> nodes;
   bool no_fuse = false;
   bool compare_fusion = false;
+  std::string scheduler;
+  bool compare_scheduler = false;
 };
 
 struct ListOptions {
@@ -66,17 +68,32 @@ CliCommand SubmitCommand() {
             "--no-fuse", options.no_fuse,
             "run the graph as written: no overlap pass fusing its plain collectives into the "
             "GEMMs beside them (sets the graph's fuse: false)");
-        app.add_flag("--compare-fusion", options.compare_fusion,
-                     "run the graph with the overlap pass, then without it, and show their step "
-                     "times side by side (waits for both)")
-            ->excludes(no_fuse);
+        CLI::Option* compare_fusion =
+            app.add_flag("--compare-fusion", options.compare_fusion,
+                         "run the graph with the overlap pass, then without it, and show their "
+                         "step times side by side (waits for both)")
+                ->excludes(no_fuse);
+        CLI::Option* scheduler =
+            app.add_option("--scheduler", options.scheduler,
+                           "how the layer step sends its deferred collectives: static (planned "
+                           "before the step) or dynamic (dispatched at run time on the deferred "
+                           "lane); sets the graph's scheduler")
+                ->check(CLI::IsMember({"static", "dynamic"}));
+        app.add_flag("--compare-scheduler", options.compare_scheduler,
+                     "run the graph under scheduler static, then dynamic, and show how each "
+                     "sent its deferred collectives side by side (waits for both)")
+            ->excludes(scheduler)
+            ->excludes(compare_fusion);
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
         if (options.compare_fusion) {
           return CommandsFor(context).CompareFusion(options.file, options.nodes);
         }
+        if (options.compare_scheduler) {
+          return CommandsFor(context).CompareScheduler(options.file, options.nodes);
+        }
         return CommandsFor(context).Submit(options.file, options.wait, options.nodes,
-                                           options.no_fuse);
+                                           options.no_fuse, options.scheduler);
       });
 }
 

@@ -53,9 +53,10 @@ int Commands::FollowAndPrint(const std::string& id) {
 }
 
 int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes,
-                     bool no_fuse) {
+                     bool no_fuse, const std::string& scheduler) {
   absl::StatusOr<std::string> spec = ReadGraphFile(file);
   if (spec.ok() && no_fuse) spec = WithFuseOff(*spec);
+  if (spec.ok() && !scheduler.empty()) spec = WithScheduler(*spec, scheduler);
   if (!spec.ok()) {
     err_ << "overlapctl: " << spec.status().message() << "\n";
     return kExitUsage;
@@ -75,6 +76,70 @@ int Commands::Submit(const std::string& file, bool wait, const std::vector<std::
   return FollowAndPrint(job->id());
 }
 
+namespace {
+
+// submit --compare-scheduler --json: one job's figures.
+nlohmann::json SchedulerFigures(const v1::Job& job) {
+  const v1::JobResult& r = job.result();
+  nlohmann::json deferrals = nlohmann::json::array();
+  for (const v1::LayerDeferral& d : r.layer_deferrals()) {
+    nlohmann::json one = {{"op", d.op()}, {"how", d.how()}, {"pieces", d.pieces()}};
+    if (d.dispatched()) {
+      one.update({{"ready_ms", d.ready_ms()},
+                  {"first_chunk_ms", d.first_chunk_ms()},
+                  {"finished_ms", d.finished_ms()},
+                  {"worst_delay_ms", d.worst_delay_ms()},
+                  {"bound_ms", d.bound_ms()},
+                  {"bound_met", d.worst_delay_ms() <= d.bound_ms()},
+                  {"chunks_yielded", d.chunks_yielded()},
+                  {"chunks_forced", d.chunks_forced()}});
+    }
+    deferrals.push_back(one);
+  }
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const v1::LaneFigures& f : r.lane_figures()) {
+    lanes.push_back({{"device", f.device()},
+                     {"inversion_ms", f.inversion_ms()},
+                     {"deferred_busy_ms", f.deferred_busy_ms()}});
+  }
+  return {{"job", job.id()},
+          {"scheduler", r.layer_scheduler()},
+          {"captured", r.layer_captured()},
+          {"layer_step_ms", r.layer_step().median_ms()},
+          {"without_deferred_ms", r.layer_step_without_deferred().median_ms()},
+          {"deferred_hidden_fraction", r.layer_deferred_hidden_fraction()},
+          {"deferrals", deferrals},
+          {"lanes", lanes}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::Job>> Commands::RunOneAfterAnother(
+    const std::vector<std::pair<std::string, std::string>>& graphs, const std::string& source,
+    const std::vector<std::string>& nodes, int* exit_code) {
+  std::vector<v1::Job> jobs;
+  for (const auto& [label, text] : graphs) {
+    absl::StatusOr<v1::Job> job = client_.SubmitJob(text, source, nodes);
+    if (job.ok()) {
+      err_ << "submitted job " << job->id() << " (" << label << ")\n";
+      ProgressPrinter progress(err_, err_is_tty_);
+      job = client_.WatchJob(job->id(),
+                             [&progress](const v1::Job& event) { progress.Update(event); });
+      progress.Finish();
+    }
+    if (!job.ok()) {
+      *exit_code = Fail(job.status());
+      return job.status();
+    }
+    if (IsUnsuccessfulState(job->state())) {
+      *exit_code = PrintFinal(*job);
+      return absl::AbortedError(absl::StrCat(label, " did not succeed"));
+    }
+    jobs.push_back(*std::move(job));
+  }
+  return jobs;
+}
+
 int Commands::CompareFusion(const std::string& file, const std::vector<std::string>& nodes) {
   absl::StatusOr<std::string> spec = ReadGraphFile(file);
   absl::StatusOr<std::string> unfused = spec.ok() ? WithFuseOff(*spec) : spec;
@@ -82,19 +147,12 @@ int Commands::CompareFusion(const std::string& file, const std::vector<std::stri
     err_ << "overlapctl: " << unfused.status().message() << "\n";
     return kExitUsage;
   }
-  const std::string source = file == "-" ? "<stdin>" : file;
-  std::vector<v1::Job> jobs;
-  for (const std::string* text : {&*spec, &*unfused}) {
-    absl::StatusOr<v1::Job> job = client_.SubmitJob(*text, source, nodes);
-    if (!job.ok()) return Fail(job.status());
-    err_ << "submitted job " << job->id() << (jobs.empty() ? " (fused)" : " (unfused)") << "\n";
-    ProgressPrinter progress(err_, err_is_tty_);
-    job = client_.WatchJob(job->id(), [&progress](const v1::Job& event) { progress.Update(event); });
-    progress.Finish();
-    if (!job.ok()) return Fail(job.status());
-    if (IsUnsuccessfulState(job->state())) return PrintFinal(*job);
-    jobs.push_back(*std::move(job));
-  }
+  int exit_code = kExitOk;
+  absl::StatusOr<std::vector<v1::Job>> ran = RunOneAfterAnother(
+      {{"fused", *spec}, {"unfused", *unfused}}, file == "-" ? "<stdin>" : file, nodes,
+      &exit_code);
+  if (!ran.ok()) return exit_code;
+  const std::vector<v1::Job>& jobs = *ran;
   auto row = [](const v1::Job& job) {
     const v1::JobResult& r = job.result();
     int fused = 0;
@@ -112,6 +170,29 @@ int Commands::CompareFusion(const std::string& file, const std::vector<std::stri
     return kExitOk;
   }
   out_ << FormatFusionComparison(jobs[0], jobs[1]);
+  return kExitOk;
+}
+
+int Commands::CompareScheduler(const std::string& file, const std::vector<std::string>& nodes) {
+  absl::StatusOr<std::string> spec = ReadGraphFile(file);
+  absl::StatusOr<std::string> planned = spec.ok() ? WithScheduler(*spec, "static") : spec;
+  absl::StatusOr<std::string> dynamic = spec.ok() ? WithScheduler(*spec, "dynamic") : spec;
+  if (!planned.ok() || !dynamic.ok()) {
+    err_ << "overlapctl: " << (planned.ok() ? dynamic : planned).status().message() << "\n";
+    return kExitUsage;
+  }
+  int exit_code = kExitOk;
+  absl::StatusOr<std::vector<v1::Job>> ran = RunOneAfterAnother(
+      {{"static", *planned}, {"dynamic", *dynamic}}, file == "-" ? "<stdin>" : file, nodes,
+      &exit_code);
+  if (!ran.ok()) return exit_code;
+  if (json_) {
+    nlohmann::json j;
+    for (const v1::Job& job : *ran) j[job.result().layer_scheduler()] = SchedulerFigures(job);
+    out_ << j.dump(1) << "\n";
+    return kExitOk;
+  }
+  out_ << FormatSchedulerComparison((*ran)[0], (*ran)[1]);
   return kExitOk;
 }
 

@@ -22,11 +22,15 @@ class Commands {
 
   // `file` "-" reads standard input.
   // no_fuse: the graph runs as written (graph key fuse: false, the overlap pass off).
+  // scheduler: "" keeps the graph's, else static | dynamic (graph key scheduler).
   int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {},
-             bool no_fuse = false);
+             bool no_fuse = false, const std::string& scheduler = "");
   // submit --compare-fusion: the graph with the overlap pass, then without it,
   // one after the other, and their step times side by side.
   int CompareFusion(const std::string& file, const std::vector<std::string>& nodes);
+  // submit --compare-scheduler: the graph under scheduler static, then dynamic,
+  // and how each sent its deferred collectives, side by side.
+  int CompareScheduler(const std::string& file, const std::vector<std::string>& nodes);
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);
@@ -53,6 +57,12 @@ class Commands {
   int Compare(const std::string& a, const std::string& b);
 
  private:
+  // Submits each (label, graph text) in turn and follows it to its end; the
+  // finished jobs, or the exit code to return (a refusal, a failed job's
+  // report).
+  absl::StatusOr<std::vector<v1::Job>> RunOneAfterAnother(
+      const std::vector<std::pair<std::string, std::string>>& graphs, const std::string& source,
+      const std::vector<std::string>& nodes, int* exit_code);
   int Fail(const absl::Status& status);
   // Follows a job to its end, drawing progress on err_, then prints it.
   int FollowAndPrint(const std::string& id);

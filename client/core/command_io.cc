@@ -86,14 +86,27 @@ bool ParseShapeDims(absl::string_view text, int64_t* m, int64_t* k, int64_t* n) 
          absl::SimpleAtoi(dims[2], n);
 }
 
-absl::StatusOr<std::string> WithFuseOff(const std::string& graph) {
+namespace {
+
+template <typename T>
+absl::StatusOr<std::string> WithKey(const std::string& graph, const char* key, const T& value) {
   absl::StatusOr<YAML::Node> doc = yaml_util::LoadDocument(graph, "graph");
   if (!doc.ok()) return doc.status();
   if (!doc->IsMap()) return absl::InvalidArgumentError("graph: must be a mapping");
-  (*doc)["fuse"] = false;
+  (*doc)[key] = value;
   YAML::Emitter out;
   out << *doc;
   return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WithFuseOff(const std::string& graph) {
+  return WithKey(graph, "fuse", false);
+}
+
+absl::StatusOr<std::string> WithScheduler(const std::string& graph, const std::string& scheduler) {
+  return WithKey(graph, "scheduler", scheduler);
 }
 
 }  // namespace overlap::client

@@ -31,6 +31,8 @@ absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
 // daemon keeps it, so that the job runs unfused after a restart too.
 // INVALID_ARGUMENT for a text that is not one YAML or JSON mapping.
 absl::StatusOr<std::string> WithFuseOff(const std::string& graph);
+// The graph text with `scheduler: NAME` set (submit --scheduler), as above.
+absl::StatusOr<std::string> WithScheduler(const std::string& graph, const std::string& scheduler);
 
 // Writes `text` to `path`, replacing it: kExitOk, or kExitUsage after printing
 // "overlapctl: cannot write PATH: reason" to `err`.

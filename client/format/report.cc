@@ -222,6 +222,45 @@ std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused)
   return out + FormatFusions(fused.result());
 }
 
+std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dynamic) {
+  std::string out = "the layer step's deferred collectives planned (static) and dispatched at run "
+                    "time (dynamic):\n";
+  TextTable table({{"scheduler"},
+                   {"job"},
+                   {"layer step ms", Align::kRight},
+                   {"without deferred ms", Align::kRight},
+                   {"deferred hidden %", Align::kRight},
+                   {"worst delay ms", Align::kRight},
+                   {"chunks yielded", Align::kRight},
+                   {"chunks forced", Align::kRight},
+                   {"inversion ms", Align::kRight}});
+  for (const v1::Job* job : {&planned, &dynamic}) {
+    const v1::JobResult& r = job->result();
+    const bool dispatched = r.layer_scheduler() == "dynamic";
+    double worst = 0, inversion = 0;
+    int yielded = 0, forced = 0;
+    for (const v1::LayerDeferral& d : r.layer_deferrals()) {
+      worst = std::max(worst, d.worst_delay_ms());
+      yielded += d.chunks_yielded();
+      forced += d.chunks_forced();
+    }
+    for (const v1::LaneFigures& f : r.lane_figures()) inversion = std::max(inversion, f.inversion_ms());
+    table.AddRow({r.layer_scheduler(), job->id(), FormatMs(r.layer_step().median_ms()),
+                  FormatMs(r.layer_step_without_deferred().median_ms()),
+                  absl::StrFormat("%.0f", 100 * r.layer_deferred_hidden_fraction()),
+                  dispatched ? FormatMs(worst) : "-", dispatched ? absl::StrCat(yielded) : "-",
+                  dispatched ? absl::StrCat(forced) : "-",
+                  dispatched ? FormatMs(inversion) : "-"});
+  }
+  out += table.Render();
+  const double a = planned.result().layer_step().median_ms();
+  const double b = dynamic.result().layer_step().median_ms();
+  if (a > 0 && b > 0) {
+    absl::StrAppendFormat(&out, "dynamic: %+.1f%% layer step against static\n", 100 * (b / a - 1));
+  }
+  return out + FormatDispatch(dynamic.result());
+}
+
 // Each mesh op's groups, which ran at once, and the slowest:
 // "mesh tp 2 x dp 2: fc1 (tp) 0.31 / 0.35* ms; grads (dp) 0.12 / 0.11 ms (* slowest)".
 std::string FormatMeshGroups(const v1::JobResult& result) {

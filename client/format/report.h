@@ -51,6 +51,9 @@ std::string FormatReport(const v1::Job& job);
 // submit --compare-fusion: a graph's job with the overlap pass and its job
 // without, their ops, layer steps and exposed communication side by side.
 std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused);
+// submit --compare-scheduler: the layer step under static and under dynamic,
+// how much of the deferred collectives hid, and whether the bounds held.
+std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dynamic);
 
 // A rank (or, in `overlapctl check`, a GPU) whose GEMM alone ran more than this
 // fraction above the fastest one's is called out: all ranks run the same GEMM at once, and ranks

@@ -623,5 +623,42 @@ TEST(GraphParserTest, InputImpliesAfterAndActivationNeedsAnInput) {
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("unknown activation \"relu\""));
 }
 
+TEST(GraphValidatorTest, DynamicSchedulerNeedsABoundAndSomethingToDefer) {
+  const std::string graph =
+      "name: x\nscheduler: dynamic\nops:\n"
+      "  - {id: wgrad, type: gemm, m: 64, k: 64, n: 64}\n"
+      "  - {id: grads, type: all_reduce, m: 64, n: 32, after: [wgrad]}\n";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(graph);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->scheduler, Scheduler::kDynamic);
+  EXPECT_TRUE(ValidateJobSpec(*spec, TwoDevices()).ok());
+
+  JobSpec no_bound = *spec;
+  no_bound.defer_bound_ms = 0;
+  ExpectInvalid(no_bound, "defer_bound_ms: must be above 0 with scheduler: dynamic");
+  // Static takes 0: join at once.
+  no_bound.scheduler = Scheduler::kStatic;
+  EXPECT_TRUE(ValidateJobSpec(no_bound, TwoDevices()).ok());
+
+  JobSpec waited_on = *spec;  // an op waits on the all-reduce: it is critical, nothing is deferred
+  waited_on.ops.push_back(MakeOp("next", OpType::kGemm, 64, 64, 64, {"grads"}));
+  ExpectInvalid(waited_on, "scheduler: dynamic: the graph has nothing to defer");
+
+  JobSpec no_gemm = *spec;
+  no_gemm.ops.erase(no_gemm.ops.begin());
+  no_gemm.ops[0].after.clear();
+  ExpectInvalid(no_gemm, "nothing to defer");
+
+  JobSpec no_step = *spec;
+  no_step.layer_step = false;
+  ExpectInvalid(no_step, "scheduler: dynamic schedules the layer step");
+
+  absl::StatusOr<JobSpec> unknown = ParseJobSpec("name: x\nscheduler: greedy\nops: []\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("scheduler: unknown scheduler \"greedy\" (expected static, dynamic)"));
+}
+
 }  // namespace
 }  // namespace overlap
