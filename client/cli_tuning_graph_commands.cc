@@ -107,6 +107,10 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
                  "layer step: join a deferred all-reduce back before the first op that starts "
                  "this long after it was sent")
       ->capture_default_str();
+  app.add_option("--scheduler", graph.scheduler,
+                 "layer step: static (the deferred all-reduces planned before the step) or "
+                 "dynamic (dispatched at run time on the deferred lane; needs --grads)")
+      ->capture_default_str();
   app.add_option("--dtype", graph.dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
   app.add_option("-o,--output", graph.output, "write it to this file");
 }

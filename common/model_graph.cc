@@ -386,6 +386,7 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
   graph.spec.bucket_mib = options.bucket_mib;
   graph.spec.chunk_kib = options.chunk_kib;
   graph.spec.defer_bound_ms = options.defer_bound_ms;
+  graph.spec.scheduler = options.scheduler;
   graph.header = Header(model, options, widths);
   GraphWriter out(&graph);
   // Layer l's ops are "l<l>.qkv", ...; the forward runs the layers up, the

@@ -89,6 +89,7 @@ struct LayerGraphOptions {
   int bucket_mib = JobSpec().bucket_mib;
   int chunk_kib = JobSpec().chunk_kib;
   double defer_bound_ms = JobSpec().defer_bound_ms;
+  Scheduler scheduler = JobSpec().scheduler;
 };
 
 struct LayerGraph {

@@ -711,6 +711,7 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   }
   field("env", absl::StrJoin(env, " "));
   field("cublas", node.cublas_version());
+  field("lanes", node.lanes());
   if (!node.node_name().empty()) {
     // Jobs across daemons: who this daemon is to its peers, and what carries them.
     field("peer", absl::StrCat(node.node_name(), "; peers: ",

@@ -76,6 +76,7 @@ std::string LayerGraphJson(const LayerGraph& graph) {
   if (spec.bucket_mib != defaults.bucket_mib) doc["bucket_mib"] = spec.bucket_mib;
   if (spec.chunk_kib != defaults.chunk_kib) doc["chunk_kib"] = spec.chunk_kib;
   if (spec.defer_bound_ms != defaults.defer_bound_ms) doc["defer_bound_ms"] = spec.defer_bound_ms;
+  if (spec.scheduler != defaults.scheduler) doc["scheduler"] = SchedulerName(spec.scheduler);
   doc["ops"] = nlohmann::ordered_json::array();
   for (const OpSpec& op : spec.ops) {
     nlohmann::ordered_json item = {{"id", op.id}, {"type", OpTypeName(op.type)}, {"m", op.m}};
@@ -172,6 +173,12 @@ int RunGraph(DaemonClient& client, const GraphCommandOptions& options, bool json
   layer.bucket_mib = options.bucket_mib;
   layer.chunk_kib = options.chunk_kib;
   layer.defer_bound_ms = options.defer_bound_ms;
+  absl::StatusOr<Scheduler> scheduler = ParseScheduler(options.scheduler);
+  if (!scheduler.ok()) {
+    err << "overlapctl: graph: --scheduler: " << scheduler.status().message() << "\n";
+    return kExitUsage;
+  }
+  layer.scheduler = *scheduler;
   absl::StatusOr<LayerGraph> graph = BuildLayerGraph(*model, layer);
   if (!graph.ok()) {
     err << "overlapctl: graph: " << graph.status().message() << "\n";

@@ -36,6 +36,7 @@ struct GraphCommandOptions {
   int bucket_mib = JobSpec().bucket_mib;  // the graph's layer-step settings
   int chunk_kib = JobSpec().chunk_kib;
   double defer_bound_ms = JobSpec().defer_bound_ms;
+  std::string scheduler = "static";
   std::string output;  // a file; empty: standard output
   bool list_models = false;
 };

@@ -95,6 +95,7 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   *merged.mutable_layer_deferrals() = layer.layer_deferrals();
   // Each node dispatched for its own ranks: a deferral's worst delay is the
   // worst any node saw, and every node's devices have their lane figures.
+  merged.clear_lane_figures();
   for (int n = 0; n < count; ++n) {
     for (int d = 0; d < merged.layer_deferrals_size() && d < parts[n].layer_deferrals_size(); ++d) {
       v1::LayerDeferral* deferral = merged.mutable_layer_deferrals(d);

@@ -72,7 +72,10 @@ engine::DeviceInfo SpanningEngine::GetDeviceInfo(int device) const {
 
 StreamId SpanningEngine::GetStream(int device, engine::StreamRole role, int index) {
   const std::string name =
-      absl::StrCat(role == engine::StreamRole::kComm ? "comm" : "compute", index);
+      absl::StrCat(role == engine::StreamRole::kComm       ? "comm"
+                   : role == engine::StreamRole::kDeferred ? "deferred"
+                                                           : "compute",
+                   index);
   absl::MutexLock lock(&mu_);
   if (IsLocalDevice(device)) {
     const StreamId stream = inner_.GetStream(LocalDevice(device), role, index);

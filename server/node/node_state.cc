@@ -82,6 +82,7 @@ v1::GetNodeInfoResponse NodeState::Info() const {
   v1::GetNodeInfoResponse response;
   response.set_backend(engine_.Name());
   response.set_ranks_per_gpu(engine_.RanksPerGpu());
+  response.set_lanes(engine_.DescribeLanes());
   // An engine without a monitor reads as idle and healthy: it has nothing to watch.
   const engine::DeviceMonitor* monitor = engine_.Monitor();
   for (int d = 0; d < engine_.DeviceCount(); ++d) {

@@ -250,18 +250,26 @@ TEST_F(ClusterTest, AJobsGraphIsParsedOnceOnEachDaemonItTouches) {
   EXPECT_EQ(parsed(1) - peer_before, 1);
 }
 
-TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDaemons) {
-  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
-  const std::string path = nodes_[0].dir->File("written.yaml");
-  RunResult written = Overlapctl(nodes_[0].dir->path(), "",
-                                 {"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
-                                  "--tp", "2", "--dp", "2", "--seq", "128", "--pass", "both",
-                                  "--grads", "--chunk-kib", "16", "-o", path});
-  ASSERT_EQ(written.exit_code, 0) << written.err;
+// A small tp 2 x dp 2 layer with gradients written by `overlapctl graph`
+// (`extra` flags added), at 2 iterations; its path.
+std::string WriteSmallLayer(const std::string& dir, const std::vector<std::string>& extra) {
+  const std::string path = dir + "/written.yaml";
+  std::vector<std::string> args = {"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
+                                   "--tp", "2", "--dp", "2", "--seq", "128", "--grads", "-o", path};
+  args.insert(args.end(), extra.begin(), extra.end());
+  RunResult written = Overlapctl(dir, "", args);
+  EXPECT_EQ(written.exit_code, 0) << written.err;
   std::string graph = ReadFileOrEmpty(path);
   graph.replace(graph.find("iterations: 20"), 14, "iterations: 2");
   graph.replace(graph.find("warmup: 5"), 9, "warmup: 1");
   WriteFileOrDie(path, graph);
+  return path;
+}
+
+TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDaemons) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  const std::string path =
+      WriteSmallLayer(nodes_[0].dir->path(), {"--pass", "both", "--chunk-kib", "16"});
   const std::string id = Submit(0, path, Nodes({0, 1}));
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
   ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
@@ -283,6 +291,36 @@ TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDa
   EXPECT_EQ(chains, (std::set<std::string>{"fc1 -swiglu-> fc2", "fc1_wgrad -> fc1_grads",
                                            "fc2_wgrad -> fc2_grads", "qkv_wgrad -> qkv_grads",
                                            "proj_wgrad -> proj_grads"}));
+}
+
+// scheduler: dynamic across daemons: each node dispatches the gradient
+// all-reduces for its own ranks, chunk by chunk on the deferred lane, over Gloo
+// between the nodes; every bound met and every chain verified.
+TEST_F(ClusterTest, GradientsAreDispatchedAtRunTimeOnEachNodeOverTwoDaemons) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  const std::string path = WriteSmallLayer(
+      nodes_[0].dir->path(),
+      {"--pass", "backward", "--chunk-kib", "16", "--scheduler", "dynamic", "--bucket-mib", "0"});
+  const std::string id = Submit(0, path, Nodes({0, 1}));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
+  const nlohmann::json& result = job["result"];
+  EXPECT_EQ(result.value("layer_scheduler", ""), "dynamic");
+  int dispatched = 0, pieces = 0;
+  for (const nlohmann::json& d : result["layer_deferrals"]) {
+    if (!d.value("dispatched", false)) continue;
+    ++dispatched;
+    pieces += d.value("pieces", 0);
+    EXPECT_LE(d.value("worst_delay_ms", 1e9), d.value("bound_ms", 0.0)) << d.dump(2);
+  }
+  EXPECT_EQ(dispatched, 4);
+  EXPECT_GT(pieces, dispatched);  // chunked: the larger gradients in 16 KiB pieces
+  // Each node's two devices.
+  EXPECT_EQ(result["lane_figures"].size(), 4u) << result.dump(2);
+  EXPECT_EQ(result["layer_chains"].size(), 4u);
+  for (const nlohmann::json& chain : result["layer_chains"]) {
+    EXPECT_LE(chain.value("max_rel_error", 1.0), chain.value("tolerance", 0.0)) << chain.dump(2);
+  }
 }
 
 TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
