@@ -320,7 +320,7 @@ absl::Status GlooGroup::AllReduce(DType dtype, const void* send, void* recv, siz
   if (!bytes.ok()) return OpError("AllReduce", bytes.status());
   if (send != recv) std::memcpy(recv, send, *bytes);
   return Run("AllReduce", [&] {
-    GlooAllReduce(context_, dtype, recv, count, NextTag(), ToMillis(options_.timeout));
+    GlooAllReduce(context_, dtype, recv, count, NextTag(*bytes), ToMillis(options_.timeout));
   });
 }
 
@@ -338,7 +338,7 @@ absl::Status GlooGroup::AllGather(DType dtype, const void* send, void* recv, siz
   return Run("AllGather", [&] {
     ::gloo::AllgatherOptions opts(context_);
     opts.setOutput(out, *total);
-    opts.setTag(NextTag());
+    opts.setTag(NextTag(*total));
     opts.setTimeout(ToMillis(options_.timeout));
     ::gloo::allgather(opts);
   });
@@ -369,7 +369,7 @@ absl::Status GlooGroup::ReduceScatter(DType dtype, const void* send, void* recv,
   }
   std::memcpy(scratch_.data(), send, *total);
   RETURN_IF_ERROR(Run("ReduceScatter", [&] {
-    GlooAllReduce(context_, dtype, scratch_.data(), count * options_.size, NextTag(),
+    GlooAllReduce(context_, dtype, scratch_.data(), count * options_.size, NextTag(*total),
                   ToMillis(options_.timeout));
   }));
   std::memcpy(recv, scratch_.data() + block * options_.rank, block);
@@ -379,7 +379,7 @@ absl::Status GlooGroup::ReduceScatter(DType dtype, const void* send, void* recv,
 absl::Status GlooGroup::Barrier() {
   return Run("Barrier", [&] {
     ::gloo::BarrierOptions opts(context_);
-    opts.setTag(NextTag());
+    opts.setTag(NextTag(0));
     opts.setTimeout(ToMillis(options_.timeout));
     ::gloo::barrier(opts);
   });

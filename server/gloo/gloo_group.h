@@ -5,8 +5,9 @@
 // The ranks meet in a RendezvousStore under the group's prefix, then connect a
 // full mesh of TCP pairs. Every rank must issue the same collectives in the same
 // order with the same counts and dtypes; each collective is tagged with its
-// sequence number in the group, so ranks that disagree time out instead of
-// mixing data.
+// sequence number in the group and its size, so ranks that disagree (on the
+// order, or on a size) time out instead of mixing data: Gloo's transport ends
+// the process, from a thread of its own, when paired transfers differ in size.
 //
 // Errors (every message names the group prefix and this rank):
 //   INVALID_ARGUMENT   bad options, null buffers, a sum in fp8 (fp8 is only
@@ -105,7 +106,12 @@ class GlooGroup {
   template <typename Fn>
   absl::Status Run(const char* op, Fn&& fn);
   absl::Status OpError(const char* op, absl::Status status) const;
-  uint32_t NextTag() { return next_tag_++; }
+  // The next collective's tag: its sequence number mixed with its byte count.
+  uint32_t NextTag(size_t bytes) {
+    const uint64_t mixed =
+        (uint64_t{next_tag_++} * 0x9E3779B97F4A7C15ull) ^ (bytes * 0xBF58476D1CE4E5B9ull);
+    return static_cast<uint32_t>(mixed ^ (mixed >> 32));
+  }
 
   const GlooGroupOptions options_;
   std::shared_ptr<::gloo::Context> context_;

@@ -186,6 +186,78 @@ ops:
   EXPECT_THAT(undecided.status().message(), HasSubstr("schedules its coordinator decided"));
 }
 
+// The deferred lane's order across nodes (server/runner/dynamic_step.h): each
+// node issues its own ranks' deferred all-reduces, which pair up on the
+// lane's communicator by order. In the same order on both nodes they sum
+// correctly; in a wrong order (what a dispatcher deciding by local timing
+// would do) they fail within the transport's timeout instead of hanging.
+absl::Status DeferredAllReducesOverTwoNodes(bool same_order, std::vector<float>* sums) {
+  gloo_group::InMemoryRendezvousStore store;
+  std::vector<absl::Status> status(2);
+  std::vector<std::unique_ptr<engine::Engine>> hosts;
+  for (int n = 0; n < 2; ++n) hosts.push_back(CheckedHostEngine(1));
+  std::vector<std::thread> threads;
+  sums->assign(2, 0);
+  for (int n = 0; n < 2; ++n) {
+    threads.emplace_back([&, n] {
+      SpanningOptions options;
+      options.placement = {2, n, {0}};
+      options.job_key = same_order ? "lane-order" : "lane-wrong-order";
+      options.timeout = absl::Seconds(1);
+      SpanningEngine engine(*hosts[n], store, options);
+      const int mine = n;  // the global device this node holds
+      std::vector<engine::CollectiveArgs> collectives(2);
+      std::vector<engine::BufferId> buffers;
+      for (int c = 0; c < 2; ++c) {
+        const size_t count = c == 0 ? 64 : 128;  // the two gradients differ in size
+        collectives[c].dtype = DType::kF32;
+        collectives[c].count = count;
+        collectives[c].channel = engine::kDeferredLaneChannel;
+        for (int device = 0; device < 2; ++device) {
+          absl::StatusOr<engine::BufferId> b = engine.Allocate(device, count * sizeof(float));
+          if (!b.ok()) {
+            status[n] = b.status();
+            return;
+          }
+          buffers.push_back(*b);
+          const engine::BufferRef ref{*b, 0, count * sizeof(float)};
+          if (device == mine) {
+            std::vector<float> ones(count, static_cast<float>(n + 1));
+            status[n].Update(engine.CopyFromHost(ref, device, ones.data()));
+          }
+          collectives[c].ranks.push_back(engine::RankBuffers{
+              device, engine.GetStream(device, engine::StreamRole::kDeferred), ref, ref});
+        }
+      }
+      // Node 1 issues them the other way round when the order is wrong.
+      const bool reversed = !same_order && n == 1;
+      for (int i = 0; i < 2 && status[n].ok(); ++i) {
+        status[n].Update(engine.AllReduce(collectives[reversed ? 1 - i : i]));
+      }
+      status[n].Update(engine.Synchronize({0, 1}));
+      if (status[n].ok()) {
+        std::vector<float> out(128);
+        status[n].Update(engine.CopyToHost(out.data(), collectives[1].ranks[mine].recv, mine));
+        (*sums)[n] = out[127];
+      }
+      for (engine::BufferId b : buffers) engine.Free(b);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status[0].ok() ? status[1] : status[0];
+}
+
+TEST(SpanningEngineTest, DeferredLaneCollectivesInOneOrderSumAndInAWrongOrderTimeOut) {
+  std::vector<float> sums;
+  ASSERT_TRUE(DeferredAllReducesOverTwoNodes(/*same_order=*/true, &sums).ok());
+  EXPECT_EQ(sums, (std::vector<float>{3, 3}));  // 1 + 2 on both nodes
+
+  const absl::Time start = absl::Now();
+  const absl::Status wrong = DeferredAllReducesOverTwoNodes(/*same_order=*/false, &sums);
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "a wrong order must fail, not hang";
+}
+
 TEST(SpanningEngineTest, PeerMemoryAcrossNodesIsRefusedBeforeAnythingRuns) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(mesh: {tp: 2, dp: 2}
 ops:
