@@ -229,6 +229,7 @@ std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dyn
                    {"job"},
                    {"layer step ms", Align::kRight},
                    {"without deferred ms", Align::kRight},
+                   {"with / without", Align::kRight},
                    {"deferred hidden %", Align::kRight},
                    {"worst delay ms", Align::kRight},
                    {"chunks yielded", Align::kRight},
@@ -247,6 +248,10 @@ std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dyn
     for (const v1::LaneFigures& f : r.lane_figures()) inversion = std::max(inversion, f.inversion_ms());
     table.AddRow({r.layer_scheduler(), job->id(), FormatMs(r.layer_step().median_ms()),
                   FormatMs(r.layer_step_without_deferred().median_ms()),
+                  r.layer_step_without_deferred().median_ms() > 0
+                      ? absl::StrFormat("%.3fx", r.layer_step().median_ms() /
+                                                     r.layer_step_without_deferred().median_ms())
+                      : "-",
                   absl::StrFormat("%.0f", 100 * r.layer_deferred_hidden_fraction()),
                   dispatched ? FormatMs(worst) : "-", dispatched ? absl::StrCat(yielded) : "-",
                   dispatched ? absl::StrCat(forced) : "-",

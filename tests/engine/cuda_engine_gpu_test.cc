@@ -151,11 +151,14 @@ TEST_F(CudaEngineTest, ReportsDevicesVersionsAndStreams) {
   EXPECT_EQ(eng().StreamsPerRole(), 2);
   std::set<engine::StreamId> ids;
   for (int d = 0; d < eng().DeviceCount(); ++d) {
-    for (StreamRole role : {StreamRole::kCompute, StreamRole::kComm}) {
+    for (StreamRole role : {StreamRole::kCompute, StreamRole::kComm, StreamRole::kDeferred}) {
       for (int i = 0; i < 2; ++i) ids.insert(eng().GetStream(d, role, i));
     }
   }
-  EXPECT_EQ(ids.size(), static_cast<size_t>(4 * eng().DeviceCount()));
+  EXPECT_EQ(ids.size(), static_cast<size_t>(6 * eng().DeviceCount()));
+  // The deferred lane under the critical one, with its communicator's cap.
+  EXPECT_THAT(eng().DescribeLanes(), HasSubstr("deferred lane: streams at priority"));
+  EXPECT_THAT(eng().DescribeLanes(), HasSubstr("NCCL channel 2"));
   EXPECT_EQ(ids.count(-1), 0u);
   EXPECT_EQ(eng().GetStream(0, StreamRole::kCompute, 2), -1);
   EXPECT_EQ(eng().GetStream(eng().DeviceCount(), StreamRole::kComm, 0), -1);
@@ -611,6 +614,11 @@ TEST_F(CudaEngineTest, EventsTimeWorkOnOneDevice) {
     ASSERT_TRUE(eng().FillRandom(stream, {buf, 0, bytes}, DType::kF32, i, 1.0f).ok());
   }
   ASSERT_TRUE(eng().RecordEvent(*end, stream).ok());
+  // 1 GiB of fills takes far longer than the host takes to ask.
+  absl::StatusOr<bool> running = eng().EventDone(*end);
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_FALSE(*running);
+  EXPECT_TRUE(*eng().EventDone(*never));  // never recorded: done, as cudaEventQuery says
   // A wait on a never-recorded event does nothing.
   EXPECT_TRUE(eng().WaitEvent(eng().GetStream(0, StreamRole::kComm, 0), *never).ok());
   ASSERT_TRUE(eng().Synchronize({0}).ok());
@@ -618,6 +626,8 @@ TEST_F(CudaEngineTest, EventsTimeWorkOnOneDevice) {
   ASSERT_TRUE(ms.ok()) << ms.status();
   EXPECT_GT(*ms, 0.0);
   EXPECT_LT(*ms, 10000.0);
+  EXPECT_TRUE(*eng().EventDone(*end));
+  EXPECT_EQ(eng().EventDone(424242).status().code(), absl::StatusCode::kInvalidArgument);
   absl::StatusOr<double> bad = eng().ElapsedMs(*start, *never);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("never recorded"));

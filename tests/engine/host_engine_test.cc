@@ -1,5 +1,6 @@
 // The host engine's single-device primitives, bookkeeping, validation and
 // failure injection, checked against values computed here.
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -451,6 +452,9 @@ TEST(HostEngineTest, ElapsedMsBetweenCompletedRecords) {
   ASSERT_TRUE(ms.ok()) << ms.status();
   EXPECT_GT(*ms, 0.0);
   EXPECT_LT(*ms, 10000.0);
+  EXPECT_TRUE(*engine->EventDone(*end));
+  EXPECT_TRUE(*engine->EventDone(*never));  // never recorded: done, as cudaEventQuery says
+  EXPECT_EQ(engine->EventDone(424242).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine->ElapsedMs(*start, *other).status().code(),
             absl::StatusCode::kInvalidArgument);
   auto unrecorded = engine->ElapsedMs(*start, *never);
@@ -458,6 +462,43 @@ TEST(HostEngineTest, ElapsedMsBetweenCompletedRecords) {
   EXPECT_THAT(unrecorded.status().message(), HasSubstr("never recorded"));
   // An event records on streams of its own device only.
   EXPECT_EQ(engine->RecordEvent(*other, s).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The host backend models stream priority: a deferred-lane task yields to a
+// critical-lane task running on its device (at most 2 ms at a time, so it is
+// never starved), and a compute task does not.
+TEST(HostEngineTest, TheDeferredLaneYieldsToTheCriticalLane) {
+  auto engine = MakeHostEngine(1, false);
+  HostWorkQueue* work = engine->HostWork();
+  ASSERT_NE(work, nullptr);
+  std::atomic<bool> critical_running{false};
+  std::atomic<int64_t> critical_end_ns{0};
+  auto now_ns = [] { return absl::GetCurrentTimeNanos(); };
+  ASSERT_TRUE(work->EnqueueHostWork(engine->GetStream(0, StreamRole::kComm), {},
+                                    [&](const std::vector<uint8_t*>&) {
+                                      critical_running = true;
+                                      absl::SleepFor(absl::Milliseconds(300));
+                                      critical_end_ns = now_ns();
+                                      return absl::OkStatus();
+                                    })
+                  .ok());
+  while (!critical_running) absl::SleepFor(absl::Microseconds(100));
+  std::atomic<int64_t> deferred_start_ns{0}, compute_start_ns{0};
+  const int64_t enqueued_ns = now_ns();
+  for (auto [role, start] : {std::pair{StreamRole::kDeferred, &deferred_start_ns},
+                             std::pair{StreamRole::kCompute, &compute_start_ns}}) {
+    ASSERT_TRUE(work->EnqueueHostWork(engine->GetStream(0, role), {},
+                                      [start = start, &now_ns](const std::vector<uint8_t*>&) {
+                                        *start = now_ns();
+                                        return absl::OkStatus();
+                                      })
+                    .ok());
+  }
+  ASSERT_TRUE(engine->Synchronize({0}).ok());
+  // It yielded while the critical task ran, but not to its end.
+  EXPECT_GE(deferred_start_ns - enqueued_ns, absl::ToInt64Nanoseconds(absl::Milliseconds(2)));
+  EXPECT_LT(deferred_start_ns.load(), critical_end_ns.load());
+  EXPECT_LT(compute_start_ns.load(), critical_end_ns.load());
 }
 
 TEST(HostEngineTest, RejectsBadHandlesAndRangesWithoutEnqueueing) {
