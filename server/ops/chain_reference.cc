@@ -12,13 +12,6 @@
 namespace overlap::ops {
 namespace {
 
-// A value rounded as a buffer of `dtype` holds it.
-double Stored(DType dtype, double value) {
-  uint32_t storage = 0;
-  StoreFromFloat(&storage, dtype, 0, static_cast<float>(value));
-  return LoadAsFloat(&storage, dtype, 0);
-}
-
 // How much of the error an op's input carries reaches its output, relative to
 // each one's largest value: a GEMM of the graphs' weights (uniform, scaled by
 // 1/sqrt(k)) keeps it; GELU's slope is at most 1.13; SwiGLU multiplies two
@@ -126,12 +119,12 @@ std::vector<double> ChainReference::InputRow(int op, int group, int rank, int64_
   const double scale = a_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0;
   const int64_t half = static_cast<int64_t>(out.size()) / 2;
   for (int64_t j = 0; j < sh.a_cols; ++j) {
-    double x = Stored(out_dtype, out[j]);
-    if (spec.activation == Activation::kGelu) x = Stored(DType::kF32, Gelu(x));
+    double x = RoundAsStored(out_dtype, out[j]);
+    if (spec.activation == Activation::kGelu) x = RoundAsStored(DType::kF32, Gelu(x));
     if (spec.activation == Activation::kSwiglu) {
-      x = Stored(DType::kF32, Silu(x) * Stored(out_dtype, out[j + half]));
+      x = RoundAsStored(DType::kF32, Silu(x) * RoundAsStored(out_dtype, out[j + half]));
     }
-    values[j] = Stored(a_dtype, x / scale) * scale;
+    values[j] = RoundAsStored(a_dtype, x / scale) * scale;
   }
   return values;
 }

@@ -13,10 +13,14 @@
 
 namespace overlap::ops {
 
-double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
+double RoundAsStored(DType dtype, double value) {
   uint32_t storage = 0;
-  StoreFromFloat(&storage, dtype, 0, SeededUniform(seed, index) * scale);
+  StoreFromFloat(&storage, dtype, 0, static_cast<float>(value));
   return LoadAsFloat(&storage, dtype, 0);
+}
+
+double InputValue(DType dtype, uint64_t seed, uint64_t index, float scale) {
+  return RoundAsStored(dtype, SeededUniform(seed, index) * scale);
 }
 
 std::vector<int64_t> IndicesToCheck(int64_t count, bool all, int max_picked, uint64_t seed) {

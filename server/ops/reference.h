@@ -32,6 +32,9 @@ uint64_t InputSeed(uint64_t job_seed, uint64_t input_key, int tensor, int rank);
 // differ from another's, as a data-parallel batch does. Group 0's is the op's.
 uint64_t GroupInputKey(uint64_t input_key, int group);
 
+// `value` rounded as a buffer of `dtype` holds it.
+double RoundAsStored(DType dtype, double value);
+
 // Input element `index` of a tensor drawn by `seed`, as the device holds it:
 // SeededUniform(seed, index) * fill rounded to `dtype`.
 double InputValue(DType dtype, uint64_t seed, uint64_t index, float fill);
