@@ -61,6 +61,10 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
          absl::StrFormat("%.0f ms", rb.preheat_ms()));
   Caveat(&c.caveats, "nccl_overlap_ctas", absl::StrCat(ra.nccl_overlap_ctas()),
          absl::StrCat(rb.nccl_overlap_ctas()));
+  // Layer steps timed under different schedulers (a result from before the key says nothing).
+  if (!ra.layer_scheduler().empty() && !rb.layer_scheduler().empty()) {
+    Caveat(&c.caveats, "scheduler", ra.layer_scheduler(), rb.layer_scheduler());
+  }
   // Results stored before these were recorded have them empty: nothing to say.
   const std::pair<const char*, std::pair<std::string, std::string>> versions[] = {
       {"overlapd", {ra.overlapd_version(), rb.overlapd_version()}},

@@ -83,6 +83,8 @@ const char* GradFormName(GradForm form) {
       return "bucketed";
     case GradForm::kChunked:
       return "chunked";
+    case GradForm::kDynamic:
+      return "dynamic";
     case GradForm::kWhole:
       break;
   }
@@ -145,9 +147,11 @@ absl::Status ValidateGradBenchOptions(const GradBenchOptions& o) {
 
 std::string BuildGradBenchSpec(const GradBenchOptions& o, GradForm form, int tp) {
   std::string spec = GradSpecHeader(o, absl::StrCat("gradbench-", GradFormName(form)), tp);
-  absl::StrAppendFormat(&spec, "layer_step: true\nbucket_mib: %d\nchunk_kib: %d\nops:\n",
-                        form == GradForm::kBucketed ? o.bucket_mib : 0,
-                        form == GradForm::kChunked ? o.chunk_kib : 0);
+  const bool chunked = form == GradForm::kChunked || form == GradForm::kDynamic;
+  absl::StrAppendFormat(&spec,
+                        "layer_step: true\nbucket_mib: %d\nchunk_kib: %d\nscheduler: %s\nops:\n",
+                        form == GradForm::kBucketed ? o.bucket_mib : 0, chunked ? o.chunk_kib : 0,
+                        form == GradForm::kDynamic ? "dynamic" : "static");
   std::string last;  // the last GEMM: every op after it waits on it
   auto after = [&] { return last.empty() ? std::string() : absl::StrCat(", after: [", last, "]"); };
   auto gemms = [&](size_t block) {
@@ -334,7 +338,9 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
     const bool stepped = r.step_ms > 0;
     std::string form = GradFormName(r.form);
     if (r.form == GradForm::kBucketed) absl::StrAppend(&form, " ", o.bucket_mib, "MiB");
-    if (r.form == GradForm::kChunked) absl::StrAppend(&form, " ", o.chunk_kib, "KiB");
+    if (r.form == GradForm::kChunked || r.form == GradForm::kDynamic) {
+      absl::StrAppend(&form, " ", o.chunk_kib, "KiB");
+    }
     t.AddRow({form, SentAs(r, es), stepped ? FormatMs(r.step_ms) : "-",
               stepped ? FormatMs(r.without_ms) : "-", stepped ? FormatMs(r.exposed_ms) : "-",
               r.sent_alone_ms > 0 ? FormatMs(r.sent_alone_ms) : "-",
@@ -393,7 +399,10 @@ nlohmann::json GradBenchJson(const v1::Job& first, const v1::GetNodeInfoResponse
     j["forms"].push_back({{"form", GradFormName(r.form)},
                           {"job_id", r.job_id},
                           {"bucket_mib", r.form == GradForm::kBucketed ? o.bucket_mib : 0},
-                          {"chunk_kib", r.form == GradForm::kChunked ? o.chunk_kib : 0},
+                          {"chunk_kib", r.form == GradForm::kChunked || r.form == GradForm::kDynamic
+                                            ? o.chunk_kib
+                                            : 0},
+                          {"scheduler", r.form == GradForm::kDynamic ? "dynamic" : "static"},
                           {"layer_step_ms", r.step_ms},
                           {"without_all_reduces_ms", r.without_ms},
                           {"exposed_ms", r.exposed_ms},
@@ -430,8 +439,9 @@ int RunGradBench(DaemonClient& client, const GradBenchOptions& options,
            "set them)\n";
   }
   const int tp = o.devices.empty() ? node->devices_size() : static_cast<int>(o.devices.size());
-  std::vector<v1::Job> jobs(3);
-  const GradForm forms[] = {GradForm::kWhole, GradForm::kBucketed, GradForm::kChunked};
+  std::vector<v1::Job> jobs(4);
+  const GradForm forms[] = {GradForm::kWhole, GradForm::kBucketed, GradForm::kChunked,
+                            GradForm::kDynamic};
   for (GradForm form : forms) {
     if (int rc = SubmitAndFollow(client, BuildGradBenchSpec(o, form, tp),
                                  absl::StrCat("bench ", GradFormName(form)), tp, node->backend(),
@@ -442,7 +452,9 @@ int RunGradBench(DaemonClient& client, const GradBenchOptions& options,
   }
   // What the bucketed and chunked forms sent, timed alone.
   std::vector<GradMessage> sent = GradMessages(jobs[1], o);
-  for (const GradMessage& m : GradMessages(jobs[2], o)) sent.push_back(m);
+  for (int form : {2, 3}) {
+    for (const GradMessage& m : GradMessages(jobs[form], o)) sent.push_back(m);
+  }
   v1::Job messages;
   const std::string messages_spec = BuildGradMessagesSpec(o, sent, tp);
   if (!messages_spec.empty()) {

@@ -1,5 +1,7 @@
 // `overlapctl bench --nodes`: the data-parallel gradient all-reduces across
-// daemons, in a layer step beside GEMMs, whole, bucketed and chunked.
+// daemons, in a layer step beside GEMMs, whole, bucketed, chunked (planned
+// before the step: scheduler static) and dynamic (chunked, dispatched at run
+// time).
 #pragma once
 
 #include <cstdint>
@@ -24,8 +26,8 @@ namespace overlap::client {
 // of the backward). One job per form; then one that times alone what the
 // bucketed and chunked forms sent (their buckets, their pieces), so that each
 // form's all-reduces alone and bus bandwidth are of what it sent.
-enum class GradForm { kWhole, kBucketed, kChunked };
-const char* GradFormName(GradForm form);  // whole | bucketed | chunked
+enum class GradForm { kWhole, kBucketed, kChunked, kDynamic };
+const char* GradFormName(GradForm form);  // whole | bucketed | chunked | dynamic
 
 struct GradBenchOptions {
   std::vector<std::string> nodes;   // peer addresses, this daemon's among them
@@ -33,7 +35,7 @@ struct GradBenchOptions {
   BenchShape gemm;                  // op "gemm", global (n splits over tp); m 0 = the default
   int gemms_per_grad = 4;
   int bucket_mib = 25;       // the bucketed form's bucket_mib (PyTorch DDP's)
-  int chunk_kib = 256;       // the chunked form's chunk_kib
+  int chunk_kib = 256;       // the chunked and dynamic forms' chunk_kib
   std::vector<int> devices;  // each node's; empty = every device
   std::string dtype = "bf16";
   int iterations = 20;

@@ -107,7 +107,7 @@ TEST_F(ClusterBenchTest, CommbenchTimesDpFlatAndHierarchicalAllReducesAcrossTheD
   }
 }
 
-TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedAndChunkedBesideGemms) {
+TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedChunkedAndDynamicBesideGemms) {
   const std::string json = File("bench.json");
   RunResult run =
       coordinator().Ctl({"bench", "--nodes", nodes(), "--grad-sizes", "16KiB,128KiB", "--gemm",
@@ -119,11 +119,14 @@ TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedAndChunkedBesideGemms
   EXPECT_THAT(run.out, ContainsRegex("\nbucketed 25MiB +1 bucket of 144KiB( +[0-9.]+){7} +ok "));
   EXPECT_THAT(run.out,
               ContainsRegex("\nchunked 32KiB +4 pieces of 32KiB, 1 whole( +[0-9.]+){7} +ok "));
+  // The same pieces, dispatched at run time on the deferred lane.
+  EXPECT_THAT(run.out,
+              ContainsRegex("\ndynamic 32KiB +4 pieces of 32KiB, 1 whole( +[0-9.]+){7} +ok "));
   EXPECT_THAT(run.out, HasSubstr(kHostNote));
 
   const nlohmann::json j = ParseJson(ReadFileOrEmpty(json));
   EXPECT_EQ(j["figures_meaningful"], false);
-  ASSERT_EQ(j["forms"].size(), 3u) << j.dump(1);
+  ASSERT_EQ(j["forms"].size(), 4u) << j.dump(1);
   for (const nlohmann::json& form : j["forms"]) {
     EXPECT_TRUE(form["verified"].get<bool>()) << form.dump(1);
     EXPECT_TRUE(form["within_tolerance"].get<bool>()) << form.dump(1);
@@ -132,6 +135,8 @@ TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedAndChunkedBesideGemms
   }
   EXPECT_EQ(j["forms"][2]["messages"][1]["how"], "chunked");
   EXPECT_EQ(j["forms"][2]["messages"][1]["pieces"], 4);
+  EXPECT_EQ(j["forms"][3]["scheduler"], "dynamic");
+  EXPECT_EQ(j["forms"][3]["messages"][1]["pieces"], 4);
 }
 
 TEST_F(ClusterBenchTest, ADaemonWithoutAPeerListenerRefusesAndSweepFlagsAreUsageErrors) {
