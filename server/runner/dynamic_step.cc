@@ -144,9 +144,12 @@ class LiveDispatch {
     return issued;
   }
 
-  // Polls until every chunk is out; fails when an input is not ready after
-  // kDispatchReadyTimeout.
+  // Polls until every chunk is out. A ready chunk goes by its deadline at the
+  // latest, so only a wait for an input (or for the lane) can last: past
+  // kDispatchReadyTimeout beyond the bound, the step fails.
   absl::Status Drain(engine::Engine& engine) {
+    const absl::Duration limit =
+        kDispatchReadyTimeout + absl::Milliseconds(dispatcher_.bound_ms());
     absl::Time progress = absl::Now();
     while (!dispatcher_.AllIssued()) {
       ASSIGN_OR_RETURN(const int issued, Poll(engine));
@@ -154,11 +157,13 @@ class LiveDispatch {
         progress = absl::Now();
         continue;
       }
-      if (absl::Now() - progress > kDispatchReadyTimeout) {
+      if (absl::Now() - progress > limit) {
+        const int head = dispatcher_.Head();
         return absl::DeadlineExceededError(absl::StrCat(
-            "layer step: deferred collective ", dispatcher_.work()[dispatcher_.Head()].id,
-            " waited ", absl::FormatDuration(kDispatchReadyTimeout),
-            " for its input: the work before it did not finish"));
+            "layer step: deferred collective ", dispatcher_.work()[head].id, " waited ",
+            absl::FormatDuration(limit),
+            dispatcher_.IsReady(head) ? " for its deferred lane: its earlier chunks did not finish"
+                                      : " for its input: the work before it did not finish"));
       }
       absl::SleepFor(kPollInterval);
     }

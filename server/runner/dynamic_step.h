@@ -21,8 +21,9 @@
 // all enqueued ahead of it and never waits on the deferred lane until the
 // step's end, after the last chunk was issued; and the host's waits are
 // bounded by the deadline, so the last chunk is issued even if critical work
-// never ends. The one wait with no bound of ours, for an input to become
-// ready, is capped by kDispatchReadyTimeout and then fails the step.
+// never ends. The waits with no bound of ours, for an input to become ready
+// or for the lane's chunks in flight to finish, are capped by
+// kDispatchReadyTimeout beyond the bound and then fail the step.
 #pragma once
 
 #include <vector>
@@ -38,8 +39,9 @@ namespace overlap::runner {
 
 class TimelineEngine;
 
-// How long the dispatcher waits for a deferred collective's input before the
-// step fails with DEADLINE_EXCEEDED (the work before it hung).
+// How long, beyond defer_bound_ms, the dispatcher waits for a deferred
+// collective's input (or its lane) before the step fails with
+// DEADLINE_EXCEEDED (the work before it hung).
 inline constexpr absl::Duration kDispatchReadyTimeout = absl::Seconds(120);
 
 // The deferred lane's members: chunks of chunk_kib (kDynamicChunkKib when 0),

@@ -208,6 +208,20 @@ TEST(DynamicStepTest, ABoundTooTightIsForcedAndTheReportSaysSo) {
   EXPECT_TRUE(note);
 }
 
+TEST(DynamicStepTest, AChunkLargerThanTheGradientSendsItWholeAndSaysSo) {
+  auto engine = CheckedHostEngine(4);
+  JobSpec spec = Backward("1000");
+  spec.chunk_kib = 1024;
+  const v1::JobResult result = RunStep(*engine, spec);
+  ExpectEverythingVerified(result);
+  int whole = 0;
+  for (const std::string& n : result.scheduler_notes()) {
+    whole += n.find("no larger than a chunk (1024 KiB)") != std::string::npos;
+  }
+  EXPECT_EQ(whole, 2);
+  for (const v1::LayerDeferral& d : result.layer_deferrals()) EXPECT_EQ(d.pieces(), 1) << d.op();
+}
+
 TEST(DynamicStepTest, StaticAndDynamicComputeTheSame) {
   auto engine = CheckedHostEngine(4);
   const v1::JobResult planned = RunStep(*engine, Backward("50", "nccl", "static"));
