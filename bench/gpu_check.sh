@@ -8,12 +8,14 @@ source .device/env.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/gpu_before.csv" 2>&1
 # On one GPU the multi-rank cases skip; a second pass runs them with two ranks
-# on that GPU (config ranks_per_gpu: copies stand in for NCCL between them).
+# on that GPU (config ranks_per_gpu: copies stand in for NCCL between them),
+# and a third the tp 2 x dp 2 meshes' tests with four.
 passes=(1)
-[ "$(nvidia-smi -L | wc -l)" = 1 ] && passes+=(2)
+[ "$(nvidia-smi -L | wc -l)" = 1 ] && passes+=(2 4)
 for ranks in "${passes[@]}"; do
   for t in .device/bin/*_gpu_test; do
     name=$(basename "$t")
+    [ "$ranks" = 4 ] && [[ "$name" != mesh_gpu_test && "$name" != dynamic_step_gpu_test ]] && continue
     [ "$ranks" = 1 ] || name="$name-ranks$ranks"
     OVERLAP_TEST_RANKS_PER_GPU=$ranks timeout 300 "$t" --gtest_brief=1 > "$OUT/$name.log" 2>&1
     echo "$name exit $? : $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"

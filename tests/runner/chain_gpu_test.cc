@@ -27,10 +27,7 @@ namespace {
 class ChainGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DaemonConfig config;
-    config.pool_bytes_per_device = int64_t{16} << 30;
-    ApplyTestRanksPerGpu(&config);
-    auto engine = cuda::CreateCudaEngine(config);
+    auto engine = CreateTestCudaEngine(int64_t{16} << 30);
     if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
     engine_ = std::move(*engine);
     for (int d = 0; d < engine_->DeviceCount(); ++d) devices_.push_back(d);

@@ -39,10 +39,7 @@ OpSpec Op(const std::string& id, OpType type, int64_t m, int64_t k, int64_t n, T
 class LayerStepGpuTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override {
-    DaemonConfig config;
-    config.pool_bytes_per_device = int64_t{4} << 30;
-    ApplyTestRanksPerGpu(&config);
-    auto engine = cuda::CreateCudaEngine(config);
+    auto engine = CreateTestCudaEngine(int64_t{4} << 30);
     if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
     engine_ = std::move(*engine);
     for (int d = 0; d < engine_->DeviceCount(); ++d) devices_.push_back(d);

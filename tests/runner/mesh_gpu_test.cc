@@ -22,10 +22,7 @@ namespace {
 class MeshGpuTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    DaemonConfig config;
-    config.pool_bytes_per_device = int64_t{2} << 30;
-    ApplyTestRanksPerGpu(&config);
-    auto engine = cuda::CreateCudaEngine(config);
+    auto engine = CreateTestCudaEngine(int64_t{2} << 30);
     if (!engine.ok()) GTEST_SKIP() << "no GPU visible: " << engine.status().message();
     engine_ = std::move(*engine);
     if (engine_->DeviceCount() < 4) {
