@@ -33,11 +33,12 @@ DispatchDecision DeferredDispatcher::Next(double now_ms,
     return d;
   }
   const bool pending = std::any_of(head.devices.begin(), head.devices.end(), critical_pending);
+  d.deadline_near = now_ms + head.chunk_ms >= HeadDeadlineMs();
   if (!pending) {
     d.work = Head();
     return d;
   }
-  if (now_ms + head.chunk_ms >= HeadDeadlineMs()) {
+  if (d.deadline_near) {
     d.work = Head();
     d.forced = true;
     return d;

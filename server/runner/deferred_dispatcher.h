@@ -59,7 +59,8 @@ enum class DispatchWait {
 
 struct DispatchDecision {
   int work = -1;  // the collective whose next chunk goes; -1 = none
-  bool forced = false;
+  bool forced = false;         // it goes while critical work is pending: its deadline is near
+  bool deadline_near = false;  // now plus a chunk's time reaches its deadline
   DispatchWait wait = DispatchWait::kNone;
 };
 

@@ -31,6 +31,8 @@ constexpr absl::Duration kPollInterval = absl::Microseconds(20);
 // kMaxChunksInFlight).
 constexpr double kLaneAheadMs = 0.25;
 constexpr int kMaxChunksInFlight = 8;
+// With chunk_kib 0, the shortest chunk by its time alone (PlaceOnDeferredLane).
+constexpr double kMinDynamicChunkMs = 0.2;
 
 int Pieces(const Member& m) { return std::max<int>(1, static_cast<int>(m.pieces.size())); }
 
@@ -130,8 +132,8 @@ class LiveDispatch {
       const double chunk_ms = dispatcher_.work()[d.work].chunk_ms;
       const int ahead = std::clamp(static_cast<int>(kLaneAheadMs / std::max(chunk_ms, 1e-6)), 1,
                                    kMaxChunksInFlight);
-      // A forced chunk goes now: its deadline is near.
-      if (in_flight >= ahead && !d.forced) break;
+      // A chunk whose deadline is near goes now, critical work or not.
+      if (in_flight >= ahead && !d.deadline_near) break;
       // A chunk's spans are its collective's, whatever op the main streams are at.
       const std::string label = tracer_ != nullptr ? tracer_->label() : "";
       if (tracer_ != nullptr) tracer_->SetLabel(lane_[d.work]->op.id);
@@ -243,17 +245,33 @@ class LiveDispatch {
 
 void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
                          std::vector<std::string>* notes) {
-  for (Member& m : members) m.on_deferred_lane = m.deferred && m.join_before.empty();
+  const int64_t es =
+      static_cast<int64_t>(DTypeSize(ops::BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
   const int chunk_kib = spec.chunk_kib > 0 ? spec.chunk_kib : kDynamicChunkKib;
-  Chunk(members, spec, chunk_kib, /*lane_only=*/true);
+  for (Member& m : members) {
+    m.on_deferred_lane = m.deferred && m.join_before.empty();
+    if (!m.on_deferred_lane || !Cuttable(spec, m)) continue;
+    int64_t chunk_bytes = int64_t{chunk_kib} << 10;
+    // Left to us (chunk_kib 0), a chunk is also long enough by its time alone
+    // that the host's cost of one (an issue, two events, a poll: tens of
+    // microseconds) stays a small share: 256 KiB chunks of a 235 MB gradient
+    // kept a shared H100's deferred lane waiting on the host 40 us a chunk.
+    const int64_t bytes = m.op.m * m.op.n * es;
+    if (spec.chunk_kib == 0 && m.alone_ms > 0) {
+      const double most_chunks = std::max(1.0, m.alone_ms / kMinDynamicChunkMs);
+      chunk_bytes = std::max(chunk_bytes, static_cast<int64_t>(bytes / most_chunks));
+    }
+    CutIntoPieces(m, chunk_bytes, es);
+  }
   for (const Member& m : members) {
     if (!m.on_deferred_lane) continue;
     const double chunk_ms = kBesideGemmsFactor * m.alone_ms / Pieces(m);
     if (m.pieces.empty() && m.op.type == OpType::kAllReduce) {
       notes->push_back(absl::StrFormat(
-          "%s: no larger than a chunk (%d KiB), or not cut (a hierarchical or read all-reduce): "
-          "sent whole",
-          m.op.id, chunk_kib));
+          "%s: no larger than a chunk (%d KiB%s), or not cut (a hierarchical or read "
+          "all-reduce): sent whole",
+          m.op.id, chunk_kib,
+          spec.chunk_kib == 0 ? absl::StrFormat(", or %.2g ms alone", kMinDynamicChunkMs) : ""));
     }
     if (chunk_ms >= spec.defer_bound_ms) {
       notes->push_back(absl::StrFormat(

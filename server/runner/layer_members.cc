@@ -118,15 +118,20 @@ void Chunk(std::vector<Member>& members, const JobSpec& spec, int chunk_kib, boo
   const int64_t chunk_bytes = int64_t{chunk_kib} << 10;
   for (Member& m : members) {
     const bool candidate = lane_only ? m.on_deferred_lane : m.deferred && m.bucketed.empty();
-    if (!candidate || m.op.type != OpType::kAllReduce || IsRead(spec, m.op) ||
-        m.schedule.algorithm == AllReduceAlgorithm::kHierarchical ||
-        m.op.m * m.op.n * es <= chunk_bytes) {
-      continue;
-    }
-    const int64_t rows = std::max<int64_t>(1, chunk_bytes / (m.op.n * es));
-    for (int64_t row = 0; row < m.op.m; row += rows) {
-      m.pieces.push_back(ops::RowRange{row, std::min(rows, m.op.m - row)});
-    }
+    if (candidate && Cuttable(spec, m)) CutIntoPieces(m, chunk_bytes, es);
+  }
+}
+
+bool Cuttable(const JobSpec& spec, const Member& m) {
+  return m.op.type == OpType::kAllReduce && !IsRead(spec, m.op) &&
+         m.schedule.algorithm != AllReduceAlgorithm::kHierarchical;
+}
+
+void CutIntoPieces(Member& m, int64_t chunk_bytes, int64_t es) {
+  if (m.op.m * m.op.n * es <= chunk_bytes) return;
+  const int64_t rows = std::max<int64_t>(1, chunk_bytes / (m.op.n * es));
+  for (int64_t row = 0; row < m.op.m; row += rows) {
+    m.pieces.push_back(ops::RowRange{row, std::min(rows, m.op.m - row)});
   }
 }
 

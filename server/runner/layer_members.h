@@ -69,6 +69,12 @@ absl::Status SendDeferred(Member& m, const MainStreams& main);
 // deferred member but buckets.
 void Chunk(std::vector<Member>& members, const JobSpec& spec, int chunk_kib, bool lane_only);
 
+// Whether Chunk may cut `m` (an all-reduce, not hierarchical, not read by another op).
+bool Cuttable(const JobSpec& spec, const Member& m);
+// Cuts `m`'s rows into pieces of about `chunk_bytes` each (`es` bytes an
+// element); leaves it whole when it is no larger.
+void CutIntoPieces(Member& m, int64_t chunk_bytes, int64_t es);
+
 // Whether `m` has pieces (or its whole op) not yet sent this iteration.
 bool Unsent(const Member& m);
 

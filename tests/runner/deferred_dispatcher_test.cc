@@ -66,6 +66,7 @@ TEST(DeferredDispatcherTest, YieldsWhileCriticalWorkIsPendingOnItsDevices) {
   const DispatchDecision next = d.Next(10, pending);
   EXPECT_EQ(next.work, 0);
   EXPECT_FALSE(next.forced);
+  EXPECT_FALSE(next.deadline_near);
   d.Issued(next, 10);
   EXPECT_EQ(d.records()[0].forced, 0);
 }
@@ -78,6 +79,7 @@ TEST(DeferredDispatcherTest, ANearDeadlineForcesTheChunk) {
   const DispatchDecision at_21 = d.Next(21, always);
   EXPECT_EQ(at_21.work, 0);
   EXPECT_TRUE(at_21.forced);
+  EXPECT_TRUE(at_21.deadline_near);
   d.Issued(at_21, 21);
   // The second chunk's deadline is the collective's: already near, so it goes too.
   const DispatchDecision at_22 = d.Next(22, always);
@@ -117,7 +119,9 @@ TEST(DeferredDispatcherTest, TheOrderIsTheSameWhateverTheTiming) {
 TEST(DeferredDispatcherTest, IssuedIgnoresADecisionThatIsNotTheHead) {
   DeferredDispatcher d(TwoGradients(), 50);
   d.Ready(0, 0);
-  d.Issued(DispatchDecision{1, false, DispatchWait::kNone}, 0);
+  DispatchDecision not_head;
+  not_head.work = 1;
+  d.Issued(not_head, 0);
   EXPECT_EQ(d.records()[1].issued, 0);
   EXPECT_EQ(d.Head(), 0);
   EXPECT_EQ(d.HeadDeadlineMs(), 50);
