@@ -20,6 +20,7 @@
 #include "server/runner/job_runner.h"
 #include "server/report/result_proto.h"
 #include "tests/host_engine_util.h"
+#include "tests/slow_engine.h"
 
 namespace overlap::cluster {
 namespace {
@@ -41,10 +42,11 @@ ops::DecidedSchedules Decide(const JobSpec& spec, int world) {
 
 // Runs `graph` over `nodes` nodes of `devices` devices each, every op as
 // `decided` (empty: as a coordinator would decide); every node's result.
+// `slow_node`'s first device runs each GEMM 5 ms late (-1: none).
 std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devices,
                                   const std::string& job_key,
                                   absl::Duration timeout = absl::Seconds(20),
-                                  ops::DecidedSchedules decided = {}) {
+                                  ops::DecidedSchedules decided = {}, int slow_node = -1) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(graph);
   EXPECT_TRUE(spec.ok()) << spec.status();
   spec->timeline = false;
@@ -62,7 +64,9 @@ std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devic
       std::iota(options.placement.local_devices.begin(), options.placement.local_devices.end(), 0);
       options.job_key = job_key;
       options.timeout = timeout;
-      SpanningEngine engine(*runs[n].host, store, options);
+      SlowEngine slow(*runs[n].host, 0, absl::Milliseconds(n == slow_node ? 5 : 0),
+                      absl::ZeroDuration());
+      SpanningEngine engine(slow, store, options);
       std::vector<int> global(nodes * devices);
       std::iota(global.begin(), global.end(), 0);
       runs[n].result =
@@ -184,6 +188,54 @@ ops:
       report::RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
   EXPECT_EQ(undecided.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(undecided.status().message(), HasSubstr("schedules its coordinator decided"));
+}
+
+// scheduler: dynamic over two nodes, one of them slow (its first device's
+// GEMMs 5 ms late): each node dispatches its own ranks' gradient chunks in the
+// one order and every node verifies its ranks. The fast node's chunks wait for
+// their slow peers inside the collectives (a lane runs its chunks in order, so
+// a later gradient's first chunk waits behind them too): the bound may be
+// missed there, and the report gives each delay, met or not.
+TEST(SpanningEngineTest, GradientsDispatchedAtRunTimeWithASlowNode) {
+  constexpr char kBackward[] = R"(mesh: {tp: 2, dp: 2}
+iterations: 2
+warmup: 1
+dtype: f32
+scheduler: dynamic
+chunk_kib: 16
+bucket_mib: 0
+ops:
+  - {id: dgrad, type: gemm_rs, m: 128, k: 256, n: 128}
+  - {id: wgrad, type: gemm, m: 128, k: 128, n: 256, after: [dgrad]}
+  - {id: grads, type: all_reduce, m: 128, n: 128, group: dp, input: wgrad}
+  - {id: next_dgrad, type: ag_gemm, m: 128, k: 128, n: 256, after: [dgrad]}
+  - {id: next_wgrad, type: gemm, m: 128, k: 128, n: 256, after: [next_dgrad]}
+  - {id: next_grads, type: all_reduce, m: 128, n: 128, group: dp, input: next_wgrad}
+)";
+  std::vector<NodeRun> runs =
+      RunOverNodes(kBackward, 2, 2, "dynamic-slow", absl::Seconds(20), {}, /*slow_node=*/1);
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_TRUE(runs[n].result.ok()) << "node " << n << ": " << runs[n].result.status();
+    const v1::JobResult& r = *runs[n].result;
+    for (const v1::OpResult& op : r.ops()) EXPECT_TRUE(op.verified()) << op.id();
+    EXPECT_EQ(r.layer_scheduler(), "dynamic");
+    EXPECT_EQ(r.layer_chains_size(), 2);
+    for (const v1::LayerChainCheck& c : r.layer_chains()) {
+      EXPECT_LE(c.max_rel_error(), c.tolerance()) << c.chain();
+    }
+    int dispatched = 0;
+    for (const v1::LayerDeferral& d : r.layer_deferrals()) {
+      if (!d.dispatched()) continue;
+      ++dispatched;
+      EXPECT_EQ(d.pieces(), 4) << d.op();  // 64 KiB in 16 KiB chunks
+      EXPECT_LE(d.ready_ms(), d.first_chunk_ms()) << d.op();
+      EXPECT_LE(d.first_chunk_ms(), d.finished_ms()) << d.op();
+      EXPECT_GT(d.worst_delay_ms(), 0) << d.op();
+      EXPECT_EQ(d.bound_ms(), 50) << d.op();
+    }
+    EXPECT_EQ(dispatched, 2);
+    EXPECT_EQ(r.lane_figures_size(), 2);  // this node's own devices
+  }
 }
 
 // The deferred lane's order across nodes (server/runner/dynamic_step.h): each

@@ -14,10 +14,10 @@
 #include "absl/strings/str_replace.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
-#include "server/engine/forwarding_engine.h"
 #include "server/report/result_proto.h"
 #include "server/runner/job_runner.h"
 #include "tests/host_engine_util.h"
+#include "tests/slow_engine.h"
 
 namespace overlap::runner {
 namespace {
@@ -57,55 +57,6 @@ JobSpec Backward(const std::string& bound_ms, const std::string& transport = "nc
   return spec.ok() ? *spec : JobSpec{};
 }
 
-// Makes one device's GEMMs, or its critical collectives (reduce-scatters and
-// all-gathers), slow: a host task sleeping before each on its stream.
-class SlowEngine : public engine::ForwardingEngine {
- public:
-  SlowEngine(engine::Engine& inner, int device, absl::Duration gemm, absl::Duration collective)
-      : ForwardingEngine(inner), device_(device), gemm_(gemm), collective_(collective) {}
-
-  absl::Status Gemm(engine::StreamId stream, const engine::GemmArgs& args) override {
-    if (gemm_ > absl::ZeroDuration() && OnSlowDevice(stream)) Sleep(stream, gemm_);
-    return ForwardingEngine::Gemm(stream, args);
-  }
-  absl::Status ReduceScatter(const engine::CollectiveArgs& args) override {
-    SlowCollective(args);
-    return ForwardingEngine::ReduceScatter(args);
-  }
-  absl::Status AllGather(const engine::CollectiveArgs& args) override {
-    SlowCollective(args);
-    return ForwardingEngine::AllGather(args);
-  }
-
- private:
-  bool OnSlowDevice(engine::StreamId stream) {
-    for (int role = 0; role < 2; ++role) {
-      for (int i = 0; i < StreamsPerRole(); ++i) {
-        const auto r = role == 0 ? engine::StreamRole::kCompute : engine::StreamRole::kComm;
-        if (GetStream(device_, r, i) == stream) return true;
-      }
-    }
-    return false;
-  }
-  void SlowCollective(const engine::CollectiveArgs& args) {
-    if (collective_ <= absl::ZeroDuration() || args.channel == engine::kDeferredLaneChannel) return;
-    for (const engine::RankBuffers& rank : args.ranks) {
-      if (rank.device == device_) Sleep(rank.stream, collective_);
-    }
-  }
-  void Sleep(engine::StreamId stream, absl::Duration d) {
-    ASSERT_TRUE(HostWork()
-                    ->EnqueueHostWork(stream, {},
-                                      [d](const std::vector<uint8_t*>&) {
-                                        absl::SleepFor(d);
-                                        return absl::OkStatus();
-                                      })
-                    .ok());
-  }
-
-  const int device_;
-  const absl::Duration gemm_, collective_;
-};
 
 v1::JobResult RunStep(engine::Engine& engine, const JobSpec& spec) {
   absl::StatusOr<v1::JobResult> result =
