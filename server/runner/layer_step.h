@@ -15,7 +15,9 @@
 // last member ran, as PyTorch DDP buckets gradients. The step is timed as an op's steps are
 // (barrier, launch gate, heat head start, max over ranks, graph replay where
 // no schedule uses NCCL) and, with verify, every op's output is checked again
-// against float64 after a layer iteration.
+// against float64 after a layer iteration. That is scheduler: static; under
+// scheduler: dynamic the all-reduces nothing waits on go to the deferred lane
+// instead, dispatched at run time (dynamic_step.h), and the step runs live.
 #pragma once
 
 #include <vector>
