@@ -19,9 +19,6 @@ namespace {
 
 using ops::EventKind;
 
-// How much longer than alone a chunk is taken to run beside the GEMMs when the
-// dispatcher judges whether a deadline is near (as the planned step does).
-constexpr double kBesideGemmsFactor = 1.5;
 // Between polls that issued nothing: short against a chunk, long enough to
 // leave the host backend's workers the CPU.
 constexpr absl::Duration kPollInterval = absl::Microseconds(20);
@@ -33,8 +30,6 @@ constexpr double kLaneAheadMs = 0.25;
 constexpr int kMaxChunksInFlight = 8;
 // With chunk_kib 0, the shortest chunk by its time alone (PlaceOnDeferredLane).
 constexpr double kMinDynamicChunkMs = 0.2;
-
-int Pieces(const Member& m) { return std::max<int>(1, static_cast<int>(m.pieces.size())); }
 
 bool IsLocal(OpContext& ctx, int r) { return ctx.engine().IsLocalDevice(ctx.rank(r).device); }
 

@@ -86,14 +86,16 @@ absl::Status SendDeferred(Member& m, const MainStreams& main) {
     RETURN_IF_ERROR(ops::EnqueueAllReduceRows(ctx, m.schedule, m.pieces[m.sent]));
   }
   ++m.sent;
-  if (m.sent < std::max<size_t>(1, m.pieces.size())) return absl::OkStatus();
+  if (Unsent(m)) return absl::OkStatus();
   for (int q = 0; q < ctx.tp(); ++q) {
     RETURN_IF_ERROR(ctx.Record(q, ctx.rank(q).compute, ops::EventKind::kLayerDone));
   }
   return absl::OkStatus();
 }
 
-bool Unsent(const Member& m) { return m.sent < std::max<size_t>(1, m.pieces.size()); }
+int Pieces(const Member& m) { return std::max<int>(1, static_cast<int>(m.pieces.size())); }
+
+bool Unsent(const Member& m) { return static_cast<int>(m.sent) < Pieces(m); }
 
 // The main streams wait for the deferred ops that join before `id` ("" = the
 // end), each first sending what it has not sent yet.

@@ -75,6 +75,14 @@ bool Cuttable(const JobSpec& spec, const Member& m);
 // element); leaves it whole when it is no larger.
 void CutIntoPieces(Member& m, int64_t chunk_bytes, int64_t es);
 
+// How much longer than alone a collective is taken to run beside the GEMM ops
+// (LayerOrder's fit, the dispatcher's chunk time): they contend for HBM and
+// NVLink and, over NCCL, for SMs.
+inline constexpr double kBesideGemmsFactor = 1.5;
+
+// What `m` sends in one iteration: its pieces, or 1 (the whole op).
+int Pieces(const Member& m);
+
 // Whether `m` has pieces (or its whole op) not yet sent this iteration.
 bool Unsent(const Member& m);
 

@@ -212,10 +212,6 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
   members[i].join_before = gemm_beside ? members[first_waiter].op.id : "";
 }
 
-// How much longer than alone a collective is taken to run beside the GEMM ops
-// when LayerOrder checks that it fits: they contend for HBM and NVLink and,
-// over NCCL, for SMs.
-constexpr double kBesideGemmsFactor = 1.5;
 // scheduler: dynamic: the iterations the dispatch figures come from, at most.
 constexpr int kDispatchIterations = 5;
 
@@ -306,7 +302,7 @@ absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext
     d.how = !m.pieces.empty()    ? "chunked"
             : !m.bucketed.empty() ? "bucketed"
                                   : "whole";
-    d.pieces = std::max<int>(1, static_cast<int>(m.pieces.size()));
+    d.pieces = Pieces(m);
     d.piece_bytes = m.pieces.empty() ? 0 : m.pieces[0].rows * m.op.n * es;
     d.joined_before = m.join_before;
     d.alone_ms = m.alone_ms;
