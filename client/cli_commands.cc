@@ -29,6 +29,8 @@ std::vector<CliCommand> AllCliCommands() {
       GraphCommand(),
       BenchCommand(),
       CommBenchCommand(),
+      CalibrateCommand(),
+      PlanCommand(),
   };
   // clang-format on
 }

@@ -86,5 +86,8 @@ CliCommand GraphCommand();
 // cli_benchmark_commands.cc: the op and collective sweeps.
 CliCommand BenchCommand();
 CliCommand CommBenchCommand();
+// cli_plan_commands.cc: the planner's calibration and its predictions.
+CliCommand CalibrateCommand();
+CliCommand PlanCommand();
 
 }  // namespace overlap::client

@@ -226,6 +226,30 @@ absl::StatusOr<v1::ForgetXidsResponse> DaemonClient::ForgetXids(int device) {
   return response;
 }
 
+absl::StatusOr<v1::GetCalibrationResponse> DaemonClient::GetCalibration(int tp) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::GetCalibrationRequest request;
+  request.set_tp(tp);
+  v1::GetCalibrationResponse response;
+  absl::Status status = Convert(node_->GetCalibration(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::PutCalibrationResponse> DaemonClient::PutCalibration(const std::string& json,
+                                                                        int tp) {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  v1::PutCalibrationRequest request;
+  request.set_calibration_json(json);
+  request.set_tp(tp);
+  v1::PutCalibrationResponse response;
+  absl::Status status = Convert(node_->PutCalibration(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::Job> DaemonClient::WatchJob(
     const std::string& id, const std::function<void(const v1::Job&)>& on_event) {
   grpc::ClientContext context;

@@ -62,6 +62,8 @@ class DaemonClient {
   absl::StatusOr<v1::ForgetTunedSchedulesResponse> ForgetTunedSchedules(
       const v1::TuningFilter& filter, bool all);
   absl::StatusOr<v1::ForgetXidsResponse> ForgetXids(int device);
+  absl::StatusOr<v1::GetCalibrationResponse> GetCalibration(int tp);
+  absl::StatusOr<v1::PutCalibrationResponse> PutCalibration(const std::string& json, int tp);
 
   // Follows WatchJob until the job is final, calling `on_event` for every event
   // (may be null), and returns the final job. No deadline: jobs run for minutes.

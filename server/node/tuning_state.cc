@@ -3,6 +3,9 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/planner/calibration.h"
 #include "server/runner/tuning_cache.h"
 
 namespace overlap::node {
@@ -47,7 +50,45 @@ class CacheState final : public TuningState {
     return cache_->Forget(*f);
   }
 
+  absl::StatusOr<v1::GetCalibrationResponse> GetCalibration(int tp) override {
+    if (cache_ == nullptr) return NoCache();
+    const std::string environment = runner::TuningEnvironment(engine_, 0);
+    const int ranks = RanksOf(tp);
+    std::optional<runner::StoredCalibration> stored =
+        cache_->LookupCalibration(runner::CalibrationKey(environment, ranks));
+    if (!stored) {
+      return absl::NotFoundError(absl::StrCat(
+          "no calibration for ", ranks, " rank(s) under this daemon's current build, GPUs and "
+          "libraries: run `overlapctl calibrate` (it measures) or `overlapctl calibrate --from "
+          "FILE... --store`"));
+    }
+    v1::GetCalibrationResponse out;
+    out.set_calibration_json(stored->json);
+    out.set_stored_unix_ms(stored->stored_unix_ms);
+    out.set_environment(environment);
+    return out;
+  }
+
+  absl::StatusOr<std::string> PutCalibration(const std::string& json, int tp) override {
+    if (cache_ == nullptr) return NoCache();
+    absl::StatusOr<planner::Calibration> calibration = planner::CalibrationFromJson(json);
+    if (!calibration.ok()) return calibration.status();
+    if (absl::Status s = planner::CheckCalibrationMatches(
+            *calibration, runner::CalibrationIdentityOf(engine_, 0));
+        !s.ok()) {
+      return s;
+    }
+    const std::string environment = runner::TuningEnvironment(engine_, 0);
+    absl::Status stored = cache_->StoreCalibration(
+        runner::CalibrationKey(environment, RanksOf(tp)), planner::CalibrationToJson(*calibration),
+        absl::ToUnixMillis(absl::Now()));
+    if (!stored.ok()) return stored;
+    return environment;
+  }
+
  private:
+  int RanksOf(int tp) const { return tp > 0 ? tp : engine_.DeviceCount(); }
+
   static absl::Status NoCache() {
     return absl::FailedPreconditionError(
         "this daemon has no tuning cache: it could not open tuning.db in its state directory at "

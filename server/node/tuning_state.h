@@ -25,6 +25,13 @@ class TuningState {
   virtual absl::StatusOr<std::vector<v1::TunedSchedule>> List(const v1::TuningFilter& filter) = 0;
   // Forgets the choices matching `filter` and returns how many; errors as List's.
   virtual absl::StatusOr<int> Forget(const v1::TuningFilter& filter) = 0;
+  // The planner's calibration for `tp` ranks (0: every device) under the
+  // current environment: NOT_FOUND when none was stored.
+  virtual absl::StatusOr<v1::GetCalibrationResponse> GetCalibration(int tp) = 0;
+  // Checks and keeps `json`: INVALID_ARGUMENT when it is no calibration,
+  // FAILED_PRECONDITION naming what differs when measured on other hardware
+  // or libraries. Returns the environment it is kept under.
+  virtual absl::StatusOr<std::string> PutCalibration(const std::string& json, int tp) = 0;
 };
 
 // Over `cache` (may be null: the daemon could not open one) and the devices

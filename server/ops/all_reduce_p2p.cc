@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::ops {
 

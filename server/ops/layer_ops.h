@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "server/ops/op_context.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::ops {
 

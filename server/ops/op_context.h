@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "server/engine/engine.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::ops {
 

@@ -77,6 +77,34 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status NodeService::GetCalibration(grpc::ServerContext* context,
+                                         const v1::GetCalibrationRequest* request,
+                                         v1::GetCalibrationResponse* response) {
+  if (request->tp() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "calibration: tp must not be negative");
+  }
+  absl::StatusOr<v1::GetCalibrationResponse> found = tuning_.GetCalibration(request->tp());
+  if (!found.ok()) return net::ToGrpcStatus(found.status());
+  *response = std::move(*found);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::PutCalibration(grpc::ServerContext* context,
+                                         const v1::PutCalibrationRequest* request,
+                                         v1::PutCalibrationResponse* response) {
+  absl::StatusOr<Caller> admin = Admin(callers_, context, "storing a calibration");
+  if (!admin.ok()) return net::ToGrpcStatus(admin.status());
+  if (request->tp() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "calibration: tp must not be negative");
+  }
+  absl::StatusOr<std::string> environment =
+      tuning_.PutCalibration(request->calibration_json(), request->tp());
+  if (!environment.ok()) return net::ToGrpcStatus(environment.status());
+  response->set_environment(*environment);
+  GetLogger("rpc")->info("stored a calibration for {}", admin->Describe());
+  return grpc::Status::OK;
+}
+
 grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
                                      const v1::ForgetXidsRequest* request,
                                      v1::ForgetXidsResponse* response) {

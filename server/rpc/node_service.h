@@ -31,6 +31,10 @@ class NodeService final : public v1::Node::Service {
                                     v1::ForgetTunedSchedulesResponse* response) override;
   grpc::Status ForgetXids(grpc::ServerContext* context, const v1::ForgetXidsRequest* request,
                           v1::ForgetXidsResponse* response) override;
+  grpc::Status GetCalibration(grpc::ServerContext* context, const v1::GetCalibrationRequest* request,
+                              v1::GetCalibrationResponse* response) override;
+  grpc::Status PutCalibration(grpc::ServerContext* context, const v1::PutCalibrationRequest* request,
+                              v1::PutCalibrationResponse* response) override;
 
  private:
   const node::NodeState& state_;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::runner {
 

@@ -13,7 +13,7 @@
 #include "common/graph.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/op_context.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::runner {
 

@@ -12,7 +12,7 @@
 #include "common/graph.h"
 #include "common/stats.h"
 #include "server/ops/reference.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 #include "server/runner/autotune.h"
 #include "server/runner/timeline.h"
 

@@ -22,7 +22,11 @@ constexpr char kSchema[] =
     "m INTEGER NOT NULL, k INTEGER NOT NULL, n INTEGER NOT NULL, dtype TEXT NOT NULL, "
     "tp INTEGER NOT NULL, requested TEXT NOT NULL, environment TEXT NOT NULL, "
     "mode TEXT NOT NULL, chunks INTEGER NOT NULL, transport TEXT NOT NULL, "
-    "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL, algorithm TEXT NOT NULL DEFAULT '')";
+    "step_ms REAL NOT NULL, tuned_unix_ms INTEGER NOT NULL, algorithm TEXT NOT NULL DEFAULT '');"
+    // The planner's calibrations (common/planner/calibration.h), keyed as the
+    // choices are: environment and ranks.
+    "CREATE TABLE IF NOT EXISTS calibrations (key TEXT PRIMARY KEY, json TEXT NOT NULL, "
+    "stored_unix_ms INTEGER NOT NULL)";
 // Tables made before all_reduce algorithms lack the column; their rows keep
 // the default algorithm.
 constexpr char kAddAlgorithm[] =
@@ -218,6 +222,45 @@ absl::StatusOr<int> TuningCache::Forget(const TuningFilter& filter) {
     return StoreError();
   }
   return static_cast<int>(doomed.size());
+}
+
+std::string CalibrationKey(const std::string& environment, int tp) {
+  return absl::StrCat("tp=", tp, " ", environment);
+}
+
+planner::CalibrationIdentity CalibrationIdentityOf(const engine::Engine& engine, int device) {
+  const engine::BackendVersions v = engine.Versions();
+  planner::CalibrationIdentity id;
+  id.device = engine.GetDeviceInfo(device).name;
+  id.backend = engine.Name();
+  id.driver = v.cuda_driver;
+  id.cuda = v.cuda_runtime;
+  id.nccl = v.nccl;
+  id.dtype = "";
+  return id;
+}
+
+std::optional<StoredCalibration> TuningCache::LookupCalibration(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement statement(db_.get(),
+                            "SELECT json, stored_unix_ms FROM calibrations WHERE key = ?");
+  if (!statement.prepared()) return std::nullopt;
+  sqlite3_bind_text(statement.get(), 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(statement.get()) != SQLITE_ROW) return std::nullopt;
+  return StoredCalibration{Text(statement.get(), 0), sqlite3_column_int64(statement.get(), 1)};
+}
+
+absl::Status TuningCache::StoreCalibration(const std::string& key, const std::string& json,
+                                           int64_t stored_unix_ms) {
+  absl::MutexLock lock(&mu_);
+  SqliteStatement statement(
+      db_.get(), "INSERT OR REPLACE INTO calibrations (key, json, stored_unix_ms) VALUES (?, ?, ?)");
+  if (!statement.prepared()) return StoreError();
+  sqlite3_bind_text(statement.get(), 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(statement.get(), 2, json.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(statement.get(), 3, stored_unix_ms);
+  if (sqlite3_step(statement.get()) != SQLITE_DONE) return StoreError();
+  return absl::OkStatus();
 }
 
 absl::Status TuningCache::StoreError() const { return SqliteError(db_.get(), "tuning cache"); }

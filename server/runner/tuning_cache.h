@@ -16,9 +16,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/planner/calibration.h"
 #include "common/sqlite_db.h"
 #include "server/engine/engine.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 namespace overlap::runner {
 
@@ -26,6 +27,17 @@ namespace overlap::runner {
 // under this engine: backend settings, versions, the overlapd build and the
 // NCCL_*/CUDA_* environment. Part of every tuning cache key.
 std::string TuningEnvironment(const engine::Engine& engine, int device);
+
+// The key a calibration is kept under: the environment (as the choices') and
+// the ranks its transfers were measured at.
+std::string CalibrationKey(const std::string& environment, int tp);
+// What a calibration for `device` of `engine` must have been measured on.
+planner::CalibrationIdentity CalibrationIdentityOf(const engine::Engine& engine, int device);
+
+struct StoredCalibration {
+  std::string json;
+  int64_t stored_unix_ms = 0;
+};
 
 struct TuningKey {
   std::string op_type;
@@ -71,6 +83,11 @@ class TuningCache {
   absl::StatusOr<std::vector<TunedEntry>> List(const TuningFilter& filter);
   // Removes the entries that match; returns how many.
   absl::StatusOr<int> Forget(const TuningFilter& filter);
+
+  // The calibration kept under `key` (CalibrationKey), if any.
+  std::optional<StoredCalibration> LookupCalibration(const std::string& key);
+  absl::Status StoreCalibration(const std::string& key, const std::string& json,
+                                int64_t stored_unix_ms);
 
  private:
   explicit TuningCache(SqliteDb db) : db_(std::move(db)) {}

@@ -1,8 +1,10 @@
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace overlap::ops {
 
@@ -18,6 +20,36 @@ std::string Schedule::Name() const {
     absl::StrAppend(&name, "/", AllReduceAlgorithmName(algorithm));
   }
   return name;
+}
+
+absl::StatusOr<Schedule> ParseScheduleName(const std::string& name) {
+  const std::string plain = name.substr(0, name.find('+'));
+  std::vector<std::string> parts = absl::StrSplit(plain, '/');
+  auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a schedule")); };
+  absl::StatusOr<OverlapMode> mode = ParseOverlapMode(parts[0]);
+  if (!mode.ok() || *mode == OverlapMode::kAuto) return bad();
+  Schedule s;
+  s.mode = *mode;
+  size_t next = 1;
+  int chunks = 0;
+  if (next < parts.size() && absl::SimpleAtoi(parts[next], &chunks)) {
+    if (chunks < 1) return bad();
+    s.chunks = chunks;
+    ++next;
+  }
+  s.transport = Transport::kNone;
+  if (next < parts.size()) {
+    absl::StatusOr<Transport> transport = ParseTransport(parts[next++]);
+    if (!transport.ok() || *transport == Transport::kAuto) return bad();
+    s.transport = *transport;
+  }
+  if (next < parts.size()) {
+    absl::StatusOr<AllReduceAlgorithm> algorithm = ParseAllReduceAlgorithm(parts[next++]);
+    if (!algorithm.ok()) return bad();
+    s.algorithm = *algorithm;
+  }
+  if (next != parts.size()) return bad();
+  return s;
 }
 
 namespace {

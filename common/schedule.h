@@ -26,6 +26,10 @@ struct Schedule {
   }
 };
 
+// The schedule a Name() names ("ring/2/p2p", "serial/nccl/tree", "bulk/p2p+graph":
+// a "+..." suffix is ignored). INVALID_ARGUMENT for any other text.
+absl::StatusOr<Schedule> ParseScheduleName(const std::string& name);
+
 // Piece c of `rows` rows cut into `chunks` pieces (chunked and ring modes):
 // equal where `chunks` divides `rows`; otherwise the boundaries sit on whole
 // multiples of 64 rows (8 for small pieces), so the GEMM pieces keep whole

@@ -1,0 +1,275 @@
+#include "client/plan/plan.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/core/command_io.h"
+#include "client/format/table.h"
+#include "client/plan/stored_calibration.h"
+#include "common/graph_parser.h"
+#include "common/planner/planner.h"
+#include "nlohmann/json.hpp"
+
+namespace overlap::client {
+
+using nlohmann::json;
+using planner::OpPlan;
+using planner::SchedulePrediction;
+
+absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
+  planner::WhatIf w;
+  if (text.empty()) return w;
+  for (absl::string_view pair : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    double value = 0;
+    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &value) || !(value > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--what-if '", pair, "': expected KEY=POSITIVE_NUMBER (tp, link-gbps, gemm-tflops, "
+          "nodes, inter-node-gbps)"));
+    }
+    const std::string& key = kv[0];
+    auto whole = [&](std::optional<int>& field, int most) -> absl::Status {
+      if (value != static_cast<int>(value) || value > most) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--what-if ", key, "=", kv[1], ": a whole number up to ", most));
+      }
+      field = static_cast<int>(value);
+      return absl::OkStatus();
+    };
+    if (key == "tp") {
+      if (absl::Status s = whole(w.tp, 1024); !s.ok()) return s;
+    } else if (key == "nodes") {
+      if (absl::Status s = whole(w.nodes, 100000); !s.ok()) return s;
+    } else if (key == "link-gbps") {
+      w.link_gbps = value;
+    } else if (key == "gemm-tflops") {
+      w.gemm_tflops = value;
+    } else if (key == "inter-node-gbps") {
+      w.inter_node_gbps = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--what-if: unknown key '", key, "' (tp, link-gbps, gemm-tflops, nodes, inter-node-gbps)"));
+    }
+  }
+  return w;
+}
+
+namespace {
+
+std::string Ms(double ms) { return absl::StrFormat("%.3f", ms); }
+
+json PredictionJson(const SchedulePrediction& p) {
+  return {{"schedule", p.schedule.Name()},
+          {"step_ms", p.step_ms},
+          {"gemm_alone_ms", p.gemm_alone_ms},
+          {"comm_alone_ms", p.comm_alone_ms},
+          {"serial_ms", p.serial_ms},
+          {"hidden", p.hidden},
+          {"pieces", p.pieces},
+          {"piece_gemm_ms", p.piece.gemm_ms},
+          {"piece_transfer_ms", p.piece.transfer_ms},
+          {"piece_covered", p.piece.covered()}};
+}
+
+json PlanJson(const OpPlan& plan, const std::string& type) {
+  json j = {{"op", plan.op_id}, {"type", type},       {"m", plan.shape.m},
+            {"k", plan.shape.k}, {"n", plan.shape.n}, {"tp", plan.shape.tp}};
+  j["candidates"] = json::array();
+  for (const SchedulePrediction& p : plan.predicted) j["candidates"].push_back(PredictionJson(p));
+  j["cannot_say"] = json::array();
+  for (const planner::CandidateVerdict& v : plan.unpredicted) {
+    j["cannot_say"].push_back({{"schedule", v.schedule.Name()}, {"why", v.cannot_say}});
+  }
+  j["best"] = plan.best() ? json(plan.best()->schedule.Name()) : json(nullptr);
+  return j;
+}
+
+void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
+  out << absl::StrFormat("%s: %s %dx%dx%d (m x k x n), tp %d", plan.op_id, type, plan.shape.m,
+                         plan.shape.k, plan.shape.n, plan.shape.tp);
+  if (const SchedulePrediction* best = plan.best()) {
+    out << absl::StrFormat(", GEMM alone %s ms; best %s at %s ms (%.0f%% hidden)",
+                           Ms(best->gemm_alone_ms), best->schedule.Name(), Ms(best->step_ms),
+                           100 * best->hidden);
+  }
+  out << "\n";
+  TextTable table({{"schedule"},
+                   {"pieces", Align::kRight},
+                   {"GEMM/piece ms", Align::kRight},
+                   {"transfer/piece ms", Align::kRight},
+                   {"covers", Align::kLeft},
+                   {"step ms", Align::kRight},
+                   {"hidden", Align::kRight},
+                   {"vs serial", Align::kRight}});
+  for (const SchedulePrediction& p : plan.predicted) {
+    const bool moves = p.comm_alone_ms > 0;
+    table.AddRow({p.schedule.Name(), absl::StrCat(p.pieces), Ms(p.piece.gemm_ms),
+                  moves ? Ms(p.piece.transfer_ms) : "-",
+                  !moves || p.schedule.mode == OverlapMode::kSerial ? "-"
+                  : p.piece.covered()                                ? "yes"
+                                                                     : "no",
+                  Ms(p.step_ms), moves ? absl::StrFormat("%.0f%%", 100 * p.hidden) : "-",
+                  absl::StrFormat("%.2fx", p.serial_ms > 0 ? p.serial_ms / p.step_ms : 1.0)});
+  }
+  out << table.Render();
+  for (const planner::CandidateVerdict& v : plan.unpredicted) {
+    out << "  " << v.schedule.Name() << ": cannot say: " << v.cannot_say << "\n";
+  }
+  out << "\n";
+}
+
+// The ops' group sizes: `tp` for every op when given, else the graph's own.
+int GroupOf(const JobSpec& spec, const OpSpec& op, int tp, int daemon_devices) {
+  if (tp > 0) return op.group == OpGroup::kTp || !spec.mesh.declared() ? tp : spec.mesh.dp;
+  const int devices = spec.devices.empty() ? daemon_devices : int(spec.devices.size());
+  return GroupSize(spec.mesh, op.group, devices);
+}
+
+int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::CostModel& model,
+              bool json_out, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::string> text = ReadGraphFile(options.graph_file);
+  if (!text.ok()) {
+    err << "overlapctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, options.graph_file);
+  if (!spec.ok()) {
+    err << "overlapctl: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  int tp = options.tp;
+  if (model.what_if().tp) tp = *model.what_if().tp;
+  int daemon_devices = 0;
+  if (tp == 0 && spec->devices.empty()) {
+    absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+    if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
+    daemon_devices = node->devices_size();
+  }
+  json ops = json::array();
+  double serial_total = 0, best_total = 0;
+  for (const OpSpec& op : spec->ops) {
+    const int group = GroupOf(*spec, op, tp, daemon_devices);
+    OpPlan plan = planner::PlanOp(model, op, group, spec->dtype,
+                                  ops::CandidateSchedules(op, group, true, spec->mesh));
+    if (const SchedulePrediction* best = plan.best()) {
+      best_total += best->step_ms;
+      double serial = best->serial_ms;
+      for (const SchedulePrediction& p : plan.predicted) {
+        if (p.schedule.mode == OverlapMode::kSerial && p.schedule.transport == Transport::kNccl) {
+          serial = p.step_ms;
+        }
+      }
+      serial_total += serial;
+    }
+    if (json_out) {
+      ops.push_back(PlanJson(plan, OpTypeName(op.type)));
+    } else {
+      PrintPlan(plan, OpTypeName(op.type), out);
+    }
+  }
+  const std::vector<std::string> assumptions = model.Assumptions();
+  if (json_out) {
+    out << json{{"graph", spec->name},
+                {"ops", ops},
+                {"serial_ms", serial_total},
+                {"best_ms", best_total},
+                {"assumptions", assumptions},
+                {"sources", model.calibration().sources}}
+               .dump(1)
+        << "\n";
+    return kExitOk;
+  }
+  out << absl::StrFormat("graph %s: every op serial over NCCL %s ms, each at its best %s ms (%.2fx)\n",
+                         spec->name, Ms(serial_total), Ms(best_total),
+                         best_total > 0 ? serial_total / best_total : 1.0);
+  out << "predicted from the calibration; nothing ran. Assumptions:\n";
+  for (const std::string& a : assumptions) out << "  - " << a << "\n";
+  return kExitOk;
+}
+
+// Predicts each candidate a recorded bench row measured, beside what it measured.
+int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std::ostream& out,
+               std::ostream& err) {
+  std::ifstream in(options.replay_file);
+  json doc = json::parse(in, nullptr, false);
+  if (!in || doc.is_discarded() || !doc.contains("rows")) {
+    err << "overlapctl: " << options.replay_file << ": not a bench --json result\n";
+    return kExitUsage;
+  }
+  auto dtype = ParseDType(doc.value("dtype", "bf16"));
+  if (!dtype.ok()) {
+    err << "overlapctl: " << dtype.status().message() << "\n";
+    return kExitUsage;
+  }
+  json rows = json::array();
+  for (const json& r : doc["rows"]) {
+    auto type = ParseOpType(r.value("op", ""));
+    if (!type.ok()) continue;
+    OpSpec op;
+    op.id = absl::StrCat(r["op"].get<std::string>(), "-", r.value("m", 0), "x", r.value("k", 0), "x",
+                         r.value("n", 0));
+    op.type = *type;
+    op.m = r.value("m", int64_t{0});
+    op.k = r.value("k", int64_t{0});
+    op.n = r.value("n", int64_t{0});
+    std::vector<ops::Schedule> candidates;
+    std::vector<double> measured;
+    for (const json& c : r.value("candidates", json::array())) {
+      auto s = ops::ParseScheduleName(c.value("schedule", ""));
+      if (!s.ok()) continue;
+      candidates.push_back(*s);
+      measured.push_back(c.value("best_ms", 0.0));
+    }
+    const int tp = r.value("tp", 1);
+    OpPlan plan = planner::PlanOp(model, op, tp, *dtype, candidates);
+    json row = PlanJson(plan, r["op"].get<std::string>());
+    row["measured"] = json::array();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      row["measured"].push_back({{"schedule", candidates[i].Name()}, {"best_ms", measured[i]}});
+    }
+    row["to_measure"] = json::array();
+    for (size_t i : planner::CandidatesToMeasure(plan, candidates)) {
+      row["to_measure"].push_back(candidates[i].Name());
+    }
+    row["auto_mode"] = r.value("auto_mode", "");
+    row["step_ms"] = r.value("step_ms", 0.0);
+    if (auto chosen = ops::ParseScheduleName(r.value("auto_mode", "")); chosen.ok()) {
+      absl::StatusOr<SchedulePrediction> p = planner::PredictSchedule(model, plan.shape, *chosen);
+      if (p.ok()) row["predicted_auto_ms"] = p->step_ms;
+    }
+    rows.push_back(row);
+  }
+  out << json{{"file", options.replay_file}, {"rows", rows}, {"assumptions", model.Assumptions()},
+              {"sources", model.calibration().sources}}
+             .dump(1)
+      << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunPlan(DaemonClient& client, const PlanOptions& options, bool json_out, std::ostream& out,
+            std::ostream& err) {
+  absl::StatusOr<planner::WhatIf> what_if = ParseWhatIf(options.what_if);
+  if (!what_if.ok()) {
+    err << "overlapctl: " << what_if.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (options.graph_file.empty() == options.replay_file.empty()) {
+    err << "overlapctl: plan takes a graph file or --replay BENCH_JSON\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<planner::Calibration> calibration =
+      LoadCalibration(client, options.calibration_file, options.tp, err);
+  if (!calibration.ok()) return ExitForCalibrationError(calibration.status(), client, err);
+  planner::CostModel model(*calibration, *what_if);
+  if (!options.replay_file.empty()) return PlanReplay(options, model, out, err);
+  return PlanGraph(client, options, model, json_out, out, err);
+}
+
+}  // namespace overlap::client

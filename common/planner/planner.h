@@ -1,0 +1,45 @@
+// The planner: predicts every candidate schedule of an op from a calibration
+// (common/planner/op_model.h), names the best, and tells `auto` which few
+// candidates are worth measuring. Pure arithmetic: it runs nothing.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/graph.h"
+#include "common/planner/op_model.h"
+
+namespace overlap::planner {
+
+struct CandidateVerdict {
+  ops::Schedule schedule;
+  std::string cannot_say;  // why the planner has no figure; empty when predicted
+};
+
+struct OpPlan {
+  std::string op_id;
+  OpShape shape;
+  std::vector<SchedulePrediction> predicted;  // fastest first
+  std::vector<CandidateVerdict> unpredicted;  // where the model cannot say
+  // The fastest predicted, or nullptr when nothing could be predicted.
+  const SchedulePrediction* best() const { return predicted.empty() ? nullptr : &predicted[0]; }
+};
+
+OpShape ShapeOf(const OpSpec& op, int group_size, DType dtype);
+
+OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dtype,
+              const std::vector<ops::Schedule>& candidates);
+
+// How many of `count` candidates `auto` measures when the planner chooses:
+// all of six or fewer, else a third.
+size_t MeasureBudget(size_t count);
+
+// The indices into `candidates` that `auto` should measure, in the order
+// given: serial over NCCL when it is there (the fallback, always measured),
+// every candidate the planner cannot say anything about, and then the
+// fastest predicted until MeasureBudget is spent.
+std::vector<size_t> CandidatesToMeasure(const OpPlan& plan,
+                                        const std::vector<ops::Schedule>& candidates);
+
+}  // namespace overlap::planner
