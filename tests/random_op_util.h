@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/graph.h"
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 #include "tests/random_int.h"
 
 namespace overlap {

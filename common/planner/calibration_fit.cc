@@ -1,6 +1,7 @@
 #include "common/planner/calibration_fit.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -49,7 +50,7 @@ absl::Status SameIdentity(const CalibrationIdentity& a, const CalibrationIdentit
 
 void AddPoint(std::map<std::pair<Collective, Transport>, std::map<int64_t, std::vector<double>>>& by,
               int& ranks, Collective c, Transport t, int64_t bytes, double ms, int tp) {
-  if (!(ms > 0) || bytes <= 0) return;
+  if (!(ms > 0) || !std::isfinite(ms) || bytes <= 0) return;
   by[{c, t}][bytes].push_back(ms);
   ranks = std::max(ranks, tp);
 }
@@ -141,7 +142,8 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
           op.n = r.at("n").get<int64_t>();
           op.k = r.at("k").get<int64_t>();
           const LocalShapes local = LocalShapesFor(op, tp);
-          if (r.value("gemm_alone_ms", 0.0) > 0) {
+          const double gemm_ms = r.value("gemm_alone_ms", 0.0);
+          if (gemm_ms > 0 && std::isfinite(gemm_ms)) {
             gemms[{local.gemm_m, local.gemm_n, local.gemm_k}].push_back(r["gemm_alone_ms"]);
           }
           if (tp < 2) continue;
@@ -158,7 +160,7 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
                    r.value("comm_alone_p2p_ms", 0.0), tp);
           auto t = TransportOfMode(r.value("auto_mode", ""));
           const double slowdown = r.value("gemm_slowdown", 0.0);
-          if (t.ok() && slowdown >= 1 && r.value("auto_mode", "").rfind("serial", 0) != 0) {
+          if (t.ok() && slowdown >= 1 && std::isfinite(slowdown) && r.value("auto_mode", "").rfind("serial", 0) != 0) {
             slowdowns[*t].push_back(slowdown);
           }
         }

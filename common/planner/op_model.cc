@@ -282,7 +282,7 @@ absl::StatusOr<SchedulePrediction> PredictSchedule(const CostModel& model, const
   out.step_ms = RunTwoLanes(b.tasks(), slowdown).step_ms;
   out.piece = b.largest();
   if (schedule.mode == OverlapMode::kSerial) {
-    out.piece = PiecePrediction{out.gemm_alone_ms, out.comm_alone_ms};
+    out.piece = PiecePrediction{out.gemm_alone_ms, b.largest().transfer_ms};
   } else if (out.comm_alone_ms > 0) {
     out.hidden = std::clamp(1 - (out.step_ms - out.gemm_alone_ms) / out.comm_alone_ms, 0.0, 1.0);
   }

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/planner/planner.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
 #include "server/ops/layer_ops.h"
@@ -154,6 +155,47 @@ absl::Status PrepareInputs(OpRun& run) {
   return run.ProbeHeat();
 }
 
+namespace {
+
+// The candidates worth timing, where this node keeps a calibration for `tp`
+// ranks that matches it: serial over NCCL and the planner's fastest third
+// (common/planner/planner.h). All of them otherwise. `note` says which.
+std::vector<Schedule> PlannedCandidates(OpRun& run, TuningCache& cache, int tp,
+                                        std::vector<Schedule> candidates, std::string* note) {
+  const int device = run.ctx.rank(0).device;
+  std::optional<StoredCalibration> stored =
+      cache.LookupCalibration(CalibrationKey(TuningEnvironment(run.engine, device), tp));
+  if (!stored) return candidates;
+  absl::StatusOr<planner::Calibration> calibration = planner::CalibrationFromJson(stored->json);
+  if (calibration.ok()) {
+    if (absl::Status s = planner::CheckCalibrationMatches(
+            *calibration, CalibrationIdentityOf(run.engine, device));
+        !s.ok()) {
+      calibration = s;
+    }
+  }
+  if (!calibration.ok()) {
+    *note = absl::StrCat("; the kept calibration was not used: ", calibration.status().message());
+    return candidates;
+  }
+  const planner::CostModel model(*calibration, {});
+  const planner::OpPlan plan =
+      planner::PlanOp(model, run.ctx.op(), tp, run.spec.dtype, candidates);
+  const std::vector<size_t> chosen = planner::CandidatesToMeasure(plan, candidates);
+  if (chosen.size() == candidates.size()) return candidates;
+  std::vector<Schedule> out;
+  for (size_t i : chosen) out.push_back(candidates[i]);
+  *note = absl::StrFormat("; the planner chose %d of %d candidates to measure", out.size(),
+                          candidates.size());
+  if (const planner::SchedulePrediction* best = plan.best()) {
+    absl::StrAppend(note, absl::StrFormat(" (predicted best %s, %.3f ms)", best->schedule.Name(),
+                                          best->step_ms));
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& sources) {
   const OpSpec& op = run.ctx.op();
   const int tp = run.ctx.group_size();
@@ -182,9 +224,13 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
           hit->schedule, absl::StrFormat("tuning cache (%.3f ms when tuned)", hit->step_ms), {}};
     }
   }
+  std::string planned;
+  if (sources.cache != nullptr) {
+    candidates = PlannedCandidates(run, *sources.cache, tp, std::move(candidates), &planned);
+  }
   Autotune tally(candidates);
   ASSIGN_OR_RETURN(const AutotuneChoice decided, Tune(run, tally));
-  ScheduleChoice choice{decided.schedule, decided.reason, tally.Scores()};
+  ScheduleChoice choice{decided.schedule, decided.reason + planned, tally.Scores()};
   GetLogger("ops")->debug("autotune {}: {}", op.id, decided.reason);
   if (sources.cache != nullptr) {
     // The cache only spares a later job the tuning: a choice it cannot keep (a

@@ -1,6 +1,6 @@
 // What `auto` may choose among. Direct stores exist only in the rings of the two
 // ops whose GEMM output goes to other ranks, and only when asked for.
-#include "server/ops/schedule.h"
+#include "common/schedule.h"
 
 #include <gtest/gtest.h>
 

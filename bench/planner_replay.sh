@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Judges the planner offline on the recorded two-GPU sweeps (issue 41): fits a
+# calibration from the recorded commbench and GEMM figures only (the bench
+# rows are held out), has `overlapctl plan --replay` predict every candidate
+# each recorded run measured, and checks with bench/planner_replay.py that
+# the candidates `auto` would measure hold one within 2% of the run's best on
+# >= 90% of shapes while measuring <= a third of them, and that the predicted
+# step errs by <= 10% in median. Needs no daemon and no GPU.
+#
+#   bash bench/planner_replay.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OVERLAPCTL=${OVERLAPCTL:-build/client/overlapctl}
+OUT=${1:-${OUT:-/tmp/planner-replay}}
+mkdir -p "$OUT"
+R=docs/results
+# The figures the calibration rests on, none of them from the judged runs:
+# - collectives alone on the same two H200s (commbench, 2026-12-01);
+# - GEMM alone per shape on one H200 (bench at tp 1, 2026-12-02);
+# - the GEMM's slowdown beside NCCL (+20%) and beside copy-engine copies
+#   (+10.6%), 2x H200 2026-11-30 (docs/results/ab-nccl-ctas-*, ../shared/DEVICE.md);
+# - a piece's fixed cost, 4 us: a GEMM piece boundary 2-4 us on one H200
+#   (docs/results/piece-edges-h200-2026-12-01.txt), a cross-device hand-off 4-5 us.
+"$OVERLAPCTL" calibrate \
+  --from "$R/commbench-h200x2-2026-12-01.json" "$R/fp8-bench-bf16-tp1-2026-12-02.json" \
+  --gemm-slowdown nccl=1.20,p2p=1.106 --piece-overhead-ms 0.004 -o "$OUT/calibration.json"
+replays=()
+for run in ${PLANNER_RUNS:-27 28 29}; do
+  "$OVERLAPCTL" plan --calibration "$OUT/calibration.json" \
+    --replay "$R/bench-h200x2-2026-12-01-run$run-heat.json" > "$OUT/replay-run$run.json"
+  replays+=("$OUT/replay-run$run.json")
+done
+python3 bench/planner_replay.py "${replays[@]}" --json "$OUT/verdict.json"
