@@ -19,6 +19,9 @@ void AddCalibrateOptions(CLI::App& app, CalibrateOptions& options) {
   app.add_option("--piece-overhead-ms", options.piece_overhead_ms,
                  "the fixed cost of one piece of a cut schedule, measured elsewhere (default: 0)");
   app.add_option("-o,--output", options.output, "write the calibration (JSON) to this file");
+  app.add_option("--load", options.load,
+                 "keep this calibration file (calibrate --json or -o output) on the daemon as it "
+                 "is; one measured on other hardware is refused");
   app.add_flag("--store", options.store,
                "with --from: keep it on the daemon too (admins; measured ones always are)");
   app.add_option("--devices", options.devices, "measure over these devices, e.g. 0,1")
@@ -40,7 +43,7 @@ void AddPlanOptions(CLI::App& app, PlanOptions& options) {
   app.add_option("--calibration", options.calibration_file,
                  "a calibration file (default: the daemon's, from overlapctl calibrate)");
   app.add_option("--what-if", options.what_if,
-                 "another machine: tp=N, link-gbps=X (intra-node bus bandwidth), gemm-tflops=X, "
+                 "another machine: tp=N, nvlink-gbps=X (intra-node bus bandwidth), gemm-tflops=X, "
                  "nodes=N and inter-node-gbps=X, comma-separated");
   app.add_option("--replay", options.replay_file,
                  "instead of a graph: predict every candidate a recorded bench --json measured");

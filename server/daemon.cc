@@ -270,6 +270,23 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   admission.max_iterations = config.max_iterations;
   admission.max_spec_bytes = config.max_spec_bytes;
   admission.max_ops_per_job = config.max_ops_per_job;
+  if (p.tuning_cache != nullptr) {
+    // A coordinator plans jobs spanning daemons with the calibration kept here
+    // (every node brings the same devices).
+    admission.calibration = [cache = p.tuning_cache.get(),
+                             engine = p.engine.get()](int ranks) -> std::optional<planner::Calibration> {
+      if (engine->DeviceCount() == 0) return std::nullopt;
+      std::optional<runner::StoredCalibration> stored = cache->LookupCalibration(
+          runner::CalibrationKey(runner::TuningEnvironment(*engine, 0), ranks));
+      if (!stored) return std::nullopt;
+      absl::StatusOr<planner::Calibration> c = planner::CalibrationFromJson(stored->json);
+      if (!c.ok() ||
+          !planner::CheckCalibrationMatches(*c, runner::CalibrationIdentityOf(*engine, 0)).ok()) {
+        return std::nullopt;
+      }
+      return *c;
+    };
+  }
   p.admission = std::make_unique<jobs::Admission>(*p.engine, admission);
 
   jobs::SchedulerOptions scheduler_options;

@@ -14,6 +14,7 @@
 #include "client/bench/commbench.h"
 #include "client/bench/grad_bench.h"
 #include "client/core/command_io.h"
+#include "client/plan/stored_calibration.h"
 #include "common/planner/calibration_fit.h"
 
 namespace overlap::client {
@@ -109,6 +110,20 @@ int RunCalibrate(DaemonClient& client, const CalibrateOptions& options, bool jso
   if (!fit.ok()) {
     err << "overlapctl: " << fit.status().message() << "\n";
     return kExitUsage;
+  }
+  if (!options.load.empty()) {
+    if (!options.from.empty()) {
+      err << "overlapctl: calibrate: --load keeps a calibration as it is; --from fits one\n";
+      return kExitUsage;
+    }
+    absl::StatusOr<planner::Calibration> loaded = LoadCalibration(client, options.load, 0, err);
+    if (!loaded.ok()) return ExitForCalibrationError(loaded.status(), client, err);
+    absl::StatusOr<v1::PutCalibrationResponse> stored = client.PutCalibration(
+        planner::CalibrationToJson(*loaded), static_cast<int>(options.devices.size()));
+    if (!stored.ok()) return ReportCallError(stored.status(), client.address(), err);
+    err << "calibrate: kept by the daemon (plan and auto use it)\n";
+    out << (json_out ? planner::CalibrationToJson(*loaded) + "\n" : Summary(*loaded));
+    return kExitOk;
   }
   std::vector<std::string> files = options.from;
   const bool measured = files.empty();

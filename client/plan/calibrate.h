@@ -22,6 +22,7 @@ struct CalibrateOptions {
   double piece_overhead_ms = -1;  // < 0: not given
   std::string output;             // -o: write the calibration here
   bool store = false;             // --from: keep it on the daemon too
+  std::string load;               // keep this calibration file on the daemon as it is
   std::vector<int> devices;       // measure: the group (empty = every device)
   std::string shapes;             // measure: bench shapes (empty = the default sweep)
 };

@@ -29,7 +29,7 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
     double value = 0;
     if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &value) || !(value > 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--what-if '", pair, "': expected KEY=POSITIVE_NUMBER (tp, link-gbps, gemm-tflops, "
+          "--what-if '", pair, "': expected KEY=POSITIVE_NUMBER (tp, nvlink-gbps, gemm-tflops, "
           "nodes, inter-node-gbps)"));
     }
     const std::string& key = kv[0];
@@ -45,7 +45,7 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
       if (absl::Status s = whole(w.tp, 1024); !s.ok()) return s;
     } else if (key == "nodes") {
       if (absl::Status s = whole(w.nodes, 100000); !s.ok()) return s;
-    } else if (key == "link-gbps") {
+    } else if (key == "nvlink-gbps") {
       w.link_gbps = value;
     } else if (key == "gemm-tflops") {
       w.gemm_tflops = value;
@@ -53,7 +53,7 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
       w.inter_node_gbps = value;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--what-if: unknown key '", key, "' (tp, link-gbps, gemm-tflops, nodes, inter-node-gbps)"));
+          "--what-if: unknown key '", key, "' (tp, nvlink-gbps, gemm-tflops, nodes, inter-node-gbps)"));
     }
   }
   return w;

@@ -31,7 +31,8 @@ absl::StatusOr<double> CostModel::GemmMs(int64_t m, int64_t n, int64_t k) const 
 }
 
 absl::StatusOr<double> CostModel::TransferMs(Collective collective, Transport transport,
-                                             int64_t bytes, int ranks) const {
+                                             int64_t bytes, int ranks, int nodes) const {
+  if (nodes > 1) return InterNodeMs(collective, bytes, ranks);
   absl::StatusOr<double> measured =
       planner::TransferMs(calibration_, collective, transport, bytes, ranks);
   if (!measured.ok() || !what_if_.link_gbps || ranks < 2) return measured;
@@ -43,7 +44,8 @@ absl::StatusOr<double> CostModel::TransferMs(Collective collective, Transport tr
 }
 
 absl::StatusOr<double> CostModel::StreamMs(Collective collective, Transport transport,
-                                           int64_t bytes, int ranks) const {
+                                           int64_t bytes, int ranks, int nodes) const {
+  if (nodes > 1) return InterNodeMs(collective, bytes, ranks);
   const TransferCurve* curve = calibration_.Curve(collective, transport);
   if (curve == nullptr || curve->points.empty()) {
     return planner::TransferMs(calibration_, collective, transport, bytes, ranks);  // NOT_FOUND
@@ -58,8 +60,9 @@ absl::StatusOr<double> CostModel::StreamMs(Collective collective, Transport tran
   return BandwidthMs(BusBwFactor(collective, ranks) * double(bytes), busbw);
 }
 
-absl::StatusOr<double> CostModel::InterNodeAllReduceMs(int64_t bytes, int nodes) const {
-  if (nodes < 2) return 0.0;
+absl::StatusOr<double> CostModel::InterNodeMs(Collective collective, int64_t bytes,
+                                              int ranks) const {
+  if (ranks < 2) return 0.0;
   double gbps = 0, latency_ms = 0;
   if (what_if_.inter_node_gbps) {
     gbps = *what_if_.inter_node_gbps;
@@ -73,7 +76,7 @@ absl::StatusOr<double> CostModel::InterNodeAllReduceMs(int64_t bytes, int nodes)
         "`overlapctl calibrate --from` its JSON) and none was given (--what-if "
         "inter-node-gbps=X)");
   }
-  return latency_ms + BandwidthMs(BusBwFactor(Collective::kAllReduce, nodes) * double(bytes), gbps);
+  return latency_ms + BandwidthMs(BusBwFactor(collective, ranks) * double(bytes), gbps);
 }
 
 double CostModel::Slowdown(Transport transport) const {
@@ -98,8 +101,8 @@ std::vector<std::string> CostModel::Assumptions() const {
   }
   if (what_if_.link_gbps) {
     out.push_back(absl::StrFormat(
-        "link: every transport at %.0f GB/s bus bandwidth plus the latency measured at the "
-        "smallest size",
+        "within a node: every transport at %.0f GB/s bus bandwidth plus the latency measured at "
+        "the smallest size",
         *what_if_.link_gbps));
   }
   if (what_if_.gemm_tflops) {

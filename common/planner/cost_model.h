@@ -16,7 +16,7 @@ namespace overlap::planner {
 // Questions about hardware the calibration was not measured on.
 struct WhatIf {
   std::optional<int> tp;               // another tensor-parallel degree
-  std::optional<double> link_gbps;     // every intra-node transport's bus bandwidth
+  std::optional<double> link_gbps;     // every intra-node transport's bus bandwidth (nvlink-gbps)
   std::optional<double> gemm_tflops;   // a large GEMM's sustained throughput
   std::optional<int> nodes;            // data-parallel replicas on separate nodes
   std::optional<double> inter_node_gbps;  // the bus bandwidth between nodes
@@ -32,17 +32,20 @@ class CostModel {
 
   // One rank's GEMM [m, k] x [k, n].
   absl::StatusOr<double> GemmMs(int64_t m, int64_t n, int64_t k) const;
-  // A collective of `bytes` (its whole buffer) among `ranks` ranks of one node.
+  // A collective of `bytes` (its whole buffer) among `ranks` ranks on
+  // `nodes` nodes: one node's transports as calibrated; across nodes the
+  // link between them bounds it (its latency plus the bytes at its bus
+  // bandwidth), NOT_FOUND when no link was measured or asked for.
   absl::StatusOr<double> TransferMs(Collective collective, Transport transport, int64_t bytes,
-                                    int ranks) const;
+                                    int ranks, int nodes = 1) const;
   // The same moved as copies stream it, without a collective's own latency:
   // its bytes at the best bus bandwidth the curve reached (copy engines
   // inside an op, and pieces cut from one).
   absl::StatusOr<double> StreamMs(Collective collective, Transport transport, int64_t bytes,
-                                  int ranks) const;
-  // An all-reduce of `bytes` whose ranks sit on `nodes` nodes (one replica
-  // per node): the link between nodes bounds it.
-  absl::StatusOr<double> InterNodeAllReduceMs(int64_t bytes, int nodes) const;
+                                  int ranks, int nodes = 1) const;
+  // `collective` of `bytes` among `ranks` ranks spread over nodes: the link
+  // between nodes bounds it.
+  absl::StatusOr<double> InterNodeMs(Collective collective, int64_t bytes, int ranks) const;
   // GEMM time beside `transport`'s transfers over GEMM time alone (1 when
   // the calibration has no figure, which Assumptions then says).
   double Slowdown(Transport transport) const;

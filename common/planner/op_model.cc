@@ -100,8 +100,8 @@ class LaneBuilder {
                                   std::vector<int> deps) {
     const bool copies = schedule_.transport == Transport::kP2p;
     absl::StatusOr<double> ms =
-        copies ? model_.StreamMs(collective, schedule_.transport, bytes, ranks)
-               : model_.TransferMs(collective, schedule_.transport, bytes, ranks);
+        copies ? model_.StreamMs(collective, schedule_.transport, bytes, ranks, op_.nodes)
+               : model_.TransferMs(collective, schedule_.transport, bytes, ranks, op_.nodes);
     piece = piece || copies;
     if (!ms.ok()) return ms.status();
     const double work = *ms + (piece ? model_.PieceOverheadMs() : 0);
@@ -221,8 +221,8 @@ absl::StatusOr<SchedulePrediction> PredictCollectiveAlone(const CostModel& model
       schedule.algorithm == AllReduceAlgorithm::kHierarchical) {
     return absl::UnimplementedError("the planner has no model of the hierarchical all-reduce");
   }
-  absl::StatusOr<double> ms =
-      model.TransferMs(OpCollective(op.type), schedule.transport, CollectiveBytes(op), op.tp);
+  absl::StatusOr<double> ms = model.TransferMs(OpCollective(op.type), schedule.transport,
+                                               CollectiveBytes(op), op.tp, op.nodes);
   if (!ms.ok()) return absl::UnimplementedError(std::string(ms.status().message()));
   SchedulePrediction out;
   out.schedule = schedule;
@@ -256,8 +256,8 @@ absl::StatusOr<SchedulePrediction> PredictSchedule(const CostModel& model, const
     out.hidden = 1;
     return out;
   }
-  absl::StatusOr<double> comm_alone =
-      model.TransferMs(OpCollective(op.type), schedule.transport, CollectiveBytes(op), op.tp);
+  absl::StatusOr<double> comm_alone = model.TransferMs(
+      OpCollective(op.type), schedule.transport, CollectiveBytes(op), op.tp, op.nodes);
   if (!comm_alone.ok()) return absl::UnimplementedError(std::string(comm_alone.status().message()));
   out.comm_alone_ms = *comm_alone;
   out.serial_ms = out.gemm_alone_ms + out.comm_alone_ms;

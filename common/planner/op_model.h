@@ -27,6 +27,7 @@ struct OpShape {
   DType dtype = DType::kBF16;
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kDefault;  // all_reduce alone
   bool row_parallel = false;  // gemm alone: W split by rows
+  int nodes = 1;  // nodes its group spans: above 1 its transfers cross the link between nodes
 };
 
 // One piece of a cut schedule: its GEMM (beside the transfer) and the

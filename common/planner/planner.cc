@@ -17,11 +17,22 @@ OpShape ShapeOf(const OpSpec& op, int group_size, DType dtype) {
   return shape;
 }
 
+int NodesSpanned(const Mesh& mesh, OpGroup group, int world, int devices_per_node) {
+  if (devices_per_node <= 0 || world <= devices_per_node) return 1;
+  const std::vector<std::vector<int>> groups = GroupsOf(mesh, group, world);
+  if (groups.empty()) return 1;
+  std::vector<int> nodes;
+  for (int rank : groups[0]) nodes.push_back(rank / devices_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  return static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
+
 OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dtype,
-              const std::vector<ops::Schedule>& candidates) {
+              const std::vector<ops::Schedule>& candidates, int nodes) {
   OpPlan plan;
   plan.op_id = op.id;
   plan.shape = ShapeOf(op, group_size, dtype);
+  plan.shape.nodes = nodes;
   for (const ops::Schedule& s : candidates) {
     absl::StatusOr<SchedulePrediction> p = PredictSchedule(model, plan.shape, s);
     if (p.ok()) {

@@ -28,8 +28,13 @@ struct OpPlan {
 
 OpShape ShapeOf(const OpSpec& op, int group_size, DType dtype);
 
+// How many nodes one of `group`'s groups spans over `world` ranks,
+// `devices_per_node` to a node, node-major (1 when devices_per_node is 0).
+int NodesSpanned(const Mesh& mesh, OpGroup group, int world, int devices_per_node);
+
+// `nodes`: how many nodes the op's group spans (NodesSpanned).
 OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dtype,
-              const std::vector<ops::Schedule>& candidates);
+              const std::vector<ops::Schedule>& candidates, int nodes = 1);
 
 // How many of `count` candidates `auto` measures when the planner chooses:
 // all of six or fewer, else a third.

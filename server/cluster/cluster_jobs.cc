@@ -217,7 +217,7 @@ v1::AdmitPartRequest ClusterJobs::PartRequest(const std::string& job_id, const s
   request.set_spec(spec);
   request.set_node_index(node_index);
   for (const std::string& node : graph.spec.nodes) request.add_nodes(node);
-  AddDecidedSchedules(graph.schedules, request);
+  AddDecidedSchedules(graph.schedules, &graph.schedule_notes, request);
   return request;
 }
 
@@ -648,7 +648,8 @@ absl::StatusOr<v1::JobResult> ClusterJobs::RunStartedPart(const v1::Job& job,
     std::iota(devices.begin(), devices.end(), 0);
     // Every op runs what the coordinator decided: no tuning, no cache.
     result = report::RunJobResult(spanning, spec, devices, hooks,
-                                  runner::ScheduleSource{&graph->schedules, nullptr});
+                                  runner::ScheduleSource{&graph->schedules, nullptr,
+                                                         &graph->schedule_notes});
   }
   return result;
 }
@@ -690,11 +691,12 @@ absl::StatusOr<jobs::GraphPtr> ClusterJobs::PartGraph(const v1::AdmitPartRequest
     }
   }
   ASSIGN_OR_RETURN(const ops::DecidedSchedules decided, DecidedSchedulesOf(request));
+  const ops::DecisionNotes notes = DecisionNotesOf(request);
   ASSIGN_OR_RETURN(JobSpec spec, admission_.Parse(request.spec(), source_name));
   ASSIGN_OR_RETURN(jobs::GraphPtr graph,
                    admission_.AdmitSpan(std::move(spec),
                                         {request.nodes().begin(), request.nodes().end()},
-                                        &decided));
+                                        &decided, &notes));
   absl::MutexLock lock(&mu_);
   recent_part_graphs_.emplace_back(digest, graph);
   if (recent_part_graphs_.size() > kRecentPartGraphs) recent_part_graphs_.pop_front();

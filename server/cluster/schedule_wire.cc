@@ -28,9 +28,13 @@ absl::StatusOr<ops::Schedule> ScheduleOf(const v1::DecidedSchedule& wire) {
 
 }  // namespace
 
-void AddDecidedSchedules(const ops::DecidedSchedules& decided, v1::AdmitPartRequest& request) {
+void AddDecidedSchedules(const ops::DecidedSchedules& decided, const ops::DecisionNotes* notes,
+                         v1::AdmitPartRequest& request) {
   for (const auto& [op_id, schedule] : decided) {
     v1::DecidedSchedule* wire = request.add_schedules();
+    if (notes != nullptr) {
+      if (auto note = notes->find(op_id); note != notes->end()) wire->set_reason(note->second);
+    }
     wire->set_op_id(op_id);
     wire->set_mode(OverlapModeName(schedule.mode));
     wire->set_chunks(schedule.chunks);
@@ -49,6 +53,14 @@ absl::StatusOr<ops::DecidedSchedules> DecidedSchedulesOf(const v1::AdmitPartRequ
     }
   }
   return decided;
+}
+
+ops::DecisionNotes DecisionNotesOf(const v1::AdmitPartRequest& request) {
+  ops::DecisionNotes notes;
+  for (const v1::DecidedSchedule& wire : request.schedules()) {
+    if (!wire.reason().empty()) notes[wire.op_id()] = Excerpt(wire.reason(), kMaxDecisionNote);
+  }
+  return notes;
 }
 
 }  // namespace overlap::cluster

@@ -9,11 +9,17 @@
 namespace overlap::cluster {
 
 // Adds one DecidedSchedule per op to `request`, in op id order.
-void AddDecidedSchedules(const ops::DecidedSchedules& decided, v1::AdmitPartRequest& request);
+// `notes` (may be null) gives each its reason.
+void AddDecidedSchedules(const ops::DecidedSchedules& decided, const ops::DecisionNotes* notes,
+                         v1::AdmitPartRequest& request);
 
 // The request's decisions. INVALID_ARGUMENT for a name that is no mode,
 // transport or algorithm, an auto, a chunk count below 1, or an op decided
 // twice; whether they fit the graph is ops::CheckDecidedSchedules's to say.
 absl::StatusOr<ops::DecidedSchedules> DecidedSchedulesOf(const v1::AdmitPartRequest& request);
+// Their reasons, each cut to kMaxDecisionNote printable characters (text
+// from another daemon, only ever shown).
+inline constexpr int kMaxDecisionNote = 400;
+ops::DecisionNotes DecisionNotesOf(const v1::AdmitPartRequest& request);
 
 }  // namespace overlap::cluster

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/planner/cost_model.h"
 #include "common/config.h"
 #include "common/graph_parser.h"
 #include "common/overlap_pass.h"
@@ -132,7 +133,8 @@ absl::StatusOr<JobSpec> Admission::Parse(const std::string& spec_text,
 }
 
 absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes,
-                                              const ops::DecidedSchedules* decided) const {
+                                              const ops::DecidedSchedules* decided,
+                                              const ops::DecisionNotes* notes) const {
   if (!nodes.empty()) spec.nodes = nodes;
   if (spec.nodes.empty()) {
     return absl::InvalidArgumentError("nodes: a job spanning daemons needs at least one node");
@@ -155,12 +157,20 @@ absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<st
   RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), graph->devices));
   const bool library_algorithms = engine_.LibraryAlgorithms();
   if (decided == nullptr) {
+    const int per_node = static_cast<int>(graph->devices.size());
+    std::optional<planner::Calibration> calibration;
+    if (options_.calibration) calibration = options_.calibration(per_node);
+    std::optional<planner::CostModel> model;
+    if (calibration) model.emplace(*calibration, planner::WhatIf{});
+    const ops::SpanningPlanner planner{model ? &*model : nullptr, per_node};
     ASSIGN_OR_RETURN(graph->schedules,
-                     ops::DecideSpanningSchedules(whole, graph->world, library_algorithms));
+                     ops::DecideSpanningSchedules(whole, graph->world, library_algorithms,
+                                                  &planner, &graph->schedule_notes));
   } else {
     RETURN_IF_ERROR(
         ops::CheckDecidedSchedules(whole, graph->world, library_algorithms, *decided));
     graph->schedules = *decided;
+    if (notes != nullptr) graph->schedule_notes = *notes;
   }
   graph->spec = std::move(spec);
   return graph;

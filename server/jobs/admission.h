@@ -11,12 +11,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "common/graph_validator.h"
+#include "common/planner/calibration.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admitted_graph.h"
@@ -29,6 +31,10 @@ struct AdmissionOptions {
   int max_ops_per_job = 4096;
   // Bytes per device a job needs; null = runner::JobBytesPerDevice.
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
+  // The node's kept calibration for `ranks` ranks (the planner's), for a
+  // coordinator to decide a job spanning daemons with; null or nullopt: the
+  // fixed rule decides.
+  std::function<std::optional<planner::Calibration>(int ranks)> calibration;
 };
 
 // A job ready for the scheduler: the job as stored (name, priority, devices,
@@ -69,7 +75,8 @@ class Admission {
   // spanning daemons; on a part, `decided` is its coordinator's decisions,
   // checked (ops::CheckDecidedSchedules) and kept.
   absl::StatusOr<GraphPtr> AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes,
-                                     const ops::DecidedSchedules* decided = nullptr) const;
+                                     const ops::DecidedSchedules* decided = nullptr,
+                                     const ops::DecisionNotes* notes = nullptr) const;
 
   // A stored job queued before a restart: its text parsed and validated again
   // on its stored devices (the backend or config may have changed).

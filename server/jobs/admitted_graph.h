@@ -22,6 +22,7 @@ struct AdmittedGraph {
   // A job spanning daemons: every op's schedule, as its coordinator decided
   // it (ops/decided_schedules.h). Empty for a local job, whose autos are tuned.
   ops::DecidedSchedules schedules;
+  ops::DecisionNotes schedule_notes;  // why each was decided, for the report
 };
 
 // Shared and never changed once admitted: a job's entries (the queue, the

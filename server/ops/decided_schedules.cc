@@ -1,10 +1,13 @@
 #include "server/ops/decided_schedules.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "common/planner/planner.h"
 #include "common/text.h"
 
 namespace overlap::ops {
@@ -18,17 +21,57 @@ std::vector<Schedule> CandidatesOver(const JobSpec& spec, const OpSpec& op, int 
 
 }  // namespace
 
+namespace {
+
+// The fastest predicted of `candidates` that move data through collectives
+// only; nullopt where the planner can say nothing of any.
+std::optional<planner::SchedulePrediction> Planned(const SpanningPlanner& p, const JobSpec& spec,
+                                                   const OpSpec& op, int world,
+                                                   const std::vector<Schedule>& candidates) {
+  std::vector<Schedule> collectives_only;
+  for (const Schedule& s : candidates) {
+    if (CollectivesOnly(s)) collectives_only.push_back(s);
+  }
+  const int nodes = planner::NodesSpanned(spec.mesh, op.group, world, p.devices_per_node);
+  const planner::OpPlan plan = planner::PlanOp(*p.model, op, GroupSize(spec.mesh, op.group, world),
+                                               spec.dtype, collectives_only, nodes);
+  if (plan.best() == nullptr) return std::nullopt;
+  return *plan.best();
+}
+
+}  // namespace
+
 absl::StatusOr<DecidedSchedules> DecideSpanningSchedules(const JobSpec& spec, int world,
-                                                         bool library_algorithms) {
+                                                         bool library_algorithms,
+                                                         const SpanningPlanner* planner,
+                                                         DecisionNotes* notes) {
   DecidedSchedules decided;
   for (const OpSpec& op : spec.ops) {
-    absl::StatusOr<Schedule> schedule =
-        SpanningSchedule(CandidatesOver(spec, op, world, library_algorithms));
+    const std::vector<Schedule> candidates = CandidatesOver(spec, op, world, library_algorithms);
+    absl::StatusOr<Schedule> schedule = SpanningSchedule(candidates);
     if (!schedule.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("op ", op.id, ": ", schedule.status().message()));
     }
+    std::string note =
+        "decided by the coordinator, by the rule for jobs spanning daemons (no autotune across "
+        "them)";
+    if (planner != nullptr && planner->model != nullptr && candidates.size() > 1) {
+      if (auto best = Planned(*planner, spec, op, world, candidates)) {
+        note = absl::StrFormat(
+            "decided by the coordinator's planner (no autotune across daemons): predicted %.3f "
+            "ms, the fastest of the schedules that move data through collectives only",
+            best->step_ms);
+        if (!(best->schedule == *schedule)) {
+          absl::StrAppend(&note, " (the rule would have run ", schedule->Name(), ")");
+        }
+        schedule = best->schedule;
+      } else {
+        absl::StrAppend(&note, "; the planner could predict none of its schedules");
+      }
+    }
     decided[op.id] = *schedule;
+    if (notes != nullptr) (*notes)[op.id] = note;
   }
   return decided;
 }

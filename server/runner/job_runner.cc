@@ -97,7 +97,8 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   // A job that asked to retune ignores every choice tuned before it started
   // (and replaces it); ones its own earlier ops tuned still answer.
   const ChoiceSources sources{source.decided, source.tuning_cache,
-                              spec.retune ? absl::ToUnixMillis(absl::Now()) : 0};
+                              spec.retune ? absl::ToUnixMillis(absl::Now()) : 0,
+                              source.decided_notes};
   JobReport header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {

@@ -26,6 +26,8 @@ struct ScheduleSource {
   // A local job: the cache answers for an op it tuned before, else autotune
   // chooses and the cache keeps the choice. May be null.
   TuningCache* tuning_cache = nullptr;
+  // Why each decided schedule was chosen (for the report); may be null.
+  const ops::DecisionNotes* decided_notes = nullptr;
 };
 
 // `devices` is the resolved, validated TP group (rank i = devices[i]).

@@ -208,12 +208,15 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
       return absl::FailedPreconditionError(
           absl::StrCat("op ", op.id, ": no schedule was decided for it before the run"));
     }
-    return ScheduleChoice{decided->second,
-                          candidates.size() == 1
-                              ? one_reason
-                              : "decided by the coordinator, by the rule for jobs spanning "
-                                "daemons (no autotune across them)",
-                          {}};
+    std::string reason =
+        "decided by the coordinator, by the rule for jobs spanning daemons (no autotune across "
+        "them)";
+    if (sources.decided_notes != nullptr) {
+      if (auto note = sources.decided_notes->find(op.id); note != sources.decided_notes->end()) {
+        reason = note->second;
+      }
+    }
+    return ScheduleChoice{decided->second, candidates.size() == 1 ? one_reason : reason, {}};
   }
   if (candidates.size() == 1) return ScheduleChoice{candidates[0], one_reason, {}};
   const TuningKey key =

@@ -24,6 +24,7 @@ struct ChoiceSources {
   const ops::DecidedSchedules* decided = nullptr;
   TuningCache* cache = nullptr;
   int64_t not_before_unix_ms = 0;
+  const ops::DecisionNotes* decided_notes = nullptr;  // may be null
 };
 
 // `devices` (the job's) reordered group after group for `group` (common/

@@ -220,6 +220,55 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   EXPECT_THAT(daemon(0).Ctl({"list"}).out, HasSubstr("2 nodes"));
 }
 
+// A coordinator with a calibration (this node's identity, the link between
+// nodes measured) decides each op with the planner, and every part runs and
+// reports that decision.
+TEST_F(ClusterTest, TheCoordinatorsPlannerDecidesAJobSpanningDaemons) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  const nlohmann::json node = nlohmann::json::parse(daemon(0).Ctl({"node", "--json"}).out);
+  // Per rank: fc1 128 x 32 x 64, fc2 128 x 64 x 32; collectives of 16 KiB
+  // with a 0.5 ms floor over NCCL, so that pieces cost more than they hide.
+  nlohmann::json calibration = {
+      {"version", 1},
+      {"identity",
+       {{"device", node["devices"][0]["name"]}, {"backend", node["backend"]},
+        {"driver", node["cuda_driver_version"]}, {"cuda", node["cuda_runtime_version"]},
+        {"nccl", node["nccl_version"]}, {"dtype", "bf16"}}},
+      {"gemm", {{{"m", 128}, {"n", 32}, {"k", 64}, {"ms", 0.1}},
+                {{"m", 128}, {"n", 64}, {"k", 32}, {"ms", 0.1}}}},
+      {"transfers", nlohmann::json::array()},
+      {"gemm_slowdown", {{"nccl", 1.2}}},
+      {"inter_node", {{"gbps", 10.0}, {"latency_ms", 0.05}, {"nodes", 2}}}};
+  for (const char* collective : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    calibration["transfers"].push_back({{"collective", collective},
+                                        {"transport", "nccl"},
+                                        {"ranks", 2},
+                                        {"points", {{1 << 20, 0.5}}}});
+  }
+  const std::string file = WriteGraph("calibration.json", calibration.dump());
+  RunResult load = daemon(0).Ctl({"calibrate", "--load", file});
+  ASSERT_EQ(load.exit_code, 0) << Describe(load);
+  const std::string id = Submit(0, WriteGraph("layer.yaml", kMeshLayer), Nodes({0, 1}));
+  const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
+  ASSERT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
+  const nlohmann::json& ops = job["result"]["ops"];
+  ASSERT_EQ(ops.size(), 3u);
+  for (const nlohmann::json& op : ops) EXPECT_TRUE(op.value("verified", false)) << op.dump(2);
+  // fc1: bulk (0.55 ms predicted) where the rule runs chunked/2 (1.05 ms).
+  EXPECT_EQ(ops[0].value("schedule", ""), "bulk/nccl");
+  EXPECT_THAT(ops[0].value("auto_reason", ""), HasSubstr("coordinator's planner"));
+  EXPECT_THAT(ops[0].value("auto_reason", ""), HasSubstr("the rule would have run chunked/2/nccl"));
+  // The gradients cross the nodes: over the measured link.
+  EXPECT_THAT(ops[2].value("auto_reason", ""), HasSubstr("coordinator's planner"));
+  // The peer's part ran the same, and says why.
+  const nlohmann::json part = WaitForPart(1, "SUCCEEDED");
+  const std::string part_id = part.value("id", "");
+  const nlohmann::json part_job = nlohmann::json::parse(daemon(1).Ctl({"get", part_id, "--json"}).out);
+  EXPECT_EQ(part_job["result"]["ops"][0].value("schedule", ""), "bulk/nccl");
+  EXPECT_THAT(part_job["result"]["ops"][0].value("auto_reason", ""),
+              HasSubstr("coordinator's planner"));
+}
+
 // The graph is parsed once on each daemon a job touches, and the typed graph
 // handed on: a local job's on its daemon; a spanning job's on its coordinator
 // (which admits its own part without the text) and once on the peer, whose

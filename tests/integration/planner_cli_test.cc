@@ -75,10 +75,10 @@ TEST(PlannerCliTest, CalibratesOnTheHostBackendAndPlansFromWhatTheDaemonKept) {
   }
   EXPECT_GT(planned, 0) << job["result"]["ops"].dump();
   // A what-if states its assumption; one the model cannot parse is refused.
-  RunResult what_if = daemon.Ctl({"plan", graph, "--what-if", "tp=8,link-gbps=400"});
+  RunResult what_if = daemon.Ctl({"plan", graph, "--what-if", "tp=8,nvlink-gbps=400"});
   ASSERT_EQ(what_if.exit_code, 0) << Describe(what_if);
   EXPECT_THAT(what_if.out, HasSubstr("tp 8: transfers were measured at 4 ranks"));
-  EXPECT_THAT(what_if.out, HasSubstr("every transport at 400 GB/s"));
+  EXPECT_THAT(what_if.out, HasSubstr("within a node: every transport at 400 GB/s"));
   RunResult bad = daemon.Ctl({"plan", graph, "--what-if", "tp=two"});
   EXPECT_EQ(bad.exit_code, 64) << Describe(bad);
   EXPECT_THAT(bad.err, HasSubstr("--what-if 'tp=two'"));

@@ -44,6 +44,45 @@ TEST(DecidedSchedulesTest, EveryOpGetsTheRuleForJobsSpanningDaemons) {
   }
 }
 
+// A calibration where every all-gather over NCCL costs at least 0.5 ms: its
+// latency makes pieces dear, so bulk beats the rule's chunked.
+planner::Calibration LatencyBound() {
+  planner::Calibration c;
+  c.gemms = {{1024, 32, 64, 0.1}};
+  c.transfers = {{Collective::kAllGather, Transport::kNccl, 2, {{1 << 20, 0.5}}}};
+  c.gemm_slowdown = {{Transport::kNccl, 1.2}};
+  return c;
+}
+
+TEST(DecidedSchedulesTest, TheCoordinatorsPlannerDecidesWhereItCanSay) {
+  const JobSpec spec = Parsed(kLayer);
+  const planner::CostModel model(LatencyBound(), {});
+  const SpanningPlanner planner{&model, 2};  // tp 2 per node, dp 2 across two nodes
+  DecisionNotes notes;
+  absl::StatusOr<DecidedSchedules> decided = DecideSpanningSchedules(spec, 4, true, &planner, &notes);
+  ASSERT_TRUE(decided.ok()) << decided.status();
+  // Serial 0.6 ms, bulk 0.5 + 0.05 = 0.55, chunked/2 two 0.5 ms gathers: bulk.
+  EXPECT_EQ(decided->at("fc1").Name(), "bulk/nccl");
+  EXPECT_THAT(notes.at("fc1"), HasSubstr("planner"));
+  EXPECT_THAT(notes.at("fc1"), HasSubstr("predicted 0.550 ms"));
+  EXPECT_THAT(notes.at("fc1"), HasSubstr("the rule would have run chunked/2/nccl"));
+  // No reduce-scatter figures, and no link between nodes: the rule, and why.
+  EXPECT_EQ(decided->at("fc2").Name(), "bulk/nccl");
+  EXPECT_THAT(notes.at("grads"), HasSubstr("the planner could predict none"));
+  EXPECT_TRUE(CheckDecidedSchedules(spec, 4, true, *decided).ok());
+
+  // With the link measured, the dp all-reduce across the nodes is planned.
+  planner::Calibration linked = LatencyBound();
+  linked.inter_node = planner::InterNodeLink{25, 0.02, 2};
+  linked.transfers.push_back({Collective::kAllReduce, Transport::kNccl, 2, {{1 << 20, 0.05}}});
+  const planner::CostModel with_link(linked, {});
+  const SpanningPlanner across{&with_link, 2};
+  decided = DecideSpanningSchedules(spec, 4, true, &across, &notes);
+  ASSERT_TRUE(decided.ok()) << decided.status();
+  // 64 x 64 bf16 = 8 KiB, 2 x 1/2 of it over 25 GB/s after 0.02 ms.
+  EXPECT_THAT(notes.at("grads"), HasSubstr("predicted 0.020 ms"));
+}
+
 TEST(DecidedSchedulesTest, AnOpWithNoScheduleOverCollectivesIsRefusedByName) {
   const JobSpec spec = Parsed(R"(ops:
   - {id: fc1, type: ag_gemm, m: 128, k: 64, n: 64, mode: ring}
