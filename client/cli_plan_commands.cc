@@ -45,6 +45,11 @@ void AddPlanOptions(CLI::App& app, PlanOptions& options) {
   app.add_option("--what-if", options.what_if,
                  "another machine: tp=N, nvlink-gbps=X (intra-node bus bandwidth), gemm-tflops=X, "
                  "nodes=N and inter-node-gbps=X, comma-separated");
+  app.add_option("--nodes", options.nodes,
+                 "a cluster: the graph's data-parallel replicas one to a node, over N nodes");
+  app.add_option("--link-gbps", options.link_gbps,
+                 "with --nodes: the link between nodes, bus bandwidth in GB/s (default: what "
+                 "commbench --nodes measured, kept in the calibration)");
   app.add_option("--replay", options.replay_file,
                  "instead of a graph: predict every candidate a recorded bench --json measured");
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/core/command_io.h"
 #include "client/format/table.h"
@@ -90,9 +91,18 @@ json PlanJson(const OpPlan& plan, const std::string& type) {
 }
 
 void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
-  out << absl::StrFormat("%s: %s %dx%dx%d (m x k x n), tp %d", plan.op_id, type, plan.shape.m,
-                         plan.shape.k, plan.shape.n, plan.shape.tp);
-  if (const SchedulePrediction* best = plan.best()) {
+  const bool alone = IsCollectiveOnly(plan.shape.type);
+  if (alone) {
+    out << absl::StrFormat("%s: %s %dx%d, %d ranks", plan.op_id, type, plan.shape.m,
+                           plan.shape.n, plan.shape.tp);
+  } else {
+    out << absl::StrFormat("%s: %s %dx%dx%d (m x k x n), tp %d", plan.op_id, type, plan.shape.m,
+                           plan.shape.k, plan.shape.n, plan.shape.tp);
+  }
+  if (plan.shape.nodes > 1) out << absl::StrFormat(" over %d nodes", plan.shape.nodes);
+  if (const SchedulePrediction* best = plan.best(); best != nullptr && alone) {
+    out << absl::StrFormat("; best %s at %s ms", best->schedule.Name(), Ms(best->step_ms));
+  } else if (best != nullptr) {
     out << absl::StrFormat(", GEMM alone %s ms; best %s at %s ms (%.0f%% hidden)",
                            Ms(best->gemm_alone_ms), best->schedule.Name(), Ms(best->step_ms),
                            100 * best->hidden);
@@ -123,11 +133,39 @@ void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
   out << "\n";
 }
 
-// The ops' group sizes: `tp` for every op when given, else the graph's own.
-int GroupOf(const JobSpec& spec, const OpSpec& op, int tp, int daemon_devices) {
-  if (tp > 0) return op.group == OpGroup::kTp || !spec.mesh.declared() ? tp : spec.mesh.dp;
+// An op's group size and the nodes it spans: `tp` for tensor-parallel ops
+// when given, else the graph's own; with `nodes` (a what-if cluster) the
+// data-parallel replicas sit one to a node.
+struct Placement {
+  int group = 1;
+  int nodes = 1;
+};
+Placement PlaceOp(const JobSpec& spec, const OpSpec& op, int tp, int nodes, int daemon_devices) {
   const int devices = spec.devices.empty() ? daemon_devices : int(spec.devices.size());
-  return GroupSize(spec.mesh, op.group, devices);
+  const int graph_tp = spec.mesh.declared() ? spec.mesh.tp : devices;
+  const int tp_size = tp > 0 ? tp : graph_tp;
+  if (nodes > 1 && op.group == OpGroup::kDp) return {nodes, nodes};
+  if (nodes > 1 && op.group == OpGroup::kWorld) return {tp_size * nodes, nodes};
+  if (tp > 0) return {op.group == OpGroup::kTp || !spec.mesh.declared() ? tp : spec.mesh.dp, 1};
+  return {GroupSize(spec.mesh, op.group, devices), 1};
+}
+
+std::string LayerLine(const planner::LayerEstimate& layer, const planner::CostModel& model) {
+  std::string line = absl::StrFormat(
+      "layer step %s ms predicted: the ops one after another %s ms", Ms(layer.step_ms),
+      Ms(layer.compute_ms));
+  if (layer.deferred > 0) {
+    absl::StrAppendFormat(&line,
+                          "; %d gradient all-reduce(s) %s ms alone beside the ops after them, "
+                          "%.0f%% of it hidden (GEMMs %.2fx slower beside NCCL)",
+                          layer.deferred, Ms(layer.deferred_ms), 100 * layer.hidden,
+                          model.Slowdown(Transport::kNccl));
+  }
+  if (!layer.unpredicted.empty()) {
+    absl::StrAppend(&line, "; left out, the planner cannot say: ",
+                    absl::StrJoin(layer.unpredicted, ", "));
+  }
+  return line + "\n";
 }
 
 int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::CostModel& model,
@@ -144,18 +182,27 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
   }
   int tp = options.tp;
   if (model.what_if().tp) tp = *model.what_if().tp;
+  const int nodes = model.what_if().nodes.value_or(1);
   int daemon_devices = 0;
-  if (tp == 0 && spec->devices.empty()) {
+  if (tp == 0 && spec->devices.empty() && !spec->mesh.declared()) {
     absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
     if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
     daemon_devices = node->devices_size();
   }
   json ops = json::array();
+  std::vector<OpPlan> plans;
   double serial_total = 0, best_total = 0;
   for (const OpSpec& op : spec->ops) {
-    const int group = GroupOf(*spec, op, tp, daemon_devices);
-    OpPlan plan = planner::PlanOp(model, op, group, spec->dtype,
-                                  ops::CandidateSchedules(op, group, true, spec->mesh));
+    const Placement at = PlaceOp(*spec, op, tp, nodes, daemon_devices);
+    std::vector<ops::Schedule> candidates = ops::CandidateSchedules(op, at.group, true, spec->mesh);
+    if (at.nodes > 1) {
+      // Across nodes only collectives move data (no peer memory, no sends).
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [](const ops::Schedule& s) { return !ops::CollectivesOnly(s); }),
+                       candidates.end());
+    }
+    plans.push_back(planner::PlanOp(model, op, at.group, spec->dtype, candidates, at.nodes));
+    const OpPlan& plan = plans.back();
     if (const SchedulePrediction* best = plan.best()) {
       best_total += best->step_ms;
       double serial = best->serial_ms;
@@ -167,17 +214,27 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
       serial_total += serial;
     }
     if (json_out) {
-      ops.push_back(PlanJson(plan, OpTypeName(op.type)));
+      json j = PlanJson(plan, OpTypeName(op.type));
+      j["nodes"] = at.nodes;
+      ops.push_back(j);
     } else {
       PrintPlan(plan, OpTypeName(op.type), out);
     }
   }
+  const planner::LayerEstimate layer =
+      planner::EstimateLayer(*spec, plans, model.Slowdown(Transport::kNccl));
   const std::vector<std::string> assumptions = model.Assumptions();
   if (json_out) {
     out << json{{"graph", spec->name},
                 {"ops", ops},
                 {"serial_ms", serial_total},
                 {"best_ms", best_total},
+                {"layer", {{"step_ms", layer.step_ms},
+                           {"compute_ms", layer.compute_ms},
+                           {"deferred_ms", layer.deferred_ms},
+                           {"deferred", layer.deferred},
+                           {"deferred_hidden", layer.hidden}}},
+                {"nodes", nodes},
                 {"assumptions", assumptions},
                 {"sources", model.calibration().sources}}
                .dump(1)
@@ -187,6 +244,7 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
   out << absl::StrFormat("graph %s: every op serial over NCCL %s ms, each at its best %s ms (%.2fx)\n",
                          spec->name, Ms(serial_total), Ms(best_total),
                          best_total > 0 ? serial_total / best_total : 1.0);
+  out << LayerLine(layer, model);
   out << "predicted from the calibration; nothing ran. Assumptions:\n";
   for (const std::string& a : assumptions) out << "  - " << a << "\n";
   return kExitOk;
@@ -260,6 +318,12 @@ int RunPlan(DaemonClient& client, const PlanOptions& options, bool json_out, std
     err << "overlapctl: " << what_if.status().message() << "\n";
     return kExitUsage;
   }
+  if (options.nodes < 0 || options.link_gbps < 0 || (options.link_gbps > 0 && options.nodes < 2)) {
+    err << "overlapctl: plan: --link-gbps goes with --nodes N (2 or more), both positive\n";
+    return kExitUsage;
+  }
+  if (options.nodes > 1) what_if->nodes = options.nodes;
+  if (options.link_gbps > 0) what_if->inter_node_gbps = options.link_gbps;
   if (options.graph_file.empty() == options.replay_file.empty()) {
     err << "overlapctl: plan takes a graph file or --replay BENCH_JSON\n";
     return kExitUsage;

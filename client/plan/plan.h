@@ -20,6 +20,11 @@ struct PlanOptions {
   std::string calibration_file;  // empty: the daemon's stored calibration
   std::string what_if;           // "tp=8,link-gbps=400,gemm-tflops=700,nodes=4,inter-node-gbps=50"
   std::string replay_file;       // a bench --json result instead of a graph
+  // A cluster that may not exist: the graph's data-parallel replicas each on
+  // one of `nodes` nodes, joined by a link of `link_gbps` bus bandwidth
+  // (what-if nodes= and inter-node-gbps=).
+  int nodes = 0;
+  double link_gbps = 0;
 };
 
 // INVALID_ARGUMENT naming the key for anything but KEY=NUMBER pairs of the

@@ -1,6 +1,11 @@
 #include "common/planner/planner.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
+
+#include "common/graph_validator.h"
+#include "common/planner/two_lanes.h"
 
 namespace overlap::planner {
 
@@ -47,6 +52,38 @@ OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dt
                      return a.step_ms < b.step_ms;
                    });
   return plan;
+}
+
+LayerEstimate EstimateLayer(const JobSpec& spec, const std::vector<OpPlan>& plans,
+                            double slowdown) {
+  std::set<std::string> waited_for;
+  for (const OpSpec& op : spec.ops) waited_for.insert(op.after.begin(), op.after.end());
+  std::vector<LaneTask> tasks;
+  std::map<std::string, int> task_of;
+  LayerEstimate out;
+  absl::StatusOr<std::vector<int>> order = TopologicalOrder(spec);
+  if (!order.ok()) return out;
+  for (int i : *order) {
+    const OpSpec& op = spec.ops[i];
+    const double ms = plans[i].best() ? plans[i].best()->step_ms : 0;
+    if (plans[i].best() == nullptr) out.unpredicted.push_back(op.id);
+    const bool deferred = op.type == OpType::kAllReduce && op.group != OpGroup::kTp &&
+                          waited_for.count(op.id) == 0;
+    std::vector<int> deps;
+    for (const std::string& id : op.after) {
+      if (auto it = task_of.find(id); it != task_of.end()) deps.push_back(it->second);
+    }
+    task_of[op.id] = static_cast<int>(tasks.size());
+    tasks.push_back(LaneTask{deferred, ms, deps});
+    (deferred ? out.deferred_ms : out.compute_ms) += ms;
+    out.deferred += deferred;
+  }
+  // Ops on one lane run in order: a compute op waits for the one before it.
+  out.step_ms = RunTwoLanes(tasks, slowdown).step_ms;
+  if (out.deferred_ms > 0) {
+    out.hidden = std::clamp(1 - (out.step_ms - out.compute_ms) / out.deferred_ms, 0.0, 1.0);
+  }
+  return out;
 }
 
 size_t MeasureBudget(size_t count) { return count <= 6 ? count : count / 3; }

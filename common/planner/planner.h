@@ -36,6 +36,22 @@ int NodesSpanned(const Mesh& mesh, OpGroup group, int world, int devices_per_nod
 OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dtype,
               const std::vector<ops::Schedule>& candidates, int nodes = 1);
 
+// A layer's step from its ops' best predictions: the ops on the compute lane
+// in the graph's order, and beside them every gradient all-reduce no op
+// waits for (the deferred ones, dp or world), each from the moment its
+// inputs are done, slowing the GEMMs beside it by `slowdown`.
+struct LayerEstimate {
+  double step_ms = 0;      // predicted, deferred all-reduces beside the compute
+  double compute_ms = 0;   // the ops that are not deferred, one after another
+  double deferred_ms = 0;  // the deferred all-reduces alone
+  int deferred = 0;        // how many
+  std::vector<std::string> unpredicted;  // ops left out: the planner could not say
+  // Of the deferred time, the share under the compute: 1 - (step - compute) / deferred.
+  double hidden = 0;
+};
+// `plans` in the order of `spec.ops`; an op with no prediction counts 0.
+LayerEstimate EstimateLayer(const JobSpec& spec, const std::vector<OpPlan>& plans, double slowdown);
+
 // How many of `count` candidates `auto` measures when the planner chooses:
 // all of six or fewer, else a third.
 size_t MeasureBudget(size_t count);

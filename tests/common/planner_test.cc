@@ -1,6 +1,7 @@
 // The planner's arithmetic on fixed calibrations, with exact expected values.
 #include <cmath>
 
+#include "common/graph_parser.h"
 #include "common/planner/calibration.h"
 #include "common/planner/calibration_fit.h"
 #include "common/planner/planner.h"
@@ -165,6 +166,49 @@ TEST(PlannerTest, AutoMeasuresSerialAndTheFastestThird) {
   bool has_best = false;
   for (size_t i : chosen) has_best = has_best || candidates[i] == plan.best()->schedule;
   EXPECT_TRUE(has_best);
+}
+
+OpPlan Predicted(double step_ms) {
+  OpPlan plan;
+  SchedulePrediction p;
+  p.step_ms = step_ms;
+  plan.predicted.push_back(p);
+  return plan;
+}
+
+TEST(PlannerTest, ALayerStepHidesDeferredGradientsBehindTheOpsAfterThem) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(mesh: {tp: 1, dp: 2}
+ops:
+  - {id: wgrad, type: gemm, m: 64, k: 64, n: 64}
+  - {id: grads, type: all_reduce, m: 64, n: 64, group: dp, after: [wgrad]}
+  - {id: dgrad, type: gemm, m: 64, k: 64, n: 64, after: [wgrad]}
+  - {id: loss, type: all_reduce, m: 8, n: 8, group: dp, after: [dgrad]}
+  - {id: next, type: gemm, m: 64, k: 64, n: 64, after: [loss]}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // `loss` is waited for: it stays on the main lane. `grads` (1.5 ms) starts
+  // after wgrad (1 ms) and runs to 2.5 beside dgrad, loss and next, which
+  // run 1.2x slower meanwhile: dgrad ends at 2.2, loss at 2.32, next does
+  // 0.15 ms of its work by 2.5 and the other 0.85 alone.
+  const LayerEstimate layer = EstimateLayer(
+      *spec, {Predicted(1.0), Predicted(1.5), Predicted(1.0), Predicted(0.1), Predicted(1.0)}, 1.2);
+  EXPECT_EQ(layer.deferred, 1);
+  EXPECT_DOUBLE_EQ(layer.compute_ms, 3.1);
+  EXPECT_DOUBLE_EQ(layer.deferred_ms, 1.5);
+  EXPECT_NEAR(layer.step_ms, 3.35, 1e-12);
+  EXPECT_NEAR(layer.hidden, 1 - (layer.step_ms - 3.1) / 1.5, 1e-12);
+  EXPECT_TRUE(layer.unpredicted.empty());
+  const LayerEstimate blind =
+      EstimateLayer(*spec, {Predicted(1.0), OpPlan(), Predicted(1.0), Predicted(0.1), Predicted(1.0)}, 1.2);
+  EXPECT_EQ(blind.unpredicted, std::vector<std::string>{"grads"});
+}
+
+TEST(PlannerTest, NodesSpannedFollowsTheMesh) {
+  const Mesh mesh{2, 2};  // tp 2 x dp 2, two devices per node
+  EXPECT_EQ(NodesSpanned(mesh, OpGroup::kTp, 4, 2), 1);
+  EXPECT_EQ(NodesSpanned(mesh, OpGroup::kDp, 4, 2), 2);
+  EXPECT_EQ(NodesSpanned(mesh, OpGroup::kWorld, 4, 2), 2);
+  EXPECT_EQ(NodesSpanned(mesh, OpGroup::kDp, 4, 4), 1);  // one node holds all
 }
 
 TEST(CalibrationJsonTest, RoundTripsAndRefusesOtherHardwareByName) {

@@ -122,6 +122,23 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
     EXPECT_EQ(row["to_measure"].size(), 7u) << row.dump();  // a third of 22
     EXPECT_THAT(row["to_measure"].dump(), HasSubstr("\"serial/nccl\""));  // always
   }
+  // A cluster that does not exist: a backward layer's gradients over 4 nodes.
+  const std::string backward = dir.File("backward.yaml");
+  RunResult graph = Overlapctl(dir.path(), "",
+                               {"graph", "--model", "llama3-8b", "--tp", "2", "--dp", "4", "--pass",
+                                "backward", "--grads", "-o", backward});
+  ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
+  RunResult cluster = Overlapctl(dir.path(), "",
+                                 {"plan", backward, "--calibration", calibration, "--nodes", "4",
+                                  "--link-gbps", "50"});
+  ASSERT_EQ(cluster.exit_code, 0) << Describe(cluster);
+  EXPECT_THAT(cluster.out, HasSubstr("4 ranks over 4 nodes"));
+  EXPECT_THAT(cluster.out, HasSubstr("4 gradient all-reduce(s)"));
+  EXPECT_THAT(cluster.out, HasSubstr("between nodes: 50 GB/s bus bandwidth"));
+  RunResult no_link = Overlapctl(dir.path(), "",
+                                 {"plan", backward, "--calibration", calibration, "--nodes", "4"});
+  ASSERT_EQ(no_link.exit_code, 0) << Describe(no_link);
+  EXPECT_THAT(no_link.out, HasSubstr("left out, the planner cannot say: fc2_grads"));
   RunResult judge =
       Child::Spawn({"/usr/bin/env", "python3", std::string(OVERLAP_SOURCE_DIR) + "/bench/planner_replay.py",
                     replay_file},
