@@ -1,4 +1,5 @@
 #include "client/bench/bench.h"
+#include "client/bench/bench_prediction.h"
 
 #include <algorithm>
 #include <cmath>
@@ -483,9 +484,24 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
   const std::vector<BenchRow> rows = FoldBench(job, o);
   // Clocks and temperature after the run (the daemon's NVML readings), beside those before.
   absl::StatusOr<v1::GetNodeInfoResponse> node_after = client.GetNodeInfo();
-  const nlohmann::json j = BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o);
+  nlohmann::json j = BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o);
+  // The planner's prediction beside each row, where the daemon keeps a calibration.
+  std::string prediction_text;
+  if (!rows.empty()) {
+    absl::StatusOr<v1::GetCalibrationResponse> stored = client.GetCalibration(rows[0].tp);
+    absl::StatusOr<planner::Calibration> calibration =
+        stored.ok() ? planner::CalibrationFromJson(stored->calibration_json())
+                    : absl::StatusOr<planner::Calibration>(stored.status());
+    if (calibration.ok()) {
+      const std::vector<BenchPrediction> predictions = PredictBench(rows, &*calibration, o.dtype);
+      AddPredictionsJson(predictions, j);
+      prediction_text = FormatBenchPredictions(rows, predictions);
+    } else {
+      prediction_text = absl::StrCat("predictions: none (", calibration.status().message(), ")\n");
+    }
+  }
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
-  std::string text = FormatBench(rows);
+  std::string text = FormatBench(rows) + prediction_text;
   if (!job.result().head_start().empty()) {
     absl::StrAppend(&text, "timing: ", job.result().head_start(),
                     " head start (what the GPUs did while the host enqueued each timed "
