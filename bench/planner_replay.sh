@@ -14,16 +14,7 @@ OVERLAPCTL=${OVERLAPCTL:-build/client/overlapctl}
 OUT=${1:-${OUT:-/tmp/planner-replay}}
 mkdir -p "$OUT"
 R=docs/results
-# The figures the calibration rests on, none of them from the judged runs:
-# - collectives alone on the same two H200s (commbench, 2026-12-01);
-# - GEMM alone per shape on one H200 (bench at tp 1, 2026-12-02);
-# - the GEMM's slowdown beside NCCL (+20%) and beside copy-engine copies
-#   (+10.6%), 2x H200 2026-11-30 (docs/results/ab-nccl-ctas-*, ../shared/DEVICE.md);
-# - a piece's fixed cost, 4 us: a GEMM piece boundary 2-4 us on one H200
-#   (docs/results/piece-edges-h200-2026-12-01.txt), a cross-device hand-off 4-5 us.
-"$OVERLAPCTL" calibrate \
-  --from "$R/commbench-h200x2-2026-12-01.json" "$R/fp8-bench-bf16-tp1-2026-12-02.json" \
-  --gemm-slowdown nccl=1.20,p2p=1.106 --piece-overhead-ms 0.004 -o "$OUT/calibration.json"
+bash bench/recorded_calibration.sh "$OUT/calibration.json"
 replays=()
 for run in ${PLANNER_RUNS:-27 28 29}; do
   "$OVERLAPCTL" plan --calibration "$OUT/calibration.json" \

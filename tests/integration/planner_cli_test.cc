@@ -139,6 +139,17 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
                                  {"plan", backward, "--calibration", calibration, "--nodes", "4"});
   ASSERT_EQ(no_link.exit_code, 0) << Describe(no_link);
   EXPECT_THAT(no_link.out, HasSubstr("left out, the planner cannot say: fc2_grads"));
+  // The sources' what-if questions answer from a calibration, assumptions beside.
+  RunResult what_if =
+      Child::Spawn({"/usr/bin/env", "python3",
+                    std::string(OVERLAP_SOURCE_DIR) + "/bench/what_if_sources.py", "--calibration",
+                    calibration, "--overlapctl", OVERLAPCTL_BIN},
+                   dir.path(), {}, "")
+          ->Wait(std::chrono::seconds(60));
+  ASSERT_EQ(what_if.exit_code, 0) << Describe(what_if);
+  EXPECT_THAT(what_if.out, HasSubstr("MFU serial -> overlapped"));
+  EXPECT_THAT(what_if.out, HasSubstr("blocking ring all-reduce"));
+  EXPECT_THAT(what_if.out, HasSubstr("tp 8: transfers were measured at 2 ranks"));
   RunResult judge =
       Child::Spawn({"/usr/bin/env", "python3", std::string(OVERLAP_SOURCE_DIR) + "/bench/planner_replay.py",
                     replay_file},
