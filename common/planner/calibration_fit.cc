@@ -8,6 +8,8 @@
 #include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "common/graph.h"
+#include "common/planner/op_model.h"
+#include "common/schedule.h"
 #include "common/stats.h"
 
 namespace overlap::planner {
@@ -66,6 +68,46 @@ absl::StatusOr<Transport> TransportOfMode(const std::string& mode) {
   return absl::NotFoundError("no transport");
 }
 
+// What autotune measured of one bench row's candidates.
+struct CandidateRow {
+  OpShape shape;
+  std::vector<std::pair<ops::Schedule, double>> measured;  // stage-one best medians
+};
+
+// The per-piece cost, 0 to 20 us in 0.5 us steps, whose predictions of the
+// rows' leading candidates (within kLeaders of each row's best: those `auto`
+// chooses among) err least (median |log(predicted / measured)|). The slow
+// many-piece candidates are left out: what makes them slow (a collective's
+// latency per piece, partial waves of tiles) is not a per-piece constant, and
+// fitting them would bend the prediction of the schedules that win.
+constexpr double kLeaders = 0.10;
+std::optional<double> FitPieceOverhead(Calibration calibration,
+                                       const std::vector<CandidateRow>& rows) {
+  std::optional<double> best;
+  double best_error = 0;
+  for (int step = 0; step <= 40; ++step) {
+    calibration.piece_overhead_ms = step * 0.0005;
+    const CostModel model(calibration, {});
+    std::vector<double> errors;
+    for (const CandidateRow& row : rows) {
+      double fastest = row.measured[0].second;
+      for (const auto& entry : row.measured) fastest = std::min(fastest, entry.second);
+      for (const auto& [schedule, ms] : row.measured) {
+        if (ms > fastest * (1 + kLeaders)) continue;
+        absl::StatusOr<SchedulePrediction> p = PredictSchedule(model, row.shape, schedule);
+        if (p.ok() && p->step_ms > 0 && ms > 0) errors.push_back(std::fabs(std::log(p->step_ms / ms)));
+      }
+    }
+    if (errors.empty()) return std::nullopt;
+    const double error = Summarize(errors).median;
+    if (!best || error < best_error) {
+      best = calibration.piece_overhead_ms;
+      best_error = error;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string ResultKind(const json& doc) {
@@ -86,6 +128,7 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
   int transfer_ranks = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<double>> gemms;
   std::map<Transport, std::vector<double>> slowdowns;
+  std::vector<CandidateRow> candidate_rows;
   bool identity_set = false;
   for (size_t d = 0; d < docs.size(); ++d) {
     const json& doc = docs[d];
@@ -147,6 +190,19 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
             gemms[{local.gemm_m, local.gemm_n, local.gemm_k}].push_back(r["gemm_alone_ms"]);
           }
           if (tp < 2) continue;
+          CandidateRow candidates;
+          candidates.shape.type = op.type;
+          candidates.shape.m = op.m;
+          candidates.shape.n = op.n;
+          candidates.shape.k = op.k;
+          candidates.shape.tp = tp;
+          candidates.shape.dtype = *dtype;
+          for (const json& c : r.value("candidates", json::array())) {
+            auto s = ops::ParseScheduleName(c.value("schedule", ""));
+            const double ms = c.value("best_ms", 0.0);
+            if (s.ok() && ms > 0 && std::isfinite(ms)) candidates.measured.push_back({*s, ms});
+          }
+          if (!candidates.measured.empty()) candidate_rows.push_back(std::move(candidates));
           const Collective c = op.type == OpType::kAgGemm   ? Collective::kAllGather
                                : op.type == OpType::kGemmRs ? Collective::kReduceScatter
                                                             : Collective::kAllReduce;
@@ -185,7 +241,14 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
   }
   for (const auto& [t, factors] : slowdowns) out.gemm_slowdown[t] = Summarize(factors).median;
   for (const auto& [t, factor] : options.gemm_slowdown) out.gemm_slowdown[t] = factor;
-  if (options.piece_overhead_ms) out.piece_overhead_ms = *options.piece_overhead_ms;
+  if (options.piece_overhead_ms) {
+    out.piece_overhead_ms = *options.piece_overhead_ms;
+  } else if (auto fitted = FitPieceOverhead(out, candidate_rows)) {
+    out.piece_overhead_ms = *fitted;
+    out.sources.push_back(absl::StrFormat(
+        "per-piece cost %.4f ms: fitted to %d bench row(s)' candidate timings", *fitted,
+        static_cast<int>(candidate_rows.size())));
+  }
   for (const std::string& note : options.notes) out.sources.push_back(note);
   return out;
 }

@@ -271,6 +271,34 @@ TEST(FitTest, FitsCurvesGemmsAndSlowdownsAndRefusesMixedHardware) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FitTest, FitsThePieceCostToTheLeadingCandidatesTimings) {
+  // What a 3 us piece cost gives chunked/2 on the fixed calibration.
+  Calibration truth = Fixed();
+  truth.piece_overhead_ms = 0.003;
+  const double chunked =
+      PredictSchedule(CostModel(truth, {}), AgGemm(), {OverlapMode::kChunked, 2, Transport::kNccl})
+          ->step_ms;
+  nlohmann::json comm = {{"gpus", {"NVIDIA H200"}}, {"tp", 2}, {"dtype", "bf16"},
+                         {"rows", {{{"collective", "all_gather"}, {"bytes", 2 * kMiB},
+                                    {"transports", {{"nccl", {{"ms", 0.5}}}}}},
+                                   {{"collective", "all_gather"}, {"bytes", 8 * kMiB},
+                                    {"transports", {{"nccl", {{"ms", 2.0}}}}}}}}};
+  nlohmann::json bench = {
+      {"gpus", {"NVIDIA H200"}}, {"dtype", "bf16"},
+      {"rows", {{{"op", "ag_gemm"}, {"m", 1024}, {"k", 1024}, {"n", 1024}, {"tp", 2},
+                 {"gemm_alone_ms", 1.0}, {"auto_mode", "serial/nccl"},
+                 {"candidates", {{{"schedule", "serial/nccl"}, {"best_ms", 1.5}},
+                                 {{"schedule", "chunked/2/nccl"}, {"best_ms", chunked}},
+                                 // far behind the leaders: left out of the fit
+                                 {{"schedule", "chunked/16/nccl"}, {"best_ms", 30.0}}}}}}}};
+  FitOptions options;
+  options.gemm_slowdown[Transport::kNccl] = 1.2;
+  auto c = FitCalibration({comm, bench}, {"comm.json", "bench.json"}, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->piece_overhead_ms, 0.003);
+  EXPECT_THAT(c->sources.back(), HasSubstr("fitted to 1 bench row(s)"));
+}
+
 TEST(ScheduleNameTest, ParsesWhatNameWrites) {
   for (const char* name : {"serial/nccl", "ring/p2p", "ring/2/p2p", "chunked/16/nccl",
                            "bulk/p2p", "serial/p2p/ps", "serial"}) {
