@@ -33,7 +33,7 @@ fi
 status=0
 start_overlapd "$OUT/overlapd.log" "${flags[@]}" || exit 1
 echo "== calibrate (ranks_per_gpu $ranks, $gpus GPU(s))" | tee "$OUT/planner-summary.txt"
-timeout 300 overlapctl --addr "$addr" calibrate --shapes "$calibration_shapes" \
+timeout 270 overlapctl --addr "$addr" calibrate --shapes "$calibration_shapes" \
   -o "$OUT/calibration.json" > "$OUT/calibrate.txt" 2> "$OUT/calibrate-progress.txt" || status=1
 tee -a "$OUT/planner-summary.txt" < "$OUT/calibrate.txt"
 overlapctl --addr "$addr" graph "${graph_flags[@]}" > "$OUT/layer.yaml" || status=1
@@ -41,12 +41,12 @@ sed -i 's/^iterations: 20$/iterations: 10/' "$OUT/layer.yaml"
 overlapctl --addr "$addr" plan "$OUT/layer.yaml" > "$OUT/plan.txt" || status=1
 grep -E "best|^graph|^layer step" "$OUT/plan.txt" | tee -a "$OUT/planner-summary.txt"
 echo "== bench at shapes the calibration never saw" | tee -a "$OUT/planner-summary.txt"
-timeout 240 overlapctl --addr "$addr" bench --shapes "$unseen_shapes" --repeats 1 \
+timeout 150 overlapctl --addr "$addr" bench --shapes "$unseen_shapes" --repeats 1 \
   --json-out "$OUT/bench.json" > "$OUT/bench.txt" 2> "$OUT/bench-progress.txt" || status=1
 sed -n '/^predicted/,/^prediction:/p' "$OUT/bench.txt" | tee -a "$OUT/planner-summary.txt"
 grep -o 'the planner chose [^"]*' "$OUT/bench.json" | sort | uniq -c | tee -a "$OUT/planner-summary.txt"
 echo "== the layer, auto pruned by the planner" | tee -a "$OUT/planner-summary.txt"
-timeout 240 overlapctl --addr "$addr" --json submit "$OUT/layer.yaml" --wait > "$OUT/job.json" \
+timeout 150 overlapctl --addr "$addr" --json submit "$OUT/layer.yaml" --wait > "$OUT/job.json" \
   2> "$OUT/job-progress.txt" || status=1
 python3 - "$OUT/job.json" <<'PY' | tee -a "$OUT/planner-summary.txt" || status=1
 import json, sys
