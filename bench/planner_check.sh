@@ -57,7 +57,7 @@ planned = sum("the planner chose" in o.get("auto_reason", "") for o in ops)
 print("job %s: %s, %d ops, %d verified, %d timed by the planner's choice" % (
     job["id"], job["state"], len(ops), len(ops) - len(bad), planned))
 for o in ops:
-    print("  %-8s %-16s step %8s ms  %s" % (o["id"], o.get("schedule", ""), o.get("step", {}).get("median_ms", ""),
+    print("  %-8s %-16s step %8.3f ms  %s" % (o["id"], o.get("schedule", ""), o["step"]["median_ms"],
                                           o.get("auto_reason", "")[:150]))
 sys.exit(0 if job["state"] == "SUCCEEDED" and not bad else 1)
 PY

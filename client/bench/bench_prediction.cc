@@ -43,7 +43,8 @@ std::vector<BenchPrediction> PredictBench(const std::vector<BenchRow>& rows,
     p.predicted = true;
     p.step_ms = predicted->step_ms;
     p.error = r.step_ms > 0 ? (p.step_ms - r.step_ms) / r.step_ms : 0;
-    p.verified = r.tp <= 2 && !r.host_backend;
+    p.verified = r.tp <= 2 && !r.host_backend && r.ranks_per_gpu <= 1;
+    if (r.ranks_per_gpu > 1) p.unverified_why = "ranks share a GPU";
     if (r.host_backend) p.unverified_why = "host backend";
     if (r.tp > 2) p.unverified_why = "tp > 2";
   }
@@ -83,9 +84,9 @@ std::string FormatBenchPredictions(const std::vector<BenchRow>& rows,
     const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
     absl::StrAppendFormat(&out, "prediction: median absolute error %.1f%% over %d shape(s)%s\n",
                           100 * median, static_cast<int>(n),
-                          any_unverified ? "; predictions on the host backend or at tp above "
-                                           "2 have not been checked against a measured GPU "
-                                           "sweep: unverified"
+                          any_unverified ? "; predictions on the host backend, for ranks "
+                                           "sharing a GPU or at tp above 2 have not been "
+                                           "checked against a measured GPU sweep: unverified"
                                          : "");
   }
   return out;

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/bench/commbench.h"
 #include "client/bench/grad_bench.h"
 #include "client/core/command_io.h"
@@ -145,7 +147,13 @@ int RunCalibrate(DaemonClient& client, const CalibrateOptions& options, bool jso
     }
     docs.push_back(std::move(*doc));
   }
-  absl::StatusOr<planner::Calibration> calibration = planner::FitCalibration(docs, files, *fit);
+  std::vector<std::string> names = files;
+  if (measured) {
+    const std::string when = absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone());
+    names = {absl::StrCat("commbench measured by calibrate on ", when),
+             absl::StrCat("bench measured by calibrate on ", when)};
+  }
+  absl::StatusOr<planner::Calibration> calibration = planner::FitCalibration(docs, names, *fit);
   if (measured) {
     for (const std::string& f : files) std::remove(f.c_str());
     rmdir(files[0].substr(0, files[0].rfind('/')).c_str());

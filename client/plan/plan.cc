@@ -13,6 +13,7 @@
 #include "client/format/table.h"
 #include "client/plan/stored_calibration.h"
 #include "common/graph_parser.h"
+#include "common/graph_validator.h"
 #include "common/planner/planner.h"
 #include "nlohmann/json.hpp"
 
@@ -150,6 +151,23 @@ Placement PlaceOp(const JobSpec& spec, const OpSpec& op, int tp, int nodes, int 
   return {GroupSize(spec.mesh, op.group, devices), 1};
 }
 
+// OK when the graph's shapes split over the asked degrees; else the
+// validator's reason, which the planner reports instead of a number.
+absl::Status CheckSplits(JobSpec spec, int tp, int nodes, int daemon_devices) {
+  spec.devices.clear();
+  int count = tp > 0 ? tp : daemon_devices;
+  if (spec.mesh.declared()) {
+    if (tp > 0) spec.mesh.tp = tp;
+    if (nodes > 1) spec.mesh.dp = nodes;
+    count = spec.mesh.tp * spec.mesh.dp;
+  }
+  if (count <= 0) return absl::OkStatus();
+  ValidationLimits limits;
+  limits.device_count = count;
+  limits.max_ops = 1 << 20;
+  return ValidateJobSpec(spec, limits).status();
+}
+
 std::string LayerLine(const planner::LayerEstimate& layer, const planner::CostModel& model) {
   std::string line = absl::StrFormat(
       "layer step %s ms predicted: the ops one after another %s ms", Ms(layer.step_ms),
@@ -188,6 +206,13 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
     absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
     if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
     daemon_devices = node->devices_size();
+  }
+  if (absl::Status splits = CheckSplits(*spec, tp, nodes, daemon_devices); !splits.ok()) {
+    err << "overlapctl: plan: the planner cannot say: the graph does not split that way ("
+        << (tp > 0 ? absl::StrCat("tp ", tp) : "its own tp")
+        << (nodes > 1 ? absl::StrCat(", ", nodes, " nodes") : "") << "): " << splits.message()
+        << "\n";
+    return kExitUsage;
   }
   json ops = json::array();
   std::vector<OpPlan> plans;

@@ -139,6 +139,12 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
                                  {"plan", backward, "--calibration", calibration, "--nodes", "4"});
   ASSERT_EQ(no_link.exit_code, 0) << Describe(no_link);
   EXPECT_THAT(no_link.out, HasSubstr("left out, the planner cannot say: fc2_grads"));
+  // A degree the graph cannot be split by gets no number.
+  RunResult odd = Overlapctl(dir.path(), "",
+                             {"plan", backward, "--calibration", calibration, "--what-if", "tp=3"});
+  EXPECT_EQ(odd.exit_code, 64) << Describe(odd);
+  EXPECT_THAT(odd.err, HasSubstr("the planner cannot say: the graph does not split that way (tp 3)"));
+  EXPECT_EQ(odd.out, "");
   // The sources' what-if questions answer from a calibration, assumptions beside.
   RunResult what_if =
       Child::Spawn({"/usr/bin/env", "python3",
