@@ -307,7 +307,7 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
   request.set_owner("uid:1000");
   request.set_name("mlp");
   request.set_priority(3);
-  AddDecidedSchedules({{"ar", ops::Schedule{OverlapMode::kSerial, 1, Transport::kNccl}}}, request);
+  AddDecidedSchedules({{"ar", ops::Schedule{OverlapMode::kSerial, 1, Transport::kNccl}}}, nullptr, request);
   struct Case {
     std::string what;
     std::string caller;

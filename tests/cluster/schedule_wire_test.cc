@@ -17,7 +17,7 @@ TEST(ScheduleWireTest, DecisionsComeBackAsTheyWereSent) {
                               AllReduceAlgorithm::kHierarchical}},
   };
   v1::AdmitPartRequest request;
-  AddDecidedSchedules(sent, request);
+  AddDecidedSchedules(sent, nullptr, request);
   ASSERT_EQ(request.schedules_size(), 3);
   EXPECT_EQ(request.schedules(0).op_id(), "fc1");  // op id order
   EXPECT_EQ(request.schedules(0).mode(), "chunked");
@@ -28,9 +28,24 @@ TEST(ScheduleWireTest, DecisionsComeBackAsTheyWereSent) {
   EXPECT_EQ(*back, sent);
 }
 
+TEST(ScheduleWireTest, ReasonsTravelAndAPeersTextIsCut) {
+  const ops::DecidedSchedules sent = {
+      {"fc1", ops::Schedule{OverlapMode::kBulk, 1, Transport::kNccl}},
+      {"fc2", ops::Schedule{OverlapMode::kSerial, 1, Transport::kNccl}},
+  };
+  const ops::DecisionNotes notes = {{"fc1", "decided by the coordinator's planner"}};
+  v1::AdmitPartRequest request;
+  AddDecidedSchedules(sent, &notes, request);
+  EXPECT_EQ(DecisionNotesOf(request), notes);  // fc2 has none
+  request.mutable_schedules(1)->set_reason(std::string(5000, 'x') + "\x1b[2J");
+  const ops::DecisionNotes back = DecisionNotesOf(request);
+  EXPECT_LE(back.at("fc2").size(), size_t{kMaxDecisionNote} + 32);
+  EXPECT_EQ(back.at("fc2").find('\x1b'), std::string::npos);
+}
+
 TEST(ScheduleWireTest, WhatIsNoDecisionIsRefusedNamingTheOp) {
   v1::AdmitPartRequest request;
-  AddDecidedSchedules({{"fc1", ops::Schedule{OverlapMode::kBulk, 1, Transport::kNccl}}}, request);
+  AddDecidedSchedules({{"fc1", ops::Schedule{OverlapMode::kBulk, 1, Transport::kNccl}}}, nullptr, request);
   struct Case {
     const char* what;
     std::function<void(v1::DecidedSchedule&)> change;
