@@ -29,9 +29,9 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
   for (absl::string_view pair : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
     double value = 0;
-    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &value) || !(value > 0)) {
+    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &value) || !(value >= 1e-3 && value <= 1e6)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--what-if '", pair, "': expected KEY=POSITIVE_NUMBER (tp, nvlink-gbps, gemm-tflops, "
+          "--what-if '", pair, "': expected KEY=NUMBER from 0.001 to 1e6 (tp, nvlink-gbps, gemm-tflops, "
           "nodes, inter-node-gbps)"));
     }
     const std::string& key = kv[0];

@@ -50,6 +50,15 @@ json IdentityJson(const CalibrationIdentity& id) {
               {"cuda", id.cuda},     {"nccl", id.nccl},       {"dtype", id.dtype}};
 }
 
+// Bounds on what a calibration may hold: beyond them a figure is damage, not
+// a measurement, and sums of them could overflow.
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxBytes = int64_t{1} << 46;
+constexpr double kMaxMs = 1e7;
+constexpr size_t kMaxPoints = 4096;
+
+bool SaneMs(double ms) { return ms > 0 && ms <= kMaxMs; }
+
 // Reads the whole document; nlohmann throws on a wrong type, which the caller
 // turns into INVALID_ARGUMENT.
 absl::StatusOr<Calibration> ParseDocument(const json& doc) {
@@ -70,9 +79,14 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
   for (const json& g : doc.value("gemm", json::array())) {
     GemmPoint p{g.at("m").get<int64_t>(), g.at("n").get<int64_t>(), g.at("k").get<int64_t>(),
                 g.at("ms").get<double>()};
-    if (p.m <= 0 || p.n <= 0 || p.k <= 0 || !(p.ms > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("calibration gemm point ", g.dump(),
-                                                     ": m, n, k and ms must be positive"));
+    if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim ||
+        !SaneMs(p.ms)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration gemm point ", g.dump().substr(0, 200),
+          ": m, n, k must be in 1..2^31 and ms in (0, 1e7]"));
+    }
+    if (out.gemms.size() >= kMaxPoints) {
+      return absl::InvalidArgumentError("calibration: more than 4096 GEMM points");
     }
     out.gemms.push_back(p);
   }
@@ -85,15 +99,18 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
     curve.collective = *collective;
     curve.transport = *transport;
     curve.ranks = t.at("ranks").get<int>();
-    if (curve.ranks < 2) {
-      return absl::InvalidArgumentError("calibration transfer curve: ranks must be 2 or more");
+    if (curve.ranks < 2 || curve.ranks > 65536) {
+      return absl::InvalidArgumentError("calibration transfer curve: ranks must be 2 to 65536");
     }
     for (const json& p : t.at("points")) {
       TransferPoint point{p.at(0).get<int64_t>(), p.at(1).get<double>()};
-      if (point.bytes <= 0 || !(point.ms > 0)) {
+      if (point.bytes <= 0 || point.bytes > kMaxBytes || !SaneMs(point.ms)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "calibration ", t.at("collective").get<std::string>(), " point ", p.dump(),
-            ": bytes and ms must be positive"));
+            "calibration ", CollectiveName(curve.collective), " point ", p.dump().substr(0, 200),
+            ": bytes must be in 1..2^46 and ms in (0, 1e7]"));
+      }
+      if (curve.points.size() >= kMaxPoints) {
+        return absl::InvalidArgumentError("calibration: more than 4096 points in a curve");
       }
       curve.points.push_back(point);
     }
@@ -113,15 +130,17 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
     out.gemm_slowdown[*transport] = f;
   }
   out.piece_overhead_ms = doc.value("piece_overhead_ms", 0.0);
-  if (out.piece_overhead_ms < 0) {
-    return absl::InvalidArgumentError("calibration piece_overhead_ms must not be negative");
+  if (!(out.piece_overhead_ms >= 0 && out.piece_overhead_ms <= 1000)) {
+    return absl::InvalidArgumentError("calibration piece_overhead_ms must be in 0..1000");
   }
   if (doc.contains("inter_node")) {
     const json& link = doc.at("inter_node");
     out.inter_node = InterNodeLink{link.at("gbps").get<double>(),
                                    link.value("latency_ms", 0.0), link.value("nodes", 0)};
-    if (!(out.inter_node->gbps > 0)) {
-      return absl::InvalidArgumentError("calibration inter_node.gbps must be positive");
+    if (!(out.inter_node->gbps > 0 && out.inter_node->gbps <= 1e6) ||
+        !(out.inter_node->latency_ms >= 0 && out.inter_node->latency_ms <= kMaxMs)) {
+      return absl::InvalidArgumentError(
+          "calibration inter_node: gbps must be in (0, 1e6] and latency_ms in 0..1e7");
     }
   }
   for (const json& s : doc.value("sources", json::array())) out.sources.push_back(s.get<std::string>());

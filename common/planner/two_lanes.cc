@@ -1,6 +1,7 @@
 #include "common/planner/two_lanes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace overlap::planner {
@@ -40,6 +41,7 @@ LaneTimes RunTwoLanes(const std::vector<LaneTask>& tasks, double slowdown) {
     for (int lane = 0; lane < 2; ++lane) {
       if (running[lane] >= 0) step = std::min(step, left[running[lane]] / rate[lane]);
     }
+    if (!std::isfinite(step)) break;  // a task that never ends: no step to give
     now += step;
     for (int lane = 0; lane < 2; ++lane) {
       const int i = running[lane];
