@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev libssl-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libopenblas-dev libsqlite3-dev libsystemd-dev prometheus-cpp-dev libcivetweb-dev libgloo-dev
-  systemd openssl clang python3
+  systemd openssl clang python3 python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -34,7 +34,7 @@ case "$mode" in
 esac
 bash scripts/install-deps.sh
 
-fuzz_targets=(job_spec daemon_config hf_config byte_size tuning_row pinned_graph job_row peer_message)
+fuzz_targets=(job_spec daemon_config hf_config byte_size calibration tuning_row pinned_graph job_row peer_message)
 
 build_fuzzers() {
   command -v clang++ > /dev/null || { echo "fuzz needs clang++ (apt-get install clang)" >&2; exit 2; }

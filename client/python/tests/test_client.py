@@ -1,0 +1,127 @@
+"""The client against a real daemon on the host backend."""
+import json
+
+import grpc
+import pytest
+
+import overlapd
+
+SMALL = {
+    "name": "py-small",
+    "iterations": 2,
+    "warmup": 1,
+    "ops": [
+        {"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64, "mode": "bulk"},
+        {"id": "fc2", "type": "gemm_rs", "m": 128, "k": 64, "n": 64, "mode": "serial",
+         "after": ["fc1"]},
+    ],
+}
+
+LONG_YAML = """name: py-long
+iterations: 10000
+warmup: 1
+verify: false
+layer_step: false
+ops:
+  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
+"""
+
+
+def test_node_and_stats_answer_with_overlapctls_field_names(daemon):
+    client, _ = daemon
+    node = client.node()
+    assert node["backend"] == "host"
+    assert len(node["devices"]) == 2
+    assert "memory_bytes" in node["devices"][0]  # proto field names, as --json
+    stats = client.stats()
+    assert "jobs_by_state" in stats and "uptime_s" in stats
+
+
+def test_submit_a_dict_and_wait_for_a_verified_report(daemon):
+    client, _ = daemon
+    job = client.submit(SMALL, wait=True, timeout_s=120)
+    assert job["state"] == "SUCCEEDED", job.get("error")
+    assert job["name"] == "py-small"
+    ops = job["result"]["ops"]
+    assert [op["id"] for op in ops] == ["fc1", "fc2"]
+    for op in ops:
+        assert op["verified"] is True
+        assert op["max_rel_error"] <= op["tolerance"]
+        assert op["m"] == "128"  # int64 as a string, as overlapctl --json
+    assert ops[0]["schedule"] == "bulk/p2p" or ops[0]["schedule"].startswith("bulk/")
+    # The same job by id, and in the list.
+    assert client.get(job["id"])["state"] == "SUCCEEDED"
+    assert job["id"] in [j["id"] for j in client.jobs()]
+
+
+def test_yaml_text_and_a_path_are_graphs_too(daemon, tmp_path):
+    client, _ = daemon
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(SMALL))
+    from_path = client.submit(str(path), wait=True, timeout_s=120)
+    assert from_path["state"] == "SUCCEEDED"
+    yaml_text = "name: py-yaml\niterations: 2\nwarmup: 1\nops:\n" \
+                "  - {id: g, type: gemm, m: 64, k: 64, n: 64}\n"
+    assert client.submit(yaml_text, wait=True, timeout_s=120)["state"] == "SUCCEEDED"
+
+
+def test_watch_yields_progress_until_the_job_ends(daemon):
+    client, _ = daemon
+    job = client.submit(SMALL)
+    events = list(client.watch(job["id"], timeout_s=120))
+    assert events, "no event"
+    assert events[-1]["state"] in overlapd.FINAL_STATES
+    assert any(e["state"] == "RUNNING" for e in events)
+
+
+def test_cancel_ends_a_running_job_cancelled(daemon):
+    client, _ = daemon
+    job = client.submit(LONG_YAML)
+    for event in client.watch(job["id"], timeout_s=60):
+        if event["state"] == "RUNNING":
+            break
+    client.cancel(job["id"])
+    ended = client.wait(job["id"], timeout_s=60)
+    assert ended["state"] == "CANCELLED"
+
+
+def test_a_bad_graph_raises_invalid_argument_with_the_daemons_message(daemon):
+    client, _ = daemon
+    with pytest.raises(overlapd.OverlapdError) as raised:
+        client.submit({"ops": [{"id": "x", "type": "ag_gemm", "m": 0, "k": 64, "n": 64}]})
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "m" in raised.value.message
+    with pytest.raises(overlapd.OverlapdError) as unknown:
+        client.get("job-999999")
+    assert unknown.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_pages_follow_the_api(daemon):
+    client, _ = daemon
+    for _ in range(3):
+        client.submit(SMALL, wait=True, timeout_s=120)
+    first = client.list(limit=2)
+    assert len(first["jobs"]) == 2
+    assert first["next_page_token"]
+    second = client.list(limit=2, page_token=first["next_page_token"])
+    assert {j["id"] for j in first["jobs"]}.isdisjoint({j["id"] for j in second["jobs"]})
+    assert len(list(client.jobs(page_size=2))) == len(list(client.jobs()))
+
+
+def test_tuning_and_a_missing_calibration(daemon):
+    client, _ = daemon
+    auto = dict(SMALL, name="py-auto")
+    auto["ops"] = [dict(op, mode="auto") for op in SMALL["ops"]]
+    assert client.submit(auto, wait=True, timeout_s=240)["state"] == "SUCCEEDED"
+    tuned = client.tuning(op_type="ag_gemm")
+    assert any(t["m"] == "128" and t["current"] for t in tuned)
+    with pytest.raises(overlapd.OverlapdError) as none:
+        client.calibration()
+    assert none.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_nothing_listens_is_unavailable(tmp_path):
+    client = overlapd.Client("unix:%s/nobody.sock" % tmp_path, timeout_s=2)
+    with pytest.raises(overlapd.OverlapdError) as raised:
+        client.node()
+    assert raised.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
