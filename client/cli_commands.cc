@@ -31,6 +31,7 @@ std::vector<CliCommand> AllCliCommands() {
       CommBenchCommand(),
       CalibrateCommand(),
       PlanCommand(),
+      ExportCommand(),
   };
   // clang-format on
 }

@@ -89,5 +89,6 @@ CliCommand CommBenchCommand();
 // cli_plan_commands.cc: the planner's calibration and its predictions.
 CliCommand CalibrateCommand();
 CliCommand PlanCommand();
+CliCommand ExportCommand();
 
 }  // namespace overlap::client

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "client/cli_commands.h"
+#include "client/export/export_command.h"
 #include "client/plan/calibrate.h"
 #include "client/plan/plan.h"
 
@@ -58,7 +59,27 @@ int RunPlanCommand(const PlanOptions& options, const CLI::App&, const CliContext
   return RunPlan(context.client, options, context.json, context.out, context.err);
 }
 
+void AddExportOptions(CLI::App& app, ExportOptions& options) {
+  app.add_option("--format", options.format, "te | megatron | torchtitan")->required();
+  app.add_option("--job", options.job, "the choices auto made in this job, with their margins");
+  app.add_option("--graph", options.graph,
+                 "the tuning cache's choices for this graph's ops (winners only, no margins)");
+  app.add_option("--tp", options.tp, "--graph: the tp its ops were tuned at (default: the graph's)");
+  app.add_option("-o,--output", options.output, "write it to this file");
+}
+
+int RunExportCommand(const ExportOptions& options, const CLI::App&, const CliContext& context) {
+  return RunExport(context.client, options, context.out, context.err);
+}
+
 }  // namespace
+
+CliCommand ExportCommand() {
+  return MakeCliCommand<ExportOptions>(
+      "export",
+      "write the schedules auto chose as TransformerEngine, Megatron-LM or torchtitan config",
+      AddExportOptions, RunExportCommand);
+}
 
 CliCommand CalibrateCommand() {
   return MakeCliCommand<CalibrateOptions>(

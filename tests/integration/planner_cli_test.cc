@@ -74,6 +74,17 @@ TEST(PlannerCliTest, CalibratesOnTheHostBackendAndPlansFromWhatTheDaemonKept) {
     }
   }
   EXPECT_GT(planned, 0) << job["result"]["ops"].dump();
+  // The choices auto made, exported for TransformerEngine with their margins.
+  RunResult te = daemon.Ctl({"export", "--format", "te", "--job", job["id"].get<std::string>()});
+  ASSERT_EQ(te.exit_code, 0) << Describe(te);
+  const nlohmann::json exported = nlohmann::json::parse(te.out);
+  EXPECT_TRUE(exported["ub_cfgs"].is_object());
+  EXPECT_EQ(exported["overlapd"].size() + exported["not_exported"].size(), 4u) << te.out;
+  RunResult bad_format = daemon.Ctl({"export", "--format", "deepspeed", "--job", "job-000001"});
+  EXPECT_EQ(bad_format.exit_code, 64) << Describe(bad_format);
+  RunResult unknown = daemon.Ctl({"export", "--format", "te", "--job", "job-999999"});
+  EXPECT_EQ(unknown.exit_code, 3) << Describe(unknown);
+  EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
   // A what-if states its assumption; one the model cannot parse is refused.
   RunResult what_if = daemon.Ctl({"plan", graph, "--what-if", "tp=8,nvlink-gbps=400"});
   ASSERT_EQ(what_if.exit_code, 0) << Describe(what_if);

@@ -1,0 +1,213 @@
+#include "client/export/framework_export.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace overlap::client {
+
+namespace {
+
+// TE's layers whose overlap gathers (the op's own all-gather) and those that
+// reduce-scatter, for the ops overlapd's layer graphs name alike.
+const std::set<std::string> kGatherLayers = {"qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"};
+const std::set<std::string> kScatterLayers = {"proj_fprop", "fc2_fprop", "qkv_dgrad", "fc1_dgrad"};
+
+double Gain(double from_ms, double to_ms) { return to_ms > 0 ? from_ms / to_ms - 1 : 0; }
+
+}  // namespace
+
+std::string FidelityName(Fidelity fidelity) {
+  switch (fidelity) {
+    case Fidelity::kExact: return "exact";
+    case Fidelity::kApproximate: return "approximate";
+    case Fidelity::kNone: return "none";
+  }
+  return "none";
+}
+
+std::string TeLayerName(const std::string& op_id) {
+  for (const char* layer : {"qkv", "proj", "fc1", "fc2"}) {
+    if (op_id == layer) return absl::StrCat(layer, "_fprop");
+    if (op_id == absl::StrCat(layer, "_dgrad")) return op_id;
+  }
+  if (op_id == "qkv_wgrad" || op_id == "fc1_wgrad") return op_id;
+  return "";
+}
+
+TeEntry MapToTe(const ExportChoice& choice) {
+  TeEntry e;
+  e.te_name = TeLayerName(choice.op_id);
+  const ops::Schedule& s = choice.schedule;
+  if (e.te_name.empty()) {
+    e.note = absl::StrCat("TransformerEngine has no userbuffers layer for op '", choice.op_id,
+                          "' (its layers: qkv, proj, fc1, fc2 with _fprop/_dgrad, qkv and fc1 "
+                          "with _wgrad)");
+    return e;
+  }
+  if (choice.op_type == "gemm_ar") {
+    e.note = "gemm_ar (no sequence parallelism) has no counterpart: TE's userbuffers overlap "
+             "needs sequence parallelism";
+    return e;
+  }
+  if (absl::EndsWith(e.te_name, "_wgrad")) {
+    e.note = "TE overlaps a weight gradient only by a bulk overlap of the dgrad's "
+             "reduce-scatter; overlapd overlaps that reduce-scatter inside the dgrad op, which "
+             "TE's dgrad overlap does, and then takes no _wgrad entry";
+    return e;
+  }
+  const bool gathers = kGatherLayers.count(e.te_name) > 0;
+  e.is_reduce_scatter = kScatterLayers.count(e.te_name) > 0;
+  if (!gathers && !e.is_reduce_scatter) return e;
+  switch (s.mode) {
+    case OverlapMode::kSerial:
+      e.fidelity = Fidelity::kExact;
+      e.note = absl::StrCat("serial won: no overlap, so the layer is left out (build its module "
+                            "with ",
+                            gathers ? "ub_overlap_ag" : "ub_overlap_rs", "=False)");
+      return e;
+    case OverlapMode::kRing:
+      e.overlapped = true;
+      e.method = "ring_exchange";
+      e.use_ce = s.transport == Transport::kP2p;
+      e.fidelity = s.transport == Transport::kP2p && s.chunks <= 1 ? Fidelity::kExact
+                                                                   : Fidelity::kApproximate;
+      if (s.chunks > 1) {
+        e.note = absl::StrCat("overlapd cut each ring step into ", s.chunks,
+                              " pieces; TE's ring moves one per step");
+      } else if (s.transport != Transport::kP2p) {
+        e.note = absl::StrCat("overlapd's ring ran over ", TransportName(s.transport),
+                              "; TE's ring is userbuffers copies (SM-driven: use_ce false)");
+      }
+      return e;
+    case OverlapMode::kChunked:
+      e.overlapped = true;
+      if (e.is_reduce_scatter) {
+        e.method = "pipeline";
+        e.num_splits = s.chunks;
+        e.fidelity = s.transport == Transport::kNccl ? Fidelity::kExact : Fidelity::kApproximate;
+        if (s.transport != Transport::kNccl) {
+          e.note = "overlapd reduce-scattered each piece with copy engines; TE's pipeline uses "
+                   "its userbuffers kernels";
+        }
+      } else {
+        e.method = "ring_exchange";
+        e.use_ce = s.transport == Transport::kP2p;
+        e.fidelity = Fidelity::kApproximate;
+        e.note = absl::StrCat("chunked/", s.chunks, " gathers in pieces; TE pipelines only "
+                              "reduce-scatters, so the nearest is its ring");
+      }
+      return e;
+    case OverlapMode::kBulk:
+      e.overlapped = true;
+      e.fidelity = Fidelity::kApproximate;
+      if (e.is_reduce_scatter) {
+        e.method = "pipeline";
+        e.num_splits = 2;
+        e.note = "bulk: one exchange beside the local block's GEMM; TE's bulk overlaps another "
+                 "op's collective, so the nearest is a 2-way pipeline";
+      } else {
+        e.method = "ring_exchange";
+        e.use_ce = s.transport == Transport::kP2p;
+        e.note = "bulk: one gather beside the local shard's GEMM; TE's bulk overlaps another op's "
+                 "collective, so the nearest is its ring";
+      }
+      return e;
+    case OverlapMode::kAuto: break;
+  }
+  return e;
+}
+
+std::string MarginText(const ExportChoice& c) {
+  std::string out;
+  if (c.serial_ms > 0 && c.schedule.mode != OverlapMode::kSerial) {
+    absl::StrAppendFormat(&out, "margin over serial %+.1f%%", 100 * Gain(c.serial_ms, c.step_ms));
+  } else if (c.schedule.mode != OverlapMode::kSerial) {
+    out = "margin over serial: not measured";
+  }
+  if (!c.runner_up.empty()) {
+    const double gain = Gain(c.runner_up_ms, c.step_ms);
+    absl::StrAppendFormat(&out, "%sover %s (runner-up) %+.1f%%%s", out.empty() ? "" : ", ",
+                          c.runner_up, 100 * gain, gain < kNearTie ? ": near-tie" : "");
+  } else {
+    absl::StrAppend(&out, out.empty() ? "" : ", ",
+                    "runner-up not measured (the choice came from the tuning cache or was asked "
+                    "for: export --job of the job that tuned it gives its margins)");
+  }
+  return out;
+}
+
+nlohmann::json TeExport(const std::vector<ExportChoice>& choices) {
+  nlohmann::json ub_cfgs = nlohmann::json::object();
+  nlohmann::json notes = nlohmann::json::object();
+  nlohmann::json not_exported = nlohmann::json::array();
+  for (const ExportChoice& c : choices) {
+    const TeEntry e = MapToTe(c);
+    nlohmann::json about = {{"op", c.op_id},
+                            {"schedule", c.schedule.Name()},
+                            {"fidelity", FidelityName(e.fidelity)},
+                            {"note", e.note},
+                            {"margin", MarginText(c)},
+                            {"step_ms", c.step_ms}};
+    if (c.serial_ms > 0) about["serial_ms"] = c.serial_ms;
+    if (!c.runner_up.empty()) {
+      about["runner_up"] = c.runner_up;
+      about["runner_up_ms"] = c.runner_up_ms;
+      about["near_tie"] = Gain(c.runner_up_ms, c.step_ms) < kNearTie;
+    }
+    if (e.te_name.empty() || e.fidelity == Fidelity::kNone) {
+      not_exported.push_back(about);
+      continue;
+    }
+    notes[e.te_name] = about;
+    if (!e.overlapped) continue;
+    nlohmann::json cfg = {{"method", e.method}};
+    if (e.method == "pipeline") cfg["num_splits"] = e.num_splits;
+    if (e.method == "ring_exchange") cfg["use_ce"] = e.use_ce;
+    ub_cfgs[e.te_name] = cfg;
+  }
+  return {{"ub_cfgs", ub_cfgs}, {"overlapd", notes}, {"not_exported", not_exported}};
+}
+
+std::string MegatronYaml(const std::vector<ExportChoice>& choices, const std::string& source) {
+  std::string out = absl::StrCat(
+      "# TransformerEngine userbuffers config for Megatron-LM --tp-comm-overlap-cfg, written by\n"
+      "# overlapctl export from ", source, ". Each entry: overlapd's schedule, how faithfully\n"
+      "# TE can run it (exact | approximate), and what it won by.\n");
+  std::string left_out;
+  for (const ExportChoice& c : choices) {
+    const TeEntry e = MapToTe(c);
+    const std::string why = absl::StrCat(c.op_id, ": ", c.schedule.Name(), " (",
+                                         FidelityName(e.fidelity), "); ", MarginText(c),
+                                         e.note.empty() ? "" : absl::StrCat("; ", e.note));
+    if (!e.overlapped) {
+      absl::StrAppend(&left_out, "#   ", why, "\n");
+      continue;
+    }
+    absl::StrAppend(&out, "\n# ", why, "\n", e.te_name, ":\n  method: ", e.method, "\n");
+    if (e.method == "pipeline") absl::StrAppend(&out, "  num_splits: ", e.num_splits, "\n");
+    if (e.method == "ring_exchange") {
+      absl::StrAppend(&out, "  use_ce: ", e.use_ce ? "true" : "false", "\n");
+    }
+  }
+  if (!left_out.empty()) absl::StrAppend(&out, "\n# Left out:\n", left_out);
+  return out;
+}
+
+std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source) {
+  std::string out = absl::StrCat(
+      "# torchtitan: whether async tensor parallelism pays off at these shapes, written by\n"
+      "# overlapctl export from ", source, ".\n"
+      "# Not measured: overlapd timed its own schedules, not PyTorch's async TP\n"
+      "# (torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter) at\n"
+      "# these shapes, so enable_async_tensor_parallel is left unset. What overlapd chose:\n");
+  for (const ExportChoice& c : choices) {
+    absl::StrAppend(&out, "#   ", c.op_id, ": ", c.schedule.Name(), ", ", MarginText(c), "\n");
+  }
+  absl::StrAppend(&out, "[parallelism]\n");
+  return out;
+}
+
+}  // namespace overlap::client

@@ -1,0 +1,76 @@
+// The schedules `auto` chose, as the frameworks that run training read them:
+// TransformerEngine's userbuffers config (the `ub_cfgs` of
+// `transformer_engine.pytorch.initialize_ub`), Megatron-LM's
+// `--tp-comm-overlap-cfg` YAML (the same dict) and torchtitan's
+// `enable_async_tensor_parallel`. Pure mapping: no I/O.
+//
+// TE's layers are named qkv/proj/fc1/fc2 with _fprop/_dgrad/_wgrad; overlapd's
+// layer graphs (overlapctl graph) name the forward ops qkv, proj, fc1, fc2 and
+// the backward's *_dgrad / *_wgrad alike. The methods differ, so each entry
+// says how faithful it is (docs/EXPORT.md has the table):
+//  - exact: ring/p2p (copy engines, one piece per step) -> ring_exchange with
+//    use_ce; chunked/N on a reduce-scatter -> pipeline with num_splits N;
+//  - approximate: ring with pieces per step or over NCCL, chunked on an
+//    all-gather (TE pipelines only reduce-scatters), bulk (TE's bulk overlaps
+//    another op's collective, never the op's own);
+//  - none: gemm_ar (TE's userbuffers need sequence parallelism), proj/fc2
+//    wgrad (TE has no such keys), ops of other names.
+// A serial choice leaves the layer out of ub_cfgs: its module runs without
+// userbuffers overlap (ub_overlap_ag / ub_overlap_rs off).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/schedule.h"
+#include "nlohmann/json.hpp"
+
+namespace overlap::client {
+
+// One op's choice and what it won by.
+struct ExportChoice {
+  std::string op_id;
+  std::string op_type;  // ag_gemm | gemm_rs | gemm_ar | ...
+  ops::Schedule schedule;
+  double step_ms = 0;         // the winner's figure
+  double serial_ms = 0;       // serial over NCCL's figure; 0 = not measured
+  std::string runner_up;      // the next best candidate; empty = not measured
+  double runner_up_ms = 0;
+};
+
+// Within this of the runner-up a choice is a near-tie (autotune's own margin).
+inline constexpr double kNearTie = 0.02;
+
+enum class Fidelity { kExact, kApproximate, kNone };
+std::string FidelityName(Fidelity fidelity);  // "exact" | "approximate" | "none"
+
+struct TeEntry {
+  std::string te_name;  // e.g. "qkv_fprop"; empty when the op has no TE layer
+  bool overlapped = false;  // false: leave the layer out (serial, or no counterpart)
+  std::string method;       // ring_exchange | pipeline | bulk
+  int num_splits = 0;       // pipeline only
+  bool use_ce = true;       // ring_exchange only: copy engines
+  bool is_reduce_scatter = false;
+  Fidelity fidelity = Fidelity::kNone;
+  std::string note;  // why, for the reader
+};
+
+// TE's layer for an overlapd op id, or "" (qkv -> qkv_fprop, fc1_dgrad -> fc1_dgrad).
+std::string TeLayerName(const std::string& op_id);
+TeEntry MapToTe(const ExportChoice& choice);
+
+// The export as JSON: {"ub_cfgs": {...}, "overlapd": {per layer: schedule,
+// fidelity, note, margins}, "not_exported": [...]} for `te`.
+nlohmann::json TeExport(const std::vector<ExportChoice>& choices);
+// Megatron's --tp-comm-overlap-cfg YAML: the ub_cfgs entries, each with
+// comments giving overlapd's schedule, fidelity and margins.
+std::string MegatronYaml(const std::vector<ExportChoice>& choices, const std::string& source);
+// torchtitan's [parallelism] section: whether async TP pays off, answered
+// only from a measurement of PyTorch's async TP at these shapes, which
+// overlapd's jobs do not make yet: it says so and leaves the key unset.
+std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source);
+
+// "margin over serial +12.3%, over ring/2/p2p (runner-up) +0.8%: near-tie".
+std::string MarginText(const ExportChoice& choice);
+
+}  // namespace overlap::client

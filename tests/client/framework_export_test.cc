@@ -1,0 +1,121 @@
+// The export to TransformerEngine / Megatron-LM / torchtitan, checked against
+// the frameworks' documented schema (TE's initialize_ub: layer names, the
+// keys of each layer's dict and their types, which methods a layer takes),
+// without the frameworks.
+#include "client/export/framework_export.h"
+
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "yaml-cpp/yaml.h"
+
+namespace overlap::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::set<std::string> kTeLayers = {"qkv_fprop",  "qkv_dgrad",  "qkv_wgrad", "proj_fprop",
+                                         "proj_dgrad", "fc1_fprop",  "fc1_dgrad", "fc1_wgrad",
+                                         "fc2_fprop",  "fc2_dgrad"};
+const std::set<std::string> kTeKeys = {
+    "method",       "is_reduce_scatter", "num_sm", "cga_size", "set_sm_margin",
+    "num_splits",   "aggregate",         "atomic_gemm", "use_ce", "fp8_buf",
+    "comm_priority", "gemm_priority",    "pipeline_rs_overlap_first_gemm"};
+// TE refuses pipeline on a layer whose overlap gathers.
+const std::set<std::string> kGathers = {"qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"};
+
+ops::Schedule S(const std::string& name) { return *ops::ParseScheduleName(name); }
+
+std::vector<ExportChoice> Layer() {
+  return {
+      {"qkv", "ag_gemm", S("ring/p2p"), 1.0, 1.3, "ring/2/p2p", 1.01},
+      {"proj", "gemm_rs", S("chunked/4/nccl"), 1.0, 1.2, "bulk/p2p", 1.1},
+      {"fc1", "ag_gemm", S("chunked/2/p2p"), 2.0, 2.4, "", 0},
+      {"fc2", "gemm_rs", S("serial/nccl"), 2.0, 2.0, "ring/p2p", 2.1},
+      {"fc2_dgrad", "ag_gemm", S("bulk/p2p"), 2.0, 0, "", 0},
+      {"fc1_dgrad", "gemm_rs", S("ring/4/nccl"), 2.0, 2.5, "ring/p2p", 2.2},
+      {"fc2_wgrad", "gemm", S("serial"), 1.0, 0, "", 0},
+      {"out", "gemm_ar", S("ring/p2p"), 1.0, 1.5, "", 0},
+  };
+}
+
+TEST(FrameworkExportTest, TeUbCfgsFollowInitializeUbsSchema) {
+  const nlohmann::json j = TeExport(Layer());
+  const nlohmann::json& cfgs = j["ub_cfgs"];
+  ASSERT_TRUE(cfgs.is_object());
+  for (const auto& [layer, cfg] : cfgs.items()) {
+    EXPECT_TRUE(kTeLayers.count(layer)) << layer;
+    for (const auto& [key, value] : cfg.items()) EXPECT_TRUE(kTeKeys.count(key)) << layer << "." << key;
+    const std::string method = cfg["method"];
+    EXPECT_TRUE(method == "ring_exchange" || method == "pipeline" || method == "bulk") << method;
+    if (method == "pipeline") {
+      EXPECT_FALSE(kGathers.count(layer)) << layer << ": TE pipelines only reduce-scatters";
+      EXPECT_TRUE(cfg["num_splits"].is_number_integer());
+      EXPECT_GE(cfg["num_splits"].get<int>(), 1);
+    }
+    if (cfg.contains("use_ce")) EXPECT_TRUE(cfg["use_ce"].is_boolean());
+  }
+  // TE takes no wgrad entry beside a dgrad overlapped by reduce-scatter.
+  if (cfgs.contains("fc1_dgrad")) EXPECT_FALSE(cfgs.contains("fc1_wgrad"));
+  // One to one: ring over copy engines, a chunked reduce-scatter.
+  EXPECT_EQ(cfgs["qkv_fprop"], (nlohmann::json{{"method", "ring_exchange"}, {"use_ce", true}}));
+  EXPECT_EQ(cfgs["proj_fprop"], (nlohmann::json{{"method", "pipeline"}, {"num_splits", 4}}));
+  EXPECT_EQ(j["overlapd"]["qkv_fprop"]["fidelity"], "exact");
+  EXPECT_EQ(j["overlapd"]["proj_fprop"]["fidelity"], "exact");
+  // Approximate: a chunked gather (TE's ring), bulk, a ring cut finer / over NCCL.
+  EXPECT_EQ(cfgs["fc1_fprop"]["method"], "ring_exchange");
+  EXPECT_EQ(j["overlapd"]["fc1_fprop"]["fidelity"], "approximate");
+  EXPECT_EQ(j["overlapd"]["fc2_dgrad"]["fidelity"], "approximate");
+  EXPECT_EQ(cfgs["fc1_dgrad"]["use_ce"], false);
+  EXPECT_THAT(j["overlapd"]["fc1_dgrad"]["note"].get<std::string>(), HasSubstr("4 pieces"));
+  // Serial: left out of ub_cfgs, said why.
+  EXPECT_FALSE(cfgs.contains("fc2_fprop"));
+  EXPECT_THAT(j["overlapd"]["fc2_fprop"]["note"].get<std::string>(), HasSubstr("ub_overlap_rs"));
+  // None: gemm_ar and a weight gradient without a TE key.
+  std::set<std::string> none;
+  for (const nlohmann::json& n : j["not_exported"]) none.insert(n["op"]);
+  EXPECT_EQ(none, (std::set<std::string>{"fc2_wgrad", "out"}));
+}
+
+TEST(FrameworkExportTest, ChoicesCarryTheirMarginsAndNearTies) {
+  const nlohmann::json j = TeExport(Layer());
+  const nlohmann::json& qkv = j["overlapd"]["qkv_fprop"];
+  EXPECT_TRUE(qkv["near_tie"].get<bool>());  // 1% over the runner-up
+  EXPECT_EQ(qkv["margin"], "margin over serial +30.0%, over ring/2/p2p (runner-up) +1.0%: near-tie");
+  EXPECT_FALSE(j["overlapd"]["proj_fprop"]["near_tie"].get<bool>());
+  EXPECT_THAT(j["overlapd"]["fc1_fprop"]["margin"].get<std::string>(),
+              HasSubstr("runner-up not measured"));
+}
+
+TEST(FrameworkExportTest, MegatronYamlIsTheSameDictWithItsReasonsInComments) {
+  const std::string text = MegatronYaml(Layer(), "job-000001");
+  const YAML::Node doc = YAML::Load(text);
+  const nlohmann::json te = TeExport(Layer())["ub_cfgs"];
+  ASSERT_TRUE(doc.IsMap());
+  EXPECT_EQ(doc.size(), te.size());
+  for (const auto& entry : doc) {
+    const std::string layer = entry.first.as<std::string>();
+    ASSERT_TRUE(te.contains(layer)) << layer;
+    EXPECT_EQ(entry.second["method"].as<std::string>(), te[layer]["method"]);
+    if (te[layer].contains("num_splits")) {
+      EXPECT_EQ(entry.second["num_splits"].as<int>(), te[layer]["num_splits"].get<int>());
+    }
+    if (te[layer].contains("use_ce")) {
+      EXPECT_EQ(entry.second["use_ce"].as<bool>(), te[layer]["use_ce"].get<bool>());
+    }
+  }
+  EXPECT_THAT(text, HasSubstr("# qkv: ring/p2p (exact); margin over serial +30.0%"));
+  EXPECT_THAT(text, HasSubstr("# Left out:"));
+}
+
+TEST(FrameworkExportTest, TorchtitanSaysAsyncTpWasNotMeasured) {
+  const std::string text = TorchtitanToml(Layer(), "job-000001");
+  EXPECT_THAT(text, HasSubstr("[parallelism]"));
+  EXPECT_THAT(text, HasSubstr("Not measured"));
+  // The key is left unset: no line assigns it.
+  EXPECT_EQ(text.find("enable_async_tensor_parallel ="), std::string::npos);
+}
+
+}  // namespace
+}  // namespace overlap::client
