@@ -77,6 +77,9 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
                  "the TP group, e.g. 0,1,2,3 (default: every device); with --nodes each node's")
       ->delimiter(',');
   app.add_option("--json-out", options.json_out, "also write the JSON report to this file");
+  app.add_option("--html", options.bench.html_file,
+                 "also write the charts (step against ideal and serial, hidden %, predicted beside "
+                 "measured) to this self-contained HTML page");
   // bench --nodes: the gradient all-reduces across daemons. The sweep's own
   // options do not apply there.
   GradBenchOptions& grads = options.grads;
@@ -203,6 +206,9 @@ void AddCommBenchOptions(CLI::App& app, CommBenchCliOptions& options) {
   app.add_option("--warmup", comm.warmup, "warm-up iterations per size")->capture_default_str();
   app.add_flag("--no-verify", options.no_verify, "skip the float64 verification");
   app.add_option("--json-out", options.json_out, "also write the JSON report to this file");
+  app.add_option("--html", options.comm.html_file,
+                 "also write bus bandwidth against message size, per collective, to this "
+                 "self-contained HTML page");
 }
 
 // `text` as a byte count ("64KiB"), or false after saying what is wrong with `flag`.

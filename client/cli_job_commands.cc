@@ -44,11 +44,13 @@ struct TimelineOptions {
   int width = 100;
   bool spans = false;
   std::string output;
+  std::string html;
 };
 
 struct CompareOptions {
   std::string a;
   std::string b;
+  std::string html;
 };
 
 }  // namespace
@@ -170,10 +172,12 @@ CliCommand TimelineCommand() {
         app.add_option(
             "-o,--output", options.output,
             "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");
+        app.add_option("--html", options.html,
+                       "also draw each rank's streams in a self-contained HTML page");
       },
       [](const TimelineOptions& options, const CLI::App&, const CliContext& context) {
         return CommandsFor(context).Timeline(options.id, options.op, options.width, options.spans,
-                                             options.output);
+                                             options.output, options.html);
       });
 }
 
@@ -183,9 +187,11 @@ CliCommand CompareCommand() {
       [](CLI::App& app, CompareOptions& options) {
         app.add_option("A", options.a, "job id")->required();
         app.add_option("B", options.b, "job id")->required();
+        app.add_option("--html", options.html,
+                       "also write the two jobs' ops side by side as a self-contained HTML page");
       },
       [](const CompareOptions& options, const CLI::App&, const CliContext& context) {
-        return CommandsFor(context).Compare(options.a, options.b);
+        return CommandsFor(context).Compare(options.a, options.b, options.html);
       });
 }
 

@@ -5,10 +5,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/bench/bench_html.h"
 #include "client/bench/compare.h"
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/timeline.h"
+#include "client/format/timeline_html.h"
 #include "client/jobs/pin.h"
 #include "client/jobs/progress_printer.h"
 #include "nlohmann/json.hpp"
@@ -303,7 +305,7 @@ int Commands::Pin(const std::string& id, const std::string& out_file) {
 }
 
 int Commands::Timeline(const std::string& id, const std::string& op_id, int width, bool all_spans,
-                       const std::string& out_file) {
+                       const std::string& out_file, const std::string& html_file) {
   absl::StatusOr<v1::Job> job = client_.GetJob(id);
   if (!job.ok()) return Fail(job.status());
   const std::string charts = FormatTimelines(*job, op_id, width, all_spans);
@@ -324,11 +326,15 @@ int Commands::Timeline(const std::string& id, const std::string& op_id, int widt
     if (int rc = WriteTextFile(out_file, trace.dump() + "\n", err_); rc != kExitOk) return rc;
     err_ << "wrote " << out_file << "\n";
   }
+  if (!html_file.empty()) {
+    if (int rc = WriteTextFile(html_file, TimelineHtml(*job, op_id), err_); rc != kExitOk) return rc;
+    err_ << "wrote " << html_file << "\n";
+  }
   out_ << (json_ ? trace.dump(1) + "\n" : charts);
   return kExitOk;
 }
 
-int Commands::Compare(const std::string& a, const std::string& b) {
+int Commands::Compare(const std::string& a, const std::string& b, const std::string& html_file) {
   absl::StatusOr<v1::Job> job_a = client_.GetJob(a);
   if (!job_a.ok()) return Fail(job_a.status());
   absl::StatusOr<v1::Job> job_b = client_.GetJob(b);
@@ -341,6 +347,11 @@ int Commands::Compare(const std::string& a, const std::string& b) {
     }
   }
   const Comparison c = CompareJobs(*job_a, *job_b);
+  if (!html_file.empty()) {
+    if (int rc = WriteTextFile(html_file, CompareHtml(*job_a, *job_b, c), err_); rc != kExitOk) {
+      return rc;
+    }
+  }
   out_ << (json_ ? ComparisonJson(*job_a, *job_b, c).dump(1) + "\n"
                  : FormatComparison(*job_a, *job_b, c));
   return kExitOk;

@@ -52,9 +52,10 @@ class Commands {
   // the Chrome trace; `out_file` set: that trace is also written there.
   // NOT_FOUND-style refusal (kExitRefused) when no op has a timeline.
   int Timeline(const std::string& id, const std::string& op_id, int width, bool all_spans,
-               const std::string& out_file);
+               const std::string& out_file,
+               const std::string& html_file = "");
   // Two finished jobs op by op (compare.h).
-  int Compare(const std::string& a, const std::string& b);
+  int Compare(const std::string& a, const std::string& b, const std::string& html_file = "");
 
  private:
   // Submits each (label, graph text) in turn and follows it to its end; the

@@ -1,4 +1,5 @@
 #include "client/bench/bench.h"
+#include "client/bench/bench_html.h"
 #include "client/bench/bench_prediction.h"
 
 #include <algorithm>
@@ -487,13 +488,14 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
   nlohmann::json j = BenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o);
   // The planner's prediction beside each row, where the daemon keeps a calibration.
   std::string prediction_text;
+  std::vector<BenchPrediction> predictions;
   if (!rows.empty()) {
     absl::StatusOr<v1::GetCalibrationResponse> stored = client.GetCalibration(rows[0].tp);
     absl::StatusOr<planner::Calibration> calibration =
         stored.ok() ? planner::CalibrationFromJson(stored->calibration_json())
                     : absl::StatusOr<planner::Calibration>(stored.status());
     if (calibration.ok()) {
-      const std::vector<BenchPrediction> predictions = PredictBench(rows, &*calibration, o.dtype);
+      predictions = PredictBench(rows, &*calibration, o.dtype);
       AddPredictionsJson(predictions, j);
       prediction_text = FormatBenchPredictions(rows, predictions);
     } else {
@@ -501,6 +503,14 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
     }
   }
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
+  if (!o.html_file.empty()) {
+    const std::string page = BenchHtml(
+        rows, predictions,
+        absl::StrCat("job ", job.id(), " on ", node->devices_size(), " ", node->backend(),
+                     " device(s) (", node->devices_size() > 0 ? node->devices(0).name() : "", "), ",
+                     o.dtype, ", overlapd ", node->git_commit()));
+    if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
+  }
   std::string text = FormatBench(rows) + prediction_text;
   if (!job.result().head_start().empty()) {
     absl::StrAppend(&text, "timing: ", job.result().head_start(),

@@ -46,6 +46,7 @@ struct BenchOptions {
   // Tune every shape afresh (the job's `retune`): a benchmark measures what wins
   // now. false lets schedules tuned before the sweep answer.
   bool retune = true;
+  std::string html_file;  // --html: also write the charts here
 };
 
 // The dense datasheet peak of an H100/H200 SXM for GEMMs of `dtype`: 989

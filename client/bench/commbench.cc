@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/bench/bench.h"
+#include "client/bench/bench_html.h"
 #include "client/core/command_io.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
@@ -536,6 +537,14 @@ int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node,
   const nlohmann::json j =
       NodesCommBenchJson(job, node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
+  if (!o.html_file.empty()) {
+    const std::string page = CommBenchHtml(
+        rows, NodesCommBenchVariants(tp),
+        absl::StrCat("job ", job.id(), ": the all-reduce across ", o.nodes.size(), " nodes of ", tp,
+                     " ", node.backend(), " device(s), ", o.dtype,
+                     node.backend() == "host" ? " (host backend: the figures mean nothing)" : ""));
+    if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
+  }
   out << (json ? j.dump(1) + "\n" : FormatNodesCommBench(rows, job, tp, o.dtype));
   return kExitOk;
 }
@@ -584,6 +593,13 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
   const nlohmann::json j =
       CommBenchJson(job, *node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
+  if (!o.html_file.empty()) {
+    const std::string page = CommBenchHtml(
+        rows, CommBenchVariants(o),
+        absl::StrCat("job ", job.id(), " on ", tp, " ", node->backend(), " device(s) (",
+                     node->devices_size() > 0 ? node->devices(0).name() : "", "), ", o.dtype));
+    if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
+  }
   out << (json ? j.dump(1) + "\n"
                : FormatCommBench(rows, CommBenchVariants(o), tp, o.dtype,
                                  job.result().ranks_per_gpu()));

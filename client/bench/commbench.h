@@ -54,6 +54,7 @@ struct CommBenchOptions {
   // sizes not chosen default to kHostNodesCommBench{Min,Max}Bytes.
   std::vector<std::string> nodes;
   bool min_bytes_given = false;
+  std::string html_file;  // --html: also write the charts here
 };
 inline constexpr int64_t kHostCommBenchMaxBytes = int64_t{64} << 20;
 inline constexpr int64_t kHostNodesCommBenchMinBytes = int64_t{64} << 10;
