@@ -94,9 +94,19 @@ std::string CompareHtml(const v1::Job& a, const v1::Job& b, const Comparison& c)
   std::string caveats;
   for (const std::string& line : c.caveats) absl::StrAppend(&caveats, "<li>", HtmlEscape(line), "</li>");
   std::vector<HtmlSection> sections = {
-      {"The two jobs' ops side by side", SvgBarChart("step per op", ops, {step_a, step_b}, "ms")},
-      {"B against A", SvgBarChart("B's step over A's (below 1: B faster)", ops, {ratio}, "x A")},
-  };
+      {"The two jobs' ops side by side", SvgBarChart("step per op", ops, {step_a, step_b}, "ms")}};
+  std::vector<std::string> shared;
+  ChartSeries shared_ratio{"B / A", {}};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ratio.values[i] <= 0) continue;
+    shared.push_back(ops[i]);
+    shared_ratio.values.push_back(ratio.values[i]);
+  }
+  sections.push_back(
+      {"B against A",
+       shared.empty() ? "<p>No op is in both jobs.</p>"
+                      : SvgBarChart("B's step over A's (below 1: B faster)", shared,
+                                    {shared_ratio}, "x A")});
   if (!caveats.empty()) {
     sections.push_back({"What makes them less comparable", absl::StrCat("<ul>", caveats, "</ul>")});
   }

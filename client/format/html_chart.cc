@@ -77,7 +77,10 @@ std::string HtmlEscape(const std::string& text) {
 std::string SvgBarChart(const std::string& title, const std::vector<std::string>& categories,
                         const std::vector<ChartSeries>& series, const std::string& unit) {
   // Room on the left for the first category's slanted label.
-  const double left = 120, right = 20, top = 40, bottom = 120;
+  size_t longest = 0;
+  for (const std::string& c : categories) longest = std::max(longest, c.size());
+  // Slanted labels (35 degrees, ~6.5 px a character) and the legend under them.
+  const double left = 120, right = 20, top = 40, bottom = std::max(120.0, 56 + 3.8 * longest);
   const double count = std::max<size_t>(categories.size(), 1);
   const double group = std::max(18.0 * std::max<size_t>(series.size(), 1) + 16, 440.0 / count);
   const double plot_w = group * count;
