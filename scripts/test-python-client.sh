@@ -9,7 +9,7 @@ venv=build/python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check ./client/python pytest
 set +e
-OVERLAPD_BIN="$PWD/build/server/overlapd" timeout 900 "$venv/bin/python" -m pytest -q \
+OVERLAPD_BIN="$PWD/build/server/overlapd" OVERLAPCTL_BIN="$PWD/build/client/overlapctl" timeout 900 "$venv/bin/python" -m pytest -q \
   -p no:cacheprovider client/python/tests
 rc=$?
 set -e

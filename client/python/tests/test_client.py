@@ -125,3 +125,25 @@ def test_nothing_listens_is_unavailable(tmp_path):
     with pytest.raises(overlapd.OverlapdError) as raised:
         client.node()
     assert raised.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_te_ub_cfgs_match_overlapctl_export(daemon, tmp_path):
+    """The Python mapping and `overlapctl export --format te` agree on a job."""
+    import os
+    import subprocess
+    from overlapd import frameworks
+
+    client, work = daemon
+    ctl = os.environ.get("OVERLAPCTL_BIN",
+                         os.path.join(os.path.dirname(os.environ.get("OVERLAPD_BIN", "")),
+                                      "..", "client", "overlapctl"))
+    layer = tmp_path / "layer.yaml"
+    subprocess.run([ctl, "graph", "--tp", "2", "--seq", "128", "--hidden", "128", "--ffn", "256",
+                    "--heads", "2", "--pass", "both", "-o", str(layer)], check=True,
+                   capture_output=True)
+    job = client.submit(str(layer), wait=True, timeout_s=300)
+    assert job["state"] == "SUCCEEDED", job.get("error")
+    exported = subprocess.run([ctl, "--addr", client.address, "export", "--format", "te",
+                               "--job", job["id"]], check=True, capture_output=True, text=True)
+    expected = json.loads(exported.stdout)["ub_cfgs"]
+    assert frameworks.te_ub_cfgs(frameworks.choices_from_job(job)) == expected

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """From a training script: the schedules autotune chose on this node for a
-model layer's ops at the job's tp, fetched before training starts.
+model layer's ops at the job's tp, fetched before training starts and applied
+to TransformerEngine's comm+GEMM overlap (its userbuffers config).
 
 The layer graph is what `overlapctl graph --model M --tp N -o layer.yaml`
 writes; after `overlapctl bench --graph layer.yaml` (or any job running it)
 the daemon keeps each op's winner. Run as
     python3 tuned_choices.py layer.yaml --tp 8
-It prints each op's choice and the step it measured; an op with none kept
-says so (benchmark the layer first)."""
+It prints each op's choice and the step it measured (an op with none kept
+says so: benchmark the layer first), then hands the matching ub_cfgs to
+transformer_engine.pytorch.initialize_ub where TransformerEngine is
+installed and torch.distributed is up, and prints them otherwise."""
 import argparse
 import json
 import sys
@@ -15,6 +18,7 @@ import sys
 import yaml  # PyYAML: only this example reads YAML
 
 import overlapd
+from overlapd import frameworks
 
 
 def layer_ops(path):
@@ -39,6 +43,8 @@ def main():
     p.add_argument("graph")
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--addr")
+    p.add_argument("--tokens", type=int, default=8192, help="sequence x micro-batch")
+    p.add_argument("--hidden", type=int, default=8192)
     args = p.parse_args()
     client = overlapd.Client(args.addr)
     ops = layer_ops(args.graph)
@@ -53,7 +59,23 @@ def main():
                 op["id"], args.tp, args.graph))
         else:
             print("%-10s %-16s %.3f ms when tuned" % (op["id"], c["schedule"], c["step_ms"]))
-    print(json.dumps({k: v["schedule"] for k, v in choices.items()}))
+    picked = [{"op": op["id"], "type": op["type"], "schedule": choices[op["id"]]["schedule"]}
+              for op in ops if op["id"] in choices]
+    ub_cfgs = frameworks.te_ub_cfgs(picked)
+    try:
+        import torch
+        import transformer_engine.pytorch as te
+    except ImportError:
+        print("TransformerEngine is not installed here; its ub_cfgs would be:")
+        print(json.dumps(ub_cfgs, indent=1))
+        return
+    if not torch.distributed.is_initialized():
+        print("torch.distributed is not initialized (run under torchrun); ub_cfgs:")
+        print(json.dumps(ub_cfgs, indent=1))
+        return
+    tokens, hidden = args.tokens, args.hidden
+    te.initialize_ub([tokens, hidden], args.tp, dtype=torch.bfloat16, ub_cfgs=ub_cfgs)
+    print("initialize_ub: %d layer(s) configured from overlapd's choices" % len(ub_cfgs))
 
 
 if __name__ == "__main__":
