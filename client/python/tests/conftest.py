@@ -2,6 +2,7 @@
 socket and state directory, stopped (SIGTERM) after."""
 import os
 import pathlib
+import socket
 import subprocess
 import tempfile
 import time
@@ -20,14 +21,13 @@ def overlapd_binary() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def daemon():
-    work = tempfile.mkdtemp(prefix="overlapd-py-")
+def start_daemon(work, extra=()):
+    """overlapd on the host backend with 2 devices in `work`; (process, client, log)."""
     address = "unix:%s/overlapd.sock" % work
     log = open(os.path.join(work, "overlapd.log"), "wb")
     process = subprocess.Popen(
         [overlapd_binary(), "--backend", "host", "--host-devices", "2", "--listen", address,
-         "--state-dir", os.path.join(work, "state")], stdout=log, stderr=subprocess.STDOUT)
+         "--state-dir", os.path.join(work, "state"), *extra], stdout=log, stderr=subprocess.STDOUT)
     client = overlapd.Client(address, timeout_s=10)
     deadline = time.time() + 60
     while True:
@@ -40,7 +40,10 @@ def daemon():
                 pytest.fail("overlapd did not start; its log: %s" %
                             open(os.path.join(work, "overlapd.log")).read()[-2000:])
             time.sleep(0.1)
-    yield client, work
+    return process, client, log
+
+
+def stop_daemon(process, client, log):
     client.close()
     process.terminate()
     try:
@@ -49,3 +52,40 @@ def daemon():
         process.kill()
         pytest.fail("overlapd did not stop within 30 s of SIGTERM")
     log.close()
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    work = tempfile.mkdtemp(prefix="overlapd-py-")
+    process, client, log = start_daemon(work)
+    yield client, work
+    stop_daemon(process, client, log)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_daemons():
+    """Two daemons that know each other as peers (a shared cluster key, loopback)."""
+    base = tempfile.mkdtemp(prefix="overlapd-py-cluster-")
+    key = os.path.join(base, "cluster.key")
+    with open(key, "w") as f:
+        f.write("0123456789abcdef0123456789abcdef-python-test-key\n")
+    os.chmod(key, 0o600)
+    peers = ["127.0.0.1:%d" % free_port() for _ in range(2)]
+    started = []
+    for i in range(2):
+        work = os.path.join(base, "node%d" % i)
+        os.makedirs(work)
+        config = os.path.join(work, "overlapd.yaml")
+        with open(config, "w") as f:
+            f.write('peer_listen: "%s"\npeer_key_file: "%s"\npeers: ["%s"]\n'
+                    "cluster_collective_timeout_ms: 20000\n" % (peers[i], key, peers[1 - i]))
+        started.append(start_daemon(work, ["--config", config]))
+    yield [s[1] for s in started], peers
+    for s in started:
+        stop_daemon(*s)
