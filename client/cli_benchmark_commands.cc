@@ -77,6 +77,10 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
                  "the TP group, e.g. 0,1,2,3 (default: every device); with --nodes each node's")
       ->delimiter(',');
   app.add_option("--json-out", options.json_out, "also write the JSON report to this file");
+  app.add_flag("--torch-peers", options.bench.torch_peers,
+               "after the sweep, time PyTorch's serial NCCL + cuBLAS and async TP at the same "
+               "shapes on the same GPUs (torchrun bench/peers/torch_tp.py), beside overlapd's "
+               "figures; export --format torchtitan --bench answers from them");
   app.add_option("--html", options.bench.html_file,
                  "also write the charts (step against ideal and serial, hidden %, predicted beside "
                  "measured) to this self-contained HTML page");

@@ -1,6 +1,7 @@
 #include "client/bench/bench.h"
 #include "client/bench/bench_html.h"
 #include "client/bench/bench_prediction.h"
+#include "client/bench/torch_peers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -502,6 +503,20 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
       prediction_text = absl::StrCat("predictions: none (", calibration.status().message(), ")\n");
     }
   }
+  std::string torch_text;
+  if (o.torch_peers && !rows.empty()) {
+    TorchPeersRun torch;
+    if (node->backend() == "host" || rows[0].ranks_per_gpu > 1) {
+      torch.not_measured = node->backend() == "host" ? "the host backend has no GPUs to run them on"
+                                                     : "ranks share a GPU here";
+    } else {
+      std::vector<BenchShape> shapes;
+      for (const BenchRow& r : rows) shapes.push_back(r.shape);
+      torch = RunTorchPeers(shapes, rows[0].tp, o.dtype, err);
+    }
+    AddTorchPeersJson(torch, j);
+    torch_text = FormatTorchPeers(rows, torch);
+  }
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   if (!o.html_file.empty()) {
     const std::string page = BenchHtml(
@@ -511,7 +526,7 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
                      o.dtype, ", overlapd ", node->git_commit()));
     if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
   }
-  std::string text = FormatBench(rows) + prediction_text;
+  std::string text = FormatBench(rows) + prediction_text + torch_text;
   if (!job.result().head_start().empty()) {
     absl::StrAppend(&text, "timing: ", job.result().head_start(),
                     " head start (what the GPUs did while the host enqueued each timed "

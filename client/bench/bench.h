@@ -47,6 +47,9 @@ struct BenchOptions {
   // now. false lets schedules tuned before the sweep answer.
   bool retune = true;
   std::string html_file;  // --html: also write the charts here
+  // After the sweep, PyTorch's serial and async TP at the same shapes
+  // (torchrun bench/peers/torch_tp.py), beside overlapd's figures.
+  bool torch_peers = false;
 };
 
 // The dense datasheet peak of an H100/H200 SXM for GEMMs of `dtype`: 989

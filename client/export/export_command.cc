@@ -1,5 +1,6 @@
 #include "client/export/export_command.h"
 
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -115,14 +116,35 @@ int RunExport(DaemonClient& client, const ExportOptions& options, std::ostream& 
         << "'\n";
     return kExitUsage;
   }
-  if (options.job.empty() == options.graph.empty()) {
-    err << "overlapctl: export takes --job ID or --graph FILE\n";
+  const bool torch_only = options.format == "torchtitan" && !options.bench.empty() &&
+                          options.job.empty() && options.graph.empty();
+  if (!torch_only && options.job.empty() == options.graph.empty()) {
+    err << "overlapctl: export takes --job ID or --graph FILE (torchtitan: or --bench FILE)\n";
     return kExitUsage;
+  }
+  if (!options.bench.empty() && options.format != "torchtitan") {
+    err << "overlapctl: export --bench: PyTorch's figures answer --format torchtitan only\n";
+    return kExitUsage;
+  }
+  std::optional<TorchMeasurement> torch;
+  if (!options.bench.empty()) {
+    std::ifstream in(options.bench);
+    const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+    absl::StatusOr<TorchMeasurement> m =
+        in && !doc.is_discarded() ? TorchMeasurementFromJson(doc, options.bench)
+                                  : absl::InvalidArgumentError(
+                                        absl::StrCat("cannot read JSON from ", options.bench));
+    if (!m.ok()) {
+      err << "overlapctl: " << m.status().message() << "\n";
+      return kExitUsage;
+    }
+    torch = *m;
   }
   std::string source;
   absl::StatusOr<std::vector<ExportChoice>> choices =
-      options.job.empty() ? FromGraph(client, options, &source, err)
-                          : FromJob(client, options.job, &source);
+      torch_only             ? absl::StatusOr<std::vector<ExportChoice>>(std::vector<ExportChoice>{})
+      : options.job.empty() ? FromGraph(client, options, &source, err)
+                            : FromJob(client, options.job, &source);
   if (!choices.ok()) {
     if (choices.status().code() == absl::StatusCode::kInvalidArgument ||
         (!options.graph.empty() && choices.status().code() == absl::StatusCode::kNotFound)) {
@@ -139,7 +161,7 @@ int RunExport(DaemonClient& client, const ExportOptions& options, std::ostream& 
   } else if (options.format == "megatron") {
     text = MegatronYaml(*choices, source);
   } else {
-    text = TorchtitanToml(*choices, source);
+    text = TorchtitanToml(*choices, source, torch ? &*torch : nullptr);
   }
   if (!options.output.empty()) return WriteTextFile(options.output, text, err);
   out << text;

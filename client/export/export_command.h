@@ -17,6 +17,9 @@ struct ExportOptions {
   std::string graph;
   int tp = 0;          // --graph: the degree its ops ran at (default: the graph's own)
   std::string output;  // -o: write here instead of standard output
+  // torchtitan: PyTorch's async TP as measured (bench --torch-peers --json-out,
+  // or torch_tp.py's JSON); without it the export says it was not measured.
+  std::string bench;
 };
 
 int RunExport(DaemonClient& client, const ExportOptions& options, std::ostream& out,

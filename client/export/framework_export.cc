@@ -1,5 +1,6 @@
 #include "client/export/framework_export.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -196,17 +197,90 @@ std::string MegatronYaml(const std::vector<ExportChoice>& choices, const std::st
   return out;
 }
 
-std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source) {
+absl::StatusOr<TorchMeasurement> TorchMeasurementFromJson(const nlohmann::json& doc,
+                                                          const std::string& name) {
+  TorchMeasurement out;
+  out.source = name;
+  if (!doc.is_object() || !doc.contains("rows") || !doc["rows"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": no rows"));
+  }
+  auto median = [](const nlohmann::json& phase) {
+    return phase.is_object() ? phase.value("median_ms", 0.0) : 0.0;
+  };
+  for (const nlohmann::json& r : doc["rows"]) {
+    if (!r.is_object()) continue;
+    TorchShape s;
+    s.op = r.value("op", "");
+    s.m = r.value("m", int64_t{0});
+    s.k = r.value("k", int64_t{0});
+    s.n = r.value("n", int64_t{0});
+    if (r.contains("torch_async_tp_ms")) {  // bench --json with --torch-peers
+      s.serial_ms = r.value("torch_serial_ms", 0.0);
+      s.async_tp_ms = r.value("torch_async_tp_ms", 0.0);
+      s.overlapd_ms = r.value("step_ms", 0.0);
+    } else if (r.contains("serial")) {  // torch_tp.py
+      s.serial_ms = median(r["serial"]);
+      s.async_tp_ms = r.contains("async_tp") ? median(r["async_tp"]) : 0.0;
+    } else {
+      continue;
+    }
+    out.shapes.push_back(s);
+  }
+  const bool any = std::any_of(out.shapes.begin(), out.shapes.end(),
+                               [](const TorchShape& s) { return s.async_tp_ms > 0; });
+  if (!any) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": no PyTorch async TP figure (bench --torch-peers --json-out, or "
+              "bench/peers/torch_tp.py --json)"));
+  }
+  return out;
+}
+
+std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source,
+                           const TorchMeasurement* measured) {
   std::string out = absl::StrCat(
       "# torchtitan: whether async tensor parallelism pays off at these shapes, written by\n"
-      "# overlapctl export from ", source, ".\n"
-      "# Not measured: overlapd timed its own schedules, not PyTorch's async TP\n"
-      "# (torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter) at\n"
-      "# these shapes, so enable_async_tensor_parallel is left unset. What overlapd chose:\n");
+      "# overlapctl export from ", source.empty() ? "a PyTorch measurement" : source, ".\n");
+  std::string answer;
+  if (measured == nullptr) {
+    absl::StrAppend(&out,
+                    "# Not measured: overlapd timed its own schedules, not PyTorch's async TP\n"
+                    "# (torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter) "
+                    "at\n# these shapes, so enable_async_tensor_parallel is left unset (bench "
+                    "--torch-peers\n# measures it where PyTorch is installed).\n");
+  } else {
+    double serial = 0, async = 0;
+    absl::StrAppend(&out, "# PyTorch measured (", measured->source,
+                    "), serial NCCL + cuBLAS against async TP, per shape:\n");
+    for (const TorchShape& s : measured->shapes) {
+      if (s.async_tp_ms <= 0) {
+        absl::StrAppendFormat(&out, "#   %s %dx%dx%d: serial %.3f ms; async TP has no form for it\n",
+                              s.op, s.m, s.k, s.n, s.serial_ms);
+        continue;
+      }
+      serial += s.serial_ms;
+      async += s.async_tp_ms;
+      absl::StrAppendFormat(&out, "#   %s %dx%dx%d: serial %.3f ms, async TP %.3f ms (%+.1f%%)%s\n",
+                            s.op, s.m, s.k, s.n, s.serial_ms, s.async_tp_ms,
+                            100 * (s.serial_ms / s.async_tp_ms - 1),
+                            s.overlapd_ms > 0 ? absl::StrFormat(", overlapd %.3f ms", s.overlapd_ms)
+                                              : "");
+    }
+    const double gain = async > 0 ? serial / async - 1 : 0;
+    const bool pays = gain > kNearTie;
+    absl::StrAppendFormat(&out,
+                          "# Over the shapes async TP has: serial %.3f ms, async TP %.3f ms "
+                          "(%+.1f%%): %s\n",
+                          serial, async, 100 * gain,
+                          pays ? "it pays off"
+                               : gain > -kNearTie ? "a near-tie, not worth it" : "it loses");
+    answer = absl::StrCat("enable_async_tensor_parallel = ", pays ? "true" : "false", "\n");
+  }
+  if (!choices.empty()) absl::StrAppend(&out, "# What overlapd chose:\n");
   for (const ExportChoice& c : choices) {
     absl::StrAppend(&out, "#   ", c.op_id, ": ", c.schedule.Name(), ", ", MarginText(c), "\n");
   }
-  absl::StrAppend(&out, "[parallelism]\n");
+  absl::StrAppend(&out, "[parallelism]\n", answer);
   return out;
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/schedule.h"
 #include "nlohmann/json.hpp"
 
@@ -65,10 +66,30 @@ nlohmann::json TeExport(const std::vector<ExportChoice>& choices);
 // Megatron's --tp-comm-overlap-cfg YAML: the ub_cfgs entries, each with
 // comments giving overlapd's schedule, fidelity and margins.
 std::string MegatronYaml(const std::vector<ExportChoice>& choices, const std::string& source);
-// torchtitan's [parallelism] section: whether async TP pays off, answered
-// only from a measurement of PyTorch's async TP at these shapes, which
-// overlapd's jobs do not make yet: it says so and leaves the key unset.
-std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source);
+// PyTorch measured at the same shapes on the same GPUs (bench --torch-peers,
+// or bench/peers/torch_tp.py's JSON): its serial NCCL + cuBLAS step and its
+// async TP step per shape (0: async TP has no form for that op).
+struct TorchShape {
+  std::string op;
+  int64_t m = 0, k = 0, n = 0;
+  double serial_ms = 0, async_tp_ms = 0, overlapd_ms = 0;  // overlapd_ms: 0 = not in the file
+};
+struct TorchMeasurement {
+  std::string source;
+  std::vector<TorchShape> shapes;
+};
+// From a bench --json with torch_* fields, or torch_tp.py's JSON;
+// INVALID_ARGUMENT when the file holds no async TP figure.
+absl::StatusOr<TorchMeasurement> TorchMeasurementFromJson(const nlohmann::json& doc,
+                                                          const std::string& name);
+
+// torchtitan's [parallelism] section: whether async TP pays off. Answered
+// only from `measured` (null: it says async TP was not measured and leaves
+// the key unset): true where async TP's steps, summed over the shapes that
+// have it, beat serial's by more than kNearTie; false where they do not;
+// each shape's figures as comments.
+std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::string& source,
+                           const TorchMeasurement* measured = nullptr);
 
 // "margin over serial +12.3%, over ring/2/p2p (runner-up) +0.8%: near-tie".
 std::string MarginText(const ExportChoice& choice);

@@ -117,5 +117,35 @@ TEST(FrameworkExportTest, TorchtitanSaysAsyncTpWasNotMeasured) {
   EXPECT_EQ(text.find("enable_async_tensor_parallel ="), std::string::npos);
 }
 
+TEST(FrameworkExportTest, TorchtitanAnswersFromPyTorchsMeasuredAsyncTp) {
+  // torch_tp.py's JSON: async TP 10% faster on the shapes that have it.
+  const nlohmann::json peers = {
+      {"rows",
+       {{{"op", "ag_gemm"}, {"m", 4096}, {"k", 8192}, {"n", 8192},
+         {"serial", {{"median_ms", 1.1}}}, {"async_tp", {{"median_ms", 1.0}}}},
+        {{"op", "gemm_ar"}, {"m", 4096}, {"k", 8192}, {"n", 8192},
+         {"serial", {{"median_ms", 2.0}}}, {"async_tp", nullptr}}}}};
+  auto m = TorchMeasurementFromJson(peers, "torch.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string yes = TorchtitanToml(Layer(), "job-000001", &*m);
+  EXPECT_THAT(yes, HasSubstr("enable_async_tensor_parallel = true\n"));
+  EXPECT_THAT(yes, HasSubstr("async TP has no form for it"));
+  EXPECT_THAT(yes, HasSubstr("(+10.0%): it pays off"));
+  // bench --torch-peers' JSON: async TP slower.
+  const nlohmann::json bench = {
+      {"rows", {{{"op", "gemm_rs"}, {"m", 4096}, {"k", 8192}, {"n", 8192}, {"step_ms", 0.8},
+                 {"torch_serial_ms", 1.0}, {"torch_async_tp_ms", 1.2}}}}};
+  auto slower = TorchMeasurementFromJson(bench, "bench.json");
+  ASSERT_TRUE(slower.ok()) << slower.status();
+  const std::string no = TorchtitanToml({}, "", &*slower);
+  EXPECT_THAT(no, HasSubstr("enable_async_tensor_parallel = false\n"));
+  EXPECT_THAT(no, HasSubstr("overlapd 0.800 ms"));
+  // A file without async TP figures is refused.
+  EXPECT_EQ(TorchMeasurementFromJson(nlohmann::json{{"rows", nlohmann::json::array()}}, "x")
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace overlap::client
