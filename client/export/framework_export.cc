@@ -214,6 +214,7 @@ absl::StatusOr<TorchMeasurement> TorchMeasurementFromJson(const nlohmann::json& 
     s.m = r.value("m", int64_t{0});
     s.k = r.value("k", int64_t{0});
     s.n = r.value("n", int64_t{0});
+    s.tp = r.value("tp", 0);
     if (r.contains("torch_async_tp_ms")) {  // bench --json with --torch-peers
       s.serial_ms = r.value("torch_serial_ms", 0.0);
       s.async_tp_ms = r.value("torch_async_tp_ms", 0.0);
@@ -268,13 +269,21 @@ std::string TorchtitanToml(const std::vector<ExportChoice>& choices, const std::
     }
     const double gain = async > 0 ? serial / async - 1 : 0;
     const bool pays = gain > kNearTie;
+    const bool one_gpu = std::all_of(measured->shapes.begin(), measured->shapes.end(),
+                                     [](const TorchShape& s) { return s.tp == 1; });
     absl::StrAppendFormat(&out,
                           "# Over the shapes async TP has: serial %.3f ms, async TP %.3f ms "
                           "(%+.1f%%): %s\n",
                           serial, async, 100 * gain,
                           pays ? "it pays off"
                                : gain > -kNearTie ? "a near-tie, not worth it" : "it loses");
-    answer = absl::StrCat("enable_async_tensor_parallel = ", pays ? "true" : "false", "\n");
+    if (one_gpu) {
+      absl::StrAppend(&out, "# Measured on one GPU: nothing to communicate, so this says nothing of "
+                            "tensor\n# parallelism; enable_async_tensor_parallel is left unset "
+                            "(measure at the tp you train with).\n");
+    } else {
+      answer = absl::StrCat("enable_async_tensor_parallel = ", pays ? "true" : "false", "\n");
+    }
   }
   if (!choices.empty()) absl::StrAppend(&out, "# What overlapd chose:\n");
   for (const ExportChoice& c : choices) {

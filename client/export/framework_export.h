@@ -72,6 +72,7 @@ std::string MegatronYaml(const std::vector<ExportChoice>& choices, const std::st
 struct TorchShape {
   std::string op;
   int64_t m = 0, k = 0, n = 0;
+  int tp = 0;  // 0: the file does not say
   double serial_ms = 0, async_tp_ms = 0, overlapd_ms = 0;  // overlapd_ms: 0 = not in the file
 };
 struct TorchMeasurement {

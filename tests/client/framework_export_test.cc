@@ -139,6 +139,14 @@ TEST(FrameworkExportTest, TorchtitanAnswersFromPyTorchsMeasuredAsyncTp) {
   ASSERT_TRUE(slower.ok()) << slower.status();
   const std::string no = TorchtitanToml({}, "", &*slower);
   EXPECT_THAT(no, HasSubstr("enable_async_tensor_parallel = false\n"));
+  // Measured on one GPU: no answer.
+  nlohmann::json one_gpu = bench;
+  one_gpu["rows"][0]["tp"] = 1;
+  const absl::StatusOr<TorchMeasurement> one = TorchMeasurementFromJson(one_gpu, "b.json");
+  ASSERT_TRUE(one.ok());
+  const std::string unset = TorchtitanToml({}, "", &*one);
+  EXPECT_EQ(unset.find("enable_async_tensor_parallel ="), std::string::npos);
+  EXPECT_THAT(unset, HasSubstr("Measured on one GPU"));
   EXPECT_THAT(no, HasSubstr("overlapd 0.800 ms"));
   // A file without async TP figures is refused.
   EXPECT_EQ(TorchMeasurementFromJson(nlohmann::json{{"rows", nlohmann::json::array()}}, "x")
