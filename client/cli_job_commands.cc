@@ -12,6 +12,7 @@ namespace {
 // get, cancel, watch and report take a job id and nothing else.
 struct JobIdOptions {
   std::string id;
+  bool wait = false;  // cancel --wait
 };
 
 void AddJobId(CLI::App& app, JobIdOptions& options) {
@@ -121,9 +122,13 @@ CliCommand ListCommand() {
 
 CliCommand CancelCommand() {
   return MakeCliCommand<JobIdOptions>(
-      "cancel", "cancel a queued or running job", AddJobId,
+      "cancel", "cancel a queued or running job",
+      [](CLI::App& app, JobIdOptions& options) {
+        AddJobId(app, options);
+        app.add_flag("--wait", options.wait, "wait until the job has ended, and print its state");
+      },
       [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
-        return CommandsFor(context).Cancel(options.id);
+        return CommandsFor(context).Cancel(options.id, options.wait);
       });
 }
 

@@ -14,6 +14,7 @@
 #include "client/jobs/pin.h"
 #include "client/jobs/progress_printer.h"
 #include "nlohmann/json.hpp"
+#include "overlap_git_commit.h"
 
 namespace overlap::client {
 namespace {
@@ -231,10 +232,22 @@ int Commands::List(const std::string& state, int limit) {
   return kExitOk;
 }
 
-int Commands::Cancel(const std::string& id) {
+int Commands::Cancel(const std::string& id, bool wait) {
   absl::StatusOr<v1::Job> job = client_.CancelJob(id);
   if (!job.ok()) return Fail(job.status());
-  out_ << (json_ ? ToJson(*job) : FormatJobLine(*job));
+  if (wait && !IsFinalState(job->state())) {
+    job = client_.WatchJob(id, [](const v1::Job&) {});
+    if (!job.ok()) return Fail(job.status());
+  }
+  if (json_) {
+    out_ << ToJson(*job);
+  } else if (IsFinalState(job->state())) {
+    out_ << "job " << id << " " << JobStateName(job->state()) << "\n";
+  } else {
+    // The daemon stops it between iterations: say what was asked, not the old state.
+    out_ << "job " << id << ": cancel requested (it was " << JobStateName(job->state())
+         << "; overlapctl cancel --wait " << id << " waits for it to end)\n";
+  }
   return kExitOk;
 }
 
@@ -354,6 +367,32 @@ int Commands::Compare(const std::string& a, const std::string& b, const std::str
   }
   out_ << (json_ ? ComparisonJson(*job_a, *job_b, c).dump(1) + "\n"
                  : FormatComparison(*job_a, *job_b, c));
+  return kExitOk;
+}
+
+int PrintVersions(DaemonClient& client, bool json, std::ostream& out) {
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (json) {
+    nlohmann::json j = {{"overlapctl", {{"version", OVERLAP_VERSION}, {"commit", OVERLAP_GIT_COMMIT}}}};
+    if (node.ok()) {
+      j["overlapd"] = {{"version", node->overlapd_version()},
+                       {"commit", node->git_commit()},
+                       {"address", client.address()}};
+    } else {
+      j["overlapd"] = nullptr;
+      j["overlapd_error"] = std::string(node.status().message());
+    }
+    out << j.dump(1) << "\n";
+    return kExitOk;
+  }
+  out << "overlapctl " << OVERLAP_VERSION << " (" << OVERLAP_GIT_COMMIT << ")\n";
+  if (node.ok()) {
+    out << "overlapd " << node->overlapd_version() << " (" << node->git_commit() << ") at "
+        << client.address() << "\n";
+  } else {
+    out << "overlapd: not asked: " << node.status().message() << " (at " << client.address()
+        << ")\n";
+  }
   return kExitOk;
 }
 

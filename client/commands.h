@@ -34,7 +34,7 @@ class Commands {
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);
-  int Cancel(const std::string& id);
+  int Cancel(const std::string& id, bool wait = false);
   int Watch(const std::string& id);
   int Node();
   // The GPUs' health from NVML now (device_health.h): the table and each
@@ -76,5 +76,9 @@ class Commands {
   bool err_is_tty_;
   bool json_;
 };
+
+// `overlapctl --version`: this build's version and commit, then the daemon's
+// (or why it could not be asked); kExitOk either way.
+int PrintVersions(DaemonClient& client, bool json, std::ostream& out);
 
 }  // namespace overlap::client

@@ -4,6 +4,7 @@
 #include <grpc/support/log.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -28,6 +29,38 @@ void QuietGrpcCore() {
 std::string FromEnv(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr ? env : "";
+}
+
+// Edit distance, for "did you mean".
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The command word of argv (the first word that is not a global option or
+// its value), or "" when there is none.
+std::string CommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--addr" || arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key" ||
+        arg == "--tls-server-name") {
+      ++i;
+      continue;
+    }
+    if (!arg.empty() && arg[0] == '-') continue;
+    return arg;
+  }
+  return "";
 }
 
 std::string DefaultAddress() {
@@ -63,6 +96,34 @@ int main(int argc, char** argv) {
   for (const client::CliCommand& command : commands) {
     command.add_options(*app.add_subcommand(command.name, command.help));
   }
+  bool version = false;
+  app.add_flag("--version", version, "print overlapctl's version and the daemon's");
+  // A word that is no command: say so, and the nearest, instead of CLI11's
+  // "arguments were not expected".
+  if (const std::string word = CommandWord(argc, argv); !word.empty()) {
+    std::string nearest;
+    size_t best = 4;  // suggest only within 3 edits
+    bool known = false;
+    for (const client::CliCommand& command : commands) {
+      known = known || command.name == word;
+      const size_t d = Distance(word, command.name);
+      if (d < best) {
+        best = d;
+        nearest = command.name;
+      }
+    }
+    if (!known) {
+      std::cerr << "overlapctl: unknown command '" << word << "'"
+                << (nearest.empty() ? "" : "; did you mean '" + nearest + "'?")
+                << " (overlapctl --help lists them)\n";
+      return client::kExitUsage;
+    }
+  }
+  if (CommandWord(argc, argv).empty()) {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--version") app.require_subcommand(0, 1);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,6 +141,7 @@ int main(int argc, char** argv) {
   }
   const client::CliContext context{**created, json, isatty(STDERR_FILENO) == 1, std::cout,
                                    std::cerr};
+  if (version) return client::PrintVersions(**created, json, std::cout);
   int rc = client::kExitUsage;
   for (const client::CliCommand& command : commands) {
     const CLI::App& subcommand = *app.get_subcommand(command.name);

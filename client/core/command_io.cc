@@ -1,5 +1,7 @@
 #include "client/core/command_io.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -65,6 +67,15 @@ int WriteTextFile(const std::string& path, const std::string& text, std::ostream
 
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {
   if (IsUnreachable(status)) {
+    absl::string_view path = address;
+    const bool unix_socket = absl::ConsumePrefix(&path, "unix:") || absl::StartsWith(path, "/");
+    struct stat st {};
+    if (unix_socket && ::stat(std::string(path).c_str(), &st) != 0) {
+      err << "overlapctl: cannot reach overlapd at " << address << ": no socket at " << path
+          << ": is overlapd running? (systemctl status overlapd; or --addr / OVERLAPD_ADDR "
+             "for another one)\n";
+      return kExitUnreachable;
+    }
     err << "overlapctl: cannot reach overlapd at " << address << ": " << status.message() << "\n";
     // Something answered on a TCP port but the connection did not come up: the
     // usual cause is TLS on one side only, or a certificate the other refused.

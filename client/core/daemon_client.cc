@@ -86,7 +86,19 @@ absl::StatusOr<std::unique_ptr<DaemonClient>> DaemonClient::Create(const std::st
       args.SetSslTargetNameOverride(tls.server_name);
     }
   }
-  RETURN_IF_ERROR(CheckSocketDirectory(ToTarget(address)));
+  const std::string target = ToTarget(address);
+  if (!absl::StartsWith(target, "unix:") && !absl::StrContains(target, "://")) {
+    // host:port, [v6]:port; a bare name would go to DNS on no port at all.
+    const size_t colon = target.rfind(':');
+    const bool has_port = colon != std::string::npos && colon + 1 < target.size() &&
+                          target.find(']', colon) == std::string::npos;
+    if (!has_port) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--addr ", address, ": a TCP address needs its port (HOST:PORT, e.g. ", address,
+          ":7070), or use unix:/path for a socket"));
+    }
+  }
+  RETURN_IF_ERROR(CheckSocketDirectory(target));
   auto channel = grpc::CreateCustomChannel(ToTarget(address), credentials, args);
   return std::unique_ptr<DaemonClient>(new DaemonClient(address, std::move(channel), deadline));
 }

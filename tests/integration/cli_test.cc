@@ -669,6 +669,29 @@ TEST(CliNoDaemonTest, UsageErrorsExit64) {
   EXPECT_THAT(help.out, HasSubstr("submit"));
 }
 
+TEST(CliNoDaemonTest, VersionUnknownCommandsAndAddressesSayWhatIsWrong) {
+  TempDir dir;
+  const std::string address = "unix:" + dir.File("nobody.sock");
+  RunResult typo = Overlapctl(dir.path(), address, {"tpo"});
+  EXPECT_EQ(typo.exit_code, 64) << Describe(typo);
+  EXPECT_EQ(typo.err,
+            "overlapctl: unknown command 'tpo'; did you mean 'top'? (overlapctl --help lists "
+            "them)\n");
+  RunResult far = Overlapctl(dir.path(), address, {"frobnicate"});
+  EXPECT_EQ(far.err, "overlapctl: unknown command 'frobnicate' (overlapctl --help lists them)\n");
+  // --version answers for the client even with no daemon, and says why not for it.
+  RunResult version = Overlapctl(dir.path(), address, {"--version"});
+  EXPECT_EQ(version.exit_code, 0) << Describe(version);
+  EXPECT_THAT(version.out, StartsWith("overlapctl " OVERLAP_VERSION " ("));
+  EXPECT_THAT(version.out, HasSubstr("overlapd: not asked: "));
+  // A missing socket asks whether the daemon runs; a TCP name needs its port.
+  RunResult missing = Overlapctl(dir.path(), address, {"node"});
+  EXPECT_THAT(missing.err, HasSubstr("is overlapd running? (systemctl status overlapd"));
+  RunResult no_port = Overlapctl(dir.path(), "node1", {"node"});
+  EXPECT_EQ(no_port.exit_code, 64) << Describe(no_port);
+  EXPECT_THAT(no_port.err, HasSubstr("a TCP address needs its port (HOST:PORT, e.g. node1:7070)"));
+}
+
 // GPU health end to end: the host backend simulates NVML's readings with
 // host_sick_device (tests only), GPU 2 with a PCIe link at x8 and uncorrectable
 // ECC errors. node shows it; health and check name it and exit 1.

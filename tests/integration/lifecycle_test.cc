@@ -38,7 +38,8 @@ TEST_F(LifecycleTest, CancelARunningJob) {
 
   RunResult cancel = daemon_->Ctl({"cancel", id});
   ASSERT_EQ(cancel.exit_code, 0) << Describe(cancel);
-  EXPECT_THAT(cancel.out, StartsWith(id + "  "));
+  EXPECT_EQ(cancel.out, "job " + id + ": cancel requested (it was RUNNING; overlapctl cancel --wait " +
+                           id + " waits for it to end)\n");
 
   RunResult waited = waiter->Wait(std::chrono::seconds(30));
   EXPECT_EQ(waited.exit_code, 1) << Describe(waited);
