@@ -27,6 +27,7 @@ struct SubmitOptions {
   bool compare_fusion = false;
   std::string scheduler;
   bool compare_scheduler = false;
+  bool detach = false;
 };
 
 struct ListOptions {
@@ -61,7 +62,11 @@ CliCommand SubmitCommand() {
       "submit", "submit a layer graph (YAML or JSON file)",
       [](CLI::App& app, SubmitOptions& options) {
         app.add_option("FILE", options.file, "graph file; - reads standard input")->required();
-        app.add_flag("--wait", options.wait, "follow the job and print its report");
+        app.add_flag("--wait", options.wait,
+                     "follow the job and print its report; interrupted (Ctrl-C, SIGTERM from "
+                     "scancel or a time limit) it cancels the job");
+        app.add_flag("--detach", options.detach,
+                     "with --wait: an interrupted wait leaves the job running");
         app.add_option("--nodes", options.nodes,
                        "run the job over these daemons' peer addresses, e.g. "
                        "node1:7070,node2:7070 (this daemon among them coordinates; replaces the "
@@ -96,7 +101,7 @@ CliCommand SubmitCommand() {
           return CommandsFor(context).CompareScheduler(options.file, options.nodes);
         }
         return CommandsFor(context).Submit(options.file, options.wait, options.nodes,
-                                           options.no_fuse, options.scheduler);
+                                           options.no_fuse, options.scheduler, options.detach);
       });
 }
 

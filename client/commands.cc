@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/bench/bench_html.h"
 #include "client/bench/compare.h"
+#include "client/core/interrupts.h"
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/timeline.h"
@@ -46,7 +47,25 @@ int Commands::PrintFinal(const v1::Job& job) {
   return kExitOk;
 }
 
-int Commands::FollowAndPrint(const std::string& id) {
+int Commands::FollowAndPrint(const std::string& id, OnStop on_stop) {
+  // Interrupted (Ctrl-C, SIGTERM from scancel or a time limit): submit --wait
+  // cancels its job, so that nothing keeps GPUs for a client that is gone;
+  // watch and submit --detach leave it running and say how to stop it.
+  OnInterrupt interrupt([&, id](int signal) {
+    if (on_stop == OnStop::kCancelJob) {
+      absl::StatusOr<v1::Job> cancelled = client_.CancelJob(id);
+      err_ << "\noverlapctl: interrupted: "
+           << (cancelled.ok() ? "cancelled job " + id + " (submit --detach leaves it running)"
+                              : "could not cancel job " + id + ": " +
+                                    std::string(cancelled.status().message()))
+           << std::endl;
+      if (cancelled.ok()) return;  // the watch ends once the job has
+    } else {
+      err_ << "\noverlapctl: stopped watching; job " << id
+           << " goes on (overlapctl cancel " << id << " stops it)" << std::endl;
+    }
+    std::_Exit(128 + signal);
+  });
   ProgressPrinter progress(err_, err_is_tty_);
   absl::StatusOr<v1::Job> job =
       client_.WatchJob(id, [&progress](const v1::Job& event) { progress.Update(event); });
@@ -56,7 +75,7 @@ int Commands::FollowAndPrint(const std::string& id) {
 }
 
 int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes,
-                     bool no_fuse, const std::string& scheduler) {
+                     bool no_fuse, const std::string& scheduler, bool detach) {
   absl::StatusOr<std::string> spec = ReadGraphFile(file);
   if (spec.ok() && no_fuse) spec = WithFuseOff(*spec);
   if (spec.ok() && !scheduler.empty()) spec = WithScheduler(*spec, scheduler);
@@ -76,7 +95,7 @@ int Commands::Submit(const std::string& file, bool wait, const std::vector<std::
     return kExitOk;
   }
   err_ << "submitted job " << job->id() << "\n";
-  return FollowAndPrint(job->id());
+  return FollowAndPrint(job->id(), detach ? OnStop::kLeaveJob : OnStop::kCancelJob);
 }
 
 namespace {
@@ -251,7 +270,7 @@ int Commands::Cancel(const std::string& id, bool wait) {
   return kExitOk;
 }
 
-int Commands::Watch(const std::string& id) { return FollowAndPrint(id); }
+int Commands::Watch(const std::string& id) { return FollowAndPrint(id, OnStop::kLeaveJob); }
 
 int Commands::Node() {
   absl::StatusOr<v1::GetNodeInfoResponse> node = client_.GetNodeInfo();

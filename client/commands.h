@@ -23,8 +23,9 @@ class Commands {
   // `file` "-" reads standard input.
   // no_fuse: the graph runs as written (graph key fuse: false, the overlap pass off).
   // scheduler: "" keeps the graph's, else static | dynamic (graph key scheduler).
+  // detach: an interrupted --wait leaves the job running (default: cancels it).
   int Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes = {},
-             bool no_fuse = false, const std::string& scheduler = "");
+             bool no_fuse = false, const std::string& scheduler = "", bool detach = false);
   // submit --compare-fusion: the graph with the overlap pass, then without it,
   // one after the other, and their step times side by side.
   int CompareFusion(const std::string& file, const std::vector<std::string>& nodes);
@@ -65,8 +66,10 @@ class Commands {
       const std::vector<std::pair<std::string, std::string>>& graphs, const std::string& source,
       const std::vector<std::string>& nodes, int* exit_code);
   int Fail(const absl::Status& status);
+  // What an interrupt (Ctrl-C, SIGTERM) does to the job being followed.
+  enum class OnStop { kCancelJob, kLeaveJob };
   // Follows a job to its end, drawing progress on err_, then prints it.
-  int FollowAndPrint(const std::string& id);
+  int FollowAndPrint(const std::string& id, OnStop on_stop);
   // Prints a final job (report or JSON) and returns its exit status.
   int PrintFinal(const v1::Job& job);
 

@@ -16,6 +16,7 @@
 #include "client/cli_commands.h"
 #include "client/commands.h"
 #include "client/core/daemon_client.h"
+#include "client/core/interrupts.h"
 #include "common/config.h"
 
 namespace {
@@ -72,6 +73,7 @@ std::string DefaultAddress() {
 
 int main(int argc, char** argv) {
   namespace client = overlap::client;
+  client::InstallInterrupts();  // before gRPC starts any thread
   QuietGrpcCore();
   CLI::App app{"overlapctl: submit layer-graph jobs to overlapd and read their reports"};
   app.fallthrough();  // --addr/--json may follow the command

@@ -210,5 +210,51 @@ TEST_F(LifecycleTest, DamagedJobDatabaseExits2AndIsLeftAlone) {
   EXPECT_EQ(ReadFileOrEmpty(db), bytes);
 }
 
+
+// Ctrl-C or SIGTERM (scancel, a Slurm time limit) on `submit --wait` cancels the
+// job, so that nothing holds GPUs for a client that is gone; --detach and
+// `watch` leave it running and say how to stop it.
+TEST_F(LifecycleTest, AnInterruptedWaitCancelsItsJobUnlessDetached) {
+  StartDaemon();
+  const std::string graph = long_graph_;
+  auto WaitForRunningJob = [&]() -> std::string {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      const nlohmann::json listed =
+          ParseJson(daemon_->Ctl({"list", "--state", "running", "--json"}).out);
+      if (!listed["jobs"].empty()) return listed["jobs"][0]["id"];
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no job showed RUNNING";
+    return "";
+  };
+  auto GetJson = [&](const std::string& id) {
+    return ParseJson(daemon_->Ctl({"get", id, "--json"}).out);
+  };
+  std::unique_ptr<Child> waiting = daemon_->CtlAsync({"submit", graph, "--wait"});
+  const std::string id = WaitForRunningJob();
+  waiting->Signal(SIGTERM);
+  RunResult cancelled = waiting->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(cancelled.exit_code, 1) << Describe(cancelled);  // the job's end: CANCELLED
+  EXPECT_THAT(cancelled.err, HasSubstr("interrupted: cancelled job " + id));
+  EXPECT_EQ(PollJob(*daemon_, id, StateIs("CANCELLED"))["state"], "CANCELLED");
+
+  std::unique_ptr<Child> detached = daemon_->CtlAsync({"submit", graph, "--wait", "--detach"});
+  const std::string kept = WaitForRunningJob();
+  detached->Signal(SIGINT);
+  RunResult left = detached->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(left.exit_code, 128 + SIGINT) << Describe(left);
+  EXPECT_THAT(left.err, HasSubstr("stopped watching; job " + kept + " goes on"));
+  EXPECT_EQ(GetJson(kept)["state"], "RUNNING");
+
+  std::unique_ptr<Child> watcher = daemon_->CtlAsync({"watch", kept});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  watcher->Signal(SIGINT);
+  RunResult watched = watcher->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(watched.exit_code, 128 + SIGINT) << Describe(watched);
+  EXPECT_THAT(watched.err, HasSubstr("overlapctl cancel " + kept + " stops it"));
+  EXPECT_EQ(GetJson(kept)["state"], "RUNNING");
+  EXPECT_EQ(daemon_->Ctl({"cancel", kept, "--wait"}).out, "job " + kept + " CANCELLED\n");
+}
 }  // namespace
 }  // namespace overlap::testing
