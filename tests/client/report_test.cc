@@ -95,7 +95,7 @@ TEST(ReportTest, ExactTable) {
       "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250    0.210"
       "          4.750          1.500            0.500      66.7    715.8       231.4  ok 3.1e-03",
       "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500    0.260"
-      "          4.750          1.750            1.750       0.0    9.877       0.500  FAIL "
+      "          4.750          1.750            1.750         -    9.877       0.500  FAIL "
       "2.0e-01",
       "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125    0.005"
       "          0.100          0.050            0.025      50.0    0.000       0.000  off",
@@ -324,6 +324,16 @@ TEST(ReportTest, OneRankHasNoHiddenShare) {
   const size_t hidden_end = lines[1].find("hidden %") + 8;
   EXPECT_EQ(lines[3].substr(hidden_end - 5, 5), "    -") << lines[3];
   EXPECT_EQ(Lines(FormatReport(MakeJob()))[3].substr(hidden_end - 5, 5), " 66.7");
+}
+
+TEST(ReportTest, ASerialScheduleHidesNothingByDesign) {
+  v1::Job job = MakeJob();
+  v1::OpResult* fc1 = job.mutable_result()->mutable_ops(0);
+  fc1->set_mode("serial");
+  fc1->set_hidden_fraction(1);  // its step came in under GEMM alone, by noise
+  const std::vector<std::string> lines = Lines(FormatReport(job));
+  const size_t hidden_end = lines[1].find("hidden %") + 8;
+  EXPECT_EQ(lines[3].substr(hidden_end - 5, 5), "    -") << lines[3];
 }
 
 TEST(ReportTest, HiddenIsFlooredAtZeroAndCappedAt100) {
@@ -620,7 +630,7 @@ TEST(ProgressPrinterTest, EachOpIsReportedOnceAsItFinishes) {
   EXPECT_EQ(out.str(),
             "job 9 fc1 done: chunked/4/p2p, step 5.250 ms, hidden 66.7%\n"
             "job 9 RUNNING\n"
-            "job 9 fc2 done: serial/nccl, step 6.500 ms, hidden 0.0%\n"
+            "job 9 fc2 done: serial/nccl, step 6.500 ms, 9.877 TFLOP/s\n"
             "job 9 out done: bulk/nccl, step 0.125 ms, hidden 50.0%\n"
             "job 9 SUCCEEDED\n");
 
