@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/bench/check.h"
 #include "client/bench/cluster_check.h"
 #include "client/cli_commands.h"
@@ -134,12 +135,15 @@ CliCommand CheckCommand() {
         CheckOptions& check = options.check;
         app.add_option("--devices", check.devices, "GPUs to check, e.g. 0,1,2,3 (default: all)")
             ->delimiter(',');
-        app.add_option("--gemm-size", check.gemm_size, "m = k = n of each GPU's bf16 GEMM")
-            ->check(CLI::Range(int64_t{16}, int64_t{65536}))
-            ->capture_default_str();
-        app.add_option("--link-mib", check.link_mib, "MiB per rank in each pair's all-gather")
-            ->check(CLI::Range(int64_t{1}, int64_t{16384}))
-            ->capture_default_str();
+        app.add_option("--gemm-size", check.gemm_size,
+                       absl::StrCat("m = k = n of each GPU's bf16 GEMM (default: ", check.gemm_size,
+                                    "; ", kHostCheckGemmSize, " on the host backend)"))
+            ->check(CLI::Range(int64_t{16}, int64_t{65536}));
+        app.add_option("--link-mib", check.link_mib,
+                       absl::StrCat("MiB per rank in each pair's all-gather (default: ",
+                                    check.link_mib, "; ", kHostCheckLinkMib,
+                                    " on the host backend)"))
+            ->check(CLI::Range(int64_t{1}, int64_t{16384}));
         app.add_option("--iterations", check.iterations, "timed iterations per job")
             ->check(CLI::Range(1, 10000))
             ->capture_default_str();

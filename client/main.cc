@@ -80,8 +80,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string address = DefaultAddress();
   bool json = false;
-  app.add_option("--addr", address, "overlapd address: unix:/path or host:port (env OVERLAPD_ADDR)")
-      ->capture_default_str();
+  app.add_option("--addr", address,
+                 "overlapd address: unix:/path or host:port (default: $OVERLAPD_ADDR; else your "
+                 "own daemon's socket, $XDG_RUNTIME_DIR/overlapd.sock or "
+                 "/tmp/overlapd-UID/overlapd.sock, where it exists; else "
+                 "/run/overlapd/overlapd.sock)");
   app.add_flag("--json", json, "print the protobuf JSON form instead of text");
   client::ClientTls tls{FromEnv("OVERLAPD_TLS_CA"), FromEnv("OVERLAPD_TLS_CERT"),
                         FromEnv("OVERLAPD_TLS_KEY"), ""};
