@@ -65,7 +65,9 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
     } else {
       op.remove("chunks");
     }
-    op["transport"] = r.transport();
+    // A collective between daemons on the host backend reports what carried it
+    // (gloo); the graph names the schedule's transport, nccl.
+    op["transport"] = r.transport() == "gloo" ? "nccl" : r.transport();
     // An all_reduce's algorithm as it ran (auto resolved): none is the default.
     if (r.algorithm().empty()) {
       op.remove("algorithm");

@@ -66,6 +66,12 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
                                       [&](const OpSpec& o) { return o.id == op.id(); });
     op.set_spans_nodes(spec_op != spec.ops.end() &&
                        GroupsCrossNodes(spec.mesh, spec_op->group, world, devices_per_node));
+    // Between daemons the host backend's collectives run over Gloo: name what
+    // moved the data, not the schedule's transport ("nccl", the collectives' kind).
+    if (op.spans_nodes() && !parts.empty() && parts[0].backend() == "host" &&
+        op.transport() == "nccl") {
+      op.set_transport("gloo");
+    }
     if (op.spans_nodes() && op.busbw_gbps() > 0) {
       const double ms =
           op.comm_alone().median_ms() > 0 ? op.comm_alone().median_ms() : op.step().median_ms();

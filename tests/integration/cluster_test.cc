@@ -203,6 +203,9 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   // Only the gradients' dp groups cross the nodes; each tp group is on one.
   EXPECT_FALSE(result["ops"][0].value("spans_nodes", false));
   EXPECT_TRUE(result["ops"][2].value("spans_nodes", false));
+  // What moved the gradients between the daemons: Gloo, on the host backend.
+  EXPECT_EQ(result["ops"][2].value("transport", ""), "gloo");
+  EXPECT_NE(result["ops"][0].value("transport", ""), "gloo");
   ASSERT_EQ(result["node_results"].size(), 2u);
   EXPECT_EQ(result["node_results"][0].value("node", ""), peer(0));
   EXPECT_EQ(result["node_results"][1].value("node", ""), peer(1));
