@@ -274,6 +274,10 @@ const std::vector<Field>& Fields() {
       StringField("metrics_listen",
                   "Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9464 (\"\" = off)",
                   &DaemonConfig::metrics_listen),
+      NumberField("metrics_last_op_ttl_s",
+                  "how long the last op's series (overlapd_last_op_*) stay after its job ended, "
+                  "so that they and alerts on them go stale",
+                  &DaemonConfig::metrics_last_op_ttl_s, /*allow_zero=*/false),
       StringField("peer_listen",
                   "jobs across nodes: HOST:PORT other daemons reach this one on (\"\" = "
                   "none: joins no cluster)",
@@ -298,6 +302,10 @@ const std::vector<Field>& Fields() {
       IntField("cluster_hold_timeout_ms",
                "a coordinator waits this long for every node to hold its part, then retries",
                &DaemonConfig::cluster_hold_timeout_ms),
+      BoolField("gloo_private_network",
+                "the network between the nodes is private: lets jobs across daemons run over "
+                "Gloo, whose data is plaintext TCP, off loopback (the host backend)",
+                &DaemonConfig::gloo_private_network),
       IntField("cluster_collective_timeout_ms",
                "Gloo's timeout to connect and for each collective across daemons",
                &DaemonConfig::cluster_collective_timeout_ms),

@@ -106,6 +106,12 @@ struct DaemonConfig {
   // Prometheus metrics on HOST:PORT (GET /metrics); "" = off. Read-only, no
   // authentication: bind it where only the scraper can reach it.
   std::string metrics_listen;
+  // Gloo (the host backend's transport between daemons) sends tensors as
+  // plaintext TCP: off loopback it runs only where the operator states that
+  // the nodes' network is private.
+  bool gloo_private_network = false;
+  // How long a finished op's last_op_* series stay on /metrics (seconds).
+  double metrics_last_op_ttl_s = 900;
 
   // Jobs that span daemons, one per node (docs/CONFIGURATION.md, "Jobs across
   // nodes"). Daemons speak to each other on the peer listener (peer.proto).

@@ -1,8 +1,15 @@
 #include "common/logging.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "spdlog/cfg/env.h"
+#include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 
 namespace overlap {
@@ -10,6 +17,37 @@ namespace {
 
 constexpr char kRootLoggerName[] = "overlapd";
 constexpr char kPattern[] = "[%Y-%m-%d %H:%M:%S.%e] [%l] [%n] %v";
+constexpr char kJournalPattern[] = "<%*>[%l] [%n] %v";
+
+// %* : the syslog priority of a line's level, which journald reads from a
+// "<N>" prefix (sd-daemon.h's SD_ERR and friends).
+class SyslogPriority : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    char priority = '6';  // info
+    switch (msg.level) {
+      case spdlog::level::trace:
+      case spdlog::level::debug: priority = '7'; break;
+      case spdlog::level::warn: priority = '4'; break;
+      case spdlog::level::err: priority = '3'; break;
+      case spdlog::level::critical: priority = '2'; break;
+      default: break;
+    }
+    dest.push_back(priority);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<SyslogPriority>();
+  }
+};
+
+// Journald's format when this process's stderr is its stream, read once.
+bool StderrIsJournal() {
+  static const bool journal = IsJournalStream(std::getenv("JOURNAL_STREAM"), STDERR_FILENO);
+  return journal;
+}
+
+void ApplyFormat() { spdlog::set_formatter(MakeLogFormatter(StderrIsJournal())); }
 
 std::mutex& LoggingMutex() {
   static std::mutex* mu = new std::mutex;
@@ -29,7 +67,7 @@ std::shared_ptr<spdlog::logger> GetOrCreateLocked(const std::string& name) {
   static bool initialized = false;
   if (!initialized) {
     initialized = true;
-    spdlog::set_pattern(kPattern);
+    ApplyFormat();
     auto root = std::make_shared<spdlog::logger>(kRootLoggerName, SharedSink());
     spdlog::initialize_logger(root);
     spdlog::set_default_logger(root);
@@ -54,7 +92,7 @@ void InitLogging(const std::string& level) {
   GetOrCreateLocked(kRootLoggerName);
   bool ok = false;
   const spdlog::level::level_enum parsed = ParseLevel(level, &ok);
-  spdlog::set_pattern(kPattern);
+  ApplyFormat();
   spdlog::set_level(parsed);
   spdlog::flush_on(spdlog::level::warn);
   spdlog::cfg::load_env_levels();
@@ -72,6 +110,29 @@ bool IsValidLogLevel(absl::string_view level) {
   bool ok = false;
   ParseLevel(level, &ok);
   return ok;
+}
+
+bool IsJournalStream(const char* journal_stream, int fd) {
+  if (journal_stream == nullptr) return false;
+  const std::vector<std::string> parts = absl::StrSplit(journal_stream, ':');
+  uint64_t device = 0, inode = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &device) ||
+      !absl::SimpleAtoi(parts[1], &inode)) {
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  return static_cast<uint64_t>(st.st_dev) == device && static_cast<uint64_t>(st.st_ino) == inode;
+}
+
+std::unique_ptr<spdlog::formatter> MakeLogFormatter(bool for_journal) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  if (for_journal) {
+    formatter->add_flag<SyslogPriority>('*').set_pattern(kJournalPattern);
+  } else {
+    formatter->set_pattern(kPattern);
+  }
+  return formatter;
 }
 
 }  // namespace overlap

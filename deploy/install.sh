@@ -1,13 +1,16 @@
 #!/bin/sh
 # Installs overlapd: binaries to PREFIX/bin (default /usr/local/bin), the config
 # to /etc/overlapd/overlapd.yaml (an existing one is kept; the new default goes
-# next to it as overlapd.yaml.new), the unit to /etc/systemd/system, then runs
-# `systemctl daemon-reload`.
+# next to it as overlapd.yaml.new), the unit to /etc/systemd/system, overlapctl's
+# bash completion to PREFIX/share/bash-completion/completions, man pages made by
+# help2man to PREFIX/share/man/man1, the system user and group `overlapd` the
+# unit runs as, then runs `systemctl daemon-reload`.
 #
 #   deploy/install.sh [--build-dir DIR] [--prefix PREFIX] [--destdir DIR] [--no-reload]
 #
 # DESTDIR (the option or the environment variable) stages everything under a
-# directory without root and skips daemon-reload, e.g. for packaging or tests:
+# directory without root, creates no user and skips daemon-reload, e.g. for
+# packaging or tests:
 #   DESTDIR=/tmp/stage deploy/install.sh --build-dir build
 set -eu
 
@@ -17,7 +20,7 @@ prefix=/usr/local
 destdir=${DESTDIR:-}
 reload=1
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,13 +52,16 @@ fi
 bindir="$destdir$prefix/bin"
 confdir="$destdir/etc/overlapd"
 unitdir="$destdir/etc/systemd/system"
+mandir="$destdir$prefix/share/man/man1"
+completiondir="$destdir$prefix/share/bash-completion/completions"
 install -d -m 0755 "$bindir" "$confdir" "$unitdir"
 
 install -m 0755 "$overlapd_bin" "$bindir/overlapd"
 if [ -x "$overlapctl_bin" ]; then
   install -m 0755 "$overlapctl_bin" "$bindir/overlapctl"
 else
-  echo "install.sh: warning: $overlapctl_bin not built; installing overlapd only" >&2
+  overlapctl_bin=""
+  echo "install.sh: warning: $build_dir/client/overlapctl not built; installing overlapd only" >&2
 fi
 
 if [ -e "$confdir/overlapd.yaml" ]; then
@@ -71,7 +77,80 @@ sed "s|/usr/local/bin/overlapd|$prefix/bin/overlapd|g" "$here/overlapd.service" 
 chmod 0644 "$unitdir/overlapd.service.tmp"
 mv "$unitdir/overlapd.service.tmp" "$unitdir/overlapd.service"
 
+# The completion reads overlapctl's --help when used, so it needs no build step.
+if [ -n "$overlapctl_bin" ]; then
+  install -d -m 0755 "$completiondir"
+  install -m 0644 "$here/completion/overlapctl.bash" "$completiondir/overlapctl"
+fi
+
+# Man pages from the binaries' --help. overlapctl's gets a section per
+# subcommand (its --help lists only their names). The version comes from
+# overlapd --version: overlapctl --version would ask a daemon for its own.
+# Escapes a --help text for a no-fill roff block.
+roff_text() { sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\&&/"; }
+make_man() {  # make_man BINARY NAME DESCRIPTION [INCLUDE]
+  help2man --no-info --section 1 --name "$3" --version-string "$2 $version" \
+    ${4:+--include "$4"} --output "$tmp/$2.1" "$1"
+  gzip -9n < "$tmp/$2.1" > "$mandir/$2.1.gz"
+  chmod 0644 "$mandir/$2.1.gz"
+}
+if command -v help2man >/dev/null 2>&1; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  install -d -m 0755 "$mandir"
+  version=$("$overlapd_bin" --version | sed -n '1s/^overlapd //p')
+  [ -n "$version" ] || version=unknown
+  {
+    echo "[SEE ALSO]"
+    echo "overlapctl(1); docs/CONFIGURATION.md and docs/OPERATIONS.md in overlapd's source."
+  } > "$tmp/overlapd.h2m"
+  make_man "$overlapd_bin" overlapd \
+    "per-node daemon that runs tensor-parallel layer ops with overlapped communication" \
+    "$tmp/overlapd.h2m"
+  if [ -n "$overlapctl_bin" ]; then
+    {
+      echo "[COMMANDS]"
+      for cmd in $("$overlapctl_bin" --help | sed -n '/^Subcommands:/,$s/^  \([a-z][a-z0-9-]*\) .*/\1/p'); do
+        for sub in "" $("$overlapctl_bin" "$cmd" --help |
+                        sed -n '/^Subcommands:/,$s/^  \([a-z][a-z0-9-]*\) .*/\1/p'); do
+          echo ".SS \"$cmd${sub:+ $sub}\""
+          echo ".nf"
+          # shellcheck disable=SC2086  # $sub is one word or none
+          "$overlapctl_bin" "$cmd" $sub --help | sed '/^Usage: /s|^Usage: [^ ]*overlapctl|Usage: overlapctl|' |
+            roff_text
+          echo ".fi"
+        done
+      done
+      echo "[SEE ALSO]"
+      echo "overlapd(1); docs/CLI.md and docs/OPERATIONS.md in overlapd's source."
+    } > "$tmp/overlapctl.h2m"
+    make_man "$overlapctl_bin" overlapctl \
+      "submit layer-graph jobs to overlapd and read their reports" "$tmp/overlapctl.h2m"
+  fi
+  echo "installed man pages to $mandir"
+else
+  echo "install.sh: warning: help2man not found; no man pages (apt-get install help2man)" >&2
+fi
+
+# The unit runs as User=overlapd Group=overlapd: a system user with no login,
+# whose home is the state directory (systemd makes it: StateDirectory=).
+if [ -n "$destdir" ]; then
+  echo "not creating the overlapd user under DESTDIR; a package's postinst, or:" \
+       "useradd --system --user-group --home-dir /var/lib/overlapd --no-create-home --shell /usr/sbin/nologin overlapd"
+elif id -u overlapd >/dev/null 2>&1; then
+  echo "user overlapd exists"
+else
+  if getent group overlapd >/dev/null 2>&1; then group_opt="--gid overlapd"; else group_opt="--user-group"; fi
+  # shellcheck disable=SC2086  # one option and maybe its value
+  useradd --system $group_opt --home-dir /var/lib/overlapd --no-create-home \
+    --shell /usr/sbin/nologin --comment "overlapd GPU overlap daemon" overlapd
+  echo "created system user overlapd (group overlapd)"
+fi
+
 echo "installed overlapd to $bindir, config to $confdir, unit to $unitdir"
+echo "users who submit jobs (ML engineers, Slurm jobs' users) must be in the socket's group:" \
+     "socket_group in /etc/overlapd/overlapd.yaml (\"\" = overlapd's own group), e.g." \
+     "usermod -aG overlapd alice"
 if [ -z "$destdir" ] && [ "$reload" = 1 ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   echo "run: systemctl enable --now overlapd"

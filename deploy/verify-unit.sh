@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs `systemd-analyze verify` on deploy/overlapd.service. verify fails when
+# Runs `systemd-analyze verify` on deploy/overlapd.service, then `systemd-analyze
+# security`, which must score it 3.0 or below (OK). verify fails when
 # ExecStart's binary does not exist, so the unit is checked as a temporary copy
 # whose ExecStart points at a built overlapd (default: build/server/overlapd).
 #
@@ -27,3 +28,14 @@ if [ -n "$out" ]; then
   exit 1
 fi
 echo "overlapd.service: systemd-analyze verify passed"
+
+# The exposure score, 0 (locked down) to 10 (root, unconfined); --threshold is
+# in tenths.
+max_exposure=30
+report=$(systemd-analyze security --offline=yes --threshold="$max_exposure" \
+  "$tmp/overlapd.service" 2>&1) || {
+  printf '%s\n' "$report" | grep -E 'Overall|✗' >&2
+  echo "overlapd.service: exposure above 3.0 (systemd-analyze security)" >&2
+  exit 1
+}
+printf '%s\n' "$report" | grep 'Overall exposure' 

@@ -8,6 +8,10 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libopenblas-dev libsqlite3-dev libsystemd-dev prometheus-cpp-dev libcivetweb-dev libgloo-dev
   systemd openssl clang python3 python3-venv
+  # The deploy/ tests: promtool (only Debian's prometheus package ships it; it
+  # also installs the Prometheus server, which starts on :9090 where systemd
+  # runs) and help2man for install.sh's man pages.
+  prometheus help2man
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -90,6 +91,52 @@ void Notify(const std::string& state) {
   if (sd_notify(0, state.c_str()) < 0) {
     GetLogger("overlapd")->warn("sd_notify({}) failed", state.substr(0, state.find('\n')));
   }
+}
+
+// systemd's watchdog (WatchdogSec=, WATCHDOG_USEC): how often to ping it,
+// half its period; zero when it is off.
+absl::Duration WatchdogPingInterval() {
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return absl::ZeroDuration();
+  return absl::Microseconds(static_cast<int64_t>(usec)) / 2;
+}
+
+// Waits up to `timeout` for the running jobs to end, asking systemd every few
+// seconds for more stop time (EXTEND_TIMEOUT_USEC) so that a drain_timeout_s
+// longer than the unit's TimeoutStopSec is honoured, and only while the drain
+// is still within its bound.
+bool DrainWithinTimeout(jobs::Scheduler& scheduler, absl::Duration timeout) {
+  constexpr absl::Duration kSlice = absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return scheduler.WaitIdle(absl::ZeroDuration());
+    const absl::Duration slice = std::min(left, kSlice);
+    // The slice, the cancel grace after the deadline and room to exit.
+    Notify(absl::StrCat("EXTEND_TIMEOUT_USEC=",
+                        absl::ToInt64Microseconds(slice + kCancelGrace + absl::Seconds(5))));
+    if (scheduler.WaitIdle(slice)) return true;
+  }
+}
+
+// Gloo has no encryption in Debian's build (no TLS transport), so the tensors
+// of a job across daemons cross the network in plaintext: refused off
+// loopback unless the config says the network is private.
+absl::Status CheckGlooNetwork(const DaemonConfig& config, const std::string& transport) {
+  if (transport != "gloo" || config.gloo_private_network) return absl::OkStatus();
+  std::vector<std::string> addresses = config.peers;
+  addresses.push_back(config.peer_listen);
+  for (const std::string& address : addresses) {
+    absl::StatusOr<peer::PeerAddress> parsed =
+        peer::ParsePeerAddress("peers", address, /*allow_port_zero=*/true);
+    if (!parsed.ok() || parsed->loopback) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo_private_network: jobs across daemons on the host backend run over Gloo, which "
+        "sends tensors as plaintext TCP, and ", address,
+        " is not a loopback address; set gloo_private_network: true only where the nodes' "
+        "network is private (the peer port itself is authenticated either way)"));
+  }
+  return absl::OkStatus();
 }
 
 // The state directory exists (made private, umask 0077), is a directory, and
@@ -341,6 +388,12 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
   if (p.cluster != nullptr) {
     const cluster::TransportKind* transport = cluster::TransportFor(*p.engine);
+    if (transport != nullptr) {
+      if (absl::Status s = CheckGlooNetwork(config, transport->name); !s.ok()) {
+        *exit_code = kExitUsage;
+        return s;
+      }
+    }
     p.node->set_cluster(node::NodeState::ClusterInfo{
         NodeName(config), config.peers, transport != nullptr ? transport->name : "",
         transport != nullptr
@@ -416,11 +469,12 @@ absl::Status Daemon::StartServers(int* exit_code) {
   p.server = std::move(*server);
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> metrics =
-        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.scheduler);
+        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.scheduler,
+                                    rpc::MetricsOptions{config.metrics_last_op_ttl_s});
     *exit_code = kExitUsage;
     if (!metrics.ok()) return metrics.status();
     p.metrics = std::move(*metrics);
-    log->info("metrics on http://{}:{}/metrics",
+    log->info("metrics on http://{}:{}/metrics (health at /healthz)",
               config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
               p.metrics->port());
   }
@@ -456,7 +510,33 @@ void Daemon::StartWatchers() {
     }
   });
   health_thread_ = std::thread([&p, log] {
-    while (!p.stop.Wait(absl::Milliseconds(500))) {
+    const absl::Duration watchdog = WatchdogPingInterval();
+    if (watchdog > absl::ZeroDuration()) {
+      log->info("systemd watchdog on: pinging every {}", absl::FormatDuration(watchdog));
+    }
+    absl::Time last_ping = absl::InfinitePast();
+    // Runs through the drain too (threads_done ends it), so that a long drain
+    // is not taken for a hang.
+    const absl::Duration period = watchdog > absl::ZeroDuration()
+                                      ? std::min(absl::Milliseconds(500), watchdog)
+                                      : absl::Milliseconds(500);
+    while (!p.threads_done.load()) {
+      // Once a stop is requested, Wait returns at once: sleep instead.
+      if (p.stop.requested()) {
+        absl::SleepFor(period);
+      } else {
+        p.stop.Wait(period);
+      }
+      if (watchdog > absl::ZeroDuration() && absl::Now() - last_ping >= watchdog) {
+        if (p.scheduler->Responsive(watchdog / 2)) {
+          Notify("WATCHDOG=1");
+          last_ping = absl::Now();
+        } else {
+          log->error("the scheduler did not answer within {}: withholding systemd's watchdog ping",
+                     absl::FormatDuration(watchdog / 2));
+        }
+      }
+      if (p.stop.requested()) continue;
       const engine::DeviceMonitor* monitor = p.engine->Monitor();
       if (monitor != nullptr && !monitor->Healthy()) {
         log->error(
@@ -478,7 +558,7 @@ int Daemon::Stop() {
   p.server->SetServing(false);
   p.scheduler->StartDrain();
   bool stuck = false;
-  if (!p.scheduler->WaitIdle(absl::Seconds(config_.drain_timeout_s))) {
+  if (!DrainWithinTimeout(*p.scheduler, absl::Seconds(config_.drain_timeout_s))) {
     const int cancelled = p.scheduler->CancelRunning(absl::StrFormat(
         "cancelled: overlapd shut down (drain timeout %gs)", config_.drain_timeout_s));
     log->warn("drain timeout ({}s): cancelled {} running job(s)", config_.drain_timeout_s,

@@ -753,6 +753,7 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPartGraph(
   part.set_coordinator(coordinator);
   part.set_global_job_id(request.global_id().job_id());
   part.set_node_index(request.node_index());
+  part.set_counted_as_coordinated(coordinator == options_.node_name);
   // The owner's quota (max_queued_jobs_per_user) is the scheduler's to keep.
   ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part, std::move(graph)));
   {

@@ -15,6 +15,7 @@
 #include "server/cuda/cuda_check.h"
 #include "server/cuda/cuda_engine_impl.h"
 #include "server/cuda/scoped_device.h"
+#include "server/engine/gpu_identity.h"
 #include "server/engine/xid_log.h"
 
 namespace overlap::cuda {
@@ -168,6 +169,8 @@ absl::Status CudaEngineImpl::InitDevice(int device) {
   cudaDeviceProp props;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, GpuOf(device)));
   state.name = props.name;
+  state.model_name = props.name;
+  state.uuid = engine::FormatGpuUuid(props.uuid.bytes);
   const int ranks_per_gpu = config_.ranks_per_gpu;
   // The name enters tuning keys and bench reports: choices made on a shared GPU
   // must never be taken for a real node's.
@@ -268,6 +271,10 @@ engine::DeviceInfo CudaEngineImpl::GetDeviceInfo(int device) const {
   const DeviceState& state = *devices_[device];
   info.name = state.name;
   info.pci_bus_id = state.pci_bus_id;
+  info.model_name = state.model_name;
+  info.uuid = state.uuid;
+  info.nvml_pci_bus_id = engine::NvmlPciBusId(state.pci_bus_id);
+  if (nvml_ != nullptr) info.nvml_index = nvml_->Index(device);
   info.memory_bytes = static_cast<int64_t>(state.pool->capacity() - state.reserved_bytes);
   info.total_memory_bytes = static_cast<int64_t>(state.pool->device_total_bytes());
   return info;

@@ -121,6 +121,7 @@ class CudaEngineImpl final : public CudaEngine,
   struct DeviceState {
     int index = 0;
     std::string name, pci_bus_id;
+    std::string model_name, uuid;  // the GPU's, without the shared-by note
     int sm_count = 0;
     std::unique_ptr<DevicePool> pool;
     std::unique_ptr<GemmLt> gemm;

@@ -26,6 +26,7 @@ struct NvmlTelemetry::Api {
   int (*temperature)(void*, int, unsigned int*) = nullptr;  // 0 = GPU sensor
   int (*power)(void*, unsigned int*) = nullptr;             // milliwatts
   int (*utilization)(void*, Utilization*) = nullptr;
+  int (*index)(void*, unsigned int*) = nullptr;  // optional
   // Optional: an older driver may lack them, and the rest still works.
   struct ViolationTime {
     unsigned long long reference_us;  // CPU timestamp
@@ -91,6 +92,7 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
                   Resolve(library, "nvmlDeviceGetPowerUsage", &api->power) &&
                   Resolve(library, "nvmlDeviceGetUtilizationRates", &api->utilization);
   Resolve(library, "nvmlDeviceGetMaxClockInfo", &api->max_clock);
+  Resolve(library, "nvmlDeviceGetIndex", &api->index);
   // Renamed in driver 535; the old name stays exported.
   if (!Resolve(library, "nvmlDeviceGetCurrentClocksEventReasons", &api->clock_reasons)) {
     Resolve(library, "nvmlDeviceGetCurrentClocksThrottleReasons", &api->clock_reasons);
@@ -253,6 +255,15 @@ absl::StatusOr<int64_t> NvmlTelemetry::ForgetXids(int device) {
   const int64_t forgotten = xids_[device].all;
   xids_[device] = engine::XidCounts{};
   return forgotten;
+}
+
+int NvmlTelemetry::Index(int device) const {
+  if (device < 0 || device >= static_cast<int>(handles_.size()) || handles_[device] == nullptr ||
+      api_->index == nullptr) {
+    return -1;
+  }
+  unsigned int index = 0;
+  return api_->index(handles_[device], &index) == 0 ? static_cast<int>(index) : -1;
 }
 
 engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {

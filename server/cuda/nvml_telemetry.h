@@ -32,6 +32,9 @@ class NvmlTelemetry {
 
   // Readings of CUDA device `device`; valid = false when NVML could not answer.
   engine::DeviceTelemetry Read(int device) const;
+  // NVML's index of CUDA device `device`'s GPU (dcgm-exporter's `gpu`), -1
+  // where NVML does not know it.
+  int Index(int device) const;
   // Sets CUDA device `device`'s Xid counts back to 0, in the log too; returns
   // how many Xids they held.
   absl::StatusOr<int64_t> ForgetXids(int device);

@@ -152,6 +152,12 @@ struct DeviceInfo {
   // The device's whole memory, of which the pool is a part; 0 where unknown.
   int64_t total_memory_bytes = 0;
   std::string pci_bus_id;
+  // Who the GPU is to NVML and dcgm-exporter (v1::Device uuid, model_name,
+  // nvml_index, nvml_pci_bus_id); empty / -1 where unknown.
+  std::string uuid;
+  std::string model_name;
+  int nvml_index = -1;
+  std::string nvml_pci_bus_id;
 };
 
 struct BackendVersions {

@@ -58,6 +58,7 @@ v1::Job ToProto(const JobRecord& job) {
   out.set_coordinator(job.coordinator);
   out.set_global_job_id(job.global_job_id);
   out.set_node_index(job.node_index);
+  out.set_counted_as_coordinated(job.counted_as_coordinated);
   out.set_error(job.error);
   out.set_submit_time_ms(job.submit_time_ms);
   out.set_start_time_ms(job.start_time_ms);
@@ -84,6 +85,7 @@ JobRecord FromProto(const v1::Job& job) {
   out.coordinator = job.coordinator();
   out.global_job_id = job.global_job_id();
   out.node_index = job.node_index();
+  out.counted_as_coordinated = job.counted_as_coordinated();
   out.state = FromProto(job.state());
   out.submit_time_ms = job.submit_time_ms();
   out.start_time_ms = job.start_time_ms();

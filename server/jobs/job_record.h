@@ -36,6 +36,7 @@ struct JobRecord {
   std::string coordinator;
   std::string global_job_id;
   int node_index = 0;
+  bool counted_as_coordinated = false;  // v1::Job.counted_as_coordinated
   JobState state = JobState::kQueued;
   int64_t submit_time_ms = 0;  // unix milliseconds; 0 = not yet
   int64_t start_time_ms = 0;

@@ -30,7 +30,9 @@ namespace {
 // 2: pruned_states, pruned_devices and meta keep what retention deleted.
 // 3: summaries (what a list reads), op_results (a running job's finished ops)
 //    and an index by end time (retention).
-constexpr int kSchemaVersion = 3;
+// 4: jobs.counted, 0 for a part of a job this node coordinates (that job
+//    stands for it in the counts by state).
+constexpr int kSchemaVersion = 4;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
@@ -42,7 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   devices TEXT NOT NULL,
   start_time_ms INTEGER NOT NULL,
   end_time_ms INTEGER NOT NULL,
-  job BLOB NOT NULL
+  job BLOB NOT NULL,
+  counted INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, sequence);
 CREATE TABLE IF NOT EXISTS pruned_states (
@@ -372,6 +375,7 @@ absl::Status JobStore::SetUpSchema() {
   if (absl::Status s = writer_.Exec(kSchema); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("job store ", path_, ": ", s.message()));
   }
+  RETURN_IF_ERROR(AddCountedColumn());
   if (user_version < kSchemaVersion) {
     if (absl::Status s = writer_.Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";"));
         !s.ok()) {
@@ -379,6 +383,18 @@ absl::Status JobStore::SetUpSchema() {
     }
   }
   return absl::OkStatus();
+}
+
+// A database from before schema 4 has no jobs.counted: every job it holds
+// counted (ALTER TABLE fills the default into the rows it has).
+absl::Status JobStore::AddCountedColumn() {
+  Statement columns(writer_.get(), "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'counted';");
+  RETURN_IF_ERROR(columns.status("reading the jobs table's columns"));
+  if (sqlite3_step(columns.get()) != SQLITE_ROW) {
+    return StoreError(writer_.get(), "reading the jobs table's columns");
+  }
+  if (sqlite3_column_int(columns.get(), 0) > 0) return absl::OkStatus();
+  return writer_.Exec("ALTER TABLE jobs ADD COLUMN counted INTEGER NOT NULL DEFAULT 1;");
 }
 
 absl::Status JobStore::CheckNothingLost(bool fresh_file) {
@@ -463,7 +479,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   {
     Statement stmt(db,
                    "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
-                   "start_time_ms, end_time_ms, job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);");
+                   "start_time_ms, end_time_ms, job, counted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);");
     RETURN_IF_ERROR(stmt.status("preparing insert"));
     sqlite3_stmt* st = stmt.get();
     sqlite3_bind_text(st, 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
@@ -476,6 +492,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
     sqlite3_bind_int64(st, 7, job.start_time_ms());
     sqlite3_bind_int64(st, 8, job.end_time_ms());
     sqlite3_bind_blob(st, 9, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 10, job.counted_as_coordinated() ? 0 : 1);
     if (sqlite3_step(st) != SQLITE_DONE) return StoreError(db, absl::StrCat("storing ", job.id()));
   }
   {
@@ -659,8 +676,8 @@ absl::StatusOr<uint64_t> JobStore::MaxSequence() {
 absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
   absl::MutexLock lock(&read_mu_);
   Statement stmt(reader_.get(),
-                 "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY "
-                 "state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
+                 "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs WHERE "
+                 "counted = 1 GROUP BY state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
   RETURN_IF_ERROR(stmt.status("preparing count"));
   std::map<v1::JobState, int64_t> counts;
   int rc;
@@ -787,14 +804,15 @@ absl::StatusOr<int64_t> JobStore::PruneLocked(const std::string& where) {
   int64_t count = 0;
   {
     const std::string sql = absl::StrCat(
-        "SELECT sequence, state, devices, start_time_ms, end_time_ms FROM jobs WHERE ", where, ";");
+        "SELECT sequence, state, devices, start_time_ms, end_time_ms, counted FROM jobs WHERE ",
+        where, ";");
     Statement stmt(db, sql.c_str());
     RETURN_IF_ERROR(stmt.status("preparing prune"));
     int rc;
     while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
       max_sequence =
           std::max(max_sequence, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
-      ++by_state[sqlite3_column_int(stmt.get(), 1)];
+      if (sqlite3_column_int(stmt.get(), 5) != 0) ++by_state[sqlite3_column_int(stmt.get(), 1)];
       AddUsage(sqlite3_column_text(stmt.get(), 2), sqlite3_column_int64(stmt.get(), 3),
                sqlite3_column_int64(stmt.get(), 4), &usage);
       ++count;

@@ -129,6 +129,7 @@ class JobStore {
   JobStore(SqliteDb writer, SqliteDb reader, std::string path, std::string highest_id_path,
            uint64_t highest_id);
   absl::Status SetUpSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status AddCountedColumn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Refuses a database that lost jobs the highest-id file says were given out.
   absl::Status CheckNothingLost(bool fresh_file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Inside Put's transaction; *finished_delta is how it changes finished_rows_.

@@ -209,6 +209,7 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr gra
   job.coordinator = submitted.coordinator();
   job.global_job_id = submitted.global_job_id();
   job.node_index = submitted.node_index();
+  job.counted_as_coordinated = submitted.counted_as_coordinated();
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);
@@ -556,6 +557,15 @@ bool Scheduler::WaitIdle(absl::Duration timeout) {
     if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) break;
   }
   return running_.empty();
+}
+
+bool Scheduler::Responsive(absl::Duration within) const {
+  if (!mu_.LockWhenWithTimeout(absl::Condition::kTrue, within)) {
+    mu_.Unlock();  // LockWhenWithTimeout holds the lock whatever it returns
+    return false;
+  }
+  mu_.Unlock();
+  return true;
 }
 
 int Scheduler::QueuedCount() const {

@@ -136,6 +136,10 @@ class Scheduler {
   bool WaitIdle(absl::Duration timeout);
   int QueuedCount() const;
   int RunningCount() const;
+  // Whether the scheduler's lock could be taken within `within`: the
+  // heartbeat systemd's watchdog is fed from. A long job never holds the lock,
+  // so a slow autotune does not stop it; a deadlock does.
+  bool Responsive(absl::Duration within) const;
 
   absl::StatusOr<SchedulerStats> GetStats();
 

@@ -94,6 +94,10 @@ v1::GetNodeInfoResponse NodeState::Info() const {
     device->set_memory_used_bytes(monitor != nullptr ? monitor->MemoryInUse(d) : 0);
     device->set_total_memory_bytes(info.total_memory_bytes);
     device->set_pci_bus_id(info.pci_bus_id);
+    device->set_uuid(info.uuid);
+    device->set_model_name(info.model_name);
+    device->set_nvml_index(info.nvml_index);
+    device->set_nvml_pci_bus_id(info.nvml_pci_bus_id);
     const engine::DeviceTelemetry t =
         monitor != nullptr ? monitor->Telemetry(d) : engine::DeviceTelemetry{};
     SetTelemetry(t, device);

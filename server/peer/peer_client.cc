@@ -39,12 +39,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewPeerChannel(const PeerChannelO
                    ParsePeerAddress("peer", address, /*allow_port_zero=*/false));
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls.enabled()) {
-    ASSIGN_OR_RETURN(PeerTlsPem pem, ReadPeerTls(options.tls));
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = std::move(pem.ca);
-    ssl.pem_private_key = std::move(pem.private_key);
-    ssl.pem_cert_chain = std::move(pem.cert_chain);
-    credentials = grpc::SslCredentials(ssl);
+    ASSIGN_OR_RETURN(credentials, PeerChannelCredentials(options.tls));
   } else if (parsed.loopback) {
     credentials = grpc::InsecureChannelCredentials();
   } else {

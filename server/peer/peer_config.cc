@@ -1,11 +1,17 @@
 #include "server/peer/peer_config.h"
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/pem_file.h"
 #include "common/status_macros.h"
+#include "server/peer/certificate_names.h"
 #include "server/peer/peer_auth.h"
 #include "server/net/listen_address.h"
 
@@ -41,6 +47,39 @@ absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls) {
   ASSIGN_OR_RETURN(pem.private_key, ReadPemFile(tls.key_file, "peer_tls_key", "PRIVATE KEY"));
   ASSIGN_OR_RETURN(pem.ca, ReadPemFile(tls.ca_file, "peer_tls_ca", "CERTIFICATE"));
   return pem;
+}
+
+namespace {
+
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> WatchFiles(const PeerTls& tls) {
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.key_file, tls.cert_file, tls.ca_file, tls.reload_s);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
+    const PeerTls& tls) {
+  RETURN_IF_ERROR(ReadPeerTls(tls).status());
+  grpc::experimental::TlsServerCredentialsOptions options(WatchFiles(tls));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
+    const PeerTls& tls) {
+  RETURN_IF_ERROR(ReadPeerTls(tls).status());
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(WatchFiles(tls));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  // The peer's certificate must name the host it is called by, as with
+  // grpc::SslCredentials.
+  options.set_certificate_verifier(
+      std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
+  return grpc::experimental::TlsCredentials(options);
 }
 
 absl::StatusOr<ClusterKey> LoadClusterKey(const DaemonConfig& config) {
@@ -114,7 +153,12 @@ absl::Status ValidatePeerConfig(const DaemonConfig& config) {
                         .status());
   }
   const PeerTls tls = PeerTlsOf(config);
-  if (tls.enabled()) return ReadPeerTls(tls).status();
+  if (tls.enabled()) {
+    ASSIGN_OR_RETURN(const PeerTlsPem pem, ReadPeerTls(tls));
+    // Peers check that a caller's certificate names the node it speaks as.
+    const std::string& node = config.node_name.empty() ? config.peer_listen : config.node_name;
+    return CheckOwnCertificate(pem.cert_chain, tls.cert_file, node, absl::Now());
+  }
   if (!listen.loopback) {
     return Invalid("peer_listen", config.peer_listen,
                    "not a loopback address: daemons off loopback speak mutual TLS; set "

@@ -7,6 +7,10 @@
 // on loopback only; off loopback daemons speak mutual TLS (peer_tls_*).
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -19,10 +23,15 @@ namespace overlap::peer {
 // refuses another version (or none) with FAILED_PRECONDITION.
 inline constexpr char kVersionHeader[] = "overlapd-version";
 
+// How often the peer TLS files are read again: a renewed certificate, key or
+// CA is used from then on, without a restart (gRPC's file watcher).
+inline constexpr unsigned int kPeerTlsReloadSeconds = 60;
+
 struct PeerTls {
   std::string cert_file;  // peer_tls_cert
   std::string key_file;   // peer_tls_key
   std::string ca_file;    // peer_tls_ca
+  unsigned int reload_s = kPeerTlsReloadSeconds;
 
   bool enabled() const { return !cert_file.empty() || !key_file.empty() || !ca_file.empty(); }
 };
@@ -38,6 +47,14 @@ struct PeerTlsPem {
 // INVALID_ARGUMENT naming the key when the three are not all set, or a file is
 // unreadable or holds no PEM block of its kind. Call only when tls.enabled().
 absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls);
+
+// Mutual-TLS credentials for the peer listener and for calls to peers, which
+// follow the files as they change (every tls.reload_s). The files are read once
+// here (ReadPeerTls's errors); one that later goes bad keeps the last good one.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
+    const PeerTls& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
+    const PeerTls& tls);
 
 struct PeerAddress {
   std::string host;  // without brackets

@@ -70,12 +70,7 @@ PeerCertificate CertificateOf(const grpc::AuthContext& auth) {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const PeerTls& tls) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
-  ASSIGN_OR_RETURN(PeerTlsPem pem, ReadPeerTls(tls));
-  grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = std::move(pem.ca);
-  options.pem_key_cert_pairs.push_back({std::move(pem.private_key), std::move(pem.cert_chain)});
-  return grpc::SslServerCredentials(options);
+  return PeerServerCredentials(tls);
 }
 
 }  // namespace

@@ -125,8 +125,7 @@ HttpResponse Plain(int status, std::string body) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& address,
-                                                                  const std::string& path,
-                                                                  Handler handler) {
+                                                                  Routes routes) {
   std::string host, port;
   if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
   addrinfo hints{};
@@ -178,7 +177,7 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::str
         absl::StrCat("metrics_listen: cannot make an eventfd: ", ErrnoText(error)));
   }
   std::unique_ptr<HttpEndpoint> endpoint(
-      new HttpEndpoint(listen_fd, stop_fd, bound_port, path, std::move(handler)));
+      new HttpEndpoint(listen_fd, stop_fd, bound_port, std::move(routes)));
   try {
     endpoint->thread_ = std::thread([e = endpoint.get()] { e->Serve(); });
   } catch (const std::system_error& e) {
@@ -188,13 +187,8 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::str
   return endpoint;
 }
 
-HttpEndpoint::HttpEndpoint(int listen_fd, int stop_fd, int port, std::string path,
-                           Handler handler)
-    : listen_fd_(listen_fd),
-      stop_fd_(stop_fd),
-      port_(port),
-      path_(std::move(path)),
-      handler_(std::move(handler)) {}
+HttpEndpoint::HttpEndpoint(int listen_fd, int stop_fd, int port, Routes routes)
+    : listen_fd_(listen_fd), stop_fd_(stop_fd), port_(port), routes_(std::move(routes)) {}
 
 HttpEndpoint::~HttpEndpoint() {
   const uint64_t one = 1;
@@ -236,14 +230,17 @@ void HttpEndpoint::Answer(int fd) {
     SendAll(fd, Serialize(Plain(405, "only GET\n"), true));
     return;
   }
-  if (target != path_) {
-    SendAll(fd, Serialize(Plain(404, absl::StrCat("not found; metrics are at ", path_, "\n")),
+  const auto route = routes_.find(target);
+  if (route == routes_.end()) {
+    std::string paths;
+    for (const auto& [path, handler] : routes_) absl::StrAppend(&paths, paths.empty() ? "" : ", ", path);
+    SendAll(fd, Serialize(Plain(404, absl::StrCat("not found; this endpoint serves ", paths, "\n")),
                           !head_only));
     return;
   }
   HttpResponse response;
   try {
-    response = handler_();
+    response = route->second();
   } catch (const std::exception& e) {
     GetLogger("metrics")->error("scrape failed: {}", e.what());
     response = Plain(500, absl::StrCat("scrape failed: ", e.what(), "\n"));

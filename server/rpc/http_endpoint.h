@@ -1,5 +1,5 @@
-// A minimal HTTP/1.x endpoint for Prometheus scrapes: GET of one path answered
-// with text from a callback, 404 elsewhere, 405 for other methods, one
+// A minimal HTTP/1.x endpoint for Prometheus scrapes: GET of a few paths, each
+// answered with text from its callback, 404 elsewhere, 405 for other methods, one
 // connection at a time, each closed after its response.
 //
 // Why not civetweb (prometheus-cpp's Exposer): Debian builds civetweb with a
@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,14 +33,14 @@ struct HttpResponse {
 class HttpEndpoint {
  public:
   using Handler = std::function<HttpResponse()>;
+  using Routes = std::map<std::string, Handler>;  // path -> its handler
 
   // Listens on `address` (HOST:PORT or [V6]:PORT; port 0 picks one) and answers
-  // GET `path` with `handler`. INVALID_ARGUMENT for an address that does not
+  // GET of each path in `routes` with its handler. INVALID_ARGUMENT for an address that does not
   // parse or resolve, FAILED_PRECONDITION naming the system's reason (address
   // in use, permission denied) when it cannot listen.
   static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(const std::string& address,
-                                                             const std::string& path,
-                                                             Handler handler);
+                                                             Routes routes);
   ~HttpEndpoint();  // stops listening and joins the thread
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
@@ -47,15 +48,14 @@ class HttpEndpoint {
   int port() const { return port_; }
 
  private:
-  HttpEndpoint(int listen_fd, int stop_fd, int port, std::string path, Handler handler);
+  HttpEndpoint(int listen_fd, int stop_fd, int port, Routes routes);
   void Serve();
   void Answer(int fd);
 
   const int listen_fd_;
   const int stop_fd_;  // an eventfd: written once to stop Serve
   const int port_;
-  const std::string path_;
-  const Handler handler_;
+  const Routes routes_;
   std::thread thread_;
 };
 

@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/graph.h"
 #include "common/logging.h"
 #include "prometheus/text_serializer.h"
@@ -38,14 +40,43 @@ void Add(MetricFamily& f, double value, Labels labels = {}) {
   f.metric.push_back(std::move(m));
 }
 
-ClientMetric::Label DeviceLabel(int device) { return {"device", absl::StrCat(device)}; }
+// dcgm-exporter's labels of a GPU (gpu = NVML's index, UUID, modelName,
+// Hostname, pci_bus_id), so that a query can join overlapd's series to its
+// DCGM_FI_* ones, then overlapd's own index of the device (`cuda_device`: the
+// `devices:` of a graph; with ranks_per_gpu k, devices d..d+k-1 share a GPU and
+// so its dcgm labels). A label is left out where the backend does not know it.
+Labels GpuLabels(const v1::Device& d, const std::string& hostname) {
+  Labels labels;
+  if (d.nvml_index() >= 0) labels.push_back({"gpu", absl::StrCat(d.nvml_index())});
+  if (!d.uuid().empty()) labels.push_back({"UUID", d.uuid()});
+  if (!d.model_name().empty()) labels.push_back({"modelName", d.model_name()});
+  if (!hostname.empty()) labels.push_back({"Hostname", hostname});
+  const std::string& bus = d.nvml_pci_bus_id().empty() ? d.pci_bus_id() : d.nvml_pci_bus_id();
+  if (!bus.empty()) labels.push_back({"pci_bus_id", bus});
+  labels.push_back({"cuda_device", absl::StrCat(d.index())});
+  return labels;
+}
+
+Labels With(Labels labels, std::initializer_list<ClientMetric::Label> more) {
+  labels.insert(labels.end(), more.begin(), more.end());
+  return labels;
+}
 
 // What a scrape reads: the node (devices, health, telemetry), the stats (jobs,
-// busy time, counters) and the newest jobs, newest first.
+// busy time, counters) and the newest jobs, newest first; each device's labels;
+// the time and how long a finished op's figures stay published.
 struct Sources {
   const v1::GetNodeInfoResponse& node;
   const v1::GetStatsResponse& stats;
   const std::vector<v1::Job>& recent;
+  std::map<int, Labels> gpu;  // by v1::Device.index
+  int64_t now_ms = 0;
+  double last_op_ttl_s = 0;
+
+  Labels Of(int device) const {
+    auto it = gpu.find(device);
+    return it != gpu.end() ? it->second : Labels{{"cuda_device", absl::StrCat(device)}};
+  }
 };
 
 using Fill = std::function<void(const Sources&, MetricFamily&)>;
@@ -58,20 +89,18 @@ struct Definition {
   Fill fill;
 };
 
-// Samples per device, each with its `device` label.
-Fill EachDevice(std::function<void(const v1::Device&, const ClientMetric::Label&, MetricFamily&)>
-                    fill) {
+// Samples per device, each with the device's labels.
+Fill EachDevice(std::function<void(const v1::Device&, const Labels&, MetricFamily&)> fill) {
   return [fill](const Sources& s, MetricFamily& f) {
-    for (const v1::Device& d : s.node.devices()) fill(d, DeviceLabel(d.index()), f);
+    for (const v1::Device& d : s.node.devices()) fill(d, s.Of(d.index()), f);
   };
 }
 
 // A live reading (NVML), absent rather than zero where the device has none.
 Fill Reading(double (*value)(const v1::Device&), bool (*present)(const v1::Device&) = nullptr) {
-  return EachDevice([value, present](const v1::Device& d, const ClientMetric::Label& device,
-                                     MetricFamily& f) {
+  return EachDevice([value, present](const v1::Device& d, const Labels& device, MetricFamily& f) {
     if (!d.telemetry_valid() || (present != nullptr && !present(d))) return;
-    Add(f, value(d), {device});
+    Add(f, value(d), device);
   });
 }
 
@@ -79,25 +108,31 @@ Fill Reading(double (*value)(const v1::Device&), bool (*present)(const v1::Devic
 Fill Pair(bool (*valid)(const v1::Device&), const char* label, const char* first_kind,
           double (*first)(const v1::Device&), const char* second_kind,
           double (*second)(const v1::Device&)) {
-  return EachDevice([=](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
+  return EachDevice([=](const v1::Device& d, const Labels& device, MetricFamily& f) {
     if (!valid(d)) return;
-    Add(f, first(d), {device, {label, first_kind}});
-    Add(f, second(d), {device, {label, second_kind}});
+    Add(f, first(d), With(device, {{label, first_kind}}));
+    Add(f, second(d), With(device, {{label, second_kind}}));
   });
 }
 
 // The newest job in `recent` on `device` with a finished op: the job, its last
-// op and the device's rank in it; the running jobs newer than it on the way.
+// op, when that op was known finished (the job's end; now, while it runs) and
+// the device's rank in it; the running jobs newer than it on the way.
 struct LastOp {
   const v1::Job* job = nullptr;
   const v1::OpResult* op = nullptr;
+  int64_t finished_ms = 0;
   int rank = 0;
   std::vector<const v1::Job*> running;
 };
 
-LastOp LastOpOn(int device, const std::vector<v1::Job>& recent) {
+int64_t FinishedMs(const v1::Job& job, int64_t now_ms) {
+  return job.state() == v1::RUNNING || job.end_time_ms() <= 0 ? now_ms : job.end_time_ms();
+}
+
+LastOp LastOpOn(int device, const Sources& s) {
   LastOp last;
-  for (const v1::Job& job : recent) {
+  for (const v1::Job& job : s.recent) {
     const auto& devices = job.devices();
     const auto rank = std::find(devices.begin(), devices.end(), device);
     if (rank == devices.end()) continue;
@@ -105,24 +140,30 @@ LastOp LastOpOn(int device, const std::vector<v1::Job>& recent) {
     if (job.result().ops().empty()) continue;
     last.job = &job;
     last.op = &job.result().ops(job.result().ops_size() - 1);
+    last.finished_ms = FinishedMs(job, s.now_ms);
     last.rank = static_cast<int>(rank - devices.begin());
     return last;
   }
   return last;
 }
 
-// Samples of the last op finished on each device, labelled with it.
+// Whether figures of a job that finished at `finished_ms` are still published:
+// an op's figures describe the GPU for a while, then go stale (so that an alert
+// on them clears once nothing runs there).
+bool Fresh(int64_t finished_ms, const Sources& s) {
+  return static_cast<double>(s.now_ms - finished_ms) <= s.last_op_ttl_s * 1000.0;
+}
+
+// Samples of the last op finished on each device, labelled with the device and
+// the op (no job id: that would make a new series per job).
 Fill OfLastOp(std::function<std::optional<double>(const LastOp&)> value) {
   return [value](const Sources& s, MetricFamily& f) {
     for (const v1::Device& d : s.node.devices()) {
-      const LastOp last = LastOpOn(d.index(), s.recent);
-      if (last.op == nullptr) continue;
+      const LastOp last = LastOpOn(d.index(), s);
+      if (last.op == nullptr || !Fresh(last.finished_ms, s)) continue;
       if (std::optional<double> v = value(last)) {
         Add(f, *v,
-            {DeviceLabel(d.index()),
-             {"job_id", last.job->id()},
-             {"op", last.op->id()},
-             {"schedule", last.op->schedule()}});
+            With(s.Of(d.index()), {{"op", last.op->id()}, {"schedule", last.op->schedule()}}));
       }
     }
   };
@@ -136,11 +177,25 @@ Fill OfLastLayer(double (*value)(const v1::JobResult&)) {
         const auto& devices = job.devices();
         if (std::find(devices.begin(), devices.end(), d.index()) == devices.end()) continue;
         if (!job.result().has_layer_step()) continue;
-        Add(f, value(job.result()) / 1000.0, {DeviceLabel(d.index()), {"job_id", job.id()}});
+        if (Fresh(FinishedMs(job, s.now_ms), s)) {
+          Add(f, value(job.result()) / 1000.0, s.Of(d.index()));
+        }
         break;
       }
     }
   };
+}
+
+// The job a running part belongs to, the same on every node it spans
+// ("COORDINATOR/JOB"); empty for a job on this node alone.
+std::string GlobalJobId(const v1::Job& job, const std::string& node_name) {
+  if (!job.coordinator().empty()) return absl::StrCat(job.coordinator(), "/", job.global_job_id());
+  if (job.nodes_size() > 0) return absl::StrCat(node_name, "/", job.id());
+  return "";
+}
+
+bool IsFinalState(const std::string& state) {
+  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED" || state == "ABORTED";
 }
 
 double Seconds(double ms) { return ms / 1000.0; }
@@ -154,12 +209,36 @@ const std::vector<Definition>& Definitions() {
        }},
       {"overlapd_uptime_seconds", "since this process started", MetricType::Gauge,
        [](const Sources& s, MetricFamily& f) { Add(f, s.stats.uptime_s()); }},
-      {"overlapd_jobs", "jobs by state, pruned ones included", MetricType::Gauge,
+      {"overlapd_build_info",
+       "1, labelled with this overlapd's version and commit, its backend and the CUDA runtime, "
+       "NCCL and driver it runs with",
+       MetricType::Gauge,
+       [](const Sources& s, MetricFamily& f) {
+         Add(f, 1,
+             {{"version", s.node.overlapd_version()},
+              {"git_commit", s.node.git_commit()},
+              {"backend", s.node.backend()},
+              {"cuda_runtime", s.node.cuda_runtime_version()},
+              {"nccl", s.node.nccl_version()},
+              {"driver", s.node.cuda_driver_version()}});
+       }},
+      {"overlapd_jobs_finished_total",
+       "jobs that ended, by final state, since the job store was made (kept across restarts and "
+       "pruning; a job spanning daemons counts once on each node)",
+       MetricType::Counter,
        [](const Sources& s, MetricFamily& f) {
          const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
                                                        s.stats.jobs_by_state().end());
          for (const auto& [state, count] : by_state) {
-           Add(f, static_cast<double>(count), {{"state", state}});
+           if (IsFinalState(state)) Add(f, static_cast<double>(count), {{"state", state}});
+         }
+       }},
+      {"overlapd_jobs_active", "jobs queued and running now", MetricType::Gauge,
+       [](const Sources& s, MetricFamily& f) {
+         const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
+                                                       s.stats.jobs_by_state().end());
+         for (const auto& [state, count] : by_state) {
+           if (!IsFinalState(state)) Add(f, static_cast<double>(count), {{"state", state}});
          }
        }},
       {"overlapd_jobs_submitted_total", "jobs accepted since this process started",
@@ -194,45 +273,46 @@ const std::vector<Definition>& Definitions() {
        }},
       {"overlapd_device_memory_bytes", "device memory jobs may use: the daemon's pool",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
-         Add(f, static_cast<double>(d.memory_bytes()), {device, {"name", d.name()}});
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+         Add(f, static_cast<double>(d.memory_bytes()), device);
        })},
       {"overlapd_device_memory_used_bytes", "of the pool, what jobs hold now", MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
-         Add(f, static_cast<double>(d.memory_used_bytes()), {device});
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+         Add(f, static_cast<double>(d.memory_used_bytes()), device);
        })},
       {"overlapd_device_total_memory_bytes", "the device's whole memory, the pool part of it",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
          if (d.total_memory_bytes() > 0) {
-           Add(f, static_cast<double>(d.total_memory_bytes()), {device});
+           Add(f, static_cast<double>(d.total_memory_bytes()), device);
          }
        })},
-      {"overlapd_device_sm_clock_mhz", "SM clock (NVML)", MetricType::Gauge,
-       Reading([](const v1::Device& d) { return static_cast<double>(d.sm_clock_mhz()); })},
-      {"overlapd_device_mem_clock_mhz", "memory clock (NVML)", MetricType::Gauge,
-       Reading([](const v1::Device& d) { return static_cast<double>(d.mem_clock_mhz()); })},
+      {"overlapd_device_sm_clock_hertz", "SM clock (NVML)", MetricType::Gauge,
+       Reading([](const v1::Device& d) { return d.sm_clock_mhz() * 1e6; })},
+      {"overlapd_device_mem_clock_hertz", "memory clock (NVML)", MetricType::Gauge,
+       Reading([](const v1::Device& d) { return d.mem_clock_mhz() * 1e6; })},
       {"overlapd_device_temperature_celsius", "GPU temperature (NVML)", MetricType::Gauge,
        Reading([](const v1::Device& d) { return static_cast<double>(d.temperature_c()); })},
       {"overlapd_device_power_watts", "power draw (NVML)", MetricType::Gauge,
        Reading([](const v1::Device& d) { return d.power_w(); })},
-      {"overlapd_device_utilization_percent", "GPU utilization (NVML)", MetricType::Gauge,
-       Reading([](const v1::Device& d) { return static_cast<double>(d.utilization_pct()); })},
-      {"overlapd_device_max_sm_clock_mhz", "highest SM clock (NVML)", MetricType::Gauge,
-       Reading([](const v1::Device& d) { return static_cast<double>(d.max_sm_clock_mhz()); },
+      {"overlapd_device_utilization_ratio",
+       "share of the last sample period a kernel ran, 0 to 1 (NVML)", MetricType::Gauge,
+       Reading([](const v1::Device& d) { return d.utilization_pct() / 100.0; })},
+      {"overlapd_device_max_sm_clock_hertz", "highest SM clock (NVML)", MetricType::Gauge,
+       Reading([](const v1::Device& d) { return d.max_sm_clock_mhz() * 1e6; },
                [](const v1::Device& d) { return d.max_sm_clock_mhz() > 0; })},
       {"overlapd_device_clock_limit",
        "1 while this reason holds the clocks back (NVML clocks event reasons: power, thermal, "
        "hw-slowdown, hw-thermal, power-brake)",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
          if (!d.telemetry_valid() || !d.clock_limits_valid()) return;
          // Each limiter that slows a GPU under load, 0 or 1, so alerts can test it.
          for (const char* reason :
               {"power", "thermal", "hw-slowdown", "hw-thermal", "power-brake"}) {
            const bool on = std::find(d.clock_limits().begin(), d.clock_limits().end(), reason) !=
                            d.clock_limits().end();
-           Add(f, on ? 1 : 0, {device, {"reason", reason}});
+           Add(f, on ? 1 : 0, With(device, {{"reason", reason}}));
          }
        })},
       {"overlapd_device_power_capped_seconds_total",
@@ -262,8 +342,8 @@ const std::vector<Definition>& Definitions() {
             [](const v1::Device& d) { return static_cast<double>(d.pcie_max_width()); })},
       {"overlapd_device_pcie_replays_total", "PCIe packets resent since the driver loaded (NVML)",
        MetricType::Counter,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
-         if (d.pcie_valid()) Add(f, static_cast<double>(d.pcie_replays()), {device});
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+         if (d.pcie_valid()) Add(f, static_cast<double>(d.pcie_replays()), device);
        })},
       {"overlapd_device_nvlinks",
        "NVLinks up (state=\"active\") and that the GPU has (state=\"supported\") (NVML)",
@@ -276,11 +356,12 @@ const std::vector<Definition>& Definitions() {
        "NVLink data-link errors summed over the links since the driver loaded: crc (flit and "
        "data), replay, recovery (NVML)",
        MetricType::Counter,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
          if (!d.nvlink_valid()) return;
-         Add(f, static_cast<double>(d.nvlink_crc_errors()), {device, {"type", "crc"}});
-         Add(f, static_cast<double>(d.nvlink_replay_errors()), {device, {"type", "replay"}});
-         Add(f, static_cast<double>(d.nvlink_recovery_errors()), {device, {"type", "recovery"}});
+         Add(f, static_cast<double>(d.nvlink_crc_errors()), With(device, {{"type", "crc"}}));
+         Add(f, static_cast<double>(d.nvlink_replay_errors()), With(device, {{"type", "replay"}}));
+         Add(f, static_cast<double>(d.nvlink_recovery_errors()),
+             With(device, {{"type", "recovery"}}));
        })},
       {"overlapd_device_ecc_errors_total",
        "ECC errors since the driver loaded, corrected and uncorrected (NVML)", MetricType::Counter,
@@ -303,24 +384,35 @@ const std::vector<Definition>& Definitions() {
             [](const v1::Device& d) { return static_cast<double>(d.xid_errors()); }, "gpu",
             [](const v1::Device& d) { return static_cast<double>(d.gpu_xid_errors()); })},
       {"overlapd_device_last_xid", "the last Xid seen this boot, 0 for none", MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const ClientMetric::Label& device, MetricFamily& f) {
-         if (d.xid_valid()) Add(f, static_cast<double>(d.last_xid()), {device});
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+         if (d.xid_valid()) Add(f, static_cast<double>(d.last_xid()), device);
        })},
       {"overlapd_device_busy_seconds_total", "wall time the device spent inside jobs",
        MetricType::Counter,
        [](const Sources& s, MetricFamily& f) {
          for (const v1::DeviceStats& d : s.stats.devices()) {
-           Add(f, Seconds(d.busy_ms()), {DeviceLabel(d.device())});
+           Add(f, Seconds(d.busy_ms()), s.Of(d.device()));
          }
        }},
-      {"overlapd_device_running_job", "1 for the job running on the device", MetricType::Gauge,
+      {"overlapd_device_running_job",
+       "1 for each job running on the device; global_job_id (COORDINATOR/JOB) is the same on "
+       "every node a job spans",
+       MetricType::Gauge,
        [](const Sources& s, MetricFamily& f) {
          for (const v1::Device& d : s.node.devices()) {
-           for (const v1::Job* job : LastOpOn(d.index(), s.recent).running) {
-             Add(f, 1, {DeviceLabel(d.index()), {"job_id", job->id()}});
+           for (const v1::Job* job : LastOpOn(d.index(), s).running) {
+             Labels labels = With(s.Of(d.index()), {{"job_id", job->id()}});
+             const std::string global = GlobalJobId(*job, s.node.node_name());
+             if (!global.empty()) labels.push_back({"global_job_id", global});
+             Add(f, 1, std::move(labels));
            }
          }
        }},
+      {"overlapd_last_op_finished_timestamp_seconds",
+       "when the last op on the device was known finished (unix seconds; its job's end, or the "
+       "scrape while the job runs); the last_op series go away metrics_last_op_ttl_s after it",
+       MetricType::Gauge,
+       OfLastOp([](const LastOp& l) -> std::optional<double> { return l.finished_ms / 1000.0; })},
       {"overlapd_last_op_step_seconds", "step time (median) of the last op finished on the device",
        MetricType::Gauge,
        OfLastOp([](const LastOp& l) -> std::optional<double> {
@@ -335,8 +427,10 @@ const std::vector<Definition>& Definitions() {
        MetricType::Gauge,
        OfLastOp([](const LastOp& l) -> std::optional<double> {
          // A GEMM alone has no communication to hide, nor has an op at one rank
-         // (its comm alone is 0: nothing moves).
-         if (l.op->type() == OpTypeName(OpType::kGemm) || !(l.op->comm_alone().median_ms() > 0)) {
+         // (its comm alone is 0: nothing moves); a serial schedule hides none by
+         // design (what its ratio would say is noise).
+         if (l.op->type() == OpTypeName(OpType::kGemm) || !(l.op->comm_alone().median_ms() > 0) ||
+             absl::StartsWith(l.op->schedule(), "serial")) {
            return std::nullopt;
          }
          return l.op->hidden_fraction();
@@ -371,8 +465,10 @@ const std::vector<Definition>& Definitions() {
 
 std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
                                        const v1::GetStatsResponse& stats,
-                                       const std::vector<v1::Job>& recent) {
-  const Sources sources{node, stats, recent};
+                                       const std::vector<v1::Job>& recent, int64_t now_ms,
+                                       const MetricsOptions& options) {
+  Sources sources{node, stats, recent, {}, now_ms, options.last_op_ttl_s};
+  for (const v1::Device& d : node.devices()) sources.gpu[d.index()] = GpuLabels(d, node.hostname());
   std::vector<MetricFamily> out;
   for (const Definition& d : Definitions()) {
     MetricFamily family = Family(d.name, d.help, d.type);
@@ -384,8 +480,8 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
 
 class MetricsExporter::Collector {
  public:
-  Collector(const node::NodeState& node, jobs::Scheduler& scheduler)
-      : node_(node), scheduler_(scheduler) {}
+  Collector(const node::NodeState& node, jobs::Scheduler& scheduler, MetricsOptions options)
+      : node_(node), scheduler_(scheduler), options_(options) {}
 
   std::vector<MetricFamily> Gather() {
     // A failed GetStats (the job store) leaves its figures out rather than
@@ -395,26 +491,44 @@ class MetricsExporter::Collector {
     if (auto jobs = scheduler_.List(v1::JOB_STATE_UNSPECIFIED, kMetricsRecentJobs); jobs.ok()) {
       recent = std::move(*jobs);
     }
-    return BuildMetrics(node_.Info(), stats, recent);
+    return BuildMetrics(node_.Info(), stats, recent, absl::ToUnixMillis(absl::Now()), options_);
+  }
+
+  // /healthz: 200 while the daemon takes work and its devices are usable (what
+  // overlapd_healthy says), 503 otherwise, for load balancers and probes.
+  HttpResponse Health() const {
+    HttpResponse response;
+    if (node_.Info().healthy()) {
+      response.body = "ok\n";
+    } else {
+      response.status = 503;
+      response.body = "unhealthy: draining, or a device is unusable (overlapctl health)\n";
+    }
+    return response;
   }
 
  private:
   const node::NodeState& node_;
   jobs::Scheduler& scheduler_;
+  const MetricsOptions options_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
-    const std::string& address, const node::NodeState& node, jobs::Scheduler& scheduler) {
+    const std::string& address, const node::NodeState& node, jobs::Scheduler& scheduler,
+    const MetricsOptions& options) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
-  exporter->collector_ = std::make_unique<Collector>(node, scheduler);
+  exporter->collector_ = std::make_unique<Collector>(node, scheduler, options);
   Collector* collector = exporter->collector_.get();
+  HttpEndpoint::Routes routes;
+  routes["/metrics"] = [collector] {
+    HttpResponse response;
+    response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    response.body = prometheus::TextSerializer().Serialize(collector->Gather());
+    return response;
+  };
+  routes["/healthz"] = [collector] { return collector->Health(); };
   absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-      HttpEndpoint::Start(address, "/metrics", [collector] {
-        HttpResponse response;
-        response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        response.body = prometheus::TextSerializer().Serialize(collector->Gather());
-        return response;
-      });
+      HttpEndpoint::Start(address, std::move(routes));
   if (!endpoint.ok()) return endpoint.status();
   exporter->endpoint_ = std::move(*endpoint);
   return exporter;

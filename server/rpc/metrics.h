@@ -24,19 +24,29 @@ namespace overlap::rpc {
 // Jobs the last-op metrics look through (newest first).
 inline constexpr int kMetricsRecentJobs = 16;
 
-// The metric families for one scrape. `recent` is newest first; for each
-// device the newest job on it with a finished op gives that device's last op.
+struct MetricsOptions {
+  // How long the last_op and last_layer series stay after their job ended
+  // (config metrics_last_op_ttl_s).
+  double last_op_ttl_s = 900;
+};
+
+// The metric families for one scrape at `now_ms` (unix). `recent` is newest
+// first; for each device the newest job on it with a finished op gives that
+// device's last op.
 std::vector<prometheus::MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
                                                    const v1::GetStatsResponse& stats,
-                                                   const std::vector<v1::Job>& recent);
+                                                   const std::vector<v1::Job>& recent,
+                                                   int64_t now_ms, const MetricsOptions& options);
 
 class MetricsExporter {
  public:
-  // Serves /metrics on `address` (HOST:PORT; port 0 picks one). The references
-  // must outlive the exporter. FAILED_PRECONDITION when it cannot listen there.
+  // Serves /metrics and /healthz on `address` (HOST:PORT; port 0 picks one).
+  // The references must outlive the exporter. FAILED_PRECONDITION when it
+  // cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& address,
                                                                 const node::NodeState& node,
-                                                                jobs::Scheduler& scheduler);
+                                                                jobs::Scheduler& scheduler,
+                                                                const MetricsOptions& options);
   ~MetricsExporter();
 
   int port() const;

@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -64,6 +65,39 @@ TEST(LoggingTest, WritesTimeLevelAndNameToStderr) {
   const std::regex line(
       R"(^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[warning\] \[ops\] hello 42\n$)");
   EXPECT_TRUE(std::regex_search(text, line)) << text;
+}
+
+// Under systemd, stderr is journald's stream (JOURNAL_STREAM names its device
+// and inode): lines then carry their syslog priority and no timestamp, so that
+// `journalctl -p err` finds the errors and times are not doubled.
+TEST(LoggingTest, JournaldLinesCarryTheirPriorityAndNoTimestamp) {
+  char path[] = "/tmp/overlap_journal_testXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  EXPECT_TRUE(IsJournalStream(stream.c_str(), fd));
+  EXPECT_FALSE(IsJournalStream(nullptr, fd));
+  EXPECT_FALSE(IsJournalStream("8:1", fd)) << "another file";
+  EXPECT_FALSE(IsJournalStream("garbage", fd));
+  EXPECT_FALSE(IsJournalStream((stream + ":9").c_str(), fd));
+  close(fd);
+  unlink(path);
+
+  auto Format = [](bool journal, spdlog::level::level_enum level) {
+    const spdlog::details::log_msg msg("sched", level, "queue full");
+    spdlog::memory_buf_t out;
+    MakeLogFormatter(journal)->format(msg, out);
+    return std::string(out.data(), out.size());
+  };
+  EXPECT_EQ(Format(true, spdlog::level::err), "<3>[error] [sched] queue full\n");
+  EXPECT_EQ(Format(true, spdlog::level::warn), "<4>[warning] [sched] queue full\n");
+  EXPECT_EQ(Format(true, spdlog::level::info), "<6>[info] [sched] queue full\n");
+  EXPECT_EQ(Format(true, spdlog::level::debug), "<7>[debug] [sched] queue full\n");
+  EXPECT_EQ(Format(true, spdlog::level::critical), "<2>[critical] [sched] queue full\n");
+  EXPECT_TRUE(std::regex_match(Format(false, spdlog::level::err),
+                               std::regex(R"(^\[\d{4}-.*\] \[error\] \[sched\] queue full\n$)")));
 }
 
 TEST(LoggingTest, ValidLevels) {

@@ -37,7 +37,9 @@ TEST_F(OperatorTest, TheDaemonBinaryServesMetricsAndNamesWhyItCannot) {
   EXPECT_THAT(metrics, HasSubstr("200 OK"));
   EXPECT_THAT(metrics, HasSubstr("text/plain; version=0.0.4"));
   EXPECT_THAT(metrics, HasSubstr("overlapd_healthy{backend=\"host\"} 1\n"));
-  EXPECT_THAT(metrics, HasSubstr("overlapd_device_memory_used_bytes{device=\"3\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("pci_bus_id=\"host:3\",cuda_device=\"3\"} 0\n"));
+  EXPECT_THAT(metrics, HasSubstr("overlapd_build_info{version=\""));
+  EXPECT_THAT(HttpGet(port, "/healthz"), HasSubstr("200 OK"));
   EXPECT_THAT(HttpGet(port, "/other"), HasSubstr("404 Not Found"));
 
   RunResult taken = Child::Spawn({OVERLAPD_BIN, "--backend", "host", "--listen",

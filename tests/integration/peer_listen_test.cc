@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/openssl_util.h"
 #include "overlap/v1/peer.grpc.pb.h"
 #include "server/peer/peer_auth.h"
 #include "server/peer/peer_client.h"
@@ -148,6 +149,32 @@ TEST_F(PeerListenTest, SettingsThatCannotWorkStopTheDaemonAtStart) {
                        "peer_tls_cert: cannot read " + dir_.File("missing.pem"));
   ExpectRefusedAtStart("cluster_hold_timeout_ms: 0\n",
                        "cluster_hold_timeout_ms: must be a positive integer");
+}
+
+// Off loopback with mutual TLS: a certificate that does not name the node
+// stops the daemon at start; on the host backend Gloo's plaintext data plane
+// needs gloo_private_network; with it, the daemon serves.
+TEST_F(PeerListenTest, OffLoopbackTheCertificateAndGlooPolicyAreCheckedAtStart) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the openssl CLI is not installed (scripts/install-deps.sh installs it)";
+  }
+  ASSERT_TRUE(RunInDir(dir_.path(), "printf 'subjectAltName=DNS:node-a.example,IP:127.0.0.1\\n"
+                                    "extendedKeyUsage=serverAuth,clientAuth\\n' > node.ext"));
+  ASSERT_TRUE(MakeTestCa(dir_.path(), "ca"));
+  ASSERT_TRUE(MakeTestLeaf(dir_.path(), "node", "ca", "node.ext", "/CN=node"));
+  const std::string tls = "peer_tls_cert: " + dir_.File("node.pem") +
+                          "\npeer_tls_key: " + dir_.File("node.key") +
+                          "\npeer_tls_ca: " + dir_.File("ca.pem") + "\n";
+  ExpectRefusedAtStart("peer_listen: 0.0.0.0:0\nnode_name: node-b.example:7000\n" + tls,
+                       "names CN=node, subjectAltName node-a.example, 127.0.0.1; not this node "
+                       "(node_name node-b.example:7000)");
+  const std::string off_loopback = "peer_listen: 0.0.0.0:0\nnode_name: node-a.example:7000\n" + tls;
+  ExpectRefusedAtStart(off_loopback,
+                       "gloo_private_network: jobs across daemons on the host backend run over "
+                       "Gloo, which sends tensors as plaintext TCP, and 0.0.0.0:0 is not a "
+                       "loopback address");
+  StartDaemon({"--config", Config(off_loopback + "gloo_private_network: true\n")});
+  EXPECT_THAT(daemon_->Log(), HasSubstr("peer listener"));
 }
 
 }  // namespace

@@ -8,11 +8,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/time/clock.h"
+#include "server/peer/certificate_names.h"
+#include "tests/openssl_util.h"
 
 namespace overlap::peer {
 namespace {
@@ -104,19 +108,47 @@ TEST(PeerConfigTest, OffLoopbackDaemonsSpeakMutualTls) {
                 "peers[3]: \"gpu-node-2.example:7000\": not a loopback address: calls to "
                 "it need mutual TLS");
 
-  // Files are read here (a PEM block of the right kind is all that is checked).
+  // Files are read here, and the certificate must name this node as its peers
+  // check it.
   char pattern[] = "/tmp/ovl-peer-config-XXXXXX";
   const std::string dir = mkdtemp(pattern);
-  const auto write = [&](const std::string& name, const std::string& label) {
-    std::ofstream(dir + "/" + name)
-        << "-----BEGIN " << label << "-----\nAAAA\n-----END " << label << "-----\n";
-    return dir + "/" + name;
-  };
+  ASSERT_TRUE(overlap::testing::RunInDir(
+      dir, "printf 'subjectAltName=DNS:gpu-node-1.example,IP:10.0.0.1\\n' > node.ext"));
+  ASSERT_TRUE(overlap::testing::MakeTestCa(dir, "ca"));
+  ASSERT_TRUE(overlap::testing::MakeTestLeaf(dir, "node", "ca", "node.ext", "/CN=node"));
   config.peer_listen = "10.0.0.1:7000";
-  config.peer_tls_cert = write("node.pem", "CERTIFICATE");
-  config.peer_tls_key = write("node.key", "PRIVATE KEY");
-  config.peer_tls_ca = write("ca.pem", "CERTIFICATE");
+  config.peer_tls_cert = dir + "/node.pem";
+  config.peer_tls_key = dir + "/node.key";
+  config.peer_tls_ca = dir + "/ca.pem";
   EXPECT_TRUE(ValidatePeerConfig(config).ok()) << ValidatePeerConfig(config);
+  DaemonConfig by_name = config;
+  by_name.node_name = "gpu-node-1.example:7000";
+  EXPECT_TRUE(ValidatePeerConfig(by_name).ok()) << ValidatePeerConfig(by_name);
+  // A certificate that does not name the node is refused at start, with what it
+  // names and how to fix it, not at the first job across daemons.
+  DaemonConfig other = config;
+  other.node_name = "gpu-node-9.example:7000";
+  ExpectInvalid(other, "peer_tls_cert: " + config.peer_tls_cert +
+                           " names CN=node, subjectAltName gpu-node-1.example, 10.0.0.1; not this "
+                           "node (node_name gpu-node-9.example:7000), so its peers would refuse "
+                           "every call it makes. Issue it with subjectAltName "
+                           "DNS:gpu-node-9.example (or IP:gpu-node-9.example for an address)");
+  // Nor one past its notAfter.
+  const std::string pem = [&] {
+    std::ifstream in(config.peer_tls_cert);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }();
+  const absl::Status expired = CheckOwnCertificate(pem, config.peer_tls_cert, config.peer_listen,
+                                                   absl::Now() + absl::Hours(24 * 365 * 20));
+  EXPECT_EQ(expired.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(expired.message()), ::testing::HasSubstr(" expired at "));
+  // A key where the certificate should be.
+  DaemonConfig garbled = config;
+  std::ofstream(dir + "/garbled.pem") << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  garbled.peer_tls_cert = dir + "/garbled.pem";
+  ExpectInvalid(garbled, "peer_tls_cert: " + dir + "/garbled.pem: no certificate that parses");
 
   DaemonConfig partial = config;
   partial.peer_tls_ca = "";

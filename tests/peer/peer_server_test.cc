@@ -17,8 +17,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -677,6 +679,37 @@ TEST_F(PeerTlsTest, ACertifiedNodeCannotSpeakAsAnother) {
   const grpc::Status status = stub->AdmitPart(&context, request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(handler.last_caller().node, "localhost:7001");
+}
+
+// The listener follows its certificate files: a renewed certificate is served
+// from the next reload on, without a restart (here it first holds one from a
+// CA its peers do not trust, so the handshake fails until the files change).
+TEST_F(PeerTlsTest, ARenewedCertificateIsServedWithoutARestart) {
+  const std::string live = pki_.File("live");
+  std::filesystem::create_directories(live);
+  const auto install = [&](const std::string& leaf) {
+    for (const std::string ext : {".pem", ".key"}) {
+      std::ofstream(live + "/next" + ext) << pki_.Read(leaf + ext);
+      std::filesystem::rename(live + "/next" + ext, live + "/node" + ext);
+    }
+  };
+  std::ofstream(live + "/ca.pem") << pki_.Read("ca.pem");
+  install("rogue");
+  const PeerTls tls{live + "/node.pem", live + "/node.key", live + "/ca.pem", /*reload_s=*/1};
+  FakeHandler handler;
+  std::unique_ptr<PeerServer> server = StartOrDie(&handler, PeerHello{"host", 2, ""}, tls);
+  ASSERT_TRUE(server);
+  std::unique_ptr<v1::Peers::Stub> stub = StubOrDie(server->listen_address(), pki_.Tls("node-b"));
+  EXPECT_EQ(CallAdmit(*stub, server->node_name(), "before").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  install("node-a");
+  grpc::Status status;
+  for (int i = 0; i < 100; ++i) {
+    status = CallAdmit(*stub, server->node_name(), absl::StrCat("after-", i));
+    if (status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(status.ok()) << "the renewed certificate was not served: " << status.error_message();
 }
 
 TEST_F(PeerTlsTest, MutualTlsLetsTheListenerOffLoopback) {

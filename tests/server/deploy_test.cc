@@ -90,11 +90,19 @@ TEST(DeployTest, ShippedConfigIsTheDefault) {
 TEST(DeployTest, UnitKeepsGpuAccessAndOutlastsTheDrain) {
   const std::string unit = ReadFile(kDeploy + "/overlapd.service");
   std::map<std::string, std::string> settings;
+  std::multimap<std::string, std::string> all;
   for (absl::string_view line : absl::StrSplit(unit, '\n')) {
     if (line.empty() || line[0] == '#' || line[0] == '[') continue;
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
     settings[kv.first] = kv.second;
+    all.emplace(kv.first, kv.second);
   }
+  auto Has = [&all](const std::string& key, const std::string& value) {
+    for (auto [it, end] = all.equal_range(key); it != end; ++it) {
+      if (it->second == value) return true;
+    }
+    return false;
+  };
   EXPECT_EQ(settings["Type"], "notify");
   EXPECT_EQ(settings["ExecStart"], "/usr/local/bin/overlapd --config /etc/overlapd/overlapd.yaml");
   EXPECT_EQ(settings["RuntimeDirectory"], "overlapd");
@@ -104,14 +112,28 @@ TEST(DeployTest, UnitKeepsGpuAccessAndOutlastsTheDrain) {
   EXPECT_EQ(settings["LimitMEMLOCK"], "infinity");
   EXPECT_EQ(settings["ProtectSystem"], "strict");
   EXPECT_GT(std::stod(settings["TimeoutStopSec"]), DaemonConfig().drain_timeout_s);
-  // These would hide /dev/nvidia* or stop nvidia-modprobe from creating them.
+  EXPECT_GE(std::stod(settings["WatchdogSec"]), 10) << "pinged every half period";
+  // Not root: its own user, no capabilities, no new privileges; the one
+  // privileged step (nvidia-modprobe making /dev/nvidia-uvm) runs before it, and
+  // only NVIDIA's devices are open to it.
+  EXPECT_EQ(settings["User"], "overlapd");
+  EXPECT_EQ(settings["Group"], "overlapd");
+  EXPECT_EQ(settings["NoNewPrivileges"], "yes");
+  EXPECT_EQ(settings["CapabilityBoundingSet"], "");
+  EXPECT_EQ(settings["ExecStartPre"], "-+/usr/bin/nvidia-modprobe -u -c=0");
+  EXPECT_EQ(settings["DevicePolicy"], "closed");
+  EXPECT_TRUE(Has("DeviceAllow", "char-nvidia-frontend rw"));
+  EXPECT_TRUE(Has("DeviceAllow", "char-nvidia-uvm rw"));
+  EXPECT_TRUE(Has("SystemCallFilter", "@chown")) << "the socket goes to socket_group";
+  // It would hide /dev/nvidia*.
   EXPECT_EQ(settings.count("PrivateDevices"), 0u);
-  EXPECT_EQ(settings.count("NoNewPrivileges"), 0u);
-  EXPECT_EQ(settings.count("ProtectKernelModules"), 0u);
 }
 
-TEST(DeployTest, SystemdAnalyzeVerifyPasses) {
+// verify-unit.sh also holds the unit to an exposure of 3.0 or below.
+TEST(DeployTest, SystemdAnalyzeVerifyAndSecurityPass) {
   if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+    // CI installs it (scripts/install-deps.sh): there the check must run.
+    if (std::getenv("CI") != nullptr) FAIL() << "systemd-analyze is not installed";
     GTEST_SKIP() << "systemd-analyze is not installed";
   }
   ASSERT_EQ(::access(OVERLAPD_BIN, X_OK), 0) << "build the overlapd target first";

@@ -575,6 +575,23 @@ TEST(JobStoreTest, OpensAndUpgradesAVersionOneDatabase) {
   EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 2);
 }
 
+// The part of a job that this node coordinates is not counted beside that job:
+// a job spanning daemons counts once per node, before and after pruning.
+TEST(JobStoreTest, CountsAJobSpanningDaemonsOncePerNode) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
+  v1::Job own_part = Finished(2, v1::SUCCEEDED, {0}, 10, 20);
+  own_part.set_counted_as_coordinated(true);
+  ASSERT_TRUE((*store)->Put(own_part).ok());
+  ASSERT_TRUE((*store)->Put(Finished(3, v1::FAILED, {1}, 30, 40)).ok());
+  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 1);
+  EXPECT_EQ(*(*store)->Prune(RetentionPolicy{1, 0}, 100), 2);
+  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 1) << "pruning kept the count";
+  EXPECT_EQ((*(*store)->CountByState())[v1::FAILED], 1);
+}
+
 // The scheduler applies its retention policy as jobs end: the history holds
 // the last few, the stats all of them.
 TEST(JobStoreTest, SchedulerPrunesAsJobsEnd) {

@@ -55,18 +55,45 @@ v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState stat
   return job;
 }
 
-TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
+// The labels of the two devices below: dcgm-exporter's (device 0 has NVML; its
+// NVML index differs from overlapd's), then overlapd's own index.
+#define G0                                                                                    \
+  "gpu=\"3\",UUID=\"GPU-6f2a0100-9bcd-1122-3344-5566778899ff\",modelName=\"NVIDIA H200\"," \
+  "Hostname=\"node7\",pci_bus_id=\"00000000:19:00.0\",cuda_device=\"0\""
+#define G1 "modelName=\"NVIDIA H200\",Hostname=\"node7\",cuda_device=\"1\""
+
+constexpr int64_t kNowMs = 1'800'000'000'000;
+const MetricsOptions kOptions{900};
+
+std::string Scrape(const v1::GetNodeInfoResponse& node, const v1::GetStatsResponse& stats,
+                   const std::vector<v1::Job>& recent, int64_t now_ms = kNowMs) {
+  return Text(BuildMetrics(node, stats, recent, now_ms, kOptions));
+}
+
+v1::GetNodeInfoResponse TwoDevices() {
   v1::GetNodeInfoResponse node;
   node.set_backend("cuda");
   node.set_healthy(true);
+  node.set_hostname("node7");
+  node.set_overlapd_version("1.2.3");
+  node.set_git_commit("abc1234");
+  node.set_cuda_runtime_version("13.0");
+  node.set_nccl_version("2.27.7");
+  node.set_cuda_driver_version("580.95");
   v1::Device* d0 = node.add_devices();
   d0->set_index(0);
   d0->set_name("NVIDIA H200");
+  d0->set_model_name("NVIDIA H200");
+  d0->set_uuid("GPU-6f2a0100-9bcd-1122-3344-5566778899ff");
+  d0->set_nvml_index(3);
+  d0->set_pci_bus_id("0000:19:00.0");
+  d0->set_nvml_pci_bus_id("00000000:19:00.0");
   d0->set_memory_bytes(1000);
   d0->set_memory_used_bytes(250);
   d0->set_total_memory_bytes(4000);
   d0->set_telemetry_valid(true);
   d0->set_sm_clock_mhz(1980);
+  d0->set_utilization_pct(87);
   d0->set_power_w(306.5);
   d0->set_max_sm_clock_mhz(1980);
   d0->set_clock_limits_valid(true);
@@ -97,9 +124,18 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   v1::Device* d1 = node.add_devices();
   d1->set_index(1);
   d1->set_name("NVIDIA H200");
+  d1->set_model_name("NVIDIA H200");
+  d1->set_nvml_index(-1);  // no NVML: no gpu label
+  return node;
+}
+
+TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
+  const v1::GetNodeInfoResponse node = TwoDevices();
   v1::GetStatsResponse stats;
+  (*stats.mutable_jobs_by_state())["QUEUED"] = 0;
   (*stats.mutable_jobs_by_state())["RUNNING"] = 1;
   (*stats.mutable_jobs_by_state())["SUCCEEDED"] = 7;
+  (*stats.mutable_jobs_by_state())["FAILED"] = 2;
   stats.set_jobs_submitted(9);
   stats.set_graphs_parsed(11);
   v1::DeviceStats* busy = stats.add_devices();
@@ -107,94 +143,160 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   busy->set_busy_ms(1500);
   // Newest first: job 3 runs on device 1 and has finished nothing yet, so
   // device 1's last op comes from job 2 (rank 1 there); device 0's from job 2.
-  const std::vector<v1::Job> recent = {
+  std::vector<v1::Job> recent = {
       JobOn("job-3", {1}, v1::RUNNING, ""),
       JobOn("job-2", {0, 1}, v1::SUCCEEDED, "fc2"),
       JobOn("job-1", {0}, v1::SUCCEEDED, "old"),
   };
+  recent[1].set_end_time_ms(kNowMs - 60'000);
+  recent[2].set_end_time_ms(kNowMs - 120'000);
   std::vector<v1::Job> with_layer = recent;
   with_layer[2].mutable_result()->mutable_layer_step()->set_median_ms(11.25);
   with_layer[2].mutable_result()->set_layer_exposed_comm_ms(0.5);
-  const std::string text = Text(BuildMetrics(node, stats, with_layer));
+  const std::string text = Scrape(node, stats, with_layer);
   for (const char* line : {
-           "overlapd_last_layer_step_seconds{device=\"0\",job_id=\"job-1\"} 0.01125\n",
-           "overlapd_last_layer_exposed_comm_seconds{device=\"0\",job_id=\"job-1\"} 0.0005\n",
+           "overlapd_build_info{version=\"1.2.3\",git_commit=\"abc1234\",backend=\"cuda\","
+           "cuda_runtime=\"13.0\",nccl=\"2.27.7\",driver=\"580.95\"} 1\n",
+           "overlapd_last_layer_step_seconds{" G0 "} 0.01125\n",
+           "overlapd_last_layer_exposed_comm_seconds{" G0 "} 0.0005\n",
            "overlapd_healthy{backend=\"cuda\"} 1\n",
-           "overlapd_jobs{state=\"SUCCEEDED\"} 7\n",
+           "# TYPE overlapd_jobs_finished_total counter\n",
+           "overlapd_jobs_finished_total{state=\"SUCCEEDED\"} 7\n",
+           "overlapd_jobs_finished_total{state=\"FAILED\"} 2\n",
+           "# TYPE overlapd_jobs_active gauge\n",
+           "overlapd_jobs_active{state=\"RUNNING\"} 1\n",
+           "overlapd_jobs_active{state=\"QUEUED\"} 0\n",
            "overlapd_jobs_submitted_total 9\n",
            "overlapd_graphs_parsed_total 11\n",
-           "overlapd_device_memory_used_bytes{device=\"0\"} 250\n",
-           "overlapd_device_memory_bytes{device=\"0\",name=\"NVIDIA H200\"} 1000\n",
-           "overlapd_device_total_memory_bytes{device=\"0\"} 4000\n",
-           "overlapd_device_sm_clock_mhz{device=\"0\"} 1980\n",
-           "overlapd_device_power_watts{device=\"0\"} 306.5\n",
-           "overlapd_device_max_sm_clock_mhz{device=\"0\"} 1980\n",
-           "overlapd_device_clock_limit{device=\"0\",reason=\"thermal\"} 1\n",
-           "overlapd_device_clock_limit{device=\"0\",reason=\"power\"} 0\n",
-           "overlapd_device_power_capped_seconds_total{device=\"0\"} 41.5\n",
-           "overlapd_device_thermal_capped_seconds_total{device=\"0\"} 2.25\n",
-           "overlapd_device_pcie_link_gen{device=\"0\",link=\"current\"} 1\n",
-           "overlapd_device_pcie_link_gen{device=\"0\",link=\"max\"} 5\n",
-           "overlapd_device_pcie_link_width{device=\"0\",link=\"current\"} 8\n",
-           "overlapd_device_pcie_link_width{device=\"0\",link=\"max\"} 16\n",
-           "overlapd_device_pcie_replays_total{device=\"0\"} 3\n",
-           "overlapd_device_nvlinks{device=\"0\",state=\"active\"} 17\n",
-           "overlapd_device_nvlinks{device=\"0\",state=\"supported\"} 18\n",
-           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"crc\"} 12\n",
-           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"replay\"} 4\n",
-           "overlapd_device_nvlink_errors_total{device=\"0\",type=\"recovery\"} 1\n",
-           "overlapd_device_ecc_errors_total{device=\"0\",type=\"corrected\"} 5\n",
-           "overlapd_device_ecc_errors_total{device=\"0\",type=\"uncorrected\"} 0\n",
-           "overlapd_device_row_remap{device=\"0\",state=\"pending\"} 1\n",
-           "overlapd_device_row_remap{device=\"0\",state=\"failed\"} 0\n",
-           "overlapd_device_xid_errors_total{device=\"0\",kind=\"all\"} 3\n",
-           "overlapd_device_xid_errors_total{device=\"0\",kind=\"gpu\"} 1\n",
-           "overlapd_device_last_xid{device=\"0\"} 74\n",
-           "overlapd_device_busy_seconds_total{device=\"1\"} 1.5\n",
-           "overlapd_device_running_job{device=\"1\",job_id=\"job-3\"} 1\n",
-           "overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
-           "schedule=\"ring/2/p2p\"} 0.0025\n",
-           "overlapd_last_op_hidden_ratio{device=\"1\",job_id=\"job-2\",op=\"fc2\","
-           "schedule=\"ring/2/p2p\"} 0.75\n",
-           "overlapd_last_op_gemm_alone_seconds{device=\"1\",job_id=\"job-2\",op=\"fc2\","
-           "schedule=\"ring/2/p2p\"} 0.003\n",
-           "overlapd_last_op_compute_wait_seconds{device=\"1\",job_id=\"job-2\",op=\"fc2\","
-           "schedule=\"ring/2/p2p\"} 0.002\n",
-           "overlapd_last_op_compute_wait_seconds{device=\"0\",job_id=\"job-2\",op=\"fc2\","
-           "schedule=\"ring/2/p2p\"} 0.001\n",
+           "overlapd_device_memory_used_bytes{" G0 "} 250\n",
+           "overlapd_device_memory_used_bytes{" G1 "} 0\n",
+           "overlapd_device_memory_bytes{" G0 "} 1000\n",
+           "overlapd_device_total_memory_bytes{" G0 "} 4000\n",
+           "overlapd_device_sm_clock_hertz{" G0 "} 1980000000\n",
+           "overlapd_device_utilization_ratio{" G0 "} 0.87\n",
+           "overlapd_device_power_watts{" G0 "} 306.5\n",
+           "overlapd_device_max_sm_clock_hertz{" G0 "} 1980000000\n",
+           "overlapd_device_clock_limit{" G0 ",reason=\"thermal\"} 1\n",
+           "overlapd_device_clock_limit{" G0 ",reason=\"power\"} 0\n",
+           "overlapd_device_power_capped_seconds_total{" G0 "} 41.5\n",
+           "overlapd_device_thermal_capped_seconds_total{" G0 "} 2.25\n",
+           "overlapd_device_pcie_link_gen{" G0 ",link=\"current\"} 1\n",
+           "overlapd_device_pcie_link_gen{" G0 ",link=\"max\"} 5\n",
+           "overlapd_device_pcie_link_width{" G0 ",link=\"current\"} 8\n",
+           "overlapd_device_pcie_link_width{" G0 ",link=\"max\"} 16\n",
+           "overlapd_device_pcie_replays_total{" G0 "} 3\n",
+           "overlapd_device_nvlinks{" G0 ",state=\"active\"} 17\n",
+           "overlapd_device_nvlinks{" G0 ",state=\"supported\"} 18\n",
+           "overlapd_device_nvlink_errors_total{" G0 ",type=\"crc\"} 12\n",
+           "overlapd_device_nvlink_errors_total{" G0 ",type=\"replay\"} 4\n",
+           "overlapd_device_nvlink_errors_total{" G0 ",type=\"recovery\"} 1\n",
+           "overlapd_device_ecc_errors_total{" G0 ",type=\"corrected\"} 5\n",
+           "overlapd_device_ecc_errors_total{" G0 ",type=\"uncorrected\"} 0\n",
+           "overlapd_device_row_remap{" G0 ",state=\"pending\"} 1\n",
+           "overlapd_device_row_remap{" G0 ",state=\"failed\"} 0\n",
+           "overlapd_device_xid_errors_total{" G0 ",kind=\"all\"} 3\n",
+           "overlapd_device_xid_errors_total{" G0 ",kind=\"gpu\"} 1\n",
+           "overlapd_device_last_xid{" G0 "} 74\n",
+           "overlapd_device_busy_seconds_total{" G1 "} 1.5\n",
+           "overlapd_device_running_job{" G1 ",job_id=\"job-3\"} 1\n",
+           "overlapd_last_op_step_seconds{" G0 ",op=\"fc2\",schedule=\"ring/2/p2p\"} 0.0025\n",
+           "overlapd_last_op_finished_timestamp_seconds{" G0
+           ",op=\"fc2\",schedule=\"ring/2/p2p\"} 1799999940\n",
+           "overlapd_last_op_hidden_ratio{" G1 ",op=\"fc2\",schedule=\"ring/2/p2p\"} 0.75\n",
+           "overlapd_last_op_gemm_alone_seconds{" G1 ",op=\"fc2\",schedule=\"ring/2/p2p\"} 0.003\n",
+           "overlapd_last_op_compute_wait_seconds{" G1
+           ",op=\"fc2\",schedule=\"ring/2/p2p\"} 0.002\n",
+           "overlapd_last_op_compute_wait_seconds{" G0
+           ",op=\"fc2\",schedule=\"ring/2/p2p\"} 0.001\n",
        }) {
     EXPECT_THAT(text, HasSubstr(line)) << line;
   }
+  // Finished states only in the counter, live ones only in the gauge; no job id
+  // outside the running job's series.
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_jobs_finished_total{state=\"RUNNING\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_jobs_active{state=\"SUCCEEDED\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("job_id=\"job-2\"")));
+  EXPECT_THAT(text, Not(HasSubstr("{device=\"")));
+  EXPECT_THAT(text, Not(HasSubstr(",device=\"")));
   // No NVML on device 1: its telemetry is absent, not zero; job 1 is shadowed.
-  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"1\"}")));
-  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlinks{device=\"1\"")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_sm_clock_hertz{" G1 "}")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlinks{" G1)));
   // Device 1's whole memory is unknown: absent, not zero.
-  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_total_memory_bytes{device=\"1\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_total_memory_bytes{" G1 "}")));
   // Health readings without clock readings are published all the same.
   v1::GetNodeInfoResponse health_only = node;
   health_only.mutable_devices(0)->set_telemetry_valid(false);
-  const std::string health_text = Text(BuildMetrics(health_only, stats, recent));
-  EXPECT_THAT(health_text,
-              HasSubstr("overlapd_device_nvlinks{device=\"0\",state=\"active\"} 17\n"));
-  EXPECT_THAT(health_text, Not(HasSubstr("overlapd_device_sm_clock_mhz{device=\"0\"}")));
+  const std::string health_text = Scrape(health_only, stats, recent);
+  EXPECT_THAT(health_text, HasSubstr("overlapd_device_nvlinks{" G0 ",state=\"active\"} 17\n"));
+  EXPECT_THAT(health_text, Not(HasSubstr("overlapd_device_sm_clock_hertz{" G0 "}")));
   EXPECT_THAT(text, Not(HasSubstr("op=\"old\"")));
   // Device 1 never ran a job with a layer step.
-  EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{device=\"1\"")));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_last_layer_step_seconds{" G1)));
   EXPECT_THAT(text, HasSubstr("# TYPE overlapd_jobs_submitted_total counter\n"));
 
   // A GEMM alone as the last op: its step, but no hidden ratio.
   std::vector<v1::Job> gemm_last = recent;
   gemm_last[1].mutable_result()->mutable_ops(0)->set_type("gemm");
-  const std::string gemm_text = Text(BuildMetrics(node, stats, gemm_last));
-  EXPECT_THAT(gemm_text, HasSubstr("overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\""));
+  const std::string gemm_text = Scrape(node, stats, gemm_last);
+  EXPECT_THAT(gemm_text, HasSubstr("overlapd_last_op_step_seconds{" G0 ",op=\"fc2\""));
   EXPECT_THAT(gemm_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
 
   // Nor at one rank, where nothing moved (comm alone 0).
   std::vector<v1::Job> one_rank = recent;
   one_rank[1].mutable_result()->mutable_ops(0)->mutable_comm_alone()->set_median_ms(0);
-  const std::string one_text = Text(BuildMetrics(node, stats, one_rank));
-  EXPECT_THAT(one_text, HasSubstr("overlapd_last_op_step_seconds{device=\"0\",job_id=\"job-2\""));
+  const std::string one_text = Scrape(node, stats, one_rank);
+  EXPECT_THAT(one_text, HasSubstr("overlapd_last_op_step_seconds{" G0 ",op=\"fc2\""));
   EXPECT_THAT(one_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
+
+  // Nor for a serial schedule, which hides nothing by design (a ratio there is
+  // noise, and once fired an alert on every serial baseline).
+  std::vector<v1::Job> serial = recent;
+  serial[1].mutable_result()->mutable_ops(0)->set_schedule("serial/nccl");
+  serial[1].mutable_result()->mutable_ops(0)->set_hidden_fraction(-1.38);
+  const std::string serial_text = Scrape(node, stats, serial);
+  EXPECT_THAT(serial_text, HasSubstr("overlapd_last_op_step_seconds{" G0 ",op=\"fc2\""));
+  EXPECT_THAT(serial_text, Not(HasSubstr("overlapd_last_op_hidden_ratio{")));
+}
+
+// The last op's series go away metrics_last_op_ttl_s after its job ended, so
+// that an alert on them clears; a running job's stay.
+TEST(MetricsTest, LastOpSeriesGoStale) {
+  const v1::GetNodeInfoResponse node = TwoDevices();
+  std::vector<v1::Job> recent = {JobOn("job-2", {0}, v1::SUCCEEDED, "fc2")};
+  recent[0].set_end_time_ms(kNowMs - 899'000);
+  recent[0].mutable_result()->mutable_layer_step()->set_median_ms(3);
+  EXPECT_THAT(Scrape(node, {}, recent), HasSubstr("overlapd_last_op_hidden_ratio{" G0));
+  EXPECT_THAT(Scrape(node, {}, recent), HasSubstr("overlapd_last_layer_step_seconds{" G0));
+  const std::string stale = Scrape(node, {}, recent, kNowMs + 2'000);
+  EXPECT_THAT(stale, Not(::testing::ContainsRegex("\noverlapd_last_op_[a-z_]+\\{")));
+  EXPECT_THAT(stale, HasSubstr("# TYPE overlapd_last_op_step_seconds gauge"));
+  EXPECT_THAT(stale, Not(HasSubstr("overlapd_last_layer_step_seconds{")));
+  recent[0].set_state(v1::RUNNING);
+  EXPECT_THAT(Scrape(node, {}, recent, kNowMs + 2'000),
+              HasSubstr("overlapd_last_op_step_seconds{" G0));
+}
+
+// The parts of a job spanning daemons carry its global id, the same on every
+// node: the coordinator's own job and a part it runs, and a peer's part.
+TEST(MetricsTest, RunningPartsCarryTheGlobalJobId) {
+  v1::GetNodeInfoResponse node = TwoDevices();
+  node.set_node_name("n1:7000");
+  v1::Job coordinated = JobOn("job-5", {0}, v1::RUNNING, "");
+  coordinated.add_nodes("n1:7000");
+  coordinated.add_nodes("n2:7000");
+  v1::Job part = JobOn("job-6", {0}, v1::RUNNING, "");
+  part.set_coordinator("n1:7000");
+  part.set_global_job_id("job-5");
+  v1::Job peers = JobOn("job-9", {1}, v1::RUNNING, "");
+  peers.set_coordinator("n2:7000");
+  peers.set_global_job_id("job-40");
+  const std::string text = Scrape(node, {}, {part, coordinated, peers});
+  EXPECT_THAT(text, HasSubstr("overlapd_device_running_job{" G0
+                              ",job_id=\"job-6\",global_job_id=\"n1:7000/job-5\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("overlapd_device_running_job{" G0
+                              ",job_id=\"job-5\",global_job_id=\"n1:7000/job-5\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("overlapd_device_running_job{" G1
+                              ",job_id=\"job-9\",global_job_id=\"n2:7000/job-40\"} 1\n"));
 }
 
 TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
@@ -207,8 +309,8 @@ TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
   v1::Device* d = node.add_devices();
   d->set_telemetry_valid(true);
   std::set<std::string> exported;
-  for (const prometheus::MetricFamily& f :
-       BuildMetrics(node, v1::GetStatsResponse{}, {JobOn("j", {0}, v1::RUNNING, "op")})) {
+  for (const prometheus::MetricFamily& f : BuildMetrics(
+           node, v1::GetStatsResponse{}, {JobOn("j", {0}, v1::RUNNING, "op")}, kNowMs, kOptions)) {
     exported.insert(f.name);
   }
   const std::regex metric("overlapd_[a-z_]+");
@@ -240,7 +342,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   node::NodeState node(**scheduler, **engine, dir.path());
   node.counters().jobs_submitted = 3;
 
-  auto exporter = MetricsExporter::Start("127.0.0.1:0", node, **scheduler);
+  auto exporter = MetricsExporter::Start("127.0.0.1:0", node, **scheduler, kOptions);
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   const int port = (*exporter)->port();
   ASSERT_GT(port, 0);
@@ -248,10 +350,16 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   EXPECT_THAT(response, HasSubstr("200 OK"));
   EXPECT_THAT(response, HasSubstr("overlapd_healthy{backend=\"host\"} 1\n"));
   EXPECT_THAT(response, HasSubstr("overlapd_jobs_submitted_total 3\n"));
-  EXPECT_THAT(response, HasSubstr("overlapd_device_memory_used_bytes{device=\"1\"} 0\n"));
+  EXPECT_THAT(response, HasSubstr("overlapd_device_memory_used_bytes{modelName=\"host-rank-1\","));
+  EXPECT_THAT(response, HasSubstr(",cuda_device=\"1\"} 0\n"));
+  const std::string health = testing::HttpGet(port, "/healthz");
+  EXPECT_THAT(health, ::testing::StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(health, ::testing::EndsWith("\r\n\r\nok\n"));
+  (*scheduler)->StartDrain();
+  EXPECT_THAT(testing::HttpGet(port, "/healthz"), ::testing::StartsWith("HTTP/1.1 503"));
 
   auto second =
-      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **scheduler);
+      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **scheduler, kOptions);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));
@@ -269,12 +377,12 @@ namespace {
 // The endpoint answers only GET (and HEAD) of its path, and says why otherwise.
 TEST(HttpEndpointTest, AnswersItsPathAndRefusesTheRest) {
   int calls = 0;
-  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", "/metrics", [&calls] {
-    ++calls;
-    HttpResponse response;
-    response.body = "up 1\n";
-    return response;
-  });
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", {{"/metrics", [&calls] {
+                                                         ++calls;
+                                                         HttpResponse response;
+                                                         response.body = "up 1\n";
+                                                         return response;
+                                                       }}});
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   const int port = (*endpoint)->port();
   const std::string ok = testing::HttpGet(port, "/metrics?x=1");
@@ -284,9 +392,9 @@ TEST(HttpEndpointTest, AnswersItsPathAndRefusesTheRest) {
   EXPECT_THAT(testing::HttpGet(port, "/"), ::testing::StartsWith("HTTP/1.1 404 Not Found"));
   EXPECT_EQ(calls, 1);
 
-  EXPECT_EQ(HttpEndpoint::Start("127.0.0.1:x", "/metrics", nullptr).status().code(),
+  EXPECT_EQ(HttpEndpoint::Start("127.0.0.1:x", {{"/metrics", nullptr}}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(HttpEndpoint::Start(absl::StrCat("127.0.0.1:", port), "/metrics", nullptr)
+  EXPECT_EQ(HttpEndpoint::Start(absl::StrCat("127.0.0.1:", port), {{"/metrics", nullptr}})
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);

@@ -76,13 +76,15 @@ class Daemon {
  public:
   // Starts overlapd with `args`; NOTIFY_SOCKET set when `notify_socket` is given.
   Daemon(const std::vector<std::string>& args, const std::string& log_path,
-         const std::string& notify_socket = "") {
+         const std::string& notify_socket = "",
+         const std::vector<std::pair<std::string, std::string>>& env = {}) {
     pid_ = ::fork();
     if (pid_ == 0) {
       const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(log, 1);
       ::dup2(log, 2);
       if (!notify_socket.empty()) ::setenv("NOTIFY_SOCKET", notify_socket.c_str(), 1);
+      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(OVERLAPD_BIN));
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -230,6 +232,48 @@ TEST_F(OverlapdBinaryTest, QueuedJobsRunAfterRestart) {
   EXPECT_EQ(next.id(), "job-000003");
   daemon.Signal(SIGINT);
   EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
+}
+
+// Under WatchdogSec= the daemon pings systemd while idle and while a job runs
+// (the scheduler's heartbeat, not a job's progress), and while it drains asks
+// for more stop time (EXTEND_TIMEOUT_USEC) so that a drain longer than
+// TimeoutStopSec is honoured.
+TEST_F(OverlapdBinaryTest, FeedsTheWatchdogAndExtendsTheStopTimeoutWhileDraining) {
+  NotifySocket notify(dir_.path() + "/notify.sock");
+  ASSERT_TRUE(notify.bound());
+  Daemon daemon(Args({"--drain-timeout", "7"}), dir_.path() + "/overlapd.log", notify.path(),
+                {{"WATCHDOG_USEC", "400000"}});
+  ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
+  int pings = 0;
+  for (int i = 0; i < 10 && pings < 2; ++i) {
+    if (notify.Receive(std::chrono::seconds(2)) == "WATCHDOG=1") ++pings;
+  }
+  EXPECT_EQ(pings, 2) << "no watchdog pings while idle\n" << Log();
+
+  auto stub = Stub();
+  v1::Job job;
+  ASSERT_TRUE(Submit(*stub, kLongJob, &job).ok());
+  AwaitState(*stub, job.id(), v1::RUNNING);
+  pings = 0;
+  for (int i = 0; i < 10 && pings < 2; ++i) {
+    if (notify.Receive(std::chrono::seconds(2)) == "WATCHDOG=1") ++pings;
+  }
+  EXPECT_EQ(pings, 2) << "no watchdog pings while a job runs\n" << Log();
+
+  daemon.Signal(SIGTERM);
+  std::vector<std::string> extends;
+  bool stopping = false;
+  for (int i = 0; i < 200 && extends.size() < 2; ++i) {
+    const std::string message = notify.Receive(std::chrono::seconds(10));
+    if (message.empty()) break;
+    if (message.find("STOPPING=1") != std::string::npos) stopping = true;
+    if (message.rfind("EXTEND_TIMEOUT_USEC=", 0) == 0) extends.push_back(message);
+  }
+  EXPECT_TRUE(stopping);
+  ASSERT_EQ(extends.size(), 2u) << "the 7 s drain asked for more time in 5 s slices\n" << Log();
+  // A 5 s slice, the 10 s cancel grace and 5 s to exit.
+  EXPECT_EQ(extends[0], "EXTEND_TIMEOUT_USEC=20000000");
+  EXPECT_EQ(daemon.Wait(std::chrono::seconds(60)), 0) << Log();
 }
 
 TEST_F(OverlapdBinaryTest, BadConfigurationExitsWithUsageStatus) {

@@ -116,6 +116,7 @@ DeviceInfo HostEngine::GetDeviceInfo(int device) const {
   info.memory_bytes = options_.device_memory_bytes;
   info.total_memory_bytes = options_.device_memory_bytes;  // a simulated device is all pool
   info.pci_bus_id = absl::StrCat("host:", device);
+  info.model_name = info.name;
   return info;
 }
 
