@@ -211,7 +211,7 @@ const std::vector<Definition>& Definitions() {
        [](const Sources& s, MetricFamily& f) { Add(f, s.stats.uptime_s()); }},
       {"overlapd_build_info",
        "1, labelled with this overlapd's version and commit, its backend and the CUDA runtime, "
-       "NCCL and driver it runs with",
+       "NCCL and CUDA driver API it runs with",
        MetricType::Gauge,
        [](const Sources& s, MetricFamily& f) {
          Add(f, 1,
@@ -220,7 +220,7 @@ const std::vector<Definition>& Definitions() {
               {"backend", s.node.backend()},
               {"cuda_runtime", s.node.cuda_runtime_version()},
               {"nccl", s.node.nccl_version()},
-              {"driver", s.node.cuda_driver_version()}});
+              {"cuda_driver", s.node.cuda_driver_version()}});
        }},
       {"overlapd_jobs_finished_total",
        "jobs that ended, by final state, since the job store was made (kept across restarts and "

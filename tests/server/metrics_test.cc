@@ -79,7 +79,7 @@ v1::GetNodeInfoResponse TwoDevices() {
   node.set_git_commit("abc1234");
   node.set_cuda_runtime_version("13.0");
   node.set_nccl_version("2.27.7");
-  node.set_cuda_driver_version("580.95");
+  node.set_cuda_driver_version("13.0");
   v1::Device* d0 = node.add_devices();
   d0->set_index(0);
   d0->set_name("NVIDIA H200");
@@ -156,7 +156,7 @@ TEST(MetricsTest, FamiliesFollowNodeStatsAndTheNewestJobPerDevice) {
   const std::string text = Scrape(node, stats, with_layer);
   for (const char* line : {
            "overlapd_build_info{version=\"1.2.3\",git_commit=\"abc1234\",backend=\"cuda\","
-           "cuda_runtime=\"13.0\",nccl=\"2.27.7\",driver=\"580.95\"} 1\n",
+           "cuda_runtime=\"13.0\",nccl=\"2.27.7\",cuda_driver=\"13.0\"} 1\n",
            "overlapd_last_layer_step_seconds{" G0 "} 0.01125\n",
            "overlapd_last_layer_exposed_comm_seconds{" G0 "} 0.0005\n",
            "overlapd_healthy{backend=\"cuda\"} 1\n",
