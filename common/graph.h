@@ -154,6 +154,9 @@ struct Mesh {
 // 0: small enough to yield between chunks to critical work.
 inline constexpr int kDynamicChunkKib = 256;
 
+// The graph schema this overlapd reads (graph key `version`; absent = this).
+inline constexpr int kGraphVersion = 1;
+
 struct JobSpec {
   std::string name;
   std::vector<int> devices;  // empty = every device of the backend
@@ -165,6 +168,10 @@ struct JobSpec {
   int iterations = 20;
   int warmup = 5;
   bool verify = true;
+  // How long `auto` may measure candidates per op (seconds; 0 = no bound).
+  // Past it no further candidate run starts, and the choice is made from what
+  // was measured (the report says so).
+  double autotune_budget_s = 0;
   // What the GPUs do while the host enqueues each timed iteration behind its
   // launch gate: run the op's GEMM (heat, the default), as a training loop's GPUs
   // would be busy with the previous layer, or wait (idle). An idle GPU banks

@@ -27,7 +27,8 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 const char* const kTopLevelFields[] = {
     "name", "devices", "dtype",      "iterations", "warmup",     "verify", "priority",
     "seed", "ops",     "head_start", "layer_step", "bucket_mib", "retune", "timeline",
-    "mesh", "chunk_kib", "defer_bound_ms", "nodes", "fuse", "scheduler"};
+    "mesh", "chunk_kib", "defer_bound_ms", "nodes", "fuse", "scheduler", "version",
+    "autotune_budget_s"};
 const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
                                  "chunks", "transport", "algorithm", "group", "after",
                                  "input", "activation", "parallel"};
@@ -236,6 +237,15 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     } else if (key == "dtype") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
       ASSIGN_OR_RETURN(spec.dtype, WithPath(ParseDType(name), key));
+    } else if (key == "version") {
+      ASSIGN_OR_RETURN(const int version, ReadInt(value, 1, key));
+      if (version != kGraphVersion) {
+        return FieldError(key, absl::StrCat("this overlapd reads graph version ", kGraphVersion,
+                                            "; got ", version, " (a newer overlapd's graph?)"));
+      }
+    } else if (key == "autotune_budget_s") {
+      ASSIGN_OR_RETURN(spec.autotune_budget_s,
+                       WithPath(yaml_util::ReadDouble(value, /*allow_zero=*/true), key));
     } else if (key == "iterations") {
       ASSIGN_OR_RETURN(spec.iterations, ReadInt(value, 1, key));
     } else if (key == "warmup") {

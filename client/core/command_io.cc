@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/core/daemon_client.h"
+#include "client/core/proto_json.h"
 #include "common/yaml_util.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace overlap::client {
 
@@ -41,15 +41,7 @@ absl::StatusOr<std::string> ReadGraphFile(const std::string& file) {
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.add_whitespace = true;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  // Only fails for malformed Any fields, which the API does not use.
-  if (!status.ok()) return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
-  return json;
+  return ProtoToJson(message).dump(2) + "\n";
 }
 
 int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err) {

@@ -38,7 +38,8 @@ absl::StatusOr<std::string> WithScheduler(const std::string& graph, const std::s
 // "overlapctl: cannot write PATH: reason" to `err`.
 int WriteTextFile(const std::string& path, const std::string& text, std::ostream& err);
 
-// The protobuf JSON form: proto field names, primitive fields always printed.
+// `message` as --json writes it (proto_json.h: 64-bit integers as numbers,
+// times also in RFC 3339), indented, ending in a newline.
 std::string ToJson(const google::protobuf::Message& message);
 
 // The one-line error for a failed call and the matching exit status.

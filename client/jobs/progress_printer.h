@@ -2,9 +2,14 @@
 // state, op or phase change, and one per op as it finishes (its schedule, step
 // and hidden share, so a long job shows results before it ends); on a terminal also a live
 // iteration counter that rewrites itself in place. Off a terminal (CI logs) iterations print
-// nothing, so a 10,000-iteration job logs a handful of lines. Not thread-safe.
+// nothing, so a 10,000-iteration job logs a handful of lines, and autotune one line per
+// round, not one per candidate. Each phase line says how long the job has run and, once an
+// op has finished, about how long is left (the ops so far, timed, times the ops to come).
+// Not thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -14,20 +19,26 @@ namespace overlap::client {
 
 class ProgressPrinter {
  public:
-  ProgressPrinter(std::ostream& out, bool is_tty) : out_(out), is_tty_(is_tty) {}
+  // `now_ms`: the unix time in milliseconds (tests pass a fake clock).
+  ProgressPrinter(std::ostream& out, bool is_tty, std::function<int64_t()> now_ms = nullptr);
 
   void Update(const v1::Job& job);
   // Erases a live counter, if one is shown. Call before printing anything else.
   void Finish();
 
  private:
+  // "; 12 s elapsed, about 30 s left" for a job that started; "" otherwise.
+  std::string Timing(const v1::Job& job) const;
+
   std::ostream& out_;
   bool is_tty_;
+  std::function<int64_t()> now_ms_;
   bool counter_shown_ = false;
   bool first_ = true;
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
   std::string step_key_;  // op index, op id and phase last printed
   int ops_done_ = 0;      // finished ops already printed
+  int64_t last_op_done_ms_ = 0;  // when the newest of them was seen finished
 };
 
 }  // namespace overlap::client

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/core/command_io.h"
+#include "client/core/proto_json.h"
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 
@@ -143,7 +144,7 @@ nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
     }
     devices.push_back(std::move(j));
   }
-  return {{"time_ms", now_ms}, {"devices", std::move(devices)}};
+  return {{"time_ms", now_ms}, {"time", Rfc3339(now_ms)}, {"devices", std::move(devices)}};
 }
 
 int RunTop(DaemonClient& client, const TopOptions& options, bool json, std::ostream& out,
@@ -204,7 +205,7 @@ nlohmann::json ClusterTopSampleJson(const std::vector<NodeTopSample>& nodes, int
     }
     all.push_back(std::move(j));
   }
-  return {{"time_ms", now_ms}, {"nodes", std::move(all)}};
+  return {{"time_ms", now_ms}, {"time", Rfc3339(now_ms)}, {"nodes", std::move(all)}};
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "server/runner/op_phases.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -75,29 +77,43 @@ void Append(std::vector<double>& to, const std::vector<double>& from) {
 }
 
 // Autotune over `candidates`: kTuneRounds over all of them, then the runoff of
-// the leaders; the tally decides.
+// the leaders; the tally decides. Past the job's autotune_budget_s no further
+// run starts (the first always does), and the choice says what was cut.
 absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
   const OpSpec& op = run.ctx.op();
   const std::vector<Schedule>& candidates = tally.candidates();
-  auto time = [&](size_t i, const std::string& phase, int iterations) {
+  // Each run's phase names its stage, round and candidate, "k of N", so that a
+  // follower sees how far autotune is.
+  auto time = [&](size_t i, const std::string& stage, int k, int n, int iterations) {
     const Schedule& s = candidates[i];
     return run.Timed(
-        absl::StrFormat("autotune %s (%s)", s.Name(), phase), 1, iterations,
-        [&] { return EnqueueOp(run.ctx, s); }, ops::EventKind::kIterEnd, Replays(s.transport));
+        absl::StrFormat("autotune %s, candidate %d/%d: %s", stage, k, n, s.Name()), 1,
+        iterations, [&] { return EnqueueOp(run.ctx, s); }, ops::EventKind::kIterEnd,
+        Replays(s.transport));
   };
   // Every other round runs the candidates in reverse, so that none is always
   // timed first (on the GPU the preheat left) or last (after the others' heat).
   auto in_turn = [](const std::vector<size_t>& order, int round) {
     return round % 2 == 0 ? order : std::vector<size_t>(order.rbegin(), order.rend());
   };
+  const double budget_s = run.spec.autotune_budget_s;
+  const absl::Time deadline =
+      budget_s > 0 ? absl::Now() + absl::Seconds(budget_s) : absl::InfiniteFuture();
+  int runs = 0;
+  const int planned = static_cast<int>(candidates.size()) * kTuneRounds;
+  bool cut = false;
+  auto over_budget = [&] { return runs > 0 && absl::Now() >= deadline; };
   std::vector<size_t> all(candidates.size());
   std::iota(all.begin(), all.end(), 0);
   RETURN_IF_ERROR(run.Preheat());
-  for (int round = 0; round < kTuneRounds; ++round) {
+  for (int round = 0; round < kTuneRounds && !cut; ++round) {
+    int k = 0;
     for (size_t i : in_turn(all, round)) {
-      ASSIGN_OR_RETURN(
-          const TimedRun t,
-          time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), kTuneIterations));
+      if ((cut = over_budget())) break;
+      ASSIGN_OR_RETURN(const TimedRun t,
+                       time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), ++k,
+                            static_cast<int>(all.size()), kTuneIterations));
+      ++runs;
       tally.AddRound(i, t.times);
       GetLogger("ops")->debug("autotune {} {} round {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id,
                               candidates[i].Name(), round + 1, Summarize(t.times).median,
@@ -105,16 +121,30 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
     }
   }
   const bool fall_back_to_serial = op.mode == OverlapMode::kAuto;
-  const std::vector<size_t> entrants = tally.RunoffEntrants(fall_back_to_serial);
-  for (int round = 0; !entrants.empty() && round < kRunoffRounds; ++round) {
+  const std::vector<size_t> entrants =
+      cut ? std::vector<size_t>{} : tally.RunoffEntrants(fall_back_to_serial);
+  for (int round = 0; !entrants.empty() && round < kRunoffRounds && !cut; ++round) {
+    int k = 0;
     for (size_t i : in_turn(entrants, round)) {
-      ASSIGN_OR_RETURN(
-          const TimedRun t,
-          time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), kRunoffIterations));
+      if ((cut = over_budget())) break;
+      ASSIGN_OR_RETURN(const TimedRun t,
+                       time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), ++k,
+                            static_cast<int>(entrants.size()), kRunoffIterations));
+      ++runs;
       tally.AddRunoff(i, t.times);
     }
   }
-  return tally.Decide(fall_back_to_serial);
+  AutotuneChoice choice = tally.Decide(fall_back_to_serial);
+  if (cut) {
+    int timed = 0;
+    for (const CandidateScore& score : tally.Scores()) timed += std::isfinite(score.best_ms);
+    absl::StrAppendFormat(&choice.reason, "; autotune_budget_s (%g s) cut autotune short %s: %d of %d candidates timed",
+                          budget_s,
+                          runs < planned ? absl::StrFormat("after %d of its %d first-stage runs", runs, planned)
+                                         : std::string("in its runoff"),
+                          timed, static_cast<int>(candidates.size()));
+  }
+  return choice;
 }
 
 }  // namespace

@@ -54,10 +54,14 @@ TEST(FrameworkExportTest, TeUbCfgsFollowInitializeUbsSchema) {
       EXPECT_TRUE(cfg["num_splits"].is_number_integer());
       EXPECT_GE(cfg["num_splits"].get<int>(), 1);
     }
-    if (cfg.contains("use_ce")) EXPECT_TRUE(cfg["use_ce"].is_boolean());
+    if (cfg.contains("use_ce")) {
+      EXPECT_TRUE(cfg["use_ce"].is_boolean());
+    }
   }
   // TE takes no wgrad entry beside a dgrad overlapped by reduce-scatter.
-  if (cfgs.contains("fc1_dgrad")) EXPECT_FALSE(cfgs.contains("fc1_wgrad"));
+  if (cfgs.contains("fc1_dgrad")) {
+    EXPECT_FALSE(cfgs.contains("fc1_wgrad"));
+  }
   // One to one: ring over copy engines, a chunked reduce-scatter.
   EXPECT_EQ(cfgs["qkv_fprop"], (nlohmann::json{{"method", "ring_exchange"}, {"use_ce", true}}));
   EXPECT_EQ(cfgs["proj_fprop"], (nlohmann::json{{"method", "pipeline"}, {"num_splits", 4}}));

@@ -8,6 +8,7 @@
 #include "client/jobs/progress_printer.h"
 #include "client/format/table.h"
 #include "common/graph.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -645,6 +646,47 @@ TEST(ProgressPrinterTest, EachOpIsReportedOnceAsItFinishes) {
   gemm_printer.Update(job);
   EXPECT_THAT(gemm_out.str(),
               ::testing::StartsWith("job 9 wgrad done: serial, step 0.500 ms, 1.250 TFLOP/s\n"));
+}
+
+// Autotune logs one line per round off a terminal, not one per candidate; each
+// phase line says how long the job has run, and once an op finished, about how
+// long is left.
+TEST(ProgressPrinterTest, AutotuneRoundsElapsedAndTimeLeft) {
+  std::ostringstream out;
+  int64_t now = 1'000'000;
+  ProgressPrinter printer(out, /*is_tty=*/false, [&now] { return now; });
+  v1::Job job = ProgressEvent(v1::RUNNING, 0, "fc1", "setup", 0, 0);
+  job.set_start_time_ms(1'000'000);
+  printer.Update(job);
+  for (int round = 1; round <= 2; ++round) {
+    for (int k = 1; k <= 7; ++k) {
+      now += 1000;
+      job.mutable_progress()->set_phase(
+          absl::StrFormat("autotune round %d/2, candidate %d/7: chunked/%d/nccl", round, k, k));
+      job.mutable_progress()->set_iterations(5);
+      printer.Update(job);
+    }
+  }
+  now = 1'020'000;  // fc1 took 20 s
+  *job.mutable_result()->add_ops() = MakeOp("fc1", "ag_gemm", 64, 64, 64, "serial", 1, 1, 1, 0);
+  job.mutable_progress()->set_op_index(1);
+  job.mutable_progress()->set_op_id("fc2");
+  job.mutable_progress()->set_phase("timed");
+  printer.Update(job);
+  now = 1'026'000;
+  job.mutable_progress()->set_phase("verify");
+  printer.Update(job);
+  now = 1'045'000;
+  job.mutable_progress()->set_phase("timeline");
+  printer.Update(job);
+  const std::string text = out.str();
+  EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 setup; 0 ms elapsed\n"));
+  EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 autotune round 1/2 (7 candidates); 1.0 s elapsed\n"));
+  EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 autotune round 2/2 (7 candidates); 8.0 s elapsed\n"));
+  EXPECT_THAT(text, Not(HasSubstr("candidate 3/7"))) << "one line per round";
+  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 timed (5 iterations); 20.0 s elapsed, about 20.0 s left\n"));
+  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 verify (5 iterations); 26.0 s elapsed, about 14.0 s left\n"));
+  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 timeline (5 iterations); 45.0 s elapsed, finishing\n"));
 }
 
 TEST(ProgressPrinterTest, TerminalRewritesCounterInPlace) {

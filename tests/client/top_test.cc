@@ -1,6 +1,8 @@
 // `overlapctl top`: one fixed-width line per GPU per sample, and its JSON form.
 #include "client/views/top.h"
 
+#include "client/core/proto_json.h"
+
 #include <string>
 #include <vector>
 
@@ -118,6 +120,7 @@ TEST(TopTest, GemmAloneShowsNoHiddenAndUntracedNoWait) {
 TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   const nlohmann::json j = TopSampleJson(TwoGpus(), {RunningOn0()}, kNowMs);
   EXPECT_EQ(j["time_ms"], kNowMs);
+  EXPECT_EQ(j["time"], Rfc3339(kNowMs));
   ASSERT_EQ(j["devices"].size(), 2u);
   const nlohmann::json& gpu0 = j["devices"][0];
   EXPECT_EQ(gpu0["sm_clock_mhz"], 1980);

@@ -151,7 +151,7 @@ TEST_F(BadInputTest, EachIsRefusedWithItsCodeAndFieldAndTheDaemonSurvives) {
   EXPECT_TRUE(ParseJson(list.out)["jobs"].empty()) << list.out;
   RunResult stats = daemon_->Ctl({"stats", "--json"});
   ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
-  EXPECT_EQ(ParseJson(stats.out)["jobs_rejected"], std::to_string(refused));
+  EXPECT_EQ(ParseJson(stats.out)["jobs_rejected"], refused);
 }
 
 TEST_F(BadInputTest, ErrorsNameTheSourceFile) {

@@ -143,7 +143,12 @@ TEST_F(CliTest, JsonOutputParses) {
   EXPECT_EQ(fc1["type"], "ag_gemm");
   EXPECT_EQ(fc1["tp"], 4);
   EXPECT_EQ(fc1["chunks"], 2);
-  EXPECT_EQ(fc1["m"], "128");  // int64 is a string in the protobuf JSON form
+  EXPECT_EQ(fc1["m"], 128);  // int64 is a number in --json (CHANGES.md, 0.2)
+  // Unix times come with their RFC 3339 form.
+  EXPECT_GT(job["submit_time_ms"].get<int64_t>(), 0);
+  EXPECT_TRUE(std::regex_match(job["submit_time"].get<std::string>(),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
+      << job["submit_time"];
   EXPECT_GT(fc1["step"]["median_ms"].get<double>(), 0.0);
   EXPECT_EQ(fc1["step"]["samples"], 3);
   EXPECT_TRUE(fc1["verified"].get<bool>());
@@ -167,8 +172,8 @@ TEST_F(CliTest, JsonOutputParses) {
   RunResult stats = daemon_->Ctl({"stats", "--json"});
   ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
   nlohmann::json s = ParseJson(stats.out);
-  EXPECT_EQ(s["jobs_submitted"], "1");
-  EXPECT_EQ(s["jobs_by_state"]["SUCCEEDED"], "1");
+  EXPECT_EQ(s["jobs_submitted"], 1);
+  EXPECT_EQ(s["jobs_by_state"]["SUCCEEDED"], 1);
   EXPECT_EQ(s["devices"].size(), 4u);
 }
 

@@ -281,7 +281,7 @@ TEST_F(ClusterTest, AJobsGraphIsParsedOnceOnEachDaemonItTouches) {
   auto parsed = [&](int i) {
     RunResult stats = daemon(i).Ctl({"stats", "--json"});
     EXPECT_EQ(stats.exit_code, 0) << stats.err;
-    return std::stoll(ParseJson(stats.out).value("graphs_parsed", std::string("0")));
+    return ParseJson(stats.out).value("graphs_parsed", int64_t{0});
   };
   const int64_t coordinator_before = parsed(0);
   const int64_t peer_before = parsed(1);

@@ -56,8 +56,8 @@ TEST(GraphCliTest, TheModelsLayerRunsOnTheDaemonsGpus) {
                                           "fc1_grads", "proj_dgrad", "proj_wgrad", "qkv_x_gather",
                                           "qkv_dgrad", "qkv_wgrad", "proj_grads", "qkv_grads"));
   // The plain MLP's fc1 is ffn wide: 128 x 256 x 512.
-  EXPECT_EQ(ops[2]["m"], "128");
-  EXPECT_EQ(ops[2]["n"], "512");
+  EXPECT_EQ(ops[2]["m"], 128);
+  EXPECT_EQ(ops[2]["n"], 512);
 }
 
 TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {

@@ -239,12 +239,12 @@ class RandomLifecycleTest : public ::testing::Test {
   void CheckStartOrder() {
     std::vector<const nlohmann::json*> started;
     for (const auto& [id, job] : jobs_) {
-      if (std::stoll((*job.final)["start_time_ms"].get<std::string>()) > 0) {
+      if ((*job.final)["start_time_ms"].get<int64_t>() > 0) {
         started.push_back(&*job.final);
       }
     }
     auto ms = [](const nlohmann::json& job, const char* key) {
-      return std::stoll(job[key].get<std::string>());
+      return job[key].get<int64_t>();
     };
     int contended = 0;
     for (const nlohmann::json* a : started) {
@@ -262,9 +262,9 @@ class RandomLifecycleTest : public ::testing::Test {
         }
         ++contended;
         const std::pair<int, int64_t> a_rank = {-(*a)["priority"].get<int>(),
-                                                std::stoll((*a)["sequence"].get<std::string>())};
+                                                (*a)["sequence"].get<int64_t>()};
         const std::pair<int, int64_t> b_rank = {-(*b)["priority"].get<int>(),
-                                                std::stoll((*b)["sequence"].get<std::string>())};
+                                                (*b)["sequence"].get<int64_t>()};
         EXPECT_LT(b_rank, a_rank) << (*b)["id"] << " started while " << (*a)["id"]
                                   << ", ranked above it, waited";
       }

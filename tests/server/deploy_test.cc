@@ -173,7 +173,8 @@ TEST(DeployTest, InstallStagesUnderDestdir) {
 }
 
 }  // namespace
-// The Slurm script turns the allocation's hosts into --nodes and submits to
+// The Slurm script turns the allocation's hosts into --nodes (named as Slurm
+// names them here; tests/deploy/sbatch_test.sh covers the other ways) and submits to
 // the first node's daemon (scontrol and overlapctl stand-ins record it).
 TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
   TempDir dir;
@@ -184,7 +185,7 @@ TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
   std::ofstream(bin + "/overlapctl") << "#!/bin/sh\necho \"overlapctl $*\"\n";
   ASSERT_EQ(Shell("chmod +x " + bin + "/scontrol " + bin + "/overlapctl", "/dev/null"), 0);
   const std::string log = dir.path() + "/log";
-  ASSERT_EQ(Shell("PATH=" + bin + ":$PATH SLURM_JOB_NODELIST='gpu-[a-c]' PEER_PORT=7100 bash " +
+  ASSERT_EQ(Shell("PATH=" + bin + ":$PATH OVERLAPD_NODE_NAMES=slurm SLURM_JOB_NODELIST='gpu-[a-c]' PEER_PORT=7100 bash " +
                       kDeploy + "/slurm/overlap-job.sbatch layer.yaml --json",
                   log),
             0)

@@ -1,15 +1,17 @@
 """The overlapd client: the Jobs and Node services of overlap.v1 over gRPC.
 
 Results are plain dicts with the field names `overlapctl --json` prints
-(proto field names, every field present, 64-bit integers as strings, enums by
-name). Every failed call raises OverlapdError with the gRPC code and the
+(proto field names, every field present, 64-bit integers as numbers,
+unix-millisecond times also in RFC 3339, enums by name). Every failed call raises OverlapdError with the gRPC code and the
 daemon's message."""
+import datetime
 import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 
 from overlapd._gen.overlap.v1 import overlap_pb2 as pb
 from overlapd._gen.overlap.v1 import overlap_pb2_grpc as pb_grpc
@@ -49,13 +51,63 @@ def default_address() -> str:
     return "unix:" + own
 
 
+_WIDE_INTEGERS = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64,
+                  FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64,
+                  FieldDescriptor.TYPE_SFIXED64}
+
+
+def _time_name(field: str) -> str:
+    """submit_time_ms -> submit_time, last_xid_unix_ms -> last_xid_time."""
+    if field.endswith("_unix_ms"):
+        return field[:-len("_unix_ms")] + "_time"
+    if field.endswith("_time_ms"):
+        return field[:-len("_ms")]
+    return ""
+
+
+def _rfc3339(unix_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(unix_ms / 1000, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (unix_ms % 1000)
+
+
+def _numbers(descriptor, value: Dict[str, Any]) -> None:
+    """overlapctl --json's form (client/core/proto_json.h): 64-bit integers as
+    numbers, unix-millisecond times also in RFC 3339."""
+    for field in descriptor.fields:
+        if field.name not in value:
+            continue
+        item = value[field.name]
+        map_value = (field.message_type.fields_by_name.get("value")
+                     if field.message_type is not None and
+                     field.message_type.GetOptions().map_entry else None)
+        if map_value is not None:
+            for key in item:
+                if map_value.message_type is not None:
+                    _numbers(map_value.message_type, item[key])
+                elif map_value.type in _WIDE_INTEGERS:
+                    item[key] = int(item[key])
+        elif field.message_type is not None:
+            for element in (item if field.label == FieldDescriptor.LABEL_REPEATED else [item]):
+                _numbers(field.message_type, element)
+        elif field.type in _WIDE_INTEGERS:
+            if field.label == FieldDescriptor.LABEL_REPEATED:
+                value[field.name] = [int(v) for v in item]
+            else:
+                value[field.name] = int(item)
+                name = _time_name(field.name)
+                if name and name not in value:
+                    value[name] = _rfc3339(value[field.name]) if value[field.name] else None
+
+
 def _to_dict(message) -> Dict[str, Any]:
     try:  # protobuf >= 5
-        return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                         always_print_fields_with_no_presence=True)
+        out = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                        always_print_fields_with_no_presence=True)
     except TypeError:  # protobuf < 5
-        return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                         including_default_value_fields=True)
+        out = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                        including_default_value_fields=True)
+    _numbers(message.DESCRIPTOR, out)
+    return out
 
 
 def _read(path: str, what: str) -> bytes:

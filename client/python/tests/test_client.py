@@ -47,7 +47,9 @@ def test_submit_a_dict_and_wait_for_a_verified_report(daemon):
     for op in ops:
         assert op["verified"] is True
         assert op["max_rel_error"] <= op["tolerance"]
-        assert op["m"] == "128"  # int64 as a string, as overlapctl --json
+        assert op["m"] == 128  # int64 as a number, as overlapctl --json
+        assert isinstance(job["submit_time_ms"], int)
+        assert job["submit_time"].endswith("Z")  # RFC 3339, as overlapctl --json
     assert ops[0]["schedule"] == "bulk/p2p" or ops[0]["schedule"].startswith("bulk/")
     # The same job by id, and in the list.
     assert client.get(job["id"])["state"] == "SUCCEEDED"
@@ -114,7 +116,7 @@ def test_tuning_and_a_missing_calibration(daemon):
     auto["ops"] = [dict(op, mode="auto") for op in SMALL["ops"]]
     assert client.submit(auto, wait=True, timeout_s=240)["state"] == "SUCCEEDED"
     tuned = client.tuning(op_type="ag_gemm")
-    assert any(t["m"] == "128" and t["current"] for t in tuned)
+    assert any(t["m"] == 128 and t["current"] for t in tuned)
     with pytest.raises(overlapd.OverlapdError) as none:
         client.calibration()
     assert none.value.code == grpc.StatusCode.NOT_FOUND
