@@ -473,6 +473,26 @@ TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
   EXPECT_EQ(schedules["d1"], "serial/p2p");
 }
 
+// autotune_budget_s bounds autotune: past it no further candidate run starts
+// (the first always does), auto picks from what it measured, and its reason
+// says what the budget cut.
+TEST(JobRunnerTest, AutotuneBudgetCutsTheTuningShortAndSaysSo) {
+  auto engine = CheckedHostEngine(3);
+  JobSpec spec = SmallJob();
+  spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
+  spec.ops[0].after.clear();
+  spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
+  spec.autotune_budget_s = 1e-9;
+  auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::OpResult& op = result->ops(0);
+  EXPECT_EQ(op.schedule(), "serial/nccl") << "the one candidate timed: serial over NCCL, first";
+  EXPECT_THAT(op.auto_reason(),
+              ::testing::HasSubstr("; autotune_budget_s (1e-09 s) cut autotune short after 1 of "
+                                   "its 10 first-stage runs: 1 of 5 candidates timed"));
+  EXPECT_TRUE(op.verified());
+}
+
 // algorithm: auto tunes over every layout the backend has (the host's library
 // collectives have one: no nccl/ring or nccl/tree), verifies what it chose,
 // names it, and keys the tuning cache by what was asked.

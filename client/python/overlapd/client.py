@@ -56,6 +56,13 @@ _WIDE_INTEGERS = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64,
                   FieldDescriptor.TYPE_SFIXED64}
 
 
+def _repeated(field) -> bool:
+    # protobuf 6 dropped FieldDescriptor.label for is_repeated.
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return field.label == FieldDescriptor.LABEL_REPEATED
+
+
 def _time_name(field: str) -> str:
     """submit_time_ms -> submit_time, last_xid_unix_ms -> last_xid_time."""
     if field.endswith("_unix_ms"):
@@ -87,10 +94,10 @@ def _numbers(descriptor, value: Dict[str, Any]) -> None:
                 elif map_value.type in _WIDE_INTEGERS:
                     item[key] = int(item[key])
         elif field.message_type is not None:
-            for element in (item if field.label == FieldDescriptor.LABEL_REPEATED else [item]):
+            for element in (item if _repeated(field) else [item]):
                 _numbers(field.message_type, element)
         elif field.type in _WIDE_INTEGERS:
-            if field.label == FieldDescriptor.LABEL_REPEATED:
+            if _repeated(field):
                 value[field.name] = [int(v) for v in item]
             else:
                 value[field.name] = int(item)
