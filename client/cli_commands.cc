@@ -12,6 +12,7 @@ std::vector<CliCommand> AllCliCommands() {
   // clang-format off
   return {
       SubmitCommand(),
+      ValidateCommand(),
       GetCommand(),
       ListCommand(),
       CancelCommand(),

@@ -66,6 +66,7 @@ std::vector<CliCommand> AllCliCommands();
 // The entries, by the file that defines them.
 // cli_job_commands.cc: one job, or two.
 CliCommand SubmitCommand();
+CliCommand ValidateCommand();
 CliCommand GetCommand();
 CliCommand ListCommand();
 CliCommand CancelCommand();

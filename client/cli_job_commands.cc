@@ -105,6 +105,22 @@ CliCommand SubmitCommand() {
       });
 }
 
+CliCommand ValidateCommand() {
+  return MakeCliCommand<SubmitOptions>(
+      "validate",
+      "check a layer graph as submit would against this daemon (shapes, memory, devices, your "
+      "rights and quota, the nodes it spans) and run nothing",
+      [](CLI::App& app, SubmitOptions& options) {
+        app.add_option("FILE", options.file, "graph file; - reads standard input")->required();
+        app.add_option("--nodes", options.nodes,
+                       "check it as a job over these daemons' peer addresses (as submit --nodes)")
+            ->delimiter(',');
+      },
+      [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
+        return CommandsFor(context).Validate(options.file, options.nodes);
+      });
+}
+
 CliCommand GetCommand() {
   return MakeCliCommand<JobIdOptions>(
       "get", "show one job", AddJobId,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/bench/bench_html.h"
 #include "client/bench/compare.h"
 #include "client/core/interrupts.h"
@@ -72,6 +73,29 @@ int Commands::FollowAndPrint(const std::string& id, OnStop on_stop) {
   progress.Finish();
   if (!job.ok()) return Fail(job.status());
   return PrintFinal(*job);
+}
+
+int Commands::Validate(const std::string& file, const std::vector<std::string>& nodes) {
+  absl::StatusOr<std::string> spec = ReadGraphFile(file);
+  if (!spec.ok()) {
+    err_ << "overlapctl: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  const std::string source = file == "-" ? "<stdin>" : file;
+  absl::StatusOr<v1::Job> job = client_.SubmitJob(*spec, source, nodes, /*validate_only=*/true);
+  if (!job.ok()) return Fail(job.status());
+  if (json_) {
+    out_ << ToJson(*job);
+    return kExitOk;
+  }
+  out_ << source << ": valid: " << job->name() << ", priority " << job->priority() << ", ";
+  if (job->nodes_size() > 0) {
+    out_ << job->nodes_size() << " nodes (each checked its part)";
+  } else {
+    out_ << "devices " << absl::StrJoin(job->devices(), ",");
+  }
+  out_ << "; nothing was queued or run\n";
+  return kExitOk;
 }
 
 int Commands::Submit(const std::string& file, bool wait, const std::vector<std::string>& nodes,

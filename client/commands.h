@@ -32,6 +32,9 @@ class Commands {
   // submit --compare-scheduler: the graph under scheduler static, then dynamic,
   // and how each sent its deferred collectives, side by side.
   int CompareScheduler(const std::string& file, const std::vector<std::string>& nodes);
+  // A dry run of `file` against the daemon (and the nodes a job spans): every
+  // check a submission meets, nothing queued or run.
+  int Validate(const std::string& file, const std::vector<std::string>& nodes);
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);

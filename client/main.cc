@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
+#include "client/format/table.h"
 #include "client/core/daemon_client.h"
 #include "client/core/interrupts.h"
 #include "common/config.h"
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
                  "/tmp/overlapd-UID/overlapd.sock, where it exists; else "
                  "/run/overlapd/overlapd.sock)");
   app.add_flag("--json", json, "print the protobuf JSON form instead of text");
+  bool wide = false;
+  app.add_flag("--wide", wide,
+               "tables show every column (by default they fit 120 columns, dropping detail ones)");
   client::ClientTls tls{FromEnv("OVERLAPD_TLS_CA"), FromEnv("OVERLAPD_TLS_CERT"),
                         FromEnv("OVERLAPD_TLS_KEY"), ""};
   app.add_option("--tls-ca", tls.ca_file,
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints the help, or the error and "Run with --help"
     return rc == 0 ? client::kExitOk : client::kExitUsage;
   }
+  if (wide) client::SetTableWidth(0);
 
   // Made for every command, so that bad --tls-* files are a usage error even
   // where no call follows; it connects on its first call only.

@@ -131,12 +131,14 @@ absl::Status DaemonClient::Convert(const grpc::Status& status) const {
 
 absl::StatusOr<v1::Job> DaemonClient::SubmitJob(const std::string& spec,
                                                 const std::string& source_name,
-                                                const std::vector<std::string>& nodes) {
+                                                const std::vector<std::string>& nodes,
+                                                bool validate_only) {
   grpc::ClientContext context;
   PrepareUnary(context);
   v1::SubmitJobRequest request;
   request.set_spec(spec);
   request.set_source_name(source_name);
+  request.set_validate_only(validate_only);
   for (const std::string& node : nodes) request.add_nodes(node);
   v1::SubmitJobResponse response;
   absl::Status status = Convert(jobs_->SubmitJob(&context, request, &response));

@@ -49,8 +49,11 @@ class DaemonClient {
   const std::string& address() const { return address_; }
 
   // `nodes`: run it over these daemons (SubmitJobRequest.nodes).
+  // `validate_only`: checked as a submission is, nothing queued; the job as it
+  // would be, without an id (SubmitJobRequest.validate_only).
   absl::StatusOr<v1::Job> SubmitJob(const std::string& spec, const std::string& source_name,
-                                    const std::vector<std::string>& nodes = {});
+                                    const std::vector<std::string>& nodes = {},
+                                    bool validate_only = false);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   // One page of job summaries, newest first (limit 0 = the daemon's page size).
   absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit,

@@ -469,20 +469,22 @@ std::string FormatReport(const v1::Job& job) {
     absl::StrAppend(&out, "\n");
     return out;
   }
+  // Past 120 columns the host's enqueue time goes first, then the rates and
+  // the parts of the step the exposed figure already sums up.
   TextTable table({{"op"},
                    {"type"},
                    {"shape (m x k x n)"},
                    {"mode"},
-                   {"chunks", Align::kRight},
+                   {"chunks", Align::kRight, 2},
                    {"transport"},
                    {"step ms", Align::kRight},
-                   {"host ms", Align::kRight},
-                   {"GEMM alone ms", Align::kRight},
-                   {"comm alone ms", Align::kRight},
+                   {"host ms", Align::kRight, 6},
+                   {"GEMM alone ms", Align::kRight, 1},
+                   {"comm alone ms", Align::kRight, 3},
                    {"exposed comm ms", Align::kRight},
                    {"hidden %", Align::kRight},
-                   {"TFLOP/s", Align::kRight},
-                   {"busbw GB/s", Align::kRight},
+                   {"TFLOP/s", Align::kRight, 4},
+                   {"busbw GB/s", Align::kRight, 5},
                    {"verify"}});
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
@@ -615,12 +617,12 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                    {"STATE"},
                    {"OWNER"},
                    {"NAME"},
-                   {"PRIO", Align::kRight},
+                   {"PRIO", Align::kRight, 3},
                    {"DEVICES"},
-                   {"OPS", Align::kRight},
+                   {"OPS", Align::kRight, 2},
                    {"SUBMITTED (UTC)"},
                    {"DURATION", Align::kRight},
-                   {"STEP ms", Align::kRight},
+                   {"STEP ms", Align::kRight, 1},
                    {"REASON"}});
   for (const v1::Job& job : jobs) {
     const bool started = job.start_time_ms() > 0;

@@ -1,7 +1,14 @@
 // A plain-text table with aligned columns, as printed by overlapctl. Pure
 // formatting, no I/O; not thread-safe (build one per output).
+//
+// Tables fit the output width (120 columns, as kubectl's do; SetTableWidth(0)
+// for `--wide`): where a table is wider, its detail columns go, the highest
+// `detail` rank first, and a line under it names them. Cells are padded by the
+// width they show on a terminal (UTF-8: a CJK character takes two columns, a
+// combining mark none), not by their bytes.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -9,11 +16,21 @@ namespace overlap::client {
 
 enum class Align { kLeft, kRight };
 
+// The width tables fit by default, and what --wide sets (0 = no limit).
+inline constexpr size_t kDefaultTableWidth = 120;
+void SetTableWidth(size_t columns);
+size_t TableWidth();
+
+// Terminal columns `text` (UTF-8) takes; a byte that is not UTF-8 counts one.
+size_t DisplayWidth(const std::string& text);
+
 class TextTable {
  public:
   struct Column {
     std::string title;
     Align align = Align::kLeft;
+    // 0: always shown. Otherwise dropped, highest first, to fit TableWidth().
+    int detail = 0;
   };
 
   explicit TextTable(std::vector<Column> columns);

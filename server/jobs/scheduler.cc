@@ -197,6 +197,31 @@ void Scheduler::ChangedLocked(Entry& entry) {
   changed_.SignalAll();
 }
 
+absl::Status Scheduler::RoomLocked(const std::string& owner, const std::string& owner_name) const {
+  if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
+  const int queued = static_cast<int>(pending_.size() + submitting_.size());
+  if (queued >= options_.max_queued_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", queued,
+                     " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
+  }
+  if (options_.max_queued_jobs_per_owner > 0) {
+    const int mine = QueuedByOwnerLocked(owner);
+    if (mine >= options_.max_queued_jobs_per_owner) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "quota: ", owner_name.empty() ? owner : owner_name, " has ", mine,
+          " jobs queued (max_queued_jobs_per_user = ", options_.max_queued_jobs_per_owner,
+          "); wait for some to start, or cancel some"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckRoom(const std::string& owner, const std::string& owner_name) const {
+  absl::MutexLock lock(&mu_);
+  return RoomLocked(owner, owner_name);
+}
+
 absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr graph) {
   JobRecord job;
   job.name = submitted.name();
@@ -213,22 +238,7 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr gra
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);
-    if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
-    const int queued = static_cast<int>(pending_.size() + submitting_.size());
-    if (queued >= options_.max_queued_jobs) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("queue full: ", queued,
-                       " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
-    }
-    if (options_.max_queued_jobs_per_owner > 0) {
-      const int mine = QueuedByOwnerLocked(job.owner);
-      if (mine >= options_.max_queued_jobs_per_owner) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "quota: ", job.owner_name.empty() ? job.owner : job.owner_name, " has ", mine,
-            " jobs queued (max_queued_jobs_per_user = ", options_.max_queued_jobs_per_owner,
-            "); wait for some to start, or cancel some"));
-      }
-    }
+    RETURN_IF_ERROR(RoomLocked(job.owner, job.owner_name));
     job.sequence = next_sequence_++;
     key = {-job.priority, job.sequence};
     submitting_[key] = Submitting{job.devices, job.owner};

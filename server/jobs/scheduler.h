@@ -127,6 +127,10 @@ class Scheduler {
   absl::StatusOr<JobSnapshot> WaitForChange(const std::string& id, uint64_t seen_version,
                                             absl::Duration timeout);
 
+  // What Submit would refuse a job of `owner` for now (draining, the queue full,
+  // the owner's quota), without queueing anything: `overlapctl validate`.
+  absl::Status CheckRoom(const std::string& owner, const std::string& owner_name) const;
+
   // Submit answers UNAVAILABLE and no further job starts; queued jobs stay QUEUED.
   void StartDrain();
   bool draining() const;
@@ -198,6 +202,8 @@ class Scheduler {
   std::map<PendingKey, Submitting> submitting_ ABSL_GUARDED_BY(mu_);
   // Queued jobs (pending or submitting) per owner, for the quota.
   int QueuedByOwnerLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RoomLocked(const std::string& owner, const std::string& owner_name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);

@@ -69,9 +69,10 @@ grpc::Status JobsService::Limited(grpc::ServerContext* context, absl::string_vie
   return status;
 }
 
-absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::string& spec_text,
-                                           const std::string& source_name,
-                                           const std::vector<std::string>& nodes) {
+absl::StatusOr<jobs::AdmittedJob> JobsService::Admit(const Caller& caller,
+                                                    const std::string& spec_text,
+                                                    const std::string& source_name,
+                                                    const std::vector<std::string>& nodes) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
   if (!nodes.empty() && !options_.admit_spanning) {
     return absl::FailedPreconditionError(
@@ -96,9 +97,15 @@ absl::StatusOr<v1::Job> JobsService::Admit(const Caller& caller, const std::stri
   job.set_owner(caller.owner);
   job.set_owner_name(caller.name);
   job.set_owner_admin(caller.admin);
-  // Queue room, the owner's quota and draining are checked again by the
-  // scheduler, atomically with storing the job.
-  return scheduler_.Submit(job, std::move(admitted.graph));
+  return admitted;
+}
+
+absl::StatusOr<v1::Job> JobsService::Validate(const Caller& caller, const std::string& spec_text,
+                                              const std::string& source_name,
+                                              const std::vector<std::string>& nodes) {
+  ASSIGN_OR_RETURN(jobs::AdmittedJob admitted, Admit(caller, spec_text, source_name, nodes));
+  RETURN_IF_ERROR(scheduler_.CheckRoom(caller.owner, caller.name));
+  return std::move(admitted.job);
 }
 
 absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {
@@ -122,7 +129,12 @@ absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::str
 absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::string& spec_text,
                                             const std::string& source_name,
                                             const std::vector<std::string>& nodes) {
-  absl::StatusOr<v1::Job> job = Admit(caller, spec_text, source_name, nodes);
+  absl::StatusOr<jobs::AdmittedJob> admitted = Admit(caller, spec_text, source_name, nodes);
+  // Queue room, the owner's quota and draining are checked again by the
+  // scheduler, atomically with storing the job.
+  absl::StatusOr<v1::Job> job = admitted.ok()
+                                    ? scheduler_.Submit(admitted->job, std::move(admitted->graph))
+                                    : absl::StatusOr<v1::Job>(admitted.status());
   if (!job.ok()) {
     counters_.jobs_rejected.fetch_add(1);
     if (job.status().code() == absl::StatusCode::kInternal ||
@@ -141,8 +153,11 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
                                     const v1::SubmitJobRequest* request,
                                     v1::SubmitJobResponse* response) {
   return Limited(context, "SubmitJob", [&](const Caller& caller) {
-    absl::StatusOr<v1::Job> job = Submit(caller, request->spec(), request->source_name(),
-                                         {request->nodes().begin(), request->nodes().end()});
+    const std::vector<std::string> nodes(request->nodes().begin(), request->nodes().end());
+    absl::StatusOr<v1::Job> job =
+        request->validate_only()
+            ? Validate(caller, request->spec(), request->source_name(), nodes)
+            : Submit(caller, request->spec(), request->source_name(), nodes);
     if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;

@@ -60,11 +60,16 @@ class JobsService final : public v1::Jobs::Service {
   absl::StatusOr<v1::Job> Submit(const Caller& caller, const std::string& spec_text,
                                  const std::string& source_name,
                                  const std::vector<std::string>& nodes = {});
+  // The same checks, nothing queued (SubmitJobRequest.validate_only).
+  absl::StatusOr<v1::Job> Validate(const Caller& caller, const std::string& spec_text,
+                                   const std::string& source_name,
+                                   const std::vector<std::string>& nodes = {});
 
  private:
-  absl::StatusOr<v1::Job> Admit(const Caller& caller, const std::string& spec_text,
-                                const std::string& source_name,
-                                const std::vector<std::string>& nodes);
+  // Everything Submit checks; the admitted job and its graph, not yet queued.
+  absl::StatusOr<jobs::AdmittedJob> Admit(const Caller& caller, const std::string& spec_text,
+                                          const std::string& source_name,
+                                          const std::vector<std::string>& nodes);
   // Runs `serve` for the call's caller while the limiter lets it (the caller's
   // requests in flight), noting it when its caller gave up before the answer.
   template <typename Serve>

@@ -86,7 +86,14 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
+// --wide for one test: every column, as the exact tables below list them.
+struct WideTables {
+  WideTables() { SetTableWidth(0); }
+  ~WideTables() { SetTableWidth(kDefaultTableWidth); }
+};
+
 TEST(ReportTest, ExactTable) {
+  const WideTables wide;
   const std::string report = FormatReport(MakeJob());
   const std::vector<std::string> expected = {
       "job 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16",
@@ -112,6 +119,7 @@ TEST(ReportTest, ExactTable) {
 // A GEMM alone moves nothing and a collective alone computes nothing: their
 // rows dash what does not apply, and neither has an auto choice to explain.
 TEST(ReportTest, OpsAloneDashWhatDoesNotApply) {
+  const WideTables wide;
   v1::Job job = MakeJob();
   v1::OpResult wgrad = MakeOp("wgrad", "gemm", 8192, 8192, 28672, "serial", 1, 5.0, 5.0, 0);
   wgrad.set_requested_mode("auto");
@@ -385,6 +393,7 @@ TEST(ReportTest, Helpers) {
 }
 
 TEST(ReportTest, JobList) {
+  const WideTables wide;
   google::protobuf::RepeatedPtrField<v1::Job> jobs;
   v1::Job* done = jobs.Add();
   *done = MakeJob();
@@ -565,6 +574,40 @@ TEST(ReportTest, StatsListsEveryStateInOrder) {
   EXPECT_THAT(text, HasSubstr("jobs by state:  QUEUED 0, RUNNING 0, SUCCEEDED 3, FAILED 1, "
                               "CANCELLED 0, ABORTED 0\n"));
   EXPECT_THAT(text, HasSubstr("     0     4  1.5 s\n"));
+}
+
+// By default a table fits 120 columns: detail columns go, the highest rank
+// first, and a line names them; essential ones stay even past the limit.
+TEST(TextTableTest, FitsTheWidthByDroppingDetailColumns) {
+  TextTable table({{"name"}, {"a", Align::kRight, 1}, {"b", Align::kRight, 2}, {"c"}});
+  table.AddRow({std::string(110, 'x'), "1", "2", "note"});
+  EXPECT_EQ(table.Render(), std::string("name") + std::string(106, ' ') + "  a  c\n" +
+                                std::string(119, '-') + "\n" + std::string(110, 'x') +
+                                "  1  note\n"
+                                "(to fit 120 columns, not shown: b; --wide shows every column)\n");
+  SetTableWidth(0);
+  EXPECT_EQ(table.Render().find("not shown"), std::string::npos);
+  SetTableWidth(kDefaultTableWidth);
+  TextTable essential({{"name"}, {"c"}});
+  essential.AddRow({std::string(130, 'x'), "y"});
+  EXPECT_EQ(essential.Render().find("not shown"), std::string::npos) << "nothing to drop";
+}
+
+// Cells pad by the columns a terminal shows, not their bytes.
+TEST(TextTableTest, PadsUtf8ByDisplayWidth) {
+  EXPECT_EQ(DisplayWidth("abc"), 3u);
+  EXPECT_EQ(DisplayWidth("r\xc3\xa9sum\xc3\xa9"), 6u);            // résumé: 2-byte letters
+  EXPECT_EQ(DisplayWidth("\xe6\xa8\xa1\xe5\x9e\x8b"), 4u);       // 模型: two wide characters
+  EXPECT_EQ(DisplayWidth("e\xcc\x81"), 1u);                         // e + combining acute
+  EXPECT_EQ(DisplayWidth("\xff\xfe"), 2u);                          // not UTF-8: a column a byte
+  TextTable table({{"name"}, {"n", Align::kRight}});
+  table.AddRow({"r\xc3\xa9sum\xc3\xa9", "1"});
+  table.AddRow({"\xe6\xa8\xa1\xe5\x9e\x8b", "22"});
+  EXPECT_EQ(table.Render(),
+            "name     n\n"
+            "----------\n"
+            "r\xc3\xa9sum\xc3\xa9   1\n"
+            "\xe6\xa8\xa1\xe5\x9e\x8b    22\n");
 }
 
 TEST(TextTableTest, AlignsAndTrims) {

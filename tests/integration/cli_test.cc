@@ -58,7 +58,8 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
-  RunResult submit = daemon_->Ctl({"submit", graph_, "--wait"});
+  // --wide: every column of the report (by default it fits 120, below).
+  RunResult submit = daemon_->Ctl({"--wide", "submit", graph_, "--wait"});
   ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
   const std::vector<std::string> lines = Lines(submit.out);
   ASSERT_GE(lines.size(), 7u) << submit.out;
@@ -112,13 +113,23 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
   EXPECT_THAT(get.out, HasSubstr("devices:   0,1,2,3\n"));
   EXPECT_THAT(get.out, HasSubstr(lines[0] + "\n"));
 
-  RunResult report = daemon_->Ctl({"report", id});
+  RunResult report = daemon_->Ctl({"--wide", "report", id});
   ASSERT_EQ(report.exit_code, 0) << Describe(report);
   EXPECT_EQ(report.out, submit.out);
 
-  RunResult watch = daemon_->Ctl({"watch", id});
+  RunResult watch = daemon_->Ctl({"--wide", "watch", id});
   ASSERT_EQ(watch.exit_code, 0) << Describe(watch);
   EXPECT_EQ(watch.out, submit.out);
+
+  // Without --wide the table fits 120 columns and names what it left out.
+  RunResult narrow = daemon_->Ctl({"report", id});
+  ASSERT_EQ(narrow.exit_code, 0) << Describe(narrow);
+  for (const std::string& line : Lines(narrow.out)) {
+    if (std::regex_search(line, std::regex("^(op +type|(fc1|fc2|out) +(ag_gemm|gemm_rs|gemm_ar))"))) {
+      EXPECT_LE(line.size(), 120u) << line;
+    }
+  }
+  EXPECT_THAT(narrow.out, HasSubstr("(to fit 120 columns, not shown: "));
 
   RunResult stats = daemon_->Ctl({"stats"});
   ASSERT_EQ(stats.exit_code, 0) << Describe(stats);
@@ -600,6 +611,33 @@ TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
   ASSERT_EQ(watch.exit_code, 0) << Describe(watch);
   EXPECT_THAT(watch.out, StartsWith("job " + id + "  name: small-block  backend: host"));
   EXPECT_THAT(watch.err, HasSubstr("job " + id + " SUCCEEDED\n"));
+}
+
+// validate runs every check a submission meets against the daemon and queues
+// nothing: a good graph is valid, one the node cannot run is refused with the
+// submission's code and reason, and the job list stays empty.
+TEST_F(CliTest, ValidateChecksAgainstTheNodeAndRunsNothing) {
+  RunResult good = daemon_->Ctl({"validate", graph_});
+  ASSERT_EQ(good.exit_code, 0) << Describe(good);
+  EXPECT_EQ(good.out, graph_ + ": valid: small-block, priority 0, devices 0,1,2,3; nothing was "
+                               "queued or run\n");
+  RunResult json = daemon_->Ctl({"validate", graph_, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  EXPECT_EQ(ParseJson(json.out)["id"], "") << "no id: nothing was queued";
+  const std::string too_many = dir_.File("eight.yaml");
+  WriteFileOrDie(too_many, "devices: [0, 1, 2, 3, 4, 5, 6, 7]\n"
+                           "ops: [{id: a, type: ag_gemm, m: 64, k: 64, n: 64}]\n");
+  RunResult refused = daemon_->Ctl({"validate", too_many});
+  EXPECT_EQ(refused.exit_code, 3) << Describe(refused);
+  EXPECT_THAT(refused.err, StartsWith("overlapctl: INVALID_ARGUMENT: "));
+  const std::string newer = dir_.File("newer.yaml");
+  WriteFileOrDie(newer, "version: 2\nops: [{id: a, type: gemm, m: 64, k: 64, n: 64}]\n");
+  RunResult version = daemon_->Ctl({"validate", newer});
+  EXPECT_EQ(version.exit_code, 3) << Describe(version);
+  EXPECT_THAT(version.err, HasSubstr("version: this overlapd reads graph version 1; got 2"));
+  RunResult list = daemon_->Ctl({"list"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  EXPECT_EQ(list.out.find("small-block"), std::string::npos) << list.out;
 }
 
 TEST_F(CliTest, UnknownJobIdIsNotFound) {

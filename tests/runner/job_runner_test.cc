@@ -670,11 +670,14 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   EXPECT_EQ(std::count(fc1.begin(), fc1.end(), "preheat"), 2);
   // Round 2 of stage one runs the candidates in the reverse of round 1's order.
   std::vector<std::string> round1, round2;
+  // "autotune round 1/2, candidate 3/7: chunked/4/nccl"
   for (const std::string& phase : fc1) {
-    const size_t paren = phase.find(" (round ");
-    if (paren == std::string::npos) continue;
+    if (phase.rfind("autotune round ", 0) != 0) continue;
+    const size_t colon = phase.find(": ");
+    ASSERT_NE(colon, std::string::npos) << phase;
+    EXPECT_NE(phase.find(", candidate "), std::string::npos) << phase;
     (phase.find("round 1/") != std::string::npos ? round1 : round2)
-        .push_back(phase.substr(0, paren));
+        .push_back(phase.substr(colon + 2));
   }
   ASSERT_GT(round1.size(), 2u);
   EXPECT_EQ(round2, std::vector<std::string>(round1.rbegin(), round1.rend()));
