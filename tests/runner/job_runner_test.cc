@@ -473,15 +473,22 @@ TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
   EXPECT_EQ(schedules["d1"], "serial/p2p");
 }
 
+// One all-reduce whose transport and layout auto chooses: 5 candidates on the
+// host backend.
+JobSpec AllReduceOverEveryLayout() {
+  JobSpec spec = SmallJob();
+  spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
+  spec.ops[0].after.clear();
+  spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
+  return spec;
+}
+
 // autotune_budget_s bounds autotune: past it no further candidate run starts
 // (the first always does), auto picks from what it measured, and its reason
 // says what the budget cut.
 TEST(JobRunnerTest, AutotuneBudgetCutsTheTuningShortAndSaysSo) {
   auto engine = CheckedHostEngine(3);
-  JobSpec spec = SmallJob();
-  spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
-  spec.ops[0].after.clear();
-  spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
+  JobSpec spec = AllReduceOverEveryLayout();
   spec.autotune_budget_s = 1e-9;
   auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -498,10 +505,7 @@ TEST(JobRunnerTest, AutotuneBudgetCutsTheTuningShortAndSaysSo) {
 // names it, and keys the tuning cache by what was asked.
 TEST(JobRunnerTest, AllReduceAlgorithmAutoTunesOverTheLayouts) {
   auto engine = CheckedHostEngine(3);
-  JobSpec spec = SmallJob();
-  spec.ops = {AllReduceAfter("grads", 63, 256, "", Transport::kAuto)};
-  spec.ops[0].after.clear();
-  spec.ops[0].algorithm = AllReduceAlgorithm::kAuto;
+  JobSpec spec = AllReduceOverEveryLayout();
   auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);

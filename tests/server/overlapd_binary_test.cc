@@ -56,6 +56,13 @@ class NotifySocket {
   ~NotifySocket() { ::close(fd_); }
   bool bound() const { return bound_; }
   const std::string& path() const { return path_; }
+  // Reads what has come, without waiting: a socket nobody reads fills after a
+  // few datagrams (net.unix.max_dgram_qlen), and sd_notify then blocks.
+  void Drain() {
+    char buffer[4096];
+    while (::recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT) > 0) {
+    }
+  }
 
   // The next datagram, or "" after `timeout`.
   std::string Receive(std::chrono::seconds timeout) {
@@ -273,7 +280,13 @@ TEST_F(OverlapdBinaryTest, FeedsTheWatchdogAndExtendsTheStopTimeoutWhileDraining
   ASSERT_EQ(extends.size(), 2u) << "the 7 s drain asked for more time in 5 s slices\n" << Log();
   // A 5 s slice, the 10 s cancel grace and 5 s to exit.
   EXPECT_EQ(extends[0], "EXTEND_TIMEOUT_USEC=20000000");
-  EXPECT_EQ(daemon.Wait(std::chrono::seconds(60)), 0) << Log();
+  // Read on, as systemd does, while it finishes: the pings go on to the end.
+  int exit_code = -1;
+  for (int i = 0; i < 60 && exit_code == -1; ++i) {
+    notify.Drain();
+    exit_code = daemon.Wait(std::chrono::seconds(1));
+  }
+  EXPECT_EQ(exit_code, 0) << Log();
 }
 
 TEST_F(OverlapdBinaryTest, BadConfigurationExitsWithUsageStatus) {

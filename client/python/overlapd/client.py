@@ -205,6 +205,16 @@ class Client:
             pass
         return self.get(job["id"])
 
+    def validate(self, graph: Union[dict, str, os.PathLike],
+                 nodes: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """Checks a graph as submit would (`overlapctl validate`) and runs
+        nothing: the job as it would be queued, without an id, or OverlapdError
+        with the code and reason submit would give."""
+        text, source = graph_text(graph)
+        request = pb.SubmitJobRequest(spec=text, source_name=source.encode(),
+                                      nodes=list(nodes or []), validate_only=True)
+        return _to_dict(self._call(self._jobs.SubmitJob, request).job)
+
     def get(self, job_id: str) -> Dict[str, Any]:
         return _to_dict(self._call(self._jobs.GetJob, pb.GetJobRequest(id=job_id)).job)
 

@@ -162,3 +162,15 @@ def test_a_job_across_two_daemons(two_daemons):
     assert job["state"] == "SUCCEEDED", job.get("error")
     assert [n["node"] for n in job["result"]["node_results"]] == peers
     assert all(op["verified"] for op in job["result"]["ops"])
+
+
+def test_validate_runs_nothing_and_refuses_as_submit_would(daemon):
+    client, _ = daemon
+    before = len(list(client.jobs()))
+    job = client.validate(SMALL)
+    assert job["id"] == "" and job["name"] == "py-small"
+    assert len(list(client.jobs())) == before, "validate queued a job"
+    with pytest.raises(overlapd.OverlapdError) as refused:
+        client.validate({"version": 2, "ops": [{"id": "a", "type": "gemm", "m": 8, "k": 8, "n": 8}]})
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "graph version 1" in str(refused.value)
