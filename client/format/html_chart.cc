@@ -27,6 +27,26 @@ double NiceTop(double value) {
   return 10 * magnitude;
 }
 
+// The largest value of any series, 0 for none.
+double LargestValue(const std::vector<ChartSeries>& series) {
+  double most = 0;
+  for (const ChartSeries& s : series) {
+    for (double v : s.values) most = std::max(most, v);
+  }
+  return most;
+}
+
+// An <svg> chart's opening tag, sized and labelled, and its title.
+std::string SvgOpen(double width, double height, const std::string& title) {
+  std::string out = absl::StrFormat(
+      "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
+      "viewBox='0 0 %.0f %.0f' role='img' aria-label='%s'>",
+      width, height, width, height, HtmlEscape(title));
+  absl::StrAppendFormat(&out, "<text x='%.0f' y='22' class='title'>%s</text>", 10.0,
+                        HtmlEscape(title));
+  return out;
+}
+
 std::string Number(double v) {
   if (v == 0) return "0";
   if (std::fabs(v) >= 100) return absl::StrFormat("%.0f", v);
@@ -88,18 +108,10 @@ std::string SvgBarChart(const std::string& title, const std::vector<std::string>
   // Wide enough for the legend under it.
   const double width = std::max(left + plot_w + right, left + 150.0 * series.size() + right);
   const double height = top + plot_h + bottom;
-  double most = 0;
-  for (const ChartSeries& s : series) {
-    for (double v : s.values) most = std::max(most, v);
-  }
+  const double most = LargestValue(series);
   // A share in % reads against its whole scale.
   const double top_value = unit == "%" ? 100 : NiceTop(most);
-  std::string out = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
-      "viewBox='0 0 %.0f %.0f' role='img' aria-label='%s'>",
-      width, height, width, height, HtmlEscape(title));
-  absl::StrAppendFormat(&out, "<text x='%.0f' y='22' class='title'>%s</text>", 10.0,
-                        HtmlEscape(title));
+  std::string out = SvgOpen(width, height, title);
   for (int t = 0; t <= 4; ++t) {
     const double v = top_value * t / 4, y = top + plot_h - plot_h * t / 4;
     absl::StrAppendFormat(&out,
@@ -142,24 +154,16 @@ std::string SvgLineChart(const std::string& title, const std::vector<double>& x,
   const double left = 70, right = 30, top = 40, bottom = 70, plot_w = 560, plot_h = 260;
   const double width = left + plot_w + right, height = top + plot_h + bottom;
   auto xv = [&](double v) { return log_x ? std::log2(std::max(v, 1e-300)) : v; };
-  double x_lo = 0, x_hi = 1, most = 0;
+  double x_lo = 0, x_hi = 1;
   if (!x.empty()) {
     x_lo = xv(*std::min_element(x.begin(), x.end()));
     x_hi = xv(*std::max_element(x.begin(), x.end()));
     if (x_hi <= x_lo) x_hi = x_lo + 1;
   }
-  for (const ChartSeries& s : series) {
-    for (double v : s.values) most = std::max(most, v);
-  }
-  const double top_value = NiceTop(most);
+  const double top_value = NiceTop(LargestValue(series));
   auto px = [&](double v) { return left + plot_w * (xv(v) - x_lo) / (x_hi - x_lo); };
   auto py = [&](double v) { return top + plot_h - plot_h * std::min(v, top_value) / top_value; };
-  std::string out = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
-      "viewBox='0 0 %.0f %.0f' role='img' aria-label='%s'>",
-      width, height, width, height, HtmlEscape(title));
-  absl::StrAppendFormat(&out, "<text x='%.0f' y='22' class='title'>%s</text>", 10.0,
-                        HtmlEscape(title));
+  std::string out = SvgOpen(width, height, title);
   for (int t = 0; t <= 4; ++t) {
     const double v = top_value * t / 4;
     absl::StrAppendFormat(&out,
@@ -205,12 +209,7 @@ std::string SvgGantt(const std::string& title, const std::vector<GanttLane>& lan
   const double top_value = NiceTop(end);
   const double height = top + lane_h * lanes.size() + 40, width = left + plot_w + right;
   auto px = [&](double ms) { return left + plot_w * ms / top_value; };
-  std::string out = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' class='chart' width='%.0f' height='%.0f' "
-      "viewBox='0 0 %.0f %.0f' role='img' aria-label='%s'>",
-      width, height, width, height, HtmlEscape(title));
-  absl::StrAppendFormat(&out, "<text x='%.0f' y='22' class='title'>%s</text>", 10.0,
-                        HtmlEscape(title));
+  std::string out = SvgOpen(width, height, title);
   const double bottom = top + lane_h * lanes.size();
   for (int t = 0; t <= 5; ++t) {
     const double ms = top_value * t / 5;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +13,7 @@
 #include "client/plan/stored_calibration.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
+#include "common/planner/calibration.h"
 #include "common/planner/planner.h"
 #include "nlohmann/json.hpp"
 
@@ -22,6 +22,10 @@ namespace overlap::client {
 using nlohmann::json;
 using planner::OpPlan;
 using planner::SchedulePrediction;
+
+// The largest shape and group a replayed bench row may hold.
+constexpr int64_t kMaxReplayDim = int64_t{1} << 31;
+constexpr int64_t kMaxReplayTp = 4096;
 
 absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
   planner::WhatIf w;
@@ -275,31 +279,25 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
   return kExitOk;
 }
 
-// Predicts each candidate a recorded bench row measured, beside what it measured.
-int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std::ostream& out,
-               std::ostream& err) {
-  std::ifstream in(options.replay_file);
-  json doc = json::parse(in, nullptr, false);
-  if (!in || doc.is_discarded() || !doc.contains("rows")) {
-    err << "overlapctl: " << options.replay_file << ": not a bench --json result\n";
-    return kExitUsage;
-  }
-  auto dtype = ParseDType(doc.value("dtype", "bf16"));
-  if (!dtype.ok()) {
-    err << "overlapctl: " << dtype.status().message() << "\n";
-    return kExitUsage;
-  }
+// The replayed rows of a bench --json document. nlohmann's exceptions for a
+// field of the wrong type (a string for a number, a float for a shape).
+json ReplayRows(const json& doc, const planner::CostModel& model, DType dtype) {
   json rows = json::array();
   for (const json& r : doc["rows"]) {
     auto type = ParseOpType(r.value("op", ""));
     if (!type.ok()) continue;
     OpSpec op;
-    op.id = absl::StrCat(r["op"].get<std::string>(), "-", r.value("m", 0), "x", r.value("k", 0), "x",
-                         r.value("n", 0));
     op.type = *type;
-    op.m = r.value("m", int64_t{0});
-    op.k = r.value("k", int64_t{0});
-    op.n = r.value("n", int64_t{0});
+    op.m = planner::JsonInteger(r.at("m"));
+    op.k = planner::JsonInteger(r.at("k"));
+    op.n = planner::JsonInteger(r.at("n"));
+    const int64_t tp = r.contains("tp") ? planner::JsonInteger(r["tp"]) : 1;
+    // Shapes bench could have run; anything else is not from bench.
+    if (std::min({op.m, op.k, op.n}) <= 0 || std::max({op.m, op.k, op.n}) > kMaxReplayDim ||
+        tp < 1 || tp > kMaxReplayTp) {
+      continue;
+    }
+    op.id = absl::StrCat(r["op"].get<std::string>(), "-", op.m, "x", op.k, "x", op.n);
     std::vector<ops::Schedule> candidates;
     std::vector<double> measured;
     for (const json& c : r.value("candidates", json::array())) {
@@ -308,8 +306,7 @@ int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std:
       candidates.push_back(*s);
       measured.push_back(c.value("best_ms", 0.0));
     }
-    const int tp = r.value("tp", 1);
-    OpPlan plan = planner::PlanOp(model, op, tp, *dtype, candidates);
+    OpPlan plan = planner::PlanOp(model, op, static_cast<int>(tp), dtype, candidates);
     json row = PlanJson(plan, r["op"].get<std::string>());
     row["measured"] = json::array();
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -326,6 +323,32 @@ int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std:
       if (p.ok()) row["predicted_auto_ms"] = p->step_ms;
     }
     rows.push_back(row);
+  }
+  return rows;
+}
+
+// Predicts each candidate a recorded bench row measured, beside what it measured.
+int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std::ostream& out,
+               std::ostream& err) {
+  std::ifstream in(options.replay_file);
+  json doc = json::parse(in, nullptr, false);
+  if (!in || doc.is_discarded() || !doc.is_object() || !doc.contains("rows") ||
+      !doc["rows"].is_array() || (doc.contains("dtype") && !doc["dtype"].is_string())) {
+    err << "overlapctl: " << options.replay_file << ": not a bench --json result\n";
+    return kExitUsage;
+  }
+  auto dtype = ParseDType(doc.value("dtype", "bf16"));
+  if (!dtype.ok()) {
+    err << "overlapctl: " << dtype.status().message() << "\n";
+    return kExitUsage;
+  }
+  json rows;
+  try {
+    rows = ReplayRows(doc, model, *dtype);
+  } catch (const json::exception& e) {
+    err << "overlapctl: " << options.replay_file << ": not a bench --json result (" << e.what()
+        << ")\n";
+    return kExitUsage;
   }
   out << json{{"file", options.replay_file}, {"rows", rows}, {"assumptions", model.Assumptions()},
               {"sources", model.calibration().sources}}

@@ -59,21 +59,11 @@ constexpr size_t kMaxPoints = 4096;
 
 bool SaneMs(double ms) { return ms > 0 && ms <= kMaxMs; }
 
-// An integer field: a JSON integer (a float such as 4e97 would overflow the
-// conversion), else json's type error, which the caller turns into
-// INVALID_ARGUMENT.
-int64_t Int(const json& value) {
-  if (!value.is_number_integer()) {
-    throw json::type_error::create(302, "an integer is expected", &value);
-  }
-  return value.get<int64_t>();
-}
-
 // Reads the whole document; nlohmann throws on a wrong type, which the caller
 // turns into INVALID_ARGUMENT.
 absl::StatusOr<Calibration> ParseDocument(const json& doc) {
   Calibration out;
-  const int64_t version = Int(doc.at("version"));
+  const int64_t version = JsonInteger(doc.at("version"));
   if (version != Calibration::kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         "calibration version ", version, " is not read by this build (reads ",
@@ -87,7 +77,8 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
   out.identity.nccl = id.value("nccl", "");
   out.identity.dtype = id.value("dtype", "bf16");
   for (const json& g : doc.value("gemm", json::array())) {
-    GemmPoint p{Int(g.at("m")), Int(g.at("n")), Int(g.at("k")), g.at("ms").get<double>()};
+    GemmPoint p{JsonInteger(g.at("m")), JsonInteger(g.at("n")), JsonInteger(g.at("k")),
+                g.at("ms").get<double>()};
     if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim ||
         !SaneMs(p.ms)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -107,13 +98,13 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
     if (!transport.ok()) return transport.status();
     curve.collective = *collective;
     curve.transport = *transport;
-    const int64_t ranks = Int(t.at("ranks"));
+    const int64_t ranks = JsonInteger(t.at("ranks"));
     if (ranks < 2 || ranks > 65536) {
       return absl::InvalidArgumentError("calibration transfer curve: ranks must be 2 to 65536");
     }
     curve.ranks = static_cast<int>(ranks);
     for (const json& p : t.at("points")) {
-      TransferPoint point{Int(p.at(0)), p.at(1).get<double>()};
+      TransferPoint point{JsonInteger(p.at(0)), p.at(1).get<double>()};
       if (point.bytes <= 0 || point.bytes > kMaxBytes || !SaneMs(point.ms)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "calibration ", CollectiveName(curve.collective), " point ", p.dump().substr(0, 200),
@@ -145,7 +136,7 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
   }
   if (doc.contains("inter_node")) {
     const json& link = doc.at("inter_node");
-    const int64_t nodes = link.contains("nodes") ? Int(link.at("nodes")) : 0;
+    const int64_t nodes = link.contains("nodes") ? JsonInteger(link.at("nodes")) : 0;
     if (nodes < 0 || nodes > 1000000) {
       return absl::InvalidArgumentError("calibration inter_node.nodes must be 0 to 1000000");
     }
@@ -162,6 +153,13 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
 }
 
 }  // namespace
+
+int64_t JsonInteger(const json& value) {
+  if (!value.is_number_integer()) {
+    throw json::type_error::create(302, "an integer is expected", &value);
+  }
+  return value.get<int64_t>();
+}
 
 std::string CalibrationToJson(const Calibration& calibration) {
   json doc;

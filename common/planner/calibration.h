@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "common/graph.h"
 #include "common/stats.h"
 
@@ -80,6 +81,11 @@ struct Calibration {
 
 // JSON as `overlapctl calibrate --json` writes it and the daemon stores it.
 std::string CalibrationToJson(const Calibration& calibration);
+
+// An integer field of a JSON document we read (a calibration, a bench or
+// commbench result): a JSON integer, else json's type_error; a float such as
+// 4e97 would overflow a conversion to int64.
+int64_t JsonInteger(const nlohmann::json& value);
 // INVALID_ARGUMENT naming the field when the text is not a calibration.
 absl::StatusOr<Calibration> CalibrationFromJson(const std::string& text);
 

@@ -168,7 +168,7 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
                                 : variant == "p2p" ? Transport::kP2p
                                                    : Transport::kNone;
             if (t == Transport::kNone || !figures.value("verified", true)) continue;
-            AddPoint(transfers, transfer_ranks, *c, t, r.at("bytes").get<int64_t>(),
+            AddPoint(transfers, transfer_ranks, *c, t, JsonInteger(r.at("bytes")),
                      figures.value("ms", 0.0), tp);
           }
         }
@@ -181,9 +181,9 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
           const int tp = r.value("tp", 1);
           OpSpec op;
           op.type = *type;
-          op.m = r.at("m").get<int64_t>();
-          op.n = r.at("n").get<int64_t>();
-          op.k = r.at("k").get<int64_t>();
+          op.m = JsonInteger(r.at("m"));
+          op.n = JsonInteger(r.at("n"));
+          op.k = JsonInteger(r.at("k"));
           const LocalShapes local = LocalShapesFor(op, tp);
           const double gemm_ms = r.value("gemm_alone_ms", 0.0);
           if (gemm_ms > 0 && std::isfinite(gemm_ms)) {

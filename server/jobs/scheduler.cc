@@ -570,9 +570,12 @@ bool Scheduler::WaitIdle(absl::Duration timeout) {
 }
 
 bool Scheduler::Responsive(absl::Duration within) const {
-  if (!mu_.LockWhenWithTimeout(absl::Condition::kTrue, within)) {
-    mu_.Unlock();  // LockWhenWithTimeout holds the lock whatever it returns
-    return false;
+  // TryLock, not a timed lock: absl's timed waits still take the lock in the
+  // end, and a held lock must answer false, not hang the caller.
+  const absl::Time deadline = absl::Now() + within;
+  while (!mu_.TryLock()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
   }
   mu_.Unlock();
   return true;

@@ -125,6 +125,19 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
                                 {"plan", "--calibration", calibration, "--replay",
                                  kData + "bench-run.json"});
   ASSERT_EQ(replay.exit_code, 0) << Describe(replay);
+  // A file that is not what bench writes is refused by name, not crashed on: a
+  // float for a shape would overflow a conversion to an integer.
+  for (const std::string& bad : {std::string(R"({"rows": [{"op": "ag_gemm", "m": 4e97, "k": 8, "n": 8}]})"),
+                                 std::string(R"({"rows": [{"op": 3, "m": 8, "k": 8, "n": 8}]})"),
+                                 std::string(R"({"rows": 7})"), std::string(R"({"dtype": 1, "rows": []})")}) {
+    SCOPED_TRACE(bad);
+    std::ofstream(dir.File("bad.json")) << bad;
+    RunResult refused = Overlapctl(dir.path(), "",
+                                   {"plan", "--calibration", calibration, "--replay",
+                                    dir.File("bad.json")});
+    EXPECT_EQ(refused.exit_code, 64) << Describe(refused);
+    EXPECT_THAT(refused.err, HasSubstr("not a bench --json result"));
+  }
   const std::string replay_file = dir.File("replay.json");
   std::ofstream(replay_file) << replay.out;
   const nlohmann::json rows = nlohmann::json::parse(replay.out)["rows"];
