@@ -15,9 +15,9 @@
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
 #include "client/commands.h"
-#include "client/format/table.h"
 #include "client/core/daemon_client.h"
 #include "client/core/interrupts.h"
+#include "client/format/table.h"
 #include "common/config.h"
 
 namespace {

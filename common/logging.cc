@@ -28,11 +28,20 @@ class SyslogPriority : public spdlog::custom_flag_formatter {
     char priority = '6';  // info
     switch (msg.level) {
       case spdlog::level::trace:
-      case spdlog::level::debug: priority = '7'; break;
-      case spdlog::level::warn: priority = '4'; break;
-      case spdlog::level::err: priority = '3'; break;
-      case spdlog::level::critical: priority = '2'; break;
-      default: break;
+      case spdlog::level::debug:
+        priority = '7';
+        break;
+      case spdlog::level::warn:
+        priority = '4';
+        break;
+      case spdlog::level::err:
+        priority = '3';
+        break;
+      case spdlog::level::critical:
+        priority = '2';
+        break;
+      default:
+        break;
     }
     dest.push_back(priority);
   }

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "spdlog/formatter.h"
 #include "absl/strings/string_view.h"
+#include "spdlog/formatter.h"
 #include "spdlog/spdlog.h"
 
 namespace overlap {

@@ -23,6 +23,9 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "overlap_git_commit.h"
+#include "server/cluster/cluster_jobs.h"
+#include "server/cluster/cross_node_transport.h"
+#include "server/cluster/grpc_peer_link.h"
 #include "server/engine_select.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_execution.h"
@@ -30,9 +33,6 @@
 #include "server/jobs/scheduler.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
-#include "server/cluster/cluster_jobs.h"
-#include "server/cluster/cross_node_transport.h"
-#include "server/cluster/grpc_peer_link.h"
 #include "server/peer/peer_client.h"
 #include "server/peer/peer_config.h"
 #include "server/peer/peer_server.h"
@@ -132,7 +132,8 @@ absl::Status CheckGlooNetwork(const DaemonConfig& config, const std::string& tra
     if (!parsed.ok() || parsed->loopback) continue;
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo_private_network: jobs across daemons on the host backend run over Gloo, which "
-        "sends tensors as plaintext TCP, and ", address,
+        "sends tensors as plaintext TCP, and ",
+        address,
         " is not a loopback address; set gloo_private_network: true only where the nodes' "
         "network is private (the peer port itself is authenticated either way)"));
   }
@@ -475,8 +476,7 @@ absl::Status Daemon::StartServers(int* exit_code) {
     if (!metrics.ok()) return metrics.status();
     p.metrics = std::move(*metrics);
     log->info("metrics on http://{}:{}/metrics (health at /healthz)",
-              config.metrics_listen.substr(0, config.metrics_listen.rfind(':')),
-              p.metrics->port());
+              config.metrics_listen.substr(0, config.metrics_listen.rfind(':')), p.metrics->port());
   }
   return absl::OkStatus();
 }

@@ -54,8 +54,11 @@ size_t DisplayWidth(const std::string& text) {
   size_t width = 0;
   for (size_t i = 0; i < text.size();) {
     const unsigned char lead = static_cast<unsigned char>(text[i]);
-    const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
-                                         : (lead >> 3) == 0x1E ? 4 : 0;
+    const size_t length = lead < 0x80           ? 1
+                          : (lead >> 5) == 0x6  ? 2
+                          : (lead >> 4) == 0xE  ? 3
+                          : (lead >> 3) == 0x1E ? 4
+                                                : 0;
     bool valid = length > 0 && i + length <= text.size();
     uint32_t code = length == 1 ? lead : lead & (0x3F >> (length - 1));
     for (size_t k = 1; valid && k < length; ++k) {
@@ -145,8 +148,8 @@ std::string TextTable::Render() const {
     }
   }
   if (!hidden.empty()) {
-    out += "(to fit " + std::to_string(limit) + " columns, not shown: " +
-           absl::StrJoin(hidden, ", ") + "; --wide shows every column)\n";
+    out += "(to fit " + std::to_string(limit) +
+           " columns, not shown: " + absl::StrJoin(hidden, ", ") + "; --wide shows every column)\n";
   }
   return out;
 }

@@ -31,8 +31,7 @@ std::pair<std::string, int> PhaseLine(const std::string& phase) {
 
 }  // namespace
 
-ProgressPrinter::ProgressPrinter(std::ostream& out, bool is_tty,
-                                 std::function<int64_t()> now_ms)
+ProgressPrinter::ProgressPrinter(std::ostream& out, bool is_tty, std::function<int64_t()> now_ms)
     : out_(out), is_tty_(is_tty), now_ms_(std::move(now_ms)) {
   if (!now_ms_) now_ms_ = [] { return absl::ToUnixMillis(absl::Now()); };
 }
@@ -55,8 +54,8 @@ std::string ProgressPrinter::Timing(const v1::Job& job) const {
     // since the last finished.
     const int64_t per_op = (last_op_done_ms_ - job.start_time_ms()) / done;
     const int64_t left = per_op * (count - done) - (now - last_op_done_ms_);
-    absl::StrAppend(&text, left > 0 ? absl::StrCat(", about ", Seconds(left), " left")
-                                     : ", finishing");
+    absl::StrAppend(&text,
+                    left > 0 ? absl::StrCat(", about ", Seconds(left), " left") : ", finishing");
   }
   return text;
 }

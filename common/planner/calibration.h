@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
 #include "common/graph.h"
 #include "common/stats.h"
+#include "nlohmann/json.hpp"
 
 namespace overlap::planner {
 

@@ -388,7 +388,8 @@ absl::Status JobStore::SetUpSchema() {
 // A database from before schema 4 has no jobs.counted: every job it holds
 // counted (ALTER TABLE fills the default into the rows it has).
 absl::Status JobStore::AddCountedColumn() {
-  Statement columns(writer_.get(), "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'counted';");
+  Statement columns(writer_.get(),
+                    "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'counted';");
   RETURN_IF_ERROR(columns.status("reading the jobs table's columns"));
   if (sqlite3_step(columns.get()) != SQLITE_ROW) {
     return StoreError(writer_.get(), "reading the jobs table's columns");
@@ -477,9 +478,10 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   }
   const std::string devices = absl::StrJoin(job.devices(), ",");
   {
-    Statement stmt(db,
-                   "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
-                   "start_time_ms, end_time_ms, job, counted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);");
+    Statement stmt(
+        db,
+        "INSERT OR REPLACE INTO jobs (id, sequence, state, priority, name, devices, "
+        "start_time_ms, end_time_ms, job, counted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);");
     RETURN_IF_ERROR(stmt.status("preparing insert"));
     sqlite3_stmt* st = stmt.get();
     sqlite3_bind_text(st, 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
@@ -677,7 +679,8 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
   absl::MutexLock lock(&read_mu_);
   Statement stmt(reader_.get(),
                  "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs WHERE "
-                 "counted = 1 GROUP BY state UNION ALL SELECT state, jobs FROM pruned_states) GROUP BY state;");
+                 "counted = 1 GROUP BY state UNION ALL SELECT state, jobs FROM pruned_states) "
+                 "GROUP BY state;");
   RETURN_IF_ERROR(stmt.status("preparing count"));
   std::map<v1::JobState, int64_t> counts;
   int rc;

@@ -201,9 +201,8 @@ absl::Status Scheduler::RoomLocked(const std::string& owner, const std::string& 
   if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
   const int queued = static_cast<int>(pending_.size() + submitting_.size());
   if (queued >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue full: ", queued,
-                     " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full: ", queued, " jobs queued (max_queued_jobs = ", options_.max_queued_jobs, ")"));
   }
   if (options_.max_queued_jobs_per_owner > 0) {
     const int mine = QueuedByOwnerLocked(owner);

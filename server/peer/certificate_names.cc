@@ -49,8 +49,8 @@ std::string HostOf(const std::string& node) {
 
 absl::StatusOr<CertificateFacts> ReadCertificateFacts(const std::string& pem) {
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  std::unique_ptr<X509, X509Free> cert(
-      bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  std::unique_ptr<X509, X509Free> cert(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)
+                                           : nullptr);
   if (cert == nullptr) return absl::InvalidArgumentError("no certificate that parses");
   CertificateFacts facts;
   X509_NAME* subject = X509_get_subject_name(cert.get());
@@ -85,10 +85,10 @@ absl::Status CheckOwnCertificate(const std::string& pem, const std::string& file
         absl::StrCat("peer_tls_cert: ", file, ": ", facts.status().message()));
   }
   if (facts->not_after < now) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("peer_tls_cert: ", file, " expired at ",
-                     absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", facts->not_after, absl::UTCTimeZone()),
-                     ": peers refuse it; install a renewed certificate"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer_tls_cert: ", file, " expired at ",
+        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", facts->not_after, absl::UTCTimeZone()),
+        ": peers refuse it; install a renewed certificate"));
   }
   const std::string host = HostOf(node);
   if (host.empty() || host == "0.0.0.0" || host == "::") return absl::OkStatus();
@@ -98,8 +98,10 @@ absl::Status CheckOwnCertificate(const std::string& pem, const std::string& file
       facts->names.subject_alt_names.empty()
           ? ", no subjectAltName"
           : absl::StrCat(", subjectAltName ", absl::StrJoin(facts->names.subject_alt_names, ", ")),
-      "; not this node (node_name ", node, "), so its peers would refuse every call it makes. "
-      "Issue it with subjectAltName DNS:", host, " (or IP:", host, " for an address)"));
+      "; not this node (node_name ", node,
+      "), so its peers would refuse every call it makes. "
+      "Issue it with subjectAltName DNS:",
+      host, " (or IP:", host, " for an address)"));
 }
 
 }  // namespace overlap::peer

@@ -11,9 +11,9 @@
 #include "absl/time/clock.h"
 #include "common/pem_file.h"
 #include "common/status_macros.h"
+#include "server/net/listen_address.h"
 #include "server/peer/certificate_names.h"
 #include "server/peer/peer_auth.h"
-#include "server/net/listen_address.h"
 
 namespace overlap::peer {
 namespace {
@@ -58,8 +58,7 @@ std::shared_ptr<grpc::experimental::CertificateProviderInterface> WatchFiles(con
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
-    const PeerTls& tls) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(const PeerTls& tls) {
   RETURN_IF_ERROR(ReadPeerTls(tls).status());
   grpc::experimental::TlsServerCredentialsOptions options(WatchFiles(tls));
   options.watch_root_certs();

@@ -51,8 +51,7 @@ absl::StatusOr<PeerTlsPem> ReadPeerTls(const PeerTls& tls);
 // Mutual-TLS credentials for the peer listener and for calls to peers, which
 // follow the files as they change (every tls.reload_s). The files are read once
 // here (ReadPeerTls's errors); one that later goes bad keeps the last good one.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
-    const PeerTls& tls);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(const PeerTls& tls);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
     const PeerTls& tls);
 

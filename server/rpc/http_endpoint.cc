@@ -233,7 +233,8 @@ void HttpEndpoint::Answer(int fd) {
   const auto route = routes_.find(target);
   if (route == routes_.end()) {
     std::string paths;
-    for (const auto& [path, handler] : routes_) absl::StrAppend(&paths, paths.empty() ? "" : ", ", path);
+    for (const auto& [path, handler] : routes_)
+      absl::StrAppend(&paths, paths.empty() ? "" : ", ", path);
     SendAll(fd, Serialize(Plain(404, absl::StrCat("not found; this endpoint serves ", paths, "\n")),
                           !head_only));
     return;

@@ -70,9 +70,9 @@ grpc::Status JobsService::Limited(grpc::ServerContext* context, absl::string_vie
 }
 
 absl::StatusOr<jobs::AdmittedJob> JobsService::Admit(const Caller& caller,
-                                                    const std::string& spec_text,
-                                                    const std::string& source_name,
-                                                    const std::vector<std::string>& nodes) {
+                                                     const std::string& spec_text,
+                                                     const std::string& source_name,
+                                                     const std::vector<std::string>& nodes) {
   if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
   if (!nodes.empty() && !options_.admit_spanning) {
     return absl::FailedPreconditionError(
@@ -155,9 +155,8 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
   return Limited(context, "SubmitJob", [&](const Caller& caller) {
     const std::vector<std::string> nodes(request->nodes().begin(), request->nodes().end());
     absl::StatusOr<v1::Job> job =
-        request->validate_only()
-            ? Validate(caller, request->spec(), request->source_name(), nodes)
-            : Submit(caller, request->spec(), request->source_name(), nodes);
+        request->validate_only() ? Validate(caller, request->spec(), request->source_name(), nodes)
+                                 : Submit(caller, request->spec(), request->source_name(), nodes);
     if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;

@@ -1,8 +1,7 @@
 #include "server/runner/op_phases.h"
 
-#include <cmath>
-
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -87,9 +86,8 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
   auto time = [&](size_t i, const std::string& stage, int k, int n, int iterations) {
     const Schedule& s = candidates[i];
     return run.Timed(
-        absl::StrFormat("autotune %s, candidate %d/%d: %s", stage, k, n, s.Name()), 1,
-        iterations, [&] { return EnqueueOp(run.ctx, s); }, ops::EventKind::kIterEnd,
-        Replays(s.transport));
+        absl::StrFormat("autotune %s, candidate %d/%d: %s", stage, k, n, s.Name()), 1, iterations,
+        [&] { return EnqueueOp(run.ctx, s); }, ops::EventKind::kIterEnd, Replays(s.transport));
   };
   // Every other round runs the candidates in reverse, so that none is always
   // timed first (on the GPU the preheat left) or last (after the others' heat).
@@ -138,11 +136,12 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
   if (cut) {
     int timed = 0;
     for (const CandidateScore& score : tally.Scores()) timed += std::isfinite(score.best_ms);
-    absl::StrAppendFormat(&choice.reason, "; autotune_budget_s (%g s) cut autotune short %s: %d of %d candidates timed",
-                          budget_s,
-                          runs < planned ? absl::StrFormat("after %d of its %d first-stage runs", runs, planned)
-                                         : std::string("in its runoff"),
-                          timed, static_cast<int>(candidates.size()));
+    absl::StrAppendFormat(
+        &choice.reason,
+        "; autotune_budget_s (%g s) cut autotune short %s: %d of %d candidates timed", budget_s,
+        runs < planned ? absl::StrFormat("after %d of its %d first-stage runs", runs, planned)
+                       : std::string("in its runoff"),
+        timed, static_cast<int>(candidates.size()));
   }
   return choice;
 }

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
-#include "client/jobs/progress_printer.h"
-#include "client/format/table.h"
-#include "common/graph.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/format/table.h"
+#include "client/jobs/progress_printer.h"
+#include "common/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -596,10 +596,10 @@ TEST(TextTableTest, FitsTheWidthByDroppingDetailColumns) {
 // Cells pad by the columns a terminal shows, not their bytes.
 TEST(TextTableTest, PadsUtf8ByDisplayWidth) {
   EXPECT_EQ(DisplayWidth("abc"), 3u);
-  EXPECT_EQ(DisplayWidth("r\xc3\xa9sum\xc3\xa9"), 6u);            // résumé: 2-byte letters
-  EXPECT_EQ(DisplayWidth("\xe6\xa8\xa1\xe5\x9e\x8b"), 4u);       // 模型: two wide characters
-  EXPECT_EQ(DisplayWidth("e\xcc\x81"), 1u);                         // e + combining acute
-  EXPECT_EQ(DisplayWidth("\xff\xfe"), 2u);                          // not UTF-8: a column a byte
+  EXPECT_EQ(DisplayWidth("r\xc3\xa9sum\xc3\xa9"), 6u);      // résumé: 2-byte letters
+  EXPECT_EQ(DisplayWidth("\xe6\xa8\xa1\xe5\x9e\x8b"), 4u);  // 模型: two wide characters
+  EXPECT_EQ(DisplayWidth("e\xcc\x81"), 1u);                 // e + combining acute
+  EXPECT_EQ(DisplayWidth("\xff\xfe"), 2u);                  // not UTF-8: a column a byte
   TextTable table({{"name"}, {"n", Align::kRight}});
   table.AddRow({"r\xc3\xa9sum\xc3\xa9", "1"});
   table.AddRow({"\xe6\xa8\xa1\xe5\x9e\x8b", "22"});
@@ -724,12 +724,18 @@ TEST(ProgressPrinterTest, AutotuneRoundsElapsedAndTimeLeft) {
   printer.Update(job);
   const std::string text = out.str();
   EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 setup; 0 ms elapsed\n"));
-  EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 autotune round 1/2 (7 candidates); 1.0 s elapsed\n"));
-  EXPECT_THAT(text, HasSubstr("job 9 [1/2] fc1 autotune round 2/2 (7 candidates); 8.0 s elapsed\n"));
+  EXPECT_THAT(text,
+              HasSubstr("job 9 [1/2] fc1 autotune round 1/2 (7 candidates); 1.0 s elapsed\n"));
+  EXPECT_THAT(text,
+              HasSubstr("job 9 [1/2] fc1 autotune round 2/2 (7 candidates); 8.0 s elapsed\n"));
   EXPECT_THAT(text, Not(HasSubstr("candidate 3/7"))) << "one line per round";
-  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 timed (5 iterations); 20.0 s elapsed, about 20.0 s left\n"));
-  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 verify (5 iterations); 26.0 s elapsed, about 14.0 s left\n"));
-  EXPECT_THAT(text, HasSubstr("job 9 [2/2] fc2 timeline (5 iterations); 45.0 s elapsed, finishing\n"));
+  EXPECT_THAT(
+      text, HasSubstr("job 9 [2/2] fc2 timed (5 iterations); 20.0 s elapsed, about 20.0 s left\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("job 9 [2/2] fc2 verify (5 iterations); 26.0 s elapsed, about 14.0 s left\n"));
+  EXPECT_THAT(text,
+              HasSubstr("job 9 [2/2] fc2 timeline (5 iterations); 45.0 s elapsed, finishing\n"));
 }
 
 TEST(ProgressPrinterTest, TerminalRewritesCounterInPlace) {

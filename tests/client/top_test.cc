@@ -1,12 +1,11 @@
 // `overlapctl top`: one fixed-width line per GPU per sample, and its JSON form.
 #include "client/views/top.h"
 
-#include "client/core/proto_json.h"
-
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "client/core/proto_json.h"
 #include "gtest/gtest.h"
 
 namespace overlap::client {

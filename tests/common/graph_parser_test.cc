@@ -254,8 +254,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"devices: 0\n" OP(""), "devices: must be a list of device indices"},
         ErrorCase{"name: [a]\n" OP(""), "name: must be a string (got a list)"},
         ErrorCase{"name: \"a\\nb\"\nbogus: 1\n", "unknown top-level field \"bogus\""},
-        ErrorCase{"version: 2\n" OP(""),
-                  "version: this overlapd reads graph version 1; got 2 (a newer overlapd's graph?)"},
+        ErrorCase{
+            "version: 2\n" OP(""),
+            "version: this overlapd reads graph version 1; got 2 (a newer overlapd's graph?)"},
         ErrorCase{"version: 0\n" OP(""), "version: must be a positive integer (got \"0\")"},
         ErrorCase{"autotune_budget_s: -1\n" OP(""), "autotune_budget_s: "},
         ErrorCase{"", "job spec is empty"},
@@ -268,7 +269,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The schema version (1, the one this overlapd reads) and the autotune budget.
 TEST(GraphParserTest, VersionAndAutotuneBudget) {
-  auto spec = ParseJobSpec("version: 1\nautotune_budget_s: 90\nops: [{id: a, type: gemm, m: 8, k: 8, n: 8}]");
+  auto spec = ParseJobSpec(
+      "version: 1\nautotune_budget_s: 90\nops: [{id: a, type: gemm, m: 8, k: 8, n: 8}]");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->autotune_budget_s, 90);
   auto plain = ParseJobSpec("ops: [{id: a, type: gemm, m: 8, k: 8, n: 8}]");

@@ -125,7 +125,8 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
   RunResult narrow = daemon_->Ctl({"report", id});
   ASSERT_EQ(narrow.exit_code, 0) << Describe(narrow);
   for (const std::string& line : Lines(narrow.out)) {
-    if (std::regex_search(line, std::regex("^(op +type|(fc1|fc2|out) +(ag_gemm|gemm_rs|gemm_ar))"))) {
+    if (std::regex_search(line,
+                          std::regex("^(op +type|(fc1|fc2|out) +(ag_gemm|gemm_rs|gemm_ar))"))) {
       EXPECT_LE(line.size(), 120u) << line;
     }
   }
@@ -619,14 +620,16 @@ TEST_F(CliTest, SubmitFromStdinPrintsTheIdThenWatchFollowsIt) {
 TEST_F(CliTest, ValidateChecksAgainstTheNodeAndRunsNothing) {
   RunResult good = daemon_->Ctl({"validate", graph_});
   ASSERT_EQ(good.exit_code, 0) << Describe(good);
-  EXPECT_EQ(good.out, graph_ + ": valid: small-block, priority 0, devices 0,1,2,3; nothing was "
-                               "queued or run\n");
+  EXPECT_EQ(good.out, graph_ +
+                          ": valid: small-block, priority 0, devices 0,1,2,3; nothing was "
+                          "queued or run\n");
   RunResult json = daemon_->Ctl({"validate", graph_, "--json"});
   ASSERT_EQ(json.exit_code, 0) << Describe(json);
   EXPECT_EQ(ParseJson(json.out)["id"], "") << "no id: nothing was queued";
   const std::string too_many = dir_.File("eight.yaml");
-  WriteFileOrDie(too_many, "devices: [0, 1, 2, 3, 4, 5, 6, 7]\n"
-                           "ops: [{id: a, type: ag_gemm, m: 64, k: 64, n: 64}]\n");
+  WriteFileOrDie(too_many,
+                 "devices: [0, 1, 2, 3, 4, 5, 6, 7]\n"
+                 "ops: [{id: a, type: ag_gemm, m: 64, k: 64, n: 64}]\n");
   RunResult refused = daemon_->Ctl({"validate", too_many});
   EXPECT_EQ(refused.exit_code, 3) << Describe(refused);
   EXPECT_THAT(refused.err, StartsWith("overlapctl: INVALID_ARGUMENT: "));

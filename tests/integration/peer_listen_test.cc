@@ -10,11 +10,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/openssl_util.h"
 #include "overlap/v1/peer.grpc.pb.h"
 #include "server/peer/peer_auth.h"
 #include "server/peer/peer_client.h"
 #include "tests/integration/harness.h"
+#include "tests/openssl_util.h"
 
 namespace overlap::testing {
 namespace {
@@ -158,8 +158,9 @@ TEST_F(PeerListenTest, OffLoopbackTheCertificateAndGlooPolicyAreCheckedAtStart) 
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "the openssl CLI is not installed (scripts/install-deps.sh installs it)";
   }
-  ASSERT_TRUE(RunInDir(dir_.path(), "printf 'subjectAltName=DNS:node-a.example,IP:127.0.0.1\\n"
-                                    "extendedKeyUsage=serverAuth,clientAuth\\n' > node.ext"));
+  ASSERT_TRUE(RunInDir(dir_.path(),
+                       "printf 'subjectAltName=DNS:node-a.example,IP:127.0.0.1\\n"
+                       "extendedKeyUsage=serverAuth,clientAuth\\n' > node.ext"));
   ASSERT_TRUE(MakeTestCa(dir_.path(), "ca"));
   ASSERT_TRUE(MakeTestLeaf(dir_.path(), "node", "ca", "node.ext", "/CN=node"));
   const std::string tls = "peer_tls_cert: " + dir_.File("node.pem") +

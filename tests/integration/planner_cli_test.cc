@@ -127,14 +127,14 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
   ASSERT_EQ(replay.exit_code, 0) << Describe(replay);
   // A file that is not what bench writes is refused by name, not crashed on: a
   // float for a shape would overflow a conversion to an integer.
-  for (const std::string& bad : {std::string(R"({"rows": [{"op": "ag_gemm", "m": 4e97, "k": 8, "n": 8}]})"),
-                                 std::string(R"({"rows": [{"op": 3, "m": 8, "k": 8, "n": 8}]})"),
-                                 std::string(R"({"rows": 7})"), std::string(R"({"dtype": 1, "rows": []})")}) {
+  for (const std::string& bad :
+       {std::string(R"({"rows": [{"op": "ag_gemm", "m": 4e97, "k": 8, "n": 8}]})"),
+        std::string(R"({"rows": [{"op": 3, "m": 8, "k": 8, "n": 8}]})"),
+        std::string(R"({"rows": 7})"), std::string(R"({"dtype": 1, "rows": []})")}) {
     SCOPED_TRACE(bad);
     std::ofstream(dir.File("bad.json")) << bad;
-    RunResult refused = Overlapctl(dir.path(), "",
-                                   {"plan", "--calibration", calibration, "--replay",
-                                    dir.File("bad.json")});
+    RunResult refused = Overlapctl(
+        dir.path(), "", {"plan", "--calibration", calibration, "--replay", dir.File("bad.json")});
     EXPECT_EQ(refused.exit_code, 64) << Describe(refused);
     EXPECT_THAT(refused.err, HasSubstr("not a bench --json result"));
   }

@@ -243,9 +243,7 @@ class RandomLifecycleTest : public ::testing::Test {
         started.push_back(&*job.final);
       }
     }
-    auto ms = [](const nlohmann::json& job, const char* key) {
-      return job[key].get<int64_t>();
-    };
+    auto ms = [](const nlohmann::json& job, const char* key) { return job[key].get<int64_t>(); };
     int contended = 0;
     for (const nlohmann::json* a : started) {
       for (const nlohmann::json* b : started) {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/time/clock.h"
 #include "server/peer/certificate_names.h"
 #include "tests/openssl_util.h"
 
@@ -146,7 +146,8 @@ TEST(PeerConfigTest, OffLoopbackDaemonsSpeakMutualTls) {
   EXPECT_THAT(std::string(expired.message()), ::testing::HasSubstr(" expired at "));
   // A key where the certificate should be.
   DaemonConfig garbled = config;
-  std::ofstream(dir + "/garbled.pem") << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  std::ofstream(dir + "/garbled.pem")
+      << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
   garbled.peer_tls_cert = dir + "/garbled.pem";
   ExpectInvalid(garbled, "peer_tls_cert: " + dir + "/garbled.pem: no certificate that parses");
 

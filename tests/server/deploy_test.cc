@@ -185,7 +185,9 @@ TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
   std::ofstream(bin + "/overlapctl") << "#!/bin/sh\necho \"overlapctl $*\"\n";
   ASSERT_EQ(Shell("chmod +x " + bin + "/scontrol " + bin + "/overlapctl", "/dev/null"), 0);
   const std::string log = dir.path() + "/log";
-  ASSERT_EQ(Shell("PATH=" + bin + ":$PATH OVERLAPD_NODE_NAMES=slurm SLURM_JOB_NODELIST='gpu-[a-c]' PEER_PORT=7100 bash " +
+  ASSERT_EQ(Shell("PATH=" + bin +
+                      ":$PATH OVERLAPD_NODE_NAMES=slurm SLURM_JOB_NODELIST='gpu-[a-c]' "
+                      "PEER_PORT=7100 bash " +
                       kDeploy + "/slurm/overlap-job.sbatch layer.yaml --json",
                   log),
             0)

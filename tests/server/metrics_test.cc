@@ -57,7 +57,7 @@ v1::Job JobOn(const std::string& id, std::vector<int> devices, v1::JobState stat
 
 // The labels of the two devices below: dcgm-exporter's (device 0 has NVML; its
 // NVML index differs from overlapd's), then overlapd's own index.
-#define G0                                                                                    \
+#define G0                                                                                 \
   "gpu=\"3\",UUID=\"GPU-6f2a0100-9bcd-1122-3344-5566778899ff\",modelName=\"NVIDIA H200\"," \
   "Hostname=\"node7\",pci_bus_id=\"00000000:19:00.0\",cuda_device=\"0\""
 #define G1 "modelName=\"NVIDIA H200\",Hostname=\"node7\",cuda_device=\"1\""
