@@ -75,7 +75,9 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
                  "data-parallel replicas: above 1 the graph declares a tp x dp mesh and --grads "
                  "all-reduces each gradient across the replicas (group dp)")
       ->capture_default_str();
-  app.add_option("--devices", graph.devices, "the graph's devices, tp x dp of them, e.g. 0,1")
+  app.add_option("--devices", graph.devices,
+                 "the graph's devices, tp x dp of them, e.g. 0,1 (default at --dp 1: 0 to tp-1, "
+                 "so the graph runs at its tp on any daemon; a mesh says its count itself)")
       ->delimiter(',');
   app.add_option("--seq", graph.seq, "sequence length")->capture_default_str();
   app.add_option("--micro-batch", graph.micro_batch, "sequences per micro-batch")

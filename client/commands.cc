@@ -9,6 +9,7 @@
 #include "client/bench/bench_html.h"
 #include "client/bench/compare.h"
 #include "client/core/interrupts.h"
+#include "client/core/proto_json.h"
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/timeline.h"
@@ -271,7 +272,18 @@ int Commands::List(const std::string& state, int limit) {
     for (v1::Job& job : *page->mutable_jobs()) *all.add_jobs() = std::move(job);
     token = page->next_page_token();
   } while (!token.empty() && (limit == 0 || all.jobs_size() < limit));
-  out_ << (json_ ? ToJson(all) : FormatJobList(all.jobs(), NowMs()));
+  if (!json_) {
+    out_ << FormatJobList(all.jobs(), NowMs());
+    return kExitOk;
+  }
+  // The JSON says it too: "damaged": true beside such a job's fields.
+  nlohmann::json listed = ProtoToJson(all);
+  if (listed.contains("jobs")) {
+    for (int i = 0; i < all.jobs_size(); ++i) {
+      if (IsDamaged(all.jobs(i))) listed["jobs"][i]["damaged"] = true;
+    }
+  }
+  out_ << listed.dump(2) << "\n";
   return kExitOk;
 }
 

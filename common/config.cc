@@ -299,6 +299,14 @@ const std::vector<Field>& Fields() {
                   "the cluster key every peer call proves itself with, the same file on every "
                   "node, mode 0600 (\"\" = STATE_DIR/cluster.key, made when missing)",
                   &DaemonConfig::peer_key_file),
+      StringField("peer_node_key_file",
+                  "this node's own key, signing its peer calls and answers, mode 0600 (\"\" = "
+                  "STATE_DIR/node.key, made when missing)",
+                  &DaemonConfig::peer_node_key_file),
+      StringField("peer_known_nodes_file",
+                  "the peers' public keys, one `NODE PUBLIC_KEY` a line (required with peers "
+                  "and no peer TLS)",
+                  &DaemonConfig::peer_known_nodes_file),
       IntField("cluster_hold_timeout_ms",
                "a coordinator waits this long for every node to hold its part, then retries",
                &DaemonConfig::cluster_hold_timeout_ms),
@@ -334,6 +342,10 @@ const std::vector<Field>& Fields() {
                "WatchJob streams open at once, each holding a thread (more is "
                "RESOURCE_EXHAUSTED)",
                &DaemonConfig::max_watchers),
+      IntField("max_watchers_per_user",
+               "of those, one user, certificate or anonymous TCP at once (0 = a quarter of "
+               "max_watchers; admins and the socket's owner share a reserve beyond the users')",
+               &DaemonConfig::max_watchers_per_user, 0),
       IntField("max_requests_in_flight",
                "job calls (submit, get, list, cancel) the daemon works on at once, and peer "
                "calls (more is RESOURCE_EXHAUSTED)",

@@ -137,6 +137,16 @@ struct DaemonConfig {
   // itself with. "" = STATE_DIR/cluster.key, made when missing (copy it to
   // the other nodes). Required without peer TLS; with it, also checked.
   std::string peer_key_file;
+  // This node's own key (server/peer/node_keys.h): an Ed25519 private key,
+  // mode 0600, that signs its peer calls and answers, so that a peer can tell
+  // which daemon holding the cluster key speaks. "" = STATE_DIR/node.key, made
+  // when missing (its public key is logged at start).
+  std::string peer_node_key_file;
+  // The public keys of the nodes this daemon runs jobs with, one
+  // `NODE PUBLIC_KEY` a line. Required without peer TLS when peers are listed:
+  // every peer must be in it; a call or answer not signed by the listed key
+  // is UNAUTHENTICATED.
+  std::string peer_known_nodes_file;
   // How long a coordinator waits for every node to hold its part before it
   // releases the reservation and tries again.
   int cluster_hold_timeout_ms = 10000;
@@ -165,6 +175,9 @@ struct DaemonConfig {
   // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
   // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.
   int max_watchers = 256;
+  // Of those, one caller's share (0 = a quarter of max_watchers); admins and
+  // the socket's owner have a reserve users cannot take (server/rpc/watch_slots.h).
+  int max_watchers_per_user = 0;
   // Job calls (and, on the peer port, peer calls) worked on at once, in all
   // and from one caller; past either a call is RESOURCE_EXHAUSTED at once, so
   // that one user's flood cannot take every handler thread from the others.

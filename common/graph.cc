@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_size.h"
 
 namespace overlap {
 
@@ -185,7 +186,10 @@ TensorLayout OutputLayout(const OpSpec& op) {
 
 std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count) {
   std::vector<std::vector<int>> groups;
-  if (!mesh.declared() || group == OpGroup::kWorld) {
+  // A mesh that does not cover the devices would loop over a tp or dp a user
+  // wrote (2^31 groups) and name positions past the devices: one group of them
+  // all instead, so that what is built is bounded by device_count.
+  if (!mesh.declared() || group == OpGroup::kWorld || !MeshCovers(mesh.tp, mesh.dp, device_count)) {
     groups.emplace_back();
     for (int i = 0; i < device_count; ++i) groups.back().push_back(i);
     return groups;

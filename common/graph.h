@@ -218,7 +218,8 @@ struct JobSpec {
 // The groups `group` forms over a job's `device_count` devices, each a list of
 // positions in the job's device list: with a mesh as OpGroup says, and
 // without one a single group of every device (dp as well). The mesh must
-// match the device count (ValidateJobSpec checks it).
+// match the device count (ValidateJobSpec checks it); one that does not is
+// read as no mesh, so that no caller loops over an unchecked tp or dp.
 std::vector<std::vector<int>> GroupsOf(const Mesh& mesh, OpGroup group, int device_count);
 // Whether any of those groups has ranks on two nodes, the job's devices being
 // `devices_per_node` to a node, node-major (a job spanning daemons).

@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_size.h"
 #include "common/status_macros.h"
 #include "common/yaml_util.h"
 
@@ -187,7 +188,10 @@ absl::StatusOr<Mesh> ParseMesh(const YAML::Node& node) {
   }
   Mesh mesh;
   auto visit = [&](const std::string& key, const YAML::Node& value) -> absl::Status {
-    ASSIGN_OR_RETURN((key == "tp" ? mesh.tp : mesh.dp), ReadInt(value, 1, absl::StrCat("mesh.", key)));
+    // Bounded here, before anything sizes a group list by it (checked_size.h).
+    ASSIGN_OR_RETURN(const int64_t degree, WithPath(yaml_util::ReadInt64(value, 1, kMaxMeshRanks),
+                                                    absl::StrCat("mesh.", key)));
+    (key == "tp" ? mesh.tp : mesh.dp) = static_cast<int>(degree);
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(ForEachField(node, "mesh", kMeshFields, "mesh: ", visit));
@@ -305,7 +309,8 @@ std::atomic<int64_t> graphs_parsed{0};
 
 int64_t GraphsParsed() { return graphs_parsed.load(std::memory_order_relaxed); }
 
-absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name) {
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name,
+                                     ParseBudget* budget) {
   graphs_parsed.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<JobSpec> spec;
   {
@@ -315,9 +320,16 @@ absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view s
     // Depth and node count still hold, as does time linear in the text.
     yaml_util::YamlLimits limits;
     limits.max_bytes = std::numeric_limits<size_t>::max();
-    ASSIGN_OR_RETURN(YAML::Node root, yaml_util::LoadDocument(text, source_name, limits));
+    // The tree is gone, and the budget's share given back, at this scope's end.
+    yaml_util::BudgetedDocument document;
+    if (budget != nullptr) {
+      ASSIGN_OR_RETURN(document,
+                       yaml_util::LoadBudgetedDocument(text, source_name, limits, *budget));
+    } else {
+      ASSIGN_OR_RETURN(document.root, yaml_util::LoadDocument(text, source_name, limits));
+    }
     try {
-      spec = ParseDocument(root);
+      spec = ParseDocument(document.root);
     } catch (const std::exception& e) {  // yaml-cpp conversion errors; should not happen
       spec = absl::InvalidArgumentError(absl::StrCat("malformed job spec: ", e.what()));
     }

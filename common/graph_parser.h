@@ -22,13 +22,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/graph.h"
+#include "common/parse_budget.h"
 
 namespace overlap {
 
 // INVALID_ARGUMENT with a one-line message naming the field path, e.g.
 // `ops[1].chunks: must be a positive integer (got "abc")`, or the line and column
 // of a syntax error; prefixed with "<source_name>: " when source_name is given.
-absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name = "");
+// The text is pre-scanned before yaml-cpp sees it (yaml_util::LoadDocument).
+// With a `budget`, the parse holds its estimated memory of it while it runs
+// (RESOURCE_EXHAUSTED when there is no room in time): a daemon passes one
+// budget for every parse it makes, so that specs parsed at once share it.
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name = "",
+                                     ParseBudget* budget = nullptr);
 
 // How many times this process has called ParseJobSpec, whatever the outcome:
 // the daemon parses a job's graph once and hands the typed graph on, so this

@@ -13,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_size.h"
 #include "common/status_macros.h"
 #include "common/text.h"
 
@@ -40,7 +41,8 @@ absl::Status CheckPrintable(absl::string_view path, absl::string_view text, size
   }
   if (HasControlCharacters(text)) {
     return Error(path, absl::StrCat("must not hold control characters (newlines, terminal "
-                                    "escapes, bidi overrides): ",
+                                    "escapes, bidi overrides, invisible fillers, private-use "
+                                    "characters): ",
                                     Quoted(text)));
   }
   return absl::OkStatus();
@@ -63,29 +65,33 @@ absl::Status CheckIterations(const JobSpec& spec, const ValidationLimits& limits
     return Error("warmup",
                  absl::StrCat(spec.warmup, " exceeds the limit of ", limits.max_iterations));
   }
-  return absl::OkStatus();
+  // Every op runs warmup + iterations times, several rounds of them: the
+  // product is a loop count, and must not wrap where a config raises the limits.
+  ASSIGN_OR_RETURN(const int64_t per_op,
+                   CheckedAdd(spec.iterations, spec.warmup, "iterations + warmup"));
+  return CheckedMul(per_op, static_cast<int64_t>(spec.ops.size()), "iterations x ops").status();
 }
 
 // Products of the global dimensions must fit in int64, and every global tensor
 // (per-rank tensors are no larger) must have a byte size that fits too, so that
 // later size arithmetic in int64 or size_t can never wrap.
 absl::Status CheckOverflow(const OpSpec& op, const std::string& path, DType dtype) {
-  int64_t mk = 0, kn = 0, mn = 0, mnk = 0;
-  if (__builtin_mul_overflow(op.m, op.k, &mk)) return Error(path, "m*k overflows 64 bits");
-  if (__builtin_mul_overflow(op.k, op.n, &kn)) return Error(path, "k*n overflows 64 bits");
-  if (__builtin_mul_overflow(op.m, op.n, &mn)) return Error(path, "m*n overflows 64 bits");
-  if (__builtin_mul_overflow(mn, op.k, &mnk)) return Error(path, "m*n*k overflows 64 bits");
+  auto product = [&](int64_t a, int64_t b, const char* what) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<int64_t> p = CheckedMul(a, b, path);
+    if (p.ok()) return p;
+    return Error(path, absl::StrCat(what, " overflows 64 bits (", a, " x ", b, ")"));
+  };
+  ASSIGN_OR_RETURN(const int64_t mk, product(op.m, op.k, "m*k"));
+  ASSIGN_OR_RETURN(const int64_t kn, product(op.k, op.n, "k*n"));
+  ASSIGN_OR_RETURN(const int64_t mn, product(op.m, op.n, "m*n"));
+  RETURN_IF_ERROR(product(mn, op.k, "m*n*k").status());
   const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
-  constexpr int64_t kMaxBytes =
-      std::numeric_limits<size_t>::max() < static_cast<uint64_t>(INT64_MAX)
-          ? static_cast<int64_t>(std::numeric_limits<size_t>::max())
-          : INT64_MAX;
   const struct {
     const char* name;
     int64_t elements;
   } tensors[] = {{"A (m*k)", mk}, {"W (k*n)", kn}, {"Y (m*n)", mn}};
   for (const auto& t : tensors) {
-    if (t.elements > kMaxBytes / elem) {
+    if (!CheckedBytes(t.elements, elem, path).ok()) {
       return Error(path, absl::StrCat(t.name, " has ", t.elements, " elements; its size in bytes (",
                                       DTypeName(dtype), ") overflows 64 bits"));
     }
@@ -266,11 +272,14 @@ absl::Status CheckOp(const OpSpec& op, size_t index, int tp, const std::string& 
   return absl::OkStatus();
 }
 
-// tp x dp covers the job's devices exactly.
+// tp x dp covers the job's devices exactly. In 64 bits and bounded first: in
+// 32, tp x dp = 6 x 715827883 wrapped to 2 and passed on a 2-device node.
 absl::Status CheckMesh(const Mesh& mesh, int device_count) {
-  if (!mesh.declared() || mesh.tp * mesh.dp == device_count) return absl::OkStatus();
-  return Error("mesh", absl::StrCat("tp x dp = ", mesh.tp, " x ", mesh.dp, " = ",
-                                    mesh.tp * mesh.dp, " devices, but the job has ", device_count,
+  if (!mesh.declared()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int ranks, MeshRanks(mesh.tp, mesh.dp));
+  if (ranks == device_count) return absl::OkStatus();
+  return Error("mesh", absl::StrCat("tp x dp = ", mesh.tp, " x ", mesh.dp, " = ", ranks,
+                                    " devices, but the job has ", device_count,
                                     " (devices, or every device of the backend)"));
 }
 

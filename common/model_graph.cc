@@ -10,6 +10,7 @@
 #include "common/graph_validator.h"
 #include "common/overlap_pass.h"
 #include "common/status_macros.h"
+#include "common/text.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap {
@@ -57,8 +58,9 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
                                        kMaxMeshDevices, " devices"));
   }
   // The name goes into the graph's name and a comment line of its YAML.
-  if (model.name.empty() || std::any_of(model.name.begin(), model.name.end(),
-                                        [](char c) { return absl::ascii_iscntrl(c); })) {
+  // As the validator's rule for a graph's name (HasControlCharacters): the
+  // graph built must pass it.
+  if (model.name.empty() || HasControlCharacters(model.name)) {
     return DimError("name", "must be a non-empty line of text");
   }
   if (options.layers < 1 || options.layers > kMaxLayers) {
@@ -329,6 +331,19 @@ void Unfuse(LayerGraph& graph) {
       "framework's trace has them; the daemon fuses them back (fuse: false keeps them).");
 }
 
+// The devices the graph names: those given, else the first tp of the node when
+// there is no mesh. A graph without devices runs on every device of the daemon
+// that takes it, so a tp 2 graph would run at tp 4 on a 4-device daemon. With
+// a mesh (dp > 1) the mesh says how many devices the graph needs and the
+// daemon refuses any other count, on one node or across several (where each
+// node brings its own devices), so none are named.
+std::vector<int> WrittenDevices(const LayerGraphOptions& options) {
+  if (!options.devices.empty() || options.dp > 1) return options.devices;
+  std::vector<int> devices(options.tp);
+  for (int d = 0; d < options.tp; ++d) devices[d] = d;
+  return devices;
+}
+
 }  // namespace
 
 const std::vector<ModelDims>& ModelPresets() {
@@ -380,7 +395,7 @@ absl::StatusOr<LayerGraph> BuildLayerGraph(const ModelDims& model,
   }
   LayerGraph graph;
   graph.spec.name = GraphName(model, options);
-  graph.spec.devices = options.devices;
+  graph.spec.devices = WrittenDevices(options);
   if (options.dp > 1) graph.spec.mesh = Mesh{options.tp, options.dp};
   graph.spec.dtype = options.dtype;
   graph.spec.bucket_mib = options.bucket_mib;

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/checked_size.h"
 #include "common/dtype.h"
 #include "common/graph.h"
 
@@ -56,8 +57,8 @@ inline constexpr int kMaxLayers = 16;
 // The largest dimension (hidden, ffn, heads, seq, ...) a model may give.
 inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 
-// The most devices a graph's mesh (tp x dp) may span.
-inline constexpr int kMaxMeshDevices = 1 << 16;
+// The most devices a graph's mesh (tp x dp) may span: the validator's bound.
+inline constexpr int kMaxMeshDevices = kMaxMeshRanks;
 
 struct LayerGraphOptions {
   int tp = 0;  // the tensor-parallel group's size, at least 1
@@ -84,7 +85,10 @@ struct LayerGraphOptions {
   // daemon's overlap pass fuses them back.
   bool unfused = false;
   DType dtype = DType::kBF16;
-  std::vector<int> devices;  // empty: every device of the node (then tp x dp of them)
+  // The devices the graph runs on, tp x dp of them. Empty: devices 0..tp-1
+  // are written (dp 1), or none when the mesh (dp > 1) says how many it needs;
+  // either way the graph never runs over more devices than its tp assumed.
+  std::vector<int> devices;
   // JobSpec's layer-step settings, written to the graph as given.
   int bucket_mib = JobSpec().bucket_mib;
   int chunk_kib = JobSpec().chunk_kib;

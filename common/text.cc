@@ -51,9 +51,29 @@ bool IsFormat(uint32_t c) {
          (c >= 0xE0020 && c <= 0xE007F);
 }
 
+// Characters that show as nothing, or as a blank that is not a space: two
+// names that differ by one look the same (U+3164 HANGUL FILLER is a letter to
+// Unicode, and passes any rule that asks for letters). Unicode's other
+// default-ignorable code points, the Hangul fillers, the braille blank and
+// variation selectors.
+bool IsInvisible(uint32_t c) {
+  return c == 0x34F || c == 0x115F || c == 0x1160 || c == 0x17B4 || c == 0x17B5 ||
+         (c >= 0x180B && c <= 0x180F) || c == 0x2800 || c == 0x3164 ||
+         (c >= 0xFE00 && c <= 0xFE0F) || c == 0xFFA0 || (c >= 0xFFF0 && c <= 0xFFF8) ||
+         (c >= 0xE0000 && c <= 0xE0FFF);
+}
+
+// Noncharacters (U+FDD0..U+FDEF, and the last two of every plane) and
+// private-use characters: they mean nothing outside a private agreement, so a
+// terminal or a web page shows each as it likes, often as nothing.
+bool IsNoncharacterOrPrivateUse(uint32_t c) {
+  return (c >= 0xFDD0 && c <= 0xFDEF) || (c & 0xFFFE) == 0xFFFE || (c >= 0xE000 && c <= 0xF8FF) ||
+         c >= 0xF0000;  // planes 15 and 16 are private use
+}
+
 bool IsControl(uint32_t code_point) {
   return code_point < 0x20 || code_point == 0x7F || (code_point >= 0x80 && code_point <= 0x9F) ||
-         IsFormat(code_point);
+         IsFormat(code_point) || IsInvisible(code_point) || IsNoncharacterOrPrivateUse(code_point);
 }
 
 void AppendEscaped(uint32_t code_point, std::string* out) {

@@ -22,8 +22,14 @@ std::optional<size_t> FirstInvalidUtf8(absl::string_view text);
 // True when `text` holds a C0 control character (newline and tab included),
 // DEL, a C1 control (U+0080..U+009F, which terminals also act on), or an
 // invisible character that reorders or hides text: Unicode's format
-// characters (bidi overrides such as U+202E, zero-width spaces, U+FEFF) and
-// the line and paragraph separators U+2028/U+2029.
+// characters (bidi overrides such as U+202E, zero-width spaces, U+FEFF), the
+// line and paragraph separators U+2028/U+2029, the other default-ignorable
+// characters and blank fillers (U+3164 HANGUL FILLER, U+115F, U+1160, U+FFA0,
+// U+2800 BRAILLE PATTERN BLANK, variation selectors); or a noncharacter
+// (U+FFFE, U+FFFF, U+FDD0..U+FDEF, U+nFFFE/U+nFFFF) or private-use character
+// (U+E000..U+F8FF, planes 15 and 16), which show as whatever a font makes of
+// them. Names, ids and owners are refused with any of these; Excerpt escapes
+// them.
 bool HasControlCharacters(absl::string_view text);
 
 // `text` safe to print on a terminal and to quote in a message: the

@@ -11,6 +11,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec_prescan.h"
+#include "common/status_macros.h"
 #include "yaml-cpp/eventhandler.h"
 
 namespace overlap {
@@ -67,6 +69,7 @@ class TreeBuilder final : public YAML::EventHandler {
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
+    CheckTag(mark, tag);
     YAML::Node node(value);
     node.SetTag(tag);  // "!" when quoted: ReadInt64 and others tell "12" from 12
     Add(mark, anchor, node);
@@ -90,6 +93,14 @@ class TreeBuilder final : public YAML::EventHandler {
     std::optional<YAML::Node> key;  // a mapping's key that waits for its value
   };
 
+  // yaml-cpp gives "?" for a plain value and "!" for a quoted one; anything
+  // else was written as a tag, which the pre-scan refuses first.
+  static void CheckTag(const YAML::Mark& mark, const std::string& tag) {
+    if (!tag.empty() && tag != "?" && tag != "!") {
+      throw YAML::ParserException(mark, "tags (!name, !!type, !<uri>) are not accepted");
+    }
+  }
+
   void Count(const YAML::Mark& mark, YAML::anchor_t anchor) {
     if (anchor != YAML::NullAnchor) {
       throw YAML::ParserException(mark, "anchors (&name) are not accepted");
@@ -107,6 +118,7 @@ class TreeBuilder final : public YAML::EventHandler {
 
   void Open(const YAML::Mark& mark, YAML::anchor_t anchor, YAML::NodeType::value type,
             const std::string& tag, YAML::EmitterStyle::value style) {
+    CheckTag(mark, tag);
     Count(mark, anchor);
     if (static_cast<int>(open_.size()) >= limits_.max_depth) {
       throw YAML::ParserException(
@@ -158,16 +170,27 @@ std::string StuckTokenMessage(absl::string_view text, const YAML::Mark& mark) {
                       "' where a value was expected");
 }
 
-}  // namespace
-
-absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name,
-                                        const YamlLimits& limits) {
-  const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+// The text's size and the pre-scan: what the parse will hold, or why it is
+// refused before yaml-cpp sees anything.
+absl::StatusOr<PrescanFacts> Prescan(absl::string_view text, const std::string& prefix,
+                                     const YamlLimits& limits) {
   if (text.size() > limits.max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "YAML/JSON text of ", text.size(),
                                                    " bytes, over the ", limits.max_bytes,
                                                    " bytes taken"));
   }
+  PrescanLimits prescan_limits;
+  prescan_limits.max_depth = limits.max_depth;
+  prescan_limits.max_nodes = limits.max_nodes;
+  absl::StatusOr<PrescanFacts> facts = PrescanYaml(text, prescan_limits);
+  if (!facts.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, facts.status().message()));
+  }
+  return facts;
+}
+
+absl::StatusOr<YAML::Node> Parse(absl::string_view text, const std::string& prefix,
+                                 const YamlLimits& limits) {
   std::istringstream stream{std::string(text)};
   try {
     YAML::Parser parser(stream);
@@ -206,6 +229,28 @@ absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_vie
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "malformed YAML/JSON: ", e.what()));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name,
+                                        const YamlLimits& limits) {
+  const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  RETURN_IF_ERROR(Prescan(text, prefix, limits).status());
+  return Parse(text, prefix, limits);
+}
+
+absl::StatusOr<BudgetedDocument> LoadBudgetedDocument(absl::string_view text,
+                                                      absl::string_view source_name,
+                                                      const YamlLimits& limits,
+                                                      ParseBudget& budget) {
+  const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  ASSIGN_OR_RETURN(const PrescanFacts facts, Prescan(text, prefix, limits));
+  BudgetedDocument document;
+  ASSIGN_OR_RETURN(document.grant,
+                   budget.Acquire(EstimatedParseBytes(static_cast<int64_t>(text.size()), facts)));
+  ASSIGN_OR_RETURN(document.root, Parse(text, prefix, limits));
+  return document;
 }
 
 absl::Status FieldError(absl::string_view path, absl::string_view message) {

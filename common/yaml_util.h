@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/parse_budget.h"
 #include "yaml-cpp/yaml.h"
 
 namespace overlap {
@@ -18,7 +19,8 @@ namespace yaml_util {
 // What one parse may take. Every YAML text the daemon reads (graphs from users
 // and peers, its config, pinned graphs) is untrusted or nearly so, and
 // yaml-cpp itself bounds neither time nor memory (yaml_util.cc says why), so
-// LoadDocument holds each parse to these.
+// LoadDocument holds each parse to these: first in a pre-scan of the text
+// (spec_prescan.h) before yaml-cpp sees it, then again as it builds the tree.
 struct YamlLimits {
   size_t max_bytes = 4 << 20;  // the text
   int max_depth = 32;          // lists and mappings inside each other
@@ -27,11 +29,28 @@ struct YamlLimits {
 
 // Parses one YAML (or JSON) document, within `limits`. INVALID_ARGUMENT,
 // prefixed with `source_name` when given, for a syntax error (naming the
-// 1-based line and column), more than one document, an anchor or alias (&a,
-// *a: a graph needs none, and an alias lets a few bytes stand for a huge
-// tree), or a text past a limit. Returns in time linear in the text.
+// 1-based line and column), more than one document, a text past a limit, or
+// what the pre-scan refuses (PrescanYaml: control characters, tags, anchors
+// and aliases, directives, block scalars, quoted values over several lines).
+// Returns in time linear in the text; the memory it takes beyond the text is
+// bounded by the pre-scan before yaml-cpp starts.
 absl::StatusOr<YAML::Node> LoadDocument(absl::string_view text, absl::string_view source_name,
                                         const YamlLimits& limits = YamlLimits());
+
+// A document parsed under a share of a ParseBudget: the share is held until
+// the tree is gone (members are destroyed last to first).
+struct BudgetedDocument {
+  ParseBudget::Grant grant;
+  YAML::Node root;
+};
+
+// LoadDocument, holding what the pre-scan estimates the parse takes
+// (EstimatedParseBytes) of `budget` from before yaml-cpp starts until the
+// result is destroyed. RESOURCE_EXHAUSTED when the budget has no room in time.
+absl::StatusOr<BudgetedDocument> LoadBudgetedDocument(absl::string_view text,
+                                                      absl::string_view source_name,
+                                                      const YamlLimits& limits,
+                                                      ParseBudget& budget);
 
 // INVALID_ARGUMENT "<path>: <message>".
 absl::Status FieldError(absl::string_view path, absl::string_view message);

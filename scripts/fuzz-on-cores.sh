@@ -12,10 +12,13 @@
 #
 # FUZZ_BIN: where the <target>_fuzz binaries are (build-fuzz); FUZZ_OUT: where
 # logs, new inputs and failing inputs go (build-fuzz/fuzz-cores). The same
-# limits as run-sanitizers.sh: -timeout 5 s, -rss_limit_mb 2048, -max_len 4096.
+# limits as run-sanitizers.sh: -timeout 5 s, -rss_limit_mb 2048, and each
+# target's -max_len and dictionary (scripts/fuzz-options.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 3 ] || { echo "usage: $0 SECONDS WORKERS target..." >&2; exit 2; }
+# shellcheck source=scripts/fuzz-options.sh
+. scripts/fuzz-options.sh
 seconds=$1 workers=$2
 shift 2
 bin=${FUZZ_BIN:-build-fuzz}
@@ -31,7 +34,8 @@ start_target() {
     mkdir -p "$work/new-$w"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       "$bin/${target}_fuzz" -max_total_time="$seconds" -print_final_stats=1 -timeout=5 \
-      -rss_limit_mb=2048 -max_len=4096 -seed="$w" -artifact_prefix="$work/artifacts/w$w-" \
+      -rss_limit_mb=2048 -max_len="$(fuzz_max_len "$target")" $(fuzz_dict_args "$target") \
+      -seed="$w" -artifact_prefix="$work/artifacts/w$w-" \
       "$work/new-$w" "${dirs[@]}" > "$work/log-$w" 2>&1 &
   done
 }

@@ -15,7 +15,10 @@
 # counts them (with FUZZ_RUNS, in one process that stops at the first): a crash
 # or sanitizer report, a timeout (an input that runs past FUZZ_TIMEOUT_S,
 # default 5) and an out-of-memory (past FUZZ_RSS_MB, default 2048) are all
-# failures. Inputs are at most FUZZ_MAX_LEN bytes (4096). It starts from
+# failures. Inputs are at most 1 MiB (the daemon's max_spec_bytes) for the
+# targets that read a graph or a config, 4096 bytes for the others
+# (FUZZ_MAX_LEN for all), and the graph targets get a dictionary of boundary
+# integers (scripts/fuzz-options.sh). It starts from
 # tests/fuzz/corpus/T and tests/fuzz/regressions/T and writes new inputs, and
 # each failing input, under build-fuzz/fuzz-runs/T/ (never into the
 # repository: docs/DEVELOPMENT.md says how to keep them). A line per target gives executions, exec/s, seconds, crashes,
@@ -34,7 +37,9 @@ case "$mode" in
 esac
 bash scripts/install-deps.sh
 
-fuzz_targets=(job_spec daemon_config hf_config byte_size calibration tuning_row pinned_graph job_row peer_message)
+# shellcheck source=scripts/fuzz-options.sh
+. scripts/fuzz-options.sh
+fuzz_targets=(job_spec graph_sizes daemon_config hf_config byte_size calibration tuning_row pinned_graph job_row peer_message)
 
 build_fuzzers() {
   command -v clang++ > /dev/null || { echo "fuzz needs clang++ (apt-get install clang)" >&2; exit 2; }
@@ -65,9 +70,11 @@ run_fuzzer() {
   local how=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$seconds")
   [ -n "${FUZZ_RUNS:-}" ] && how=(-runs="$FUZZ_RUNS" -print_final_stats=1)
   local rc=0 start=$SECONDS
+  local dict
+  dict=$(fuzz_dict_args "$target")
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     build-fuzz/"$target"_fuzz "${how[@]}" -timeout="${FUZZ_TIMEOUT_S:-5}" \
-    -rss_limit_mb="${FUZZ_RSS_MB:-2048}" -max_len="${FUZZ_MAX_LEN:-4096}" \
+    -rss_limit_mb="${FUZZ_RSS_MB:-2048}" -max_len="$(fuzz_max_len "$target")" $dict \
     -artifact_prefix="$work/artifacts/" "$work/new" "${dirs[@]}" > "$work/log" 2>&1 || rc=$?
   local time=$((SECONDS - start))
   # What each failure left: libFuzzer names the input crash-, leak-, timeout- or oom-<sha1>.

@@ -248,6 +248,25 @@ std::unique_ptr<Daemon> Daemon::Start(const DaemonConfig& config, StartError* er
   return daemon;
 }
 
+absl::Status Daemon::LoadNodeKeys() {
+  auto log = GetLogger("overlapd");
+  absl::StatusOr<peer::LoadedNodeKey> node_key = peer::LoadNodeKey(config_);
+  if (!node_key.ok()) return node_key.status();
+  absl::StatusOr<peer::KnownNodes> known = peer::LoadKnownNodes(config_);
+  if (!known.ok()) return known.status();
+  node_key_ = node_key->key;
+  known_nodes_ = std::move(*known);
+  if (node_key->created) {
+    log->warn(
+        "made a new node key in {}: list this node in the other nodes' "
+        "peer_known_nodes_file as: {} {}",
+        node_key->path, NodeName(config_), node_key_->public_text());
+  } else {
+    log->info("node key {}: {} {}", node_key->path, NodeName(config_), node_key_->public_text());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::StartParts(int* exit_code) {
   auto log = GetLogger("overlapd");
   Parts& p = *parts_;
@@ -268,6 +287,7 @@ absl::Status Daemon::StartParts(int* exit_code) {
                 key->path);
     }
     cluster_key_ = std::move(key->bytes);
+    if (absl::Status s = LoadNodeKeys(); !s.ok()) return s;
   }
 
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = CreateEngineForConfig(config);
@@ -345,7 +365,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   if (!config.peer_listen.empty()) {
     p.peer_link = std::make_unique<cluster::GrpcPeerLink>(
         peer::PeerChannelOptions{peer::PeerTlsOf(config)},
-        peer::PeerIdentity{NodeName(config), cluster_key_});
+        peer::PeerIdentity{NodeName(config), cluster_key_, node_key_, known_nodes_});
     cluster::ClusterOptions cluster_options;
     cluster_options.node_name = NodeName(config);
     cluster_options.peers = config.peers;
@@ -415,6 +435,8 @@ absl::Status Daemon::StartServers(int* exit_code) {
     peer_options.listen = config.peer_listen;
     peer_options.tls = peer::PeerTlsOf(config);
     peer_options.cluster_key = cluster_key_;
+    peer_options.node_key = node_key_;
+    peer_options.known_nodes = known_nodes_;
     peer_options.requests = {config.max_requests_in_flight, config.max_requests_per_user};
     peer_options.counters = &p.node->counters();
     absl::StatusOr<std::unique_ptr<peer::PeerServer>> peer_server = peer::PeerServer::Start(
@@ -428,9 +450,16 @@ absl::Status Daemon::StartServers(int* exit_code) {
           absl::StrCat("cannot start the peer listener: ", peer_server.status().message()));
     }
     p.peer_server = std::move(*peer_server);
-    const std::string proof = !p.peer_server->tls()  ? "the cluster key"
-                              : cluster_key_.empty() ? "mutual TLS"
-                                                     : "mutual TLS and the cluster key";
+    const std::string node_keys =
+        known_nodes_.empty() ? ""
+                             : absl::StrCat(" and node keys (", known_nodes_.size(), " known)");
+    const std::string proof =
+        !p.peer_server->tls()
+            ? (known_nodes_.empty() ? "the cluster key alone (any daemon holding it; no peers "
+                                      "listed)"
+                                    : "the cluster key" + node_keys)
+        : cluster_key_.empty() ? "mutual TLS"
+                               : "mutual TLS and the cluster key" + node_keys;
     log->info("peer listener on {}: node {}, peers: {}; callers proven by {}",
               p.peer_server->listen_address(), p.peer_server->node_name(),
               config.peers.empty() ? "none" : absl::StrJoin(config.peers, ", "), proof);
@@ -444,6 +473,7 @@ absl::Status Daemon::StartServers(int* exit_code) {
   rpc_options.jobs.max_user_priority = config.max_user_priority;
   rpc_options.tls = rpc::ServerTls{config.tls_cert, config.tls_key, config.tls_client_ca};
   rpc_options.jobs.max_watchers = config.max_watchers;
+  rpc_options.jobs.max_watchers_per_user = config.max_watchers_per_user;
   rpc_options.requests = {config.max_requests_in_flight, config.max_requests_per_user};
   if (p.cluster != nullptr) {
     rpc_options.jobs.admit_spanning = [cluster = p.cluster.get()](

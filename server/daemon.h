@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
+#include "server/peer/node_keys.h"
 
 namespace overlap {
 
@@ -59,6 +60,8 @@ class Daemon {
   explicit Daemon(const DaemonConfig& config);
   // Each sets *exit_code to what its failure means (kExitUsage, kExitFailure).
   absl::Status StartParts(int* exit_code);
+  // This node's key and the peers' (peer_listen only): node_key_, known_nodes_.
+  absl::Status LoadNodeKeys();
   absl::Status StartJobs(int* exit_code);     // job store, tuning, admission, scheduler
   absl::Status StartServers(int* exit_code);  // gRPC and metrics
   void StartWatchers();                       // the signal and health threads
@@ -66,6 +69,8 @@ class Daemon {
   const DaemonConfig config_;
   // The cluster key peer calls prove themselves with (peer_listen only).
   std::string cluster_key_;
+  std::shared_ptr<const peer::NodeKey> node_key_;  // with peer_listen
+  peer::KnownNodes known_nodes_;
   std::unique_ptr<Parts> parts_;
   std::thread signal_thread_;
   std::thread health_thread_;

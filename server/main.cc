@@ -19,9 +19,10 @@
 #include "common/status_macros.h"
 #include "overlap_git_commit.h"
 #include "server/daemon.h"
+#include "server/net/listen_address.h"
+#include "server/peer/node_keys.h"
 #include "server/peer/peer_auth.h"
 #include "server/rpc/grpc_log.h"
-#include "server/net/listen_address.h"
 #include "server/rpc/server_tls.h"
 
 namespace overlap {
@@ -43,6 +44,7 @@ struct Flags {
   std::string config_path;
   bool print_default_config = false;
   std::string make_cluster_key;
+  std::string make_node_key;
   bool print_config = false;
   // One entry per config key (common/daemon_settings.h), in the table's order.
   struct Setting {
@@ -110,6 +112,9 @@ void AddFlags(CLI::App& app, Flags& f) {
                "print the default config as YAML and exit");
   app.add_option("--make-cluster-key", f.make_cluster_key,
                  "write a new cluster key (peer_key_file) to this path, mode 0600, and exit");
+  app.add_option("--make-node-key", f.make_node_key,
+                 "write a new node key (peer_node_key_file) to this path, mode 0600, print its "
+                 "public key (for the other nodes' peer_known_nodes_file) and exit");
   app.add_flag("--print-config", f.print_config,
                "print the config in effect (file and flags merged) as YAML and exit");
   static constexpr char kGroup[] = "Settings (each a config key)";
@@ -175,6 +180,20 @@ int main(int argc, char** argv) {
     std::cout << "wrote a new cluster key to " << flags.make_cluster_key
               << ": copy it to every node of the cluster (mode 0600) and name it in "
                  "peer_key_file\n";
+    return 0;
+  }
+  if (!flags.make_node_key.empty()) {
+    absl::StatusOr<overlap::peer::NodeKey> key = overlap::peer::CreateNodeKey(flags.make_node_key);
+    if (!key.ok()) {
+      std::cerr << "overlapd: " << key.status().message() << "\n";
+      return overlap::kExitUsage;
+    }
+    // stdout holds the public key alone, for scripts; the advice goes to stderr.
+    std::cout << key->public_text() << "\n";
+    std::cerr << "wrote a new node key to " << flags.make_node_key
+              << ": name it in this node's peer_node_key_file, and list this node in the other "
+                 "nodes' peer_known_nodes_file as NODE_NAME "
+              << key->public_text() << "\n";
     return 0;
   }
   absl::StatusOr<overlap::DaemonConfig> config = overlap::BuildConfig(flags);

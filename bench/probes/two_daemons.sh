@@ -112,8 +112,14 @@ start_daemons() {
   local vars=("$@") env_vars=() i ok limit
   [ "$NCCL_VIA" = config ] || env_vars=("${vars[@]}")
   pids=(); addrs=(); peers=()
-  # Peers prove themselves with one cluster key that both daemons hold.
+  # Peers prove themselves with one cluster key that both daemons hold, and
+  # each with a node key of its own, which the other lists in known_nodes.
   [ -f "$work/cluster.key" ] || overlapd --make-cluster-key "$work/cluster.key" > /dev/null
+  rm -f "$work/$pass"node*.key
+  for i in 0 1; do
+    echo "127.0.0.1:${ports[i]} $(overlapd --make-node-key "$work/${pass}node$i.key" 2>/dev/null)"
+  done > "$work/known_nodes.$pass"
+  chmod 644 "$work/known_nodes.$pass"
   for i in 0 1; do
     local dir=$work/$pass$i me=127.0.0.1:${ports[i]} other=127.0.0.1:${ports[1 - i]}
     mkdir -p "$dir"
@@ -121,6 +127,8 @@ start_daemons() {
       echo "peer_listen: \"$me\""
       echo "peers: [\"$other\"]"
       echo "peer_key_file: \"$work/cluster.key\""
+      echo "peer_node_key_file: \"$work/${pass}node$i.key\""
+      echo "peer_known_nodes_file: \"$work/known_nodes.$pass\""
       echo "cluster_collective_timeout_ms: $TIMEOUT_MS"
       echo "collective_timeout_s: $TIMEOUT_S"
       if [ "$NCCL_VIA" != env ] && (( ${#vars[@]} )); then

@@ -496,7 +496,7 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
         stored.ok() ? planner::CalibrationFromJson(stored->calibration_json())
                     : absl::StatusOr<planner::Calibration>(stored.status());
     if (calibration.ok()) {
-      predictions = PredictBench(rows, &*calibration, o.dtype);
+      predictions = PredictBench(rows, &*calibration, o.dtype, job.result().gpu());
       AddPredictionsJson(predictions, j);
       prediction_text = FormatBenchPredictions(rows, predictions);
     } else {

@@ -11,9 +11,49 @@
 
 namespace overlap::client {
 
+const std::vector<JudgedPredictions>& JudgedPredictionTable() {
+  // The H200 replay: 45 shapes at tp 2, one rank per GPU, auto's choices over
+  // copy engines (p2p) and NCCL both predicted and measured.
+  static const std::vector<JudgedPredictions> kJudged = {
+      {"NVIDIA H200", 2, Transport::kP2p, "docs/results/planner-replay-h200x2-2026-12-06.txt"},
+      {"NVIDIA H200", 2, Transport::kNccl, "docs/results/planner-replay-h200x2-2026-12-06.txt"},
+  };
+  return kJudged;
+}
+
+const JudgedPredictions* FindJudge(const std::string& gpu, int tp, Transport transport) {
+  for (const JudgedPredictions& judged : JudgedPredictionTable()) {
+    if (judged.gpu == gpu && judged.tp == tp && judged.transport == transport) return &judged;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Whether a recorded judge scored a prediction like `p`'s, and why not.
+void Judge(const BenchRow& r, Transport transport, const planner::Calibration& calibration,
+           const std::string& gpu, BenchPrediction& p) {
+  if (r.host_backend) {
+    p.unverified_why = "host backend";
+  } else if (r.ranks_per_gpu > 1) {
+    p.unverified_why = "ranks share a GPU";
+  } else if (const std::string& calibrated = calibration.identity.device;
+             !calibrated.empty() && calibrated != gpu) {
+    p.unverified_why = absl::StrCat("calibrated on ", calibrated, ", measured on ", gpu);
+  } else if (const JudgedPredictions* judge = FindJudge(gpu, r.tp, transport)) {
+    p.verified = true;
+    p.judged_in = judge->judged_in;
+  } else {
+    p.unverified_why = absl::StrCat("no recorded judge for ", gpu.empty() ? "this GPU" : gpu,
+                                    " at tp ", r.tp, " over ", TransportName(transport));
+  }
+}
+
+}  // namespace
+
 std::vector<BenchPrediction> PredictBench(const std::vector<BenchRow>& rows,
                                           const planner::Calibration* calibration,
-                                          const std::string& dtype) {
+                                          const std::string& dtype, const std::string& gpu) {
   std::vector<BenchPrediction> out(rows.size());
   if (calibration == nullptr) return out;
   const planner::CostModel model(*calibration, {});
@@ -43,10 +83,7 @@ std::vector<BenchPrediction> PredictBench(const std::vector<BenchRow>& rows,
     p.predicted = true;
     p.step_ms = predicted->step_ms;
     p.error = r.step_ms > 0 ? (p.step_ms - r.step_ms) / r.step_ms : 0;
-    p.verified = r.tp <= 2 && !r.host_backend && r.ranks_per_gpu <= 1;
-    if (r.ranks_per_gpu > 1) p.unverified_why = "ranks share a GPU";
-    if (r.host_backend) p.unverified_why = "host backend";
-    if (r.tp > 2) p.unverified_why = "tp > 2";
+    Judge(r, schedule->transport, *calibration, gpu, p);
   }
   return out;
 }
@@ -84,9 +121,9 @@ std::string FormatBenchPredictions(const std::vector<BenchRow>& rows,
     const double median = n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
     absl::StrAppendFormat(&out, "prediction: median absolute error %.1f%% over %d shape(s)%s\n",
                           100 * median, static_cast<int>(n),
-                          any_unverified ? "; predictions on the host backend, for ranks "
-                                           "sharing a GPU or at tp above 2 have not been "
-                                           "checked against a measured GPU sweep: unverified"
+                          any_unverified ? "; a prediction is verified only where a recorded "
+                                           "replay scored its GPU model, tp and transport: the "
+                                           "others are unverified"
                                          : "");
   }
   return out;
@@ -101,6 +138,8 @@ void AddPredictionsJson(const std::vector<BenchPrediction>& predictions, nlohman
       row["predicted_step_ms"] = p.step_ms;
       row["prediction_error"] = p.error;
       row["prediction_verified"] = p.verified;
+      if (p.verified) row["prediction_judged_in"] = p.judged_in;
+      if (!p.verified) row["prediction_unverified_why"] = p.unverified_why;
     } else if (!p.cannot_say.empty()) {
       row["prediction_cannot_say"] = p.cannot_say;
     }

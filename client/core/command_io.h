@@ -8,6 +8,7 @@
 // arguments.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -25,7 +26,17 @@ inline constexpr int kExitUnreachable = 2;
 inline constexpr int kExitRefused = 3;
 inline constexpr int kExitUsage = 64;  // sysexits EX_USAGE
 
-// A graph file's text; "-" reads standard input. NOT_FOUND when it cannot be opened.
+// The most overlapctl reads from any one file: a graph, a model's config, a
+// bench result, a calibration.
+inline constexpr size_t kMaxInputFileBytes = size_t{64} << 20;
+
+// The bytes of `path` ("-": standard input), read through one descriptor
+// whatever it is (a pipe, a FIFO, a device such as /dev/zero), never more than
+// max_bytes + 1. NOT_FOUND naming the path and the reason when it cannot be
+// opened ("cannot read PATH: ..."), INVALID_ARGUMENT for a directory or more
+// than `max_bytes`, DATA_LOSS for a read error.
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes);
+// A graph file's text (ReadBoundedFile with kMaxInputFileBytes).
 absl::StatusOr<std::string> ReadGraphFile(const std::string& file);
 // The graph text with `fuse: false` set (submit --no-fuse), as YAML: the
 // daemon keeps it, so that the job runs unfused after a restart too.
@@ -41,6 +52,12 @@ int WriteTextFile(const std::string& path, const std::string& text, std::ostream
 // `message` as --json writes it (proto_json.h: 64-bit integers as numbers,
 // times also in RFC 3339), indented, ending in a newline.
 std::string ToJson(const google::protobuf::Message& message);
+
+// Why this user cannot reach the unix socket at `path`, for people: a
+// directory on the way it may not enter, no socket there, or a socket it may
+// not write (each naming the path, the uid and what to ask for); "" when none
+// of these is the reason.
+std::string UnixSocketProblem(const std::string& path);
 
 // The one-line error for a failed call and the matching exit status.
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err);

@@ -14,33 +14,28 @@ namespace overlap::client {
 
 namespace {
 
-// Autotune's figure of a candidate: its runoff median if it ran one.
-double Score(const v1::CandidateTiming& c) { return c.runoff_ms() > 0 ? c.runoff_ms() : c.best_ms(); }
+// An op's choice and its step, without margins yet.
+ExportChoice Chosen(const std::string& id, const std::string& type, const ops::Schedule& schedule,
+                    double step_ms) {
+  ExportChoice c;
+  c.op_id = id;
+  c.op_type = type;
+  c.schedule = schedule;
+  c.step_ms = step_ms;
+  return c;
+}
 
-// The op's choice, with the serial and runner-up figures where autotune timed them.
+// The op's choice, with its margins from the candidates autotune timed.
 std::optional<ExportChoice> ChoiceOf(const v1::OpResult& op) {
   absl::StatusOr<ops::Schedule> schedule = ops::ParseScheduleName(op.schedule());
   if (!schedule.ok()) return std::nullopt;
-  ExportChoice c{op.id(), op.type(), *schedule, op.step().median_ms(), 0, "", 0};
-  double winner = 0, runner = std::numeric_limits<double>::infinity();
+  ExportChoice c = Chosen(op.id(), op.type(), *schedule, op.step().median_ms());
+  std::vector<CandidateFigures> candidates;
   for (const v1::CandidateTiming& t : op.candidates()) {
     absl::StatusOr<ops::Schedule> s = ops::ParseScheduleName(t.schedule());
-    if (!s.ok()) continue;
-    if (*s == *schedule) {
-      winner = Score(t);
-    } else if (Score(t) < runner) {
-      runner = Score(t);
-      c.runner_up = s->Name();
-    }
-    if (s->mode == OverlapMode::kSerial && s->transport == Transport::kNccl) c.serial_ms = Score(t);
+    if (s.ok()) candidates.push_back(CandidateFigures{*s, t.best_ms(), t.runoff_ms()});
   }
-  if (winner > 0) {
-    c.step_ms = winner;  // margins compare autotune's figures with each other
-    c.runner_up_ms = c.runner_up.empty() ? 0 : runner;
-  } else {
-    c.runner_up.clear();
-    c.serial_ms = 0;
-  }
+  SetMargins(c, candidates);
   return c;
 }
 
@@ -94,7 +89,7 @@ absl::StatusOr<std::vector<ExportChoice>> FromGraph(DaemonClient& client,
       if (t.tp() != tp || t.dtype() != DTypeName(spec->dtype) || !t.current()) continue;
       absl::StatusOr<ops::Schedule> s = ops::ParseScheduleName(t.schedule());
       if (!s.ok()) continue;
-      out.push_back(ExportChoice{op.id, OpTypeName(op.type), *s, t.step_ms(), 0, "", 0});
+      out.push_back(Chosen(op.id, OpTypeName(op.type), *s, t.step_ms()));
       found = true;
       break;
     }
@@ -128,12 +123,14 @@ int RunExport(DaemonClient& client, const ExportOptions& options, std::ostream& 
   }
   std::optional<TorchMeasurement> torch;
   if (!options.bench.empty()) {
-    std::ifstream in(options.bench);
-    const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+    absl::StatusOr<std::string> text = ReadBoundedFile(options.bench, kMaxInputFileBytes);
+    const nlohmann::json doc =
+        nlohmann::json::parse(text.ok() ? *text : std::string(), nullptr, false);
     absl::StatusOr<TorchMeasurement> m =
-        in && !doc.is_discarded() ? TorchMeasurementFromJson(doc, options.bench)
-                                  : absl::InvalidArgumentError(
-                                        absl::StrCat("cannot read JSON from ", options.bench));
+        !text.ok() ? text.status()
+        : !doc.is_discarded()
+            ? TorchMeasurementFromJson(doc, options.bench)
+            : absl::InvalidArgumentError(absl::StrCat("cannot read JSON from ", options.bench));
     if (!m.ok()) {
       err << "overlapctl: " << m.status().message() << "\n";
       return kExitUsage;

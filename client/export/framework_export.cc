@@ -1,6 +1,7 @@
 #include "client/export/framework_export.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -121,17 +122,88 @@ TeEntry MapToTe(const ExportChoice& choice) {
   return e;
 }
 
+namespace {
+
+// Two candidates compared in one statistic of one round: the run-off's
+// pooled medians where both ran in it, else their first-round bests.
+struct Compared {
+  double winner_ms = 0;
+  double other_ms = 0;
+  const char* statistic = "";
+};
+
+Compared Compare(const CandidateFigures& winner, const CandidateFigures& other) {
+  if (winner.runoff_ms > 0 && other.runoff_ms > 0) {
+    return {winner.runoff_ms, other.runoff_ms, kRunoffMedians};
+  }
+  return {winner.best_ms, other.best_ms, kFirstRoundBests};
+}
+
+double SerialGain(const ExportChoice& c) {
+  return Gain(c.serial_ms, c.winner_vs_serial_ms > 0 ? c.winner_vs_serial_ms : c.step_ms);
+}
+
+double RunnerUpGain(const ExportChoice& c) {
+  return Gain(c.runner_up_ms, c.winner_vs_runner_up_ms > 0 ? c.winner_vs_runner_up_ms : c.step_ms);
+}
+
+std::string InStatistic(const std::string& statistic) {
+  return statistic.empty() ? "" : absl::StrCat(" (", statistic, ")");
+}
+
+}  // namespace
+
+void SetMargins(ExportChoice& c, const std::vector<CandidateFigures>& candidates) {
+  c.serial_ms = c.runner_up_ms = c.winner_vs_serial_ms = c.winner_vs_runner_up_ms = 0;
+  c.runner_up.clear();
+  c.serial_statistic.clear();
+  c.runner_up_statistic.clear();
+  const CandidateFigures* winner = nullptr;
+  for (const CandidateFigures& t : candidates) {
+    if (t.schedule == c.schedule) winner = &t;
+  }
+  if (winner == nullptr || winner->best_ms <= 0) return;
+  double closest = 0;  // the runner-up's figure over the winner's
+  for (const CandidateFigures& t : candidates) {
+    if (&t == winner || t.best_ms <= 0) continue;
+    const Compared compared = Compare(*winner, t);
+    if (t.schedule.mode == OverlapMode::kSerial && t.schedule.transport == Transport::kNccl) {
+      c.serial_ms = compared.other_ms;
+      c.winner_vs_serial_ms = compared.winner_ms;
+      c.serial_statistic = compared.statistic;
+    }
+    const double ratio = compared.other_ms / compared.winner_ms;
+    if (c.runner_up.empty() || ratio < closest) {
+      closest = ratio;
+      c.runner_up = t.schedule.Name();
+      c.runner_up_ms = compared.other_ms;
+      c.winner_vs_runner_up_ms = compared.winner_ms;
+      c.runner_up_statistic = compared.statistic;
+    }
+  }
+}
+
+std::string RunnerUpVerdict(double gain) {
+  if (std::abs(gain) <= kNearTie) return "near-tie";
+  if (gain < 0) return "the runner-up was faster: this choice was not the fastest";
+  return "";
+}
+
 std::string MarginText(const ExportChoice& c) {
   std::string out;
   if (c.serial_ms > 0 && c.schedule.mode != OverlapMode::kSerial) {
-    absl::StrAppendFormat(&out, "margin over serial %+.1f%%", 100 * Gain(c.serial_ms, c.step_ms));
+    const double gain = SerialGain(c);
+    absl::StrAppendFormat(&out, "margin over serial %+.1f%%%s%s", 100 * gain,
+                          InStatistic(c.serial_statistic),
+                          gain < -kNearTie ? ": serial was faster" : "");
   } else if (c.schedule.mode != OverlapMode::kSerial) {
     out = "margin over serial: not measured";
   }
   if (!c.runner_up.empty()) {
-    const double gain = Gain(c.runner_up_ms, c.step_ms);
-    absl::StrAppendFormat(&out, "%sover %s (runner-up) %+.1f%%%s", out.empty() ? "" : ", ",
-                          c.runner_up, 100 * gain, gain < kNearTie ? ": near-tie" : "");
+    const std::string verdict = RunnerUpVerdict(RunnerUpGain(c));
+    absl::StrAppendFormat(&out, "%sover %s (runner-up) %+.1f%%%s%s", out.empty() ? "" : ", ",
+                          c.runner_up, 100 * RunnerUpGain(c), InStatistic(c.runner_up_statistic),
+                          verdict.empty() ? "" : ": " + verdict);
   } else {
     absl::StrAppend(&out, out.empty() ? "" : ", ",
                     "runner-up not measured (the choice came from the tuning cache or was asked "
@@ -152,11 +224,19 @@ nlohmann::json TeExport(const std::vector<ExportChoice>& choices) {
                             {"note", e.note},
                             {"margin", MarginText(c)},
                             {"step_ms", c.step_ms}};
-    if (c.serial_ms > 0) about["serial_ms"] = c.serial_ms;
+    if (c.serial_ms > 0) {
+      about["serial_ms"] = c.serial_ms;
+      if (c.winner_vs_serial_ms > 0) about["winner_vs_serial_ms"] = c.winner_vs_serial_ms;
+      if (!c.serial_statistic.empty()) about["serial_statistic"] = c.serial_statistic;
+    }
     if (!c.runner_up.empty()) {
+      const double gain = RunnerUpGain(c);
       about["runner_up"] = c.runner_up;
       about["runner_up_ms"] = c.runner_up_ms;
-      about["near_tie"] = Gain(c.runner_up_ms, c.step_ms) < kNearTie;
+      if (c.winner_vs_runner_up_ms > 0) about["winner_vs_runner_up_ms"] = c.winner_vs_runner_up_ms;
+      if (!c.runner_up_statistic.empty()) about["runner_up_statistic"] = c.runner_up_statistic;
+      about["near_tie"] = std::abs(gain) <= kNearTie;
+      about["runner_up_faster"] = gain < -kNearTie;
     }
     if (e.te_name.empty() || e.fidelity == Fidelity::kNone) {
       not_exported.push_back(about);

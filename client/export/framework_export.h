@@ -28,19 +28,51 @@
 
 namespace overlap::client {
 
-// One op's choice and what it won by.
+// One op's choice and what it won by. Each margin sets two figures of one
+// statistic of one round side by side: the winner's (winner_vs_*; 0 = step_ms)
+// and the other's.
 struct ExportChoice {
   std::string op_id;
   std::string op_type;  // ag_gemm | gemm_rs | gemm_ar | ...
   ops::Schedule schedule;
   double step_ms = 0;         // the winner's figure
   double serial_ms = 0;       // serial over NCCL's figure; 0 = not measured
-  std::string runner_up;      // the next best candidate; empty = not measured
+  std::string runner_up;      // the closest other candidate; empty = not measured
   double runner_up_ms = 0;
+  double winner_vs_serial_ms = 0;
+  double winner_vs_runner_up_ms = 0;
+  // What each margin compares: kRunoffMedians or kFirstRoundBests; "" = the
+  // figures above as given.
+  std::string serial_statistic;
+  std::string runner_up_statistic;
 };
 
-// Within this of the runner-up a choice is a near-tie (autotune's own margin).
+inline constexpr char kRunoffMedians[] = "run-off medians";
+inline constexpr char kFirstRoundBests[] = "first-round bests";
+
+// Within this of the runner-up, either way, a choice is a near-tie
+// (autotune's own margin); a runner-up faster by more means the choice was
+// not the fastest in that statistic.
 inline constexpr double kNearTie = 0.02;
+
+// A candidate autotune timed: its best median over the first rounds, and its
+// pooled median in the run-off (0: not in it).
+struct CandidateFigures {
+  ops::Schedule schedule;
+  double best_ms = 0;
+  double runoff_ms = 0;
+};
+
+// `winner`'s margins from the candidates autotune timed: against serial over
+// NCCL and against the closest other candidate, each comparing the run-off
+// medians where both ran in the run-off, else both first-round bests. A
+// winner that is not among the candidates (a cached or requested choice)
+// gets no margins.
+void SetMargins(ExportChoice& winner, const std::vector<CandidateFigures>& candidates);
+
+// The runner-up's margin in words: "near-tie" when within kNearTie either way,
+// "the runner-up was faster: ..." below that, "" above.
+std::string RunnerUpVerdict(double gain);
 
 enum class Fidelity { kExact, kApproximate, kNone };
 std::string FidelityName(Fidelity fidelity);  // "exact" | "approximate" | "none"

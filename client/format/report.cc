@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -86,9 +87,15 @@ std::string FormatLayerStep(const v1::JobResult& result) {
   if (const double tflops = GemmTflops(result, layer); tflops > 0) {
     absl::StrAppend(&out, "; ", FormatRate(tflops), " TFLOP/s");
   }
-  absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)\n",
+  absl::StrAppendFormat(&out, "; exposed comm %s ms (op by op %s)",
                         FormatMs(result.layer_exposed_comm_ms()),
                         FormatMs(result.total_exposed_comm_ms()));
+  // Elementwise work on the main streams: neither GEMM nor communication.
+  if (result.layer_activation_ms() > 0) {
+    absl::StrAppendFormat(&out, ", activation passes %s ms apart",
+                          FormatMs(result.layer_activation_ms()));
+  }
+  out += "\n";
   std::vector<std::string> ops_order;
   for (const v1::OpResult& op : result.ops()) ops_order.push_back(op.id());
   const std::vector<std::string> layer_order(result.layer_order().begin(),
@@ -336,6 +343,14 @@ int64_t ElapsedEndMs(const v1::Job& job, int64_t now_ms) {
 }
 
 }  // namespace
+
+bool IsDamaged(const v1::Job& job) {
+  return job.error_code() == static_cast<int32_t>(absl::StatusCode::kDataLoss);
+}
+
+std::string ListedState(const v1::Job& job) {
+  return IsDamaged(job) ? "DAMAGED" : JobStateName(job.state());
+}
 
 std::string JobStateName(v1::JobState state) {
   if (state == v1::JOB_STATE_UNSPECIFIED) return "UNSPECIFIED";
@@ -629,8 +644,7 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
     const int ops = std::max(job.ops_finished(), job.result().ops_size());
     const bool has_result = ops > 0;
     table.AddRow(
-        {job.id(), JobStateName(job.state()), OrDash(ListName(OwnerOf(job))),
-         OrDash(ListName(job.name())),
+        {job.id(), ListedState(job), OrDash(ListName(OwnerOf(job))), OrDash(ListName(job.name())),
          absl::StrCat(job.priority()),
          // A coordinator's job holds no device: its parts do, on its nodes.
          job.devices().empty()
@@ -663,7 +677,9 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
                  : job.owner_name().empty() || job.owner_name() == job.owner()
                      ? job.owner()
                      : absl::StrCat(job.owner_name(), " (", job.owner(), ")"));
-  field("state", JobStateName(job.state()));
+  field("state", IsDamaged(job) ? absl::StrCat("DAMAGED (stored as ", JobStateName(job.state()),
+                                               "; its spec and results are lost)")
+                                : JobStateName(job.state()));
   field("priority", absl::StrCat(job.priority()));
   field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));
   if (job.nodes_size() > 0) field("nodes", absl::StrJoin(job.nodes(), ","));

@@ -19,6 +19,12 @@ namespace overlap::client {
 std::string JobStateName(v1::JobState state);
 // SUCCEEDED, FAILED, CANCELLED or ABORTED.
 bool IsFinalState(v1::JobState state);
+// Whether the daemon could not read the job's stored data: the store rebuilt
+// it from its row's plain columns (state, name, devices, times), its spec and
+// results are lost, and it carries error_code DATA_LOSS. Lists show it DAMAGED.
+bool IsDamaged(const v1::Job& job);
+// "DAMAGED" for such a job, else its state's name.
+std::string ListedState(const v1::Job& job);
 // FAILED, CANCELLED or ABORTED: overlapctl exits 1 for these.
 bool IsUnsuccessfulState(v1::JobState state);
 

@@ -18,6 +18,7 @@
 #include "client/core/command_io.h"
 #include "client/plan/stored_calibration.h"
 #include "common/planner/calibration_fit.h"
+#include "common/status_macros.h"
 
 namespace overlap::client {
 
@@ -49,9 +50,8 @@ absl::StatusOr<planner::FitOptions> FitOptionsOf(const CalibrateOptions& options
 }
 
 absl::StatusOr<json> ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  json doc = json::parse(in, nullptr, false);
+  ASSIGN_OR_RETURN(const std::string text, ReadBoundedFile(path, kMaxInputFileBytes));
+  json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON"));
   return doc;
 }

@@ -11,6 +11,7 @@
 #include "client/core/command_io.h"
 #include "client/format/table.h"
 #include "client/plan/stored_calibration.h"
+#include "common/checked_size.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 #include "common/planner/calibration.h"
@@ -163,7 +164,9 @@ absl::Status CheckSplits(JobSpec spec, int tp, int nodes, int daemon_devices) {
   if (spec.mesh.declared()) {
     if (tp > 0) spec.mesh.tp = tp;
     if (nodes > 1) spec.mesh.dp = nodes;
-    count = spec.mesh.tp * spec.mesh.dp;
+    absl::StatusOr<int> ranks = MeshRanks(spec.mesh.tp, spec.mesh.dp);
+    if (!ranks.ok()) return ranks.status();
+    count = *ranks;
   }
   if (count <= 0) return absl::OkStatus();
   ValidationLimits limits;
@@ -330,10 +333,14 @@ json ReplayRows(const json& doc, const planner::CostModel& model, DType dtype) {
 // Predicts each candidate a recorded bench row measured, beside what it measured.
 int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std::ostream& out,
                std::ostream& err) {
-  std::ifstream in(options.replay_file);
-  json doc = json::parse(in, nullptr, false);
-  if (!in || doc.is_discarded() || !doc.is_object() || !doc.contains("rows") ||
-      !doc["rows"].is_array() || (doc.contains("dtype") && !doc["dtype"].is_string())) {
+  absl::StatusOr<std::string> text = ReadBoundedFile(options.replay_file, kMaxInputFileBytes);
+  if (!text.ok()) {
+    err << "overlapctl: plan --replay: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  json doc = json::parse(*text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("rows") || !doc["rows"].is_array() ||
+      (doc.contains("dtype") && !doc["dtype"].is_string())) {
     err << "overlapctl: " << options.replay_file << ": not a bench --json result\n";
     return kExitUsage;
   }

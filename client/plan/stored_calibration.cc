@@ -11,11 +11,12 @@ namespace overlap::client {
 absl::StatusOr<planner::Calibration> LoadCalibration(DaemonClient& client, const std::string& file,
                                                      int tp, std::ostream& err) {
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read the calibration ", file));
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<planner::Calibration> c = planner::CalibrationFromJson(text.str());
+    absl::StatusOr<std::string> text = ReadBoundedFile(file, kMaxInputFileBytes);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat("the calibration: ", text.status().message()));
+    }
+    absl::StatusOr<planner::Calibration> c = planner::CalibrationFromJson(*text);
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", c.status().message()));
     return c;
   }
@@ -27,7 +28,9 @@ absl::StatusOr<planner::Calibration> LoadCalibration(DaemonClient& client, const
 int ExitForCalibrationError(const absl::Status& status, DaemonClient& client, std::ostream& err) {
   if (status.code() == absl::StatusCode::kInvalidArgument ||
       (status.code() == absl::StatusCode::kNotFound &&
-       status.message().find("cannot read") != std::string::npos)) {
+       status.message().find("cannot read") != std::string::npos) ||
+      (status.code() == absl::StatusCode::kDataLoss &&
+       status.message().find("error reading") != std::string::npos)) {
     err << "overlapctl: " << status.message() << "\n";
     return kExitUsage;
   }

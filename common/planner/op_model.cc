@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_size.h"
 #include "common/planner/two_lanes.h"
 
 namespace overlap::planner {
@@ -256,6 +257,15 @@ absl::StatusOr<SchedulePrediction> PredictSchedule(const CostModel& model, const
     out.hidden = 1;
     return out;
   }
+  // The lanes hold a few tasks per piece: a ring's tp x chunks (both from the
+  // user, chunks up to m/tp) sizes that list, and must neither wrap nor fill memory.
+  const int64_t pieces = schedule.mode == OverlapMode::kRing
+                             ? SaturatingMul(op.tp, schedule.chunks)
+                             : static_cast<int64_t>(schedule.chunks);
+  if (pieces > kMaxPlannedPieces) {
+    return absl::UnimplementedError(absl::StrCat("the planner models at most ", kMaxPlannedPieces,
+                                                 " pieces (this schedule has ", pieces, ")"));
+  }
   absl::StatusOr<double> comm_alone = model.TransferMs(
       OpCollective(op.type), schedule.transport, CollectiveBytes(op), op.tp, op.nodes);
   if (!comm_alone.ok()) return absl::UnimplementedError(std::string(comm_alone.status().message()));
@@ -273,7 +283,7 @@ absl::StatusOr<SchedulePrediction> PredictSchedule(const CostModel& model, const
       break;
     case OverlapMode::kRing:
       built = Ring(b, op.type, op.tp, schedule.chunks);
-      out.pieces = op.tp * schedule.chunks;
+      out.pieces = static_cast<int>(pieces);
       break;
     case OverlapMode::kAuto: return absl::InvalidArgumentError("auto is not a schedule");
   }

@@ -50,6 +50,9 @@ struct SchedulePrediction {
   PiecePrediction piece;  // a typical (the largest) piece; all equal but for rounding
 };
 
+// The most pieces (chunks; tp x chunks for a ring) a prediction lays out.
+inline constexpr int64_t kMaxPlannedPieces = int64_t{1} << 16;
+
 // UNIMPLEMENTED where the model cannot say (a transport or layout it has no
 // figures or no model for), with the reason.
 absl::StatusOr<SchedulePrediction> PredictSchedule(const CostModel& model, const OpShape& op,

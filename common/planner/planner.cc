@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "common/deferred_collectives.h"
 #include "common/graph_validator.h"
 #include "common/planner/two_lanes.h"
 
@@ -56,8 +57,7 @@ OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dt
 
 LayerEstimate EstimateLayer(const JobSpec& spec, const std::vector<OpPlan>& plans,
                             double slowdown) {
-  std::set<std::string> waited_for;
-  for (const OpSpec& op : spec.ops) waited_for.insert(op.after.begin(), op.after.end());
+  const std::vector<bool> deferred_ops = DeferredCollectives(spec);
   std::vector<LaneTask> tasks;
   std::map<std::string, int> task_of;
   LayerEstimate out;
@@ -67,8 +67,7 @@ LayerEstimate EstimateLayer(const JobSpec& spec, const std::vector<OpPlan>& plan
     const OpSpec& op = spec.ops[i];
     const double ms = plans[i].best() ? plans[i].best()->step_ms : 0;
     if (plans[i].best() == nullptr) out.unpredicted.push_back(op.id);
-    const bool deferred = op.type == OpType::kAllReduce && op.group != OpGroup::kTp &&
-                          waited_for.count(op.id) == 0;
+    const bool deferred = deferred_ops[i];
     std::vector<int> deps;
     for (const std::string& id : op.after) {
       if (auto it = task_of.find(id); it != task_of.end()) deps.push_back(it->second);

@@ -37,9 +37,10 @@ OpPlan PlanOp(const CostModel& model, const OpSpec& op, int group_size, DType dt
               const std::vector<ops::Schedule>& candidates, int nodes = 1);
 
 // A layer's step from its ops' best predictions: the ops on the compute lane
-// in the graph's order, and beside them every gradient all-reduce no op
-// waits for (the deferred ones, dp or world), each from the moment its
-// inputs are done, slowing the GEMMs beside it by `slowdown`.
+// in the graph's order, and beside them the collectives the layer step defers
+// (DeferredCollectives: those no op waits for, such as gradient all-reduces,
+// over any group), each from the moment its inputs are done, slowing the
+// GEMMs beside it by `slowdown`.
 struct LayerEstimate {
   double step_ms = 0;      // predicted, deferred all-reduces beside the compute
   double compute_ms = 0;   // the ops that are not deferred, one after another

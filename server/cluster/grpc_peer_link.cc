@@ -15,15 +15,18 @@ absl::Status FromGrpc(const std::string& node, const grpc::Status& status) {
                       absl::StrCat("node ", node, ": ", status.error_message()));
 }
 
-// One unary call: a stub's method with a fresh context.
+// One unary call: a stub's method with a fresh context, its answer taken only
+// when the callee proved it is `node` (peer::CheckPeerReply).
 template <typename Request, typename Response, typename Method>
 absl::StatusOr<Response> Call(v1::Peers::Stub* stub, Method method, absl::string_view name,
                               const peer::PeerIdentity& self, const std::string& node,
                               const Request& request, absl::Duration deadline) {
   grpc::ClientContext context;
-  peer::PreparePeerContext(&context, deadline, self, name, node, request);
+  const std::string nonce = peer::PreparePeerContext(&context, deadline, self, name, node, request);
   Response response;
-  RETURN_IF_ERROR(FromGrpc(node, (stub->*method)(&context, request, &response)));
+  const grpc::Status status = (stub->*method)(&context, request, &response);
+  RETURN_IF_ERROR(FromGrpc(node, status));
+  RETURN_IF_ERROR(peer::CheckPeerReply(context, self, name, node, nonce, status, response));
   return response;
 }
 
@@ -58,9 +61,20 @@ absl::StatusOr<v1::HelloResponse> GrpcPeerLink::Hello(const std::string& node,
   return peer::Hello(*peer->stub, node, self_, give_up - absl::Now());
 }
 
+absl::Status GrpcPeerLink::CheckCallee(const std::string& node, absl::Duration deadline) {
+  if (self_.known_nodes.empty()) return absl::OkStatus();  // TLS proves the callee
+  return Hello(node, deadline).status();
+}
+
 absl::StatusOr<v1::AdmitPartResponse> GrpcPeerLink::AdmitPart(
     const std::string& node, const v1::AdmitPartRequest& request, absl::Duration deadline) {
+  // The spec, its owner and the job's rights go only to a node that just
+  // proved it is that node: a process that took a stopped peer's port cannot
+  // sign Hello's fresh nonce.
+  const absl::Time give_up = absl::Now() + deadline;
+  RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
+  deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
   return Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_,
                                                            node, request, deadline);
 }
@@ -85,7 +99,11 @@ absl::StatusOr<v1::HoldPartResponse> GrpcPeerLink::HoldPart(const std::string& n
 absl::Status GrpcPeerLink::ReportPart(const std::string& node,
                                       const v1::ReportPartRequest& request,
                                       absl::Duration deadline) {
+  // A part's results go only to its coordinator proven (as AdmitPart's spec).
+  const absl::Time give_up = absl::Now() + deadline;
+  RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
+  deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
   return Call<v1::ReportPartRequest, v1::ReportPartResponse>(
              stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, request, deadline)
       .status();

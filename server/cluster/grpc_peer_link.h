@@ -1,5 +1,8 @@
 // PeerLink over gRPC: one stub per node, made on first use with the peer TLS
-// settings (server/peer/peer_client.h), every call with the version header.
+// settings (server/peer/peer_client.h), every call with the version header and
+// the caller's proof, every answer taken only with the callee's (in key mode,
+// its node key's signature). Before AdmitPart and ReportPart, which carry a
+// job's spec, owner and results, the callee proves itself with Hello first.
 #pragma once
 
 #include <map>
@@ -43,6 +46,8 @@ class GrpcPeerLink final : public PeerLink {
     std::unique_ptr<v1::Peers::Stub> stub;
   };
   absl::StatusOr<Peer*> PeerFor(const std::string& node);
+  // OK when `node` answers a Hello as itself (key mode), or TLS proves it.
+  absl::Status CheckCallee(const std::string& node, absl::Duration deadline);
   absl::StatusOr<v1::Peers::Stub*> StubFor(const std::string& node);
 
   const peer::PeerChannelOptions options_;

@@ -96,6 +96,7 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   const v1::JobResult& layer = parts[slowest_layer];
   *merged.mutable_layer_step() = layer.layer_step();
   merged.set_layer_exposed_comm_ms(layer.layer_exposed_comm_ms());
+  merged.set_layer_activation_ms(layer.layer_activation_ms());
   *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
   merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
   *merged.mutable_layer_deferrals() = layer.layer_deferrals();

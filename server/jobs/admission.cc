@@ -66,8 +66,21 @@ std::string DoesNotFitMessage(int64_t needed, const engine::DeviceInfo& device,
   return message;
 }
 
+namespace {
+
+// How long a parse waits for room in the budget: longer than the largest
+// spec takes to parse, short enough that a flood is answered, not queued.
+constexpr absl::Duration kParseBudgetWait = absl::Seconds(3);
+
+}  // namespace
+
 Admission::Admission(const engine::Engine& engine, AdmissionOptions options)
-    : engine_(engine), options_(std::move(options)) {}
+    : engine_(engine),
+      options_(std::move(options)),
+      parse_budget_(std::make_unique<ParseBudget>(
+          options_.parse_budget_bytes > 0 ? options_.parse_budget_bytes
+                                          : ParseBudget::CapacityFor(options_.max_spec_bytes),
+          kParseBudgetWait)) {}
 
 ValidationLimits Admission::Limits() const {
   ValidationLimits limits;
@@ -129,7 +142,7 @@ absl::StatusOr<JobSpec> Admission::Parse(const std::string& spec_text,
   // Only for messages: printable, and short.
   const std::string source_name = Excerpt(raw_source_name, 120);
   RETURN_IF_ERROR(CheckText(spec_text, source_name));
-  return ParseJobSpec(spec_text, source_name);
+  return ParseJobSpec(spec_text, source_name, parse_budget_.get());
 }
 
 absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<std::string>& nodes,
@@ -200,7 +213,7 @@ absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& sp
 }
 
 absl::StatusOr<GraphPtr> Admission::Revalidate(const v1::Job& job) const {
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec(), job.id()));
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec(), job.id(), parse_budget_.get()));
   spec.devices.assign(job.devices().begin(), job.devices().end());
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(spec, Limits());
   if (!devices.ok()) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "common/graph_validator.h"
+#include "common/parse_budget.h"
 #include "common/planner/calibration.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
@@ -29,6 +31,9 @@ struct AdmissionOptions {
   int max_iterations = 10000;
   int64_t max_spec_bytes = 1 << 20;
   int max_ops_per_job = 4096;
+  // What the specs parsed at once may take together (ParseBudget); 0 sizes
+  // it from max_spec_bytes (ParseBudget::CapacityFor).
+  int64_t parse_budget_bytes = 0;
   // Bytes per device a job needs; null = runner::JobBytesPerDevice.
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
   // The node's kept calibration for `ranks` ranks (the planner's), for a
@@ -56,7 +61,10 @@ class Admission {
 
   // The spec's text checked (its size, that it is UTF-8) and parsed: the one
   // parse of a job's graph on its way in. INVALID_ARGUMENT naming the field or
-  // file for a spec that is too big, not UTF-8 or malformed.
+  // file for a spec that is too big, not UTF-8 or malformed; RESOURCE_EXHAUSTED
+  // when the parses running at once leave no room in the parse budget in time.
+  // Every parse of this admission (the user socket's, `validate`'s, the peer
+  // port's) shares that one budget.
   absl::StatusOr<JobSpec> Parse(const std::string& spec_text, const std::string& source_name) const;
 
   // A local job from its parsed spec, validated against this node's devices
@@ -90,6 +98,8 @@ class Admission {
 
   const engine::Engine& engine_;
   const AdmissionOptions options_;
+  // Shared by every Parse; thread-safe, so a const Admission may use it.
+  const std::unique_ptr<ParseBudget> parse_budget_;
 };
 
 // RESOURCE_EXHAUSTED's message for a job that needs `needed` bytes on each of

@@ -39,6 +39,11 @@ absl::StatusOr<v1::Job> DecodeJobRow(absl::string_view blob, const JobRowColumns
 }
 
 absl::StatusOr<v1::Job> DecodeSummaryRow(absl::string_view blob, const JobRowColumns& row) {
+  // A summary adds one field of its own to the job's (ops_finished, a varint).
+  constexpr int64_t kSummaryOnlyBytes = 16;
+  if (row.job_bytes >= 0 && row.job_bytes + kSummaryOnlyBytes < static_cast<int64_t>(blob.size())) {
+    return Unreadable(row.sequence);
+  }
   return DecodeJob(blob, row);
 }
 

@@ -21,6 +21,9 @@ namespace overlap::jobs {
 struct JobRowColumns {
   uint64_t sequence = 0;
   int state = 0;  // a v1::JobState
+  // The length of the row's `job` blob where a list read it beside the
+  // summary (SQLite gives it without reading the blob); -1: not read.
+  int64_t job_bytes = -1;
 };
 
 // A `jobs` row's `job` blob. DATA_LOSS "job store: job-NNNNNN is unreadable
@@ -30,7 +33,10 @@ struct JobRowColumns {
 absl::StatusOr<v1::Job> DecodeJobRow(absl::string_view blob, const JobRowColumns& row);
 
 // A `summaries` row (JobSummary of the job) beside its `jobs` row's columns:
-// the same checks and error.
+// the same checks and error; and, where `row.job_bytes` is known, a job blob
+// too short to hold the summary's fields (they are a subset of the job's) is
+// the job's damage too, so that a list does not show as ordinary a job whose
+// blob was truncated or replaced while its summary survived.
 absl::StatusOr<v1::Job> DecodeSummaryRow(absl::string_view blob, const JobRowColumns& row);
 
 // An `op_results` row of job `sequence` (PutOpResult: the result's totals and

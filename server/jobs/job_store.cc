@@ -111,7 +111,14 @@ absl::string_view BlobColumn(sqlite3_stmt* stmt, int column) {
 // are its sequence and state (kListColumns' order).
 JobRowColumns RowColumns(sqlite3_stmt* stmt) {
   return JobRowColumns{static_cast<uint64_t>(sqlite3_column_int64(stmt, 0)),
-                       sqlite3_column_int(stmt, 2)};
+                       sqlite3_column_int(stmt, 2), -1};
+}
+
+// RowColumns, and the length of the row's job blob from column 8 (ListSummaries).
+JobRowColumns SummaryRowColumns(sqlite3_stmt* stmt) {
+  JobRowColumns row = RowColumns(stmt);
+  if (sqlite3_column_type(stmt, 8) != SQLITE_NULL) row.job_bytes = sqlite3_column_int64(stmt, 8);
+  return row;
 }
 
 // The job in column 1 of a statement in kListColumns' order (job_row.h).
@@ -607,7 +614,8 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
   limit = std::max(limit, 1);
   std::string sql =
       "SELECT j.sequence, s.summary, j.state, j.priority, j.name, j.devices, j.start_time_ms, "
-      "j.end_time_ms FROM jobs j LEFT JOIN summaries s ON s.sequence = j.sequence WHERE 1";
+      "j.end_time_ms, length(j.job) FROM jobs j LEFT JOIN summaries s ON s.sequence = j.sequence "
+      "WHERE 1";
   if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " AND j.state = ?1");
   if (before > 0) absl::StrAppend(&sql, " AND j.sequence < ?2");
   // One more than asked: whether another page follows.
@@ -633,7 +641,7 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
       summary.set_sequence(sequence);
       without_summary.push_back(sequence);
     } else if (absl::StatusOr<v1::Job> decoded =
-                   DecodeSummaryRow(BlobColumn(stmt.get(), 1), RowColumns(stmt.get()));
+                   DecodeSummaryRow(BlobColumn(stmt.get(), 1), SummaryRowColumns(stmt.get()));
                decoded.ok()) {
       summary = std::move(*decoded);
     } else {

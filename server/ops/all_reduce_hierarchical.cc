@@ -1,6 +1,7 @@
 #include "server/ops/all_reduce_hierarchical.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_size.h"
 #include "common/status_macros.h"
 
 namespace overlap::ops {
@@ -146,15 +147,14 @@ absl::Status AllReduceHierarchical(OpContext& ctx, Transport transport, On on,
                                    const std::vector<BufferId>& dst, int64_t row, int64_t rows,
                                    int64_t cols, int tag) {
   const Mesh& mesh = ctx.mesh();
-  if (mesh.tp < 2 || mesh.dp < 2 || mesh.tp * mesh.dp != ctx.tp()) {
+  if (mesh.tp < 2 || mesh.dp < 2 || !MeshCovers(mesh.tp, mesh.dp, ctx.tp())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all-reduce hierarchical needs the world of a mesh with tp > 1 and dp > 1 (", ctx.tp(),
         " ranks, mesh ", mesh.tp, " x ", mesh.dp, ")"));
   }
-  if (rows % (mesh.tp * mesh.dp) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("all-reduce hierarchical: ", rows,
-                                                   " rows do not divide over tp x dp = ",
-                                                   mesh.tp * mesh.dp));
+  if (rows % ctx.tp() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-reduce hierarchical: ", rows, " rows do not divide over tp x dp = ", ctx.tp()));
   }
   if (src == dst) {
     return absl::InvalidArgumentError("all-reduce hierarchical runs out of place only");

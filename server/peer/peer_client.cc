@@ -56,16 +56,43 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewPeerChannel(const PeerChannelO
   return grpc::CreateCustomChannel(address, credentials, args);
 }
 
-void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
-                        const PeerIdentity& self, absl::string_view method,
-                        const std::string& callee, const google::protobuf::Message& request) {
+std::string PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
+                               const PeerIdentity& self, absl::string_view method,
+                               const std::string& callee,
+                               const google::protobuf::Message& request) {
   context->AddMetadata(kVersionHeader, OVERLAP_VERSION);
   context->AddMetadata(kNodeHeader, self.node);
+  std::string nonce;
   if (!self.cluster_key.empty()) {
     const PeerCallFacts facts{std::string(method), self.node, callee, CanonicalBytes(request)};
-    context->AddMetadata(kAuthHeader, SignPeerCall(self.cluster_key, facts, absl::Now()));
+    context->AddMetadata(kAuthHeader, SignPeerCall(self.cluster_key, facts, absl::Now(),
+                                                   self.node_key.get(), &nonce));
   }
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return nonce;
+}
+
+absl::Status CheckPeerReply(const grpc::ClientContext& context, const PeerIdentity& self,
+                            absl::string_view method, const std::string& callee,
+                            const std::string& nonce, const grpc::Status& status,
+                            const google::protobuf::Message& response) {
+  if (!status.ok() || nonce.empty() || self.known_nodes.empty()) return absl::OkStatus();
+  const auto known = self.known_nodes.find(callee);
+  if (known == self.known_nodes.end()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("node ", Shorten(callee),
+                     " has no key in this daemon's peer_known_nodes_file: its "
+                     "answers cannot be told from an impostor's"));
+  }
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto proof = trailers.find(kCalleeProofHeader);
+  const PeerReplyFacts facts{
+      std::string(method),     self.node, callee, nonce, static_cast<int>(status.error_code()),
+      CanonicalBytes(response)};
+  return VerifyPeerReply(known->second, facts,
+                         proof == trailers.end()
+                             ? absl::string_view()
+                             : absl::string_view(proof->second.data(), proof->second.size()));
 }
 
 absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,
@@ -73,13 +100,14 @@ absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const st
   v1::HelloRequest request;
   request.set_node(self.node);
   grpc::ClientContext context;
-  PreparePeerContext(&context, timeout, self, "Hello", address, request);
+  const std::string nonce = PreparePeerContext(&context, timeout, self, "Hello", address, request);
   v1::HelloResponse response;
   const grpc::Status status = stub.Hello(&context, request, &response);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         absl::StrCat("peer ", address, ": ", status.error_message()));
   }
+  RETURN_IF_ERROR(CheckPeerReply(context, self, "Hello", address, nonce, status, response));
   if (response.version() != OVERLAP_VERSION) {
     return absl::FailedPreconditionError(absl::StrCat("peer ", address, " runs overlapd ",
                                                       Quote(response.version()), ", this daemon ",

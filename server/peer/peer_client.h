@@ -15,8 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/config.h"
-#include "overlap/v1/peer.grpc.pb.h"
 #include "google/protobuf/message.h"
+#include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/node_keys.h"
 #include "server/peer/peer_config.h"
 
 namespace overlap::peer {
@@ -45,18 +46,37 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewPeerChannel(const PeerChannelO
 struct PeerIdentity {
   std::string node;         // its node name, as its peers list it
   std::string cluster_key;  // the key's bytes; "" = none (mutual TLS proves it)
+  // Its node key, signing every token; null = tokens carry the cluster key's
+  // proof only.
+  std::shared_ptr<const NodeKey> node_key = nullptr;
+  // The peers' public keys: with a cluster key, every answer from a peer
+  // must carry its signature (CheckPeerReply); empty = answers not checked.
+  KnownNodes known_nodes = {};
 };
 
 // Makes `context` a peer call's: the version header (kVersionHeader), who
 // calls (kNodeHeader) with its proof (kAuthHeader, with a cluster key) for
 // `method` with `request` to `callee`, and a deadline `timeout` from now.
-// Call before the call starts.
-void PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
-                        const PeerIdentity& self, absl::string_view method,
-                        const std::string& callee, const google::protobuf::Message& request);
+// Call before the call starts. The token's nonce ("" without a cluster key),
+// for CheckPeerReply.
+std::string PreparePeerContext(grpc::ClientContext* context, absl::Duration timeout,
+                               const PeerIdentity& self, absl::string_view method,
+                               const std::string& callee, const google::protobuf::Message& request);
 
-// Hello to the peer at `address` through `stub`, as `self`. The call's status (its code, the message prefixed with the
-// peer) on failure; FAILED_PRECONDITION naming the peer when it runs another
+// Whether a finished call's answer came from `callee` itself: OK when the call
+// failed (`status`; nothing of it is taken), when answers are not checked
+// (no nonce, or self.known_nodes empty), or when its kCalleeProofHeader is
+// the callee's signature over the nonce, `method`, the status and `response`
+// under the key self.known_nodes lists for it. UNAUTHENTICATED naming the
+// callee otherwise: a process that is not its daemon holds its port.
+absl::Status CheckPeerReply(const grpc::ClientContext& context, const PeerIdentity& self,
+                            absl::string_view method, const std::string& callee,
+                            const std::string& nonce, const grpc::Status& status,
+                            const google::protobuf::Message& response);
+
+// Hello to the peer at `address` through `stub`, as `self`, its answer
+// checked (CheckPeerReply). The call's status (its code, the message prefixed
+// with the peer) on failure; FAILED_PRECONDITION naming the peer when it runs another
 // version, or names itself other than `address` (its node_name must be the
 // entry this daemon lists in peers).
 absl::StatusOr<v1::HelloResponse> Hello(v1::Peers::StubInterface& stub, const std::string& address,

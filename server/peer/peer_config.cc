@@ -105,6 +105,52 @@ absl::StatusOr<ClusterKey> LoadClusterKey(const DaemonConfig& config) {
   return key;
 }
 
+absl::StatusOr<LoadedNodeKey> LoadNodeKey(const DaemonConfig& config) {
+  LoadedNodeKey loaded;
+  const bool explicit_path = !config.peer_node_key_file.empty();
+  loaded.path = explicit_path ? config.peer_node_key_file : config.state_dir + "/node.key";
+  absl::StatusOr<NodeKey> key = ReadNodeKey(loaded.path);
+  if (!key.ok() && key.status().code() == absl::StatusCode::kNotFound) {
+    if (explicit_path) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer_node_key_file: ", loaded.path,
+                       ": no such file (make one with `overlapd "
+                       "--make-node-key ",
+                       loaded.path,
+                       "`, and list the public key it prints in the other "
+                       "nodes' peer_known_nodes_file)"));
+    }
+    key = CreateNodeKey(loaded.path);
+    loaded.created = key.ok();
+  }
+  if (!key.ok()) return key.status();
+  loaded.key = std::make_shared<const NodeKey>(std::move(*key));
+  return loaded;
+}
+
+absl::StatusOr<KnownNodes> LoadKnownNodes(const DaemonConfig& config) {
+  if (config.peer_known_nodes_file.empty()) {
+    if (!config.peers.empty() && !PeerTlsOf(config).enabled()) {
+      return absl::InvalidArgumentError(
+          "peer_known_nodes_file: needed when peers are listed without peer TLS: the cluster "
+          "key alone proves only that a caller holds it, not which node it is. Make each node's "
+          "key with `overlapd --make-node-key PATH` (set peer_node_key_file to PATH) and list "
+          "every peer as `NODE PUBLIC_KEY`, one a line (docs/OPERATIONS.md, \"Who may call the "
+          "peer port\")");
+    }
+    return KnownNodes{};
+  }
+  ASSIGN_OR_RETURN(KnownNodes known, ReadKnownNodes(config.peer_known_nodes_file));
+  for (size_t i = 0; i < config.peers.size(); ++i) {
+    if (known.count(config.peers[i]) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "peer_known_nodes_file: ", config.peer_known_nodes_file, " lists no key for peers[", i,
+          "] ", config.peers[i], " (add its line: NODE PUBLIC_KEY)"));
+    }
+  }
+  return known;
+}
+
 absl::StatusOr<PeerAddress> ParsePeerAddress(absl::string_view key, const std::string& address,
                                              bool allow_port_zero) {
   if (address.empty()) return Invalid(key, address, "empty (expected HOST:PORT)");
@@ -156,7 +202,8 @@ absl::Status ValidatePeerConfig(const DaemonConfig& config) {
     ASSIGN_OR_RETURN(const PeerTlsPem pem, ReadPeerTls(tls));
     // Peers check that a caller's certificate names the node it speaks as.
     const std::string& node = config.node_name.empty() ? config.peer_listen : config.node_name;
-    return CheckOwnCertificate(pem.cert_chain, tls.cert_file, node, absl::Now());
+    RETURN_IF_ERROR(CheckOwnCertificate(pem.cert_chain, tls.cert_file, node, absl::Now()));
+    return LoadKnownNodes(config).status();
   }
   if (!listen.loopback) {
     return Invalid("peer_listen", config.peer_listen,
@@ -170,7 +217,7 @@ absl::Status ValidatePeerConfig(const DaemonConfig& config) {
                      "peer_tls_key and peer_tls_ca");
     }
   }
-  return absl::OkStatus();
+  return LoadKnownNodes(config).status();
 }
 
 }  // namespace overlap::peer

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/config.h"
+#include "server/peer/node_keys.h"
 
 namespace overlap::peer {
 
@@ -78,9 +79,27 @@ struct ClusterKey {
 // cannot be used; config.state_dir must be set.
 absl::StatusOr<ClusterKey> LoadClusterKey(const DaemonConfig& config);
 
+// This daemon's node key (node_keys.h): peer_node_key_file's; without it,
+// STATE_DIR/node.key, made when missing (a node key never leaves its node, so
+// making one is always safe). INVALID_ARGUMENT naming peer_node_key_file for a
+// key that cannot be used; config.state_dir must be set.
+struct LoadedNodeKey {
+  std::shared_ptr<const NodeKey> key;
+  std::string path;
+  bool created = false;  // made now
+};
+absl::StatusOr<LoadedNodeKey> LoadNodeKey(const DaemonConfig& config);
+
+// peer_known_nodes_file's keys ({} when unset). INVALID_ARGUMENT naming
+// peer_known_nodes_file when it cannot be read, or lists no key for one of
+// config.peers; and when it is unset while peers are listed without peer TLS
+// (the cluster key alone would not tell one node from another).
+absl::StatusOr<KnownNodes> LoadKnownNodes(const DaemonConfig& config);
+
 // Every check of the cluster keys, none of which needs the network: those of
 // ValidateClusterKeys, the addresses of peer_listen, peers and node_name, the
-// TLS files, and TLS required when peer_listen or a peer is not loopback.
+// TLS files, TLS required when peer_listen or a peer is not loopback, and
+// LoadKnownNodes's.
 // INVALID_ARGUMENT naming the key. OK when peer_listen is "".
 absl::Status ValidatePeerConfig(const DaemonConfig& config);
 

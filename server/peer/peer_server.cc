@@ -19,37 +19,6 @@
 namespace overlap::peer {
 namespace {
 
-// The most of a caller's version header quoted back.
-constexpr size_t kMaxQuotedVersion = 64;
-
-// A caller names itself in at most this many bytes.
-constexpr size_t kMaxNodeNameBytes = 256;
-
-absl::Status CheckVersion(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find(kVersionHeader);
-  if (it == metadata.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the caller sent no ", kVersionHeader,
-                     " header (not overlapd, or an overlapd older than "
-                     "the peer protocol); this daemon runs overlapd ",
-                     OVERLAP_VERSION, ": daemons of a cluster must run one version"));
-  }
-  const absl::string_view version(it->second.data(),
-                                  std::min(it->second.size(), kMaxQuotedVersion));
-  if (it->second.size() == version.size() && version == OVERLAP_VERSION) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("peer runs overlapd ",
-                                                    absl::CHexEscape(version), ", this daemon ",
-                                                    OVERLAP_VERSION, ": upgrade them together"));
-}
-
-// The metadata value under `key`, "" when absent.
-std::string Header(const grpc::ServerContext& context, const char* key) {
-  const auto& metadata = context.client_metadata();
-  const auto it = metadata.find(key);
-  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-}
-
 // The first value of an auth context property, "" when absent.
 std::string Property(const grpc::AuthContext& auth, const char* name) {
   for (const grpc::string_ref& value : auth.FindPropertyValues(name)) {
@@ -58,18 +27,11 @@ std::string Property(const grpc::AuthContext& auth, const char* name) {
   return "";
 }
 
-// The certificate's names, where the call came over mutual TLS.
-PeerCertificate CertificateOf(const grpc::AuthContext& auth) {
-  PeerCertificate certificate;
-  certificate.common_name = Property(auth, "x509_common_name");
-  for (const grpc::string_ref& value : auth.FindPropertyValues("x509_subject_alternative_name")) {
-    certificate.subject_alt_names.emplace_back(value.data(), value.size());
-  }
-  return certificate;
-}
-
+// Without TLS (loopback only): gRPC's local credentials, which add nothing on
+// the wire (callers dial in plaintext) but, unlike insecure ones, take the
+// gate that runs before a request is read.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const PeerTls& tls) {
-  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  if (!tls.enabled()) return grpc::experimental::LocalServerCredentials(LOCAL_TCP);
   return PeerServerCredentials(tls);
 }
 
@@ -77,12 +39,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(const Pe
 
 class PeerServer::Service final : public v1::Peers::Service {
  public:
-  Service(PeerHandler* handler, PeerHello hello, bool tls, std::string cluster_key,
-          net::RequestLimiter& limiter)
+  Service(PeerHandler* handler, PeerHello hello, std::shared_ptr<PeerGate> gate,
+          std::shared_ptr<const NodeKey> node_key, net::RequestLimiter& limiter)
       : handler_(handler),
         limiter_(limiter),
-        tls_(tls),
-        cluster_key_(std::move(cluster_key)),
+        gate_(std::move(gate)),
+        node_key_(std::move(node_key)),
         hello_(std::move(hello)) {}
 
   void set_node_name(const std::string& name) {
@@ -92,102 +54,114 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloResponse* response) override {
-    absl::StatusOr<PeerCaller> caller = Admit(*context, "Hello", *request);
-    if (!caller.ok()) return net::ToGrpcStatus(caller.status());
-    GetLogger("peer")->debug("Hello from {} ({})", caller->node, context->peer());
-    absl::MutexLock lock(&mu_);
-    response->set_version(OVERLAP_VERSION);
-    response->set_backend(hello_.backend);
-    response->set_device_count(hello_.device_count);
-    response->set_node(hello_.node_name);
-    return grpc::Status::OK;
+    absl::StatusOr<Admitted> admitted = Admit(*context, "Hello", *request);
+    if (!admitted.ok()) return net::ToGrpcStatus(admitted.status());
+    GetLogger("peer")->debug("Hello from {} ({})", admitted->caller.node, context->peer());
+    {
+      absl::MutexLock lock(&mu_);
+      response->set_version(OVERLAP_VERSION);
+      response->set_backend(hello_.backend);
+      response->set_device_count(hello_.device_count);
+      response->set_node(hello_.node_name);
+    }
+    return Answer(context, *admitted, "Hello", grpc::Status::OK, *response);
   }
 
   grpc::Status AdmitPart(grpc::ServerContext* context, const v1::AdmitPartRequest* request,
                          v1::AdmitPartResponse* response) override {
-    return Serve(*context, "AdmitPart", *request, [&](const PeerCaller& caller) -> absl::Status {
-      ASSIGN_OR_RETURN(*response, handler_->AdmitPart(caller, *request));
-      return absl::OkStatus();
-    });
+    return Serve(context, "AdmitPart", *request, *response,
+                 [&](const PeerCaller& caller) -> absl::Status {
+                   ASSIGN_OR_RETURN(*response, handler_->AdmitPart(caller, *request));
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::Status CancelPart(grpc::ServerContext* context, const v1::CancelPartRequest* request,
-                          v1::CancelPartResponse*) override {
-    return Serve(*context, "CancelPart", *request,
+                          v1::CancelPartResponse* response) override {
+    return Serve(context, "CancelPart", *request, *response,
                  [&](const PeerCaller& caller) { return handler_->CancelPart(caller, *request); });
   }
 
   grpc::Status HoldPart(grpc::ServerContext* context, const v1::HoldPartRequest* request,
                         v1::HoldPartResponse* response) override {
-    return Serve(*context, "HoldPart", *request, [&](const PeerCaller& caller) -> absl::Status {
-      ASSIGN_OR_RETURN(*response, handler_->HoldPart(caller, *request));
-      return absl::OkStatus();
-    });
+    return Serve(context, "HoldPart", *request, *response,
+                 [&](const PeerCaller& caller) -> absl::Status {
+                   ASSIGN_OR_RETURN(*response, handler_->HoldPart(caller, *request));
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::Status ReportPart(grpc::ServerContext* context, const v1::ReportPartRequest* request,
-                          v1::ReportPartResponse*) override {
-    return Serve(*context, "ReportPart", *request,
+                          v1::ReportPartResponse* response) override {
+    return Serve(context, "ReportPart", *request, *response,
                  [&](const PeerCaller& caller) { return handler_->ReportPart(caller, *request); });
   }
 
   grpc::Status StoreSet(grpc::ServerContext* context, const v1::StoreSetRequest* request,
-                        v1::StoreSetResponse*) override {
-    return Serve(*context, "StoreSet", *request,
+                        v1::StoreSetResponse* response) override {
+    return Serve(context, "StoreSet", *request, *response,
                  [&](const PeerCaller& caller) { return handler_->StoreSet(caller, *request); });
   }
 
   grpc::Status StoreGet(grpc::ServerContext* context, const v1::StoreGetRequest* request,
                         v1::StoreGetResponse* response) override {
-    return Serve(*context, "StoreGet", *request, [&](const PeerCaller& caller) -> absl::Status {
-      ASSIGN_OR_RETURN(*response->mutable_value(), handler_->StoreGet(caller, *request));
-      return absl::OkStatus();
-    });
+    return Serve(
+        context, "StoreGet", *request, *response, [&](const PeerCaller& caller) -> absl::Status {
+          ASSIGN_OR_RETURN(*response->mutable_value(), handler_->StoreGet(caller, *request));
+          return absl::OkStatus();
+        });
   }
 
  private:
-  // The version check and the caller's proof of who it is (peer_auth.h):
-  // the caller as proven, or why not, logged, since the caller may not show
-  // the message to anyone: a cluster of mixed versions or keys is the
-  // operator's to fix, and a refused stranger is worth knowing of.
-  absl::StatusOr<PeerCaller> Admit(const grpc::ServerContext& context, absl::string_view method,
-                                   const google::protobuf::Message& request) {
-    const absl::Status version = CheckVersion(context);
-    absl::StatusOr<PeerCaller> caller =
-        version.ok() ? Authenticate(context, method, request) : absl::StatusOr<PeerCaller>(version);
-    if (!caller.ok()) {
-      GetLogger("peer")->warn("refused {} from {}: {}", std::string(method), context.peer(),
-                              std::string(caller.status().message()));
+  struct Admitted {
+    PeerCaller caller;
+    std::string nonce;  // the caller's token's; "" without a cluster key
+  };
+
+  // The caller as proven by the gate's checks, run again on this call's own
+  // metadata (peer_gate.h says why), once the request read is the one its
+  // token was made for; why not otherwise, logged.
+  absl::StatusOr<Admitted> Admit(const grpc::ServerContext& context, absl::string_view method,
+                                 const google::protobuf::Message& request) {
+    std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    absl::StatusOr<ProvenCall> proven =
+        auth == nullptr ? absl::UnauthenticatedError("the call has no auth context")
+                        : gate_->Verify(context.client_metadata(), method, *auth,
+                                        /*take_nonce=*/false);
+    absl::Status status = proven.status();
+    if (status.ok() && proven->token.has_value()) {
+      status = CheckRequestMatchesToken(*proven->token, CanonicalBytes(request));
     }
-    return caller;
+    if (!status.ok()) {
+      GetLogger("peer")->warn("refused {} from {}: {}", std::string(method), context.peer(),
+                              std::string(status.message()));
+      return status;
+    }
+    Admitted admitted;
+    admitted.caller.node = proven->node;
+    admitted.caller.peer_uri = context.peer();
+    admitted.caller.tls_subject = Property(*auth, "x509_subject");
+    if (admitted.caller.tls_subject.empty()) {
+      admitted.caller.tls_subject = Property(*auth, "x509_common_name");
+    }
+    if (proven->token.has_value()) admitted.nonce = proven->token->nonce;
+    return admitted;
   }
 
-  absl::StatusOr<PeerCaller> Authenticate(const grpc::ServerContext& context,
-                                          absl::string_view method,
-                                          const google::protobuf::Message& request) {
-    PeerCaller caller;
-    caller.peer_uri = context.peer();
-    caller.node = Header(context, kNodeHeader);
-    if (caller.node.empty() || caller.node.size() > kMaxNodeNameBytes ||
-        !ParsePeerAddress("caller", caller.node, /*allow_port_zero=*/false).ok()) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          "the call names no caller as HOST:PORT in its ", kNodeHeader, " header"));
-    }
-    if (!cluster_key_.empty()) {
-      PeerCallFacts facts{std::string(method), caller.node, node_name(), CanonicalBytes(request)};
-      RETURN_IF_ERROR(
-          VerifyPeerCall(cluster_key_, facts, Header(context, kAuthHeader), absl::Now()));
-    }
-    if (tls_) {
-      std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-      if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-        return absl::UnauthenticatedError("the call came without a client certificate");
-      }
-      caller.tls_subject = Property(*auth, "x509_subject");
-      if (caller.tls_subject.empty()) caller.tls_subject = Property(*auth, "x509_common_name");
-      RETURN_IF_ERROR(CheckCertificateNamesNode(CertificateOf(*auth), caller.node));
-    }
-    return caller;
+  // `status` with the callee's proof of who answered (kCalleeProofHeader),
+  // when this daemon has a node key and the call a token's nonce.
+  grpc::Status Answer(grpc::ServerContext* context, const Admitted& admitted,
+                      absl::string_view method, grpc::Status status,
+                      const google::protobuf::Message& response) {
+    if (node_key_ == nullptr || admitted.nonce.empty()) return status;
+    PeerReplyFacts facts{std::string(method),
+                         admitted.caller.node,
+                         node_name(),
+                         admitted.nonce,
+                         static_cast<int>(status.error_code()),
+                         status.ok() ? CanonicalBytes(response) : ""};
+    context->AddTrailingMetadata(kCalleeProofHeader, SignPeerReply(*node_key_, facts));
+    return status;
   }
 
   std::string node_name() {
@@ -196,25 +170,31 @@ class PeerServer::Service final : public v1::Peers::Service {
   }
 
   template <typename Fn>
-  grpc::Status Serve(const grpc::ServerContext& context, absl::string_view method,
-                     const google::protobuf::Message& request, Fn&& fn) {
-    absl::StatusOr<PeerCaller> caller = Admit(context, method, request);
-    if (!caller.ok()) return net::ToGrpcStatus(caller.status());
+  grpc::Status Serve(grpc::ServerContext* context, absl::string_view method,
+                     const google::protobuf::Message& request,
+                     const google::protobuf::Message& response, Fn&& fn) {
+    absl::StatusOr<Admitted> admitted = Admit(*context, method, request);
+    if (!admitted.ok()) return net::ToGrpcStatus(admitted.status());
     if (handler_ == nullptr) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon runs no cluster jobs");
+      return Answer(context, *admitted, method,
+                    grpc::Status(grpc::StatusCode::UNAVAILABLE, "this daemon runs no cluster jobs"),
+                    response);
     }
-    absl::StatusOr<net::RequestLimiter::Ticket> ticket = limiter_.Enter(caller->node);
-    if (!ticket.ok()) return net::ToGrpcStatus(ticket.status());
+    const std::string& node = admitted->caller.node;
+    absl::StatusOr<net::RequestLimiter::Ticket> ticket = limiter_.Enter(node);
+    if (!ticket.ok()) {
+      return Answer(context, *admitted, method, net::ToGrpcStatus(ticket.status()), response);
+    }
     const absl::Time started = absl::Now();
-    const absl::Status status = fn(*caller);
-    limiter_.NoteIfAbandoned(context, method, caller->node, started);
-    return net::ToGrpcStatus(status);
+    const absl::Status status = fn(admitted->caller);
+    limiter_.NoteIfAbandoned(*context, method, node, started);
+    return Answer(context, *admitted, method, net::ToGrpcStatus(status), response);
   }
 
   PeerHandler* const handler_;
   net::RequestLimiter& limiter_;
-  const bool tls_;
-  const std::string cluster_key_;
+  const std::shared_ptr<PeerGate> gate_;
+  const std::shared_ptr<const NodeKey> node_key_;
   absl::Mutex mu_;
   PeerHello hello_ ABSL_GUARDED_BY(mu_);
 };
@@ -237,6 +217,10 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
   }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    CredentialsFor(options.tls));
+  auto gate = std::make_shared<PeerGate>(PeerGateOptions{
+      options.tls.enabled(), options.cluster_key, options.known_nodes, kMaxRememberedNonces});
+  if (!hello.node_name.empty()) gate->set_node_name(hello.node_name);
+  credentials->SetAuthMetadataProcessor(gate);
 
   std::unique_ptr<PeerServer> server(new PeerServer());
   const std::string node_name = hello.node_name;
@@ -245,8 +229,9 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
   server->limiter_ = std::make_unique<net::RequestLimiter>(
       options.requests, "the peer port", counters.requests_refused_busy,
       counters.requests_abandoned);
-  server->service_ = std::make_unique<Service>(handler, std::move(hello), options.tls.enabled(),
-                                               options.cluster_key, *server->limiter_);
+  server->gate_ = gate;
+  server->service_ = std::make_unique<Service>(handler, std::move(hello), gate, options.node_key,
+                                               *server->limiter_);
   server->tls_ = options.tls.enabled();
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, under which a second daemon on the same
@@ -268,6 +253,7 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
       absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", selected_port);
   server->node_name_ = node_name.empty() ? server->listen_address_ : node_name;
   server->service_->set_node_name(server->node_name_);
+  server->gate_->set_node_name(server->node_name_);
   return server;
 }
 

@@ -3,17 +3,20 @@
 // port users keep. It owns the transport and its rules; the job logic sits
 // behind PeerHandler.
 //
-// Rules every call meets before a handler sees it:
+// Rules every call meets before its request is read (peer_gate.h):
 //   - the metadata "overlapd-version" (peer_config.h) equals this daemon's
 //     OVERLAP_VERSION, else FAILED_PRECONDITION saying both versions;
 //   - with peer TLS, the caller presented a certificate signed by peer_tls_ca
 //     (the handshake refuses anyone else) that names the node the call says
 //     it comes from; with a cluster key, the call carries a token made with
-//     it for this very call (peer_auth.h). Else UNAUTHENTICATED, logged. The
-//     listener starts only with one or both.
-// The handler then sees the caller as proven (PeerCaller::node), never as a
-// message says, and decides what that node may do. Hello is answered by the
-// listener itself.
+//     it for this very call, never used before, and signed by the caller's
+//     node key where known_nodes lists them (peer_auth.h). Else
+//     UNAUTHENTICATED, logged. The listener starts only with one or both.
+// Once read, the request must be the one the token was made for. The handler
+// then sees the caller as proven (PeerCaller::node), never as a message says,
+// and decides what that node may do. Hello is answered by the listener itself.
+// With a node key, every answer to a call with a token carries the callee's
+// signature (kCalleeProofHeader, trailing metadata).
 //
 // Thread safety: handler methods run on gRPC's threads, several at once.
 // listen_address and node_name from any thread; Shutdown once, from one.
@@ -27,9 +30,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "overlap/v1/peer.grpc.pb.h"
-#include "server/node/node_state.h"
-#include "server/peer/peer_config.h"
 #include "server/net/request_limiter.h"
+#include "server/node/node_state.h"
+#include "server/peer/node_keys.h"
+#include "server/peer/peer_config.h"
+#include "server/peer/peer_gate.h"
 
 namespace overlap::peer {
 
@@ -66,6 +71,11 @@ struct PeerServerOptions {
   // The cluster key's bytes (peer_auth.h); "" = none, when TLS alone proves
   // callers. Required without TLS.
   std::string cluster_key;
+  // This daemon's node key, signing its answers; null = answers unsigned.
+  std::shared_ptr<const NodeKey> node_key;
+  // With a cluster key: the node keys callers must sign with (node_keys.h);
+  // empty = the cluster key alone proves a caller.
+  KnownNodes known_nodes;
   // The largest request taken (AdmitPart's spec, ReportPart's result).
   int max_message_bytes = 64 << 20;
   // Calls in flight at once, in all and per calling node; long polls
@@ -108,6 +118,7 @@ class PeerServer {
   class Service;
   PeerServer() = default;
 
+  std::shared_ptr<PeerGate> gate_;
   node::DaemonCounters own_counters_;  // when the options give none
   std::unique_ptr<net::RequestLimiter> limiter_;
   std::unique_ptr<Service> service_;

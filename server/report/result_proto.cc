@@ -240,6 +240,7 @@ v1::JobResult ToProto(const runner::JobReport& report) {
     result.set_layer_deferred_hidden_fraction(layer.deferred_hidden_fraction);
   }
   result.set_layer_exposed_comm_ms(layer.exposed_comm_ms);
+  result.set_layer_activation_ms(layer.activation_ms);
   for (const std::string& id : layer.order) result.add_layer_order(id);
   for (const std::string& id : layer.deferred) result.add_layer_deferred(id);
   for (const std::string& id : layer.joined_before) result.add_layer_joined_before(id);

@@ -3,6 +3,7 @@
 #include <grp.h>
 #include <grpcpp/server_context.h>
 #include <pwd.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -64,7 +65,7 @@ bool CallerResolver::IsAdmin(uid_t uid) const {
 }
 
 absl::StatusOr<Caller> CallerResolver::Resolve(const grpc::ServerContext* context) const {
-  if (context == nullptr) return Caller{"daemon", "daemon", true};
+  if (context == nullptr) return Caller{"daemon", "daemon", true, false};
   if (context->client_metadata().count(kClaimedIdentityHeader) > 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "a call may not claim an identity (", kClaimedIdentityHeader,
@@ -77,11 +78,12 @@ absl::StatusOr<Caller> CallerResolver::Resolve(const grpc::ServerContext* contex
     if (!peer) {
       return absl::UnauthenticatedError("the unix socket's peer has no known credentials");
     }
-    caller = Caller{absl::StrCat("uid:", peer->uid), UserName(peer->uid), IsAdmin(peer->uid)};
+    caller = Caller{absl::StrCat("uid:", peer->uid), UserName(peer->uid), IsAdmin(peer->uid),
+                    peer->uid == ::geteuid()};
   } else if (std::string subject = CertificateSubject(*context); !subject.empty()) {
-    caller = Caller{absl::StrCat("x509:", subject), subject, false};
+    caller = Caller{absl::StrCat("x509:", subject), subject, false, false};
   } else {
-    caller = Caller{kAnonymous, kAnonymous, false};
+    caller = Caller{kAnonymous, kAnonymous, false, false};
   }
   // The connection may have closed, and its fd number been given to another,
   // before the identity was read: such a call is cancelled by then.

@@ -5,7 +5,8 @@
 //     subject: owner "x509:CN=alice,O=acme";
 //   - over plain TCP (loopback), "anonymous".
 // Root, and the members of admin_group, are admins (unix socket only): they
-// may cancel anyone's job and change node-wide state.
+// may cancel anyone's job and change node-wide state. The daemon's own uid is
+// the socket's owner.
 //
 // Thread safety: Resolve from any thread.
 #pragma once
@@ -30,6 +31,9 @@ struct Caller {
   std::string owner;  // the stable key jobs are owned by
   std::string name;   // for people: "alice", a certificate's subject, "anonymous"
   bool admin = false;
+  // Over the unix socket, the daemon's own uid, who owns the socket (watch
+  // slots keep room for it as for admins: watch_slots.h).
+  bool socket_owner = false;
 
   // "alice (uid:1000)", or the name where it is the owner.
   std::string Describe() const;

@@ -54,7 +54,8 @@ JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admi
       callers_(callers),
       options_(options),
       counters_(counters),
-      limiter_(limiter) {}
+      limiter_(limiter),
+      watch_slots_(options_.max_watchers, options_.max_watchers_per_user) {}
 
 template <typename Serve>
 grpc::Status JobsService::Limited(grpc::ServerContext* context, absl::string_view method,
@@ -224,18 +225,14 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
 grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                    grpc::ServerWriter<v1::JobEvent>* writer) {
   if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return net::ToGrpcStatus(caller.status());
   // Each stream holds one of gRPC's server threads while it lasts: past the
-  // cap, a watcher is told so rather than starving every other call.
-  if (watchers_.fetch_add(1) >= options_.max_watchers) {
-    watchers_.fetch_sub(1);
-    return net::ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-        "too many jobs being watched at once (max_watchers = ", options_.max_watchers,
-        "): poll with `overlapctl get` instead, or watch again later")));
-  }
-  struct Release {
-    std::atomic<int>& count;
-    ~Release() { count.fetch_sub(1); }
-  } release{watchers_};
+  // caller's share, or the cap, a watcher is told so rather than starving
+  // every other call.
+  absl::StatusOr<WatchSlots::Slot> slot =
+      watch_slots_.Take(caller->owner, caller->Describe(), caller->admin || caller->socket_owner);
+  if (!slot.ok()) return net::ToGrpcStatus(slot.status());
   uint64_t seen = 0;
   while (true) {
     if (context->IsCancelled()) return grpc::Status::CANCELLED;

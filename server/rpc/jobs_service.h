@@ -17,15 +17,18 @@
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/scheduler.h"
+#include "server/net/request_limiter.h"
 #include "server/node/node_state.h"
 #include "server/rpc/caller.h"
-#include "server/net/request_limiter.h"
+#include "server/rpc/watch_slots.h"
 
 namespace overlap::rpc {
 
 struct JobsServiceOptions {
-  // WatchJob streams open at once; each holds a server thread.
+  // WatchJob streams open at once; each holds a server thread. Shared out as
+  // watch_slots.h says (0 per user: a quarter of max_watchers).
   int max_watchers = 256;
+  int max_watchers_per_user = 0;
   // The highest priority a caller who is not an admin may ask for.
   int max_user_priority = 10;
   // Admits a graph that spans daemons (server/cluster/cluster_jobs.h) from its
@@ -84,7 +87,7 @@ class JobsService final : public v1::Jobs::Service {
   const JobsServiceOptions options_;
   node::DaemonCounters& counters_;
   net::RequestLimiter& limiter_;
-  std::atomic<int> watchers_{0};
+  WatchSlots watch_slots_;
 };
 
 }  // namespace overlap::rpc

@@ -181,7 +181,7 @@ class LiveDispatch {
       for (int q = 0; q < m.ctx->tp(); ++q) {
         if (IsLocal(*m.ctx, q)) w.devices.push_back(m.ctx->rank(q).device);
       }
-      w.chunk_ms = kBesideGemmsFactor * m.alone_ms / w.chunks;
+      w.chunk_ms = BesideGemmsOf(m) * m.alone_ms / w.chunks;
     }
     return work;
   }
@@ -260,7 +260,7 @@ void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
   }
   for (const Member& m : members) {
     if (!m.on_deferred_lane) continue;
-    const double chunk_ms = kBesideGemmsFactor * m.alone_ms / Pieces(m);
+    const double chunk_ms = BesideGemmsOf(m) * m.alone_ms / Pieces(m);
     if (m.pieces.empty() && m.op.type == OpType::kAllReduce) {
       notes->push_back(absl::StrFormat(
           "%s: no larger than a chunk (%d KiB%s), or not cut (a hierarchical or read "
@@ -277,6 +277,31 @@ void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
   }
 }
 
+std::vector<int> LaneReadyPoints(const std::vector<Member>& members) {
+  std::map<std::string, int> index_of;
+  for (size_t i = 0; i < members.size(); ++i) index_of[members[i].op.id] = static_cast<int>(i);
+  std::vector<int> points;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
+    if (!m.on_deferred_lane) continue;
+    std::vector<std::string> waits_on = m.op.after;
+    if (!m.op.input.empty()) waits_on.push_back(m.op.input);
+    int point = -1;
+    for (const std::string& id : waits_on) {
+      const auto it = index_of.find(id);
+      // Not a member of its own, or on the side streams: its own place.
+      if (it == index_of.end() || members[it->second].deferred ||
+          it->second > static_cast<int>(i)) {
+        point = static_cast<int>(i);
+        break;
+      }
+      point = std::max(point, it->second);
+    }
+    points.push_back(point);
+  }
+  return points;
+}
+
 absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Member>& members,
                                                                 OpContext& main, double bound_ms,
                                                                 TimelineEngine* tracer) {
@@ -284,12 +309,21 @@ absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Memb
   for (Member& m : members) m.sent = 0;
   LiveDispatch live(members, bound_ms, tracer);
   engine::Engine& engine = main.engine();
-  int lane_index = 0;
-  for (Member& m : members) {
+  const std::vector<int> ready_points = LaneReadyPoints(members);
+  // Each lane member's ready event once the main streams pass its ready point.
+  auto reach_after = [&](int point) -> absl::Status {
+    for (size_t k = 0; k < ready_points.size(); ++k) {
+      if (ready_points[k] == point) RETURN_IF_ERROR(live.Reached(static_cast<int>(k), streams));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(reach_after(-1));
+  for (size_t i = 0; i < members.size(); ++i) {
+    Member& m = members[i];
     if (tracer != nullptr) tracer->SetLabel(m.op.id);
     RETURN_IF_ERROR(JoinBefore(members, m.op.id, streams));
     if (m.on_deferred_lane) {
-      RETURN_IF_ERROR(live.Reached(lane_index++, streams));
+      // Reached at its ready point: after its producer, or here (below).
     } else if (m.deferred) {  // a critical collective on the side streams
       RETURN_IF_ERROR(SendDeferred(m, streams));
       RETURN_IF_ERROR(live.Critical(*m.ctx, EventKind::kLayerFork, EventKind::kLayerDone));
@@ -308,6 +342,7 @@ absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Memb
         RETURN_IF_ERROR(live.Critical(ctx, EventKind::kCriticalStart, EventKind::kCriticalDone));
       }
     }
+    RETURN_IF_ERROR(reach_after(static_cast<int>(i)));
     RETURN_IF_ERROR(live.Poll(engine).status());
   }
   RETURN_IF_ERROR(live.Drain(engine));

@@ -4,7 +4,8 @@
 // The main streams' work (GEMM ops, overlapped ops, critical collectives and
 // their joins) is enqueued in the layer order as the planned step enqueues it.
 // Each deferred collective instead marks where its input is ready (an event on
-// the main streams after its producer) and goes to a DeferredDispatcher
+// the main streams right after the last op it waits on: LaneReadyPoints, not
+// its place in the layer order) and goes to a DeferredDispatcher
 // (deferred_dispatcher.h). Between ops and then until every chunk is out, the
 // host polls the events: a collective becomes ready when its event completes,
 // and its chunks go on the deferred lane (lowest-priority streams, their own
@@ -15,8 +16,11 @@
 // collective. The step ends by joining the lane back into the main streams.
 //
 // Why it cannot deadlock: each lane's communicator sees its collectives in one
-// order on every rank (the critical lane: the layer order; the deferred lane:
-// the dispatcher's fixed order, which no timing changes); a deferred chunk
+// order on every rank (the critical lane: the layer order, which every rank
+// derives from the same figures, layer_step.h; the deferred lane: the
+// dispatcher's fixed order, the layer order's deferred collectives, which no
+// timing changes: a collective whose input is ready early still waits for the
+// ones before it in that order); a deferred chunk
 // waits only on events recorded before it on the main streams, whose work is
 // all enqueued ahead of it and never waits on the deferred lane until the
 // step's end, after the last chunk was issued; and the host's waits are
@@ -49,6 +53,16 @@ inline constexpr absl::Duration kDispatchReadyTimeout = absl::Seconds(120);
 // chunk size cannot be kept. Call once the contexts exist.
 void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
                          std::vector<std::string>* notes);
+
+// Where each deferred-lane member's input is ready, by lane index (the
+// members with on_deferred_lane, in the order of `members`): the index into
+// `members` of the op after which the main streams record its ready event.
+// That is the last of the ops it waits on (its `after` and `input`; a
+// bucket's: every merged op's) where they all run on the main streams, so its
+// chunks may start as soon as its producer finished; -1 when it waits on
+// nothing (ready from the step's start); its own index where one of them runs
+// on the side streams, which the main streams see only where it joins.
+std::vector<int> LaneReadyPoints(const std::vector<Member>& members);
 
 // One layer iteration, dispatched at run time; returns what the dispatcher did
 // (by deferred-lane member, in the layer order). `tracer` labels spans.

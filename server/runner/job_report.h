@@ -65,7 +65,12 @@ struct LayerStepReport {
   std::vector<std::string> order;          // op ids, in the order the step ran them
   std::vector<std::string> deferred;       // ops run on the side streams
   std::vector<std::string> joined_before;  // beside `deferred`: what waited for each
-  double exposed_comm_ms = 0;              // the step's median less the ops' GEMMs alone
+  // The step's median less the ops' GEMMs alone and the activation passes
+  // (floored at 0); 0 when no op communicates (tp 1).
+  double exposed_comm_ms = 0;
+  // The activation passes alone (each wired input made from its producer's
+  // output through its activation, e.g. SwiGLU); 0 without wired inputs.
+  double activation_ms = 0;
   std::optional<Timeline> timeline;        // spec.timeline
   std::vector<LayerDeferral> deferrals;
   // With deferrals: the step without them, and how much of them hid.

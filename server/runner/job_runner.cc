@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/checked_size.h"
 #include "common/graph_validator.h"
 #include "common/library_env.h"
 #include "common/logging.h"
@@ -32,6 +33,26 @@ using ops::Schedule;
 
 namespace {
 
+// Checked between the phases that allocate (an op's buffers, its inputs), so
+// that a cancelled job stops allocating at once rather than at its next timed
+// iteration.
+absl::Status NotCancelled(const RunHooks& hooks) {
+  if (hooks.cancelled && hooks.cancelled()) return absl::CancelledError("cancelled by request");
+  return absl::OkStatus();
+}
+
+// The group lists, buffers and loops below are sized by the mesh: it must be
+// the one the validator checked against these devices (in 64 bits).
+absl::Status CheckMeshCoversDevices(const JobSpec& spec, const std::vector<int>& devices) {
+  if (!spec.mesh.declared() ||
+      MeshCovers(spec.mesh.tp, spec.mesh.dp, static_cast<int64_t>(devices.size()))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("mesh: tp x dp = ", spec.mesh.tp, " x ",
+                                                 spec.mesh.dp, " does not cover the job's ",
+                                                 devices.size(), " devices"));
+}
+
 // One op, phase by phase (op_phases.h): what they measured.
 absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
@@ -40,6 +61,7 @@ absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx, CreateOpContext(engine, spec, devices, op));
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
   run.Progress("setup", 0, 0);
+  RETURN_IF_ERROR(NotCancelled(hooks));
   RETURN_IF_ERROR(PrepareInputs(run));
   OpMeasurement m;
   m.op = op;
@@ -65,6 +87,7 @@ absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
 absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                                  const std::vector<int>& devices, const RunHooks& hooks,
                                  const ScheduleSource& source) {
+  RETURN_IF_ERROR(CheckMeshCoversDevices(spec, devices));
   ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(spec));
   // A part of a job spanning daemons runs only what its coordinator decided
   // (nodes that tuned apart would choose apart, and their collectives would
@@ -103,6 +126,7 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   double total = 0, exposed = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
+    RETURN_IF_ERROR(NotCancelled(hooks));
     absl::StatusOr<OpMeasurement> op_result =
         RunOp(engine, spec, devices, hooks, sources, order[i], static_cast<int>(order.size()), op);
     if (!op_result.ok()) {
@@ -125,7 +149,9 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   }
   result.total_step_ms = total;
   result.total_exposed_comm_ms = exposed;
-  if (absl::Status s = TimeLayerStep(engine, spec, devices, hooks, order, &result); !s.ok()) {
+  if (absl::Status s =
+          TimeLayerStep(engine, spec, devices, hooks, order, &result, source.tuning_cache);
+      !s.ok()) {
     const absl::Status drained = engine.Synchronize(devices);
     if (!drained.ok()) {
       GetLogger("ops")->debug("after a failed layer step: {}", std::string(drained.message()));

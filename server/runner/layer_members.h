@@ -37,6 +37,9 @@ struct Member {
   std::vector<ops::RowRange> pieces;
   size_t sent = 0;
   double alone_ms = 0;  // its collective alone (a bucket: its members'), from their own runs
+  // How much longer than alone its collective runs beside the GEMM ops
+  // (BesideGemmsFactors, layer_step.h): what the dispatcher expects of a chunk.
+  double beside_gemms = 0;
   // The member whose output is this one's input (OpSpec::input); null: seeded inputs.
   const Member* input_from = nullptr;
 };
@@ -76,9 +79,16 @@ bool Cuttable(const JobSpec& spec, const Member& m);
 void CutIntoPieces(Member& m, int64_t chunk_bytes, int64_t es);
 
 // How much longer than alone a collective is taken to run beside the GEMM ops
-// (LayerOrder's fit, the dispatcher's chunk time): they contend for HBM and
-// NVLink and, over NCCL, for SMs.
+// (LayerOrder's fit, the dispatcher's chunk time) where the node keeps no
+// calibration for its transport: they contend for HBM and NVLink and, over
+// NCCL, for SMs. Where one is kept, its measured slowdown beside that
+// transport is used instead (BesideGemmsFactors, layer_step.h).
 inline constexpr double kBesideGemmsFactor = 1.5;
+
+// `m`'s factor: its own, or kBesideGemmsFactor where none was set.
+inline double BesideGemmsOf(const Member& m) {
+  return m.beside_gemms > 0 ? m.beside_gemms : kBesideGemmsFactor;
+}
 
 // What `m` sends in one iteration: its pieces, or 1 (the whole op).
 int Pieces(const Member& m);

@@ -10,16 +10,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/deferred_collectives.h"
 #include "common/graph_validator.h"
 #include "common/status_macros.h"
 #include "server/ops/chain_reference.h"
 #include "server/ops/op_context.h"
+#include "server/ops/reference.h"
 #include "server/runner/dynamic_step.h"
 #include "server/runner/layer_members.h"
 #include "server/runner/op_phases.h"
 #include "server/runner/op_run.h"
-#include "server/ops/reference.h"
 #include "server/runner/traced_iteration.h"
+#include "server/runner/tuning_cache.h"
 
 namespace overlap::runner {
 
@@ -87,7 +89,11 @@ std::vector<Member> Bucket(std::vector<Member> members, int64_t cap_bytes, const
       const int64_t rows = (elements + kBucketRowElements - 1) / kBucketRowElements;
       const int tp = GroupSize(spec.mesh, b.op.group, device_count);
       b.op.m = (rows + tp - 1) / tp * tp;
-      for (const Member& m : open) b.alone_ms += m.alone_ms;
+      for (const Member& m : open) {
+        b.alone_ms += m.alone_ms;
+        b.op.after.insert(b.op.after.end(), m.op.after.begin(), m.op.after.end());
+      }
+      b.beside_gemms = open[0].beside_gemms;  // one transport: the same factor
       b.op.mode = OverlapMode::kSerial;
       b.op.transport = b.schedule.transport;
       b.op.algorithm = b.schedule.algorithm;
@@ -192,7 +198,12 @@ void Bound(std::vector<Member>& members, double bound_ms) {
 // It goes to the side when a GEMM op can run beside it before that join, or
 // when nothing on the main streams waits on it (a gradient all-reduce, which
 // may then share a bucket).
-void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
+void PlaceOnSideStreams(std::vector<Member>& members, size_t i, bool deferred_collective) {
+  // Deferred (DeferredCollectives): beside the ops after it, to the step's end.
+  if (deferred_collective) {
+    members[i].deferred = true;
+    return;
+  }
   const std::string& id = members[i].op.id;
   size_t first_waiter = members.size();
   for (size_t j = i + 1; j < members.size() && first_waiter == members.size(); ++j) {
@@ -200,10 +211,8 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
     const bool waits = std::find(after.begin(), after.end(), id) != after.end();
     if (waits && !members[j].deferred) first_waiter = j;
   }
-  if (first_waiter == members.size()) {
-    members[i].deferred = true;
-    return;
-  }
+  // Only collectives on the side streams wait on it: it stays on the main streams.
+  if (first_waiter == members.size()) return;
   bool gemm_beside = false;
   for (size_t j = i + 1; j < first_waiter; ++j) {
     gemm_beside = gemm_beside || !IsCollectiveOnly(members[j].op.type);
@@ -214,6 +223,9 @@ void PlaceOnSideStreams(std::vector<Member>& members, size_t i) {
 
 // scheduler: dynamic: the iterations the dispatch figures come from, at most.
 constexpr int kDispatchIterations = 5;
+// Iterations that time the activation passes alone: short elementwise work,
+// whose median settles in a few.
+constexpr int kActivationIterations = 10;
 
 // The layer step's clock as LayerOrder builds the order, from each op's time
 // alone: the GEMM ops run back to back on the main streams, the collectives
@@ -222,7 +234,8 @@ constexpr int kDispatchIterations = 5;
 class StepClock {
  public:
   // `ms`: each op's time alone, by spec index; empty when not known.
-  StepClock(const JobSpec& spec, std::vector<double> ms) : spec_(spec), ms_(std::move(ms)) {
+  StepClock(const JobSpec& spec, std::vector<double> ms, std::vector<double> beside_gemms)
+      : spec_(spec), ms_(std::move(ms)), beside_gemms_(std::move(beside_gemms)) {
     std::map<std::string, int> index_of;
     for (size_t i = 0; i < spec.ops.size(); ++i) index_of[spec.ops[i].id] = static_cast<int>(i);
     std::set<std::string> waited_on;
@@ -254,7 +267,7 @@ class StepClock {
     done_[op] = true;
     if (ms_.empty()) return;
     if (IsCollectiveOnly(spec_.ops[op].type)) {
-      side_free_ = std::max(side_free_, main_) + kBesideGemmsFactor * ms_[op];
+      side_free_ = std::max(side_free_, main_) + BesideGemms(op) * ms_[op];
     } else {
       main_ += ms_[op];
     }
@@ -265,8 +278,7 @@ class StepClock {
   // the GEMM ops it waits on ran): it then queues ahead of none. Without
   // times, only when no critical collective is left to send.
   bool FitsBeforeTheCriticalOnes(int op) const {
-    const double end =
-        std::max(side_free_, main_) + kBesideGemmsFactor * (ms_.empty() ? 0 : ms_[op]);
+    const double end = std::max(side_free_, main_) + BesideGemms(op) * (ms_.empty() ? 0 : ms_[op]);
     for (const auto& [c, gemms] : gemm_ancestors_) {
       if (done_[c]) continue;
       if (ms_.empty()) return false;
@@ -278,8 +290,15 @@ class StepClock {
   }
 
  private:
+  // Collective `op`'s time beside the GEMM ops over its time alone.
+  double BesideGemms(int op) const {
+    return beside_gemms_.size() == spec_.ops.size() && beside_gemms_[op] > 0 ? beside_gemms_[op]
+                                                                             : kBesideGemmsFactor;
+  }
+
   const JobSpec& spec_;
   const std::vector<double> ms_;
+  const std::vector<double> beside_gemms_;
   // Each critical collective (a collective alone that an op waits on) and the
   // GEMM ops it waits on, directly or not.
   std::map<int, std::vector<int>> gemm_ancestors_;
@@ -323,7 +342,89 @@ absl::Status ReportDeferrals(OpRun& run, std::vector<Member>& members, OpContext
   return absl::OkStatus();
 }
 
+// Each member's output on each local rank to `hooks.on_layer_output`, where
+// one is set (tests comparing two runs).
+absl::Status HandOutOutputs(std::vector<Member>& members, const RunHooks& hooks) {
+  if (!hooks.on_layer_output) return absl::OkStatus();
+  for (Member& m : members) {
+    OpContext& ctx = *m.ctx;
+    const LocalShapes& shapes = ctx.shapes();
+    for (int r = 0; r < ctx.tp(); ++r) {
+      const ops::RankState& rank = ctx.rank(r);
+      if (!ctx.engine().IsLocalDevice(rank.device)) continue;
+      std::vector<uint8_t> y(static_cast<size_t>(shapes.y_rows * shapes.y_cols) *
+                             DTypeSize(ctx.DTypeOf(rank.y)));
+      RETURN_IF_ERROR(ctx.engine().CopyToHost(
+          y.data(), ctx.Rows(rank.y, 0, shapes.y_rows, shapes.y_cols), rank.device));
+      hooks.on_layer_output(ctx.op().id, r, std::move(y));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether any op of the step moves data between devices: one with a
+// collective over a group of two or more. At tp 1 none does, and no part of
+// the step is communication.
+bool Communicates(const std::vector<Member>& members, const JobSpec& spec, int device_count) {
+  return std::any_of(members.begin(), members.end(), [&](const Member& m) {
+    return !IsGemmOnly(m.op.type) && GroupSize(spec.mesh, m.op.group, device_count) > 1;
+  });
+}
+
+// The step's activation passes alone (each wired input made from its
+// producer's output on the main streams, as the step makes it), timed as the
+// step is; 0 when no op on the main streams reads another's output. They are
+// neither GEMM nor communication: the exposed communication leaves them out.
+absl::StatusOr<double> TimeActivationPasses(OpRun& run, std::vector<Member>& members,
+                                            int iterations) {
+  std::vector<Member*> wired;
+  for (Member& m : members) {
+    if (!m.deferred && m.input_from != nullptr) wired.push_back(&m);
+  }
+  if (wired.empty()) return 0.0;
+  ASSIGN_OR_RETURN(const TimedRun passes,
+                   run.Timed("activations", 1, iterations, [&]() -> absl::Status {
+                     for (Member* m : wired) RETURN_IF_ERROR(EnqueueWiredInput(*m));
+                     return absl::OkStatus();
+                   }));
+  return Summarize(passes.times).median;
+}
+
+// The step's time that only communication explains: the step less the ops'
+// GEMMs alone and the activation passes, floored at 0; 0 when nothing
+// communicates.
+double ExposedComm(const LayerStepReport& layer, double gemms_ms, bool communicates) {
+  if (!communicates) return 0;
+  return std::max(0.0, layer.step.median - gemms_ms - layer.activation_ms);
+}
+
 }  // namespace
+
+std::vector<double> BesideGemmsFactors(const engine::Engine& engine, const JobSpec& spec,
+                                       const std::vector<int>& devices,
+                                       const std::vector<Transport>& transports,
+                                       TuningCache* tuning_cache) {
+  std::vector<double> factors(spec.ops.size(), kBesideGemmsFactor);
+  if (tuning_cache == nullptr || devices.empty()) return factors;
+  const int device_count = static_cast<int>(devices.size());
+  // Each group size's calibration, looked up once.
+  std::map<int, absl::StatusOr<planner::Calibration>> by_ranks;
+  for (size_t i = 0; i < spec.ops.size() && i < transports.size(); ++i) {
+    if (!IsCollectiveOnly(spec.ops[i].type)) continue;
+    const int ranks = GroupSize(spec.mesh, spec.ops[i].group, device_count);
+    auto it = by_ranks.find(ranks);
+    if (it == by_ranks.end()) {
+      it = by_ranks.emplace(ranks, MatchingCalibration(*tuning_cache, engine, devices[0], ranks))
+               .first;
+    }
+    if (!it->second.ok()) continue;
+    const auto slowdown = it->second->gemm_slowdown.find(transports[i]);
+    if (slowdown != it->second->gemm_slowdown.end() && slowdown->second > 0) {
+      factors[i] = slowdown->second;
+    }
+  }
+  return factors;
+}
 
 std::string ChainName(const JobSpec& spec, int index) {
   std::string name = spec.ops[index].id;
@@ -342,8 +443,9 @@ std::string ChainName(const JobSpec& spec, int index) {
   return name;
 }
 
-absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vector<double>& ms) {
-  StepClock clock(spec, ms.size() == spec.ops.size() ? ms : std::vector<double>{});
+absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec, const std::vector<double>& ms,
+                                            const std::vector<double>& beside_gemms) {
+  StepClock clock(spec, ms.size() == spec.ops.size() ? ms : std::vector<double>{}, beside_gemms);
   // 0 goes first: critical collectives; then the others that fit before the
   // critical ones left; GEMM ops; and last the others that do not fit.
   return TopologicalOrder(
@@ -412,29 +514,43 @@ absl::Status AgreeAcrossDaemons(engine::Engine& engine, const std::vector<int>& 
 
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
-                           const std::vector<int>& order, JobReport* result) {
+                           const std::vector<int>& order, JobReport* result,
+                           TuningCache* tuning_cache) {
   if (order.size() < 2 || !spec.layer_step) return absl::OkStatus();
   const int device_count = static_cast<int>(devices.size());
   // result->ops follows `order`; the step follows the layer order.
   std::map<int, int> result_of;
   for (size_t i = 0; i < order.size(); ++i) result_of[order[i]] = static_cast<int>(i);
-  std::vector<double> alone_ms(spec.ops.size());
+  const size_t n = spec.ops.size();
+  // Each op's time alone and its collective's factor beside the GEMM ops, in
+  // one vector that every node of a job spanning daemons agrees on.
+  std::vector<double> figures(2 * n);
+  std::vector<Transport> transports(n, Transport::kNccl);
   for (const auto& [spec_index, result_index] : result_of) {
-    alone_ms[spec_index] = FiguresOf(result->ops[result_index]).step.median;
+    figures[spec_index] = FiguresOf(result->ops[result_index]).step.median;
+    transports[spec_index] = ScheduleOf(result->ops[result_index]).transport;
   }
-  RETURN_IF_ERROR(AgreeAcrossDaemons(engine, devices, &alone_ms));
-  ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec, alone_ms));
+  const std::vector<double> factors =
+      BesideGemmsFactors(engine, spec, devices, transports, tuning_cache);
+  const auto half = static_cast<std::ptrdiff_t>(n);
+  std::copy(factors.begin(), factors.end(), figures.begin() + half);
+  RETURN_IF_ERROR(AgreeAcrossDaemons(engine, devices, &figures));
+  const std::vector<double> alone_ms(figures.begin(), figures.begin() + half);
+  const std::vector<double> beside(figures.begin() + half, figures.end());
+  ASSIGN_OR_RETURN(const std::vector<int> layer_order, LayerOrder(spec, alone_ms, beside));
   std::vector<Member> members(layer_order.size());
   for (size_t i = 0; i < layer_order.size(); ++i) {
     members[i].spec_index = layer_order[i];
     members[i].op = spec.ops[layer_order[i]];
     members[i].schedule = ScheduleOf(result->ops[result_of.at(layer_order[i])]);
     members[i].alone_ms = alone_ms[layer_order[i]];
+    members[i].beside_gemms = beside[layer_order[i]];
   }
+  const std::vector<bool> deferred_collectives = DeferredCollectives(spec);
   bool any_main = false;
   for (size_t i = members.size(); i-- > 0;) {
     if (IsCollectiveOnly(members[i].op.type) && engine.StreamsPerRole() >= 2) {
-      PlaceOnSideStreams(members, i);
+      PlaceOnSideStreams(members, i, deferred_collectives[members[i].spec_index]);
     }
     any_main = any_main || !members[i].deferred;
   }
@@ -527,9 +643,12 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
     RETURN_IF_ERROR(ReportDispatch(members, *main->ctx, spec.defer_bound_ms,
                                    std::clamp(spec.iterations, 1, kDispatchIterations), &layer));
   }
+  ASSIGN_OR_RETURN(
+      layer.activation_ms,
+      TimeActivationPasses(run, members, std::clamp(spec.iterations, 1, kActivationIterations)));
   double gemms_ms = 0;
   for (const OpMeasurement& op : result->ops) gemms_ms += FiguresOf(op).gemm_alone.median;
-  layer.exposed_comm_ms = std::max(0.0, layer.step.median - gemms_ms);
+  layer.exposed_comm_ms = ExposedComm(layer, gemms_ms, Communicates(members, spec, device_count));
   for (int i : layer_order) layer.order.push_back(spec.ops[i].id);
   for (const Member& m : members) {
     if (!m.deferred) continue;
@@ -586,6 +705,7 @@ absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
           LayerChainCheck{m.op.id, ChainName(spec, m.spec_index), v.max_rel_error, tolerance});
     }
   }
+  RETURN_IF_ERROR(HandOutOutputs(members, hooks));
   result->layer = std::move(layer);
   return absl::OkStatus();
 }

@@ -38,12 +38,32 @@ namespace overlap::runner {
 // on could be sent, so that it never holds one up; then the GEMM ops, and
 // last the collectives that did not fit. `alone_ms` (each op's time alone, by
 // spec index) is what "would be off" is judged by: the GEMM ops back to back,
-// a collective taken at 1.5x its time alone beside them. Without it, a
+// a collective taken at `beside_gemms` times its time alone beside them (by
+// spec index; empty or 0: kBesideGemmsFactor). Without `alone_ms`, a
 // collective that nothing waits on goes only once no collective that an op
 // waits on is left to send. Ties go in file order (TopologicalOrder with these
 // keys). Returns spec indices, or TopologicalOrder's error.
+//
+// The order is a function of the graph and these figures alone, so every rank
+// of a job runs one order: on one daemon every rank is in this process; a job
+// spanning daemons first agrees on the figures (each node's measurements
+// averaged by an all-reduce, the same bits on every node) and then derives the
+// same order everywhere. Each communicator therefore sees its collectives in
+// one sequence on every rank, and so does the deferred lane's (the dispatcher
+// keeps this order, dynamic_step.h).
 absl::StatusOr<std::vector<int>> LayerOrder(const JobSpec& spec,
-                                            const std::vector<double>& alone_ms = {});
+                                            const std::vector<double>& alone_ms = {},
+                                            const std::vector<double>& beside_gemms = {});
+
+// Each op's collective's time beside the GEMM ops over its time alone, by spec
+// index: the GEMM's measured slowdown beside the op's transport in the
+// calibration this node keeps for the op's group size (`tuning_cache`, where
+// one matches this engine: MatchingCalibration), else kBesideGemmsFactor.
+// Ops without a collective alone get kBesideGemmsFactor (unused).
+std::vector<double> BesideGemmsFactors(const engine::Engine& engine, const JobSpec& spec,
+                                       const std::vector<int>& devices,
+                                       const std::vector<Transport>& transports,
+                                       TuningCache* tuning_cache);
 
 // "fc1 -swiglu-> fc2": op `index` and the ops whose outputs lead to its input.
 std::string ChainName(const JobSpec& spec, int index);
@@ -52,8 +72,11 @@ std::string ChainName(const JobSpec& spec, int index);
 // they measured in that order; sets result's layer, or its layer_note when
 // the step cannot be measured (the buffers of every op do not fit at once).
 // A graph of one op, or with the layer step off, has neither. Errors as RunJob's.
+// `tuning_cache` (may be null) gives the calibrated factors beside the GEMMs
+// (BesideGemmsFactors).
 absl::Status TimeLayerStep(engine::Engine& engine, const JobSpec& spec,
                            const std::vector<int>& devices, const RunHooks& hooks,
-                           const std::vector<int>& order, JobReport* result);
+                           const std::vector<int>& order, JobReport* result,
+                           TuningCache* tuning_cache = nullptr);
 
 }  // namespace overlap::runner

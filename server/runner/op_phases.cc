@@ -191,18 +191,9 @@ namespace {
 // (common/planner/planner.h). All of them otherwise. `note` says which.
 std::vector<Schedule> PlannedCandidates(OpRun& run, TuningCache& cache, int tp,
                                         std::vector<Schedule> candidates, std::string* note) {
-  const int device = run.ctx.rank(0).device;
-  std::optional<StoredCalibration> stored =
-      cache.LookupCalibration(CalibrationKey(TuningEnvironment(run.engine, device), tp));
-  if (!stored) return candidates;
-  absl::StatusOr<planner::Calibration> calibration = planner::CalibrationFromJson(stored->json);
-  if (calibration.ok()) {
-    if (absl::Status s = planner::CheckCalibrationMatches(
-            *calibration, CalibrationIdentityOf(run.engine, device));
-        !s.ok()) {
-      calibration = s;
-    }
-  }
+  absl::StatusOr<planner::Calibration> calibration =
+      MatchingCalibration(cache, run.engine, run.ctx.rank(0).device, tp);
+  if (absl::IsNotFound(calibration.status())) return candidates;
   if (!calibration.ok()) {
     *note = absl::StrCat("; the kept calibration was not used: ", calibration.status().message());
     return candidates;

@@ -2,8 +2,10 @@
 // it: progress, each op's result as it finishes, and whether to stop.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "server/runner/job_report.h"
 
@@ -32,6 +34,10 @@ struct RunHooks {
   std::function<void(const JobReport& header, const OpMeasurement& op)> on_op_done;
   // Polled between iterations; when it returns true the run stops with CANCELLED.
   std::function<bool()> cancelled;
+  // After the layer step's verified iteration: each op's output on each local
+  // rank (`y`, its bytes as the device holds them), so that a test compares
+  // one run's outputs with another's. Null in the daemon: nothing is copied.
+  std::function<void(const std::string& op, int rank, std::vector<uint8_t> y)> on_layer_output;
 };
 
 }  // namespace overlap::runner

@@ -240,6 +240,18 @@ planner::CalibrationIdentity CalibrationIdentityOf(const engine::Engine& engine,
   return id;
 }
 
+absl::StatusOr<planner::Calibration> MatchingCalibration(TuningCache& cache,
+                                                         const engine::Engine& engine, int device,
+                                                         int tp) {
+  std::optional<StoredCalibration> stored =
+      cache.LookupCalibration(CalibrationKey(TuningEnvironment(engine, device), tp));
+  if (!stored) return absl::NotFoundError(absl::StrCat("no calibration kept for ", tp, " ranks"));
+  ASSIGN_OR_RETURN(planner::Calibration calibration, planner::CalibrationFromJson(stored->json));
+  RETURN_IF_ERROR(
+      planner::CheckCalibrationMatches(calibration, CalibrationIdentityOf(engine, device)));
+  return calibration;
+}
+
 std::optional<StoredCalibration> TuningCache::LookupCalibration(const std::string& key) {
   absl::MutexLock lock(&mu_);
   SqliteStatement statement(db_.get(),

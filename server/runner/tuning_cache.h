@@ -39,6 +39,16 @@ struct StoredCalibration {
   int64_t stored_unix_ms = 0;
 };
 
+class TuningCache;
+
+// The calibration `cache` keeps for `tp` ranks of `device`'s environment,
+// parsed and checked against what `engine` runs (planner::
+// CheckCalibrationMatches): NOT_FOUND where none is kept; the parse's or the
+// check's error where it cannot be used here.
+absl::StatusOr<planner::Calibration> MatchingCalibration(TuningCache& cache,
+                                                         const engine::Engine& engine, int device,
+                                                         int tp);
+
 struct TuningKey {
   std::string op_type;
   int64_t m = 0, k = 0, n = 0;

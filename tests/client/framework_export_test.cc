@@ -27,16 +27,31 @@ const std::set<std::string> kGathers = {"qkv_fprop", "fc1_fprop", "proj_dgrad", 
 
 ops::Schedule S(const std::string& name) { return *ops::ParseScheduleName(name); }
 
+// A choice with its figures as given (no statistic named).
+ExportChoice C(const std::string& id, const std::string& type, const std::string& schedule,
+               double step_ms, double serial_ms, const std::string& runner_up,
+               double runner_up_ms) {
+  ExportChoice c;
+  c.op_id = id;
+  c.op_type = type;
+  c.schedule = S(schedule);
+  c.step_ms = step_ms;
+  c.serial_ms = serial_ms;
+  c.runner_up = runner_up;
+  c.runner_up_ms = runner_up_ms;
+  return c;
+}
+
 std::vector<ExportChoice> Layer() {
   return {
-      {"qkv", "ag_gemm", S("ring/p2p"), 1.0, 1.3, "ring/2/p2p", 1.01},
-      {"proj", "gemm_rs", S("chunked/4/nccl"), 1.0, 1.2, "bulk/p2p", 1.1},
-      {"fc1", "ag_gemm", S("chunked/2/p2p"), 2.0, 2.4, "", 0},
-      {"fc2", "gemm_rs", S("serial/nccl"), 2.0, 2.0, "ring/p2p", 2.1},
-      {"fc2_dgrad", "ag_gemm", S("bulk/p2p"), 2.0, 0, "", 0},
-      {"fc1_dgrad", "gemm_rs", S("ring/4/nccl"), 2.0, 2.5, "ring/p2p", 2.2},
-      {"fc2_wgrad", "gemm", S("serial"), 1.0, 0, "", 0},
-      {"out", "gemm_ar", S("ring/p2p"), 1.0, 1.5, "", 0},
+      C("qkv", "ag_gemm", "ring/p2p", 1.0, 1.3, "ring/2/p2p", 1.01),
+      C("proj", "gemm_rs", "chunked/4/nccl", 1.0, 1.2, "bulk/p2p", 1.1),
+      C("fc1", "ag_gemm", "chunked/2/p2p", 2.0, 2.4, "", 0),
+      C("fc2", "gemm_rs", "serial/nccl", 2.0, 2.0, "ring/p2p", 2.1),
+      C("fc2_dgrad", "ag_gemm", "bulk/p2p", 2.0, 0, "", 0),
+      C("fc1_dgrad", "gemm_rs", "ring/4/nccl", 2.0, 2.5, "ring/p2p", 2.2),
+      C("fc2_wgrad", "gemm", "serial", 1.0, 0, "", 0),
+      C("out", "gemm_ar", "ring/p2p", 1.0, 1.5, "", 0),
   };
 }
 
@@ -90,6 +105,81 @@ TEST(FrameworkExportTest, ChoicesCarryTheirMarginsAndNearTies) {
   EXPECT_FALSE(j["overlapd"]["proj_fprop"]["near_tie"].get<bool>());
   EXPECT_THAT(j["overlapd"]["fc1_fprop"]["margin"].get<std::string>(),
               HasSubstr("runner-up not measured"));
+}
+
+// A margin compares one statistic of one round: the run-off medians where both
+// ran in the run-off, else both first-round bests; a runner-up within 2% either
+// way is a near-tie, a faster one is said to be faster, a slower one is neither.
+TEST(FrameworkExportTest, MarginsCompareOneStatisticAndNameAFasterRunnerUp) {
+  const ops::Schedule ring = S("ring/p2p");
+  auto fc2 = [&] {
+    ExportChoice c;
+    c.op_id = "fc2";
+    c.op_type = "gemm_rs";
+    c.schedule = ring;
+    c.step_ms = 1.0;
+    return c;
+  };
+  auto margins = [&](std::vector<CandidateFigures> others) {
+    others.push_back({ring, 0.95, 1.0});
+    ExportChoice c = fc2();
+    SetMargins(c, others);
+    return std::pair(c, TeExport({c})["overlapd"]["fc2_fprop"]);
+  };
+  struct Case {
+    std::vector<CandidateFigures> others;
+    std::string margin;
+    bool near_tie;
+    bool faster;
+  };
+  for (const Case& k : std::vector<Case>{
+           {{{S("ring/nccl"), 0.90, 1.10}},
+            "over ring/nccl (runner-up) +10.0% (run-off medians)",
+            false,
+            false},
+           {{{S("ring/nccl"), 0.90, 0.90}},
+            "over ring/nccl (runner-up) -10.0% (run-off medians): the runner-up was faster: this "
+            "choice was not the fastest",
+            false,
+            true},
+           {{{S("ring/nccl"), 0.90, 1.01}},
+            "over ring/nccl (runner-up) +1.0% (run-off medians): "
+            "near-tie",
+            true,
+            false},
+           {{{S("ring/nccl"), 0.90, 0.985}},
+            "over ring/nccl (runner-up) -1.5% (run-off medians): "
+            "near-tie",
+            true,
+            false},
+           // Not in the run-off: first-round bests, the winner's 0.95 against 0.8265,
+           // not its run-off median 1.0 (which would read -17.4%).
+           {{{S("ring/nccl"), 0.8265, 0}},
+            "over ring/nccl (runner-up) -13.0% (first-round bests): the runner-up was faster",
+            false,
+            true},
+           // Serial in the run-off as well; the closest of two others is the runner-up.
+           {{{S("serial/nccl"), 1.2, 1.3},
+             {S("bulk/p2p"), 1.0, 1.05},
+             {S("chunked/2/p2p"), 1.0, 1.2}},
+            "margin over serial +30.0% (run-off medians), over bulk/p2p (runner-up) +5.0% (run-off "
+            "medians)",
+            false,
+            false},
+       }) {
+    const auto [choice, about] = margins(k.others);
+    SCOPED_TRACE(k.margin);
+    EXPECT_THAT(MarginText(choice), HasSubstr(k.margin));
+    EXPECT_EQ(about["near_tie"].get<bool>(), k.near_tie);
+    EXPECT_EQ(about["runner_up_faster"].get<bool>(), k.faster);
+  }
+  // A cached choice (not among the candidates) has no margins to give.
+  ExportChoice cached = fc2();
+  SetMargins(cached, {{S("ring/nccl"), 0.9, 0.9}});
+  EXPECT_THAT(MarginText(cached), HasSubstr("runner-up not measured"));
+  EXPECT_EQ(RunnerUpVerdict(-0.132), "the runner-up was faster: this choice was not the fastest");
+  EXPECT_EQ(RunnerUpVerdict(0.02), "near-tie");
+  EXPECT_EQ(RunnerUpVerdict(0.05), "");
 }
 
 TEST(FrameworkExportTest, MegatronYamlIsTheSameDictWithItsReasonsInComments) {

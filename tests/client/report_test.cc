@@ -244,6 +244,12 @@ TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
               ::testing::Contains("layer: 11.000 ms as one step (beside the ops after them on a "
                                   "side stream: grads to the end), 11.875 ms op by op: -7.4%; "
                                   "699.7 TFLOP/s; exposed comm 1.400 ms (op by op 2.275)"));
+  // The activation passes (SwiGLU) are named apart from the communication.
+  job.mutable_result()->set_layer_activation_ms(0.9);
+  EXPECT_THAT(FormatLayerStep(job.result()),
+              HasSubstr("; exposed comm 1.400 ms (op by op 2.275), activation passes 0.900 ms "
+                        "apart\n"));
+  job.mutable_result()->set_layer_activation_ms(0);
   // A result stored before layer_joined_before existed joined everything at the end.
   job.mutable_result()->add_layer_deferred("x_gather");
   job.mutable_result()->add_layer_joined_before("");

@@ -1,6 +1,8 @@
 #include "common/graph_validator.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
@@ -220,6 +222,74 @@ TEST(GraphValidatorTest, OverflowErrors) {
   spec.dtype = DType::kBF16;
   spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 30, int64_t{1} << 30, 2);
   EXPECT_TRUE(ValidateJobSpec(spec, TwoDevices()).ok());
+}
+
+// m = k = 2^32: every product of two dims wraps 64 bits' halves; the
+// message names the op, the product and its factors.
+TEST(GraphValidatorTest, ShapesWhoseBytesOverflowNameTheOpAndTheFactors) {
+  JobSpec spec = TwoOpSpec();
+  spec.ops.pop_back();
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, int64_t{1} << 32, int64_t{1} << 32, 64);
+  ExpectInvalid(spec, "ops[0]: m*k overflows 64 bits (4294967296 x 4294967296)");
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, INT64_MAX, 1, 1);
+  ExpectInvalid(spec, "ops[0]: A (m*k) has 9223372036854775807 elements");
+  spec.ops[0] = MakeOp("big", OpType::kAgGemm, INT64_MAX - 1, 2, 2);
+  ExpectInvalid(spec, "ops[0]: m*k overflows 64 bits (9223372036854775806 x 2)");
+}
+
+// The 180-byte graph that took a node down: in 32 bits tp x dp = 6 x 715827883
+// is 2 and passed on 2 devices, and 2147483647 x 2 printed "-2 devices".
+TEST(GraphValidatorTest, AMeshWhoseDeviceCountWrapsIsRefusedNamingTheMesh) {
+  JobSpec spec;
+  spec.name = "wrap";
+  spec.devices = {0, 1};
+  spec.ops.push_back(MakeOp("g", OpType::kAllReduce, 6, 0, 6));
+  spec.ops[0].mode = OverlapMode::kSerial;
+  spec.mesh = {6, 715827883};
+  ExpectInvalid(spec, "mesh: tp x dp = 6 x 715827883 = 4294967298 devices is more than the 65536");
+  spec.mesh = {2147483647, 2};
+  ExpectInvalid(spec, "mesh: tp x dp = 2147483647 x 2 = 4294967294 devices");
+  spec.mesh = {65536, 65536};  // 0 in 32 bits
+  ExpectInvalid(spec, "= 4294967296 devices is more than the 65536");
+  spec.mesh = {2, -1};
+  ExpectInvalid(spec, "mesh.dp: must be at least 1 (got -1)");
+  spec.mesh = {2, 3};
+  ExpectInvalid(spec, "mesh: tp x dp = 2 x 3 = 6 devices, but the job has 2");
+  for (const std::string& message : {std::string("-2"), std::string("devices, but the job has")}) {
+    spec.mesh = {2147483647, 2};
+    EXPECT_THAT(std::string(ValidateJobSpec(spec, TwoDevices()).status().message()),
+                ::testing::Not(HasSubstr(message)));
+  }
+}
+
+// A mesh that does not cover the devices is never looped over: GroupsOf reads
+// it as no mesh (before, dp = 715827883 built that many groups).
+TEST(GroupsOfTest, AMeshThatDoesNotCoverTheDevicesBuildsOneGroup) {
+  EXPECT_THAT(GroupsOf(Mesh{6, 715827883}, OpGroup::kTp, 2), ElementsAre(ElementsAre(0, 1)));
+  EXPECT_THAT(GroupsOf(Mesh{2147483647, 2}, OpGroup::kDp, 2), ElementsAre(ElementsAre(0, 1)));
+  EXPECT_THAT(GroupsOf(Mesh{2, 2}, OpGroup::kTp, 4),
+              ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3)));
+  EXPECT_THAT(GroupsOf(Mesh{2, 2}, OpGroup::kDp, 4),
+              ElementsAre(ElementsAre(0, 2), ElementsAre(1, 3)));
+}
+
+TEST(GraphParserTest, MeshDegreesPastTheRankLimitAreRefusedWhileParsing) {
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"mesh: {tp: 6, dp: 715827883}", "mesh.dp: must be at most 65536 (got \"715827883\")"},
+           {"mesh: {tp: 2147483647, dp: 2}", "mesh.tp: must be at most 65536 (got \"2147483647\")"},
+           {"mesh: {tp: 4294967298, dp: 1}", "mesh.tp: must be at most 65536"},
+           {"mesh: {tp: 9223372036854775808, dp: 1}", "mesh.tp: must be a positive integer"},
+           {"mesh: {tp: 2, dp: -1}", "mesh.dp: must be a positive integer"}}) {
+    absl::StatusOr<JobSpec> spec =
+        ParseJobSpec(text + "\nops: [{id: g, type: all_reduce, m: 6, n: 6}]\n");
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << text;
+  }
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("mesh: {tp: 65536, dp: 65536}\nops: [{id: g, type: all_reduce, m: 6, n: 6}]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mesh.tp, 65536);
 }
 
 TEST(GraphValidatorTest, ChunkErrors) {

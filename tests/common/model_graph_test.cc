@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 #include "gmock/gmock.h"
@@ -64,7 +65,7 @@ TEST(ModelGraphTest, Llama70bForwardWithSequenceParallelism) {
   absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-70b"), Tp(2));
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_EQ(graph->spec.name, "llama3-70b-layer-tp2");
-  EXPECT_THAT(graph->spec.devices, IsEmpty());
+  EXPECT_THAT(graph->spec.devices, ElementsAre(0, 1));
   using V = std::vector<std::string>;
   // qkv: 64 + 2 x 8 heads of 128; fc1: gate and up, 2 x 28672.
   EXPECT_THAT(Rows(graph->spec.ops),
@@ -294,6 +295,45 @@ TEST(ModelGraphTest, DataParallelGradientsRunAcrossTheReplicas) {
   EXPECT_THAT(graph->header, Contains("mesh: tp 2 x dp 4 (8 GPUs): each replica's tp group runs "
                                       "the layer."));
   for (const OpSpec& op : graph->spec.ops) EXPECT_EQ(op.group, OpGroup::kTp) << op.id;
+}
+
+// A graph's tp is its own: without devices given, a tp N graph names devices
+// 0..N-1, so that a daemon with more devices runs it at tp N and one with fewer
+// refuses it with both counts; a mesh names none (it says how many devices it
+// needs, and the daemon refuses any other count).
+TEST(ModelGraphTest, ATpGraphNamesTheDevicesItAssumed) {
+  for (int tp : {1, 2, 4}) {
+    SCOPED_TRACE(tp);
+    absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-8b"), Tp(tp));
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::vector<int> first(tp);
+    for (int d = 0; d < tp; ++d) first[d] = d;
+    EXPECT_EQ(graph->spec.devices, first);
+    absl::StatusOr<JobSpec> parsed = ParseJobSpec(LayerGraphYaml(*graph), "generated");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->devices, first);
+    ValidationLimits limits;
+    limits.device_count = 8;
+    absl::StatusOr<std::vector<int>> group = ValidateJobSpec(*parsed, limits);
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_EQ(*group, first) << "a tp " << tp << " graph never widens to the daemon's 8 devices";
+    if (tp > 1) {
+      limits.device_count = tp - 1;
+      EXPECT_THAT(ValidateJobSpec(*parsed, limits).status().message(),
+                  HasSubstr(absl::StrCat("device ", tp - 1, " does not exist (this node has ",
+                                         tp - 1, ")")));
+    }
+  }
+  LayerGraphOptions mesh = Tp(2);
+  mesh.dp = 2;
+  absl::StatusOr<LayerGraph> graph = BuildLayerGraph(Preset("llama3-8b"), mesh);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_THAT(graph->spec.devices, IsEmpty());
+  ValidationLimits limits;
+  limits.device_count = 8;
+  const absl::Status wider = ValidateJobSpec(graph->spec, limits).status();
+  EXPECT_EQ(wider.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wider.message(), HasSubstr("tp x dp = 2 x 2 = 4 devices, but the job has 8"));
 }
 
 // dp 1 (the default): no mesh, the gradient all-reduces over the tp group as

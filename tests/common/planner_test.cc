@@ -145,6 +145,24 @@ TEST(PredictTest, SaysWhatItCannotPredict) {
   EXPECT_THAT(none.status().message(), HasSubstr("no reduce_scatter over nccl"));
 }
 
+// A ring's pieces are tp x chunks, both from the user: past the bound the
+// planner says so instead of laying out (or wrapping) billions of tasks.
+TEST(PredictTest, PiecesPastTheBoundAreNotLaidOut) {
+  CostModel model(Fixed(), {});
+  OpShape op = AgGemm(65536);
+  op.m = int64_t{1} << 40;
+  auto ring = PredictSchedule(model, op, {OverlapMode::kRing, 1 << 30, Transport::kNccl});
+  EXPECT_EQ(ring.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ring.status().message(),
+              HasSubstr("at most 65536 pieces (this schedule has 70368744177664)"));
+  auto chunked =
+      PredictSchedule(model, AgGemm(), {OverlapMode::kChunked, 1 << 17, Transport::kNccl});
+  EXPECT_EQ(chunked.status().code(), absl::StatusCode::kUnimplemented);
+  auto fits = PredictSchedule(model, AgGemm(), {OverlapMode::kRing, 4, Transport::kNccl});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->pieces, 8);
+}
+
 TEST(PlannerTest, AutoMeasuresSerialAndTheFastestThird) {
   CostModel model(Fixed(), {});
   OpSpec op;
@@ -201,6 +219,24 @@ ops:
   const LayerEstimate blind =
       EstimateLayer(*spec, {Predicted(1.0), OpPlan(), Predicted(1.0), Predicted(0.1), Predicted(1.0)}, 1.2);
   EXPECT_EQ(blind.unpredicted, std::vector<std::string>{"grads"});
+}
+
+// What the planner puts beside the compute is what the layer step defers
+// (DeferredCollectives): a gradient all-reduce over the tp group (a graph of
+// one replica, `overlapctl graph --grads` at dp 1) as well as over dp.
+TEST(PlannerTest, AGradientAllReduceOverTheTpGroupIsDeferredAsTheLayerStepDefersIt) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(ops:
+  - {id: wgrad, type: gemm, m: 64, k: 64, n: 64}
+  - {id: grads, type: all_reduce, m: 64, n: 64, after: [wgrad]}
+  - {id: dgrad, type: gemm, m: 64, k: 64, n: 64, after: [wgrad]}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const LayerEstimate layer =
+      EstimateLayer(*spec, {Predicted(1.0), Predicted(0.5), Predicted(1.0)}, 1.0);
+  EXPECT_EQ(layer.deferred, 1);
+  EXPECT_DOUBLE_EQ(layer.deferred_ms, 0.5);
+  EXPECT_DOUBLE_EQ(layer.compute_ms, 2.0);
+  EXPECT_DOUBLE_EQ(layer.step_ms, 2.0) << "the all-reduce hides behind dgrad";
 }
 
 TEST(PlannerTest, NodesSpannedFollowsTheMesh) {

@@ -36,6 +36,32 @@ TEST(TextTest, FormatCharactersCountAsControls) {
   EXPECT_EQ(Excerpt("a\xe2\x80\xae" "b"), "a\\u202eb");
 }
 
+// Characters that show as nothing or as a blank, and those whose glyph is a
+// private matter: two names differing by one look alike, or like none.
+TEST(TextTest, InvisibleFillersNoncharactersAndPrivateUseCountAsControls) {
+  EXPECT_TRUE(HasControlCharacters("\xe3\x85\xa4"));       // U+3164 HANGUL FILLER
+  EXPECT_TRUE(HasControlCharacters("a\xe1\x85\x9f"));      // U+115F
+  EXPECT_TRUE(HasControlCharacters("a\xe1\x85\xa0"));      // U+1160
+  EXPECT_TRUE(HasControlCharacters("a\xef\xbe\xa0"));      // U+FFA0 halfwidth filler
+  EXPECT_TRUE(HasControlCharacters("\xe2\xa0\x80"));       // U+2800 braille blank
+  EXPECT_TRUE(HasControlCharacters("a\xcd\x8f"));          // U+034F combining grapheme joiner
+  EXPECT_TRUE(HasControlCharacters("x\xef\xbf\xbe"));      // U+FFFE
+  EXPECT_TRUE(HasControlCharacters("x\xef\xbf\xbf"));      // U+FFFF
+  EXPECT_TRUE(HasControlCharacters("x\xef\xb7\x90"));      // U+FDD0
+  EXPECT_TRUE(HasControlCharacters("x\xf0\x9f\xbf\xbf"));  // U+1FFFF
+  EXPECT_TRUE(HasControlCharacters("x\xee\x80\x80"));      // U+E000 private use
+  EXPECT_TRUE(HasControlCharacters("x\xef\xa3\xbf"));      // U+F8FF private use
+  EXPECT_TRUE(HasControlCharacters("x\xf3\xb0\x80\x80"));  // U+F0000 plane 15
+  EXPECT_TRUE(HasControlCharacters("x\xf4\x80\x80\x80"));  // U+100000 plane 16
+  // Letters, symbols and emoji beside them stay.
+  EXPECT_FALSE(HasControlCharacters("\xea\xb0\x80 \xe7\x81\xab \xf0\x9f\x98\x80 \xef\xbf\xbd"));
+  EXPECT_FALSE(HasControlCharacters("\xe2\xa0\x81"));  // U+2801, a braille dot
+  EXPECT_EQ(Excerpt("a\xe3\x85\xa4"
+                    "b"),
+            "a\\u3164b");
+  EXPECT_EQ(Excerpt("\xf3\xb0\x80\x80"), "\\uf0000");
+}
+
 TEST(TextTest, ExcerptsArePrintableAndBounded) {
   EXPECT_EQ(Excerpt("\x1b]0;t\x07\n\t"), "\\x1b]0;t\\x07\\n\\t");
   EXPECT_EQ(Excerpt("bad \xff byte"), "bad \\xff byte");

@@ -99,6 +99,32 @@ TEST(YamlUtilTest, AnchorsAndAliasesAreRefused) {
   ExpectRefused(laughs, "not accepted");
 }
 
+// The pre-scan runs first, for every caller: what it refuses never reaches
+// yaml-cpp, and the message names the source, the line and the column.
+TEST(YamlUtilTest, WhatThePrescanRefusesIsRefusedWithItsPlace) {
+  ExpectRefused("a: 1\nb: !!binary eA==\n", "YAML/JSON refused at line 2, column 4: tags");
+  ExpectRefused("%YAML 1.2\n---\na: 1\n", "directives");
+  ExpectRefused(std::string("a\0b", 3), "UTF-16/32? specs must be UTF-8");
+  ExpectRefused(std::string(1 << 20, '['), "line 1, column 33: lists and mappings nested");
+}
+
+TEST(YamlUtilTest, ABudgetedDocumentHoldsItsShareUntilItIsGone) {
+  ParseBudget budget(64 << 20, absl::Milliseconds(10));
+  {
+    absl::StatusOr<BudgetedDocument> doc =
+        LoadBudgetedDocument("a: [1, 2, 3]\n", "graph.yaml", YamlLimits(), budget);
+    ASSERT_TRUE(doc.ok()) << doc.status();
+    EXPECT_EQ(doc->root["a"].size(), 3u);
+    EXPECT_GT(budget.in_use_bytes(), 0);
+  }
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  // Refused by the pre-scan: nothing was taken.
+  absl::StatusOr<BudgetedDocument> refused =
+      LoadBudgetedDocument("a: &x 1\n", "graph.yaml", YamlLimits(), budget);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(budget.peak_bytes() < (1 << 20), true);
+}
+
 TEST(YamlUtilTest, LimitsAreKept) {
   YamlLimits limits;
   limits.max_bytes = 100;

@@ -1,7 +1,8 @@
 // Fuzz target: a layer graph as a user or a peer submits it. ParseJobSpec,
 // then ValidateJobSpec as SubmitJob does (on 8 devices, and on 3 without the
 // library's all-reduce algorithms, as on another backend). Every refusal must
-// be INVALID_ARGUMENT; a graph that passes must name devices the node has, and
+// be INVALID_ARGUMENT; a graph that passes must name devices the node has, its
+// ops' groups must hold those devices once each, and
 // the overlap pass must turn it into a valid graph with no more ops, as
 // admission relies on.
 #include <cstddef>
@@ -28,6 +29,15 @@ void Validate(const JobSpec& spec, int device_count, bool library_algorithms) {
   }
   FUZZ_CHECK(!devices->empty());
   for (int device : *devices) FUZZ_CHECK(device >= 0 && device < device_count);
+  // Each op's groups hold the job's devices once each: a mesh whose tp x dp
+  // wrapped to the device count passed here once and built 715827883 groups.
+  for (const OpSpec& op : spec.ops) {
+    size_t positions = 0;
+    for (const auto& group : GroupsOf(spec.mesh, op.group, static_cast<int>(devices->size()))) {
+      positions += group.size();
+    }
+    FUZZ_CHECK(positions == devices->size());
+  }
   const absl::StatusOr<std::vector<int>> order = TopologicalOrder(spec);
   FUZZ_CHECK(order.ok() && order->size() == spec.ops.size());
   const JobSpec fused = FuseCollectives(spec);

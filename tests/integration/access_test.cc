@@ -49,6 +49,14 @@ class AccessTest : public DaemonTest {
     return Child::Spawn(argv, dir_.path())->Wait(std::chrono::seconds(60));
   }
 
+  // overlapctl as `uid`, not waited for (a watch).
+  std::unique_ptr<Child> AsAsync(int uid, const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = AsUser(uid, kNobody);
+    argv.insert(argv.end(), {OVERLAPCTL_BIN, "--addr", daemon_->address()});
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Child::Spawn(argv, dir_.path());
+  }
+
   std::string SubmitAs(int uid, const std::string& graph) {
     RunResult submit = As(uid, {"submit", graph});
     EXPECT_EQ(submit.exit_code, 0) << Describe(submit);
@@ -196,6 +204,69 @@ TEST_F(AccessTest, LoopbackCallersAreAnonymous) {
   RunResult forget = daemon_->Ctl({"tuning", "forget", "--all"});
   EXPECT_EQ(forget.exit_code, 3) << Describe(forget);
   EXPECT_THAT(forget.err, HasSubstr("PERMISSION_DENIED"));
+}
+
+// Whether `watcher` printed job `id`'s first event (it holds a watch slot)
+// within 30 s.
+bool Watching(const Child& watcher, const std::string& id) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    if (ReadFileOrEmpty(watcher.err_path()).find("job " + id) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// One user cannot take every watch slot: past their share they are refused
+// naming it, while another user and root (an admin) still watch.
+TEST_F(AccessTest, OneUserCannotTakeEveryWatchSlot) {
+  StartShared({"--max-watchers", "8", "--max-watchers-per-user", "2"});
+  const std::string id = Submit(long_graph_);
+  std::vector<std::unique_ptr<Child>> watchers;
+  for (int i = 0; i < 2; ++i) {
+    watchers.push_back(AsAsync(kNobody, {"watch", id}));
+    ASSERT_TRUE(Watching(*watchers.back(), id)) << ReadFileOrEmpty(watchers.back()->err_path());
+  }
+  RunResult third = AsAsync(kNobody, {"watch", id})->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(third.exit_code, 3) << Describe(third);
+  EXPECT_THAT(third.err, HasSubstr("RESOURCE_EXHAUSTED: the watch share of nobody (uid:65534) "
+                                   "is full: 2 watches open (max_watchers_per_user = 2)"));
+
+  watchers.push_back(AsAsync(kUnnamed, {"watch", id}));
+  EXPECT_TRUE(Watching(*watchers.back(), id)) << ReadFileOrEmpty(watchers.back()->err_path());
+  watchers.push_back(daemon_->CtlAsync({"watch", id}));
+  EXPECT_TRUE(Watching(*watchers.back(), id)) << ReadFileOrEmpty(watchers.back()->err_path());
+
+  RunResult cancel = daemon_->Ctl({"cancel", id});
+  ASSERT_EQ(cancel.exit_code, 0) << Describe(cancel);
+  for (std::unique_ptr<Child>& watcher : watchers) {
+    RunResult ended = watcher->Wait(std::chrono::seconds(30));
+    EXPECT_EQ(ended.exit_code, 1) << Describe(ended);  // the job was cancelled
+  }
+}
+
+// A socket whose directory the user cannot enter is not "no socket": the
+// client names the directory, the uid and what to ask for.
+TEST_F(AccessTest, ASocketDirectoryTheUserCannotEnterIsNamed) {
+  StartShared();
+  const std::string closed = dir_.File("closed");
+  ASSERT_EQ(::mkdir(closed.c_str(), 0700), 0);
+  std::vector<std::string> argv = AsUser(kNobody, kNobody);
+  argv.insert(argv.end(), {OVERLAPCTL_BIN, "--addr", "unix:" + closed + "/overlapd.sock", "node"});
+  RunResult denied = Child::Spawn(argv, dir_.path())->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(denied.exit_code, 2) << Describe(denied);
+  EXPECT_THAT(denied.err,
+              HasSubstr("the socket's directory " + closed + " is not open to uid 65534"));
+  EXPECT_THAT(denied.err, HasSubstr("socket_group"));
+  EXPECT_THAT(denied.err, Not(HasSubstr("no socket")));
+
+  // The socket itself closed to the user: its group is named.
+  const std::string socket = daemon_->address().substr(std::string("unix:").size());
+  ASSERT_EQ(::chown(socket.c_str(), 0, 0), 0);
+  RunResult refused = As(kNobody, {"node"});
+  EXPECT_EQ(refused.exit_code, 2) << Describe(refused);
+  EXPECT_THAT(refused.err, HasSubstr("the socket " + socket + " is not open to uid 65534"));
+  EXPECT_THAT(refused.err, HasSubstr("group root"));
 }
 
 // /tmp/overlapd-UID, where a user without XDG_RUNTIME_DIR listens by

@@ -1,5 +1,8 @@
 // overlapctl against the real overlapd (host backend, 4 devices): the happy
 // path of every command, text and JSON, and the exit statuses.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <regex>
 #include <string>
 #include <vector>
@@ -713,6 +716,43 @@ TEST(CliNoDaemonTest, UsageErrorsExit64) {
   RunResult help = Overlapctl(dir.path(), "", {"--help"});
   EXPECT_EQ(help.exit_code, 0) << Describe(help);
   EXPECT_THAT(help.out, HasSubstr("submit"));
+}
+
+// Every file overlapctl reads is bounded: a device that never ends, a FIFO, a
+// file past 64 MiB or a directory is refused by name (exit 64) before any
+// daemon is asked, never read without end (graph --config /dev/zero grew
+// without limit) or crashed on.
+TEST(CliNoDaemonTest, FilesItReadsAreBoundedAndDirectoriesRefused) {
+  TempDir dir;
+  const std::string huge = dir.File("huge.yaml");
+  { std::ofstream(huge) << ""; }
+  ASSERT_EQ(::truncate(huge.c_str(), (int64_t{64} << 20) + 1), 0);
+  const std::string fifo = dir.File("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // A writer that never stops, as `yes` into a named pipe would be.
+  std::unique_ptr<Child> writer =
+      Child::Spawn({"/bin/sh", "-c", "exec cat /dev/zero > " + fifo}, dir.path());
+  const std::string nowhere = "unix:" + dir.File("none.sock");
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"graph", "--config", "/dev/zero"}, "/dev/zero: larger than 64 MiB"},
+           {{"graph", "--config", fifo}, fifo + ": larger than 64 MiB"},
+           {{"graph", "--config", dir.path()}, dir.path() + ": it is a directory"},
+           {{"submit", "/dev/zero"}, "/dev/zero: larger than 64 MiB"},
+           {{"submit", huge}, huge + ": larger than 64 MiB"},
+           {{"validate", dir.path()}, dir.path() + ": it is a directory"},
+           {{"export", "--format", "torchtitan", "--bench", "/dev/zero"},
+            "/dev/zero: larger than 64 MiB"},
+       }) {
+    SCOPED_TRACE(c.args[0] + " " + c.args.back());
+    RunResult refused = Overlapctl(dir.path(), nowhere, c.args, std::chrono::seconds(60));
+    EXPECT_EQ(refused.exit_code, 64) << Describe(refused);
+    EXPECT_THAT(refused.err, HasSubstr("cannot read " + c.says));
+  }
+  writer->Signal(SIGKILL);
 }
 
 TEST(CliNoDaemonTest, VersionUnknownCommandsAndAddressesSayWhatIsWrong) {

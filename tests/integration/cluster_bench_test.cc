@@ -40,11 +40,16 @@ class ClusterBenchTest : public ::testing::Test {
     }
     cluster_->nodes = absl::StrCat(cluster_->peers[0], ",", cluster_->peers[1]);
     const std::string key = WriteClusterKey(cluster_->dirs[0]->File("cluster.key"));
+    const TestNodeKeys node_keys = MakeTestNodeKeys(cluster_->dirs[0]->path(), cluster_->peers);
+    if (!node_keys.error.empty()) {
+      cluster_->failure = node_keys.error;
+      return;
+    }
     for (int i = 0; i < 2; ++i) {
       const std::string config = cluster_->dirs[i]->File("overlapd.yaml");
       WriteFileOrDie(
           config, absl::StrCat("peer_listen: \"", cluster_->peers[i], "\"\n", "peer_key_file: \"",
-                               key, "\"\n", "peers: [\"",
+                               key, "\"\n", node_keys.ConfigFor(i), "peers: [\"",
                                cluster_->peers[1 - i], "\"]\n", "cluster_hold_timeout_ms: 3000\n",
                                "cluster_collective_timeout_ms: 4000\n"));
       cluster_->daemons.push_back(std::make_unique<Daemon>(

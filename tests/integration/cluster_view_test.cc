@@ -43,6 +43,10 @@ class ClusterViewTest : public ::testing::Test {
       if (i < peered) nodes_.back().peer = absl::StrCat("127.0.0.1:", ports[i]);
     }
     const std::string key = WriteClusterKey(nodes_[0].dir->File("cluster.key"));
+    std::vector<std::string> names;
+    for (int i = 0; i < peered; ++i) names.push_back(nodes_[i].peer);
+    const TestNodeKeys node_keys = MakeTestNodeKeys(nodes_[0].dir->path(), names);
+    ASSERT_EQ(node_keys.error, "");
     for (int i = 0; i < peered + plain; ++i) {
       std::vector<std::string> flags = {"--host-devices", "2"};
       if (i < peered) {
@@ -51,10 +55,11 @@ class ClusterViewTest : public ::testing::Test {
           if (j != i) peers.push_back(absl::StrCat("\"", nodes_[j].peer, "\""));
         }
         const std::string config = nodes_[i].dir->File("overlapd.yaml");
-        WriteFileOrDie(config, absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\npeer_key_file: \"",
-                                            key, "\"\npeers: [",
-                                            absl::StrJoin(peers, ", "),
-                                            "]\ncluster_collective_timeout_ms: 4000\n"));
+        WriteFileOrDie(
+            config,
+            absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\npeer_key_file: \"", key, "\"\n",
+                         node_keys.ConfigFor(i), "peers: [", absl::StrJoin(peers, ", "),
+                         "]\ncluster_collective_timeout_ms: 4000\n"));
         flags.insert(flags.end(), {"--config", config});
       }
       nodes_[i].daemon = std::make_unique<Daemon>(nodes_[i].dir->path(), flags);

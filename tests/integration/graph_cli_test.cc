@@ -60,6 +60,24 @@ TEST(GraphCliTest, TheModelsLayerRunsOnTheDaemonsGpus) {
   EXPECT_EQ(ops[2]["n"], 512);
 }
 
+// --tp 2 on a daemon of 4 devices: the graph names devices 0 and 1 and runs
+// at tp 2 there, not over every device of the daemon.
+TEST(GraphCliTest, ATp2GraphRunsAtTp2OnADaemonOfFourDevices) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  ASSERT_TRUE(daemon.Start());
+  const std::string file = dir.File("tp2.yaml");
+  RunResult graph = daemon.Ctl(With(kSmallModel, {"--tp", "2", "--mlp", "plain", "-o", file}));
+  ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
+  EXPECT_THAT(ReadFileOrEmpty(file), HasSubstr("\ndevices: [0, 1]\n"));
+  RunResult submit = daemon.Ctl({"submit", file, "--wait", "--json"}, std::chrono::seconds(120));
+  ASSERT_EQ(submit.exit_code, 0) << Describe(submit) << daemon.Log();
+  const nlohmann::json job = nlohmann::json::parse(submit.out);
+  EXPECT_EQ(job["state"], "SUCCEEDED");
+  EXPECT_EQ(job["devices"], nlohmann::json::array({0, 1})) << job.dump();
+  for (const nlohmann::json& op : job["result"]["ops"]) EXPECT_EQ(op["tp"], 2) << op.dump();
+}
+
 TEST(GraphCliTest, WithTpNoDaemonIsNeededAndJsonIsTheSameGraph) {
   TempDir dir;
   const std::string nobody = "unix:" + dir.File("nobody.sock");

@@ -386,6 +386,47 @@ inline std::string WriteClusterKey(const std::string& path) {
   return path;
 }
 
+// Node keys for the daemons of a test cluster, as an operator makes them:
+// each node's key (peer_node_key_file) made by `overlapd --make-node-key` in
+// `dir`, and one known-nodes file (peer_known_nodes_file) listing every node
+// of `nodes` with its public key.
+struct TestNodeKeys {
+  std::vector<std::string> key_files;    // per node
+  std::vector<std::string> public_keys;  // per node, "ed25519:..."
+  std::string known_nodes_file;
+  std::string error;  // "" when all were made
+
+  // The config lines that give node `i` its key and the others'.
+  std::string ConfigFor(size_t i) const {
+    return "peer_node_key_file: \"" + key_files[i] + "\"\npeer_known_nodes_file: \"" +
+           known_nodes_file + "\"\n";
+  }
+};
+
+inline TestNodeKeys MakeTestNodeKeys(const std::string& dir,
+                                     const std::vector<std::string>& nodes) {
+  TestNodeKeys keys;
+  std::string listing;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string path = dir + "/node-" + std::to_string(i) + ".key";
+    RunResult made =
+        Child::Spawn({OVERLAPD_BIN, "--make-node-key", path}, dir)->Wait(std::chrono::seconds(30));
+    std::string public_key = made.out;
+    while (!public_key.empty() && public_key.back() == '\n') public_key.pop_back();
+    if (made.exit_code != 0 || public_key.rfind("ed25519:", 0) != 0) {
+      keys.error = "overlapd --make-node-key " + path + ": " + Describe(made);
+      return keys;
+    }
+    keys.key_files.push_back(path);
+    keys.public_keys.push_back(public_key);
+    listing += nodes[i] + " " + public_key + "\n";
+  }
+  keys.known_nodes_file = dir + "/known_nodes";
+  WriteFileOrDie(keys.known_nodes_file, listing);
+  ::chmod(keys.known_nodes_file.c_str(), 0644);
+  return keys;
+}
+
 // Parses overlapctl's --json output; a parse failure is a test failure.
 inline nlohmann::json ParseJson(const std::string& text) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

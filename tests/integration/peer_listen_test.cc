@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "overlap/v1/peer.grpc.pb.h"
+#include "server/peer/node_keys.h"
 #include "server/peer/peer_auth.h"
 #include "server/peer/peer_client.h"
 #include "tests/integration/harness.h"
@@ -68,15 +69,52 @@ class PeerListenTest : public DaemonTest {
 
 TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
   const std::string key_file = WriteClusterKey(dir_.File("cluster.key"));
+  // The peer it lists, and a node whose key it knows but does not list.
+  const TestNodeKeys node_keys = MakeTestNodeKeys(dir_.path(), {"127.0.0.1:1", "127.0.0.1:9"});
+  ASSERT_EQ(node_keys.error, "");
   StartDaemon({"--config", Config("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\"]\n"
-                                  "peer_key_file: " + key_file + "\n")});
+                                  "peer_key_file: " +
+                                  key_file +
+                                  "\n"
+                                  "peer_known_nodes_file: " +
+                                  node_keys.known_nodes_file + "\n")});
   const std::string address = PeerAddress();
   ASSERT_FALSE(address.empty());
   std::unique_ptr<v1::Peers::Stub> stub =
       v1::Peers::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   absl::StatusOr<std::string> key = peer::ReadClusterKey(key_file);
   ASSERT_TRUE(key.ok()) << key.status();
-  const peer::PeerIdentity listed{"127.0.0.1:1", *key};
+  auto node_key = [&](size_t i) {
+    absl::StatusOr<peer::NodeKey> read = peer::ReadNodeKey(node_keys.key_files[i]);
+    EXPECT_TRUE(read.ok()) << read.status();
+    return std::make_shared<const peer::NodeKey>(*read);
+  };
+  // The daemon made its own node key in its state dir, and logged its public key.
+  absl::StatusOr<peer::NodeKey> daemon_key = peer::ReadNodeKey(daemon_->state_dir() + "/node.key");
+  ASSERT_TRUE(daemon_key.ok()) << daemon_key.status();
+  EXPECT_THAT(daemon_->Log(), HasSubstr("made a new node key in " + daemon_->state_dir() +
+                                        "/node.key: list this node in the other nodes' "
+                                        "peer_known_nodes_file as: "));
+  EXPECT_THAT(daemon_->Log(), HasSubstr(" " + daemon_key->public_text()));
+  const peer::PeerIdentity listed{
+      "127.0.0.1:1", *key, node_key(0), {{address, daemon_key->public_text()}}};
+  {
+    // Its answer is signed by its own node key, which the caller checks.
+    const absl::StatusOr<v1::HelloResponse> hello =
+        peer::Hello(*stub, address, listed, absl::Seconds(10));
+    ASSERT_TRUE(hello.ok()) << hello.status();
+    peer::PeerIdentity expecting_another = listed;
+    expecting_another.known_nodes[address] = node_keys.public_keys[1];
+    EXPECT_EQ(peer::Hello(*stub, address, expecting_another, absl::Seconds(10)).status().code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  {
+    // The cluster key without the node's own signature is not enough.
+    const absl::StatusOr<v1::HelloResponse> hello =
+        peer::Hello(*stub, address, peer::PeerIdentity{"127.0.0.1:1", *key}, absl::Seconds(10));
+    EXPECT_EQ(hello.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(std::string(hello.status().message()), HasSubstr("is not signed with a node key"));
+  }
   {
     v1::HelloRequest request;
     request.set_node(listed.node);
@@ -111,7 +149,7 @@ TEST_F(PeerListenTest, StartsLogsItsAddressAndAnswersHello) {
   {
     // A caller with the key that is not in peers: proves who it is, and is
     // still no coordinator of this daemon's.
-    const peer::PeerIdentity stranger{"127.0.0.1:9", *key};
+    const peer::PeerIdentity stranger{"127.0.0.1:9", *key, node_key(1)};
     v1::AdmitPartRequest request;
     request.mutable_global_id()->set_coordinator(stranger.node);
     grpc::ClientContext context;
@@ -143,6 +181,8 @@ TEST_F(PeerListenTest, SettingsThatCannotWorkStopTheDaemonAtStart) {
                        "peers[0]: \"10.9.8.7:7000\": not a loopback address");
   ExpectRefusedAtStart("peer_listen: 127.0.0.1:7000\npeers: [\"127.0.0.1:7000\"]\n",
                        "is this daemon itself");
+  ExpectRefusedAtStart("peer_listen: 127.0.0.1:0\npeers: [\"127.0.0.1:1\"]\n",
+                       "peer_known_nodes_file: needed when peers are listed without peer TLS");
   ExpectRefusedAtStart("peer_listen: 127.0.0.1:0\npeer_tls_cert: " + dir_.File("missing.pem") +
                            "\npeer_tls_key: " + dir_.File("missing.key") +
                            "\npeer_tls_ca: " + dir_.File("ca.pem") + "\n",

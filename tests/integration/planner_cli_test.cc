@@ -112,6 +112,40 @@ TEST(PlannerCliTest, ACalibrationFromOtherHardwareIsRefusedByName) {
   EXPECT_THAT(bad.err, HasSubstr("not a result of bench, commbench"));
 }
 
+// A directory or a device where a result file belongs is refused by name with
+// the usage status: plan --replay DIR and calibrate --from DIR aborted on an
+// uncaught std::ios_failure (exit 134).
+TEST(PlannerCliTest, ADirectoryOrADeviceForAResultFileIsRefusedByName) {
+  TempDir dir;
+  const std::string calibration = dir.File("calibration.json");
+  RunResult fit = Overlapctl(
+      dir.path(), "",
+      {"calibrate", "--from", kData + "commbench.json", kData + "gemm.json", "-o", calibration});
+  ASSERT_EQ(fit.exit_code, 0) << Describe(fit);
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"plan", "--calibration", calibration, "--replay", dir.path()},
+            "cannot read " + dir.path() + ": it is a directory"},
+           {{"calibrate", "--from", dir.path()},
+            "cannot read " + dir.path() + ": it is a directory"},
+           {{"calibrate", "--from", kData + "commbench.json", dir.path()},
+            "cannot read " + dir.path() + ": it is a directory"},
+           {{"plan", "--calibration", dir.path(), "--replay", kData + "bench-run.json"},
+            "cannot read " + dir.path() + ": it is a directory"},
+           {{"plan", "--calibration", calibration, "--replay", "/dev/zero"},
+            "cannot read /dev/zero: larger than 64 MiB"},
+           {{"calibrate", "--from", "/dev/zero"}, "cannot read /dev/zero: larger than 64 MiB"},
+       }) {
+    SCOPED_TRACE(c.args[0] + " " + c.args[2]);
+    RunResult refused = Overlapctl(dir.path(), "", c.args);
+    EXPECT_EQ(refused.exit_code, 64) << Describe(refused);
+    EXPECT_THAT(refused.err, HasSubstr(c.says));
+  }
+}
+
 TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
   TempDir dir;
   const std::string calibration = dir.File("calibration.json");
@@ -177,8 +211,15 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
                    dir.path(), {}, "")
           ->Wait(std::chrono::seconds(60));
   ASSERT_EQ(what_if.exit_code, 0) << Describe(what_if);
-  EXPECT_THAT(what_if.out, HasSubstr("MFU serial -> overlapped"));
+  // Like with like: the tokens derived from the source's MFU and step, the
+  // whole model as the source states it and one layer as the other reading.
+  EXPECT_THAT(what_if.out, HasSubstr("tokens = MFU x 8 GPUs x 989 TFLOP/s x step"));
+  EXPECT_THAT(what_if.out, HasSubstr("as the source states it: the whole model's step = 80 "
+                                     "layers at 344 tokens"));
+  EXPECT_THAT(what_if.out, HasSubstr("read as one layer's step, at 28504 tokens"));
+  EXPECT_THAT(what_if.out, HasSubstr("The source's figures do not hold together"));
   EXPECT_THAT(what_if.out, HasSubstr("blocking ring all-reduce"));
+  EXPECT_THAT(what_if.out, HasSubstr("The source gives no token count"));
   EXPECT_THAT(what_if.out, HasSubstr("tp 8: transfers were measured at 2 ranks"));
   RunResult judge =
       Child::Spawn({"/usr/bin/env", "python3", std::string(OVERLAP_SOURCE_DIR) + "/bench/planner_replay.py",

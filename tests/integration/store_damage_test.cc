@@ -5,6 +5,7 @@
 // daemon with exit 2 and a reason, never starts it "healthy"; an id is never
 // given out twice; and a job's writes grow with its ops, not their square.
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/harness.h"
@@ -213,6 +215,52 @@ TEST_F(StoreDamageTest, OpResultsAreStoredOneAtATimeAndSurviveAKill) {
   EXPECT_EQ(failed["result"]["ops"][0]["id"], "op0");
   EXPECT_EQ(failed["result"]["ops"][ops - 1]["id"], "op" + std::to_string(ops - 1));
   EXPECT_EQ(failed.value("ops_finished", 0), ops);
+}
+
+// A row whose stored data is damaged is listed as DAMAGED, in text and JSON
+// ("damaged": true), never as an ordinary job: whether its summary is the
+// damaged part, or its job blob was replaced while the summary survived (a
+// list reads only the summary). The healthy job beside them is listed as it is.
+TEST_F(StoreDamageTest, ADamagedRowIsListedAsDamaged) {
+  const std::vector<std::string> ids = RunJobsAndStop(3);
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db().c_str(), &handle), SQLITE_OK);
+  const std::string damage = "UPDATE jobs SET job = x'ffffffff' WHERE id = '" + ids[0] +
+                             "';"
+                             "UPDATE summaries SET summary = x'ffffffff' WHERE sequence = "
+                             "(SELECT sequence FROM jobs WHERE id = '" +
+                             ids[1] + "');";
+  ASSERT_EQ(sqlite3_exec(handle, damage.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(handle);
+  sqlite3_close(handle);
+
+  StartDaemon();
+  RunResult list = daemon_->Ctl({"list", "--wide"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  const std::vector<std::string> lines = absl::StrSplit(list.out, '\n');
+  for (const std::string& line : lines) {
+    if (line.rfind(ids[0], 0) == 0 || line.rfind(ids[1], 0) == 0) {
+      EXPECT_THAT(line, HasSubstr(" DAMAGED ")) << list.out;
+      EXPECT_THAT(line, HasSubstr("unreadable")) << list.out;
+    } else if (line.rfind(ids[2], 0) == 0) {
+      EXPECT_THAT(line, HasSubstr(" SUCCEEDED ")) << list.out;
+    }
+  }
+  RunResult json = daemon_->Ctl({"list", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << Describe(json);
+  int damaged = 0;
+  const nlohmann::json listed = ParseJson(json.out);
+  ASSERT_EQ(listed["jobs"].size(), 3u) << json.out;
+  for (const nlohmann::json& job : listed["jobs"]) {
+    const bool is_damaged = job.value("id", "") != ids[2];
+    EXPECT_EQ(job.value("damaged", false), is_damaged) << job.dump(2);
+    EXPECT_EQ(job.value("error_code", 0), is_damaged ? 15 : 0) << job.dump(2);
+    damaged += job.value("damaged", false);
+  }
+  EXPECT_EQ(damaged, 2);
+  RunResult get = daemon_->Ctl({"get", ids[0]});
+  EXPECT_EQ(get.exit_code, 3) << Describe(get);
+  EXPECT_THAT(get.err, HasSubstr("DATA_LOSS"));
 }
 
 }  // namespace

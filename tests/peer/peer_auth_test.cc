@@ -130,8 +130,9 @@ TEST(PeerTokenTest, ATokenProvesOneCallOnly) {
   EXPECT_THAT(std::string(late.message()), HasSubstr("away from this daemon's clock"));
   EXPECT_EQ(VerifyPeerCall(key, Facts(), token, now - absl::Minutes(3)).code(),
             absl::StatusCode::kUnauthenticated);
-  for (const std::string& bad : {std::string(), std::string("v1"), token.substr(0, 40),
-                                 "v2" + token.substr(2), token + ":x"}) {
+  for (const std::string& bad :
+       {std::string(), std::string("v1"), token.substr(0, 40), "v1" + token.substr(2), token + ":x",
+        token.substr(0, 3) + "x" + token.substr(4)}) {
     EXPECT_EQ(VerifyPeerCall(key, Facts(), bad, now).code(), absl::StatusCode::kUnauthenticated)
         << bad;
   }

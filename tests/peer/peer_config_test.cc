@@ -4,6 +4,7 @@
 #include "server/peer/peer_config.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/peer/certificate_names.h"
+#include "server/peer/node_keys.h"
 #include "tests/openssl_util.h"
 
 namespace overlap::peer {
@@ -23,10 +25,25 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A known-nodes file (peer_known_nodes_file) listing `nodes`, each with a key of its own.
+std::string KnownNodesFile(const std::vector<std::string>& nodes) {
+  char pattern[] = "/tmp/ovl-known-XXXXXX";
+  const std::string path = std::string(mkdtemp(pattern)) + "/known_nodes";
+  std::ofstream out(path);
+  for (const std::string& node : nodes) {
+    out << node << " " << NodeKey::Generate()->public_text() << "\n";
+  }
+  out.close();
+  ::chmod(path.c_str(), 0644);
+  return path;
+}
+
 DaemonConfig Loopback() {
   DaemonConfig config;
   config.peer_listen = "127.0.0.1:7000";
   config.peers = {"127.0.0.1:7001", "localhost:7002", "[::1]:7003"};
+  static const std::string known = KnownNodesFile(config.peers);
+  config.peer_known_nodes_file = known;
   return config;
 }
 
@@ -41,6 +58,19 @@ TEST(PeerConfigTest, NoPeerListenerNeedsNothing) {
   DaemonConfig config;
   config.peer_tls_cert = "/nonexistent.pem";  // unused without a listener
   EXPECT_TRUE(ValidatePeerConfig(config).ok());
+}
+
+TEST(PeerConfigTest, PeersWithoutTlsNeedTheirNodeKeysListed) {
+  DaemonConfig config = Loopback();
+  config.peer_known_nodes_file.clear();
+  ExpectInvalid(config, "peer_known_nodes_file: needed when peers are listed without peer TLS");
+  config.peers.clear();  // a daemon that coordinates with no one needs none
+  EXPECT_TRUE(ValidatePeerConfig(config).ok()) << ValidatePeerConfig(config);
+  config = Loopback();
+  config.peer_known_nodes_file = KnownNodesFile({"127.0.0.1:7001", "[::1]:7003"});
+  ExpectInvalid(config, "lists no key for peers[1] localhost:7002");
+  config.peer_known_nodes_file = "/nonexistent/known_nodes";
+  ExpectInvalid(config, "peer_known_nodes_file: /nonexistent/known_nodes: cannot open");
 }
 
 TEST(PeerConfigTest, LoopbackNeedsNoTls) {
@@ -120,6 +150,7 @@ TEST(PeerConfigTest, OffLoopbackDaemonsSpeakMutualTls) {
   config.peer_tls_cert = dir + "/node.pem";
   config.peer_tls_key = dir + "/node.key";
   config.peer_tls_ca = dir + "/ca.pem";
+  config.peer_known_nodes_file.clear();  // the certificates prove the nodes
   EXPECT_TRUE(ValidatePeerConfig(config).ok()) << ValidatePeerConfig(config);
   DaemonConfig by_name = config;
   by_name.node_name = "gpu-node-1.example:7000";

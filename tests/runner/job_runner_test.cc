@@ -1,7 +1,6 @@
 // The job runner on the host backend: results, autotune and its cache,
 // cancellation, progress, and the memory estimate used to refuse jobs.
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,9 +15,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/deferred_collectives.h"
 #include "common/graph_parser.h"
+#include "common/planner/planner.h"
 #include "server/engine/host/host_engine.h"
 #include "server/ops/reference.h"
+#include "server/report/result_proto.h"
+#include "server/runner/layer_members.h"
+#include "server/runner/layer_step.h"
 #include "server/runner/tuning_cache.h"
 #include "tests/auto_reason_util.h"
 #include "tests/host_engine_util.h"
@@ -283,6 +287,7 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   EXPECT_GT(result->layer_step().median_ms(), 0);
   double gemms_ms = 0;
   for (const v1::OpResult& op : result->ops()) gemms_ms += op.gemm_alone().median_ms();
+  EXPECT_EQ(result->layer_activation_ms(), 0) << "no op reads another's output";
   EXPECT_DOUBLE_EQ(result->layer_exposed_comm_ms(),
                    std::max(0.0, result->layer_step().median_ms() - gemms_ms));
   ASSERT_EQ(result->layer_deferred_size(), 1);
@@ -762,6 +767,95 @@ std::string FreshTempPath(const std::string& name) {
   const std::string path = (std::filesystem::temp_directory_path() / name).string();
   std::filesystem::remove(path);
   return path;
+}
+
+// The planner and the layer step defer the same collectives (one definition,
+// DeferredCollectives): the gradient all-reduce over the tp group that nothing
+// waits on runs to the step's end on the side streams, and the planner puts
+// it beside the compute; the gather that wgrad waits on is critical to both.
+TEST(JobRunnerTest, ThePlannerAndTheLayerStepDeferTheSameCollectives) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(name: agree
+dtype: f32
+iterations: 2
+warmup: 1
+ops:
+  - {id: dgrad, type: ag_gemm, m: 128, k: 64, n: 64, mode: serial, transport: nccl}
+  - {id: x_gather, type: all_gather, m: 128, n: 64, transport: nccl}
+  - {id: other, type: gemm, m: 128, k: 64, n: 64, after: [dgrad]}
+  - {id: wgrad, type: gemm, m: 64, k: 128, n: 64, after: [x_gather, other]}
+  - {id: grads, type: all_reduce, m: 64, n: 32, transport: nccl, input: wgrad}
+  - {id: last, type: gemm, m: 128, k: 64, n: 64, after: [wgrad]}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto engine = Engine();
+  auto result = report::RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<std::string> to_the_end, joined;
+  for (int i = 0; i < result->layer_deferred_size(); ++i) {
+    (result->layer_joined_before(i).empty() ? to_the_end : joined)
+        .push_back(result->layer_deferred(i));
+  }
+  std::vector<std::string> defined;
+  const std::vector<bool> deferred = DeferredCollectives(*spec);
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    if (deferred[i]) defined.push_back(spec->ops[i].id);
+  }
+  EXPECT_EQ(defined, std::vector<std::string>{"grads"});
+  EXPECT_EQ(to_the_end, defined);
+  EXPECT_EQ(joined, std::vector<std::string>{"x_gather"}) << "beside `other`, joined before wgrad";
+  std::vector<planner::OpPlan> plans(spec->ops.size());
+  for (planner::OpPlan& plan : plans) plan.predicted.push_back(planner::SchedulePrediction{});
+  EXPECT_EQ(planner::EstimateLayer(*spec, plans, 1.0).deferred, 1);
+}
+
+// The layer step charges a collective beside the GEMMs the node's calibrated
+// slowdown for its transport, where a calibration for its group size is kept
+// and matches this engine; kBesideGemmsFactor otherwise.
+TEST(JobRunnerTest, TheLayerStepReadsTheCalibratedSlowdownWhereOneIsKept) {
+  const std::string path = FreshTempPath("overlap_beside_gemms_test.db");
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.ops.push_back(AllReduceAfter("grads", 256, 64, "fc1"));
+  OpSpec gather = spec.ops.back();
+  gather.id = "gather";
+  gather.type = OpType::kAllGather;
+  spec.ops.push_back(gather);
+  const std::vector<Transport> transports = {Transport::kNccl, Transport::kP2p, Transport::kP2p,
+                                             Transport::kNccl, Transport::kP2p};
+  const std::vector<double> fixed(5, kBesideGemmsFactor);
+  EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, nullptr), fixed);
+  auto cache = TuningCache::Open(path);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, cache->get()), fixed)
+      << "none kept";
+  planner::Calibration calibration;
+  calibration.identity = CalibrationIdentityOf(*engine, 0);
+  calibration.gemms = {{128, 64, 96, 0.01}};
+  calibration.gemm_slowdown = {{Transport::kNccl, 1.2}, {Transport::kP2p, 1.106}};
+  const std::string environment = TuningEnvironment(*engine, 0);
+  // Kept for 4 ranks only: not this job's 2.
+  ASSERT_TRUE((*cache)
+                  ->StoreCalibration(CalibrationKey(environment, 4),
+                                     planner::CalibrationToJson(calibration), 1)
+                  .ok());
+  EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, cache->get()), fixed);
+  ASSERT_TRUE((*cache)
+                  ->StoreCalibration(CalibrationKey(environment, 2),
+                                     planner::CalibrationToJson(calibration), 1)
+                  .ok());
+  EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, cache->get()),
+            (std::vector<double>{kBesideGemmsFactor, kBesideGemmsFactor, kBesideGemmsFactor, 1.2,
+                                 1.106}));
+  // Of other hardware: not used.
+  calibration.identity.device = "NVIDIA H200";
+  ASSERT_TRUE((*cache)
+                  ->StoreCalibration(CalibrationKey(environment, 2),
+                                     planner::CalibrationToJson(calibration), 1)
+                  .ok());
+  EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, cache->get()), fixed);
+  // A job with the cache runs its layer step with it.
+  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  ASSERT_TRUE(result.ok()) << result.status();
 }
 
 TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {

@@ -7,11 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/config.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
@@ -127,6 +130,60 @@ TEST(DeployTest, UnitKeepsGpuAccessAndOutlastsTheDrain) {
   EXPECT_TRUE(Has("SystemCallFilter", "@chown")) << "the socket goes to socket_group";
   // It would hide /dev/nvidia*.
   EXPECT_EQ(settings.count("PrivateDevices"), 0u);
+}
+
+// The device nodes NCCL's network needs on a node with InfiniBand or RoCE
+// NICs, each with the /proc/devices group that registers it ("" = a misc
+// device, allowed by its path). From rdma-core: libibverbs opens a device's
+// /dev/infiniband/uverbsN (util/open_cdev.c, falling back to
+// /dev/char/MAJOR:MINOR: the same device), registered by the kernel as
+// `infiniband_verbs` (drivers/infiniband/core/uverbs_main.c); librdmacm, which
+// network plugins may use, opens /dev/infiniband/rdma_cm, a misc device
+// (drivers/infiniband/core/ucma.c). NCCL's IB transport itself uses verbs only.
+struct DeviceNode {
+  const char* path;
+  const char* group;
+};
+constexpr DeviceNode kNcclNetworkDevices[] = {
+    {"/dev/infiniband/uverbs0", "infiniband_verbs"},
+    {"/dev/infiniband/uverbs7", "infiniband_verbs"},
+    {"/dev/infiniband/rdma_cm", ""},
+};
+// What no collective opens (management datagrams: subnet managers, ibstat).
+constexpr DeviceNode kNotNeeded[] = {{"/dev/infiniband/umad0", "infiniband_mad"}};
+
+// The unit's DeviceAllow= lines, as written.
+std::set<std::string> UnitDeviceAllows(const std::string& unit) {
+  std::set<std::string> allows;
+  for (absl::string_view line : absl::StrSplit(unit, '\n')) {
+    if (absl::ConsumePrefix(&line, "DeviceAllow=")) allows.insert(std::string(line));
+  }
+  return allows;
+}
+
+// Whether `allows` lets the service read and write `node`: its group's
+// char-GROUP, or its own path.
+bool AllowsReadWrite(const std::set<std::string>& allows, const DeviceNode& node) {
+  const std::string by_group = absl::StrCat("char-", node.group, " rw");
+  return (node.group[0] != '\0' && allows.count(by_group)) ||
+         allows.count(absl::StrCat(node.path, " rw"));
+}
+
+// Under DevicePolicy=closed a job across nodes reaches its NICs: every device
+// node NCCL's network opens is allowed, and nothing it does not need.
+TEST(DeployTest, UnitLetsNcclReachTheNodesNics) {
+  const std::set<std::string> allows = UnitDeviceAllows(ReadFile(kDeploy + "/overlapd.service"));
+  for (const DeviceNode& node : kNcclNetworkDevices) {
+    EXPECT_TRUE(AllowsReadWrite(allows, node)) << node.path;
+  }
+  for (const DeviceNode& node : kNotNeeded)
+    EXPECT_FALSE(AllowsReadWrite(allows, node)) << node.path;
+  // The docs name what the unit allows.
+  const std::string operations = ReadFile(std::string(OVERLAP_SOURCE_DIR) + "/docs/OPERATIONS.md");
+  for (const char* allowed :
+       {"char-infiniband_verbs", "/dev/infiniband/rdma_cm", "nvidia-peermem"}) {
+    EXPECT_NE(operations.find(allowed), std::string::npos) << allowed;
+  }
 }
 
 // verify-unit.sh also holds the unit to an exposure of 3.0 or below.

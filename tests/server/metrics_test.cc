@@ -7,13 +7,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
@@ -398,6 +401,157 @@ TEST(HttpEndpointTest, AnswersItsPathAndRefusesTheRest) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+HttpEndpoint::Routes TextRoutes() {
+  HttpEndpoint::Routes routes;
+  for (const char* path : {"/healthz", "/metrics"}) {
+    routes[path] = [path] {
+      HttpResponse response;
+      response.body = absl::StrCat(path, " ok\n");
+      return response;
+    };
+  }
+  return routes;
+}
+
+// Connections that send nothing, or half a request, hold only their own
+// socket: scrapes beside them are answered at once (one connection at a time,
+// 32 idle ones held /healthz for 50 s), and each idle one is closed after the
+// idle timeout.
+TEST(HttpEndpointTest, IdleAndHalfSentConnectionsDoNotHoldUpScrapes) {
+  HttpEndpointOptions options;
+  options.idle_timeout = milliseconds(1000);
+  options.request_timeout = milliseconds(3000);
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", TextRoutes(), options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  std::vector<int> idle;
+  const auto opened = Clock::now();
+  for (int i = 0; i < 32; ++i) idle.push_back(testing::OpenIdleConnection(port));
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(testing::OpenIdleConnection(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+  }
+  for (int fd : idle) ASSERT_GE(fd, 0);
+
+  const auto asked = Clock::now();
+  EXPECT_THAT(testing::HttpGet(port, "/healthz", 20), ::testing::StartsWith("HTTP/1.1 200 OK"));
+  EXPECT_THAT(testing::HttpGet(port, "/metrics", 20), ::testing::EndsWith("/metrics ok\n"));
+  EXPECT_LT(Clock::now() - asked, seconds(5)) << "answered behind the idle connections";
+
+  // Closed by the idle timeout (1 s), with a wide margin for a loaded machine.
+  for (int fd : idle) {
+    EXPECT_TRUE(testing::ClosedBy(fd, opened + options.idle_timeout + seconds(10)));
+    ::close(fd);
+  }
+}
+
+// Past max_connections the oldest connection still waiting for its request
+// makes room; a request that grows past max_request_bytes is answered 431.
+TEST(HttpEndpointTest, PastTheCapTheOldestWaitingConnectionMakesRoom) {
+  HttpEndpointOptions options;
+  options.idle_timeout = seconds(60);
+  options.request_timeout = seconds(60);
+  options.max_connections = 4;
+  options.max_request_bytes = 1024;
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", TextRoutes(), options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(testing::OpenIdleConnection(port));
+    ASSERT_GE(idle.back(), 0);
+  }
+  EXPECT_THAT(testing::HttpGet(port, "/healthz", 20), ::testing::StartsWith("HTTP/1.1 200"));
+  EXPECT_TRUE(testing::ClosedBy(idle[0], Clock::now() + seconds(10)));
+
+  const std::string big = "GET /metrics HTTP/1.1\r\nX-Filler: " + std::string(4096, 'a');
+  const int fd = testing::OpenIdleConnection(port, big);
+  ASSERT_GE(fd, 0);
+  std::string response(64, '\0');
+  const ssize_t n = ::read(fd, response.data(), response.size());
+  ASSERT_GT(n, 0);
+  response.resize(static_cast<size_t>(n));
+  EXPECT_THAT(response, ::testing::StartsWith("HTTP/1.1 431 Request Header Fields Too Large"));
+  ::close(fd);
+  for (int idle_fd : idle) ::close(idle_fd);
+}
+
+// Handlers run on a pool: a scrape whose handler is slow, and a client that
+// never reads its 16 MiB answer, leave /healthz answered.
+TEST(HttpEndpointTest, ASlowHandlerOrAClientThatDoesNotReadHoldsOnlyItself) {
+  absl::Notification release;
+  HttpEndpoint::Routes routes = TextRoutes();
+  routes["/slow"] = [&release] {
+    release.WaitForNotificationWithTimeout(absl::Seconds(60));
+    return HttpResponse{};
+  };
+  routes["/big"] = [] {
+    HttpResponse response;
+    response.body = std::string(16 << 20, 'x');
+    return response;
+  };
+  HttpEndpointOptions options;
+  options.write_timeout = milliseconds(1000);
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", routes, options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  const int slow = testing::OpenIdleConnection(port, "GET /slow HTTP/1.0\r\n\r\n");
+  // A small receive window, so that the answer cannot all sit in buffers.
+  const int unread = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int window = 4096;
+  ::setsockopt(unread, SOL_SOCKET, SO_RCVBUF, &window, sizeof(window));
+  const timeval limit{20, 0};  // a server that never drops it fails, not hangs, the test
+  ::setsockopt(unread, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(unread, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string big = "GET /big HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(::write(unread, big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  ASSERT_GE(slow, 0);
+  const auto asked = Clock::now();
+  EXPECT_THAT(testing::HttpGet(port, "/healthz", 20), ::testing::EndsWith("/healthz ok\n"));
+  EXPECT_LT(Clock::now() - asked, seconds(5));
+  // The answer not taken within write_timeout (1 s) is dropped with its
+  // connection: read afterwards, it ends short of its 16 MiB.
+  std::this_thread::sleep_for(seconds(6));
+  size_t received = 0;
+  char buffer[65536];
+  for (ssize_t n; (n = ::recv(unread, buffer, sizeof(buffer), 0)) > 0;) received += n;
+  EXPECT_LT(received, size_t{16} << 20);
+  release.Notify();
+  EXPECT_TRUE(testing::ClosedBy(slow, Clock::now() + seconds(15)));
+  ::close(slow);
+  ::close(unread);
+}
+
+// Stopping the endpoint does not wait for idle clients: their connections are
+// closed at once (each would otherwise hold it up to the 60 s idle timeout).
+TEST(HttpEndpointTest, StopsPromptlyWithIdleConnectionsOpen) {
+  HttpEndpointOptions options;
+  options.idle_timeout = seconds(60);
+  options.request_timeout = seconds(60);
+  auto endpoint = HttpEndpoint::Start("127.0.0.1:0", TextRoutes(), options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) idle.push_back(testing::OpenIdleConnection(port));
+  idle.push_back(testing::OpenIdleConnection(port, "GET /metr"));
+  ASSERT_THAT(testing::HttpGet(port, "/healthz", 20), ::testing::StartsWith("HTTP/1.1 200"));
+  const auto stopping = Clock::now();
+  endpoint->reset();
+  EXPECT_LT(Clock::now() - stopping, seconds(10));
+  for (int fd : idle) {
+    ASSERT_GE(fd, 0);
+    EXPECT_TRUE(testing::ClosedBy(fd, Clock::now() + seconds(5)));
+    ::close(fd);
+  }
 }
 
 }  // namespace

@@ -332,7 +332,6 @@ TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_FALSE(submitted.load()) << "the submission should be waiting on the write lock";
 
-  const auto start = std::chrono::steady_clock::now();
   auto got = scheduler_->Get(done.id());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->state(), v1::SUCCEEDED);
@@ -344,7 +343,8 @@ TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   EXPECT_EQ(listed->jobs.size(), 2u) << "the waiting submission is not visible yet";
   auto snapshot = scheduler_->WaitForChange(queued.id(), 0, absl::Seconds(1));
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  // Answered while the submission still waits (it gives up after the store's
+  // 5 s busy timeout): had any of them waited behind it, it would be done.
   EXPECT_FALSE(submitted.load());
 
   ASSERT_EQ(sqlite3_exec(blocker, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);

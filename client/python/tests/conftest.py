@@ -70,13 +70,22 @@ def free_port():
 
 @pytest.fixture(scope="module")
 def two_daemons():
-    """Two daemons that know each other as peers (a shared cluster key, loopback)."""
+    """Two daemons that know each other as peers (a shared cluster key, node keys, loopback)."""
     base = tempfile.mkdtemp(prefix="overlapd-py-cluster-")
     key = os.path.join(base, "cluster.key")
     with open(key, "w") as f:
         f.write("0123456789abcdef0123456789abcdef-python-test-key\n")
     os.chmod(key, 0o600)
     peers = ["127.0.0.1:%d" % free_port() for _ in range(2)]
+    # Each node's own key, and the file that lists both (peer_known_nodes_file).
+    node_keys = [os.path.join(base, "node%d.key" % i) for i in range(2)]
+    known_nodes = os.path.join(base, "known_nodes")
+    with open(known_nodes, "w") as f:
+        for node, path in zip(peers, node_keys):
+            public = subprocess.run([overlapd_binary(), "--make-node-key", path], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+            f.write("%s %s\n" % (node, public))
+    os.chmod(known_nodes, 0o644)
     started = []
     for i in range(2):
         work = os.path.join(base, "node%d" % i)
@@ -84,7 +93,9 @@ def two_daemons():
         config = os.path.join(work, "overlapd.yaml")
         with open(config, "w") as f:
             f.write('peer_listen: "%s"\npeer_key_file: "%s"\npeers: ["%s"]\n'
-                    "cluster_collective_timeout_ms: 20000\n" % (peers[i], key, peers[1 - i]))
+                    'peer_node_key_file: "%s"\npeer_known_nodes_file: "%s"\n'
+                    "cluster_collective_timeout_ms: 20000\n"
+                    % (peers[i], key, peers[1 - i], node_keys[i], known_nodes))
         started.append(start_daemon(work, ["--config", config]))
     yield [s[1] for s in started], peers
     for s in started:
