@@ -354,7 +354,7 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
     absl::StatusOr<v1::AdmitPartResponse> admitted = cluster_->AdmitPart(From(c.caller), changed);
     EXPECT_EQ(admitted.status().code(), c.code);
     EXPECT_THAT(std::string(admitted.status().message()), HasSubstr(c.message));
-    EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "refused without waiting on anything";
   }
   // An admin's part may ask for more; the rest of the request is fine.
   v1::AdmitPartRequest admin = request;
