@@ -1,10 +1,12 @@
 #include "client/cli_commands.h"
 
-namespace overlap::client {
+#include "client/export/export_cli.h"
+#include "client/jobs/jobs_cli.h"
+#include "client/measure/measure_cli.h"
+#include "client/plan/plan_cli.h"
+#include "client/views/views_cli.h"
 
-Commands CommandsFor(const CliContext& context) {
-  return Commands(context.client, context.out, context.err, context.err_is_tty, context.json);
-}
+namespace overlap::client {
 
 // One command a line, in --help's order (which main keeps by registering them
 // in this order).

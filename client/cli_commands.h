@@ -1,95 +1,17 @@
-// overlapctl's commands as a table: each entry is a name, a help line, a
-// function that declares the command's options on its CLI::App, and a function
-// that runs it once they are parsed. client/main.cc declares the global
-// options, registers every entry and runs the one given; the work itself is
-// in commands.h, bench.h, check.h, ..., which never see CLI11.
+// overlapctl's commands as a table: one row (core/cli_command.h) per
+// command, each defined in the room of what the user does: jobs/jobs_cli.h,
+// views/views_cli.h, measure/measure_cli.h, plan/plan_cli.h,
+// export/export_cli.h. client/main.cc declares the global options, registers
+// every row and runs the one given.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <ostream>
-#include <string>
-#include <utility>
 #include <vector>
 
-#include "CLI/CLI.hpp"
-#include "client/commands.h"
-#include "client/core/daemon_client.h"
+#include "client/core/cli_command.h"
 
 namespace overlap::client {
 
-// What every command shares: the global options and the output streams.
-struct CliContext {
-  // Made from --addr and --tls-*; it connects on its first call, so commands
-  // that need no daemon (graph with --tp) never reach for one.
-  DaemonClient& client;
-  bool json;        // --json
-  bool err_is_tty;  // progress: a live counter on a terminal, one line per phase otherwise
-  std::ostream& out;
-  std::ostream& err;
-};
-
-// The commands of commands.h, writing to the context's streams.
-Commands CommandsFor(const CliContext& context);
-
-struct CliCommand {
-  std::string name;
-  std::string help;
-  // Declares the command's options (and any subcommands of its own) on `app`.
-  std::function<void(CLI::App& app)> add_options;
-  // Runs the command once `app` parsed; returns the exit status (commands.h).
-  std::function<int(const CLI::App& app, const CliContext& context)> run;
-};
-
-// An entry whose two functions share one `Options` struct, held by both
-// closures so that it stays put while CLI11 points into it: `add_options`
-// binds the options to its fields, `run` reads them after parsing. `run` also
-// gets the parsed App, for what the struct cannot tell (was --dtype given?),
-// and makes the checks CLI11 cannot (a shape list, a byte size).
-template <typename Options>
-CliCommand MakeCliCommand(
-    std::string name, std::string help,
-    std::function<void(CLI::App& app, Options& options)> add_options,
-    std::function<int(const Options& options, const CLI::App& app, const CliContext& context)>
-        run) {
-  auto options = std::make_shared<Options>();
-  return CliCommand{std::move(name), std::move(help),
-                    [options, add_options](CLI::App& app) { add_options(app, *options); },
-                    [options, run](const CLI::App& app, const CliContext& context) {
-                      return run(*options, app, context);
-                    }};
-}
-
 // Every command, in the order `overlapctl --help` lists them.
 std::vector<CliCommand> AllCliCommands();
-
-// The entries, by the file that defines them.
-// cli_job_commands.cc: one job, or two.
-CliCommand SubmitCommand();
-CliCommand ValidateCommand();
-CliCommand GetCommand();
-CliCommand ListCommand();
-CliCommand CancelCommand();
-CliCommand WatchCommand();
-CliCommand ReportCommand();
-CliCommand PinCommand();
-CliCommand TimelineCommand();
-CliCommand CompareCommand();
-// cli_node_commands.cc: the daemon and its GPUs.
-CliCommand NodeCommand();
-CliCommand StatsCommand();
-CliCommand HealthCommand();
-CliCommand CheckCommand();
-CliCommand TopCommand();
-// cli_tuning_graph_commands.cc: tuned schedules, and layer graphs from models.
-CliCommand TuningCommand();
-CliCommand GraphCommand();
-// cli_benchmark_commands.cc: the op and collective sweeps.
-CliCommand BenchCommand();
-CliCommand CommBenchCommand();
-// cli_plan_commands.cc: the planner's calibration and its predictions.
-CliCommand CalibrateCommand();
-CliCommand PlanCommand();
-CliCommand ExportCommand();
 
 }  // namespace overlap::client

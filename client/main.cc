@@ -1,6 +1,6 @@
 // overlapctl: submit layer-graph jobs to overlapd, follow them, print reports.
-// The commands are a table (cli_commands.h); main declares the global options,
-// registers every command, parses, and runs the one given.
+// The commands are a table (cli_commands.h), each row in its room; main declares the global
+// options, registers every command, parses, and runs the one given.
 #include <grpc/support/log.h>
 #include <unistd.h>
 
@@ -14,10 +14,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
-#include "client/commands.h"
 #include "client/core/daemon_client.h"
 #include "client/core/interrupts.h"
 #include "client/format/table.h"
+#include "client/views/node_commands.h"
 #include "common/config.h"
 
 namespace {

@@ -45,7 +45,14 @@ struct Field {
   const char* comment;
   std::function<absl::Status(const YAML::Node&, DaemonConfig*)> parse;
   std::function<std::string(const DaemonConfig&)> format;
+  // Left out of the shipped config (--print-default-config): fault injection for tests.
+  bool test_only = false;
 };
+
+Field TestOnly(Field field) {
+  field.test_only = true;
+  return field;
+}
 
 // A YAML double-quoted scalar.
 std::string YamlQuote(const std::string& text) {
@@ -216,16 +223,18 @@ const std::vector<Field>& Fields() {
                  &DaemonConfig::host_device_memory_bytes, /*allow_zero=*/false),
       BoolField("hazard_checks", "host backend: a missing event wait fails the job",
                 &DaemonConfig::hazard_checks),
-      StringField("host_fail_op", "tests only: host backend op to fail (\"\" = none)",
-                  &DaemonConfig::host_fail_op),
-      IntField("host_fail_after", "tests only: which call of host_fail_op fails (1 = first)",
-               &DaemonConfig::host_fail_after),
-      BoolField("host_fail_sticky", "tests only: the injected failure loses the device",
-                &DaemonConfig::host_fail_sticky),
-      IntField("host_sick_device",
-               "tests only: >= 0 gives the host backend's devices health readings, this one "
-               "with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
-               &DaemonConfig::host_sick_device, /*min_value=*/-1),
+      TestOnly(StringField("host_fail_op", "tests only: host backend op to fail (\"\" = none)",
+                           &DaemonConfig::host_fail_op)),
+      TestOnly(IntField("host_fail_after",
+                        "tests only: which call of host_fail_op fails (1 = first)",
+                        &DaemonConfig::host_fail_after)),
+      TestOnly(BoolField("host_fail_sticky", "tests only: the injected failure loses the device",
+                         &DaemonConfig::host_fail_sticky)),
+      TestOnly(
+          IntField("host_sick_device",
+                   "tests only: >= 0 gives the host backend's devices health readings, this "
+                   "one with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
+                   &DaemonConfig::host_sick_device, /*min_value=*/-1)),
       Field{"pool_bytes_per_device",
             "cuda backend: buffer pool per GPU, allocated at start: a size, or a share of the "
             "GPU's memory like 80% (at most 90% of what is free: a larger size takes that)",
@@ -417,7 +426,8 @@ std::vector<SettingDescription> DescribeSettings() {
   std::vector<SettingDescription> settings;
   for (const Field& f : Fields()) {
     const std::string value = f.format(defaults);
-    settings.push_back({f.name, f.comment, value, value == "true" || value == "false"});
+    settings.push_back(
+        {f.name, f.comment, value, value == "true" || value == "false", f.test_only});
   }
   return settings;
 }
@@ -534,11 +544,24 @@ absl::StatusOr<DaemonConfig> LoadDaemonConfig(const std::string& path) {
 
 namespace {
 
+std::string FieldLine(const Field& f, const DaemonConfig& config, absl::string_view prefix) {
+  const std::string line = absl::StrCat(prefix, f.name, ": ", f.format(config));
+  return absl::StrFormat("%-40s # %s\n", line, f.comment);
+}
+
 std::string FieldLines(const DaemonConfig& config) {
   std::string out;
+  for (const Field& f : Fields()) out += FieldLine(f, config, "");
+  return out;
+}
+
+// The shipped file: each key commented out at its default, so a changed default reaches an
+// installed node unless its operator set that key; the test-only keys are left out.
+std::string CommentedDefaultLines() {
+  const DaemonConfig defaults;
+  std::string out;
   for (const Field& f : Fields()) {
-    const std::string line = absl::StrCat(f.name, ": ", f.format(config));
-    absl::StrAppend(&out, absl::StrFormat("%-40s # %s\n", line, f.comment));
+    if (!f.test_only) out += FieldLine(f, defaults, "#");
   }
   return out;
 }
@@ -574,9 +597,10 @@ std::string ConfigYaml(const DaemonConfig& config) {
 
 std::string DefaultConfigYaml() {
   std::string out =
-      "# overlapd configuration. Every key is optional; these are the defaults.\n"
-      "# Command-line flags override this file.\n" +
-      FieldLines(DaemonConfig{});
+      "# overlapd configuration. Every key is commented out at its built-in default:\n"
+      "# remove the leading '#' of a line to set it. Command-line flags override this file.\n"
+      "# `overlapd --print-config` prints what a daemon would run with.\n" +
+      CommentedDefaultLines();
   absl::StrAppend(&out, "# default listen address here: ", DefaultListenAddress(), "\n",
                   "# default state_dir here: ", DefaultStateDir(), "\n");
   return out;

@@ -203,7 +203,8 @@ absl::Status ValidateClusterKeys(const DaemonConfig& config);
 absl::Status ValidateNcclEnv(const DaemonConfig& config);
 // The name this daemon goes by among its peers: node_name, else peer_listen.
 std::string NodeName(const DaemonConfig& config);
-// The built-in defaults as YAML (what `overlapd --print-default-config` shows).
+// The shipped config (deploy/overlapd.yaml, `overlapd --print-default-config`): every key but
+// the test-only ones, commented out at its default with its description.
 std::string DefaultConfigYaml();
 
 // The pool size as the config and --pool-bytes-per-device take it: a byte size

@@ -19,6 +19,7 @@ struct SettingDescription {
   std::string doc;            // the line --print-default-config prints beside it
   std::string default_value;  // as the config file writes it: "1MiB", "true", "[]"
   bool is_bool = false;       // a switch: --KEY and --no-KEY
+  bool test_only = false;     // fault injection for tests: not in the shipped config
 };
 
 // Every key, in the order the config file lists them.

@@ -35,7 +35,7 @@ case "$mode" in
   asan | fuzz | fuzz-brief) ;;
   *) echo "usage: $0 [asan | fuzz [seconds] [target...] | fuzz-brief]" >&2; exit 2 ;;
 esac
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 
 # shellcheck source=scripts/fuzz-options.sh
 . scripts/fuzz-options.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test suite: install the build dependencies, build everything (Release)
-# into build/, check the lock annotations with clang, run every test except the
-# GPU ones (the fuzz targets' kept inputs among them), test the Python client,
-# then fuzz briefly.
+# The test suite: install the build and test dependencies (install-deps.sh
+# --test), build everything (Release) into build/, check the lock annotations
+# with clang, run every test except the GPU ones (the fuzz targets' kept inputs
+# among them), test the Python client, then fuzz briefly.
 #
 # Tests that need a GPU carry the ctest label `gpu` and are excluded here (-LE
 # gpu): on a CPU-only machine they could only skip. On a GPU node run them with
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 # Clang's thread-safety analysis of the annotated locks (syntax only, ~30 s).

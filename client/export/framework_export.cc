@@ -2,20 +2,45 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "te_ub_cfgs_table.h"
 
 namespace overlap::client {
 
 namespace {
 
-// TE's layers whose overlap gathers (the op's own all-gather) and those that
-// reduce-scatter, for the ops overlapd's layer graphs name alike.
-const std::set<std::string> kGatherLayers = {"qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"};
-const std::set<std::string> kScatterLayers = {"proj_fprop", "fc2_fprop", "qkv_dgrad", "fc1_dgrad"};
+// The mapping's table (te_ub_cfgs.json, which the Python client reads too):
+// each op id's TE layer and collective, and each mode's entry per collective.
+// Compiled in, and parsed once; its test checks that it parses.
+const nlohmann::json& TeTable() {
+  static const nlohmann::json* const table =
+      new nlohmann::json(nlohmann::json::parse(kTeUbCfgsJson));
+  return *table;
+}
+
+// The op's row of the table's layers, or null.
+const nlohmann::json* TeLayerRow(const std::string& op_id) {
+  const nlohmann::json& layers = TeTable().at("layers");
+  const auto row = layers.find(op_id);
+  return row == layers.end() ? nullptr : &*row;
+}
+
+// The table's ub_cfgs entry for a schedule `mode` on `collective`, into `e`.
+void ApplyTableMethod(const char* mode, const std::string& collective, const ops::Schedule& s,
+                      TeEntry& e) {
+  const nlohmann::json& entry = TeTable().at("methods").at(mode).at(collective);
+  e.method = entry.at("method").get<std::string>();
+  if (e.method == "pipeline") {
+    const nlohmann::json& splits = entry.at("num_splits");
+    e.num_splits = splits.is_string() ? s.chunks : splits.get<int>();
+  }
+  if (e.method == "ring_exchange") {
+    e.use_ce = TransportName(s.transport) == TeTable().at("use_ce_transport").get<std::string>();
+  }
+}
 
 double Gain(double from_ms, double to_ms) { return to_ms > 0 ? from_ms / to_ms - 1 : 0; }
 
@@ -31,12 +56,8 @@ std::string FidelityName(Fidelity fidelity) {
 }
 
 std::string TeLayerName(const std::string& op_id) {
-  for (const char* layer : {"qkv", "proj", "fc1", "fc2"}) {
-    if (op_id == layer) return absl::StrCat(layer, "_fprop");
-    if (op_id == absl::StrCat(layer, "_dgrad")) return op_id;
-  }
-  if (op_id == "qkv_wgrad" || op_id == "fc1_wgrad") return op_id;
-  return "";
+  const nlohmann::json* row = TeLayerRow(op_id);
+  return row == nullptr ? "" : row->at("te").get<std::string>();
 }
 
 TeEntry MapToTe(const ExportChoice& choice) {
@@ -60,8 +81,9 @@ TeEntry MapToTe(const ExportChoice& choice) {
              "TE's dgrad overlap does, and then takes no _wgrad entry";
     return e;
   }
-  const bool gathers = kGatherLayers.count(e.te_name) > 0;
-  e.is_reduce_scatter = kScatterLayers.count(e.te_name) > 0;
+  const std::string collective = TeLayerRow(choice.op_id)->at("collective").get<std::string>();
+  const bool gathers = collective == "all_gather";
+  e.is_reduce_scatter = collective == "reduce_scatter";
   if (!gathers && !e.is_reduce_scatter) return e;
   switch (s.mode) {
     case OverlapMode::kSerial:
@@ -72,8 +94,7 @@ TeEntry MapToTe(const ExportChoice& choice) {
       return e;
     case OverlapMode::kRing:
       e.overlapped = true;
-      e.method = "ring_exchange";
-      e.use_ce = s.transport == Transport::kP2p;
+      ApplyTableMethod("ring", collective, s, e);
       e.fidelity = s.transport == Transport::kP2p && s.chunks <= 1 ? Fidelity::kExact
                                                                    : Fidelity::kApproximate;
       if (s.chunks > 1) {
@@ -86,17 +107,14 @@ TeEntry MapToTe(const ExportChoice& choice) {
       return e;
     case OverlapMode::kChunked:
       e.overlapped = true;
+      ApplyTableMethod("chunked", collective, s, e);
       if (e.is_reduce_scatter) {
-        e.method = "pipeline";
-        e.num_splits = s.chunks;
         e.fidelity = s.transport == Transport::kNccl ? Fidelity::kExact : Fidelity::kApproximate;
         if (s.transport != Transport::kNccl) {
           e.note = "overlapd reduce-scattered each piece with copy engines; TE's pipeline uses "
                    "its userbuffers kernels";
         }
       } else {
-        e.method = "ring_exchange";
-        e.use_ce = s.transport == Transport::kP2p;
         e.fidelity = Fidelity::kApproximate;
         e.note = absl::StrCat("chunked/", s.chunks, " gathers in pieces; TE pipelines only "
                               "reduce-scatters, so the nearest is its ring");
@@ -105,14 +123,11 @@ TeEntry MapToTe(const ExportChoice& choice) {
     case OverlapMode::kBulk:
       e.overlapped = true;
       e.fidelity = Fidelity::kApproximate;
+      ApplyTableMethod("bulk", collective, s, e);
       if (e.is_reduce_scatter) {
-        e.method = "pipeline";
-        e.num_splits = 2;
         e.note = "bulk: one exchange beside the local block's GEMM; TE's bulk overlaps another "
                  "op's collective, so the nearest is a 2-way pipeline";
       } else {
-        e.method = "ring_exchange";
-        e.use_ce = s.transport == Transport::kP2p;
         e.note = "bulk: one gather beside the local shard's GEMM; TE's bulk overlaps another op's "
                  "collective, so the nearest is its ring";
       }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "client/bench/bench.h"
 #include "client/core/daemon_client.h"
+#include "client/measure/bench.h"
 
 namespace overlap::client {
 

@@ -1,9 +1,11 @@
 """Builds the overlapd package, generating its gRPC stubs from the repository's
-proto/ (or OVERLAPD_PROTO_DIR) into overlapd/_gen with grpcio-tools. Nothing
-generated is checked in."""
+proto/ (or OVERLAPD_PROTO_DIR) into overlapd/_gen with grpcio-tools, and
+copying in the TransformerEngine mapping's table that overlapctl is built from
+(client/export/te_ub_cfgs.json). Nothing generated or copied is checked in."""
 import os
 import pathlib
 import re
+import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -11,6 +13,7 @@ from setuptools.command.build_py import build_py
 HERE = pathlib.Path(__file__).resolve().parent
 PROTO_DIR = pathlib.Path(os.environ.get("OVERLAPD_PROTO_DIR", HERE.parent.parent / "proto"))
 PROTO = "overlap/v1/overlap.proto"
+TE_TABLE = HERE.parent / "export" / "te_ub_cfgs.json"
 
 
 def generate(out_root: pathlib.Path) -> None:
@@ -39,10 +42,18 @@ def generate(out_root: pathlib.Path) -> None:
         (folder / "__init__.py").touch()
 
 
+def copy_te_table(out_root: pathlib.Path) -> None:
+    if not TE_TABLE.is_file():
+        raise SystemExit("overlapd: %s not found; build from the overlapd repository "
+                         "(client/python)" % TE_TABLE)
+    shutil.copyfile(TE_TABLE, out_root / "overlapd" / TE_TABLE.name)
+
+
 class BuildWithStubs(build_py):
     def run(self):
         super().run()
         generate(pathlib.Path(self.build_lib))
+        copy_te_table(pathlib.Path(self.build_lib))
 
 
 setup(cmdclass={"build_py": BuildWithStubs})

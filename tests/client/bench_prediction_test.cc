@@ -1,5 +1,5 @@
 // The planner's predictions beside a bench sweep's rows.
-#include "client/bench/bench_prediction.h"
+#include "client/measure/bench_prediction.h"
 
 #include <fstream>
 #include <sstream>

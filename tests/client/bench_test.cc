@@ -1,12 +1,12 @@
 // overlapctl bench without a daemon: the spec it submits, shape parsing, and how
 // it folds repeats into rows.
-#include "client/bench/bench.h"
+#include "client/measure/bench.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/commands.h"
+#include "client/core/command_io.h"
 #include "common/graph_parser.h"
 
 namespace overlap::client {

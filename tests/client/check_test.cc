@@ -1,6 +1,6 @@
 // `overlapctl check`: its job specs, the bandwidth it derives, and which GPUs
 // and links it calls slow.
-#include "client/bench/check.h"
+#include "client/measure/check.h"
 
 #include <string>
 #include <vector>

@@ -1,10 +1,11 @@
 // `overlapctl check --nodes`: the pair job's spec, and which node, GPU or link
 // it calls slow from given numbers (and that the host backend's are not judged).
+#include "client/measure/cluster_check.h"
+
 #include <string>
 #include <vector>
 
-#include "client/bench/check.h"
-#include "client/bench/cluster_check.h"
+#include "client/measure/check.h"
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

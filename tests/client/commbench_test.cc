@@ -1,7 +1,7 @@
 // overlapctl commbench without a daemon: the spec it submits (sizes, shapes,
 // ids, valid for the group), its option checks, and how results fold into rows
 // and print.
-#include "client/bench/commbench.h"
+#include "client/measure/commbench.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // overlapctl compare without a daemon: which ops pair up, B's change against
 // A, the totals over shared ops only, and the differences that are called out.
-#include "client/bench/compare.h"
+#include "client/jobs/compare.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

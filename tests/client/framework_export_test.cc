@@ -97,6 +97,37 @@ TEST(FrameworkExportTest, TeUbCfgsFollowInitializeUbsSchema) {
   EXPECT_EQ(none, (std::set<std::string>{"fc2_wgrad", "out"}));
 }
 
+// The mapping's table (client/export/te_ub_cfgs.json, which the Python client
+// reads too) over every layer op and every overlapped mode: it parses, names
+// each of TE's layers once, and keeps TE's rules.
+TEST(FrameworkExportTest, TeTableMapsEveryLayerOpByTesRules) {
+  EXPECT_EQ(TeLayerName("qkv"), "qkv_fprop");
+  EXPECT_EQ(TeLayerName("fc2_dgrad"), "fc2_dgrad");
+  EXPECT_EQ(TeLayerName("fc1_wgrad"), "fc1_wgrad");
+  EXPECT_EQ(TeLayerName("attn"), "");
+  std::set<std::string> named;
+  for (const char* id :
+       {"qkv", "proj", "fc1", "fc2", "qkv_dgrad", "proj_dgrad", "fc1_dgrad", "fc2_dgrad"}) {
+    const std::string layer = TeLayerName(id);
+    EXPECT_TRUE(named.insert(layer).second) << layer;
+    for (const char* schedule : {"ring/p2p", "ring/nccl", "ring/2/p2p", "chunked/3/nccl",
+                                 "chunked/3/p2p", "bulk/p2p", "bulk/nccl"}) {
+      ExportChoice c = C(id, kGathers.count(layer) ? "ag_gemm" : "gemm_rs", schedule, 1, 0, "", 0);
+      const TeEntry e = MapToTe(c);
+      ASSERT_TRUE(e.overlapped) << id << " " << schedule;
+      EXPECT_EQ(e.is_reduce_scatter, kGathers.count(layer) == 0) << id;
+      if (e.method == "pipeline") {
+        EXPECT_FALSE(kGathers.count(layer)) << id << " " << schedule;
+        EXPECT_EQ(e.num_splits, c.schedule.mode == OverlapMode::kBulk ? 2 : c.schedule.chunks);
+      } else {
+        EXPECT_EQ(e.method, "ring_exchange") << id << " " << schedule;
+        EXPECT_EQ(e.use_ce, c.schedule.transport == Transport::kP2p) << id << " " << schedule;
+      }
+    }
+  }
+  EXPECT_EQ(named.size(), 8u);
+}
+
 TEST(FrameworkExportTest, ChoicesCarryTheirMarginsAndNearTies) {
   const nlohmann::json j = TeExport(Layer());
   const nlohmann::json& qkv = j["overlapd"]["qkv_fprop"];

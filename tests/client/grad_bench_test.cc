@@ -2,11 +2,12 @@
 // GEMMs, the gradients' all-reduces over dp, bucket_mib and chunk_kib), what
 // each form sent read back from its layer deferrals, the job that times
 // buckets and pieces alone, and the table and JSON.
+#include "client/measure/grad_bench.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "client/bench/bench.h"
-#include "client/bench/grad_bench.h"
+#include "client/measure/bench.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 

@@ -4,9 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "client/bench/bench_html.h"
 #include "client/format/html_chart.h"
 #include "client/format/timeline_html.h"
+#include "client/jobs/compare.h"
+#include "client/measure/bench_html.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

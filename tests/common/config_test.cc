@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 #include "common/config_internal.h"
+#include "common/daemon_settings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -77,11 +80,41 @@ TEST(ConfigTest, EmptyTextGivesDefaults) {
   }
 }
 
-TEST(ConfigTest, DefaultYamlParsesBackToDefaultsAndListsEveryKey) {
-  const std::string yaml = DefaultConfigYaml();
+// Each line "#key: value  # doc" with its first '#' removed: what an operator who uncomments
+// every key of the shipped config gets.
+std::string Uncommented(const std::string& yaml) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    if (line.size() > 1 && line[0] == '#' && absl::ascii_islower(line[1])) line.remove_prefix(1);
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+TEST(ConfigTest, DefaultYamlIsCommentedOutAndUncommentedParsesBackToDefaults) {
+  const std::string commented = DefaultConfigYaml();
+  auto as_shipped = ParseDaemonConfig(commented);
+  ASSERT_TRUE(as_shipped.ok()) << as_shipped.status();
+  ExpectSameConfig(*as_shipped, DaemonConfig{});
+  for (absl::string_view line : absl::StrSplit(commented, '\n')) {
+    EXPECT_TRUE(line.empty() || line[0] == '#') << "a key is set: " << line;
+  }
+  const std::string yaml = Uncommented(commented);
+  ASSERT_NE(yaml, commented);
   auto config = ParseDaemonConfig(yaml);
   ASSERT_TRUE(config.ok()) << config.status() << "\n" << yaml;
   ExpectSameConfig(*config, DaemonConfig{});
+  // Every key but the test-only ones, each with its description.
+  for (const SettingDescription& s : DescribeSettings()) {
+    const std::string line = absl::StrCat("\n#", s.key, ": ", s.default_value, " ");
+    if (s.test_only) {
+      EXPECT_THAT(commented, ::testing::Not(HasSubstr("#" + s.key + ":"))) << s.key;
+    } else {
+      EXPECT_THAT(commented, HasSubstr(line)) << s.key;
+      EXPECT_THAT(commented, HasSubstr("# " + s.doc + "\n")) << s.key;
+    }
+  }
+  EXPECT_THAT(commented, ::testing::Not(HasSubstr("host_fail")));
   for (const char* key : {"backend",
                           "listen",
                           "allow_insecure_tcp",

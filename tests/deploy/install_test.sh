@@ -26,6 +26,7 @@ for built in server/overlapd client/overlapctl; do
   if [ ! -x "$bin" ] || ! cmp -s "$build/$built" "$bin"; then fail "$bin missing or not the build's"; fi
 done
 cmp -s "$src/deploy/overlapd.yaml" "$stage/etc/overlapd/overlapd.yaml" || fail "config differs"
+cmp -s "$src/deploy/overlapd.yaml" "$stage/etc/overlapd/overlapd.yaml.default" || fail "no overlapd.yaml.default"
 has "$stage/etc/systemd/system/overlapd.service" "ExecStart=/opt/overlap/bin/overlapd "
 grep -q /usr/local/bin "$stage/etc/systemd/system/overlapd.service" && fail "unit still names /usr/local/bin"
 completion=$stage/opt/overlap/share/bash-completion/completions/overlapctl
@@ -53,6 +54,15 @@ if command -v help2man >/dev/null 2>&1; then
   has "$work/overlapctl.1" '.SS "tuning forget"'
   has "$work/overlapctl.1" 'Usage: overlapctl tuning forget [OPTIONS]'
   has "$work/overlapctl.1" '.SH "SEE ALSO"'
+  for page in overlapd overlapctl; do
+    has "$work/$page.1" '.SH "EXIT STATUS"'
+    has "$work/$page.1" '.SH ENVIRONMENT'
+    has "$work/$page.1" '.SH EXAMPLES'
+  done
+  # The exit statuses docs/CLI.md gives, and the variables each program reads.
+  for code in 0 1 2 3 64; do has "$work/overlapctl.1" ".B $code"; done
+  for var in OVERLAPD_ADDR OVERLAPD_TLS_CA OVERLAP_TORCH_PEERS; do has "$work/overlapctl.1" "$var"; done
+  for var in SPDLOG_LEVEL XDG_RUNTIME_DIR NOTIFY_SOCKET; do has "$work/overlapd.1" "$var"; done
   if command -v man >/dev/null 2>&1; then
     MANWIDTH=100 man -l "$man/overlapctl.1.gz" 2>"$work/man.err" > "$work/man.txt" || fail "man -l failed"
     [ ! -s "$work/man.err" ] || fail "man warned: $(cat "$work/man.err")"
@@ -86,6 +96,43 @@ DESTDIR=$work/stage3 sh "$src/deploy/install.sh" --build-dir "$work/build" > "$w
   fail "install.sh without overlapctl failed: $(cat "$work/log3")"
 has "$work/log3" "installing overlapd only"
 [ ! -e "$work/stage3/usr/local/share/bash-completion" ] || fail "completion installed without overlapctl"
+
+# An upgrade: the operator's file stays; the defaults' change since the last
+# install (an older overlapd.yaml.default) is printed, with the keys they set.
+conf=$stage/etc/overlapd
+printf 'max_queued_jobs: 64\n' > "$conf/overlapd.yaml"
+sed 's/^#drain_timeout_s: [^ ]*/#drain_timeout_s: 12345/' "$src/deploy/overlapd.yaml" > "$conf/overlapd.yaml.default"
+DESTDIR=$stage sh "$src/deploy/install.sh" --build-dir "$build" --prefix /opt/overlap > "$work/log5" 2>&1 ||
+  fail "upgrade failed: $(cat "$work/log5")"
+[ "$(cat "$conf/overlapd.yaml")" = "max_queued_jobs: 64" ] || fail "upgrade replaced the operator's config"
+cmp -s "$src/deploy/overlapd.yaml" "$conf/overlapd.yaml.default" || fail "upgrade left the old default"
+has "$work/log5" "the defaults changed since the last install"
+has "$work/log5" "-#drain_timeout_s: 12345"
+has "$work/log5" "+$(grep '^#drain_timeout_s:' "$src/deploy/overlapd.yaml" | cut -c1-30)"
+has "$work/log5" "keys your file sets (they override the defaults): max_queued_jobs"
+DESTDIR=$stage sh "$src/deploy/install.sh" --build-dir "$build" --prefix /opt/overlap > "$work/log6" 2>&1 ||
+  fail "second upgrade failed"
+grep -q "defaults changed" "$work/log6" && fail "unchanged defaults reported as changed"
+
+# --uninstall removes the install and keeps the config and the state; --purge
+# removes those too.
+mkdir -p "$stage/var/lib/overlapd" && echo jobs > "$stage/var/lib/overlapd/jobs.db"
+DESTDIR=$stage sh "$src/deploy/install.sh" --uninstall --prefix /opt/overlap > "$work/log7" 2>&1 ||
+  fail "--uninstall failed: $(cat "$work/log7")"
+for gone in opt/overlap/bin/overlapd opt/overlap/bin/overlapctl etc/systemd/system/overlapd.service \
+            opt/overlap/share/bash-completion/completions/overlapctl \
+            opt/overlap/share/man/man1/overlapd.1.gz opt/overlap/share/man/man1/overlapctl.1.gz; do
+  [ ! -e "$stage/$gone" ] || fail "--uninstall left $gone"
+done
+[ "$(cat "$conf/overlapd.yaml")" = "max_queued_jobs: 64" ] || fail "--uninstall removed the config"
+[ -f "$stage/var/lib/overlapd/jobs.db" ] || fail "--uninstall removed the state"
+has "$work/log7" "--purge removes them"
+rc=0
+sh "$src/deploy/install.sh" --purge --destdir "$stage" > /dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || fail "--purge without --uninstall: exit $rc"
+DESTDIR=$stage sh "$src/deploy/install.sh" --uninstall --purge --prefix /opt/overlap > "$work/log8" 2>&1 ||
+  fail "--uninstall --purge failed: $(cat "$work/log8")"
+[ ! -e "$conf" ] && [ ! -e "$stage/var/lib/overlapd" ] || fail "--purge left the config or the state"
 
 rc=0
 sh "$src/deploy/install.sh" --prefix relative --destdir "$work/stage4" > /dev/null 2>&1 || rc=$?

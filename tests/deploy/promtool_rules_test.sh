@@ -3,7 +3,7 @@
 # say (promtool test rules deploy/prometheus/overlapd-alerts.test.yml: a firing
 # and a quiet case for every rule). Without promtool (Debian package
 # `prometheus`) it skips with 77, except under CI=true, where it fails:
-# scripts/install-deps.sh installs it there.
+# scripts/install-deps.sh --test installs it there.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${OVERLAP_SOURCE_DIR:-$here/../..}
@@ -11,7 +11,7 @@ rules_dir=$src/deploy/prometheus
 
 if ! command -v promtool >/dev/null 2>&1; then
   if [ "${CI:-}" = true ]; then
-    echo "FAIL: promtool not found (apt-get install prometheus; scripts/install-deps.sh does)" >&2
+    echo "FAIL: promtool not found (scripts/install-deps.sh --test installs it without starting its server)" >&2
     exit 1
   fi
   echo "SKIP: promtool not found (Debian package prometheus)" >&2

@@ -18,7 +18,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-constexpr int kCtlUnreachable = 2;  // client/commands.h
+constexpr int kCtlUnreachable = 2;  // client/core/command_io.h
 constexpr int kDaemonUsage = 2;     // overlapd: a config error
 
 // A CA, a server certificate for localhost and 127.0.0.1 and a client

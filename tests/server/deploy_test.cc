@@ -222,7 +222,7 @@ TEST(DeployTest, InstallStagesUnderDestdir) {
   ASSERT_EQ(Shell(kDeploy + "/install.sh --build-dir " + build_dir + " --destdir " + stage, log), 0)
       << ReadFile(log);
   EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml"), "backend: host\n");
-  EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml.new"),
+  EXPECT_EQ(ReadFile(stage + "/etc/overlapd/overlapd.yaml.default"),
             ReadFile(kDeploy + "/overlapd.yaml"));
   EXPECT_EQ(::access((stage + "/usr/local/bin/overlapd").c_str(), X_OK), 0);
 

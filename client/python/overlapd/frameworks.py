@@ -1,22 +1,32 @@
 """overlapd's choices as TransformerEngine's userbuffers config, in Python:
 the ub_cfgs that `transformer_engine.pytorch.initialize_ub(..., ub_cfgs=...)`
-takes (Megatron-LM's --tp-comm-overlap-cfg is the same dict). It follows the
-mapping of `overlapctl export --format te` (docs/EXPORT.md); the client's
-tests check that both give the same dict for the same job."""
+takes (Megatron-LM's --tp-comm-overlap-cfg is the same dict). The mapping is
+not written here: it is the table `overlapctl export --format te` is built
+from (client/export/te_ub_cfgs.json, copied into this package when it is
+built; docs/EXPORT.md)."""
+import json
+import pathlib
 from typing import Any, Dict, Iterable, List, Optional
 
-_GATHERS = {"qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"}
-_SCATTERS = {"proj_fprop", "fc2_fprop", "qkv_dgrad", "fc1_dgrad"}
+
+def _load_table() -> Dict[str, Any]:
+    path = pathlib.Path(__file__).resolve().parent / "te_ub_cfgs.json"
+    if not path.is_file():
+        raise ImportError("overlapd: %s is missing (reinstall the package from the overlapd "
+                          "repository's client/python)" % path)
+    return json.loads(path.read_text())
+
+
+_TABLE = _load_table()
 
 
 def te_layer(op_id: str) -> Optional[str]:
-    """TE's layer for an op of an overlapd layer graph, or None."""
-    for layer in ("qkv", "proj", "fc1", "fc2"):
-        if op_id == layer:
-            return layer + "_fprop"
-        if op_id == layer + "_dgrad":
-            return op_id
-    return None
+    """TE's layer for an op of an overlapd layer graph, or None (ops TE has no
+    entry for, such as the weight gradients, included)."""
+    row = _TABLE["layers"].get(op_id)
+    if row is None or row["collective"] == "none":
+        return None
+    return row["te"]
 
 
 def _parse(schedule: str):
@@ -42,20 +52,17 @@ def te_entry(op_id: str, op_type: str, schedule: str) -> Optional[Dict[str, Any]
     if layer is None or op_type == "gemm_ar":
         return None
     mode, chunks, transport = _parse(schedule)
-    scatters = layer in _SCATTERS
-    if mode == "serial":
+    by_collective = _TABLE["methods"].get(mode)
+    if by_collective is None:  # serial, or a mode TE has no form of
         return None
-    if mode == "ring":
-        return {"method": "ring_exchange", "use_ce": transport == "p2p"}
-    if mode == "chunked":
-        if scatters:
-            return {"method": "pipeline", "num_splits": chunks}
-        return {"method": "ring_exchange", "use_ce": transport == "p2p"}
-    if mode == "bulk":
-        if scatters:
-            return {"method": "pipeline", "num_splits": 2}
-        return {"method": "ring_exchange", "use_ce": transport == "p2p"}
-    return None
+    method = by_collective[_TABLE["layers"][op_id]["collective"]]
+    entry = {"method": method["method"]}
+    if entry["method"] == "pipeline":
+        splits = method["num_splits"]
+        entry["num_splits"] = chunks if splits == "chunks" else splits
+    if entry["method"] == "ring_exchange":
+        entry["use_ce"] = transport == _TABLE["use_ce_transport"]
+    return entry
 
 
 def te_ub_cfgs(choices: Iterable[Dict[str, str]]) -> Dict[str, Dict[str, Any]]:

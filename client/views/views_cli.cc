@@ -1,0 +1,189 @@
+// The rows of the commands that show the node and its GPUs (node, stats,
+// health, top; with --nodes several daemons) and the tuned schedules (tuning
+// list|forget).
+#include "client/views/views_cli.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/core/command_io.h"
+#include "client/views/node_commands.h"
+#include "client/views/top.h"
+#include "client/views/tuning.h"
+
+namespace overlap::client {
+namespace {
+
+NodeCommands NodeCommandsFor(const CliContext& context) {
+  return NodeCommands(context.client, context.out, context.err, context.json);
+}
+
+// The global --tls-* flags as main.cc reads them (the flag, else its
+// environment variable): CliContext carries the client they made, not them.
+ClientTls GlobalTls(const CLI::App& command) {
+  const CLI::App& top = *command.get_parent();
+  auto value = [&top](const char* flag, const char* env) -> std::string {
+    const CLI::Option* option = top.get_option_no_throw(flag);
+    if (option != nullptr && option->count() > 0) return option->as<std::string>();
+    const char* from_env = env != nullptr ? std::getenv(env) : nullptr;
+    return from_env != nullptr ? from_env : "";
+  };
+  return ClientTls{value("--tls-ca", "OVERLAPD_TLS_CA"), value("--tls-cert", "OVERLAPD_TLS_CERT"),
+                   value("--tls-key", "OVERLAPD_TLS_KEY"), value("--tls-server-name", nullptr)};
+}
+
+// list and forget share the filter flags; --all is forget's alone.
+struct TuningOptions {
+  std::string op;
+  std::string shape;
+  bool stale = false;
+  bool all = false;
+};
+
+// stats takes no options.
+struct NoOptions {};
+
+void AddNoOptions(CLI::App&, NoOptions&) {}
+
+struct NodeOptions {
+  std::vector<std::string> nodes;
+};
+
+struct HealthOptions {
+  int forget_xids_device = -1;  // -1: print the health instead
+};
+
+struct TopCliOptions {
+  TopOptions top;
+  std::vector<std::string> nodes;
+};
+
+void AddTuningOptions(CLI::App& app, TuningOptions& options) {
+  app.require_subcommand(1);
+  CLI::App* list = app.add_subcommand("list", "list the tuned schedules");
+  CLI::App* forget = app.add_subcommand(
+      "forget", "forget tuned schedules: the next job with such an op tunes it again");
+  for (CLI::App* sub : {list, forget}) {
+    sub->add_option("--op", options.op, "only this op type, e.g. gemm_rs");
+    sub->add_option("--shape", options.shape, "only this global shape, MxKxN");
+    sub->add_flag("--stale", options.stale,
+                  "only those no job here can use (another build, GPU, driver, library)");
+  }
+  forget->add_flag("--all", options.all, "every one (needed when nothing else is named)");
+}
+
+int RunTuning(const TuningOptions& options, const CLI::App& app, const CliContext& context) {
+  absl::StatusOr<v1::TuningFilter> filter =
+      ParseTuningFilter(options.op, options.shape, options.stale);
+  if (!filter.ok()) {
+    context.err << "overlapctl: " << filter.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (app.got_subcommand("list")) {
+    return RunTuningList(context.client, *filter, context.json, context.out, context.err);
+  }
+  return RunTuningForget(context.client, *filter, options.all, context.json, context.out,
+                         context.err);
+}
+
+}  // namespace
+
+void AddNodesOption(CLI::App& app, std::vector<std::string>& nodes) {
+  app.add_option("--nodes", nodes,
+                 "several daemons at once: their user addresses, as --addr takes them "
+                 "(unix:PATH or HOST:PORT, comma-separated; the --tls-* flags apply to all)")
+      ->delimiter(',');
+}
+
+int WithNodes(const CLI::App& command, const std::vector<std::string>& addresses,
+              const CliContext& context,
+              const std::function<int(std::vector<NodeClient>& nodes)>& run) {
+  const CLI::Option* addr = command.get_parent()->get_option_no_throw("--addr");
+  if (addr != nullptr && addr->count() > 0 &&
+      std::find(addresses.begin(), addresses.end(), context.client.address()) == addresses.end()) {
+    context.err << "overlapctl: " << command.get_name() << ": --addr " << context.client.address()
+                << " is not among --nodes, which names every daemon to ask\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(addresses, GlobalTls(command));
+  if (!nodes.ok()) {
+    context.err << "overlapctl: " << nodes.status().message() << "\n";
+    return kExitUsage;
+  }
+  return run(*nodes);
+}
+
+CliCommand NodeCommand() {
+  return MakeCliCommand<NodeOptions>(
+      "node",
+      "show the daemon's backend and devices; with --nodes, several daemons' versions and "
+      "health side by side (exit 1 on a version mismatch or an unhealthy node)",
+      [](CLI::App& app, NodeOptions& options) { AddNodesOption(app, options.nodes); },
+      [](const NodeOptions& options, const CLI::App& app, const CliContext& context) {
+        if (options.nodes.empty()) return NodeCommandsFor(context).Node();
+        return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
+          return RunClusterNode(nodes, context.json, context.out, context.err);
+        });
+      });
+}
+
+CliCommand StatsCommand() {
+  return MakeCliCommand<NoOptions>(
+      "stats", "show job counts and device usage", AddNoOptions,
+      [](const NoOptions&, const CLI::App&, const CliContext& context) {
+        return NodeCommandsFor(context).Stats();
+      });
+}
+
+CliCommand HealthCommand() {
+  return MakeCliCommand<HealthOptions>(
+      "health",
+      "the GPUs' health now, from NVML: PCIe link, NVLinks, ECC errors, row remaps, Xids "
+      "(exit 1 when a GPU has a problem; no jobs run)",
+      [](CLI::App& app, HealthOptions& options) {
+        app.add_option("--forget-xids", options.forget_xids_device,
+                       "set this GPU's Xid counts of this boot back to 0 (after resetting it)")
+            ->check(CLI::NonNegativeNumber);
+      },
+      [](const HealthOptions& options, const CLI::App&, const CliContext& context) {
+        NodeCommands commands = NodeCommandsFor(context);
+        return options.forget_xids_device >= 0 ? commands.ForgetXids(options.forget_xids_device)
+                                               : commands.Health();
+      });
+}
+
+CliCommand TopCommand() {
+  return MakeCliCommand<TopCliOptions>(
+      "top",
+      "live view of the GPUs, one line each per sample: clocks, temperature, power, "
+      "utilization, memory, and the job, op and last step there (--nodes: every node's)",
+      [](CLI::App& app, TopCliOptions& options) {
+        app.add_option("--interval", options.top.interval_s, "seconds between samples")
+            ->check(CLI::Range(0.05, 3600.0))
+            ->capture_default_str();
+        app.add_option("--count", options.top.count, "samples to print (0: until interrupted)")
+            ->check(CLI::NonNegativeNumber)
+            ->capture_default_str();
+        AddNodesOption(app, options.nodes);
+      },
+      [](const TopCliOptions& options, const CLI::App& app, const CliContext& context) {
+        if (options.nodes.empty()) {
+          return RunTop(context.client, options.top, context.json, context.out, context.err);
+        }
+        return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
+          return RunClusterTop(nodes, options.top, context.json, context.out, context.err);
+        });
+      });
+}
+
+CliCommand TuningCommand() {
+  return MakeCliCommand<TuningOptions>(
+      "tuning", "the schedules autotune chose and kept: list them, or forget them to re-tune",
+      AddTuningOptions, RunTuning);
+}
+
+}  // namespace overlap::client
