@@ -9,7 +9,7 @@
 # Here: build build/ (sm_90) and build-fuzz/ (scripts/run-sanitizers.sh fuzz 0
 # builds it), then `bash bench/pack-input-check.sh`; there, with carry
 # [".devpack"]: tar -xJf .devpack/device.tar.xz && bash bench/input_and_report_check.sh
-# FUZZ_SECONDS (default 420) and FUZZ_WORKERS (default 3 a target) size the fuzzing.
+# FUZZ_SECONDS (default 420) and FUZZ_WORKERS (default 2 a target) and FUZZ_TARGETS size the fuzzing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source .device/env.sh
@@ -18,9 +18,9 @@ mkdir -p "$OUT"
 # shellcheck source=bench/overlapd_util.sh
 . bench/overlapd_util.sh
 
-fuzz_targets=(job_spec graph_sizes peer_message pinned_graph)
+read -r -a fuzz_targets <<< "${FUZZ_TARGETS:-job_spec graph_sizes peer_message pinned_graph job_row daemon_config hf_config}"
 FUZZ_BIN=.device/fuzz FUZZ_OUT=$OUT/fuzz \
-  bash scripts/fuzz-on-cores.sh "${FUZZ_SECONDS:-420}" "${FUZZ_WORKERS:-3}" "${fuzz_targets[@]}" \
+  bash scripts/fuzz-on-cores.sh "${FUZZ_SECONDS:-420}" "${FUZZ_WORKERS:-2}" "${fuzz_targets[@]}" \
   > "$OUT/fuzz.txt" 2>&1 &
 fuzz_pid=$!
 

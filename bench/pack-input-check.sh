@@ -5,7 +5,7 @@
 # libraries the GPU machine lacks. Build both first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzz=(job_spec graph_sizes peer_message pinned_graph)
+fuzz=(job_spec graph_sizes peer_message pinned_graph job_row daemon_config hf_config)
 ../shared/tools/device-bundle build/server/overlapd build/client/overlapctl build/tests/*_gpu_test \
   $(printf "build-fuzz/%s_fuzz " "${fuzz[@]}")
 mkdir -p .device/fuzz
