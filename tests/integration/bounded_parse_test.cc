@@ -24,15 +24,6 @@ using ::testing::HasSubstr;
 constexpr size_t kMaxSpecBytes = 1 << 20;  // the daemon's default max_spec_bytes
 constexpr auto kAnswerWithin = std::chrono::seconds(20);
 
-// The peak resident memory of `pid` since the last ResetPeak.
-int64_t PeakRssBytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
 
 void ResetPeak(pid_t pid) { std::ofstream("/proc/" + std::to_string(pid) + "/clear_refs") << "5"; }
 

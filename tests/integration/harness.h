@@ -356,15 +356,23 @@ inline double ProcessCpuSeconds(pid_t pid) {
   return -1;
 }
 
-// Its resident memory (VmRSS) in bytes; -1 when it cannot be read.
-inline int64_t ProcessRssBytes(pid_t pid) {
+// A "Vm...:" field of /proc/PID/status (kB there) in bytes; -1 when it
+// cannot be read.
+inline int64_t ProcessStatusBytes(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
   }
   return -1;
 }
+
+// Its resident memory (VmRSS) in bytes; -1 when it cannot be read.
+inline int64_t ProcessRssBytes(pid_t pid) { return ProcessStatusBytes(pid, "VmRSS"); }
+
+// Its peak resident memory (VmHWM) since it started or since its counter was
+// reset (writing 5 to /proc/PID/clear_refs); -1 when it cannot be read.
+inline int64_t PeakRssBytes(pid_t pid) { return ProcessStatusBytes(pid, "VmHWM"); }
 
 // Whether process `pid` is idle again within `timeout`: it uses under 5% of
 // a core over half a second.

@@ -243,15 +243,6 @@ TEST_F(PeerIdentityTest, AProcessOnAStoppedPeersPortIsNeverSentTheJob) {
   server->Shutdown();
 }
 
-// The peak resident memory of `pid` since its counter was reset (VmHWM).
-int64_t PeakRssBytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
 
 // Sixteen 60 MiB StoreSets at once from a caller without the key: each
 // refused UNAUTHENTICATED before its request is read, so that the daemon's
