@@ -30,7 +30,7 @@
 #include "server/jobs/admission.h"
 #include "server/jobs/job_execution.h"
 #include "server/jobs/job_store.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
 #include "server/peer/peer_client.h"
@@ -105,17 +105,17 @@ absl::Duration WatchdogPingInterval() {
 // seconds for more stop time (EXTEND_TIMEOUT_USEC) so that a drain_timeout_s
 // longer than the unit's TimeoutStopSec is honoured, and only while the drain
 // is still within its bound.
-bool DrainWithinTimeout(jobs::Scheduler& scheduler, absl::Duration timeout) {
+bool DrainWithinTimeout(jobs::JobQueue& queue, absl::Duration timeout) {
   constexpr absl::Duration kSlice = absl::Seconds(5);
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return scheduler.WaitIdle(absl::ZeroDuration());
+    if (left <= absl::ZeroDuration()) return queue.WaitIdle(absl::ZeroDuration());
     const absl::Duration slice = std::min(left, kSlice);
     // The slice, the cancel grace after the deadline and room to exit.
     Notify(absl::StrCat("EXTEND_TIMEOUT_USEC=",
                         absl::ToInt64Microseconds(slice + kCancelGrace + absl::Seconds(5))));
-    if (scheduler.WaitIdle(slice)) return true;
+    if (queue.WaitIdle(slice)) return true;
   }
 }
 
@@ -206,12 +206,12 @@ struct Daemon::Parts {
   std::unique_ptr<runner::TuningCache> tuning_cache;  // may stay null
   std::unique_ptr<node::TuningState> tuning;
   std::unique_ptr<jobs::Admission> admission;
-  // With peer_listen only: jobs that span daemons. The scheduler's runner
-  // calls it and it calls the scheduler, so it outlives the scheduler (which
+  // With peer_listen only: jobs that span daemons. The job queue's runner
+  // calls it and it calls the job queue, so it outlives the job queue (which
   // has no job running by then) and gets it once made.
   std::unique_ptr<cluster::PeerLink> peer_link;
   std::unique_ptr<cluster::ClusterJobs> cluster;
-  std::unique_ptr<jobs::Scheduler> scheduler;
+  std::unique_ptr<jobs::JobQueue> queue;
   std::unique_ptr<node::NodeState> node;
   std::unique_ptr<peer::PeerServer> peer_server;  // with peer_listen only
   std::unique_ptr<rpc::RpcServer> server;
@@ -235,12 +235,12 @@ std::unique_ptr<Daemon> Daemon::Start(const DaemonConfig& config, StartError* er
   if (absl::Status s = daemon->StartParts(&exit_code); !s.ok()) {
     GetLogger("overlapd")->error("{}", std::string(s.message()));
     Parts& p = *daemon->parts_;
-    if (p.scheduler != nullptr) {
+    if (p.queue != nullptr) {
       if (p.peer_server != nullptr) p.peer_server->Shutdown(absl::ZeroDuration());
       if (p.server != nullptr) p.server->Shutdown(absl::ZeroDuration());
-      p.scheduler->StartDrain();
-      p.scheduler->CancelRunning("overlapd failed to start");
-      p.scheduler->WaitIdle(kCancelGrace);
+      p.queue->StartDrain();
+      p.queue->CancelRunning("overlapd failed to start");
+      p.queue->WaitIdle(kCancelGrace);
     }
     *error = StartError{s, exit_code};
     return nullptr;
@@ -357,10 +357,10 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   }
   p.admission = std::make_unique<jobs::Admission>(*p.engine, admission);
 
-  jobs::SchedulerOptions scheduler_options;
-  scheduler_options.max_queued_jobs = config.max_queued_jobs;
-  scheduler_options.max_queued_jobs_per_owner = config.max_queued_jobs_per_user;
-  scheduler_options.executor_threads = p.engine->DeviceCount();
+  jobs::JobQueueOptions queue_options;
+  queue_options.max_queued_jobs = config.max_queued_jobs;
+  queue_options.max_queued_jobs_per_owner = config.max_queued_jobs_per_user;
+  queue_options.executor_threads = p.engine->DeviceCount();
   jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get());
   if (!config.peer_listen.empty()) {
     p.peer_link = std::make_unique<cluster::GrpcPeerLink>(
@@ -386,7 +386,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
                                                        *p.admission, *p.peer_link);
     // A coordination holds no device but an executor: room for them beside
     // one job per device, so that a node's own part always finds one.
-    scheduler_options.executor_threads += 2 * config.cluster_max_jobs;
+    queue_options.executor_threads += 2 * config.cluster_max_jobs;
     runner = [base = std::move(runner), cluster = p.cluster.get()](
                  const v1::Job& job, const jobs::GraphPtr& graph,
                  const runner::RunHooks& hooks) {
@@ -394,19 +394,19 @@ absl::Status Daemon::StartJobs(int* exit_code) {
                                                 : base(job, graph, hooks);
     };
   }
-  scheduler_options.retention.keep_jobs = config.keep_finished_jobs;
-  scheduler_options.retention.keep_ms =
+  queue_options.retention.keep_jobs = config.keep_finished_jobs;
+  queue_options.retention.keep_ms =
       static_cast<int64_t>(std::min(config.keep_finished_days, 1e6) * 24 * 3600 * 1000);
-  absl::StatusOr<std::unique_ptr<jobs::Scheduler>> scheduler =
-      jobs::Scheduler::Create(p.store.get(), std::move(runner), scheduler_options);
+  absl::StatusOr<std::unique_ptr<jobs::JobQueue>> queue =
+      jobs::JobQueue::Create(p.store.get(), std::move(runner), queue_options);
   *exit_code = kExitFailure;
-  if (!scheduler.ok()) {
-    return absl::Status(scheduler.status().code(),
-                        absl::StrCat("cannot recover jobs: ", scheduler.status().message()));
+  if (!queue.ok()) {
+    return absl::Status(queue.status().code(),
+                        absl::StrCat("cannot recover jobs: ", queue.status().message()));
   }
-  p.scheduler = std::move(*scheduler);
-  if (p.cluster != nullptr) p.cluster->SetScheduler(p.scheduler.get());
-  p.node = std::make_unique<node::NodeState>(*p.scheduler, *p.engine, config.state_dir);
+  p.queue = std::move(*queue);
+  if (p.cluster != nullptr) p.cluster->SetJobQueue(p.queue.get());
+  p.node = std::make_unique<node::NodeState>(*p.queue, *p.engine, config.state_dir);
   if (p.cluster != nullptr) {
     const cluster::TransportKind* transport = cluster::TransportFor(*p.engine);
     if (transport != nullptr) {
@@ -485,7 +485,7 @@ absl::Status Daemon::StartServers(int* exit_code) {
   }
   rpc_options.max_spec_bytes = config.max_spec_bytes;
   absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
-      rpc_options, rpc::RpcServerParts{*p.scheduler, *p.admission, *p.node, *p.tuning, *p.engine});
+      rpc_options, rpc::RpcServerParts{*p.queue, *p.admission, *p.node, *p.tuning, *p.engine});
   if (!server.ok()) {
     // A setting, or a socket directory someone else owns, stays wrong until
     // someone acts: exit 2, which systemd does not restart.
@@ -500,7 +500,7 @@ absl::Status Daemon::StartServers(int* exit_code) {
   p.server = std::move(*server);
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> metrics =
-        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.scheduler,
+        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.queue,
                                     rpc::MetricsOptions{config.metrics_last_op_ttl_s});
     *exit_code = kExitUsage;
     if (!metrics.ok()) return metrics.status();
@@ -535,7 +535,7 @@ void Daemon::StartWatchers() {
         p.stop.Request(kExitOk, strsignal(sig));
       } else {
         log->warn("{} received again: cancelling running jobs now", strsignal(sig));
-        p.scheduler->CancelRunning("cancelled: overlapd shutting down (second signal)");
+        p.queue->CancelRunning("cancelled: overlapd shutting down (second signal)");
       }
     }
   });
@@ -558,11 +558,11 @@ void Daemon::StartWatchers() {
         p.stop.Wait(period);
       }
       if (watchdog > absl::ZeroDuration() && absl::Now() - last_ping >= watchdog) {
-        if (p.scheduler->Responsive(watchdog / 2)) {
+        if (p.queue->Responsive(watchdog / 2)) {
           Notify("WATCHDOG=1");
           last_ping = absl::Now();
         } else {
-          log->error("the scheduler did not answer within {}: withholding systemd's watchdog ping",
+          log->error("the job queue did not answer within {}: withholding systemd's watchdog ping",
                      absl::FormatDuration(watchdog / 2));
         }
       }
@@ -586,14 +586,14 @@ int Daemon::Stop() {
   Parts& p = *parts_;
   Notify(absl::StrCat("STOPPING=1\nSTATUS=draining (", p.stop.why(), ")"));
   p.server->SetServing(false);
-  p.scheduler->StartDrain();
+  p.queue->StartDrain();
   bool stuck = false;
-  if (!DrainWithinTimeout(*p.scheduler, absl::Seconds(config_.drain_timeout_s))) {
-    const int cancelled = p.scheduler->CancelRunning(absl::StrFormat(
+  if (!DrainWithinTimeout(*p.queue, absl::Seconds(config_.drain_timeout_s))) {
+    const int cancelled = p.queue->CancelRunning(absl::StrFormat(
         "cancelled: overlapd shut down (drain timeout %gs)", config_.drain_timeout_s));
     log->warn("drain timeout ({}s): cancelled {} running job(s)", config_.drain_timeout_s,
               cancelled);
-    stuck = !p.scheduler->WaitIdle(kCancelGrace);
+    stuck = !p.queue->WaitIdle(kCancelGrace);
   }
   p.threads_done.store(true);
   signal_thread_.join();
@@ -602,22 +602,22 @@ int Daemon::Stop() {
     // A job that ignores cancellation cannot be joined; its row stays RUNNING and
     // the next start marks it FAILED "daemon restarted".
     log->error("{} job(s) did not stop after cancel; exiting without them",
-               p.scheduler->RunningCount());
+               p.queue->RunningCount());
     p.server->Shutdown(kRpcGrace);
     spdlog::shutdown();
     std::_Exit(kExitFailure);
   }
-  const int queued = p.scheduler->QueuedCount();
+  const int queued = p.queue->QueuedCount();
   // After the drain (a running job spanning daemons still talks to its peers
-  // through it), before the scheduler the handler uses.
+  // through it), before the job queue the handler uses.
   if (p.peer_server != nullptr) p.peer_server->Shutdown(kRpcGrace);
   p.peer_server.reset();
-  p.metrics.reset();      // it reads the node's state and the scheduler
-  p.scheduler->Shutdown();  // ends WatchJob streams
+  p.metrics.reset();      // it reads the node's state and the job queue
+  p.queue->Shutdown();  // ends WatchJob streams
   p.server->Shutdown(kRpcGrace);
   p.server.reset();
   p.node.reset();
-  p.scheduler.reset();
+  p.queue.reset();
   log->info("overlapd stopped ({} queued job(s) kept for the next start)", queued);
   return p.stop.exit_code();
 }

@@ -178,9 +178,9 @@ ClusterJobs::ClusterJobs(ClusterOptions options, engine::Engine& engine,
 
 ClusterJobs::~ClusterJobs() = default;
 
-void ClusterJobs::SetScheduler(jobs::Scheduler* scheduler) {
+void ClusterJobs::SetJobQueue(jobs::JobQueue* queue) {
   absl::MutexLock lock(&mu_);
-  scheduler_ = scheduler;
+  queue_ = queue;
 }
 
 absl::Status ClusterJobs::CheckBackend() const {
@@ -256,15 +256,15 @@ absl::StatusOr<jobs::AdmittedJob> ClusterJobs::AdmitCoordinated(
           absl::StrJoin(options_.peers, ", "), "); a job reaches only the daemons listed there"));
     }
   }
-  jobs::Scheduler* scheduler;
+  jobs::JobQueue* queue;
   {
     absl::MutexLock lock(&mu_);
-    scheduler = scheduler_;
+    queue = queue_;
   }
-  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
+  if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
   int coordinating = 0;
   for (v1::JobState state : {v1::QUEUED, v1::RUNNING}) {
-    ASSIGN_OR_RETURN(const std::vector<v1::Job> active, scheduler->List(state, 0));
+    ASSIGN_OR_RETURN(const std::vector<v1::Job> active, queue->List(state, 0));
     for (const v1::Job& job : active) {
       coordinating += job.nodes_size() > 0 && job.coordinator().empty();
     }
@@ -732,13 +732,13 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPartGraph(
   if (graph == nullptr) {
     ASSIGN_OR_RETURN(graph, PartGraph(request, key));
   }
-  jobs::Scheduler* scheduler;
+  jobs::JobQueue* queue;
   {
     absl::MutexLock lock(&mu_);
-    scheduler = scheduler_;
+    queue = queue_;
   }
-  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
-  if (scheduler->draining()) return absl::UnavailableError("overlapd is draining");
+  if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
+  if (queue->draining()) return absl::UnavailableError("overlapd is draining");
   if (request.check_only()) return v1::AdmitPartResponse{};
   v1::Job part;
   part.set_name(absl::StrCat(request.name().empty() ? "job" : request.name(), " (part ",
@@ -754,8 +754,8 @@ absl::StatusOr<v1::AdmitPartResponse> ClusterJobs::AdmitPartGraph(
   part.set_global_job_id(request.global_id().job_id());
   part.set_node_index(request.node_index());
   part.set_counted_as_coordinated(coordinator == options_.node_name);
-  // The owner's quota (max_queued_jobs_per_user) is the scheduler's to keep.
-  ASSIGN_OR_RETURN(const v1::Job queued, scheduler->Submit(part, std::move(graph)));
+  // The owner's quota (max_queued_jobs_per_user) is the job queue's to keep.
+  ASSIGN_OR_RETURN(const v1::Job queued, queue->Submit(part, std::move(graph)));
   {
     absl::MutexLock lock(&mu_);
     parts_[key] = queued.id();
@@ -776,7 +776,7 @@ absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
         ": only a job's coordinator cancels its parts"));
   }
   std::string part_id;
-  jobs::Scheduler* scheduler;
+  jobs::JobQueue* queue;
   {
     absl::MutexLock lock(&mu_);
     auto it = parts_.find(key);
@@ -784,13 +784,13 @@ absl::Status ClusterJobs::CancelPart(const peer::PeerCaller& caller,
       return absl::NotFoundError(absl::StrCat("no part of ", QuotedExcerpt(key, 100), " here"));
     }
     part_id = it->second;
-    scheduler = scheduler_;
+    queue = queue_;
   }
-  if (scheduler == nullptr) return absl::UnavailableError("overlapd is starting");
+  if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
   const std::string reason =
       absl::StrCat("cancelled by its coordinator ", caller.node, ": ", Excerpt(request.reason()));
   Log()->info("part {} of {}: {}", part_id, key, reason);
-  absl::StatusOr<v1::Job> cancelled = scheduler->Cancel(part_id, reason);
+  absl::StatusOr<v1::Job> cancelled = queue->Cancel(part_id, reason);
   if (cancelled.ok() && cancelled->state() == v1::CANCELLED) {
     // It was queued and never runs: nothing else would forget it.
     absl::MutexLock lock(&mu_);

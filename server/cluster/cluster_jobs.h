@@ -55,7 +55,7 @@
 #include "server/cluster/peer_link.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admission.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/peer/peer_server.h"
 #include "server/runner/run_hooks.h"
 
@@ -97,14 +97,14 @@ bool CoordinatorMayMove(CoordinatorPhase from, CoordinatorPhase to);
 
 class ClusterJobs final : public peer::PeerHandler {
  public:
-  // `engine`, `admission` and `link` must outlive this; so must the scheduler
-  // given to SetScheduler (made after this, since its runner calls Run).
+  // `engine`, `admission` and `link` must outlive this; so must the job queue
+  // given to SetJobQueue (made after this, since its runner calls Run).
   ClusterJobs(ClusterOptions options, engine::Engine& engine, const jobs::Admission& admission,
               PeerLink& link);
   ~ClusterJobs() override;
-  void SetScheduler(jobs::Scheduler* scheduler);
+  void SetJobQueue(jobs::JobQueue* queue);
 
-  // The job to hand to the scheduler, and its typed graph, for a graph that
+  // The job to hand to the job queue, and its typed graph, for a graph that
   // spans daemons (its `nodes`, or `nodes` where given; `spec` is its parse
   // of `spec_text`), checked here and on every peer it can be without
   // reserving anything: this node among them, the others in peers:,
@@ -116,7 +116,7 @@ class ClusterJobs final : public peer::PeerHandler {
                                                      const std::string& source_name,
                                                      const std::vector<std::string>& nodes);
 
-  // The scheduler's runner for a job with nodes: the coordination for the
+  // The job queue's runner for a job with nodes: the coordination for the
   // coordinator's job, the part's run for a part. `graph` is the job's
   // admitted graph (null only for a job queued before a restart, which
   // never runs).
@@ -212,7 +212,7 @@ class ClusterJobs final : public peer::PeerHandler {
   PeerLink& link_;
 
   absl::Mutex mu_;
-  jobs::Scheduler* scheduler_ ABSL_GUARDED_BY(mu_) = nullptr;
+  jobs::JobQueue* queue_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Jobs this daemon coordinates, by job id, while they run.
   std::map<std::string, std::shared_ptr<Coordinated>> coordinated_ ABSL_GUARDED_BY(mu_);
   // Parts admitted here, by global id ("coordinator/job"): their local ids,

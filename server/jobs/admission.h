@@ -1,5 +1,5 @@
 // Admission: whether a layer graph may run on this node, decided in one place
-// before the scheduler stores it: its size, that it is UTF-8 text, that it
+// before the job queue stores it: its size, that it is UTF-8 text, that it
 // parses and validates against this node's devices and limits, and that its
 // largest op fits every device's memory. What it admits is a typed graph
 // (admitted_graph.h) that the job carries to its run. A job queued before a
@@ -42,7 +42,7 @@ struct AdmissionOptions {
   std::function<std::optional<planner::Calibration>(int ranks)> calibration;
 };
 
-// A job ready for the scheduler: the job as stored (name, priority, devices,
+// A job ready for the job queue: the job as stored (name, priority, devices,
 // the spec's text) and its typed graph.
 struct AdmittedJob {
   v1::Job job;

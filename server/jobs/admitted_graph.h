@@ -1,5 +1,5 @@
 // A job's graph as this daemon admitted it: parsed and validated once, on its
-// way in, then handed on as this typed object (scheduler, runner, coordinator,
+// way in, then handed on as this typed object (queue, runner, coordinator,
 // a part's run) instead of its text. The store keeps the text for history; it
 // is parsed again only for a job still queued when the daemon restarts.
 #pragma once

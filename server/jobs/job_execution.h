@@ -1,4 +1,4 @@
-// The scheduler's JobRunner for real engines: runs a job's admitted graph
+// The job queue's JobRunner for real engines: runs a job's admitted graph
 // with runner::RunJob; a job queued before a restart has none, and its stored
 // spec is checked again (Admission::Revalidate) first.
 #pragma once
@@ -7,7 +7,7 @@
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admission.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/runner/job_runner.h"
 
 namespace overlap::jobs {

@@ -1,4 +1,4 @@
-// The scheduler's own model of a job. What it schedules by (state, priority,
+// The job queue's own model of a job. What it schedules by (state, priority,
 // devices, sequence, times) is plain values; what it only keeps and hands back
 // (the spec text, the runner's report) stays as it came. ToProto and
 // FromProto are the only places it meets the API's v1::Job, so a field added

@@ -76,7 +76,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(end_time_ms, sequence);
 
 constexpr char kMaxPrunedKey[] = "max_pruned_sequence";
 
-// The states a job never leaves (scheduler.h, IsFinalState), as an SQL list.
+// The states a job never leaves (queue.h, IsFinalState), as an SQL list.
 std::string FinalStatesSql() {
   return absl::StrCat("(", v1::SUCCEEDED, ", ", v1::FAILED, ", ", v1::CANCELLED, ", ", v1::ABORTED,
                       ")");

@@ -64,9 +64,9 @@ void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
 
 }  // namespace
 
-NodeState::NodeState(jobs::Scheduler& scheduler, const engine::Engine& engine,
+NodeState::NodeState(jobs::JobQueue& queue, const engine::Engine& engine,
                      std::string state_dir)
-    : scheduler_(scheduler), engine_(engine), state_dir_(std::move(state_dir)) {}
+    : queue_(queue), engine_(engine), state_dir_(std::move(state_dir)) {}
 
 void NodeState::set_cluster(ClusterInfo cluster) {
   absl::MutexLock lock(&mu_);
@@ -123,12 +123,12 @@ v1::GetNodeInfoResponse NodeState::Info() const {
     response.set_cross_daemon_transport(cluster_.transport);
     response.set_cross_daemon_note(cluster_.note);
   }
-  response.set_healthy((monitor == nullptr || monitor->Healthy()) && !scheduler_.draining());
+  response.set_healthy((monitor == nullptr || monitor->Healthy()) && !queue_.draining());
   return response;
 }
 
 absl::StatusOr<v1::GetStatsResponse> NodeState::Stats() const {
-  absl::StatusOr<jobs::SchedulerStats> stats = scheduler_.GetStats();
+  absl::StatusOr<jobs::JobQueueStats> stats = queue_.GetStats();
   if (!stats.ok()) return stats.status();
   v1::GetStatsResponse response;
   auto& by_state = *response.mutable_jobs_by_state();

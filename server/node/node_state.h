@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 
 namespace overlap::node {
 
@@ -36,7 +36,7 @@ struct DaemonCounters {
 class NodeState {
  public:
   // The references must outlive the state.
-  NodeState(jobs::Scheduler& scheduler, const engine::Engine& engine, std::string state_dir);
+  NodeState(jobs::JobQueue& queue, const engine::Engine& engine, std::string state_dir);
 
   // The address as bound (a TCP port 0 is only known after the server starts).
   void set_listen_address(const std::string& address);
@@ -57,7 +57,7 @@ class NodeState {
   const DaemonCounters& counters() const { return counters_; }
 
  private:
-  jobs::Scheduler& scheduler_;
+  jobs::JobQueue& queue_;
   const engine::Engine& engine_;
   const std::string state_dir_;
   DaemonCounters counters_;

@@ -46,10 +46,10 @@ absl::Status RequireId(const std::string& id) {
 
 }  // namespace
 
-JobsService::JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
+JobsService::JobsService(jobs::JobQueue& queue, const jobs::Admission& admission,
                          const CallerResolver& callers, JobsServiceOptions options,
                          node::DaemonCounters& counters, net::RequestLimiter& limiter)
-    : scheduler_(scheduler),
+    : queue_(queue),
       admission_(admission),
       callers_(callers),
       options_(options),
@@ -74,7 +74,7 @@ absl::StatusOr<jobs::AdmittedJob> JobsService::Admit(const Caller& caller,
                                                      const std::string& spec_text,
                                                      const std::string& source_name,
                                                      const std::vector<std::string>& nodes) {
-  if (scheduler_.draining()) return absl::UnavailableError("overlapd is draining");
+  if (queue_.draining()) return absl::UnavailableError("overlapd is draining");
   if (!nodes.empty() && !options_.admit_spanning) {
     return absl::FailedPreconditionError(
         "nodes: this daemon coordinates no jobs spanning daemons: give it peer_listen and "
@@ -105,12 +105,12 @@ absl::StatusOr<v1::Job> JobsService::Validate(const Caller& caller, const std::s
                                               const std::string& source_name,
                                               const std::vector<std::string>& nodes) {
   ASSIGN_OR_RETURN(jobs::AdmittedJob admitted, Admit(caller, spec_text, source_name, nodes));
-  RETURN_IF_ERROR(scheduler_.CheckRoom(caller.owner, caller.name));
+  RETURN_IF_ERROR(queue_.CheckRoom(caller.owner, caller.name));
   return std::move(admitted.job);
 }
 
 absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {
-  ASSIGN_OR_RETURN(const v1::Job job, scheduler_.Get(id));
+  ASSIGN_OR_RETURN(const v1::Job job, queue_.Get(id));
   const bool own = !job.owner().empty() && job.owner() == caller.owner;
   if (!own && !caller.admin) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -118,7 +118,7 @@ absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::str
         ", not to ", caller.Describe(), ": only its owner or an admin (root, admin_group) may "
         "cancel it"));
   }
-  ASSIGN_OR_RETURN(v1::Job cancelled, scheduler_.Cancel(id));
+  ASSIGN_OR_RETURN(v1::Job cancelled, queue_.Cancel(id));
   if (!own) {
     Log()->warn("job {} of {} cancelled by the admin {}", id,
                 job.owner_name().empty() ? std::string("nobody known") : job.owner_name(),
@@ -132,9 +132,9 @@ absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::str
                                             const std::vector<std::string>& nodes) {
   absl::StatusOr<jobs::AdmittedJob> admitted = Admit(caller, spec_text, source_name, nodes);
   // Queue room, the owner's quota and draining are checked again by the
-  // scheduler, atomically with storing the job.
+  // queue, atomically with storing the job.
   absl::StatusOr<v1::Job> job = admitted.ok()
-                                    ? scheduler_.Submit(admitted->job, std::move(admitted->graph))
+                                    ? queue_.Submit(admitted->job, std::move(admitted->graph))
                                     : absl::StatusOr<v1::Job>(admitted.status());
   if (!job.ok()) {
     counters_.jobs_rejected.fetch_add(1);
@@ -168,7 +168,7 @@ grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobR
                                  v1::GetJobResponse* response) {
   return Limited(context, "GetJob", [&](const Caller&) {
     if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
-    absl::StatusOr<v1::Job> job = scheduler_.Get(request->id());
+    absl::StatusOr<v1::Job> job = queue_.Get(request->id());
     if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;
@@ -200,7 +200,7 @@ grpc::Status JobsService::List(const v1::ListJobsRequest* request,
   }
   const int limit = request->limit() == 0 ? kDefaultPageSize
                                           : std::min(request->limit(), kMaxPageSize);
-  absl::StatusOr<jobs::JobPage> page = scheduler_.ListSummaries(request->state(), limit, before);
+  absl::StatusOr<jobs::JobPage> page = queue_.ListSummaries(request->state(), limit, before);
   if (!page.ok()) {
     Log()->error("ListJobs failed: {}", page.status().ToString());
     return net::ToGrpcStatus(page.status());
@@ -239,7 +239,7 @@ grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::Watch
     // A short wait so that a client that went away (or a server shutdown) is
     // noticed even while the job sits unchanged in the queue.
     absl::StatusOr<jobs::JobSnapshot> snapshot =
-        scheduler_.WaitForChange(request->id(), seen, kWatchPoll);
+        queue_.WaitForChange(request->id(), seen, kWatchPoll);
     if (!snapshot.ok()) return net::ToGrpcStatus(snapshot.status());
     if (snapshot->version != seen) {
       seen = snapshot->version;

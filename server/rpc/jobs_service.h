@@ -1,6 +1,6 @@
-// overlap.v1.Jobs: a thin adapter over admission and the scheduler. SubmitJob
+// overlap.v1.Jobs: a thin adapter over admission and the job queue. SubmitJob
 // has a spec admitted (jobs/admission.h: size, text, syntax, graph, device
-// memory) and hands it to the scheduler (queue room, draining), which stores
+// memory) and hands it to the job queue (queue room, draining), which stores
 // it before the call returns; no job work runs on the gRPC threads. Every
 // refusal is one line naming the field, with the code that fits
 // (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, NOT_FOUND, ...).
@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.grpc.pb.h"
 #include "server/jobs/admission.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/net/request_limiter.h"
 #include "server/node/node_state.h"
 #include "server/rpc/caller.h"
@@ -44,7 +44,7 @@ struct JobsServiceOptions {
 class JobsService final : public v1::Jobs::Service {
  public:
   // All references must outlive the service.
-  JobsService(jobs::Scheduler& scheduler, const jobs::Admission& admission,
+  JobsService(jobs::JobQueue& queue, const jobs::Admission& admission,
               const CallerResolver& callers, JobsServiceOptions options,
               node::DaemonCounters& counters, net::RequestLimiter& limiter);
 
@@ -81,7 +81,7 @@ class JobsService final : public v1::Jobs::Service {
   // Only the job's owner, or an admin, may cancel it (PERMISSION_DENIED).
   absl::StatusOr<v1::Job> Cancel(const Caller& caller, const std::string& id);
 
-  jobs::Scheduler& scheduler_;
+  jobs::JobQueue& queue_;
   const jobs::Admission& admission_;
   const CallerResolver& callers_;
   const JobsServiceOptions options_;

@@ -480,15 +480,15 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
 
 class MetricsExporter::Collector {
  public:
-  Collector(const node::NodeState& node, jobs::Scheduler& scheduler, MetricsOptions options)
-      : node_(node), scheduler_(scheduler), options_(options) {}
+  Collector(const node::NodeState& node, jobs::JobQueue& queue, MetricsOptions options)
+      : node_(node), queue_(queue), options_(options) {}
 
   std::vector<MetricFamily> Gather() {
     // A failed GetStats (the job store) leaves its figures out rather than
     // failing the scrape.
     const v1::GetStatsResponse stats = node_.Stats().value_or(v1::GetStatsResponse());
     std::vector<v1::Job> recent;
-    if (auto jobs = scheduler_.List(v1::JOB_STATE_UNSPECIFIED, kMetricsRecentJobs); jobs.ok()) {
+    if (auto jobs = queue_.List(v1::JOB_STATE_UNSPECIFIED, kMetricsRecentJobs); jobs.ok()) {
       recent = std::move(*jobs);
     }
     return BuildMetrics(node_.Info(), stats, recent, absl::ToUnixMillis(absl::Now()), options_);
@@ -509,15 +509,15 @@ class MetricsExporter::Collector {
 
  private:
   const node::NodeState& node_;
-  jobs::Scheduler& scheduler_;
+  jobs::JobQueue& queue_;
   const MetricsOptions options_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
-    const std::string& address, const node::NodeState& node, jobs::Scheduler& scheduler,
+    const std::string& address, const node::NodeState& node, jobs::JobQueue& queue,
     const MetricsOptions& options) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
-  exporter->collector_ = std::make_unique<Collector>(node, scheduler, options);
+  exporter->collector_ = std::make_unique<Collector>(node, queue, options);
   Collector* collector = exporter->collector_.get();
   HttpEndpoint::Routes routes;
   routes["/metrics"] = [collector] {

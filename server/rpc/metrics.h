@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "overlap/v1/overlap.pb.h"
 #include "prometheus/metric_family.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/rpc/http_endpoint.h"
 #include "server/node/node_state.h"
 
@@ -45,7 +45,7 @@ class MetricsExporter {
   // cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& address,
                                                                 const node::NodeState& node,
-                                                                jobs::Scheduler& scheduler,
+                                                                jobs::JobQueue& queue,
                                                                 const MetricsOptions& options);
   ~MetricsExporter();
 

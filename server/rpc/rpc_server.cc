@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
       options.requests, "the user port", counters.requests_refused_busy,
       counters.requests_abandoned);
   server->jobs_service_ =
-      std::make_unique<JobsService>(parts.scheduler, parts.admission, *server->callers_,
+      std::make_unique<JobsService>(parts.queue, parts.admission, *server->callers_,
                                     options.jobs, counters, *server->limiter_);
   server->node_service_ =
       std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine, *server->callers_);

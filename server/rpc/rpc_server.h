@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "server/jobs/admission.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
@@ -48,7 +48,7 @@ struct RpcServerOptions {
 
 // What the services serve from; every part must outlive the server.
 struct RpcServerParts {
-  jobs::Scheduler& scheduler;
+  jobs::JobQueue& queue;
   const jobs::Admission& admission;
   node::NodeState& node;
   node::TuningState& tuning;

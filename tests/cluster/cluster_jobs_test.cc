@@ -96,7 +96,7 @@ class ClusterJobsTest : public ::testing::Test {
     cluster_ = std::make_unique<ClusterJobs>(options, *engine_, admission_, link_);
   }
 
-  // The coordinator's job over the peer, as the scheduler would hand it over.
+  // The coordinator's job over the peer, as the job queue would hand it over.
   static v1::Job CoordinatedJob() {
     v1::Job job;
     job.set_id("job-000007");
@@ -361,7 +361,7 @@ TEST_F(ClusterJobsTest, APartIsAdmittedOnlyFromItsCoordinatorAndWithinTheRules) 
   admin.set_priority(50);
   admin.set_owner_admin(true);
   const absl::StatusOr<v1::AdmitPartResponse> checked = cluster_->AdmitPart(From(kPeer), admin);
-  // No scheduler here: everything before it passed.
+  // No queue here: everything before it passed.
   EXPECT_EQ(checked.status().code(), absl::StatusCode::kUnavailable);
 
   v1::CancelPartRequest cancel;

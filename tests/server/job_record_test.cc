@@ -1,4 +1,4 @@
-// The scheduler's job model meets the API's v1::Job only in ToProto/FromProto.
+// The job queue's job model meets the API's v1::Job only in ToProto/FromProto.
 #include "server/jobs/job_record.h"
 
 #include "gtest/gtest.h"

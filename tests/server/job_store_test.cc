@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 #include "tests/server/test_util.h"
 
 namespace overlap::jobs {
@@ -170,16 +170,16 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
   EXPECT_EQ((*listed)[2].error(), "");
 
   FakeRunner runner;
-  auto scheduler = Scheduler::Create(
+  auto queue = JobQueue::Create(
       store->get(),
       [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
-      SchedulerOptions{});
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+      JobQueueOptions{});
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   for (const char* id : {"job-000006", "job-000007"}) {
-    absl::StatusOr<v1::Job> failed = (*scheduler)->Get(id);
+    absl::StatusOr<v1::Job> failed = (*queue)->Get(id);
     ASSERT_TRUE(failed.ok()) << failed.status();  // stored again, readable now
     EXPECT_EQ(failed->state(), v1::FAILED) << id;
     EXPECT_THAT(failed->error(), ::testing::HasSubstr("its spec and results are lost")) << id;
@@ -347,32 +347,32 @@ TEST(JobStoreTest, AnEndTheStoreCannotTakeIsKeptAndStoredLater) {
       "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;");
 
   FakeRunner runner;
-  auto scheduler = Scheduler::Create(
+  auto queue = JobQueue::Create(
       store->get(),
       [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
-      SchedulerOptions{});
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+      JobQueueOptions{});
+  ASSERT_TRUE(queue.ok()) << queue.status();
   v1::Job job;
   job.set_name("sleep:1");
   job.add_devices(0);
-  ASSERT_TRUE((*scheduler)->Submit(job).ok());
-  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE((*queue)->Submit(job).ok());
+  ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ((*store)->Get("job-000001")->state(), v1::RUNNING) << "the stale row";
-  EXPECT_EQ((*scheduler)->Get("job-000001")->state(), v1::SUCCEEDED);
-  auto listed = (*scheduler)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  EXPECT_EQ((*queue)->Get("job-000001")->state(), v1::SUCCEEDED);
+  auto listed = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].state(), v1::SUCCEEDED);
-  EXPECT_EQ((*scheduler)->Cancel("job-000001").status().code(),
+  EXPECT_EQ((*queue)->Cancel("job-000001").status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   // Room again: the next job's first store takes the first job's end too.
   sql("DROP TRIGGER full;");
   job.set_name("sleep:1");
-  ASSERT_TRUE((*scheduler)->Submit(job).ok());
-  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE((*queue)->Submit(job).ok());
+  ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ((*store)->Get("job-000001")->state(), v1::SUCCEEDED);
   EXPECT_EQ((*store)->Get("job-000002")->state(), v1::SUCCEEDED);
 }
@@ -403,17 +403,17 @@ TEST(JobStoreTest, RestartRecovery) {
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok());
   FakeRunner runner;
-  SchedulerOptions options;
+  JobQueueOptions options;
   options.executor_threads = 2;
-  auto scheduler = Scheduler::Create(
+  auto queue = JobQueue::Create(
       store->get(),
       [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       options);
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE(queue.ok()) << queue.status();
 
-  auto restarted = (*scheduler)->Get("job-000002");
+  auto restarted = (*queue)->Get("job-000002");
   ASSERT_TRUE(restarted.ok());
   EXPECT_EQ(restarted->state(), v1::FAILED);
   EXPECT_EQ(restarted->error(), "daemon restarted");
@@ -422,14 +422,14 @@ TEST(JobStoreTest, RestartRecovery) {
   v1::Job fresh;
   fresh.set_name("sleep:1");
   fresh.add_devices(0);
-  auto submitted = (*scheduler)->Submit(fresh);
+  auto submitted = (*queue)->Submit(fresh);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   EXPECT_EQ(submitted->id(), "job-000005");
   EXPECT_EQ(submitted->sequence(), 5u);
 
-  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   for (const char* id : {"job-000003", "job-000004", "job-000005"}) {
-    auto job = (*scheduler)->Get(id);
+    auto job = (*queue)->Get(id);
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->state(), v1::SUCCEEDED) << id;
   }
@@ -439,7 +439,7 @@ TEST(JobStoreTest, RestartRecovery) {
   EXPECT_EQ(records[1].id, "job-000004");
   EXPECT_EQ(records[2].id, "job-000005");
   // The earlier history is still listed.
-  auto all = (*scheduler)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  auto all = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 5u);
   EXPECT_EQ((*all)[0].state(), v1::SUCCEEDED);
@@ -592,35 +592,35 @@ TEST(JobStoreTest, CountsAJobSpanningDaemonsOncePerNode) {
   EXPECT_EQ((*(*store)->CountByState())[v1::FAILED], 1);
 }
 
-// The scheduler applies its retention policy as jobs end: the history holds
+// The job queue applies its retention policy as jobs end: the history holds
 // the last few, the stats all of them.
-TEST(JobStoreTest, SchedulerPrunesAsJobsEnd) {
+TEST(JobStoreTest, JobQueuePrunesAsJobsEnd) {
   TempDir dir;
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok());
   FakeRunner runner;
-  SchedulerOptions options;
+  JobQueueOptions options;
   options.retention.keep_jobs = 2;
-  auto scheduler = Scheduler::Create(
+  auto queue = JobQueue::Create(
       store->get(),
       [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       options);
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE(queue.ok()) << queue.status();
   for (int i = 0; i < 5; ++i) {
     v1::Job job;
     job.set_name("sleep:1");
     job.add_devices(0);
-    ASSERT_TRUE((*scheduler)->Submit(job).ok());
+    ASSERT_TRUE((*queue)->Submit(job).ok());
   }
-  ASSERT_TRUE((*scheduler)->WaitIdle(absl::Seconds(10)));
-  auto listed = (*scheduler)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
+  auto listed = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
   ASSERT_TRUE(listed.ok());
   std::vector<std::string> ids;
   for (const v1::Job& job : *listed) ids.push_back(job.id());
   EXPECT_EQ(ids, (std::vector<std::string>{"job-000004", "job-000005"}));
-  auto stats = (*scheduler)->GetStats();
+  auto stats = (*queue)->GetStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->jobs_by_state.at(v1::SUCCEEDED), 5);
   EXPECT_EQ(stats->devices.at(0).jobs_run, 5);

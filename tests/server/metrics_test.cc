@@ -1,5 +1,5 @@
 // Prometheus metrics: the families built from node, stats and jobs (exact text),
-// and the exporter serving them over HTTP from a live scheduler.
+// and the exporter serving them over HTTP from a live queue.
 #include "server/rpc/metrics.h"
 
 #include <arpa/inet.h>
@@ -335,17 +335,17 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   auto store = jobs::JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   testing::FakeRunner runner;
-  auto scheduler = jobs::Scheduler::Create(
+  auto queue = jobs::JobQueue::Create(
       store->get(),
       [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
-      jobs::SchedulerOptions{});
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  node::NodeState node(**scheduler, **engine, dir.path());
+      jobs::JobQueueOptions{});
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  node::NodeState node(**queue, **engine, dir.path());
   node.counters().jobs_submitted = 3;
 
-  auto exporter = MetricsExporter::Start("127.0.0.1:0", node, **scheduler, kOptions);
+  auto exporter = MetricsExporter::Start("127.0.0.1:0", node, **queue, kOptions);
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   const int port = (*exporter)->port();
   ASSERT_GT(port, 0);
@@ -358,17 +358,17 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   const std::string health = testing::HttpGet(port, "/healthz");
   EXPECT_THAT(health, ::testing::StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(health, ::testing::EndsWith("\r\n\r\nok\n"));
-  (*scheduler)->StartDrain();
+  (*queue)->StartDrain();
   EXPECT_THAT(testing::HttpGet(port, "/healthz"), ::testing::StartsWith("HTTP/1.1 503"));
 
   auto second =
-      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **scheduler, kOptions);
+      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **queue, kOptions);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("Address already in use"));
   exporter->reset();
-  (*scheduler)->Shutdown();
+  (*queue)->Shutdown();
 }
 
 }  // namespace

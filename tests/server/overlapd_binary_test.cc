@@ -242,7 +242,7 @@ TEST_F(OverlapdBinaryTest, QueuedJobsRunAfterRestart) {
 }
 
 // Under WatchdogSec= the daemon pings systemd while idle and while a job runs
-// (the scheduler's heartbeat, not a job's progress), and while it drains asks
+// (the job queue's heartbeat, not a job's progress), and while it drains asks
 // for more stop time (EXTEND_TIMEOUT_USEC) so that a drain longer than
 // TimeoutStopSec is honoured.
 TEST_F(OverlapdBinaryTest, FeedsTheWatchdogAndExtendsTheStopTimeoutWhileDraining) {

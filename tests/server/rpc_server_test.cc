@@ -1,4 +1,4 @@
-// The gRPC server in-process: a real host engine and job store, the scheduler
+// The gRPC server in-process: a real host engine and job store, the job queue
 // with a fake runner (so that jobs block or finish on demand), and the generated
 // client stubs over a unix socket.
 #include "server/rpc/rpc_server.h"
@@ -82,16 +82,16 @@ class RpcServerTest : public ::testing::Test {
     auto store = jobs::JobStore::Open(dir_.path() + "/state");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    jobs::SchedulerOptions scheduler_options;
-    scheduler_options.executor_threads = 2;
-    auto scheduler = jobs::Scheduler::Create(
+    jobs::JobQueueOptions queue_options;
+    queue_options.executor_threads = 2;
+    auto queue = jobs::JobQueue::Create(
         store_.get(),
         [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
           return runner_.Run(j, h);
         },
-        scheduler_options);
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+        queue_options);
+    ASSERT_TRUE(queue.ok()) << queue.status();
+    queue_ = std::move(*queue);
 
     auto cache = runner::TuningCache::Open(dir_.path() + "/tuning.db");
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -105,13 +105,13 @@ class RpcServerTest : public ::testing::Test {
     };
     admission_ = std::make_unique<jobs::Admission>(*engine_, admission);
     node_state_ =
-        std::make_unique<node::NodeState>(*scheduler_, *engine_, dir_.path() + "/state");
+        std::make_unique<node::NodeState>(*queue_, *engine_, dir_.path() + "/state");
     tuning_ = node::CacheTuningState(tuning_cache_.get(), *engine_);
     RpcServerOptions options;
     options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
     options.max_spec_bytes = 4096;
     auto server = RpcServer::Start(
-        options, RpcServerParts{*scheduler_, *admission_, *node_state_, *tuning_, *engine_});
+        options, RpcServerParts{*queue_, *admission_, *node_state_, *tuning_, *engine_});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     channel_ = grpc::CreateChannel(server_->listen_address(), grpc::InsecureChannelCredentials());
@@ -120,11 +120,11 @@ class RpcServerTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (scheduler_ != nullptr) {
-      scheduler_->StartDrain();
-      scheduler_->CancelRunning("test over");
-      scheduler_->WaitIdle(absl::Seconds(10));
-      scheduler_->Shutdown();
+    if (queue_ != nullptr) {
+      queue_->StartDrain();
+      queue_->CancelRunning("test over");
+      queue_->WaitIdle(absl::Seconds(10));
+      queue_->Shutdown();
     }
     if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
   }
@@ -201,7 +201,7 @@ class RpcServerTest : public ::testing::Test {
   std::unique_ptr<node::TuningState> tuning_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<jobs::JobStore> store_;
-  std::unique_ptr<jobs::Scheduler> scheduler_;
+  std::unique_ptr<jobs::JobQueue> queue_;
   std::unique_ptr<RpcServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
@@ -380,7 +380,7 @@ TEST_F(RpcServerTest, RefusalsHaveTheRightCodeAndNameTheField) {
 TEST_F(RpcServerTest, DrainingRefusesSubmissionsAndReportsNotServing) {
   EXPECT_EQ(HealthStatus(channel_.get(), ""), 1);  // SERVING
   EXPECT_EQ(HealthStatus(channel_.get(), "overlap.v1.Jobs"), 1);
-  scheduler_->StartDrain();
+  queue_->StartDrain();
   server_->SetServing(false);
   EXPECT_EQ(HealthStatus(channel_.get(), ""), 2);  // NOT_SERVING
   EXPECT_EQ(HealthStatus(channel_.get(), "overlap.v1.Jobs"), 2);
@@ -400,10 +400,10 @@ TEST_F(RpcServerTest, WatchEndsWhenTheDaemonStops) {
   ASSERT_TRUE(Submit(Spec("sleep:1"), &queued).ok());
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    scheduler_->StartDrain();
-    scheduler_->CancelRunning("drain timeout");
-    scheduler_->WaitIdle(absl::Seconds(5));
-    scheduler_->Shutdown();
+    queue_->StartDrain();
+    queue_->CancelRunning("drain timeout");
+    queue_->WaitIdle(absl::Seconds(5));
+    queue_->Shutdown();
   });
   std::vector<v1::Job> events;
   const auto start = std::chrono::steady_clock::now();
@@ -434,7 +434,7 @@ TEST_F(RpcServerTest, NodeInfoAndStats) {
   v1::Job a, b;
   ASSERT_TRUE(Submit(Spec("sleep:40", "[0, 1]"), &a).ok());
   ASSERT_TRUE(Submit(Spec("fail", "[1]"), &b).ok());
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   grpc::ClientContext stats_context;
   v1::GetStatsResponse stats;
   ASSERT_TRUE(node_->GetStats(&stats_context, v1::GetStatsRequest(), &stats).ok());
@@ -552,7 +552,7 @@ TEST_F(RpcServerTest, NodeInfoCarriesEachDevicesTelemetryAndHealth) {
   auto host = engine::CreateHostEngine(options);
   ASSERT_TRUE(host.ok()) << host.status();
   ReadingEngine engine(std::move(*host));
-  node::NodeState state(*scheduler_, engine, "");
+  node::NodeState state(*queue_, engine, "");
   std::unique_ptr<node::TuningState> no_cache = node::CacheTuningState(nullptr, engine);
   const CallerResolver in_process(nullptr, -1);
   NodeService node(state, *no_cache, engine, in_process);

@@ -1,4 +1,4 @@
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 
 #include <sqlite3.h>
 
@@ -19,23 +19,23 @@ using ::overlap::testing::FakeRunner;
 using ::overlap::testing::RunRecord;
 using ::overlap::testing::TempDir;
 
-class SchedulerTest : public ::testing::Test {
+class JobQueueTest : public ::testing::Test {
  protected:
   void Start(int devices = 4, int max_queued = 256) {
     auto store = JobStore::Open(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    SchedulerOptions options;
+    JobQueueOptions options;
     options.executor_threads = devices;
     options.max_queued_jobs = max_queued;
-    auto scheduler = Scheduler::Create(
+    auto queue = JobQueue::Create(
         store_.get(),
         [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
           return runner_.Run(j, h);
         },
         options);
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    ASSERT_TRUE(queue.ok()) << queue.status();
+    queue_ = std::move(*queue);
   }
 
   v1::Job Submit(const std::string& name, std::vector<int> devices, int priority = 0) {
@@ -43,7 +43,7 @@ class SchedulerTest : public ::testing::Test {
     job.set_name(name);
     job.set_priority(priority);
     for (int d : devices) job.add_devices(d);
-    auto submitted = scheduler_->Submit(job);
+    auto submitted = queue_->Submit(job);
     EXPECT_TRUE(submitted.ok()) << submitted.status();
     return submitted.ok() ? *submitted : v1::Job();
   }
@@ -53,7 +53,7 @@ class SchedulerTest : public ::testing::Test {
     uint64_t version = 0;
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
-      auto snapshot = scheduler_->WaitForChange(id, version, absl::Milliseconds(100));
+      auto snapshot = queue_->WaitForChange(id, version, absl::Milliseconds(100));
       EXPECT_TRUE(snapshot.ok()) << snapshot.status();
       if (!snapshot.ok()) break;
       if (snapshot->job.state() == state) return snapshot->job;
@@ -66,7 +66,7 @@ class SchedulerTest : public ::testing::Test {
   TempDir dir_;
   FakeRunner runner_;
   std::unique_ptr<JobStore> store_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<JobQueue> queue_;
 };
 
 std::vector<std::string> RunOrder(const std::vector<RunRecord>& records) {
@@ -85,7 +85,7 @@ bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
   return false;
 }
 
-TEST_F(SchedulerTest, HigherPriorityFirstThenSubmissionOrder) {
+TEST_F(JobQueueTest, HigherPriorityFirstThenSubmissionOrder) {
   Start();
   v1::Job blocker = Submit("block", {0});
   AwaitState(blocker.id(), v1::RUNNING);
@@ -95,19 +95,19 @@ TEST_F(SchedulerTest, HigherPriorityFirstThenSubmissionOrder) {
   v1::Job d = Submit("sleep:1", {0}, 5);
   v1::Job e = Submit("sleep:1", {0}, -1);
   EXPECT_EQ(a.state(), v1::QUEUED);
-  EXPECT_EQ(scheduler_->QueuedCount(), 5);
-  ASSERT_TRUE(scheduler_->Cancel(blocker.id()).ok());
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(queue_->QueuedCount(), 5);
+  ASSERT_TRUE(queue_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(RunOrder(runner_.records()),
             (std::vector<std::string>{blocker.id(), b.id(), d.id(), a.id(), c.id(), e.id()}));
 }
 
-TEST_F(SchedulerTest, DisjointDevicesRunConcurrently) {
+TEST_F(JobQueueTest, DisjointDevicesRunConcurrently) {
   Start();
   Submit("sleep:300", {0});
   Submit("sleep:300", {1, 2});
   Submit("sleep:300", {3});
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   std::vector<RunRecord> records = runner_.records();
   ASSERT_EQ(records.size(), 3u);
   auto latest_start = std::max({records[0].start, records[1].start, records[2].start});
@@ -118,7 +118,7 @@ TEST_F(SchedulerTest, DisjointDevicesRunConcurrently) {
 // Many jobs with random device sets and priorities, all queued behind a blocker:
 // no two jobs sharing a device overlap in time, and of two such jobs the one
 // ranked higher (priority desc, sequence asc) runs first.
-TEST_F(SchedulerTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
+TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
   Start();
   v1::Job blocker = Submit("block", {0, 1, 2, 3});
   AwaitState(blocker.id(), v1::RUNNING);
@@ -133,8 +133,8 @@ TEST_F(SchedulerTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
     jobs.push_back(
         Submit("sleep:" + std::to_string(5 + rng() % 20), devices, static_cast<int>(rng() % 3)));
   }
-  ASSERT_TRUE(scheduler_->Cancel(blocker.id()).ok());
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(20)));
+  ASSERT_TRUE(queue_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(20)));
 
   std::map<std::string, RunRecord> by_id;
   for (const RunRecord& r : runner_.records()) by_id[r.id] = r;
@@ -160,19 +160,19 @@ TEST_F(SchedulerTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
   EXPECT_TRUE(any_concurrent) << "no disjoint jobs ran at the same time";
 }
 
-TEST_F(SchedulerTest, CancelQueuedAndRunning) {
+TEST_F(JobQueueTest, CancelQueuedAndRunning) {
   Start(1);
   v1::Job running = Submit("block", {0});
   AwaitState(running.id(), v1::RUNNING);
   v1::Job queued = Submit("sleep:1", {0});
 
-  auto cancelled = scheduler_->Cancel(queued.id());
+  auto cancelled = queue_->Cancel(queued.id());
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), v1::CANCELLED);
   EXPECT_EQ(cancelled->error(), "cancelled by request");
   EXPECT_EQ(store_->Get(queued.id())->state(), v1::CANCELLED);
 
-  auto stopping = scheduler_->Cancel(running.id());
+  auto stopping = queue_->Cancel(running.id());
   ASSERT_TRUE(stopping.ok()) << stopping.status();
   EXPECT_EQ(stopping->state(), v1::RUNNING);  // the runner stops at its next poll
   v1::Job ended = AwaitState(running.id(), v1::CANCELLED);
@@ -180,36 +180,36 @@ TEST_F(SchedulerTest, CancelQueuedAndRunning) {
   EXPECT_EQ(ended.error_code(), static_cast<int>(absl::StatusCode::kCancelled));
   EXPECT_GT(ended.end_time_ms(), 0);
 
-  auto again = scheduler_->Cancel(running.id());
+  auto again = queue_->Cancel(running.id());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(again.status().message(), "job " + running.id() + " already finished (CANCELLED)");
-  EXPECT_EQ(scheduler_->Cancel("job-999999").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(queue_->Cancel("job-999999").status().code(), absl::StatusCode::kNotFound);
 
   // Only the running job ever reached the runner.
   ASSERT_EQ(runner_.records().size(), 1u);
   EXPECT_EQ(runner_.records()[0].id, running.id());
 }
 
-TEST_F(SchedulerTest, RunnerOutcomeMapsToState) {
+TEST_F(JobQueueTest, RunnerOutcomeMapsToState) {
   Start();
   v1::Job ok = Submit("sleep:1", {0});
   v1::Job failed = Submit("fail", {1});
   v1::Job aborted = Submit("abort", {2});
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
-  v1::Job j = *scheduler_->Get(ok.id());
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
+  v1::Job j = *queue_->Get(ok.id());
   EXPECT_EQ(j.state(), v1::SUCCEEDED);
   EXPECT_EQ(j.result().backend(), "fake");
   EXPECT_EQ(j.error_code(), 0);
-  j = *scheduler_->Get(failed.id());
+  j = *queue_->Get(failed.id());
   EXPECT_EQ(j.state(), v1::FAILED);
   EXPECT_EQ(j.error(), "verification failed: op ag");
   EXPECT_EQ(j.error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
-  j = *scheduler_->Get(aborted.id());
+  j = *queue_->Get(aborted.id());
   EXPECT_EQ(j.state(), v1::ABORTED);
   EXPECT_EQ(j.error(), "communicator aborted: collective timeout");
 }
 
-TEST_F(SchedulerTest, QueueCapIsResourceExhausted) {
+TEST_F(JobQueueTest, QueueCapIsResourceExhausted) {
   Start(1, /*max_queued=*/2);
   v1::Job blocker = Submit("block", {0});
   AwaitState(blocker.id(), v1::RUNNING);
@@ -217,42 +217,42 @@ TEST_F(SchedulerTest, QueueCapIsResourceExhausted) {
   Submit("sleep:1", {0});
   v1::Job extra;
   extra.add_devices(0);
-  auto refused = scheduler_->Submit(extra);
+  auto refused = queue_->Submit(extra);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("max_queued_jobs"), std::string::npos);
-  scheduler_->CancelRunning("test over");
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ(scheduler_->Get(blocker.id())->error(), "test over");
+  queue_->CancelRunning("test over");
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(queue_->Get(blocker.id())->error(), "test over");
 }
 
-TEST_F(SchedulerTest, DrainStopsSubmissionsAndKeepsQueuedJobs) {
+TEST_F(JobQueueTest, DrainStopsSubmissionsAndKeepsQueuedJobs) {
   Start(1);
   v1::Job running = Submit("iter:5:20", {0});
   AwaitState(running.id(), v1::RUNNING);
   v1::Job queued = Submit("sleep:1", {0});
-  scheduler_->StartDrain();
+  queue_->StartDrain();
   v1::Job late;
   late.add_devices(0);
-  auto refused = scheduler_->Submit(late);
+  auto refused = queue_->Submit(late);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused.status().message(), "overlapd is draining");
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ(scheduler_->Get(running.id())->state(), v1::SUCCEEDED);
-  scheduler_->Shutdown();
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(queue_->Get(running.id())->state(), v1::SUCCEEDED);
+  queue_->Shutdown();
   EXPECT_EQ(store_->Get(queued.id())->state(), v1::QUEUED);
-  // Watchers end once the scheduler shuts down.
-  EXPECT_EQ(scheduler_->WaitForChange(queued.id(), 0, absl::Seconds(5)).status().code(),
+  // Watchers end once the job queue shuts down.
+  EXPECT_EQ(queue_->WaitForChange(queued.id(), 0, absl::Seconds(5)).status().code(),
             absl::StatusCode::kUnavailable);
 }
 
-TEST_F(SchedulerTest, WatchersSeeProgressAndTheFinalState) {
+TEST_F(JobQueueTest, WatchersSeeProgressAndTheFinalState) {
   Start(1);
   v1::Job job = Submit("iter:4:30", {0});
   uint64_t version = 0;
   int max_iteration = 0;
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   for (int i = 0; i < 1000 && !IsFinalState(last); ++i) {
-    auto snapshot = scheduler_->WaitForChange(job.id(), version, absl::Seconds(5));
+    auto snapshot = queue_->WaitForChange(job.id(), version, absl::Seconds(5));
     ASSERT_TRUE(snapshot.ok()) << snapshot.status();
     ASSERT_GT(snapshot->version, version);
     version = snapshot->version;
@@ -261,10 +261,10 @@ TEST_F(SchedulerTest, WatchersSeeProgressAndTheFinalState) {
   }
   EXPECT_EQ(last, v1::SUCCEEDED);
   EXPECT_EQ(max_iteration, 4);
-  EXPECT_EQ(version, Scheduler::kFinalVersion);
+  EXPECT_EQ(version, JobQueue::kFinalVersion);
 }
 
-TEST_F(SchedulerTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
+TEST_F(JobQueueTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
   Start(2);
   v1::Job running = Submit("ops:1:block", {0});
   v1::Job failed = Submit("ops:2:fail", {1});
@@ -272,7 +272,7 @@ TEST_F(SchedulerTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   v1::Job seen;
   while (absl::Now() < deadline) {
-    seen = *scheduler_->Get(running.id());
+    seen = *queue_->Get(running.id());
     if (seen.result().ops_size() == 1) break;
     absl::SleepFor(absl::Milliseconds(2));
   }
@@ -291,17 +291,17 @@ TEST_F(SchedulerTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
   EXPECT_DOUBLE_EQ(done.result().total_step_ms(), 3);
   EXPECT_EQ(store_->Get(failed.id())->result().ops_size(), 2);
 
-  ASSERT_TRUE(scheduler_->Cancel(running.id()).ok());
+  ASSERT_TRUE(queue_->Cancel(running.id()).ok());
   const v1::Job cancelled = AwaitState(running.id(), v1::CANCELLED);
   EXPECT_EQ(cancelled.result().ops_size(), 1);
 }
 
-TEST_F(SchedulerTest, StatsComeFromStoredTimes) {
+TEST_F(JobQueueTest, StatsComeFromStoredTimes) {
   Start();
   Submit("sleep:50", {0, 1});
   Submit("sleep:50", {1});
-  ASSERT_TRUE(scheduler_->WaitIdle(absl::Seconds(10)));
-  auto stats = scheduler_->GetStats();
+  ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
+  auto stats = queue_->GetStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->jobs_by_state[v1::SUCCEEDED], 2);
   EXPECT_EQ(stats->devices[0].jobs_run, 1);
@@ -311,10 +311,10 @@ TEST_F(SchedulerTest, StatsComeFromStoredTimes) {
   EXPECT_EQ(stats->devices.count(2), 0u);
 }
 
-// No store I/O runs under the scheduler's mutex: while a submission waits on a
+// No store I/O runs under the job queue's mutex: while a submission waits on a
 // slow disk (here another connection holds the database's write lock), Get,
 // List and WatchJob of other jobs still answer at once.
-TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
+TEST_F(JobQueueTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   Start();
   const v1::Job done = Submit("sleep:1", {0});
   AwaitState(done.id(), v1::SUCCEEDED);
@@ -332,16 +332,16 @@ TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_FALSE(submitted.load()) << "the submission should be waiting on the write lock";
 
-  auto got = scheduler_->Get(done.id());
+  auto got = queue_->Get(done.id());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->state(), v1::SUCCEEDED);
-  auto running = scheduler_->Get(queued.id());
+  auto running = queue_->Get(queued.id());
   ASSERT_TRUE(running.ok()) << running.status();
   EXPECT_EQ(running->state(), v1::RUNNING);
-  auto listed = scheduler_->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
+  auto listed = queue_->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->jobs.size(), 2u) << "the waiting submission is not visible yet";
-  auto snapshot = scheduler_->WaitForChange(queued.id(), 0, absl::Seconds(1));
+  auto snapshot = queue_->WaitForChange(queued.id(), 0, absl::Seconds(1));
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   // Answered while the submission still waits (it gives up after the store's
   // 5 s busy timeout): had any of them waited behind it, it would be done.
@@ -351,7 +351,7 @@ TEST_F(SchedulerTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   sqlite3_close(blocker);
   slow.join();
   EXPECT_TRUE(submitted.load());
-  ASSERT_TRUE(scheduler_->Cancel(queued.id()).ok());
+  ASSERT_TRUE(queue_->Cancel(queued.id()).ok());
   AwaitState(queued.id(), v1::CANCELLED);
 }
 

@@ -1,4 +1,4 @@
-// The scheduler and executor: owns every QUEUED and RUNNING job, decides which
+// The job queue and executor: owns every QUEUED and RUNNING job, decides which
 // jobs start, and runs them on its own executor threads (never on gRPC threads).
 // It keeps jobs in its own model (job_record.h) and speaks v1::Job only at its
 // edges: the API it serves and the store it writes.
@@ -15,7 +15,7 @@
 // visible; progress ticks stay in memory and only wake watchers. A finished job
 // leaves memory and is read back from the store.
 //
-// No store I/O runs under the scheduler's mutex: a change is prepared under
+// No store I/O runs under the job queue's mutex: a change is prepared under
 // it, written outside it, and published under it again, so that a slow disk
 // (an fsync, a prune) never holds up Get, List or WatchJob of other jobs.
 // Submit reserves its queue slot and sequence under the mutex before its
@@ -57,7 +57,7 @@ namespace overlap::jobs {
 using JobRunner = std::function<absl::StatusOr<v1::JobResult>(
     const v1::Job& job, const GraphPtr& graph, const runner::RunHooks& hooks)>;
 
-struct SchedulerOptions {
+struct JobQueueOptions {
   int max_queued_jobs = 256;
   // Queued jobs one owner may have (v1::Job.owner); 0 = no quota.
   int max_queued_jobs_per_owner = 0;
@@ -77,7 +77,7 @@ struct DeviceStatsRow {
   int64_t jobs_run = 0;
 };
 
-struct SchedulerStats {
+struct JobQueueStats {
   std::map<v1::JobState, int64_t> jobs_by_state;  // every stored job
   std::map<int, DeviceStatsRow> devices;          // jobs that started; running ones so far
 };
@@ -89,20 +89,20 @@ bool IsFinalState(v1::JobState state);
 void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
                      JobRecord* job);
 
-class Scheduler {
+class JobQueue {
  public:
   static constexpr uint64_t kFinalVersion = ~uint64_t{0};
 
   // Recovers from the store (a RUNNING job ends FAILED "daemon restarted"; QUEUED
   // jobs are pending again, same ids and order), then starts the executors.
-  // `store` must outlive the scheduler.
-  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(JobStore* store, JobRunner runner,
-                                                           SchedulerOptions options);
-  ~Scheduler();  // Shutdown()
-  Scheduler(const Scheduler&) = delete;
-  Scheduler& operator=(const Scheduler&) = delete;
+  // `store` must outlive the job queue.
+  static absl::StatusOr<std::unique_ptr<JobQueue>> Create(JobStore* store, JobRunner runner,
+                                                           JobQueueOptions options);
+  ~JobQueue();  // Shutdown()
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
 
-  // Of `job` the scheduler takes name, priority, devices, spec and owner; it
+  // Of `job` the job queue takes name, priority, devices, spec and owner; it
   // assigns id, sequence, state and submit time, stores it, and returns the
   // stored job. `graph` (admission's typed graph of the spec) goes to the
   // runner with the job. UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
@@ -140,12 +140,12 @@ class Scheduler {
   bool WaitIdle(absl::Duration timeout);
   int QueuedCount() const;
   int RunningCount() const;
-  // Whether the scheduler's lock could be taken within `within`: the
+  // Whether the job queue's lock could be taken within `within`: the
   // heartbeat systemd's watchdog is fed from. A long job never holds the lock,
   // so a slow autotune does not stop it; a deadlock does.
   bool Responsive(absl::Duration within) const;
 
-  absl::StatusOr<SchedulerStats> GetStats();
+  absl::StatusOr<JobQueueStats> GetStats();
 
   // Ends watchers (UNAVAILABLE) and joins the executors. Running jobs are waited
   // for: call WaitIdle (and CancelRunning) first. Idempotent.
@@ -155,7 +155,7 @@ class Scheduler {
   struct Entry;
   using PendingKey = std::pair<int, uint64_t>;  // (-priority, sequence)
 
-  Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options);
+  JobQueue(JobStore* store, JobRunner runner, JobQueueOptions options);
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
   // A queued or running job whose stored data was damaged (the store rebuilt it
   // from its row, error_code DATA_LOSS) ends FAILED with that error.
@@ -187,13 +187,13 @@ class Scheduler {
 
   JobStore* const store_;
   const JobRunner runner_;
-  const SchedulerOptions options_;
+  const JobQueueOptions options_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // any job changed, a job was made ready, or shutdown
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Submissions reserved and being stored, by rank, with their devices: the
-  // scheduler holds their devices for them as for pending jobs, so that no
+  // queue holds their devices for them as for pending jobs, so that no
   // lower-ranked job starts there while one is on its way in.
   struct Submitting {
     std::vector<int> devices;

@@ -1,4 +1,4 @@
-#include "server/jobs/scheduler.h"
+#include "server/jobs/job_queue.h"
 
 #include <algorithm>
 #include <atomic>
@@ -60,46 +60,46 @@ void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::st
   job->error = std::string(status.message());
 }
 
-struct Scheduler::Entry {
-  JobRecord job;  // what others see; guarded by Scheduler::mu_
+struct JobQueue::Entry {
+  JobRecord job;  // what others see; guarded by JobQueue::mu_
   // Admission's typed graph; null for a job recovered from the store. Set
   // before the entry is shared, read by the executor that runs it.
   GraphPtr graph;
   uint64_t version = 1;
   std::atomic<bool> cancel{false};
-  std::string cancel_reason;  // guarded by Scheduler::mu_
-  // Guarded by Scheduler::mu_. Taken off pending_ to run; RUNNING is being
+  std::string cancel_reason;  // guarded by JobQueue::mu_
+  // Guarded by JobQueue::mu_. Taken off pending_ to run; RUNNING is being
   // stored and job still says QUEUED.
   bool starting = false;
-  // Guarded by Scheduler::mu_. Its final state is being stored; job shows the
+  // Guarded by JobQueue::mu_. Its final state is being stored; job shows the
   // state before it until that is done.
   bool ending = false;
   int64_t picked_ms = 0;  // when it was taken off pending_: its start time
   uint64_t job_sequence = 0;  // job.sequence, readable without the mutex
 };
 
-Scheduler::Scheduler(JobStore* store, JobRunner runner, SchedulerOptions options)
+JobQueue::JobQueue(JobStore* store, JobRunner runner, JobQueueOptions options)
     : store_(store), runner_(std::move(runner)), options_(options) {}
 
-absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(JobStore* store, JobRunner runner,
-                                                             SchedulerOptions options) {
+absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Create(JobStore* store, JobRunner runner,
+                                                             JobQueueOptions options) {
   if (store == nullptr || !runner) {
-    return absl::InvalidArgumentError("scheduler needs a job store and a runner");
+    return absl::InvalidArgumentError("queue needs a job store and a runner");
   }
   options.executor_threads = std::max(1, options.executor_threads);
-  std::unique_ptr<Scheduler> scheduler(new Scheduler(store, std::move(runner), options));
-  RETURN_IF_ERROR(scheduler->Recover());
+  std::unique_ptr<JobQueue> queue(new JobQueue(store, std::move(runner), options));
+  RETURN_IF_ERROR(queue->Recover());
   for (int i = 0; i < options.executor_threads; ++i) {
-    scheduler->executors_.emplace_back([s = scheduler.get()] { s->ExecutorLoop(); });
+    queue->executors_.emplace_back([s = queue.get()] { s->ExecutorLoop(); });
   }
-  absl::MutexLock lock(&scheduler->mu_);
-  scheduler->ScheduleLocked();
-  return scheduler;
+  absl::MutexLock lock(&queue->mu_);
+  queue->ScheduleLocked();
+  return queue;
 }
 
-Scheduler::~Scheduler() { Shutdown(); }
+JobQueue::~JobQueue() { Shutdown(); }
 
-absl::Status Scheduler::Recover() {
+absl::Status JobQueue::Recover() {
   // Before any executor or caller exists: the store is read and written here
   // without the mutex, and what it finds is installed under it at the end.
   ASSIGN_OR_RETURN(const uint64_t max_sequence, store_->MaxSequence());
@@ -144,7 +144,7 @@ absl::Status Scheduler::Recover() {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::FailDamaged(JobRecord& job) {
+absl::Status JobQueue::FailDamaged(JobRecord& job) {
   Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id,
                v1::JobState_Name(ToProto(job.state)), job.error);
   job.state = JobState::kFailed;
@@ -152,7 +152,7 @@ absl::Status Scheduler::FailDamaged(JobRecord& job) {
   return store_->Put(ToProto(job));
 }
 
-void Scheduler::RetryUnstored() {
+void JobQueue::RetryUnstored() {
   std::vector<JobRecord> waiting;
   {
     absl::MutexLock lock(&mu_);
@@ -166,7 +166,7 @@ void Scheduler::RetryUnstored() {
   }
 }
 
-absl::Status Scheduler::Store(const JobRecord& job) {
+absl::Status JobQueue::Store(const JobRecord& job) {
   RetryUnstored();
   absl::Status status = store_->Put(ToProto(job));
   if (!status.ok()) {
@@ -176,7 +176,7 @@ absl::Status Scheduler::Store(const JobRecord& job) {
   return status;
 }
 
-void Scheduler::MaybePrune() {
+void JobQueue::MaybePrune() {
   const RetentionPolicy& policy = options_.retention;
   if (policy.keep_jobs <= 0 && policy.keep_ms <= 0) return;
   // Pruning one job at each end would write (and fsync) at each end; with a
@@ -192,12 +192,12 @@ void Scheduler::MaybePrune() {
   }
 }
 
-void Scheduler::ChangedLocked(Entry& entry) {
+void JobQueue::ChangedLocked(Entry& entry) {
   ++entry.version;
   changed_.SignalAll();
 }
 
-absl::Status Scheduler::RoomLocked(const std::string& owner, const std::string& owner_name) const {
+absl::Status JobQueue::RoomLocked(const std::string& owner, const std::string& owner_name) const {
   if (draining_ || stopping_) return absl::UnavailableError("overlapd is draining");
   const int queued = static_cast<int>(pending_.size() + submitting_.size());
   if (queued >= options_.max_queued_jobs) {
@@ -216,12 +216,12 @@ absl::Status Scheduler::RoomLocked(const std::string& owner, const std::string& 
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::CheckRoom(const std::string& owner, const std::string& owner_name) const {
+absl::Status JobQueue::CheckRoom(const std::string& owner, const std::string& owner_name) const {
   absl::MutexLock lock(&mu_);
   return RoomLocked(owner, owner_name);
 }
 
-absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr graph) {
+absl::StatusOr<v1::Job> JobQueue::Submit(const v1::Job& submitted, GraphPtr graph) {
   JobRecord job;
   job.name = submitted.name();
   job.priority = submitted.priority();
@@ -266,14 +266,14 @@ absl::StatusOr<v1::Job> Scheduler::Submit(const v1::Job& submitted, GraphPtr gra
   return ToProto(entry->job);
 }
 
-int Scheduler::QueuedByOwnerLocked(const std::string& owner) const {
+int JobQueue::QueuedByOwnerLocked(const std::string& owner) const {
   int count = 0;
   for (const auto& [key, entry] : pending_) count += entry->job.owner == owner ? 1 : 0;
   for (const auto& [key, incoming] : submitting_) count += incoming.owner == owner ? 1 : 0;
   return count;
 }
 
-void Scheduler::ScheduleLocked() {
+void JobQueue::ScheduleLocked() {
   if (draining_ || stopping_) return;
   std::set<int> claimed;
   for (const auto& [sequence, entry] : running_) {
@@ -303,7 +303,7 @@ void Scheduler::ScheduleLocked() {
   }
 }
 
-void Scheduler::ExecutorLoop() {
+void JobQueue::ExecutorLoop() {
   while (true) {
     std::shared_ptr<Entry> entry;
     {
@@ -317,7 +317,7 @@ void Scheduler::ExecutorLoop() {
   }
 }
 
-void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
+void JobQueue::Execute(const std::shared_ptr<Entry>& entry) {
   const v1::Job job = MarkRunning(entry);
   int ops_done = 0;  // on this executor thread only
   absl::StatusOr<v1::JobResult> outcome;
@@ -331,7 +331,7 @@ void Scheduler::Execute(const std::shared_ptr<Entry>& entry) {
   End(entry, outcome);
 }
 
-v1::Job Scheduler::MarkRunning(const std::shared_ptr<Entry>& entry) {
+v1::Job JobQueue::MarkRunning(const std::shared_ptr<Entry>& entry) {
   JobRecord job;
   {
     absl::MutexLock lock(&mu_);
@@ -353,7 +353,7 @@ v1::Job Scheduler::MarkRunning(const std::shared_ptr<Entry>& entry) {
   return ToProto(job);
 }
 
-runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done) {
+runner::RunHooks JobQueue::HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done) {
   runner::RunHooks hooks;
   hooks.on_progress = [this, entry](const runner::Progress& progress) {
     absl::MutexLock lock(&mu_);
@@ -386,7 +386,7 @@ runner::RunHooks Scheduler::HooksFor(const std::shared_ptr<Entry>& entry, int* o
   return hooks;
 }
 
-void Scheduler::End(const std::shared_ptr<Entry>& entry,
+void JobQueue::End(const std::shared_ptr<Entry>& entry,
                     const absl::StatusOr<v1::JobResult>& outcome) {
   JobRecord final_job;
   {
@@ -413,7 +413,7 @@ void Scheduler::End(const std::shared_ptr<Entry>& entry,
   FinishLocked(*entry, std::move(final_job), stored);
 }
 
-void Scheduler::FinishLocked(Entry& entry, JobRecord final_job, bool stored) {
+void JobQueue::FinishLocked(Entry& entry, JobRecord final_job, bool stored) {
   entry.job = std::move(final_job);
   entry.ending = false;
   active_.erase(entry.job.id);
@@ -424,13 +424,13 @@ void Scheduler::FinishLocked(Entry& entry, JobRecord final_job, bool stored) {
   ScheduleLocked();
 }
 
-std::optional<v1::Job> Scheduler::InMemoryLocked(const std::string& id) {
+std::optional<v1::Job> JobQueue::InMemoryLocked(const std::string& id) {
   if (auto it = active_.find(id); it != active_.end()) return ToProto(it->second->job);
   if (auto it = unstored_.find(id); it != unstored_.end()) return ToProto(it->second);
   return std::nullopt;
 }
 
-absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
+absl::StatusOr<v1::Job> JobQueue::Get(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
     if (std::optional<v1::Job> job = InMemoryLocked(id)) return *std::move(job);
@@ -439,7 +439,7 @@ absl::StatusOr<v1::Job> Scheduler::Get(const std::string& id) {
   return store_->Get(id);
 }
 
-absl::StatusOr<std::vector<v1::Job>> Scheduler::List(v1::JobState state, int limit) {
+absl::StatusOr<std::vector<v1::Job>> JobQueue::List(v1::JobState state, int limit) {
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->List(state, limit));
   absl::MutexLock lock(&mu_);
   for (v1::Job& job : jobs) {
@@ -448,7 +448,7 @@ absl::StatusOr<std::vector<v1::Job>> Scheduler::List(v1::JobState state, int lim
   return jobs;
 }
 
-absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, uint64_t before) {
+absl::StatusOr<JobPage> JobQueue::ListSummaries(v1::JobState state, int limit, uint64_t before) {
   ASSIGN_OR_RETURN(JobPage page, store_->ListSummaries(state, limit, before));
   absl::MutexLock lock(&mu_);
   for (v1::Job& job : page.jobs) {
@@ -464,7 +464,7 @@ absl::StatusOr<JobPage> Scheduler::ListSummaries(v1::JobState state, int limit, 
   return page;
 }
 
-absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, const std::string& reason) {
+absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::string& reason) {
   const std::string why = reason.empty() ? kCancelledByRequest : reason;
   std::shared_ptr<Entry> entry;
   JobRecord cancelled;
@@ -510,7 +510,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& id, const std::stri
   return ToProto(cancelled);
 }
 
-absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint64_t seen_version,
+absl::StatusOr<JobSnapshot> JobQueue::WaitForChange(const std::string& id, uint64_t seen_version,
                                                      absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   {
@@ -534,7 +534,7 @@ absl::StatusOr<JobSnapshot> Scheduler::WaitForChange(const std::string& id, uint
   return JobSnapshot{std::move(stored), kFinalVersion};
 }
 
-void Scheduler::StartDrain() {
+void JobQueue::StartDrain() {
   absl::MutexLock lock(&mu_);
   if (!draining_) Log()->info("draining: {} running, {} queued", running_.size(), pending_.size());
   draining_ = true;
@@ -544,12 +544,12 @@ void Scheduler::StartDrain() {
       &submitting_));
 }
 
-bool Scheduler::draining() const {
+bool JobQueue::draining() const {
   absl::MutexLock lock(&mu_);
   return draining_;
 }
 
-int Scheduler::CancelRunning(const std::string& reason) {
+int JobQueue::CancelRunning(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   int count = 0;
   for (auto& [sequence, entry] : running_) {
@@ -559,7 +559,7 @@ int Scheduler::CancelRunning(const std::string& reason) {
   return count;
 }
 
-bool Scheduler::WaitIdle(absl::Duration timeout) {
+bool JobQueue::WaitIdle(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   while (!running_.empty()) {
@@ -568,7 +568,7 @@ bool Scheduler::WaitIdle(absl::Duration timeout) {
   return running_.empty();
 }
 
-bool Scheduler::Responsive(absl::Duration within) const {
+bool JobQueue::Responsive(absl::Duration within) const {
   // TryLock, not a timed lock: absl's timed waits still take the lock in the
   // end, and a held lock must answer false, not hang the caller.
   const absl::Time deadline = absl::Now() + within;
@@ -580,18 +580,18 @@ bool Scheduler::Responsive(absl::Duration within) const {
   return true;
 }
 
-int Scheduler::QueuedCount() const {
+int JobQueue::QueuedCount() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(pending_.size());
 }
 
-int Scheduler::RunningCount() const {
+int JobQueue::RunningCount() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(running_.size());
 }
 
-absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
-  SchedulerStats stats;
+absl::StatusOr<JobQueueStats> JobQueue::GetStats() {
+  JobQueueStats stats;
   ASSIGN_OR_RETURN(stats.jobs_by_state, store_->CountByState());
   ASSIGN_OR_RETURN(const auto usage, store_->UsageByDevice());
   for (const auto& [device, u] : usage) {
@@ -611,7 +611,7 @@ absl::StatusOr<SchedulerStats> Scheduler::GetStats() {
   return stats;
 }
 
-void Scheduler::Shutdown() {
+void JobQueue::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_ && executors_.empty()) return;
