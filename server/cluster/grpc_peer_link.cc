@@ -17,10 +17,13 @@ absl::Status FromGrpc(const std::string& node, const grpc::Status& status) {
 
 // One unary call: a stub's method with a fresh context, its answer taken only
 // when the callee proved it is `node` (peer::CheckPeerReply).
-template <typename Request, typename Response, typename Method>
-absl::StatusOr<Response> Call(v1::Peers::Stub* stub, Method method, absl::string_view name,
-                              const peer::PeerIdentity& self, const std::string& node,
-                              const Request& request, absl::Duration deadline) {
+template <typename Request, typename Response>
+absl::StatusOr<Response> Call(v1::Peers::Stub* stub,
+                              grpc::Status (v1::Peers::Stub::*method)(grpc::ClientContext*,
+                                                                      const Request&, Response*),
+                              absl::string_view name, const peer::PeerIdentity& self,
+                              const std::string& node, const Request& request,
+                              absl::Duration deadline) {
   grpc::ClientContext context;
   const std::string nonce = peer::PreparePeerContext(&context, deadline, self, name, node, request);
   Response response;
@@ -75,16 +78,14 @@ absl::StatusOr<v1::AdmitPartResponse> GrpcPeerLink::AdmitPart(
   RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  return Call<v1::AdmitPartRequest, v1::AdmitPartResponse>(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_,
-                                                           node, request, deadline);
+  return Call(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_, node, request, deadline);
 }
 
 absl::Status GrpcPeerLink::CancelPart(const std::string& node,
                                       const v1::CancelPartRequest& request,
                                       absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::CancelPartRequest, v1::CancelPartResponse>(
-             stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, request, deadline)
+  return Call(stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, request, deadline)
       .status();
 }
 
@@ -92,8 +93,7 @@ absl::StatusOr<v1::HoldPartResponse> GrpcPeerLink::HoldPart(const std::string& n
                                                             const v1::HoldPartRequest& request,
                                                             absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::HoldPartRequest, v1::HoldPartResponse>(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node,
-                                                         request, deadline);
+  return Call(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node, request, deadline);
 }
 
 absl::Status GrpcPeerLink::ReportPart(const std::string& node,
@@ -104,16 +104,14 @@ absl::Status GrpcPeerLink::ReportPart(const std::string& node,
   RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  return Call<v1::ReportPartRequest, v1::ReportPartResponse>(
-             stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, request, deadline)
+  return Call(stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, request, deadline)
       .status();
 }
 
 absl::Status GrpcPeerLink::StoreSet(const std::string& node, const v1::StoreSetRequest& request,
                                     absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call<v1::StoreSetRequest, v1::StoreSetResponse>(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node,
-                                                         request, deadline)
+  return Call(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node, request, deadline)
       .status();
 }
 
@@ -121,9 +119,8 @@ absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node,
                                                    const v1::StoreGetRequest& request,
                                                    absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  ASSIGN_OR_RETURN(v1::StoreGetResponse response,
-                   (Call<v1::StoreGetRequest, v1::StoreGetResponse>(
-                       stub, &v1::Peers::Stub::StoreGet, "StoreGet", self_, node, request, deadline)));
+  ASSIGN_OR_RETURN(v1::StoreGetResponse response, Call(stub, &v1::Peers::Stub::StoreGet, "StoreGet",
+                                                       self_, node, request, deadline));
   return std::move(*response.mutable_value());
 }
 

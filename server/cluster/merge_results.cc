@@ -2,7 +2,7 @@
 // same ops in the same order and measured its own ranks.
 #include <algorithm>
 
-#include "server/cluster/cluster_jobs.h"
+#include "server/cluster/coordinator.h"
 
 namespace overlap::cluster {
 namespace {
@@ -23,53 +23,53 @@ int SlowestLocalRank(const v1::JobResult& part, double* gemm_ms) {
   return static_cast<int>(slowest - by_rank.begin());
 }
 
-}  // namespace
+// Op `i` as the slowest node ran it, verified only where every node verified it,
+// its error and each group's step the worst of any node's.
+v1::OpResult MergeOp(const std::vector<v1::JobResult>& parts, int i) {
+  int slowest = 0;
+  for (int n = 1; n < static_cast<int>(parts.size()); ++n) {
+    if (i < parts[n].ops_size() &&
+        parts[n].ops(i).step().median_ms() > parts[slowest].ops(i).step().median_ms()) {
+      slowest = n;
+    }
+  }
+  v1::OpResult op = parts[slowest].ops(i);
+  op.clear_gemm_alone_rank_ms();
+  op.clear_group_step_ms();
+  std::vector<double> group_steps;
+  for (const v1::JobResult& part : parts) {
+    if (i >= part.ops_size()) continue;
+    const v1::OpResult& mine = part.ops(i);
+    op.set_verified(op.verified() && mine.verified());
+    op.set_max_rel_error(std::max(op.max_rel_error(), mine.max_rel_error()));
+    for (double ms : mine.gemm_alone_rank_ms()) op.add_gemm_alone_rank_ms(ms);
+    group_steps.resize(std::max<size_t>(group_steps.size(), mine.group_step_ms_size()), 0.0);
+    for (int g = 0; g < mine.group_step_ms_size(); ++g) {
+      group_steps[g] = std::max(group_steps[g], mine.group_step_ms(g));
+    }
+  }
+  for (double ms : group_steps) op.add_group_step_ms(ms);
+  if (!group_steps.empty()) {
+    op.set_slowest_group(static_cast<int>(std::max_element(group_steps.begin(), group_steps.end()) -
+                                          group_steps.begin()));
+  }
+  return op;
+}
 
-v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
-                               const std::vector<std::string>& part_ids,
-                               const std::vector<v1::JobResult>& parts, int devices_per_node) {
-  v1::JobResult merged = parts.at(0);
-  merged.clear_ops();
-  merged.clear_node_results();
-  const int count = static_cast<int>(parts.size());
-  const int world = count * devices_per_node;
+// Every op merged, the totals over them, and the bus bandwidth of those that cross nodes.
+void MergeOps(const JobSpec& spec, const std::vector<v1::JobResult>& parts, int devices_per_node,
+              v1::JobResult& merged) {
+  const int world = static_cast<int>(parts.size()) * devices_per_node;
   double total_step = 0, total_exposed = 0, bus_bytes = 0, bus_ms = 0;
   for (int i = 0; i < parts[0].ops_size(); ++i) {
-    int slowest = 0;
-    for (int n = 1; n < count; ++n) {
-      if (i < parts[n].ops_size() &&
-          parts[n].ops(i).step().median_ms() > parts[slowest].ops(i).step().median_ms()) {
-        slowest = n;
-      }
-    }
-    v1::OpResult op = parts[slowest].ops(i);
-    op.clear_gemm_alone_rank_ms();
-    op.clear_group_step_ms();
-    std::vector<double> group_steps;
-    for (int n = 0; n < count; ++n) {
-      if (i >= parts[n].ops_size()) continue;
-      const v1::OpResult& mine = parts[n].ops(i);
-      op.set_verified(op.verified() && mine.verified());
-      op.set_max_rel_error(std::max(op.max_rel_error(), mine.max_rel_error()));
-      for (double ms : mine.gemm_alone_rank_ms()) op.add_gemm_alone_rank_ms(ms);
-      group_steps.resize(std::max<size_t>(group_steps.size(), mine.group_step_ms_size()), 0.0);
-      for (int g = 0; g < mine.group_step_ms_size(); ++g) {
-        group_steps[g] = std::max(group_steps[g], mine.group_step_ms(g));
-      }
-    }
-    for (double ms : group_steps) op.add_group_step_ms(ms);
-    if (!group_steps.empty()) {
-      op.set_slowest_group(static_cast<int>(
-          std::max_element(group_steps.begin(), group_steps.end()) - group_steps.begin()));
-    }
+    v1::OpResult op = MergeOp(parts, i);
     const auto spec_op = std::find_if(spec.ops.begin(), spec.ops.end(),
                                       [&](const OpSpec& o) { return o.id == op.id(); });
     op.set_spans_nodes(spec_op != spec.ops.end() &&
                        GroupsCrossNodes(spec.mesh, spec_op->group, world, devices_per_node));
     // Between daemons the host backend's collectives run over Gloo: name what
     // moved the data, not the schedule's transport ("nccl", the collectives' kind).
-    if (op.spans_nodes() && !parts.empty() && parts[0].backend() == "host" &&
-        op.transport() == "nccl") {
+    if (op.spans_nodes() && parts[0].backend() == "host" && op.transport() == "nccl") {
       op.set_transport("gloo");
     }
     if (op.spans_nodes() && op.busbw_gbps() > 0) {
@@ -85,15 +85,15 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
   merged.set_total_step_ms(total_step);
   merged.set_total_exposed_comm_ms(total_exposed);
   merged.set_inter_node_busbw_gbps(bus_ms > 0 ? bus_bytes / bus_ms : 0);
+}
 
-  // The layer step ran on every node at once: the slowest node's is the job's.
-  int slowest_layer = 0;
-  for (int n = 1; n < count; ++n) {
-    if (parts[n].layer_step().median_ms() > parts[slowest_layer].layer_step().median_ms()) {
-      slowest_layer = n;
-    }
-  }
-  const v1::JobResult& layer = parts[slowest_layer];
+// The layer step ran on every node at once: the slowest node's is the job's.
+void MergeLayer(const std::vector<v1::JobResult>& parts, v1::JobResult& merged) {
+  const int count = static_cast<int>(parts.size());
+  const v1::JobResult& layer = *std::max_element(
+      parts.begin(), parts.end(), [](const v1::JobResult& a, const v1::JobResult& b) {
+        return a.layer_step().median_ms() < b.layer_step().median_ms();
+      });
   *merged.mutable_layer_step() = layer.layer_step();
   merged.set_layer_exposed_comm_ms(layer.layer_exposed_comm_ms());
   merged.set_layer_activation_ms(layer.layer_activation_ms());
@@ -111,14 +111,7 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
     }
     for (const v1::LaneFigures& f : parts[n].lane_figures()) *merged.add_lane_figures() = f;
   }
-  merged.set_layer_scheduler(parts[0].layer_scheduler());
-  merged.set_layer_captured(parts[0].layer_captured());
-  merged.set_lanes(parts[0].lanes());
-  merged.set_layer_dispatch_iterations(parts[0].layer_dispatch_iterations());
-  *merged.mutable_scheduler_notes() = parts[0].scheduler_notes();
-  *merged.mutable_fusions() = parts[0].fusions();  // every node ran the same pass
   // Each node checked its own ranks of every chain: the job's error is the largest.
-  *merged.mutable_layer_chains() = parts[0].layer_chains();
   for (int n = 1; n < count; ++n) {
     for (int c = 0; c < merged.layer_chains_size() && c < parts[n].layer_chains_size(); ++c) {
       v1::LayerChainCheck* check = merged.mutable_layer_chains(c);
@@ -126,9 +119,14 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
           std::max(check->max_rel_error(), parts[n].layer_chains(c).max_rel_error()));
     }
   }
+}
 
+// A line per node, and the job's slowest rank: the slowest of the nodes' own.
+void AddNodeLines(const std::vector<std::string>& nodes, const std::vector<std::string>& part_ids,
+                  const std::vector<v1::JobResult>& parts, int devices_per_node,
+                  v1::JobResult& merged) {
   double worst_gemm = -1;
-  for (int n = 0; n < count; ++n) {
+  for (int n = 0; n < static_cast<int>(parts.size()); ++n) {
     v1::NodeResult* line = merged.add_node_results();
     line->set_node(nodes[n]);
     line->set_node_index(n);
@@ -148,6 +146,21 @@ v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::strin
       merged.set_slowest_node(nodes[n]);
     }
   }
+}
+
+}  // namespace
+
+// What every node ran alike (the dispatcher's notes, the fusions, the chains
+// checked) comes from node 0's part.
+v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
+                               const std::vector<std::string>& part_ids,
+                               const std::vector<v1::JobResult>& parts, int devices_per_node) {
+  v1::JobResult merged = parts.at(0);
+  merged.clear_ops();
+  merged.clear_node_results();
+  MergeOps(spec, parts, devices_per_node, merged);
+  MergeLayer(parts, merged);
+  AddNodeLines(nodes, part_ids, parts, devices_per_node, merged);
   return merged;
 }
 

@@ -1,8 +1,9 @@
 // The coordinator's side of ClusterJobs in-process, its peers played by a
 // fake PeerLink: who may call what (each call only from the node it
 // concerns), the checks of a part's owner, name and priority, the store's
-// limits, and the reservation race (a part that starts at once asks to hold
-// before AdmitPart has returned its id).
+// limits, the reservation race (a part that starts at once asks to hold
+// before AdmitPart has returned its id) and its release, and the tables of
+// the coordinator's phases and of its slots' phases.
 #include "server/cluster/cluster_jobs.h"
 
 #include <atomic>
@@ -65,8 +66,10 @@ class FakeLink : public PeerLink {
   std::atomic<int> checks{0};
   absl::Status CancelPart(const std::string&, const v1::CancelPartRequest&,
                           absl::Duration) override {
+    cancels++;
     return absl::OkStatus();
   }
+  std::atomic<int> cancels{0};
   absl::StatusOr<v1::HoldPartResponse> HoldPart(const std::string&, const v1::HoldPartRequest&,
                                                 absl::Duration) override {
     return absl::UnimplementedError("not a part here");
@@ -88,10 +91,14 @@ class ClusterJobsTest : public ::testing::Test {
  protected:
   ClusterJobsTest()
       : engine_(CheckedHostEngine(2)), admission_(*engine_, jobs::AdmissionOptions()) {
+    MakeCluster(absl::Seconds(10));
+  }
+
+  void MakeCluster(absl::Duration hold_timeout) {
     ClusterOptions options;
     options.node_name = kSelf;
     options.peers = {kPeer, kStranger};
-    options.hold_timeout = absl::Seconds(10);
+    options.hold_timeout = hold_timeout;
     options.max_user_priority = 10;
     cluster_ = std::make_unique<ClusterJobs>(options, *engine_, admission_, link_);
   }
@@ -195,6 +202,58 @@ TEST_F(ClusterJobsTest, APartThatAsksBeforeItsIdIsRecordedWaitsAndStarts) {
   const absl::Status outcome = WaitOutcome();
   EXPECT_THAT(std::string(outcome.message()), HasSubstr("the test ends here"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the reservation was released and retried";
+}
+
+// A part that does not hold in time frees its slot: the coordinator cancels
+// it, tells it to let go when it asks, and reserves the node again with a
+// new part, which starts.
+TEST_F(ClusterJobsTest, ASlotNotHeldInTimeIsReleasedAndReservedAgain) {
+  MakeCluster(absl::Seconds(1));
+  std::atomic<int> admits{0};
+  std::atomic<int> second_decision{-1};
+  std::thread second;
+  link_.on_admit =
+      [&](const v1::AdmitPartRequest& request) -> absl::StatusOr<v1::AdmitPartResponse> {
+    const int attempt = ++admits;
+    v1::AdmitPartResponse response;
+    response.set_part_id(absl::StrCat("job-10", attempt));
+    if (attempt == 2) {  // the second part starts at once
+      second = std::thread([&, id = request.global_id()] {
+        v1::HoldPartRequest hold;
+        *hold.mutable_global_id() = id;
+        hold.set_node_index(0);
+        hold.set_part_id("job-102");
+        hold.set_wait_ms(5000);
+        absl::StatusOr<v1::HoldPartResponse> answer = cluster_->HoldPart(From(kPeer), hold);
+        second_decision = answer.ok() ? answer->decision() : -2;
+      });
+    }
+    return response;
+  };
+  Coordinate();
+  for (int i = 0; i < 2000 && second_decision.load() < 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (second.joinable()) second.join();
+  EXPECT_EQ(second_decision.load(), v1::HoldPartResponse::START);
+  EXPECT_EQ(admits.load(), 2);
+  EXPECT_GE(link_.cancels.load(), 1) << "the first part was not cancelled";
+  v1::HoldPartRequest late;
+  *late.mutable_global_id() = Id();
+  late.set_node_index(0);
+  late.set_part_id("job-101");
+  late.set_wait_ms(0);
+  absl::StatusOr<v1::HoldPartResponse> first = cluster_->HoldPart(From(kPeer), late);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->decision(), v1::HoldPartResponse::RELEASE);
+  v1::ReportPartRequest report;
+  *report.mutable_global_id() = Id();
+  report.set_node_index(0);
+  report.set_part_id("job-102");
+  report.set_error_code(static_cast<int>(absl::StatusCode::kAborted));
+  report.set_error("the test ends here");
+  ASSERT_TRUE(cluster_->ReportPart(From(kPeer), report).ok());
+  EXPECT_THAT(std::string(WaitOutcome().message()), HasSubstr("the test ends here"));
 }
 
 // The coordinator decides every op's schedule and sends it with the part:
@@ -389,6 +448,25 @@ TEST(CoordinatorPhaseTest, EveryMoveTheTableAllowsAndNoOther) {
       {"releasing", "reserving"}, {"holding", "running"},   {"running", "reporting"},
       {"checking", "ended"},      {"reserving", "ended"},   {"releasing", "ended"},
       {"holding", "ended"},       {"running", "ended"},     {"reporting", "ended"},
+  };
+  EXPECT_EQ(allowed, expected);
+}
+
+// A node's slot and the only moves between its phases: forward one step (a
+// part may end before it held), back to idle from anywhere but idle.
+TEST(CoordinatorSlotTest, EveryMoveTheTableAllowsAndNoOther) {
+  using S = SlotPhase;
+  const std::vector<S> all = {S::kIdle, S::kAdmitting, S::kAdmitted, S::kHeld, S::kReported};
+  std::set<std::pair<std::string, std::string>> allowed;
+  for (S from : all) {
+    for (S to : all) {
+      if (SlotMayMove(from, to)) allowed.insert({SlotPhaseName(from), SlotPhaseName(to)});
+    }
+  }
+  const std::set<std::pair<std::string, std::string>> expected = {
+      {"idle", "admitting"},    {"admitting", "admitted"}, {"admitted", "held"},
+      {"admitted", "reported"}, {"held", "reported"},      {"admitting", "idle"},
+      {"admitted", "idle"},     {"held", "idle"},          {"reported", "idle"},
   };
   EXPECT_EQ(allowed, expected);
 }

@@ -71,7 +71,7 @@ void Admit(const Node& node, const v1::AdmitPartRequest& request) {
   const std::vector<std::string> nodes(request.nodes().begin(), request.nodes().end());
   const std::string source =
       absl::StrCat(request.global_id().coordinator(), "/", request.global_id().job_id());
-  // As a part admits it (ClusterJobs::PartGraph): the coordinator's
+  // As a part admits it (PartHost::PartGraph): the coordinator's
   // decisions, the graph, then the graph checked with those decisions.
   absl::StatusOr<jobs::GraphPtr> span;
   absl::StatusOr<ops::DecidedSchedules> decided = cluster::DecidedSchedulesOf(request);

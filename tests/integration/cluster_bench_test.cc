@@ -140,7 +140,7 @@ TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedChunkedAndDynamicBesi
   }
   EXPECT_EQ(j["forms"][2]["messages"][1]["how"], "chunked");
   EXPECT_EQ(j["forms"][2]["messages"][1]["pieces"], 4);
-  EXPECT_EQ(j["forms"][3]["queue"], "dynamic");
+  EXPECT_EQ(j["forms"][3]["scheduler"], "dynamic");
   EXPECT_EQ(j["forms"][3]["messages"][1]["pieces"], 4);
 }
 

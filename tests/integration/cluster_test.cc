@@ -356,7 +356,7 @@ TEST_F(ClusterTest, ALayerWrittenByGraphWithGradsRunsForwardAndBackwardOverTwoDa
 TEST_F(ClusterTest, GradientsAreDispatchedAtRunTimeOnEachNodeOverTwoDaemons) {
   ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string path = WriteSmallLayer(
-      nodes_[0].dir->path(), {"--pass", "backward", "--chunk-kib", "16", "--queue", "dynamic",
+      nodes_[0].dir->path(), {"--pass", "backward", "--chunk-kib", "16", "--scheduler", "dynamic",
                               "--bucket-mib", "0", "--defer-bound-ms", "40"});
   const std::string id = Submit(0, path, Nodes({0, 1}));
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(120));
