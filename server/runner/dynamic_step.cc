@@ -28,8 +28,6 @@ constexpr absl::Duration kPollInterval = absl::Microseconds(20);
 // kMaxChunksInFlight).
 constexpr double kLaneAheadMs = 0.25;
 constexpr int kMaxChunksInFlight = 8;
-// With chunk_kib 0, the shortest chunk by its time alone (PlaceOnDeferredLane).
-constexpr double kMinDynamicChunkMs = 0.2;
 
 bool IsLocal(OpContext& ctx, int r) { return ctx.engine().IsLocalDevice(ctx.rank(r).device); }
 
@@ -65,11 +63,39 @@ absl::Status SendChunk(Member& m) {
 // is critical work.
 bool HasCollective(const Member& m) { return m.op.type != OpType::kGemm; }
 
+// The dispatcher's work: each deferred-lane member, whose pointer goes to `lane`.
+std::vector<DeferredWork> LaneWork(std::vector<Member>& members, std::vector<Member*>* lane) {
+  std::vector<DeferredWork> work;
+  for (Member& m : members) {
+    if (!m.on_deferred_lane) continue;
+    lane->push_back(&m);
+    DeferredWork& w = work.emplace_back();
+    w.id = m.op.id;
+    w.chunks = Pieces(m);
+    for (int q = 0; q < m.ctx->tp(); ++q) {
+      if (IsLocal(*m.ctx, q)) w.devices.push_back(m.ctx->rank(q).device);
+    }
+    w.chunk_ms = BesideGemmsOf(m) * m.alone_ms / w.chunks;
+  }
+  return work;
+}
+
+// Whether the event at the member's place completed on every local rank.
+absl::StatusOr<bool> InputReady(OpContext& ctx) {
+  for (int q = 0; q < ctx.tp(); ++q) {
+    if (!IsLocal(ctx, q)) continue;
+    ASSIGN_OR_RETURN(const engine::EventId event, ctx.Event(q, EventKind::kLayerFork, 0));
+    ASSIGN_OR_RETURN(const bool done, ctx.engine().EventDone(event));
+    if (!done) return false;
+  }
+  return true;
+}
+
 // One dispatched iteration's bookkeeping on the host.
 class LiveDispatch {
  public:
   LiveDispatch(std::vector<Member>& members, double bound_ms, TimelineEngine* tracer)
-      : dispatcher_(Work(members, &lane_), bound_ms), reached_(lane_.size()), tracer_(tracer) {}
+      : dispatcher_(LaneWork(members, &lane_), bound_ms), reached_(lane_.size()), tracer_(tracer) {}
 
   // The main streams reached deferred member `lane_index`'s place: its input
   // is ready once they get there.
@@ -98,94 +124,16 @@ class LiveDispatch {
 
   // Observes the events, then issues every chunk the dispatcher lets go now.
   // Returns how many it issued.
-  absl::StatusOr<int> Poll(engine::Engine& engine) {
-    const double now = NowMs();
-    for (size_t k = 0; k < lane_.size(); ++k) {
-      if (!reached_[k] || dispatcher_.IsReady(static_cast<int>(k))) continue;
-      ASSIGN_OR_RETURN(const bool ready, InputReady(*lane_[k]->ctx));
-      if (ready) dispatcher_.Ready(static_cast<int>(k), now);
-    }
-    // Critical work is pending on a device from when its streams reach it
-    // until it is done: work the host enqueued further ahead does not hold the
-    // deferred lane back yet, or nothing deferred would go before the step's
-    // last collective.
-    std::vector<CriticalWork> left;
-    std::set<int> pending;
-    for (const CriticalWork& c : critical_) {
-      ASSIGN_OR_RETURN(const bool done, engine.EventDone(c.done));
-      if (done) continue;
-      left.push_back(c);
-      ASSIGN_OR_RETURN(const bool reached, engine.EventDone(c.start));
-      if (reached) pending.insert(c.device);
-    }
-    critical_ = std::move(left);
-    auto critical_pending = [&](int device) { return pending.count(device) > 0; };
-    int issued = 0;
-    for (DispatchDecision d = dispatcher_.Next(now, critical_pending); d.work >= 0;
-         d = dispatcher_.Next(now, critical_pending)) {
-      ASSIGN_OR_RETURN(const int in_flight, ChunksInFlight(engine));
-      const double chunk_ms = dispatcher_.work()[d.work].chunk_ms;
-      const int ahead = std::clamp(static_cast<int>(kLaneAheadMs / std::max(chunk_ms, 1e-6)), 1,
-                                   kMaxChunksInFlight);
-      // A chunk whose deadline is near goes now, critical work or not.
-      if (in_flight >= ahead && !d.deadline_near) break;
-      // A chunk's spans are its collective's, whatever op the main streams are at.
-      const std::string label = tracer_ != nullptr ? tracer_->label() : "";
-      if (tracer_ != nullptr) tracer_->SetLabel(lane_[d.work]->op.id);
-      RETURN_IF_ERROR(SendChunk(*lane_[d.work]));
-      if (tracer_ != nullptr) tracer_->SetLabel(label);
-      RETURN_IF_ERROR(TrackChunk(*lane_[d.work]));
-      dispatcher_.Issued(d, now);
-      ++issued;
-    }
-    return issued;
-  }
+  absl::StatusOr<int> Poll(engine::Engine& engine);
 
   // Polls until every chunk is out. A ready chunk goes by its deadline at the
   // latest, so only a wait for an input (or for the lane) can last: past
   // kDispatchReadyTimeout beyond the bound, the step fails.
-  absl::Status Drain(engine::Engine& engine) {
-    const absl::Duration limit =
-        kDispatchReadyTimeout + absl::Milliseconds(dispatcher_.bound_ms());
-    absl::Time progress = absl::Now();
-    while (!dispatcher_.AllIssued()) {
-      ASSIGN_OR_RETURN(const int issued, Poll(engine));
-      if (issued > 0) {
-        progress = absl::Now();
-        continue;
-      }
-      if (absl::Now() - progress > limit) {
-        const int head = dispatcher_.Head();
-        return absl::DeadlineExceededError(absl::StrCat(
-            "layer step: deferred collective ", dispatcher_.work()[head].id, " waited ",
-            absl::FormatDuration(limit),
-            dispatcher_.IsReady(head) ? " for its deferred lane: its earlier chunks did not finish"
-                                      : " for its input: the work before it did not finish"));
-      }
-      absl::SleepFor(kPollInterval);
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Drain(engine::Engine& engine);
 
   const std::vector<DispatchRecord>& records() const { return dispatcher_.records(); }
 
  private:
-  static std::vector<DeferredWork> Work(std::vector<Member>& members, std::vector<Member*>* lane) {
-    std::vector<DeferredWork> work;
-    for (Member& m : members) {
-      if (!m.on_deferred_lane) continue;
-      lane->push_back(&m);
-      DeferredWork& w = work.emplace_back();
-      w.id = m.op.id;
-      w.chunks = Pieces(m);
-      for (int q = 0; q < m.ctx->tp(); ++q) {
-        if (IsLocal(*m.ctx, q)) w.devices.push_back(m.ctx->rank(q).device);
-      }
-      w.chunk_ms = BesideGemmsOf(m) * m.alone_ms / w.chunks;
-    }
-    return work;
-  }
-
   // The chunks issued and not yet seen finished on every local rank.
   absl::StatusOr<int> ChunksInFlight(engine::Engine& engine) {
     while (!in_flight_.empty()) {
@@ -210,20 +158,9 @@ class LiveDispatch {
     return absl::OkStatus();
   }
 
-  // Whether the event at the member's place completed on every local rank.
-  static absl::StatusOr<bool> InputReady(OpContext& ctx) {
-    for (int q = 0; q < ctx.tp(); ++q) {
-      if (!IsLocal(ctx, q)) continue;
-      ASSIGN_OR_RETURN(const engine::EventId event, ctx.Event(q, EventKind::kLayerFork, 0));
-      ASSIGN_OR_RETURN(const bool done, ctx.engine().EventDone(event));
-      if (!done) return false;
-    }
-    return true;
-  }
-
   double NowMs() const { return absl::ToDoubleMilliseconds(absl::Now() - start_); }
 
-  std::vector<Member*> lane_;  // before dispatcher_: Work() fills it
+  std::vector<Member*> lane_;  // before dispatcher_: LaneWork() fills it
   DeferredDispatcher dispatcher_;
   std::vector<bool> reached_;
   std::deque<std::vector<engine::EventId>> in_flight_;  // each chunk's end events, oldest first
@@ -236,46 +173,72 @@ class LiveDispatch {
   const absl::Time start_ = absl::Now();
 };
 
-}  // namespace
-
-void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
-                         std::vector<std::string>* notes) {
-  const int64_t es =
-      static_cast<int64_t>(DTypeSize(ops::BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
-  const int chunk_kib = spec.chunk_kib > 0 ? spec.chunk_kib : kDynamicChunkKib;
-  for (Member& m : members) {
-    m.on_deferred_lane = m.deferred && m.join_before.empty();
-    if (!m.on_deferred_lane || !Cuttable(spec, m)) continue;
-    int64_t chunk_bytes = int64_t{chunk_kib} << 10;
-    // Left to us (chunk_kib 0), a chunk is also long enough by its time alone
-    // that the host's cost of one (an issue, two events, a poll: tens of
-    // microseconds) stays a small share: 256 KiB chunks of a 235 MB gradient
-    // kept a shared H100's deferred lane waiting on the host 40 us a chunk.
-    const int64_t bytes = m.op.m * m.op.n * es;
-    if (spec.chunk_kib == 0 && m.alone_ms > 0) {
-      const double most_chunks = std::max(1.0, m.alone_ms / kMinDynamicChunkMs);
-      chunk_bytes = std::max(chunk_bytes, static_cast<int64_t>(bytes / most_chunks));
-    }
-    CutIntoPieces(m, chunk_bytes, es);
+absl::StatusOr<int> LiveDispatch::Poll(engine::Engine& engine) {
+  const double now = NowMs();
+  for (size_t k = 0; k < lane_.size(); ++k) {
+    if (!reached_[k] || dispatcher_.IsReady(static_cast<int>(k))) continue;
+    ASSIGN_OR_RETURN(const bool ready, InputReady(*lane_[k]->ctx));
+    if (ready) dispatcher_.Ready(static_cast<int>(k), now);
   }
-  for (const Member& m : members) {
-    if (!m.on_deferred_lane) continue;
-    const double chunk_ms = BesideGemmsOf(m) * m.alone_ms / Pieces(m);
-    if (m.pieces.empty() && m.op.type == OpType::kAllReduce) {
-      notes->push_back(absl::StrFormat(
-          "%s: no larger than a chunk (%d KiB%s), or not cut (a hierarchical or read "
-          "all-reduce): sent whole",
-          m.op.id, chunk_kib,
-          spec.chunk_kib == 0 ? absl::StrFormat(", or %.2g ms alone", kMinDynamicChunkMs) : ""));
-    }
-    if (chunk_ms >= spec.defer_bound_ms) {
-      notes->push_back(absl::StrFormat(
-          "%s: defer_bound_ms %.3g is below one chunk's expected time (%.3g ms): its chunks go "
-          "as soon as its input is ready, critical work or not",
-          m.op.id, spec.defer_bound_ms, chunk_ms));
-    }
+  // Critical work is pending on a device from when its streams reach it
+  // until it is done: work the host enqueued further ahead does not hold the
+  // deferred lane back yet, or nothing deferred would go before the step's
+  // last collective.
+  std::vector<CriticalWork> left;
+  std::set<int> pending;
+  for (const CriticalWork& c : critical_) {
+    ASSIGN_OR_RETURN(const bool done, engine.EventDone(c.done));
+    if (done) continue;
+    left.push_back(c);
+    ASSIGN_OR_RETURN(const bool reached, engine.EventDone(c.start));
+    if (reached) pending.insert(c.device);
   }
+  critical_ = std::move(left);
+  auto critical_pending = [&](int device) { return pending.count(device) > 0; };
+  int issued = 0;
+  for (DispatchDecision d = dispatcher_.Next(now, critical_pending); d.work >= 0;
+       d = dispatcher_.Next(now, critical_pending)) {
+    ASSIGN_OR_RETURN(const int in_flight, ChunksInFlight(engine));
+    const double chunk_ms = dispatcher_.work()[d.work].chunk_ms;
+    const int ahead = std::clamp(static_cast<int>(kLaneAheadMs / std::max(chunk_ms, 1e-6)), 1,
+                                 kMaxChunksInFlight);
+    // A chunk whose deadline is near goes now, critical work or not.
+    if (in_flight >= ahead && !d.deadline_near) break;
+    // A chunk's spans are its collective's, whatever op the main streams are at.
+    const std::string label = tracer_ != nullptr ? tracer_->label() : "";
+    if (tracer_ != nullptr) tracer_->SetLabel(lane_[d.work]->op.id);
+    RETURN_IF_ERROR(SendChunk(*lane_[d.work]));
+    if (tracer_ != nullptr) tracer_->SetLabel(label);
+    RETURN_IF_ERROR(TrackChunk(*lane_[d.work]));
+    dispatcher_.Issued(d, now);
+    ++issued;
+  }
+  return issued;
 }
+
+absl::Status LiveDispatch::Drain(engine::Engine& engine) {
+  const absl::Duration limit = kDispatchReadyTimeout + absl::Milliseconds(dispatcher_.bound_ms());
+  absl::Time progress = absl::Now();
+  while (!dispatcher_.AllIssued()) {
+    ASSIGN_OR_RETURN(const int issued, Poll(engine));
+    if (issued > 0) {
+      progress = absl::Now();
+      continue;
+    }
+    if (absl::Now() - progress > limit) {
+      const int head = dispatcher_.Head();
+      return absl::DeadlineExceededError(absl::StrCat(
+          "layer step: deferred collective ", dispatcher_.work()[head].id, " waited ",
+          absl::FormatDuration(limit),
+          dispatcher_.IsReady(head) ? " for its deferred lane: its earlier chunks did not finish"
+                                    : " for its input: the work before it did not finish"));
+    }
+    absl::SleepFor(kPollInterval);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::vector<int> LaneReadyPoints(const std::vector<Member>& members) {
   std::map<std::string, int> index_of;
@@ -430,8 +393,9 @@ absl::StatusOr<IterationFigures> ReadIteration(std::vector<Member>& members, OpC
 
 }  // namespace
 
-absl::Status ReportDispatch(std::vector<Member>& members, OpContext& main, double bound_ms,
-                            int iterations, LayerStepReport* layer) {
+absl::StatusOr<DispatchFigures> MeasureDispatch(std::vector<Member>& members, OpContext& main,
+                                                double bound_ms, int iterations,
+                                                std::vector<LayerDeferral> deferrals) {
   engine::Engine& engine = main.engine();
   const std::vector<int> devices = main.devices();
   std::vector<IterationFigures> figures;
@@ -445,9 +409,9 @@ absl::Status ReportDispatch(std::vector<Member>& members, OpContext& main, doubl
     RETURN_IF_ERROR(engine.Synchronize(devices));
     ASSIGN_OR_RETURN(figures.emplace_back(), ReadIteration(members, main));
   }
-  layer->dispatch_iterations = iterations;
+  DispatchFigures out{std::move(deferrals), {}, iterations};
   size_t k = 0;
-  for (LayerDeferral& d : layer->deferrals) {
+  for (LayerDeferral& d : out.deferrals) {
     if (k >= figures.front().deferral.size()) break;
     if (!d.dispatched) continue;
     std::vector<double> ready, first, finished;
@@ -473,10 +437,9 @@ absl::Status ReportDispatch(std::vector<Member>& members, OpContext& main, doubl
       inversion.push_back(f.inversion_ms.at(device));
       busy.push_back(f.busy_ms.at(device));
     }
-    layer->lane_figures.push_back(
-        LaneFigures{device, Summarize(inversion).median, Summarize(busy).median});
+    out.lanes.push_back(LaneFigures{device, Summarize(inversion).median, Summarize(busy).median});
   }
-  return absl::OkStatus();
+  return out;
 }
 
 }  // namespace overlap::runner

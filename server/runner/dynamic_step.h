@@ -48,12 +48,6 @@ class TimelineEngine;
 // DEADLINE_EXCEEDED (the work before it hung).
 inline constexpr absl::Duration kDispatchReadyTimeout = absl::Seconds(120);
 
-// The deferred lane's members: chunks of chunk_kib (kDynamicChunkKib when 0),
-// on their deferred-lane streams; appends to `notes` where the bound or the
-// chunk size cannot be kept. Call once the contexts exist.
-void PlaceOnDeferredLane(std::vector<Member>& members, const JobSpec& spec,
-                         std::vector<std::string>* notes);
-
 // Where each deferred-lane member's input is ready, by lane index (the
 // members with on_deferred_lane, in the order of `members`): the index into
 // `members` of the op after which the main streams record its ready event.
@@ -70,10 +64,19 @@ absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Memb
                                                                 OpContext& main, double bound_ms,
                                                                 TimelineEngine* tracer = nullptr);
 
-// Runs `iterations` more dispatched iterations, each on its own, and fills
-// each dispatched deferral's figures and the per-device lane figures of
-// `layer` from the devices' events.
-absl::Status ReportDispatch(std::vector<Member>& members, OpContext& main, double bound_ms,
-                            int iterations, LayerStepReport* layer);
+// What MeasureDispatch measured: the deferrals it was given, the dispatched
+// ones with their figures, and each device's lane figures.
+struct DispatchFigures {
+  std::vector<LayerDeferral> deferrals;
+  std::vector<LaneFigures> lanes;
+  int iterations = 0;
+};
+
+// Runs `iterations` more dispatched iterations, each on its own, and returns
+// each dispatched deferral's figures and the per-device lane figures from the
+// devices' events.
+absl::StatusOr<DispatchFigures> MeasureDispatch(std::vector<Member>& members, OpContext& main,
+                                                double bound_ms, int iterations,
+                                                std::vector<LayerDeferral> deferrals);
 
 }  // namespace overlap::runner

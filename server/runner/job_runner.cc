@@ -149,15 +149,17 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   }
   result.total_step_ms = total;
   result.total_exposed_comm_ms = exposed;
-  if (absl::Status s =
-          TimeLayerStep(engine, spec, devices, hooks, order, &result, source.tuning_cache);
-      !s.ok()) {
+  absl::StatusOr<LayerStepOutcome> layer =
+      TimeLayerStep(engine, spec, devices, hooks, order, result.ops, source.tuning_cache);
+  if (!layer.ok()) {
     const absl::Status drained = engine.Synchronize(devices);
     if (!drained.ok()) {
       GetLogger("ops")->debug("after a failed layer step: {}", std::string(drained.message()));
     }
-    return s;
+    return layer.status();
   }
+  result.layer = std::move(layer->layer);
+  result.layer_note = std::move(layer->note);
   return result;
 }
 

@@ -7,21 +7,6 @@
 
 namespace overlap::runner {
 
-// Whether another op reads this one's output: it must be whole when that one
-// runs, so it is not cut into pieces sent later.
-bool IsRead(const JobSpec& spec, const OpSpec& op) {
-  for (const OpSpec& other : spec.ops) {
-    if (other.input == op.id) return true;
-  }
-  return false;
-}
-
-// Whether an op reads another's output or is read by another: its tensors
-// are its own, not a bucket's.
-bool InChain(const JobSpec& spec, const OpSpec& op) {
-  return !op.input.empty() || IsRead(spec, op);
-}
-
 // Member m's input made from its producer's output on m's compute streams:
 // each of m's ranks reads what the producer's rank on the same device wrote,
 // through m's activation, cast to m's input dtype (fp8: with the chain's scale).
@@ -60,18 +45,12 @@ absl::Status EnqueueWiredInput(Member& m) {
   return absl::OkStatus();
 }
 
-// Each device's main compute stream: the layer step's main streams, which
-// every op of a mesh reaches through its rank on that device.
-using MainStreams = std::map<int, engine::StreamId>;
-
 MainStreams MainStreamsOf(OpContext& main) {
   MainStreams streams;
   for (int r = 0; r < main.tp(); ++r) streams[main.rank(r).device] = main.rank(r).compute;
   return streams;
 }
 
-// Deferred member `m` sends its next piece, or the
-// whole op: its side streams wait for the main streams to get here first.
 absl::Status SendDeferred(Member& m, const MainStreams& main) {
   OpContext& ctx = *m.ctx;
   const int fork = static_cast<int>(m.sent);  // one event per piece, of m's own context
@@ -93,12 +72,8 @@ absl::Status SendDeferred(Member& m, const MainStreams& main) {
   return absl::OkStatus();
 }
 
-int Pieces(const Member& m) { return std::max<int>(1, static_cast<int>(m.pieces.size())); }
-
 bool Unsent(const Member& m) { return static_cast<int>(m.sent) < Pieces(m); }
 
-// The main streams wait for the deferred ops that join before `id` ("" = the
-// end), each first sending what it has not sent yet.
 absl::Status JoinBefore(std::vector<Member>& members, const std::string& id,
                         const MainStreams& main) {
   for (size_t i = 0; i < members.size(); ++i) {
@@ -111,30 +86,6 @@ absl::Status JoinBefore(std::vector<Member>& members, const std::string& id,
     }
   }
   return absl::OkStatus();
-}
-
-void Chunk(std::vector<Member>& members, const JobSpec& spec, int chunk_kib, bool lane_only) {
-  if (chunk_kib <= 0) return;
-  const int64_t es =
-      static_cast<int64_t>(DTypeSize(ops::BufferDTypesFor(OpType::kAllReduce, spec.dtype).a));
-  const int64_t chunk_bytes = int64_t{chunk_kib} << 10;
-  for (Member& m : members) {
-    const bool candidate = lane_only ? m.on_deferred_lane : m.deferred && m.bucketed.empty();
-    if (candidate && Cuttable(spec, m)) CutIntoPieces(m, chunk_bytes, es);
-  }
-}
-
-bool Cuttable(const JobSpec& spec, const Member& m) {
-  return m.op.type == OpType::kAllReduce && !IsRead(spec, m.op) &&
-         m.schedule.algorithm != AllReduceAlgorithm::kHierarchical;
-}
-
-void CutIntoPieces(Member& m, int64_t chunk_bytes, int64_t es) {
-  if (m.op.m * m.op.n * es <= chunk_bytes) return;
-  const int64_t rows = std::max<int64_t>(1, chunk_bytes / (m.op.n * es));
-  for (int64_t row = 0; row < m.op.m; row += rows) {
-    m.pieces.push_back(ops::RowRange{row, std::min(rows, m.op.m - row)});
-  }
 }
 
 }  // namespace overlap::runner

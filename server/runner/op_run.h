@@ -180,26 +180,7 @@ struct OpRun {
       if (recent_host_ms.size() > kHostEstimateWindow) recent_host_ms.erase(recent_host_ms.begin());
       std::move(open_gate).Invoke();
       RETURN_IF_ERROR(engine.Synchronize(devices));
-      if (it >= warmup) {
-        double worst = 0;
-        std::vector<double> group_worst(ctx.groups(), 0.0);
-        for (int r = 0; r < (graph ? 1 : ctx.tp()); ++r) {
-          // A rank of another daemon (a job spanning nodes) is timed there.
-          if (!engine.IsLocalDevice(ctx.rank(r).device)) continue;
-          ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, ops::EventKind::kIterStart));
-          ASSIGN_OR_RETURN(engine::EventId stop, ctx.Event(r, end));
-          ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, stop));
-          worst = std::max(worst, ms);
-          double& in_group = group_worst[r / ctx.group_size()];
-          in_group = std::max(in_group, ms);
-          run.rank_times[r].push_back(ms);
-        }
-        run.times.push_back(worst);
-        if (!graph) {
-          run.group_times.resize(ctx.groups());
-          for (int g = 0; g < ctx.groups(); ++g) run.group_times[g].push_back(group_worst[g]);
-        }
-      }
+      if (it >= warmup) RETURN_IF_ERROR(AddIterationTimes(graph.has_value(), end, run));
       Progress(phase, it + 1, warmup + count);
     }
     run.host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
@@ -215,6 +196,31 @@ struct OpRun {
           ctx.op().id, phase, late, kMaxGateHoldMs);
     }
     return run;
+  }
+
+  // A timed iteration's times on each local rank from kIterStart to `end`
+  // (rank 0 alone where it replayed a graph) into `run`: the max over them,
+  // and each rank's and each group's max.
+  absl::Status AddIterationTimes(bool replayed, ops::EventKind end, TimedRun& run) {
+    double worst = 0;
+    std::vector<double> group_worst(ctx.groups(), 0.0);
+    for (int r = 0; r < (replayed ? 1 : ctx.tp()); ++r) {
+      // A rank of another daemon (a job spanning nodes) is timed there.
+      if (!engine.IsLocalDevice(ctx.rank(r).device)) continue;
+      ASSIGN_OR_RETURN(engine::EventId start, ctx.Event(r, ops::EventKind::kIterStart));
+      ASSIGN_OR_RETURN(engine::EventId stop, ctx.Event(r, end));
+      ASSIGN_OR_RETURN(double ms, engine.ElapsedMs(start, stop));
+      worst = std::max(worst, ms);
+      double& in_group = group_worst[r / ctx.group_size()];
+      in_group = std::max(in_group, ms);
+      run.rank_times[r].push_back(ms);
+    }
+    run.times.push_back(worst);
+    if (!replayed) {
+      run.group_times.resize(ctx.groups());
+      for (int g = 0; g < ctx.groups(); ++g) run.group_times[g].push_back(group_worst[g]);
+    }
+    return absl::OkStatus();
   }
 
   int64_t GateTimeouts(const std::vector<int>& devices) const {
