@@ -28,11 +28,11 @@ def layer_ops(path):
 
 
 def tuned_choices(client, ops, tp, dtype="bf16"):
-    """{op id: the kept choice} for the ops at `tp`, current ones only."""
+    """{op id: the kept choice (overlapd.TunedSchedule)} for the ops at `tp`, current ones only."""
     choices = {}
     for op in ops:
         kept = client.tuning(op_type=op["type"], m=op["m"], k=op["k"], n=op["n"])
-        usable = [t for t in kept if int(t["tp"]) == tp and t["dtype"] == dtype and t["current"]]
+        usable = [t for t in kept if t.tp == tp and t.dtype == dtype and t.current]
         if usable:
             choices[op["id"]] = usable[0]
     return choices
@@ -58,8 +58,8 @@ def main():
             print("%-10s no choice kept at tp %d: run overlapctl bench --graph %s" % (
                 op["id"], args.tp, args.graph))
         else:
-            print("%-10s %-16s %.3f ms when tuned" % (op["id"], c["schedule"], c["step_ms"]))
-    picked = [{"op": op["id"], "type": op["type"], "schedule": choices[op["id"]]["schedule"]}
+            print("%-10s %-16s %.3f ms when tuned" % (op["id"], c.schedule, c.step_ms))
+    picked = [{"op": op["id"], "type": op["type"], "schedule": choices[op["id"]].schedule}
               for op in ops if op["id"] in choices]
     ub_cfgs = frameworks.te_ub_cfgs(picked)
     try:

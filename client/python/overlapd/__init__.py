@@ -1,4 +1,24 @@
 """overlapd's Python client (client/python/README.md)."""
-from overlapd.client import FINAL_STATES, Client, OverlapdError, default_address
+from importlib import metadata as _metadata
 
-__all__ = ["Client", "OverlapdError", "FINAL_STATES", "default_address"]
+from overlapd.client import EXPORT_FORMATS, Client, default_address, graph_text
+from overlapd.errors import (InputFileError, InvalidArgumentError, JobTimeoutError,
+                             OverlapdError)
+from overlapd.model import (FINAL_STATES, CandidateTiming, Device, DeviceStats, Job, JobPage,
+                            JobResult, JobState, NodeInfo, NodeResult, OpResult, Progress, Stats,
+                            TimingStats, TunedSchedule)
+
+try:
+    # The daemon's release: setup.py takes it from the repository's
+    # CMakeLists.txt project(VERSION) when the package is built.
+    __version__: str = _metadata.version("overlapd")
+except _metadata.PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "__version__", "Client", "default_address", "graph_text", "EXPORT_FORMATS",
+    "OverlapdError", "InvalidArgumentError", "InputFileError", "JobTimeoutError",
+    "JobState", "FINAL_STATES", "Job", "JobPage", "JobResult", "OpResult", "TimingStats",
+    "CandidateTiming", "NodeResult", "Progress", "NodeInfo", "Device", "Stats", "DeviceStats",
+    "TunedSchedule",
+]

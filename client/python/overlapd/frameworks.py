@@ -3,10 +3,13 @@ the ub_cfgs that `transformer_engine.pytorch.initialize_ub(..., ub_cfgs=...)`
 takes (Megatron-LM's --tp-comm-overlap-cfg is the same dict). The mapping is
 not written here: it is the table `overlapctl export --format te` is built
 from (client/export/te_ub_cfgs.json, copied into this package when it is
-built; docs/EXPORT.md)."""
+built; docs/EXPORT.md). Megatron-LM's YAML and torchtitan's TOML, with each
+entry's margins, come from Client.export, which runs `overlapctl export`."""
 import json
 import pathlib
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from overlapd.model import Job
 
 
 def _load_table() -> Dict[str, Any]:
@@ -14,7 +17,8 @@ def _load_table() -> Dict[str, Any]:
     if not path.is_file():
         raise ImportError("overlapd: %s is missing (reinstall the package from the overlapd "
                           "repository's client/python)" % path)
-    return json.loads(path.read_text())
+    table: Dict[str, Any] = json.loads(path.read_text())
+    return table
 
 
 _TABLE = _load_table()
@@ -26,10 +30,11 @@ def te_layer(op_id: str) -> Optional[str]:
     row = _TABLE["layers"].get(op_id)
     if row is None or row["collective"] == "none":
         return None
-    return row["te"]
+    name: str = row["te"]
+    return name
 
 
-def _parse(schedule: str):
+def _parse(schedule: str) -> Tuple[str, int, str]:
     """("ring", 2, "p2p") from "ring/2/p2p"; chunks 1 where the name has none."""
     parts = schedule.split("+")[0].split("/")
     chunks = 1
@@ -39,8 +44,13 @@ def _parse(schedule: str):
     return parts[0], chunks, transport
 
 
-def choices_from_job(job: Dict[str, Any]) -> List[Dict[str, str]]:
-    """Each op's type and the schedule it ran, from a job as Client.get returns it."""
+def choices_from_job(job: Union[Job, Mapping[str, Any]]) -> List[Dict[str, str]]:
+    """Each op's type and the schedule it ran, from a job as Client.get returns
+    it (or its JSON form)."""
+    if isinstance(job, Job):
+        ops = job.result.ops if job.result is not None else []
+        return [{"op": op.id, "type": op.type, "schedule": op.schedule}
+                for op in ops if op.type != "gemm"]
     return [{"op": op["id"], "type": op["type"], "schedule": op["schedule"]}
             for op in job["result"]["ops"] if op["type"] != "gemm"]
 
@@ -56,7 +66,7 @@ def te_entry(op_id: str, op_type: str, schedule: str) -> Optional[Dict[str, Any]
     if by_collective is None:  # serial, or a mode TE has no form of
         return None
     method = by_collective[_TABLE["layers"][op_id]["collective"]]
-    entry = {"method": method["method"]}
+    entry: Dict[str, Any] = {"method": method["method"]}
     if entry["method"] == "pipeline":
         splits = method["num_splits"]
         entry["num_splits"] = chunks if splits == "chunks" else splits
@@ -67,9 +77,10 @@ def te_entry(op_id: str, op_type: str, schedule: str) -> Optional[Dict[str, Any]
 
 def te_ub_cfgs(choices: Iterable[Dict[str, str]]) -> Dict[str, Dict[str, Any]]:
     """{TE layer: its config} for the choices (choices_from_job's form)."""
-    cfgs = {}
+    cfgs: Dict[str, Dict[str, Any]] = {}
     for c in choices:
         entry = te_entry(c["op"], c["type"], c["schedule"])
-        if entry is not None:
-            cfgs[te_layer(c["op"])] = entry
+        layer = te_layer(c["op"])
+        if entry is not None and layer is not None:
+            cfgs[layer] = entry
     return cfgs
