@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 #include "common/seeded_random.h"
 
 namespace overlap {
@@ -42,17 +43,9 @@ size_t DTypeSize(DType dtype) {
 }
 
 std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "fp32";
-    case DType::kF16:
-      return "fp16";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kFP8:
-      return "fp8";
-  }
-  return "unknown";
+  static constexpr EnumName<DType> kNames[] = {
+      {DType::kF32, "fp32"}, {DType::kF16, "fp16"}, {DType::kBF16, "bf16"}, {DType::kFP8, "fp8"}};
+  return NameOf(kNames, dtype);
 }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {

@@ -4,28 +4,42 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/checked_size.h"
+#include "common/enum_names.h"
 
 namespace overlap {
 
-std::string OpTypeName(OpType type) {
-  switch (type) {
-    case OpType::kAgGemm:
-      return "ag_gemm";
-    case OpType::kGemmRs:
-      return "gemm_rs";
-    case OpType::kGemmAr:
-      return "gemm_ar";
-    case OpType::kAllGather:
-      return "all_gather";
-    case OpType::kReduceScatter:
-      return "reduce_scatter";
-    case OpType::kAllReduce:
-      return "all_reduce";
-    case OpType::kGemm:
-      return "gemm";
-  }
-  return "unknown";
-}
+namespace {
+
+// Each table in the order the error for an unknown name lists them.
+// clang-format off
+constexpr EnumName<OpType> kOpTypeNames[] = {
+    {OpType::kAgGemm, "ag_gemm"}, {OpType::kGemmRs, "gemm_rs"}, {OpType::kGemmAr, "gemm_ar"},
+    {OpType::kAllGather, "all_gather"}, {OpType::kReduceScatter, "reduce_scatter"},
+    {OpType::kAllReduce, "all_reduce"}, {OpType::kGemm, "gemm"}};
+constexpr EnumName<OverlapMode> kOverlapModeNames[] = {
+    {OverlapMode::kSerial, "serial"}, {OverlapMode::kBulk, "bulk"},
+    {OverlapMode::kChunked, "chunked"}, {OverlapMode::kRing, "ring"}, {OverlapMode::kAuto, "auto"}};
+constexpr EnumName<Transport> kTransportNames[] = {
+    {Transport::kAuto, "auto"}, {Transport::kNccl, "nccl"}, {Transport::kP2p, "p2p"},
+    {Transport::kDirect, "direct"}, {Transport::kNone, "none"}};
+constexpr EnumName<AllReduceAlgorithm> kAllReduceAlgorithmNames[] = {
+    {AllReduceAlgorithm::kDefault, "default"}, {AllReduceAlgorithm::kRing, "ring"},
+    {AllReduceAlgorithm::kTree, "tree"}, {AllReduceAlgorithm::kParameterServer, "ps"},
+    {AllReduceAlgorithm::kHierarchical, "hierarchical"}, {AllReduceAlgorithm::kAuto, "auto"}};
+constexpr EnumName<OpGroup> kOpGroupNames[] = {
+    {OpGroup::kTp, "tp"}, {OpGroup::kDp, "dp"}, {OpGroup::kWorld, "world"}};
+constexpr EnumName<Scheduler> kSchedulerNames[] = {
+    {Scheduler::kStatic, "static"}, {Scheduler::kDynamic, "dynamic"}};
+constexpr EnumName<Activation> kActivationNames[] = {
+    {Activation::kNone, "none"}, {Activation::kGelu, "gelu"}, {Activation::kSwiglu, "swiglu"}};
+constexpr EnumName<Split> kSplitNames[] = {
+    {Split::kRows, "split by rows"}, {Split::kCols, "split by columns"},
+    {Split::kReplicated, "whole on every rank"}, {Split::kPartial, "a partial sum on every rank"}};
+// clang-format on
+
+}  // namespace
+
+std::string OpTypeName(OpType type) { return NameOf(kOpTypeNames, type); }
 
 bool IsCollectiveOnly(OpType type) {
   return type == OpType::kAllGather || type == OpType::kReduceScatter || type == OpType::kAllReduce;
@@ -33,121 +47,33 @@ bool IsCollectiveOnly(OpType type) {
 
 bool IsGemmOnly(OpType type) { return type == OpType::kGemm; }
 
-std::string OverlapModeName(OverlapMode mode) {
-  switch (mode) {
-    case OverlapMode::kSerial:
-      return "serial";
-    case OverlapMode::kBulk:
-      return "bulk";
-    case OverlapMode::kChunked:
-      return "chunked";
-    case OverlapMode::kRing:
-      return "ring";
-    case OverlapMode::kAuto:
-      return "auto";
-  }
-  return "unknown";
-}
+std::string OverlapModeName(OverlapMode mode) { return NameOf(kOverlapModeNames, mode); }
 
-std::string TransportName(Transport transport) {
-  switch (transport) {
-    case Transport::kAuto:
-      return "auto";
-    case Transport::kNccl:
-      return "nccl";
-    case Transport::kP2p:
-      return "p2p";
-    case Transport::kDirect:
-      return "direct";
-    case Transport::kNone:
-      return "none";
-  }
-  return "unknown";
-}
+std::string TransportName(Transport transport) { return NameOf(kTransportNames, transport); }
 
 std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm) {
-  switch (algorithm) {
-    case AllReduceAlgorithm::kDefault:
-      return "default";
-    case AllReduceAlgorithm::kRing:
-      return "ring";
-    case AllReduceAlgorithm::kTree:
-      return "tree";
-    case AllReduceAlgorithm::kParameterServer:
-      return "ps";
-    case AllReduceAlgorithm::kAuto:
-      return "auto";
-    case AllReduceAlgorithm::kHierarchical:
-      return "hierarchical";
-  }
-  return "unknown";
+  return NameOf(kAllReduceAlgorithmNames, algorithm);
 }
 
-std::string OpGroupName(OpGroup group) {
-  switch (group) {
-    case OpGroup::kTp:
-      return "tp";
-    case OpGroup::kDp:
-      return "dp";
-    case OpGroup::kWorld:
-      return "world";
-  }
-  return "unknown";
-}
+std::string OpGroupName(OpGroup group) { return NameOf(kOpGroupNames, group); }
 
 absl::StatusOr<OpGroup> ParseOpGroup(absl::string_view name) {
-  for (OpGroup group : {OpGroup::kTp, OpGroup::kDp, OpGroup::kWorld}) {
-    if (name == OpGroupName(group)) return group;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown group \"", absl::CHexEscape(name),
-                                                 "\" (expected tp, dp, world)"));
+  return ParseName(kOpGroupNames, name, "group");
 }
 
-std::string ActivationName(Activation activation) {
-  switch (activation) {
-    case Activation::kNone:
-      return "none";
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kSwiglu:
-      return "swiglu";
-  }
-  return "unknown";
-}
+std::string ActivationName(Activation activation) { return NameOf(kActivationNames, activation); }
 
-std::string SchedulerName(Scheduler scheduler) {
-  return scheduler == Scheduler::kDynamic ? "dynamic" : "static";
-}
+std::string SchedulerName(Scheduler scheduler) { return NameOf(kSchedulerNames, scheduler); }
 
 absl::StatusOr<Scheduler> ParseScheduler(absl::string_view name) {
-  for (Scheduler s : {Scheduler::kStatic, Scheduler::kDynamic}) {
-    if (name == SchedulerName(s)) return s;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown scheduler \"", absl::CHexEscape(name),
-                                                 "\" (expected static, dynamic)"));
+  return ParseName(kSchedulerNames, name, "scheduler");
 }
 
 absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
-  for (Activation a : {Activation::kNone, Activation::kGelu, Activation::kSwiglu}) {
-    if (name == ActivationName(a)) return a;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown activation \"", absl::CHexEscape(name),
-                                                 "\" (expected none, gelu, swiglu)"));
+  return ParseName(kActivationNames, name, "activation");
 }
 
-std::string SplitName(Split split) {
-  switch (split) {
-    case Split::kRows:
-      return "split by rows";
-    case Split::kCols:
-      return "split by columns";
-    case Split::kReplicated:
-      return "whole on every rank";
-    case Split::kPartial:
-      return "a partial sum on every rank";
-  }
-  return "unknown";
-}
+std::string SplitName(Split split) { return NameOf(kSplitNames, split); }
 
 TensorLayout InputLayout(const OpSpec& op) {
   switch (op.type) {
@@ -223,43 +149,19 @@ int GroupSize(const Mesh& mesh, OpGroup group, int device_count) {
 }
 
 absl::StatusOr<OpType> ParseOpType(absl::string_view name) {
-  for (OpType type : {OpType::kAgGemm, OpType::kGemmRs, OpType::kGemmAr, OpType::kAllGather,
-                      OpType::kReduceScatter, OpType::kAllReduce, OpType::kGemm}) {
-    if (name == OpTypeName(type)) return type;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown op type \"", absl::CHexEscape(name),
-      "\" (expected ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, gemm)"));
+  return ParseName(kOpTypeNames, name, "op type");
 }
 
 absl::StatusOr<OverlapMode> ParseOverlapMode(absl::string_view name) {
-  for (OverlapMode mode : {OverlapMode::kSerial, OverlapMode::kBulk, OverlapMode::kChunked,
-                           OverlapMode::kRing, OverlapMode::kAuto}) {
-    if (name == OverlapModeName(mode)) return mode;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode \"", absl::CHexEscape(name),
-                   "\" (expected serial, bulk, chunked, ring, auto)"));
+  return ParseName(kOverlapModeNames, name, "mode");
 }
 
 absl::StatusOr<Transport> ParseTransport(absl::string_view name) {
-  for (Transport transport : {Transport::kAuto, Transport::kNccl, Transport::kP2p,
-                              Transport::kDirect, Transport::kNone}) {
-    if (name == TransportName(transport)) return transport;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown transport \"", absl::CHexEscape(name),
-                                                 "\" (expected auto, nccl, p2p, direct, none)"));
+  return ParseName(kTransportNames, name, "transport");
 }
 
 absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
-  for (AllReduceAlgorithm algorithm :
-       {AllReduceAlgorithm::kDefault, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
-        AllReduceAlgorithm::kParameterServer, AllReduceAlgorithm::kAuto,
-        AllReduceAlgorithm::kHierarchical}) {
-    if (name == AllReduceAlgorithmName(algorithm)) return algorithm;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown algorithm \"", absl::CHexEscape(name),
-                                                 "\" (expected default, ring, tree, ps, hierarchical, auto)"));
+  return ParseName(kAllReduceAlgorithmNames, name, "algorithm");
 }
 
 std::string StoredAllReduceAlgorithm(AllReduceAlgorithm algorithm) {

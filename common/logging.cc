@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 
@@ -25,25 +26,11 @@ class SyslogPriority : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    char priority = '6';  // info
-    switch (msg.level) {
-      case spdlog::level::trace:
-      case spdlog::level::debug:
-        priority = '7';
-        break;
-      case spdlog::level::warn:
-        priority = '4';
-        break;
-      case spdlog::level::err:
-        priority = '3';
-        break;
-      case spdlog::level::critical:
-        priority = '2';
-        break;
-      default:
-        break;
-    }
-    dest.push_back(priority);
+    // By spdlog's levels in its order: trace, debug, info, warn, err, critical, off.
+    static constexpr char kPriorities[] = {'7', '7', '6', '4', '3', '2', '6'};
+    static_assert(spdlog::level::trace == 0 && spdlog::level::off == 6);
+    const size_t level = static_cast<size_t>(msg.level);
+    dest.push_back(level < sizeof(kPriorities) ? kPriorities[level] : '6');
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<SyslogPriority>();

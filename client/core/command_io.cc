@@ -1,7 +1,6 @@
 #include "client/core/command_io.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "client/core/daemon_client.h"
 #include "client/core/proto_json.h"
+#include "common/unix_accounts.h"
 #include "common/yaml_util.h"
 
 namespace overlap::client {
@@ -28,13 +29,8 @@ namespace overlap::client {
 namespace {
 
 std::string GroupName(gid_t gid) {
-  std::vector<char> buffer(16384);
-  group entry{};
-  group* found = nullptr;
-  if (::getgrgid_r(gid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return found->gr_name;
-  }
-  return absl::StrCat("gid ", gid);
+  std::optional<std::string> name = LookupGroupName(gid);
+  return name ? *name : absl::StrCat("gid ", gid);
 }
 
 // "(owner uid 0, group root, mode 0700)" of `path`, or "" when it cannot be read.
@@ -139,6 +135,11 @@ int WriteTextFile(const std::string& path, const std::string& text, std::ostream
     return kExitUsage;
   }
   return kExitOk;
+}
+
+int UsageError(const absl::Status& status, std::ostream& err) {
+  err << "overlapctl: " << status.message() << "\n";
+  return kExitUsage;
 }
 
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err) {

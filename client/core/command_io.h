@@ -61,6 +61,9 @@ std::string UnixSocketProblem(const std::string& path);
 
 // The one-line error for a failed call and the matching exit status.
 int ReportCallError(const absl::Status& status, const std::string& address, std::ostream& err);
+// Prints "overlapctl: <message>" for input the user gave that cannot be used
+// (a flag, a file) and returns kExitUsage.
+int UsageError(const absl::Status& status, std::ostream& err);
 
 // Splits "MxKxN" (a shape on the command line) into its three integers; false
 // when it is not that form.

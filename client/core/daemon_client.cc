@@ -129,139 +129,106 @@ absl::Status DaemonClient::Convert(const grpc::Status& status) const {
   return result;
 }
 
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> DaemonClient::Call(Stub& stub,
+                                            grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                                         const Request&, Response*),
+                                            const Request& request) const {
+  grpc::ClientContext context;
+  PrepareUnary(context);
+  Response response;
+  RETURN_IF_ERROR(Convert((stub.*method)(&context, request, &response)));
+  return response;
+}
+
+namespace {
+
+// The job a Jobs reply carries, ready to print.
+template <typename Response>
+absl::StatusOr<v1::Job> PrintableJob(absl::StatusOr<Response> response) {
+  if (!response.ok()) return response.status();
+  MakePrintable(response->mutable_job());
+  return std::move(*response->mutable_job());
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Job> DaemonClient::SubmitJob(const std::string& spec,
                                                 const std::string& source_name,
                                                 const std::vector<std::string>& nodes,
                                                 bool validate_only) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::SubmitJobRequest request;
   request.set_spec(spec);
   request.set_source_name(source_name);
   request.set_validate_only(validate_only);
   for (const std::string& node : nodes) request.add_nodes(node);
-  v1::SubmitJobResponse response;
-  absl::Status status = Convert(jobs_->SubmitJob(&context, request, &response));
-  if (!status.ok()) return status;
-  MakePrintable(response.mutable_job());
-  return std::move(*response.mutable_job());
+  return PrintableJob(Call(*jobs_, &v1::Jobs::Stub::SubmitJob, request));
 }
 
 absl::StatusOr<v1::Job> DaemonClient::GetJob(const std::string& id) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::GetJobRequest request;
   request.set_id(id);
-  v1::GetJobResponse response;
-  absl::Status status = Convert(jobs_->GetJob(&context, request, &response));
-  if (!status.ok()) return status;
-  MakePrintable(response.mutable_job());
-  return std::move(*response.mutable_job());
+  return PrintableJob(Call(*jobs_, &v1::Jobs::Stub::GetJob, request));
 }
 
 absl::StatusOr<v1::ListJobsResponse> DaemonClient::ListJobs(v1::JobState state, int limit,
-                                                             const std::string& page_token) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
+                                                            const std::string& page_token) {
   v1::ListJobsRequest request;
   request.set_state(state);
   request.set_limit(limit);
   request.set_page_token(page_token);
-  v1::ListJobsResponse response;
-  absl::Status status = Convert(jobs_->ListJobs(&context, request, &response));
-  if (!status.ok()) return status;
+  ASSIGN_OR_RETURN(v1::ListJobsResponse response, Call(*jobs_, &v1::Jobs::Stub::ListJobs, request));
   for (v1::Job& job : *response.mutable_jobs()) MakePrintable(&job);
   return response;
 }
 
 absl::StatusOr<v1::Job> DaemonClient::CancelJob(const std::string& id) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::CancelJobRequest request;
   request.set_id(id);
-  v1::CancelJobResponse response;
-  absl::Status status = Convert(jobs_->CancelJob(&context, request, &response));
-  if (!status.ok()) return status;
-  MakePrintable(response.mutable_job());
-  return std::move(*response.mutable_job());
+  return PrintableJob(Call(*jobs_, &v1::Jobs::Stub::CancelJob, request));
 }
 
 absl::StatusOr<v1::GetNodeInfoResponse> DaemonClient::GetNodeInfo() {
-  grpc::ClientContext context;
-  PrepareUnary(context);
-  v1::GetNodeInfoResponse response;
-  absl::Status status = Convert(node_->GetNodeInfo(&context, v1::GetNodeInfoRequest(), &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::GetNodeInfo, v1::GetNodeInfoRequest());
 }
 
 absl::StatusOr<v1::GetStatsResponse> DaemonClient::GetStats() {
-  grpc::ClientContext context;
-  PrepareUnary(context);
-  v1::GetStatsResponse response;
-  absl::Status status = Convert(node_->GetStats(&context, v1::GetStatsRequest(), &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::GetStats, v1::GetStatsRequest());
 }
 
 absl::StatusOr<v1::ListTunedSchedulesResponse> DaemonClient::ListTunedSchedules(
     const v1::TuningFilter& filter) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::ListTunedSchedulesRequest request;
   *request.mutable_filter() = filter;
-  v1::ListTunedSchedulesResponse response;
-  absl::Status status = Convert(node_->ListTunedSchedules(&context, request, &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::ListTunedSchedules, request);
 }
 
 absl::StatusOr<v1::ForgetTunedSchedulesResponse> DaemonClient::ForgetTunedSchedules(
     const v1::TuningFilter& filter, bool all) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::ForgetTunedSchedulesRequest request;
   *request.mutable_filter() = filter;
   request.set_all(all);
-  v1::ForgetTunedSchedulesResponse response;
-  absl::Status status = Convert(node_->ForgetTunedSchedules(&context, request, &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::ForgetTunedSchedules, request);
 }
 
 absl::StatusOr<v1::ForgetXidsResponse> DaemonClient::ForgetXids(int device) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::ForgetXidsRequest request;
   request.set_device(device);
-  v1::ForgetXidsResponse response;
-  absl::Status status = Convert(node_->ForgetXids(&context, request, &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::ForgetXids, request);
 }
 
 absl::StatusOr<v1::GetCalibrationResponse> DaemonClient::GetCalibration(int tp) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::GetCalibrationRequest request;
   request.set_tp(tp);
-  v1::GetCalibrationResponse response;
-  absl::Status status = Convert(node_->GetCalibration(&context, request, &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::GetCalibration, request);
 }
 
 absl::StatusOr<v1::PutCalibrationResponse> DaemonClient::PutCalibration(const std::string& json,
                                                                         int tp) {
-  grpc::ClientContext context;
-  PrepareUnary(context);
   v1::PutCalibrationRequest request;
   request.set_calibration_json(json);
   request.set_tp(tp);
-  v1::PutCalibrationResponse response;
-  absl::Status status = Convert(node_->PutCalibration(&context, request, &response));
-  if (!status.ok()) return status;
-  return response;
+  return Call(*node_, &v1::Node::Stub::PutCalibration, request);
 }
 
 absl::StatusOr<v1::Job> DaemonClient::WatchJob(

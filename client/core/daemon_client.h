@@ -78,6 +78,12 @@ class DaemonClient {
                absl::Duration deadline);
 
   void PrepareUnary(grpc::ClientContext& context) const;
+  // One unary call of `method` on `stub` under PrepareUnary, its status converted.
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> Call(Stub& stub,
+                                grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                                const Request& request) const;
   absl::Status Convert(const grpc::Status& status) const;
 
   std::string address_;

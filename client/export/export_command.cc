@@ -131,10 +131,7 @@ int RunExport(DaemonClient& client, const ExportOptions& options, std::ostream& 
         : !doc.is_discarded()
             ? TorchMeasurementFromJson(doc, options.bench)
             : absl::InvalidArgumentError(absl::StrCat("cannot read JSON from ", options.bench));
-    if (!m.ok()) {
-      err << "overlapctl: " << m.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!m.ok()) return UsageError(m.status(), err);
     torch = *m;
   }
   std::string source;

@@ -133,14 +133,10 @@ std::string RemapCell(const v1::Device& d) {
 
 std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
   if (!HasHealth(node)) return "";
-  TextTable table({{"INDEX", Align::kRight},
-                   {"PCIE"},
-                   {"PCIE REPLAYS", Align::kRight},
-                   {"NVLINKS", Align::kRight},
-                   {"NVLINK CRC/REPLAY/RECOVERY", Align::kRight},
-                   {"ECC CORR/UNCORR", Align::kRight},
-                   {"ROW REMAP"},
-                   {"XID GPU/ALL"}});
+  TextTable table(Columns(
+      {Figures({"INDEX"}), Words({"PCIE"}),
+       Figures({"PCIE REPLAYS", "NVLINKS", "NVLINK CRC/REPLAY/RECOVERY", "ECC CORR/UNCORR"}),
+       Words({"ROW REMAP", "XID GPU/ALL"})}));
   std::string problems;
   const int most = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {

@@ -138,16 +138,10 @@ std::string FormatDispatch(const v1::JobResult& result) {
       "scheduler: dynamic (deferred collectives dispatched at run time on the deferred lane; the "
       "step ran live, not from a captured graph)\nlanes: ",
       result.lanes(), "\n");
-  TextTable table({{"deferred"},
-                   {"chunks", Align::kRight},
-                   {"ready ms", Align::kRight},
-                   {"first chunk ms", Align::kRight},
-                   {"finished ms", Align::kRight},
-                   {"worst delay ms", Align::kRight},
-                   {"bound ms", Align::kRight},
-                   {"bound"},
-                   {"yielded", Align::kRight},
-                   {"forced", Align::kRight}});
+  TextTable table(Columns({Words({"deferred"}),
+                           Figures({"chunks", "ready ms", "first chunk ms", "finished ms",
+                                    "worst delay ms", "bound ms"}),
+                           Words({"bound"}), Figures({"yielded", "forced"})}));
   for (const v1::LayerDeferral& d : result.layer_deferrals()) {
     if (!d.dispatched()) continue;
     table.AddRow({d.op(), absl::StrCat(d.pieces()), FormatMs(d.ready_ms()),
@@ -235,16 +229,10 @@ std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused)
 std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dynamic) {
   std::string out = "the layer step's deferred collectives planned (static) and dispatched at run "
                     "time (dynamic):\n";
-  TextTable table({{"scheduler"},
-                   {"job"},
-                   {"layer step ms", Align::kRight},
-                   {"without deferred ms", Align::kRight},
-                   {"with / without", Align::kRight},
-                   {"deferred hidden %", Align::kRight},
-                   {"worst delay ms", Align::kRight},
-                   {"chunks yielded", Align::kRight},
-                   {"chunks forced", Align::kRight},
-                   {"inversion ms", Align::kRight}});
+  TextTable table(Columns(
+      {Words({"scheduler", "job"}),
+       Figures({"layer step ms", "without deferred ms", "with / without", "deferred hidden %",
+                "worst delay ms", "chunks yielded", "chunks forced", "inversion ms"})}));
   for (const v1::Job* job : {&planned, &dynamic}) {
     const v1::JobResult& r = job->result();
     const bool dispatched = r.layer_scheduler() == "dynamic";
@@ -486,21 +474,12 @@ std::string FormatReport(const v1::Job& job) {
   }
   // Past 120 columns the host's enqueue time goes first, then the rates and
   // the parts of the step the exposed figure already sums up.
-  TextTable table({{"op"},
-                   {"type"},
-                   {"shape (m x k x n)"},
-                   {"mode"},
-                   {"chunks", Align::kRight, 2},
-                   {"transport"},
-                   {"step ms", Align::kRight},
-                   {"host ms", Align::kRight, 6},
-                   {"GEMM alone ms", Align::kRight, 1},
-                   {"comm alone ms", Align::kRight, 3},
-                   {"exposed comm ms", Align::kRight},
-                   {"hidden %", Align::kRight},
-                   {"TFLOP/s", Align::kRight, 4},
-                   {"busbw GB/s", Align::kRight, 5},
-                   {"verify"}});
+  TextTable table(
+      Columns({Words({"op", "type", "shape (m x k x n)", "mode"}), Figures({"chunks"}, 2),
+               Words({"transport"}), Figures({"step ms"}), Figures({"host ms"}, 6),
+               Figures({"GEMM alone ms"}, 1), Figures({"comm alone ms"}, 3),
+               Figures({"exposed comm ms", "hidden %"}), Figures({"TFLOP/s"}, 4),
+               Figures({"busbw GB/s"}, 5), Words({"verify"})}));
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
     const bool comm = !IsGemmAlone(op);
@@ -628,17 +607,9 @@ std::string ListReason(const std::string& error) {
 }  // namespace
 
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
-  TextTable table({{"ID"},
-                   {"STATE"},
-                   {"OWNER"},
-                   {"NAME"},
-                   {"PRIO", Align::kRight, 3},
-                   {"DEVICES"},
-                   {"OPS", Align::kRight, 2},
-                   {"SUBMITTED (UTC)"},
-                   {"DURATION", Align::kRight},
-                   {"STEP ms", Align::kRight, 1},
-                   {"REASON"}});
+  TextTable table(Columns({Words({"ID", "STATE", "OWNER", "NAME"}), Figures({"PRIO"}, 3),
+                           Words({"DEVICES"}), Figures({"OPS"}, 2), Words({"SUBMITTED (UTC)"}),
+                           Figures({"DURATION"}), Figures({"STEP ms"}, 1), Words({"REASON"})}));
   for (const v1::Job& job : jobs) {
     const bool started = job.start_time_ms() > 0;
     const int ops = std::max(job.ops_finished(), job.result().ops_size());
@@ -833,7 +804,7 @@ std::string FormatStats(const v1::GetStatsResponse& stats) {
   }
   for (const auto& [name, count] : rest) parts.push_back(absl::StrCat(name, " ", count));
   absl::StrAppend(&out, "jobs by state:  ", absl::StrJoin(parts, ", "), "\n");
-  TextTable table({{"DEVICE", Align::kRight}, {"JOBS", Align::kRight}, {"BUSY", Align::kRight}});
+  TextTable table(Columns({Figures({"DEVICE", "JOBS", "BUSY"})}));
   for (const v1::DeviceStats& device : stats.devices()) {
     table.AddRow({absl::StrCat(device.device()), absl::StrCat(device.jobs_run()),
                   FormatDuration(device.busy_ms() / 1000.0)});

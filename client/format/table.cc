@@ -154,4 +154,31 @@ std::string TextTable::Render() const {
   return out;
 }
 
+namespace {
+
+std::vector<TextTable::Column> Run(std::initializer_list<std::string> titles, Align align,
+                                   int detail) {
+  std::vector<TextTable::Column> columns;
+  for (const std::string& title : titles) columns.push_back({title, align, detail});
+  return columns;
+}
+
+}  // namespace
+
+std::vector<TextTable::Column> Words(std::initializer_list<std::string> titles, int detail) {
+  return Run(titles, Align::kLeft, detail);
+}
+
+std::vector<TextTable::Column> Figures(std::initializer_list<std::string> titles, int detail) {
+  return Run(titles, Align::kRight, detail);
+}
+
+std::vector<TextTable::Column> Columns(std::initializer_list<std::vector<TextTable::Column>> runs) {
+  std::vector<TextTable::Column> columns;
+  for (const std::vector<TextTable::Column>& run : runs) {
+    columns.insert(columns.end(), run.begin(), run.end());
+  }
+  return columns;
+}
+
 }  // namespace overlap::client

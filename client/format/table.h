@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,12 @@ class TextTable {
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;  // an empty row is a separator
 };
+
+// A table's columns in runs: words left-aligned, figures right-aligned (so
+// that their digits line up), each run with one `detail` rank (0: always
+// shown), e.g. TextTable t(Columns({Words({"op"}), Figures({"step ms", "hidden %"})})).
+std::vector<TextTable::Column> Words(std::initializer_list<std::string> titles, int detail = 0);
+std::vector<TextTable::Column> Figures(std::initializer_list<std::string> titles, int detail = 0);
+std::vector<TextTable::Column> Columns(std::initializer_list<std::vector<TextTable::Column>> runs);
 
 }  // namespace overlap::client

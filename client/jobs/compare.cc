@@ -98,16 +98,9 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
 
 std::string FormatComparison(const v1::Job& a, const v1::Job& b, const Comparison& c) {
   std::string out = absl::StrFormat("A: %s (%s)  B: %s (%s)\n", a.id(), a.name(), b.id(), b.name());
-  TextTable table({{"op"},
-                   {"type"},
-                   {"shape (m x k x n)"},
-                   {"A schedule"},
-                   {"A step ms", Align::kRight},
-                   {"B schedule"},
-                   {"B step ms", Align::kRight},
-                   {"B vs A", Align::kRight},
-                   {"A exposed ms", Align::kRight},
-                   {"B exposed ms", Align::kRight}});
+  TextTable table(Columns({Words({"op", "type", "shape (m x k x n)", "A schedule"}),
+                           Figures({"A step ms"}), Words({"B schedule"}),
+                           Figures({"B step ms", "B vs A", "A exposed ms", "B exposed ms"})}));
   std::vector<std::string> only;
   for (const ComparedOp& op : c.ops) {
     if (op.a == nullptr || op.b == nullptr) {

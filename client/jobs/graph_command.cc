@@ -106,13 +106,9 @@ std::string FormatModelPresets(bool json) {
     }
     return models.dump(2) + "\n";
   }
-  TextTable table({{"model"},
-                   {"hidden", Align::kRight},
-                   {"ffn", Align::kRight},
-                   {"heads", Align::kRight},
-                   {"kv heads", Align::kRight},
-                   {"head dim", Align::kRight},
-                   {"mlp"}});
+  TextTable table(
+      Columns({Words({"model"}), Figures({"hidden", "ffn", "heads", "kv heads", "head dim"}),
+               Words({"mlp"})}));
   for (const ModelDims& m : ModelPresets()) {
     table.AddRow({m.name, absl::StrCat(m.hidden), absl::StrCat(m.ffn), absl::StrCat(m.heads),
                   absl::StrCat(m.kv_heads), absl::StrCat(m.head_dim), m.gated ? "gated" : "plain"});

@@ -4,6 +4,7 @@
 #include "client/jobs/jobs_cli.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,17 @@ struct JobIdOptions {
 
 void AddJobId(CLI::App& app, JobIdOptions& options) {
   app.add_option("ID", options.id, "job id")->required();
+}
+
+// A command that takes one job id and runs `method` on it.
+CliCommand JobIdCommand(std::string name, std::string help,
+                        int (JobCommands::*method)(const std::string& id)) {
+  return MakeCliCommand<JobIdOptions>(
+      std::move(name), std::move(help), AddJobId,
+      [method](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
+        JobCommands commands = JobCommandsFor(context);
+        return (commands.*method)(options.id);
+      });
 }
 
 struct SubmitOptions {
@@ -207,13 +219,7 @@ CliCommand ValidateCommand() {
       });
 }
 
-CliCommand GetCommand() {
-  return MakeCliCommand<JobIdOptions>(
-      "get", "show one job", AddJobId,
-      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
-        return JobCommandsFor(context).Get(options.id);
-      });
-}
+CliCommand GetCommand() { return JobIdCommand("get", "show one job", &JobCommands::Get); }
 
 CliCommand ListCommand() {
   return MakeCliCommand<ListOptions>(
@@ -240,19 +246,12 @@ CliCommand CancelCommand() {
 }
 
 CliCommand WatchCommand() {
-  return MakeCliCommand<JobIdOptions>(
-      "watch", "follow a job to its end, then print its report", AddJobId,
-      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
-        return JobCommandsFor(context).Watch(options.id);
-      });
+  return JobIdCommand("watch", "follow a job to its end, then print its report",
+                      &JobCommands::Watch);
 }
 
 CliCommand ReportCommand() {
-  return MakeCliCommand<JobIdOptions>(
-      "report", "print the report of a finished job", AddJobId,
-      [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
-        return JobCommandsFor(context).Report(options.id);
-      });
+  return JobIdCommand("report", "print the report of a finished job", &JobCommands::Report);
 }
 
 CliCommand PinCommand() {

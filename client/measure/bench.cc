@@ -230,27 +230,11 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
 }
 
 std::string FormatBench(const std::vector<BenchRow>& rows) {
-  TextTable t({{"op"},
-               {"shape (m x k x n)"},
-               {"tp", Align::kRight},
-               {"auto mode"},
-               {"step ms", Align::kRight},
-               {"host ms", Align::kRight},
-               {"serial ms", Align::kRight},
-               {"GEMM alone", Align::kRight},
-               {"comm alone", Align::kRight},
-               {"nccl/p2p", Align::kRight},
-               {"exposed", Align::kRight},
-               {"hidden %", Align::kRight},
-               {"TFLOP/s", Align::kRight},
-               {"MFU %", Align::kRight},
-               {"busbw", Align::kRight},
-               {"step/ideal", Align::kRight},
-               {"GEMM slow", Align::kRight},
-               {"step/floor", Align::kRight},
-               {"GEMMs +%", Align::kRight},
-               {"waited", Align::kRight},
-               {"max err", Align::kRight}});
+  TextTable t(
+      Columns({Words({"op", "shape (m x k x n)"}), Figures({"tp"}), Words({"auto mode"}),
+               Figures({"step ms", "host ms", "serial ms", "GEMM alone", "comm alone", "nccl/p2p",
+                        "exposed", "hidden %", "TFLOP/s", "MFU %", "busbw", "step/ideal",
+                        "GEMM slow", "step/floor", "GEMMs +%", "waited", "max err"})}));
   std::vector<double> ratios, floor_ratios, speedups;
   int hidden_checked = 0, hidden_ok = 0, auto_ok = 0;
   for (const BenchRow& r : rows) {

@@ -90,14 +90,8 @@ std::vector<BenchPrediction> PredictBench(const std::vector<BenchRow>& rows,
 
 std::string FormatBenchPredictions(const std::vector<BenchRow>& rows,
                                    const std::vector<BenchPrediction>& predictions) {
-  TextTable t({{"op"},
-               {"shape (m x k x n)"},
-               {"tp", Align::kRight},
-               {"auto mode"},
-               {"step ms", Align::kRight},
-               {"predicted ms", Align::kRight},
-               {"error", Align::kRight},
-               {"verified"}});
+  TextTable t(Columns({Words({"op", "shape (m x k x n)"}), Figures({"tp"}), Words({"auto mode"}),
+                       Figures({"step ms", "predicted ms", "error"}), Words({"verified"})}));
   std::vector<double> errors;
   bool any_unverified = false;
   for (size_t i = 0; i < rows.size() && i < predictions.size(); ++i) {

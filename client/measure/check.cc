@@ -169,13 +169,9 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
                           "links: a two-rank all-gather of %d MiB shards per pair, both "
                           "directions at once; GB/s per direction\n",
                           o.link_mib);
-    TextTable links({{"pair"},
-                     {"p2p ms", Align::kRight},
-                     {"p2p GB/s", Align::kRight},
-                     {"nccl ms", Align::kRight},
-                     {"nccl GB/s", Align::kRight},
-                     {"p2p vs best", Align::kRight},
-                     {""}});
+    TextTable links(Columns({Words({"pair"}),
+                             Figures({"p2p ms", "p2p GB/s", "nccl ms", "nccl GB/s", "p2p vs best"}),
+                             Words({""})}));
     for (size_t i = 0; i < r.links.size(); ++i) {
       const LinkCheck& l = r.links[i];
       links.AddRow({absl::StrCat(l.a, "-", l.b), FormatMs(l.p2p_ms),

@@ -181,12 +181,8 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
   std::vector<double> medians;
   for (const NodeCheck& n : r.nodes) medians.push_back(MedianGemmMs(n));
   const size_t fastest_node = FastestIndex(medians);
-  TextTable nodes({{"node"},
-                   {"peer"},
-                   {"GPUs", Align::kRight},
-                   {"median GEMM ms", Align::kRight},
-                   {"vs fastest node", Align::kRight},
-                   {""}});
+  TextTable nodes(Columns({Words({"node", "peer"}),
+                           Figures({"GPUs", "median GEMM ms", "vs fastest node"}), Words({""})}));
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     const bool has = fastest_node < medians.size() && medians[i] > 0;
     nodes.AddRow({r.nodes[i].address, r.nodes[i].peer.empty() ? "-" : r.nodes[i].peer,
@@ -201,13 +197,8 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
                           "tp %d x dp 2 (each GPU with its peer on the other node, all at once), "
                           "verified; busbw per GPU, as nccl-tests counts it\n",
                           o.link_mib, r.pair_devices);
-    TextTable links({{"pair"},
-                     {"job"},
-                     {"ms", Align::kRight},
-                     {"busbw GB/s", Align::kRight},
-                     {"vs reference", Align::kRight},
-                     {"verify"},
-                     {""}});
+    TextTable links(Columns({Words({"pair", "job"}), Figures({"ms", "busbw GB/s", "vs reference"}),
+                             Words({"verify", ""})}));
     for (size_t k = 0; k < r.pairs.size(); ++k) {
       const NodePairCheck& p = r.pairs[k];
       if (!p.ran()) {

@@ -217,16 +217,59 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
   return rows;
 }
 
+namespace {
+
+// A row's verify cell: the worst error over the variants that checked theirs.
+struct VerifyTally {
+  double worst_error = 0;
+  bool verified = false;
+  bool within = true;
+
+  void Add(const CommBenchResult& c) {
+    worst_error = std::max(worst_error, c.max_rel_error);
+    verified = verified || c.verified;
+    within = within && (!c.verified || c.max_rel_error <= c.tolerance);
+  }
+  std::string Cell() const {
+    return verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error) : "off";
+  }
+};
+
+// A variant's three columns, under `label`.
+void AddVariantColumns(const std::string& label, std::vector<TextTable::Column>& columns) {
+  columns.push_back({label + " ms", Align::kRight});
+  columns.push_back({"algbw", Align::kRight});
+  columns.push_back({"busbw", Align::kRight});
+}
+
+// Appends each variant's ms, algbw and busbw to `cells` ("-" for one the row
+// lacks) and tallies their verification; returns the variants the row has.
+std::vector<std::pair<std::string, const CommBenchResult*>> AddVariantCells(
+    const CommBenchRow& r, const std::vector<std::string>& variants,
+    std::vector<std::string>& cells, VerifyTally& verify) {
+  std::vector<std::pair<std::string, const CommBenchResult*>> present;
+  for (const std::string& v : variants) {
+    auto it = r.by_transport.find(v);
+    if (it == r.by_transport.end()) {
+      cells.insert(cells.end(), {"-", "-", "-"});
+      continue;
+    }
+    const CommBenchResult& c = it->second;
+    cells.insert(cells.end(), {FormatMs(c.ms), FormatRate(c.algbw_gbps), FormatRate(c.busbw_gbps)});
+    verify.Add(c);
+    present.emplace_back(v, &c);
+  }
+  return present;
+}
+
+}  // namespace
+
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
                             const std::vector<std::string>& variants, int tp,
                             const std::string& dtype, int ranks_per_gpu) {
   std::vector<TextTable::Column> columns = {
       {"collective"}, {"size", Align::kRight}, {"count", Align::kRight}};
-  for (const std::string& t : variants) {
-    columns.push_back({t + " ms", Align::kRight});
-    columns.push_back({"algbw", Align::kRight});
-    columns.push_back({"busbw", Align::kRight});
-  }
+  for (const std::string& t : variants) AddVariantColumns(t, columns);
   columns.push_back({"faster"});
   columns.push_back({"verify"});
   TextTable table(columns);
@@ -236,27 +279,14 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
     std::vector<std::string> cells = {r.collective, FormatByteSize(r.bytes), absl::StrCat(r.count)};
     std::string faster = "-";
     double fastest_ms = 0;
-    double worst_error = 0;
-    bool verified = false, within = true;
-    for (const std::string& t : variants) {
-      auto it = r.by_transport.find(t);
-      if (it == r.by_transport.end()) {
-        cells.insert(cells.end(), {"-", "-", "-"});
-        continue;
-      }
-      const CommBenchResult& c = it->second;
-      cells.push_back(FormatMs(c.ms));
-      cells.push_back(FormatRate(c.algbw_gbps));
-      cells.push_back(FormatRate(c.busbw_gbps));
-      if (c.ms > 0 && (fastest_ms == 0 || c.ms < fastest_ms)) {
-        fastest_ms = c.ms;
+    VerifyTally verify;
+    for (const auto& [t, c] : AddVariantCells(r, variants, cells, verify)) {
+      if (c->ms > 0 && (fastest_ms == 0 || c->ms < fastest_ms)) {
+        fastest_ms = c->ms;
         faster = t;
       }
-      worst_error = std::max(worst_error, c.max_rel_error);
-      verified = verified || c.verified;
-      within = within && (!c.verified || c.max_rel_error <= c.tolerance);
       auto& b = best[{r.collective, t}];
-      if (c.busbw_gbps > b.first) b = {c.busbw_gbps, r.bytes};
+      if (c->busbw_gbps > b.first) b = {c->busbw_gbps, r.bytes};
     }
     if (r.by_transport.size() < 2) faster = "-";  // nothing to compare with
     if (r.by_transport.size() > 1 && fastest_ms > 0) {
@@ -267,8 +297,7 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       if (other > 0) absl::StrAppendFormat(&faster, " %.2fx", other / fastest_ms);
     }
     cells.push_back(faster);
-    cells.push_back(verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error)
-                             : "off");
+    cells.push_back(verify.Cell());
     table.AddRow(cells);
   }
   std::string out = absl::StrFormat(
@@ -431,9 +460,7 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
   const bool hierarchical = variants.size() > 2;
   std::vector<TextTable::Column> columns = {{"size", Align::kRight}, {"count", Align::kRight}};
   for (const std::string& v : variants) {
-    columns.push_back({absl::StrCat(v == "world/hierarchical" ? "hier" : v, " ms"), Align::kRight});
-    columns.push_back({"algbw", Align::kRight});
-    columns.push_back({"busbw", Align::kRight});
+    AddVariantColumns(v == "world/hierarchical" ? "hier" : v, columns);
   }
   if (hierarchical) columns.push_back({"flat/hier", Align::kRight});
   columns.push_back({"verify"});
@@ -441,22 +468,10 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
   std::map<std::string, std::pair<double, int64_t>> best;  // per variant: busbw, size
   for (const CommBenchRow& r : rows) {
     std::vector<std::string> cells = {FormatByteSize(r.bytes), absl::StrCat(r.count)};
-    double worst_error = 0;
-    bool verified = false, within = true;
-    for (const std::string& v : variants) {
-      auto it = r.by_transport.find(v);
-      if (it == r.by_transport.end()) {
-        cells.insert(cells.end(), {"-", "-", "-"});
-        continue;
-      }
-      const CommBenchResult& c = it->second;
-      cells.insert(cells.end(),
-                   {FormatMs(c.ms), FormatRate(c.algbw_gbps), FormatRate(c.busbw_gbps)});
-      worst_error = std::max(worst_error, c.max_rel_error);
-      verified = verified || c.verified;
-      within = within && (!c.verified || c.max_rel_error <= c.tolerance);
+    VerifyTally verify;
+    for (const auto& [v, c] : AddVariantCells(r, variants, cells, verify)) {
       auto& b = best[v];
-      if (c.busbw_gbps > b.first) b = {c.busbw_gbps, r.bytes};
+      if (c->busbw_gbps > b.first) b = {c->busbw_gbps, r.bytes};
     }
     if (hierarchical) {
       auto flat = r.by_transport.find("world");
@@ -466,8 +481,7 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
                           ? absl::StrFormat("%.2fx", flat->second.ms / hier->second.ms)
                           : "-");
     }
-    cells.push_back(verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error)
-                             : "off");
+    cells.push_back(verify.Cell());
     table.AddRow(cells);
   }
   std::string out = absl::StrFormat(
@@ -554,10 +568,7 @@ int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node,
 int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
                  const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
                  std::ostream& err) {
-  if (absl::Status s = ValidateCommBenchOptions(options); !s.ok()) {
-    err << "overlapctl: " << s.message() << "\n";
-    return kExitUsage;
-  }
+  if (absl::Status s = ValidateCommBenchOptions(options); !s.ok()) return UsageError(s, err);
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
   if (!options.nodes.empty()) {

@@ -322,16 +322,10 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
       "last\n",
       dp, tp, tp, dp, o.dtype, o.grad_bytes.size(), absl::StrJoin(sizes, ", "),
       FormatByteSize(total), o.gemms_per_grad, o.gemm.m, o.gemm.k, o.gemm.n);
-  TextTable t({{"form"},
-               {"sent as"},
-               {"step ms", Align::kRight},
-               {"no ARs ms", Align::kRight},
-               {"exposed ms", Align::kRight},
-               {"ARs alone ms", Align::kRight},
-               {"hidden %", Align::kRight},
-               {"algbw", Align::kRight},
-               {"busbw", Align::kRight},
-               {"verify"}});
+  TextTable t(Columns({Words({"form", "sent as"}),
+                       Figures({"step ms", "no ARs ms", "exposed ms", "ARs alone ms", "hidden %",
+                                "algbw", "busbw"}),
+                       Words({"verify"})}));
   const int64_t es = AllReduceElementBytes(o.dtype);
   std::vector<std::string> notes;
   for (const GradBenchRow& r : rows) {
@@ -424,10 +418,7 @@ nlohmann::json GradBenchJson(const v1::Job& first, const v1::GetNodeInfoResponse
 int RunGradBench(DaemonClient& client, const GradBenchOptions& options,
                  const std::string& json_file, bool json, bool err_is_tty, std::ostream& out,
                  std::ostream& err) {
-  if (absl::Status s = ValidateGradBenchOptions(options); !s.ok()) {
-    err << "overlapctl: " << s.message() << "\n";
-    return kExitUsage;
-  }
+  if (absl::Status s = ValidateGradBenchOptions(options); !s.ok()) return UsageError(s, err);
   absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
   if (!node.ok()) return ReportCallError(node.status(), client.address(), err);
   GradBenchOptions o = options;

@@ -6,6 +6,7 @@
 #include "client/measure/measure_cli.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@
 
 namespace overlap::client {
 namespace {
+
+// --nodes (peer addresses, comma-separated), which the options in `local_only`,
+// declared before it, do not go with.
+CLI::Option* AddPeerNodesOption(CLI::App& app, std::vector<std::string>& nodes, const char* help,
+                                std::initializer_list<const char*> local_only) {
+  CLI::Option* option = app.add_option("--nodes", nodes, help)->delimiter(',');
+  for (const char* flag : local_only) option->excludes(app.get_option(flag));
+  return option;
+}
 
 struct BenchCliOptions {
   BenchOptions bench;
@@ -99,16 +109,13 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
   // bench --nodes: the gradient all-reduces across daemons. The sweep's own
   // options do not apply there.
   GradBenchOptions& grads = options.grads;
-  CLI::Option* nodes =
-      app.add_option("--nodes", grads.nodes,
-                     "time the data-parallel gradient all-reduces across these daemons (peer "
-                     "addresses, this one's among them) in a layer step beside GEMMs: whole, "
-                     "bucketed and chunked, instead of the op sweep")
-          ->delimiter(',');
-  for (const char* sweep_only : {"--shapes", "--graph", "--transport", "--chunks", "--repeats",
-                                 "--peak-tflops", "--use-tuned", "--head-start"}) {
-    nodes->excludes(app.get_option(sweep_only));
-  }
+  CLI::Option* nodes = AddPeerNodesOption(
+      app, grads.nodes,
+      "time the data-parallel gradient all-reduces across these daemons (peer addresses, this "
+      "one's among them) in a layer step beside GEMMs: whole, bucketed and chunked, instead of "
+      "the op sweep",
+      {"--shapes", "--graph", "--transport", "--chunks", "--repeats", "--peak-tflops",
+       "--use-tuned", "--head-start"});
   app.add_option("--grad-sizes", options.grad_sizes,
                  "each rank's gradients, e.g. 1MiB,4MiB,16MiB,64MiB (the default; on the host "
                  "backend 256KiB,1MiB,4MiB)")
@@ -140,10 +147,7 @@ int RunGradBenchCommand(const BenchCliOptions& options, const CliContext& contex
   grads.verify = !options.no_verify;
   if (!options.grad_sizes.empty()) {
     absl::StatusOr<std::vector<int64_t>> sizes = ParseGradSizes(options.grad_sizes);
-    if (!sizes.ok()) {
-      context.err << "overlapctl: " << sizes.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!sizes.ok()) return UsageError(sizes.status(), context.err);
     grads.grad_bytes = *sizes;
   }
   if (!options.gemm.empty() &&
@@ -163,10 +167,7 @@ int RunBenchCommand(const BenchCliOptions& options, const CLI::App& app,
   bench.retune = !options.use_tuned;
   if (!options.shapes.empty()) {
     absl::StatusOr<std::vector<BenchShape>> shapes = ParseBenchShapes(options.shapes);
-    if (!shapes.ok()) {
-      context.err << "overlapctl: " << shapes.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!shapes.ok()) return UsageError(shapes.status(), context.err);
     bench.shapes = *shapes;
   }
   if (!options.graph.empty()) {
@@ -174,10 +175,7 @@ int RunBenchCommand(const BenchCliOptions& options, const CLI::App& app,
     absl::StatusOr<std::string> text = ReadGraphFile(options.graph);
     absl::StatusOr<GraphBench> from_graph =
         text.ok() ? BenchFromGraph(*text, options.graph) : text.status();
-    if (!from_graph.ok()) {
-      context.err << "overlapctl: " << from_graph.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!from_graph.ok()) return UsageError(from_graph.status(), context.err);
     bench.shapes = from_graph->shapes;
     if (app.count("--dtype") == 0) bench.dtype = from_graph->dtype;
     if (app.count("--devices") == 0) bench.devices = from_graph->devices;
@@ -207,15 +205,11 @@ void AddCommBenchOptions(CLI::App& app, CommBenchCliOptions& options) {
   app.add_option("--devices", comm.devices,
                  "the group, e.g. 0,1 (default: every device); with --nodes each node's")
       ->delimiter(',');
-  CLI::Option* nodes =
-      app.add_option("--nodes", comm.nodes,
+  AddPeerNodesOption(app, comm.nodes,
                      "across these daemons (peer addresses, this one's among them): the "
                      "all_reduce over each tp rank's dp group, over the world flat and "
-                     "hierarchical (on the host backend sizes 64KiB to 4MiB by default)")
-          ->delimiter(',');
-  for (const char* local_only : {"--collectives", "--transports", "--algorithms"}) {
-    nodes->excludes(app.get_option(local_only));
-  }
+                     "hierarchical (on the host backend sizes 64KiB to 4MiB by default)",
+                     {"--collectives", "--transports", "--algorithms"});
   app.add_option("--dtype", comm.dtype, "bf16 | fp16 | fp32")->capture_default_str();
   app.add_option("--iterations", comm.iterations, "timed iterations per size")
       ->capture_default_str();

@@ -121,12 +121,9 @@ void AddTorchPeersJson(const TorchPeersRun& run, nlohmann::json& j) {
 std::string FormatTorchPeers(const std::vector<BenchRow>& rows, const TorchPeersRun& run) {
   if (run.figures.empty())
     return absl::StrCat("PyTorch peers: not measured: ", run.not_measured, "\n");
-  TextTable t({{"op"},
-               {"shape (m x k x n)"},
-               {"overlapd ms", Align::kRight},
-               {"torch serial ms", Align::kRight},
-               {"torch async TP ms", Align::kRight},
-               {"vs best torch", Align::kRight}});
+  TextTable t(
+      Columns({Words({"op", "shape (m x k x n)"}),
+               Figures({"overlapd ms", "torch serial ms", "torch async TP ms", "vs best torch"})}));
   for (size_t i = 0; i < rows.size() && i < run.figures.size(); ++i) {
     const TorchPeerFigures& f = run.figures[i];
     double best = f.serial_ms;

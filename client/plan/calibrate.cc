@@ -109,10 +109,7 @@ absl::StatusOr<std::vector<std::string>> Measure(DaemonClient& client,
 int RunCalibrate(DaemonClient& client, const CalibrateOptions& options, bool json_out,
                  bool err_is_tty, std::ostream& out, std::ostream& err) {
   absl::StatusOr<planner::FitOptions> fit = FitOptionsOf(options);
-  if (!fit.ok()) {
-    err << "overlapctl: " << fit.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!fit.ok()) return UsageError(fit.status(), err);
   if (!options.load.empty()) {
     if (!options.from.empty()) {
       err << "overlapctl: calibrate: --load keeps a calibration as it is; --from fits one\n";
@@ -141,10 +138,7 @@ int RunCalibrate(DaemonClient& client, const CalibrateOptions& options, bool jso
   std::vector<json> docs;
   for (const std::string& f : files) {
     absl::StatusOr<json> doc = ReadJson(f);
-    if (!doc.ok()) {
-      err << "overlapctl: " << doc.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!doc.ok()) return UsageError(doc.status(), err);
     docs.push_back(std::move(*doc));
   }
   std::vector<std::string> names = files;

@@ -114,14 +114,9 @@ void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
                            100 * best->hidden);
   }
   out << "\n";
-  TextTable table({{"schedule"},
-                   {"pieces", Align::kRight},
-                   {"GEMM/piece ms", Align::kRight},
-                   {"transfer/piece ms", Align::kRight},
-                   {"covers", Align::kLeft},
-                   {"step ms", Align::kRight},
-                   {"hidden", Align::kRight},
-                   {"vs serial", Align::kRight}});
+  TextTable table(
+      Columns({Words({"schedule"}), Figures({"pieces", "GEMM/piece ms", "transfer/piece ms"}),
+               Words({"covers"}), Figures({"step ms", "hidden", "vs serial"})}));
   for (const SchedulePrediction& p : plan.predicted) {
     const bool moves = p.comm_alone_ms > 0;
     table.AddRow({p.schedule.Name(), absl::StrCat(p.pieces), Ms(p.piece.gemm_ms),
@@ -196,15 +191,9 @@ std::string LayerLine(const planner::LayerEstimate& layer, const planner::CostMo
 int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::CostModel& model,
               bool json_out, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::string> text = ReadGraphFile(options.graph_file);
-  if (!text.ok()) {
-    err << "overlapctl: " << text.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!text.ok()) return UsageError(text.status(), err);
   absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, options.graph_file);
-  if (!spec.ok()) {
-    err << "overlapctl: " << spec.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!spec.ok()) return UsageError(spec.status(), err);
   int tp = options.tp;
   if (model.what_if().tp) tp = *model.what_if().tp;
   const int nodes = model.what_if().nodes.value_or(1);
@@ -345,10 +334,7 @@ int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std:
     return kExitUsage;
   }
   auto dtype = ParseDType(doc.value("dtype", "bf16"));
-  if (!dtype.ok()) {
-    err << "overlapctl: " << dtype.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!dtype.ok()) return UsageError(dtype.status(), err);
   json rows;
   try {
     rows = ReplayRows(doc, model, *dtype);
@@ -369,10 +355,7 @@ int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std:
 int RunPlan(DaemonClient& client, const PlanOptions& options, bool json_out, std::ostream& out,
             std::ostream& err) {
   absl::StatusOr<planner::WhatIf> what_if = ParseWhatIf(options.what_if);
-  if (!what_if.ok()) {
-    err << "overlapctl: " << what_if.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!what_if.ok()) return UsageError(what_if.status(), err);
   if (options.nodes < 0 || options.link_gbps < 0 || (options.link_gbps > 0 && options.nodes < 2)) {
     err << "overlapctl: plan: --link-gbps goes with --nodes N (2 or more), both positive\n";
     return kExitUsage;

@@ -79,10 +79,7 @@ void AddTuningOptions(CLI::App& app, TuningOptions& options) {
 int RunTuning(const TuningOptions& options, const CLI::App& app, const CliContext& context) {
   absl::StatusOr<v1::TuningFilter> filter =
       ParseTuningFilter(options.op, options.shape, options.stale);
-  if (!filter.ok()) {
-    context.err << "overlapctl: " << filter.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!filter.ok()) return UsageError(filter.status(), context.err);
   if (app.got_subcommand("list")) {
     return RunTuningList(context.client, *filter, context.json, context.out, context.err);
   }
@@ -110,10 +107,7 @@ int WithNodes(const CLI::App& command, const std::vector<std::string>& addresses
     return kExitUsage;
   }
   absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(addresses, GlobalTls(command));
-  if (!nodes.ok()) {
-    context.err << "overlapctl: " << nodes.status().message() << "\n";
-    return kExitUsage;
-  }
+  if (!nodes.ok()) return UsageError(nodes.status(), context.err);
   return run(*nodes);
 }
 

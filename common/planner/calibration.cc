@@ -5,24 +5,26 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap::planner {
 
 using nlohmann::json;
 
-std::string CollectiveName(Collective collective) {
-  switch (collective) {
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllReduce: return "all_reduce";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr EnumName<Collective> kCollectiveNames[] = {{Collective::kAllGather, "all_gather"},
+                                                     {Collective::kReduceScatter, "reduce_scatter"},
+                                                     {Collective::kAllReduce, "all_reduce"}};
+
+}  // namespace
+
+std::string CollectiveName(Collective collective) { return NameOf(kCollectiveNames, collective); }
 
 absl::StatusOr<Collective> ParseCollective(const std::string& name) {
-  for (Collective c : {Collective::kAllGather, Collective::kReduceScatter, Collective::kAllReduce}) {
-    if (CollectiveName(c) == name) return c;
+  for (const EnumName<Collective>& row : kCollectiveNames) {
+    if (row.name == name) return row.value;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown collective '", name, "' (all_gather, reduce_scatter, all_reduce)"));

@@ -349,19 +349,13 @@ absl::StatusOr<const CudaEngineImpl::StreamSlot*> CudaEngineImpl::LookupStream(
 absl::StatusOr<CudaEngineImpl::BufferEntry> CudaEngineImpl::LookupBuffer(
     engine::BufferId buffer) const {
   absl::MutexLock lock(&mu_);
-  auto it = buffers_.find(buffer);
-  if (it == buffers_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", buffer));
-  }
-  return it->second;
+  return CopyEntry(buffers_, buffer, "buffer");
 }
 
 absl::StatusOr<CudaEngineImpl::EventEntry> CudaEngineImpl::LookupEvent(
     engine::EventId event) const {
   absl::MutexLock lock(&mu_);
-  auto it = events_.find(event);
-  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown event ", event));
-  return it->second;
+  return CopyEntry(events_, event, "event");
 }
 
 absl::StatusOr<char*> CudaEngineImpl::Resolve(const engine::BufferRef& ref, int device,
@@ -394,17 +388,16 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::Allocate(int device, size_t byt
 }
 
 void CudaEngineImpl::Free(engine::BufferId buffer) {
-  BufferEntry entry;
+  std::optional<BufferEntry> taken;
   {
     absl::MutexLock lock(&mu_);
-    auto it = buffers_.find(buffer);
-    if (it == buffers_.end()) {
-      GetLogger("cuda")->warn("Free of unknown buffer {}", buffer);
-      return;
-    }
-    entry = it->second;
-    buffers_.erase(it);
+    taken = TakeEntry(buffers_, buffer);
   }
+  if (!taken) {
+    GetLogger("cuda")->warn("Free of unknown buffer {}", buffer);
+    return;
+  }
+  const BufferEntry& entry = *taken;
   // Any stream (a peer copy issued on another device included) may still have
   // work queued that touches the buffer: fence every busy stream.
   std::vector<CudaEvent> fences;
@@ -437,15 +430,13 @@ absl::StatusOr<engine::EventId> CudaEngineImpl::CreateEvent(int device) {
 }
 
 void CudaEngineImpl::DestroyEvent(engine::EventId event) {
-  std::shared_ptr<CudaEvent> owned;
+  std::optional<EventEntry> taken;
   {
     absl::MutexLock lock(&mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) return;
-    owned = std::move(it->second.event);
-    events_.erase(it);
+    taken = TakeEntry(events_, event);
   }
-  // cudaEventDestroy on a pending event is fine: it is released once complete.
+  // Released here, outside the lock. cudaEventDestroy on a pending event is
+  // fine: it is released once complete.
 }
 
 absl::Status CudaEngineImpl::RecordEvent(engine::EventId event, engine::StreamId stream) {
@@ -514,37 +505,36 @@ absl::StatusOr<double> CudaEngineImpl::ElapsedMs(engine::EventId start, engine::
 }
 
 absl::Status CudaEngineImpl::CopyToHost(void* dst, engine::BufferRef src, int device) {
-  if (!ValidDevice(device)) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown device ", device));
-  }
-  ASSIGN_OR_RETURN(char* ptr, Resolve(src, device, "CopyToHost source"));
-  if (src.bytes == 0) return absl::OkStatus();
-  if (dst == nullptr) return absl::InvalidArgumentError("CopyToHost destination is null");
-  RETURN_IF_ERROR(WaitIdle({device}));
-  ScopedDevice guard(device);
-  RETURN_IF_ERROR(guard.status());
-  // On an engine stream, then synchronised: a plain cudaMemcpy from pageable
-  // memory may return before its DMA reaches the device.
-  cudaStream_t stream = streams_[GetStream(device, engine::StreamRole::kComm, 0)].stream.get();
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, ptr, src.bytes, cudaMemcpyDeviceToHost, stream));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return absl::OkStatus();
+  return HostCopy(src, device, /*to_host=*/true, dst);
 }
 
 absl::Status CudaEngineImpl::CopyFromHost(engine::BufferRef dst, int device, const void* src) {
+  return HostCopy(dst, device, /*to_host=*/false, const_cast<void*>(src));
+}
+
+absl::Status CudaEngineImpl::HostCopy(const engine::BufferRef& ref, int device, bool to_host,
+                                      void* host) {
   if (!ValidDevice(device)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown device ", device));
   }
-  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, device, "CopyFromHost destination"));
-  if (dst.bytes == 0) return absl::OkStatus();
-  if (src == nullptr) return absl::InvalidArgumentError("CopyFromHost source is null");
+  const char* op = to_host ? "CopyToHost" : "CopyFromHost";
+  const char* device_side = to_host ? " source" : " destination";
+  const char* host_side = to_host ? " destination" : " source";
+  ASSIGN_OR_RETURN(char* ptr, Resolve(ref, device, absl::StrCat(op, device_side).c_str()));
+  if (ref.bytes == 0) return absl::OkStatus();
+  if (host == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, host_side, " is null"));
+  }
   RETURN_IF_ERROR(WaitIdle({device}));
   ScopedDevice guard(device);
   RETURN_IF_ERROR(guard.status());
   // On an engine stream, then synchronised: a plain cudaMemcpy from pageable
   // memory may return before its DMA reaches the device.
   cudaStream_t stream = streams_[GetStream(device, engine::StreamRole::kComm, 0)].stream.get();
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptr, src, dst.bytes, cudaMemcpyHostToDevice, stream));
+  void* to = to_host ? host : ptr;
+  const void* from = to_host ? static_cast<const void*>(ptr) : host;
+  const cudaMemcpyKind kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to, from, ref.bytes, kind, stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return absl::OkStatus();
 }

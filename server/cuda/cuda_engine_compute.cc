@@ -24,28 +24,33 @@ absl::Status CheckWholeElements(const engine::BufferRef& ref, DType dtype, const
 // Elements spanned by `batch` matrices of `rows` x `cols` with row stride `ld`.
 }  // namespace
 
-absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
-                                        uint64_t seed, float scale) {
+absl::Status CudaEngineImpl::LaunchFill(
+    engine::StreamId stream, const engine::BufferRef& dst, DType dtype, const char* what,
+    const std::function<cudaError_t(char*, ElemType, size_t, cudaStream_t)>& launch) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, "FillRandom destination"));
-  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "FillRandom destination"));
+  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, what));
+  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, what));
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
-  CUDA_RETURN_IF_ERROR(LaunchFillRandom(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype), seed,
-                                        scale, slot->stream.get()));
+  CUDA_RETURN_IF_ERROR(
+      launch(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype), slot->stream.get()));
   return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::FillRandom(engine::StreamId stream, engine::BufferRef dst, DType dtype,
+                                        uint64_t seed, float scale) {
+  return LaunchFill(stream, dst, dtype, "FillRandom destination",
+                    [&](char* ptr, ElemType type, size_t count, cudaStream_t on) {
+                      return LaunchFillRandom(ptr, type, count, seed, scale, on);
+                    });
 }
 
 absl::Status CudaEngineImpl::FillConstant(engine::StreamId stream, engine::BufferRef dst,
                                           DType dtype, float value) {
-  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  ASSIGN_OR_RETURN(char* ptr, Resolve(dst, slot->device, "FillConstant destination"));
-  RETURN_IF_ERROR(CheckWholeElements(dst, dtype, "FillConstant destination"));
-  ScopedDevice guard(slot->device);
-  RETURN_IF_ERROR(guard.status());
-  CUDA_RETURN_IF_ERROR(LaunchFillConstant(ptr, ToElemType(dtype), dst.bytes / DTypeSize(dtype),
-                                          value, slot->stream.get()));
-  return absl::OkStatus();
+  return LaunchFill(stream, dst, dtype, "FillConstant destination",
+                    [&](char* ptr, ElemType type, size_t count, cudaStream_t on) {
+                      return LaunchFillConstant(ptr, type, count, value, on);
+                    });
 }
 
 absl::StatusOr<int64_t> CudaEngineImpl::FirstNonFinite(engine::BufferRef src, DType dtype,

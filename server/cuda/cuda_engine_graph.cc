@@ -71,21 +71,16 @@ absl::Status CudaEngineImpl::LaunchGraph(engine::GraphId graph, engine::StreamId
 absl::StatusOr<CudaEngineImpl::GraphEntry> CudaEngineImpl::LookupGraph(
     engine::GraphId graph) const {
   absl::MutexLock lock(&mu_);
-  auto it = graphs_.find(graph);
-  if (it == graphs_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown graph ", graph));
-  return it->second;
+  return CopyEntry(graphs_, graph, "graph");
 }
 
 void CudaEngineImpl::DestroyGraph(engine::GraphId graph) {
-  std::shared_ptr<CUgraphExec_st> exec;
+  std::optional<GraphEntry> taken;
   {
     absl::MutexLock lock(&mu_);
-    auto it = graphs_.find(graph);
-    if (it == graphs_.end()) return;
-    exec = std::move(it->second.exec);
-    graphs_.erase(it);
+    taken = TakeEntry(graphs_, graph);
   }
-  // Released outside the lock; cudaGraphExecDestroy waits for nothing, a launch
+  // Released here, outside the lock; cudaGraphExecDestroy waits for nothing, a launch
   // already queued keeps running.
 }
 

@@ -15,10 +15,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/cuda_resources.h"
@@ -168,6 +170,28 @@ class CudaEngineImpl final : public CudaEngine,
   void EnablePeerAccess();
 
   bool ValidDevice(int device) const { return device >= 0 && device < DeviceCount(); }
+  // A copy of the entry `id` of `entries` (a map mu_ guards; the caller holds
+  // it); INVALID_ARGUMENT "unknown KIND ID" when there is none.
+  template <typename Map>
+  static absl::StatusOr<typename Map::mapped_type> CopyEntry(const Map& entries,
+                                                             const typename Map::key_type& id,
+                                                             const char* kind) {
+    auto it = entries.find(id);
+    if (it == entries.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown ", kind, " ", id));
+    }
+    return it->second;
+  }
+  // Removes `id` from `entries` (a map mu_ guards; the caller holds it) and
+  // returns its entry, so that what it owns is released after the lock;
+  // nullopt when there is none.
+  template <typename Map>
+  static std::optional<typename Map::mapped_type> TakeEntry(Map& entries,
+                                                            const typename Map::key_type& id) {
+    auto node = entries.extract(id);
+    if (node.empty()) return std::nullopt;
+    return std::move(node.mapped());
+  }
   absl::StatusOr<const StreamSlot*> LookupStream(engine::StreamId stream) const;
   absl::StatusOr<BufferEntry> LookupBuffer(engine::BufferId buffer) const;
   absl::StatusOr<EventEntry> LookupEvent(engine::EventId event) const;
@@ -201,6 +225,15 @@ class CudaEngineImpl final : public CudaEngine,
   absl::Status FenceStreams(const std::vector<const StreamSlot*>& slots);
   absl::Status AbortAfterNcclError(const std::vector<int>& devices, const absl::Status& error,
                                    const char* op);
+
+  // A fill of `dst` (named `what` in errors) on `stream`: checked, then
+  // `launch` enqueues it given dst's address, element type and count.
+  absl::Status LaunchFill(
+      engine::StreamId stream, const engine::BufferRef& dst, DType dtype, const char* what,
+      const std::function<cudaError_t(char*, ElemType, size_t, cudaStream_t)>& launch);
+  // CopyToHost (to_host) and CopyFromHost: `host` and the buffer `ref`, copied
+  // on the device's first comm stream once the device is idle, and waited for.
+  absl::Status HostCopy(const engine::BufferRef& ref, int device, bool to_host, void* host);
 
   // The watchdog behind Synchronize, CopyTo/FromHost and GEMM tuning.
   absl::Status WaitIdle(const std::vector<int>& devices);

@@ -57,16 +57,10 @@ cudaDataType_t LtType(ElemType type) {
 ElemType OutputType(ElemType input) { return input == ElemType::kFP8 ? ElemType::kBF16 : input; }
 
 size_t ElemBytes(ElemType type) {
-  switch (type) {
-    case ElemType::kF32:
-      return 4;
-    case ElemType::kFP8:
-      return 1;
-    case ElemType::kF16:
-    case ElemType::kBF16:
-      break;
-  }
-  return 2;
+  // By ElemType's values (kernels.h): kF32, kF16, kBF16, kFP8.
+  static constexpr size_t kBytes[] = {4, 2, 2, 1};
+  static_assert(static_cast<int>(ElemType::kFP8) == 3);
+  return kBytes[static_cast<int>(type)];
 }
 
 int Alignment(const void* p) {

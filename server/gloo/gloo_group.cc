@@ -310,14 +310,21 @@ absl::Status GlooGroup::Run(const char* op, Fn&& fn) {
   }
 }
 
+absl::StatusOr<size_t> GlooGroup::BufferBytes(const char* op, DType dtype, const void* send,
+                                              const void* recv, size_t count, size_t blocks) const {
+  if (send == nullptr || recv == nullptr) {
+    return OpError(op, absl::InvalidArgumentError("null buffer"));
+  }
+  absl::StatusOr<size_t> bytes = Bytes(dtype, count, blocks);
+  if (!bytes.ok()) return OpError(op, bytes.status());
+  return bytes;
+}
+
 absl::Status GlooGroup::AllReduce(DType dtype, const void* send, void* recv, size_t count) {
   if (absl::Status s = CheckSummable(dtype); !s.ok()) return OpError("AllReduce", s);
   if (count == 0) return absl::OkStatus();
-  if (send == nullptr || recv == nullptr) {
-    return OpError("AllReduce", absl::InvalidArgumentError("null buffer"));
-  }
-  absl::StatusOr<size_t> bytes = Bytes(dtype, count, 1);
-  if (!bytes.ok()) return OpError("AllReduce", bytes.status());
+  absl::StatusOr<size_t> bytes = BufferBytes("AllReduce", dtype, send, recv, count, 1);
+  if (!bytes.ok()) return bytes.status();
   if (send != recv) std::memcpy(recv, send, *bytes);
   return Run("AllReduce", [&] {
     GlooAllReduce(context_, dtype, recv, count, NextTag(*bytes), ToMillis(options_.timeout));
@@ -326,11 +333,8 @@ absl::Status GlooGroup::AllReduce(DType dtype, const void* send, void* recv, siz
 
 absl::Status GlooGroup::AllGather(DType dtype, const void* send, void* recv, size_t count) {
   if (count == 0) return absl::OkStatus();
-  if (send == nullptr || recv == nullptr) {
-    return OpError("AllGather", absl::InvalidArgumentError("null buffer"));
-  }
-  absl::StatusOr<size_t> total = Bytes(dtype, count, options_.size);
-  if (!total.ok()) return OpError("AllGather", total.status());
+  absl::StatusOr<size_t> total = BufferBytes("AllGather", dtype, send, recv, count, options_.size);
+  if (!total.ok()) return total.status();
   const size_t block = *total / options_.size;
   auto* out = static_cast<uint8_t*>(recv);
   uint8_t* own = out + block * options_.rank;
@@ -347,11 +351,9 @@ absl::Status GlooGroup::AllGather(DType dtype, const void* send, void* recv, siz
 absl::Status GlooGroup::ReduceScatter(DType dtype, const void* send, void* recv, size_t count) {
   if (absl::Status s = CheckSummable(dtype); !s.ok()) return OpError("ReduceScatter", s);
   if (count == 0) return absl::OkStatus();
-  if (send == nullptr || recv == nullptr) {
-    return OpError("ReduceScatter", absl::InvalidArgumentError("null buffer"));
-  }
-  absl::StatusOr<size_t> total = Bytes(dtype, count, options_.size);
-  if (!total.ok()) return OpError("ReduceScatter", total.status());
+  absl::StatusOr<size_t> total =
+      BufferBytes("ReduceScatter", dtype, send, recv, count, options_.size);
+  if (!total.ok()) return total.status();
   const size_t block = *total / options_.size;
   // An all-reduce of the whole of send, of which this rank keeps its block:
   // twice the bytes of a true reduce-scatter, fine on the host backend. This

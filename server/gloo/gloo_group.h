@@ -106,6 +106,10 @@ class GlooGroup {
   template <typename Fn>
   absl::Status Run(const char* op, Fn&& fn);
   absl::Status OpError(const char* op, absl::Status status) const;
+  // The bytes of `count` elements times `blocks`, both buffers given; else
+  // the op's error (OpError).
+  absl::StatusOr<size_t> BufferBytes(const char* op, DType dtype, const void* send,
+                                     const void* recv, size_t count, size_t blocks) const;
   // The next collective's tag: its sequence number mixed with its byte count.
   uint32_t NextTag(size_t bytes) {
     const uint64_t mixed =

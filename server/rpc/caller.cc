@@ -2,24 +2,20 @@
 
 #include <grp.h>
 #include <grpcpp/server_context.h>
-#include <pwd.h>
 #include <unistd.h>
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/unix_accounts.h"
 
 namespace overlap::rpc {
 namespace {
 
 std::string UserName(uid_t uid) {
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return found->pw_name;
-  }
-  return absl::StrCat("uid ", uid);
+  std::optional<UnixUser> user = LookupUser(uid);
+  return user ? user->name : absl::StrCat("uid ", uid);
 }
 
 // The certificate identity of a mutual-TLS peer: its subject, else its common
@@ -44,18 +40,14 @@ std::string Caller::Describe() const {
 bool CallerResolver::IsAdmin(uid_t uid) const {
   if (uid == 0) return true;
   if (admin_gid_ < 0) return false;
-  std::vector<char> buffer(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
-    return false;
-  }
-  if (found->pw_gid == static_cast<gid_t>(admin_gid_)) return true;
+  std::optional<UnixUser> user = LookupUser(uid);
+  if (!user) return false;
+  if (user->gid == static_cast<gid_t>(admin_gid_)) return true;
   int count = 64;
   std::vector<gid_t> groups(count);
-  if (::getgrouplist(found->pw_name, found->pw_gid, groups.data(), &count) < 0) {
+  if (::getgrouplist(user->name.c_str(), user->gid, groups.data(), &count) < 0) {
     groups.resize(count);
-    if (::getgrouplist(found->pw_name, found->pw_gid, groups.data(), &count) < 0) return false;
+    if (::getgrouplist(user->name.c_str(), user->gid, groups.data(), &count) < 0) return false;
   }
   groups.resize(count);
   for (gid_t gid : groups) {

@@ -200,6 +200,25 @@ bool IsFinalState(const std::string& state) {
 
 double Seconds(double ms) { return ms / 1000.0; }
 
+// A figure of the stats, unlabelled.
+template <typename Value>
+Fill Stat(Value (v1::GetStatsResponse::*value)() const) {
+  return [value](const Sources& s, MetricFamily& f) {
+    Add(f, static_cast<double>((s.stats.*value)()));
+  };
+}
+
+// The jobs by state: those in a final state, or the others.
+Fill JobsByState(bool final) {
+  return [final](const Sources& s, MetricFamily& f) {
+    const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
+                                                  s.stats.jobs_by_state().end());
+    for (const auto& [state, count] : by_state) {
+      if (IsFinalState(state) == final) Add(f, static_cast<double>(count), {{"state", state}});
+    }
+  };
+}
+
 const std::vector<Definition>& Definitions() {
   static const std::vector<Definition>* definitions = new std::vector<Definition>{
       {"overlapd_healthy", "1 while the daemon takes work and its devices are usable",
@@ -226,51 +245,29 @@ const std::vector<Definition>& Definitions() {
        "jobs that ended, by final state, since the job store was made (kept across restarts and "
        "pruning; a job spanning daemons counts once on each node)",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
-                                                       s.stats.jobs_by_state().end());
-         for (const auto& [state, count] : by_state) {
-           if (IsFinalState(state)) Add(f, static_cast<double>(count), {{"state", state}});
-         }
-       }},
+       JobsByState(/*final=*/true)},
       {"overlapd_jobs_active", "jobs queued and running now", MetricType::Gauge,
-       [](const Sources& s, MetricFamily& f) {
-         const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
-                                                       s.stats.jobs_by_state().end());
-         for (const auto& [state, count] : by_state) {
-           if (!IsFinalState(state)) Add(f, static_cast<double>(count), {{"state", state}});
-         }
-       }},
+       JobsByState(/*final=*/false)},
       {"overlapd_jobs_submitted_total", "jobs accepted since this process started",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         Add(f, static_cast<double>(s.stats.jobs_submitted()));
-       }},
+       Stat(&v1::GetStatsResponse::jobs_submitted)},
       {"overlapd_jobs_rejected_total", "submissions refused since this process started",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         Add(f, static_cast<double>(s.stats.jobs_rejected()));
-       }},
+       Stat(&v1::GetStatsResponse::jobs_rejected)},
       {"overlapd_graphs_parsed_total",
        "graph specs parsed since this process started: one per job admitted, one per job "
        "queued across a restart",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         Add(f, static_cast<double>(s.stats.graphs_parsed()));
-       }},
+       Stat(&v1::GetStatsResponse::graphs_parsed)},
       {"overlapd_requests_refused_busy_total",
        "requests refused since start because too many were in flight (max_requests_in_flight, "
        "max_requests_per_user)",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         Add(f, static_cast<double>(s.stats.requests_refused_busy()));
-       }},
+       Stat(&v1::GetStatsResponse::requests_refused_busy)},
       {"overlapd_requests_abandoned_total",
        "requests whose caller was gone (cancelled or past its deadline) when they were answered",
        MetricType::Counter,
-       [](const Sources& s, MetricFamily& f) {
-         Add(f, static_cast<double>(s.stats.requests_abandoned()));
-       }},
+       Stat(&v1::GetStatsResponse::requests_abandoned)},
       {"overlapd_device_memory_bytes", "device memory jobs may use: the daemon's pool",
        MetricType::Gauge,
        EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {

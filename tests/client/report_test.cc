@@ -2,6 +2,7 @@
 
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -597,6 +598,23 @@ TEST(TextTableTest, FitsTheWidthByDroppingDetailColumns) {
   TextTable essential({{"name"}, {"c"}});
   essential.AddRow({std::string(130, 'x'), "y"});
   EXPECT_EQ(essential.Render().find("not shown"), std::string::npos) << "nothing to drop";
+}
+
+// Columns() builds the same columns as writing each one out: words left,
+// figures right, each run with its detail rank.
+TEST(TextTableTest, ColumnsInRunsAreTheColumnsWrittenOut) {
+  const std::vector<TextTable::Column> columns =
+      Columns({Words({"op", "mode"}), Figures({"ms"}), Figures({"host"}, 3), Words({"note"}, 1)});
+  ASSERT_EQ(columns.size(), 5u);
+  const std::vector<std::tuple<std::string, Align, int>> expected = {{"op", Align::kLeft, 0},
+                                                                     {"mode", Align::kLeft, 0},
+                                                                     {"ms", Align::kRight, 0},
+                                                                     {"host", Align::kRight, 3},
+                                                                     {"note", Align::kLeft, 1}};
+  for (size_t i = 0; i < columns.size(); ++i) {
+    EXPECT_EQ(std::make_tuple(columns[i].title, columns[i].align, columns[i].detail), expected[i])
+        << i;
+  }
 }
 
 // Cells pad by the columns a terminal shows, not their bytes.

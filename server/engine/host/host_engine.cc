@@ -330,6 +330,14 @@ absl::StatusOr<EventId> HostEngine::CreateEvent(int device) {
   return id;
 }
 
+absl::StatusOr<HostEngine::Event*> HostEngine::FindEvent(EventId event, absl::string_view what) {
+  auto it = events_.find(event);
+  if (it == events_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown event ", event));
+  }
+  return &it->second;
+}
+
 void HostEngine::DestroyEvent(EventId event) {
   absl::MutexLock lock(&mu_);
   events_.erase(event);
@@ -338,18 +346,15 @@ void HostEngine::DestroyEvent(EventId event) {
 absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "RecordEvent"));
   absl::MutexLock lock(&mu_);
-  auto it = events_.find(event);
-  if (it == events_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("RecordEvent: unknown event ", event));
-  }
-  if (it->second.device != s->device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RecordEvent: event ", event, " is on device ", it->second.device,
-                     " but stream ", s->name, " is on device ", s->device));
+  ASSIGN_OR_RETURN(Event * e, FindEvent(event, "RecordEvent"));
+  if (e->device != s->device) {
+    return absl::InvalidArgumentError(absl::StrCat("RecordEvent: event ", event, " is on device ",
+                                                   e->device, " but stream ", s->name,
+                                                   " is on device ", s->device));
   }
   auto record = std::make_shared<EventRecord>();
-  it->second.latest = record;
-  if (hazards_ != nullptr) it->second.snapshot = hazards_->Snapshot(stream);
+  e->latest = record;
+  if (hazards_ != nullptr) e->snapshot = hazards_->Snapshot(stream);
   s->worker->Enqueue([record] { record->Complete(); });
   return absl::OkStatus();
 }
@@ -357,13 +362,10 @@ absl::Status HostEngine::RecordEvent(EventId event, StreamId stream) {
 absl::Status HostEngine::WaitEvent(StreamId stream, EventId event) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "WaitEvent"));
   absl::MutexLock lock(&mu_);
-  auto it = events_.find(event);
-  if (it == events_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("WaitEvent: unknown event ", event));
-  }
-  std::shared_ptr<EventRecord> record = it->second.latest;
+  ASSIGN_OR_RETURN(const Event* e, FindEvent(event, "WaitEvent"));
+  std::shared_ptr<EventRecord> record = e->latest;
   if (record == nullptr) return absl::OkStatus();  // never recorded: CUDA makes it a no-op
-  if (hazards_ != nullptr) hazards_->Merge(stream, it->second.snapshot);
+  if (hazards_ != nullptr) hazards_->Merge(stream, e->snapshot);
   s->worker->Enqueue([record] { record->Wait(); });
   return absl::OkStatus();
 }
@@ -372,11 +374,8 @@ absl::StatusOr<bool> HostEngine::EventDone(EventId event) {
   std::shared_ptr<EventRecord> record;
   {
     absl::MutexLock lock(&mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("EventDone: unknown event ", event));
-    }
-    record = it->second.latest;
+    ASSIGN_OR_RETURN(const Event* e, FindEvent(event, "EventDone"));
+    record = e->latest;
   }
   return record == nullptr || record->done();
 }
@@ -388,16 +387,13 @@ absl::StatusOr<double> HostEngine::ElapsedMs(EventId start, EventId end) {
     int devices[2];
     const EventId ids[2] = {start, end};
     for (int i = 0; i < 2; ++i) {
-      auto it = events_.find(ids[i]);
-      if (it == events_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("ElapsedMs: unknown event ", ids[i]));
-      }
-      if (it->second.latest == nullptr) {
+      ASSIGN_OR_RETURN(const Event* e, FindEvent(ids[i], "ElapsedMs"));
+      if (e->latest == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat("ElapsedMs: event ", ids[i], " was never recorded"));
       }
-      devices[i] = it->second.device;
-      records[i] = it->second.latest;
+      devices[i] = e->device;
+      records[i] = e->latest;
     }
     if (devices[0] != devices[1]) {
       return absl::InvalidArgumentError(absl::StrCat("ElapsedMs: events ", start, " and ", end,

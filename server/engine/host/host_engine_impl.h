@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,6 +110,8 @@ class HostEngine final : public EngineDefaults,
                                      absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<StreamId> DeviceStreams(absl::Span<const int> devices) const;
+  absl::StatusOr<Event*> FindEvent(EventId event, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Sticky and injected failures. Returns false when the call must not do its
   // work; *result is then what the call returns.
@@ -119,6 +122,10 @@ class HostEngine final : public EngineDefaults,
   absl::Status CheckHazards(absl::Span<const StreamId> streams, absl::Span<const Access> accesses,
                             const char* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // A fill of `dst` as `op` (failure point and hazard name `point`): checked
+  // now, then `fill` runs on the stream with dst's bytes and its element count.
+  absl::Status EnqueueFill(StreamId stream, const BufferRef& dst, DType dtype, const char* op,
+                           const char* point, std::function<void(uint8_t*, size_t)> fill);
   void RecordError(int device, const absl::Status& status);
   void WaitIdle(absl::Span<const int> devices);
   absl::Status Collective(CollectiveKind kind, const CollectiveArgs& args);

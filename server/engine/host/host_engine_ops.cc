@@ -10,34 +10,34 @@
 
 namespace overlap::engine::host {
 
-absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
-                                    float scale) {
-  ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillRandom"));
+absl::Status HostEngine::EnqueueFill(StreamId stream, const BufferRef& dst, DType dtype,
+                                     const char* op, const char* point,
+                                     std::function<void(uint8_t*, size_t)> fill) {
+  ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, op));
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillRandom dst"));
+  ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, absl::StrCat(op, " dst")));
   absl::Status result;
-  if (!PassFailurePoint("fill_random", {stream}, &result)) return result;
+  if (!PassFailurePoint(point, {stream}, &result)) return result;
   const Access write{dst.buffer, Region::Contiguous(dst.offset, dst.bytes), true, stream};
-  RETURN_IF_ERROR(CheckHazards({stream}, {write}, "fill_random"));
+  RETURN_IF_ERROR(CheckHazards({stream}, {write}, point));
   const size_t count = dst.bytes / DTypeSize(dtype);
-  s->worker->Enqueue([range, dtype, count, seed, scale] {
-    FillRandomKernel(range.data(), dtype, count, seed, scale);
-  });
+  s->worker->Enqueue([range, count, fill = std::move(fill)] { fill(range.data(), count); });
   return absl::OkStatus();
 }
 
+absl::Status HostEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                                    float scale) {
+  return EnqueueFill(stream, dst, dtype, "FillRandom", "fill_random",
+                     [dtype, seed, scale](uint8_t* data, size_t count) {
+                       FillRandomKernel(data, dtype, count, seed, scale);
+                     });
+}
+
 absl::Status HostEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) {
-  ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "FillConstant"));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Range range, ResolveTyped(dst, s->device, dtype, "FillConstant dst"));
-  absl::Status result;
-  if (!PassFailurePoint("fill_constant", {stream}, &result)) return result;
-  const Access write{dst.buffer, Region::Contiguous(dst.offset, dst.bytes), true, stream};
-  RETURN_IF_ERROR(CheckHazards({stream}, {write}, "fill_constant"));
-  const size_t count = dst.bytes / DTypeSize(dtype);
-  s->worker->Enqueue(
-      [range, dtype, count, value] { FillConstantKernel(range.data(), dtype, count, value); });
-  return absl::OkStatus();
+  return EnqueueFill(stream, dst, dtype, "FillConstant", "fill_constant",
+                     [dtype, value](uint8_t* data, size_t count) {
+                       FillConstantKernel(data, dtype, count, value);
+                     });
 }
 
 absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {

@@ -24,6 +24,50 @@ void Pack(const uint8_t* base, DType dtype, int64_t rows, int64_t cols, int64_t 
   for (int64_t r = 0; r < rows; ++r) ToFloat(base + r * ld * es, dtype, cols, out + r * cols);
 }
 
+// Each element type's load and store as float, unaligned; DispatchElement
+// hands `fn` the one of a dtype, so that a conversion loop is written once.
+struct F32Element {
+  static constexpr size_t kSize = 4;
+  static float Load(const uint8_t* p) {
+    float value;
+    std::memcpy(&value, p, kSize);
+    return value;
+  }
+  static void Store(float value, uint8_t* p) { std::memcpy(p, &value, kSize); }
+};
+template <float (*kToFloat)(uint16_t), uint16_t (*kFromFloat)(float)>
+struct HalfElement {
+  static constexpr size_t kSize = 2;
+  static float Load(const uint8_t* p) {
+    uint16_t bits;
+    std::memcpy(&bits, p, kSize);
+    return kToFloat(bits);
+  }
+  static void Store(float value, uint8_t* p) {
+    const uint16_t bits = kFromFloat(value);
+    std::memcpy(p, &bits, kSize);
+  }
+};
+struct Fp8Element {
+  static constexpr size_t kSize = 1;
+  static float Load(const uint8_t* p) { return Fp8ToFloat(*p); }
+  static void Store(float value, uint8_t* p) { *p = FloatToFp8(value); }
+};
+
+template <typename Fn>
+void DispatchElement(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32:
+      return fn(F32Element());
+    case DType::kBF16:
+      return fn(HalfElement<Bf16ToFloat, FloatToBf16>());
+    case DType::kF16:
+      return fn(HalfElement<Fp16ToFloat, FloatToFp16>());
+    case DType::kFP8:
+      return fn(Fp8Element());
+  }
+}
+
 }  // namespace
 
 void InitBlas() {
@@ -32,51 +76,15 @@ void InitBlas() {
 }
 
 void ToFloat(const uint8_t* src, DType dtype, size_t count, float* dst) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, count * sizeof(float));
-      return;
-    case DType::kBF16:
-      for (size_t i = 0; i < count; ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, src + 2 * i, 2);
-        dst[i] = Bf16ToFloat(bits);
-      }
-      return;
-    case DType::kF16:
-      for (size_t i = 0; i < count; ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, src + 2 * i, 2);
-        dst[i] = Fp16ToFloat(bits);
-      }
-      return;
-    case DType::kFP8:
-      for (size_t i = 0; i < count; ++i) dst[i] = Fp8ToFloat(src[i]);
-      return;
-  }
+  DispatchElement(dtype, [&](auto element) {
+    for (size_t i = 0; i < count; ++i) dst[i] = element.Load(src + i * element.kSize);
+  });
 }
 
 void FromFloat(const float* src, DType dtype, size_t count, uint8_t* dst) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, count * sizeof(float));
-      return;
-    case DType::kBF16:
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t bits = FloatToBf16(src[i]);
-        std::memcpy(dst + 2 * i, &bits, 2);
-      }
-      return;
-    case DType::kF16:
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t bits = FloatToFp16(src[i]);
-        std::memcpy(dst + 2 * i, &bits, 2);
-      }
-      return;
-    case DType::kFP8:
-      for (size_t i = 0; i < count; ++i) dst[i] = FloatToFp8(src[i]);
-      return;
-  }
+  DispatchElement(dtype, [&](auto element) {
+    for (size_t i = 0; i < count; ++i) element.Store(src[i], dst + i * element.kSize);
+  });
 }
 
 void GemmKernel(const GemmArgs& g, float alpha, const uint8_t* a, const uint8_t* b, uint8_t* c) {
