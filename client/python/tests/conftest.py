@@ -13,6 +13,28 @@ import overlapd
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
+# Two ops, a bulk ag_gemm then a serial gemm_rs: a job that ends in seconds.
+SMALL_GRAPH = {
+    "name": "py-small",
+    "iterations": 2,
+    "warmup": 1,
+    "ops": [
+        {"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64, "mode": "bulk"},
+        {"id": "fc2", "type": "gemm_rs", "m": 128, "k": 64, "n": 64, "mode": "serial",
+         "after": ["fc1"]},
+    ],
+}
+
+# One op for 10,000 iterations: a job that runs long enough to be cancelled.
+LONG_YAML = """name: py-long
+iterations: 10000
+warmup: 1
+verify: false
+layer_step: false
+ops:
+  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
+"""
+
 
 def overlapd_binary() -> str:
     path = os.environ.get("OVERLAPD_BIN", str(REPO / "build" / "server" / "overlapd"))

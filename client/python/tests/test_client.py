@@ -7,25 +7,9 @@ import pytest
 
 import overlapd
 
-SMALL = {
-    "name": "py-small",
-    "iterations": 2,
-    "warmup": 1,
-    "ops": [
-        {"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64, "mode": "bulk"},
-        {"id": "fc2", "type": "gemm_rs", "m": 128, "k": 64, "n": 64, "mode": "serial",
-         "after": ["fc1"]},
-    ],
-}
+from conftest import LONG_YAML, SMALL_GRAPH
 
-LONG_YAML = """name: py-long
-iterations: 10000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
-"""
+SMALL = SMALL_GRAPH
 
 
 def test_node_and_stats_answer_with_overlapctls_field_names(daemon):

@@ -20,27 +20,9 @@ from overlapd import frameworks, model
 from overlapd._gen.overlap.v1 import overlap_pb2 as pb
 from overlapd._wire import time_name
 
-from conftest import REPO
+from conftest import LONG_YAML, REPO, SMALL_GRAPH
 
-SMALL = {
-    "name": "py-typed",
-    "iterations": 2,
-    "warmup": 1,
-    "ops": [
-        {"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64, "mode": "bulk"},
-        {"id": "fc2", "type": "gemm_rs", "m": 128, "k": 64, "n": 64, "mode": "serial",
-         "after": ["fc1"]},
-    ],
-}
-
-LONG_YAML = """name: py-long
-iterations: 10000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: big, type: ag_gemm, m: 512, k: 512, n: 512, mode: serial}
-"""
+SMALL = dict(SMALL_GRAPH, name="py-typed")
 
 
 def overlapctl_binary():
