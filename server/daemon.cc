@@ -25,14 +25,14 @@
 #include "overlap_git_commit.h"
 #include "server/cluster/cluster_jobs.h"
 #include "server/cluster/cross_node_transport.h"
-#include "server/cluster/grpc_peer_link.h"
 #include "server/engine_select.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_execution.h"
-#include "server/jobs/job_store.h"
 #include "server/jobs/job_queue.h"
+#include "server/jobs/job_store.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
+#include "server/peer/grpc_peer_link.h"
 #include "server/peer/peer_client.h"
 #include "server/peer/peer_config.h"
 #include "server/peer/peer_server.h"
@@ -209,7 +209,7 @@ struct Daemon::Parts {
   // With peer_listen only: jobs that span daemons. The job queue's runner
   // calls it and it calls the job queue, so it outlives the job queue (which
   // has no job running by then) and gets it once made.
-  std::unique_ptr<cluster::PeerLink> peer_link;
+  std::unique_ptr<peer::PeerLink> peer_link;
   std::unique_ptr<cluster::ClusterJobs> cluster;
   std::unique_ptr<jobs::JobQueue> queue;
   std::unique_ptr<node::NodeState> node;
@@ -363,7 +363,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   queue_options.executor_threads = p.engine->DeviceCount();
   jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get());
   if (!config.peer_listen.empty()) {
-    p.peer_link = std::make_unique<cluster::GrpcPeerLink>(
+    p.peer_link = std::make_unique<peer::GrpcPeerLink>(
         peer::PeerChannelOptions{peer::PeerTlsOf(config)},
         peer::PeerIdentity{NodeName(config), cluster_key_, node_key_, known_nodes_});
     cluster::ClusterOptions cluster_options;
@@ -387,9 +387,9 @@ absl::Status Daemon::StartJobs(int* exit_code) {
     // A coordination holds no device but an executor: room for them beside
     // one job per device, so that a node's own part always finds one.
     queue_options.executor_threads += 2 * config.cluster_max_jobs;
-    runner = [base = std::move(runner), cluster = p.cluster.get()](
-                 const v1::Job& job, const jobs::GraphPtr& graph,
-                 const runner::RunHooks& hooks) {
+    runner = [base = std::move(runner), cluster = p.cluster.get()](const jobs::JobRecord& job,
+                                                                   const jobs::GraphPtr& graph,
+                                                                   const runner::RunHooks& hooks) {
       return cluster::ClusterJobs::Handles(job) ? cluster->Run(job, graph, hooks)
                                                 : base(job, graph, hooks);
     };

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/cluster/cross_node_transport.h"
-#include "server/peer/peer_server.h"
+#include "server/peer/part_calls.h"
 
 namespace overlap::cluster {
 
@@ -43,11 +43,6 @@ struct ClusterOptions {
 inline constexpr absl::Duration kHoldPoll = absl::Seconds(1);
 // Calls that do not wait for anything.
 inline constexpr absl::Duration kCallDeadline = absl::Seconds(10);
-
-// The job's global id as one string, "coordinator/job-000001".
-inline std::string GlobalKey(const v1::GlobalJobId& id) {
-  return absl::StrCat(id.coordinator(), "/", id.job_id());
-}
 
 // FAILED_PRECONDITION on a backend that can carry no cross-node transport
 // (cross_node_transport.h; CUDA with ranks_per_gpu above 1).

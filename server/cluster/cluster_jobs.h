@@ -18,7 +18,7 @@
 
 #include "server/cluster/coordinator.h"
 #include "server/cluster/part_host.h"
-#include "server/peer/peer_server.h"
+#include "server/peer/part_calls.h"
 
 namespace overlap::cluster {
 
@@ -27,7 +27,7 @@ class ClusterJobs final : public peer::PeerHandler {
   // `engine`, `admission` and `link` must outlive this; so must the job queue
   // given to SetJobQueue (made after this, since its runner calls Run).
   ClusterJobs(ClusterOptions options, engine::Engine& engine, const jobs::Admission& admission,
-              PeerLink& link)
+              peer::PeerLink& link)
       : options_(std::move(options)),
         parts_(options_, engine, admission, link),
         coordinator_(options_, engine, admission, link, parts_) {}
@@ -44,40 +44,38 @@ class ClusterJobs final : public peer::PeerHandler {
   // coordinator's job, the part's run for a part. `graph` is the job's
   // admitted graph (null only for a job queued before a restart, which
   // never runs).
-  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const jobs::GraphPtr& graph,
-                                    const runner::RunHooks& hooks) {
-    if (!job.coordinator().empty()) return parts_.Run(job, graph, hooks, coordinator_);
+  absl::StatusOr<runner::JobReport> Run(const jobs::JobRecord& job, const jobs::GraphPtr& graph,
+                                        const runner::RunHooks& hooks) {
+    if (!job.coordinator.empty()) return parts_.Run(job, graph, hooks, coordinator_);
     return coordinator_.Coordinate(job, graph, hooks);
   }
-  static bool Handles(const v1::Job& job) { return job.nodes_size() > 0; }
+  static bool Handles(const jobs::JobRecord& job) { return !job.nodes.empty(); }
 
   // peer::PeerHandler. `caller` is the node the peer listener proved the call
   // came from; each call is allowed only from the node it concerns (peer.proto),
   // else PERMISSION_DENIED. A part's calls go to the part host, a job's to
   // its coordinator.
-  absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const peer::PeerCaller& caller,
-                                                  const v1::AdmitPartRequest& request) override {
+  absl::StatusOr<std::string> AdmitPart(const peer::PeerCaller& caller,
+                                        const peer::PartRequest& request) override {
     return parts_.Admit(caller, request, nullptr);
   }
   absl::Status CancelPart(const peer::PeerCaller& caller,
-                          const v1::CancelPartRequest& request) override {
+                          const peer::CancelRequest& request) override {
     return parts_.Cancel(caller, request);
   }
-  absl::StatusOr<v1::HoldPartResponse> HoldPart(const peer::PeerCaller& caller,
-                                                const v1::HoldPartRequest& request) override {
+  absl::StatusOr<peer::HoldAnswer> HoldPart(const peer::PeerCaller& caller,
+                                            const peer::HoldRequest& request) override {
     return coordinator_.HoldPart(caller, request);
   }
-  absl::Status ReportPart(const peer::PeerCaller& caller,
-                          const v1::ReportPartRequest& request) override {
-    return coordinator_.ReportPart(caller, request);
+  absl::Status ReportPart(const peer::PeerCaller& caller, const peer::PartReport& report) override {
+    return coordinator_.ReportPart(caller, report);
   }
-  absl::Status StoreSet(const peer::PeerCaller& caller,
-                        const v1::StoreSetRequest& request) override {
-    return coordinator_.StoreSet(caller, request);
+  absl::Status StoreSet(const peer::PeerCaller& caller, const peer::StoreCall& call) override {
+    return coordinator_.StoreSet(caller, call);
   }
   absl::StatusOr<std::string> StoreGet(const peer::PeerCaller& caller,
-                                       const v1::StoreGetRequest& request) override {
-    return coordinator_.StoreGet(caller, request);
+                                       const peer::StoreCall& call) override {
+    return coordinator_.StoreGet(caller, call);
   }
 
  private:

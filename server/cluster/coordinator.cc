@@ -12,7 +12,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
-#include "server/cluster/schedule_wire.h"
 
 namespace overlap::cluster {
 namespace {
@@ -32,12 +31,12 @@ absl::Status WithNode(const std::string& node, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
 
-// A part's report as its outcome: its result, or its failure with the node named.
-absl::StatusOr<v1::JobResult> OutcomeOf(const v1::ReportPartRequest& report,
-                                        const std::string& node) {
-  if (report.error_code() == 0) return report.result();
-  return absl::Status(static_cast<absl::StatusCode>(report.error_code()),
-                      absl::StrCat("node ", node, ": ", report.error()));
+// A part's outcome as the job sees it: its failure with the node named.
+absl::StatusOr<runner::JobReport> OutcomeOf(const peer::PartReport& report,
+                                            const std::string& node) {
+  if (report.outcome.ok()) return report.outcome;
+  return absl::Status(report.outcome.status().code(),
+                      absl::StrCat("node ", node, ": ", report.outcome.status().message()));
 }
 
 absl::Status CancelledByRequest() { return absl::CancelledError("cancelled by request"); }
@@ -99,8 +98,8 @@ bool SlotMayMove(SlotPhase from, SlotPhase to) {
 // One node's part, as the coordinator knows it.
 struct NodeSlot {
   SlotPhase phase = SlotPhase::kIdle;
-  std::string part_id;                    // from kAdmitted on
-  absl::StatusOr<v1::JobResult> outcome;  // its report, in kReported
+  std::string part_id;                        // from kAdmitted on
+  absl::StatusOr<runner::JobReport> outcome;  // its report, in kReported
 };
 
 // What the coordinator knows of one job while it runs. Guarded by its own
@@ -202,34 +201,34 @@ struct Coordinator::Coordinated {
 };
 
 Coordinator::Coordinator(const ClusterOptions& options, const engine::Engine& engine,
-                         const jobs::Admission& admission, PeerLink& link, PartHost& own_parts)
+                         const jobs::Admission& admission, peer::PeerLink& link,
+                         PartHost& own_parts)
     : options_(options),
       engine_(engine),
       admission_(admission),
       link_(link),
       own_parts_(own_parts) {}
 
-v1::AdmitPartRequest Coordinator::PartRequest(const std::string& job_id, const std::string& spec,
-                                              const jobs::AdmittedGraph& graph,
-                                              int node_index) const {
-  v1::AdmitPartRequest request;
-  request.mutable_global_id()->set_coordinator(options_.node_name);
-  request.mutable_global_id()->set_job_id(job_id);
-  request.set_spec(spec);
-  request.set_node_index(node_index);
-  for (const std::string& node : graph.spec.nodes) request.add_nodes(node);
-  AddDecidedSchedules(graph.schedules, &graph.schedule_notes, request);
+peer::PartRequest Coordinator::PartRequest(const std::string& job_id, const std::string& spec,
+                                           const jobs::AdmittedGraph& graph, int node_index) const {
+  peer::PartRequest request;
+  request.global_id = peer::GlobalJobId{options_.node_name, job_id};
+  request.spec = spec;
+  request.node_index = node_index;
+  request.nodes = graph.spec.nodes;
+  request.schedules = graph.schedules;
+  request.notes = graph.schedule_notes;
   return request;
 }
 
 absl::StatusOr<std::shared_ptr<Coordinator::Coordinated>> Coordinator::Coordinating(
-    const v1::GlobalJobId& id) {
-  if (id.coordinator() == options_.node_name) {
+    const peer::GlobalJobId& id) {
+  if (id.coordinator == options_.node_name) {
     absl::MutexLock lock(&mu_);
-    auto it = coordinated_.find(id.job_id());
+    auto it = coordinated_.find(id.job_id);
     if (it != coordinated_.end()) return it->second;
   }
-  return absl::NotFoundError(absl::StrCat("no job ", QuotedExcerpt(id.job_id(), 80),
+  return absl::NotFoundError(absl::StrCat("no job ", QuotedExcerpt(id.job_id, 80),
                                           " is being coordinated here (it ended, or this "
                                           "daemon restarted)"));
 }
@@ -263,10 +262,10 @@ absl::StatusOr<jobs::AdmittedJob> Coordinator::Admit(JobSpec spec, const std::st
   jobs::JobQueue* queue = own_parts_.Queue();
   if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
   int coordinating = 0;
-  for (v1::JobState state : {v1::QUEUED, v1::RUNNING}) {
-    ASSIGN_OR_RETURN(const std::vector<v1::Job> active, queue->List(state, 0));
-    for (const v1::Job& job : active) {
-      coordinating += job.nodes_size() > 0 && job.coordinator().empty();
+  for (jobs::JobState state : {jobs::JobState::kQueued, jobs::JobState::kRunning}) {
+    ASSIGN_OR_RETURN(const std::vector<jobs::JobRecord> active, queue->List(state, 0));
+    for (const jobs::JobRecord& job : active) {
+      coordinating += !job.nodes.empty() && job.coordinator.empty();
     }
   }
   if (coordinating >= options_.max_jobs) {
@@ -277,10 +276,10 @@ absl::StatusOr<jobs::AdmittedJob> Coordinator::Admit(JobSpec spec, const std::st
   // Before anything is queued.
   RETURN_IF_ERROR(CheckNodes(spec_text, *graph));
   jobs::AdmittedJob job;
-  job.job.set_name(!admitted.name.empty() ? admitted.name : Excerpt(source_name, 120));
-  job.job.set_priority(admitted.priority);
-  job.job.set_spec(spec_text);
-  for (const std::string& node : all) job.job.add_nodes(node);
+  job.job.name = !admitted.name.empty() ? admitted.name : Excerpt(source_name, 120);
+  job.job.priority = admitted.priority;
+  job.job.spec = spec_text;
+  job.job.nodes = all;
   job.graph = std::move(graph);
   return job;
 }
@@ -291,9 +290,9 @@ absl::Status Coordinator::CheckNodes(const std::string& spec_text,
   for (int n = 0; n < static_cast<int>(nodes.size()); ++n) {
     if (nodes[n] == options_.node_name) continue;
     // Their statuses name the node already.
-    RETURN_IF_ERROR(link_.Hello(nodes[n], kCallDeadline).status());
-    v1::AdmitPartRequest check = PartRequest("", spec_text, graph, n);
-    check.set_check_only(true);
+    RETURN_IF_ERROR(link_.Hello(nodes[n], kCallDeadline));
+    peer::PartRequest check = PartRequest("", spec_text, graph, n);
+    check.check_only = true;
     RETURN_IF_ERROR(link_.AdmitPart(nodes[n], check, kCallDeadline).status());
   }
   return absl::OkStatus();
@@ -301,20 +300,20 @@ absl::Status Coordinator::CheckNodes(const std::string& spec_text,
 
 // --- The coordination ----------------------------------------------------------
 
-absl::StatusOr<v1::JobResult> Coordinator::Coordinate(const v1::Job& job,
-                                                      const jobs::GraphPtr& graph,
-                                                      const runner::RunHooks& hooks) {
-  if (job.submit_time_ms() < options_.started_unix_ms || graph == nullptr) {
+absl::StatusOr<runner::JobReport> Coordinator::Coordinate(const jobs::JobRecord& job,
+                                                          const jobs::GraphPtr& graph,
+                                                          const runner::RunHooks& hooks) {
+  if (job.submit_time_ms < options_.started_unix_ms || graph == nullptr) {
     return absl::FailedPreconditionError(
         "queued before this daemon restarted, and its parts with it: submit it again");
   }
-  auto state = std::make_shared<Coordinated>(job.id(), graph);
+  auto state = std::make_shared<Coordinated>(job.id, graph);
   {
     absl::MutexLock lock(&mu_);
-    coordinated_[job.id()] = state;
+    coordinated_[job.id] = state;
   }
   const absl::Status outcome = RunSteps(job, *state, hooks);
-  std::vector<v1::JobResult> parts;
+  std::vector<runner::JobReport> parts;
   std::vector<std::string> part_ids;
   if (outcome.ok()) {
     absl::MutexLock lock(&state->mu);
@@ -331,17 +330,17 @@ absl::StatusOr<v1::JobResult> Coordinator::Coordinate(const v1::Job& job,
   if (!outcome.ok()) CancelParts(*state, reason);
   {
     absl::MutexLock lock(&mu_);
-    coordinated_.erase(job.id());
+    coordinated_.erase(job.id);
   }
   if (!outcome.ok()) return outcome;
   return MergeNodeResults(state->graph->spec, state->nodes, part_ids, parts,
                           static_cast<int>(state->graph->devices.size()));
 }
 
-absl::Status Coordinator::RunSteps(const v1::Job& job, Coordinated& state,
+absl::Status Coordinator::RunSteps(const jobs::JobRecord& job, Coordinated& state,
                                    const runner::RunHooks& hooks) {
   Progress(hooks, 0, 0, "", "check nodes");
-  RETURN_IF_ERROR(CheckNodes(job.spec(), *state.graph));
+  RETURN_IF_ERROR(CheckNodes(job.spec, *state.graph));
   RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReserving));
   for (int attempt = 1;; ++attempt) {
     bool held = true;
@@ -358,8 +357,8 @@ absl::Status Coordinator::RunSteps(const v1::Job& job, Coordinated& state,
   return state.MoveTo(CoordinatorPhase::kReporting);
 }
 
-absl::StatusOr<bool> Coordinator::ReserveNext(const v1::Job& job, Coordinated& state, int attempt,
-                                              const runner::RunHooks& hooks) {
+absl::StatusOr<bool> Coordinator::ReserveNext(const jobs::JobRecord& job, Coordinated& state,
+                                              int attempt, const runner::RunHooks& hooks) {
   const int count = static_cast<int>(state.nodes.size());
   int n = -1, reserved = 0;  // the idle slot first in global order (by address)
   {
@@ -376,19 +375,19 @@ absl::StatusOr<bool> Coordinator::ReserveNext(const v1::Job& job, Coordinated& s
   }
   const std::string& node = state.nodes[n];
   Progress(hooks, reserved, count, node, absl::StrCat("reserve (attempt ", attempt, ")"));
-  v1::AdmitPartRequest request = PartRequest(job.id(), job.spec(), *state.graph, n);
-  request.set_owner(job.owner());
-  request.set_owner_name(job.owner_name());
-  request.set_priority(job.priority());
-  request.set_name(job.name());
-  request.set_owner_admin(job.owner_admin());
+  peer::PartRequest request = PartRequest(job.id, job.spec, *state.graph, n);
+  request.owner = job.owner;
+  request.owner_name = job.owner_name;
+  request.priority = job.priority;
+  request.name = job.name;
+  request.owner_admin = job.owner_admin;
   // This node's own part takes the job's graph as it is, without the network.
-  absl::StatusOr<v1::AdmitPartResponse> admitted =
+  absl::StatusOr<std::string> admitted =
       node == options_.node_name ? own_parts_.Admit(options_.Self(), request, state.graph)
                                  : link_.AdmitPart(node, request, kCallDeadline);
   {
     absl::MutexLock lock(&state.mu);
-    if (admitted.ok()) state.slots[n].part_id = admitted->part_id();
+    if (admitted.ok()) state.slots[n].part_id = *admitted;
     RETURN_IF_ERROR(
         state.MoveSlotLocked(n, admitted.ok() ? SlotPhase::kAdmitted : SlotPhase::kIdle));
   }
@@ -398,7 +397,7 @@ absl::StatusOr<bool> Coordinator::ReserveNext(const v1::Job& job, Coordinated& s
     Log()->info(
         "job {}: {} did not start its part within {} ms; releasing the nodes held "
         "and trying again",
-        job.id(), node, absl::ToInt64Milliseconds(options_.hold_timeout));
+        job.id, node, absl::ToInt64Milliseconds(options_.hold_timeout));
   }
   return held;
 }
@@ -466,13 +465,13 @@ absl::Status Coordinator::AwaitReports(Coordinated& state, const runner::RunHook
     // A part that lost a peer fails first and names itself: say which node
     // went away, where one did.
     for (int n : silent) {
-      absl::StatusOr<v1::HelloResponse> hello = link_.Hello(state.nodes[n], kProbeEvery);
+      const absl::Status hello = link_.Hello(state.nodes[n], kProbeEvery);
       if (hello.ok()) {
         missed[n] = 0;
       } else if (!failed.ok() || ++missed[n] >= kMissedProbes) {
         return absl::AbortedError(absl::StrCat("node ", state.nodes[n], " stopped answering (",
-                                               hello.status().message(), ")",
-                                               failed.ok() ? "" : "; ", failed.message()));
+                                               hello.message(), ")", failed.ok() ? "" : "; ",
+                                               failed.message()));
       }
     }
     if (!failed.ok()) return failed;
@@ -493,10 +492,7 @@ void Coordinator::CancelParts(Coordinated& state, const std::string& reason) {
     return state.nodes[part.first] != options_.node_name;
   });
   for (const auto& [n, part_id] : parts) {
-    v1::CancelPartRequest request;
-    request.mutable_global_id()->set_coordinator(options_.node_name);
-    request.mutable_global_id()->set_job_id(state.job_id);
-    request.set_reason(reason);
+    const peer::CancelRequest request{peer::GlobalJobId{options_.node_name, state.job_id}, reason};
     // A part that already ended answers FAILED_PRECONDITION, or NOT_FOUND once
     // it was forgotten there: nothing to do.
     const absl::Status cancelled = state.nodes[n] == options_.node_name
@@ -511,14 +507,14 @@ void Coordinator::CancelParts(Coordinated& state, const std::string& reason) {
 
 // --- The peer listener's calls ------------------------------------------------
 
-absl::StatusOr<v1::HoldPartResponse> Coordinator::HoldPart(const peer::PeerCaller& caller,
-                                                           const v1::HoldPartRequest& request) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
-  const int n = request.node_index();
+absl::StatusOr<peer::HoldAnswer> Coordinator::HoldPart(const peer::PeerCaller& caller,
+                                                       const peer::HoldRequest& request) {
+  using peer::HoldDecision;
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id));
+  const int n = request.node_index;
   RETURN_IF_ERROR(state->CheckPartNode(caller, n, "hold"));
-  v1::HoldPartResponse response;
-  const absl::Time deadline = absl::Now() + std::clamp(absl::Milliseconds(request.wait_ms()),
-                                                       absl::ZeroDuration(), absl::Seconds(5));
+  const absl::Time deadline =
+      absl::Now() + std::clamp(request.wait, absl::ZeroDuration(), absl::Seconds(5));
   absl::MutexLock lock(&state->mu);
   const NodeSlot& slot = state->slots[n];
   // A part that started at once may ask before AdmitPart returned its id to
@@ -526,14 +522,10 @@ absl::StatusOr<v1::HoldPartResponse> Coordinator::HoldPart(const peer::PeerCalle
   while (slot.phase == SlotPhase::kAdmitting && absl::Now() < deadline) {
     state->changed.WaitWithDeadline(&state->mu, deadline);
   }
-  if (slot.phase == SlotPhase::kAdmitting) {
-    response.set_decision(v1::HoldPartResponse::WAIT);
-    return response;
-  }
-  if (slot.phase == SlotPhase::kIdle || slot.part_id != request.part_id()) {
-    response.set_decision(v1::HoldPartResponse::RELEASE);
-    response.set_reason("the coordinator released this reservation and tries again");
-    return response;
+  if (slot.phase == SlotPhase::kAdmitting) return peer::HoldAnswer{HoldDecision::kWait, ""};
+  if (slot.phase == SlotPhase::kIdle || slot.part_id != request.part_id) {
+    return peer::HoldAnswer{HoldDecision::kRelease,
+                            "the coordinator released this reservation and tries again"};
   }
   if (slot.phase == SlotPhase::kAdmitted) {
     RETURN_IF_ERROR(state->MoveSlotLocked(n, SlotPhase::kHeld));
@@ -541,49 +533,42 @@ absl::StatusOr<v1::HoldPartResponse> Coordinator::HoldPart(const peer::PeerCalle
   while (!state->Started() && !state->Ending() && absl::Now() < deadline) {
     state->changed.WaitWithDeadline(&state->mu, deadline);
   }
-  if (state->Ending()) {
-    response.set_decision(v1::HoldPartResponse::CANCEL);
-    response.set_reason(state->ending);
-  } else {
-    response.set_decision(state->Started() ? v1::HoldPartResponse::START
-                                           : v1::HoldPartResponse::WAIT);
-  }
-  return response;
+  if (state->Ending()) return peer::HoldAnswer{HoldDecision::kCancel, state->ending};
+  return peer::HoldAnswer{state->Started() ? HoldDecision::kStart : HoldDecision::kWait, ""};
 }
 
 absl::Status Coordinator::ReportPart(const peer::PeerCaller& caller,
-                                     const v1::ReportPartRequest& request) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
-  const int n = request.node_index();
+                                     const peer::PartReport& report) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(report.global_id));
+  const int n = report.node_index;
   RETURN_IF_ERROR(state->CheckPartNode(caller, n, "report"));
   absl::MutexLock lock(&state->mu);
   NodeSlot& slot = state->slots[n];
   // A part of a reservation given up (or one heard from already): nothing waits for it.
   if ((slot.phase != SlotPhase::kAdmitted && slot.phase != SlotPhase::kHeld) ||
-      slot.part_id != request.part_id()) {
+      slot.part_id != report.part_id) {
     return absl::OkStatus();
   }
-  slot.outcome = OutcomeOf(request, state->nodes[n]);
+  slot.outcome = OutcomeOf(report, state->nodes[n]);
   return state->MoveSlotLocked(n, SlotPhase::kReported);
 }
 
-absl::Status Coordinator::StoreSet(const peer::PeerCaller& caller,
-                                   const v1::StoreSetRequest& request) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+absl::Status Coordinator::StoreSet(const peer::PeerCaller& caller, const peer::StoreCall& call) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(call.global_id));
   RETURN_IF_ERROR(state->CheckJobNode(caller));
-  return state->store.Set(request.key(), request.value());
+  return state->store.Set(call.key, call.value);
 }
 
 absl::StatusOr<std::string> Coordinator::StoreGet(const peer::PeerCaller& caller,
-                                                  const v1::StoreGetRequest& request) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(request.global_id()));
+                                                  const peer::StoreCall& call) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Coordinated> state, Coordinating(call.global_id));
   RETURN_IF_ERROR(state->CheckJobNode(caller));
-  const absl::Duration timeout = std::clamp(absl::Milliseconds(request.timeout_ms()),
-                                            absl::ZeroDuration(), options_.collective_timeout);
-  return state->store.Get(request.key(), timeout);
+  const absl::Duration timeout =
+      std::clamp(call.timeout, absl::ZeroDuration(), options_.collective_timeout);
+  return state->store.Get(call.key, timeout);
 }
 
-std::shared_ptr<gloo_group::RendezvousStore> Coordinator::StoreOf(const v1::GlobalJobId& id) {
+std::shared_ptr<gloo_group::RendezvousStore> Coordinator::StoreOf(const peer::GlobalJobId& id) {
   absl::StatusOr<std::shared_ptr<Coordinated>> state = Coordinating(id);
   if (!state.ok()) return nullptr;
   // Shares the job's ownership: the store lives while the part holds it.

@@ -68,7 +68,7 @@ class Coordinator {
   // `engine`, `admission`, `link` and `own_parts` (this node's parts, and
   // its job queue) must outlive this.
   Coordinator(const ClusterOptions& options, const engine::Engine& engine,
-              const jobs::Admission& admission, PeerLink& link, PartHost& own_parts);
+              const jobs::Admission& admission, peer::PeerLink& link, PartHost& own_parts);
 
   // The job to hand to the job queue, and its typed graph, for a graph that
   // spans daemons (its `nodes`, or `nodes` where given; `spec` is its parse
@@ -82,18 +82,18 @@ class Coordinator {
                                           const std::string& source_name,
                                           const std::vector<std::string>& nodes);
   // The coordination of `job` (steps 0 to 3), its merged result or why not.
-  absl::StatusOr<v1::JobResult> Coordinate(const v1::Job& job, const jobs::GraphPtr& graph,
-                                           const runner::RunHooks& hooks);
+  absl::StatusOr<runner::JobReport> Coordinate(const jobs::JobRecord& job,
+                                               const jobs::GraphPtr& graph,
+                                               const runner::RunHooks& hooks);
 
   // The peer calls a coordinator answers; each only from the node it concerns.
-  absl::StatusOr<v1::HoldPartResponse> HoldPart(const peer::PeerCaller& caller,
-                                                const v1::HoldPartRequest& request);
-  absl::Status ReportPart(const peer::PeerCaller& caller, const v1::ReportPartRequest& request);
-  absl::Status StoreSet(const peer::PeerCaller& caller, const v1::StoreSetRequest& request);
-  absl::StatusOr<std::string> StoreGet(const peer::PeerCaller& caller,
-                                       const v1::StoreGetRequest& request);
+  absl::StatusOr<peer::HoldAnswer> HoldPart(const peer::PeerCaller& caller,
+                                            const peer::HoldRequest& request);
+  absl::Status ReportPart(const peer::PeerCaller& caller, const peer::PartReport& report);
+  absl::Status StoreSet(const peer::PeerCaller& caller, const peer::StoreCall& call);
+  absl::StatusOr<std::string> StoreGet(const peer::PeerCaller& caller, const peer::StoreCall& call);
   // The store of a job coordinated here (kept alive while held), or null.
-  std::shared_ptr<gloo_group::RendezvousStore> StoreOf(const v1::GlobalJobId& id);
+  std::shared_ptr<gloo_group::RendezvousStore> StoreOf(const peer::GlobalJobId& id);
 
  private:
   struct Coordinated;  // a job this daemon coordinates
@@ -104,10 +104,11 @@ class Coordinator {
   absl::Status CheckNodes(const std::string& spec_text, const jobs::AdmittedGraph& graph);
   // Steps 0 to 3 (Reserve: one ReserveNext per slot, a Release between
   // attempts), up to the reports: OK, or why the job cannot run.
-  absl::Status RunSteps(const v1::Job& job, Coordinated& state, const runner::RunHooks& hooks);
+  absl::Status RunSteps(const jobs::JobRecord& job, Coordinated& state,
+                        const runner::RunHooks& hooks);
   // Admits the idle slot first in global order and waits for it to hold:
   // true when it holds, false when it did not within the hold timeout.
-  absl::StatusOr<bool> ReserveNext(const v1::Job& job, Coordinated& state, int attempt,
+  absl::StatusOr<bool> ReserveNext(const jobs::JobRecord& job, Coordinated& state, int attempt,
                                    const runner::RunHooks& hooks);
   absl::StatusOr<bool> AwaitHold(Coordinated& state, int n, const runner::RunHooks& hooks);
   // Frees every slot (their parts end), then waits a backoff.
@@ -118,15 +119,15 @@ class Coordinator {
   void CancelParts(Coordinated& state, const std::string& reason);
   // Node `node_index`'s part of the job `job_id`: `spec` as submitted, with
   // the schedules decided for `graph`.
-  v1::AdmitPartRequest PartRequest(const std::string& job_id, const std::string& spec,
-                                   const jobs::AdmittedGraph& graph, int node_index) const;
+  peer::PartRequest PartRequest(const std::string& job_id, const std::string& spec,
+                                const jobs::AdmittedGraph& graph, int node_index) const;
   // The job `id` names, or NOT_FOUND for one this daemon does not coordinate (now).
-  absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const v1::GlobalJobId& id);
+  absl::StatusOr<std::shared_ptr<Coordinated>> Coordinating(const peer::GlobalJobId& id);
 
   const ClusterOptions& options_;
   const engine::Engine& engine_;
   const jobs::Admission& admission_;
-  PeerLink& link_;
+  peer::PeerLink& link_;
   PartHost& own_parts_;
 
   absl::Mutex mu_;
@@ -138,8 +139,9 @@ class Coordinator {
 // index): the ops' steps max over every node, a line per node, the bus
 // bandwidth across nodes, the slowest rank. `nodes` and `part_ids` are per
 // node; `devices_per_node` ranks each.
-v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
-                               const std::vector<std::string>& part_ids,
-                               const std::vector<v1::JobResult>& parts, int devices_per_node);
+runner::JobReport MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
+                                   const std::vector<std::string>& part_ids,
+                                   const std::vector<runner::JobReport>& parts,
+                                   int devices_per_node);
 
 }  // namespace overlap::cluster

@@ -7,15 +7,17 @@
 namespace overlap::cluster {
 namespace {
 
+using runner::JobReport;
+using runner::OpReport;
+
 // The index of each node's slowest rank (the largest GEMM alone, summed over
 // the ops): a slow GPU shows there first. -1 when the node timed no GEMM.
-int SlowestLocalRank(const v1::JobResult& part, double* gemm_ms) {
+int SlowestLocalRank(const JobReport& part, double* gemm_ms) {
   std::vector<double> by_rank;
-  for (const v1::OpResult& op : part.ops()) {
-    if (by_rank.size() < static_cast<size_t>(op.gemm_alone_rank_ms_size())) {
-      by_rank.resize(op.gemm_alone_rank_ms_size(), 0.0);
-    }
-    for (int r = 0; r < op.gemm_alone_rank_ms_size(); ++r) by_rank[r] += op.gemm_alone_rank_ms(r);
+  for (const OpReport& op : part.ops) {
+    by_rank.resize(std::max(by_rank.size(), op.gemm_alone_rank_ms.size()), 0.0);
+    for (size_t r = 0; r < op.gemm_alone_rank_ms.size(); ++r)
+      by_rank[r] += op.gemm_alone_rank_ms[r];
   }
   if (by_rank.empty()) return -1;
   const auto slowest = std::max_element(by_rank.begin(), by_rank.end());
@@ -25,126 +27,133 @@ int SlowestLocalRank(const v1::JobResult& part, double* gemm_ms) {
 
 // Op `i` as the slowest node ran it, verified only where every node verified it,
 // its error and each group's step the worst of any node's.
-v1::OpResult MergeOp(const std::vector<v1::JobResult>& parts, int i) {
-  int slowest = 0;
-  for (int n = 1; n < static_cast<int>(parts.size()); ++n) {
-    if (i < parts[n].ops_size() &&
-        parts[n].ops(i).step().median_ms() > parts[slowest].ops(i).step().median_ms()) {
+OpReport MergeOp(const std::vector<JobReport>& parts, size_t i) {
+  size_t slowest = 0;
+  for (size_t n = 1; n < parts.size(); ++n) {
+    if (i < parts[n].ops.size() &&
+        parts[n].ops[i].step.median > parts[slowest].ops[i].step.median) {
       slowest = n;
     }
   }
-  v1::OpResult op = parts[slowest].ops(i);
-  op.clear_gemm_alone_rank_ms();
-  op.clear_group_step_ms();
-  std::vector<double> group_steps;
-  for (const v1::JobResult& part : parts) {
-    if (i >= part.ops_size()) continue;
-    const v1::OpResult& mine = part.ops(i);
-    op.set_verified(op.verified() && mine.verified());
-    op.set_max_rel_error(std::max(op.max_rel_error(), mine.max_rel_error()));
-    for (double ms : mine.gemm_alone_rank_ms()) op.add_gemm_alone_rank_ms(ms);
-    group_steps.resize(std::max<size_t>(group_steps.size(), mine.group_step_ms_size()), 0.0);
-    for (int g = 0; g < mine.group_step_ms_size(); ++g) {
-      group_steps[g] = std::max(group_steps[g], mine.group_step_ms(g));
+  OpReport op = parts[slowest].ops[i];
+  op.gemm_alone_rank_ms.clear();
+  op.group_step_ms.clear();
+  for (const JobReport& part : parts) {
+    if (i >= part.ops.size()) continue;
+    const OpReport& mine = part.ops[i];
+    op.verified = op.verified && mine.verified;
+    op.max_rel_error = std::max(op.max_rel_error, mine.max_rel_error);
+    op.gemm_alone_rank_ms.insert(op.gemm_alone_rank_ms.end(), mine.gemm_alone_rank_ms.begin(),
+                                 mine.gemm_alone_rank_ms.end());
+    op.group_step_ms.resize(std::max(op.group_step_ms.size(), mine.group_step_ms.size()), 0.0);
+    for (size_t g = 0; g < mine.group_step_ms.size(); ++g) {
+      op.group_step_ms[g] = std::max(op.group_step_ms[g], mine.group_step_ms[g]);
     }
   }
-  for (double ms : group_steps) op.add_group_step_ms(ms);
-  if (!group_steps.empty()) {
-    op.set_slowest_group(static_cast<int>(std::max_element(group_steps.begin(), group_steps.end()) -
-                                          group_steps.begin()));
+  if (!op.group_step_ms.empty()) {
+    op.slowest_group =
+        static_cast<int>(std::max_element(op.group_step_ms.begin(), op.group_step_ms.end()) -
+                         op.group_step_ms.begin());
   }
   return op;
 }
 
 // Every op merged, the totals over them, and the bus bandwidth of those that cross nodes.
-void MergeOps(const JobSpec& spec, const std::vector<v1::JobResult>& parts, int devices_per_node,
-              v1::JobResult& merged) {
+void MergeOps(const JobSpec& spec, const std::vector<JobReport>& parts, int devices_per_node,
+              JobReport& merged) {
   const int world = static_cast<int>(parts.size()) * devices_per_node;
   double total_step = 0, total_exposed = 0, bus_bytes = 0, bus_ms = 0;
-  for (int i = 0; i < parts[0].ops_size(); ++i) {
-    v1::OpResult op = MergeOp(parts, i);
+  for (size_t i = 0; i < parts[0].ops.size(); ++i) {
+    OpReport op = MergeOp(parts, i);
     const auto spec_op = std::find_if(spec.ops.begin(), spec.ops.end(),
-                                      [&](const OpSpec& o) { return o.id == op.id(); });
-    op.set_spans_nodes(spec_op != spec.ops.end() &&
-                       GroupsCrossNodes(spec.mesh, spec_op->group, world, devices_per_node));
+                                      [&](const OpSpec& o) { return o.id == op.id; });
+    op.spans_nodes = spec_op != spec.ops.end() &&
+                     GroupsCrossNodes(spec.mesh, spec_op->group, world, devices_per_node);
     // Between daemons the host backend's collectives run over Gloo: name what
     // moved the data, not the schedule's transport ("nccl", the collectives' kind).
-    if (op.spans_nodes() && parts[0].backend() == "host" && op.transport() == "nccl") {
-      op.set_transport("gloo");
+    if (op.spans_nodes && parts[0].backend == "host" && op.transport == "nccl") {
+      op.transport = "gloo";
     }
-    if (op.spans_nodes() && op.busbw_gbps() > 0) {
-      const double ms =
-          op.comm_alone().median_ms() > 0 ? op.comm_alone().median_ms() : op.step().median_ms();
-      bus_bytes += op.busbw_gbps() * ms;
+    if (op.spans_nodes && op.busbw_gbps > 0) {
+      const double comm_ms = op.comm_alone ? op.comm_alone->median : 0;
+      const double ms = comm_ms > 0 ? comm_ms : op.step.median;
+      bus_bytes += op.busbw_gbps * ms;
       bus_ms += ms;
     }
-    total_step += op.step().median_ms();
-    total_exposed += op.exposed_comm_ms();
-    *merged.add_ops() = std::move(op);
+    total_step += op.step.median;
+    total_exposed += op.exposed_comm_ms;
+    merged.ops.push_back(std::move(op));
   }
-  merged.set_total_step_ms(total_step);
-  merged.set_total_exposed_comm_ms(total_exposed);
-  merged.set_inter_node_busbw_gbps(bus_ms > 0 ? bus_bytes / bus_ms : 0);
+  merged.total_step_ms = total_step;
+  merged.total_exposed_comm_ms = total_exposed;
+  merged.inter_node_busbw_gbps = bus_ms > 0 ? bus_bytes / bus_ms : 0;
 }
 
-// The layer step ran on every node at once: the slowest node's is the job's.
-void MergeLayer(const std::vector<v1::JobResult>& parts, v1::JobResult& merged) {
-  const int count = static_cast<int>(parts.size());
-  const v1::JobResult& layer = *std::max_element(
-      parts.begin(), parts.end(), [](const v1::JobResult& a, const v1::JobResult& b) {
-        return a.layer_step().median_ms() < b.layer_step().median_ms();
-      });
-  *merged.mutable_layer_step() = layer.layer_step();
-  merged.set_layer_exposed_comm_ms(layer.layer_exposed_comm_ms());
-  merged.set_layer_activation_ms(layer.layer_activation_ms());
-  *merged.mutable_layer_step_without_deferred() = layer.layer_step_without_deferred();
-  merged.set_layer_deferred_hidden_fraction(layer.layer_deferred_hidden_fraction());
-  *merged.mutable_layer_deferrals() = layer.layer_deferrals();
+double LayerStepMs(const JobReport& part) { return part.layer ? part.layer->step.median : 0; }
+
+// The layer step ran on every node at once: the slowest node's is the job's;
+// what every node ran alike (its order, lanes, notes, chains) is node 0's.
+// The merged result always has a layer step (empty where no node had one).
+void MergeLayer(const std::vector<JobReport>& parts, JobReport& merged) {
+  const JobReport& slowest = *std::max_element(
+      parts.begin(), parts.end(),
+      [](const JobReport& a, const JobReport& b) { return LayerStepMs(a) < LayerStepMs(b); });
+  runner::LayerStepReport none;
+  none.scheduler.clear();
+  const runner::LayerStepReport& from = slowest.layer ? *slowest.layer : none;
+  runner::LayerStepReport& layer = merged.layer ? *merged.layer : merged.layer.emplace(none);
+  layer.step = from.step;
+  layer.exposed_comm_ms = from.exposed_comm_ms;
+  layer.activation_ms = from.activation_ms;
+  layer.without_deferred = from.without_deferred.value_or(Summary{});
+  layer.deferred_hidden_fraction = from.deferred_hidden_fraction;
+  layer.deferrals = from.deferrals;
   // Each node dispatched for its own ranks: a deferral's worst delay is the
   // worst any node saw, and every node's devices have their lane figures.
-  merged.clear_lane_figures();
-  for (int n = 0; n < count; ++n) {
-    for (int d = 0; d < merged.layer_deferrals_size() && d < parts[n].layer_deferrals_size(); ++d) {
-      v1::LayerDeferral* deferral = merged.mutable_layer_deferrals(d);
-      deferral->set_worst_delay_ms(
-          std::max(deferral->worst_delay_ms(), parts[n].layer_deferrals(d).worst_delay_ms()));
+  layer.lane_figures.clear();
+  for (const JobReport& part : parts) {
+    if (!part.layer) continue;
+    for (size_t d = 0; d < layer.deferrals.size() && d < part.layer->deferrals.size(); ++d) {
+      layer.deferrals[d].worst_delay_ms =
+          std::max(layer.deferrals[d].worst_delay_ms, part.layer->deferrals[d].worst_delay_ms);
     }
-    for (const v1::LaneFigures& f : parts[n].lane_figures()) *merged.add_lane_figures() = f;
+    layer.lane_figures.insert(layer.lane_figures.end(), part.layer->lane_figures.begin(),
+                              part.layer->lane_figures.end());
   }
   // Each node checked its own ranks of every chain: the job's error is the largest.
-  for (int n = 1; n < count; ++n) {
-    for (int c = 0; c < merged.layer_chains_size() && c < parts[n].layer_chains_size(); ++c) {
-      v1::LayerChainCheck* check = merged.mutable_layer_chains(c);
-      check->set_max_rel_error(
-          std::max(check->max_rel_error(), parts[n].layer_chains(c).max_rel_error()));
+  for (size_t n = 1; n < parts.size(); ++n) {
+    if (!parts[n].layer) continue;
+    for (size_t c = 0; c < layer.chains.size() && c < parts[n].layer->chains.size(); ++c) {
+      layer.chains[c].max_rel_error =
+          std::max(layer.chains[c].max_rel_error, parts[n].layer->chains[c].max_rel_error);
     }
   }
 }
 
 // A line per node, and the job's slowest rank: the slowest of the nodes' own.
 void AddNodeLines(const std::vector<std::string>& nodes, const std::vector<std::string>& part_ids,
-                  const std::vector<v1::JobResult>& parts, int devices_per_node,
-                  v1::JobResult& merged) {
+                  const std::vector<JobReport>& parts, int devices_per_node, JobReport& merged) {
   double worst_gemm = -1;
   for (int n = 0; n < static_cast<int>(parts.size()); ++n) {
-    v1::NodeResult* line = merged.add_node_results();
-    line->set_node(nodes[n]);
-    line->set_node_index(n);
-    line->set_part_id(part_ids[n]);
-    line->set_first_rank(n * devices_per_node);
-    line->set_ranks(devices_per_node);
-    line->set_total_step_ms(parts[n].total_step_ms());
-    line->set_layer_step_ms(parts[n].layer_step().median_ms());
-    line->set_backend(parts[n].backend());
-    line->set_gpu(parts[n].gpu());
+    runner::NodeReport line;
+    line.node = nodes[n];
+    line.node_index = n;
+    line.part_id = part_ids[n];
+    line.first_rank = n * devices_per_node;
+    line.ranks = devices_per_node;
+    line.total_step_ms = parts[n].total_step_ms;
+    line.layer_step_ms = LayerStepMs(parts[n]);
+    line.backend = parts[n].backend;
+    line.gpu = parts[n].gpu;
     double gemm_ms = 0;
     const int local = SlowestLocalRank(parts[n], &gemm_ms);
-    line->set_slowest_rank(local < 0 ? -1 : n * devices_per_node + local);
+    line.slowest_rank = local < 0 ? -1 : n * devices_per_node + local;
     if (local >= 0 && gemm_ms > worst_gemm) {
       worst_gemm = gemm_ms;
-      merged.set_slowest_rank(line->slowest_rank());
-      merged.set_slowest_node(nodes[n]);
+      merged.slowest_rank = line.slowest_rank;
+      merged.slowest_node = nodes[n];
     }
+    merged.nodes.push_back(std::move(line));
   }
 }
 
@@ -152,12 +161,12 @@ void AddNodeLines(const std::vector<std::string>& nodes, const std::vector<std::
 
 // What every node ran alike (the dispatcher's notes, the fusions, the chains
 // checked) comes from node 0's part.
-v1::JobResult MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
-                               const std::vector<std::string>& part_ids,
-                               const std::vector<v1::JobResult>& parts, int devices_per_node) {
-  v1::JobResult merged = parts.at(0);
-  merged.clear_ops();
-  merged.clear_node_results();
+JobReport MergeNodeResults(const JobSpec& spec, const std::vector<std::string>& nodes,
+                           const std::vector<std::string>& part_ids,
+                           const std::vector<JobReport>& parts, int devices_per_node) {
+  JobReport merged = parts.at(0);
+  merged.ops.clear();
+  merged.nodes.clear();
   MergeOps(spec, parts, devices_per_node, merged);
   MergeLayer(parts, merged);
   AddNodeLines(nodes, part_ids, parts, devices_per_node, merged);

@@ -19,9 +19,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "server/cluster/cluster_common.h"
-#include "server/cluster/peer_link.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_queue.h"
+#include "server/peer/peer_link.h"
 #include "server/runner/run_hooks.h"
 
 namespace overlap::cluster {
@@ -32,7 +32,7 @@ class PartHost {
  public:
   // `engine`, `admission` and `link` must outlive this, and so must the queue.
   PartHost(const ClusterOptions& options, engine::Engine& engine, const jobs::Admission& admission,
-           PeerLink& link);
+           peer::PeerLink& link);
   void SetJobQueue(jobs::JobQueue* queue);
   jobs::JobQueue* Queue() ABSL_LOCKS_EXCLUDED(mu_);  // null until set
 
@@ -40,39 +40,42 @@ class PartHost {
   // (PERMISSION_DENIED), for this node (INVALID_ARGUMENT). `graph` is the
   // part's graph when the coordinator is this daemon (null: parsed from the
   // request, or taken from the check that came before it).
-  absl::StatusOr<v1::AdmitPartResponse> Admit(const peer::PeerCaller& caller,
-                                              const v1::AdmitPartRequest& request,
-                                              jobs::GraphPtr graph);
+  // The part's id here.
+  absl::StatusOr<std::string> Admit(const peer::PeerCaller& caller,
+                                    const peer::PartRequest& request, jobs::GraphPtr graph);
   // CancelPart, from the job's coordinator only; NOT_FOUND for no such part.
-  absl::Status Cancel(const peer::PeerCaller& caller, const v1::CancelPartRequest& request);
+  absl::Status Cancel(const peer::PeerCaller& caller, const peer::CancelRequest& request);
 
   // The part's run, whose end (result or failure) it reports to the
   // coordinator; `local` is this daemon's, reached without the network.
-  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const jobs::GraphPtr& graph,
-                                    const runner::RunHooks& hooks, Coordinator& local);
+  absl::StatusOr<runner::JobReport> Run(const jobs::JobRecord& job, const jobs::GraphPtr& graph,
+                                        const runner::RunHooks& hooks, Coordinator& local);
 
  private:
-  absl::StatusOr<v1::JobResult> RunStartedPart(const v1::Job& job, const v1::GlobalJobId& id,
-                                               jobs::GraphPtr graph, const runner::RunHooks& hooks,
-                                               Coordinator& local);
+  absl::StatusOr<runner::JobReport> RunStartedPart(const jobs::JobRecord& job,
+                                                   const peer::GlobalJobId& id,
+                                                   jobs::GraphPtr graph,
+                                                   const runner::RunHooks& hooks,
+                                                   Coordinator& local);
   // The part's wait for the start: OK to run, or why not.
-  absl::Status AwaitStart(const v1::Job& job, const runner::RunHooks& hooks, Coordinator& local);
-  void Report(const v1::Job& job, const v1::GlobalJobId& id,
-              const absl::StatusOr<v1::JobResult>& result, Coordinator& local);
+  absl::Status AwaitStart(const jobs::JobRecord& job, const runner::RunHooks& hooks,
+                          Coordinator& local);
+  void Report(const jobs::JobRecord& job, const peer::GlobalJobId& id,
+              const absl::StatusOr<runner::JobReport>& result, Coordinator& local);
   // The part's graph: parsed and admitted, or the one admitted for the same
   // request (coordinator, nodes, node index and spec) when it was checked at
   // submission or admitted on an earlier reservation attempt.
-  absl::StatusOr<jobs::GraphPtr> PartGraph(const v1::AdmitPartRequest& request,
+  absl::StatusOr<jobs::GraphPtr> PartGraph(const peer::PartRequest& request,
                                            const std::string& source_name);
   // Who may admit the part, and its owner, name and priority, checked as the
   // user socket checks a job's (PERMISSION_DENIED / INVALID_ARGUMENT).
   absl::Status CheckPartRequest(const peer::PeerCaller& caller,
-                                const v1::AdmitPartRequest& request) const;
+                                const peer::PartRequest& request) const;
 
   const ClusterOptions& options_;
   engine::Engine& engine_;
   const jobs::Admission& admission_;
-  PeerLink& link_;
+  peer::PeerLink& link_;
 
   absl::Mutex mu_;
   jobs::JobQueue* queue_ ABSL_GUARDED_BY(mu_) = nullptr;

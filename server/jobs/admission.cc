@@ -201,10 +201,10 @@ absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& sp
   ASSIGN_OR_RETURN(spec, Fused(std::move(spec), Limits()));
   RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(graph->devices.size()), graph->devices));
   AdmittedJob admitted;
-  admitted.job.set_name(!spec.name.empty() ? spec.name : Excerpt(raw_source_name, 120));
-  admitted.job.set_priority(spec.priority);
-  for (int device : graph->devices) admitted.job.add_devices(device);
-  admitted.job.set_spec(spec_text);
+  admitted.job.name = !spec.name.empty() ? spec.name : Excerpt(raw_source_name, 120);
+  admitted.job.priority = spec.priority;
+  admitted.job.devices = graph->devices;
+  admitted.job.spec = spec_text;
   // As Revalidate would give it back from the stored job.
   spec.devices = graph->devices;
   graph->spec = std::move(spec);
@@ -212,9 +212,9 @@ absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& sp
   return admitted;
 }
 
-absl::StatusOr<GraphPtr> Admission::Revalidate(const v1::Job& job) const {
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec(), job.id(), parse_budget_.get()));
-  spec.devices.assign(job.devices().begin(), job.devices().end());
+absl::StatusOr<GraphPtr> Admission::Revalidate(const JobRecord& job) const {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(job.spec, job.id, parse_budget_.get()));
+  spec.devices = job.devices;
   absl::StatusOr<std::vector<int>> devices = ValidateJobSpec(spec, Limits());
   if (!devices.ok()) {
     return absl::InvalidArgumentError(

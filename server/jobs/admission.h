@@ -21,9 +21,9 @@
 #include "common/graph_validator.h"
 #include "common/parse_budget.h"
 #include "common/planner/calibration.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admitted_graph.h"
+#include "server/jobs/job_record.h"
 
 namespace overlap::jobs {
 
@@ -45,7 +45,7 @@ struct AdmissionOptions {
 // A job ready for the job queue: the job as stored (name, priority, devices,
 // the spec's text) and its typed graph.
 struct AdmittedJob {
-  v1::Job job;
+  JobRecord job;
   GraphPtr graph;
 };
 
@@ -89,7 +89,7 @@ class Admission {
   // A stored job queued before a restart: its text parsed and validated again
   // on its stored devices (the backend or config may have changed).
   // INVALID_ARGUMENT "no longer valid on this node: ..." when it does not.
-  absl::StatusOr<GraphPtr> Revalidate(const v1::Job& job) const;
+  absl::StatusOr<GraphPtr> Revalidate(const JobRecord& job) const;
 
  private:
   ValidationLimits Limits() const;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_queue.h"
@@ -15,9 +14,10 @@ namespace overlap::jobs {
 // A job queued before a restart is validated again because it may meet a
 // different backend (fewer devices, another max_iterations): it then fails
 // with INVALID_ARGUMENT instead of running on devices that do not exist.
-absl::StatusOr<v1::JobResult> RunStoredJob(engine::Engine& engine, const Admission& admission,
-                                           runner::TuningCache* tuning_cache, const v1::Job& job,
-                                           GraphPtr graph, const runner::RunHooks& hooks);
+absl::StatusOr<runner::JobReport> RunStoredJob(engine::Engine& engine, const Admission& admission,
+                                               runner::TuningCache* tuning_cache,
+                                               const JobRecord& job, GraphPtr graph,
+                                               const runner::RunHooks& hooks);
 
 // RunStoredJob bound to an engine, admission and cache (all must outlive the runner).
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "server/report/result_proto.h"
 
 namespace overlap::jobs {
 namespace {
@@ -23,19 +22,12 @@ std::shared_ptr<spdlog::logger> Log() { return GetLogger("sched"); }
 
 // A queued or running job the store could only rebuild from its row's columns
 // (JobStore::List): its spec is gone.
-bool StoredDataLost(const JobRecord& job) {
-  return job.error_code == absl::StatusCode::kDataLoss;
-}
+bool StoredDataLost(const JobRecord& job) { return job.error_code == absl::StatusCode::kDataLoss; }
 
 }  // namespace
 
-bool IsFinalState(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED ||
-         state == v1::ABORTED;
-}
-
-void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
-                     JobRecord* job) {
+void ApplyRunOutcome(const absl::StatusOr<runner::JobReport>& outcome,
+                     const std::string& cancel_reason, JobRecord* job) {
   job->error.clear();
   job->error_code = absl::StatusCode::kOk;
   if (outcome.ok()) {
@@ -74,7 +66,7 @@ struct JobQueue::Entry {
   // Guarded by JobQueue::mu_. Its final state is being stored; job shows the
   // state before it until that is done.
   bool ending = false;
-  int64_t picked_ms = 0;  // when it was taken off pending_: its start time
+  int64_t picked_ms = 0;      // when it was taken off pending_: its start time
   uint64_t job_sequence = 0;  // job.sequence, readable without the mutex
 };
 
@@ -82,7 +74,7 @@ JobQueue::JobQueue(JobStore* store, JobRunner runner, JobQueueOptions options)
     : store_(store), runner_(std::move(runner)), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<JobQueue>> JobQueue::Create(JobStore* store, JobRunner runner,
-                                                             JobQueueOptions options) {
+                                                           JobQueueOptions options) {
   if (store == nullptr || !runner) {
     return absl::InvalidArgumentError("queue needs a job store and a runner");
   }
@@ -104,9 +96,8 @@ absl::Status JobQueue::Recover() {
   // without the mutex, and what it finds is installed under it at the end.
   ASSIGN_OR_RETURN(const uint64_t max_sequence, store_->MaxSequence());
 
-  ASSIGN_OR_RETURN(std::vector<v1::Job> running, store_->ListByState(v1::RUNNING));
-  for (const v1::Job& stored : running) {
-    JobRecord job = FromProto(stored);
+  ASSIGN_OR_RETURN(std::vector<JobRecord> running, store_->ListByState(JobState::kRunning));
+  for (JobRecord& job : running) {
     if (StoredDataLost(job)) {
       RETURN_IF_ERROR(FailDamaged(job));
       continue;
@@ -115,14 +106,13 @@ absl::Status JobQueue::Recover() {
     job.error = kRestartedError;
     job.error_code = absl::StatusCode::kUnavailable;
     job.end_time_ms = NowMs();
-    RETURN_IF_ERROR(store_->Put(ToProto(job)));
+    RETURN_IF_ERROR(store_->Put(job));
     Log()->warn("job {} was running when overlapd stopped: marked FAILED", job.id);
   }
 
-  ASSIGN_OR_RETURN(std::vector<v1::Job> queued, store_->ListByState(v1::QUEUED));
+  ASSIGN_OR_RETURN(std::vector<JobRecord> queued, store_->ListByState(JobState::kQueued));
   std::vector<std::shared_ptr<Entry>> recovered;
-  for (const v1::Job& stored : queued) {
-    JobRecord job = FromProto(stored);
+  for (JobRecord& job : queued) {
     // Its spec is lost with its stored data: it cannot run again.
     if (StoredDataLost(job)) {
       RETURN_IF_ERROR(FailDamaged(job));
@@ -146,10 +136,10 @@ absl::Status JobQueue::Recover() {
 
 absl::Status JobQueue::FailDamaged(JobRecord& job) {
   Log()->error("job {} ({} when overlapd stopped): {}; marked FAILED", job.id,
-               v1::JobState_Name(ToProto(job.state)), job.error);
+               JobStateName(job.state), job.error);
   job.state = JobState::kFailed;
   if (job.end_time_ms == 0) job.end_time_ms = NowMs();
-  return store_->Put(ToProto(job));
+  return store_->Put(job);
 }
 
 void JobQueue::RetryUnstored() {
@@ -159,8 +149,8 @@ void JobQueue::RetryUnstored() {
     for (const auto& [id, job] : unstored_) waiting.push_back(job);
   }
   for (const JobRecord& job : waiting) {
-    if (!store_->Put(ToProto(job)).ok()) continue;
-    Log()->info("job {} ({}) stored at last", job.id, v1::JobState_Name(ToProto(job.state)));
+    if (!store_->Put(job).ok()) continue;
+    Log()->info("job {} ({}) stored at last", job.id, JobStateName(job.state));
     absl::MutexLock lock(&mu_);
     unstored_.erase(job.id);
   }
@@ -168,9 +158,9 @@ void JobQueue::RetryUnstored() {
 
 absl::Status JobQueue::Store(const JobRecord& job) {
   RetryUnstored();
-  absl::Status status = store_->Put(ToProto(job));
+  absl::Status status = store_->Put(job);
   if (!status.ok()) {
-    Log()->error("cannot store job {} ({}): {}", job.id, v1::JobState_Name(ToProto(job.state)),
+    Log()->error("cannot store job {} ({}): {}", job.id, JobStateName(job.state),
                  status.ToString());
   }
   return status;
@@ -221,19 +211,19 @@ absl::Status JobQueue::CheckRoom(const std::string& owner, const std::string& ow
   return RoomLocked(owner, owner_name);
 }
 
-absl::StatusOr<v1::Job> JobQueue::Submit(const v1::Job& submitted, GraphPtr graph) {
+absl::StatusOr<JobRecord> JobQueue::Submit(const JobRecord& submitted, GraphPtr graph) {
   JobRecord job;
-  job.name = submitted.name();
-  job.priority = submitted.priority();
-  job.devices.assign(submitted.devices().begin(), submitted.devices().end());
-  job.spec = submitted.spec();
-  job.owner = submitted.owner();
-  job.owner_name = submitted.owner_name();
-  job.nodes.assign(submitted.nodes().begin(), submitted.nodes().end());
-  job.coordinator = submitted.coordinator();
-  job.global_job_id = submitted.global_job_id();
-  job.node_index = submitted.node_index();
-  job.counted_as_coordinated = submitted.counted_as_coordinated();
+  job.name = submitted.name;
+  job.priority = submitted.priority;
+  job.devices = submitted.devices;
+  job.spec = submitted.spec;
+  job.owner = submitted.owner;
+  job.owner_name = submitted.owner_name;
+  job.nodes = submitted.nodes;
+  job.coordinator = submitted.coordinator;
+  job.global_job_id = submitted.global_job_id;
+  job.node_index = submitted.node_index;
+  job.counted_as_coordinated = submitted.counted_as_coordinated;
   PendingKey key;
   {
     absl::MutexLock lock(&mu_);
@@ -263,7 +253,7 @@ absl::StatusOr<v1::Job> JobQueue::Submit(const v1::Job& submitted, GraphPtr grap
   Log()->info("job {} queued (priority {}, {} device(s))", entry->job.id, entry->job.priority,
               entry->job.devices.size());
   ScheduleLocked();
-  return ToProto(entry->job);
+  return entry->job;
 }
 
 int JobQueue::QueuedByOwnerLocked(const std::string& owner) const {
@@ -318,9 +308,9 @@ void JobQueue::ExecutorLoop() {
 }
 
 void JobQueue::Execute(const std::shared_ptr<Entry>& entry) {
-  const v1::Job job = MarkRunning(entry);
+  const JobRecord job = MarkRunning(entry);
   int ops_done = 0;  // on this executor thread only
-  absl::StatusOr<v1::JobResult> outcome;
+  absl::StatusOr<runner::JobReport> outcome;
   try {
     outcome = runner_(job, entry->graph, HooksFor(entry, &ops_done));
   } catch (const std::exception& e) {
@@ -331,7 +321,7 @@ void JobQueue::Execute(const std::shared_ptr<Entry>& entry) {
   End(entry, outcome);
 }
 
-v1::Job JobQueue::MarkRunning(const std::shared_ptr<Entry>& entry) {
+JobRecord JobQueue::MarkRunning(const std::shared_ptr<Entry>& entry) {
   JobRecord job;
   {
     absl::MutexLock lock(&mu_);
@@ -350,7 +340,7 @@ v1::Job JobQueue::MarkRunning(const std::shared_ptr<Entry>& entry) {
     ChangedLocked(*entry);
   }
   Log()->info("job {} started", job.id);
-  return ToProto(job);
+  return job;
 }
 
 runner::RunHooks JobQueue::HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done) {
@@ -360,26 +350,21 @@ runner::RunHooks JobQueue::HooksFor(const std::shared_ptr<Entry>& entry, int* op
     entry->job.progress = progress;
     ChangedLocked(*entry);
   };
-  hooks.on_op_done = [this, entry, ops_done](const runner::JobReport& header_report,
-                                             const runner::OpMeasurement& measured) {
-    // The store's edge: from here on the wire's types.
-    const v1::JobResult header = report::ToProto(header_report);
-    const v1::OpResult op = report::ToProto(measured);
+  hooks.on_op_done = [this, entry, ops_done](const runner::JobReport& header,
+                                             const runner::OpReport& op) {
     const uint64_t sequence = entry->job_sequence;
     // Stored too, one row per op: a daemon that dies mid-job keeps the ops
     // that had finished.
     if (absl::Status s = store_->PutOpResult(sequence, *ops_done, header, op); !s.ok()) {
-      Log()->error("cannot store op {} of {}: {}", op.id(), JobIdForSequence(sequence),
-                   s.ToString());
+      Log()->error("cannot store op {} of {}: {}", op.id, JobIdForSequence(sequence), s.ToString());
     }
     ++*ops_done;
     absl::MutexLock lock(&mu_);
-    v1::JobResult& result = entry->job.result;
-    google::protobuf::RepeatedPtrField<v1::OpResult> ops;
-    ops.Swap(result.mutable_ops());
+    runner::JobReport& result = entry->job.result;
+    std::vector<runner::OpReport> ops = std::move(result.ops);
     result = header;
-    result.mutable_ops()->Swap(&ops);
-    *result.add_ops() = op;
+    result.ops = std::move(ops);
+    result.ops.push_back(op);
     ChangedLocked(*entry);
   };
   hooks.cancelled = [entry] { return entry->cancel.load(std::memory_order_relaxed); };
@@ -387,7 +372,7 @@ runner::RunHooks JobQueue::HooksFor(const std::shared_ptr<Entry>& entry, int* op
 }
 
 void JobQueue::End(const std::shared_ptr<Entry>& entry,
-                    const absl::StatusOr<v1::JobResult>& outcome) {
+                   const absl::StatusOr<runner::JobReport>& outcome) {
   JobRecord final_job;
   {
     absl::MutexLock lock(&mu_);
@@ -402,7 +387,7 @@ void JobQueue::End(const std::shared_ptr<Entry>& entry,
     Log()->info("job {} succeeded in {} ms", final_job.id,
                 final_job.end_time_ms - final_job.start_time_ms);
   } else {
-    Log()->warn("job {} ended {}: {}", final_job.id, v1::JobState_Name(ToProto(final_job.state)),
+    Log()->warn("job {} ended {}: {}", final_job.id, JobStateName(final_job.state),
                 final_job.error);
   }
   // Before the end is published, so that whoever sees it sees the history
@@ -424,47 +409,48 @@ void JobQueue::FinishLocked(Entry& entry, JobRecord final_job, bool stored) {
   ScheduleLocked();
 }
 
-std::optional<v1::Job> JobQueue::InMemoryLocked(const std::string& id) {
-  if (auto it = active_.find(id); it != active_.end()) return ToProto(it->second->job);
-  if (auto it = unstored_.find(id); it != unstored_.end()) return ToProto(it->second);
+std::optional<JobRecord> JobQueue::InMemoryLocked(const std::string& id) {
+  if (auto it = active_.find(id); it != active_.end()) return it->second->job;
+  if (auto it = unstored_.find(id); it != unstored_.end()) return it->second;
   return std::nullopt;
 }
 
-absl::StatusOr<v1::Job> JobQueue::Get(const std::string& id) {
+absl::StatusOr<JobRecord> JobQueue::Get(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
-    if (std::optional<v1::Job> job = InMemoryLocked(id)) return *std::move(job);
+    if (std::optional<JobRecord> job = InMemoryLocked(id)) return *std::move(job);
   }
   // Not in memory: finished, and its end was stored before it left.
   return store_->Get(id);
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobQueue::List(v1::JobState state, int limit) {
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->List(state, limit));
+absl::StatusOr<std::vector<JobRecord>> JobQueue::List(std::optional<JobState> state, int limit) {
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->List(state, limit));
   absl::MutexLock lock(&mu_);
-  for (v1::Job& job : jobs) {
-    if (std::optional<v1::Job> live = InMemoryLocked(job.id())) job = *std::move(live);
+  for (JobRecord& job : jobs) {
+    if (std::optional<JobRecord> live = InMemoryLocked(job.id)) job = *std::move(live);
   }
   return jobs;
 }
 
-absl::StatusOr<JobPage> JobQueue::ListSummaries(v1::JobState state, int limit, uint64_t before) {
+absl::StatusOr<JobPage> JobQueue::ListSummaries(std::optional<JobState> state, int limit,
+                                                uint64_t before) {
   ASSIGN_OR_RETURN(JobPage page, store_->ListSummaries(state, limit, before));
   absl::MutexLock lock(&mu_);
-  for (v1::Job& job : page.jobs) {
-    if (auto it = unstored_.find(job.id()); it != unstored_.end()) {
-      job = JobSummary(ToProto(it->second));
-    } else if (auto it = active_.find(job.id());
-               it != active_.end() && ToProto(it->second->job.state) == job.state()) {
+  for (JobRecord& job : page.jobs) {
+    if (auto it = unstored_.find(job.id); it != unstored_.end()) {
+      job = JobSummary(it->second);
+    } else if (auto it = active_.find(job.id);
+               it != active_.end() && it->second->job.state == job.state) {
       // Live progress and ops so far; a state the store has and memory does
       // not yet show (a start being published) keeps the stored summary.
-      job = JobSummary(ToProto(it->second->job));
+      job = JobSummary(it->second->job);
     }
   }
   return page;
 }
 
-absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::string& reason) {
+absl::StatusOr<JobRecord> JobQueue::Cancel(const std::string& id, const std::string& reason) {
   const std::string why = reason.empty() ? kCancelledByRequest : reason;
   std::shared_ptr<Entry> entry;
   JobRecord cancelled;
@@ -472,10 +458,10 @@ absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::strin
     absl::MutexLock lock(&mu_);
     auto it = active_.find(id);
     if (it == active_.end()) {
-      std::optional<v1::Job> unstored = InMemoryLocked(id);
+      std::optional<JobRecord> unstored = InMemoryLocked(id);
       if (unstored) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", id, " already finished (", v1::JobState_Name(unstored->state()), ")"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " already finished (", JobStateName(unstored->state), ")"));
       }
     } else {
       entry = it->second;
@@ -484,7 +470,7 @@ absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::strin
           entry->cancel_reason = why;
           Log()->info("job {} cancel requested while running", id);
         }
-        return ToProto(entry->job);
+        return entry->job;
       }
       pending_.erase({-entry->job.priority, entry->job.sequence});
       entry->ending = true;
@@ -494,9 +480,9 @@ absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::strin
     }
   }
   if (entry == nullptr) {
-    ASSIGN_OR_RETURN(const v1::Job stored, store_->Get(id));
+    ASSIGN_OR_RETURN(const JobRecord stored, store_->Get(id));
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " already finished (", v1::JobState_Name(stored.state()), ")"));
+        absl::StrCat("job ", id, " already finished (", JobStateName(stored.state), ")"));
   }
   cancelled.state = JobState::kCancelled;
   cancelled.error = why;
@@ -507,11 +493,11 @@ absl::StatusOr<v1::Job> JobQueue::Cancel(const std::string& id, const std::strin
   MaybePrune();
   absl::MutexLock lock(&mu_);
   FinishLocked(*entry, cancelled, stored);
-  return ToProto(cancelled);
+  return cancelled;
 }
 
 absl::StatusOr<JobSnapshot> JobQueue::WaitForChange(const std::string& id, uint64_t seen_version,
-                                                     absl::Duration timeout) {
+                                                    absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   {
     absl::MutexLock lock(&mu_);
@@ -520,17 +506,17 @@ absl::StatusOr<JobSnapshot> JobQueue::WaitForChange(const std::string& id, uint6
       auto it = active_.find(id);
       if (it == active_.end()) {
         if (auto unstored = unstored_.find(id); unstored != unstored_.end()) {
-          return JobSnapshot{ToProto(unstored->second), kFinalVersion};
+          return JobSnapshot{unstored->second, kFinalVersion};
         }
         break;  // finished and stored: read below, without the mutex
       }
       if (it->second->version > seen_version || absl::Now() >= deadline) {
-        return JobSnapshot{ToProto(it->second->job), it->second->version};
+        return JobSnapshot{it->second->job, it->second->version};
       }
       changed_.WaitWithDeadline(&mu_, deadline);
     }
   }
-  ASSIGN_OR_RETURN(v1::Job stored, store_->Get(id));
+  ASSIGN_OR_RETURN(JobRecord stored, store_->Get(id));
   return JobSnapshot{std::move(stored), kFinalVersion};
 }
 

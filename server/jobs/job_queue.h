@@ -1,7 +1,7 @@
 // The job queue and executor: owns every QUEUED and RUNNING job, decides which
 // jobs start, and runs them on its own executor threads (never on gRPC threads).
-// It keeps jobs in its own model (job_record.h) and speaks v1::Job only at its
-// edges: the API it serves and the store it writes.
+// It speaks its own model (job_record.h) to its callers, its runner and its
+// store; the wire is converted in rpc/, peer/ and the store's row codec.
 //
 // Scheduling rule. A job runs on its device group. Walk the pending jobs sorted
 // by (priority desc, sequence asc) keeping a set of claimed devices, initially
@@ -41,7 +41,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "overlap/v1/overlap.pb.h"
 #include "server/jobs/admitted_graph.h"
 #include "server/jobs/job_record.h"
 #include "server/jobs/job_store.h"
@@ -54,12 +53,12 @@ namespace overlap::jobs {
 // for a job queued before this process started (the runner parses its text).
 // The status maps to the final state: OK -> SUCCEEDED, CANCELLED ->
 // CANCELLED, ABORTED -> ABORTED, anything else -> FAILED.
-using JobRunner = std::function<absl::StatusOr<v1::JobResult>(
-    const v1::Job& job, const GraphPtr& graph, const runner::RunHooks& hooks)>;
+using JobRunner = std::function<absl::StatusOr<runner::JobReport>(
+    const JobRecord& job, const GraphPtr& graph, const runner::RunHooks& hooks)>;
 
 struct JobQueueOptions {
   int max_queued_jobs = 256;
-  // Queued jobs one owner may have (v1::Job.owner); 0 = no quota.
+  // Queued jobs one owner may have (JobRecord::owner); 0 = no quota.
   int max_queued_jobs_per_owner = 0;
   // Executor threads: at most one job per device runs, so the device count.
   int executor_threads = 1;
@@ -68,7 +67,7 @@ struct JobQueueOptions {
 };
 
 struct JobSnapshot {
-  v1::Job job;
+  JobRecord job;
   uint64_t version = 0;  // grows with every change; kFinalVersion once out of memory
 };
 
@@ -78,16 +77,14 @@ struct DeviceStatsRow {
 };
 
 struct JobQueueStats {
-  std::map<v1::JobState, int64_t> jobs_by_state;  // every stored job
-  std::map<int, DeviceStatsRow> devices;          // jobs that started; running ones so far
+  std::map<JobState, int64_t> jobs_by_state;  // every stored job
+  std::map<int, DeviceStatsRow> devices;      // jobs that started; running ones so far
 };
-
-bool IsFinalState(v1::JobState state);
 
 // Fills the job's final state, error, error_code and result from the runner's
 // outcome. `cancel_reason` (may be empty) replaces the error text of a CANCELLED run.
-void ApplyRunOutcome(const absl::StatusOr<v1::JobResult>& outcome, const std::string& cancel_reason,
-                     JobRecord* job);
+void ApplyRunOutcome(const absl::StatusOr<runner::JobReport>& outcome,
+                     const std::string& cancel_reason, JobRecord* job);
 
 class JobQueue {
  public:
@@ -97,7 +94,7 @@ class JobQueue {
   // jobs are pending again, same ids and order), then starts the executors.
   // `store` must outlive the job queue.
   static absl::StatusOr<std::unique_ptr<JobQueue>> Create(JobStore* store, JobRunner runner,
-                                                           JobQueueOptions options);
+                                                          JobQueueOptions options);
   ~JobQueue();  // Shutdown()
   JobQueue(const JobQueue&) = delete;
   JobQueue& operator=(const JobQueue&) = delete;
@@ -107,19 +104,19 @@ class JobQueue {
   // stored job. `graph` (admission's typed graph of the spec) goes to the
   // runner with the job. UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
   // max_queued_jobs are queued, or the owner's max_queued_jobs_per_owner.
-  absl::StatusOr<v1::Job> Submit(const v1::Job& job, GraphPtr graph = nullptr);
+  absl::StatusOr<JobRecord> Submit(const JobRecord& job, GraphPtr graph = nullptr);
 
   // NOT_FOUND for an unknown id.
-  absl::StatusOr<v1::Job> Get(const std::string& id);
+  absl::StatusOr<JobRecord> Get(const std::string& id);
   // See JobStore::List; active jobs carry their live progress.
-  absl::StatusOr<std::vector<v1::Job>> List(v1::JobState state, int limit);
+  absl::StatusOr<std::vector<JobRecord>> List(std::optional<JobState> state, int limit);
   // See JobStore::ListSummaries; active jobs carry their live progress.
-  absl::StatusOr<JobPage> ListSummaries(v1::JobState state, int limit, uint64_t before);
+  absl::StatusOr<JobPage> ListSummaries(std::optional<JobState> state, int limit, uint64_t before);
 
   // QUEUED -> CANCELLED at once; RUNNING -> the runner is asked to stop and the
   // job (still RUNNING) is returned; a final job -> FAILED_PRECONDITION; unknown
   // -> NOT_FOUND. The job's error says `reason` ("" = "cancelled by request").
-  absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason = "");
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, const std::string& reason = "");
 
   // Returns the job as soon as its version is above `seen_version`, or after
   // `timeout` unchanged. NOT_FOUND for an unknown id; UNAVAILABLE once Shutdown
@@ -161,7 +158,7 @@ class JobQueue {
   // from its row, error_code DATA_LOSS) ends FAILED with that error.
   absl::Status FailDamaged(JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);
   // A job in active_ or unstored_ (copied), or nullopt: then the store has it.
-  std::optional<v1::Job> InMemoryLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<JobRecord> InMemoryLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pending jobs that may start to ready_ (they are stored RUNNING
   // by the executor that takes them, before anyone sees them so).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -180,9 +177,9 @@ class JobQueue {
   // One job on an executor: stored RUNNING, run with hooks that publish its
   // progress and store each op's result, ended with its outcome.
   void Execute(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
-  v1::Job MarkRunning(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
+  JobRecord MarkRunning(const std::shared_ptr<Entry>& entry) ABSL_LOCKS_EXCLUDED(mu_);
   runner::RunHooks HooksFor(const std::shared_ptr<Entry>& entry, int* ops_done);
-  void End(const std::shared_ptr<Entry>& entry, const absl::StatusOr<v1::JobResult>& outcome)
+  void End(const std::shared_ptr<Entry>& entry, const absl::StatusOr<runner::JobReport>& outcome)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   JobStore* const store_;

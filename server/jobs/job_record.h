@@ -1,8 +1,8 @@
-// The job queue's own model of a job. What it schedules by (state, priority,
-// devices, sequence, times) is plain values; what it only keeps and hands back
-// (the spec text, the runner's report) stays as it came. ToProto and
-// FromProto are the only places it meets the API's v1::Job, so a field added
-// to the API changes no scheduling code.
+// The job queue's own model of a job: what it schedules by (state, priority,
+// devices, sequence, times) and what it keeps and hands back (the spec text,
+// the runner's report), all plain values. The wire meets it only in
+// server/wire/job_wire.h, used by the API, the peer port and the store's rows,
+// so a field added to the API changes no scheduling code.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "overlap/v1/overlap.pb.h"
+#include "server/runner/job_report.h"
 #include "server/runner/run_hooks.h"
 
 namespace overlap::jobs {
@@ -20,6 +20,8 @@ enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled, kAbort
 
 // The states a job never leaves.
 bool IsFinal(JobState state);
+// "QUEUED", "RUNNING", ... as the API names them, for logs and errors.
+const char* JobStateName(JobState state);
 
 struct JobRecord {
   uint64_t sequence = 0;
@@ -27,16 +29,20 @@ struct JobRecord {
   std::string name;
   int priority = 0;
   std::vector<int> devices;
-  std::string spec;  // the submitted graph text, as given
-  std::string owner;       // v1::Job.owner
+  std::string spec;   // the submitted graph text, as given
+  std::string owner;  // who submitted it: "uid:1000", "x509:<subject>", "anonymous"
   std::string owner_name;
-  // A job that spans daemons (v1::Job nodes, coordinator, global_job_id,
-  // node_index).
+  // Whether its owner was an admin where it was submitted: a job spanning
+  // daemons says so to its peers. Never stored by the queue.
+  bool owner_admin = false;
+  // A job that spans daemons: every node's peer address in rank order; on a
+  // part, its coordinator's address, the job's id there and this node's place.
   std::vector<std::string> nodes;
   std::string coordinator;
   std::string global_job_id;
   int node_index = 0;
-  bool counted_as_coordinated = false;  // v1::Job.counted_as_coordinated
+  // A part of a job this node coordinates: the coordinator's job counts for it.
+  bool counted_as_coordinated = false;
   JobState state = JobState::kQueued;
   int64_t submit_time_ms = 0;  // unix milliseconds; 0 = not yet
   int64_t start_time_ms = 0;
@@ -44,12 +50,10 @@ struct JobRecord {
   std::string error;  // why it failed, was cancelled or aborted
   absl::StatusCode error_code = absl::StatusCode::kOk;
   std::optional<runner::Progress> progress;  // while it runs
-  v1::JobResult result;                      // the runner's report, ops so far
+  runner::JobReport result;                  // the runner's report, ops so far
+  // Ops with a result: result.ops.size(), or more where a summary (a list's)
+  // left the ops out.
+  int ops_finished = 0;
 };
-
-v1::JobState ToProto(JobState state);
-JobState FromProto(v1::JobState state);
-v1::Job ToProto(const JobRecord& job);
-JobRecord FromProto(const v1::Job& job);
 
 }  // namespace overlap::jobs

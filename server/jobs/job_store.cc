@@ -10,19 +10,21 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/sqlite_statement.h"
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "server/jobs/job_row.h"
+#include "server/wire/job_wire.h"
+#include "server/wire/report_wire.h"
 
 namespace overlap::jobs {
 namespace {
@@ -76,7 +78,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(end_time_ms, sequence);
 
 constexpr char kMaxPrunedKey[] = "max_pruned_sequence";
 
-// The states a job never leaves (queue.h, IsFinalState), as an SQL list.
+// The states a job never leaves (job_record.h, IsFinal), as an SQL list.
 std::string FinalStatesSql() {
   return absl::StrCat("(", v1::SUCCEEDED, ", ", v1::FAILED, ", ", v1::CANCELLED, ", ", v1::ABORTED,
                       ")");
@@ -248,11 +250,20 @@ bool IsFinal(v1::JobState state) {
          state == v1::ABORTED;
 }
 
-}  // namespace
+// Folds the op rows of a job that is not final into its result.
+absl::Status AddOpRows(sqlite3* db, v1::Job* job) {
+  if (!IsFinal(job->state())) {
+    Statement stmt(db, "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
+    RETURN_IF_ERROR(stmt.status("preparing op results"));
+    sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
+    RETURN_IF_ERROR(FoldOpRows(db, stmt.get(), job));
+  }
+  job->set_ops_finished(job->result().ops_size());
+  return absl::OkStatus();
+}
 
-std::string JobIdForSequence(uint64_t sequence) { return absl::StrFormat("job-%06d", sequence); }
-
-v1::Job JobSummary(const v1::Job& job) {
+// What a list shows of a stored job (JobSummary).
+v1::Job SummaryOf(const v1::Job& job) {
   v1::Job summary;
   summary.set_id(job.id());
   summary.set_name(job.name());
@@ -282,6 +293,24 @@ v1::Job JobSummary(const v1::Job& job) {
   totals->set_layer_exposed_comm_ms(result.layer_exposed_comm_ms());
   totals->set_ranks_per_gpu(result.ranks_per_gpu());
   return summary;
+}
+
+// Inside Put's transaction; *finished_delta is how it changes the finished rows.
+absl::Status PutRow(sqlite3* db, const v1::Job& job, int* finished_delta);
+
+std::vector<JobRecord> RecordsOf(const std::vector<v1::Job>& jobs) {
+  std::vector<JobRecord> records;
+  records.reserve(jobs.size());
+  for (const v1::Job& job : jobs) records.push_back(wire::FromProto(job));
+  return records;
+}
+
+}  // namespace
+
+std::string JobIdForSequence(uint64_t sequence) { return absl::StrFormat("job-%06d", sequence); }
+
+JobRecord JobSummary(const JobRecord& job) {
+  return wire::FromProto(SummaryOf(wire::ToProto(job)));
 }
 
 JobStore::JobStore(SqliteDb writer, SqliteDb reader, std::string path,
@@ -453,11 +482,12 @@ void JobStore::NoteHighestId(uint64_t sequence) {
 
 JobStore::~JobStore() = default;
 
-absl::Status JobStore::Put(const v1::Job& job) {
+absl::Status JobStore::Put(const JobRecord& record) {
+  const v1::Job job = wire::ToProto(record);
   absl::MutexLock lock(&write_mu_);
   RETURN_IF_ERROR(writer_.Exec("BEGIN IMMEDIATE;"));
   int finished_delta = 0;
-  absl::Status status = PutLocked(job, &finished_delta);
+  absl::Status status = PutRow(writer_.get(), job, &finished_delta);
   if (status.ok()) status = writer_.Exec("COMMIT;");
   if (!status.ok()) {
     writer_.Exec("ROLLBACK;").IgnoreError();
@@ -468,8 +498,9 @@ absl::Status JobStore::Put(const v1::Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
-  sqlite3* db = writer_.get();
+namespace {
+
+absl::Status PutRow(sqlite3* db, const v1::Job& job, int* finished_delta) {
   {
     Statement before(db, "SELECT state FROM jobs WHERE sequence = ?;");
     RETURN_IF_ERROR(before.status("preparing insert"));
@@ -480,7 +511,7 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
     *finished_delta = (IsFinal(job.state()) ? 1 : 0) - (was_final ? 1 : 0);
   }
   std::string blob, summary;
-  if (!job.SerializeToString(&blob) || !JobSummary(job).SerializeToString(&summary)) {
+  if (!job.SerializeToString(&blob) || !SummaryOf(job).SerializeToString(&summary)) {
     return absl::InternalError(absl::StrCat("job store: cannot serialize ", job.id()));
   }
   const std::string devices = absl::StrJoin(job.devices(), ",");
@@ -525,11 +556,13 @@ absl::Status JobStore::PutLocked(const v1::Job& job, int* finished_delta) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const v1::JobResult& header,
-                                   const v1::OpResult& op) {
-  v1::JobResult row = header;
+}  // namespace
+
+absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const runner::JobReport& header,
+                                   const runner::OpReport& op) {
+  v1::JobResult row = wire::ToProto(header);
   row.clear_ops();
-  *row.add_ops() = op;
+  *row.add_ops() = wire::ToProto(op);
   std::string blob;
   if (!row.SerializeToString(&blob)) {
     return absl::InternalError(absl::StrCat("job store: cannot serialize an op result"));
@@ -548,19 +581,7 @@ absl::Status JobStore::PutOpResult(uint64_t sequence, int index, const v1::JobRe
   return absl::OkStatus();
 }
 
-absl::Status JobStore::AddOpRowsLocked(v1::Job* job) {
-  if (!IsFinal(job->state())) {
-    Statement stmt(reader_.get(),
-                   "SELECT result FROM op_results WHERE sequence = ? ORDER BY op_index;");
-    RETURN_IF_ERROR(stmt.status("preparing op results"));
-    sqlite3_bind_int64(stmt.get(), 1, static_cast<sqlite3_int64>(job->sequence()));
-    RETURN_IF_ERROR(FoldOpRows(reader_.get(), stmt.get(), job));
-  }
-  job->set_ops_finished(job->result().ops_size());
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
+absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
   sqlite3* db = reader_.get();
   Statement stmt(db, "SELECT sequence, job, state FROM jobs WHERE id = ?;");
@@ -569,8 +590,8 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
   const int rc = sqlite3_step(stmt.get());
   if (rc == SQLITE_ROW) {
     ASSIGN_OR_RETURN(v1::Job job, JobFromRow(stmt.get()));
-    RETURN_IF_ERROR(AddOpRowsLocked(&job));
-    return job;
+    RETURN_IF_ERROR(AddOpRows(db, &job));
+    return wire::FromProto(job);
   }
   if (rc != SQLITE_DONE) return StoreError(db, absl::StrCat("reading ", Excerpt(id)));
   uint64_t sequence = 0;
@@ -586,37 +607,39 @@ absl::StatusOr<v1::Job> JobStore::Get(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("job ", Excerpt(id), " not found"));
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::List(v1::JobState state, int limit) {
+absl::StatusOr<std::vector<JobRecord>> JobStore::List(std::optional<JobState> state, int limit) {
   absl::MutexLock lock(&read_mu_);
   return ListLocked(state, limit);
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::ListLocked(v1::JobState state, int limit) {
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListLocked(std::optional<JobState> state,
+                                                            int limit) {
   std::string sql = absl::StrCat("SELECT ", kListColumns, " FROM jobs");
-  if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " WHERE state = ?1");
+  if (state) absl::StrAppend(&sql, " WHERE state = ?1");
   absl::StrAppend(&sql, limit > 0 ? " ORDER BY sequence DESC LIMIT ?2;" : " ORDER BY sequence;");
   Statement stmt(reader_.get(), sql.c_str());
   RETURN_IF_ERROR(stmt.status("preparing list"));
-  if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
+  if (state) sqlite3_bind_int(stmt.get(), 1, wire::ToProto(*state));
   if (limit > 0) sqlite3_bind_int(stmt.get(), 2, limit);
   ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, CollectJobs(reader_.get(), stmt.get()));
   for (v1::Job& job : jobs) {
-    RETURN_IF_ERROR(AddOpRowsLocked(&job));
+    RETURN_IF_ERROR(AddOpRows(reader_.get(), &job));
   }
-  return jobs;
+  return RecordsOf(jobs);
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::ListByState(v1::JobState state) {
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListByState(JobState state) {
   return List(state, 0);
 }
 
-absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, uint64_t before) {
+absl::StatusOr<JobPage> JobStore::ListSummaries(std::optional<JobState> state, int limit,
+                                                uint64_t before) {
   limit = std::max(limit, 1);
   std::string sql =
       "SELECT j.sequence, s.summary, j.state, j.priority, j.name, j.devices, j.start_time_ms, "
       "j.end_time_ms, length(j.job) FROM jobs j LEFT JOIN summaries s ON s.sequence = j.sequence "
       "WHERE 1";
-  if (state != v1::JOB_STATE_UNSPECIFIED) absl::StrAppend(&sql, " AND j.state = ?1");
+  if (state) absl::StrAppend(&sql, " AND j.state = ?1");
   if (before > 0) absl::StrAppend(&sql, " AND j.sequence < ?2");
   // One more than asked: whether another page follows.
   absl::StrAppend(&sql, " ORDER BY j.sequence DESC LIMIT ?3;");
@@ -624,15 +647,16 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
   sqlite3* db = reader_.get();
   Statement stmt(db, sql.c_str());
   RETURN_IF_ERROR(stmt.status("preparing list"));
-  if (state != v1::JOB_STATE_UNSPECIFIED) sqlite3_bind_int(stmt.get(), 1, state);
+  if (state) sqlite3_bind_int(stmt.get(), 1, wire::ToProto(*state));
   if (before > 0) sqlite3_bind_int64(stmt.get(), 2, static_cast<sqlite3_int64>(before));
   sqlite3_bind_int(stmt.get(), 3, limit + 1);
-  JobPage page;
+  std::vector<v1::Job> summaries;
+  uint64_t next_before = 0;
   std::vector<uint64_t> without_summary;  // rows stored before summaries existed
   int rc;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    if (static_cast<int>(page.jobs.size()) == limit) {
-      page.next_before = page.jobs.back().sequence();
+    if (static_cast<int>(summaries.size()) == limit) {
+      next_before = summaries.back().sequence();
       break;
     }
     const uint64_t sequence = sqlite3_column_int64(stmt.get(), 0);
@@ -647,10 +671,10 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
     } else {
       summary = DamagedJobFromColumns(stmt.get(), decoded.status());
     }
-    page.jobs.push_back(std::move(summary));
+    summaries.push_back(std::move(summary));
   }
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) return StoreError(db, "listing jobs");
-  for (v1::Job& job : page.jobs) {
+  for (v1::Job& job : summaries) {
     if (std::find(without_summary.begin(), without_summary.end(), job.sequence()) ==
         without_summary.end()) {
       continue;
@@ -659,9 +683,9 @@ absl::StatusOr<JobPage> JobStore::ListSummaries(v1::JobState state, int limit, u
     RETURN_IF_ERROR(one.status("preparing list"));
     sqlite3_bind_int64(one.get(), 1, static_cast<sqlite3_int64>(job.sequence()));
     ASSIGN_OR_RETURN(const std::vector<v1::Job> full, CollectJobs(db, one.get()));
-    if (!full.empty()) job = JobSummary(full.front());
+    if (!full.empty()) job = SummaryOf(full.front());
   }
-  return page;
+  return JobPage{RecordsOf(summaries), next_before};
 }
 
 absl::StatusOr<uint64_t> JobStore::MaxSequence() {
@@ -683,18 +707,19 @@ absl::StatusOr<uint64_t> JobStore::MaxSequence() {
   return std::max(highest_id, static_cast<uint64_t>(sqlite3_column_int64(stmt.get(), 0)));
 }
 
-absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountByState() {
+absl::StatusOr<std::map<JobState, int64_t>> JobStore::CountByState() {
   absl::MutexLock lock(&read_mu_);
   Statement stmt(reader_.get(),
                  "SELECT state, SUM(jobs) FROM (SELECT state, COUNT(*) AS jobs FROM jobs WHERE "
                  "counted = 1 GROUP BY state UNION ALL SELECT state, jobs FROM pruned_states) "
                  "GROUP BY state;");
   RETURN_IF_ERROR(stmt.status("preparing count"));
-  std::map<v1::JobState, int64_t> counts;
+  std::map<JobState, int64_t> counts;
   int rc;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    counts[static_cast<v1::JobState>(sqlite3_column_int(stmt.get(), 0))] =
-        sqlite3_column_int64(stmt.get(), 1);
+    const int state = sqlite3_column_int(stmt.get(), 0);
+    if (state == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(state)) continue;
+    counts[wire::FromProto(static_cast<v1::JobState>(state))] = sqlite3_column_int64(stmt.get(), 1);
   }
   if (rc != SQLITE_DONE) return StoreError(reader_.get(), "counting jobs");
   return counts;

@@ -2,7 +2,10 @@
 // SQLite (WAL, synchronous=FULL) under the daemon's state directory, so that a
 // restart keeps the history and runs the jobs that were still queued.
 //
-// Each row keeps the whole v1::Job serialized next to the columns queries need
+// It takes and gives back job records (job_record.h); its rows keep them as
+// the API's Job message's bytes (converted by server/wire/, decoded by job_row.h),
+// so that a row written by any earlier version reads back. Each row keeps
+// the whole job serialized next to the columns queries need
 // (id, sequence, state, priority, name, devices, start/end times), and its
 // summary (JobSummary) in a table of its own, so that a list reads no spec.
 // A running job's results go in one row per finished op (PutOpResult): each
@@ -34,7 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/sqlite_db.h"
-#include "overlap/v1/overlap.pb.h"
+#include "server/jobs/job_record.h"
 
 namespace overlap::jobs {
 
@@ -60,12 +63,12 @@ struct RetentionPolicy {
 
 // What a list shows of `job`: everything but its spec and, of its result, the
 // ops (their count is in ops_finished) and other per-op detail; the totals stay.
-v1::Job JobSummary(const v1::Job& job);
+JobRecord JobSummary(const JobRecord& job);
 
 // One page of JobStore::ListSummaries.
 struct JobPage {
-  std::vector<v1::Job> jobs;      // newest first
-  uint64_t next_before = 0;       // pass as `before` for the next page; 0 = no more
+  std::vector<JobRecord> jobs;  // newest first
+  uint64_t next_before = 0;     // pass as `before` for the next page; 0 = no more
 };
 
 class JobStore {
@@ -78,30 +81,30 @@ class JobStore {
 
   // Inserts or replaces the job (keyed by id). A job in a final state takes its
   // op rows (PutOpResult) with it: its own result is the whole one.
-  absl::Status Put(const v1::Job& job);
+  absl::Status Put(const JobRecord& job);
 
   // Stores the result of op `index` of job `sequence` while it runs, with the
   // result's other fields (`header`, which should hold no ops), without
   // rewriting the job: Get and List return the job with every op stored so far.
-  absl::Status PutOpResult(uint64_t sequence, int index, const v1::JobResult& header,
-                           const v1::OpResult& op);
+  absl::Status PutOpResult(uint64_t sequence, int index, const runner::JobReport& header,
+                           const runner::OpReport& op);
 
   // NOT_FOUND when no job has this id; DATA_LOSS naming it when its stored data
   // is damaged.
-  absl::StatusOr<v1::Job> Get(const std::string& id);
+  absl::StatusOr<JobRecord> Get(const std::string& id);
 
-  // JOB_STATE_UNSPECIFIED = every state. limit 0 = all, oldest first; limit > 0
+  // nullopt = every state. limit 0 = all, oldest first; limit > 0
   // = the newest `limit` jobs, newest first. A job whose stored data is damaged
   // is listed as what its row's columns still say (id, state, name, priority,
   // devices, times), with error_code DATA_LOSS and an error saying so.
-  absl::StatusOr<std::vector<v1::Job>> List(v1::JobState state, int limit);
+  absl::StatusOr<std::vector<JobRecord>> List(std::optional<JobState> state, int limit);
 
   // Jobs in `state`, oldest first.
-  absl::StatusOr<std::vector<v1::Job>> ListByState(v1::JobState state);
+  absl::StatusOr<std::vector<JobRecord>> ListByState(JobState state);
 
-  // Summaries (JobSummary) of at most `limit` jobs in `state` (UNSPECIFIED =
-  // all) with a sequence below `before` (0 = any), newest first.
-  absl::StatusOr<JobPage> ListSummaries(v1::JobState state, int limit, uint64_t before);
+  // Summaries (JobSummary) of at most `limit` jobs in `state` (nullopt = all)
+  // with a sequence below `before` (0 = any), newest first.
+  absl::StatusOr<JobPage> ListSummaries(std::optional<JobState> state, int limit, uint64_t before);
 
   // Whether Prune(policy, now_ms) has more than `slack` jobs to delete (or any
   // past keep_ms): a read that does not wait for writes.
@@ -111,7 +114,7 @@ class JobStore {
   absl::StatusOr<uint64_t> MaxSequence();
 
   // State -> count, over every stored job.
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountByState();
+  absl::StatusOr<std::map<JobState, int64_t>> CountByState();
 
   // Per device: sum of (end - start) over jobs that started and ended, and the
   // number of jobs that started on it.
@@ -132,15 +135,10 @@ class JobStore {
   absl::Status AddCountedColumn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Refuses a database that lost jobs the highest-id file says were given out.
   absl::Status CheckNothingLost(bool fresh_file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  // Inside Put's transaction; *finished_delta is how it changes finished_rows_.
-  absl::Status PutLocked(const v1::Job& job, int* finished_delta)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status CountFinishedRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void NoteHighestId(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  absl::StatusOr<std::vector<v1::Job>> ListLocked(v1::JobState state, int limit)
+  absl::StatusOr<std::vector<JobRecord>> ListLocked(std::optional<JobState> state, int limit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
-  // Folds the op rows of a job that is not final into its result.
-  absl::Status AddOpRowsLocked(v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   absl::StatusOr<uint64_t> MaxPrunedSequence(sqlite3* db);
   // Inside Prune's transaction: moves the rows matching `where` into the totals.
   absl::StatusOr<int64_t> PruneLocked(const std::string& where)

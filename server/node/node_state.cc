@@ -137,7 +137,7 @@ absl::StatusOr<v1::GetStatsResponse> NodeState::Stats() const {
     by_state[v1::JobState_Name(static_cast<v1::JobState>(s))] = 0;
   }
   for (const auto& [state, count] : stats->jobs_by_state) {
-    by_state[v1::JobState_Name(state)] = count;
+    by_state[jobs::JobStateName(state)] = count;
   }
   // Every device of this backend, plus any that only earlier runs had.
   for (int d = 0; d < engine_.DeviceCount(); ++d) stats->devices[d];

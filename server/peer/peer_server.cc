@@ -13,8 +13,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "server/peer/peer_auth.h"
 #include "server/net/status_util.h"
+#include "server/peer/peer_auth.h"
+#include "server/wire/peer_wire.h"
 
 namespace overlap::peer {
 namespace {
@@ -69,47 +70,54 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status AdmitPart(grpc::ServerContext* context, const v1::AdmitPartRequest* request,
                          v1::AdmitPartResponse* response) override {
-    return Serve(context, "AdmitPart", *request, *response,
-                 [&](const PeerCaller& caller) -> absl::Status {
-                   ASSIGN_OR_RETURN(*response, handler_->AdmitPart(caller, *request));
-                   return absl::OkStatus();
-                 });
+    return Serve(
+        context, "AdmitPart", *request, *response, [&](const PeerCaller& caller) -> absl::Status {
+          ASSIGN_OR_RETURN(const PartRequest part, wire::FromProto(*request));
+          ASSIGN_OR_RETURN(*response->mutable_part_id(), handler_->AdmitPart(caller, part));
+          return absl::OkStatus();
+        });
   }
 
   grpc::Status CancelPart(grpc::ServerContext* context, const v1::CancelPartRequest* request,
                           v1::CancelPartResponse* response) override {
-    return Serve(context, "CancelPart", *request, *response,
-                 [&](const PeerCaller& caller) { return handler_->CancelPart(caller, *request); });
+    return Serve(context, "CancelPart", *request, *response, [&](const PeerCaller& caller) {
+      return handler_->CancelPart(caller, wire::FromProto(*request));
+    });
   }
 
   grpc::Status HoldPart(grpc::ServerContext* context, const v1::HoldPartRequest* request,
                         v1::HoldPartResponse* response) override {
     return Serve(context, "HoldPart", *request, *response,
                  [&](const PeerCaller& caller) -> absl::Status {
-                   ASSIGN_OR_RETURN(*response, handler_->HoldPart(caller, *request));
+                   ASSIGN_OR_RETURN(const HoldAnswer answer,
+                                    handler_->HoldPart(caller, wire::FromProto(*request)));
+                   *response = wire::ToProto(answer);
                    return absl::OkStatus();
                  });
   }
 
   grpc::Status ReportPart(grpc::ServerContext* context, const v1::ReportPartRequest* request,
                           v1::ReportPartResponse* response) override {
-    return Serve(context, "ReportPart", *request, *response,
-                 [&](const PeerCaller& caller) { return handler_->ReportPart(caller, *request); });
+    return Serve(context, "ReportPart", *request, *response, [&](const PeerCaller& caller) {
+      return handler_->ReportPart(caller, wire::FromProto(*request));
+    });
   }
 
   grpc::Status StoreSet(grpc::ServerContext* context, const v1::StoreSetRequest* request,
                         v1::StoreSetResponse* response) override {
-    return Serve(context, "StoreSet", *request, *response,
-                 [&](const PeerCaller& caller) { return handler_->StoreSet(caller, *request); });
+    return Serve(context, "StoreSet", *request, *response, [&](const PeerCaller& caller) {
+      return handler_->StoreSet(caller, wire::FromProto(*request));
+    });
   }
 
   grpc::Status StoreGet(grpc::ServerContext* context, const v1::StoreGetRequest* request,
                         v1::StoreGetResponse* response) override {
-    return Serve(
-        context, "StoreGet", *request, *response, [&](const PeerCaller& caller) -> absl::Status {
-          ASSIGN_OR_RETURN(*response->mutable_value(), handler_->StoreGet(caller, *request));
-          return absl::OkStatus();
-        });
+    return Serve(context, "StoreGet", *request, *response,
+                 [&](const PeerCaller& caller) -> absl::Status {
+                   ASSIGN_OR_RETURN(*response->mutable_value(),
+                                    handler_->StoreGet(caller, wire::FromProto(*request)));
+                   return absl::OkStatus();
+                 });
   }
 
  private:

@@ -1,7 +1,7 @@
 // The peer listener: the gRPC port daemons speak to each other on about jobs
 // that span them (overlap.v1.Peers, proto/overlap/v1/peer.proto), beside the
 // port users keep. It owns the transport and its rules; the job logic sits
-// behind PeerHandler.
+// behind PeerHandler (part_calls.h).
 //
 // Rules every call meets before its request is read (peer_gate.h):
 //   - the metadata "overlapd-version" (peer_config.h) equals this daemon's
@@ -33,37 +33,11 @@
 #include "server/net/request_limiter.h"
 #include "server/node/node_state.h"
 #include "server/peer/node_keys.h"
+#include "server/peer/part_calls.h"
 #include "server/peer/peer_config.h"
 #include "server/peer/peer_gate.h"
 
 namespace overlap::peer {
-
-// Who called, as the peer listener authenticated them.
-struct PeerCaller {
-  std::string node;         // the caller's node name (HOST:PORT), proven
-  std::string tls_subject;  // "CN=node-2,O=acme"; "" without TLS
-  std::string peer_uri;     // gRPC's peer string, "ipv4:127.0.0.1:53412"
-};
-
-// The job side of the peer protocol (peer.proto says what each call means).
-// A returned status goes to the caller with its code and message. Long polls
-// (HoldPart's wait_ms, StoreGet's timeout_ms) should end by themselves: the
-// listener's Shutdown waits for running handlers after its grace.
-class PeerHandler {
- public:
-  virtual ~PeerHandler() = default;
-  virtual absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const PeerCaller& caller,
-                                                          const v1::AdmitPartRequest& request) = 0;
-  virtual absl::Status CancelPart(const PeerCaller& caller,
-                                  const v1::CancelPartRequest& request) = 0;
-  virtual absl::StatusOr<v1::HoldPartResponse> HoldPart(const PeerCaller& caller,
-                                                        const v1::HoldPartRequest& request) = 0;
-  virtual absl::Status ReportPart(const PeerCaller& caller,
-                                  const v1::ReportPartRequest& request) = 0;
-  virtual absl::Status StoreSet(const PeerCaller& caller, const v1::StoreSetRequest& request) = 0;
-  virtual absl::StatusOr<std::string> StoreGet(const PeerCaller& caller,
-                                               const v1::StoreGetRequest& request) = 0;
-};
 
 struct PeerServerOptions {
   std::string listen;  // peer_listen: HOST:PORT; port 0 takes any free port

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "server/net/status_util.h"
+#include "server/wire/job_wire.h"
 
 namespace overlap::rpc {
 namespace {
@@ -89,15 +90,15 @@ absl::StatusOr<jobs::AdmittedJob> JobsService::Admit(const Caller& caller,
   } else {
     ASSIGN_OR_RETURN(admitted, admission_.Admit(std::move(spec), spec_text, source_name));
   }
-  v1::Job& job = admitted.job;
-  if (!caller.admin && job.priority() > options_.max_user_priority) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "priority: ", job.priority(), " is above ", options_.max_user_priority,
-        ", the highest a user who is not an admin may ask for (max_user_priority)"));
+  jobs::JobRecord& job = admitted.job;
+  if (!caller.admin && job.priority > options_.max_user_priority) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("priority: ", job.priority, " is above ", options_.max_user_priority,
+                     ", the highest a user who is not an admin may ask for (max_user_priority)"));
   }
-  job.set_owner(caller.owner);
-  job.set_owner_name(caller.name);
-  job.set_owner_admin(caller.admin);
+  job.owner = caller.owner;
+  job.owner_name = caller.name;
+  job.owner_admin = caller.admin;
   return admitted;
 }
 
@@ -106,25 +107,27 @@ absl::StatusOr<v1::Job> JobsService::Validate(const Caller& caller, const std::s
                                               const std::vector<std::string>& nodes) {
   ASSIGN_OR_RETURN(jobs::AdmittedJob admitted, Admit(caller, spec_text, source_name, nodes));
   RETURN_IF_ERROR(queue_.CheckRoom(caller.owner, caller.name));
-  return std::move(admitted.job);
+  // What would be queued: nothing is yet, so it has no state and no result.
+  v1::Job job = wire::ToProto(admitted.job);
+  job.clear_state();
+  job.clear_result();
+  return job;
 }
 
 absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {
-  ASSIGN_OR_RETURN(const v1::Job job, queue_.Get(id));
-  const bool own = !job.owner().empty() && job.owner() == caller.owner;
+  ASSIGN_OR_RETURN(const jobs::JobRecord job, queue_.Get(id));
+  const bool own = !job.owner.empty() && job.owner == caller.owner;
+  const std::string owner_name = job.owner_name.empty() ? "nobody known" : job.owner_name;
   if (!own && !caller.admin) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "job ", id, " belongs to ", job.owner_name().empty() ? "nobody known" : job.owner_name(),
-        ", not to ", caller.Describe(), ": only its owner or an admin (root, admin_group) may "
-        "cancel it"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("job ", id, " belongs to ", owner_name, ", not to ", caller.Describe(),
+                     ": only its owner or an admin (root, admin_group) may cancel it"));
   }
-  ASSIGN_OR_RETURN(v1::Job cancelled, queue_.Cancel(id));
+  ASSIGN_OR_RETURN(const jobs::JobRecord cancelled, queue_.Cancel(id));
   if (!own) {
-    Log()->warn("job {} of {} cancelled by the admin {}", id,
-                job.owner_name().empty() ? std::string("nobody known") : job.owner_name(),
-                caller.Describe());
+    Log()->warn("job {} of {} cancelled by the admin {}", id, owner_name, caller.Describe());
   }
-  return cancelled;
+  return wire::ToProto(cancelled);
 }
 
 absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::string& spec_text,
@@ -133,9 +136,9 @@ absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::str
   absl::StatusOr<jobs::AdmittedJob> admitted = Admit(caller, spec_text, source_name, nodes);
   // Queue room, the owner's quota and draining are checked again by the
   // queue, atomically with storing the job.
-  absl::StatusOr<v1::Job> job = admitted.ok()
-                                    ? queue_.Submit(admitted->job, std::move(admitted->graph))
-                                    : absl::StatusOr<v1::Job>(admitted.status());
+  absl::StatusOr<jobs::JobRecord> job =
+      admitted.ok() ? queue_.Submit(admitted->job, std::move(admitted->graph))
+                    : absl::StatusOr<jobs::JobRecord>(admitted.status());
   if (!job.ok()) {
     counters_.jobs_rejected.fetch_add(1);
     if (job.status().code() == absl::StatusCode::kInternal ||
@@ -144,10 +147,10 @@ absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::str
     } else {
       Log()->info("SubmitJob refused: {}", job.status().ToString());
     }
-    return job;
+    return job.status();
   }
   counters_.jobs_submitted.fetch_add(1);
-  return job;
+  return wire::ToProto(*job);
 }
 
 grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
@@ -168,9 +171,9 @@ grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobR
                                  v1::GetJobResponse* response) {
   return Limited(context, "GetJob", [&](const Caller&) {
     if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
-    absl::StatusOr<v1::Job> job = queue_.Get(request->id());
+    absl::StatusOr<jobs::JobRecord> job = queue_.Get(request->id());
     if (!job.ok()) return net::ToGrpcStatus(job.status());
-    *response->mutable_job() = std::move(*job);
+    *response->mutable_job() = wire::ToProto(*job);
     return grpc::Status::OK;
   });
 }
@@ -180,8 +183,7 @@ grpc::Status JobsService::ListJobs(grpc::ServerContext* context, const v1::ListJ
   return Limited(context, "ListJobs", [&](const Caller&) { return List(request, response); });
 }
 
-grpc::Status JobsService::List(const v1::ListJobsRequest* request,
-                               v1::ListJobsResponse* response) {
+grpc::Status JobsService::List(const v1::ListJobsRequest* request, v1::ListJobsResponse* response) {
   if (request->limit() < 0) {
     return net::ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("limit: must be >= 0 (got ", request->limit(), ")")));
@@ -198,14 +200,15 @@ grpc::Status JobsService::List(const v1::ListJobsRequest* request,
         absl::StrCat("page_token: ", QuotedExcerpt(request->page_token(), 40),
                      " is not a next_page_token from a previous response")));
   }
-  const int limit = request->limit() == 0 ? kDefaultPageSize
-                                          : std::min(request->limit(), kMaxPageSize);
-  absl::StatusOr<jobs::JobPage> page = queue_.ListSummaries(request->state(), limit, before);
+  const int limit =
+      request->limit() == 0 ? kDefaultPageSize : std::min(request->limit(), kMaxPageSize);
+  absl::StatusOr<jobs::JobPage> page =
+      queue_.ListSummaries(wire::StateFilter(request->state()), limit, before);
   if (!page.ok()) {
     Log()->error("ListJobs failed: {}", page.status().ToString());
     return net::ToGrpcStatus(page.status());
   }
-  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  for (const jobs::JobRecord& job : page->jobs) *response->add_jobs() = wire::ToProto(job);
   if (page->next_before > 0) response->set_next_page_token(absl::StrCat(page->next_before));
   return grpc::Status::OK;
 }
@@ -244,8 +247,8 @@ grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::Watch
     if (snapshot->version != seen) {
       seen = snapshot->version;
       v1::JobEvent event;
-      *event.mutable_job() = std::move(snapshot->job);
-      const bool final_state = jobs::IsFinalState(event.job().state());
+      *event.mutable_job() = wire::ToProto(snapshot->job);
+      const bool final_state = jobs::IsFinal(snapshot->job.state);
       if (!final_state) DropTimelines(event.mutable_job());
       if (!writer->Write(event)) return grpc::Status::CANCELLED;  // the client is gone
       if (final_state) return grpc::Status::OK;

@@ -12,6 +12,7 @@
 #include "common/graph.h"
 #include "common/logging.h"
 #include "prometheus/text_serializer.h"
+#include "server/wire/job_wire.h"
 
 namespace overlap::rpc {
 namespace {
@@ -485,8 +486,8 @@ class MetricsExporter::Collector {
     // failing the scrape.
     const v1::GetStatsResponse stats = node_.Stats().value_or(v1::GetStatsResponse());
     std::vector<v1::Job> recent;
-    if (auto jobs = queue_.List(v1::JOB_STATE_UNSPECIFIED, kMetricsRecentJobs); jobs.ok()) {
-      recent = std::move(*jobs);
+    if (auto jobs = queue_.List(std::nullopt, kMetricsRecentJobs); jobs.ok()) {
+      for (const jobs::JobRecord& job : *jobs) recent.push_back(wire::ToProto(job));
     }
     return BuildMetrics(node_.Info(), stats, recent, absl::ToUnixMillis(absl::Now()), options_);
   }

@@ -1,7 +1,9 @@
 // What a job's run measured, as plain values: the runner returns a JobReport,
-// and those that speak the wire (server/report/ for the API, the store and
-// the peer port) turn it into the API's JobResult at their edge. A new
-// measurement is a field here, and its line in server/report/.
+// the queue keeps it, the coordinator of a job spanning daemons merges its
+// parts' (adding the per-node lines), and those that speak the wire (rpc/,
+// peer/, the store's rows) convert it with server/wire/ at their edge, field
+// by field both ways. A new measurement is a field here, and its line in
+// server/wire/report_wire.cc.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,7 @@
 
 #include "common/stats.h"
 #include "server/engine/engine.h"
-#include "server/runner/op_measurement.h"
+#include "server/runner/op_report.h"
 
 namespace overlap::runner {
 
@@ -21,9 +23,9 @@ struct LayerDeferral {
   std::string op;   // the op's id, or bucket(a+b+...) for merged all-reduces
   std::string how;  // whole | bucketed | chunked
   int pieces = 1;
-  int64_t piece_bytes = 0;     // chunked: the bytes of each piece
-  std::string joined_before;   // the op the main streams waited for it before; "" = the end
-  double alone_ms = 0;         // its time alone (a bucket: its members' sum)
+  int64_t piece_bytes = 0;    // chunked: the bytes of each piece
+  std::string joined_before;  // the op the main streams waited for it before; "" = the end
+  double alone_ms = 0;        // its time alone (a bucket: its members' sum)
   // scheduler: dynamic, on the deferred lane: when (ms after the iteration
   // started, on the device's clock, the latest rank; medians over the dispatch
   // iterations) its input was ready, its first chunk started and its last
@@ -71,7 +73,7 @@ struct LayerStepReport {
   // The activation passes alone (each wired input made from its producer's
   // output through its activation, e.g. SwiGLU); 0 without wired inputs.
   double activation_ms = 0;
-  std::optional<Timeline> timeline;        // spec.timeline
+  std::optional<Timeline> timeline;  // spec.timeline
   std::vector<LayerDeferral> deferrals;
   // With deferrals: the step without them, and how much of them hid.
   std::optional<Summary> without_deferred;
@@ -86,6 +88,20 @@ struct LayerStepReport {
   int dispatch_iterations = 0;  // dynamic: the iterations the figures below come from
   std::vector<LaneFigures> lane_figures;
   std::vector<std::string> scheduler_notes;  // what the bound or chunk size could not keep
+};
+
+// A job spanning daemons: one node's part, as the coordinator merged it.
+struct NodeReport {
+  std::string node;  // the peer address
+  int node_index = 0;
+  std::string part_id;  // the part's job id on that node
+  int first_rank = 0;   // its ranks are [first_rank, first_rank + ranks)
+  int ranks = 0;
+  double total_step_ms = 0;
+  double layer_step_ms = 0;  // 0 without a layer step
+  int slowest_rank = 0;      // global rank of its slowest (largest GEMM alone) rank; -1: none
+  std::string backend;
+  std::string gpu;
 };
 
 struct JobReport {
@@ -104,7 +120,7 @@ struct JobReport {
   std::map<std::string, std::string> library_env;
   // Each op, in the order they ran, and their step medians and exposed
   // communication summed.
-  std::vector<OpMeasurement> ops;
+  std::vector<OpReport> ops;
   double total_step_ms = 0;
   double total_exposed_comm_ms = 0;
   // What the overlap pass fused, and what it left alone (JobSpec::fusions).
@@ -112,6 +128,12 @@ struct JobReport {
   // The layer step (jobs of two or more ops), or why there is none.
   std::optional<LayerStepReport> layer;
   std::string layer_note;
+  // A job spanning daemons (the coordinator's merge): a line per node, the
+  // slowest rank and its node, and the bus bandwidth across nodes.
+  std::vector<NodeReport> nodes;
+  int slowest_rank = 0;
+  std::string slowest_node;
+  double inter_node_busbw_gbps = 0;
 };
 
 }  // namespace overlap::runner

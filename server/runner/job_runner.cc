@@ -124,6 +124,7 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                               source.decided_notes};
   JobReport header = result;  // before any op: what on_op_done gets beside each op
   double total = 0, exposed = 0;
+  std::vector<OpMeasurement> measured;  // the raw rounds, which the layer step plans from
   for (size_t i = 0; i < order.size(); ++i) {
     const OpSpec& op = spec.ops[order[i]];
     RETURN_IF_ERROR(NotCancelled(hooks));
@@ -138,19 +139,19 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
       }
       return op_result.status();
     }
-    OpMeasurement m = std::move(op_result).value();
-    const OpFigures figures = FiguresOf(m);
-    total += figures.step.median;
-    exposed += figures.exposed_comm_ms;
+    OpReport op_report = ReportOf(*op_result);
+    total += op_report.step.median;
+    exposed += op_report.exposed_comm_ms;
     header.total_step_ms = total;
     header.total_exposed_comm_ms = exposed;
-    if (hooks.on_op_done) hooks.on_op_done(header, m);
-    result.ops.push_back(std::move(m));
+    if (hooks.on_op_done) hooks.on_op_done(header, op_report);
+    result.ops.push_back(std::move(op_report));
+    measured.push_back(std::move(op_result).value());
   }
   result.total_step_ms = total;
   result.total_exposed_comm_ms = exposed;
   absl::StatusOr<LayerStepOutcome> layer =
-      TimeLayerStep(engine, spec, devices, hooks, order, result.ops, source.tuning_cache);
+      TimeLayerStep(engine, spec, devices, hooks, order, measured, source.tuning_cache);
   if (!layer.ok()) {
     const absl::Status drained = engine.Synchronize(devices);
     if (!drained.ok()) {

@@ -31,10 +31,11 @@ struct ScheduleSource {
 };
 
 // `devices` is the resolved, validated TP group (rank i = devices[i]).
-// Returns what it measured (server/report/ makes the API's result of it), or: CANCELLED when hooks.cancelled() fired, ABORTED when a
-// communicator was aborted, FAILED_PRECONDITION when verification or a hazard
-// check failed (or an op whose group spans daemons has no decided schedule),
-// RESOURCE_EXHAUSTED when buffers did not fit, or the engine's error.
+// Returns what it measured (job_report.h), or: CANCELLED when hooks.cancelled()
+// fired, ABORTED when a communicator was aborted, FAILED_PRECONDITION when
+// verification or a hazard check failed (or an op whose group spans daemons
+// has no decided schedule), RESOURCE_EXHAUSTED when buffers did not fit, or
+// the engine's error.
 absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
                                  const std::vector<int>& devices, const RunHooks& hooks,
                                  const ScheduleSource& source);

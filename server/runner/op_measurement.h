@@ -1,8 +1,8 @@
 // What the job runner measured of one op, phase by phase, as plain values:
 // the schedule it chose (and why), the collective alone on each transport,
 // the timed rounds, the traced iteration and the check against float64.
-// server/report/ is the one place these become the API's op result; the figures
-// the runner itself needs of them (OpFigures) are computed here.
+// They stay in the runner: an op's report (op_report.h) is made of them at the
+// op's end; the figures the runner itself needs (OpFigures) are computed here.
 #pragma once
 
 #include <optional>

@@ -31,7 +31,7 @@ struct RunHooks {
   // the ops it has finished, and a failed one keeps them. Each call carries one
   // op, so that storing them costs the same per op however many came before.
   // May be null.
-  std::function<void(const JobReport& header, const OpMeasurement& op)> on_op_done;
+  std::function<void(const JobReport& header, const OpReport& op)> on_op_done;
   // Polled between iterations; when it returns true the run stops with CANCELLED.
   std::function<bool()> cancelled;
   // After the layer step's verified iteration: each op's output on each local

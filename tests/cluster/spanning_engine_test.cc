@@ -18,8 +18,8 @@
 #include "server/gloo/rendezvous_store.h"
 #include "server/jobs/admission.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 #include "tests/slow_engine.h"
 
 namespace overlap::cluster {
@@ -69,8 +69,7 @@ std::vector<NodeRun> RunOverNodes(const std::string& graph, int nodes, int devic
       SpanningEngine engine(slow, store, options);
       std::vector<int> global(nodes * devices);
       std::iota(global.begin(), global.end(), 0);
-      runs[n].result =
-          report::RunJobResult(engine, *spec, global, {}, runner::ScheduleSource{&decided});
+      runs[n].result = RunJobResult(engine, *spec, global, {}, runner::ScheduleSource{&decided});
     });
   }
   for (std::thread& t : threads) t.join();
@@ -140,7 +139,7 @@ ops:
   const ops::DecidedSchedules decided = Decide(*spec, 2);
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::JobResult> result =
-      report::RunJobResult(engine, *spec, {0, 1}, {}, runner::ScheduleSource{&decided});
+      RunJobResult(engine, *spec, {0, 1}, {}, runner::ScheduleSource{&decided});
   EXPECT_FALSE(result.ok());
   EXPECT_NE(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
@@ -184,8 +183,7 @@ ops:
   options.timeout = absl::Seconds(1);
   SpanningEngine engine(*host, store, options);
   spec->timeline = false;
-  absl::StatusOr<v1::JobResult> undecided =
-      report::RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> undecided = RunJobResult(engine, *spec, {0, 1}, {}, nullptr);
   EXPECT_EQ(undecided.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(undecided.status().message(), HasSubstr("schedules its coordinator decided"));
 }

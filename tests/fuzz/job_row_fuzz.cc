@@ -5,17 +5,18 @@
 //
 // Rules: any blob comes back as the row's own job or DATA_LOSS, never as
 // another job: a job decoded has the row's id, sequence and state, and it
-// survives what the scheduler does with a stored job (JobRecord and back) and
-// a list (JobSummary). An op result decoded holds exactly one op.
+// survives what the store does with a row (server/wire's JobRecord and back)
+// and a list (JobSummary). An op result decoded holds exactly one op.
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include <google/protobuf/stubs/logging.h>
-
 #include "server/jobs/job_record.h"
 #include "server/jobs/job_row.h"
 #include "server/jobs/job_store.h"
+#include "server/wire/job_wire.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace overlap::fuzz {
@@ -29,10 +30,10 @@ void CheckJob(const absl::StatusOr<v1::Job>& job, const jobs::JobRowColumns& row
   FUZZ_CHECK(job->sequence() == row.sequence);
   FUZZ_CHECK(job->id() == jobs::JobIdForSequence(row.sequence));
   FUZZ_CHECK(job->state() == row.state && job->state() != v1::JOB_STATE_UNSPECIFIED);
-  const v1::Job back = jobs::ToProto(jobs::FromProto(*job));
+  const v1::Job back = wire::ToProto(wire::FromProto(*job));
   FUZZ_CHECK(back.id() == job->id() && back.state() == job->state() &&
              back.sequence() == job->sequence() && back.spec() == job->spec());
-  const v1::Job summary = jobs::JobSummary(*job);
+  const v1::Job summary = wire::ToProto(jobs::JobSummary(wire::FromProto(*job)));
   FUZZ_CHECK(summary.id() == job->id() && summary.spec().empty());
 }
 

@@ -9,21 +9,21 @@
 // serializes and parses back to the same bytes; AdmitSpan refuses with
 // INVALID_ARGUMENT (a bad graph or node list) or RESOURCE_EXHAUSTED (does not
 // fit), and a span it admits lies on this node's devices, world = nodes x them.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <google/protobuf/stubs/logging.h>
-
 #include "absl/strings/str_cat.h"
 #include "overlap/v1/peer.pb.h"
-#include "server/cluster/schedule_wire.h"
 #include "server/engine/host/host_engine.h"
 #include "server/jobs/admission.h"
+#include "server/wire/peer_wire.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace overlap::fuzz {
@@ -67,22 +67,21 @@ bool ParseAndRoundTrip(absl::string_view wire, Request* request) {
   return true;
 }
 
-void Admit(const Node& node, const v1::AdmitPartRequest& request) {
-  const std::vector<std::string> nodes(request.nodes().begin(), request.nodes().end());
-  const std::string source =
-      absl::StrCat(request.global_id().coordinator(), "/", request.global_id().job_id());
-  // As a part admits it (PartHost::PartGraph): the coordinator's
-  // decisions, the graph, then the graph checked with those decisions.
+void Admit(const Node& node, const v1::AdmitPartRequest& message) {
+  // As the peer listener reads it (wire::FromProto), then a part admits it
+  // (PartHost::PartGraph): the graph, checked with the coordinator's decisions.
   absl::StatusOr<jobs::GraphPtr> span;
-  absl::StatusOr<ops::DecidedSchedules> decided = cluster::DecidedSchedulesOf(request);
-  absl::StatusOr<JobSpec> spec = node.admission->Parse(request.spec(), source);
-  if (!decided.ok()) {
-    span = decided.status();
-  } else if (spec.ok()) {
-    span = node.admission->AdmitSpan(std::move(*spec), nodes, &*decided);
+  const absl::StatusOr<peer::PartRequest> request = wire::FromProto(message);
+  absl::StatusOr<JobSpec> spec =
+      request.ok() ? node.admission->Parse(request->spec, request->global_id.Key())
+                   : request.status();
+  if (spec.ok()) {
+    span = node.admission->AdmitSpan(std::move(*spec), request->nodes, &request->schedules,
+                                     &request->notes);
   } else {
     span = spec.status();
   }
+  const std::vector<std::string> nodes(message.nodes().begin(), message.nodes().end());
   if (!span.ok()) {
     FUZZ_CHECK(span.status().code() == absl::StatusCode::kInvalidArgument ||
                span.status().code() == absl::StatusCode::kResourceExhausted ||
@@ -91,7 +90,7 @@ void Admit(const Node& node, const v1::AdmitPartRequest& request) {
   }
   const jobs::AdmittedGraph& graph = **span;
   // Every op runs a schedule the coordinator sent, and only those.
-  FUZZ_CHECK(graph.schedules == *decided);
+  FUZZ_CHECK(graph.schedules == request->schedules);
   FUZZ_CHECK(graph.schedules.size() == graph.spec.ops.size());
   for (const OpSpec& op : graph.spec.ops) FUZZ_CHECK(graph.schedules.count(op.id) == 1);
   FUZZ_CHECK(!graph.spec.nodes.empty());
@@ -117,27 +116,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 1: {
       v1::CancelPartRequest request;
-      fuzz::ParseAndRoundTrip(wire, &request);
+      if (fuzz::ParseAndRoundTrip(wire, &request)) wire::FromProto(request);
       break;
     }
     case 2: {
       v1::HoldPartRequest request;
-      fuzz::ParseAndRoundTrip(wire, &request);
+      if (fuzz::ParseAndRoundTrip(wire, &request)) wire::FromProto(request);
       break;
     }
     case 3: {
       v1::ReportPartRequest request;
-      fuzz::ParseAndRoundTrip(wire, &request);
+      if (fuzz::ParseAndRoundTrip(wire, &request)) wire::FromProto(request);
       break;
     }
     case 4: {
       v1::StoreSetRequest request;
-      fuzz::ParseAndRoundTrip(wire, &request);
+      if (fuzz::ParseAndRoundTrip(wire, &request)) wire::FromProto(request);
       break;
     }
     case 5: {
       v1::StoreGetRequest request;
-      fuzz::ParseAndRoundTrip(wire, &request);
+      if (fuzz::ParseAndRoundTrip(wire, &request)) wire::FromProto(request);
       break;
     }
   }

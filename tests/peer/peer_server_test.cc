@@ -49,41 +49,36 @@ void Prepare(grpc::ClientContext* context, const std::string& callee, absl::stri
 // Records what reached it; answers from its fields.
 class FakeHandler : public PeerHandler {
  public:
-  absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const PeerCaller& caller,
-                                                  const v1::AdmitPartRequest& request) override {
-    Record(caller, "AdmitPart:" + request.global_id().job_id());
+  absl::StatusOr<std::string> AdmitPart(const PeerCaller& caller,
+                                        const PartRequest& request) override {
+    Record(caller, "AdmitPart:" + request.global_id.job_id);
     if (!admit_status.ok()) return admit_status;
-    v1::AdmitPartResponse response;
-    response.set_part_id("part-" + request.global_id().job_id());
-    return response;
+    return "part-" + request.global_id.job_id;
   }
-  absl::Status CancelPart(const PeerCaller& caller, const v1::CancelPartRequest& request) override {
-    Record(caller, "CancelPart:" + request.reason());
+  absl::Status CancelPart(const PeerCaller& caller, const CancelRequest& request) override {
+    Record(caller, "CancelPart:" + request.reason);
     return absl::OkStatus();
   }
-  absl::StatusOr<v1::HoldPartResponse> HoldPart(const PeerCaller& caller,
-                                                const v1::HoldPartRequest& request) override {
-    Record(caller, "HoldPart:" + request.part_id());
-    v1::HoldPartResponse response;
-    response.set_decision(v1::HoldPartResponse::START);
-    return response;
+  absl::StatusOr<HoldAnswer> HoldPart(const PeerCaller& caller,
+                                      const HoldRequest& request) override {
+    Record(caller, "HoldPart:" + request.part_id);
+    return HoldAnswer{HoldDecision::kStart, ""};
   }
-  absl::Status ReportPart(const PeerCaller& caller, const v1::ReportPartRequest& request) override {
-    Record(caller, "ReportPart:" + request.error());
+  absl::Status ReportPart(const PeerCaller& caller, const PartReport& report) override {
+    Record(caller, "ReportPart:" + std::string(report.outcome.status().message()));
     return absl::OkStatus();
   }
-  absl::Status StoreSet(const PeerCaller& caller, const v1::StoreSetRequest& request) override {
-    Record(caller, "StoreSet:" + request.key());
+  absl::Status StoreSet(const PeerCaller& caller, const StoreCall& call) override {
+    Record(caller, "StoreSet:" + call.key);
     return absl::OkStatus();
   }
-  absl::StatusOr<std::string> StoreGet(const PeerCaller& caller,
-                                       const v1::StoreGetRequest& request) override {
-    Record(caller, "StoreGet:" + request.key());
-    if (request.key() == "block") {
+  absl::StatusOr<std::string> StoreGet(const PeerCaller& caller, const StoreCall& call) override {
+    Record(caller, "StoreGet:" + call.key);
+    if (call.key == "block") {
       release.WaitForNotificationWithTimeout(absl::Seconds(10));
       return absl::DeadlineExceededError("released");
     }
-    return std::string("value\0of ", 9) + request.key();
+    return std::string("value\0of ", 9) + call.key;
   }
 
   std::vector<std::string> calls() {

@@ -17,9 +17,9 @@
 #include "common/config.h"
 #include "common/graph_parser.h"
 #include "server/cuda/cuda_engine.h"
-#include "server/report/result_proto.h"
 #include "server/runner/job_runner.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -36,7 +36,7 @@ class ChainGpuTest : public ::testing::Test {
 
   // Runs `spec`, checks its one chain and prints its figures.
   void RunChain(const JobSpec& spec, const std::vector<int>& devices) {
-    auto result = report::RunJobResult(*engine_, spec, devices, {}, nullptr);
+    auto result = RunJobResult(*engine_, spec, devices, {}, nullptr);
     ASSERT_TRUE(result.ok()) << result.status();
     ASSERT_EQ(result->layer_chains_size(), 1);
     const v1::LayerChainCheck& chain = result->layer_chains(0);

@@ -14,9 +14,9 @@
 #include "server/ops/chain_reference.h"
 #include "server/ops/layer_ops.h"
 #include "server/ops/reference.h"
-#include "server/report/result_proto.h"
 #include "server/runner/job_runner.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -43,7 +43,7 @@ TEST_P(ChainDTypeTest, MlpBlockVerifiesEndToEnd) {
   for (const std::string activation : {"swiglu", "gelu", "none"}) {
     absl::StatusOr<JobSpec> spec = ParseJobSpec(MlpBlock(GetParam(), activation));
     ASSERT_TRUE(spec.ok()) << spec.status();
-    auto result = report::RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
+    auto result = RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
     ASSERT_TRUE(result.ok()) << activation << ": " << result.status();
     ASSERT_EQ(result->layer_chains_size(), 1) << activation;
     const v1::LayerChainCheck& check = result->layer_chains(0);
@@ -72,7 +72,7 @@ TEST(ChainTest, ExposedCommunicationLeavesTheActivationPassOut) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   for (const std::vector<int>& devices : {std::vector<int>{0}, std::vector<int>{0, 1}}) {
     SCOPED_TRACE(devices.size());
-    auto result = report::RunJobResult(*engine, *spec, devices, {}, nullptr);
+    auto result = RunJobResult(*engine, *spec, devices, {}, nullptr);
     ASSERT_TRUE(result.ok()) << result.status();
     ASSERT_GT(result->layer_step().median_ms(), 0);
     EXPECT_GT(result->layer_activation_ms(), 0);
@@ -195,7 +195,7 @@ TEST(ChainTest, DataParallelAllReduceSumsTheWeightGradients) {
       "  - {id: fc1_grads, type: all_reduce, m: 64, n: 64, group: dp, transport: p2p, "
       "input: fc1_wgrad}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  auto result = report::RunJobResult(*engine, *spec, {0, 1, 2, 3}, {}, nullptr);
+  auto result = RunJobResult(*engine, *spec, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->layer_chains_size(), 1);
   EXPECT_EQ(result->layer_chains(0).chain(), "fc1_wgrad -> fc1_grads");

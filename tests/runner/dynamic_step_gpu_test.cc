@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_replace.h"
 #include "common/graph_parser.h"
-#include "server/report/result_proto.h"
 #include "server/runner/job_runner.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -65,7 +65,7 @@ TEST_P(DynamicStepGpuTest, GradientsDispatchedAtRunTimeMatchFloat64) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   std::vector<int> devices;
   for (int d = 0; d < 2 * tp; ++d) devices.push_back(d);
-  auto result = report::RunJobResult(*engine_, *spec, devices, {}, nullptr);
+  auto result = RunJobResult(*engine_, *spec, devices, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_TRUE(op.verified()) << op.id();

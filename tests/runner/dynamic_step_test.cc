@@ -20,9 +20,9 @@
 #include "absl/strings/str_replace.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
-#include "server/report/result_proto.h"
 #include "server/runner/job_runner.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 #include "tests/slow_engine.h"
 
 namespace overlap::runner {
@@ -65,8 +65,7 @@ JobSpec Backward(const std::string& bound_ms, const std::string& transport = "nc
 
 
 v1::JobResult RunStep(engine::Engine& engine, const JobSpec& spec) {
-  absl::StatusOr<v1::JobResult> result =
-      report::RunJobResult(engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> result = RunJobResult(engine, spec, {0, 1, 2, 3}, {}, nullptr);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? *result : v1::JobResult{};
 }
@@ -224,8 +223,7 @@ std::pair<v1::JobResult, Outputs> RunKeepingOutputs(engine::Engine& engine, cons
   hooks.on_layer_output = [&](const std::string& op, int rank, std::vector<uint8_t> y) {
     outputs[{op, rank}] = std::move(y);
   };
-  absl::StatusOr<v1::JobResult> result =
-      report::RunJobResult(engine, spec, {0, 1, 2, 3}, hooks, nullptr);
+  absl::StatusOr<v1::JobResult> result = RunJobResult(engine, spec, {0, 1, 2, 3}, hooks, nullptr);
   EXPECT_TRUE(result.ok()) << result.status();
   return {result.ok() ? *result : v1::JobResult{}, std::move(outputs)};
 }

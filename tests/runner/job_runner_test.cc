@@ -20,12 +20,12 @@
 #include "common/planner/planner.h"
 #include "server/engine/host/host_engine.h"
 #include "server/ops/reference.h"
-#include "server/report/result_proto.h"
 #include "server/runner/layer_members.h"
 #include "server/runner/layer_step.h"
 #include "server/runner/tuning_cache.h"
 #include "tests/auto_reason_util.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 #include "tests/op_spec_util.h"
 
 namespace overlap::runner {
@@ -72,14 +72,14 @@ TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   hooks.on_progress = [&](const Progress& p) { phases.push_back(p.op_id + ":" + p.phase); };
   std::vector<std::string> finished;  // each op as it finished
   double step_so_far = 0;
-  hooks.on_op_done = [&](const JobReport& header, const OpMeasurement& op) {
+  hooks.on_op_done = [&](const JobReport& header, const OpReport& op) {
     EXPECT_TRUE(header.ops.empty()) << "one op per call, not the ops before it";
     EXPECT_EQ(header.backend, "host");
-    step_so_far += FiguresOf(op).step.median;
+    step_so_far += op.step.median;
     EXPECT_DOUBLE_EQ(header.total_step_ms, step_so_far);
-    finished.push_back(op.op.id);
+    finished.push_back(op.id);
   };
-  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(finished, (std::vector<std::string>{"fc1", "fc2", "out"}));
   ASSERT_EQ(result->ops_size(), 3);
@@ -148,7 +148,7 @@ TEST(JobRunnerTest, ToleranceWidensForSumsOverMoreRanks) {
   auto engine = std::move(engine::CreateHostEngine(options)).value();
   JobSpec spec = SmallJob();
   spec.dtype = DType::kBF16;
-  auto result = report::RunJobResult(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_DOUBLE_EQ(op.tolerance(), op.type() == "ag_gemm" ? 1e-2 : 4.0 / 256) << op.id();
@@ -167,7 +167,7 @@ TEST(JobRunnerTest, AnOpKeepsItsInputsWhenOpsAreAddedBeforeIt) {
     EXPECT_TRUE(spec.ok()) << spec.status();
     spec->layer_step = false;
     spec->timeline = false;
-    auto result = report::RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
+    auto result = RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? result->ops(result->ops_size() - 1) : v1::OpResult();
   };
@@ -198,7 +198,7 @@ TEST(JobRunnerTest, Fp8GraphGathersFp8AndSumsBf16) {
   OpSpec gather = AllReduceAfter("gather", 128, 64, "out");
   gather.type = OpType::kAllGather;
   spec.ops.push_back(gather);
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 5);
   std::map<std::string, double> bytes_per_element;
@@ -238,7 +238,7 @@ TEST(JobRunnerTest, CollectiveAloneIsAllExposedCommunication) {
   hooks.on_progress = [&](const Progress& p) {
     if (p.op_id == "grads") phases.push_back(p.phase);
   };
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 4);
   const v1::OpResult& op = result->ops(3);
@@ -281,7 +281,7 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
       layer_phases.push_back(p.phase);
     }
   };
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
@@ -318,19 +318,19 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   after_grads.id = "tail";
   after_grads.after = {"grads"};
   spec.ops.push_back(after_grads);
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GT(result->layer_step().samples(), 0);
   ASSERT_EQ(result->layer_joined_before_size(), 1);
   EXPECT_EQ(result->layer_joined_before(0), "tail");
   spec.layer_step = false;
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->has_layer_step());
   spec.layer_step = true;
   spec.ops = {grads};
   spec.ops[0].after.clear();
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->has_layer_step());
 }
@@ -359,7 +359,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   hooks.on_progress = [&](const Progress& p) {
     if (p.op_id == "wgrad1") phases.push_back(p.phase);
   };
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 6);
   const v1::OpResult& wgrad1 = result->ops(4);
@@ -402,7 +402,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   for (OpSpec& o : side_waiter.ops) {
     if (o.type == OpType::kAllReduce) o.transport = Transport::kP2p;
   }
-  result = report::RunJobResult(*engine, side_waiter, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, side_waiter, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -414,7 +414,7 @@ TEST(JobRunnerTest, BackwardGraphRunsTheGatherBesideTheDataGradient) {
   // With nothing between it and the op that waits on it, the gather has
   // nothing to run beside and stays on the main streams.
   spec.ops[2].after = {"dgrad1"};
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -436,7 +436,7 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   spec.ops.push_back(grads("big", 2048, Transport::kP2p));
   spec.ops.push_back(grads("g3", 64, Transport::kP2p));
   spec.ops.push_back(grads("g4", 64, Transport::kNccl));
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
@@ -445,7 +445,7 @@ TEST(JobRunnerTest, LayerStepBucketsSmallDeferredAllReduces) {
   EXPECT_GT(result->layer_step().median_ms(), 0);
 
   spec.bucket_mib = 0;
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_deferred_size(), 5);
 }
@@ -466,7 +466,7 @@ TEST(JobRunnerTest, LayerStepBucketsOnlyAllReducesOfOneAlgorithm) {
   spec.ops.push_back(grads("t2", AllReduceAlgorithm::kTree));
   spec.ops.push_back(grads("r1", AllReduceAlgorithm::kRing));
   spec.ops.push_back(grads("d1", AllReduceAlgorithm::kDefault));
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> deferred(result->layer_deferred().begin(),
                                     result->layer_deferred().end());
@@ -495,7 +495,7 @@ TEST(JobRunnerTest, AutotuneBudgetCutsTheTuningShortAndSaysSo) {
   auto engine = CheckedHostEngine(3);
   JobSpec spec = AllReduceOverEveryLayout();
   spec.autotune_budget_s = 1e-9;
-  auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   EXPECT_EQ(op.schedule(), "serial/nccl") << "the one candidate timed: serial over NCCL, first";
@@ -511,7 +511,7 @@ TEST(JobRunnerTest, AutotuneBudgetCutsTheTuningShortAndSaysSo) {
 TEST(JobRunnerTest, AllReduceAlgorithmAutoTunesOverTheLayouts) {
   auto engine = CheckedHostEngine(3);
   JobSpec spec = AllReduceOverEveryLayout();
-  auto result = report::RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1, 2}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   std::set<std::string> timed;
@@ -543,7 +543,7 @@ TEST(JobRunnerTest, LayerStepNeverBucketsPastAnOpThatWaits) {
   spec.ops.push_back(x);
   spec.ops.push_back(AllReduceAfter("g4", 64, 256, "fc1", Transport::kP2p));
   spec.ops.push_back(AllReduceAfter("g5", 64, 256, "fc1", Transport::kP2p));
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   // The layer order sends g1 and g3 first (ops wait on them). They share a
   // bucket, which x closes; g2 goes after x, with the free ones.
@@ -554,7 +554,7 @@ TEST(JobRunnerTest, LayerStepNeverBucketsPastAnOpThatWaits) {
   // With x waiting on fc1 instead, only g1 goes first, and g2, which waits on
   // it, closes its bucket: g1 runs alone.
   spec.ops[spec.ops.size() - 3].after = {"fc1"};  // x
-  result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(
       std::vector<std::string>(result->layer_deferred().begin(), result->layer_deferred().end()),
@@ -584,7 +584,7 @@ TEST(JobRunnerTest, LayerStepThatDoesNotFitIsSkippedWithAReason) {
     op.transport = Transport::kP2p;
     spec.ops.push_back(op);
   }
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->ops_size(), 2);
   EXPECT_FALSE(result->has_layer_step());
@@ -658,7 +658,7 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
   std::vector<Progress> progress;
   RunHooks hooks;
   hooks.on_progress = [&](const Progress& p) { progress.push_back(p); };
-  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
 
   // fc1 is auto: a preheat, autotune's rounds, the collective alone, a
@@ -706,14 +706,14 @@ TEST(JobRunnerTest, PreheatsBeforeEachMeasuredPhaseAndAlternatesTheAutotuneOrder
 
   // Off by default on the host backend, and with the idle head start.
   progress.clear();
-  auto plain = report::RunJobResult(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
+  auto plain = RunJobResult(*Engine(), SmallJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->preheat_ms(), 0);
   for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
   progress.clear();
   JobSpec idle = SmallJob();
   idle.heat_head_start = false;
-  auto idle_result = report::RunJobResult(*engine, idle, {0, 1}, hooks, nullptr);
+  auto idle_result = RunJobResult(*engine, idle, {0, 1}, hooks, nullptr);
   ASSERT_TRUE(idle_result.ok()) << idle_result.status();
   EXPECT_EQ(idle_result->preheat_ms(), 0);
   for (const Progress& p : progress) EXPECT_NE(p.phase, "preheat");
@@ -723,11 +723,11 @@ TEST(JobRunnerTest, ResultSaysWhatTheGpusDidBeforeEachIteration) {
   auto engine = Engine();
   ASSERT_NE(engine->Gates(), nullptr);
   JobSpec spec = SmallJob();
-  auto heat = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto heat = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(heat.ok()) << heat.status();
   EXPECT_EQ(heat->head_start(), "heat");
   spec.heat_head_start = false;
-  auto idle = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto idle = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(idle.ok()) << idle.status();
   EXPECT_EQ(idle->head_start(), "idle");
   for (const v1::OpResult& op : idle->ops()) EXPECT_TRUE(op.verified());
@@ -740,7 +740,7 @@ TEST(JobRunnerTest, ChunksNarrowAutoToThatCount) {
   spec.ops[0].after.clear();
   spec.ops[0].mode = OverlapMode::kAuto;
   spec.ops[0].chunks = 3;
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   EXPECT_TRUE(op.verified());
@@ -788,7 +788,7 @@ ops:
 )");
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto engine = Engine();
-  auto result = report::RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, *spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> to_the_end, joined;
   for (int i = 0; i < result->layer_deferred_size(); ++i) {
@@ -854,7 +854,7 @@ TEST(JobRunnerTest, TheLayerStepReadsTheCalibratedSlowdownWhereOneIsKept) {
                   .ok());
   EXPECT_EQ(BesideGemmsFactors(*engine, spec, {0, 1}, transports, cache->get()), fixed);
   // A job with the cache runs its layer step with it.
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(result.ok()) << result.status();
 }
 
@@ -867,7 +867,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   {
     auto cache = TuningCache::Open(path);
     ASSERT_TRUE(cache.ok());
-    auto first = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+    auto first = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_EQ(first->ops(1).auto_reason().find("tuning cache"), std::string::npos);
     EXPECT_FALSE(first->ops(1).graph_replay()) << "the host backend has no graphs";
@@ -896,7 +896,7 @@ TEST(JobRunnerTest, AutotuneChoiceIsCachedAcrossRuns) {
   // A new cache object on the same file: what a restarted daemon sees.
   auto cache = TuningCache::Open(path);
   ASSERT_TRUE(cache.ok());
-  auto second = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  auto second = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_NE(second->ops(1).auto_reason().find("tuning cache"), std::string::npos)
       << second->ops(1).auto_reason();
@@ -918,7 +918,7 @@ TEST(JobRunnerTest, AChoiceTheCacheCannotKeepDoesNotFailTheJob) {
   JobSpec spec = SmallJob();
   spec.ops.resize(2);  // out (explicit) and fc1 (auto)
   spec.ops[0].after.clear();
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->ops(1).verified());
   EXPECT_THAT(result->ops(1).auto_reason(), ::testing::HasSubstr("(not kept in the tuning cache: "))
@@ -938,13 +938,13 @@ TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
   spec.ops[0].id = "again";
   spec.ops[1].after.clear();
   spec.ops[0].after.clear();
-  ASSERT_TRUE(report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get()).ok());
+  ASSERT_TRUE(RunJobResult(*engine, spec, {0, 1}, {}, cache->get()).ok());
   // A choice the cache holds from before, to be ignored.
   const std::vector<TunedEntry> before = *(*cache)->List({});
   ASSERT_EQ(before.size(), 1u);
 
   spec.retune = true;
-  auto retuned = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  auto retuned = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(retuned.ok()) << retuned.status();
   // The first op of the shape tunes again; the second uses what the first just tuned.
   EXPECT_THAT(retuned->ops(0).auto_reason(), IsFreshlyAutotuned());
@@ -955,7 +955,7 @@ TEST(JobRunnerTest, RetuneIgnoresChoicesFromBeforeTheJob) {
   EXPECT_GT(after[0].tuned_unix_ms, before[0].tuned_unix_ms);
 
   spec.retune = false;
-  auto cached = report::RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
+  auto cached = RunJobResult(*engine, spec, {0, 1}, {}, cache->get());
   ASSERT_TRUE(cached.ok());
   EXPECT_EQ(cached->ops(0).auto_reason().rfind("tuning cache", 0), 0u);
   std::filesystem::remove(path);
@@ -967,10 +967,10 @@ TEST(JobRunnerTest, CancelStopsBetweenIterations) {
   RunHooks hooks;
   hooks.on_progress = [&](const Progress&) { ++ticks; };
   hooks.cancelled = [&] { return ticks.load() >= 4; };
-  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, SmallJob(), {0, 1}, hooks, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
   // The engine is still usable: the next job runs.
-  EXPECT_TRUE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_TRUE(RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 TEST(JobRunnerTest, OutOfMemoryIsResourceExhausted) {
@@ -978,7 +978,7 @@ TEST(JobRunnerTest, OutOfMemoryIsResourceExhausted) {
   options.device_count = 2;
   options.device_memory_bytes = 64 << 10;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto result = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_GT(JobBytesPerDevice(SmallJob(), 2), 64 << 10);
 }
@@ -1009,11 +1009,11 @@ TEST(JobRunnerFailureTest, CollectiveFailureAbortsTheJobOnly) {
   options.fail_op = "all_gather";
   options.fail_after = 0;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
   EXPECT_NE(std::string(failed.status().message()).find("injected"), std::string::npos);
   EXPECT_TRUE(engine->Monitor()->Healthy());
-  auto next = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto next = RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_TRUE(next.ok()) << next.status();
 }
 
@@ -1024,10 +1024,10 @@ TEST(JobRunnerFailureTest, StickyErrorMakesTheEngineUnhealthy) {
   options.fail_after = 3;
   options.inject_sticky_error = true;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_FALSE(failed.ok());
   EXPECT_FALSE(engine->Monitor()->Healthy());
-  EXPECT_FALSE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_FALSE(RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
@@ -1037,9 +1037,9 @@ TEST(JobRunnerFailureTest, AsynchronousFailureIsReportedAtTheNextSync) {
   options.fail_after = 1;
   options.fail_async = true;
   auto engine = std::move(engine::CreateHostEngine(options)).value();
-  auto failed = report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
+  auto failed = RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted) << failed.status();
-  EXPECT_TRUE(report::RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
+  EXPECT_TRUE(RunJobResult(*engine, SmallJob(), {0, 1}, {}, nullptr).ok());
 }
 
 }  // namespace

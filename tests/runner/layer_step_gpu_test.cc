@@ -15,8 +15,8 @@
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -69,7 +69,7 @@ TEST_P(LayerStepGpuTest, DeferredAllReducesAndBucketsMatchFloat64) {
       Op("g1", OpType::kAllReduce, 64 * tp, 0, 1024, transport, {"fc1"}),
       Op("g2", OpType::kAllReduce, 32 * tp, 0, 1024, transport, {"fc1"}),
   };
-  auto result = report::RunJobResult(*engine_, spec, devices_, {}, nullptr);
+  auto result = RunJobResult(*engine_, spec, devices_, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);
@@ -113,7 +113,7 @@ TEST_P(LayerStepGpuTest, BackwardGatherJoinsMidStepAndMatchesFloat64) {
       Op("fc1_dgrad", OpType::kGemmRs, s, f, h, transport, {"fc2_dgrad"}),
       Op("fc1_wgrad", OpType::kGemm, h, s, f, Transport::kNone, {"fc1_dgrad", "x_gather"}),
   };
-  auto result = report::RunJobResult(*engine_, spec, devices_, {}, nullptr);
+  auto result = RunJobResult(*engine_, spec, devices_, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layer_step().samples(), spec.iterations);
   EXPECT_GT(result->layer_step().median_ms(), 0);

@@ -13,8 +13,8 @@
 #include "common/graph_parser.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -60,7 +60,7 @@ ops:
   }
   absl::StatusOr<JobSpec> spec = ParseJobSpec(text);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  auto result = report::RunJobResult(*engine_, *spec, {0, 1, 2, 3}, {}, nullptr);
+  auto result = RunJobResult(*engine_, *spec, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   for (const v1::OpResult& op : result->ops()) {
     EXPECT_TRUE(op.verified()) << op.id();

@@ -13,8 +13,8 @@
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -62,7 +62,7 @@ TEST(MeshTest, EveryGroupRunsItsOpAndIsCheckedAgainstFloat64) {
   auto engine = CheckedHostEngine(4);
   JobSpec spec = Parse(kMeshLayer);
   ASSERT_TRUE(ValidateJobSpec(spec, ValidationLimits{.device_count = 4}).ok());
-  absl::StatusOr<v1::JobResult> result = report::RunJobResult(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> result = RunJobResult(*engine, spec, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->mesh_tp(), 2);
   EXPECT_EQ(result->mesh_dp(), 2);
@@ -115,7 +115,7 @@ TEST_P(HierarchicalTest, SumsOverTheWholeMesh) {
       ", n: 40, group: world, algorithm: hierarchical, transport: ", transport, "}\n"));
   std::vector<int> devices;
   for (int d = 0; d < tp * dp; ++d) devices.push_back(d);
-  absl::StatusOr<v1::JobResult> result = report::RunJobResult(*engine, spec, devices, {}, nullptr);
+  absl::StatusOr<v1::JobResult> result = RunJobResult(*engine, spec, devices, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& op = result->ops(0);
   EXPECT_EQ(op.algorithm(), "hierarchical");
@@ -155,7 +155,7 @@ ops:
 TEST(MeshTest, GradientAllReducesAreChunkedOrBucketedBesideTheBackward) {
   auto engine = CheckedHostEngine(4);
   absl::StatusOr<v1::JobResult> result =
-      report::RunJobResult(*engine, Parse(kBackward), {0, 1, 2, 3}, {}, nullptr);
+      RunJobResult(*engine, Parse(kBackward), {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_TRUE(result->has_layer_step()) << result->layer_note();
   std::map<std::string, v1::LayerDeferral> deferred;
@@ -171,7 +171,7 @@ TEST(MeshTest, GradientAllReducesAreChunkedOrBucketedBesideTheBackward) {
   // A bound of 0 ms joins each before the next op on the main streams.
   JobSpec bounded = Parse(kBackward);
   bounded.defer_bound_ms = 0;
-  result = report::RunJobResult(*engine, bounded, {0, 1, 2, 3}, {}, nullptr);
+  result = RunJobResult(*engine, bounded, {0, 1, 2, 3}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   for (const v1::LayerDeferral& d : result->layer_deferrals()) {
     EXPECT_NE(d.joined_before(), "") << d.op() << " order: " << ::testing::PrintToString(result->layer_order());
@@ -185,9 +185,10 @@ TEST(MeshTest, OneByOneChangesNothing) {
       "  - {id: ar, type: all_reduce, m: 16, n: 16, transport: p2p}\n";
   const std::string header = "dtype: f32\niterations: 2\nwarmup: 1\nlayer_step: false\n";
   auto engine = CheckedHostEngine(1);
-  absl::StatusOr<v1::JobResult> plain = report::RunJobResult(*engine, Parse(header + ops), {0}, {}, nullptr);
+  absl::StatusOr<v1::JobResult> plain =
+      RunJobResult(*engine, Parse(header + ops), {0}, {}, nullptr);
   absl::StatusOr<v1::JobResult> mesh =
-      report::RunJobResult(*engine, Parse(header + "mesh: {tp: 1, dp: 1}\n" + ops), {0}, {}, nullptr);
+      RunJobResult(*engine, Parse(header + "mesh: {tp: 1, dp: 1}\n" + ops), {0}, {}, nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   ASSERT_EQ(plain->ops_size(), mesh->ops_size());

@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 #include "tests/random_op_util.h"
 
 namespace overlap::runner {
@@ -85,7 +85,7 @@ TEST(RandomGraphsTest, EveryDrawnGraphRunsInOrderAndVerifies) {
   for (int g = 0; g < 24; ++g) {
     const JobSpec spec = RandomGraph(rng, RandomInt(rng, 2, 4));
     SCOPED_TRACE(absl::StrCat("graph ", g, ": ", Describe(spec)));
-    auto result = report::RunJobResult(*engine, spec, spec.devices, {}, nullptr);
+    auto result = RunJobResult(*engine, spec, spec.devices, {}, nullptr);
     ASSERT_TRUE(result.ok()) << result.status();
 
     ASSERT_EQ(result->ops_size(), static_cast<int>(spec.ops.size()));

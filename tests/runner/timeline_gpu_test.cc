@@ -14,8 +14,8 @@
 #include "common/config.h"
 #include "server/cuda/cuda_engine.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "tests/gpu_ranks_util.h"
+#include "tests/job_result_util.h"
 
 namespace overlap::runner {
 namespace {
@@ -52,7 +52,7 @@ TEST_P(TimelineGpuTest, RingIterationHasEveryPieceInOrderWithinTheStep) {
   op.chunks = tp > 1 ? 2 : 0;
   op.transport = GetParam();
   spec.ops = {op};
-  auto result = report::RunJobResult(*engine_, spec, devices_, {}, nullptr);
+  auto result = RunJobResult(*engine_, spec, devices_, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::OpResult& r = result->ops(0);
   EXPECT_TRUE(r.verified());

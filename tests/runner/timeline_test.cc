@@ -13,9 +13,9 @@
 
 #include "server/engine/host/host_engine.h"
 #include "server/runner/job_runner.h"
-#include "server/report/result_proto.h"
 #include "server/runner/traced_iteration.h"
 #include "tests/host_engine_util.h"
+#include "tests/job_result_util.h"
 #include "tests/op_spec_util.h"
 
 namespace overlap::runner {
@@ -133,7 +133,7 @@ TEST(TimelineTest, EachOpResultHasOneTracedIterationOfItsSchedule) {
   hooks.on_progress = [&](const Progress& p) {
     if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
   };
-  auto result = report::RunJobResult(*engine, RingJob(), {0, 1}, hooks, nullptr);
+  auto result = RunJobResult(*engine, RingJob(), {0, 1}, hooks, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->ops_size(), 1);
   const v1::OpResult& op = result->ops(0);
@@ -182,7 +182,7 @@ TEST(TimelineTest, SendRecvGroupsAreOneSpanPerStream) {
   auto engine = Engine();
   JobSpec spec = RingJob();
   spec.ops[0].transport = Transport::kNccl;
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   std::map<int, std::vector<std::string>> comm;
   for (const v1::TimelineSpan& s : result->ops(0).timeline().spans()) {
@@ -207,7 +207,7 @@ TEST(TimelineTest, LayerStepTimelineLabelsEachOpsSpansAndShowsTheSideStream) {
   spec.ops[1].after = {"fc1"};
   spec.ops.push_back(MakeOp("grads", OpType::kAllReduce, 64, 0, 64, {"fc1"}));
   spec.ops.back().transport = Transport::kNccl;
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_TRUE(result->has_layer_timeline());
   const v1::Timeline& t = result->layer_timeline();
@@ -231,7 +231,7 @@ TEST(TimelineTest, GraphCanTurnItOff) {
   JobSpec spec = RingJob();
   spec.timeline = false;
   spec.ops.push_back(MakeOp("out", OpType::kGemmAr, 128, 96, 64, {"fc2"}));
-  auto result = report::RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
+  auto result = RunJobResult(*engine, spec, {0, 1}, {}, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->ops(0).has_timeline());
   EXPECT_TRUE(result->has_layer_step());

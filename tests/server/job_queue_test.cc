@@ -30,7 +30,7 @@ class JobQueueTest : public ::testing::Test {
     options.max_queued_jobs = max_queued;
     auto queue = JobQueue::Create(
         store_.get(),
-        [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        [this](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
           return runner_.Run(j, h);
         },
         options);
@@ -38,29 +38,29 @@ class JobQueueTest : public ::testing::Test {
     queue_ = std::move(*queue);
   }
 
-  v1::Job Submit(const std::string& name, std::vector<int> devices, int priority = 0) {
-    v1::Job job;
-    job.set_name(name);
-    job.set_priority(priority);
-    for (int d : devices) job.add_devices(d);
+  JobRecord Submit(const std::string& name, std::vector<int> devices, int priority = 0) {
+    JobRecord job;
+    job.name = name;
+    job.priority = priority;
+    job.devices = devices;
     auto submitted = queue_->Submit(job);
     EXPECT_TRUE(submitted.ok()) << submitted.status();
-    return submitted.ok() ? *submitted : v1::Job();
+    return submitted.ok() ? *submitted : JobRecord();
   }
 
   // Waits until the job is in `state` (10 s at most).
-  v1::Job AwaitState(const std::string& id, v1::JobState state) {
+  JobRecord AwaitState(const std::string& id, JobState state) {
     uint64_t version = 0;
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
       auto snapshot = queue_->WaitForChange(id, version, absl::Milliseconds(100));
       EXPECT_TRUE(snapshot.ok()) << snapshot.status();
       if (!snapshot.ok()) break;
-      if (snapshot->job.state() == state) return snapshot->job;
+      if (snapshot->job.state == state) return snapshot->job;
       version = snapshot->version;
     }
-    ADD_FAILURE() << id << " never reached " << v1::JobState_Name(state);
-    return v1::Job();
+    ADD_FAILURE() << id << " never reached " << JobStateName(state);
+    return JobRecord();
   }
 
   TempDir dir_;
@@ -87,19 +87,19 @@ bool Intersect(const std::vector<int>& a, const std::vector<int>& b) {
 
 TEST_F(JobQueueTest, HigherPriorityFirstThenSubmissionOrder) {
   Start();
-  v1::Job blocker = Submit("block", {0});
-  AwaitState(blocker.id(), v1::RUNNING);
-  v1::Job a = Submit("sleep:1", {0}, 0);
-  v1::Job b = Submit("sleep:1", {0}, 5);
-  v1::Job c = Submit("sleep:1", {0}, 0);
-  v1::Job d = Submit("sleep:1", {0}, 5);
-  v1::Job e = Submit("sleep:1", {0}, -1);
-  EXPECT_EQ(a.state(), v1::QUEUED);
+  JobRecord blocker = Submit("block", {0});
+  AwaitState(blocker.id, JobState::kRunning);
+  JobRecord a = Submit("sleep:1", {0}, 0);
+  JobRecord b = Submit("sleep:1", {0}, 5);
+  JobRecord c = Submit("sleep:1", {0}, 0);
+  JobRecord d = Submit("sleep:1", {0}, 5);
+  JobRecord e = Submit("sleep:1", {0}, -1);
+  EXPECT_EQ(a.state, JobState::kQueued);
   EXPECT_EQ(queue_->QueuedCount(), 5);
-  ASSERT_TRUE(queue_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(queue_->Cancel(blocker.id).ok());
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(RunOrder(runner_.records()),
-            (std::vector<std::string>{blocker.id(), b.id(), d.id(), a.id(), c.id(), e.id()}));
+            (std::vector<std::string>{blocker.id, b.id, d.id, a.id, c.id, e.id}));
 }
 
 TEST_F(JobQueueTest, DisjointDevicesRunConcurrently) {
@@ -120,10 +120,10 @@ TEST_F(JobQueueTest, DisjointDevicesRunConcurrently) {
 // ranked higher (priority desc, sequence asc) runs first.
 TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
   Start();
-  v1::Job blocker = Submit("block", {0, 1, 2, 3});
-  AwaitState(blocker.id(), v1::RUNNING);
+  JobRecord blocker = Submit("block", {0, 1, 2, 3});
+  AwaitState(blocker.id, JobState::kRunning);
   std::mt19937 rng(42);
-  std::vector<v1::Job> jobs;
+  std::vector<JobRecord> jobs;
   for (int i = 0; i < 24; ++i) {
     std::vector<int> devices;
     for (int d = 0; d < 4; ++d) {
@@ -133,7 +133,7 @@ TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
     jobs.push_back(
         Submit("sleep:" + std::to_string(5 + rng() % 20), devices, static_cast<int>(rng() % 3)));
   }
-  ASSERT_TRUE(queue_->Cancel(blocker.id()).ok());
+  ASSERT_TRUE(queue_->Cancel(blocker.id).ok());
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(20)));
 
   std::map<std::string, RunRecord> by_id;
@@ -142,8 +142,8 @@ TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
   bool any_concurrent = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
     for (size_t j = i + 1; j < jobs.size(); ++j) {
-      const RunRecord& a = by_id[jobs[i].id()];
-      const RunRecord& b = by_id[jobs[j].id()];
+      const RunRecord& a = by_id[jobs[i].id];
+      const RunRecord& b = by_id[jobs[j].id];
       const bool overlap = a.start < b.end && b.start < a.end;
       if (!Intersect(a.devices, b.devices)) {
         any_concurrent |= overlap;
@@ -151,10 +151,9 @@ TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
       }
       EXPECT_FALSE(overlap) << a.id << " and " << b.id << " share a device but overlapped";
       // jobs[i] was submitted first; it goes first unless j has a higher priority.
-      const bool i_first = jobs[i].priority() >= jobs[j].priority();
-      EXPECT_EQ(i_first, a.start < b.start)
-          << a.id << " (priority " << jobs[i].priority() << ") vs " << b.id << " (priority "
-          << jobs[j].priority() << ")";
+      const bool i_first = jobs[i].priority >= jobs[j].priority;
+      EXPECT_EQ(i_first, a.start < b.start) << a.id << " (priority " << jobs[i].priority << ") vs "
+                                            << b.id << " (priority " << jobs[j].priority << ")";
     }
   }
   EXPECT_TRUE(any_concurrent) << "no disjoint jobs ran at the same time";
@@ -162,138 +161,139 @@ TEST_F(JobQueueTest, IntersectingJobsNeverOverlapAndKeepRankOrder) {
 
 TEST_F(JobQueueTest, CancelQueuedAndRunning) {
   Start(1);
-  v1::Job running = Submit("block", {0});
-  AwaitState(running.id(), v1::RUNNING);
-  v1::Job queued = Submit("sleep:1", {0});
+  JobRecord running = Submit("block", {0});
+  AwaitState(running.id, JobState::kRunning);
+  JobRecord queued = Submit("sleep:1", {0});
 
-  auto cancelled = queue_->Cancel(queued.id());
+  auto cancelled = queue_->Cancel(queued.id);
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
-  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
-  EXPECT_EQ(cancelled->error(), "cancelled by request");
-  EXPECT_EQ(store_->Get(queued.id())->state(), v1::CANCELLED);
+  EXPECT_EQ(cancelled->state, JobState::kCancelled);
+  EXPECT_EQ(cancelled->error, "cancelled by request");
+  EXPECT_EQ(store_->Get(queued.id)->state, JobState::kCancelled);
 
-  auto stopping = queue_->Cancel(running.id());
+  auto stopping = queue_->Cancel(running.id);
   ASSERT_TRUE(stopping.ok()) << stopping.status();
-  EXPECT_EQ(stopping->state(), v1::RUNNING);  // the runner stops at its next poll
-  v1::Job ended = AwaitState(running.id(), v1::CANCELLED);
-  EXPECT_EQ(ended.error(), "cancelled by request");
-  EXPECT_EQ(ended.error_code(), static_cast<int>(absl::StatusCode::kCancelled));
-  EXPECT_GT(ended.end_time_ms(), 0);
+  EXPECT_EQ(stopping->state, JobState::kRunning);  // the runner stops at its next poll
+  JobRecord ended = AwaitState(running.id, JobState::kCancelled);
+  EXPECT_EQ(ended.error, "cancelled by request");
+  EXPECT_EQ(ended.error_code, absl::StatusCode::kCancelled);
+  EXPECT_GT(ended.end_time_ms, 0);
 
-  auto again = queue_->Cancel(running.id());
+  auto again = queue_->Cancel(running.id);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(again.status().message(), "job " + running.id() + " already finished (CANCELLED)");
+  EXPECT_EQ(again.status().message(), "job " + running.id + " already finished (CANCELLED)");
   EXPECT_EQ(queue_->Cancel("job-999999").status().code(), absl::StatusCode::kNotFound);
 
   // Only the running job ever reached the runner.
   ASSERT_EQ(runner_.records().size(), 1u);
-  EXPECT_EQ(runner_.records()[0].id, running.id());
+  EXPECT_EQ(runner_.records()[0].id, running.id);
 }
 
 TEST_F(JobQueueTest, RunnerOutcomeMapsToState) {
   Start();
-  v1::Job ok = Submit("sleep:1", {0});
-  v1::Job failed = Submit("fail", {1});
-  v1::Job aborted = Submit("abort", {2});
+  JobRecord ok = Submit("sleep:1", {0});
+  JobRecord failed = Submit("fail", {1});
+  JobRecord aborted = Submit("abort", {2});
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
-  v1::Job j = *queue_->Get(ok.id());
-  EXPECT_EQ(j.state(), v1::SUCCEEDED);
-  EXPECT_EQ(j.result().backend(), "fake");
-  EXPECT_EQ(j.error_code(), 0);
-  j = *queue_->Get(failed.id());
-  EXPECT_EQ(j.state(), v1::FAILED);
-  EXPECT_EQ(j.error(), "verification failed: op ag");
-  EXPECT_EQ(j.error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
-  j = *queue_->Get(aborted.id());
-  EXPECT_EQ(j.state(), v1::ABORTED);
-  EXPECT_EQ(j.error(), "communicator aborted: collective timeout");
+  JobRecord j = *queue_->Get(ok.id);
+  EXPECT_EQ(j.state, JobState::kSucceeded);
+  EXPECT_EQ(j.result.backend, "fake");
+  EXPECT_EQ(j.error_code, absl::StatusCode::kOk);
+  j = *queue_->Get(failed.id);
+  EXPECT_EQ(j.state, JobState::kFailed);
+  EXPECT_EQ(j.error, "verification failed: op ag");
+  EXPECT_EQ(j.error_code, absl::StatusCode::kFailedPrecondition);
+  j = *queue_->Get(aborted.id);
+  EXPECT_EQ(j.state, JobState::kAborted);
+  EXPECT_EQ(j.error, "communicator aborted: collective timeout");
 }
 
 TEST_F(JobQueueTest, QueueCapIsResourceExhausted) {
   Start(1, /*max_queued=*/2);
-  v1::Job blocker = Submit("block", {0});
-  AwaitState(blocker.id(), v1::RUNNING);
+  JobRecord blocker = Submit("block", {0});
+  AwaitState(blocker.id, JobState::kRunning);
   Submit("sleep:1", {0});
   Submit("sleep:1", {0});
-  v1::Job extra;
-  extra.add_devices(0);
+  JobRecord extra;
+  extra.devices = {0};
   auto refused = queue_->Submit(extra);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("max_queued_jobs"), std::string::npos);
   queue_->CancelRunning("test over");
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ(queue_->Get(blocker.id())->error(), "test over");
+  EXPECT_EQ(queue_->Get(blocker.id)->error, "test over");
 }
 
 TEST_F(JobQueueTest, DrainStopsSubmissionsAndKeepsQueuedJobs) {
   Start(1);
-  v1::Job running = Submit("iter:5:20", {0});
-  AwaitState(running.id(), v1::RUNNING);
-  v1::Job queued = Submit("sleep:1", {0});
+  JobRecord running = Submit("iter:5:20", {0});
+  AwaitState(running.id, JobState::kRunning);
+  JobRecord queued = Submit("sleep:1", {0});
   queue_->StartDrain();
-  v1::Job late;
-  late.add_devices(0);
+  JobRecord late;
+  late.devices = {0};
   auto refused = queue_->Submit(late);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused.status().message(), "overlapd is draining");
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ(queue_->Get(running.id())->state(), v1::SUCCEEDED);
+  EXPECT_EQ(queue_->Get(running.id)->state, JobState::kSucceeded);
   queue_->Shutdown();
-  EXPECT_EQ(store_->Get(queued.id())->state(), v1::QUEUED);
+  EXPECT_EQ(store_->Get(queued.id)->state, JobState::kQueued);
   // Watchers end once the job queue shuts down.
-  EXPECT_EQ(queue_->WaitForChange(queued.id(), 0, absl::Seconds(5)).status().code(),
+  EXPECT_EQ(queue_->WaitForChange(queued.id, 0, absl::Seconds(5)).status().code(),
             absl::StatusCode::kUnavailable);
 }
 
 TEST_F(JobQueueTest, WatchersSeeProgressAndTheFinalState) {
   Start(1);
-  v1::Job job = Submit("iter:4:30", {0});
+  JobRecord job = Submit("iter:4:30", {0});
   uint64_t version = 0;
   int max_iteration = 0;
-  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
-  for (int i = 0; i < 1000 && !IsFinalState(last); ++i) {
-    auto snapshot = queue_->WaitForChange(job.id(), version, absl::Seconds(5));
+  std::optional<JobState> last;
+  for (int i = 0; i < 1000 && !(last && IsFinal(*last)); ++i) {
+    auto snapshot = queue_->WaitForChange(job.id, version, absl::Seconds(5));
     ASSERT_TRUE(snapshot.ok()) << snapshot.status();
     ASSERT_GT(snapshot->version, version);
     version = snapshot->version;
-    last = snapshot->job.state();
-    max_iteration = std::max(max_iteration, snapshot->job.progress().iteration());
+    last = snapshot->job.state;
+    if (snapshot->job.progress)
+      max_iteration = std::max(max_iteration, snapshot->job.progress->iteration);
   }
-  EXPECT_EQ(last, v1::SUCCEEDED);
+  EXPECT_EQ(last, JobState::kSucceeded);
   EXPECT_EQ(max_iteration, 4);
   EXPECT_EQ(version, JobQueue::kFinalVersion);
 }
 
 TEST_F(JobQueueTest, FinishedOpsShowWhileRunningAndStayAfterAFailure) {
   Start(2);
-  v1::Job running = Submit("ops:1:block", {0});
-  v1::Job failed = Submit("ops:2:fail", {1});
+  JobRecord running = Submit("ops:1:block", {0});
+  JobRecord failed = Submit("ops:2:fail", {1});
   // The first op's result is there, in memory and stored, while the job runs on.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  v1::Job seen;
+  JobRecord seen;
   while (absl::Now() < deadline) {
-    seen = *queue_->Get(running.id());
-    if (seen.result().ops_size() == 1) break;
+    seen = *queue_->Get(running.id);
+    if (seen.result.ops.size() == 1) break;
     absl::SleepFor(absl::Milliseconds(2));
   }
-  EXPECT_EQ(seen.state(), v1::RUNNING);
-  ASSERT_EQ(seen.result().ops_size(), 1);
-  EXPECT_EQ(seen.result().ops(0).id(), "op0");
-  absl::StatusOr<v1::Job> stored = store_->Get(running.id());
+  EXPECT_EQ(seen.state, JobState::kRunning);
+  ASSERT_EQ(seen.result.ops.size(), 1u);
+  EXPECT_EQ(seen.result.ops[0].id, "op0");
+  absl::StatusOr<JobRecord> stored = store_->Get(running.id);
   ASSERT_TRUE(stored.ok()) << stored.status();
-  EXPECT_EQ(stored->state(), v1::RUNNING);
-  EXPECT_EQ(stored->result().ops_size(), 1);
+  EXPECT_EQ(stored->state, JobState::kRunning);
+  EXPECT_EQ(stored->result.ops.size(), 1u);
 
-  const v1::Job done = AwaitState(failed.id(), v1::FAILED);
-  EXPECT_EQ(done.error(), "op op2 failed");
-  ASSERT_EQ(done.result().ops_size(), 2);
-  EXPECT_EQ(done.result().ops(1).id(), "op1");
-  EXPECT_DOUBLE_EQ(done.result().total_step_ms(), 3);
-  EXPECT_EQ(store_->Get(failed.id())->result().ops_size(), 2);
+  const JobRecord done = AwaitState(failed.id, JobState::kFailed);
+  EXPECT_EQ(done.error, "op op2 failed");
+  ASSERT_EQ(done.result.ops.size(), 2u);
+  EXPECT_EQ(done.result.ops[1].id, "op1");
+  EXPECT_DOUBLE_EQ(done.result.total_step_ms, 3);
+  EXPECT_EQ(store_->Get(failed.id)->result.ops.size(), 2u);
 
-  ASSERT_TRUE(queue_->Cancel(running.id()).ok());
-  const v1::Job cancelled = AwaitState(running.id(), v1::CANCELLED);
-  EXPECT_EQ(cancelled.result().ops_size(), 1);
+  ASSERT_TRUE(queue_->Cancel(running.id).ok());
+  const JobRecord cancelled = AwaitState(running.id, JobState::kCancelled);
+  EXPECT_EQ(cancelled.result.ops.size(), 1u);
 }
 
 TEST_F(JobQueueTest, StatsComeFromStoredTimes) {
@@ -303,7 +303,7 @@ TEST_F(JobQueueTest, StatsComeFromStoredTimes) {
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   auto stats = queue_->GetStats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->jobs_by_state[v1::SUCCEEDED], 2);
+  EXPECT_EQ(stats->jobs_by_state[JobState::kSucceeded], 2);
   EXPECT_EQ(stats->devices[0].jobs_run, 1);
   EXPECT_EQ(stats->devices[1].jobs_run, 2);
   EXPECT_GE(stats->devices[0].busy_ms, 50);
@@ -316,10 +316,10 @@ TEST_F(JobQueueTest, StatsComeFromStoredTimes) {
 // List and WatchJob of other jobs still answer at once.
 TEST_F(JobQueueTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   Start();
-  const v1::Job done = Submit("sleep:1", {0});
-  AwaitState(done.id(), v1::SUCCEEDED);
-  const v1::Job queued = Submit("block", {1});
-  AwaitState(queued.id(), v1::RUNNING);
+  const JobRecord done = Submit("sleep:1", {0});
+  AwaitState(done.id, JobState::kSucceeded);
+  const JobRecord queued = Submit("block", {1});
+  AwaitState(queued.id, JobState::kRunning);
 
   sqlite3* blocker = nullptr;
   ASSERT_EQ(sqlite3_open((dir_.path() + "/" + kStoreFileName).c_str(), &blocker), SQLITE_OK);
@@ -332,16 +332,16 @@ TEST_F(JobQueueTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_FALSE(submitted.load()) << "the submission should be waiting on the write lock";
 
-  auto got = queue_->Get(done.id());
+  auto got = queue_->Get(done.id);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->state(), v1::SUCCEEDED);
-  auto running = queue_->Get(queued.id());
+  EXPECT_EQ(got->state, JobState::kSucceeded);
+  auto running = queue_->Get(queued.id);
   ASSERT_TRUE(running.ok()) << running.status();
-  EXPECT_EQ(running->state(), v1::RUNNING);
-  auto listed = queue_->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
+  EXPECT_EQ(running->state, JobState::kRunning);
+  auto listed = queue_->ListSummaries(std::nullopt, 10, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->jobs.size(), 2u) << "the waiting submission is not visible yet";
-  auto snapshot = queue_->WaitForChange(queued.id(), 0, absl::Seconds(1));
+  auto snapshot = queue_->WaitForChange(queued.id, 0, absl::Seconds(1));
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   // Answered while the submission still waits (it gives up after the store's
   // 5 s busy timeout): had any of them waited behind it, it would be done.
@@ -351,8 +351,8 @@ TEST_F(JobQueueTest, ASlowStoreHoldsUpOnlyTheWriteThatWaitsOnIt) {
   sqlite3_close(blocker);
   slow.join();
   EXPECT_TRUE(submitted.load());
-  ASSERT_TRUE(queue_->Cancel(queued.id()).ok());
-  AwaitState(queued.id(), v1::CANCELLED);
+  ASSERT_TRUE(queue_->Cancel(queued.id).ok());
+  AwaitState(queued.id, JobState::kCancelled);
 }
 
 }  // namespace

@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/jobs/job_queue.h"
+#include "server/wire/job_wire.h"
 #include "tests/server/test_util.h"
 
 namespace overlap::jobs {
@@ -17,15 +21,15 @@ using ::overlap::testing::FakeRunner;
 using ::overlap::testing::RunRecord;
 using ::overlap::testing::TempDir;
 
-v1::Job MakeJob(uint64_t sequence, v1::JobState state, std::vector<int> devices) {
-  v1::Job job;
-  job.set_sequence(sequence);
-  job.set_id(JobIdForSequence(sequence));
-  job.set_state(state);
-  job.set_name("job" + std::to_string(sequence));
-  job.set_priority(static_cast<int>(sequence % 3));
-  for (int d : devices) job.add_devices(d);
-  job.set_spec("ops: []\n");
+JobRecord MakeJob(uint64_t sequence, JobState state, std::vector<int> devices) {
+  JobRecord job;
+  job.sequence = sequence;
+  job.id = JobIdForSequence(sequence);
+  job.state = state;
+  job.name = "job" + std::to_string(sequence);
+  job.priority = static_cast<int>(sequence % 3);
+  job.devices = devices;
+  job.spec = "ops: []\n";
   return job;
 }
 
@@ -42,42 +46,42 @@ TEST(JobStoreTest, RoundTripKeepsTheWholeJob) {
     auto store = JobStore::Open(state_dir);
     ASSERT_TRUE(store.ok()) << store.status();
     EXPECT_TRUE(std::filesystem::exists(state_dir + "/overlapd.db"));
-    v1::Job job = MakeJob(7, v1::SUCCEEDED, {0, 1});
-    job.set_start_time_ms(1000);
-    job.set_end_time_ms(3500);
-    job.mutable_result()->set_backend("host");
-    job.mutable_result()->add_ops()->set_id("ag");
-    job.mutable_result()->set_total_step_ms(1.25);
+    JobRecord job = MakeJob(7, JobState::kSucceeded, {0, 1});
+    job.start_time_ms = 1000;
+    job.end_time_ms = 3500;
+    job.result.backend = "host";
+    job.result.ops.emplace_back().id = "ag";
+    job.result.total_step_ms = 1.25;
     ASSERT_TRUE((*store)->Put(job).ok());
-    ASSERT_TRUE((*store)->Put(MakeJob(8, v1::QUEUED, {1})).ok());
+    ASSERT_TRUE((*store)->Put(MakeJob(8, JobState::kQueued, {1})).ok());
   }
   auto store = JobStore::Open(state_dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto job = (*store)->Get("job-000007");
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->state(), v1::SUCCEEDED);
-  EXPECT_EQ(job->result().ops(0).id(), "ag");
-  EXPECT_DOUBLE_EQ(job->result().total_step_ms(), 1.25);
-  EXPECT_EQ(job->devices_size(), 2);
+  EXPECT_EQ(job->state, JobState::kSucceeded);
+  EXPECT_EQ(job->result.ops[0].id, "ag");
+  EXPECT_DOUBLE_EQ(job->result.total_step_ms, 1.25);
+  EXPECT_EQ(job->devices.size(), 2u);
   EXPECT_EQ(*(*store)->MaxSequence(), 8u);
 
   EXPECT_EQ((*store)->Get("job-000009").status().code(), absl::StatusCode::kNotFound);
 
-  auto all = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  auto all = (*store)->List(std::nullopt, 0);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[0].id(), "job-000007");  // oldest first without a limit
-  auto newest = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 1);
+  EXPECT_EQ((*all)[0].id, "job-000007");  // oldest first without a limit
+  auto newest = (*store)->List(std::nullopt, 1);
   ASSERT_EQ(newest->size(), 1u);
-  EXPECT_EQ((*newest)[0].id(), "job-000008");
-  auto queued = (*store)->List(v1::QUEUED, 0);
+  EXPECT_EQ((*newest)[0].id, "job-000008");
+  auto queued = (*store)->List(JobState::kQueued, 0);
   ASSERT_EQ(queued->size(), 1u);
-  EXPECT_EQ((*queued)[0].id(), "job-000008");
+  EXPECT_EQ((*queued)[0].id, "job-000008");
 
   auto counts = (*store)->CountByState();
   ASSERT_TRUE(counts.ok());
-  EXPECT_EQ((*counts)[v1::SUCCEEDED], 1);
-  EXPECT_EQ((*counts)[v1::QUEUED], 1);
+  EXPECT_EQ((*counts)[JobState::kSucceeded], 1);
+  EXPECT_EQ((*counts)[JobState::kQueued], 1);
 
   auto usage = (*store)->UsageByDevice();
   ASSERT_TRUE(usage.ok());
@@ -104,7 +108,7 @@ TEST(JobStoreTest, DamagedDatabaseIsDataLossAndLeftAlone) {
   {
     auto store = JobStore::Open(dir.path());
     ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->Put(MakeJob(1, v1::QUEUED, {0})).ok());
+    ASSERT_TRUE((*store)->Put(MakeJob(1, JobState::kQueued, {0})).ok());
   }
   // Overwrite the schema page past SQLite's 100-byte file header.
   std::FILE* f = std::fopen(path.c_str(), "r+b");
@@ -135,9 +139,10 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
   {
     auto store = JobStore::Open(dir.path());
     ASSERT_TRUE(store.ok()) << store.status();
-    v1::Job running = MakeJob(6, v1::RUNNING, {1, 2});
-    running.set_start_time_ms(30);
-    for (const v1::Job& job : {running, MakeJob(7, v1::QUEUED, {0}), MakeJob(8, v1::QUEUED, {0})}) {
+    JobRecord running = MakeJob(6, JobState::kRunning, {1, 2});
+    running.start_time_ms = 30;
+    for (const JobRecord& job :
+         {running, MakeJob(7, JobState::kQueued, {0}), MakeJob(8, JobState::kQueued, {0})}) {
       ASSERT_TRUE((*store)->Put(job).ok());
     }
   }
@@ -150,40 +155,40 @@ TEST(JobStoreTest, DamagedJobsAreNamedListedAndFailedOnRestart) {
 
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  absl::StatusOr<v1::Job> job = (*store)->Get("job-000007");
+  absl::StatusOr<JobRecord> job = (*store)->Get("job-000007");
   EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(job.status().message(),
             "job store: job-000007 is unreadable (its stored data is damaged)");
-  absl::StatusOr<std::vector<v1::Job>> listed = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  absl::StatusOr<std::vector<JobRecord>> listed = (*store)->List(std::nullopt, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 3u);
-  const v1::Job& damaged = (*listed)[0];
-  EXPECT_EQ(damaged.id(), "job-000006");
-  EXPECT_EQ(damaged.state(), v1::RUNNING);
-  EXPECT_EQ(damaged.name(), "job6");
-  EXPECT_THAT(damaged.devices(), ::testing::ElementsAre(1, 2));
-  EXPECT_EQ(damaged.start_time_ms(), 30);
-  EXPECT_EQ(damaged.error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
-  EXPECT_EQ(damaged.error(),
+  const JobRecord& damaged = (*listed)[0];
+  EXPECT_EQ(damaged.id, "job-000006");
+  EXPECT_EQ(damaged.state, JobState::kRunning);
+  EXPECT_EQ(damaged.name, "job6");
+  EXPECT_THAT(damaged.devices, ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(damaged.start_time_ms, 30);
+  EXPECT_EQ(damaged.error_code, absl::StatusCode::kDataLoss);
+  EXPECT_EQ(damaged.error,
             "job store: job-000006 is unreadable (its stored data is damaged): its spec and "
             "results are lost");
-  EXPECT_EQ((*listed)[2].error(), "");
+  EXPECT_EQ((*listed)[2].error, "");
 
   FakeRunner runner;
   auto queue = JobQueue::Create(
       store->get(),
-      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+      [&](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       JobQueueOptions{});
   ASSERT_TRUE(queue.ok()) << queue.status();
   ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   for (const char* id : {"job-000006", "job-000007"}) {
-    absl::StatusOr<v1::Job> failed = (*queue)->Get(id);
+    absl::StatusOr<JobRecord> failed = (*queue)->Get(id);
     ASSERT_TRUE(failed.ok()) << failed.status();  // stored again, readable now
-    EXPECT_EQ(failed->state(), v1::FAILED) << id;
-    EXPECT_THAT(failed->error(), ::testing::HasSubstr("its spec and results are lost")) << id;
-    EXPECT_GT(failed->end_time_ms(), 0) << id;
+    EXPECT_EQ(failed->state, JobState::kFailed) << id;
+    EXPECT_THAT(failed->error, ::testing::HasSubstr("its spec and results are lost")) << id;
+    EXPECT_GT(failed->end_time_ms, 0) << id;
   }
   std::vector<RunRecord> records = runner.records();
   ASSERT_EQ(records.size(), 1u);
@@ -235,19 +240,19 @@ TEST(JobStoreTest, FlippedBitsInAStoredJobAreDataLossNeverAnotherJob) {
   TempDir dir;
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  v1::Job job = MakeJob(7, v1::RUNNING, {0, 1});
-  job.set_start_time_ms(30);
+  JobRecord job = MakeJob(7, JobState::kRunning, {0, 1});
+  job.start_time_ms = 30;
   ASSERT_TRUE((*store)->Put(job).ok());
   const std::string path = dir.path() + "/" + kStoreFileName;
   const std::string blob = ReadBlob(path, "jobs", "job", 7);
-  ASSERT_EQ(blob, job.SerializeAsString()) << "the row holds the job as serialized";
+  ASSERT_EQ(blob, wire::ToProto(job).SerializeAsString()) << "the row holds the job as serialized";
 
   // Where the id, sequence and state lie: each field serialized alone is its bytes.
   std::vector<bool> identity(blob.size(), false);
   v1::Job id_alone, state_alone, sequence_alone;
-  id_alone.set_id(job.id());
-  state_alone.set_state(job.state());
-  sequence_alone.set_sequence(job.sequence());
+  id_alone.set_id(job.id);
+  state_alone.set_state(wire::ToProto(job.state));
+  sequence_alone.set_sequence(job.sequence);
   for (const v1::Job* field : {&id_alone, &state_alone, &sequence_alone}) {
     const std::string bytes = field->SerializeAsString();
     const size_t at = blob.find(bytes);
@@ -261,13 +266,13 @@ TEST(JobStoreTest, FlippedBitsInAStoredJobAreDataLossNeverAnotherJob) {
       std::string damaged = blob;
       damaged[i] = static_cast<char>(damaged[i] ^ (1 << bit));
       OverwriteBlob(path, "jobs", "job", 7, damaged);
-      const absl::StatusOr<v1::Job> got = (*store)->Get("job-000007");
+      const absl::StatusOr<JobRecord> got = (*store)->Get("job-000007");
       SCOPED_TRACE(::testing::Message() << "byte " << i << " bit " << bit);
       if (got.ok()) {
         EXPECT_FALSE(identity[i]) << "a flip in the id, sequence or state passed";
-        EXPECT_EQ(got->id(), "job-000007");
-        EXPECT_EQ(got->sequence(), 7u);
-        EXPECT_EQ(got->state(), v1::RUNNING);
+        EXPECT_EQ(got->id, "job-000007");
+        EXPECT_EQ(got->sequence, 7u);
+        EXPECT_EQ(got->state, JobState::kRunning);
         continue;
       }
       EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
@@ -289,12 +294,12 @@ TEST(JobStoreTest, FlippedBitsInAStoredJobAreDataLossNeverAnotherJob) {
   ASSERT_TRUE(parsed.ParseFromString(tag_flipped));
   EXPECT_EQ(parsed.id(), "");
   OverwriteBlob(path, "jobs", "job", 7, tag_flipped);
-  absl::StatusOr<std::vector<v1::Job>> listed = (*store)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  absl::StatusOr<std::vector<JobRecord>> listed = (*store)->List(std::nullopt, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
-  EXPECT_EQ((*listed)[0].id(), "job-000007");
-  EXPECT_EQ((*listed)[0].state(), v1::RUNNING);
-  EXPECT_EQ((*listed)[0].error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  EXPECT_EQ((*listed)[0].id, "job-000007");
+  EXPECT_EQ((*listed)[0].state, JobState::kRunning);
+  EXPECT_EQ((*listed)[0].error_code, absl::StatusCode::kDataLoss);
 }
 
 // A summary that parses as another job, and an op result row that parses but
@@ -303,30 +308,60 @@ TEST(JobStoreTest, DamagedSummariesAndOpRowsAreDataLoss) {
   TempDir dir;
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Put(MakeJob(7, v1::RUNNING, {0})).ok());
-  v1::OpResult op;
-  op.set_id("ag");
-  ASSERT_TRUE((*store)->PutOpResult(7, 0, v1::JobResult(), op).ok());
-  ASSERT_EQ((*store)->Get("job-000007")->result().ops_size(), 1);
+  ASSERT_TRUE((*store)->Put(MakeJob(7, JobState::kRunning, {0})).ok());
+  runner::OpReport op;
+  op.id = "ag";
+  ASSERT_TRUE((*store)->PutOpResult(7, 0, runner::JobReport(), op).ok());
+  ASSERT_EQ((*store)->Get("job-000007")->result.ops.size(), 1u);
   const std::string path = dir.path() + "/" + kStoreFileName;
 
   std::string summary = ReadBlob(path, "summaries", "summary", 7);
   ASSERT_FALSE(summary.empty());
   summary[0] = static_cast<char>(summary[0] ^ 0x40);  // the id's tag: parses, without an id
   OverwriteBlob(path, "summaries", "summary", 7, summary);
-  absl::StatusOr<JobPage> page = (*store)->ListSummaries(v1::JOB_STATE_UNSPECIFIED, 10, 0);
+  absl::StatusOr<JobPage> page = (*store)->ListSummaries(std::nullopt, 10, 0);
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_EQ(page->jobs.size(), 1u);
-  EXPECT_EQ(page->jobs[0].id(), "job-000007");
-  EXPECT_EQ(page->jobs[0].error_code(), static_cast<int32_t>(absl::StatusCode::kDataLoss));
-  EXPECT_EQ(page->jobs[0].error(),
+  EXPECT_EQ(page->jobs[0].id, "job-000007");
+  EXPECT_EQ(page->jobs[0].error_code, absl::StatusCode::kDataLoss);
+  EXPECT_EQ(page->jobs[0].error,
             "job store: job-000007 is unreadable (its stored data is damaged): its spec and "
             "results are lost");
 
   OverwriteBlob(path, "op_results", "result", 7, "");  // parses: a result with no op
-  const absl::StatusOr<v1::Job> got = (*store)->Get("job-000007");
+  const absl::StatusOr<JobRecord> got = (*store)->Get("job-000007");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
   EXPECT_EQ(got.status().message(), "job store: an op result of job-000007 is unreadable");
+}
+
+// A row as a daemon before the job core had its own types wrote it (a layer
+// step traced and verified: tests/data/wire/job-layer.pb, its `jobs` blob)
+// reads back as the same job, and is stored again as the same message.
+TEST(JobStoreTest, ReadsRowsWrittenBeforeTheJobCoreHadItsOwnTypes) {
+  std::ifstream in(std::string(OVERLAP_SOURCE_DIR) + "/tests/data/wire/job-layer.pb",
+                   std::ios::binary);
+  const std::string old_blob((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  v1::Job old_job;
+  ASSERT_TRUE(old_job.ParseFromString(old_blob));
+  ASSERT_EQ(old_job.id(), "job-000001");
+  ASSERT_EQ(old_job.state(), v1::SUCCEEDED);
+  TempDir dir;
+  auto store = JobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(MakeJob(1, JobState::kSucceeded, {0, 1})).ok());
+  const std::string path = dir.path() + "/" + kStoreFileName;
+  OverwriteBlob(path, "jobs", "job", 1, old_blob);
+
+  absl::StatusOr<JobRecord> job = (*store)->Get("job-000001");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->result.ops.size(), 3u);
+  ASSERT_TRUE(job->result.layer.has_value());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(wire::ToProto(*job), old_job));
+  ASSERT_TRUE((*store)->Put(*job).ok());
+  v1::Job stored_again;
+  ASSERT_TRUE(stored_again.ParseFromString(ReadBlob(path, "jobs", "job", 1)));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(stored_again, old_job));
 }
 
 // A job's end that the store cannot take (a full disk; here a trigger refuses
@@ -349,32 +384,32 @@ TEST(JobStoreTest, AnEndTheStoreCannotTakeIsKeptAndStoredLater) {
   FakeRunner runner;
   auto queue = JobQueue::Create(
       store->get(),
-      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+      [&](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       JobQueueOptions{});
   ASSERT_TRUE(queue.ok()) << queue.status();
-  v1::Job job;
-  job.set_name("sleep:1");
-  job.add_devices(0);
+  JobRecord job;
+  job.name = "sleep:1";
+  job.devices.push_back(0);
   ASSERT_TRUE((*queue)->Submit(job).ok());
   ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ((*store)->Get("job-000001")->state(), v1::RUNNING) << "the stale row";
-  EXPECT_EQ((*queue)->Get("job-000001")->state(), v1::SUCCEEDED);
-  auto listed = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  EXPECT_EQ((*store)->Get("job-000001")->state, JobState::kRunning) << "the stale row";
+  EXPECT_EQ((*queue)->Get("job-000001")->state, JobState::kSucceeded);
+  auto listed = (*queue)->List(std::nullopt, 0);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
-  EXPECT_EQ((*listed)[0].state(), v1::SUCCEEDED);
+  EXPECT_EQ((*listed)[0].state, JobState::kSucceeded);
   EXPECT_EQ((*queue)->Cancel("job-000001").status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   // Room again: the next job's first store takes the first job's end too.
   sql("DROP TRIGGER full;");
-  job.set_name("sleep:1");
+  job.name = "sleep:1";
   ASSERT_TRUE((*queue)->Submit(job).ok());
   ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
-  EXPECT_EQ((*store)->Get("job-000001")->state(), v1::SUCCEEDED);
-  EXPECT_EQ((*store)->Get("job-000002")->state(), v1::SUCCEEDED);
+  EXPECT_EQ((*store)->Get("job-000001")->state, JobState::kSucceeded);
+  EXPECT_EQ((*store)->Get("job-000002")->state, JobState::kSucceeded);
 }
 
 // A daemon that stopped with jobs running and queued comes back with the running
@@ -385,18 +420,18 @@ TEST(JobStoreTest, RestartRecovery) {
   {
     auto store = JobStore::Open(dir.path());
     ASSERT_TRUE(store.ok());
-    v1::Job done = MakeJob(1, v1::SUCCEEDED, {0});
-    done.set_start_time_ms(10);
-    done.set_end_time_ms(20);
-    v1::Job running = MakeJob(2, v1::RUNNING, {0});
-    running.set_start_time_ms(30);
-    v1::Job queued_a = MakeJob(3, v1::QUEUED, {0});
-    queued_a.set_name("sleep:1");
-    queued_a.set_priority(0);
-    v1::Job queued_b = MakeJob(4, v1::QUEUED, {0});
-    queued_b.set_name("sleep:1");
-    queued_b.set_priority(0);
-    for (const v1::Job& job : {done, running, queued_a, queued_b}) {
+    JobRecord done = MakeJob(1, JobState::kSucceeded, {0});
+    done.start_time_ms = 10;
+    done.end_time_ms = 20;
+    JobRecord running = MakeJob(2, JobState::kRunning, {0});
+    running.start_time_ms = 30;
+    JobRecord queued_a = MakeJob(3, JobState::kQueued, {0});
+    queued_a.name = "sleep:1";
+    queued_a.priority = 0;
+    JobRecord queued_b = MakeJob(4, JobState::kQueued, {0});
+    queued_b.name = "sleep:1";
+    queued_b.priority = 0;
+    for (const JobRecord& job : {done, running, queued_a, queued_b}) {
       ASSERT_TRUE((*store)->Put(job).ok());
     }
   }
@@ -407,7 +442,7 @@ TEST(JobStoreTest, RestartRecovery) {
   options.executor_threads = 2;
   auto queue = JobQueue::Create(
       store->get(),
-      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+      [&](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       options);
@@ -415,23 +450,23 @@ TEST(JobStoreTest, RestartRecovery) {
 
   auto restarted = (*queue)->Get("job-000002");
   ASSERT_TRUE(restarted.ok());
-  EXPECT_EQ(restarted->state(), v1::FAILED);
-  EXPECT_EQ(restarted->error(), "daemon restarted");
-  EXPECT_GE(restarted->end_time_ms(), restarted->start_time_ms());
+  EXPECT_EQ(restarted->state, JobState::kFailed);
+  EXPECT_EQ(restarted->error, "daemon restarted");
+  EXPECT_GE(restarted->end_time_ms, restarted->start_time_ms);
 
-  v1::Job fresh;
-  fresh.set_name("sleep:1");
-  fresh.add_devices(0);
+  JobRecord fresh;
+  fresh.name = "sleep:1";
+  fresh.devices.push_back(0);
   auto submitted = (*queue)->Submit(fresh);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
-  EXPECT_EQ(submitted->id(), "job-000005");
-  EXPECT_EQ(submitted->sequence(), 5u);
+  EXPECT_EQ(submitted->id, "job-000005");
+  EXPECT_EQ(submitted->sequence, 5u);
 
   ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
   for (const char* id : {"job-000003", "job-000004", "job-000005"}) {
     auto job = (*queue)->Get(id);
     ASSERT_TRUE(job.ok());
-    EXPECT_EQ(job->state(), v1::SUCCEEDED) << id;
+    EXPECT_EQ(job->state, JobState::kSucceeded) << id;
   }
   std::vector<RunRecord> records = runner.records();
   ASSERT_EQ(records.size(), 3u);
@@ -439,25 +474,25 @@ TEST(JobStoreTest, RestartRecovery) {
   EXPECT_EQ(records[1].id, "job-000004");
   EXPECT_EQ(records[2].id, "job-000005");
   // The earlier history is still listed.
-  auto all = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  auto all = (*queue)->List(std::nullopt, 0);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 5u);
-  EXPECT_EQ((*all)[0].state(), v1::SUCCEEDED);
+  EXPECT_EQ((*all)[0].state, JobState::kSucceeded);
 }
 
-v1::Job Finished(uint64_t sequence, v1::JobState state, std::vector<int> devices, int64_t start_ms,
-                 int64_t end_ms) {
-  v1::Job job = MakeJob(sequence, state, std::move(devices));
-  job.set_start_time_ms(start_ms);
-  job.set_end_time_ms(end_ms);
+JobRecord Finished(uint64_t sequence, JobState state, std::vector<int> devices, int64_t start_ms,
+                   int64_t end_ms) {
+  JobRecord job = MakeJob(sequence, state, std::move(devices));
+  job.start_time_ms = start_ms;
+  job.end_time_ms = end_ms;
   return job;
 }
 
 std::vector<std::string> StoredIds(JobStore& store) {
   std::vector<std::string> ids;
-  const absl::StatusOr<std::vector<v1::Job>> jobs = store.List(v1::JOB_STATE_UNSPECIFIED, 0);
+  const absl::StatusOr<std::vector<JobRecord>> jobs = store.List(std::nullopt, 0);
   EXPECT_TRUE(jobs.ok()) << jobs.status();
-  for (const v1::Job& job : jobs.value_or(std::vector<v1::Job>{})) ids.push_back(job.id());
+  for (const JobRecord& job : jobs.value_or(std::vector<JobRecord>{})) ids.push_back(job.id);
   return ids;
 }
 
@@ -469,15 +504,16 @@ TEST(JobStoreTest, PruneKeepsTheLastToEndAndWhatThePrunedCountedFor) {
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   JobStore& s = **store;
-  ASSERT_TRUE(s.Put(Finished(1, v1::SUCCEEDED, {0, 1}, 1000, 9000)).ok());  // ends last
-  ASSERT_TRUE(s.Put(Finished(2, v1::FAILED, {0}, 2000, 2500)).ok());
-  ASSERT_TRUE(s.Put(Finished(3, v1::CANCELLED, {1}, 0, 3000)).ok());  // cancelled while queued
-  ASSERT_TRUE(s.Put(Finished(4, v1::ABORTED, {1}, 4000, 4100)).ok());
-  ASSERT_TRUE(s.Put(Finished(5, v1::SUCCEEDED, {0}, 5000, 6000)).ok());
-  v1::Job running = MakeJob(6, v1::RUNNING, {0});
-  running.set_start_time_ms(7000);
+  ASSERT_TRUE(s.Put(Finished(1, JobState::kSucceeded, {0, 1}, 1000, 9000)).ok());  // ends last
+  ASSERT_TRUE(s.Put(Finished(2, JobState::kFailed, {0}, 2000, 2500)).ok());
+  ASSERT_TRUE(
+      s.Put(Finished(3, JobState::kCancelled, {1}, 0, 3000)).ok());  // cancelled while queued
+  ASSERT_TRUE(s.Put(Finished(4, JobState::kAborted, {1}, 4000, 4100)).ok());
+  ASSERT_TRUE(s.Put(Finished(5, JobState::kSucceeded, {0}, 5000, 6000)).ok());
+  JobRecord running = MakeJob(6, JobState::kRunning, {0});
+  running.start_time_ms = 7000;
   ASSERT_TRUE(s.Put(running).ok());
-  ASSERT_TRUE(s.Put(MakeJob(7, v1::QUEUED, {1})).ok());
+  ASSERT_TRUE(s.Put(MakeJob(7, JobState::kQueued, {1})).ok());
   const auto counts_before = *s.CountByState();
   const auto usage_before = *s.UsageByDevice();
 
@@ -489,8 +525,8 @@ TEST(JobStoreTest, PruneKeepsTheLastToEndAndWhatThePrunedCountedFor) {
 
   const auto counts_after = *s.CountByState();
   EXPECT_EQ(counts_after, counts_before);
-  EXPECT_EQ(counts_after.at(v1::FAILED), 1);
-  EXPECT_EQ(counts_after.at(v1::ABORTED), 1);
+  EXPECT_EQ(counts_after.at(JobState::kFailed), 1);
+  EXPECT_EQ(counts_after.at(JobState::kAborted), 1);
   const auto usage_after = *s.UsageByDevice();
   ASSERT_EQ(usage_after.size(), usage_before.size());
   for (const auto& [device, u] : usage_before) {
@@ -511,7 +547,7 @@ TEST(JobStoreTest, PruneByAgeAndNoLimitMeansKeepAll) {
   ASSERT_TRUE(store.ok());
   JobStore& s = **store;
   for (uint64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(s.Put(Finished(i, v1::SUCCEEDED, {0}, 100 * i, 1000 * i)).ok());
+    ASSERT_TRUE(s.Put(Finished(i, JobState::kSucceeded, {0}, 100 * i, 1000 * i)).ok());
   }
   EXPECT_EQ(*s.Prune(RetentionPolicy{}, 1'000'000), 0) << "no limit given";
   EXPECT_EQ(StoredIds(s).size(), 4u);
@@ -530,15 +566,15 @@ TEST(JobStoreTest, PrunedIdsAreNeverReusedAndSayWhyTheyAreGone) {
   {
     auto store = JobStore::Open(dir.path());
     ASSERT_TRUE(store.ok());
-    ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
-    ASSERT_TRUE((*store)->Put(Finished(2, v1::FAILED, {0}, 30, 40)).ok());
+    ASSERT_TRUE((*store)->Put(Finished(1, JobState::kSucceeded, {0}, 10, 20)).ok());
+    ASSERT_TRUE((*store)->Put(Finished(2, JobState::kFailed, {0}, 30, 40)).ok());
     EXPECT_EQ(*(*store)->Prune(RetentionPolicy{0, 5}, 100), 2);
     EXPECT_TRUE(StoredIds(**store).empty());
   }
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ(*(*store)->MaxSequence(), 2u);
-  EXPECT_EQ((*(*store)->CountByState())[v1::FAILED], 1) << "the totals are on disk";
+  EXPECT_EQ((*(*store)->CountByState())[JobState::kFailed], 1) << "the totals are on disk";
 
   auto gone = (*store)->Get("job-000002");
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
@@ -569,10 +605,10 @@ TEST(JobStoreTest, OpensAndUpgradesAVersionOneDatabase) {
   }
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
-  ASSERT_TRUE((*store)->Put(Finished(2, v1::SUCCEEDED, {0}, 30, 40)).ok());
+  ASSERT_TRUE((*store)->Put(Finished(1, JobState::kSucceeded, {0}, 10, 20)).ok());
+  ASSERT_TRUE((*store)->Put(Finished(2, JobState::kSucceeded, {0}, 30, 40)).ok());
   EXPECT_EQ(*(*store)->Prune(RetentionPolicy{1, 0}, 100), 1);
-  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 2);
+  EXPECT_EQ((*(*store)->CountByState())[JobState::kSucceeded], 2);
 }
 
 // The part of a job that this node coordinates is not counted beside that job:
@@ -581,15 +617,15 @@ TEST(JobStoreTest, CountsAJobSpanningDaemonsOncePerNode) {
   TempDir dir;
   auto store = JobStore::Open(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Put(Finished(1, v1::SUCCEEDED, {0}, 10, 20)).ok());
-  v1::Job own_part = Finished(2, v1::SUCCEEDED, {0}, 10, 20);
-  own_part.set_counted_as_coordinated(true);
+  ASSERT_TRUE((*store)->Put(Finished(1, JobState::kSucceeded, {0}, 10, 20)).ok());
+  JobRecord own_part = Finished(2, JobState::kSucceeded, {0}, 10, 20);
+  own_part.counted_as_coordinated = true;
   ASSERT_TRUE((*store)->Put(own_part).ok());
-  ASSERT_TRUE((*store)->Put(Finished(3, v1::FAILED, {1}, 30, 40)).ok());
-  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 1);
+  ASSERT_TRUE((*store)->Put(Finished(3, JobState::kFailed, {1}, 30, 40)).ok());
+  EXPECT_EQ((*(*store)->CountByState())[JobState::kSucceeded], 1);
   EXPECT_EQ(*(*store)->Prune(RetentionPolicy{1, 0}, 100), 2);
-  EXPECT_EQ((*(*store)->CountByState())[v1::SUCCEEDED], 1) << "pruning kept the count";
-  EXPECT_EQ((*(*store)->CountByState())[v1::FAILED], 1);
+  EXPECT_EQ((*(*store)->CountByState())[JobState::kSucceeded], 1) << "pruning kept the count";
+  EXPECT_EQ((*(*store)->CountByState())[JobState::kFailed], 1);
 }
 
 // The job queue applies its retention policy as jobs end: the history holds
@@ -603,26 +639,26 @@ TEST(JobStoreTest, JobQueuePrunesAsJobsEnd) {
   options.retention.keep_jobs = 2;
   auto queue = JobQueue::Create(
       store->get(),
-      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+      [&](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       options);
   ASSERT_TRUE(queue.ok()) << queue.status();
   for (int i = 0; i < 5; ++i) {
-    v1::Job job;
-    job.set_name("sleep:1");
-    job.add_devices(0);
+    JobRecord job;
+    job.name = "sleep:1";
+    job.devices.push_back(0);
     ASSERT_TRUE((*queue)->Submit(job).ok());
   }
   ASSERT_TRUE((*queue)->WaitIdle(absl::Seconds(10)));
-  auto listed = (*queue)->List(v1::JOB_STATE_UNSPECIFIED, 0);
+  auto listed = (*queue)->List(std::nullopt, 0);
   ASSERT_TRUE(listed.ok());
   std::vector<std::string> ids;
-  for (const v1::Job& job : *listed) ids.push_back(job.id());
+  for (const JobRecord& job : *listed) ids.push_back(job.id);
   EXPECT_EQ(ids, (std::vector<std::string>{"job-000004", "job-000005"}));
   auto stats = (*queue)->GetStats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->jobs_by_state.at(v1::SUCCEEDED), 5);
+  EXPECT_EQ(stats->jobs_by_state.at(JobState::kSucceeded), 5);
   EXPECT_EQ(stats->devices.at(0).jobs_run, 5);
 }
 

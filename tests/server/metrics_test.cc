@@ -337,7 +337,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   testing::FakeRunner runner;
   auto queue = jobs::JobQueue::Create(
       store->get(),
-      [&](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+      [&](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
         return runner.Run(j, h);
       },
       jobs::JobQueueOptions{});

@@ -86,7 +86,7 @@ class RpcServerTest : public ::testing::Test {
     queue_options.executor_threads = 2;
     auto queue = jobs::JobQueue::Create(
         store_.get(),
-        [this](const v1::Job& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
+        [this](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
           return runner_.Run(j, h);
         },
         queue_options);
@@ -413,7 +413,7 @@ TEST_F(RpcServerTest, WatchEndsWhenTheDaemonStops) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state(), v1::QUEUED);
-  EXPECT_EQ(store_->Get(queued.id())->state(), v1::QUEUED);  // runs after a restart
+  EXPECT_EQ(store_->Get(queued.id())->state, jobs::JobState::kQueued);  // runs after a restart
 }
 
 TEST_F(RpcServerTest, NodeInfoAndStats) {

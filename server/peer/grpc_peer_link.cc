@@ -1,12 +1,13 @@
-#include "server/cluster/grpc_peer_link.h"
+#include "server/peer/grpc_peer_link.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/wire/peer_wire.h"
 
-namespace overlap::cluster {
+namespace overlap::peer {
 namespace {
 
 absl::Status FromGrpc(const std::string& node, const grpc::Status& status) {
@@ -50,27 +51,27 @@ absl::StatusOr<v1::Peers::Stub*> GrpcPeerLink::StubFor(const std::string& node) 
   return peer->stub.get();
 }
 
-absl::StatusOr<v1::HelloResponse> GrpcPeerLink::Hello(const std::string& node,
-                                                      absl::Duration deadline) {
+absl::Status GrpcPeerLink::Hello(const std::string& node, absl::Duration deadline) {
   ASSIGN_OR_RETURN(Peer * peer, PeerFor(node));
   const absl::Time give_up = absl::Now() + deadline;
-  absl::StatusOr<v1::HelloResponse> hello = peer::Hello(*peer->stub, node, self_, deadline);
-  if (hello.status().code() != absl::StatusCode::kUnavailable) return hello;
+  absl::Status hello = peer::Hello(*peer->stub, node, self_, deadline).status();
+  if (hello.code() != absl::StatusCode::kUnavailable) return hello;
   // A channel whose peer went away fails each call at once until its next
   // reconnection; a peer that restarted since is worth one more try once the
   // channel connects again, rather than a stale "Connection refused".
   const absl::Time connect_by = std::min(give_up, absl::Now() + absl::Seconds(1));
   if (!peer->channel->WaitForConnected(absl::ToChronoTime(connect_by))) return hello;
-  return peer::Hello(*peer->stub, node, self_, give_up - absl::Now());
+  return peer::Hello(*peer->stub, node, self_, give_up - absl::Now()).status();
 }
 
 absl::Status GrpcPeerLink::CheckCallee(const std::string& node, absl::Duration deadline) {
   if (self_.known_nodes.empty()) return absl::OkStatus();  // TLS proves the callee
-  return Hello(node, deadline).status();
+  return Hello(node, deadline);
 }
 
-absl::StatusOr<v1::AdmitPartResponse> GrpcPeerLink::AdmitPart(
-    const std::string& node, const v1::AdmitPartRequest& request, absl::Duration deadline) {
+absl::StatusOr<std::string> GrpcPeerLink::AdmitPart(const std::string& node,
+                                                    const PartRequest& request,
+                                                    absl::Duration deadline) {
   // The spec, its owner and the job's rights go only to a node that just
   // proved it is that node: a process that took a stopped peer's port cannot
   // sign Hello's fresh nonce.
@@ -78,50 +79,57 @@ absl::StatusOr<v1::AdmitPartResponse> GrpcPeerLink::AdmitPart(
   RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  return Call(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_, node, request, deadline);
+  ASSIGN_OR_RETURN(v1::AdmitPartResponse response,
+                   Call(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_, node,
+                        wire::ToProto(request), deadline));
+  return std::move(*response.mutable_part_id());
 }
 
-absl::Status GrpcPeerLink::CancelPart(const std::string& node,
-                                      const v1::CancelPartRequest& request,
+absl::Status GrpcPeerLink::CancelPart(const std::string& node, const CancelRequest& request,
                                       absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call(stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, request, deadline)
+  return Call(stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, wire::ToProto(request),
+              deadline)
       .status();
 }
 
-absl::StatusOr<v1::HoldPartResponse> GrpcPeerLink::HoldPart(const std::string& node,
-                                                            const v1::HoldPartRequest& request,
-                                                            absl::Duration deadline) {
+absl::StatusOr<HoldAnswer> GrpcPeerLink::HoldPart(const std::string& node,
+                                                  const HoldRequest& request,
+                                                  absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node, request, deadline);
+  ASSIGN_OR_RETURN(const v1::HoldPartResponse response,
+                   Call(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node,
+                        wire::ToProto(request), deadline));
+  return wire::FromProto(response);
 }
 
-absl::Status GrpcPeerLink::ReportPart(const std::string& node,
-                                      const v1::ReportPartRequest& request,
+absl::Status GrpcPeerLink::ReportPart(const std::string& node, const PartReport& report,
                                       absl::Duration deadline) {
   // A part's results go only to its coordinator proven (as AdmitPart's spec).
   const absl::Time give_up = absl::Now() + deadline;
   RETURN_IF_ERROR(CheckCallee(node, deadline));
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  return Call(stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, request, deadline)
+  return Call(stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, wire::ToProto(report),
+              deadline)
       .status();
 }
 
-absl::Status GrpcPeerLink::StoreSet(const std::string& node, const v1::StoreSetRequest& request,
+absl::Status GrpcPeerLink::StoreSet(const std::string& node, const StoreCall& call,
                                     absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node, request, deadline)
+  return Call(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node, wire::ToStoreSet(call),
+              deadline)
       .status();
 }
 
-absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node,
-                                                   const v1::StoreGetRequest& request,
+absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node, const StoreCall& call,
                                                    absl::Duration deadline) {
   ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  ASSIGN_OR_RETURN(v1::StoreGetResponse response, Call(stub, &v1::Peers::Stub::StoreGet, "StoreGet",
-                                                       self_, node, request, deadline));
+  ASSIGN_OR_RETURN(v1::StoreGetResponse response,
+                   Call(stub, &v1::Peers::Stub::StoreGet, "StoreGet", self_, node,
+                        wire::ToStoreGet(call), deadline));
   return std::move(*response.mutable_value());
 }
 
-}  // namespace overlap::cluster
+}  // namespace overlap::peer

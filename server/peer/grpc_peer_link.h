@@ -11,10 +11,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "server/cluster/peer_link.h"
 #include "server/peer/peer_client.h"
+#include "server/peer/peer_link.h"
 
-namespace overlap::cluster {
+namespace overlap::peer {
 
 class GrpcPeerLink final : public PeerLink {
  public:
@@ -22,22 +22,18 @@ class GrpcPeerLink final : public PeerLink {
   GrpcPeerLink(peer::PeerChannelOptions options, peer::PeerIdentity self)
       : options_(std::move(options)), self_(std::move(self)) {}
 
-  absl::StatusOr<v1::HelloResponse> Hello(const std::string& node,
-                                          absl::Duration deadline) override;
-  absl::StatusOr<v1::AdmitPartResponse> AdmitPart(const std::string& node,
-                                                  const v1::AdmitPartRequest& request,
-                                                  absl::Duration deadline) override;
-  absl::Status CancelPart(const std::string& node, const v1::CancelPartRequest& request,
+  absl::Status Hello(const std::string& node, absl::Duration deadline) override;
+  absl::StatusOr<std::string> AdmitPart(const std::string& node, const PartRequest& request,
+                                        absl::Duration deadline) override;
+  absl::Status CancelPart(const std::string& node, const CancelRequest& request,
                           absl::Duration deadline) override;
-  absl::StatusOr<v1::HoldPartResponse> HoldPart(const std::string& node,
-                                                const v1::HoldPartRequest& request,
-                                                absl::Duration deadline) override;
-  absl::Status ReportPart(const std::string& node, const v1::ReportPartRequest& request,
+  absl::StatusOr<HoldAnswer> HoldPart(const std::string& node, const HoldRequest& request,
+                                      absl::Duration deadline) override;
+  absl::Status ReportPart(const std::string& node, const PartReport& report,
                           absl::Duration deadline) override;
-  absl::Status StoreSet(const std::string& node, const v1::StoreSetRequest& request,
+  absl::Status StoreSet(const std::string& node, const StoreCall& call,
                         absl::Duration deadline) override;
-  absl::StatusOr<std::string> StoreGet(const std::string& node,
-                                       const v1::StoreGetRequest& request,
+  absl::StatusOr<std::string> StoreGet(const std::string& node, const StoreCall& call,
                                        absl::Duration deadline) override;
 
  private:
@@ -56,4 +52,4 @@ class GrpcPeerLink final : public PeerLink {
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace overlap::cluster
+}  // namespace overlap::peer
