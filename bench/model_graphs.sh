@@ -27,7 +27,7 @@ for item in "${@:-llama3-8b:both}"; do
   model_flag=(--model "$model")
   [ "$model" = custom ] && model_flag=()  # the dimensions come in GRAPH_FLAGS
   if ! overlapctl --addr "$addr" graph "${model_flag[@]}" --pass "$pass" ${GRAPH_FLAGS:-} \
-      -o "$OUT/$name.yaml"; then
+      --output-file "$OUT/$name.yaml"; then
     status=1
     continue
   fi

@@ -34,7 +34,7 @@ status=0
 start_overlapd "$OUT/overlapd.log" "${flags[@]}" || exit 1
 echo "== calibrate (ranks_per_gpu $ranks, $gpus GPU(s))" | tee "$OUT/planner-summary.txt"
 timeout 270 overlapctl --addr "$addr" calibrate --shapes "$calibration_shapes" \
-  -o "$OUT/calibration.json" > "$OUT/calibrate.txt" 2> "$OUT/calibrate-progress.txt" || status=1
+  --output-file "$OUT/calibration.json" > "$OUT/calibrate.txt" 2> "$OUT/calibrate-progress.txt" || status=1
 tee -a "$OUT/planner-summary.txt" < "$OUT/calibrate.txt"
 overlapctl --addr "$addr" graph "${graph_flags[@]}" > "$OUT/layer.yaml" || status=1
 sed -i 's/^iterations: 20$/iterations: 10/' "$OUT/layer.yaml"

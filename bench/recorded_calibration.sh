@@ -14,4 +14,4 @@ OVERLAPCTL=${OVERLAPCTL:-build/client/overlapctl}
 R=docs/results
 "$OVERLAPCTL" calibrate \
   --from "$R/commbench-h200x2-2026-12-01.json" "$R/fp8-bench-bf16-tp1-2026-12-02.json" \
-  --gemm-slowdown nccl=1.20,p2p=1.106 --piece-overhead-ms 0.004 -o "$1"
+  --gemm-slowdown nccl=1.20,p2p=1.106 --piece-overhead-ms 0.004 --output-file "$1"

@@ -50,7 +50,7 @@ for pass in "${passes[@]}"; do
   rc=$?
   [ $rc = 0 ] || status=1
   overlapctl --addr "$addr" --json list > "$OUT/jobs-$name.json" 2>&1
-  for id in $(overlapctl --addr "$addr" list | awk 'NR > 2 {print $1}'); do
+  for id in $(overlapctl --addr "$addr" list -o name); do
     overlapctl --addr "$addr" --json get "$id" > "$OUT/$name-$id.json" 2>&1
   done
   {

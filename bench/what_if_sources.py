@@ -83,7 +83,7 @@ def layer_plan(ctl, calibration, tmp, nvlink_gbps, tokens):
     `tokens` tokens, as the planner predicts it."""
     graph = os.path.join(tmp, "llama3-70b-tp8-%d.yaml" % tokens)
     run([ctl, "graph", "--model", "llama3-70b", "--tp", "8", "--seq", str(tokens),
-         "--micro-batch", "1", "--pass", "both", "-o", graph])
+         "--micro-batch", "1", "--pass", "both", "--output-file", graph])
     p = plan(ctl, graph, calibration, "--what-if", "tp=8,nvlink-gbps=%g" % nvlink_gbps)
     serial = overlapped = gemm = comm = flops = 0.0
     for op in p["ops"]:

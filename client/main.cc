@@ -2,6 +2,7 @@
 // The commands are a table (cli_commands.h), each row in its room; main declares the global
 // options, registers every command, parses, and runs the one given.
 #include <grpc/support/log.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,11 +13,15 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/cli_commands.h"
+#include "client/core/command_io.h"
 #include "client/core/daemon_client.h"
 #include "client/core/interrupts.h"
+#include "client/format/output_format.h"
 #include "client/format/table.h"
+#include "client/jobs/progress_printer.h"
 #include "client/views/node_commands.h"
 #include "common/config.h"
 
@@ -55,7 +60,7 @@ std::string CommandWord(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--addr" || arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key" ||
-        arg == "--tls-server-name") {
+        arg == "--tls-server-name" || arg == "-o" || arg == "--output") {
       ++i;
       continue;
     }
@@ -68,6 +73,39 @@ std::string CommandWord(int argc, char** argv) {
 std::string DefaultAddress() {
   const std::string env = FromEnv("OVERLAPD_ADDR");
   return !env.empty() ? env : overlap::DefaultClientAddress();
+}
+
+size_t TerminalColumns() {
+  struct winsize size {};
+  return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 ? size.ws_col : 0;
+}
+
+// The commands whose JSON names jobs, for -o name.
+bool PrintsJobs(const std::string& command) {
+  for (const char* name : {"submit", "get", "list", "cancel", "watch", "report"}) {
+    if (command == name) return true;
+  }
+  return false;
+}
+
+// Applies -o, --wide and --quiet: the format chosen, or INVALID_ARGUMENT for
+// one that is no format or that `command` cannot print.
+absl::StatusOr<overlap::client::OutputFormat> SetUpOutput(const std::string& output, bool wide,
+                                                          bool quiet, const std::string& command) {
+  namespace client = overlap::client;
+  absl::StatusOr<client::OutputFormat> format = client::ParseOutputFormat(output);
+  if (!format.ok()) return format.status();
+  if (*format == client::OutputFormat::kName && !PrintsJobs(command)) {
+    return absl::InvalidArgumentError("-o name: " + command +
+                                      " prints no job ids (-o json or yaml print everything)");
+  }
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  client::SetTableWidth(
+      wide || *format == client::OutputFormat::kWide
+          ? 0
+          : client::ChooseTableWidth(tty, std::getenv("COLUMNS"), tty ? TerminalColumns() : 0));
+  client::SetQuietProgress(quiet);
+  return format;
 }
 
 }  // namespace
@@ -86,10 +124,17 @@ int main(int argc, char** argv) {
                  "own daemon's socket, $XDG_RUNTIME_DIR/overlapd.sock or "
                  "/tmp/overlapd-UID/overlapd.sock, where it exists; else "
                  "/run/overlapd/overlapd.sock)");
-  app.add_flag("--json", json, "print the protobuf JSON form instead of text");
+  app.add_flag("--json", json, "print the protobuf JSON form instead of text (-o json)");
+  std::string output;
+  app.add_option("-o,--output", output,
+                 "json | yaml | wide | name (job ids, one a line: submit, get, list, cancel, "
+                 "watch, report); default: text and tables");
   bool wide = false;
   app.add_flag("--wide", wide,
-               "tables show every column (by default they fit 120 columns, dropping detail ones)");
+               "tables show every column (-o wide; by default a table on a terminal fits its "
+               "width, $COLUMNS or the window's, dropping detail columns; piped, it is never cut)");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "print no progress on standard error (errors still are)");
   client::ClientTls tls{FromEnv("OVERLAPD_TLS_CA"), FromEnv("OVERLAPD_TLS_CERT"),
                         FromEnv("OVERLAPD_TLS_KEY"), ""};
   app.add_option("--tls-ca", tls.ca_file,
@@ -139,7 +184,9 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints the help, or the error and "Run with --help"
     return rc == 0 ? client::kExitOk : client::kExitUsage;
   }
-  if (wide) client::SetTableWidth(0);
+  absl::StatusOr<client::OutputFormat> format =
+      SetUpOutput(output, wide, quiet, CommandWord(argc, argv));
+  if (!format.ok()) return client::UsageError(format.status(), std::cerr);
 
   // Made for every command, so that bad --tls-* files are a usage error even
   // where no call follows; it connects on its first call only.
@@ -149,14 +196,19 @@ int main(int argc, char** argv) {
     std::cerr << "overlapctl: " << created.status().message() << "\n";
     return client::kExitUsage;
   }
-  const client::CliContext context{**created, json, isatty(STDERR_FILENO) == 1, std::cout,
+  client::CommandOutput out(*format, std::cout);
+  json = json || out.wants_json();
+  const client::CliContext context{**created, json, isatty(STDERR_FILENO) == 1, out.stream(),
                                    std::cerr};
-  if (version) return client::PrintVersions(**created, json, std::cout);
   int rc = client::kExitUsage;
-  for (const client::CliCommand& command : commands) {
-    const CLI::App& subcommand = *app.get_subcommand(command.name);
-    if (subcommand.parsed()) rc = command.run(subcommand, context);
+  if (version) {
+    rc = client::PrintVersions(**created, json, out.stream());
+  } else {
+    for (const client::CliCommand& command : commands) {
+      const CLI::App& subcommand = *app.get_subcommand(command.name);
+      if (subcommand.parsed()) rc = command.run(subcommand, context);
+    }
   }
-  std::cout.flush();
+  out.Finish();
   return rc;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's NCCL all-reduce at gradient sizes, the peer of `overlapctl commbench --nodes`.
+"""PyTorch's NCCL all-reduce at gradient sizes, the peer of `overlapctl commbench --peers`.
 
 torch.distributed with the NCCL backend, one process per GPU, all_reduce (sum) of random bf16
 tensors from --min-bytes to --max-bytes (each --factor times the last; the size is each rank's

@@ -4,7 +4,7 @@
 # directory and loopback peer port, the other in peers:), then:
 #   A  NCCL's socket transport, as between nodes without InfiniBand (the daemons started with
 #      NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo): a tp 1 x dp 2
-#      layer with gradients over both (every op verified), commbench --nodes and bench --nodes
+#      layer with gradients over both (every op verified), commbench --peers and bench --peers
 #      (the dp gradient all-reduce whole, bucketed and in 256 KiB pieces) at 1 MiB .. 256 MiB;
 #   T  the PyTorch peer (bench/peers/torch_allreduce.py, torchrun, 2 ranks) at the same sizes,
 #      once with the socket env and once without (no daemon runs meanwhile);
@@ -192,13 +192,13 @@ transports() {
 layer_job() {
   local g=$work/layer.yaml
   # shellcheck disable=SC2086  # GRAPH_FLAGS is a list of flags
-  if ! ctl graph $GRAPH_FLAGS --tp 1 --dp 2 --pass both --grads --layers 1 -o "$g" > "$OUT/graph.err" 2>&1; then
+  if ! ctl graph $GRAPH_FLAGS --tp 1 --dp 2 --pass both --grads --layers 1 --output-file "$g" > "$OUT/graph.err" 2>&1; then
     verdict "pass $pass layer: overlapctl graph failed: $(tail -2 "$OUT/graph.err" | tr '\n' ' ')"
     return 1
   fi
   sed -i -e "s/^iterations: .*/iterations: $GRAPH_ITERS/" -e "s/^warmup: .*/warmup: 2/" "$g"
   cp "$g" "$OUT/layer-$pass.yaml"
-  step "layer-$pass" 150 "${CTL[@]}" --json submit "$g" --nodes "$(nodes_csv)" --wait
+  step "layer-$pass" 150 "${CTL[@]}" --json submit "$g" --peers "$(nodes_csv)" --wait
   python3 - "$OUT/layer-$pass.out" "$pass" > "$OUT/layer-$pass.check" <<'PY'
 import json, sys
 path, p = sys.argv[1], sys.argv[2]
@@ -226,17 +226,17 @@ PY
 }
 
 benches() {
-  step "commbench-$pass" 90 "${CTL[@]}" commbench --nodes "$(nodes_csv)" --min-bytes "$MIN_BYTES" \
+  step "commbench-$pass" 90 "${CTL[@]}" commbench --peers "$(nodes_csv)" --min-bytes "$MIN_BYTES" \
     --max-bytes "$MAX_BYTES" --factor "$FACTOR" --iterations "$ITERS" --warmup "$WARMUP" \
     --json-out "$OUT/commbench-$pass.json"
   (( $? == 125 )) || { show "$OUT/commbench-$pass.out"; check_json "commbench" "$OUT/commbench-$pass.json"; }
-  step "bench-$pass" 180 "${CTL[@]}" bench --nodes "$(nodes_csv)" --grad-sizes "$GRAD_SIZES" \
+  step "bench-$pass" 180 "${CTL[@]}" bench --peers "$(nodes_csv)" --grad-sizes "$GRAD_SIZES" \
     --bucket-mib 25 --chunk-kib 256 --iterations "$ITERS" --warmup "$WARMUP" \
     --json-out "$OUT/bench-$pass.json"
   (( $? == 125 )) || { show "$OUT/bench-$pass.out"; check_json "bench" "$OUT/bench-$pass.json"; }
 }
 
-# check_json KIND FILE: a verdict on a commbench or bench --nodes JSON record.
+# check_json KIND FILE: a verdict on a commbench or bench --peers JSON record.
 check_json() {
   python3 - "$1" "$2" "$pass" >> "$verdicts" <<'PY'
 import json, sys
@@ -303,7 +303,7 @@ kill_test() {
   # the local job: start only with that much budget left.
   limit=$(cap $(( TIMEOUT_S + 90 )))
   if (( limit < TIMEOUT_S + 60 )); then verdict "pass $pass kill: SKIPPED (budget)"; return 125; fi
-  if ! id=$(ctl submit "$long" --nodes "$(nodes_csv)" 2> "$OUT/kill-submit.err"); then
+  if ! id=$(ctl submit "$long" --peers "$(nodes_csv)" 2> "$OUT/kill-submit.err"); then
     verdict "pass $pass kill: FAIL: submit: $(tail -2 "$OUT/kill-submit.err" | tr '\n' ' ')"; return 1
   fi
   log "kill test: long job $id submitted to ${peers[0]}; waiting until it runs on both"
@@ -466,8 +466,8 @@ for p, label in passes:
 
 sizes = sorted({b for (_, b) in list(ours) + list(torch) + list(sent)})
 print(f"two_daemons summary ({backend} backend){': the figures mean nothing here' if backend == 'host' else ''}")
-print("all_reduce busbw GB/s over 2 GPUs, bf16, per rank's size: ours = commbench --nodes (dp),"
-      " gradient = bench --nodes' whole gradient timed alone, torch = bench/peers/torch_allreduce.py;"
+print("all_reduce busbw GB/s over 2 GPUs, bf16, per rank's size: ours = commbench --peers (dp),"
+      " gradient = bench --peers' whole gradient timed alone, torch = bench/peers/torch_allreduce.py;"
       " ratio = ours / torch")
 print(f"{'':8s} | {'A: socket (NCCL_P2P/SHM/IB off, lo)':^43s} | {'B: NVLink':^43s} | B/A")
 print(f"{'size':>8s} | {'ours':>8s} {'gradient':>8s} {'torch':>8s} {'ratio':>6s} {'verify':>8s} |"
@@ -483,7 +483,7 @@ for b in sizes:
     ba = ratio(ours.get(("B", b), (None,))[0], ours.get(("A", b), (None,))[0])
     print(f"{human(b):>8s} | {cells[0]} | {cells[1]} | {fmt(ba, 6, 1)}")
 print()
-print("bench --nodes: the layer step's gradient all-reduces beside GEMMs, per form")
+print("bench --peers: the layer step's gradient all-reduces beside GEMMs, per form")
 print(f"{'pass':4s} {'form':9s} {'sent':>5s} {'step ms':>9s} {'no ARs ms':>9s} {'exposed':>9s}"
       f" {'alone ms':>9s} {'hidden %':>8s} {'busbw':>8s} {'verify':>6s}")
 for p, _ in passes:

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "client/core/daemon_client.h"
@@ -53,6 +54,36 @@ CliCommand MakeCliCommand(
                     [options, run](const CLI::App& app, const CliContext& context) {
                       return run(*options, app, context);
                     }};
+}
+
+// Declares `flag`, which the command does not take with this meaning (another
+// command's flag, or a spelling it took before), hidden from --help, so that
+// using it is a usage error that says `why` (the flag to use instead) rather
+// than CLI11's "arguments were not expected". No alias: one meaning per flag.
+inline void RefuseFlag(CLI::App& app, const std::string& flag, const std::string& why) {
+  auto refuse = [flag, why](const std::vector<std::string>&) {
+    throw CLI::ValidationError(flag, why);
+  };
+  app.add_option_function<std::vector<std::string>>(flag, refuse)
+      ->expected(0, 1)
+      ->allow_extra_args(false)  // a value at most: `submit --nodes A FILE` keeps its FILE
+      ->group("");
+}
+
+// Peers and nodes stay apart: --peers lists the daemons' peer addresses (a job
+// that spans them: submit, validate, bench, commbench), --nodes their user
+// addresses (the views: node, top, check).
+inline void AddPeersOnlyRefusal(CLI::App& app) {
+  RefuseFlag(app, "--nodes",
+             app.get_name() +
+                 " takes the daemons' peer addresses as --peers (--nodes names their user "
+                 "addresses, for node, top and check)");
+}
+inline void AddNodesOnlyRefusal(CLI::App& app) {
+  RefuseFlag(app, "--peers",
+             app.get_name() +
+                 " takes the daemons' user addresses as --nodes (--peers names their peer "
+                 "addresses, for submit, validate, bench and commbench)");
 }
 
 }  // namespace overlap::client

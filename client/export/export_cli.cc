@@ -14,7 +14,7 @@ void AddExportOptions(CLI::App& app, ExportOptions& options) {
                  "the tuning cache's choices for this graph's ops (winners only, no margins)");
   app.add_option("--tp", options.tp,
                  "--graph: the tp its ops were tuned at (default: the graph's)");
-  app.add_option("-o,--output", options.output, "write it to this file");
+  app.add_option("--output-file", options.output, "write it to this file");
   app.add_option("--bench", options.bench,
                  "torchtitan: PyTorch's async TP as measured at these shapes (bench --torch-peers "
                  "--json-out FILE, or bench/peers/torch_tp.py --json FILE)");

@@ -135,8 +135,8 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
   if (!HasHealth(node)) return "";
   TextTable table(Columns(
       {Figures({"INDEX"}), Words({"PCIE"}),
-       Figures({"PCIE REPLAYS", "NVLINKS", "NVLINK CRC/REPLAY/RECOVERY", "ECC CORR/UNCORR"}),
-       Words({"ROW REMAP", "XID GPU/ALL"})}));
+       Figures({"PCIE_REPLAYS", "NVLINKS", "NVLINK_CRC/REPLAY/RECOVERY", "ECC_CORR/UNCORR"}),
+       Words({"ROW_REMAP", "XID_GPU/ALL"})}));
   std::string problems;
   const int most = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {

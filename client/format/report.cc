@@ -1,7 +1,5 @@
 #include "client/format/report.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/format/device_health.h"
 #include "client/format/table.h"
 #include "client/format/timeline.h"
@@ -138,10 +137,10 @@ std::string FormatDispatch(const v1::JobResult& result) {
       "scheduler: dynamic (deferred collectives dispatched at run time on the deferred lane; the "
       "step ran live, not from a captured graph)\nlanes: ",
       result.lanes(), "\n");
-  TextTable table(Columns({Words({"deferred"}),
-                           Figures({"chunks", "ready ms", "first chunk ms", "finished ms",
-                                    "worst delay ms", "bound ms"}),
-                           Words({"bound"}), Figures({"yielded", "forced"})}));
+  TextTable table(Columns({Words({"DEFERRED"}),
+                           Figures({"CHUNKS", "READY_MS", "FIRST_CHUNK_MS", "FINISHED_MS",
+                                    "WORST_DELAY_MS", "BOUND_MS"}),
+                           Words({"BOUND"}), Figures({"YIELDED", "FORCED"})}));
   for (const v1::LayerDeferral& d : result.layer_deferrals()) {
     if (!d.dispatched()) continue;
     table.AddRow({d.op(), absl::StrCat(d.pieces()), FormatMs(d.ready_ms()),
@@ -209,8 +208,8 @@ std::string FormatFusions(const v1::JobResult& result) {
 
 std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused) {
   std::string out = "the graph with the overlap pass and without it:\n";
-  absl::StrAppendFormat(&out, "  %-8s %-12s %4s %13s %12s %16s\n", "", "job", "ops",
-                        "layer step ms", "op by op ms", "exposed comm ms");
+  absl::StrAppendFormat(&out, "  %-8s %-12s %4s %13s %12s %16s\n", "PASS", "JOB", "OPS",
+                        "LAYER_STEP_MS", "OP_BY_OP_MS", "EXPOSED_MS");
   for (const auto& [label, job] : {std::pair<const char*, const v1::Job*>{"fused", &fused},
                                    {"unfused", &unfused}}) {
     const v1::JobResult& r = job->result();
@@ -229,10 +228,10 @@ std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused)
 std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dynamic) {
   std::string out = "the layer step's deferred collectives planned (static) and dispatched at run "
                     "time (dynamic):\n";
-  TextTable table(Columns(
-      {Words({"scheduler", "job"}),
-       Figures({"layer step ms", "without deferred ms", "with / without", "deferred hidden %",
-                "worst delay ms", "chunks yielded", "chunks forced", "inversion ms"})}));
+  TextTable table(
+      Columns({Words({"SCHEDULER", "JOB"}),
+               Figures({"LAYER_STEP_MS", "WITHOUT_DEFERRED_MS", "WITH/WITHOUT", "DEFERRED_HIDDEN_%",
+                        "WORST_DELAY_MS", "CHUNKS_YIELDED", "CHUNKS_FORCED", "INVERSION_MS"})}));
   for (const v1::Job* job : {&planned, &dynamic}) {
     const v1::JobResult& r = job->result();
     const bool dispatched = r.layer_scheduler() == "dynamic";
@@ -372,21 +371,17 @@ std::string FormatMs(double ms) { return absl::StrFormat("%.3f", ms); }
 
 std::string FormatUtc(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
-  const time_t seconds = static_cast<time_t>(unix_ms / 1000);
-  struct tm utc;
-  gmtime_r(&seconds, &utc);
-  char buffer[32];
-  strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%SZ", &utc);
-  return buffer;
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
 }
 
 std::string FormatDuration(double seconds) {
   if (seconds < 0) seconds = 0;
   if (seconds < 1) return absl::StrFormat("%.0f ms", seconds * 1000);
-  if (seconds < 60) return absl::StrFormat("%.1f s", seconds);
-  const int64_t whole = static_cast<int64_t>(seconds);
-  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
-  return absl::StrFormat("%dh%02dm", whole / 3600, (whole % 3600) / 60);
+  return absl::StrFormat("%.1f s", seconds);
+}
+
+std::string FormatSeconds(double seconds) {
+  return absl::StrFormat("%.1f", std::max(0.0, seconds));
 }
 
 std::string SharedGpuNote(int ranks_per_gpu) {
@@ -475,11 +470,10 @@ std::string FormatReport(const v1::Job& job) {
   // Past 120 columns the host's enqueue time goes first, then the rates and
   // the parts of the step the exposed figure already sums up.
   TextTable table(
-      Columns({Words({"op", "type", "shape (m x k x n)", "mode"}), Figures({"chunks"}, 2),
-               Words({"transport"}), Figures({"step ms"}), Figures({"host ms"}, 6),
-               Figures({"GEMM alone ms"}, 1), Figures({"comm alone ms"}, 3),
-               Figures({"exposed comm ms", "hidden %"}), Figures({"TFLOP/s"}, 4),
-               Figures({"busbw GB/s"}, 5), Words({"verify"})}));
+      Columns({Words({"OP", "TYPE", "SHAPE", "MODE"}), Figures({"CHUNKS"}, 2), Words({"TRANSPORT"}),
+               Figures({"STEP_MS"}), Figures({"HOST_MS"}, 6), Figures({"GEMM_ALONE_MS"}, 1),
+               Figures({"COMM_ALONE_MS"}, 3), Figures({"EXPOSED_MS", "HIDDEN_%"}),
+               Figures({"TFLOPS"}, 4), Figures({"BUSBW_GBPS"}, 5), Words({"VERIFY"})}));
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
     const bool comm = !IsGemmAlone(op);
@@ -538,7 +532,7 @@ std::string FormatReport(const v1::Job& job) {
   }
   if (timelines) {
     absl::StrAppend(&out, "timeline: `overlapctl timeline ", job.id(),
-                    "` charts each traced iteration (-o FILE: a Chrome trace)\n");
+                    "` charts each traced iteration (--output-file FILE: a Chrome trace)\n");
   }
   // Host-backend ranks are threads sharing CPU cores: their spread is the OS
   // scheduler's, not a slow GPU's.
@@ -608,8 +602,8 @@ std::string ListReason(const std::string& error) {
 
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
   TextTable table(Columns({Words({"ID", "STATE", "OWNER", "NAME"}), Figures({"PRIO"}, 3),
-                           Words({"DEVICES"}), Figures({"OPS"}, 2), Words({"SUBMITTED (UTC)"}),
-                           Figures({"DURATION"}), Figures({"STEP ms"}, 1), Words({"REASON"})}));
+                           Words({"DEVICES"}), Figures({"OPS"}, 2), Words({"SUBMITTED"}),
+                           Figures({"DURATION_S"}), Figures({"STEP_MS"}, 1), Words({"REASON"})}));
   for (const v1::Job& job : jobs) {
     const bool started = job.start_time_ms() > 0;
     const int ops = std::max(job.ops_finished(), job.result().ops_size());
@@ -622,7 +616,7 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
              ? (job.nodes_size() > 0 ? absl::StrCat(job.nodes_size(), " nodes") : "-")
              : absl::StrJoin(job.devices(), ","),
          has_result ? absl::StrCat(ops) : "-", FormatUtc(job.submit_time_ms()),
-         started ? FormatDuration((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
+         started ? FormatSeconds((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
          has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});
   }
   return table.Render();
@@ -724,12 +718,12 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   // POOL is what jobs may use (config pool_bytes_per_device), a part of MEMORY.
   std::vector<TextTable::Column> columns = {{"INDEX", Align::kRight},     {"NAME"},
                                             {"MEMORY", Align::kRight},    {"POOL", Align::kRight},
-                                            {"POOL USED", Align::kRight}, {"PCI"}};
+                                            {"POOL_USED", Align::kRight}, {"PCI"}};
   if (telemetry) {
-    for (const char* title : {"SM MHz", "MAX MHz", "MEM MHz", "TEMP C", "POWER W", "UTIL %"}) {
+    for (const char* title : {"SM_MHZ", "MAX_MHZ", "MEM_MHZ", "TEMP_C", "POWER_W", "UTIL_%"}) {
       columns.push_back({title, Align::kRight});
     }
-    columns.push_back({"CLOCK LIMITS"});
+    columns.push_back({"CLOCK_LIMITS"});
   }
   TextTable table(columns);
   for (const v1::Device& device : node.devices()) {
@@ -804,10 +798,10 @@ std::string FormatStats(const v1::GetStatsResponse& stats) {
   }
   for (const auto& [name, count] : rest) parts.push_back(absl::StrCat(name, " ", count));
   absl::StrAppend(&out, "jobs by state:  ", absl::StrJoin(parts, ", "), "\n");
-  TextTable table(Columns({Figures({"DEVICE", "JOBS", "BUSY"})}));
+  TextTable table(Columns({Figures({"DEVICE", "JOBS", "BUSY_S"})}));
   for (const v1::DeviceStats& device : stats.devices()) {
     table.AddRow({absl::StrCat(device.device()), absl::StrCat(device.jobs_run()),
-                  FormatDuration(device.busy_ms() / 1000.0)});
+                  FormatSeconds(device.busy_ms() / 1000.0)});
   }
   if (stats.devices_size() > 0) out += table.Render();
   return out;

@@ -123,7 +123,8 @@ std::string TransportLabel(const v1::OpResult& op);
 std::string FormatMs(double ms);             // "1.234"
 std::string FormatHidden(double fraction);   // percent of the collective hidden, "66.7", 0-100
 std::string FormatRate(double value);        // TFLOP/s or GB/s: "0.125", "812.4"
-std::string FormatUtc(int64_t unix_ms);      // "2026-11-30 12:34:56Z", "-" for 0
-std::string FormatDuration(double seconds);  // "850 ms", "12.3 s", "4m05s", "2h03m"
+std::string FormatUtc(int64_t unix_ms);      // RFC 3339: "2026-11-30T12:34:56Z", "-" for 0
+std::string FormatDuration(double seconds);  // "850 ms" below a second, else "12.3 s", "245.0 s"
+std::string FormatSeconds(double seconds);   // "0.9", "245.0": a table cell under a *_S header
 
 }  // namespace overlap::client

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace overlap::client {
@@ -49,6 +51,15 @@ void TrimRight(std::string& line) {
 
 void SetTableWidth(size_t columns) { Width().store(columns); }
 size_t TableWidth() { return Width().load(); }
+
+size_t ChooseTableWidth(bool stdout_is_terminal, const char* columns_env, size_t terminal_columns) {
+  if (!stdout_is_terminal) return 0;
+  size_t columns = 0;
+  if (columns_env != nullptr && absl::SimpleAtoi(columns_env, &columns) && columns > 0) {
+    return columns;
+  }
+  return terminal_columns > 0 ? terminal_columns : kDefaultTableWidth;
+}
 
 size_t DisplayWidth(const std::string& text) {
   size_t width = 0;
@@ -148,8 +159,11 @@ std::string TextTable::Render() const {
     }
   }
   if (!hidden.empty()) {
-    out += "(to fit " + std::to_string(limit) +
-           " columns, not shown: " + absl::StrJoin(hidden, ", ") + "; --wide shows every column)\n";
+    // Essential columns stay even past the width: then the note says so.
+    const std::string why = total() <= limit ? absl::StrCat("to fit ", limit, " columns")
+                                             : absl::StrCat("narrowing toward ", limit, " columns");
+    out += absl::StrCat("(", why, ", not shown: ", absl::StrJoin(hidden, ", "),
+                        "; --wide shows every column)\n");
   }
   return out;
 }

@@ -1,11 +1,11 @@
 // A plain-text table with aligned columns, as printed by overlapctl. Pure
 // formatting, no I/O; not thread-safe (build one per output).
 //
-// Tables fit the output width (120 columns, as kubectl's do; SetTableWidth(0)
-// for `--wide`): where a table is wider, its detail columns go, the highest
-// `detail` rank first, and a line under it names them. Cells are padded by the
-// width they show on a terminal (UTF-8: a CJK character takes two columns, a
-// combining mark none), not by their bytes.
+// Tables fit the terminal they are printed on (ChooseTableWidth; SetTableWidth(0)
+// for `--wide` and for output that is no terminal): where a table is wider, its
+// detail columns go, the highest `detail` rank first, and a line under it names
+// them. Cells are padded by the width they show on a terminal (UTF-8: a CJK
+// character takes two columns, a combining mark none), not by their bytes.
 #pragma once
 
 #include <cstddef>
@@ -17,10 +17,17 @@ namespace overlap::client {
 
 enum class Align { kLeft, kRight };
 
-// The width tables fit by default, and what --wide sets (0 = no limit).
+// The width tables fit on a terminal whose width is unknown, and what --wide
+// sets (0 = no limit).
 inline constexpr size_t kDefaultTableWidth = 120;
 void SetTableWidth(size_t columns);
 size_t TableWidth();
+
+// The width to fit: 0 (every column) when standard output is no terminal, so
+// that a pipe or a file gets whole rows; on one, `columns_env` ($COLUMNS, may
+// be null) when it is a positive number, else `terminal_columns` when known
+// (not 0), else kDefaultTableWidth.
+size_t ChooseTableWidth(bool stdout_is_terminal, const char* columns_env, size_t terminal_columns);
 
 // Terminal columns `text` (UTF-8) takes; a byte that is not UTF-8 counts one.
 size_t DisplayWidth(const std::string& text);

@@ -156,15 +156,15 @@ std::string FormatOneTimeline(const Shown& shown, int width, bool all_spans) {
         work, FormatMs(r.compute_busy_ms), FormatMs(r.waiting_ms), FormatMs(r.end_ms));
   }
   if (!all_spans && timeline.spans_size() > kListedSpans) {
-    absl::StrAppendFormat(&out,
-                          "  %d spans: --spans lists them, -o FILE writes them as a Chrome trace\n",
-                          timeline.spans_size());
+    absl::StrAppendFormat(
+        &out, "  %d spans: --spans lists them, --output-file FILE writes them as a Chrome trace\n",
+        timeline.spans_size());
     return out;
   }
-  // "idle before": how long the span's stream sat idle since its previous span
-  // (or the iteration start): on the compute stream, a GEMM that waited.
-  absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %11s  %s\n", "rank", "lane", "start",
-                        "end", "ms", "idle before", "span");
+  // IDLE_MS: how long the span's stream sat idle since its previous span (or
+  // the iteration start): on the compute stream, a GEMM that waited.
+  absl::StrAppendFormat(&out, "  %-4s  %-7s  %8s  %8s  %8s  %11s  %s\n", "RANK", "LANE", "START_MS",
+                        "END_MS", "MS", "IDLE_MS", "SPAN");
   std::vector<const v1::TimelineSpan*> spans;
   for (const v1::TimelineSpan& s : timeline.spans()) spans.push_back(&s);
   std::stable_sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {

@@ -98,9 +98,9 @@ Comparison CompareJobs(const v1::Job& a, const v1::Job& b) {
 
 std::string FormatComparison(const v1::Job& a, const v1::Job& b, const Comparison& c) {
   std::string out = absl::StrFormat("A: %s (%s)  B: %s (%s)\n", a.id(), a.name(), b.id(), b.name());
-  TextTable table(Columns({Words({"op", "type", "shape (m x k x n)", "A schedule"}),
-                           Figures({"A step ms"}), Words({"B schedule"}),
-                           Figures({"B step ms", "B vs A", "A exposed ms", "B exposed ms"})}));
+  TextTable table(Columns({Words({"OP", "TYPE", "SHAPE", "A_SCHEDULE"}), Figures({"A_STEP_MS"}),
+                           Words({"B_SCHEDULE"}),
+                           Figures({"B_STEP_MS", "B_VS_A", "A_EXPOSED_MS", "B_EXPOSED_MS"})}));
   std::vector<std::string> only;
   for (const ComparedOp& op : c.ops) {
     if (op.a == nullptr || op.b == nullptr) {

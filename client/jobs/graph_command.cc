@@ -107,8 +107,8 @@ std::string FormatModelPresets(bool json) {
     return models.dump(2) + "\n";
   }
   TextTable table(
-      Columns({Words({"model"}), Figures({"hidden", "ffn", "heads", "kv heads", "head dim"}),
-               Words({"mlp"})}));
+      Columns({Words({"MODEL"}), Figures({"HIDDEN", "FFN", "HEADS", "KV_HEADS", "HEAD_DIM"}),
+               Words({"MLP"})}));
   for (const ModelDims& m : ModelPresets()) {
     table.AddRow({m.name, absl::StrCat(m.hidden), absl::StrCat(m.ffn), absl::StrCat(m.heads),
                   absl::StrCat(m.kv_heads), absl::StrCat(m.head_dim), m.gated ? "gated" : "plain"});

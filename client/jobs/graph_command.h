@@ -2,7 +2,7 @@
 // (common/model_graph.h), as YAML to submit or bench, or the known models.
 //
 //   overlapctl graph --model llama3-70b --tp 2 | overlapctl submit - --wait
-//   overlapctl graph --hidden 5120 --ffn 13824 --heads 40 --pass both -o layer.yaml
+//   overlapctl graph --hidden 5120 --ffn 13824 --heads 40 --pass both --output-file layer.yaml
 //   overlapctl graph --model llama3-8b --tp 2 | overlapctl bench --graph -
 //   overlapctl graph --model llama3-8b --tp 2 --dp 2 --pass backward --grads
 #pragma once

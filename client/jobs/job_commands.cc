@@ -115,7 +115,7 @@ int JobCommands::Submit(const std::string& file, bool wait, const std::vector<st
     }
     return kExitOk;
   }
-  err_ << "submitted job " << job->id() << "\n";
+  ProgressStream(err_) << "submitted job " << job->id() << "\n";
   return FollowAndPrint(job->id(), detach ? OnStop::kLeaveJob : OnStop::kCancelJob);
 }
 
@@ -164,7 +164,7 @@ absl::StatusOr<std::vector<v1::Job>> JobCommands::RunOneAfterAnother(
   for (const auto& [label, text] : graphs) {
     absl::StatusOr<v1::Job> job = client_.SubmitJob(text, source, nodes);
     if (job.ok()) {
-      err_ << "submitted job " << job->id() << " (" << label << ")\n";
+      ProgressStream(err_) << "submitted job " << job->id() << " (" << label << ")\n";
       ProgressPrinter progress(err_, err_is_tty_);
       job = client_.WatchJob(job->id(),
                              [&progress](const v1::Job& event) { progress.Update(event); });
@@ -282,8 +282,17 @@ int JobCommands::List(const std::string& state, int limit) {
   return kExitOk;
 }
 
-int JobCommands::Cancel(const std::string& id, bool wait) {
+int JobCommands::Cancel(const std::string& id, bool wait, bool ignore_not_found) {
   absl::StatusOr<v1::Job> job = client_.CancelJob(id);
+  if (ignore_not_found && absl::IsNotFound(job.status())) {
+    err_ << "overlapctl: job " << id << " not found; nothing to cancel\n";
+    return kExitOk;
+  }
+  if (ignore_not_found && absl::IsFailedPrecondition(job.status())) {
+    // The daemon refuses a job that has ended: say how it ended.
+    absl::StatusOr<v1::Job> ended = client_.GetJob(id);
+    if (ended.ok() && IsFinalState(ended->state())) job = std::move(ended);
+  }
   if (!job.ok()) return Fail(job.status());
   if (wait && !IsFinalState(job->state())) {
     job = client_.WatchJob(id, [](const v1::Job&) {});

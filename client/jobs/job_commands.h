@@ -42,7 +42,9 @@ class JobCommands {
   int Get(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);
-  int Cancel(const std::string& id, bool wait = false);
+  // ignore_not_found: a job that does not exist or has already ended is no
+  // error (exit 0; kubectl delete's --ignore-not-found): it says so.
+  int Cancel(const std::string& id, bool wait = false, bool ignore_not_found = false);
   int Watch(const std::string& id);
   int Report(const std::string& id);
   // The job's graph with the schedules its ops ran (pin.h), to standard output

@@ -22,7 +22,8 @@ JobCommands JobCommandsFor(const CliContext& context) {
 // get, cancel, watch and report take a job id and nothing else.
 struct JobIdOptions {
   std::string id;
-  bool wait = false;  // cancel --wait
+  bool wait = false;              // cancel --wait
+  bool ignore_not_found = false;  // cancel --ignore-not-found
 };
 
 void AddJobId(CLI::App& app, JobIdOptions& options) {
@@ -43,7 +44,7 @@ CliCommand JobIdCommand(std::string name, std::string help,
 struct SubmitOptions {
   std::string file;
   bool wait = false;
-  std::vector<std::string> nodes;
+  std::vector<std::string> peers;
   bool no_fuse = false;
   bool compare_fusion = false;
   std::string scheduler;
@@ -143,7 +144,7 @@ void AddGraphOptions(CLI::App& app, GraphCliOptions& options) {
                  "dynamic (dispatched at run time on the deferred lane; needs --grads)")
       ->capture_default_str();
   app.add_option("--dtype", graph.dtype, "bf16 | fp16 | fp32 | fp8")->capture_default_str();
-  app.add_option("-o,--output", graph.output, "write it to this file");
+  app.add_option("--output-file", graph.output, "write it to this file");
 }
 
 // Needs the daemon only to count its GPUs, when neither --tp nor --devices says.
@@ -165,11 +166,12 @@ CliCommand SubmitCommand() {
                      "scancel or a time limit) it cancels the job");
         app.add_flag("--detach", options.detach,
                      "with --wait: an interrupted wait leaves the job running");
-        app.add_option("--nodes", options.nodes,
+        app.add_option("--peers", options.peers,
                        "run the job over these daemons' peer addresses, e.g. "
                        "node1:7070,node2:7070 (this daemon among them coordinates; replaces the "
                        "graph's nodes)")
             ->delimiter(',');
+        AddPeersOnlyRefusal(app);
         CLI::Option* no_fuse = app.add_flag(
             "--no-fuse", options.no_fuse,
             "run the graph as written: no overlap pass fusing its plain collectives into the "
@@ -193,12 +195,12 @@ CliCommand SubmitCommand() {
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
         if (options.compare_fusion) {
-          return JobCommandsFor(context).CompareFusion(options.file, options.nodes);
+          return JobCommandsFor(context).CompareFusion(options.file, options.peers);
         }
         if (options.compare_scheduler) {
-          return JobCommandsFor(context).CompareScheduler(options.file, options.nodes);
+          return JobCommandsFor(context).CompareScheduler(options.file, options.peers);
         }
-        return JobCommandsFor(context).Submit(options.file, options.wait, options.nodes,
+        return JobCommandsFor(context).Submit(options.file, options.wait, options.peers,
                                               options.no_fuse, options.scheduler, options.detach);
       });
 }
@@ -210,12 +212,13 @@ CliCommand ValidateCommand() {
       "rights and quota, the nodes it spans) and run nothing",
       [](CLI::App& app, SubmitOptions& options) {
         app.add_option("FILE", options.file, "graph file; - reads standard input")->required();
-        app.add_option("--nodes", options.nodes,
-                       "check it as a job over these daemons' peer addresses (as submit --nodes)")
+        app.add_option("--peers", options.peers,
+                       "check it as a job over these daemons' peer addresses (as submit --peers)")
             ->delimiter(',');
+        AddPeersOnlyRefusal(app);
       },
       [](const SubmitOptions& options, const CLI::App&, const CliContext& context) {
-        return JobCommandsFor(context).Validate(options.file, options.nodes);
+        return JobCommandsFor(context).Validate(options.file, options.peers);
       });
 }
 
@@ -239,9 +242,11 @@ CliCommand CancelCommand() {
       [](CLI::App& app, JobIdOptions& options) {
         AddJobId(app, options);
         app.add_flag("--wait", options.wait, "wait until the job has ended, and print its state");
+        app.add_flag("--ignore-not-found", options.ignore_not_found,
+                     "exit 0 when the job does not exist or has already ended (and say which)");
       },
       [](const JobIdOptions& options, const CLI::App&, const CliContext& context) {
-        return JobCommandsFor(context).Cancel(options.id, options.wait);
+        return JobCommandsFor(context).Cancel(options.id, options.wait, options.ignore_not_found);
       });
 }
 
@@ -259,7 +264,7 @@ CliCommand PinCommand() {
       "pin", "a job's graph with every op set to the schedule it ran (YAML), to submit again",
       [](CLI::App& app, PinOptions& options) {
         app.add_option("ID", options.id, "job id")->required();
-        app.add_option("-o,--output", options.output,
+        app.add_option("--output-file", options.output,
                        "write it to this file instead of standard output");
       },
       [](const PinOptions& options, const CLI::App&, const CliContext& context) {
@@ -281,7 +286,7 @@ CliCommand TimelineCommand() {
         app.add_flag("--spans", options.spans,
                      "list every span, however many (by default up to 64 per timeline)");
         app.add_option(
-            "-o,--output", options.output,
+            "--output-file", options.output,
             "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");
         app.add_option("--html", options.html,
                        "also draw each rank's streams in a self-contained HTML page");

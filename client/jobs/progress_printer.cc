@@ -1,6 +1,7 @@
 #include "client/jobs/progress_printer.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,10 +30,37 @@ std::pair<std::string, int> PhaseLine(const std::string& phase) {
   return {phase.substr(0, at), candidates};
 }
 
+std::atomic<bool>& Quiet() {
+  static std::atomic<bool> quiet{false};
+  return quiet;
+}
+
+// A phase without its count ("timed 2/4" -> "timed", "autotune round 1/2" ->
+// "autotune round"): off a terminal each kind of phase is one line per op.
+std::string PhaseKind(const std::string& phase) {
+  const size_t space = phase.rfind(' ');
+  if (space == std::string::npos) return phase;
+  const std::string last = phase.substr(space + 1);
+  const size_t slash = last.find('/');
+  int done = 0, total = 0;
+  const bool counted = slash != std::string::npos &&
+                       absl::SimpleAtoi(last.substr(0, slash), &done) &&
+                       absl::SimpleAtoi(last.substr(slash + 1), &total);
+  return counted ? phase.substr(0, space) : phase;
+}
+
 }  // namespace
 
+void SetQuietProgress(bool quiet) { Quiet().store(quiet); }
+bool QuietProgress() { return Quiet().load(); }
+
+std::ostream& ProgressStream(std::ostream& err) {
+  static std::ostream dropped(nullptr);  // no buffer: every write is dropped
+  return QuietProgress() ? dropped : err;
+}
+
 ProgressPrinter::ProgressPrinter(std::ostream& out, bool is_tty, std::function<int64_t()> now_ms)
-    : out_(out), is_tty_(is_tty), now_ms_(std::move(now_ms)) {
+    : out_(out), is_tty_(is_tty), quiet_(QuietProgress()), now_ms_(std::move(now_ms)) {
   if (!now_ms_) now_ms_ = [] { return absl::ToUnixMillis(absl::Now()); };
 }
 
@@ -61,6 +89,7 @@ std::string ProgressPrinter::Timing(const v1::Job& job) const {
 }
 
 void ProgressPrinter::Update(const v1::Job& job) {
+  if (quiet_) return;
   // Ops that finished since the last event first: a final state comes after them.
   for (; ops_done_ < job.result().ops_size(); ++ops_done_) {
     const v1::OpResult& op = job.result().ops(ops_done_);
@@ -86,8 +115,12 @@ void ProgressPrinter::Update(const v1::Job& job) {
   const v1::Progress& progress = job.progress();
   if (progress.phase().empty()) return;
   const auto [phase, candidates] = PhaseLine(progress.phase());
-  const std::string key = absl::StrCat(progress.op_index(), "/", progress.op_id(), "/", phase);
-  if (key != step_key_) {
+  // On a terminal every phase gets its line; in a log, each kind once per op
+  // (the repeats of "gemm_alone k/4", "timed k/4" ... would be most of it).
+  const std::string key = absl::StrCat(progress.op_index(), "/", progress.op_id(), "/",
+                                       is_tty_ ? phase : PhaseKind(phase));
+  const bool shown = is_tty_ ? key == step_key_ : !phases_shown_.insert(key).second;
+  if (!shown) {
     Finish();
     out_ << "job " << job.id() << " [" << progress.op_index() + 1 << "/" << progress.op_count()
          << "] " << progress.op_id() << " " << phase;

@@ -178,6 +178,7 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
       const v1::OpResult& x = *a->second;
       row.tp = x.tp();
       row.mode = ScheduleLabel(x);
+      row.hides = HasCommToHide(x);
       row.auto_repeats.push_back(x.step().median_ms());
       row.auto_reasons.push_back(x.auto_reason());
       if (row.candidates.empty()) {
@@ -230,11 +231,11 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& o) {
 }
 
 std::string FormatBench(const std::vector<BenchRow>& rows) {
-  TextTable t(
-      Columns({Words({"op", "shape (m x k x n)"}), Figures({"tp"}), Words({"auto mode"}),
-               Figures({"step ms", "host ms", "serial ms", "GEMM alone", "comm alone", "nccl/p2p",
-                        "exposed", "hidden %", "TFLOP/s", "MFU %", "busbw", "step/ideal",
-                        "GEMM slow", "step/floor", "GEMMs +%", "waited", "max err"})}));
+  TextTable t(Columns(
+      {Words({"OP", "SHAPE"}), Figures({"TP"}), Words({"AUTO_MODE"}),
+       Figures({"STEP_MS", "HOST_MS", "SERIAL_MS", "GEMM_ALONE_MS", "COMM_ALONE_MS", "NCCL/P2P_MS",
+                "EXPOSED_MS", "HIDDEN_%", "TFLOPS", "MFU_%", "BUSBW_GBPS", "STEP/IDEAL",
+                "GEMM_SLOWDOWN", "STEP/FLOOR", "GEMMS_+%", "WAITED_MS", "MAX_ERR"})}));
   std::vector<double> ratios, floor_ratios, speedups;
   int hidden_checked = 0, hidden_ok = 0, auto_ok = 0;
   for (const BenchRow& r : rows) {
@@ -258,27 +259,28 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
       gemms_over = absl::StrFormat("%+.1f", 100 * (last.gemm_ms / r.gemm_ms - 1));
       waited = FormatMs(last.waiting_ms);
     }
-    t.AddRow({r.shape.op,
-              absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
-              absl::StrCat(r.tp),
-              r.mode,
-              FormatMs(r.step_ms),
-              FormatMs(r.host_ms),
-              FormatMs(r.serial_ms),
-              FormatMs(r.gemm_ms),
-              FormatMs(r.comm_ms),
-              absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms),
-              FormatMs(r.exposed_ms),
-              r.comm_ms > 0 ? FormatHidden(r.hidden) : "-",
-              absl::StrFormat("%.0f", r.tflops),
-              absl::StrFormat("%.1f", 100 * r.mfu),
-              absl::StrFormat("%.0f", r.busbw),
-              absl::StrFormat("%.3f", ratio),
-              r.gemm_slowdown > 0 ? absl::StrFormat("%.3f", r.gemm_slowdown) : "-",  // one rank
-              absl::StrFormat("%.3f", floor_ratio),
-              gemms_over,
-              waited,
-              absl::StrFormat("%.1e", r.max_rel_error)});
+    t.AddRow(
+        {r.shape.op,
+         absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
+         absl::StrCat(r.tp),
+         r.mode,
+         FormatMs(r.step_ms),
+         FormatMs(r.host_ms),
+         FormatMs(r.serial_ms),
+         FormatMs(r.gemm_ms),
+         FormatMs(r.comm_ms),
+         absl::StrFormat("%.3f/%.3f", r.comm_nccl_ms, r.comm_p2p_ms),
+         FormatMs(r.exposed_ms),
+         r.hides && r.comm_ms > 0 ? FormatHidden(r.hidden) : "-",  // "-" for serial, as the report
+         absl::StrFormat("%.0f", r.tflops),
+         absl::StrFormat("%.1f", 100 * r.mfu),
+         absl::StrFormat("%.0f", r.busbw),
+         absl::StrFormat("%.3f", ratio),
+         r.gemm_slowdown > 0 ? absl::StrFormat("%.3f", r.gemm_slowdown) : "-",  // one rank
+         absl::StrFormat("%.3f", floor_ratio),
+         gemms_over,
+         waited,
+         absl::StrFormat("%.1e", r.max_rel_error)});
   }
   std::string out = t.Render();
   for (const BenchRow& r : rows) {
@@ -427,9 +429,10 @@ int SubmitAndFollow(DaemonClient& client, const std::string& spec, const std::st
                     v1::Job* finished, const std::vector<std::string>& nodes) {
   absl::StatusOr<v1::Job> job = client.SubmitJob(spec, source, nodes);
   if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
-  err << source << ": job " << job->id() << " on ";
-  if (!nodes.empty()) err << nodes.size() << " nodes x ";
-  err << devices << " " << backend << " device(s)\n";
+  std::ostream& progress_line = ProgressStream(err);
+  progress_line << source << ": job " << job->id() << " on ";
+  if (!nodes.empty()) progress_line << nodes.size() << " nodes x ";
+  progress_line << devices << " " << backend << " device(s)\n";
   ProgressPrinter progress(err, err_is_tty);
   job = client.WatchJob(job->id(), [&progress](const v1::Job& e) { progress.Update(e); });
   progress.Finish();

@@ -83,6 +83,7 @@ struct BenchRow {
   BenchShape shape;
   int tp = 0;
   std::string mode;  // what auto chose
+  bool hides = false;  // that schedule has communication to hide (not serial, not one rank)
   double step_ms = 0, serial_ms = 0, gemm_ms = 0, comm_ms = 0, comm_nccl_ms = 0, comm_p2p_ms = 0;
   double exposed_ms = 0, hidden = 0, tflops = 0, mfu = 0, busbw = 0, ideal_ms = 0;
   double gemm_slowdown = 0;

@@ -1,5 +1,5 @@
 // The pages `--html FILE` writes for bench and commbench (with or without
-// --nodes): self-contained HTML of SVG charts
+// --peers): self-contained HTML of SVG charts
 // (client/format/html_chart.h), one section per chart.
 #pragma once
 
@@ -18,7 +18,7 @@ std::string BenchHtml(const std::vector<BenchRow>& rows,
                       const std::vector<BenchPrediction>& predictions, const std::string& subtitle);
 
 // Bus bandwidth against message size, one chart per collective, a line per
-// variant (transport or algorithm; dp / world / world/hierarchical with --nodes).
+// variant (transport or algorithm; dp / world / world/hierarchical with --peers).
 std::string CommBenchHtml(const std::vector<CommBenchRow>& rows,
                           const std::vector<std::string>& variants, const std::string& subtitle);
 

@@ -90,8 +90,8 @@ std::vector<BenchPrediction> PredictBench(const std::vector<BenchRow>& rows,
 
 std::string FormatBenchPredictions(const std::vector<BenchRow>& rows,
                                    const std::vector<BenchPrediction>& predictions) {
-  TextTable t(Columns({Words({"op", "shape (m x k x n)"}), Figures({"tp"}), Words({"auto mode"}),
-                       Figures({"step ms", "predicted ms", "error"}), Words({"verified"})}));
+  TextTable t(Columns({Words({"OP", "SHAPE"}), Figures({"TP"}), Words({"AUTO_MODE"}),
+                       Figures({"STEP_MS", "PREDICTED_MS", "ERROR"}), Words({"VERIFIED"})}));
   std::vector<double> errors;
   bool any_unverified = false;
   for (size_t i = 0; i < rows.size() && i < predictions.size(); ++i) {

@@ -10,6 +10,7 @@
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
+#include "client/jobs/progress_printer.h"
 #include "common/status_macros.h"
 
 namespace overlap::client {
@@ -169,8 +170,8 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
                           "links: a two-rank all-gather of %d MiB shards per pair, both "
                           "directions at once; GB/s per direction\n",
                           o.link_mib);
-    TextTable links(Columns({Words({"pair"}),
-                             Figures({"p2p ms", "p2p GB/s", "nccl ms", "nccl GB/s", "p2p vs best"}),
+    TextTable links(Columns({Words({"PAIR"}),
+                             Figures({"P2P_MS", "P2P_GBPS", "NCCL_MS", "NCCL_GBPS", "P2P_VS_BEST"}),
                              Words({""})}));
     for (size_t i = 0; i < r.links.size(); ++i) {
       const LinkCheck& l = r.links[i];
@@ -323,7 +324,7 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
   // Every GPU's job first, so that they run at once; then follow each.
   absl::StatusOr<std::vector<std::string>> ids = SubmitGpuChecks(client, o);
   if (!ids.ok()) return ReportCallError(ids.status(), client.address(), err);
-  err << "check: GEMM on " << ids->size() << " GPU(s)\n";
+  ProgressStream(err) << "check: GEMM on " << ids->size() << " GPU(s)\n";
   if (int rc = CollectGpuChecks(client, o, *ids, "", err, &result.gpus); rc != kExitOk) return rc;
   if (absl::StatusOr<v1::GetNodeInfoResponse> after = client.GetNodeInfo(); after.ok()) {
     const double wall_s =
@@ -336,7 +337,8 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
     for (size_t i = 0; i < o.devices.size(); ++i) {
       for (size_t j = i + 1; j < o.devices.size(); ++j) {
         const int a = o.devices[i], b = o.devices[j];
-        err << "check: link " << a << "-" << b << " (" << ++done << "/" << pairs << ")\n";
+        ProgressStream(err) << "check: link " << a << "-" << b << " (" << ++done << "/" << pairs
+                            << ")\n";
         absl::StatusOr<v1::Job> job = RunJob(client, LinkCheckSpec(a, b, o));
         if (!job.ok()) return ReportCallError(job.status(), client.address(), err);
         if (job->state() != v1::SUCCEEDED || job->result().ops_size() != 1) {
@@ -365,18 +367,18 @@ int RunCheck(DaemonClient& client, const CheckOptions& options, bool json, std::
 std::string SignedPercent(double x) { return absl::StrFormat("%+.1f%%", 100 * x); }
 
 std::string CappedShare(const GpuCheck& g, double share) {
-  return g.capped_valid ? absl::StrFormat("%.0f%%", 100 * share) : "-";
+  return g.capped_valid ? absl::StrFormat("%.0f", 100 * share) : "-";
 }
 
 std::vector<TextTable::Column> GemmCheckColumns(bool capped, bool with_node) {
   std::vector<TextTable::Column> columns;
-  if (with_node) columns.push_back({"node"});
-  for (const char* name : {"GPU", "GEMM ms", "TFLOP/s", "vs fastest"}) {
+  if (with_node) columns.push_back({"NODE"});
+  for (const char* name : {"GPU", "GEMM_MS", "TFLOPS", "VS_FASTEST"}) {
     columns.push_back({name, Align::kRight});
   }
   if (capped) {
-    columns.push_back({"power-capped", Align::kRight});
-    columns.push_back({"heat-capped", Align::kRight});
+    columns.push_back({"POWER_CAPPED_%", Align::kRight});
+    columns.push_back({"HEAT_CAPPED_%", Align::kRight});
   }
   columns.push_back({""});
   return columns;

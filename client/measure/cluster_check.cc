@@ -10,6 +10,7 @@
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
+#include "client/jobs/progress_printer.h"
 #include "common/status_macros.h"
 
 namespace overlap::client {
@@ -181,8 +182,8 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
   std::vector<double> medians;
   for (const NodeCheck& n : r.nodes) medians.push_back(MedianGemmMs(n));
   const size_t fastest_node = FastestIndex(medians);
-  TextTable nodes(Columns({Words({"node", "peer"}),
-                           Figures({"GPUs", "median GEMM ms", "vs fastest node"}), Words({""})}));
+  TextTable nodes(Columns({Words({"NODE", "PEER"}),
+                           Figures({"GPUS", "MEDIAN_GEMM_MS", "VS_FASTEST_NODE"}), Words({""})}));
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     const bool has = fastest_node < medians.size() && medians[i] > 0;
     nodes.AddRow({r.nodes[i].address, r.nodes[i].peer.empty() ? "-" : r.nodes[i].peer,
@@ -197,8 +198,8 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
                           "tp %d x dp 2 (each GPU with its peer on the other node, all at once), "
                           "verified; busbw per GPU, as nccl-tests counts it\n",
                           o.link_mib, r.pair_devices);
-    TextTable links(Columns({Words({"pair", "job"}), Figures({"ms", "busbw GB/s", "vs reference"}),
-                             Words({"verify", ""})}));
+    TextTable links(Columns({Words({"PAIR", "JOB"}), Figures({"MS", "BUSBW_GBPS", "VS_REFERENCE"}),
+                             Words({"VERIFY", ""})}));
     for (size_t k = 0; k < r.pairs.size(); ++k) {
       const NodePairCheck& p = r.pairs[k];
       if (!p.ran()) {
@@ -380,7 +381,7 @@ int RunClusterCheck(std::vector<NodeClient>& nodes, const CheckOptions& options,
     gpus += submitted->size();
     ids.push_back(*std::move(submitted));
   }
-  err << "check: GEMM on " << gpus << " GPU(s) of " << nodes.size() << " node(s)\n";
+  ProgressStream(err) << "check: GEMM on " << gpus << " GPU(s) of " << nodes.size() << " node(s)\n";
   for (size_t i = 0; i < nodes.size(); ++i) {
     const int rc = CollectGpuChecks(*nodes[i].client, per_node[i], ids[i], nodes[i].address + ": ",
                                     err, &result.nodes[i].gpus);
@@ -412,8 +413,8 @@ int RunClusterCheck(std::vector<NodeClient>& nodes, const CheckOptions& options,
           for (int k = 0; k < d; ++k) devices.push_back(k);
         }
         result.pair_devices = static_cast<int>(devices.size());
-        err << "check: nodes " << nodes[a].address << " - " << nodes[b].address << " ("
-            << result.pairs.size() + 1 << "/" << total << ")\n";
+        ProgressStream(err) << "check: nodes " << nodes[a].address << " - " << nodes[b].address
+                            << " (" << result.pairs.size() + 1 << "/" << total << ")\n";
         DaemonClient& coordinator = *nodes[a].client;
         absl::StatusOr<v1::Job> job =
             coordinator.SubmitJob(PairCheckSpec(devices, o), "check",

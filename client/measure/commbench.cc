@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -115,12 +116,12 @@ absl::Status ValidateCommBenchOptions(const CommBenchOptions& o) {
   if (!o.nodes.empty()) {
     if (o.nodes.size() < 2) {
       return absl::InvalidArgumentError(
-          "--nodes: give at least two daemons (their peer addresses, this one's among them)");
+          "--peers: give at least two daemons (their peer addresses, this one's among them)");
     }
     if (o.collectives != std::vector<std::string>{"all_reduce"} ||
         o.transports != std::vector<std::string>{"nccl"} || !o.algorithms.empty()) {
       return absl::InvalidArgumentError(
-          "--nodes: across daemons commbench times the all_reduce over nccl (Gloo on the host "
+          "--peers: across daemons commbench times the all_reduce over nccl (Gloo on the host "
           "backend), flat and hierarchical: leave out --collectives, --transports and "
           "--algorithms");
     }
@@ -237,9 +238,10 @@ struct VerifyTally {
 
 // A variant's three columns, under `label`.
 void AddVariantColumns(const std::string& label, std::vector<TextTable::Column>& columns) {
-  columns.push_back({label + " ms", Align::kRight});
-  columns.push_back({"algbw", Align::kRight});
-  columns.push_back({"busbw", Align::kRight});
+  const std::string name = absl::AsciiStrToUpper(label);
+  columns.push_back({name + "_MS", Align::kRight});
+  columns.push_back({name + "_ALGBW_GBPS", Align::kRight});
+  columns.push_back({name + "_BUSBW_GBPS", Align::kRight});
 }
 
 // Appends each variant's ms, algbw and busbw to `cells` ("-" for one the row
@@ -268,10 +270,10 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
                             const std::vector<std::string>& variants, int tp,
                             const std::string& dtype, int ranks_per_gpu) {
   std::vector<TextTable::Column> columns = {
-      {"collective"}, {"size", Align::kRight}, {"count", Align::kRight}};
+      {"COLLECTIVE"}, {"SIZE", Align::kRight}, {"COUNT", Align::kRight}};
   for (const std::string& t : variants) AddVariantColumns(t, columns);
-  columns.push_back({"faster"});
-  columns.push_back({"verify"});
+  columns.push_back({"FASTER"});
+  columns.push_back({"VERIFY"});
   TextTable table(columns);
   // Per collective and transport: the best bus bandwidth and the size it came at.
   std::map<std::pair<std::string, std::string>, std::pair<double, int64_t>> best;
@@ -458,12 +460,12 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
   const int dp = job.nodes_size();
   const std::vector<std::string> variants = NodesCommBenchVariants(tp);
   const bool hierarchical = variants.size() > 2;
-  std::vector<TextTable::Column> columns = {{"size", Align::kRight}, {"count", Align::kRight}};
+  std::vector<TextTable::Column> columns = {{"SIZE", Align::kRight}, {"COUNT", Align::kRight}};
   for (const std::string& v : variants) {
     AddVariantColumns(v == "world/hierarchical" ? "hier" : v, columns);
   }
-  if (hierarchical) columns.push_back({"flat/hier", Align::kRight});
-  columns.push_back({"verify"});
+  if (hierarchical) columns.push_back({"FLAT/HIER", Align::kRight});
+  columns.push_back({"VERIFY"});
   TextTable table(columns);
   std::map<std::string, std::pair<double, int64_t>> best;  // per variant: busbw, size
   for (const CommBenchRow& r : rows) {

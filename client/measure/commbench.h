@@ -7,7 +7,7 @@
 // output, the reduce-scatter's input, in bytes over all ranks of the group. Bus
 // bandwidth is algbw x 2(N-1)/N for all-reduce and x (N-1)/N for the other two.
 //
-// With `nodes` (commbench --nodes) the job spans those daemons, each bringing
+// With `nodes` (commbench --peers) the job spans those daemons, each bringing
 // the same devices, as a mesh tp = devices per node x dp = nodes, and times
 // the all-reduce three ways per size: each tp rank's data-parallel group
 // across the nodes (dp: a gradient all-reduce), every rank flat (world), and
@@ -62,7 +62,7 @@ inline constexpr int64_t kHostNodesCommBenchMaxBytes = int64_t{4} << 20;
 
 // INVALID_ARGUMENT naming the flag for a collective, transport or algorithm it
 // does not know, an algorithm no transport given has, sizes out of order, a
-// factor below 2, or --nodes with fewer than two nodes or with a collective
+// factor below 2, or --peers with fewer than two nodes or with a collective
 // other than all_reduce, a transport other than nccl, or --algorithms.
 absl::Status ValidateCommBenchOptions(const CommBenchOptions& options);
 
@@ -77,7 +77,7 @@ double AllReduceBusiestGpuFactor(const std::string& algorithm, int n);
 
 // The m x n of a collective of about `bytes` over a group of `group` ranks:
 // rows of 1024 elements where the size allows, m a multiple of the group,
-// rounded down to what such a shape holds (bench --nodes shapes its gradients so).
+// rounded down to what such a shape holds (bench --peers shapes its gradients so).
 struct CollectiveShape {
   int64_t m = 0, n = 0;
 };
@@ -114,7 +114,7 @@ nlohmann::json CommBenchJson(const v1::Job& job, const v1::GetNodeInfoResponse& 
                              const std::vector<CommBenchRow>& rows, const CommBenchOptions& options,
                              int tp);
 
-// commbench --nodes. The columns: "dp", "world" and, where tp (devices per
+// commbench --peers. The columns: "dp", "world" and, where tp (devices per
 // node) > 1, "world/hierarchical".
 std::vector<std::string> NodesCommBenchVariants(int tp);
 // The job (its nodes go with the submission): per size, an all_reduce per
@@ -134,7 +134,7 @@ nlohmann::json NodesCommBenchJson(const v1::Job& job, const v1::GetNodeInfoRespo
                                   const std::vector<CommBenchRow>& rows,
                                   const CommBenchOptions& options, int tp);
 
-// Shared with bench --nodes. On the host backend, a line saying that the
+// Shared with bench --peers. On the host backend, a line saying that the
 // figures mean nothing (threads on CPU cores, Gloo over loopback TCP) and only
 // the checks count; "" on any other backend. AddNodesJson adds the same to a
 // JSON record: "figures_meaningful" (false on the host backend) and

@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<int64_t>> ParseGradSizes(const std::string& text) {
 absl::Status ValidateGradBenchOptions(const GradBenchOptions& o) {
   if (o.nodes.size() < 2) {
     return absl::InvalidArgumentError(
-        "--nodes: give at least two daemons (their peer addresses, this one's among them)");
+        "--peers: give at least two daemons (their peer addresses, this one's among them)");
   }
   for (int64_t b : o.grad_bytes) {
     if (b <= 0) return absl::InvalidArgumentError("--grad-sizes: each must be above 0");
@@ -322,10 +322,10 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
       "last\n",
       dp, tp, tp, dp, o.dtype, o.grad_bytes.size(), absl::StrJoin(sizes, ", "),
       FormatByteSize(total), o.gemms_per_grad, o.gemm.m, o.gemm.k, o.gemm.n);
-  TextTable t(Columns({Words({"form", "sent as"}),
-                       Figures({"step ms", "no ARs ms", "exposed ms", "ARs alone ms", "hidden %",
-                                "algbw", "busbw"}),
-                       Words({"verify"})}));
+  TextTable t(Columns({Words({"FORM", "SENT_AS"}),
+                       Figures({"STEP_MS", "NO_ARS_MS", "EXPOSED_MS", "ARS_ALONE_MS", "HIDDEN_%",
+                                "ALGBW_GBPS", "BUSBW_GBPS"}),
+                       Words({"VERIFY"})}));
   const int64_t es = AllReduceElementBytes(o.dtype);
   std::vector<std::string> notes;
   for (const GradBenchRow& r : rows) {

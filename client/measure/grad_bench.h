@@ -1,4 +1,4 @@
-// `overlapctl bench --nodes`: the data-parallel gradient all-reduces across
+// `overlapctl bench --peers`: the data-parallel gradient all-reduces across
 // daemons, in a layer step beside GEMMs, whole, bucketed, chunked (planned
 // before the step: scheduler static) and dynamic (chunked, dispatched at run
 // time).
@@ -17,7 +17,7 @@
 
 namespace overlap::client {
 
-// `bench --nodes`: the data-parallel gradient all-reduces across daemons, in a
+// `bench --peers`: the data-parallel gradient all-reduces across daemons, in a
 // layer step beside GEMMs, three ways. One graph over the mesh tp = devices
 // per node x dp = nodes, the same for the three forms but for its layer-step
 // keys: per gradient, `gemms_per_grad` GEMMs standing in for the backward

@@ -1,6 +1,6 @@
-// The rows of the commands that measure: `bench` (the op sweep; with --nodes
+// The rows of the commands that measure: `bench` (the op sweep; with --peers
 // the gradient all-reduces across daemons) and `commbench` (the collectives
-// alone; with --nodes the all-reduce across daemons), whose options' text is
+// alone; with --peers the all-reduce across daemons), whose options' text is
 // parsed after CLI11 is done (shapes, a graph file, byte sizes); and `check`
 // (a slow GPU or link).
 #include "client/measure/measure_cli.h"
@@ -24,12 +24,13 @@
 namespace overlap::client {
 namespace {
 
-// --nodes (peer addresses, comma-separated), which the options in `local_only`,
+// --peers (peer addresses, comma-separated), which the options in `local_only`,
 // declared before it, do not go with.
-CLI::Option* AddPeerNodesOption(CLI::App& app, std::vector<std::string>& nodes, const char* help,
-                                std::initializer_list<const char*> local_only) {
-  CLI::Option* option = app.add_option("--nodes", nodes, help)->delimiter(',');
+CLI::Option* AddPeersOption(CLI::App& app, std::vector<std::string>& peers, const char* help,
+                            std::initializer_list<const char*> local_only) {
+  CLI::Option* option = app.add_option("--peers", peers, help)->delimiter(',');
   for (const char* flag : local_only) option->excludes(app.get_option(flag));
+  AddPeersOnlyRefusal(app);
   return option;
 }
 
@@ -40,7 +41,7 @@ struct BenchCliOptions {
   std::string json_out;
   bool no_verify = false;
   bool use_tuned = false;
-  // --nodes: the gradient all-reduces across daemons instead of the op sweep.
+  // --peers: the gradient all-reduces across daemons instead of the op sweep.
   GradBenchOptions grads;
   std::string grad_sizes;  // 1MiB,4MiB,...; empty: DefaultGradSizes
   std::string gemm;        // MxKxN; empty: DefaultGradGemm
@@ -57,7 +58,7 @@ struct CommBenchCliOptions {
 struct CheckCliOptions {
   CheckOptions check;
   bool no_links = false;
-  std::vector<std::string> nodes;
+  ClusterViewOptions nodes;
 };
 
 void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
@@ -96,7 +97,7 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
       ->check(CLI::IsMember({"heat", "idle"}))
       ->capture_default_str();
   app.add_option("--devices", bench.devices,
-                 "the TP group, e.g. 0,1,2,3 (default: every device); with --nodes each node's")
+                 "the TP group, e.g. 0,1,2,3 (default: every device); with --peers each node's")
       ->delimiter(',');
   app.add_option("--json-out", options.json_out, "also write the JSON report to this file");
   app.add_flag("--torch-peers", options.bench.torch_peers,
@@ -106,10 +107,10 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
   app.add_option("--html", options.bench.html_file,
                  "also write the charts (step against ideal and serial, hidden %, predicted beside "
                  "measured) to this self-contained HTML page");
-  // bench --nodes: the gradient all-reduces across daemons. The sweep's own
+  // bench --peers: the gradient all-reduces across daemons. The sweep's own
   // options do not apply there.
   GradBenchOptions& grads = options.grads;
-  CLI::Option* nodes = AddPeerNodesOption(
+  CLI::Option* peers = AddPeersOption(
       app, grads.nodes,
       "time the data-parallel gradient all-reduces across these daemons (peer addresses, this "
       "one's among them) in a layer step beside GEMMs: whole, bucketed and chunked, instead of "
@@ -119,20 +120,20 @@ void AddBenchOptions(CLI::App& app, BenchCliOptions& options) {
   app.add_option("--grad-sizes", options.grad_sizes,
                  "each rank's gradients, e.g. 1MiB,4MiB,16MiB,64MiB (the default; on the host "
                  "backend 256KiB,1MiB,4MiB)")
-      ->needs(nodes);
+      ->needs(peers);
   app.add_option("--gemm", options.gemm,
                  "the GEMMs standing in for the backward, MxKxN global (n splits over each "
                  "node's devices; default 8192x8192x8192, on the host backend 256x256x256)")
-      ->needs(nodes);
+      ->needs(peers);
   app.add_option("--gemms-per-grad", grads.gemms_per_grad,
                  "GEMMs before each gradient's all-reduce (and after the last)")
-      ->needs(nodes)
+      ->needs(peers)
       ->capture_default_str();
   app.add_option("--bucket-mib", grads.bucket_mib, "the bucketed form's buckets")
-      ->needs(nodes)
+      ->needs(peers)
       ->capture_default_str();
   app.add_option("--chunk-kib", grads.chunk_kib, "the chunked form's pieces")
-      ->needs(nodes)
+      ->needs(peers)
       ->capture_default_str();
 }
 
@@ -203,13 +204,13 @@ void AddCommBenchOptions(CLI::App& app, CommBenchCliOptions& options) {
   app.add_option("--factor", comm.factor, "each size is this many times the last")
       ->capture_default_str();
   app.add_option("--devices", comm.devices,
-                 "the group, e.g. 0,1 (default: every device); with --nodes each node's")
+                 "the group, e.g. 0,1 (default: every device); with --peers each node's")
       ->delimiter(',');
-  AddPeerNodesOption(app, comm.nodes,
-                     "across these daemons (peer addresses, this one's among them): the "
-                     "all_reduce over each tp rank's dp group, over the world flat and "
-                     "hierarchical (on the host backend sizes 64KiB to 4MiB by default)",
-                     {"--collectives", "--transports", "--algorithms"});
+  AddPeersOption(app, comm.nodes,
+                 "across these daemons (peer addresses, this one's among them): the "
+                 "all_reduce over each tp rank's dp group, over the world flat and "
+                 "hierarchical (on the host backend sizes 64KiB to 4MiB by default)",
+                 {"--collectives", "--transports", "--algorithms"});
   app.add_option("--dtype", comm.dtype, "bf16 | fp16 | fp32")->capture_default_str();
   app.add_option("--iterations", comm.iterations, "timed iterations per size")
       ->capture_default_str();
@@ -288,7 +289,7 @@ CliCommand CheckCommand() {
             ->check(CLI::Range(1, 10000))
             ->capture_default_str();
         app.add_flag("--no-links", options.no_links, "check the GPUs only");
-        AddNodesOption(app, options.nodes);
+        AddNodesOptions(app, options.nodes);
       },
       [](const CheckCliOptions& options, const CLI::App& app, const CliContext& context) {
         CheckOptions check = options.check;
@@ -296,7 +297,7 @@ CliCommand CheckCommand() {
         // A host backend gets smaller sizes, but only those the user left alone.
         check.gemm_size_given = app.count("--gemm-size") > 0;
         check.link_mib_given = app.count("--link-mib") > 0;
-        if (options.nodes.empty()) {
+        if (!options.nodes.given()) {
           return RunCheck(context.client, check, context.json, context.out, context.err);
         }
         return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {

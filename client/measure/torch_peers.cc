@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/format/table.h"
+#include "client/jobs/progress_printer.h"
 
 namespace overlap::client {
 
@@ -83,7 +84,7 @@ TorchPeersRun RunTorchPeers(const std::vector<BenchShape>& shapes, int tp, const
     return run;
   }
   const std::string json = absl::StrCat(dir, "/torch.json");
-  err << "bench: PyTorch peers on " << tp << " GPU(s) (" << script << ")\n";
+  ProgressStream(err) << "bench: PyTorch peers on " << tp << " GPU(s) (" << script << ")\n";
   const int rc = Run({torchrun, absl::StrCat("--nproc_per_node=", tp), script, "--shapes",
                       absl::StrJoin(names, ","), "--dtype", dtype, "--json", json});
   std::ifstream in(json);
@@ -121,9 +122,8 @@ void AddTorchPeersJson(const TorchPeersRun& run, nlohmann::json& j) {
 std::string FormatTorchPeers(const std::vector<BenchRow>& rows, const TorchPeersRun& run) {
   if (run.figures.empty())
     return absl::StrCat("PyTorch peers: not measured: ", run.not_measured, "\n");
-  TextTable t(
-      Columns({Words({"op", "shape (m x k x n)"}),
-               Figures({"overlapd ms", "torch serial ms", "torch async TP ms", "vs best torch"})}));
+  TextTable t(Columns({Words({"OP", "SHAPE"}), Figures({"OVERLAPD_MS", "TORCH_SERIAL_MS",
+                                                        "TORCH_ASYNC_TP_MS", "VS_BEST_TORCH"})}));
   for (size_t i = 0; i < rows.size() && i < run.figures.size(); ++i) {
     const TorchPeerFigures& f = run.figures[i];
     double best = f.serial_ms;

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/core/command_io.h"
+#include "client/jobs/progress_printer.h"
 #include "client/measure/commbench.h"
 #include "client/measure/grad_bench.h"
 #include "client/plan/stored_calibration.h"
@@ -87,7 +88,7 @@ absl::StatusOr<std::vector<std::string>> Measure(DaemonClient& client,
   const std::string comm_file = dir + "/commbench.json", bench_file = dir + "/bench.json";
   CommBenchOptions comm;
   comm.devices = options.devices;
-  err << "calibrate: step 1 of 2: the collectives alone (commbench)\n";
+  ProgressStream(err) << "calibrate: step 1 of 2: the collectives alone (commbench)\n";
   int rc = RunCommBench(client, comm, comm_file, false, err_is_tty, err, err);
   if (rc != kExitOk) return absl::AbortedError("commbench did not finish (see above)");
   BenchOptions bench;
@@ -98,7 +99,8 @@ absl::StatusOr<std::vector<std::string>> Measure(DaemonClient& client,
     if (!shapes.ok()) return shapes.status();
     bench.shapes = *shapes;
   }
-  err << "calibrate: step 2 of 2: GEMM alone and beside each transport (bench, 1 repeat)\n";
+  ProgressStream(err)
+      << "calibrate: step 2 of 2: GEMM alone and beside each transport (bench, 1 repeat)\n";
   rc = RunBench(client, bench, bench_file, false, err_is_tty, err, err);
   if (rc != kExitOk) return absl::AbortedError("bench did not finish (see above)");
   return std::vector<std::string>{comm_file, bench_file};

@@ -1,7 +1,7 @@
 // `overlapctl calibrate`: the node's calibration for the planner. Without
 // --from it measures (a commbench and a one-repeat bench sweep on the daemon,
 // as those commands run them) and fits; with --from it fits recorded
-// `bench --json` / `commbench --json` / `commbench --nodes --json` results.
+// `bench --json` / `commbench --json` / `commbench --peers --json` results.
 // The result is printed (--json: the calibration itself), written with -o,
 // and kept by the daemon (measured: always; --from: with --store), where
 // `plan` and `auto` find it.

@@ -115,16 +115,19 @@ void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
   }
   out << "\n";
   TextTable table(
-      Columns({Words({"schedule"}), Figures({"pieces", "GEMM/piece ms", "transfer/piece ms"}),
-               Words({"covers"}), Figures({"step ms", "hidden", "vs serial"})}));
+      Columns({Words({"SCHEDULE"}), Figures({"PIECES", "GEMM/PIECE_MS", "TRANSFER/PIECE_MS"}),
+               Words({"COVERS"}), Figures({"STEP_MS", "HIDDEN_%", "VS_SERIAL"})}));
   for (const SchedulePrediction& p : plan.predicted) {
     const bool moves = p.comm_alone_ms > 0;
     table.AddRow({p.schedule.Name(), absl::StrCat(p.pieces), Ms(p.piece.gemm_ms),
                   moves ? Ms(p.piece.transfer_ms) : "-",
                   !moves || p.schedule.mode == OverlapMode::kSerial ? "-"
-                  : p.piece.covered()                                ? "yes"
-                                                                     : "no",
-                  Ms(p.step_ms), moves ? absl::StrFormat("%.0f%%", 100 * p.hidden) : "-",
+                  : p.piece.covered()                               ? "yes"
+                                                                    : "no",
+                  Ms(p.step_ms),
+                  moves && p.schedule.mode != OverlapMode::kSerial
+                      ? absl::StrFormat("%.0f", 100 * p.hidden)
+                      : "-",
                   absl::StrFormat("%.2fx", p.serial_ms > 0 ? p.serial_ms / p.step_ms : 1.0)});
   }
   out << table.Render();
@@ -357,7 +360,7 @@ int RunPlan(DaemonClient& client, const PlanOptions& options, bool json_out, std
   absl::StatusOr<planner::WhatIf> what_if = ParseWhatIf(options.what_if);
   if (!what_if.ok()) return UsageError(what_if.status(), err);
   if (options.nodes < 0 || options.link_gbps < 0 || (options.link_gbps > 0 && options.nodes < 2)) {
-    err << "overlapctl: plan: --link-gbps goes with --nodes N (2 or more), both positive\n";
+    err << "overlapctl: plan: --link-gbps goes with --node-count N (2 or more), both positive\n";
     return kExitUsage;
   }
   if (options.nodes > 1) what_if->nodes = options.nodes;

@@ -13,16 +13,17 @@ namespace {
 void AddCalibrateOptions(CLI::App& app, CalibrateOptions& options) {
   app.add_option("--from", options.from,
                  "fit recorded results instead of measuring: bench --json, commbench --json, "
-                 "commbench --nodes --json files");
+                 "commbench --peers --json files");
   app.add_option("--gemm-slowdown", options.gemm_slowdown,
                  "GEMM time beside each transport over GEMM alone, measured elsewhere, e.g. "
                  "nccl=1.2,p2p=1.106 (default: from the bench results' overlapped schedules)");
   app.add_option("--piece-overhead-ms", options.piece_overhead_ms,
                  "the fixed cost of one piece of a cut schedule, measured elsewhere (default: 0)");
-  app.add_option("-o,--output", options.output, "write the calibration (JSON) to this file");
-  app.add_option("--load", options.load,
-                 "keep this calibration file (calibrate --json or -o output) on the daemon as it "
-                 "is; one measured on other hardware is refused");
+  app.add_option("--output-file", options.output, "write the calibration (JSON) to this file");
+  app.add_option(
+      "--load", options.load,
+      "keep this calibration file (calibrate --json or --output-file output) on the daemon as it "
+      "is; one measured on other hardware is refused");
   app.add_flag("--store", options.store,
                "with --from: keep it on the daemon too (admins; measured ones always are)");
   app.add_option("--devices", options.devices, "measure over these devices, e.g. 0,1")
@@ -46,11 +47,12 @@ void AddPlanOptions(CLI::App& app, PlanOptions& options) {
   app.add_option("--what-if", options.what_if,
                  "another machine: tp=N, nvlink-gbps=X (intra-node bus bandwidth), gemm-tflops=X, "
                  "nodes=N and inter-node-gbps=X, comma-separated");
-  app.add_option("--nodes", options.nodes,
+  app.add_option("--node-count", options.nodes,
                  "a cluster: the graph's data-parallel replicas one to a node, over N nodes");
+  RefuseFlag(app, "--nodes", "plan takes the number of nodes as --node-count N");
   app.add_option("--link-gbps", options.link_gbps,
-                 "with --nodes: the link between nodes, bus bandwidth in GB/s (default: what "
-                 "commbench --nodes measured, kept in the calibration)");
+                 "with --node-count: the link between nodes, bus bandwidth in GB/s (default: "
+                 "what commbench --peers measured, kept in the calibration)");
   app.add_option("--replay", options.replay_file,
                  "instead of a graph: predict every candidate a recorded bench --json measured");
 }

@@ -117,23 +117,26 @@ std::vector<Row> Rows() {
 
 }  // namespace
 
-absl::StatusOr<std::vector<NodeClient>> ConnectNodes(const std::vector<std::string>& addresses,
-                                                     const ClientTls& tls) {
-  if (addresses.empty()) return absl::InvalidArgumentError("--nodes: give at least one address");
-  std::vector<NodeClient> nodes;
-  std::set<std::string> seen;
-  for (const std::string& address : addresses) {
-    if (address.empty()) return absl::InvalidArgumentError("--nodes: an empty address");
-    if (!seen.insert(address).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--nodes: ", address, " is given twice"));
-    }
-    absl::StatusOr<std::unique_ptr<DaemonClient>> client = DaemonClient::Create(address, tls);
-    if (!client.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(address, ": ", client.status().message()));
-    }
-    nodes.push_back({address, std::move(*client)});
+absl::StatusOr<std::vector<NodeClient>> ConnectNodes(const std::vector<ClusterNode>& nodes) {
+  if (nodes.empty()) {
+    return absl::InvalidArgumentError("give the daemons: --nodes A,B,... or --cluster-file FILE");
   }
-  return nodes;
+  std::vector<NodeClient> clients;
+  std::set<std::string> seen;
+  for (const ClusterNode& node : nodes) {
+    if (node.address.empty()) return absl::InvalidArgumentError("--nodes: an empty address");
+    if (!seen.insert(node.address).second) {
+      return absl::InvalidArgumentError(absl::StrCat(node.address, " is given twice"));
+    }
+    absl::StatusOr<std::unique_ptr<DaemonClient>> client =
+        DaemonClient::Create(node.address, node.tls);
+    if (!client.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.address, ": ", client.status().message()));
+    }
+    clients.push_back({node.address, std::move(*client)});
+  }
+  return clients;
 }
 
 std::vector<NodeAnswer> GetEveryNodeInfo(std::vector<NodeClient>& nodes) {

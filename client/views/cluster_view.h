@@ -1,6 +1,7 @@
-// Several daemons at once, for `overlapctl node|top|check --nodes A,B,...`:
-// a client per daemon's user address (each as --addr would take it, all with
-// the same TLS), calls made on every daemon at once, and `node --nodes`: the
+// Several daemons at once, for `overlapctl node|top|check --nodes A,B,...`
+// (or --cluster-file): a client per daemon's user address (each as --addr
+// would take it, with its TLS: cluster_file.h), calls made on every daemon at
+// once, and `node --nodes`: the
 // daemons' versions and health side by side, with what disagrees or is
 // unhealthy flagged. A daemon that does not answer is a finding, not an end.
 //
@@ -19,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/core/daemon_client.h"
+#include "client/views/cluster_file.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
 
@@ -30,11 +32,10 @@ struct NodeClient {
   std::unique_ptr<DaemonClient> client;
 };
 
-// A client for each address, in order. INVALID_ARGUMENT for an empty list, an
+// A client for each node, in order. INVALID_ARGUMENT for an empty list, an
 // empty or repeated address, or what DaemonClient::Create refuses (TLS files,
-// TLS to a unix socket); connecting waits for the first call.
-absl::StatusOr<std::vector<NodeClient>> ConnectNodes(const std::vector<std::string>& addresses,
-                                                     const ClientTls& tls);
+// TLS to a unix socket), naming the address; connecting waits for the first call.
+absl::StatusOr<std::vector<NodeClient>> ConnectNodes(const std::vector<ClusterNode>& nodes);
 
 // `call` on every node at once (a thread each, so that one daemon that does
 // not answer costs one deadline, not one per node); the answers in order.

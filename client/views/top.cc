@@ -17,7 +17,7 @@ namespace {
 constexpr int kHeaderEvery = 20;
 // After the time (and, for `top --nodes`, the node): the GPU's columns.
 constexpr char kLineFormat[] =
-    "%4s %6s %7s %5s %7s %5s %-12s %-12s %10s  %-11s %-12s %-36s %-12s %8s %7s %7s\n";
+    "%4s %6s %7s %6s %7s %6s %-12s %-12s %10s  %-11s %-12s %-36s %-12s %8s %8s %7s\n";
 constexpr size_t kMaxNodeWidth = 40;
 
 // The running job that holds `device`, or null.
@@ -62,13 +62,13 @@ std::string TruncateFront(const std::string& s, size_t width) {
 }
 
 std::string ColumnsHeader() {
-  return absl::StrFormat(kLineFormat, "gpu", "sm MHz", "mem MHz", "temp", "power W", "util%",
-                         "limits", "health", "mem used", "job", "op", "phase", "last op", "step ms",
-                         "hidden%", "wait ms");
+  return absl::StrFormat(kLineFormat, "GPU", "SM_MHZ", "MEM_MHZ", "TEMP_C", "POWER_W", "UTIL_%",
+                         "LIMITS", "HEALTH", "MEM_USED", "JOB", "OP", "PHASE", "LAST_OP", "STEP_MS",
+                         "HIDDEN_%", "WAIT_MS");
 }
 
 std::string TimeOf(int64_t now_ms) {
-  return absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(now_ms), absl::UTCTimeZone());
 }
 
 // One line per device, each after `prefix` (the time, and the node).
@@ -100,17 +100,17 @@ std::string DeviceLines(const std::string& prefix, const v1::GetNodeInfoResponse
 }
 
 std::string NodePrefix(int64_t now_ms, const std::string& address, size_t width) {
-  return absl::StrFormat("%-8s %-*s ", TimeOf(now_ms), static_cast<int>(width),
+  return absl::StrFormat("%-20s %-*s ", TimeOf(now_ms), static_cast<int>(width),
                          TruncateFront(address, width));
 }
 
 }  // namespace
 
-std::string TopHeader() { return absl::StrFormat("%-8s ", "# time") + ColumnsHeader(); }
+std::string TopHeader() { return absl::StrFormat("%-20s ", "TIME") + ColumnsHeader(); }
 
 std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
                             const std::vector<v1::Job>& running, int64_t now_ms) {
-  return DeviceLines(absl::StrFormat("%-8s ", TimeOf(now_ms)), node, running);
+  return DeviceLines(absl::StrFormat("%-20s ", TimeOf(now_ms)), node, running);
 }
 
 nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
@@ -175,7 +175,7 @@ size_t ClusterTopNodeWidth(const std::vector<NodeTopSample>& nodes) {
 }
 
 std::string ClusterTopHeader(size_t node_width) {
-  return absl::StrFormat("%-8s %-*s ", "# time", static_cast<int>(node_width), "node") +
+  return absl::StrFormat("%-20s %-*s ", "TIME", static_cast<int>(node_width), "NODE") +
          ColumnsHeader();
 }
 

@@ -37,8 +37,8 @@ absl::StatusOr<v1::TuningFilter> ParseTuningFilter(const std::string& op, const 
 std::string FormatTunedSchedules(const v1::ListTunedSchedulesResponse& response) {
   if (response.schedules_size() == 0) return "no tuned schedules\n";
   TextTable table(
-      Columns({Words({"OP", "SHAPE (m x k x n)", "DTYPE"}), Figures({"TP"}),
-               Words({"ASKED", "CHOSEN"}), Figures({"STEP MS"}), Words({"TUNED", "USABLE"})}));
+      Columns({Words({"OP", "SHAPE", "DTYPE"}), Figures({"TP"}), Words({"ASKED", "CHOSEN"}),
+               Figures({"STEP_MS"}), Words({"TUNED", "USABLE"})}));
   int stale = 0;
   for (const v1::TunedSchedule& t : response.schedules()) {
     if (!t.current()) ++stale;

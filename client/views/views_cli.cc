@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,7 +51,7 @@ struct NoOptions {};
 void AddNoOptions(CLI::App&, NoOptions&) {}
 
 struct NodeOptions {
-  std::vector<std::string> nodes;
+  ClusterViewOptions nodes;
 };
 
 struct HealthOptions {
@@ -59,7 +60,7 @@ struct HealthOptions {
 
 struct TopCliOptions {
   TopOptions top;
-  std::vector<std::string> nodes;
+  ClusterViewOptions nodes;
 };
 
 void AddTuningOptions(CLI::App& app, TuningOptions& options) {
@@ -89,24 +90,48 @@ int RunTuning(const TuningOptions& options, const CLI::App& app, const CliContex
 
 }  // namespace
 
-void AddNodesOption(CLI::App& app, std::vector<std::string>& nodes) {
-  app.add_option("--nodes", nodes,
+void AddNodesOptions(CLI::App& app, ClusterViewOptions& options) {
+  app.add_option("--nodes", options.nodes,
                  "several daemons at once: their user addresses, as --addr takes them "
-                 "(unix:PATH or HOST:PORT, comma-separated; the --tls-* flags apply to all)")
+                 "(unix:PATH or HOST:PORT, comma-separated; the --tls-* flags apply to each "
+                 "HOST:PORT)")
       ->delimiter(',');
+  app.add_option("--cluster-file", options.cluster_file,
+                 "the daemons from a YAML or JSON file: a list of nodes, each an address and "
+                 "its own tls_ca, tls_cert, tls_key, server_name (docs/CLI.md); with --nodes, "
+                 "both");
+  AddNodesOnlyRefusal(app);
 }
 
-int WithNodes(const CLI::App& command, const std::vector<std::string>& addresses,
-              const CliContext& context,
+// The file's nodes, then --nodes', each with its TLS.
+absl::StatusOr<std::vector<ClusterNode>> ViewNodes(const ClusterViewOptions& options,
+                                                   const ClientTls& default_tls) {
+  std::vector<ClusterNode> from_file;
+  if (!options.cluster_file.empty()) {
+    absl::StatusOr<std::string> text = ReadBoundedFile(options.cluster_file, kMaxInputFileBytes);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<std::vector<ClusterNode>> parsed = ParseClusterFile(*text, options.cluster_file);
+    if (!parsed.ok()) return parsed.status();
+    from_file = std::move(*parsed);
+  }
+  return ClusterViewNodes(std::move(from_file), options.nodes, default_tls);
+}
+
+int WithNodes(const CLI::App& command, const ClusterViewOptions& options, const CliContext& context,
               const std::function<int(std::vector<NodeClient>& nodes)>& run) {
+  absl::StatusOr<std::vector<ClusterNode>> view = ViewNodes(options, GlobalTls(command));
+  if (!view.ok()) return UsageError(view.status(), context.err);
   const CLI::Option* addr = command.get_parent()->get_option_no_throw("--addr");
   if (addr != nullptr && addr->count() > 0 &&
-      std::find(addresses.begin(), addresses.end(), context.client.address()) == addresses.end()) {
+      std::none_of(view->begin(), view->end(), [&](const ClusterNode& node) {
+        return node.address == context.client.address();
+      })) {
     context.err << "overlapctl: " << command.get_name() << ": --addr " << context.client.address()
-                << " is not among --nodes, which names every daemon to ask\n";
+                << " is not among the nodes (--nodes, --cluster-file), which name every daemon "
+                   "to ask\n";
     return kExitUsage;
   }
-  absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(addresses, GlobalTls(command));
+  absl::StatusOr<std::vector<NodeClient>> nodes = ConnectNodes(*view);
   if (!nodes.ok()) return UsageError(nodes.status(), context.err);
   return run(*nodes);
 }
@@ -116,9 +141,9 @@ CliCommand NodeCommand() {
       "node",
       "show the daemon's backend and devices; with --nodes, several daemons' versions and "
       "health side by side (exit 1 on a version mismatch or an unhealthy node)",
-      [](CLI::App& app, NodeOptions& options) { AddNodesOption(app, options.nodes); },
+      [](CLI::App& app, NodeOptions& options) { AddNodesOptions(app, options.nodes); },
       [](const NodeOptions& options, const CLI::App& app, const CliContext& context) {
-        if (options.nodes.empty()) return NodeCommandsFor(context).Node();
+        if (!options.nodes.given()) return NodeCommandsFor(context).Node();
         return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {
           return RunClusterNode(nodes, context.json, context.out, context.err);
         });
@@ -162,10 +187,10 @@ CliCommand TopCommand() {
         app.add_option("--count", options.top.count, "samples to print (0: until interrupted)")
             ->check(CLI::NonNegativeNumber)
             ->capture_default_str();
-        AddNodesOption(app, options.nodes);
+        AddNodesOptions(app, options.nodes);
       },
       [](const TopCliOptions& options, const CLI::App& app, const CliContext& context) {
-        if (options.nodes.empty()) {
+        if (!options.nodes.given()) {
           return RunTop(context.client, options.top, context.json, context.out, context.err);
         }
         return WithNodes(app, options.nodes, context, [&](std::vector<NodeClient>& nodes) {

@@ -47,7 +47,7 @@ struct TransferCurve {
   std::vector<TransferPoint> points;  // by bytes, ascending
 };
 
-// The network between daemons, as `commbench --nodes` measured it.
+// The network between daemons, as `commbench --peers` measured it.
 struct InterNodeLink {
   double gbps = 0;        // bus bandwidth of a large all-reduce across nodes
   double latency_ms = 0;  // a small all-reduce across nodes

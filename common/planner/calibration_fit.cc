@@ -135,8 +135,8 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
     const std::string name = d < names.size() ? names[d] : absl::StrCat("document ", d + 1);
     const std::string kind = ResultKind(doc);
     if (kind.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": not a result of bench, commbench or commbench --nodes (--json)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": not a result of bench, commbench or commbench --peers (--json)"));
     }
     const CalibrationIdentity id = IdentityOf(doc);
     if (!identity_set) {

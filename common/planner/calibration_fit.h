@@ -1,5 +1,5 @@
 // A calibration fitted from results overlapctl already writes: `commbench
-// --json` (transfer curves), `commbench --nodes --json` (the link between
+// --json` (transfer curves), `commbench --peers --json` (the link between
 // nodes), `bench --json` (GEMM alone per shape, and the GEMM's slowdown beside
 // the transport auto chose). `overlapctl calibrate` measures with those same
 // commands and fits here; `calibrate --from FILE...` fits recorded ones.

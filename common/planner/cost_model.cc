@@ -72,8 +72,8 @@ absl::StatusOr<double> CostModel::InterNodeMs(Collective collective, int64_t byt
     latency_ms = calibration_.inter_node->latency_ms;
   } else {
     return absl::NotFoundError(
-        "no link between nodes was measured (run `overlapctl commbench --nodes` and "
-        "`overlapctl calibrate --from` its JSON) and none was given (plan --nodes N "
+        "no link between nodes was measured (run `overlapctl commbench --peers` and "
+        "`overlapctl calibrate --from` its JSON) and none was given (plan --node-count N "
         "--link-gbps X)");
   }
   return latency_ms + BandwidthMs(BusBwFactor(collective, ranks) * double(bytes), gbps);
@@ -121,13 +121,14 @@ std::vector<std::string> CostModel::Assumptions() const {
     const double gbps = what_if_.inter_node_gbps.value_or(
         calibration_.inter_node ? calibration_.inter_node->gbps : 0);
     if (gbps <= 0) {
-      out.push_back("between nodes: no link measured or given, so nothing across nodes is "
-                    "predicted (plan --nodes N --link-gbps X)");
+      out.push_back(
+          "between nodes: no link measured or given, so nothing across nodes is "
+          "predicted (plan --node-count N --link-gbps X)");
       return out;
     }
     out.push_back(absl::StrFormat(
         "between nodes: %.0f GB/s bus bandwidth for the data-parallel all-reduce (%s)", gbps,
-        what_if_.inter_node_gbps ? "asked" : "measured by commbench --nodes"));
+        what_if_.inter_node_gbps ? "asked" : "measured by commbench --peers"));
   }
   return out;
 }

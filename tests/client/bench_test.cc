@@ -220,6 +220,12 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_THAT(alone, ::testing::ContainsRegex(" 0\\.200 +- "));
   one_rank[0].gemm_slowdown = 0;  // nothing ran beside the GEMM
   EXPECT_THAT(FormatBench(one_rank), ::testing::ContainsRegex(" 1\\.200 +- +1\\.091 "));
+  // The schedule auto ran here hides; a serial one hides nothing by design: "-", as the report.
+  EXPECT_TRUE(r.hides);
+  EXPECT_THAT(table, ::testing::ContainsRegex(" 0\\.200 +60\\.0 "));
+  std::vector<BenchRow> serial = rows;
+  serial[0].hides = false;
+  EXPECT_THAT(FormatBench(serial), ::testing::ContainsRegex(" 0\\.200 +- "));
   EXPECT_NE(table.find("slow GPU? ag_gemm 1000 x 1000 x 1000: rank 1 (device 1): GEMM alone "
                        "1.100 ms, 10.0% above rank 0 (device 0)'s 1.000 ms"),
             std::string::npos)

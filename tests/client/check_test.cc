@@ -103,7 +103,7 @@ TEST(CheckTest, CappedSharesExplainASlowGpu) {
   EXPECT_DOUBLE_EQ(r.gpus[2].thermal_capped, 0.75);
   EXPECT_FALSE(r.gpus[3].capped_valid);
   const std::string text = FormatCheck(r, CheckOptions{});
-  EXPECT_THAT(text, HasSubstr("power-capped  heat-capped"));
+  EXPECT_THAT(text, HasSubstr("POWER_CAPPED_%  HEAT_CAPPED_%"));
   EXPECT_THAT(text, HasSubstr("slow GPU: 2, its GEMM 8.0% slower than the fastest GPU's (more than "
                               "5%); its clocks were held back by the power limit 25% and by heat "
                               "75% of the GEMM phase"));
@@ -111,7 +111,7 @@ TEST(CheckTest, CappedSharesExplainASlowGpu) {
   EXPECT_DOUBLE_EQ(j["gpus"][2]["thermal_capped_share"].get<double>(), 0.75);
   EXPECT_FALSE(j["gpus"][3].contains("power_capped_share"));
   // Without counters anywhere, no such columns.
-  EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("power-capped")));
+  EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("POWER_CAPPED_%")));
 }
 
 // Health at the end of the check, and NVLink errors counted during it: each

@@ -146,16 +146,19 @@ TEST(ClusterNodeTest, ANodeThatDidNotAnswerIsAColumnAndAFindingNotAMismatch) {
 }
 
 TEST(ClusterNodeTest, ConnectNodesRefusesARepeatedOrEmptyAddress) {
-  EXPECT_EQ(ConnectNodes({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<std::vector<NodeClient>> twice = ConnectNodes({"unix:/a", "unix:/a"}, {});
+  auto node = [](const std::string& address, const ClientTls& tls = {}) {
+    return ClusterNode{address, tls, tls.enabled()};
+  };
+  EXPECT_EQ(ConnectNodes({}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<NodeClient>> twice = ConnectNodes({node("unix:/a"), node("unix:/a")});
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(twice.status().message(), HasSubstr("unix:/a is given twice"));
   // TLS is for HOST:PORT: the address is named.
   ClientTls tls;
   tls.ca_file = "/nonexistent/ca.pem";
-  absl::StatusOr<std::vector<NodeClient>> tls_unix = ConnectNodes({"unix:/a"}, tls);
+  absl::StatusOr<std::vector<NodeClient>> tls_unix = ConnectNodes({node("unix:/a", tls)});
   EXPECT_THAT(tls_unix.status().message(), HasSubstr("unix:/a: --tls-*"));
-  absl::StatusOr<std::vector<NodeClient>> two = ConnectNodes({"unix:/a", "unix:/b"}, {});
+  absl::StatusOr<std::vector<NodeClient>> two = ConnectNodes({node("unix:/a"), node("unix:/b")});
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ((*two)[1].address, "unix:/b");
 }
@@ -168,15 +171,16 @@ TEST(ClusterTopTest, EveryNodesGpusUnderANodeColumnAndARowForOneThatDidNotAnswer
   const std::vector<std::string> lines =
       Lines(ClusterTopHeader(ClusterTopNodeWidth(nodes)) + FormatClusterTopSample(nodes, kNowMs));
   ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0].rfind("# time   node           gpu", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[0].rfind("TIME                 NODE           GPU SM_MHZ", 0), 0u) << lines[0];
   // The GPUs' lines keep the header's width.
   EXPECT_EQ(lines[1].size(), lines[0].size());
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
   ASSERT_GE(gpu1.size(), 3u);
-  EXPECT_EQ(gpu1[0], "02:58:53");
+  EXPECT_EQ(gpu1[0], "2026-12-01T02:58:53Z");
   EXPECT_EQ(gpu1[1], "unix:/a");
   EXPECT_EQ(gpu1[2], "1");
-  EXPECT_EQ(lines[3], "02:58:53 10.0.0.2:7070    - no answer: UNAVAILABLE: connection refused");
+  EXPECT_EQ(lines[3],
+            "2026-12-01T02:58:53Z 10.0.0.2:7070    - no answer: UNAVAILABLE: connection refused");
 
   const nlohmann::json j = ClusterTopSampleJson(nodes, kNowMs);
   EXPECT_EQ(j["time_ms"], kNowMs);

@@ -146,8 +146,8 @@ TEST(DeviceHealthTest, NodeTableShowsEveryReadingAndNamesTheProblems) {
   EXPECT_THAT(text,
               StartsWith("health (errors since the driver loaded; Xids this boot, kept across "
                          "overlapd restarts):\n"
-                         "INDEX  PCIE                     PCIE REPLAYS  NVLINKS  "
-                         "NVLINK CRC/REPLAY/RECOVERY  ECC CORR/UNCORR  ROW REMAP  XID GPU/ALL\n"))
+                         "INDEX  PCIE                     PCIE_REPLAYS  NVLINKS  "
+                         "NVLINK_CRC/REPLAY/RECOVERY  ECC_CORR/UNCORR  ROW_REMAP  XID_GPU/ALL\n"))
       << text;
   EXPECT_THAT(text, HasSubstr("    0  Gen1 x16 (max Gen5 x16)             0    18/18  "
                               "                     0/0/0              3/0  none       0/0\n"))

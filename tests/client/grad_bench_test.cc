@@ -105,7 +105,7 @@ TEST(GradBenchOptionsTest, RefusesWhatCannotRun) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << message;
     EXPECT_THAT(std::string(s.message()), HasSubstr(message));
   };
-  refused([](GradBenchOptions& o) { o.nodes.pop_back(); }, "--nodes: give at least two daemons");
+  refused([](GradBenchOptions& o) { o.nodes.pop_back(); }, "--peers: give at least two daemons");
   refused([](GradBenchOptions& o) { o.grad_bytes = {0}; }, "--grad-sizes: each must be above 0");
   refused([](GradBenchOptions& o) { o.gemm.k = 0; }, "--gemm: m, k and n must be above 0");
   refused([](GradBenchOptions& o) { o.gemms_per_grad = 0; }, "--gemms-per-grad");

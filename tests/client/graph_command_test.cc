@@ -83,7 +83,7 @@ TEST(GraphCommandTest, WhatCannotBeResolvedIsNamed) {
 
 TEST(GraphCommandTest, PresetsListAsATableAndAsJson) {
   const std::string table = FormatModelPresets(false);
-  EXPECT_THAT(table, HasSubstr("model        hidden    ffn  heads  kv heads  head dim  mlp\n"));
+  EXPECT_THAT(table, HasSubstr("MODEL        HIDDEN    FFN  HEADS  KV_HEADS  HEAD_DIM  MLP\n"));
   EXPECT_THAT(table, HasSubstr("\ngpt3-175b     12288  49152     96        96       128  plain\n"));
   const nlohmann::json models = nlohmann::json::parse(FormatModelPresets(true));
   ASSERT_EQ(models.size(), ModelPresets().size());

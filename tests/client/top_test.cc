@@ -66,18 +66,20 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   const std::vector<std::string> lines =
       Lines(TopHeader() + FormatTopSample(TwoGpus(), {RunningOn0()}, kNowMs));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0].rfind("# time", 0), 0u);
+  EXPECT_EQ(lines[0].rfind("TIME                  GPU SM_MHZ MEM_MHZ TEMP_C POWER_W UTIL_%", 0), 0u)
+      << lines[0];
   // Every line has the header's width: the columns stay put as samples stream.
   EXPECT_EQ(lines[1].size(), lines[0].size());
   EXPECT_EQ(lines[2].size(), lines[0].size());
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_EQ(gpu0,
-            (std::vector<std::string>{"02:58:53", "0", "1980", "3201", "41", "306.9", "99",
-                                      "power,therm~", "ok", "12.00", "GiB", "job-000007", "fc2",
-                                      "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
+            (std::vector<std::string>{"2026-12-01T02:58:53Z", "0", "1980", "3201", "41", "306.9",
+                                      "99", "power,therm~", "ok", "12.00", "GiB", "job-000007",
+                                      "fc2", "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
-  EXPECT_EQ(gpu1, (std::vector<std::string>{"02:58:53", "1", "-", "-", "-", "-", "-", "-", "-", "0",
-                                            "B", "-", "-", "-", "-", "-", "-", "-"}));
+  EXPECT_EQ(gpu1,
+            (std::vector<std::string>{"2026-12-01T02:58:53Z", "1", "-", "-", "-", "-", "-", "-",
+                                      "-", "0", "B", "-", "-", "-", "-", "-", "-", "-"}));
 
   // What is wrong with a GPU, in short.
   v1::GetNodeInfoResponse sick = TwoGpus();

@@ -53,7 +53,7 @@ v1::TunedSchedule Entry(const std::string& op, int64_t m, const std::string& sch
   t.set_requested("auto/0/auto");
   t.set_schedule(schedule);
   t.set_step_ms(ms);
-  t.set_tuned_unix_ms(1796131294000);  // 2026-12-01 13:21:34Z
+  t.set_tuned_unix_ms(1796131294000);  // 2026-12-01T13:21:34Z
   t.set_current(current);
   return t;
 }
@@ -64,13 +64,13 @@ TEST(TuningTableTest, ExactRowsAndTheStaleNote) {
   *response.add_schedules() = Entry("gemm_rs", 16384, "bulk/p2p", 1.375, false);
   EXPECT_EQ(
       FormatTunedSchedules(response),
-      "OP       SHAPE (m x k x n)    DTYPE  TP  ASKED        CHOSEN      STEP MS  TUNED      "
+      "OP       SHAPE                DTYPE  TP  ASKED        CHOSEN      STEP_MS  TUNED      "
       "           USABLE\n" +
           std::string(103, '-') +
           "\n"
-          "ag_gemm  8192 x 4096 x 4096   bf16    2  auto/0/auto  ring/2/p2p    0.201  2026-12-01 "
+          "ag_gemm  8192 x 4096 x 4096   bf16    2  auto/0/auto  ring/2/p2p    0.201  2026-12-01T"
           "13:21:34Z  yes\n"
-          "gemm_rs  16384 x 4096 x 4096  bf16    2  auto/0/auto  bulk/p2p      1.375  2026-12-01 "
+          "gemm_rs  16384 x 4096 x 4096  bf16    2  auto/0/auto  bulk/p2p      1.375  2026-12-01T"
           "13:21:34Z  stale\n"
           "1 stale: tuned under another overlapd build, GPU model, driver, library or "
           "NCCL_*/CUDA_* setting (`--json` shows each one's environment); "

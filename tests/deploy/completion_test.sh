@@ -70,6 +70,7 @@ expect "forget list" tuning ""
 expect "forget list" --json tuning ""            # a flag without a value
 expect "--wait" submit --no-fuse --wa            # "--no-fuse Excludes: ..." takes none either
 expect "--nodes" --json node --no
+expect "--peers" submit --pe                      # peer addresses: --peers, user addresses: --nodes
 # A graph file for submit, and for a text flag's value.
 expect "$src/deploy/graphs" submit "$src/deploy/grap"
 expect "$src/deploy/graphs/mesh-host.yaml" bench --graph "$src/deploy/graphs/mesh-"

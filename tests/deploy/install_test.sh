@@ -61,7 +61,7 @@ if command -v help2man >/dev/null 2>&1; then
   done
   # The exit statuses docs/CLI.md gives, and the variables each program reads.
   for code in 0 1 2 3 64; do has "$work/overlapctl.1" ".B $code"; done
-  for var in OVERLAPD_ADDR OVERLAPD_TLS_CA OVERLAP_TORCH_PEERS; do has "$work/overlapctl.1" "$var"; done
+  for var in OVERLAPD_ADDR OVERLAPD_TLS_CA OVERLAP_TORCH_PEERS COLUMNS; do has "$work/overlapctl.1" "$var"; done
   for var in SPDLOG_LEVEL XDG_RUNTIME_DIR NOTIFY_SOCKET; do has "$work/overlapd.1" "$var"; done
   if command -v man >/dev/null 2>&1; then
     MANWIDTH=100 man -l "$man/overlapctl.1.gz" 2>"$work/man.err" > "$work/man.txt" || fail "man -l failed"

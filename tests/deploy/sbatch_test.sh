@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/slurm/overlap-job.sbatch builds --nodes from the allocation and
+# deploy/slurm/overlap-job.sbatch builds --peers from the allocation and
 # submits to the first node's daemon. scontrol, srun, hostname and overlapctl
 # are stand-ins on PATH that record how they were called: srun runs its
 # command once per node (in reverse order, with that node's SLURMD_NODENAME),
@@ -71,21 +71,21 @@ sock=unix:/run/overlapd/overlapd.sock
 # Without srun: Slurm's short names, PEER_PORT, flags passed on.
 run "$work/nosrun" "gpu-a gpu-b gpu-c" PEER_PORT=7100 -- layer.yaml --json
 [ $rc = 0 ] || fail "short names: exit $rc: $out"
-expect_submit "--addr $sock submit layer.yaml --nodes gpu-a:7100,gpu-b:7100,gpu-c:7100 --wait --json" "short names"
+expect_submit "--addr $sock submit layer.yaml --peers gpu-a:7100,gpu-b:7100,gpu-c:7100 --wait --json" "short names"
 grep -q '^scontrol show hostnames x$' "$calls" || fail "scontrol not asked for SLURM_JOB_NODELIST"
 case $out in *"holds no GPUs"*) ;; *) fail "no warning without --gpus-per-node: $out" ;; esac
 
 # OVERLAPD_DOMAIN completes short names; a name that is already an FQDN is kept.
 run "$work/nosrun" "gpu-a gpu-b.dc2.example" OVERLAPD_DOMAIN=dc1.example SLURM_GPUS_PER_NODE=8 -- g.yaml
 [ $rc = 0 ] || fail "domain: exit $rc: $out"
-expect_submit "--addr $sock submit g.yaml --nodes gpu-a.dc1.example:7000,gpu-b.dc2.example:7000 --wait" "domain"
+expect_submit "--addr $sock submit g.yaml --peers gpu-a.dc1.example:7000,gpu-b.dc2.example:7000 --wait" "domain"
 case $out in *"holds no GPUs"*) fail "warned although the job holds GPUs: $out" ;; esac
 
 # With srun, by default: each daemon's own node_name, matched by node although
 # srun answers in reverse order; once on every node, one task each.
 run "$stubs" "gpu-a gpu-b" OVERLAPD_ADDR=unix:/tmp/o.sock -- g.yaml --detach
 [ $rc = 0 ] || fail "daemon names: exit $rc: $out"
-expect_submit "--addr unix:/tmp/o.sock submit g.yaml --nodes gpu-a.dc1.example:7070,gpu-b.dc1.example:7070 --wait --detach" "daemon names"
+expect_submit "--addr unix:/tmp/o.sock submit g.yaml --peers gpu-a.dc1.example:7070,gpu-b.dc1.example:7070 --wait --detach" "daemon names"
 grep -q '^srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ' "$calls" || fail "srun: $(grep srun "$calls")"
 [ "$(grep -c -- "--addr $sock --json node" "$calls")" = 2 ] || fail "not every node's daemon asked: $(cat "$calls")"
 
@@ -98,13 +98,13 @@ grep -q 'submit' "$calls" && fail "submitted although gpu-b has no node_name"
 # fqdn: each node's hostname -f, with PEER_PORT.
 run "$stubs" "gpu-a gpu-b" OVERLAPD_NODE_NAMES=fqdn -- g.yaml
 [ $rc = 0 ] || fail "fqdn: exit $rc: $out"
-expect_submit "--addr $sock submit g.yaml --nodes gpu-a.dc1.example:7000,gpu-b.dc1.example:7000 --wait" "fqdn"
+expect_submit "--addr $sock submit g.yaml --peers gpu-a.dc1.example:7000,gpu-b.dc1.example:7000 --wait" "fqdn"
 
 # slurm naming on request even with srun; then OVERLAPD_NODE_ADDRS shows the
 # daemons side by side before the submission.
 run "$stubs" "gpu-a gpu-b" OVERLAPD_NODE_NAMES=slurm OVERLAPD_NODE_ADDRS=gpu-a:7443,gpu-b:7443 -- g.yaml
 [ $rc = 0 ] || fail "slurm naming: exit $rc: $out"
-expect_submit "--addr $sock submit g.yaml --nodes gpu-a:7000,gpu-b:7000 --wait" "slurm naming"
+expect_submit "--addr $sock submit g.yaml --peers gpu-a:7000,gpu-b:7000 --wait" "slurm naming"
 grep -q srun "$calls" && fail "slurm naming ran srun"
 [ "$(sed -n 2p "$calls")" = "overlapctl node --nodes gpu-a:7443,gpu-b:7443" ] ||
   fail "node --nodes not shown first: $(cat "$calls")"

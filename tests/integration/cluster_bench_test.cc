@@ -1,4 +1,4 @@
-// commbench --nodes and bench --nodes end to end over two real daemons on
+// commbench --peers and bench --peers end to end over two real daemons on
 // loopback (host backend, two devices each, peers of each other): every row
 // verified, the note that host figures mean nothing, and a daemon without a
 // peer listener refusing with FAILED_PRECONDITION. Tiny sizes and few
@@ -83,7 +83,7 @@ Cluster* ClusterBenchTest::cluster_ = nullptr;
 TEST_F(ClusterBenchTest, CommbenchTimesDpFlatAndHierarchicalAllReducesAcrossTheDaemons) {
   const std::string json = File("commbench.json");
   RunResult run =
-      coordinator().Ctl({"commbench", "--nodes", nodes(), "--min-bytes", "16KiB", "--max-bytes",
+      coordinator().Ctl({"commbench", "--peers", nodes(), "--min-bytes", "16KiB", "--max-bytes",
                          "64KiB", "--iterations", "3", "--warmup", "1", "--json-out", json});
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   EXPECT_THAT(run.out, HasSubstr("commbench: all_reduce across 2 nodes x 2 device(s) (mesh tp 2 "
@@ -115,7 +115,7 @@ TEST_F(ClusterBenchTest, CommbenchTimesDpFlatAndHierarchicalAllReducesAcrossTheD
 TEST_F(ClusterBenchTest, BenchRunsTheGradientsWholeBucketedChunkedAndDynamicBesideGemms) {
   const std::string json = File("bench.json");
   RunResult run =
-      coordinator().Ctl({"bench", "--nodes", nodes(), "--grad-sizes", "16KiB,128KiB", "--gemm",
+      coordinator().Ctl({"bench", "--peers", nodes(), "--grad-sizes", "16KiB,128KiB", "--gemm",
                          "64x64x64", "--gemms-per-grad", "2", "--chunk-kib", "32", "--iterations",
                          "3", "--warmup", "1", "--json-out", json});
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
@@ -149,19 +149,19 @@ TEST_F(ClusterBenchTest, ADaemonWithoutAPeerListenerRefusesAndSweepFlagsAreUsage
   Daemon lone(dir.path(), {"--host-devices", "2"});
   ASSERT_TRUE(lone.Start()) << lone.Log();
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"commbench", "--nodes", nodes(), "--iterations", "1"},
-        std::vector<std::string>{"bench", "--nodes", nodes(), "--iterations", "1"}}) {
+       {std::vector<std::string>{"commbench", "--peers", nodes(), "--iterations", "1"},
+        std::vector<std::string>{"bench", "--peers", nodes(), "--iterations", "1"}}) {
     RunResult refused = lone.Ctl(args);
     EXPECT_EQ(refused.exit_code, 3) << Describe(refused);
     EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
     EXPECT_THAT(refused.err, HasSubstr("peer_listen"));
   }
   RunResult sweep =
-      coordinator().Ctl({"bench", "--nodes", nodes(), "--shapes", "ag_gemm:64x64x64"});
+      coordinator().Ctl({"bench", "--peers", nodes(), "--shapes", "ag_gemm:64x64x64"});
   EXPECT_EQ(sweep.exit_code, 64) << Describe(sweep);
-  RunResult one = coordinator().Ctl({"commbench", "--nodes", cluster_->peers[0]});
+  RunResult one = coordinator().Ctl({"commbench", "--peers", cluster_->peers[0]});
   EXPECT_EQ(one.exit_code, 64) << Describe(one);
-  EXPECT_THAT(one.err, HasSubstr("--nodes: give at least two daemons"));
+  EXPECT_THAT(one.err, HasSubstr("--peers: give at least two daemons"));
 }
 
 }  // namespace

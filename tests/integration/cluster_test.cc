@@ -139,7 +139,7 @@ class ClusterTest : public ::testing::Test {
 
   // Submits on node `coordinator` over `nodes`; the job id.
   std::string Submit(int coordinator, const std::string& graph, const std::string& nodes) {
-    RunResult submit = daemon(coordinator).Ctl({"submit", graph, "--nodes", nodes});
+    RunResult submit = daemon(coordinator).Ctl({"submit", graph, "--peers", nodes});
     EXPECT_EQ(submit.exit_code, 0) << submit.err;
     return Trim(submit.out);
   }
@@ -311,8 +311,9 @@ TEST_F(ClusterTest, AJobsGraphIsParsedOnceOnEachDaemonItTouches) {
 // (`extra` flags added), at 2 iterations; its path.
 std::string WriteSmallLayer(const std::string& dir, const std::vector<std::string>& extra) {
   const std::string path = dir + "/written.yaml";
-  std::vector<std::string> args = {"graph", "--hidden", "128", "--ffn", "256", "--heads", "2",
-                                   "--tp", "2", "--dp", "2", "--seq", "128", "--grads", "-o", path};
+  std::vector<std::string> args = {
+      "graph", "--hidden", "128",   "--ffn", "256",     "--heads",       "2", "--tp", "2",
+      "--dp",  "2",        "--seq", "128",   "--grads", "--output-file", path};
   args.insert(args.end(), extra.begin(), extra.end());
   RunResult written = Overlapctl(dir, "", args);
   EXPECT_EQ(written.exit_code, 0) << written.err;
@@ -426,14 +427,14 @@ TEST_F(ClusterTest, AWorldAllReduceRunsFlatAndHierarchicalOverThreeDaemons) {
 
 TEST_F(ClusterTest, ANodeNotInPeersIsRefusedAtSubmission) {
   ASSERT_NO_FATAL_FAILURE(StartNodes(3, 2, /*unlisted=*/{2}));
-  RunResult submit = daemon(0).Ctl(
-      {"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes", Nodes({0, 2})});
+  RunResult submit =
+      daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--peers", Nodes({0, 2})});
   EXPECT_NE(submit.exit_code, 0);
   EXPECT_THAT(submit.err, HasSubstr("PERMISSION_DENIED"));
   EXPECT_THAT(submit.err, HasSubstr(absl::StrCat(peer(2), " is not in this daemon's peers")));
   // Nor may node 2 pull node 0 into a job: 0 does not list 2.
-  RunResult pulled = daemon(2).Ctl(
-      {"submit", WriteGraph("layer2.yaml", kMeshLayer), "--nodes", Nodes({2, 0})});
+  RunResult pulled =
+      daemon(2).Ctl({"submit", WriteGraph("layer2.yaml", kMeshLayer), "--peers", Nodes({2, 0})});
   EXPECT_NE(pulled.exit_code, 0);
   EXPECT_THAT(pulled.err, HasSubstr("PERMISSION_DENIED"));
 }
@@ -443,14 +444,14 @@ TEST_F(ClusterTest, APeerThatCannotAdmitItsPartGetsTheJobRefusedNamingIt) {
   // Device 3 exists on neither node (2 devices each).
   std::string graph = kMeshLayer;
   graph.replace(graph.find("mesh:"), 0, "devices: [0, 3]\n");
-  RunResult local = daemon(0).Ctl({"submit", WriteGraph("bad.yaml", graph), "--nodes",
-                                   Nodes({0, 1})});
+  RunResult local =
+      daemon(0).Ctl({"submit", WriteGraph("bad.yaml", graph), "--peers", Nodes({0, 1})});
   EXPECT_NE(local.exit_code, 0);
   EXPECT_THAT(local.err, HasSubstr("INVALID_ARGUMENT"));
   // A shape that fits node 0 but is refused by node 1: a draining peer.
   daemon(1).Terminate(std::chrono::seconds(0));
-  RunResult down = daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes",
-                                  Nodes({0, 1})});
+  RunResult down =
+      daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--peers", Nodes({0, 1})});
   EXPECT_NE(down.exit_code, 0);
   EXPECT_THAT(down.err, HasSubstr(peer(1)));
   EXPECT_THAT(down.err, ::testing::AnyOf(HasSubstr("UNAVAILABLE"), HasSubstr("draining")));
@@ -506,9 +507,9 @@ TEST_F(ClusterTest, TwoJobsOverTheSameDaemonsFromDifferentCoordinatorsBothFinish
   ASSERT_NO_FATAL_FAILURE(StartNodes(2, 2, {}, /*hold_timeout_ms=*/1500));
   const std::string graph = WriteGraph("layer.yaml", kMeshLayer);
   std::unique_ptr<Child> a =
-      daemon(0).CtlAsync({"submit", graph, "--nodes", Nodes({0, 1}), "--wait"});
+      daemon(0).CtlAsync({"submit", graph, "--peers", Nodes({0, 1}), "--wait"});
   std::unique_ptr<Child> b =
-      daemon(1).CtlAsync({"submit", graph, "--nodes", Nodes({1, 0}), "--wait"});
+      daemon(1).CtlAsync({"submit", graph, "--peers", Nodes({1, 0}), "--wait"});
   RunResult ra = a->Wait(std::chrono::seconds(180));
   RunResult rb = b->Wait(std::chrono::seconds(180));
   EXPECT_EQ(ra.exit_code, 0) << ra.err << ra.out;
@@ -694,7 +695,7 @@ TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
   daemon(1).Kill();
   ASSERT_TRUE(daemon(1).Start()) << daemon(1).Log();
   RunResult submit =
-      daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--nodes", Nodes({0, 1})});
+      daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--peers", Nodes({0, 1})});
   EXPECT_EQ(submit.exit_code, 0) << submit.err << Logs();
   if (submit.exit_code == 0) {
     const nlohmann::json job = PollJob(daemon(0), Trim(submit.out), Final, std::chrono::seconds(60));

@@ -115,7 +115,7 @@ TEST_F(ClusterViewTest, NodeAndTopShowEveryDaemonAndOneThatDoesNotAnswerAsSuch) 
   EXPECT_EQ(top.exit_code, 2) << Describe(top);
   const std::vector<std::string> lines = Lines(top.out);
   ASSERT_EQ(lines.size(), 6u) << top.out;  // the header, 2 GPUs of 2 nodes, the missing one
-  EXPECT_THAT(lines[0], HasSubstr(" node "));
+  EXPECT_THAT(lines[0], HasSubstr(" NODE "));
   EXPECT_THAT(lines[3], HasSubstr(address(1)));
   EXPECT_THAT(lines[5], HasSubstr("no answer: cannot reach overlapd"));
   RunResult top_json = Ctl({"top", "--nodes", Addresses({0, 1}), "--count", "1", "--json"});
@@ -128,7 +128,7 @@ TEST_F(ClusterViewTest, NodeAndTopShowEveryDaemonAndOneThatDoesNotAnswerAsSuch) 
   RunResult other =
       Overlapctl(nodes_[0].dir->path(), address(2), {"node", "--nodes", Addresses({0, 1})});
   EXPECT_EQ(other.exit_code, 64) << Describe(other);
-  EXPECT_THAT(other.err, HasSubstr("is not among --nodes"));
+  EXPECT_THAT(other.err, HasSubstr("is not among the nodes (--nodes, --cluster-file)"));
   RunResult among =
       Overlapctl(nodes_[0].dir->path(), address(1), {"node", "--nodes", Addresses({0, 1})});
   EXPECT_EQ(among.exit_code, 0) << Describe(among);

@@ -33,8 +33,8 @@ TEST(GraphCliTest, TheModelsLayerRunsOnTheDaemonsGpus) {
   ASSERT_TRUE(daemon.Start());
   const std::string file = dir.File("layer.yaml");
   // No --tp: the graph splits over the daemon's 4 devices.
-  RunResult graph =
-      daemon.Ctl(With(kSmallModel, {"--pass", "both", "--grads", "--mlp", "plain", "-o", file}));
+  RunResult graph = daemon.Ctl(
+      With(kSmallModel, {"--pass", "both", "--grads", "--mlp", "plain", "--output-file", file}));
   ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
   EXPECT_EQ(graph.out, "");
   EXPECT_EQ(graph.err, "wrote 18 ops of custom-layer-forward-backward-tp4 to " + file + "\n");
@@ -67,7 +67,8 @@ TEST(GraphCliTest, ATp2GraphRunsAtTp2OnADaemonOfFourDevices) {
   Daemon daemon(dir.path());
   ASSERT_TRUE(daemon.Start());
   const std::string file = dir.File("tp2.yaml");
-  RunResult graph = daemon.Ctl(With(kSmallModel, {"--tp", "2", "--mlp", "plain", "-o", file}));
+  RunResult graph =
+      daemon.Ctl(With(kSmallModel, {"--tp", "2", "--mlp", "plain", "--output-file", file}));
   ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
   EXPECT_THAT(ReadFileOrEmpty(file), HasSubstr("\ndevices: [0, 1]\n"));
   RunResult submit = daemon.Ctl({"submit", file, "--wait", "--json"}, std::chrono::seconds(120));
@@ -163,7 +164,7 @@ TEST(GraphCliTest, AnFp8LayerRunsAndComparesWithItsBf16Twin) {
   for (const char* dtype : {"bf16", "fp8"}) {
     const std::string file = dir.File(std::string(dtype) + ".yaml");
     RunResult graph =
-        daemon.Ctl(With(kSmallModel, {"--mlp", "plain", "--dtype", dtype, "-o", file}));
+        daemon.Ctl(With(kSmallModel, {"--mlp", "plain", "--dtype", dtype, "--output-file", file}));
     ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
     RunResult submit = daemon.Ctl({"submit", file, "--wait", "--json"}, std::chrono::seconds(120));
     ASSERT_EQ(submit.exit_code, 0) << Describe(submit) << daemon.Log();

@@ -132,7 +132,7 @@ TEST_F(PeerIdentityTest, ANodeWithTheClusterKeyCannotSpeakAsAnotherNorReplayATok
   ASSERT_NO_FATAL_FAILURE(StartNode(0));
   ASSERT_NO_FATAL_FAILURE(StartNode(1));
   RunResult submit = daemons_[0]->Ctl(
-      {"submit", Write("long.yaml", kLongLayer), "--nodes", names_[0] + "," + names_[1]});
+      {"submit", Write("long.yaml", kLongLayer), "--peers", names_[0] + "," + names_[1]});
   ASSERT_EQ(submit.exit_code, 0) << Describe(submit);
   const std::string id = Trim(submit.out);
   const nlohmann::json part = PartOn(*daemons_[1], "RUNNING");
@@ -231,7 +231,7 @@ TEST_F(PeerIdentityTest, AProcessOnAStoppedPeersPortIsNeverSentTheJob) {
 
   const auto start = Clock::now();
   RunResult submit = daemons_[0]->Ctl(
-      {"submit", Write("layer.yaml", kMeshLayer), "--nodes", names_[0] + "," + names_[1], "--wait"},
+      {"submit", Write("layer.yaml", kMeshLayer), "--peers", names_[0] + "," + names_[1], "--wait"},
       std::chrono::seconds(60));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
   EXPECT_NE(submit.exit_code, 0) << Describe(submit);

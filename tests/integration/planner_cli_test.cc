@@ -20,8 +20,8 @@ const std::string kData = std::string(OVERLAP_SOURCE_DIR) + "/tests/data/planner
 
 std::string SmallGraph(Daemon& daemon, TempDir& dir) {
   const std::string file = dir.File("layer.yaml");
-  RunResult graph = daemon.Ctl({"graph", "--hidden", "256", "--ffn", "512", "--heads", "4",
-                                "--seq", "128", "--tp", "4", "-o", file});
+  RunResult graph = daemon.Ctl({"graph", "--hidden", "256", "--ffn", "512", "--heads", "4", "--seq",
+                                "128", "--tp", "4", "--output-file", file});
   EXPECT_EQ(graph.exit_code, 0) << Describe(graph);
   return file;
 }
@@ -118,9 +118,9 @@ TEST(PlannerCliTest, ACalibrationFromOtherHardwareIsRefusedByName) {
 TEST(PlannerCliTest, ADirectoryOrADeviceForAResultFileIsRefusedByName) {
   TempDir dir;
   const std::string calibration = dir.File("calibration.json");
-  RunResult fit = Overlapctl(
-      dir.path(), "",
-      {"calibrate", "--from", kData + "commbench.json", kData + "gemm.json", "-o", calibration});
+  RunResult fit = Overlapctl(dir.path(), "",
+                             {"calibrate", "--from", kData + "commbench.json", kData + "gemm.json",
+                              "--output-file", calibration});
   ASSERT_EQ(fit.exit_code, 0) << Describe(fit);
   struct Case {
     std::vector<std::string> args;
@@ -149,10 +149,10 @@ TEST(PlannerCliTest, ADirectoryOrADeviceForAResultFileIsRefusedByName) {
 TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
   TempDir dir;
   const std::string calibration = dir.File("calibration.json");
-  RunResult fit = Overlapctl(dir.path(), "",
-                             {"calibrate", "--from", kData + "commbench.json", kData + "gemm.json",
-                              "--gemm-slowdown", "nccl=1.2,p2p=1.106", "--piece-overhead-ms",
-                              "0.004", "-o", calibration});
+  RunResult fit = Overlapctl(
+      dir.path(), "",
+      {"calibrate", "--from", kData + "commbench.json", kData + "gemm.json", "--gemm-slowdown",
+       "nccl=1.2,p2p=1.106", "--piece-overhead-ms", "0.004", "--output-file", calibration});
   ASSERT_EQ(fit.exit_code, 0) << Describe(fit);
   EXPECT_THAT(fit.out, HasSubstr("GEMM 1.106x beside p2p"));
   RunResult replay = Overlapctl(dir.path(), "",
@@ -184,17 +184,17 @@ TEST(PlannerCliTest, TheReplayJudgeScoresAFixtureOfARecordedSweep) {
   const std::string backward = dir.File("backward.yaml");
   RunResult graph = Overlapctl(dir.path(), "",
                                {"graph", "--model", "llama3-8b", "--tp", "2", "--dp", "4", "--pass",
-                                "backward", "--grads", "-o", backward});
+                                "backward", "--grads", "--output-file", backward});
   ASSERT_EQ(graph.exit_code, 0) << Describe(graph);
-  RunResult cluster = Overlapctl(dir.path(), "",
-                                 {"plan", backward, "--calibration", calibration, "--nodes", "4",
-                                  "--link-gbps", "50"});
+  RunResult cluster = Overlapctl(
+      dir.path(), "",
+      {"plan", backward, "--calibration", calibration, "--node-count", "4", "--link-gbps", "50"});
   ASSERT_EQ(cluster.exit_code, 0) << Describe(cluster);
   EXPECT_THAT(cluster.out, HasSubstr("4 ranks over 4 nodes"));
   EXPECT_THAT(cluster.out, HasSubstr("4 gradient all-reduce(s)"));
   EXPECT_THAT(cluster.out, HasSubstr("between nodes: 50 GB/s bus bandwidth"));
-  RunResult no_link = Overlapctl(dir.path(), "",
-                                 {"plan", backward, "--calibration", calibration, "--nodes", "4"});
+  RunResult no_link = Overlapctl(
+      dir.path(), "", {"plan", backward, "--calibration", calibration, "--node-count", "4"});
   ASSERT_EQ(no_link.exit_code, 0) << Describe(no_link);
   EXPECT_THAT(no_link.out, HasSubstr("left out, the planner cannot say: fc2_grads"));
   // A degree the graph cannot be split by gets no number.

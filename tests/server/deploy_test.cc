@@ -230,7 +230,7 @@ TEST(DeployTest, InstallStagesUnderDestdir) {
 }
 
 }  // namespace
-// The Slurm script turns the allocation's hosts into --nodes (named as Slurm
+// The Slurm script turns the allocation's hosts into --peers (named as Slurm
 // names them here; tests/deploy/sbatch_test.sh covers the other ways) and submits to
 // the first node's daemon (scontrol and overlapctl stand-ins record it).
 TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
@@ -250,7 +250,7 @@ TEST(DeployTest, SlurmScriptSubmitsOverTheAllocatedNodes) {
             0)
       << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("overlapctl --addr unix:/run/overlapd/overlapd.sock submit "
-                               "layer.yaml --nodes gpu-a:7100,gpu-b:7100,gpu-c:7100 --wait --json"),
+                               "layer.yaml --peers gpu-a:7100,gpu-b:7100,gpu-c:7100 --wait --json"),
             std::string::npos)
       << ReadFile(log);
   EXPECT_NE(Shell("bash " + kDeploy + "/slurm/overlap-job.sbatch", log), 0);  // no graph

@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "overlap/v1/overlap.pb.h"
+#include "server/jobs/job_record.h"
 #include "server/runner/job_runner.h"
 
 namespace overlap::testing {
@@ -52,12 +52,9 @@ struct RunRecord {
 // FAILED_PRECONDITION; "abort" returns ABORTED; "block" runs until cancelled.
 class FakeRunner {
  public:
-  absl::StatusOr<v1::JobResult> Run(const v1::Job& job, const runner::RunHooks& hooks) {
-    RunRecord record{job.id(),
-                     {job.devices().begin(), job.devices().end()},
-                     std::chrono::steady_clock::now(),
-                     {}};
-    absl::StatusOr<v1::JobResult> result = RunBody(job, hooks);
+  absl::StatusOr<runner::JobReport> Run(const jobs::JobRecord& job, const runner::RunHooks& hooks) {
+    RunRecord record{job.id, job.devices, std::chrono::steady_clock::now(), {}};
+    absl::StatusOr<runner::JobReport> result = RunBody(job, hooks);
     record.end = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     records_.push_back(record);
@@ -70,8 +67,9 @@ class FakeRunner {
   }
 
  private:
-  static absl::StatusOr<v1::JobResult> RunBody(const v1::Job& job, const runner::RunHooks& hooks) {
-    std::vector<std::string> parts = absl::StrSplit(job.name(), ':');
+  static absl::StatusOr<runner::JobReport> RunBody(const jobs::JobRecord& job,
+                                                   const runner::RunHooks& hooks) {
+    std::vector<std::string> parts = absl::StrSplit(job.name, ':');
     const std::string& kind = parts[0];
     auto arg = [&](size_t i) {
       int value = 0;
@@ -83,9 +81,9 @@ class FakeRunner {
     if (kind == "ops") {
       runner::JobReport header;
       for (int i = 0; i < arg(1); ++i) {
-        runner::OpMeasurement op;
-        op.op.id = absl::StrCat("op", i);
-        op.rounds.step = {static_cast<double>(i + 1)};
+        runner::OpReport op;
+        op.id = absl::StrCat("op", i);
+        op.step = Summarize({static_cast<double>(i + 1)});
         op.timeline.emplace().spans.emplace_back().name = "gemm";
         header.total_step_ms += i + 1;
         if (hooks.on_op_done) hooks.on_op_done(header, op);
@@ -110,9 +108,9 @@ class FakeRunner {
       progress.iterations = iterations;
       if (hooks.on_progress) hooks.on_progress(progress);
     }
-    v1::JobResult result;
-    result.set_backend("fake");
-    result.set_total_step_ms(ms);
+    runner::JobReport result;
+    result.backend = "fake";
+    result.total_step_ms = ms;
     return result;
   }
 

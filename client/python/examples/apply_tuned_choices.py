@@ -3,7 +3,7 @@
 model layer's ops at the job's tp, fetched before training starts and applied
 to TransformerEngine's comm+GEMM overlap (its userbuffers config).
 
-The layer graph is what `overlapctl graph --model M --tp N -o layer.yaml`
+The layer graph is what `overlapctl graph --model M --tp N --output-file layer.yaml`
 writes; after `overlapctl bench --graph layer.yaml` (or any job running it)
 the daemon keeps each op's winner. Run as
     python3 tuned_choices.py layer.yaml --tp 8

@@ -177,7 +177,7 @@ class Client:
                timeout_s: Optional[float] = None, detach: bool = False) -> Job:
         """Submits a layer graph (a mapping, YAML/JSON text, or a file's path):
         the job as accepted, or with wait=True as it ended. `nodes` (peer
-        addresses) runs it across daemons, as `submit --nodes` does.
+        addresses) runs it across daemons, as `submit --peers` does.
 
         With wait=True, as `overlapctl submit --wait`: a job still running
         after `timeout_s` seconds is cancelled and JobTimeoutError raised

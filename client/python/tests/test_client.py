@@ -126,7 +126,7 @@ def test_te_ub_cfgs_match_overlapctl_export(daemon, tmp_path):
                                       "..", "client", "overlapctl"))
     layer = tmp_path / "layer.yaml"
     subprocess.run([ctl, "graph", "--tp", "2", "--seq", "128", "--hidden", "128", "--ffn", "256",
-                    "--heads", "2", "--pass", "both", "-o", str(layer)], check=True,
+                    "--heads", "2", "--pass", "both", "--output-file", str(layer)], check=True,
                    capture_output=True)
     job = client.submit(str(layer), wait=True, timeout_s=300)
     assert job["state"] == "SUCCEEDED", job.get("error")
@@ -137,7 +137,7 @@ def test_te_ub_cfgs_match_overlapctl_export(daemon, tmp_path):
 
 
 def test_a_job_across_two_daemons(two_daemons):
-    """submit(nodes=...) runs the job over both daemons, as submit --nodes does."""
+    """submit(nodes=...) runs the job over both daemons, as submit --peers does."""
     (first, _), peers = two_daemons
     mesh = {"name": "py-mesh", "mesh": {"tp": 2, "dp": 2}, "iterations": 2, "warmup": 1,
             "ops": [{"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64},

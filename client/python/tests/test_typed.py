@@ -243,7 +243,7 @@ def layer_job(daemon, tmp_path_factory):
     client, _ = daemon
     layer = tmp_path_factory.mktemp("export") / "layer.yaml"
     subprocess.run([overlapctl_binary(), "graph", "--tp", "2", "--seq", "128", "--hidden", "128",
-                    "--ffn", "256", "--heads", "2", "--pass", "both", "-o", str(layer)],
+                    "--ffn", "256", "--heads", "2", "--pass", "both", "--output-file", str(layer)],
                    check=True, capture_output=True)
     job = client.submit(layer, wait=True, timeout_s=300)
     assert job.state == "SUCCEEDED", job.error
