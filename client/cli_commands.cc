@@ -24,6 +24,7 @@ std::vector<CliCommand> AllCliCommands() {
       HealthCommand(),
       CheckCommand(),
       TopCommand(),
+      SessionsCommand(),
       ReportCommand(),
       PinCommand(),
       TimelineCommand(),

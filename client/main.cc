@@ -80,9 +80,9 @@ size_t TerminalColumns() {
   return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 ? size.ws_col : 0;
 }
 
-// The commands whose JSON names jobs, for -o name.
+// The commands whose JSON names jobs (or sessions), for -o name.
 bool PrintsJobs(const std::string& command) {
-  for (const char* name : {"submit", "get", "list", "cancel", "watch", "report"}) {
+  for (const char* name : {"submit", "get", "list", "cancel", "watch", "report", "sessions"}) {
     if (command == name) return true;
   }
   return false;
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   std::string output;
   app.add_option("-o,--output", output,
                  "json | yaml | wide | name (job ids, one a line: submit, get, list, cancel, "
-                 "watch, report); default: text and tables");
+                 "watch, report; session ids: sessions); default: text and tables");
   bool wide = false;
   app.add_flag("--wide", wide,
                "tables show every column (-o wide; by default a table on a terminal fits its "

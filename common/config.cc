@@ -370,6 +370,27 @@ const std::vector<Field>& Fields() {
       IntField("max_queued_jobs_per_user",
                "queued jobs one user may have (0 = no quota; above: RESOURCE_EXHAUSTED)",
                &DaemonConfig::max_queued_jobs_per_user, 0),
+      StringField("session_socket",
+                  "training processes' session socket (\"\" = beside the API socket, named after "
+                  "it: overlapd-session.sock; none when listening on TCP; \"off\" = no sessions)",
+                  &DaemonConfig::session_socket),
+      IntField("session_max_per_owner",
+               "sessions one user may have open at once (more is RESOURCE_EXHAUSTED)",
+               &DaemonConfig::session_max_per_owner),
+      BytesField("session_max_mapped_bytes",
+                 "bytes of one user's tensors the daemon maps, every session together (more is "
+                 "RESOURCE_EXHAUSTED)",
+                 &DaemonConfig::session_max_mapped_bytes, /*allow_zero=*/false),
+      NumberField("session_join_timeout_s",
+                  "a session starts once every rank has; a rank waits this long for the others",
+                  &DaemonConfig::session_join_timeout_s, /*allow_zero=*/false),
+      NumberField("session_step_timeout_s",
+                  "a session's step whose inputs are not ready this long fails "
+                  "(DEADLINE_EXCEEDED)",
+                  &DaemonConfig::session_step_timeout_s, /*allow_zero=*/false),
+      NumberField("session_deferred_bound_ms",
+                  "a deferred session's collective yields to critical work at most this long",
+                  &DaemonConfig::session_deferred_bound_ms, /*allow_zero=*/false),
   };
   return *fields;
 }
@@ -654,6 +675,23 @@ std::string DefaultClientAddressFor(const UserContext& user) {
 
 std::string DefaultListenAddress() {
   return config_internal::DefaultListenAddressFor(config_internal::CurrentUser());
+}
+
+std::string SessionSocketPath(const DaemonConfig& config) {
+  if (config.session_socket == "off") return "";
+  absl::string_view given = config.session_socket;
+  absl::ConsumePrefix(&given, "unix:");
+  if (!given.empty()) return std::string(given);
+  // Beside the API socket, named after it: overlapd.sock -> overlapd-session.sock.
+  // A daemon on TCP has no socket to put it beside: sessions there are named.
+  const std::string api = config.listen.empty() ? DefaultListenAddress() : config.listen;
+  if (!absl::StartsWith(api, "unix:")) return "";
+  const std::string path = api.substr(std::string("unix:").size());
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (absl::EndsWith(stem, ".sock")) stem.resize(stem.size() - 5);
+  return absl::StrCat(dir, stem.empty() ? "overlapd" : stem, "-session.sock");
 }
 
 std::string DefaultClientAddress() {

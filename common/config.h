@@ -187,6 +187,16 @@ struct DaemonConfig {
   // this many queued jobs at once (0 = no quota beyond max_queued_jobs).
   int max_user_priority = 10;
   int max_queued_jobs_per_user = 64;
+
+  // Sessions (server/sessions/, docs/SESSIONS.md): training processes' ranks
+  // hand the daemon their own tensors. "" = overlapd-session.sock beside the
+  // API socket (SessionSocketPath), "off" = no sessions.
+  std::string session_socket;
+  int session_max_per_owner = 8;
+  int64_t session_max_mapped_bytes = int64_t{64} << 30;  // per owner, every session together
+  double session_join_timeout_s = 60;
+  double session_step_timeout_s = 30;
+  double session_deferred_bound_ms = 20;
 };
 
 // Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.
@@ -225,6 +235,11 @@ std::string DefaultListenAddress();
 // user other than root whose own socket is not there reaches the system daemon
 // (unix:/run/overlapd/overlapd.sock) when that socket exists.
 std::string DefaultClientAddress();
+// The session socket's path: session_socket as given ("unix:" taken off), else
+// beside the API socket and named after it (overlapd.sock ->
+// overlapd-session.sock); "" for "off", and for a daemon listening on TCP
+// without a session_socket.
+std::string SessionSocketPath(const DaemonConfig& config);
 // The socket the system daemon (deploy/overlapd.service) listens on.
 inline constexpr char kSystemSocketPath[] = "/run/overlapd/overlapd.sock";
 // /var/lib/overlapd as root, else $XDG_STATE_HOME/overlapd (~/.local/state/overlapd).

@@ -30,9 +30,9 @@ const char* const kTopLevelFields[] = {
     "priority", "seed",      "ops",     "head_start",       "layer_step",     "bucket_mib",
     "retune",   "timeline",  "mesh",    "chunk_kib",        "defer_bound_ms", "nodes",
     "fuse",     "scheduler", "version", "autotune_budget_s"};
-const char* const kOpFields[] = {"id",   "type",   "m",         "k",         "n",     "mode",
-                                 "chunks", "transport", "algorithm", "group", "after",
-                                 "input", "activation", "parallel"};
+const char* const kOpFields[] = {"id",    "type",   "m",          "k",         "n",
+                                 "mode",  "chunks", "transport",  "algorithm", "group",
+                                 "after", "input",  "activation", "parallel"};
 const char* const kMeshFields[] = {"tp", "dp"};
 
 // Adds the field path to an error from a reader that does not know it.
@@ -80,6 +80,14 @@ absl::StatusOr<int> ReadInt(const YAML::Node& node, int64_t min, absl::string_vi
   return static_cast<int>(value);
 }
 
+// A name read as what `parse` makes of it (ParseDType, ParseOpType, ...).
+template <typename Parse>
+auto ReadNamed(const YAML::Node& node, absl::string_view path, Parse parse)
+    -> decltype(parse(std::string())) {
+  ASSIGN_OR_RETURN(const std::string name, WithPath(yaml_util::ReadString(node), path));
+  return WithPath(parse(name), path);
+}
+
 absl::StatusOr<std::vector<std::string>> ReadAfter(const YAML::Node& node, absl::string_view path) {
   std::vector<std::string> after;
   if (node.IsScalar()) {
@@ -112,25 +120,20 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     if (key == "id") {
       ASSIGN_OR_RETURN(op.id, WithPath(yaml_util::ReadString(value), field));
     } else if (key == "type") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.type, WithPath(ParseOpType(name), field));
+      ASSIGN_OR_RETURN(op.type, ReadNamed(value, field, ParseOpType));
     } else if (key == "m" || key == "k" || key == "n") {
       int64_t& dim = key == "m" ? op.m : key == "k" ? op.k : op.n;
       ASSIGN_OR_RETURN(dim, WithPath(yaml_util::ReadInt64(value, 1, kInt64Max), field));
     } else if (key == "mode") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.mode, WithPath(ParseOverlapMode(name), field));
+      ASSIGN_OR_RETURN(op.mode, ReadNamed(value, field, ParseOverlapMode));
     } else if (key == "chunks") {
       ASSIGN_OR_RETURN(op.chunks, ReadInt(value, 1, field));
     } else if (key == "transport") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.transport, WithPath(ParseTransport(name), field));
+      ASSIGN_OR_RETURN(op.transport, ReadNamed(value, field, ParseTransport));
     } else if (key == "algorithm") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.algorithm, WithPath(ParseAllReduceAlgorithm(name), field));
+      ASSIGN_OR_RETURN(op.algorithm, ReadNamed(value, field, ParseAllReduceAlgorithm));
     } else if (key == "group") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.group, WithPath(ParseOpGroup(name), field));
+      ASSIGN_OR_RETURN(op.group, ReadNamed(value, field, ParseOpGroup));
     } else if (key == "after") {
       ASSIGN_OR_RETURN(op.after, ReadAfter(value, field));
     } else if (key == "input") {
@@ -138,13 +141,12 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
     } else if (key == "parallel") {
       ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
       if (name != "row" && name != "column") {
-        return FieldError(field, absl::StrCat("must be row or column (got \"",
-                                              absl::CHexEscape(name), "\")"));
+        return FieldError(
+            field, absl::StrCat("must be row or column (got \"", absl::CHexEscape(name), "\")"));
       }
       op.row_parallel = name == "row";
     } else if (key == "activation") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), field));
-      ASSIGN_OR_RETURN(op.activation, WithPath(ParseActivation(name), field));
+      ASSIGN_OR_RETURN(op.activation, ReadNamed(value, field, ParseActivation));
     }
     return absl::OkStatus();
   };
@@ -183,8 +185,8 @@ absl::StatusOr<OpSpec> ParseOp(const YAML::Node& node, size_t index) {
 // mesh: {tp: T, dp: D}, both required.
 absl::StatusOr<Mesh> ParseMesh(const YAML::Node& node) {
   if (!node.IsMap()) {
-    return FieldError("mesh", absl::StrCat("must be a mapping like {tp: 2, dp: 2} (got ",
-                                           Describe(node), ")"));
+    return FieldError(
+        "mesh", absl::StrCat("must be a mapping like {tp: 2, dp: 2} (got ", Describe(node), ")"));
   }
   Mesh mesh;
   auto visit = [&](const std::string& key, const YAML::Node& value) -> absl::Status {
@@ -203,6 +205,58 @@ absl::StatusOr<Mesh> ParseMesh(const YAML::Node& node) {
   return mesh;
 }
 
+absl::StatusOr<std::vector<int>> ReadDevices(const YAML::Node& value) {
+  if (!value.IsSequence()) {
+    return FieldError("devices",
+                      absl::StrCat("must be a list of device indices (got ", Describe(value), ")"));
+  }
+  if (value.size() == 0) {
+    return FieldError("devices", "must not be empty (omit it to use every device)");
+  }
+  std::vector<int> devices;
+  for (size_t i = 0; i < value.size(); ++i) {
+    ASSIGN_OR_RETURN(int device, ReadInt(value[i], 0, absl::StrCat("devices[", i, "]")));
+    devices.push_back(device);
+  }
+  return devices;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadNodes(const YAML::Node& value) {
+  if (!value.IsSequence() || value.size() == 0) {
+    return FieldError("nodes", absl::StrCat("must be a non-empty list of peer addresses "
+                                            "(host:port), got ",
+                                            Describe(value)));
+  }
+  std::vector<std::string> nodes;
+  for (size_t i = 0; i < value.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string node,
+                     WithPath(yaml_util::ReadString(value[i]), absl::StrCat("nodes[", i, "]")));
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+absl::StatusOr<std::vector<OpSpec>> ReadOps(const YAML::Node& value) {
+  if (!value.IsSequence()) {
+    return FieldError("ops", absl::StrCat("must be a list of ops (got ", Describe(value), ")"));
+  }
+  std::vector<OpSpec> ops;
+  for (size_t i = 0; i < value.size(); ++i) {
+    ASSIGN_OR_RETURN(OpSpec op, ParseOp(value[i], i));
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+absl::Status CheckVersion(const YAML::Node& value) {
+  ASSIGN_OR_RETURN(const int version, ReadInt(value, 1, "version"));
+  if (version != kGraphVersion) {
+    return FieldError("version", absl::StrCat("this overlapd reads graph version ", kGraphVersion,
+                                              "; got ", version, " (a newer overlapd's graph?)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
   if (root.IsNull()) return absl::InvalidArgumentError("job spec is empty");
   if (!root.IsMap()) {
@@ -216,37 +270,13 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     if (key == "name") {
       ASSIGN_OR_RETURN(spec.name, WithPath(yaml_util::ReadString(value), key));
     } else if (key == "devices") {
-      if (!value.IsSequence()) {
-        return FieldError(
-            key, absl::StrCat("must be a list of device indices (got ", Describe(value), ")"));
-      }
-      if (value.size() == 0) {
-        return FieldError(key, "must not be empty (omit it to use every device)");
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        ASSIGN_OR_RETURN(int device, ReadInt(value[i], 0, absl::StrCat("devices[", i, "]")));
-        spec.devices.push_back(device);
-      }
+      ASSIGN_OR_RETURN(spec.devices, ReadDevices(value));
     } else if (key == "nodes") {
-      if (!value.IsSequence() || value.size() == 0) {
-        return FieldError(key, absl::StrCat("must be a non-empty list of peer addresses "
-                                            "(host:port), got ",
-                                            Describe(value)));
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        ASSIGN_OR_RETURN(std::string node, WithPath(yaml_util::ReadString(value[i]),
-                                                    absl::StrCat("nodes[", i, "]")));
-        spec.nodes.push_back(node);
-      }
+      ASSIGN_OR_RETURN(spec.nodes, ReadNodes(value));
     } else if (key == "dtype") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
-      ASSIGN_OR_RETURN(spec.dtype, WithPath(ParseDType(name), key));
+      ASSIGN_OR_RETURN(spec.dtype, ReadNamed(value, key, ParseDType));
     } else if (key == "version") {
-      ASSIGN_OR_RETURN(const int version, ReadInt(value, 1, key));
-      if (version != kGraphVersion) {
-        return FieldError(key, absl::StrCat("this overlapd reads graph version ", kGraphVersion,
-                                            "; got ", version, " (a newer overlapd's graph?)"));
-      }
+      RETURN_IF_ERROR(CheckVersion(value));
     } else if (key == "autotune_budget_s") {
       ASSIGN_OR_RETURN(spec.autotune_budget_s,
                        WithPath(yaml_util::ReadDouble(value, /*allow_zero=*/true), key));
@@ -278,8 +308,7 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     } else if (key == "timeline") {
       ASSIGN_OR_RETURN(spec.timeline, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "scheduler") {
-      ASSIGN_OR_RETURN(std::string name, WithPath(yaml_util::ReadString(value), key));
-      ASSIGN_OR_RETURN(spec.scheduler, WithPath(ParseScheduler(name), key));
+      ASSIGN_OR_RETURN(spec.scheduler, ReadNamed(value, key, ParseScheduler));
     } else if (key == "fuse") {
       ASSIGN_OR_RETURN(spec.fuse, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {
@@ -288,13 +317,7 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.seed, WithPath(yaml_util::ReadUint64(value), key));
     } else if (key == "ops") {
       has_ops = true;
-      if (!value.IsSequence()) {
-        return FieldError(key, absl::StrCat("must be a list of ops (got ", Describe(value), ")"));
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        ASSIGN_OR_RETURN(OpSpec op, ParseOp(value[i], i));
-        spec.ops.push_back(std::move(op));
-      }
+      ASSIGN_OR_RETURN(spec.ops, ReadOps(value));
     }
     return absl::OkStatus();
   };

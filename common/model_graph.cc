@@ -22,18 +22,22 @@ absl::Status DimError(absl::string_view dim, absl::string_view message) {
 
 // The widths every op of the layer is built from, once the model checked out.
 struct LayerWidths {
-  int64_t tokens;  // T
-  int64_t hidden;  // h
+  int64_t tokens;    // T
+  int64_t hidden;    // h
   int64_t kv_heads;  // kv_heads, or heads when not given
   int64_t head_dim;  // head_dim, or hidden / heads when not given
-  int64_t q;       // heads x head_dim: attention's output projection's input
-  int64_t qkv;     // q + 2 x kv_heads x head_dim
-  int64_t fc1;     // ffn, or 2 x ffn when gated
-  int64_t fc2;     // ffn
+  int64_t q;         // heads x head_dim: attention's output projection's input
+  int64_t qkv;       // q + 2 x kv_heads x head_dim
+  int64_t fc1;       // ffn, or 2 x ffn when gated
+  int64_t fc2;       // ffn
   // Between fc1 and fc2: SwiGLU for a gated MLP (its gate and up halves),
   // else GELU.
   Activation activation;
 };
+
+int64_t KvHeads(const ModelDims& model) {
+  return model.kv_heads == 0 ? model.heads : model.kv_heads;
+}
 
 // bucket_mib, chunk_kib and defer_bound_ms as ParseJobSpec would take them.
 absl::Status CheckLayerStep(const LayerGraphOptions& options) {
@@ -48,7 +52,8 @@ absl::Status CheckLayerStep(const LayerGraphOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
+// tp, dp, the name and the layer count.
+absl::Status CheckShape(const ModelDims& model, const LayerGraphOptions& options) {
   const int tp = options.tp;
   if (tp < 1) return DimError("tp", absl::StrCat("must be at least 1 (got ", tp, ")"));
   const int dp = options.dp;
@@ -67,6 +72,10 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
     return DimError("layers",
                     absl::StrCat("must be 1 to ", kMaxLayers, " (got ", options.layers, ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRanges(const ModelDims& model, const LayerGraphOptions& options) {
   // kv_heads and head_dim may be 0 (not given). kMaxModelDim is far above any
   // model's, and low enough that the widths below (products of two, times two)
   // cannot overflow before the validator checks the ops.
@@ -88,16 +97,21 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
                       absl::StrCat("must be at most ", kMaxModelDim, " (got ", dim.value, ")"));
     }
   }
-  const int64_t kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
-  if (model.heads % kv_heads != 0) {
+  if (model.heads % KvHeads(model) != 0) {
     return DimError("kv_heads", absl::StrCat(model.heads, " query heads do not group evenly over ",
-                                             kv_heads, " key/value heads"));
+                                             KvHeads(model), " key/value heads"));
   }
   if (model.head_dim == 0 && model.hidden % model.heads != 0) {
     return DimError("head_dim", absl::StrCat("hidden ", model.hidden, " does not split into ",
                                              model.heads, " heads: give the head size"));
   }
-  const int64_t head_dim = model.head_dim == 0 ? model.hidden / model.heads : model.head_dim;
+  return absl::OkStatus();
+}
+
+// Each rank's share: whole heads, and the widths and tokens over tp (and dp).
+absl::Status CheckSplits(const ModelDims& model, const LayerGraphOptions& options) {
+  const int tp = options.tp, dp = options.dp;
+  const int64_t kv_heads = KvHeads(model);
   if (model.heads % tp != 0) {
     return DimError("heads", absl::StrCat(model.heads, " query heads do not split over tp = ", tp,
                                           " (each rank computes whole heads)"));
@@ -127,6 +141,16 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
                                  " (sequence parallelism and the reduce-scatters "
                                  "split them)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOptions& options) {
+  RETURN_IF_ERROR(CheckShape(model, options));
+  RETURN_IF_ERROR(CheckRanges(model, options));
+  RETURN_IF_ERROR(CheckSplits(model, options));
+  const int64_t kv_heads = KvHeads(model);
+  const int64_t head_dim = model.head_dim == 0 ? model.hidden / model.heads : model.head_dim;
+  const int64_t tokens = options.seq * options.micro_batch;
   const int64_t q = model.heads * head_dim;
   return LayerWidths{tokens,
                      model.hidden,

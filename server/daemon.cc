@@ -40,6 +40,8 @@
 #include "server/rpc/rpc_server.h"
 #include "server/rpc/server_tls.h"
 #include "server/runner/tuning_cache.h"
+#include "server/sessions/session_lanes.h"
+#include "server/sessions/session_socket.h"
 
 namespace overlap {
 namespace {
@@ -213,6 +215,9 @@ struct Daemon::Parts {
   std::unique_ptr<cluster::ClusterJobs> cluster;
   std::unique_ptr<jobs::JobQueue> queue;
   std::unique_ptr<node::NodeState> node;
+  // Sessions: the lanes run what the socket's ranks start. Null when off.
+  std::unique_ptr<sessions::SessionLanes> session_lanes;
+  std::unique_ptr<sessions::SessionSocket> session_socket;
   std::unique_ptr<peer::PeerServer> peer_server;  // with peer_listen only
   std::unique_ptr<rpc::RpcServer> server;
   std::unique_ptr<rpc::MetricsExporter> metrics;
@@ -484,8 +489,14 @@ absl::Status Daemon::StartServers(int* exit_code) {
     };
   }
   rpc_options.max_spec_bytes = config.max_spec_bytes;
-  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server = rpc::RpcServer::Start(
-      rpc_options, rpc::RpcServerParts{*p.queue, *p.admission, *p.node, *p.tuning, *p.engine});
+  RETURN_IF_ERROR(StartSessions(rpc_options.socket_gid, exit_code));
+  rpc::RpcServerParts rpc_parts{*p.queue, *p.admission, *p.node, *p.tuning, *p.engine};
+  if (p.session_socket != nullptr) {
+    rpc_parts.sessions = &p.session_socket->registry();
+    rpc_parts.lanes = p.session_lanes.get();
+  }
+  absl::StatusOr<std::unique_ptr<rpc::RpcServer>> server =
+      rpc::RpcServer::Start(rpc_options, rpc_parts);
   if (!server.ok()) {
     // A setting, or a socket directory someone else owns, stays wrong until
     // someone acts: exit 2, which systemd does not restart.
@@ -508,6 +519,53 @@ absl::Status Daemon::StartServers(int* exit_code) {
     log->info("metrics on http://{}:{}/metrics (health at /healthz)",
               config.metrics_listen.substr(0, config.metrics_listen.rfind(':')), p.metrics->port());
   }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartSessions(int socket_gid, int* exit_code) {
+  auto log = GetLogger("overlapd");
+  Parts& p = *parts_;
+  const DaemonConfig& config = config_;
+  const std::string path = SessionSocketPath(config);
+  if (path.empty()) return absl::OkStatus();
+  if (p.engine->Shared() == nullptr) {
+    log->info("sessions off: the {} backend cannot map another process's memory", p.engine->Name());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<sessions::SessionLanes>> lanes =
+      sessions::SessionLanes::Start(*p.engine);
+  if (!lanes.ok()) {
+    *exit_code = kExitFailure;
+    return absl::Status(lanes.status().code(),
+                        absl::StrCat("cannot start the session lanes: ", lanes.status().message()));
+  }
+  p.session_lanes = std::move(*lanes);
+  sessions::SessionSocketOptions options;
+  options.path = path;
+  options.socket_gid = socket_gid;
+  options.limits.max_per_owner = config.session_max_per_owner;
+  options.limits.max_mapped_bytes_per_owner = config.session_max_mapped_bytes;
+  options.join_timeout = absl::Seconds(config.session_join_timeout_s);
+  options.step_timeout = absl::Seconds(config.session_step_timeout_s);
+  options.deferred_bound_ms = config.session_deferred_bound_ms;
+  options.max_frame_bytes = config.max_spec_bytes + (64 << 10);
+  absl::StatusOr<std::unique_ptr<sessions::SessionSocket>> socket = sessions::SessionSocket::Start(
+      options, *p.engine, *p.admission, *p.session_lanes, p.queue.get());
+  if (!socket.ok()) {
+    p.session_lanes.reset();
+    // A socket someone named is a setting to fix (exit 2); the default one,
+    // taken by another daemon beside this one, leaves this one without sessions.
+    if (config.session_socket.empty()) {
+      log->warn("sessions off: {}", std::string(socket.status().message()));
+      return absl::OkStatus();
+    }
+    *exit_code = kExitUsage;
+    return absl::Status(socket.status().code(), absl::StrCat("cannot start the session socket: ",
+                                                             socket.status().message()));
+  }
+  p.session_socket = std::move(*socket);
+  log->info("sessions on unix:{} (at most {} per user, {} mapped bytes per user)", path,
+            config.session_max_per_owner, config.session_max_mapped_bytes);
   return absl::OkStatus();
 }
 
@@ -616,6 +674,11 @@ int Daemon::Stop() {
   p.queue->Shutdown();  // ends WatchJob streams
   p.server->Shutdown(kRpcGrace);
   p.server.reset();
+  // After the Node service that lists them, before the engine: running
+  // sessions end CANCELLED and their buffers are unmapped.
+  if (p.session_socket != nullptr) p.session_socket->Stop();
+  p.session_lanes.reset();
+  p.session_socket.reset();
   p.node.reset();
   p.queue.reset();
   log->info("overlapd stopped ({} queued job(s) kept for the next start)", queued);

@@ -63,7 +63,10 @@ class Daemon {
   // This node's key and the peers' (peer_listen only): node_key_, known_nodes_.
   absl::Status LoadNodeKeys();
   absl::Status StartJobs(int* exit_code);     // job store, tuning, admission, scheduler
-  absl::Status StartServers(int* exit_code);  // gRPC and metrics
+  absl::Status StartServers(int* exit_code);  // sessions, gRPC and metrics
+  // The session socket and lanes (server/sessions/), where the backend can
+  // map another process's memory and session_socket is not "off".
+  absl::Status StartSessions(int socket_gid, int* exit_code);
   void StartWatchers();                       // the signal and health threads
 
   const DaemonConfig config_;

@@ -1,7 +1,4 @@
 #include "client/core/daemon_client.h"
-#include "client/format/report.h"
-
-#include "client/format/printable.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/format/printable.h"
+#include "client/format/report.h"
 #include "common/pem_file.h"
 #include "common/private_dir.h"
 #include "common/status_macros.h"
@@ -93,9 +92,9 @@ absl::StatusOr<std::unique_ptr<DaemonClient>> DaemonClient::Create(const std::st
     const bool has_port = colon != std::string::npos && colon + 1 < target.size() &&
                           target.find(']', colon) == std::string::npos;
     if (!has_port) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--addr ", address, ": a TCP address needs its port (HOST:PORT, e.g. ", address,
-          ":7070), or use unix:/path for a socket"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--addr ", address, ": a TCP address needs its port (HOST:PORT, e.g. ",
+                       address, ":7070), or use unix:/path for a socket"));
     }
   }
   RETURN_IF_ERROR(CheckSocketDirectory(target));
@@ -229,6 +228,19 @@ absl::StatusOr<v1::PutCalibrationResponse> DaemonClient::PutCalibration(const st
   request.set_calibration_json(json);
   request.set_tp(tp);
   return Call(*node_, &v1::Node::Stub::PutCalibration, request);
+}
+
+absl::StatusOr<v1::ListSessionsResponse> DaemonClient::ListSessions(bool all_users, bool lanes) {
+  v1::ListSessionsRequest request;
+  request.set_all_users(all_users);
+  request.set_lanes(lanes);
+  return Call(*node_, &v1::Node::Stub::ListSessions, request);
+}
+
+absl::Status DaemonClient::CloseSession(const std::string& session_id) {
+  v1::CloseSessionRequest request;
+  request.set_session_id(session_id);
+  return Call(*node_, &v1::Node::Stub::CloseSession, request).status();
 }
 
 absl::StatusOr<v1::Job> DaemonClient::WatchJob(

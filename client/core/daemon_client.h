@@ -67,6 +67,8 @@ class DaemonClient {
   absl::StatusOr<v1::ForgetXidsResponse> ForgetXids(int device);
   absl::StatusOr<v1::GetCalibrationResponse> GetCalibration(int tp);
   absl::StatusOr<v1::PutCalibrationResponse> PutCalibration(const std::string& json, int tp);
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions(bool all_users, bool lanes);
+  absl::Status CloseSession(const std::string& session_id);
 
   // Follows WatchJob until the job is final, calling `on_event` for every event
   // (may be null), and returns the final job. No deadline: jobs run for minutes.

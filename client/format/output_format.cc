@@ -86,6 +86,15 @@ std::vector<std::string> JobNames(const nlohmann::json& doc) {
   if (doc.is_object() && doc.contains("jobs") && doc["jobs"].is_array()) {
     for (const nlohmann::json& job : doc["jobs"]) add(job);
   }
+  // overlapctl sessions: each session's id.
+  if (doc.is_object() && doc.contains("sessions") && doc["sessions"].is_array()) {
+    for (const nlohmann::json& session : doc["sessions"]) {
+      if (session.is_object() && session.contains("session_id") &&
+          session["session_id"].is_string()) {
+        names.push_back(session["session_id"].get<std::string>());
+      }
+    }
+  }
   return names;
 }
 

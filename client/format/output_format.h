@@ -1,6 +1,6 @@
 // The global `-o, --output FORMAT` choice (kubectl's): the table by default,
 // json (what --json prints), yaml (the same document as YAML), wide (tables
-// with every column) or name (the job ids, one a line).
+// with every column) or name (the job or session ids, one a line).
 //
 // yaml and name are made from the JSON a command prints: JsonDocumentBuffer
 // collects standard output and hands on each JSON document as soon as it is
@@ -30,8 +30,8 @@ absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& text);
 // something else are quoted), ending in a newline.
 std::string JsonToYaml(const nlohmann::json& doc);
 
-// The job ids in a command's JSON: its "id" (a job), or each "id" of its
-// "jobs" (a list); none for anything else.
+// The ids in a command's JSON: its "id" (a job), each "id" of its "jobs" (a
+// list), or each "session_id" of its "sessions"; none for anything else.
 std::vector<std::string> JobNames(const nlohmann::json& doc);
 
 // A stream buffer that collects text and, at each line end where the text so

@@ -1,7 +1,8 @@
 """Builds the overlapd package, generating its gRPC stubs (and their type
 stubs) from the repository's proto/ (or OVERLAPD_PROTO_DIR) into overlapd/_gen
-with grpcio-tools, and copying in the TransformerEngine mapping's table that
-overlapctl is built from (client/export/te_ub_cfgs.json). Its version is the
+with grpcio-tools (overlap.proto; session.proto for overlapd.session), and
+copying in the TransformerEngine mapping's table that overlapctl is built
+from (client/export/te_ub_cfgs.json). Its version is the
 daemon's release, read from the repository's CMakeLists.txt project(VERSION)
 (or OVERLAPD_VERSION). Nothing generated or copied is checked in."""
 import os
@@ -14,7 +15,8 @@ from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROTO_DIR = pathlib.Path(os.environ.get("OVERLAPD_PROTO_DIR", HERE.parent.parent / "proto"))
-PROTO = "overlap/v1/overlap.proto"
+# overlap.proto: the Jobs and Node services; session.proto: the session socket's frames.
+PROTOS = ("overlap/v1/overlap.proto", "overlap/v1/session.proto")
 TE_TABLE = HERE.parent / "export" / "te_ub_cfgs.json"
 CMAKE_LISTS = HERE.parent.parent / "CMakeLists.txt"
 
@@ -37,19 +39,21 @@ def generate(out_root: pathlib.Path) -> None:
     from grpc_tools import protoc  # build-time only
     import grpc_tools
 
-    source = PROTO_DIR / PROTO
-    if not source.is_file():
-        raise SystemExit(
-            "overlapd: %s not found; build from the overlapd repository (client/python) or set "
-            "OVERLAPD_PROTO_DIR to its proto/ folder" % source)
+    sources = [PROTO_DIR / proto for proto in PROTOS]
+    for source in sources:
+        if not source.is_file():
+            raise SystemExit(
+                "overlapd: %s not found; build from the overlapd repository (client/python) or "
+                "set OVERLAPD_PROTO_DIR to its proto/ folder" % source)
     gen = out_root / "overlapd" / "_gen"
     gen.mkdir(parents=True, exist_ok=True)
     well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
-    rc = protoc.main(["grpc_tools.protoc", "-I%s" % PROTO_DIR, "-I%s" % well_known,
-                      "--python_out=%s" % gen, "--pyi_out=%s" % gen,
-                      "--grpc_python_out=%s" % gen, str(source)])
-    if rc != 0:
-        raise SystemExit("overlapd: protoc failed on %s (%d)" % (source, rc))
+    for source in sources:
+        rc = protoc.main(["grpc_tools.protoc", "-I%s" % PROTO_DIR, "-I%s" % well_known,
+                          "--python_out=%s" % gen, "--pyi_out=%s" % gen,
+                          "--grpc_python_out=%s" % gen, str(source)])
+        if rc != 0:
+            raise SystemExit("overlapd: protoc failed on %s (%d)" % (source, rc))
     # The generated modules import each other as top-level `overlap.v1`: make
     # that package-relative, so that nothing named `overlap` is put on sys.path.
     for path in [*(gen / "overlap" / "v1").glob("*_pb2*.py"),

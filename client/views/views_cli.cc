@@ -1,6 +1,6 @@
 // The rows of the commands that show the node and its GPUs (node, stats,
-// health, top; with --nodes several daemons) and the tuned schedules (tuning
-// list|forget).
+// health, top; with --nodes several daemons), the tuned schedules (tuning
+// list|forget) and the sessions (sessions [close ID]).
 #include "client/views/views_cli.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "client/core/command_io.h"
 #include "client/views/node_commands.h"
+#include "client/views/sessions.h"
 #include "client/views/top.h"
 #include "client/views/tuning.h"
 
@@ -62,6 +63,25 @@ struct TopCliOptions {
   TopOptions top;
   ClusterViewOptions nodes;
 };
+
+void AddSessionsOptions(CLI::App& app, SessionsOptions& options) {
+  app.require_subcommand(0, 1);
+  app.add_flag("--all-users", options.all_users, "every owner's sessions (admins)");
+  app.add_flag("--lanes", options.lanes,
+               "also the lanes' recent intervals: each critical op and deferred chunk, per "
+               "device, on the device's clock");
+  CLI::App* close = app.add_subcommand(
+      "close", "end a session: its ranks' next commands fail CANCELLED, its buffers are unmapped");
+  close->add_option("ID", options.close_id, "session id, e.g. sess-000003")->required();
+}
+
+int RunSessionsCli(const SessionsOptions& options, const CLI::App& app, const CliContext& context) {
+  if (app.got_subcommand("close")) {
+    return RunCloseSession(context.client, options.close_id, context.json, context.out,
+                           context.err);
+  }
+  return RunSessions(context.client, options, context.json, context.out, context.err);
+}
 
 void AddTuningOptions(CLI::App& app, TuningOptions& options) {
   app.require_subcommand(1);
@@ -197,6 +217,14 @@ CliCommand TopCommand() {
           return RunClusterTop(nodes, options.top, context.json, context.out, context.err);
         });
       });
+}
+
+CliCommand SessionsCommand() {
+  return MakeCliCommand<SessionsOptions>(
+      "sessions",
+      "the sessions of training processes' ranks: owner, ranks, steps, per-op time, hidden "
+      "share, lane waits, deferred delays against bounds, enqueue latency; `close ID` ends one",
+      AddSessionsOptions, RunSessionsCli);
 }
 
 CliCommand TuningCommand() {

@@ -1,7 +1,7 @@
 // The rows of overlapctl's command table (client/cli_commands.h) for what a
 // user looks at: the node (node, stats, health), its GPUs live (top), the
-// tuned schedules (tuning); and --nodes and --cluster-file, which node, top and
-// check share.
+// tuned schedules (tuning), the sessions (sessions); and --nodes and --cluster-file, which node,
+// top and check share.
 #pragma once
 
 #include <functional>
@@ -18,6 +18,7 @@ CliCommand StatsCommand();
 CliCommand HealthCommand();
 CliCommand TopCommand();
 CliCommand TuningCommand();
+CliCommand SessionsCommand();
 
 // The daemons node, top and check look at together (cluster_file.h).
 struct ClusterViewOptions {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,6 +71,16 @@ struct TransportKind {
   std::function<bool(const engine::Engine& engine)> usable;
   std::function<std::unique_ptr<CrossNodeTransport>(const TransportContext& context)> make;
 };
+
+// The kind whose transports are T(context).
+template <typename T>
+TransportKind KindOf(std::string name, std::function<bool(const engine::Engine&)> usable,
+                     std::string note = "") {
+  return TransportKind{std::move(name), std::move(note), std::move(usable),
+                       [](const TransportContext& context) -> std::unique_ptr<CrossNodeTransport> {
+                         return std::make_unique<T>(context);
+                       }};
+}
 
 // Every transport, the one to prefer first.
 const std::vector<TransportKind>& CrossNodeTransports();

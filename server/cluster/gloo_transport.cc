@@ -69,10 +69,9 @@ class GlooTransport final : public CrossNodeTransport {
     for (size_t i : local) {
       const engine::RankBuffers& rank = args.ranks[i];
       if (rank.send.bytes < send_bytes || rank.recv.bytes < recv_bytes) {
-        return absl::InvalidArgumentError(absl::StrCat("collective rank ", i, ": ",
-                                                       rank.send.bytes, "/", rank.recv.bytes,
-                                                       " bytes given, ", send_bytes, "/",
-                                                       recv_bytes, " needed"));
+        return absl::InvalidArgumentError(absl::StrCat("collective rank ", i, ": ", rank.send.bytes,
+                                                       "/", rank.recv.bytes, " bytes given, ",
+                                                       send_bytes, "/", recv_bytes, " needed"));
       }
       BufferRef send = rank.send, recv = rank.recv;
       send.bytes = send_bytes;
@@ -84,10 +83,12 @@ class GlooTransport final : public CrossNodeTransport {
            count = args.count](const std::vector<uint8_t*>& data) -> absl::Status {
             ASSIGN_OR_RETURN(gloo_group::GlooGroup * g, gloo->Get());
             switch (op) {
-              case CollectiveOp::kAllGather: return g->AllGather(dtype, data[0], data[1], count);
+              case CollectiveOp::kAllGather:
+                return g->AllGather(dtype, data[0], data[1], count);
               case CollectiveOp::kReduceScatter:
                 return g->ReduceScatter(dtype, data[0], data[1], count);
-              default: return g->AllReduce(dtype, data[0], data[1], count);
+              default:
+                return g->AllReduce(dtype, data[0], data[1], count);
             }
           }));
     }
@@ -135,13 +136,8 @@ class GlooTransport final : public CrossNodeTransport {
 }  // namespace
 
 TransportKind GlooTransportKind() {
-  TransportKind kind;
-  kind.name = "gloo";
-  kind.usable = [](const engine::Engine& engine) { return engine.HostWork() != nullptr; };
-  kind.make = [](const TransportContext& context) -> std::unique_ptr<CrossNodeTransport> {
-    return std::make_unique<GlooTransport>(context);
-  };
-  return kind;
+  return KindOf<GlooTransport>(
+      "gloo", [](const engine::Engine& engine) { return engine.HostWork() != nullptr; });
 }
 
 }  // namespace overlap::cluster

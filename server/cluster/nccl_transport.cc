@@ -91,9 +91,9 @@ class NcclTransport final : public CrossNodeTransport {
     absl::MutexLock lock(&mu_);
     auto it = barrier_scratch_.find(device);
     if (it == barrier_scratch_.end()) {
-      ASSIGN_OR_RETURN(const engine::BufferId buffer,
-                       context_.inner.Allocate(context_.options.placement.LocalDevice(device),
-                                               sizeof(float)));
+      ASSIGN_OR_RETURN(
+          const engine::BufferId buffer,
+          context_.inner.Allocate(context_.options.placement.LocalDevice(device), sizeof(float)));
       it = barrier_scratch_.emplace(device, buffer).first;
     }
     return engine::BufferRef{it->second, 0, sizeof(float)};
@@ -108,14 +108,9 @@ class NcclTransport final : public CrossNodeTransport {
 }  // namespace
 
 TransportKind NcclTransportKind() {
-  TransportKind kind;
-  kind.name = "nccl";
-  kind.note = "experimental: NCCL between daemons has not yet been verified on two GPUs";
-  kind.usable = [](const engine::Engine& engine) { return engine.CrossProcess() != nullptr; };
-  kind.make = [](const TransportContext& context) -> std::unique_ptr<CrossNodeTransport> {
-    return std::make_unique<NcclTransport>(context);
-  };
-  return kind;
+  return KindOf<NcclTransport>(
+      "nccl", [](const engine::Engine& engine) { return engine.CrossProcess() != nullptr; },
+      "experimental: NCCL between daemons has not yet been verified on two GPUs");
 }
 
 }  // namespace overlap::cluster

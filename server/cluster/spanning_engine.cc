@@ -53,9 +53,10 @@ absl::Status SpanningEngine::CheckDevice(int device, const char* what) const {
 }
 
 absl::Status SpanningEngine::CrossesNodes(const std::string& what) const {
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " crosses daemons: nodes synchronise and move data only through collectives "
-            "(the p2p and direct transports need the peer's memory)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what,
+                   " crosses daemons: nodes synchronise and move data only through collectives "
+                   "(the p2p and direct transports need the peer's memory)"));
 }
 
 engine::DeviceInfo SpanningEngine::GetDeviceInfo(int device) const {
@@ -71,11 +72,10 @@ engine::DeviceInfo SpanningEngine::GetDeviceInfo(int device) const {
 }
 
 StreamId SpanningEngine::GetStream(int device, engine::StreamRole role, int index) {
-  const std::string name =
-      absl::StrCat(role == engine::StreamRole::kComm       ? "comm"
-                   : role == engine::StreamRole::kDeferred ? "deferred"
-                                                           : "compute",
-                   index);
+  const std::string name = absl::StrCat(role == engine::StreamRole::kComm       ? "comm"
+                                        : role == engine::StreamRole::kDeferred ? "deferred"
+                                                                                : "compute",
+                                        index);
   absl::MutexLock lock(&mu_);
   if (IsLocalDevice(device)) {
     const StreamId stream = inner_.GetStream(LocalDevice(device), role, index);
@@ -151,16 +151,14 @@ absl::StatusOr<double> SpanningEngine::ElapsedMs(EventId start, EventId end) {
   return inner_.ElapsedMs(start, end);
 }
 
-absl::Status SpanningEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype,
-                                        uint64_t seed, float scale) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.FillRandom(stream, dst, dtype, seed, scale);
+absl::Status SpanningEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                                        float scale) {
+  return IfLocal(stream, [&] { return inner_.FillRandom(stream, dst, dtype, seed, scale); });
 }
 
 absl::Status SpanningEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype,
                                           float value) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.FillConstant(stream, dst, dtype, value);
+  return IfLocal(stream, [&] { return inner_.FillConstant(stream, dst, dtype, value); });
 }
 
 absl::Status SpanningEngine::Gemm(StreamId stream, const engine::GemmArgs& args) {
@@ -171,13 +169,11 @@ absl::Status SpanningEngine::Gemm(StreamId stream, const engine::GemmArgs& args)
 
 absl::Status SpanningEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef src,
                                         DType dtype) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.Accumulate(stream, dst, src, dtype);
+  return IfLocal(stream, [&] { return inner_.Accumulate(stream, dst, src, dtype); });
 }
 
 absl::Status SpanningEngine::Elementwise(StreamId stream, const engine::ElementwiseArgs& args) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.Elementwise(stream, args);
+  return IfLocal(stream, [&] { return inner_.Elementwise(stream, args); });
 }
 
 absl::Status SpanningEngine::AllGather(const CollectiveArgs& args) {
@@ -222,9 +218,12 @@ absl::Status SpanningEngine::Collective(engine::CollectiveOp op, const Collectiv
     CollectiveArgs mine = args;
     for (engine::RankBuffers& rank : mine.ranks) rank.device = LocalDevice(rank.device);
     switch (op) {
-      case engine::CollectiveOp::kAllGather: return inner_.AllGather(mine);
-      case engine::CollectiveOp::kReduceScatter: return inner_.ReduceScatter(mine);
-      default: return inner_.AllReduce(mine);
+      case engine::CollectiveOp::kAllGather:
+        return inner_.AllGather(mine);
+      case engine::CollectiveOp::kReduceScatter:
+        return inner_.ReduceScatter(mine);
+      default:
+        return inner_.AllReduce(mine);
     }
   }
   if (args.algorithm != engine::LibraryAlgorithm::kLibraryChoice) {
@@ -263,8 +262,8 @@ absl::Status SpanningEngine::SendRecv(int channel, const std::vector<int>& group
   for (int d : group) {
     RETURN_IF_ERROR(CheckDevice(d, "send_recv"));
     if (!IsLocalDevice(d)) {
-      const bool any_local = std::any_of(group.begin(), group.end(),
-                                         [this](int g) { return IsLocalDevice(g); });
+      const bool any_local =
+          std::any_of(group.begin(), group.end(), [this](int g) { return IsLocalDevice(g); });
       if (!any_local) return absl::OkStatus();
       return absl::InvalidArgumentError(
           "send_recv across daemons: point-to-point schedules (ring over nccl) need a group "
@@ -280,8 +279,8 @@ absl::Status SpanningEngine::SendRecv(int channel, const std::vector<int>& group
   return inner_.SendRecv(channel, mine, local, beside_gemm);
 }
 
-absl::Status SpanningEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device,
-                                      BufferRef src, int src_device) {
+absl::Status SpanningEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
+                                      int src_device) {
   RETURN_IF_ERROR(CheckDevice(dst_device, "PeerCopy dst"));
   RETURN_IF_ERROR(CheckDevice(src_device, "PeerCopy src"));
   const bool dst_local = IsLocalDevice(dst_device), src_local = IsLocalDevice(src_device);
@@ -340,8 +339,8 @@ int64_t SpanningEngine::GateTimeouts(int device) const {
 absl::Status SpanningEngine::EnqueueHostWork(StreamId stream,
                                              const std::vector<engine::HostWorkBuffer>& buffers,
                                              Work work) {
-  if (IsRemoteStream(stream)) return absl::OkStatus();
-  return inner_.HostWork()->EnqueueHostWork(stream, buffers, std::move(work));
+  return IfLocal(
+      stream, [&] { return inner_.HostWork()->EnqueueHostWork(stream, buffers, std::move(work)); });
 }
 
 }  // namespace overlap::cluster

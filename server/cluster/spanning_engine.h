@@ -87,6 +87,11 @@ class SpanningEngine final : public engine::ForwardingEngine,
   // A stream, buffer or event of another node: a handle with nothing behind it.
   static bool IsRemoteHandle(int64_t id) { return id >= kRemoteHandleBase; }
   static bool IsRemoteStream(engine::StreamId id) { return id >= kRemoteStreamBase; }
+  // Work on another node's stream is that node's: nothing to enqueue here.
+  template <typename Enqueue>
+  static absl::Status IfLocal(engine::StreamId stream, Enqueue enqueue) {
+    return IsRemoteStream(stream) ? absl::OkStatus() : enqueue();
+  }
   static constexpr int64_t kRemoteHandleBase = int64_t{1} << 40;
   static constexpr engine::StreamId kRemoteStreamBase = 1 << 24;
 

@@ -260,6 +260,15 @@ CudaEngineImpl::~CudaEngineImpl() {
   for (int device = 0; device < DeviceCount(); ++device) all.push_back(device);
   const absl::Status status = WaitIdle(all);
   if (!status.ok()) GetLogger("cuda")->warn("engine shutdown: {}", status.ToString());
+  // Mappings of other processes' memory the caller never freed.
+  std::map<engine::BufferId, BufferEntry> buffers;
+  {
+    absl::MutexLock lock(&mu_);
+    buffers.swap(buffers_);
+  }
+  for (const auto& [id, entry] : buffers) {
+    if (entry.imported) ReleaseImported(id, *entry.imported);
+  }
   comms_.reset();
   --LiveEngines();
 }
@@ -383,7 +392,7 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::Allocate(int device, size_t byt
   ASSIGN_OR_RETURN(void* ptr, devices_[device]->pool->Allocate(bytes));
   absl::MutexLock lock(&mu_);
   const engine::BufferId id = next_buffer_id_++;
-  buffers_[id] = BufferEntry{device, static_cast<char*>(ptr), bytes};
+  buffers_[id] = BufferEntry{device, static_cast<char*>(ptr), bytes, std::nullopt};
   return id;
 }
 
@@ -398,6 +407,10 @@ void CudaEngineImpl::Free(engine::BufferId buffer) {
     return;
   }
   const BufferEntry& entry = *taken;
+  if (entry.imported) {
+    ReleaseImported(buffer, *entry.imported);
+    return;
+  }
   // Any stream (a peer copy issued on another device included) may still have
   // work queued that touches the buffer: fence every busy stream.
   std::vector<CudaEvent> fences;

@@ -3,8 +3,9 @@
 // cuda_engine_compute.cc (fills, GEMM, accumulate), cuda_engine_comm.cc
 // (collectives, point-to-point, peer copies), cuda_engine_sync.cc (watchdog),
 // cuda_engine_graph.cc (graph capture and replay), cuda_engine_gate.cc
-// (launch gates) and cuda_engine_shared_gpu.cc (collectives between ranks that
-// share a GPU).
+// (launch gates), cuda_engine_shared_gpu.cc (collectives between ranks that
+// share a GPU) and cuda_engine_shared_memory.cc (another process's memory and
+// signals).
 //
 // Handles: StreamId = device * 4 + role * 2 + index, fixed at start; buffer and
 // event ids count up from 1 and are never reused. The id maps are guarded by mu_,
@@ -39,7 +40,8 @@ class CudaEngineImpl final : public CudaEngine,
                              public engine::DeviceMonitor,
                              public engine::GraphCapture,
                              public engine::LaunchGates,
-                             public engine::CrossProcessCollectives {
+                             public engine::CrossProcessCollectives,
+                             public engine::SharedMemory {
  public:
   static constexpr int kStreamsPerRole = 2;
   // Compute, comm (the critical lane) and deferred (the deferred lane).
@@ -70,6 +72,7 @@ class CudaEngineImpl final : public CudaEngine,
   engine::CrossProcessCollectives* CrossProcess() const override {
     return config_.ranks_per_gpu == 1 ? cross_process_ : nullptr;
   }
+  engine::SharedMemory* Shared() const override { return shared_; }
 
   int StreamsPerRole() const override { return kStreamsPerRole; }
   std::string DescribeLanes() const override;
@@ -101,6 +104,17 @@ class CudaEngineImpl final : public CudaEngine,
                                       const std::vector<int>& global_ranks,
                                       const engine::CollectiveArgs& args) override;
 
+  // SharedMemory (cuda_engine_shared_memory.cc). WaitValue cannot enforce its
+  // deadline: a stream waits in the GPU's front end until the word is written.
+  // Free of an imported buffer waits for the busy streams first, so a stream
+  // still waiting for a word that will never come must be released (its word
+  // written) before the buffer is freed.
+  absl::StatusOr<engine::BufferId> ImportBuffer(int device, int fd, size_t offset,
+                                                size_t bytes) override;
+  absl::Status WaitValue(engine::StreamId stream, engine::BufferRef word, uint64_t value,
+                         absl::Time deadline) override;
+  absl::Status WriteValue(engine::StreamId stream, engine::BufferRef word, uint64_t value) override;
+
  private:
   // The CTA cap of the communicator a collective uses (0 = NCCL's choice):
   // the deferred lane's, or the budget beside a GEMM.
@@ -129,10 +143,19 @@ class CudaEngineImpl final : public CudaEngine,
     std::unique_ptr<GemmLt> gemm;
     size_t reserved_bytes = 0;  // workspaces + scratch, not counted as in use
   };
+  // Another process's allocation mapped here (ImportBuffer): the driver's
+  // handles, in driver API types (cuda_engine_shared_memory.cc).
+  struct ImportedMapping {
+    uint64_t handle = 0;  // CUmemGenericAllocationHandle
+    uint64_t base = 0;    // CUdeviceptr of the reserved range, mapped from offset 0
+    size_t size = 0;      // bytes reserved and mapped
+  };
   struct BufferEntry {
     int device = 0;
     char* ptr = nullptr;
     size_t bytes = 0;
+    // Set for an imported buffer: Free unmaps it instead of returning it to the pool.
+    std::optional<ImportedMapping> imported;
   };
   struct GraphExecDeleter {
     void operator()(cudaGraphExec_t exec) const noexcept;
@@ -240,6 +263,13 @@ class CudaEngineImpl final : public CudaEngine,
   // Polls until the devices' streams are idle or `timeout_s` passes; true when idle.
   absl::StatusOr<bool> PollStreamsIdle(const std::vector<int>& devices, double timeout_s,
                                        bool check_nccl);
+  // Unmaps and releases an imported buffer's mapping once every stream that
+  // was busy is idle; logs what fails.
+  void ReleaseImported(engine::BufferId buffer, const ImportedMapping& mapping);
+  // The device address of a signal word of `stream` (8 bytes, 8-aligned, of
+  // an imported buffer of the stream's device).
+  absl::StatusOr<uint64_t> SignalWord(const StreamSlot& slot, const engine::BufferRef& word,
+                                      const char* op) const;
 
   const DaemonConfig config_;
   // The parts this engine is (it implements each itself).
@@ -247,6 +277,7 @@ class CudaEngineImpl final : public CudaEngine,
   engine::GraphCapture* const capture_ = this;
   engine::LaunchGates* const gates_ = this;
   engine::CrossProcessCollectives* const cross_process_ = this;
+  engine::SharedMemory* const shared_ = this;
   std::vector<StreamSlot> streams_;  // immutable after Create
   std::vector<std::unique_ptr<DeviceState>> devices_;
   std::vector<std::vector<bool>> peer_access_;  // [from][to]

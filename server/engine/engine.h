@@ -37,6 +37,7 @@
 #include "server/engine/graph_capture.h"
 #include "server/engine/host_work.h"
 #include "server/engine/launch_gates.h"
+#include "server/engine/shared_memory.h"
 
 namespace overlap::engine {
 
@@ -48,7 +49,8 @@ namespace overlap::engine {
 //   Graphs()       steady-state replay (graph_capture.h);
 //   Gates()        launch gates (launch_gates.h);
 //   HostWork()     host work in stream order over host-addressable buffers (host_work.h);
-//   CrossProcess() library collectives between processes (cross_process.h).
+//   CrossProcess() library collectives between processes (cross_process.h);
+//   Shared()       another process's memory and signals (shared_memory.h).
 // Every method is pure, so that a decorator that forgets one fails to
 // compile. Backends derive from EngineDefaults, which answers the knobs and
 // parts for a backend without them; decorators derive from ForwardingEngine
@@ -94,6 +96,7 @@ class Engine {
   virtual LaunchGates* Gates() const = 0;
   virtual HostWorkQueue* HostWork() const = 0;
   virtual CrossProcessCollectives* CrossProcess() const = 0;
+  virtual SharedMemory* Shared() const = 0;
 
   // Streams exist for the engine's lifetime: `index` selects among several
   // streams of one role (0 is always valid; up to StreamsPerRole()).
@@ -180,6 +183,7 @@ class EngineDefaults : public Engine {
   LaunchGates* Gates() const override { return nullptr; }
   HostWorkQueue* HostWork() const override { return nullptr; }
   CrossProcessCollectives* CrossProcess() const override { return nullptr; }
+  SharedMemory* Shared() const override { return nullptr; }
 };
 
 }  // namespace overlap::engine

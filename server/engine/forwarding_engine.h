@@ -36,6 +36,7 @@ class ForwardingEngine : public Engine {
   LaunchGates* Gates() const override { return inner_.Gates(); }
   HostWorkQueue* HostWork() const override { return inner_.HostWork(); }
   CrossProcessCollectives* CrossProcess() const override { return inner_.CrossProcess(); }
+  SharedMemory* Shared() const override { return inner_.Shared(); }
 
   StreamId GetStream(int device, StreamRole role, int index = 0) override {
     return inner_.GetStream(device, role, index);

@@ -269,6 +269,7 @@ void JobQueue::ScheduleLocked() {
   for (const auto& [sequence, entry] : running_) {
     claimed.insert(entry->job.devices.begin(), entry->job.devices.end());
   }
+  for (const auto& [holder, devices] : held_) claimed.insert(devices.begin(), devices.end());
   auto incoming = submitting_.begin();
   for (auto it = pending_.begin(); it != pending_.end();) {
     // Submissions on their way in that rank above this job claim their devices.
@@ -569,6 +570,26 @@ bool JobQueue::Responsive(absl::Duration within) const {
 int JobQueue::QueuedCount() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(pending_.size());
+}
+
+void JobQueue::HoldDevices(const std::string& holder, const std::vector<int>& devices) {
+  absl::MutexLock lock(&mu_);
+  held_[holder] = devices;
+}
+
+void JobQueue::ReleaseDevices(const std::string& holder) {
+  absl::MutexLock lock(&mu_);
+  if (held_.erase(holder) > 0) ScheduleLocked();
+}
+
+std::string JobQueue::RunningOn(const std::vector<int>& devices) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [sequence, entry] : running_) {
+    for (int device : entry->job.devices) {
+      if (std::find(devices.begin(), devices.end(), device) != devices.end()) return entry->job.id;
+    }
+  }
+  return "";
 }
 
 int JobQueue::RunningCount() const {

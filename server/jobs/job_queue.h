@@ -144,6 +144,13 @@ class JobQueue {
 
   absl::StatusOr<JobQueueStats> GetStats();
 
+  // Devices a session holds (server/sessions/): no job starts on them until
+  // ReleaseDevices, as if a job ran there. Holding again replaces `holder`'s set.
+  void HoldDevices(const std::string& holder, const std::vector<int>& devices);
+  void ReleaseDevices(const std::string& holder);
+  // The id of a job running on one of `devices`, or "" when none is.
+  std::string RunningOn(const std::vector<int>& devices) const;
+
   // Ends watchers (UNAVAILABLE) and joins the executors. Running jobs are waited
   // for: call WaitIdle (and CancelRunning) first. Idempotent.
   void Shutdown();
@@ -206,6 +213,7 @@ class JobQueue {
   std::map<std::string, std::shared_ptr<Entry>> active_ ABSL_GUARDED_BY(mu_);
   std::map<PendingKey, std::shared_ptr<Entry>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<int>> held_ ABSL_GUARDED_BY(mu_);  // by holder
   // Finished jobs whose end the store could not take (a full disk): served from
   // here, over their stale rows, and stored again with every later store.
   std::map<std::string, JobRecord> unstored_ ABSL_GUARDED_BY(mu_);

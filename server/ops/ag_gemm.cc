@@ -20,8 +20,8 @@ absl::Status Serial(OpContext& ctx, Transport transport) {
   }
   RETURN_IF_ERROR(AllGather(ctx, transport, On::kCompute, src, dst));
   for (int r = 0; r < tp; ++r) {
-    RETURN_IF_ERROR(GemmRows(ctx, r, ctx.rank(r).compute, ctx.rank(r).full, 0, ctx.rank(r).y, 0,
-                             ctx.op().m));
+    RETURN_IF_ERROR(
+        GemmRows(ctx, r, ctx.rank(r).compute, ctx.rank(r).full, 0, ctx.rank(r).y, 0, ctx.op().m));
   }
   return absl::OkStatus();
 }
@@ -60,7 +60,7 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
   const LocalShapes& sh = ctx.shapes();
-  const int64_t mr = sh.a_rows, k = sh.a_cols, nl = sh.w_cols;
+  const int64_t mr = sh.a_rows, k = sh.a_cols;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
     const int p = c % 2;
@@ -76,15 +76,8 @@ absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
       RankState& rs = ctx.rank(r);
       RETURN_IF_ERROR(ctx.Record(r, rs.comm, EventKind::kGathered, c));
       RETURN_IF_ERROR(ctx.Wait(rs.compute, r, EventKind::kGathered, c));
-      engine::GemmArgs g = ctx.WeightsGemm(r);
-      g.m = rc;
-      g.a = ctx.Matrix(rs.pingpong[p], 0, k);
-      g.c = ctx.Matrix(rs.y, row, nl);
-      g.batch = tp;
-      g.stride_a = rc * k;
-      g.stride_b = 0;
-      g.stride_c = mr * nl;
-      RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
+      RETURN_IF_ERROR(
+          BatchedGemmRows(ctx, r, rs.compute, {rs.pingpong[p], 0, rc}, {rs.y, row, mr}, rc));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm, c));
     }
   }

@@ -15,14 +15,13 @@ using engine::StreamId;
 
 namespace {
 
-// `count` elements of what the send buffers hold (an op's gathers move its
-// dtype, its reductions the reduced one: OpContext::DTypeOf).
-engine::CollectiveArgs Args(OpContext& ctx, On on, size_t count,
-                            const std::vector<BufferRef>& send,
+// `bytes` of what the send buffers hold, in elements of their dtype (an op's
+// gathers move its dtype, its reductions the reduced one: OpContext::DTypeOf).
+engine::CollectiveArgs Args(OpContext& ctx, On on, size_t bytes, const std::vector<BufferRef>& send,
                             const std::vector<BufferRef>& recv) {
   engine::CollectiveArgs args;
   args.dtype = ctx.DTypeOf(send[0].buffer);
-  args.count = count;
+  args.count = bytes / DTypeSize(args.dtype);
   args.channel = ctx.channel();
   // The comm stream's collectives run beside the op's GEMMs.
   args.beside_gemm = on == On::kComm;
@@ -110,8 +109,7 @@ absl::Status AllGather(OpContext& ctx, Transport transport, On on,
   const int tp = ctx.tp();
   const size_t block = src[0].bytes;
   if (transport == Transport::kNccl && tp > 1) {
-    return ctx.engine().AllGather(
-        Args(ctx, on, block / DTypeSize(ctx.DTypeOf(src[0].buffer)), src, dst));
+    return ctx.engine().AllGather(Args(ctx, on, block, src, dst));
   }
   for (int r = 0; r < tp; ++r) {
     const StreamId stream = StreamOf(ctx, r, on);
@@ -135,8 +133,7 @@ absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
   const int tp = ctx.tp();
   const size_t block = dst[0].bytes;
   if (transport == Transport::kNccl && tp > 1) {
-    return ctx.engine().ReduceScatter(
-        Args(ctx, on, block / DTypeSize(ctx.DTypeOf(src[0].buffer)), src, dst));
+    return ctx.engine().ReduceScatter(Args(ctx, on, block, src, dst));
   }
   for (int r = 0; r < tp; ++r) {
     RETURN_IF_ERROR(ReduceBlockP2p(ctx, r, StreamOf(ctx, r, on), dst[r],
@@ -147,8 +144,8 @@ absl::Status ReduceScatter(OpContext& ctx, Transport transport, On on,
 }
 
 absl::Status AllReduceRows(OpContext& ctx, Transport transport, On on,
-                           const std::vector<engine::BufferId>& buffers, int64_t row,
-                           int64_t rows, int64_t cols, int tag) {
+                           const std::vector<engine::BufferId>& buffers, int64_t row, int64_t rows,
+                           int64_t cols, int tag) {
   return AllReduceRowsInto(ctx, transport, on, buffers, buffers, row, rows, cols, tag);
 }
 
@@ -183,10 +180,11 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
     if (algorithm == AllReduceAlgorithm::kParameterServer) {
       return absl::InvalidArgumentError("all-reduce ps is a copy-engine layout: transport p2p");
     }
-    engine::CollectiveArgs args = Args(ctx, on, rows * cols, send, recv);
-    args.algorithm = algorithm == AllReduceAlgorithm::kRing   ? engine::LibraryAlgorithm::kRing
-                     : algorithm == AllReduceAlgorithm::kTree ? engine::LibraryAlgorithm::kTree
-                                                              : engine::LibraryAlgorithm::kLibraryChoice;
+    engine::CollectiveArgs args = Args(ctx, on, send[0].bytes, send, recv);
+    args.algorithm = algorithm == AllReduceAlgorithm::kRing ? engine::LibraryAlgorithm::kRing
+                     : algorithm == AllReduceAlgorithm::kTree
+                         ? engine::LibraryAlgorithm::kTree
+                         : engine::LibraryAlgorithm::kLibraryChoice;
     return ctx.engine().AllReduce(args);
   }
   switch (algorithm) {

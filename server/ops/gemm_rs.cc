@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "common/status_macros.h"
-
 #include "server/ops/collectives.h"
 #include "server/ops/layer_ops.h"
 
@@ -28,7 +27,8 @@ absl::Status Serial(OpContext& ctx, Transport transport) {
     dst.push_back(ctx.Rows(rs.y, 0, mr, n));
   }
   if (transport == Transport::kP2p) {
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, EventKind::kGemm));
+    for (int r = 0; r < tp; ++r)
+      RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(r).compute, EventKind::kGemm));
   }
   return ReduceScatter(ctx, transport, On::kCompute, src, dst);
 }
@@ -78,35 +78,29 @@ absl::Status Bulk(OpContext& ctx, Transport transport) {
 // next chunk's GEMM runs.
 absl::Status Chunked(OpContext& ctx, Transport transport, int chunks) {
   const int tp = ctx.tp();
-  const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp, kl = ctx.shapes().a_cols;
+  const int64_t m = ctx.op().m, n = ctx.op().n, mr = m / tp;
   RETURN_IF_ERROR(ctx.ForkComm(transport));
   for (int c = 0; c < chunks; ++c) {
-    const int p = c % 2;
     const auto [row, rc] = PieceOf(mr, chunks, c);
     std::vector<BufferRef> src, dst;
     for (int r = 0; r < tp; ++r) {
       RankState& rs = ctx.rank(r);
+      const engine::BufferId pingpong = rs.pingpong[c % 2];
       // The reduce-scatter of chunk c-2 (every peer's pulls, for p2p) must be
       // done with this ping-pong buffer before the GEMM overwrites it.
-      if (c >= 2) RETURN_IF_ERROR(WaitForProducers(ctx, r, rs.compute, transport, EventKind::kRs, c - 2));
-      engine::GemmArgs g = ctx.WeightsGemm(r);
-      g.m = rc;
-      g.a = ctx.Matrix(rs.a, row, kl);
-      g.c = ctx.Matrix(rs.pingpong[p], 0, n);
-      g.batch = tp;
-      g.stride_a = mr * kl;
-      g.stride_b = 0;
-      g.stride_c = rc * n;
-      RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
+      if (c >= 2)
+        RETURN_IF_ERROR(WaitForProducers(ctx, r, rs.compute, transport, EventKind::kRs, c - 2));
+      RETURN_IF_ERROR(BatchedGemmRows(ctx, r, rs.compute, {rs.a, row, mr}, {pingpong, 0, rc}, rc));
       RETURN_IF_ERROR(ctx.Record(r, rs.compute, EventKind::kGemm, c));
-      src.push_back(ctx.Rows(rs.pingpong[p], 0, tp * rc, n));
+      src.push_back(ctx.Rows(pingpong, 0, tp * rc, n));
       dst.push_back(ctx.Rows(rs.y, row, rc, n));
     }
     for (int r = 0; r < tp; ++r) {
       RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kGemm, c));
     }
     RETURN_IF_ERROR(ReduceScatter(ctx, transport, On::kComm, src, dst));
-    for (int r = 0; r < tp; ++r) RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).comm, EventKind::kRs, c));
+    for (int r = 0; r < tp; ++r)
+      RETURN_IF_ERROR(ctx.Record(r, ctx.rank(r).comm, EventKind::kRs, c));
   }
   return ctx.JoinComm();
 }
@@ -179,7 +173,8 @@ absl::Status DirectReduceScatter(OpContext& ctx, int chunks,
   for (int r = 0; r < tp; ++r) {
     RankState& rs = ctx.rank(r);
     const engine::StreamId waiter = via_comm ? rs.comm : rs.compute;
-    for (int s = 1; s < tp; ++s) RETURN_IF_ERROR(ctx.Wait(waiter, (r - s + tp) % tp, EventKind::kStored, s));
+    for (int s = 1; s < tp; ++s)
+      RETURN_IF_ERROR(ctx.Wait(waiter, (r - s + tp) % tp, EventKind::kStored, s));
     if (!via_comm) continue;
     const engine::BufferRef mine = ctx.Rows(out[r], out_row(r), mr, n);
     for (int slot = 0; slot < tp - 2; ++slot) {
@@ -218,7 +213,8 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
       }
       std::vector<RankTransfer> step;
       for (int r = 0; r < tp; ++r) {
-        RETURN_IF_ERROR(WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kPartial, index));
+        RETURN_IF_ERROR(
+            WaitForProducers(ctx, r, ctx.rank(r).comm, transport, EventKind::kPartial, index));
         const int d = (r + s) % tp;
         const engine::BufferRef dst = s == 1 ? ctx.Rows(out[d], out_row(d) + piece_row, rc, n)
                                              : ctx.Rows(ctx.rank(d).slots[s - 2], piece_row, rc, n);

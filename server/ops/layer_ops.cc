@@ -7,8 +7,8 @@
 namespace overlap::ops {
 
 absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
-                      int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
-                      float beta, bool c_on_peer) {
+                      int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows, float beta,
+                      bool c_on_peer) {
   if (rows == 0) return absl::OkStatus();
   engine::GemmArgs g = ctx.WeightsGemm(r);
   g.m = rows;
@@ -16,6 +16,19 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   g.c = ctx.Matrix(c, c_row, g.n);
   g.beta = beta;
   g.c_on_peer = c_on_peer;
+  return ctx.engine().Gemm(stream, g);
+}
+
+absl::Status BatchedGemmRows(OpContext& ctx, int r, engine::StreamId stream, RowBlocks a,
+                             RowBlocks c, int64_t rows) {
+  engine::GemmArgs g = ctx.WeightsGemm(r);
+  g.m = rows;
+  g.a = ctx.Matrix(a.buffer, a.row, g.k);
+  g.c = ctx.Matrix(c.buffer, c.row, g.n);
+  g.batch = ctx.tp();
+  g.stride_a = a.step * g.k;
+  g.stride_b = 0;
+  g.stride_c = c.step * g.n;
   return ctx.engine().Gemm(stream, g);
 }
 
@@ -130,8 +143,7 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport) {
       [&] { return Collective(ctx, transport, On::kCompute, /*use_spare=*/false); });
 }
 
-absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
-                                   EventKind end) {
+absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport, EventKind end) {
   return ctx.ForEachGroup([&]() -> absl::Status {
     RETURN_IF_ERROR(ctx.ForkComm(transport));
     RETURN_IF_ERROR(Collective(ctx, transport, On::kComm, /*use_spare=*/true));

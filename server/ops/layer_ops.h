@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/ops/op_context.h"
 #include "common/schedule.h"
+#include "server/ops/op_context.h"
 
 namespace overlap::ops {
 
@@ -40,8 +40,7 @@ absl::Status EnqueueCommAlone(OpContext& ctx, Transport transport);
 // The unchunked GEMM on the compute stream while the unchunked collective runs
 // on the comm stream (independent buffers); records (end_tag) on each rank's
 // compute stream right after its GEMM, then joins.
-absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport,
-                                   EventKind end);
+absl::Status EnqueueGemmBesideComm(OpContext& ctx, Transport transport, EventKind end);
 
 // Shared by gemm_rs and gemm_ar (gemm_rs.cc): the ring reduce-scatter with the
 // reduction fused into the GEMM. For each peer in turn, rank r computes that
@@ -61,5 +60,15 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
 absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
                       int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
                       float beta = 0.0f, bool c_on_peer = false);
+
+// Rows of one buffer taken in tp blocks: block b starts at row + b * step.
+struct RowBlocks {
+  engine::BufferId buffer;
+  int64_t row = 0;
+  int64_t step = 0;
+};
+// One batched GEMM of tp blocks of `rows` rows each: block b of C = block b of A x W.
+absl::Status BatchedGemmRows(OpContext& ctx, int r, engine::StreamId stream, RowBlocks a,
+                             RowBlocks c, int64_t rows);
 
 }  // namespace overlap::ops

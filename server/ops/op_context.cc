@@ -109,8 +109,8 @@ absl::StatusOr<std::unique_ptr<OpContext>> OpContext::Create(engine::Engine& eng
   const int count = static_cast<int>(devices.size());
   const int group_size = layout.group_size > 0 ? layout.group_size : count;
   if (count == 0 || count % group_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op.id, ": ", count,
-                                                   " devices do not form groups of ", group_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op.id, ": ", count, " devices do not form groups of ", group_size));
   }
   std::unique_ptr<OpContext> ctx(new OpContext(engine, op, dtype, group_size, layout.mesh));
   RETURN_IF_ERROR(ctx->Allocate(devices, sizes));
@@ -152,6 +152,7 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     if (elements <= 0) return absl::OkStatus();
     ASSIGN_OR_RETURN(*out,
                      engine_->Allocate(device, static_cast<size_t>(elements) * DTypeSize(dtype)));
+    owned_.push_back(*out);
     buffer_dtypes_[*out] = dtype;
     return absl::OkStatus();
   };
@@ -198,15 +199,37 @@ void OpContext::MoveToDeferredLane() {
 
 OpContext::~OpContext() {
   for (auto& [key, event] : events_) engine_->DestroyEvent(event);
-  for (RankState& rs : ranks_) {
-    for (BufferId b :
-         {rs.a, rs.w, rs.y, rs.full, rs.pingpong[0], rs.pingpong[1], rs.spare, rs.scales}) {
-      if (b != engine::kNoBuffer) engine_->Free(b);
-    }
-    for (BufferId b : rs.slots) {
-      if (b != engine::kNoBuffer) engine_->Free(b);
+  for (BufferId b : owned_) engine_->Free(b);
+}
+
+absl::Status OpContext::UseTensors(int r, BufferId a, BufferId w, BufferId y) {
+  if (r < 0 || r >= static_cast<int>(ranks_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(op_.id, ": UseTensors: rank ", r,
+                                                   " is out of range (the op has ", ranks_.size(),
+                                                   " ranks)"));
+  }
+  const BufferDTypes dt = BufferDTypesFor(op_.type, dtype_);
+  const std::pair<BufferId, DType> given[] = {{a, dt.a}, {w, dt.w}, {y, dt.y}};
+  // A buffer's dtype says how Rows sizes its elements: one buffer may not
+  // stand for two tensors of different dtypes.
+  for (const auto& [buffer, dtype] : given) {
+    if (buffer == engine::kNoBuffer) continue;
+    for (const auto& [other, other_dtype] : given) {
+      if (other == buffer && other_dtype != dtype) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op_.id, ": UseTensors: rank ", r, ": buffer ", buffer, " given as both ",
+                         DTypeName(dtype), " and ", DTypeName(other_dtype), " tensors"));
+      }
     }
   }
+  RankState& rs = ranks_[r];
+  BufferId* slots[] = {&rs.a, &rs.w, &rs.y};
+  for (int i = 0; i < 3; ++i) {
+    if (given[i].first == engine::kNoBuffer) continue;
+    *slots[i] = given[i].first;
+    buffer_dtypes_[given[i].first] = given[i].second;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<int> OpContext::devices() const {
@@ -284,8 +307,7 @@ absl::Status OpContext::Record(int r, StreamId stream, EventKind kind, int index
   return engine_->RecordEvent(event, stream);
 }
 
-absl::Status OpContext::Wait(StreamId stream, int event_rank, EventKind kind, int index,
-                             int step) {
+absl::Status OpContext::Wait(StreamId stream, int event_rank, EventKind kind, int index, int step) {
   ASSIGN_OR_RETURN(engine::EventId event, Event(event_rank, kind, index, step));
   return engine_->WaitEvent(stream, event);
 }

@@ -18,8 +18,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/graph.h"
-#include "server/engine/engine.h"
 #include "common/schedule.h"
+#include "server/engine/engine.h"
 
 namespace overlap::ops {
 
@@ -31,7 +31,7 @@ struct BufferSizes {
   int64_t pingpong = 0;         // each of the two ping-pong buffers
   int64_t slots = 0;            // each of the tp-1 receive slots (p2p reductions)
   int64_t slot_count = 0;
-  int64_t spare = 0;            // the collective's side of the GEMM-beside-comm measurement
+  int64_t spare = 0;  // the collective's side of the GEMM-beside-comm measurement
   int64_t TotalElements() const {
     return a + w + y + full + 2 * pingpong + slots * slot_count + spare;
   }
@@ -121,14 +121,22 @@ class OpContext {
   static constexpr int64_t kScaleStride = engine::kGemmScaleAlignment / sizeof(float);
 
   // Allocates the buffers; RESOURCE_EXHAUSTED when they do not fit.
-  static absl::StatusOr<std::unique_ptr<OpContext>> Create(engine::Engine& engine,
-                                                           const OpSpec& op, DType dtype,
+  static absl::StatusOr<std::unique_ptr<OpContext>> Create(engine::Engine& engine, const OpSpec& op,
+                                                           DType dtype,
                                                            const std::vector<int>& devices,
                                                            const BufferSizes& sizes,
                                                            const RankLayout& layout = {});
   ~OpContext();
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
+
+  // A session's tensors (server/sessions/): rank r (of every group, as
+  // ranks_ holds them) reads its A and W and writes its Y in the client's
+  // buffers instead of the context's own, which Create then need not
+  // allocate (BufferSizes a, w, y of 0). kNoBuffer keeps the context's own.
+  // INVALID_ARGUMENT for a rank out of range. The caller checks the sizes
+  // (SessionTensorNeeds) and keeps the buffers alive while the context is.
+  absl::Status UseTensors(int r, engine::BufferId a, engine::BufferId w, engine::BufferId y);
 
   engine::Engine& engine() { return *engine_; }
   // Routes the schedules' engine calls through `engine`, a decorator of the
@@ -184,8 +192,7 @@ class OpContext {
   // with nothing built on the enqueue path. `step` tells apart the events of
   // one all-reduce of several (index) that a p2p all-reduce records.
   absl::StatusOr<engine::EventId> Event(int r, EventKind kind, int index = 0, int step = 0);
-  absl::Status Record(int r, engine::StreamId stream, EventKind kind, int index = 0,
-                      int step = 0);
+  absl::Status Record(int r, engine::StreamId stream, EventKind kind, int index = 0, int step = 0);
   absl::Status Wait(engine::StreamId stream, int event_rank, EventKind kind, int index = 0,
                     int step = 0);
   // `stream` waits for event (kind, index) of every rank.
@@ -232,6 +239,8 @@ class OpContext {
   std::vector<int> view_;  // indices into ranks_ of the ranks seen now
   int group_ = -1;
   std::map<engine::BufferId, DType> buffer_dtypes_;
+  // What Allocate made, the destructor frees: never a caller's (UseTensors).
+  std::vector<engine::BufferId> owned_;
   bool gemms_beside_collective_ = false;
   int channel_ = 0;
   // By (rank, kind, index, step) packed into one integer (EventKey).

@@ -16,24 +16,6 @@ absl::Status FromGrpc(const std::string& node, const grpc::Status& status) {
                       absl::StrCat("node ", node, ": ", status.error_message()));
 }
 
-// One unary call: a stub's method with a fresh context, its answer taken only
-// when the callee proved it is `node` (peer::CheckPeerReply).
-template <typename Request, typename Response>
-absl::StatusOr<Response> Call(v1::Peers::Stub* stub,
-                              grpc::Status (v1::Peers::Stub::*method)(grpc::ClientContext*,
-                                                                      const Request&, Response*),
-                              absl::string_view name, const peer::PeerIdentity& self,
-                              const std::string& node, const Request& request,
-                              absl::Duration deadline) {
-  grpc::ClientContext context;
-  const std::string nonce = peer::PreparePeerContext(&context, deadline, self, name, node, request);
-  Response response;
-  const grpc::Status status = (stub->*method)(&context, request, &response);
-  RETURN_IF_ERROR(FromGrpc(node, status));
-  RETURN_IF_ERROR(peer::CheckPeerReply(context, self, name, node, nonce, status, response));
-  return response;
-}
-
 }  // namespace
 
 absl::StatusOr<GrpcPeerLink::Peer*> GrpcPeerLink::PeerFor(const std::string& node) {
@@ -46,9 +28,21 @@ absl::StatusOr<GrpcPeerLink::Peer*> GrpcPeerLink::PeerFor(const std::string& nod
   return &peer;
 }
 
-absl::StatusOr<v1::Peers::Stub*> GrpcPeerLink::StubFor(const std::string& node) {
+// A fresh context for each call (peer::CheckPeerReply checks the answer).
+template <typename Request, typename Response>
+absl::StatusOr<Response> GrpcPeerLink::Call(
+    const std::string& node,
+    grpc::Status (v1::Peers::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    absl::string_view name, const Request& request, absl::Duration deadline) {
   ASSIGN_OR_RETURN(Peer * peer, PeerFor(node));
-  return peer->stub.get();
+  grpc::ClientContext context;
+  const std::string nonce =
+      peer::PreparePeerContext(&context, deadline, self_, name, node, request);
+  Response response;
+  const grpc::Status status = (peer->stub.get()->*method)(&context, request, &response);
+  RETURN_IF_ERROR(FromGrpc(node, status));
+  RETURN_IF_ERROR(peer::CheckPeerReply(context, self_, name, node, nonce, status, response));
+  return response;
 }
 
 absl::Status GrpcPeerLink::Hello(const std::string& node, absl::Duration deadline) {
@@ -77,29 +71,25 @@ absl::StatusOr<std::string> GrpcPeerLink::AdmitPart(const std::string& node,
   // sign Hello's fresh nonce.
   const absl::Time give_up = absl::Now() + deadline;
   RETURN_IF_ERROR(CheckCallee(node, deadline));
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  ASSIGN_OR_RETURN(v1::AdmitPartResponse response,
-                   Call(stub, &v1::Peers::Stub::AdmitPart, "AdmitPart", self_, node,
-                        wire::ToProto(request), deadline));
+  ASSIGN_OR_RETURN(
+      v1::AdmitPartResponse response,
+      Call(node, &v1::Peers::Stub::AdmitPart, "AdmitPart", wire::ToProto(request), deadline));
   return std::move(*response.mutable_part_id());
 }
 
 absl::Status GrpcPeerLink::CancelPart(const std::string& node, const CancelRequest& request,
                                       absl::Duration deadline) {
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call(stub, &v1::Peers::Stub::CancelPart, "CancelPart", self_, node, wire::ToProto(request),
-              deadline)
+  return Call(node, &v1::Peers::Stub::CancelPart, "CancelPart", wire::ToProto(request), deadline)
       .status();
 }
 
 absl::StatusOr<HoldAnswer> GrpcPeerLink::HoldPart(const std::string& node,
                                                   const HoldRequest& request,
                                                   absl::Duration deadline) {
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  ASSIGN_OR_RETURN(const v1::HoldPartResponse response,
-                   Call(stub, &v1::Peers::Stub::HoldPart, "HoldPart", self_, node,
-                        wire::ToProto(request), deadline));
+  ASSIGN_OR_RETURN(
+      const v1::HoldPartResponse response,
+      Call(node, &v1::Peers::Stub::HoldPart, "HoldPart", wire::ToProto(request), deadline));
   return wire::FromProto(response);
 }
 
@@ -108,27 +98,21 @@ absl::Status GrpcPeerLink::ReportPart(const std::string& node, const PartReport&
   // A part's results go only to its coordinator proven (as AdmitPart's spec).
   const absl::Time give_up = absl::Now() + deadline;
   RETURN_IF_ERROR(CheckCallee(node, deadline));
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
   deadline = std::max(give_up - absl::Now(), absl::Milliseconds(1));
-  return Call(stub, &v1::Peers::Stub::ReportPart, "ReportPart", self_, node, wire::ToProto(report),
-              deadline)
+  return Call(node, &v1::Peers::Stub::ReportPart, "ReportPart", wire::ToProto(report), deadline)
       .status();
 }
 
 absl::Status GrpcPeerLink::StoreSet(const std::string& node, const StoreCall& call,
                                     absl::Duration deadline) {
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  return Call(stub, &v1::Peers::Stub::StoreSet, "StoreSet", self_, node, wire::ToStoreSet(call),
-              deadline)
+  return Call(node, &v1::Peers::Stub::StoreSet, "StoreSet", wire::ToStoreSet(call), deadline)
       .status();
 }
 
 absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node, const StoreCall& call,
                                                    absl::Duration deadline) {
-  ASSIGN_OR_RETURN(v1::Peers::Stub * stub, StubFor(node));
-  ASSIGN_OR_RETURN(v1::StoreGetResponse response,
-                   Call(stub, &v1::Peers::Stub::StoreGet, "StoreGet", self_, node,
-                        wire::ToStoreGet(call), deadline));
+  ASSIGN_OR_RETURN(v1::StoreGetResponse response, Call(node, &v1::Peers::Stub::StoreGet, "StoreGet",
+                                                       wire::ToStoreGet(call), deadline));
   return std::move(*response.mutable_value());
 }
 

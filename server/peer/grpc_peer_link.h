@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/peer/peer_client.h"
 #include "server/peer/peer_link.h"
@@ -44,7 +45,14 @@ class GrpcPeerLink final : public PeerLink {
   absl::StatusOr<Peer*> PeerFor(const std::string& node);
   // OK when `node` answers a Hello as itself (key mode), or TLS proves it.
   absl::Status CheckCallee(const std::string& node, absl::Duration deadline);
-  absl::StatusOr<v1::Peers::Stub*> StubFor(const std::string& node);
+  // One unary call on `node`'s stub, its answer taken only when the callee
+  // proved it is `node` (grpc_peer_link.cc).
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(const std::string& node,
+                                grpc::Status (v1::Peers::Stub::*method)(grpc::ClientContext*,
+                                                                        const Request&, Response*),
+                                absl::string_view name, const Request& request,
+                                absl::Duration deadline);
 
   const peer::PeerChannelOptions options_;
   const peer::PeerIdentity self_;

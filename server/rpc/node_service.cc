@@ -1,11 +1,14 @@
 #include "server/rpc/node_service.h"
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/net/status_util.h"
+#include "server/wire/session_wire.h"
 
 namespace overlap::rpc {
 
@@ -28,8 +31,14 @@ absl::StatusOr<Caller> Admin(const CallerResolver& callers, const grpc::ServerCo
 }  // namespace
 
 NodeService::NodeService(const node::NodeState& state, node::TuningState& tuning,
-                         const engine::Engine& engine, const CallerResolver& callers)
-    : state_(state), tuning_(tuning), engine_(engine), callers_(callers) {}
+                         const engine::Engine& engine, const CallerResolver& callers,
+                         sessions::SessionRegistry* sessions, const sessions::SessionLanes* lanes)
+    : state_(state),
+      tuning_(tuning),
+      engine_(engine),
+      callers_(callers),
+      sessions_(sessions),
+      lanes_(lanes) {}
 
 grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
                                       const v1::GetNodeInfoRequest* request,
@@ -126,6 +135,52 @@ grpc::Status NodeService::ForgetXids(grpc::ServerContext* context,
   response->set_forgotten(*forgotten);
   GetLogger("rpc")->info("GPU {}: forgot {} Xid(s) of this boot, for {}", device, *forgotten,
                          admin->Describe());
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ListSessions(grpc::ServerContext* context,
+                                       const v1::ListSessionsRequest* request,
+                                       v1::ListSessionsResponse* response) {
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return net::ToGrpcStatus(caller.status());
+  if (sessions_ == nullptr) return grpc::Status::OK;  // none to list
+  const std::string owner = caller->admin && request->all_users() ? "" : caller->owner;
+  const std::vector<sessions::SessionRow> rows = sessions_->List(owner);
+  std::map<std::string, sessions::SessionFigures> figures;
+  if (lanes_ != nullptr) {
+    for (sessions::SessionFigures& f : lanes_->Figures()) figures[f.id] = std::move(f);
+  }
+  std::set<std::string> listed;
+  for (const sessions::SessionRow& row : rows) {
+    auto it = figures.find(row.id);
+    *response->add_sessions() =
+        wire::ToSessionInfo(row, it == figures.end() ? nullptr : &it->second);
+    listed.insert(row.id);
+  }
+  if (request->lanes() && lanes_ != nullptr) {
+    for (const sessions::LaneInterval& interval : lanes_->RecentIntervals()) {
+      if (listed.count(interval.session_id) > 0) {
+        *response->add_lanes() = wire::ToLaneInterval(interval);
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::CloseSession(grpc::ServerContext* context,
+                                       const v1::CloseSessionRequest* request,
+                                       v1::CloseSessionResponse* response) {
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return net::ToGrpcStatus(caller.status());
+  if (sessions_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this daemon runs no sessions (session_socket is off, or its backend "
+                        "cannot map another process's memory)");
+  }
+  absl::Status closed =
+      sessions_->Close(request->session_id(), caller->owner, caller->admin, caller->Describe());
+  if (!closed.ok()) return net::ToGrpcStatus(closed);
+  GetLogger("rpc")->info("session {} closed by {}", request->session_id(), caller->Describe());
   return grpc::Status::OK;
 }
 

@@ -10,14 +10,18 @@
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
 #include "server/rpc/caller.h"
+#include "server/sessions/session_lanes.h"
+#include "server/sessions/session_registry.h"
 
 namespace overlap::rpc {
 
 class NodeService final : public v1::Node::Service {
  public:
   // All references must outlive the service.
-  NodeService(const node::NodeState& state, node::TuningState& tuning,
-              const engine::Engine& engine, const CallerResolver& callers);
+  // `sessions` and `lanes` are null where the daemon runs no sessions.
+  NodeService(const node::NodeState& state, node::TuningState& tuning, const engine::Engine& engine,
+              const CallerResolver& callers, sessions::SessionRegistry* sessions = nullptr,
+              const sessions::SessionLanes* lanes = nullptr);
 
   grpc::Status GetNodeInfo(grpc::ServerContext* context, const v1::GetNodeInfoRequest* request,
                            v1::GetNodeInfoResponse* response) override;
@@ -35,12 +39,21 @@ class NodeService final : public v1::Node::Service {
                               v1::GetCalibrationResponse* response) override;
   grpc::Status PutCalibration(grpc::ServerContext* context, const v1::PutCalibrationRequest* request,
                               v1::PutCalibrationResponse* response) override;
+  // The caller's sessions; an admin's with all_users, everyone's.
+  grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+  // NOT_FOUND, PERMISSION_DENIED for another owner's (admins may close any),
+  // FAILED_PRECONDITION where the daemon runs no sessions.
+  grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
 
  private:
   const node::NodeState& state_;
   node::TuningState& tuning_;
   const engine::Engine& engine_;
   const CallerResolver& callers_;
+  sessions::SessionRegistry* const sessions_;
+  const sessions::SessionLanes* const lanes_;
 };
 
 }  // namespace overlap::rpc

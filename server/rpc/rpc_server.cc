@@ -77,8 +77,8 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   server->jobs_service_ =
       std::make_unique<JobsService>(parts.queue, parts.admission, *server->callers_,
                                     options.jobs, counters, *server->limiter_);
-  server->node_service_ =
-      std::make_unique<NodeService>(parts.node, parts.tuning, parts.engine, *server->callers_);
+  server->node_service_ = std::make_unique<NodeService>(
+      parts.node, parts.tuning, parts.engine, *server->callers_, parts.sessions, parts.lanes);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

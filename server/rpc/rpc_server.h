@@ -53,6 +53,9 @@ struct RpcServerParts {
   node::NodeState& node;
   node::TuningState& tuning;
   const engine::Engine& engine;
+  // Null where the daemon runs no sessions (session_socket off, no shared memory).
+  sessions::SessionRegistry* sessions = nullptr;
+  const sessions::SessionLanes* lanes = nullptr;
 };
 
 class RpcServer {

@@ -101,37 +101,38 @@ absl::StatusOr<AutotuneChoice> Tune(OpRun& run, Autotune& tally) {
   const int planned = static_cast<int>(candidates.size()) * kTuneRounds;
   bool cut = false;
   auto over_budget = [&] { return runs > 0 && absl::Now() >= deadline; };
+  // One stage: `rounds` rounds over `order`, each run's times handed to
+  // `add`; the budget may cut it.
+  auto stage = [&](const char* name, const std::vector<size_t>& order, int rounds, int iterations,
+                   auto add) -> absl::Status {
+    for (int round = 0; round < rounds && !cut; ++round) {
+      int k = 0;
+      for (size_t i : in_turn(order, round)) {
+        if ((cut = over_budget())) break;
+        ASSIGN_OR_RETURN(const TimedRun t,
+                         time(i, absl::StrFormat("%s %d/%d", name, round + 1, rounds), ++k,
+                              static_cast<int>(order.size()), iterations));
+        ++runs;
+        add(i, round, t);
+      }
+    }
+    return absl::OkStatus();
+  };
   std::vector<size_t> all(candidates.size());
   std::iota(all.begin(), all.end(), 0);
   RETURN_IF_ERROR(run.Preheat());
-  for (int round = 0; round < kTuneRounds && !cut; ++round) {
-    int k = 0;
-    for (size_t i : in_turn(all, round)) {
-      if ((cut = over_budget())) break;
-      ASSIGN_OR_RETURN(const TimedRun t,
-                       time(i, absl::StrFormat("round %d/%d", round + 1, kTuneRounds), ++k,
-                            static_cast<int>(all.size()), kTuneIterations));
-      ++runs;
-      tally.AddRound(i, t.times);
-      GetLogger("ops")->debug("autotune {} {} round {}: {:.3f} ms (host enqueue {:.3f} ms)", op.id,
-                              candidates[i].Name(), round + 1, Summarize(t.times).median,
-                              t.host_enqueue_ms);
-    }
-  }
+  RETURN_IF_ERROR(stage(
+      "round", all, kTuneRounds, kTuneIterations, [&](size_t i, int round, const TimedRun& t) {
+        tally.AddRound(i, t.times);
+        GetLogger("ops")->debug("autotune {} {} round {}: {:.3f} ms (host enqueue {:.3f} ms)",
+                                op.id, candidates[i].Name(), round + 1, Summarize(t.times).median,
+                                t.host_enqueue_ms);
+      }));
   const bool fall_back_to_serial = op.mode == OverlapMode::kAuto;
   const std::vector<size_t> entrants =
       cut ? std::vector<size_t>{} : tally.RunoffEntrants(fall_back_to_serial);
-  for (int round = 0; !entrants.empty() && round < kRunoffRounds && !cut; ++round) {
-    int k = 0;
-    for (size_t i : in_turn(entrants, round)) {
-      if ((cut = over_budget())) break;
-      ASSIGN_OR_RETURN(const TimedRun t,
-                       time(i, absl::StrFormat("runoff %d/%d", round + 1, kRunoffRounds), ++k,
-                            static_cast<int>(entrants.size()), kRunoffIterations));
-      ++runs;
-      tally.AddRunoff(i, t.times);
-    }
-  }
+  RETURN_IF_ERROR(stage("runoff", entrants, kRunoffRounds, kRunoffIterations,
+                        [&](size_t i, int, const TimedRun& t) { tally.AddRunoff(i, t.times); }));
   AutotuneChoice choice = tally.Decide(fall_back_to_serial);
   if (cut) {
     int timed = 0;
@@ -199,8 +200,7 @@ std::vector<Schedule> PlannedCandidates(OpRun& run, TuningCache& cache, int tp,
     return candidates;
   }
   const planner::CostModel model(*calibration, {});
-  const planner::OpPlan plan =
-      planner::PlanOp(model, run.ctx.op(), tp, run.spec.dtype, candidates);
+  const planner::OpPlan plan = planner::PlanOp(model, run.ctx.op(), tp, run.spec.dtype, candidates);
   const std::vector<size_t> chosen = planner::CandidatesToMeasure(plan, candidates);
   if (chosen.size() == candidates.size()) return candidates;
   std::vector<Schedule> out;
@@ -259,7 +259,7 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
     // The cache only spares a later job the tuning: a choice it cannot keep (a
     // full disk) must not fail the job that made it.
     if (absl::Status kept = sources.cache->Store(key, TunedChoice{decided.schedule, decided.ms},
-                                                absl::ToUnixMillis(absl::Now()));
+                                                 absl::ToUnixMillis(absl::Now()));
         !kept.ok()) {
       GetLogger("ops")->warn("autotune {}: the tuning cache could not keep the choice: {}", op.id,
                              kept.ToString());
@@ -276,9 +276,8 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
   if (run.ctx.group_size() <= 1 || IsCollectiveOnly(type) || IsGemmOnly(type)) return comm;
   const int warm = BaselineWarmup(run.spec);
   ASSIGN_OR_RETURN(const TimedRun nccl,
-                   run.Timed("comm_alone nccl", warm, run.spec.iterations, [&] {
-                     return ops::EnqueueCommAlone(run.ctx, Transport::kNccl);
-                   }));
+                   run.Timed("comm_alone nccl", warm, run.spec.iterations,
+                             [&] { return ops::EnqueueCommAlone(run.ctx, Transport::kNccl); }));
   // Across daemons only collectives move data: there is no p2p to time.
   if (SpansDaemons(run.engine, run.ctx.devices())) {
     comm.nccl = nccl.times;
@@ -293,8 +292,8 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
                        ops::EventKind::kIterEnd, Replays(Transport::kP2p)));
   comm.nccl = nccl.times;
   comm.p2p = p2p.times;
-  comm.fastest = Summarize(comm.p2p).median < Summarize(comm.nccl).median ? Transport::kP2p
-                                                                          : Transport::kNccl;
+  comm.fastest =
+      Summarize(comm.p2p).median < Summarize(comm.nccl).median ? Transport::kP2p : Transport::kNccl;
   return comm;
 }
 
@@ -319,9 +318,8 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
     const int first_warm = i == 0 ? warm : 1;
     const std::string round = rounds > 1 ? absl::StrFormat(" %d/%d", i + 1, rounds) : "";
     if (both) {
-      ASSIGN_OR_RETURN(const TimedRun g, run.Timed("gemm_alone" + round, first_warm, count, [&] {
-        return ops::EnqueueGemmAlone(ctx);
-      }));
+      ASSIGN_OR_RETURN(const TimedRun g, run.Timed("gemm_alone" + round, first_warm, count,
+                                                   [&] { return ops::EnqueueGemmAlone(ctx); }));
       Append(out.gemm, g.times);
       add_ranks(g);
     }
@@ -332,15 +330,17 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
           const TimedRun b,
           run.Timed(
               "gemm_beside_comm" + round, first_warm, count,
-              [&] { return ops::EnqueueGemmBesideComm(ctx, beside, ops::EventKind::kGemmEnd); }, ops::EventKind::kGemmEnd));
+              [&] { return ops::EnqueueGemmBesideComm(ctx, beside, ops::EventKind::kGemmEnd); },
+              ops::EventKind::kGemmEnd));
       Append(out.beside, b.times);
     }
     ASSIGN_OR_RETURN(const TimedRun t, run.Timed(
                                            "timed" + round, i == 0 ? spec.warmup : 1, count,
-                                           [&] { return EnqueueOp(ctx, schedule); }, ops::EventKind::kIterEnd,
-                                           Replays(schedule.transport)));
+                                           [&] { return EnqueueOp(ctx, schedule); },
+                                           ops::EventKind::kIterEnd, Replays(schedule.transport)));
     Append(out.step, t.times);
-    for (size_t g = 0; g < t.group_times.size(); ++g) Append(out.step_by_group[g], t.group_times[g]);
+    for (size_t g = 0; g < t.group_times.size(); ++g)
+      Append(out.step_by_group[g], t.group_times[g]);
     if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone
     out.host_enqueue.push_back(t.host_enqueue_ms);
     out.step_replayed = out.step_replayed && t.replayed;
@@ -364,8 +364,8 @@ absl::StatusOr<std::optional<ops::Verification>> VerifyOp(OpRun& run, const Sche
   run.heat_gemm_ms = 0;  // a head start would write outputs the check must see poisoned
   RETURN_IF_ERROR(ops::PoisonOutputs(ctx));
   RETURN_IF_ERROR(run.Timed(
-                         "verify", 0, 1, [&] { return EnqueueOp(ctx, schedule); }, ops::EventKind::kIterEnd,
-                         Replays(schedule.transport))
+                         "verify", 0, 1, [&] { return EnqueueOp(ctx, schedule); },
+                         ops::EventKind::kIterEnd, Replays(schedule.transport))
                       .status());
   const absl::Time check_start = absl::Now();
   ASSIGN_OR_RETURN(const ops::Verification v,

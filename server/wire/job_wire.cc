@@ -4,6 +4,15 @@
 #include <utility>
 
 #include "server/wire/report_wire.h"
+#include "server/wire/same_name_fields.h"
+
+// clang-format off
+#define JOB_FIELDS(F)                                                                 \
+  F(sequence) F(id) F(name) F(priority) F(spec) F(owner) F(owner_name)                \
+  F(owner_admin) F(coordinator) F(global_job_id) F(node_index)                        \
+  F(counted_as_coordinated) F(error) F(submit_time_ms) F(start_time_ms)               \
+  F(end_time_ms)
+// clang-format on
 
 namespace overlap::wire {
 namespace {
@@ -39,59 +48,29 @@ v1::JobState ToProto(const std::optional<jobs::JobState>& filter) {
   return filter ? ToProto(*filter) : v1::JOB_STATE_UNSPECIFIED;
 }
 
-v1::Job ToProto(const jobs::JobRecord& job) {
+v1::Job ToProto(const jobs::JobRecord& in) {
   v1::Job out;
-  out.set_id(job.id);
-  out.set_name(job.name);
-  out.set_state(ToProto(job.state));
-  out.set_priority(job.priority);
-  for (int device : job.devices) out.add_devices(device);
-  out.set_spec(job.spec);
-  out.set_owner(job.owner);
-  out.set_owner_name(job.owner_name);
-  out.set_owner_admin(job.owner_admin);
-  for (const std::string& node : job.nodes) out.add_nodes(node);
-  out.set_coordinator(job.coordinator);
-  out.set_global_job_id(job.global_job_id);
-  out.set_node_index(job.node_index);
-  out.set_counted_as_coordinated(job.counted_as_coordinated);
-  out.set_error(job.error);
-  out.set_submit_time_ms(job.submit_time_ms);
-  out.set_start_time_ms(job.start_time_ms);
-  out.set_end_time_ms(job.end_time_ms);
-  if (job.progress) *out.mutable_progress() = ToProto(*job.progress);
-  *out.mutable_result() = ToProto(job.result);
-  out.set_sequence(job.sequence);
-  out.set_error_code(static_cast<int32_t>(job.error_code));
-  out.set_ops_finished(std::max(job.ops_finished, static_cast<int>(job.result.ops.size())));
+  JOB_FIELDS(WIRE_SET)
+  out.set_state(ToProto(in.state));
+  for (int device : in.devices) out.add_devices(device);
+  for (const std::string& node : in.nodes) out.add_nodes(node);
+  if (in.progress) *out.mutable_progress() = ToProto(*in.progress);
+  *out.mutable_result() = ToProto(in.result);
+  out.set_error_code(static_cast<int32_t>(in.error_code));
+  out.set_ops_finished(std::max(in.ops_finished, static_cast<int>(in.result.ops.size())));
   return out;
 }
 
-jobs::JobRecord FromProto(const v1::Job& job) {
+jobs::JobRecord FromProto(const v1::Job& in) {
   jobs::JobRecord out;
-  out.sequence = job.sequence();
-  out.id = job.id();
-  out.name = job.name();
-  out.priority = job.priority();
-  out.devices.assign(job.devices().begin(), job.devices().end());
-  out.spec = job.spec();
-  out.owner = job.owner();
-  out.owner_name = job.owner_name();
-  out.owner_admin = job.owner_admin();
-  out.nodes.assign(job.nodes().begin(), job.nodes().end());
-  out.coordinator = job.coordinator();
-  out.global_job_id = job.global_job_id();
-  out.node_index = job.node_index();
-  out.counted_as_coordinated = job.counted_as_coordinated();
-  out.state = FromProto(job.state());
-  out.submit_time_ms = job.submit_time_ms();
-  out.start_time_ms = job.start_time_ms();
-  out.end_time_ms = job.end_time_ms();
-  out.error = job.error();
-  out.error_code = static_cast<absl::StatusCode>(job.error_code());
-  if (job.has_progress()) out.progress = FromProto(job.progress());
-  out.result = FromProto(job.result());
-  out.ops_finished = job.ops_finished();
+  JOB_FIELDS(WIRE_GET)
+  out.state = FromProto(in.state());
+  out.devices.assign(in.devices().begin(), in.devices().end());
+  out.nodes.assign(in.nodes().begin(), in.nodes().end());
+  out.error_code = static_cast<absl::StatusCode>(in.error_code());
+  if (in.has_progress()) out.progress = FromProto(in.progress());
+  out.result = FromProto(in.result());
+  out.ops_finished = in.ops_finished();
   return out;
 }
 

@@ -4,6 +4,10 @@
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "server/wire/report_wire.h"
+#include "server/wire/same_name_fields.h"
+
+#define PART_REQUEST_FIELDS(F) \
+  F(spec) F(node_index) F(owner) F(owner_name) F(owner_admin) F(priority) F(name) F(check_only)
 
 namespace overlap::wire {
 namespace {
@@ -75,37 +79,23 @@ peer::GlobalJobId FromProto(const v1::GlobalJobId& id) {
   return peer::GlobalJobId{id.coordinator(), id.job_id()};
 }
 
-v1::AdmitPartRequest ToProto(const peer::PartRequest& request) {
-  v1::AdmitPartRequest wire;
-  *wire.mutable_global_id() = ToProto(request.global_id);
-  wire.set_spec(request.spec);
-  wire.set_node_index(request.node_index);
-  for (const std::string& node : request.nodes) wire.add_nodes(node);
-  wire.set_owner(request.owner);
-  wire.set_owner_name(request.owner_name);
-  wire.set_owner_admin(request.owner_admin);
-  wire.set_priority(request.priority);
-  wire.set_name(request.name);
-  wire.set_check_only(request.check_only);
-  AddDecidedSchedules(request.schedules, &request.notes, wire);
-  return wire;
+v1::AdmitPartRequest ToProto(const peer::PartRequest& in) {
+  v1::AdmitPartRequest out;
+  PART_REQUEST_FIELDS(WIRE_SET)
+  *out.mutable_global_id() = ToProto(in.global_id);
+  for (const std::string& node : in.nodes) out.add_nodes(node);
+  AddDecidedSchedules(in.schedules, &in.notes, out);
+  return out;
 }
 
-absl::StatusOr<peer::PartRequest> FromProto(const v1::AdmitPartRequest& wire) {
-  peer::PartRequest request;
-  ASSIGN_OR_RETURN(request.schedules, DecidedSchedulesOf(wire));
-  request.notes = DecisionNotesOf(wire);
-  request.global_id = FromProto(wire.global_id());
-  request.spec = wire.spec();
-  request.node_index = wire.node_index();
-  request.nodes.assign(wire.nodes().begin(), wire.nodes().end());
-  request.owner = wire.owner();
-  request.owner_name = wire.owner_name();
-  request.owner_admin = wire.owner_admin();
-  request.priority = wire.priority();
-  request.name = wire.name();
-  request.check_only = wire.check_only();
-  return request;
+absl::StatusOr<peer::PartRequest> FromProto(const v1::AdmitPartRequest& in) {
+  peer::PartRequest out;
+  ASSIGN_OR_RETURN(out.schedules, DecidedSchedulesOf(in));
+  out.notes = DecisionNotesOf(in);
+  PART_REQUEST_FIELDS(WIRE_GET)
+  out.global_id = FromProto(in.global_id());
+  out.nodes.assign(in.nodes().begin(), in.nodes().end());
+  return out;
 }
 
 v1::CancelPartRequest ToProto(const peer::CancelRequest& request) {
@@ -176,18 +166,27 @@ peer::PartReport FromProto(const v1::ReportPartRequest& wire) {
   return report;
 }
 
-v1::StoreSetRequest ToStoreSet(const peer::StoreCall& call) {
-  v1::StoreSetRequest wire;
+namespace {
+
+// What both store calls send: the job's store and the key in it.
+template <typename Request>
+Request StoreRequest(const peer::StoreCall& call) {
+  Request wire;
   *wire.mutable_global_id() = ToProto(call.global_id);
   wire.set_key(call.key);
+  return wire;
+}
+
+}  // namespace
+
+v1::StoreSetRequest ToStoreSet(const peer::StoreCall& call) {
+  auto wire = StoreRequest<v1::StoreSetRequest>(call);
   wire.set_value(call.value);
   return wire;
 }
 
 v1::StoreGetRequest ToStoreGet(const peer::StoreCall& call) {
-  v1::StoreGetRequest wire;
-  *wire.mutable_global_id() = ToProto(call.global_id);
-  wire.set_key(call.key);
+  auto wire = StoreRequest<v1::StoreGetRequest>(call);
   wire.set_timeout_ms(absl::ToInt64Milliseconds(call.timeout));
   return wire;
 }

@@ -3,10 +3,13 @@ from importlib import metadata as _metadata
 
 from overlapd.client import EXPORT_FORMATS, Client, default_address, graph_text
 from overlapd.errors import (InputFileError, InvalidArgumentError, JobTimeoutError,
-                             OverlapdError)
+                             OverlapdError, SessionError, SessionTimeoutError)
 from overlapd.model import (FINAL_STATES, CandidateTiming, Device, DeviceStats, Job, JobPage,
-                            JobResult, JobState, NodeInfo, NodeResult, OpResult, Progress, Stats,
+                            JobResult, JobState, LaneInterval, NodeInfo, NodeResult, OpResult,
+                            Progress, SessionInfo, SessionList, SessionOpStats, Stats,
                             TimingStats, TunedSchedule)
+from overlapd.session import (RUN_LAYER, CommandTimes, Session, SharedBuffer, TensorKind,
+                              TensorNeed, default_session_socket)
 
 try:
     # The daemon's release: setup.py takes it from the repository's
@@ -20,5 +23,7 @@ __all__ = [
     "OverlapdError", "InvalidArgumentError", "InputFileError", "JobTimeoutError",
     "JobState", "FINAL_STATES", "Job", "JobPage", "JobResult", "OpResult", "TimingStats",
     "CandidateTiming", "NodeResult", "Progress", "NodeInfo", "Device", "Stats", "DeviceStats",
-    "TunedSchedule",
+    "TunedSchedule", "SessionInfo", "SessionOpStats", "SessionList", "LaneInterval",
+    "SessionError", "SessionTimeoutError", "Session", "SharedBuffer", "TensorKind", "TensorNeed",
+    "CommandTimes", "RUN_LAYER", "default_session_socket",
 ]

@@ -19,7 +19,8 @@ from overlapd._gen.overlap.v1 import overlap_pb2 as pb
 from overlapd._gen.overlap.v1 import overlap_pb2_grpc as pb_grpc
 from overlapd.errors import (InputFileError, InvalidArgumentError, JobTimeoutError, OverlapdError,
                              unreachable)
-from overlapd.model import (Job, JobPage, JobState, NodeInfo, Stats, TunedSchedule)
+from overlapd.model import (Job, JobPage, JobState, NodeInfo, SessionList, Stats,
+                            TunedSchedule)
 
 SYSTEM_SOCKET = "/run/overlapd/overlapd.sock"
 EXPORT_FORMATS = ("te", "megatron", "torchtitan")
@@ -315,6 +316,22 @@ class Client:
         reply = self._call(self._node.GetCalibration, pb.GetCalibrationRequest(tp=tp))
         calibration: Dict[str, Any] = json.loads(reply.calibration_json)
         return calibration
+
+    # --- Sessions ---------------------------------------------------------
+
+    def list_sessions(self, all_users: bool = False, lanes: bool = False) -> SessionList:
+        """The caller's sessions (`overlapctl sessions`): `.sessions`, each a
+        SessionInfo with its ranks, steps and per-op figures; `all_users`
+        (admins) every owner's; `lanes` adds each session's recent lane
+        intervals (`.lanes`)."""
+        request = pb.ListSessionsRequest(all_users=all_users, lanes=lanes)
+        return SessionList.from_dict(_wire.to_dict(self._call(self._node.ListSessions, request)))
+
+    def close_session(self, session_id: str) -> None:
+        """Ends a session (`overlapctl sessions close ID`): its ranks' next
+        commands fail CANCELLED and its buffers are unmapped. NOT_FOUND for an
+        unknown id, PERMISSION_DENIED for another owner's (admins may close any)."""
+        self._call(self._node.CloseSession, pb.CloseSessionRequest(session_id=session_id))
 
     # --- Export -----------------------------------------------------------
 

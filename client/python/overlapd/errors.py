@@ -72,3 +72,44 @@ def unreachable(address: str, detail: str) -> OverlapdError:
                "tls_ca (and tls_cert/tls_key when it requires client certificates)" % detail)
     return OverlapdError(grpc.StatusCode.UNAVAILABLE,
                          "cannot reach overlapd at %s: %s" % (address, why), address)
+
+
+def status_code(code: int) -> grpc.StatusCode:
+    """The grpc.StatusCode of a code's number (as the session socket and the
+    command ring carry it); UNKNOWN for a number gRPC does not define."""
+    for member in grpc.StatusCode:
+        if member.value[0] == code:
+            return member
+    return grpc.StatusCode.UNKNOWN
+
+
+class SessionError(OverlapdError):
+    """A session the daemon refused or ended (overlapd.session): `code` the
+    grpc.StatusCode (INVALID_ARGUMENT for a bad graph, rank or buffer,
+    ALREADY_EXISTS for a rank already taken, RESOURCE_EXHAUSTED past a cap,
+    DEADLINE_EXCEEDED for ranks that did not join or a step whose inputs never
+    became ready, UNAVAILABLE when a rank or the daemon has gone, CANCELLED
+    after CloseSession), `message` the daemon's reason, `session_id` ("" before
+    the daemon gave one) and `rank` this process's rank."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, address: str = "",
+                 session_id: str = "", rank: int = -1):
+        super().__init__(code, message, address)
+        self.session_id = session_id
+        self.rank = rank
+
+
+class SessionTimeoutError(SessionError, TimeoutError):
+    """A wait on this side that ran out (code DEADLINE_EXCEEDED): a frame the
+    daemon did not answer in time, or a command not complete within the
+    caller's timeout. The session itself goes on."""
+
+    def __init__(self, message: str, address: str = "", session_id: str = "", rank: int = -1):
+        SessionError.__init__(self, grpc.StatusCode.DEADLINE_EXCEEDED, message, address,
+                              session_id, rank)
+
+
+def session_error(code: int, message: str, address: str = "", session_id: str = "",
+                  rank: int = -1) -> SessionError:
+    """The SessionError for a code's number and the daemon's message."""
+    return SessionError(status_code(code), message, address, session_id, rank)

@@ -463,6 +463,74 @@ class TunedSchedule(Message):
     current: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class SessionOpStats(Message):
+    """One op of a session as the daemon ran it, every rank's steps together."""
+    proto: ClassVar[str] = "SessionOpStats"
+    op: str
+    steps: int
+    median_ms: float  # device time of one step
+    hidden_share: float  # of its communication, hidden behind its GEMM (0..1); -1: no GEMM
+    lane_wait_ms: float  # total time its steps waited for a lane
+    chunks: int  # deferred chunks issued
+    chunks_forced: int  # of them, sent beside critical work because the bound was near
+    max_delay_ms: float  # deferred: longest from ready to the last chunk issued
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneInterval(Message):
+    """One interval a device's lane was busy with a session's op or chunk
+    (ms on the device's clock since the daemon's session origin)."""
+    proto: ClassVar[str] = "LaneInterval"
+    session_id: str
+    op: str
+    device: int
+    lane: str  # "critical" | "deferred"
+    chunk: int
+    start_ms: float
+    end_ms: float
+    forced: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionInfo(Message):
+    """A session (`overlapctl sessions`): who owns it, its ranks, its steps
+    and each op's figures."""
+    proto: ClassVar[str] = "SessionInfo"
+    session_id: str
+    name: str
+    owner: str
+    state: str  # joining | ready | failed | closed
+    priority: str  # critical | deferred
+    world: int
+    ranks_joined: int
+    devices: List[int]  # by rank
+    steps: int  # commands completed, every rank's
+    mapped_bytes: int
+    deferred_bound_ms: float
+    ops: List[SessionOpStats]
+    error: str
+    enqueue_p50_us: float  # host time from a client's call to the daemon's enqueue
+    enqueue_p99_us: float
+    opened_at: str  # RFC 3339
+
+    def op(self, op_id: str) -> SessionOpStats:
+        """The op of this id; KeyError when the session has none."""
+        for op in self.ops:
+            if op.op == op_id:
+                return op
+        raise KeyError(op_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionList(Message):
+    """The sessions the caller may see, and with lanes=True their recent lane intervals."""
+    proto: ClassVar[str] = "ListSessionsResponse"
+    sessions: List[SessionInfo]
+    lanes: List[LaneInterval]
+
+
 RESULT_CLASSES: Tuple[Type[Message], ...] = (
     TimingStats, CandidateTiming, OpResult, NodeResult, JobResult, Progress, Job, JobPage,
-    Device, NodeInfo, DeviceStats, Stats, TunedSchedule)
+    Device, NodeInfo, DeviceStats, Stats, TunedSchedule, SessionOpStats, LaneInterval,
+    SessionInfo, SessionList)

@@ -292,7 +292,7 @@ absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
   // NaN in every dtype: reading memory nobody wrote shows up in the results.
   if (hazards_ != nullptr) std::memset(storage->data.get(), 0xFF, bytes);
   const BufferId id = next_buffer_++;
-  buffers_[id] = Buffer{device, bytes, std::move(storage)};
+  buffers_[id] = Buffer{device, bytes, std::move(storage), /*imported=*/false};
   memory_in_use_[device] += static_cast<int64_t>(bytes);
   return id;
 }
@@ -314,7 +314,8 @@ void HostEngine::Free(BufferId buffer) {
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer);
   if (it == buffers_.end()) return;
-  memory_in_use_[device] -= static_cast<int64_t>(it->second.bytes);
+  if (!it->second.imported) memory_in_use_[device] -= static_cast<int64_t>(it->second.bytes);
+  // An imported buffer's mapping goes with the last task that holds its storage.
   buffers_.erase(it);
   if (hazards_ != nullptr) {
     hazards_->SyncHost(DeviceStreams({device}));

@@ -8,6 +8,12 @@
 // rendezvous, so two collectives on one channel are not serialized against each
 // other (issue order is already the same on every rank, since one call issues
 // all ranks); the destructor runs all queued work before joining the streams.
+//
+// Shared memory (Engine::Shared, shared_memory.h): a memfd or shared regular
+// file mapped MAP_SHARED (a memfd that allows sealing is sealed against
+// shrinking, so that its owner cannot fault the mapping away); a stream that
+// waits for a signal word looks at it every 25 us and fails with
+// DEADLINE_EXCEEDED at its deadline, then goes on.
 #pragma once
 
 #include <cstdint>

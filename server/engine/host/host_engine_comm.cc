@@ -29,6 +29,50 @@ absl::Status CheckChannel(int channel, absl::string_view op) {
   return absl::OkStatus();
 }
 
+// What a collective's arguments must be before its ranks are looked at.
+absl::Status CheckCollective(bool gathers, const CollectiveArgs& args, const char* op) {
+  RETURN_IF_ERROR(CheckChannel(args.channel, op));
+  if (args.algorithm != LibraryAlgorithm::kLibraryChoice) {
+    return absl::UnimplementedError(absl::StrCat(
+        op, ": the host backend's collectives have one algorithm (ring and tree are NCCL's)"));
+  }
+  if (args.dtype == DType::kFP8 && !gathers) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": fp8 is gathered, never summed"));
+  }
+  if (args.ranks.empty()) return absl::InvalidArgumentError(absl::StrCat(op, ": no ranks"));
+  return absl::OkStatus();
+}
+
+// One rank's output of a collective into `out`: every input's `count`
+// elements side by side (gathers), or their sum starting `offset` bytes into
+// each input.
+void GatherOrSum(bool gathers, const std::vector<const uint8_t*>& inputs, size_t offset,
+                 DType dtype, size_t count, uint8_t* out) {
+  const size_t bytes = count * DTypeSize(dtype);
+  if (gathers) {
+    for (size_t r = 0; r < inputs.size(); ++r) std::memcpy(out + r * bytes, inputs[r], bytes);
+    return;
+  }
+  std::vector<const uint8_t*> blocks;
+  for (const uint8_t* input : inputs) blocks.push_back(input + offset);
+  SumKernel(blocks, dtype, count, out);
+}
+
+// Transfer t of a send/recv group writes a range no earlier transfer writes.
+absl::Status CheckDstApart(const std::vector<Transfer>& transfers, size_t t,
+                           const std::string& what) {
+  const Transfer& x = transfers[t];
+  const Region dst_region = Region::Contiguous(x.dst.offset, x.dst.bytes);
+  for (size_t u = 0; u < t; ++u) {
+    if (transfers[u].dst.buffer == x.dst.buffer &&
+        Region::Contiguous(transfers[u].dst.offset, transfers[u].dst.bytes).Overlaps(dst_region)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dst overlaps the dst of transfer ", u));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status HostEngine::AllGather(const CollectiveArgs& args) {
@@ -45,16 +89,9 @@ absl::Status HostEngine::AllReduce(const CollectiveArgs& args) {
 
 absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& args) {
   const char* op = KindName(static_cast<int>(kind));
-  RETURN_IF_ERROR(CheckChannel(args.channel, op));
-  if (args.algorithm != LibraryAlgorithm::kLibraryChoice) {
-    return absl::UnimplementedError(absl::StrCat(
-        op, ": the host backend's collectives have one algorithm (ring and tree are NCCL's)"));
-  }
-  if (args.dtype == DType::kFP8 && kind != CollectiveKind::kAllGather) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": fp8 is gathered, never summed"));
-  }
+  const bool gathers = kind == CollectiveKind::kAllGather;
+  RETURN_IF_ERROR(CheckCollective(gathers, args, op));
   const size_t n = args.ranks.size();
-  if (n == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": no ranks"));
   const size_t es = DTypeSize(args.dtype);
   const size_t send_count = kind == CollectiveKind::kReduceScatter ? args.count * n : args.count;
   const size_t recv_count = kind == CollectiveKind::kAllGather ? args.count * n : args.count;
@@ -74,8 +111,8 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
     }
     ASSIGN_OR_RETURN(const Stream* s, FindStream(rank.stream, what));
     if (s->device != rank.device) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": stream ", s->name,
-                                                     " is not on device ", rank.device));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": stream ", s->name, " is not on device ", rank.device));
     }
     const struct {
       const BufferRef& ref;
@@ -86,9 +123,9 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
     for (const auto& part : parts) {
       const std::string part_what = absl::StrCat(what, " ", part.name);
       if (part.ref.bytes < part.count * es) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            part_what, ": ", part.ref.bytes, " bytes given, ", part.count, " ",
-            DTypeName(args.dtype), " elements (", part.count * es, " bytes) needed"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(part_what, ": ", part.ref.bytes, " bytes given, ", part.count, " ",
+                         DTypeName(args.dtype), " elements (", part.count * es, " bytes) needed"));
       }
       // Only the bytes the collective touches count, for ranges and hazards.
       BufferRef used = part.ref;
@@ -97,12 +134,10 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
       part.out.push_back(range);
     }
     streams.push_back(rank.stream);
-    accesses.push_back(
-        {rank.send.buffer, Region::Contiguous(rank.send.offset, send_count * es), false,
-         rank.stream});
-    accesses.push_back(
-        {rank.recv.buffer, Region::Contiguous(rank.recv.offset, recv_count * es), true,
-         rank.stream});
+    accesses.push_back({rank.send.buffer, Region::Contiguous(rank.send.offset, send_count * es),
+                        false, rank.stream});
+    accesses.push_back({rank.recv.buffer, Region::Contiguous(rank.recv.offset, recv_count * es),
+                        true, rank.stream});
   }
   absl::Status result;
   if (!PassFailurePoint(op, streams, &result)) return result;
@@ -114,23 +149,18 @@ absl::Status HostEngine::Collective(CollectiveKind kind, const CollectiveArgs& a
   const DType dtype = args.dtype;
   const size_t count = args.count;
   for (size_t i = 0; i < n; ++i) {
-    streams_[streams[i]].worker->Enqueue([kind, i, n, dtype, count, es, rendezvous, inputs,
-                                          recv = recvs[i]] {
-      rendezvous->ArriveAndWait();
-      std::vector<uint8_t> scratch(recv.bytes);
-      if (kind == CollectiveKind::kAllGather) {
-        for (size_t r = 0; r < n; ++r) {
-          std::memcpy(scratch.data() + r * count * es, (*inputs)[r].data(), count * es);
-        }
-      } else {
-        const size_t block = kind == CollectiveKind::kReduceScatter ? i * count * es : 0;
-        std::vector<const uint8_t*> blocks;
-        for (size_t r = 0; r < n; ++r) blocks.push_back((*inputs)[r].data() + block);
-        SumKernel(blocks, dtype, count, scratch.data());
-      }
-      rendezvous->ArriveAndWait();
-      std::memcpy(recv.data(), scratch.data(), recv.bytes);
-    });
+    // A reduce-scatter's rank i sums block i of every input.
+    const size_t offset = kind == CollectiveKind::kReduceScatter ? i * count * es : 0;
+    streams_[streams[i]].worker->Enqueue(
+        [gathers, offset, dtype, count, rendezvous, inputs, recv = recvs[i]] {
+          rendezvous->ArriveAndWait();
+          std::vector<uint8_t> scratch(recv.bytes);
+          std::vector<const uint8_t*> input_data;
+          for (const Range& input : *inputs) input_data.push_back(input.data());
+          GatherOrSum(gathers, input_data, offset, dtype, count, scratch.data());
+          rendezvous->ArriveAndWait();
+          std::memcpy(recv.data(), scratch.data(), recv.bytes);
+        });
   }
   return absl::OkStatus();
 }
@@ -167,29 +197,22 @@ absl::Status HostEngine::SendRecv(int channel, const std::vector<int>& group,
     ASSIGN_OR_RETURN(const Stream* src_stream, FindStream(x.src_stream, what + " src"));
     ASSIGN_OR_RETURN(const Stream* dst_stream, FindStream(x.dst_stream, what + " dst"));
     if (src_stream->device != x.src_device || dst_stream->device != x.dst_device) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": streams ", src_stream->name, " -> ", dst_stream->name,
-          " do not match devices ", x.src_device, " -> ", x.dst_device));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": streams ", src_stream->name, " -> ",
+                                                     dst_stream->name, " do not match devices ",
+                                                     x.src_device, " -> ", x.dst_device));
     }
     if (x.src.bytes != x.dst.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": src has ", x.src.bytes,
-                                                     " bytes but dst has ", x.dst.bytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": src has ", x.src.bytes, " bytes but dst has ", x.dst.bytes));
     }
     ASSIGN_OR_RETURN(Range from, Resolve(x.src, x.src_device, what + " src"));
     ASSIGN_OR_RETURN(Range to, Resolve(x.dst, x.dst_device, what + " dst"));
-    const Region dst_region = Region::Contiguous(x.dst.offset, x.dst.bytes);
-    for (size_t u = 0; u < t; ++u) {
-      if (transfers[u].dst.buffer == x.dst.buffer &&
-          Region::Contiguous(transfers[u].dst.offset, transfers[u].dst.bytes)
-              .Overlaps(dst_region)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": dst overlaps the dst of transfer ", u));
-      }
-    }
+    RETURN_IF_ERROR(CheckDstApart(transfers, t, what));
     copies.push_back({x.dst_stream, from, to});
     accesses.push_back(
         {x.src.buffer, Region::Contiguous(x.src.offset, x.src.bytes), false, x.src_stream});
-    accesses.push_back({x.dst.buffer, dst_region, true, x.dst_stream});
+    accesses.push_back(
+        {x.dst.buffer, Region::Contiguous(x.dst.offset, x.dst.bytes), true, x.dst_stream});
     for (StreamId s : {x.src_stream, x.dst_stream}) {
       if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
     }
@@ -237,8 +260,8 @@ absl::Status HostEngine::Barrier(int channel, const std::vector<int>& devices,
     }
     ASSIGN_OR_RETURN(const Stream* s, FindStream(streams[i], "barrier"));
     if (s->device != devices[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("barrier: stream ", s->name,
-                                                     " is not on device ", devices[i]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("barrier: stream ", s->name, " is not on device ", devices[i]));
     }
   }
   absl::MutexLock lock(&mu_);

@@ -26,10 +26,25 @@
 
 namespace overlap::engine::host {
 
+// Releases a buffer's bytes: heap memory (the default), or a shared mapping
+// of another process's memory that begins `map_offset` bytes before them.
+struct StorageDeleter {
+  bool mapped = false;
+  size_t map_offset = 0;
+  size_t map_bytes = 0;
+  void operator()(uint8_t* data) const noexcept;  // host_engine_shared_memory.cc
+};
+// Buffer memory is shared with the tasks that use it, so a Free racing with
+// another device's queued work can never leave that work a dangling pointer.
+struct Storage {
+  std::unique_ptr<uint8_t[], StorageDeleter> data;
+};
+
 class HostEngine final : public EngineDefaults,
                          public DeviceMonitor,
                          public LaunchGates,
-                         public HostWorkQueue {
+                         public HostWorkQueue,
+                         public SharedMemory {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const HostEngineOptions& options);
   ~HostEngine() override;
@@ -50,6 +65,7 @@ class HostEngine final : public EngineDefaults,
   const DeviceMonitor* Monitor() const override { return monitor_; }
   LaunchGates* Gates() const override { return options_.launch_gate ? gates_ : nullptr; }
   HostWorkQueue* HostWork() const override { return host_work_; }
+  SharedMemory* Shared() const override { return shared_; }
 
   // DeviceMonitor
   int64_t MemoryInUse(int device) const override;
@@ -67,16 +83,19 @@ class HostEngine final : public EngineDefaults,
   absl::Status EnqueueHostWork(StreamId stream, const std::vector<HostWorkBuffer>& buffers,
                                Work work) override;
 
+  // SharedMemory (host_engine_shared_memory.cc)
+  absl::StatusOr<BufferId> ImportBuffer(int device, int fd, size_t offset, size_t bytes) override;
+  absl::Status WaitValue(StreamId stream, BufferRef word, uint64_t value,
+                         absl::Time deadline) override;
+  absl::Status WriteValue(StreamId stream, BufferRef word, uint64_t value) override;
+
  private:
-  // Buffer memory is shared with the tasks that use it, so a Free racing with
-  // another device's queued work can never leave that work a dangling pointer.
-  struct Storage {
-    std::unique_ptr<uint8_t[]> data;
-  };
   struct Buffer {
     int device = 0;
     size_t bytes = 0;
     std::shared_ptr<Storage> storage;
+    // Mapped from another process (ImportBuffer): not counted in memory_in_use_.
+    bool imported = false;
   };
   struct Event {
     int device = 0;
@@ -130,12 +149,18 @@ class HostEngine final : public EngineDefaults,
   void WaitIdle(absl::Span<const int> devices);
   absl::Status Collective(CollectiveKind kind, const CollectiveArgs& args);
   absl::Status HostCopy(BufferRef ref, int device, bool to_host, void* host);
+  // A signal word of `stream` (SharedMemory): 8 bytes, 8-aligned in memory, of
+  // an imported buffer of the stream's device; enqueues `task` with its address
+  // once the hazard check (`op` accessing it, a write when `write`) passed.
+  absl::Status EnqueueSignal(StreamId stream, const BufferRef& word, const char* op, bool write,
+                             std::function<void(int device, uint64_t* word)> task);
 
   const HostEngineOptions options_;
   // The parts this engine is (it implements each itself).
   const DeviceMonitor* const monitor_ = this;
   LaunchGates* const gates_ = this;
   HostWorkQueue* const host_work_ = this;
+  SharedMemory* const shared_ = this;
   std::vector<Stream> streams_;  // fixed at construction; index = StreamId
   // Shared with the hold tasks, which may outlive a stream's queue entry.
   std::shared_ptr<LaunchGate> gate_;

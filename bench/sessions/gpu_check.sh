@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Sessions on one GPU (issue 56), in one device call:
+#  1. the engine's shared memory across processes (shared_memory_gpu_test);
+#  2. two rank processes as tp = 2 ranks on the GPU (ranks_per_gpu: 2) run an
+#     MLP block through a session; their outputs against PyTorch (reference.py);
+#  3. Llama-3-8B's MLP at tp 1 as a daemon job and through a session: the step
+#     time of each, and the host time from a rank's call to the daemon's enqueue;
+#  4. a critical session's step alone and beside a deferred session's GEMMs.
+# Here: build build/ with CUDA, then bash bench/sessions/pack.sh; there, with
+# carry [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/sessions/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source .device/env.sh
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+# shellcheck source=bench/overlapd_util.sh
+. bench/overlapd_util.sh
+here=bench/sessions
+
+echo "== 1. shared memory across processes"
+timeout 120 .device/bin/shared_memory_gpu_test > "$OUT/shared_memory_gpu_test.txt" 2>&1
+echo "shared_memory_gpu_test exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|FAILED \]" "$OUT/shared_memory_gpu_test.txt" | head -20
+
+rank() {  # rank NAME GRAPH RANK STEPS OUTDIR [flags]
+  local name=$1 graph=$2 r=$3 steps=$4 dir=$5
+  shift 5
+  mkdir -p "$dir"
+  timeout 300 overlapd-session-rank --socket "$work/overlapd-session.sock" --name "$name" \
+    --graph "$graph" --rank "$r" --steps "$steps" --out-dir "$dir" --json "$@"
+}
+
+echo "== 2. two ranks on the GPU, tp 2 MLP, against PyTorch"
+start_overlapd "$OUT/overlapd-2ranks.log" --ranks-per-gpu 2 || exit 1
+rank mlp $here/tp2_mlp.yaml 0 3 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank0.json" 2> "$OUT/tp2/rank0.err" &
+r0=$!
+rank mlp $here/tp2_mlp.yaml 1 3 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank1.json" 2> "$OUT/tp2/rank1.err"
+echo "rank 1 exit $?"; wait $r0; echo "rank 0 exit $?"
+cat "$OUT/tp2/rank0.err" "$OUT/tp2/rank1.err" | head -5
+python3 $here/reference.py "$OUT/tp2" | tee "$OUT/tp2/reference.json"
+overlapctl --addr "$addr" sessions -o json > "$OUT/tp2/sessions.json" 2>&1
+kill -TERM "$pid"; wait "$pid"
+
+echo "== 3. llama3-8b MLP at tp 1: job against session"
+start_overlapd "$OUT/overlapd-1rank.log" || exit 1
+overlapctl --addr "$addr" submit $here/llama3-8b-mlp-tp1.yaml --wait --json > "$OUT/job.json" 2> "$OUT/job.err"
+echo "job exit $?"
+python3 - "$OUT/job.json" << 'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))
+r = job.get("result", job)
+for op in r.get("ops", []):
+    print("job op", op.get("id"), "step_ms", op.get("step", {}).get("median_ms"), op.get("schedule"))
+for key, value in r.items():
+    if key.startswith("layer") and key != "layer_timeline":
+        print("job", key, json.dumps(value)[:400])
+PY
+rank l8 $here/llama3-8b-mlp-tp1.yaml 0 20 "$OUT/l8" > "$OUT/l8/rank0.json" 2> "$OUT/l8/rank0.err"
+echo "session exit $?"; head -c 400 "$OUT/l8/rank0.json"; echo; head -3 "$OUT/l8/rank0.err"
+
+echo "== 4. critical session alone, then beside a deferred session"
+rank crit1 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-alone" > "$OUT/crit-alone.json" 2>&1
+echo "alone exit $?"; head -c 200 "$OUT/crit-alone.json"; echo
+rank def $here/deferred_gemm.yaml 0 400 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
+d=$!
+sleep 2
+rank crit2 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-beside" > "$OUT/crit-beside.json" 2>&1
+echo "beside exit $?"; head -c 200 "$OUT/crit-beside.json"; echo
+overlapctl --addr "$addr" sessions -o json > "$OUT/sessions-beside.json" 2>&1
+wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
+kill -TERM "$pid"; wait "$pid"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -1,0 +1,347 @@
+// overlapd-session-rank: one rank of a session, as a training process would
+// run it through the C++ client library (client/session/overlapd_session.h),
+// for tests and for trying a node's session socket by hand.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/session/overlapd_session.h"
+#include "common/dtype.h"
+#ifdef OVERLAPD_SESSION_CUDA
+#include <cuda_runtime_api.h>
+
+#include "client/session/cuda_shared_buffer.h"
+#endif
+
+namespace {
+
+using overlap::session::SharedBuffer;
+using overlap::session::Tensor;
+using overlap::session::TensorNeed;
+
+constexpr char kDescription[] =
+    "Runs one rank of a session of a layer graph against overlapd's session socket.\n"
+    "It opens (or joins) the session NAME of the calling user as rank RANK, allocates every\n"
+    "tensor the daemon asks for as a memfd, fills each op's X and W with the deterministic\n"
+    "pattern below, registers them, starts, posts each op of the graph in order --steps\n"
+    "times (waiting for each), and writes each op's Y to OUT_DIR/<op>.rank<RANK>.npy\n"
+    "(float32, rows x cols, converted from the graph's dtype).\n"
+    "\n"
+    "The fill: element i of tensor T (X or W) of op OP on rank R is\n"
+    "  SeededValue(TensorSeed(--seed, OP, T, R), i)\n"
+    "(common/dtype.h, client/session/overlapd_session.h), stored in the graph's dtype.\n"
+    "Exit status: 0 when every step completed; 1 with the daemon's code and message on\n"
+    "stderr otherwise.";
+
+absl::Status WriteNpy(const std::string& path, const TensorNeed& need, const void* data) {
+  overlap::DType dtype;
+  absl::StatusOr<overlap::DType> parsed = overlap::ParseDType(need.dtype);
+  if (!parsed.ok()) return parsed.status();
+  dtype = *parsed;
+  std::string header = absl::StrFormat(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", need.rows, need.cols);
+  // Magic (6) + version (2) + length (2) + header, padded to 64 bytes with a newline.
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(length & 0xff));
+  out.put(static_cast<char>(length >> 8));
+  out << header;
+  const size_t elements = static_cast<size_t>(need.rows * need.cols);
+  for (size_t i = 0; i < elements; ++i) {
+    const float value = overlap::LoadAsFloat(data, dtype, i);
+    out.write(reinterpret_cast<const char*>(&value), sizeof(value));
+  }
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "overlapd-session-rank: " << absl::StatusCodeToString(status.code()) << ": "
+            << status.message() << "\n";
+  return 1;
+}
+
+// The rank's fill of tensor `need` (X or W): the deterministic pattern, in
+// the graph's dtype, into `out` (need.bytes).
+absl::Status Fill(const TensorNeed& need, uint64_t seed, int rank, void* out) {
+  absl::StatusOr<overlap::DType> dtype = overlap::ParseDType(need.dtype);
+  if (!dtype.ok()) return dtype.status();
+  const uint64_t tensor_seed = overlap::session::TensorSeed(seed, need.op, need.tensor, rank);
+  const size_t elements = static_cast<size_t>(need.rows * need.cols);
+  for (size_t i = 0; i < elements; ++i) {
+    overlap::StoreFromFloat(out, *dtype, i, overlap::SeededValue(tensor_seed, i));
+  }
+  return absl::OkStatus();
+}
+
+bool IsInput(const TensorNeed& need) {
+  return need.tensor == Tensor::kX || need.tensor == Tensor::kW;
+}
+
+std::string NpyPath(const std::string& dir, const TensorNeed& need, int rank) {
+  return absl::StrCat(dir, "/", need.op,
+                      need.tensor == Tensor::kY ? "" : absl::StrCat(".", TensorName(need.tensor)),
+                      ".rank", rank, ".npy");
+}
+
+// One rank on the host backend: tensors in memfds, each op posted and
+// waited for in turn, each command's times kept for --json.
+absl::Status RunOnHost(overlap::session::Session& s, uint64_t seed, int steps,
+                       const std::string& out_dir, bool dump_inputs,
+                       std::vector<std::string>* timings) {
+  std::map<std::pair<std::string, int>, SharedBuffer> buffers;
+  for (const TensorNeed& need : s.needs()) {
+    absl::StatusOr<SharedBuffer> buffer = SharedBuffer::Create(
+        static_cast<size_t>(need.bytes), absl::StrCat(need.op, ".", TensorName(need.tensor)));
+    if (!buffer.ok()) return buffer.status();
+    if (IsInput(need)) {
+      if (absl::Status f = Fill(need, seed, s.rank(), buffer->data()); !f.ok()) return f;
+      if (dump_inputs && !out_dir.empty()) {
+        if (absl::Status w = WriteNpy(NpyPath(out_dir, need, s.rank()), need, buffer->data());
+            !w.ok()) {
+          return w;
+        }
+      }
+    }
+    if (absl::Status r =
+            s.Register(need.op, need.tensor, buffer->fd(), 0, need.bytes, buffer->data());
+        !r.ok()) {
+      return r;
+    }
+    buffers.emplace(std::make_pair(need.op, static_cast<int>(need.tensor)), *std::move(buffer));
+  }
+  if (absl::Status started = s.Start(); !started.ok()) return started;
+
+  for (int step = 0; step < steps; ++step) {
+    for (size_t op = 0; op < s.ops().size(); ++op) {
+      absl::StatusOr<uint64_t> seq = s.Post(static_cast<int>(op));
+      if (!seq.ok()) return seq.status();
+      if (absl::Status done = s.Wait(*seq, absl::Seconds(120)); !done.ok()) return done;
+      const overlap::SessionCommand command = s.Command(*seq);
+      timings->push_back(absl::StrFormat(
+          "{\"seq\": %d, \"op\": \"%s\", \"posted_ns\": %d, \"enqueued_ns\": %d, "
+          "\"done_ns\": %d}",
+          *seq, s.ops()[op], command.posted_ns, command.enqueued_ns, command.done_ns));
+    }
+  }
+  if (out_dir.empty()) return absl::OkStatus();
+  for (const TensorNeed& need : s.needs()) {
+    if (need.tensor != Tensor::kY) continue;
+    const SharedBuffer& y = buffers.at({need.op, static_cast<int>(Tensor::kY)});
+    if (absl::Status w = WriteNpy(NpyPath(out_dir, need, s.rank()), need, y.data()); !w.ok()) {
+      return w;
+    }
+  }
+  return absl::OkStatus();
+}
+
+#ifdef OVERLAPD_SESSION_CUDA
+absl::Status Cuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, ": ", cudaGetErrorName(error)));
+}
+
+// One rank on the CUDA backend: tensors in exportable device memory, every
+// step's ops posted back to back with the stream-ordered signals between
+// them (the host never waits for the GPU inside the loop), the device time
+// of the steps measured with events on the rank's stream.
+absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps,
+                       const std::string& out_dir, bool dump_inputs, std::string* summary) {
+  using overlap::session::CudaSharedBuffer;
+  absl::StatusOr<int> device = overlap::session::CudaDeviceForBusId(s.device_pci_bus_id());
+  if (!device.ok()) return device.status();
+  if (absl::Status c = Cuda(cudaSetDevice(*device), "cudaSetDevice"); !c.ok()) return c;
+  std::map<std::pair<std::string, int>, CudaSharedBuffer> buffers;
+  const CudaSharedBuffer* signals = nullptr;
+  for (const TensorNeed& need : s.needs()) {
+    absl::StatusOr<CudaSharedBuffer> buffer =
+        CudaSharedBuffer::Create(*device, static_cast<size_t>(need.bytes));
+    if (!buffer.ok()) return buffer.status();
+    std::vector<uint8_t> host(static_cast<size_t>(need.bytes), 0);
+    if (IsInput(need)) {
+      if (absl::Status f = Fill(need, seed, s.rank(), host.data()); !f.ok()) return f;
+      if (dump_inputs && !out_dir.empty()) {
+        if (absl::Status w = WriteNpy(NpyPath(out_dir, need, s.rank()), need, host.data());
+            !w.ok()) {
+          return w;
+        }
+      }
+    }
+    if (absl::Status c =
+            Cuda(cudaMemcpy(buffer->data(), host.data(), host.size(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+        !c.ok()) {
+      return c;
+    }
+    if (absl::Status r = s.Register(need.op, need.tensor, buffer->fd(), 0, need.bytes); !r.ok()) {
+      return r;
+    }
+    auto placed =
+        buffers.emplace(std::make_pair(need.op, static_cast<int>(need.tensor)), *std::move(buffer));
+    if (need.tensor == Tensor::kSignals) signals = &placed.first->second;
+  }
+  if (signals == nullptr) return absl::FailedPreconditionError("the daemon asked for no signals");
+  if (absl::Status started = s.Start(); !started.ok()) return started;
+
+  cudaStream_t stream = nullptr;
+  if (absl::Status c =
+          Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      !c.ok()) {
+    return c;
+  }
+  cudaEvent_t start = nullptr, end = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&end);
+  std::vector<double> enqueue_us;
+  uint64_t last = 0;
+  constexpr uint64_t kInFlight = overlap::kSessionRingSlots / 2;
+  // The first step warms up (the daemon builds each op's context on its first
+  // command); the rest are timed.
+  for (int step = 0; step <= steps; ++step) {
+    if (step == 1) cudaEventRecord(start, stream);
+    for (size_t op = 0; op < s.ops().size(); ++op) {
+      absl::StatusOr<uint64_t> seq = s.Post(static_cast<int>(op));
+      if (!seq.ok()) return seq.status();
+      if (absl::Status w = overlap::session::SignalInputsReady(stream, *signals, *seq); !w.ok()) {
+        return w;
+      }
+      if (absl::Status w = overlap::session::WaitOutputsReady(stream, *signals, *seq); !w.ok()) {
+        return w;
+      }
+      last = *seq;
+      // The ring holds kSessionRingSlots commands: keep well under it.
+      if (last > kInFlight) {
+        if (absl::Status done = s.Wait(last - kInFlight, absl::Seconds(300)); !done.ok()) {
+          return done;
+        }
+      }
+    }
+    if (step == 0) {
+      if (absl::Status done = s.Wait(last, absl::Seconds(300)); !done.ok()) return done;
+    }
+  }
+  cudaEventRecord(end, stream);
+  if (absl::Status done = s.Wait(last, absl::Seconds(300)); !done.ok()) return done;
+  if (absl::Status c = Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !c.ok()) {
+    return c;
+  }
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, end);
+  for (uint64_t seq = last > 64 ? last - 63 : 1; seq <= last; ++seq) {
+    const overlap::SessionCommand command = s.Command(seq);
+    if (command.enqueued_ns > 0) {
+      enqueue_us.push_back(static_cast<double>(command.enqueued_ns - command.posted_ns) / 1e3);
+    }
+  }
+  std::sort(enqueue_us.begin(), enqueue_us.end());
+  auto at = [&](double q) {
+    return enqueue_us.empty() ? 0.0 : enqueue_us[static_cast<size_t>(q * (enqueue_us.size() - 1))];
+  };
+  *summary = absl::StrFormat(
+      "\"device_ms_per_step\": %.4f, \"enqueue_p50_us\": %.2f, \"enqueue_p99_us\": %.2f",
+      steps > 0 ? ms / steps : 0.0, at(0.5), at(0.99));
+  if (!out_dir.empty()) {
+    for (const TensorNeed& need : s.needs()) {
+      if (need.tensor != Tensor::kY) continue;
+      std::vector<uint8_t> host(static_cast<size_t>(need.bytes));
+      const CudaSharedBuffer& y = buffers.at({need.op, static_cast<int>(Tensor::kY)});
+      if (absl::Status c = Cuda(
+              cudaMemcpy(host.data(), y.data(), host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          !c.ok()) {
+        return c;
+      }
+      if (absl::Status w = WriteNpy(NpyPath(out_dir, need, s.rank()), need, host.data()); !w.ok()) {
+        return w;
+      }
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  cudaStreamDestroy(stream);
+  return absl::OkStatus();
+}
+#endif  // OVERLAPD_SESSION_CUDA
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{kDescription, "overlapd-session-rank"};
+  std::string socket_path, name, graph_path, out_dir, priority;
+  int rank = 0;
+  int steps = 1;
+  uint64_t seed = 1234;
+  bool json = false;
+  bool dump_inputs = false;
+  double linger_s = 0;
+  app.add_option("--socket", socket_path, "the daemon's session socket (PATH or unix:PATH)")
+      ->required();
+  app.add_option("--name", name, "the session's name (shared by its ranks)")->required();
+  app.add_option("--graph", graph_path, "the layer graph file (YAML or JSON)")->required();
+  app.add_option("--rank", rank, "this process's rank, 0 .. world-1")->required();
+  app.add_option("--steps", steps, "times each op is posted")->capture_default_str();
+  app.add_option("--out-dir", out_dir, "write each op's Y here (\"\" = nowhere)");
+  app.add_option("--priority", priority, "critical (default) or deferred");
+  app.add_option("--seed", seed, "the fill's base seed")->capture_default_str();
+  app.add_option("--linger-s", linger_s,
+                 "keep the session open this long after the last step (tests: a rank to kill)");
+  app.add_flag(
+      "--dump-inputs", dump_inputs,
+      "write each op's X and W too, as OUT_DIR/<op>.X.rank<RANK>.npy (a reference's inputs)");
+  app.add_flag("--json", json, "print a JSON summary with each command's times on stdout");
+  CLI11_PARSE(app, argc, argv);
+
+  std::ifstream file(graph_path);
+  if (!file) return Fail(absl::InvalidArgumentError(absl::StrCat("cannot read ", graph_path)));
+  std::stringstream text;
+  text << file.rdbuf();
+  overlap::session::SessionOptions options;
+  options.priority = priority;
+  auto session = overlap::session::Session::Open(socket_path, name, text.str(), rank, options);
+  if (!session.ok()) return Fail(session.status());
+  overlap::session::Session& s = **session;
+
+  std::vector<std::string> timings;
+  std::string cuda_summary;
+  if (s.backend() == "cuda") {
+#ifdef OVERLAPD_SESSION_CUDA
+    if (absl::Status ran = RunOnCuda(s, seed, steps, out_dir, dump_inputs, &cuda_summary);
+        !ran.ok()) {
+      return Fail(ran);
+    }
+#else
+    return Fail(absl::FailedPreconditionError(
+        "the daemon runs on CUDA and this overlapd-session-rank was built without it"));
+#endif
+  } else if (absl::Status ran = RunOnHost(s, seed, steps, out_dir, dump_inputs, &timings);
+             !ran.ok()) {
+    return Fail(ran);
+  }
+  if (json) {
+    std::cout << absl::StrFormat(
+                     "{\"session_id\": \"%s\", \"rank\": %d, \"device\": %d, \"world\": %d, "
+                     "\"backend\": \"%s\", \"steps\": %d, %s%s\"commands\": [",
+                     s.id(), rank, s.device(), s.world(), s.backend(), steps, cuda_summary,
+                     cuda_summary.empty() ? "" : ", ")
+              << absl::StrJoin(timings, ", ") << "]}\n";
+  }
+  if (linger_s > 0) {
+    std::cout.flush();
+    ::usleep(static_cast<useconds_t>(linger_s * 1e6));
+  }
+  s.Close();
+  return 0;
+}

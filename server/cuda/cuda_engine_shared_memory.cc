@@ -1,0 +1,215 @@
+// The CUDA engine's SharedMemory (server/engine/shared_memory.h): another
+// process's cuMemCreate allocation, exported as a POSIX file descriptor,
+// mapped on one of our GPUs as a buffer; and signal words in such memory
+// written and waited for by stream memory operations (cuStreamWriteValue64 /
+// cuStreamWaitValue64), so that no host thread waits for either process's GPU.
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/cuda/cuda_check.h"
+#include "server/cuda/cuda_engine_impl.h"
+#include "server/cuda/driver_api.h"
+#include "server/cuda/scoped_device.h"
+
+namespace overlap::cuda {
+namespace {
+
+// Undoes the steps of an import made so far when a later one fails.
+struct ImportCleanup {
+  const DriverApi* cu;
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr base = 0;
+  size_t reserved = 0;
+  bool mapped = false;
+  bool armed = true;
+  ~ImportCleanup() {
+    if (!armed) return;
+    if (mapped) cu->MemUnmap(base, reserved);
+    if (reserved > 0) cu->MemAddressFree(base, reserved);
+    if (handle != 0) cu->MemRelease(handle);
+  }
+};
+
+CUmemAccessDesc ReadWriteOn(int gpu) {
+  CUmemAccessDesc desc = {};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = gpu;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return desc;
+}
+
+}  // namespace
+
+absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd, size_t offset,
+                                                              size_t bytes) {
+  if (!ValidDevice(device)) {
+    return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: unknown device ", device));
+  }
+  if (bytes == 0) return absl::InvalidArgumentError("ImportBuffer: 0 bytes to map");
+  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: bad fd ", fd));
+  if (bytes > SIZE_MAX - offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImportBuffer: offset ", offset, " + ", bytes, " bytes overflows 64 bits"));
+  }
+  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
+  ScopedDevice guard(device);
+  RETURN_IF_ERROR(guard.status());
+  const int gpu = GpuOf(device);
+
+  ImportCleanup cleanup{cu};
+  // The driver duplicates what it keeps of the fd: the caller still owns it.
+  const CUresult imported = cu->MemImportFromShareableHandle(
+      &cleanup.handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (imported != CUDA_SUCCESS) {
+    cleanup.handle = 0;
+    const absl::Status status =
+        CuResultToStatus(imported, "cuMemImportFromShareableHandle", __FILE__, __LINE__);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ImportBuffer: fd ", fd, " is not a CUDA shareable allocation (export one made by ",
+        "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR): ", status.message()));
+  }
+  CUmemAllocationProp prop = {};
+  CU_RETURN_IF_ERROR(cu->MemGetAllocationPropertiesFromHandle(&prop, cleanup.handle));
+  if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != gpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImportBuffer: the allocation of fd ", fd, " lives on GPU ", prop.location.id,
+                     " (location type ", static_cast<int>(prop.location.type), "), not on device ",
+                     device, "'s GPU ", gpu));
+  }
+  size_t granularity = 0;
+  CU_RETURN_IF_ERROR(
+      cu->MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  if (granularity == 0) granularity = 1;
+  const size_t end = offset + bytes;
+  if (end > SIZE_MAX - (granularity - 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImportBuffer: offset ", offset, " + ", bytes, " bytes overflows 64 bits"));
+  }
+  // From offset 0 (the granule below `offset`) up to the granule above the end.
+  const size_t size = (end + granularity - 1) / granularity * granularity;
+  CU_RETURN_IF_ERROR(cu->MemAddressReserve(&cleanup.base, size, granularity, 0, 0));
+  cleanup.reserved = size;
+  const CUresult mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+  if (mapped != CUDA_SUCCESS) {
+    const absl::Status status = CuResultToStatus(mapped, "cuMemMap", __FILE__, __LINE__);
+    if (mapped == CUDA_ERROR_INVALID_VALUE) {
+      return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: the allocation of fd ", fd,
+                                                     " is smaller than offset ", offset, " + ",
+                                                     bytes, " bytes: ", status.message()));
+    }
+    return status;
+  }
+  cleanup.mapped = true;
+  // This GPU, and the GPUs that reach it over peer access (peer copies, GEMMs
+  // storing into a peer); this GPU alone where the driver refuses those.
+  std::vector<CUmemAccessDesc> access = {ReadWriteOn(gpu)};
+  std::set<int> gpus = {gpu};
+  for (int other = 0; other < DeviceCount(); ++other) {
+    if (peer_access_[other][device] && gpus.insert(GpuOf(other)).second) {
+      access.push_back(ReadWriteOn(GpuOf(other)));
+    }
+  }
+  if (cu->MemSetAccess(cleanup.base, size, access.data(), access.size()) != CUDA_SUCCESS) {
+    if (access.size() > 1) {
+      GetLogger("cuda")->warn("ImportBuffer: peers cannot reach an imported buffer of device {}",
+                              device);
+    }
+    CU_RETURN_IF_ERROR(cu->MemSetAccess(cleanup.base, size, access.data(), 1));
+  }
+  const ImportedMapping mapping{cleanup.handle, cleanup.base, size};
+  char* ptr = reinterpret_cast<char*>(static_cast<uintptr_t>(cleanup.base)) + offset;
+  cleanup.armed = false;
+  absl::MutexLock lock(&mu_);
+  const engine::BufferId id = next_buffer_id_++;
+  buffers_[id] = BufferEntry{device, ptr, bytes, mapping};
+  return id;
+}
+
+void CudaEngineImpl::ReleaseImported(engine::BufferId buffer, const ImportedMapping& mapping) {
+  // Unmapping memory a queued kernel still touches would fault it: wait for
+  // every busy stream (imports are freed when a session ends, not per op).
+  for (const StreamSlot& slot : streams_) {
+    ScopedDevice guard(slot.device);
+    if (cudaStreamQuery(slot.stream.get()) == cudaErrorNotReady) {
+      const cudaError_t error = cudaStreamSynchronize(slot.stream.get());
+      if (error != cudaSuccess) {
+        GetLogger("cuda")->warn(
+            "Free of imported buffer {}: {}", buffer,
+            CudaErrorToStatus(error, "cudaStreamSynchronize", __FILE__, __LINE__).ToString());
+      }
+    }
+  }
+  cudaGetLastError();
+  absl::StatusOr<const DriverApi*> cu = Driver();
+  if (!cu.ok()) return;  // nothing was imported without it
+  auto check = [&](CUresult result, const char* what) {
+    if (result != CUDA_SUCCESS) {
+      GetLogger("cuda")->error("Free of imported buffer {}: {}", buffer,
+                               CuResultToStatus(result, what, __FILE__, __LINE__).ToString());
+    }
+  };
+  check((*cu)->MemUnmap(mapping.base, mapping.size), "cuMemUnmap");
+  check((*cu)->MemAddressFree(mapping.base, mapping.size), "cuMemAddressFree");
+  check((*cu)->MemRelease(mapping.handle), "cuMemRelease");
+}
+
+absl::StatusOr<uint64_t> CudaEngineImpl::SignalWord(const StreamSlot& slot,
+                                                    const engine::BufferRef& word,
+                                                    const char* op) const {
+  if (word.bytes != sizeof(uint64_t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": a signal word is 8 bytes, got ", word.bytes));
+  }
+  ASSIGN_OR_RETURN(char* ptr, Resolve(word, slot.device, absl::StrCat(op, " word").c_str()));
+  ASSIGN_OR_RETURN(const BufferEntry entry, LookupBuffer(word.buffer));
+  if (!entry.imported) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": buffer ", word.buffer,
+                     " was not imported (ImportBuffer): a signal word lives in "
+                     "memory both processes map"));
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  if (address % alignof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": the word at offset ", word.offset,
+                                                   " of buffer ", word.buffer,
+                                                   " is not 8-byte aligned in memory"));
+  }
+  return static_cast<uint64_t>(address);
+}
+
+absl::Status CudaEngineImpl::WaitValue(engine::StreamId stream, engine::BufferRef word,
+                                       uint64_t value, absl::Time deadline) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(const uint64_t address, SignalWord(*slot, word, "WaitValue"));
+  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  // `deadline` is not enforced: the GPU's front end holds the stream until
+  // the word is written, and nothing here can fail it after a time. The
+  // caller watches the word itself (shared_memory.h).
+  CU_RETURN_IF_ERROR(
+      cu->StreamWaitValue64(slot->stream.get(), address, value, CU_STREAM_WAIT_VALUE_GEQ));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngineImpl::WriteValue(engine::StreamId stream, engine::BufferRef word,
+                                        uint64_t value) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(const uint64_t address, SignalWord(*slot, word, "WriteValue"));
+  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
+  ScopedDevice guard(slot->device);
+  RETURN_IF_ERROR(guard.status());
+  // The default flags fence first: the stream's earlier writes are visible
+  // system-wide before the word is.
+  CU_RETURN_IF_ERROR(
+      cu->StreamWriteValue64(slot->stream.get(), address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
+  return absl::OkStatus();
+}
+
+}  // namespace overlap::cuda

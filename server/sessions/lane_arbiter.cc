@@ -1,0 +1,84 @@
+#include "server/sessions/lane_arbiter.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace overlap::sessions {
+
+void LaneArbiter::Add(DeferredCommand command) {
+  Queued q;
+  q.dispatcher = std::make_unique<runner::DeferredDispatcher>(command.ops, command.bound_ms);
+  for (size_t i = 0; i < command.ops.size(); ++i) {
+    q.dispatcher->Ready(static_cast<int>(i), command.ready_ms);
+  }
+  if (q.dispatcher->AllIssued()) return;  // no ops: nothing to send
+  q.command = std::move(command);
+  const uint64_t session = q.command.session;
+  sessions_[session].push_back(std::move(q));
+}
+
+void LaneArbiter::Remove(uint64_t session) { sessions_.erase(session); }
+
+std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) {
+  Queued* best = nullptr;
+  runner::DispatchDecision best_decision;
+  double best_deadline = 0;
+  for (auto& [session, queue] : sessions_) {
+    Queued& q = queue.front();
+    const runner::DispatchDecision d = q.dispatcher->Next(now_ms, view.critical_pending);
+    int yields = 0;
+    for (const runner::DispatchRecord& r : q.dispatcher->records()) yields += r.yielded;
+    yielded_ += yields - q.yields_seen;
+    q.yields_seen = yields;
+    if (d.wait == runner::DispatchWait::kCritical && q.wait_started_ms < 0) {
+      q.wait_started_ms = now_ms;
+    }
+    if (d.work < 0) continue;
+    const std::vector<int>& devices = q.command.ops[d.work].devices;
+    if (!d.deadline_near && std::any_of(devices.begin(), devices.end(), view.lane_full)) continue;
+    const double deadline = q.dispatcher->HeadDeadlineMs();
+    if (best == nullptr || deadline < best_deadline) {
+      best = &q;
+      best_decision = d;
+      best_deadline = deadline;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  const int op = best_decision.work;
+  const int chunks = std::max(1, best->command.ops[op].chunks);
+  LaneGrant grant;
+  grant.session = best->command.session;
+  grant.seq = best->command.seq;
+  grant.op = op;
+  grant.chunk = best->dispatcher->records()[op].issued;
+  grant.last = op + 1 == static_cast<int>(best->command.ops.size()) && grant.chunk + 1 == chunks;
+  grant.forced = best_decision.forced;
+  grant.waited_ms = best->wait_started_ms >= 0 ? now_ms - best->wait_started_ms : 0;
+  return grant;
+}
+
+void LaneArbiter::Issued(const LaneGrant& grant, double now_ms) {
+  auto it = sessions_.find(grant.session);
+  if (it == sessions_.end()) return;
+  Queued& q = it->second.front();
+  if (q.command.seq != grant.seq) return;
+  runner::DispatchDecision d;
+  d.work = grant.op;
+  d.forced = grant.forced;
+  q.dispatcher->Issued(d, now_ms);
+  q.wait_started_ms = -1;
+  if (!q.dispatcher->AllIssued()) return;
+  it->second.pop_front();
+  if (it->second.empty()) sessions_.erase(it);
+}
+
+double LaneArbiter::NextDeadlineMs() const {
+  double earliest = -1;
+  for (const auto& [session, queue] : sessions_) {
+    const double deadline = queue.front().dispatcher->HeadDeadlineMs();
+    if (deadline >= 0 && (earliest < 0 || deadline < earliest)) earliest = deadline;
+  }
+  return earliest;
+}
+
+}  // namespace overlap::sessions

@@ -1,0 +1,78 @@
+// LaneDevices: what the lanes keep per device for every session at once: a
+// clock origin (an event recorded when a session first uses the device, which
+// every lane interval there is timed from), a pool of events to bracket work with, and the
+// spans of work still on the device, from which the arbiter learns whether a
+// critical collective is pending on a device and how many chunks its deferred
+// lane holds.
+//
+// Thread safety: none; the lanes' thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/engine.h"
+#include "server/sessions/session_lanes.h"
+
+namespace overlap::sessions {
+
+// One rank's part of a critical op or of a deferred chunk, bracketed by two
+// events on the stream it runs on.
+struct LaneSpan {
+  LaneInterval interval;  // start_ms and end_ms filled once its end completes
+  uint64_t session = 0;   // the lanes' key of the session
+  uint64_t seq = 0;       // the command
+  int op_index = 0;
+  bool timed = false;                // session rank 0's: its time is the op's figure
+  bool last_chunk = true;            // the op's last piece in this command
+  bool critical_collective = false;  // holds the deferred lane back while pending
+  bool read = false;                 // its times were read (Collect)
+  engine::EventId start = engine::kNoEvent;
+  engine::EventId end = engine::kNoEvent;
+};
+
+class LaneDevices {
+ public:
+  explicit LaneDevices(engine::Engine& engine) : engine_(engine) {}
+  ~LaneDevices();
+  LaneDevices(const LaneDevices&) = delete;
+  LaneDevices& operator=(const LaneDevices&) = delete;
+
+  // Records `device`'s origin on its compute stream the first time a
+  // session uses it (the device is the lanes' from then on), and waits for
+  // it, so that no work of the lanes there starts before it.
+  absl::Status Use(int device);
+
+  // An event of `device` from the pool (created when the pool is empty).
+  absl::StatusOr<engine::EventId> Take(int device);
+  void Give(int device, engine::EventId event);
+
+  // Work enqueued: pending until its end event completes.
+  void Track(LaneSpan span);
+  // The spans whose end completed, timed on their device's clock; their
+  // events go back to the pool. A span whose times cannot be read (its
+  // stream failed) comes back unread.
+  std::vector<LaneSpan> Collect();
+
+  bool CriticalPending(int device) const;
+  int DeferredInFlight(int device) const;
+  // A recent deferred chunk's time on `device` (ms), 0 before the first.
+  double ChunkMs(int device) const;
+  bool Busy() const { return !spans_.empty(); }
+
+ private:
+  engine::Engine& engine_;
+  std::map<int, engine::EventId> origin_;
+  std::map<int, std::vector<engine::EventId>> free_;
+  std::vector<engine::EventId> created_;
+  std::list<LaneSpan> spans_;
+  std::map<int, int> critical_pending_;  // by device: critical collective spans pending
+  std::map<int, int> deferred_in_flight_;
+  std::map<int, double> chunk_ms_;
+};
+
+}  // namespace overlap::sessions

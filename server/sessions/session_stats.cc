@@ -1,0 +1,50 @@
+#include "server/sessions/session_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/stats.h"
+
+namespace overlap::sessions {
+namespace {
+
+// The p-th percentile (0..100) of `samples`, nearest rank; 0 for none.
+double Percentile(std::vector<double> samples, double p) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(samples.size()));
+  const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
+  return samples[std::min(index, samples.size() - 1)];
+}
+
+}  // namespace
+
+void AddSample(std::deque<double>& samples, double value) {
+  samples.push_back(value);
+  while (samples.size() > kRecentSamples) samples.pop_front();
+}
+
+SessionFigures FiguresOf(const SessionCounts& counts) {
+  SessionFigures f;
+  f.id = counts.id;
+  f.failed = counts.failed;
+  f.error = counts.error;
+  f.steps = counts.steps;
+  for (const OpCounts& c : counts.ops) {
+    SessionOpFigures& op = f.ops.emplace_back();
+    op.op = c.op;
+    op.steps = c.steps;
+    op.median_ms = Summarize({c.device_ms.begin(), c.device_ms.end()}).median;
+    op.lane_wait_ms = c.lane_wait_ms;
+    op.chunks = c.chunks;
+    op.chunks_forced = c.chunks_forced;
+    op.max_delay_ms = c.max_delay_ms;
+  }
+  const std::vector<double> enqueue(counts.enqueue_us.begin(), counts.enqueue_us.end());
+  f.enqueue_p50_us = Percentile(enqueue, 50);
+  f.enqueue_p99_us = Percentile(enqueue, 99);
+  return f;
+}
+
+}  // namespace overlap::sessions

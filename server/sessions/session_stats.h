@@ -1,0 +1,64 @@
+// What the lanes count of one session while it runs, and the figures made of
+// it (SessionFigures, session_lanes.h). The lanes' thread writes a
+// session's counts under its box's lock, briefly; Figures() copies them under
+// the lock and summarizes outside it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/sessions/session_lanes.h"
+
+namespace overlap::sessions {
+
+// How many recent samples a session keeps per figure.
+inline constexpr size_t kRecentSamples = 4096;
+
+struct OpCounts {
+  std::string op;
+  int64_t steps = 0;
+  std::deque<double> device_ms;  // recent, rank 0's
+  double lane_wait_ms = 0;
+  int64_t chunks = 0;
+  int64_t chunks_forced = 0;
+  double max_delay_ms = 0;
+};
+
+struct SessionCounts {
+  std::string id;
+  bool failed = false;
+  std::string error;
+  int64_t steps = 0;
+  std::vector<OpCounts> ops;      // by op index
+  std::deque<double> enqueue_us;  // recent: the last rank's post -> enqueued
+};
+
+// Appends `value` to `samples`, keeping the most recent kRecentSamples.
+void AddSample(std::deque<double>& samples, double value);
+
+// The figures of `counts`: medians and percentiles of the recent samples.
+SessionFigures FiguresOf(const SessionCounts& counts);
+
+class SessionCountsBox {
+ public:
+  explicit SessionCountsBox(SessionCounts counts) : counts_(std::move(counts)) {}
+  template <typename Fn>
+  void Update(Fn&& fn) {
+    absl::MutexLock lock(&mu_);
+    fn(counts_);
+  }
+  SessionCounts Copy() const {
+    absl::MutexLock lock(&mu_);
+    return counts_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  SessionCounts counts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap::sessions
