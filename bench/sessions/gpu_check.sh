@@ -16,6 +16,7 @@ mkdir -p "$OUT"
 # shellcheck source=bench/overlapd_util.sh
 . bench/overlapd_util.sh
 here=bench/sessions
+mkdir -p "$OUT/tp2" "$OUT/l8" "$OUT/crit-alone" "$OUT/crit-beside" "$OUT/deferred"
 
 echo "== 1. shared memory across processes"
 timeout 120 .device/bin/shared_memory_gpu_test > "$OUT/shared_memory_gpu_test.txt" 2>&1
@@ -60,12 +61,12 @@ echo "session exit $?"; head -c 400 "$OUT/l8/rank0.json"; echo; head -3 "$OUT/l8
 echo "== 4. critical session alone, then beside a deferred session"
 rank crit1 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-alone" > "$OUT/crit-alone.json" 2>&1
 echo "alone exit $?"; head -c 200 "$OUT/crit-alone.json"; echo
-rank def $here/deferred_gemm.yaml 0 400 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
+rank def $here/deferred_gemm.yaml 0 4000 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
 d=$!
-sleep 2
+sleep 4
 rank crit2 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-beside" > "$OUT/crit-beside.json" 2>&1
 echo "beside exit $?"; head -c 200 "$OUT/crit-beside.json"; echo
-overlapctl --addr "$addr" sessions -o json > "$OUT/sessions-beside.json" 2>&1
+overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside.json" 2>&1
 wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
 kill -TERM "$pid"; wait "$pid"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

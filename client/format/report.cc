@@ -645,6 +645,7 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
   field("state", IsDamaged(job) ? absl::StrCat("DAMAGED (stored as ", JobStateName(job.state()),
                                                "; its spec and results are lost)")
                                 : JobStateName(job.state()));
+  if (!job.waiting().empty()) field("waiting", job.waiting());
   field("priority", absl::StrCat(job.priority()));
   field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));
   if (job.nodes_size() > 0) field("nodes", absl::StrJoin(job.nodes(), ","));

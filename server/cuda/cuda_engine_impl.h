@@ -148,7 +148,8 @@ class CudaEngineImpl final : public CudaEngine,
   struct ImportedMapping {
     uint64_t handle = 0;  // CUmemGenericAllocationHandle
     uint64_t base = 0;    // CUdeviceptr of the reserved range, mapped from offset 0
-    size_t size = 0;      // bytes reserved and mapped
+    size_t size = 0;      // bytes mapped: the whole allocation
+    size_t reserved = 0;  // bytes of address space reserved
   };
   struct BufferEntry {
     int device = 0;

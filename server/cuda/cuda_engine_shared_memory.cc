@@ -25,11 +25,11 @@ struct ImportCleanup {
   CUmemGenericAllocationHandle handle = 0;
   CUdeviceptr base = 0;
   size_t reserved = 0;
-  bool mapped = false;
+  size_t mapped_bytes = 0;
   bool armed = true;
   ~ImportCleanup() {
     if (!armed) return;
-    if (mapped) cu->MemUnmap(base, reserved);
+    if (mapped_bytes > 0) cu->MemUnmap(base, mapped_bytes);
     if (reserved > 0) cu->MemAddressFree(base, reserved);
     if (handle != 0) cu->MemRelease(handle);
   }
@@ -91,21 +91,30 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd
     return absl::InvalidArgumentError(
         absl::StrCat("ImportBuffer: offset ", offset, " + ", bytes, " bytes overflows 64 bits"));
   }
-  // From offset 0 (the granule below `offset`) up to the granule above the end.
-  const size_t size = (end + granularity - 1) / granularity * granularity;
-  CU_RETURN_IF_ERROR(cu->MemAddressReserve(&cleanup.base, size, granularity, 0, 0));
-  cleanup.reserved = size;
-  const CUresult mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+  // cuMemMap maps a whole allocation (a prefix answers NOT_SUPPORTED), and an
+  // imported handle does not tell its size: reserve room for the largest one
+  // the GPU could hold, and try sizes from the granule above the end upward.
+  const size_t needed = (end + granularity - 1) / granularity * granularity;
+  const size_t limit =
+      std::max(needed, devices_[device]->pool->device_total_bytes() / granularity * granularity);
+  CU_RETURN_IF_ERROR(cu->MemAddressReserve(&cleanup.base, limit, granularity, 0, 0));
+  cleanup.reserved = limit;
+  size_t size = needed;
+  CUresult mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+  while (mapped == CUDA_ERROR_NOT_SUPPORTED && size < limit) {
+    size += granularity;
+    mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+  }
   if (mapped != CUDA_SUCCESS) {
     const absl::Status status = CuResultToStatus(mapped, "cuMemMap", __FILE__, __LINE__);
-    if (mapped == CUDA_ERROR_INVALID_VALUE) {
+    if (mapped == CUDA_ERROR_INVALID_VALUE || mapped == CUDA_ERROR_NOT_SUPPORTED) {
       return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: the allocation of fd ", fd,
                                                      " is smaller than offset ", offset, " + ",
                                                      bytes, " bytes: ", status.message()));
     }
     return status;
   }
-  cleanup.mapped = true;
+  cleanup.mapped_bytes = size;
   // This GPU, and the GPUs that reach it over peer access (peer copies, GEMMs
   // storing into a peer); this GPU alone where the driver refuses those.
   std::vector<CUmemAccessDesc> access = {ReadWriteOn(gpu)};
@@ -122,7 +131,7 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd
     }
     CU_RETURN_IF_ERROR(cu->MemSetAccess(cleanup.base, size, access.data(), 1));
   }
-  const ImportedMapping mapping{cleanup.handle, cleanup.base, size};
+  const ImportedMapping mapping{cleanup.handle, cleanup.base, size, limit};
   char* ptr = reinterpret_cast<char*>(static_cast<uintptr_t>(cleanup.base)) + offset;
   cleanup.armed = false;
   absl::MutexLock lock(&mu_);
@@ -155,7 +164,7 @@ void CudaEngineImpl::ReleaseImported(engine::BufferId buffer, const ImportedMapp
     }
   };
   check((*cu)->MemUnmap(mapping.base, mapping.size), "cuMemUnmap");
-  check((*cu)->MemAddressFree(mapping.base, mapping.size), "cuMemAddressFree");
+  check((*cu)->MemAddressFree(mapping.base, mapping.reserved), "cuMemAddressFree");
   check((*cu)->MemRelease(mapping.handle), "cuMemRelease");
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -265,26 +266,31 @@ int JobQueue::QueuedByOwnerLocked(const std::string& owner) const {
 
 void JobQueue::ScheduleLocked() {
   if (draining_ || stopping_) return;
-  std::set<int> claimed;
-  for (const auto& [sequence, entry] : running_) {
-    claimed.insert(entry->job.devices.begin(), entry->job.devices.end());
-  }
-  for (const auto& [holder, devices] : held_) claimed.insert(devices.begin(), devices.end());
+  // Each device taken so far, and by what: what a job that wants it waits for.
+  std::map<int, std::string> claimed;
+  auto claim = [&claimed](const std::vector<int>& devices, const std::string& by) {
+    for (int d : devices) claimed.emplace(d, by);
+  };
+  for (const auto& [sequence, entry] : running_) claim(entry->job.devices, "runs " + entry->job.id);
+  for (const auto& [holder, devices] : held_) claim(devices, "is held by session " + holder);
   auto incoming = submitting_.begin();
   for (auto it = pending_.begin(); it != pending_.end();) {
     // Submissions on their way in that rank above this job claim their devices.
     for (; incoming != submitting_.end() && incoming->first < it->first; ++incoming) {
-      claimed.insert(incoming->second.devices.begin(), incoming->second.devices.end());
+      claim(incoming->second.devices, "goes first to a job being submitted");
     }
     std::shared_ptr<Entry> entry = it->second;
     const std::vector<int>& devices = entry->job.devices;
-    const bool blocked =
-        std::any_of(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
-    claimed.insert(devices.begin(), devices.end());
-    if (blocked) {
+    const auto taken =
+        std::find_if(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
+    if (taken != devices.end()) {
+      entry->job.waiting = absl::StrCat("device ", *taken, " ", claimed.at(*taken));
+      claim(devices, absl::StrCat("goes first to ", entry->job.id, ", queued ahead"));
       ++it;
       continue;
     }
+    claim(devices, "");
+    entry->job.waiting.clear();
     it = pending_.erase(it);
     entry->starting = true;
     entry->picked_ms = NowMs();

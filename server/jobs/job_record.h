@@ -48,6 +48,8 @@ struct JobRecord {
   int64_t start_time_ms = 0;
   int64_t end_time_ms = 0;
   std::string error;  // why it failed, was cancelled or aborted
+  // A queued job: why it has not started (the queue's latest decision); "" otherwise.
+  std::string waiting;
   absl::StatusCode error_code = absl::StatusCode::kOk;
   std::optional<runner::Progress> progress;  // while it runs
   runner::JobReport result;                  // the runner's report, ops so far

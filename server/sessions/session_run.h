@@ -108,6 +108,7 @@ class SessionRun {
     std::vector<int> ops;  // what it runs, in order
     int64_t ready_ns = 0;  // every rank had posted it
     int64_t latest_posted_ns = 0;
+    int64_t op_enqueued_ns = 0;         // its last piece's own enqueue returned
     int64_t deadline_ns = 0;            // the inputs must be ready by then
     absl::Time wait_deadline;           // the same, for the engine
     bool waited = false;                // the streams wait for the inputs
@@ -128,7 +129,10 @@ class SessionRun {
   absl::Status ReadRing(int r);
   absl::Status Start(std::vector<Posted> posted, LaneArbiter& arbiter, double now_ms);
   absl::Status WaitInputs(Command& cmd);
-  absl::Status EnqueuePiece(const Command& cmd, int op, int chunk, bool forced);
+  absl::Status EnqueuePiece(Command& cmd, int op, int chunk, bool forced);
+  // Rings the lanes' doorbell once `rank`'s stream is past command `seq`, where
+  // the engine runs host work (the host backend); a no-op elsewhere.
+  absl::Status WakeWhenDone(int rank, uint64_t seq);
   absl::Status WiredInput(OpRun& op);
   absl::Status Finish(Command& cmd);
   void Complete(Command& cmd);

@@ -11,7 +11,7 @@
   F(sequence) F(id) F(name) F(priority) F(spec) F(owner) F(owner_name)                \
   F(owner_admin) F(coordinator) F(global_job_id) F(node_index)                        \
   F(counted_as_coordinated) F(error) F(submit_time_ms) F(start_time_ms)               \
-  F(end_time_ms)
+  F(end_time_ms) F(waiting)
 // clang-format on
 
 namespace overlap::wire {

@@ -18,7 +18,7 @@ v1::SessionInfo ToSessionInfo(const sessions::SessionRow& row,
   info.set_mapped_bytes(row.mapped_bytes);
   info.set_deferred_bound_ms(row.deferred_bound_ms);
   info.set_error(row.error);
-  info.set_opened_at(absl::FormatTime(absl::RFC3339_sec, row.opened_at, absl::UTCTimeZone()));
+  info.set_opened_at(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", row.opened_at, absl::UTCTimeZone()));
   if (figures != nullptr) {
     info.set_steps(figures->steps);
     info.set_enqueue_p50_us(figures->enqueue_p50_us);

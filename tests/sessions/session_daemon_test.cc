@@ -171,6 +171,8 @@ TEST_F(SessionJobsTest, AJobWaitsWhileASessionHoldsItsDevices) {
   testing::RunResult get = daemon_->Ctl({"get", job, "--json"});
   ASSERT_EQ(get.exit_code, 0) << testing::Describe(get);
   EXPECT_EQ(testing::ParseJson(get.out).value("state", ""), "QUEUED");
+  EXPECT_THAT(testing::ParseJson(get.out).value("waiting", ""),
+              HasSubstr("is held by session sess-000001"));
   (*held)->Close();  // the session ends with its only rank: the devices are free
   testing::PollJob(*daemon_, job, testing::StateIs("SUCCEEDED"), std::chrono::seconds(120));
 }

@@ -164,6 +164,7 @@ jobs::JobRecord EveryJobField() {
   job.global_job_id = "job-000001";
   job.node_index = 1;
   job.counted_as_coordinated = true;
+  job.waiting = "device 1 is held by session sess-000002";
   job.state = jobs::JobState::kAborted;
   job.submit_time_ms = 1000;
   job.start_time_ms = 2000;

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -107,6 +108,17 @@ def _overlapctl_error(rc: int, stderr: str, address: str) -> OverlapdError:
     return OverlapdError(grpc.StatusCode.UNKNOWN, "\n".join(lines) or message, address)
 
 
+
+def _peer_list(peers: Optional[Sequence[str]], nodes: Optional[Sequence[str]]) -> List[str]:
+    """The peer addresses of submit/validate: `peers`, or `nodes` (its old name)."""
+    if nodes is not None:
+        if peers is not None:
+            raise TypeError("give peers=, not both peers= and nodes=")
+        warnings.warn("submit(nodes=...) is now submit(peers=...)", DeprecationWarning,
+                      stacklevel=3)
+        peers = nodes
+    return list(peers or [])
+
 class Client:
     """One connection to one daemon. `addr` as overlapctl's --addr
     (unix:/path, /path or host:port; default: default_address()); the TLS
@@ -174,11 +186,13 @@ class Client:
 
     # --- Jobs -------------------------------------------------------------
 
-    def submit(self, graph: Graph, wait: bool = False, nodes: Optional[Sequence[str]] = None,
-               timeout_s: Optional[float] = None, detach: bool = False) -> Job:
+    def submit(self, graph: Graph, wait: bool = False, peers: Optional[Sequence[str]] = None,
+               timeout_s: Optional[float] = None, detach: bool = False,
+               nodes: Optional[Sequence[str]] = None) -> Job:
         """Submits a layer graph (a mapping, YAML/JSON text, or a file's path):
-        the job as accepted, or with wait=True as it ended. `nodes` (peer
-        addresses) runs it across daemons, as `submit --peers` does.
+        the job as accepted, or with wait=True as it ended. `peers` (the
+        daemons' peer addresses) runs it across daemons, as `submit --peers`
+        does; `nodes` is its old name, still taken, with a DeprecationWarning.
 
         With wait=True, as `overlapctl submit --wait`: a job still running
         after `timeout_s` seconds is cancelled and JobTimeoutError raised
@@ -186,7 +200,7 @@ class Client:
         (KeyboardInterrupt, re-raised); detach=True leaves it running instead."""
         text, source = graph_text(graph)
         request = pb.SubmitJobRequest(spec=text, source_name=source.encode(),
-                                      nodes=list(nodes or []))
+                                      nodes=_peer_list(peers, nodes))
         job = Job.from_dict(_wire.to_dict(self._call(self._jobs.SubmitJob, request).job))
         if not wait:
             return job
@@ -220,13 +234,14 @@ class Client:
         except JobTimeoutError:
             return self.get(job_id)
 
-    def validate(self, graph: Graph, nodes: Optional[Sequence[str]] = None) -> Job:
+    def validate(self, graph: Graph, peers: Optional[Sequence[str]] = None,
+                 nodes: Optional[Sequence[str]] = None) -> Job:
         """Checks a graph as submit would (`overlapctl validate`) and runs
         nothing: the job as it would be queued, without an id, or OverlapdError
-        with the code and reason submit would give."""
+        with the code and reason submit would give. `peers` as for submit."""
         text, source = graph_text(graph)
         request = pb.SubmitJobRequest(spec=text, source_name=source.encode(),
-                                      nodes=list(nodes or []), validate_only=True)
+                                      nodes=_peer_list(peers, nodes), validate_only=True)
         return Job.from_dict(_wire.to_dict(self._call(self._jobs.SubmitJob, request).job))
 
     def get(self, job_id: str) -> Job:

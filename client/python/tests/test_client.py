@@ -137,13 +137,13 @@ def test_te_ub_cfgs_match_overlapctl_export(daemon, tmp_path):
 
 
 def test_a_job_across_two_daemons(two_daemons):
-    """submit(nodes=...) runs the job over both daemons, as submit --peers does."""
+    """submit(peers=...) runs the job over both daemons, as submit --peers does."""
     (first, _), peers = two_daemons
     mesh = {"name": "py-mesh", "mesh": {"tp": 2, "dp": 2}, "iterations": 2, "warmup": 1,
             "ops": [{"id": "fc1", "type": "ag_gemm", "m": 128, "k": 64, "n": 64},
                     {"id": "grads", "type": "all_reduce", "m": 64, "n": 64, "group": "dp",
                      "after": ["fc1"]}]}
-    job = first.submit(mesh, nodes=peers, wait=True, timeout_s=180)
+    job = first.submit(mesh, peers=peers, wait=True, timeout_s=180)
     assert job["state"] == "SUCCEEDED", job.get("error")
     assert [n["node"] for n in job["result"]["node_results"]] == peers
     assert all(op["verified"] for op in job["result"]["ops"])
