@@ -16,12 +16,30 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace overlap {
 
 inline constexpr uint32_t kSessionRingMagic = 0x5253564f;  // "OVSR"
 inline constexpr uint32_t kSessionRingVersion = 1;
 inline constexpr uint32_t kSessionRingSlots = 64;
+// What a registered tensor is to its op: session.proto's SessionTensor, in
+// the daemon and in the C++ client alike.
+enum class SessionTensor { kX = 1, kW = 2, kY = 3, kSignals = 4 };
+inline std::string SessionTensorName(SessionTensor tensor) {  // "X" | "W" | "Y" | "SIGNALS"
+  switch (tensor) {
+    case SessionTensor::kX:
+      return "X";
+    case SessionTensor::kW:
+      return "W";
+    case SessionTensor::kY:
+      return "Y";
+    case SessionTensor::kSignals:
+      return "SIGNALS";
+  }
+  return "?";
+}
+
 // A command's op: an index into OpenSessionReply::ops, or this for every op
 // of the graph in order (the layer).
 inline constexpr int32_t kSessionRunLayer = -1;

@@ -5,8 +5,9 @@
 #   bash bench/sessions/enqueue_latency.sh [OUT_DIR] [session_enqueue_latency flags...]
 # Writes OUT_DIR/enqueue_latency.json and the daemon's log; prints the table.
 # Binaries: overlapd, overlapctl and session_enqueue_latency from $PATH or build/.
+# On CUDA the session is tp 1: give the daemon one GPU (CUDA_VISIBLE_DEVICES=0).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out=${1:-/tmp/enqueue-latency}
 shift || true
 mkdir -p "$out"

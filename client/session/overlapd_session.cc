@@ -50,20 +50,6 @@ absl::StatusOr<v1::SessionFrame> ReadFrame(int socket, absl::Duration timeout,
 
 }  // namespace
 
-std::string TensorName(Tensor tensor) {
-  switch (tensor) {
-    case Tensor::kX:
-      return "X";
-    case Tensor::kW:
-      return "W";
-    case Tensor::kY:
-      return "Y";
-    case Tensor::kSignals:
-      return "SIGNALS";
-  }
-  return "?";
-}
-
 uint64_t TensorSeed(uint64_t base, const std::string& op, Tensor tensor, int rank) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a of the op id
   for (unsigned char c : op) hash = (hash ^ c) * 1099511628211ull;

@@ -34,8 +34,8 @@
 namespace overlap::session {
 
 // session.proto's SessionTensor.
-enum class Tensor { kX = 1, kW = 2, kY = 3, kSignals = 4 };
-std::string TensorName(Tensor tensor);  // "X" | "W" | "Y" | "SIGNALS"
+using Tensor = SessionTensor;  // common/session_ring.h
+inline std::string TensorName(Tensor tensor) { return SessionTensorName(tensor); }
 
 // Host memory another process can map: a memfd, mapped here MAP_SHARED. What
 // a rank registers on the host backend.

@@ -24,20 +24,6 @@ absl::StatusOr<TensorNeed> Need(int op_index, const OpSpec& op, TensorKind kind,
 
 }  // namespace
 
-std::string TensorKindName(TensorKind kind) {
-  switch (kind) {
-    case TensorKind::kX:
-      return "X";
-    case TensorKind::kW:
-      return "W";
-    case TensorKind::kY:
-      return "Y";
-    case TensorKind::kSignals:
-      return "SIGNALS";
-  }
-  return "?";
-}
-
 absl::StatusOr<SessionPlan> PlanSession(const jobs::Admission& admission,
                                         const engine::Engine& engine,
                                         const std::string& graph_text) {

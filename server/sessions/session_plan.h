@@ -13,14 +13,14 @@
 #include "absl/status/statusor.h"
 #include "common/graph.h"
 #include "common/schedule.h"
+#include "common/session_ring.h"
 #include "server/engine/engine.h"
 #include "server/jobs/admission.h"
 
 namespace overlap::sessions {
 
-enum class TensorKind { kX = 1, kW = 2, kY = 3, kSignals = 4 };  // session.proto's SessionTensor
-
-std::string TensorKindName(TensorKind kind);  // "X" | "W" | "Y" | "SIGNALS"
+using TensorKind = SessionTensor;  // common/session_ring.h
+inline std::string TensorKindName(TensorKind kind) { return SessionTensorName(kind); }
 
 // One tensor every rank registers: rows x cols of dtype, row-major.
 struct TensorNeed {

@@ -328,6 +328,7 @@ class Job(Message):
     node_index: int
     owner_admin: bool
     counted_as_coordinated: bool
+    waiting: str  # a queued job: why it has not started ("" otherwise)
 
     @property
     def final(self) -> bool:

@@ -28,6 +28,7 @@ namespace {
 
 using overlap::session::SharedBuffer;
 using overlap::session::Tensor;
+using overlap::session::TensorName;
 using overlap::session::TensorNeed;
 
 constexpr char kDescription[] =
