@@ -7,8 +7,8 @@
 # targets (scripts/fuzz-on-cores.sh, ASan + UBSan, 1 MiB inputs).
 #
 # Here: build build/ (sm_90) and build-fuzz/ (scripts/run-sanitizers.sh fuzz 0
-# builds it), then `bash bench/pack-input-check.sh`; there, with carry
-# [".devpack"]: tar -xJf .devpack/device.tar.xz && bash bench/input_and_report_check.sh
+# builds it), then `bash bench/pack-checks.sh`; there, with carry
+# [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/input_and_report_check.sh
 # FUZZ_SECONDS (default 420) and FUZZ_WORKERS (default 2 a target) and FUZZ_TARGETS size the fuzzing.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -16,6 +16,7 @@ std::vector<CliCommand> AllCliCommands() {
       SubmitCommand(),
       ValidateCommand(),
       GetCommand(),
+      FlightCommand(),
       ListCommand(),
       CancelCommand(),
       WatchCommand(),

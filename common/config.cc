@@ -235,6 +235,10 @@ const std::vector<Field>& Fields() {
                    "tests only: >= 0 gives the host backend's devices health readings, this "
                    "one with a PCIe link at x8 and uncorrectable ECC errors (-1 = no readings)",
                    &DaemonConfig::host_sick_device, /*min_value=*/-1)),
+      TestOnly(NumberField("host_simulated_power_w",
+                           "tests only: > 0 gives the host backend's devices an energy counter, "
+                           "each drawing this many watts (0 = none)",
+                           &DaemonConfig::host_simulated_power_w, /*allow_zero=*/true)),
       Field{"pool_bytes_per_device",
             "cuda backend: buffer pool per GPU, allocated at start: a size, or a share of the "
             "GPU's memory like 80% (at most 90% of what is free: a larger size takes that)",
@@ -347,6 +351,9 @@ const std::vector<Field>& Fields() {
                  /*allow_zero=*/false),
       IntField("max_ops_per_job", "ops one job may have (more is INVALID_ARGUMENT)",
                &DaemonConfig::max_ops_per_job),
+      IntField("flight_recorder_entries",
+               "collectives the flight recorder keeps per communicator, lane and rank",
+               &DaemonConfig::flight_recorder_entries),
       IntField("max_watchers",
                "WatchJob streams open at once, each holding a thread (more is "
                "RESOURCE_EXHAUSTED)",

@@ -48,6 +48,9 @@ struct DaemonConfig {
   // Tests only: >= 0 gives the host backend's devices health readings, this
   // one with problems (HostEngineOptions::sick_device).
   int host_sick_device = -1;
+  // Tests only: > 0 gives the host backend's devices an energy counter, each
+  // drawing this many watts (HostEngineOptions::simulated_power_w).
+  double host_simulated_power_w = 0;
 
   // CUDA backend.
   // Each rank's buffer pool, allocated at start: pool_bytes_per_device, or where
@@ -172,6 +175,9 @@ struct DaemonConfig {
   // Ops one job may have; more is INVALID_ARGUMENT. A 126-layer model's
   // forward and backward (`overlapctl graph --layers`) is ~2,500.
   int max_ops_per_job = 4096;
+  // The flight recorder's ring per communicator, lane and rank: the last this
+  // many collectives each (docs/OPERATIONS.md, "A job that hangs or aborts").
+  int flight_recorder_entries = 2000;
   // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
   // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.
   int max_watchers = 256;

@@ -30,6 +30,8 @@ constexpr EnumName<OpGroup> kOpGroupNames[] = {
     {OpGroup::kTp, "tp"}, {OpGroup::kDp, "dp"}, {OpGroup::kWorld, "world"}};
 constexpr EnumName<Scheduler> kSchedulerNames[] = {
     {Scheduler::kStatic, "static"}, {Scheduler::kDynamic, "dynamic"}};
+constexpr EnumName<PriorityClass> kPriorityClassNames[] = {
+    {PriorityClass::kCritical, "critical"}, {PriorityClass::kDeferred, "deferred"}};
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::kNone, "none"}, {Activation::kGelu, "gelu"}, {Activation::kSwiglu, "swiglu"}};
 constexpr EnumName<Split> kSplitNames[] = {
@@ -67,6 +69,14 @@ std::string SchedulerName(Scheduler scheduler) { return NameOf(kSchedulerNames, 
 
 absl::StatusOr<Scheduler> ParseScheduler(absl::string_view name) {
   return ParseName(kSchedulerNames, name, "scheduler");
+}
+
+std::string PriorityClassName(PriorityClass priority_class) {
+  return NameOf(kPriorityClassNames, priority_class);
+}
+
+absl::StatusOr<PriorityClass> ParsePriorityClass(absl::string_view name) {
+  return ParseName(kPriorityClassNames, name, "priority_class");
 }
 
 absl::StatusOr<Activation> ParseActivation(absl::string_view name) {

@@ -98,6 +98,15 @@ enum class Scheduler { kStatic, kDynamic };
 std::string SchedulerName(Scheduler scheduler);  // "static" | "dynamic"
 absl::StatusOr<Scheduler> ParseScheduler(absl::string_view name);
 
+// Which of a device's lanes a job's collectives belong on when it shares the
+// device with sessions (docs/SESSIONS.md, "The lanes belong to the GPU"):
+// critical work goes first; deferred work yields to any critical collective
+// queued or running on its devices, within its bound. Graph key
+// `priority_class`; `priority` is the job's rank in the queue.
+enum class PriorityClass { kCritical, kDeferred };
+std::string PriorityClassName(PriorityClass priority_class);  // "critical" | "deferred"
+absl::StatusOr<PriorityClass> ParsePriorityClass(absl::string_view name);
+
 enum class Activation { kNone, kGelu, kSwiglu };
 std::string ActivationName(Activation activation);  // "none" | "gelu" | "swiglu"
 absl::StatusOr<Activation> ParseActivation(absl::string_view name);
@@ -206,6 +215,7 @@ struct JobSpec {
   // the report's breakdown of its step and `overlapctl timeline`.
   bool timeline = true;
   int priority = 0;
+  PriorityClass priority_class = PriorityClass::kCritical;
   uint64_t seed = 1234;
   // Fuse plain collectives into the GEMMs beside them (common/overlap_pass.h)
   // before scheduling; key `fuse`, `overlapctl submit --no-fuse`.

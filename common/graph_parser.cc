@@ -26,10 +26,10 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 const char* const kTopLevelFields[] = {
-    "name",     "devices",   "dtype",   "iterations",       "warmup",         "verify",
-    "priority", "seed",      "ops",     "head_start",       "layer_step",     "bucket_mib",
-    "retune",   "timeline",  "mesh",    "chunk_kib",        "defer_bound_ms", "nodes",
-    "fuse",     "scheduler", "version", "autotune_budget_s"};
+    "name",     "devices",   "dtype",   "iterations",        "warmup",         "verify",
+    "priority", "seed",      "ops",     "head_start",        "layer_step",     "bucket_mib",
+    "retune",   "timeline",  "mesh",    "chunk_kib",         "defer_bound_ms", "nodes",
+    "fuse",     "scheduler", "version", "autotune_budget_s", "priority_class"};
 const char* const kOpFields[] = {"id",    "type",   "m",          "k",         "n",
                                  "mode",  "chunks", "transport",  "algorithm", "group",
                                  "after", "input",  "activation", "parallel"};
@@ -313,6 +313,8 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
       ASSIGN_OR_RETURN(spec.fuse, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "priority") {
       ASSIGN_OR_RETURN(spec.priority, ReadInt(value, kInt32Min, key));
+    } else if (key == "priority_class") {
+      ASSIGN_OR_RETURN(spec.priority_class, ReadNamed(value, key, ParsePriorityClass));
     } else if (key == "seed") {
       ASSIGN_OR_RETURN(spec.seed, WithPath(yaml_util::ReadUint64(value), key));
     } else if (key == "ops") {

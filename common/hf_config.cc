@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_size.h"
 #include "nlohmann/json.hpp"
 
 namespace overlap {
@@ -109,7 +110,17 @@ absl::StatusOr<ModelDims> ModelFromHfConfig(absl::string_view json_text, absl::s
     }
     *field.out = *value;
   }
-  if (model.ffn == 0) model.ffn = 4 * model.hidden;  // GPT-2's n_inner: null
+  if (model.ffn == 0) {
+    // GPT-2's n_inner: null, an MLP 4 x the hidden size. The hidden size is
+    // whatever positive integer the file holds; too large a one is refused by
+    // name here, and by kMaxModelDim when a graph is built.
+    absl::StatusOr<int64_t> ffn = CheckedMul(
+        4, model.hidden,
+        absl::StrCat(source,
+                     ": hidden_size (the MLP's size, with no intermediate_size, is 4 x it)"));
+    if (!ffn.ok()) return ffn.status();
+    model.ffn = *ffn;
+  }
   model.gated = IsGated(config);
   const std::string type = StringField(config, "model_type");
   model.name = !name.empty() ? std::string(name) : !type.empty() ? type : "custom";

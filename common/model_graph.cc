@@ -134,7 +134,8 @@ absl::Status CheckSplits(const ModelDims& model, const LayerGraphOptions& option
                     absl::StrCat(model.hidden, " does not split over dp = ", dp,
                                  " (the gradient all-reduces split it over the replicas)"));
   }
-  const int64_t tokens = options.seq * options.micro_batch;
+  ASSIGN_OR_RETURN(const int64_t tokens,
+                   CheckedMul(options.seq, options.micro_batch, "seq x micro_batch"));
   if (tokens % tp != 0) {
     return DimError("seq",
                     absl::StrCat(tokens, " tokens (seq x micro_batch) do not split over tp = ", tp,
@@ -150,15 +151,24 @@ absl::StatusOr<LayerWidths> CheckDims(const ModelDims& model, const LayerGraphOp
   RETURN_IF_ERROR(CheckSplits(model, options));
   const int64_t kv_heads = KvHeads(model);
   const int64_t head_dim = model.head_dim == 0 ? model.hidden / model.heads : model.head_dim;
-  const int64_t tokens = options.seq * options.micro_batch;
-  const int64_t q = model.heads * head_dim;
+  // CheckRanges bounds each factor by kMaxModelDim, so none of these can
+  // overflow today; they are checked so that raising that bound cannot make
+  // one wrap silently.
+  ASSIGN_OR_RETURN(const int64_t tokens,
+                   CheckedMul(options.seq, options.micro_batch, "seq x micro_batch"));
+  ASSIGN_OR_RETURN(const int64_t q, CheckedMul(model.heads, head_dim, "heads x head_dim"));
+  ASSIGN_OR_RETURN(const int64_t kv,
+                   CheckedProduct({2, kv_heads, head_dim}, "2 x kv_heads x head_dim"));
+  ASSIGN_OR_RETURN(const int64_t qkv, CheckedAdd(q, kv, "qkv width (q + 2 x kv)"));
+  ASSIGN_OR_RETURN(const int64_t fc1, model.gated ? CheckedMul(2, model.ffn, "ffn (2 x it, gated)")
+                                                  : absl::StatusOr<int64_t>(model.ffn));
   return LayerWidths{tokens,
                      model.hidden,
                      kv_heads,
                      head_dim,
                      q,
-                     q + 2 * kv_heads * head_dim,
-                     model.gated ? 2 * model.ffn : model.ffn,
+                     qkv,
+                     fc1,
                      model.ffn,
                      model.gated ? Activation::kSwiglu : Activation::kGelu};
 }

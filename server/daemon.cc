@@ -26,6 +26,7 @@
 #include "server/cluster/cluster_jobs.h"
 #include "server/cluster/cross_node_transport.h"
 #include "server/engine_select.h"
+#include "server/flight/flight_engine.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_execution.h"
 #include "server/jobs/job_queue.h"
@@ -203,7 +204,9 @@ absl::StatusOr<int> GroupId(const std::string& setting, const std::string& group
 // Declared in the order they start; destroyed the other way round, each
 // before what it uses.
 struct Daemon::Parts {
-  std::unique_ptr<engine::Engine> engine;
+  // Every collective of the engine below, for the verdict on a hung job.
+  std::unique_ptr<flight::FlightRecorder> flight;
+  std::unique_ptr<engine::Engine> engine;  // a flight::FlightEngine around the backend
   std::unique_ptr<jobs::JobStore> store;
   std::unique_ptr<runner::TuningCache> tuning_cache;  // may stay null
   std::unique_ptr<node::TuningState> tuning;
@@ -303,7 +306,8 @@ absl::Status Daemon::StartParts(int* exit_code) {
     return absl::Status(engine.status().code(),
                         absl::StrCat("cannot start the engine: ", engine.status().message()));
   }
-  p.engine = std::move(*engine);
+  p.flight = std::make_unique<flight::FlightRecorder>(config.flight_recorder_entries);
+  p.engine = std::make_unique<flight::FlightEngine>(std::move(*engine), *p.flight);
   log->info("engine {}: {} device(s)", p.engine->Name(), p.engine->DeviceCount());
   RETURN_IF_ERROR(StartJobs(exit_code));
   RETURN_IF_ERROR(StartServers(exit_code));
@@ -366,7 +370,13 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   queue_options.max_queued_jobs = config.max_queued_jobs;
   queue_options.max_queued_jobs_per_owner = config.max_queued_jobs_per_user;
   queue_options.executor_threads = p.engine->DeviceCount();
-  jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get());
+  if (const engine::DeviceMonitor* monitor = p.engine->Monitor()) {
+    queue_options.free_bytes = [engine = p.engine.get(), monitor](int device) {
+      return engine->GetDeviceInfo(device).memory_bytes - monitor->MemoryInUse(device);
+    };
+  }
+  jobs::JobRunner runner =
+      jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get(), p.flight.get());
   if (!config.peer_listen.empty()) {
     p.peer_link = std::make_unique<peer::GrpcPeerLink>(
         peer::PeerChannelOptions{peer::PeerTlsOf(config)},
@@ -487,7 +497,12 @@ absl::Status Daemon::StartServers(int* exit_code) {
                                           const std::vector<std::string>& nodes) {
       return cluster->AdmitCoordinated(std::move(spec), text, source, nodes);
     };
+    rpc_options.jobs.node_name = NodeName(config);
+    rpc_options.jobs.local_job_id = [cluster = p.cluster.get()](const std::string& global_id) {
+      return cluster->LocalJobId(global_id);
+    };
   }
+  rpc_options.jobs.flight = p.flight.get();
   rpc_options.max_spec_bytes = config.max_spec_bytes;
   RETURN_IF_ERROR(StartSessions(rpc_options.socket_gid, exit_code));
   rpc::RpcServerParts rpc_parts{*p.queue, *p.admission, *p.node, *p.tuning, *p.engine};
@@ -510,9 +525,16 @@ absl::Status Daemon::StartServers(int* exit_code) {
   }
   p.server = std::move(*server);
   if (!config.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> metrics =
-        rpc::MetricsExporter::Start(config.metrics_listen, *p.node, *p.queue,
-                                    rpc::MetricsOptions{config.metrics_last_op_ttl_s});
+    rpc::MetricsSessions sessions;
+    if (p.session_socket != nullptr) {
+      sessions = {&p.session_socket->registry(), p.session_lanes.get()};
+    }
+    rpc::MetricsOptions metrics_options;
+    metrics_options.last_op_ttl_s = config.metrics_last_op_ttl_s;
+    rpc::RpcServer* rpc_server = p.server.get();  // reset after the metrics
+    metrics_options.latest_sample = [rpc_server] { return rpc_server->LatestNodeSample(); };
+    absl::StatusOr<std::unique_ptr<rpc::MetricsExporter>> metrics = rpc::MetricsExporter::Start(
+        config.metrics_listen, *p.node, *p.queue, metrics_options, sessions);
     *exit_code = kExitUsage;
     if (!metrics.ok()) return metrics.status();
     p.metrics = std::move(*metrics);

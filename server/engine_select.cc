@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> CreateHost(const DaemonConfig& c
   options.fail_after = config.host_fail_after - 1;
   options.inject_sticky_error = config.host_fail_sticky;
   options.sick_device = config.host_sick_device;
+  options.simulated_power_w = config.host_simulated_power_w;
   if (config.ranks_per_gpu > 1) {  // simulated devices are ranks already
     GetLogger("overlapd")
         ->warn(

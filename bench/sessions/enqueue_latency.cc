@@ -9,8 +9,8 @@
 // daemon's gRPC socket (Node.GetNodeInfo and Node.GetStats) time what the
 // same question costs through the API.
 //
-//   session_enqueue_latency --socket /tmp/x/overlapd-session.sock \
-//     --addr unix:/tmp/x/overlapd.sock --json out.json
+//   session_enqueue_latency --socket /tmp/x/overlapd-session.sock
+//     --addr unix:/tmp/x/overlapd.sock --json out.json  (one command line)
 //
 // bench/sessions/enqueue_latency.sh starts a host daemon and runs it.
 #include <grpcpp/create_channel.h>

@@ -6,8 +6,8 @@
 #  3. Llama-3-8B's MLP at tp 1 as a daemon job and through a session: the step
 #     time of each, and the host time from a rank's call to the daemon's enqueue;
 #  4. a critical session's step alone and beside a deferred session's GEMMs.
-# Here: build build/ with CUDA, then bash bench/sessions/pack.sh; there, with
-# carry [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/sessions/gpu_check.sh
+# Here: build build/ with CUDA, then FUZZ=0 bash bench/pack-checks.sh; there,
+# with carry [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/sessions/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .device/env.sh
@@ -42,7 +42,8 @@ overlapctl --addr "$addr" sessions -o json > "$OUT/tp2/sessions.json" 2>&1
 kill -TERM "$pid"; wait "$pid"
 
 echo "== 3. llama3-8b MLP at tp 1: job against session"
-start_overlapd "$OUT/overlapd-1rank.log" || exit 1
+# Debug level: where a session's start waits (registration, hand-off, device idle) is logged.
+start_overlapd "$OUT/overlapd-1rank.log" --log-level debug || exit 1
 overlapctl --addr "$addr" submit $here/llama3-8b-mlp-tp1.yaml --wait --json > "$OUT/job.json" 2> "$OUT/job.err"
 echo "job exit $?"
 python3 - "$OUT/job.json" << 'PY'
@@ -64,8 +65,13 @@ echo "alone exit $?"; head -c 200 "$OUT/crit-alone.json"; echo
 rank def $here/deferred_gemm.yaml 0 4000 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
 d=$!
 sleep 4
-rank crit2 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-beside" > "$OUT/crit-beside.json" 2>&1
+# A critical session that opens while a deferred one streams: on an H100 (2026-12-07) it did not
+# start until the deferred session ended; the log lines say where it waited.
+timeout 60 overlapd-session-rank --socket "$work/overlapd-session.sock" --name crit2 \
+  --graph $here/llama3-8b-mlp-tp1.yaml --rank 0 --steps 30 --out-dir "$OUT/crit-beside" --json \
+  > "$OUT/crit-beside.json" 2>&1
 echo "beside exit $?"; head -c 200 "$OUT/crit-beside.json"; echo
+grep -E "\[(sessions|cuda)\]" "$OUT/overlapd-1rank.log" | tail -25
 overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside.json" 2>&1
 wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
 kill -TERM "$pid"; wait "$pid"

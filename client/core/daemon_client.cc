@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -170,6 +171,12 @@ absl::StatusOr<v1::Job> DaemonClient::GetJob(const std::string& id) {
   return PrintableJob(Call(*jobs_, &v1::Jobs::Stub::GetJob, request));
 }
 
+absl::StatusOr<v1::GetFlightResponse> DaemonClient::GetFlight(const std::string& id) {
+  v1::GetFlightRequest request;
+  request.set_id(id);
+  return Call(*jobs_, &v1::Jobs::Stub::GetFlight, request);
+}
+
 absl::StatusOr<v1::ListJobsResponse> DaemonClient::ListJobs(v1::JobState state, int limit,
                                                             const std::string& page_token) {
   v1::ListJobsRequest request;
@@ -264,6 +271,26 @@ absl::StatusOr<v1::Job> DaemonClient::WatchJob(
   if (got_event && IsFinalState(last.state())) return last;
   // The stream ended cleanly without a final state (it should not): ask once.
   return GetJob(id);
+}
+
+absl::Status DaemonClient::WatchNode(absl::Duration interval,
+                                     const std::function<bool(const v1::NodeSample&)>& on_sample) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(false);
+  v1::WatchNodeRequest request;
+  request.set_interval_ms(static_cast<uint32_t>(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(interval), 0, int64_t{1} << 31)));
+  std::unique_ptr<grpc::ClientReader<v1::NodeSample>> reader = node_->WatchNode(&context, request);
+  v1::NodeSample sample;
+  while (reader->Read(&sample)) {
+    for (v1::Job& job : *sample.mutable_running()) MakePrintable(&job);
+    if (!on_sample(sample)) {
+      context.TryCancel();
+      reader->Finish();  // CANCELLED, as asked
+      return absl::OkStatus();
+    }
+  }
+  return Convert(reader->Finish());
 }
 
 }  // namespace overlap::client

@@ -55,6 +55,8 @@ class DaemonClient {
                                     const std::vector<std::string>& nodes = {},
                                     bool validate_only = false);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  // The flight recorder's rings of a job's collectives and its verdict.
+  absl::StatusOr<v1::GetFlightResponse> GetFlight(const std::string& id);
   // One page of job summaries, newest first (limit 0 = the daemon's page size).
   absl::StatusOr<v1::ListJobsResponse> ListJobs(v1::JobState state, int limit,
                                                 const std::string& page_token = "");
@@ -74,6 +76,13 @@ class DaemonClient {
   // (may be null), and returns the final job. No deadline: jobs run for minutes.
   absl::StatusOr<v1::Job> WatchJob(const std::string& id,
                                    const std::function<void(const v1::Job&)>& on_event);
+  // Follows WatchNode at `interval` (the daemon raises it to its floor),
+  // calling `on_sample` for every sample until it returns false (then OK) or
+  // the stream ends: its status (UNIMPLEMENTED from a daemon without the
+  // stream, RESOURCE_EXHAUSTED when no watch slot is left or the reader was
+  // dropped as too slow). No deadline.
+  absl::Status WatchNode(absl::Duration interval,
+                         const std::function<bool(const v1::NodeSample&)>& on_sample);
 
  private:
   DaemonClient(std::string address, std::shared_ptr<grpc::Channel> channel,

@@ -1,6 +1,7 @@
 #include "client/format/output_format.h"
 
 #include <cctype>
+#include <set>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -54,6 +55,25 @@ void Emit(const nlohmann::json& value, YAML::Emitter& out) {
   }
 }
 
+// `field` of a JSON object where it is a string, else "".
+std::string StringField(const nlohmann::json& object, const char* field) {
+  if (!object.is_object()) return "";
+  const auto it = object.find(field);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// A job's name under -o name: its global id where it spans daemons (the id
+// that names it on every node of it), else its id.
+std::string NameOf(const nlohmann::json& job) {
+  const std::string global_id = StringField(job, "global_id");
+  return global_id.empty() ? StringField(job, "id") : global_id;
+}
+
+// A job spanning daemons as its coordinator holds it (not one of its parts).
+bool IsCoordinatorsJob(const nlohmann::json& job) {
+  return !StringField(job, "global_id").empty() && StringField(job, "coordinator").empty();
+}
+
 }  // namespace
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& text) {
@@ -79,12 +99,21 @@ std::vector<std::string> JobNames(const nlohmann::json& doc) {
   std::vector<std::string> names;
   auto add = [&names](const nlohmann::json& job) {
     if (job.is_object() && job.contains("id") && job["id"].is_string()) {
-      names.push_back(job["id"].get<std::string>());
+      names.push_back(NameOf(job));
     }
   };
   add(doc);
   if (doc.is_object() && doc.contains("jobs") && doc["jobs"].is_array()) {
-    for (const nlohmann::json& job : doc["jobs"]) add(job);
+    // As the list's table: a part of a job that this node coordinates is the
+    // coordinator's row, not one of its own (both carry the same global id).
+    std::set<std::string> coordinated;
+    for (const nlohmann::json& job : doc["jobs"]) {
+      if (IsCoordinatorsJob(job)) coordinated.insert(NameOf(job));
+    }
+    for (const nlohmann::json& job : doc["jobs"]) {
+      if (!IsCoordinatorsJob(job) && coordinated.count(NameOf(job)) > 0) continue;
+      add(job);
+    }
   }
   // overlapctl sessions: each session's id.
   if (doc.is_object() && doc.contains("sessions") && doc["sessions"].is_array()) {

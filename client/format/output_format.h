@@ -31,7 +31,9 @@ absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& text);
 std::string JsonToYaml(const nlohmann::json& doc);
 
 // The ids in a command's JSON: its "id" (a job), each "id" of its "jobs" (a
-// list), or each "session_id" of its "sessions"; none for anything else.
+// list), or each "session_id" of its "sessions"; none for anything else. A
+// job spanning daemons is named by its "global_id", and a list leaves out the
+// parts of jobs it holds the coordinator's job of, as its table does.
 std::vector<std::string> JobNames(const nlohmann::json& doc);
 
 // A stream buffer that collects text and, at each line end where the text so

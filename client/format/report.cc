@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/format/device_health.h"
+#include "client/format/energy_report.h"
 #include "client/format/table.h"
 #include "client/format/timeline.h"
 #include "common/graph.h"
@@ -123,8 +125,7 @@ std::string FormatDeferrals(const v1::JobResult& result) {
         FormatMs(d.alone_ms())));
   }
   return absl::StrFormat("deferred: %s; %.0f%% hidden (layer %s ms, %s ms without them)\n",
-                         absl::StrJoin(parts, ", "),
-                         100 * result.layer_deferred_hidden_fraction(),
+                         absl::StrJoin(parts, ", "), 100 * result.layer_deferred_hidden_fraction(),
                          FormatMs(result.layer_step().median_ms()),
                          FormatMs(result.layer_step_without_deferred().median_ms()));
 }
@@ -143,14 +144,13 @@ std::string FormatDispatch(const v1::JobResult& result) {
                            Words({"BOUND"}), Figures({"YIELDED", "FORCED"})}));
   for (const v1::LayerDeferral& d : result.layer_deferrals()) {
     if (!d.dispatched()) continue;
-    table.AddRow({d.op(), absl::StrCat(d.pieces()), FormatMs(d.ready_ms()),
-                  FormatMs(d.first_chunk_ms()), FormatMs(d.finished_ms()),
-                  FormatMs(d.worst_delay_ms()), FormatMs(d.bound_ms()),
-                  d.worst_delay_ms() <= d.bound_ms()
-                      ? "met"
-                      : absl::StrCat("missed by ", FormatMs(d.worst_delay_ms() - d.bound_ms()),
-                                     " ms"),
-                  absl::StrCat(d.chunks_yielded()), absl::StrCat(d.chunks_forced())});
+    table.AddRow(
+        {d.op(), absl::StrCat(d.pieces()), FormatMs(d.ready_ms()), FormatMs(d.first_chunk_ms()),
+         FormatMs(d.finished_ms()), FormatMs(d.worst_delay_ms()), FormatMs(d.bound_ms()),
+         d.worst_delay_ms() <= d.bound_ms()
+             ? "met"
+             : absl::StrCat("missed by ", FormatMs(d.worst_delay_ms() - d.bound_ms()), " ms"),
+         absl::StrCat(d.chunks_yielded()), absl::StrCat(d.chunks_forced())});
   }
   absl::StrAppend(&out, "deferred lane, medians of ", result.layer_dispatch_iterations(),
                   " dispatched iterations (ms from the iteration's start; chunks yielded and "
@@ -162,7 +162,8 @@ std::string FormatDispatch(const v1::JobResult& result) {
                                       FormatMs(f.inversion_ms()), FormatMs(f.deferred_busy_ms())));
   }
   if (!devices.empty()) {
-    absl::StrAppend(&out, "deferred chunks beside critical collectives (priority inversion, at most): ",
+    absl::StrAppend(&out,
+                    "deferred chunks beside critical collectives (priority inversion, at most): ",
                     absl::StrJoin(devices, ", "), "\n");
   }
   for (const std::string& note : result.scheduler_notes()) {
@@ -177,8 +178,8 @@ std::string FormatChains(const v1::JobResult& result) {
   if (result.layer_chains_size() == 0) return "";
   std::vector<std::string> parts;
   for (const v1::LayerChainCheck& c : result.layer_chains()) {
-    parts.push_back(absl::StrFormat("%s %.1e (tolerance %.1e)", c.chain(), c.max_rel_error(),
-                                    c.tolerance()));
+    parts.push_back(
+        absl::StrFormat("%s %.1e (tolerance %.1e)", c.chain(), c.max_rel_error(), c.tolerance()));
   }
   return absl::StrCat("chains verified against float64: ", absl::StrJoin(parts, "; "), "\n");
 }
@@ -210,12 +211,12 @@ std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused)
   std::string out = "the graph with the overlap pass and without it:\n";
   absl::StrAppendFormat(&out, "  %-8s %-12s %4s %13s %12s %16s\n", "PASS", "JOB", "OPS",
                         "LAYER_STEP_MS", "OP_BY_OP_MS", "EXPOSED_MS");
-  for (const auto& [label, job] : {std::pair<const char*, const v1::Job*>{"fused", &fused},
-                                   {"unfused", &unfused}}) {
+  for (const auto& [label, job] :
+       {std::pair<const char*, const v1::Job*>{"fused", &fused}, {"unfused", &unfused}}) {
     const v1::JobResult& r = job->result();
-    absl::StrAppendFormat(&out, "  %-8s %-12s %4d %13s %12s %16s\n", label, job->id(),
-                          r.ops_size(), FormatMs(r.layer_step().median_ms()),
-                          FormatMs(r.total_step_ms()), FormatMs(r.layer_exposed_comm_ms()));
+    absl::StrAppendFormat(&out, "  %-8s %-12s %4d %13s %12s %16s\n", label, job->id(), r.ops_size(),
+                          FormatMs(r.layer_step().median_ms()), FormatMs(r.total_step_ms()),
+                          FormatMs(r.layer_exposed_comm_ms()));
   }
   const double a = fused.result().layer_step().median_ms();
   const double b = unfused.result().layer_step().median_ms();
@@ -226,8 +227,9 @@ std::string FormatFusionComparison(const v1::Job& fused, const v1::Job& unfused)
 }
 
 std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dynamic) {
-  std::string out = "the layer step's deferred collectives planned (static) and dispatched at run "
-                    "time (dynamic):\n";
+  std::string out =
+      "the layer step's deferred collectives planned (static) and dispatched at run "
+      "time (dynamic):\n";
   TextTable table(
       Columns({Words({"SCHEDULER", "JOB"}),
                Figures({"LAYER_STEP_MS", "WITHOUT_DEFERRED_MS", "WITH/WITHOUT", "DEFERRED_HIDDEN_%",
@@ -242,7 +244,8 @@ std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dyn
       yielded += d.chunks_yielded();
       forced += d.chunks_forced();
     }
-    for (const v1::LaneFigures& f : r.lane_figures()) inversion = std::max(inversion, f.inversion_ms());
+    for (const v1::LaneFigures& f : r.lane_figures())
+      inversion = std::max(inversion, f.inversion_ms());
     table.AddRow({r.layer_scheduler(), job->id(), FormatMs(r.layer_step().median_ms()),
                   FormatMs(r.layer_step_without_deferred().median_ms()),
                   r.layer_step_without_deferred().median_ms() > 0
@@ -251,8 +254,7 @@ std::string FormatSchedulerComparison(const v1::Job& planned, const v1::Job& dyn
                       : "-",
                   absl::StrFormat("%.0f", 100 * r.layer_deferred_hidden_fraction()),
                   dispatched ? FormatMs(worst) : "-", dispatched ? absl::StrCat(yielded) : "-",
-                  dispatched ? absl::StrCat(forced) : "-",
-                  dispatched ? FormatMs(inversion) : "-"});
+                  dispatched ? absl::StrCat(forced) : "-", dispatched ? FormatMs(inversion) : "-"});
   }
   out += table.Render();
   const double a = planned.result().layer_step().median_ms();
@@ -272,15 +274,16 @@ std::string FormatMeshGroups(const v1::JobResult& result) {
     if (op.group_step_ms_size() < 2) continue;
     std::vector<std::string> steps;
     for (int g = 0; g < op.group_step_ms_size(); ++g) {
-      steps.push_back(absl::StrCat(FormatMs(op.group_step_ms(g)),
-                                   g == op.slowest_group() ? "*" : ""));
+      steps.push_back(
+          absl::StrCat(FormatMs(op.group_step_ms(g)), g == op.slowest_group() ? "*" : ""));
     }
-    ops.push_back(absl::StrCat(op.id(), " (", op.group(), ") ", absl::StrJoin(steps, " / "), " ms"));
+    ops.push_back(
+        absl::StrCat(op.id(), " (", op.group(), ") ", absl::StrJoin(steps, " / "), " ms"));
   }
   std::string out = absl::StrCat("mesh: tp ", result.mesh_tp(), " x dp ", result.mesh_dp());
   if (ops.empty()) return out + "\n";
-  return absl::StrCat(out, "; each group's step, all at once (* the slowest): ",
-                      absl::StrJoin(ops, "; "), "\n");
+  return absl::StrCat(
+      out, "; each group's step, all at once (* the slowest): ", absl::StrJoin(ops, "; "), "\n");
 }
 
 // A job over nodes: a line per node, the bus bandwidth across nodes and the
@@ -290,12 +293,12 @@ std::string FormatNodes(const v1::JobResult& result) {
   if (result.node_results_size() == 0) return "";
   std::string out;
   for (const v1::NodeResult& node : result.node_results()) {
-    absl::StrAppend(&out, absl::StrFormat(
-                              "node %d %s (%s): ranks %d-%d, ops %s ms", node.node_index(),
-                              node.node(), OrDash(node.part_id()), node.first_rank(),
-                              node.first_rank() + node.ranks() - 1,
-                              FormatMs(node.total_step_ms())));
-    if (node.layer_step_ms() > 0) absl::StrAppend(&out, ", layer ", FormatMs(node.layer_step_ms()), " ms");
+    absl::StrAppend(&out, absl::StrFormat("node %d %s (%s): ranks %d-%d, ops %s ms",
+                                          node.node_index(), node.node(), OrDash(node.part_id()),
+                                          node.first_rank(), node.first_rank() + node.ranks() - 1,
+                                          FormatMs(node.total_step_ms())));
+    if (node.layer_step_ms() > 0)
+      absl::StrAppend(&out, ", layer ", FormatMs(node.layer_step_ms()), " ms");
     if (node.slowest_rank() >= 0) absl::StrAppend(&out, ", slowest rank ", node.slowest_rank());
     out += "\n";
   }
@@ -319,8 +322,8 @@ std::string FormatNodes(const v1::JobResult& result) {
 }
 
 std::string FormatShape(const v1::OpResult& op) {
-  if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), " x - x ", op.n());
-  return absl::StrCat(op.m(), " x ", op.k(), " x ", op.n());
+  if (IsCollectiveAlone(op)) return absl::StrCat(op.m(), "x-x", op.n());
+  return absl::StrCat(op.m(), "x", op.k(), "x", op.n());
 }
 
 namespace {
@@ -496,7 +499,7 @@ std::string FormatReport(const v1::Job& job) {
   out += table.Render();
   absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
                   FormatDeferrals(result), FormatDispatch(result), FormatChains(result),
-                  FormatFusions(result));
+                  FormatFusions(result), FormatEnergy(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;
@@ -582,9 +585,10 @@ std::string OwnerOf(const v1::Job& job) {
 }
 
 // A name as long as a graph allows (256 bytes) would widen every row.
+// Output that is no terminal (TableWidth() 0) gets it whole.
 std::string ListName(const std::string& name) {
   constexpr size_t kMaxChars = 40;
-  if (name.size() <= kMaxChars) return name;
+  if (name.size() <= kMaxChars || TableWidth() == 0) return name;
   size_t cut = kMaxChars - 3;
   while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
   return name.substr(0, cut) + "...";
@@ -598,24 +602,40 @@ std::string ListReason(const std::string& error) {
   return line.substr(0, std::min(line.size(), kMaxChars - 3)) + "...";
 }
 
+// What a list's DEVICES cell says, in one word: a job of this node its devices; a job
+// spanning daemons its nodes too (a coordinator's job holds no device: its
+// parts do, on its nodes): `0,1@node1;nodes=a:7070,b:7070`.
+std::string ListPlace(const v1::Job& job) {
+  const std::string devices = absl::StrJoin(job.devices(), ",");
+  if (job.nodes_size() == 0) return devices.empty() ? "-" : devices;
+  const std::string nodes = absl::StrCat("nodes=", absl::StrJoin(job.nodes(), ","));
+  if (job.coordinator().empty()) return nodes;
+  return absl::StrCat(devices.empty() ? "-" : devices, "@node", job.node_index(), ";", nodes);
+}
+
 }  // namespace
 
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms) {
   TextTable table(Columns({Words({"ID", "STATE", "OWNER", "NAME"}), Figures({"PRIO"}, 3),
                            Words({"DEVICES"}), Figures({"OPS"}, 2), Words({"SUBMITTED"}),
                            Figures({"DURATION_S"}), Figures({"STEP_MS"}, 1), Words({"REASON"})}));
+  // Jobs this node coordinates, by global id: their parts here are not rows of their own.
+  std::set<std::string> coordinated;
   for (const v1::Job& job : jobs) {
+    if (job.nodes_size() > 0 && job.coordinator().empty() && !job.global_id().empty()) {
+      coordinated.insert(job.global_id());
+    }
+  }
+  for (const v1::Job& job : jobs) {
+    if (!job.coordinator().empty() && coordinated.count(job.global_id()) > 0) continue;
     const bool started = job.start_time_ms() > 0;
     const int ops = std::max(job.ops_finished(), job.result().ops_size());
     const bool has_result = ops > 0;
     table.AddRow(
-        {job.id(), ListedState(job), OrDash(ListName(OwnerOf(job))), OrDash(ListName(job.name())),
-         absl::StrCat(job.priority()),
-         // A coordinator's job holds no device: its parts do, on its nodes.
-         job.devices().empty()
-             ? (job.nodes_size() > 0 ? absl::StrCat(job.nodes_size(), " nodes") : "-")
-             : absl::StrJoin(job.devices(), ","),
-         has_result ? absl::StrCat(ops) : "-", FormatUtc(job.submit_time_ms()),
+        {job.global_id().empty() ? job.id() : job.global_id(), ListedState(job),
+         OrDash(WordCell(ListName(OwnerOf(job)))), OrDash(WordCell(ListName(job.name()))),
+         absl::StrCat(job.priority()), ListPlace(job), has_result ? absl::StrCat(ops) : "-",
+         FormatUtc(job.submit_time_ms()),
          started ? FormatSeconds((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
          has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});
   }
@@ -637,6 +657,7 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
     absl::StrAppend(&out, absl::StrFormat("%-10s %s\n", key + ":", value));
   };
   field("id", job.id());
+  if (!job.global_id().empty()) field("global id", job.global_id());
   field("name", OrDash(job.name()));
   field("owner", job.owner().empty() ? "-"
                  : job.owner_name().empty() || job.owner_name() == job.owner()
@@ -647,11 +668,13 @@ std::string FormatJobDetail(const v1::Job& job, int64_t now_ms) {
                                 : JobStateName(job.state()));
   if (!job.waiting().empty()) field("waiting", job.waiting());
   field("priority", absl::StrCat(job.priority()));
+  field("class", job.priority_class() == v1::DEFERRED ? "deferred" : "critical");
   field("devices", job.devices().empty() ? "-" : absl::StrJoin(job.devices(), ","));
   if (job.nodes_size() > 0) field("nodes", absl::StrJoin(job.nodes(), ","));
   if (!job.coordinator().empty()) {
-    field("part of", absl::StrCat(job.global_job_id(), " on ", job.coordinator(), " (node ",
-                                  job.node_index(), ")"));
+    field("part of",
+          absl::StrCat(job.global_job_id(), " on its coordinator ", job.coordinator(),
+                       " (this is node ", job.node_index(), " of ", job.nodes_size(), ")"));
   }
   field("submitted", FormatUtc(job.submit_time_ms()));
   field("started", FormatUtc(job.start_time_ms()));
@@ -726,14 +749,25 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
     }
     columns.push_back({"CLOCK_LIMITS"});
   }
+  // Energy and NVLink bytes, where some GPU has them: cumulative since the
+  // driver loaded (the metrics' rate() gives power and NVLink throughput).
+  bool energy = false;
+  for (const v1::Device& device : node.devices()) {
+    energy = energy || device.energy_valid() || device.nvlink_traffic_valid();
+  }
+  if (energy) {
+    for (const char* title : {"ENERGY_KJ", "NVLINK_TX_GB", "NVLINK_RX_GB"}) {
+      columns.push_back({title, Align::kRight});
+    }
+  }
   TextTable table(columns);
   for (const v1::Device& device : node.devices()) {
     std::vector<std::string> row = {
         absl::StrCat(device.index()),
         OrDash(device.name()),
-        device.total_memory_bytes() > 0 ? FormatBytes(device.total_memory_bytes()) : "-",
-        FormatBytes(device.memory_bytes()),
-        FormatBytes(device.memory_used_bytes()),
+        device.total_memory_bytes() > 0 ? BytesCell(device.total_memory_bytes()) : "-",
+        BytesCell(device.memory_bytes()),
+        BytesCell(device.memory_used_bytes()),
         OrDash(device.pci_bus_id())};
     if (device.telemetry_valid()) {
       row.push_back(absl::StrCat(device.sm_clock_mhz()));
@@ -743,6 +777,14 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
       row.push_back(absl::StrFormat("%.0f", device.power_w()));
       row.push_back(absl::StrCat(device.utilization_pct()));
       row.push_back(FormatClockLimits(device));
+    } else if (telemetry && energy) {
+      row.insert(row.end(), 7, "-");  // keeps the energy columns under their titles
+    }
+    if (energy) {
+      row.push_back(device.energy_valid() ? absl::StrFormat("%.1f", device.energy_j() / 1e3) : "-");
+      const bool nvlink = device.nvlink_traffic_valid();
+      row.push_back(nvlink ? absl::StrFormat("%.1f", device.nvlink_tx_bytes() / 1e9) : "-");
+      row.push_back(nvlink ? absl::StrFormat("%.1f", device.nvlink_rx_bytes() / 1e9) : "-");
     }
     table.AddRow(row);
   }
@@ -775,6 +817,11 @@ void AddTelemetryJson(const v1::Device& d, nlohmann::json* out) {
   if (d.max_sm_clock_mhz() > 0) j["max_sm_clock_mhz"] = d.max_sm_clock_mhz();
   if (d.clock_limits_valid()) {
     j["clock_limits"] = std::vector<std::string>(d.clock_limits().begin(), d.clock_limits().end());
+  }
+  if (d.energy_valid()) j["energy_j"] = d.energy_j();
+  if (d.nvlink_traffic_valid()) {
+    j["nvlink_tx_bytes"] = d.nvlink_tx_bytes();
+    j["nvlink_rx_bytes"] = d.nvlink_rx_bytes();
   }
   if (d.capped_time_valid()) {
     j["power_capped_s"] = d.power_capped_s();

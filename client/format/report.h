@@ -43,7 +43,8 @@ bool HasCommToHide(const v1::OpResult& op);
 // another order than the table's; the reason when there is no layer step; ""
 // for a job of one op.
 std::string FormatLayerStep(const v1::JobResult& result);
-// "8192 x 8192 x 28672" (m x k x n); "8192 x - x 8192" for a collective alone.
+// "8192x8192x28672" (MxKxN, as --shapes and --shape take it; one word, for awk);
+// "8192x-x8192" for a collective alone.
 std::string FormatShape(const v1::OpResult& op);
 
 // The report of a job: a header line (id, name, backend, tp, dtype), one row
@@ -92,7 +93,10 @@ std::string FormatReportHeader(const v1::Job& job);
 std::string FormatJobLine(const v1::Job& job);
 
 // A table, one job per row: id, state, name, priority, devices, ops, submitted
-// (UTC), duration, total step ms.
+// (UTC), duration, total step ms. A job spanning daemons is one row, under its
+// global id, with its nodes: on its coordinator, that node's own part is left
+// out (the coordinator's job stands for it); on another node, its part there
+// is the row. Names are cut to fit only where tables are (TableWidth() > 0).
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms);
 
 // `key: value` lines describing one job (times, devices, progress, error),

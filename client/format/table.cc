@@ -4,10 +4,14 @@
 #include <atomic>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 
 namespace overlap::client {
 namespace {
@@ -193,6 +197,16 @@ std::vector<TextTable::Column> Columns(std::initializer_list<std::vector<TextTab
     columns.insert(columns.end(), run.begin(), run.end());
   }
   return columns;
+}
+
+std::string BytesCell(int64_t bytes) {
+  return absl::StrReplaceAll(FormatBytes(bytes), {{" ", ""}});
+}
+
+std::string WordCell(const std::string& text) {
+  const std::vector<absl::string_view> words =
+      absl::StrSplit(text, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+  return absl::StrJoin(words, "_");
 }
 
 }  // namespace overlap::client

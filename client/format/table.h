@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -64,5 +65,11 @@ class TextTable {
 std::vector<TextTable::Column> Words(std::initializer_list<std::string> titles, int detail = 0);
 std::vector<TextTable::Column> Figures(std::initializer_list<std::string> titles, int detail = 0);
 std::vector<TextTable::Column> Columns(std::initializer_list<std::vector<TextTable::Column>> runs);
+
+// Cells of the tables scripts read (node, top, list, tuning) are one word each, so that awk
+// splits the columns: BytesCell is FormatBytes without its space ("2.00GiB", "0B"); WordCell
+// joins the words of `text` with '_' ("autotune round 1/2" -> "autotune_round_1/2").
+std::string BytesCell(int64_t bytes);
+std::string WordCell(const std::string& text);
 
 }  // namespace overlap::client

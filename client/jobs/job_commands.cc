@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/core/interrupts.h"
 #include "client/core/proto_json.h"
+#include "client/format/flight.h"
 #include "client/format/report.h"
 #include "client/format/timeline.h"
 #include "client/format/timeline_html.h"
@@ -242,6 +243,13 @@ int JobCommands::Get(const std::string& id) {
   absl::StatusOr<v1::Job> job = client_.GetJob(id);
   if (!job.ok()) return Fail(job.status());
   out_ << (json_ ? ToJson(*job) : FormatJobDetail(*job, NowMs()));
+  return kExitOk;
+}
+
+int JobCommands::Flight(const std::string& id) {
+  absl::StatusOr<v1::GetFlightResponse> flight = client_.GetFlight(id);
+  if (!flight.ok()) return Fail(flight.status());
+  out_ << (json_ ? ProtoToJson(*flight).dump(2) + "\n" : FormatFlight(*flight));
   return kExitOk;
 }
 

@@ -40,6 +40,8 @@ class JobCommands {
   // check a submission meets, nothing queued or run.
   int Validate(const std::string& file, const std::vector<std::string>& nodes);
   int Get(const std::string& id);
+  // The flight recorder's rings of the job and its verdict (client/format/flight.h).
+  int Flight(const std::string& id);
   // `state` is a state name in any case ("running"); empty means all.
   int List(const std::string& state, int limit);
   // ignore_not_found: a job that does not exist or has already ended is no

@@ -26,8 +26,13 @@ struct JobIdOptions {
   bool ignore_not_found = false;  // cancel --ignore-not-found
 };
 
+// A job spanning daemons has one id on every node of it (docs/OPERATIONS.md, "Cluster").
+constexpr char kJobIdHelp[] =
+    "job id: job-NNNNNN on its node, or NODE/job-NNNNNN (a job spanning daemons, on any node "
+    "of it)";
+
 void AddJobId(CLI::App& app, JobIdOptions& options) {
-  app.add_option("ID", options.id, "job id")->required();
+  app.add_option("ID", options.id, kJobIdHelp)->required();
 }
 
 // A command that takes one job id and runs `method` on it.
@@ -224,6 +229,13 @@ CliCommand ValidateCommand() {
 
 CliCommand GetCommand() { return JobIdCommand("get", "show one job", &JobCommands::Get); }
 
+CliCommand FlightCommand() {
+  return JobIdCommand("flight",
+                      "the flight recorder's rings of a job's collectives and its verdict on a "
+                      "hang or abort",
+                      &JobCommands::Flight);
+}
+
 CliCommand ListCommand() {
   return MakeCliCommand<ListOptions>(
       "list", "list jobs, newest first",
@@ -263,7 +275,7 @@ CliCommand PinCommand() {
   return MakeCliCommand<PinOptions>(
       "pin", "a job's graph with every op set to the schedule it ran (YAML), to submit again",
       [](CLI::App& app, PinOptions& options) {
-        app.add_option("ID", options.id, "job id")->required();
+        app.add_option("ID", options.id, kJobIdHelp)->required();
         app.add_option("--output-file", options.output,
                        "write it to this file instead of standard output");
       },
@@ -278,7 +290,7 @@ CliCommand TimelineCommand() {
       "where each op's traced iteration spent its time: GEMMs, transfers and waits per rank "
       "and stream",
       [](CLI::App& app, TimelineOptions& options) {
-        app.add_option("ID", options.id, "job id")->required();
+        app.add_option("ID", options.id, kJobIdHelp)->required();
         app.add_option("--op", options.op, "this op only");
         app.add_option("--width", options.width, "chart width in characters")
             ->check(CLI::Range(10, 1000))

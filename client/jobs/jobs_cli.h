@@ -10,6 +10,7 @@ namespace overlap::client {
 CliCommand SubmitCommand();
 CliCommand ValidateCommand();
 CliCommand GetCommand();
+CliCommand FlightCommand();
 CliCommand ListCommand();
 CliCommand CancelCommand();
 CliCommand WatchCommand();

@@ -3,10 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/spec_prescan.h"
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "common/yaml_util.h"
@@ -21,6 +24,52 @@ bool KeysAreScalars(const YAML::Node& map) {
     if (!entry.first.IsScalar()) return false;
   }
   return true;
+}
+
+// Scalars yaml-cpp 0.7 writes plain that read back as something else:
+//   - a carriage return, written as the raw byte: one not followed by a
+//     newline is text the daemon's parser refuses (PrescanYaml), and one
+//     before the line's end is read as part of the line break;
+//   - "--- x" or "... x": as a top-level key, at the start of a line, it is a
+//     document marker.
+bool NeedsQuotes(const std::string& scalar) {
+  if (scalar.find('\r') != std::string::npos) return true;
+  const absl::string_view start = absl::string_view(scalar).substr(0, 3);
+  return (start == "---" || start == "...") &&
+         (scalar.size() == 3 || scalar[3] == ' ' || scalar[3] == '\t');
+}
+
+// Writes `node` as yaml-cpp's `out << node` does (each collection in the style
+// it was read in, null as ~, a quoted scalar's "!" tag left out), except that
+// the scalars NeedsQuotes names are written double-quoted.
+void EmitReadable(const YAML::Node& node, YAML::Emitter& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      out << YAML::Null;
+      return;
+    case YAML::NodeType::Scalar:
+      if (NeedsQuotes(node.Scalar())) out << YAML::DoubleQuoted;
+      out << node.Scalar();
+      return;
+    case YAML::NodeType::Sequence:
+      out << (node.Style() == YAML::EmitterStyle::Flow ? YAML::Flow : YAML::Block);
+      out << YAML::BeginSeq;
+      for (const YAML::Node& item : node) EmitReadable(item, out);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Map:
+      out << (node.Style() == YAML::EmitterStyle::Flow ? YAML::Flow : YAML::Block);
+      out << YAML::BeginMap;
+      for (const auto& entry : node) {
+        out << YAML::Key;
+        EmitReadable(entry.first, out);
+        out << YAML::Value;
+        EmitReadable(entry.second, out);
+      }
+      out << YAML::EndMap;
+      return;
+  }
 }
 
 }  // namespace
@@ -76,7 +125,7 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
     }
   }
   YAML::Emitter out;
-  out << root;
+  EmitReadable(root, out);
   if (!out.good()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id(), ": its graph cannot be written back: ", out.GetLastError()));
@@ -89,14 +138,21 @@ absl::StatusOr<std::string> PinnedGraph(const v1::Job& job) {
       job.result().ops_size() > 0 ? absl::StrCat(", tp = ", job.result().ops(0).tp()) : "",
       job.result().gpu().empty() ? "" : absl::StrCat(", on ", Excerpt(job.result().gpu())), "\n");
   if (!unpinned.empty()) {
-    absl::StrAppend(&text, "# not pinned (no result: the job ended before them): ",
-                    absl::StrJoin(unpinned, ", ",
-                                  [](std::string* out, const std::string& id) {
-                                    out->append(Excerpt(id));
-                                  }),
-                    "\n");
+    absl::StrAppend(
+        &text, "# not pinned (no result: the job ended before them): ",
+        absl::StrJoin(unpinned, ", ",
+                      [](std::string* out, const std::string& id) { out->append(Excerpt(id)); }),
+        "\n");
   }
   absl::StrAppend(&text, out.c_str(), "\n");
+  // What pinning adds (a mode, chunks and a transport an op) can take a graph
+  // at the parser's limits past them (200,000 values), and such a pin would be
+  // refused wherever it is submitted. The pre-scan is the parser's first step
+  // and holds those limits; one pass, so a pin costs no second parse.
+  if (absl::Status readable = PrescanYaml(text, PrescanLimits{}).status(); !readable.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", job.id(), ": its pinned graph would not be read back: ", readable.message()));
+  }
   return text;
 }
 

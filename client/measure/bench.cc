@@ -488,6 +488,10 @@ int RunBench(DaemonClient& client, const BenchOptions& options, const std::strin
       predictions = PredictBench(rows, &*calibration, o.dtype, job.result().gpu());
       AddPredictionsJson(predictions, j);
       prediction_text = FormatBenchPredictions(rows, predictions);
+      if (const std::string gap = planner::TransferGap(*calibration); !gap.empty()) {
+        absl::StrAppend(&prediction_text, "tp > 1 is not predicted: the calibration has ", gap,
+                        "\n");
+      }
     } else {
       prediction_text = absl::StrCat("predictions: none (", calibration.status().message(), ")\n");
     }

@@ -164,6 +164,7 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
     gpus.AddRow(row);
   }
   out += gpus.Render();
+  out += FormatCheckEnergy(r);
   if (!r.links.empty()) {
     const double best = BestLinkGbps(r);
     absl::StrAppendFormat(&out,
@@ -221,8 +222,22 @@ std::string FormatCheck(const CheckResult& r, const CheckOptions& o) {
   return out;
 }
 
+std::string FormatCheckEnergy(const CheckResult& r) {
+  std::string out;
+  for (const GpuCheck& g : r.gpus) {
+    if (!g.energy_valid) continue;
+    absl::StrAppendFormat(&out, "energy: GPU %d, %.3g J/TFLOP at %.0f W average\n", g.device,
+                          g.joules_per_tflop, g.watts);
+  }
+  return out;
+}
+
 nlohmann::json GpuJson(const GpuCheck& g) {
   nlohmann::json gpu = {{"device", g.device}, {"gemm_ms", g.gemm_ms}, {"tflops", g.tflops}};
+  if (g.energy_valid) {
+    gpu["joules_per_tflop"] = g.joules_per_tflop;
+    gpu["watts"] = g.watts;
+  }
   if (g.capped_valid) {
     gpu["power_capped_share"] = g.power_capped;
     gpu["thermal_capped_share"] = g.thermal_capped;
@@ -271,6 +286,18 @@ void UseHostSizes(CheckOptions* o, std::ostream& err) {
          "--link-mib set them)\n";
 }
 
+GpuCheck GpuCheckOf(int device, const v1::OpResult& op, const CheckOptions& o) {
+  GpuCheck g{device, op.gemm_alone().median_ms(), 0};
+  const double s = static_cast<double>(o.gemm_size);
+  if (g.gemm_ms > 0) g.tflops = 2 * s * s * s / (g.gemm_ms * 1e-3) / 1e12;
+  if (op.has_energy()) {
+    g.energy_valid = true;
+    g.joules_per_tflop = op.energy().joules_per_tflop();
+    g.watts = op.energy().step_watts();
+  }
+  return g;
+}
+
 absl::StatusOr<std::vector<std::string>> SubmitGpuChecks(DaemonClient& client,
                                                          const CheckOptions& o) {
   std::vector<std::string> ids;
@@ -291,10 +318,7 @@ int CollectGpuChecks(DaemonClient& client, const CheckOptions& o,
       err << where << FormatJobLine(*job);
       return kExitJobFailed;
     }
-    const v1::OpResult& op = job->result().ops(0);
-    GpuCheck g{o.devices[i], op.gemm_alone().median_ms(), 0};
-    const double s = static_cast<double>(o.gemm_size);
-    if (g.gemm_ms > 0) g.tflops = 2 * s * s * s / (g.gemm_ms * 1e-3) / 1e12;
+    const GpuCheck g = GpuCheckOf(o.devices[i], job->result().ops(0), o);
     gpus->push_back(g);
   }
   return kExitOk;

@@ -68,6 +68,11 @@ struct GpuCheck {
   // check, and NVLink errors that grew while the check ran.
   std::vector<std::string> health_problems = {};
   nlohmann::json health = nullptr;  // its readings at the end; null without any
+  // Energy of its GEMM's timed iterations (the job report's energy): joules
+  // per TFLOP of work and average power; valid where the backend counts energy.
+  bool energy_valid = false;
+  double joules_per_tflop = 0;
+  double watts = 0;
 };
 
 // The health findings of `gpu->device` from readings taken at the start and end
@@ -100,6 +105,12 @@ std::vector<size_t> SlowGpus(const CheckResult& result);
 std::vector<size_t> SlowLinks(const CheckResult& result);
 std::vector<size_t> UnhealthyGpus(const CheckResult& result);
 
+// GPU `device`'s figures from its check job's one op: its GEMM's time and
+// TFLOP/s, and its energy where the daemon counted it.
+GpuCheck GpuCheckOf(int device, const v1::OpResult& op, const CheckOptions& o);
+// A line per GPU whose energy was counted: joules per TFLOP of its GEMM and
+// its average power; "" where none was.
+std::string FormatCheckEnergy(const CheckResult& r);
 std::string FormatCheck(const CheckResult& result, const CheckOptions& options);
 nlohmann::json CheckJson(const CheckResult& result, const CheckOptions& options);
 

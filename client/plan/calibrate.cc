@@ -32,8 +32,8 @@ absl::StatusOr<planner::FitOptions> FitOptionsOf(const CalibrateOptions& options
   for (absl::string_view pair : absl::StrSplit(options.gemm_slowdown, ',', absl::SkipEmpty())) {
     std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
     double factor = 0;
-    absl::StatusOr<Transport> t = kv.size() == 2 ? ParseTransport(kv[0])
-                                                 : absl::InvalidArgumentError("no '='");
+    absl::StatusOr<Transport> t =
+        kv.size() == 2 ? ParseTransport(kv[0]) : absl::InvalidArgumentError("no '='");
     if (!t.ok() || !absl::SimpleAtod(kv[1], &factor) || factor < 1 || factor > 10) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--gemm-slowdown '", pair, "': expected TRANSPORT=FACTOR, e.g. nccl=1.2 (1 to 10)"));
@@ -45,7 +45,8 @@ absl::StatusOr<planner::FitOptions> FitOptionsOf(const CalibrateOptions& options
   }
   if (options.piece_overhead_ms >= 0) {
     fit.piece_overhead_ms = options.piece_overhead_ms;
-    fit.notes.push_back(absl::StrFormat("per-piece cost given: %.4f ms", options.piece_overhead_ms));
+    fit.notes.push_back(
+        absl::StrFormat("per-piece cost given: %.4f ms", options.piece_overhead_ms));
   }
   return fit;
 }
@@ -61,11 +62,15 @@ std::string Summary(const planner::Calibration& c) {
   std::string out = absl::StrCat("calibration of ", c.identity.device, " (", c.identity.backend,
                                  "): ", c.gemms.size(), " GEMM shape(s)");
   for (const planner::TransferCurve& t : c.transfers) {
-    absl::StrAppend(&out, "; ", planner::CollectiveName(t.collective), " ", TransportName(t.transport), " ",
-                    t.points.size(), " size(s) at ", t.ranks, " ranks");
+    absl::StrAppend(&out, "; ", planner::CollectiveName(t.collective), " ",
+                    TransportName(t.transport), " ", t.points.size(), " size(s) at ", t.ranks,
+                    " ranks");
   }
   for (const auto& [t, f] : c.gemm_slowdown) {
     absl::StrAppend(&out, absl::StrFormat("; GEMM %.3fx beside %s", f, TransportName(t)));
+  }
+  if (const std::string gap = planner::TransferGap(c); !gap.empty()) {
+    absl::StrAppend(&out, "; ", gap);
   }
   absl::StrAppend(&out, absl::StrFormat("; %.4f ms per piece", c.piece_overhead_ms));
   if (c.inter_node) {
@@ -75,22 +80,45 @@ std::string Summary(const planner::Calibration& c) {
   return out + "\n";
 }
 
+// How many ranks calibrate measures over: the devices asked for, else the daemon's.
+absl::StatusOr<int> RanksToMeasure(DaemonClient& client, const CalibrateOptions& options) {
+  if (!options.devices.empty()) return static_cast<int>(options.devices.size());
+  absl::StatusOr<v1::GetNodeInfoResponse> node = client.GetNodeInfo();
+  if (!node.ok()) return node.status();
+  return node->devices_size();
+}
+
 // Runs commbench and a one-repeat bench sweep, each writing its JSON to a
-// private temporary file; returns their paths.
+// private temporary file; returns their paths (commbench's first). On one
+// rank commbench is left out: nothing crosses a link, so there is no transfer
+// curve to measure, and the GEMMs alone are what the calibration keeps.
 absl::StatusOr<std::vector<std::string>> Measure(DaemonClient& client,
                                                  const CalibrateOptions& options, bool err_is_tty,
                                                  std::ostream& err) {
+  absl::StatusOr<int> ranks = RanksToMeasure(client, options);
+  if (!ranks.ok()) {
+    return absl::Status(ranks.status().code(),
+                        absl::StrCat("cannot ask ", client.address(),
+                                     " for its devices: ", ranks.status().message()));
+  }
   const char* tmp = std::getenv("TMPDIR");
   std::string dir = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/overlapctl-calibrate-XXXXXX");
   if (mkdtemp(dir.data()) == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot make a temporary directory under ", dir));
   }
   const std::string comm_file = dir + "/commbench.json", bench_file = dir + "/bench.json";
-  CommBenchOptions comm;
-  comm.devices = options.devices;
-  ProgressStream(err) << "calibrate: step 1 of 2: the collectives alone (commbench)\n";
-  int rc = RunCommBench(client, comm, comm_file, false, err_is_tty, err, err);
-  if (rc != kExitOk) return absl::AbortedError("commbench did not finish (see above)");
+  std::vector<std::string> files;
+  if (*ranks < 2) {
+    ProgressStream(err) << "calibrate: step 1 of 2 skipped: one rank, so no transfer curve (tp > 1 "
+                           "needs one: calibrate on 2+ devices); the GEMMs alone are measured\n";
+  } else {
+    CommBenchOptions comm;
+    comm.devices = options.devices;
+    ProgressStream(err) << "calibrate: step 1 of 2: the collectives alone (commbench)\n";
+    int rc = RunCommBench(client, comm, comm_file, false, err_is_tty, err, err);
+    if (rc != kExitOk) return absl::AbortedError("commbench did not finish (see above)");
+    files.push_back(comm_file);
+  }
   BenchOptions bench;
   bench.devices = options.devices;
   bench.repeats = 1;
@@ -101,9 +129,10 @@ absl::StatusOr<std::vector<std::string>> Measure(DaemonClient& client,
   }
   ProgressStream(err)
       << "calibrate: step 2 of 2: GEMM alone and beside each transport (bench, 1 repeat)\n";
-  rc = RunBench(client, bench, bench_file, false, err_is_tty, err, err);
+  const int rc = RunBench(client, bench, bench_file, false, err_is_tty, err, err);
   if (rc != kExitOk) return absl::AbortedError("bench did not finish (see above)");
-  return std::vector<std::string>{comm_file, bench_file};
+  files.push_back(bench_file);
+  return files;
 }
 
 }  // namespace
@@ -146,8 +175,10 @@ int RunCalibrate(DaemonClient& client, const CalibrateOptions& options, bool jso
   std::vector<std::string> names = files;
   if (measured) {
     const std::string when = absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone());
-    names = {absl::StrCat("commbench measured by calibrate on ", when),
-             absl::StrCat("bench measured by calibrate on ", when)};
+    names.clear();
+    if (files.size() > 1)
+      names.push_back(absl::StrCat("commbench measured by calibrate on ", when));
+    names.push_back(absl::StrCat("bench measured by calibrate on ", when));
   }
   absl::StatusOr<planner::Calibration> calibration = planner::FitCalibration(docs, names, *fit);
   if (measured) {

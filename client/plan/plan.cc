@@ -14,6 +14,7 @@
 #include "common/checked_size.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
+#include "common/one_rank.h"
 #include "common/planner/calibration.h"
 #include "common/planner/planner.h"
 #include "nlohmann/json.hpp"
@@ -35,9 +36,10 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
     std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
     double value = 0;
     if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &value) || !(value >= 1e-3 && value <= 1e6)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--what-if '", pair, "': expected KEY=NUMBER from 0.001 to 1e6 (tp, nvlink-gbps, gemm-tflops, "
-          "nodes, inter-node-gbps)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--what-if '", pair,
+                       "': expected KEY=NUMBER from 0.001 to 1e6 (tp, nvlink-gbps, gemm-tflops, "
+                       "nodes, inter-node-gbps)"));
     }
     const std::string& key = kv[0];
     auto whole = [&](std::optional<int>& field, int most) -> absl::Status {
@@ -59,8 +61,9 @@ absl::StatusOr<planner::WhatIf> ParseWhatIf(const std::string& text) {
     } else if (key == "inter-node-gbps") {
       w.inter_node_gbps = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--what-if: unknown key '", key, "' (tp, nvlink-gbps, gemm-tflops, nodes, inter-node-gbps)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--what-if: unknown key '", key,
+                       "' (tp, nvlink-gbps, gemm-tflops, nodes, inter-node-gbps)"));
     }
   }
   return w;
@@ -84,7 +87,7 @@ json PredictionJson(const SchedulePrediction& p) {
 }
 
 json PlanJson(const OpPlan& plan, const std::string& type) {
-  json j = {{"op", plan.op_id}, {"type", type},       {"m", plan.shape.m},
+  json j = {{"op", plan.op_id},  {"type", type},      {"m", plan.shape.m},
             {"k", plan.shape.k}, {"n", plan.shape.n}, {"tp", plan.shape.tp}};
   j["candidates"] = json::array();
   for (const SchedulePrediction& p : plan.predicted) j["candidates"].push_back(PredictionJson(p));
@@ -99,15 +102,19 @@ json PlanJson(const OpPlan& plan, const std::string& type) {
 void PrintPlan(const OpPlan& plan, const std::string& type, std::ostream& out) {
   const bool alone = IsCollectiveOnly(plan.shape.type);
   if (alone) {
-    out << absl::StrFormat("%s: %s %dx%d, %d ranks", plan.op_id, type, plan.shape.m,
-                           plan.shape.n, plan.shape.tp);
+    out << absl::StrFormat("%s: %s %dx%d, %d ranks", plan.op_id, type, plan.shape.m, plan.shape.n,
+                           plan.shape.tp);
   } else {
     out << absl::StrFormat("%s: %s %dx%dx%d (m x k x n), tp %d", plan.op_id, type, plan.shape.m,
                            plan.shape.k, plan.shape.n, plan.shape.tp);
   }
   if (plan.shape.nodes > 1) out << absl::StrFormat(" over %d nodes", plan.shape.nodes);
+  if (plan.shape.tp == 1 && !IsGemmOnly(plan.shape.type)) out << " (" << kOneRankNote << ")";
   if (const SchedulePrediction* best = plan.best(); best != nullptr && alone) {
     out << absl::StrFormat("; best %s at %s ms", best->schedule.Name(), Ms(best->step_ms));
+  } else if (best != nullptr && plan.shape.tp == 1) {
+    out << absl::StrFormat(", GEMM alone %s ms; best %s at %s ms", Ms(best->gemm_alone_ms),
+                           best->schedule.Name(), Ms(best->step_ms));
   } else if (best != nullptr) {
     out << absl::StrFormat(", GEMM alone %s ms; best %s at %s ms (%.0f%% hidden)",
                            Ms(best->gemm_alone_ms), best->schedule.Name(), Ms(best->step_ms),
@@ -174,9 +181,8 @@ absl::Status CheckSplits(JobSpec spec, int tp, int nodes, int daemon_devices) {
 }
 
 std::string LayerLine(const planner::LayerEstimate& layer, const planner::CostModel& model) {
-  std::string line = absl::StrFormat(
-      "layer step %s ms predicted: the ops one after another %s ms", Ms(layer.step_ms),
-      Ms(layer.compute_ms));
+  std::string line = absl::StrFormat("layer step %s ms predicted: the ops one after another %s ms",
+                                     Ms(layer.step_ms), Ms(layer.compute_ms));
   if (layer.deferred > 0) {
     absl::StrAppendFormat(&line,
                           "; %d gradient all-reduce(s) %s ms alone beside the ops after them, "
@@ -185,8 +191,8 @@ std::string LayerLine(const planner::LayerEstimate& layer, const planner::CostMo
                           model.Slowdown(Transport::kNccl));
   }
   if (!layer.unpredicted.empty()) {
-    absl::StrAppend(&line, "; left out, the planner cannot say: ",
-                    absl::StrJoin(layer.unpredicted, ", "));
+    absl::StrAppend(&line,
+                    "; left out, the planner cannot say: ", absl::StrJoin(layer.unpredicted, ", "));
   }
   return line + "\n";
 }
@@ -221,9 +227,10 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
     std::vector<ops::Schedule> candidates = ops::CandidateSchedules(op, at.group, true, spec->mesh);
     if (at.nodes > 1) {
       // Across nodes only collectives move data (no peer memory, no sends).
-      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
-                                      [](const ops::Schedule& s) { return !ops::CollectivesOnly(s); }),
-                       candidates.end());
+      candidates.erase(
+          std::remove_if(candidates.begin(), candidates.end(),
+                         [](const ops::Schedule& s) { return !ops::CollectivesOnly(s); }),
+          candidates.end());
     }
     plans.push_back(planner::PlanOp(model, op, at.group, spec->dtype, candidates, at.nodes));
     const OpPlan& plan = plans.back();
@@ -253,11 +260,12 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
                 {"ops", ops},
                 {"serial_ms", serial_total},
                 {"best_ms", best_total},
-                {"layer", {{"step_ms", layer.step_ms},
-                           {"compute_ms", layer.compute_ms},
-                           {"deferred_ms", layer.deferred_ms},
-                           {"deferred", layer.deferred},
-                           {"deferred_hidden", layer.hidden}}},
+                {"layer",
+                 {{"step_ms", layer.step_ms},
+                  {"compute_ms", layer.compute_ms},
+                  {"deferred_ms", layer.deferred_ms},
+                  {"deferred", layer.deferred},
+                  {"deferred_hidden", layer.hidden}}},
                 {"nodes", nodes},
                 {"assumptions", assumptions},
                 {"sources", model.calibration().sources}}
@@ -265,9 +273,9 @@ int PlanGraph(DaemonClient& client, const PlanOptions& options, const planner::C
         << "\n";
     return kExitOk;
   }
-  out << absl::StrFormat("graph %s: every op serial over NCCL %s ms, each at its best %s ms (%.2fx)\n",
-                         spec->name, Ms(serial_total), Ms(best_total),
-                         best_total > 0 ? serial_total / best_total : 1.0);
+  out << absl::StrFormat(
+      "graph %s: every op serial over NCCL %s ms, each at its best %s ms (%.2fx)\n", spec->name,
+      Ms(serial_total), Ms(best_total), best_total > 0 ? serial_total / best_total : 1.0);
   out << LayerLine(layer, model);
   out << "predicted from the calibration; nothing ran. Assumptions:\n";
   for (const std::string& a : assumptions) out << "  - " << a << "\n";
@@ -346,7 +354,9 @@ int PlanReplay(const PlanOptions& options, const planner::CostModel& model, std:
         << ")\n";
     return kExitUsage;
   }
-  out << json{{"file", options.replay_file}, {"rows", rows}, {"assumptions", model.Assumptions()},
+  out << json{{"file", options.replay_file},
+              {"rows", rows},
+              {"assumptions", model.Assumptions()},
               {"sources", model.calibration().sources}}
              .dump(1)
       << "\n";

@@ -55,6 +55,12 @@ std::string OwnerWord(const std::string& owner) {
   return space == std::string::npos ? owner : owner.substr(0, space);
 }
 
+// One word too: "mlp block 3" -> "mlp_block_3", "" -> "-".
+std::string NameWord(const std::string& name) {
+  const std::string word = WordCell(name);
+  return word.empty() ? "-" : word;
+}
+
 std::string Micros(double us) { return us > 0 ? absl::StrFormat("%.1f", us) : "-"; }
 
 std::string FormatLanes(const v1::ListSessionsResponse& response) {
@@ -84,19 +90,19 @@ std::string FormatSessions(const v1::ListSessionsResponse& response) {
                  Figures({"MAPPED_MIB", "ENQ_P99_US", "CHUNKS/FORCED"}, 1), Words({"OPENED"}, 2)}));
     std::vector<std::string> failures;
     for (const v1::SessionInfo& s : response.sessions()) {
-      table.AddRow({s.session_id(), s.name(), OwnerWord(s.owner()), s.state(), s.priority(),
-                    absl::StrCat(s.ranks_joined(), "/", s.world()), absl::StrCat(s.steps()),
-                    PerOp(s, [](const v1::SessionOpStats& op) { return FormatMs(op.median_ms()); }),
-                    PerOp(s,
-                          [](const v1::SessionOpStats& op) {
-                            return op.hidden_share() < 0 ? std::string("-")
-                                                         : FormatHidden(op.hidden_share());
-                          }),
-                    FormatMs(LaneWaitMs(s)), DelayAgainstBound(s), Micros(s.enqueue_p50_us()),
-                    s.devices_size() == 0 ? "-" : absl::StrJoin(s.devices(), ","),
-                    absl::StrFormat("%.2f", static_cast<double>(s.mapped_bytes()) / (1 << 20)),
-                    Micros(s.enqueue_p99_us()), Chunks(s),
-                    s.opened_at().empty() ? "-" : s.opened_at()});
+      table.AddRow(
+          {s.session_id(), NameWord(s.name()), OwnerWord(s.owner()), s.state(), s.priority(),
+           absl::StrCat(s.ranks_joined(), "/", s.world()), absl::StrCat(s.steps()),
+           PerOp(s, [](const v1::SessionOpStats& op) { return FormatMs(op.median_ms()); }),
+           PerOp(s,
+                 [](const v1::SessionOpStats& op) {
+                   return op.hidden_share() < 0 ? std::string("-")
+                                                : FormatHidden(op.hidden_share());
+                 }),
+           FormatMs(LaneWaitMs(s)), DelayAgainstBound(s), Micros(s.enqueue_p50_us()),
+           s.devices_size() == 0 ? "-" : absl::StrJoin(s.devices(), ","),
+           absl::StrFormat("%.2f", static_cast<double>(s.mapped_bytes()) / (1 << 20)),
+           Micros(s.enqueue_p99_us()), Chunks(s), s.opened_at().empty() ? "-" : s.opened_at()});
       if (!s.error().empty()) failures.push_back(absl::StrCat(s.session_id(), ": ", s.error()));
     }
     out = table.Render();

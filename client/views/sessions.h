@@ -4,7 +4,8 @@
 // completed, each op's device time and hidden share, the time its steps
 // waited for a lane, a deferred session's worst delay against its bound, and
 // the host time from a client's call to the daemon's enqueue. --lanes adds
-// the lanes' recent intervals; `sessions close ID` ends one.
+// the lanes' recent intervals; `sessions close ID` ends one; `sessions trace
+// ID` prints one's recent steps as a Chrome trace (session_trace.h).
 #pragma once
 
 #include <ostream>
@@ -19,6 +20,8 @@ struct SessionsOptions {
   bool all_users = false;  // --all-users: every owner's (admins)
   bool lanes = false;      // --lanes: the recent lane intervals too
   std::string close_id;    // `sessions close ID`
+  std::string trace_id;    // `sessions trace ID`
+  int trace_steps = 0;     // `sessions trace --steps N`: the last N (0: every one kept)
 };
 
 // The table (and with lanes, the intervals' table); a line per failed

@@ -6,8 +6,13 @@
 // with its step time and the share of its communication hidden. A GPU that
 // runs hot, throttles or sits idle inside a job shows up as it happens.
 //
-// Each sample is two calls (GetNodeInfo, ListJobs of the running jobs). With
-// --json every sample is one JSON object on its own line.
+// The samples come from one Node.WatchNode stream at the interval asked for
+// (the daemon's sampler: devices, running jobs, open sessions: every owner's
+// for an admin, else the caller's). A daemon older than the stream is asked
+// every interval instead: GetNodeInfo, ListJobs of the running jobs,
+// ListSessions (a daemon without sessions shows none). Open sessions follow the GPU lines, one line
+// per session and device. With --json every sample is one JSON object on its
+// own line.
 //
 // `top --nodes`: every node's GPUs in each sample, a node column (its address)
 // after the time; the nodes are asked at once, and one that does not answer
@@ -27,6 +32,13 @@
 
 namespace overlap::client {
 
+// An open session in a sample, with its steps per second since the previous
+// sample (< 0 in the first sample it appears in).
+struct TopSession {
+  v1::SessionInfo info;
+  double steps_per_s = -1;
+};
+
 struct TopOptions {
   double interval_s = 1;
   int count = 0;  // samples to print; 0 = until interrupted
@@ -34,14 +46,26 @@ struct TopOptions {
 
 // The column titles, a "#" line like dmon's.
 std::string TopHeader();
-// One line per device of `node`; `running` are the running jobs.
+// One line per device of `node`; `running` are the running jobs. With open
+// `sessions`, then a header and one line per session and device it holds:
+// GPU SESSION NAME OWNER LANE STEPS STEPS/S STEP_MS (its ops' last device
+// times, summed).
 std::string FormatTopSample(const v1::GetNodeInfoResponse& node,
-                            const std::vector<v1::Job>& running, int64_t now_ms);
+                            const std::vector<v1::Job>& running, int64_t now_ms,
+                            const std::vector<TopSession>& sessions = {});
+// Each device gets "sessions": [{"id", "name", "owner", "lane", "rank", "steps",
+// "steps_per_s" (null in a session's first sample), "step_ms"}].
 nlohmann::json TopSampleJson(const v1::GetNodeInfoResponse& node,
-                             const std::vector<v1::Job>& running, int64_t now_ms);
+                             const std::vector<v1::Job>& running, int64_t now_ms,
+                             const std::vector<TopSession>& sessions = {});
+// The open sessions (joining, ready) of `listed` as a sample shows them, the
+// steps per second against `previous` (the last sample's) over `elapsed_s`.
+std::vector<TopSession> OpenTopSessions(const v1::ListSessionsResponse& listed,
+                                        const std::vector<TopSession>& previous, double elapsed_s);
 
 // Samples until `count` is reached (or forever); the header repeats every 20
-// samples. Exit status as the other commands.
+// samples. Exit status as the other commands (a stream the daemon refuses or
+// drops ends it, with the daemon's reason).
 int RunTop(DaemonClient& client, const TopOptions& options, bool json, std::ostream& out,
            std::ostream& err);
 

@@ -42,7 +42,7 @@ std::string FormatTunedSchedules(const v1::ListTunedSchedulesResponse& response)
   int stale = 0;
   for (const v1::TunedSchedule& t : response.schedules()) {
     if (!t.current()) ++stale;
-    table.AddRow({t.op_type(), absl::StrCat(t.m(), " x ", t.k(), " x ", t.n()), t.dtype(),
+    table.AddRow({t.op_type(), absl::StrCat(t.m(), "x", t.k(), "x", t.n()), t.dtype(),
                   absl::StrCat(t.tp()), t.requested(), t.schedule(),
                   absl::StrFormat("%.3f", t.step_ms()), FormatUtc(t.tuned_unix_ms()),
                   t.current() ? "yes" : "stale"});

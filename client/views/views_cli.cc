@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "client/core/command_io.h"
 #include "client/views/node_commands.h"
+#include "client/views/session_trace.h"
 #include "client/views/sessions.h"
 #include "client/views/top.h"
 #include "client/views/tuning.h"
@@ -73,12 +74,23 @@ void AddSessionsOptions(CLI::App& app, SessionsOptions& options) {
   CLI::App* close = app.add_subcommand(
       "close", "end a session: its ranks' next commands fail CANCELLED, its buffers are unmapped");
   close->add_option("ID", options.close_id, "session id, e.g. sess-000003")->required();
+  CLI::App* trace = app.add_subcommand(
+      "trace",
+      "a session's recent steps as a Chrome trace (chrome://tracing, Perfetto): each op and "
+      "deferred chunk on its device's lane, in step order");
+  trace->add_option("ID", options.trace_id, "session id, e.g. sess-000003")->required();
+  trace->add_option("--steps", options.trace_steps, "only the last N steps (0: every one kept)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 int RunSessionsCli(const SessionsOptions& options, const CLI::App& app, const CliContext& context) {
   if (app.got_subcommand("close")) {
     return RunCloseSession(context.client, options.close_id, context.json, context.out,
                            context.err);
+  }
+  if (app.got_subcommand("trace")) {
+    return RunSessionTrace(context.client, options.trace_id, options.all_users, options.trace_steps,
+                           context.out, context.err);
   }
   return RunSessions(context.client, options, context.json, context.out, context.err);
 }
@@ -223,7 +235,8 @@ CliCommand SessionsCommand() {
   return MakeCliCommand<SessionsOptions>(
       "sessions",
       "the sessions of training processes' ranks: owner, ranks, steps, per-op time, hidden "
-      "share, lane waits, deferred delays against bounds, enqueue latency; `close ID` ends one",
+      "share, lane waits, deferred delays against bounds, enqueue latency; `close ID` ends one; "
+      "`trace ID` prints one's recent steps as a Chrome trace",
       AddSessionsOptions, RunSessionsCli);
 }
 

@@ -37,6 +37,12 @@ const TransferCurve* Calibration::Curve(Collective collective, Transport transpo
   return nullptr;
 }
 
+std::string TransferGap(const Calibration& calibration) {
+  if (!calibration.transfers.empty()) return "";
+  return "no transfer curve (one rank moves nothing, so a calibration measured on one device has "
+         "none); tp > 1 needs a transfer curve: calibrate on 2+ devices";
+}
+
 namespace {
 
 absl::StatusOr<Transport> ParseCalibratedTransport(const std::string& name) {
@@ -67,9 +73,9 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
   Calibration out;
   const int64_t version = JsonInteger(doc.at("version"));
   if (version != Calibration::kVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration version ", version, " is not read by this build (reads ",
-        Calibration::kVersion, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("calibration version ", version,
+                                                   " is not read by this build (reads ",
+                                                   Calibration::kVersion, ")"));
   }
   const json& id = doc.at("identity");
   out.identity.device = id.value("device", "");
@@ -83,9 +89,9 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
                 g.at("ms").get<double>()};
     if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim ||
         !SaneMs(p.ms)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "calibration gemm point ", g.dump().substr(0, 200),
-          ": m, n, k must be in 1..2^31 and ms in (0, 1e7]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration gemm point ", g.dump().substr(0, 200),
+                       ": m, n, k must be in 1..2^31 and ms in (0, 1e7]"));
     }
     if (out.gemms.size() >= kMaxPoints) {
       return absl::InvalidArgumentError("calibration: more than 4096 GEMM points");
@@ -108,9 +114,9 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
     for (const json& p : t.at("points")) {
       TransferPoint point{JsonInteger(p.at(0)), p.at(1).get<double>()};
       if (point.bytes <= 0 || point.bytes > kMaxBytes || !SaneMs(point.ms)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "calibration ", CollectiveName(curve.collective), " point ", p.dump().substr(0, 200),
-            ": bytes must be in 1..2^46 and ms in (0, 1e7]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration ", CollectiveName(curve.collective), " point ",
+                         p.dump().substr(0, 200), ": bytes must be in 1..2^46 and ms in (0, 1e7]"));
       }
       if (curve.points.size() >= kMaxPoints) {
         return absl::InvalidArgumentError("calibration: more than 4096 points in a curve");
@@ -127,8 +133,8 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
     if (!transport.ok()) return transport.status();
     const double f = factor.get<double>();
     if (!(f >= 1.0) || f > 10) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "calibration gemm_slowdown.", name, " = ", f, ": must be between 1 and 10"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration gemm_slowdown.", name, " = ", f, ": must be between 1 and 10"));
     }
     out.gemm_slowdown[*transport] = f;
   }
@@ -150,7 +156,8 @@ absl::StatusOr<Calibration> ParseDocument(const json& doc) {
           "calibration inter_node: gbps must be in (0, 1e6] and latency_ms in 0..1e7");
     }
   }
-  for (const json& s : doc.value("sources", json::array())) out.sources.push_back(s.get<std::string>());
+  for (const json& s : doc.value("sources", json::array()))
+    out.sources.push_back(s.get<std::string>());
   return out;
 }
 
@@ -213,15 +220,15 @@ absl::Status CheckCalibrationMatches(const Calibration& calibration,
                                      const CalibrationIdentity& node) {
   const CalibrationIdentity& have = calibration.identity;
   const std::pair<const char*, std::pair<std::string, std::string>> fields[] = {
-      {"GPU", {have.device, node.device}},   {"backend", {have.backend, node.backend}},
+      {"GPU", {have.device, node.device}},    {"backend", {have.backend, node.backend}},
       {"driver", {have.driver, node.driver}}, {"CUDA", {have.cuda, node.cuda}},
       {"NCCL", {have.nccl, node.nccl}},
   };
   for (const auto& [what, values] : fields) {
     if (values.second.empty() || values.first == values.second) continue;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the calibration was measured with ", what, " '", values.first, "' and this node has '",
-        values.second, "': run `overlapctl calibrate` here"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the calibration was measured with ", what, " '", values.first,
+                     "' and this node has '", values.second, "': run `overlapctl calibrate` here"));
   }
   return absl::OkStatus();
 }
@@ -255,7 +262,8 @@ absl::StatusOr<double> GemmMs(const Calibration& calibration, int64_t m, int64_t
   for (const GemmPoint& p : calibration.gemms) {
     if (p.n == near_n && p.k == near_k) row.push_back(p);
   }
-  std::sort(row.begin(), row.end(), [](const GemmPoint& a, const GemmPoint& b) { return a.m < b.m; });
+  std::sort(row.begin(), row.end(),
+            [](const GemmPoint& a, const GemmPoint& b) { return a.m < b.m; });
   double ms;
   if (m <= row.front().m) {
     ms = row.front().ms * double(m) / row.front().m;
@@ -271,12 +279,16 @@ absl::StatusOr<double> GemmMs(const Calibration& calibration, int64_t m, int64_t
 
 absl::StatusOr<double> TransferMs(const Calibration& calibration, Collective collective,
                                   Transport transport, int64_t bytes, int ranks) {
+  // Over one rank a collective is an alias or a no-op (server/ops/): no curve needed.
+  if (ranks < 2 || bytes <= 0) return 0.0;
   const TransferCurve* curve = calibration.Curve(collective, transport);
   if (curve == nullptr || curve->points.empty()) {
+    if (const std::string gap = TransferGap(calibration); !gap.empty()) {
+      return absl::NotFoundError(absl::StrCat("the calibration has ", gap));
+    }
     return absl::NotFoundError(absl::StrCat("the calibration has no ", CollectiveName(collective),
                                             " over ", TransportName(transport)));
   }
-  if (ranks < 2 || bytes <= 0) return 0.0;
   const std::vector<TransferPoint>& pts = curve->points;
   double ms;
   if (bytes <= pts.front().bytes) {

@@ -56,7 +56,7 @@ struct InterNodeLink {
 
 // What identifies the hardware and libraries a calibration was measured on.
 struct CalibrationIdentity {
-  std::string device;  // GPU model, e.g. "NVIDIA H200"
+  std::string device;   // GPU model, e.g. "NVIDIA H200"
   std::string backend;  // cuda | host
   std::string driver;
   std::string cuda;
@@ -78,6 +78,11 @@ struct Calibration {
 
   const TransferCurve* Curve(Collective collective, Transport transport) const;
 };
+
+// Why `calibration` cannot predict a transfer (and so no op at tp > 1): it
+// holds no transfer curve, as one measured on one device does (one rank moves
+// nothing, so there is no curve to measure). Empty when it holds one.
+std::string TransferGap(const Calibration& calibration);
 
 // JSON as `overlapctl calibrate --json` writes it and the daemon stores it.
 std::string CalibrationToJson(const Calibration& calibration);
@@ -105,8 +110,9 @@ absl::StatusOr<double> GemmMs(const Calibration& calibration, int64_t m, int64_t
 // `ranks` ranks: interpolated in log-log between measured sizes (scaled
 // linearly in bytes beyond them). At another rank count than measured, the
 // bus bandwidth at that size is assumed unchanged (nccl-tests' busbw: the
-// time scales with (N-1)/N, 2(N-1)/N for all_reduce). NOT_FOUND when that
-// collective was not measured over that transport.
+// time scales with (N-1)/N, 2(N-1)/N for all_reduce). One rank (or no bytes)
+// moves nothing: 0, with or without a curve. NOT_FOUND when that collective
+// was not measured over that transport (TransferGap's words when none was).
 absl::StatusOr<double> TransferMs(const Calibration& calibration, Collective collective,
                                   Transport transport, int64_t bytes, int ranks);
 

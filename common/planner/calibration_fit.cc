@@ -50,8 +50,9 @@ absl::Status SameIdentity(const CalibrationIdentity& a, const CalibrationIdentit
   return absl::FailedPreconditionError(absl::StrCat(name, ": ", s.message()));
 }
 
-void AddPoint(std::map<std::pair<Collective, Transport>, std::map<int64_t, std::vector<double>>>& by,
-              int& ranks, Collective c, Transport t, int64_t bytes, double ms, int tp) {
+void AddPoint(
+    std::map<std::pair<Collective, Transport>, std::map<int64_t, std::vector<double>>>& by,
+    int& ranks, Collective c, Transport t, int64_t bytes, double ms, int tp) {
   if (!(ms > 0) || !std::isfinite(ms) || bytes <= 0) return;
   by[{c, t}][bytes].push_back(ms);
   ranks = std::max(ranks, tp);
@@ -95,7 +96,8 @@ std::optional<double> FitPieceOverhead(Calibration calibration,
       for (const auto& [schedule, ms] : row.measured) {
         if (ms > fastest * (1 + kLeaders)) continue;
         absl::StatusOr<SchedulePrediction> p = PredictSchedule(model, row.shape, schedule);
-        if (p.ok() && p->step_ms > 0 && ms > 0) errors.push_back(std::fabs(std::log(p->step_ms / ms)));
+        if (p.ok() && p->step_ms > 0 && ms > 0)
+          errors.push_back(std::fabs(std::log(p->step_ms / ms)));
       }
     }
     if (errors.empty()) return std::nullopt;
@@ -160,11 +162,18 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
         out.inter_node = link;
       } else if (kind == "commbench") {
         const int tp = doc.value("tp", 0);
+        // One rank's "collective" is a local copy: it is no transfer curve
+        // (and a curve needs 2+ ranks), so the document adds nothing to keep.
+        if (tp < 2) {
+          out.sources.push_back(
+              absl::StrCat(kind, ": ", name, ": left out: one rank, nothing crosses a link"));
+          continue;
+        }
         for (const json& r : doc["rows"]) {
           auto c = ParseCollective(r.at("collective").get<std::string>());
           if (!c.ok()) continue;
           for (const auto& [variant, figures] : r.at("transports").items()) {
-            const Transport t = variant == "nccl" ? Transport::kNccl
+            const Transport t = variant == "nccl"  ? Transport::kNccl
                                 : variant == "p2p" ? Transport::kP2p
                                                    : Transport::kNone;
             if (t == Transport::kNone || !figures.value("verified", true)) continue;
@@ -206,17 +215,17 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
           const Collective c = op.type == OpType::kAgGemm   ? Collective::kAllGather
                                : op.type == OpType::kGemmRs ? Collective::kReduceScatter
                                                             : Collective::kAllReduce;
-          const int64_t bytes =
-              c == Collective::kAllGather
-                  ? op.m * op.k * int64_t(DTypeSize(*dtype))
-                  : op.m * op.n * int64_t(DTypeSize(GemmOutputDType(*dtype)));
+          const int64_t bytes = c == Collective::kAllGather
+                                    ? op.m * op.k * int64_t(DTypeSize(*dtype))
+                                    : op.m * op.n * int64_t(DTypeSize(GemmOutputDType(*dtype)));
           AddPoint(transfers, transfer_ranks, c, Transport::kNccl, bytes,
                    r.value("comm_alone_nccl_ms", 0.0), tp);
           AddPoint(transfers, transfer_ranks, c, Transport::kP2p, bytes,
                    r.value("comm_alone_p2p_ms", 0.0), tp);
           auto t = TransportOfMode(r.value("auto_mode", ""));
           const double slowdown = r.value("gemm_slowdown", 0.0);
-          if (t.ok() && slowdown >= 1 && std::isfinite(slowdown) && r.value("auto_mode", "").rfind("serial", 0) != 0) {
+          if (t.ok() && slowdown >= 1 && std::isfinite(slowdown) &&
+              r.value("auto_mode", "").rfind("serial", 0) != 0) {
             slowdowns[*t].push_back(slowdown);
           }
         }
@@ -224,12 +233,11 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
     } catch (const json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", e.what()));
     }
-    out.sources.push_back(absl::StrCat(kind, ": ", name, doc.contains("git_commit")
-                                                             ? absl::StrCat(" (overlapd ",
-                                                                            doc["git_commit"]
-                                                                                .get<std::string>(),
-                                                                            ")")
-                                                             : ""));
+    out.sources.push_back(
+        absl::StrCat(kind, ": ", name,
+                     doc.contains("git_commit")
+                         ? absl::StrCat(" (overlapd ", doc["git_commit"].get<std::string>(), ")")
+                         : ""));
   }
   for (const auto& [key, by_bytes] : transfers) {
     TransferCurve curve{key.first, key.second, transfer_ranks, {}};
@@ -237,7 +245,8 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
     out.transfers.push_back(std::move(curve));
   }
   for (const auto& [shape, ms] : gemms) {
-    out.gemms.push_back({std::get<0>(shape), std::get<1>(shape), std::get<2>(shape), Summarize(ms).median});
+    out.gemms.push_back(
+        {std::get<0>(shape), std::get<1>(shape), std::get<2>(shape), Summarize(ms).median});
   }
   for (const auto& [t, factors] : slowdowns) out.gemm_slowdown[t] = Summarize(factors).median;
   for (const auto& [t, factor] : options.gemm_slowdown) out.gemm_slowdown[t] = factor;
@@ -245,9 +254,9 @@ absl::StatusOr<Calibration> FitCalibration(const std::vector<json>& docs,
     out.piece_overhead_ms = *options.piece_overhead_ms;
   } else if (auto fitted = FitPieceOverhead(out, candidate_rows)) {
     out.piece_overhead_ms = *fitted;
-    out.sources.push_back(absl::StrFormat(
-        "per-piece cost %.4f ms: fitted to %d bench row(s)' candidate timings", *fitted,
-        static_cast<int>(candidate_rows.size())));
+    out.sources.push_back(
+        absl::StrFormat("per-piece cost %.4f ms: fitted to %d bench row(s)' candidate timings",
+                        *fitted, static_cast<int>(candidate_rows.size())));
   }
   for (const std::string& note : options.notes) out.sources.push_back(note);
   return out;

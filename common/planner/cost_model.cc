@@ -91,8 +91,12 @@ std::vector<std::string> CostModel::Assumptions() const {
                              " (", id.backend, ", driver ", id.driver, ", CUDA ", id.cuda,
                              ", NCCL ", id.nccl, "), ", id.dtype));
   int measured_ranks = 0;
-  for (const TransferCurve& c : calibration_.transfers) measured_ranks = std::max(measured_ranks, c.ranks);
-  if (what_if_.tp && *what_if_.tp != measured_ranks) {
+  for (const TransferCurve& c : calibration_.transfers)
+    measured_ranks = std::max(measured_ranks, c.ranks);
+  if (const std::string gap = TransferGap(calibration_); !gap.empty()) {
+    out.push_back(
+        absl::StrCat("only tp 1 is predicted (the GEMMs alone): the calibration has ", gap));
+  } else if (what_if_.tp && *what_if_.tp != measured_ranks) {
     out.push_back(absl::StrFormat(
         "tp %d: transfers were measured at %d ranks; their bus bandwidth at each size is assumed "
         "unchanged at %d (every pair of GPUs has its own links, as through NVSwitch); "

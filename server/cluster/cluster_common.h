@@ -43,6 +43,10 @@ struct ClusterOptions {
 inline constexpr absl::Duration kHoldPoll = absl::Seconds(1);
 // Calls that do not wait for anything.
 inline constexpr absl::Duration kCallDeadline = absl::Seconds(10);
+// How long CancelPart waits for its part to reach a final state before it
+// answers (DEADLINE_EXCEEDED, naming the part): under kCallDeadline, so that
+// the coordinator hears the part's own answer rather than its call's timeout.
+inline constexpr absl::Duration kPartEndWait = absl::Seconds(8);
 
 // FAILED_PRECONDITION on a backend that can carry no cross-node transport
 // (cross_node_transport.h; CUDA with ranks_per_gpu above 1).

@@ -51,6 +51,11 @@ class ClusterJobs final : public peer::PeerHandler {
   }
   static bool Handles(const jobs::JobRecord& job) { return !job.nodes.empty(); }
 
+  // The id here of the job `global_id` (jobs::GlobalIdOf) names: PartHost::LocalJobId.
+  absl::StatusOr<std::string> LocalJobId(const std::string& global_id) {
+    return parts_.LocalJobId(global_id);
+  }
+
   // peer::PeerHandler. `caller` is the node the peer listener proved the call
   // came from; each call is allowed only from the node it concerns (peer.proto),
   // else PERMISSION_DENIED. A part's calls go to the part host, a job's to

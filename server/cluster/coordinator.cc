@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -327,10 +328,16 @@ absl::StatusOr<runner::JobReport> Coordinator::Coordinate(const jobs::JobRecord&
                                  ? "the job was cancelled on its coordinator"
                                  : absl::StrCat("the job failed: ", outcome.message());
   (void)state->MoveTo(CoordinatorPhase::kEnded, reason);
-  if (!outcome.ok()) CancelParts(*state, reason);
+  // The job ends after every part of it: a cancel --wait that returns finds
+  // each part in a final state on its node.
+  const absl::Status parts_ended = outcome.ok() ? absl::OkStatus() : CancelParts(*state, reason);
   {
     absl::MutexLock lock(&mu_);
     coordinated_.erase(job.id);
+  }
+  if (!parts_ended.ok()) {
+    return absl::Status(outcome.code(),
+                        absl::StrCat(outcome.message(), "; ", parts_ended.message()));
   }
   if (!outcome.ok()) return outcome;
   return MergeNodeResults(state->graph->spec, state->nodes, part_ids, parts,
@@ -420,7 +427,11 @@ absl::StatusOr<bool> Coordinator::AwaitHold(Coordinated& state, int n,
 absl::Status Coordinator::Release(Coordinated& state, int attempt, const runner::RunHooks& hooks) {
   const std::string reason = "the coordinator released the reservation to try again";
   RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReleasing, reason));
-  CancelParts(state, reason);
+  // Released parts end at once (HoldPart answers RELEASE); one that did not
+  // confirm is no reason to give the job up: the next attempt says if its node is gone.
+  if (absl::Status released = CancelParts(state, reason); !released.ok()) {
+    Log()->info("job {}: {}", state.job_id, std::string(released.message()));
+  }
   RETURN_IF_ERROR(state.MoveTo(CoordinatorPhase::kReserving));
   // Apart in time, so that two coordinators that collided do not collide again.
   std::mt19937 random(std::random_device{}());
@@ -478,7 +489,7 @@ absl::Status Coordinator::AwaitReports(Coordinated& state, const runner::RunHook
   }
 }
 
-void Coordinator::CancelParts(Coordinated& state, const std::string& reason) {
+absl::Status Coordinator::CancelParts(Coordinated& state, const std::string& reason) {
   std::vector<std::pair<int, std::string>> parts;  // node index, part id
   {
     absl::MutexLock lock(&state.mu);
@@ -487,22 +498,45 @@ void Coordinator::CancelParts(Coordinated& state, const std::string& reason) {
     }
   }
   // The others before this node's own: a part that loses its peers after it
-  // was told to stop ends CANCELLED, not failed.
+  // was told to stop ends CANCELLED, not failed. Each call waits for its
+  // part's end, so they go out together, one thread each: a part told late
+  // would lose the peers that stopped first and fail.
   std::stable_partition(parts.begin(), parts.end(), [&](const auto& part) {
     return state.nodes[part.first] != options_.node_name;
   });
-  for (const auto& [n, part_id] : parts) {
-    const peer::CancelRequest request{peer::GlobalJobId{options_.node_name, state.job_id}, reason};
-    // A part that already ended answers FAILED_PRECONDITION, or NOT_FOUND once
-    // it was forgotten there: nothing to do.
-    const absl::Status cancelled = state.nodes[n] == options_.node_name
-                                       ? own_parts_.Cancel(options_.Self(), request)
-                                       : link_.CancelPart(state.nodes[n], request, kCallDeadline);
-    if (!cancelled.ok() && cancelled.code() != absl::StatusCode::kFailedPrecondition &&
-        cancelled.code() != absl::StatusCode::kNotFound) {
-      Log()->info("cancelling part {} on {}: {}", part_id, state.nodes[n], cancelled.ToString());
+  const peer::CancelRequest request{peer::GlobalJobId{options_.node_name, state.job_id}, reason};
+  std::vector<absl::Status> answers(parts.size());
+  std::vector<std::thread> calls;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& node = state.nodes[parts[i].first];
+    if (node == options_.node_name) {
+      // Told last, on this thread; its answer is the local queue's.
+      answers[i] = own_parts_.Cancel(options_.Self(), request);
+    } else {
+      calls.emplace_back([this, &node, &request, &answer = answers[i]] {
+        answer = link_.CancelPart(node, request, kPartEndWait + kCallDeadline);
+      });
     }
   }
+  for (std::thread& call : calls) call.join();
+  std::vector<std::string> unconfirmed;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const absl::Status& cancelled = answers[i];
+    // A part that already ended answers FAILED_PRECONDITION, or NOT_FOUND once
+    // it was forgotten there: it is over.
+    if (cancelled.ok() || cancelled.code() == absl::StatusCode::kFailedPrecondition ||
+        cancelled.code() == absl::StatusCode::kNotFound) {
+      continue;
+    }
+    const std::string& node = state.nodes[parts[i].first];
+    Log()->warn("job {}: cancelling part {} on {}: {}", state.job_id, parts[i].second, node,
+                cancelled.ToString());
+    unconfirmed.push_back(
+        absl::StrCat(WithNode(node, cancelled).message(), " (", parts[i].second, ")"));
+  }
+  if (unconfirmed.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("not confirmed ended: ", absl::StrJoin(unconfirmed, "; ")));
 }
 
 // --- The peer listener's calls ------------------------------------------------

@@ -115,8 +115,10 @@ class Coordinator {
   absl::Status Release(Coordinated& state, int attempt, const runner::RunHooks& hooks);
   // Step 3: every node's report, or the first failure.
   absl::Status AwaitReports(Coordinated& state, const runner::RunHooks& hooks);
-  // Ends every part admitted so far (best effort), with `reason`.
-  void CancelParts(Coordinated& state, const std::string& reason);
+  // Ends every part admitted so far, with `reason`: tells every node at once,
+  // then waits for each to confirm that its part reached a final state
+  // there (PartHost::Cancel). OK, or which nodes did not confirm and why.
+  absl::Status CancelParts(Coordinated& state, const std::string& reason);
   // Node `node_index`'s part of the job `job_id`: `spec` as submitted, with
   // the schedules decided for `graph`.
   peer::PartRequest PartRequest(const std::string& job_id, const std::string& spec,

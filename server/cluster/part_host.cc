@@ -146,6 +146,7 @@ absl::StatusOr<std::string> PartHost::Admit(const peer::PeerCaller& caller,
   part.nodes = request.nodes;
   part.coordinator = coordinator;
   part.global_job_id = request.global_id.job_id;
+  part.global_id = key;
   part.node_index = request.node_index;
   part.counted_as_coordinated = coordinator == options_.node_name;
   // The owner's quota (max_queued_jobs_per_user) is the job queue's to keep.
@@ -153,6 +154,8 @@ absl::StatusOr<std::string> PartHost::Admit(const peer::PeerCaller& caller,
   {
     absl::MutexLock lock(&mu_);
     parts_[key] = queued.id;
+    recent_parts_.emplace_back(key, queued.id);
+    if (recent_parts_.size() > kRecentParts) recent_parts_.pop_front();
   }
   Log()->info("part {} of {} queued (owner {})", queued.id, key, request.owner);
   return queued.id;
@@ -171,11 +174,13 @@ absl::Status PartHost::Cancel(const peer::PeerCaller& caller, const peer::Cancel
   {
     absl::MutexLock lock(&mu_);
     auto it = parts_.find(key);
-    if (it == parts_.end()) {
-      return absl::NotFoundError(absl::StrCat("no part of ", QuotedExcerpt(key, 100), " here"));
-    }
-    part_id = it->second;
+    // A part that is ending is forgotten here before its state is final:
+    // the recent ones still name it, so that the cancel waits for that end.
+    part_id = it != parts_.end() ? it->second : RecentPartLocked(key);
     queue = queue_;
+  }
+  if (part_id.empty()) {
+    return absl::NotFoundError(absl::StrCat("no part of ", QuotedExcerpt(key, 100), " here"));
   }
   if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
   const std::string reason =
@@ -187,7 +192,59 @@ absl::Status PartHost::Cancel(const peer::PeerCaller& caller, const peer::Cancel
     absl::MutexLock lock(&mu_);
     ForgetPartLocked(key, part_id);
   }
-  return cancelled.status();
+  if (!cancelled.ok() || jobs::IsFinal(cancelled->state)) return cancelled.status();
+  // Running: it stops between iterations. The answer waits for its end.
+  const absl::Time deadline = absl::Now() + kPartEndWait;
+  uint64_t seen = 0;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<jobs::JobSnapshot> now =
+        queue->WaitForChange(part_id, seen, deadline - absl::Now());
+    if (!now.ok()) return now.status();
+    if (jobs::IsFinal(now->job.state)) return absl::OkStatus();
+    seen = now->version;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("part ", part_id, " of ", key, " on ", options_.node_name, " was still running ",
+                   absl::ToInt64Seconds(kPartEndWait), " s after it was told to stop"));
+}
+
+std::string PartHost::RecentPartLocked(const std::string& key) const {
+  for (auto it = recent_parts_.rbegin(); it != recent_parts_.rend(); ++it) {
+    if (it->first == key) return it->second;
+  }
+  return "";
+}
+
+absl::StatusOr<std::string> PartHost::LocalJobId(const std::string& global_id) {
+  std::string node, job_id;
+  if (!jobs::SplitGlobalId(global_id, &node, &job_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("id: ", QuotedExcerpt(global_id, 100),
+                                                   " is not a global job id (NODE/job-NNNNNN)"));
+  }
+  // The coordinator's own job: its global id is its id here, with this node's name.
+  if (node == options_.node_name) return job_id;
+  jobs::JobQueue* queue;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string recent = RecentPartLocked(global_id);
+    if (!recent.empty()) return recent;
+    queue = queue_;
+  }
+  if (queue == nullptr) return absl::UnavailableError("overlapd is starting");
+  // Admitted before this daemon started, or long ago: the store has it.
+  uint64_t before = 0;
+  do {
+    ASSIGN_OR_RETURN(const jobs::JobPage page, queue->ListSummaries(std::nullopt, 1000, before));
+    for (const jobs::JobRecord& job : page.jobs) {
+      if (!job.coordinator.empty() && jobs::GlobalIdOf(job, options_.node_name) == global_id) {
+        return job.id;
+      }
+    }
+    before = page.next_before;
+  } while (before > 0);
+  return absl::NotFoundError(
+      absl::StrCat("job ", QuotedExcerpt(global_id, 100), " has no part on ", options_.node_name,
+                   " (its nodes are listed on its coordinator, ", QuotedExcerpt(node, 100), ")"));
 }
 
 void PartHost::ForgetPartLocked(const std::string& key, const std::string& part_id) {

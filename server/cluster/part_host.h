@@ -43,8 +43,18 @@ class PartHost {
   // The part's id here.
   absl::StatusOr<std::string> Admit(const peer::PeerCaller& caller,
                                     const peer::PartRequest& request, jobs::GraphPtr graph);
-  // CancelPart, from the job's coordinator only; NOT_FOUND for no such part.
+  // CancelPart, from the job's coordinator only; NOT_FOUND for no such part,
+  // FAILED_PRECONDITION for one that had ended. Answers once the part has
+  // reached a final state here, so that the coordinator's job ends after
+  // every part of it; DEADLINE_EXCEEDED, naming the part, when it has not
+  // within kPartEndWait.
   absl::Status Cancel(const peer::PeerCaller& caller, const peer::CancelRequest& request);
+
+  // The job a global id (jobs::GlobalIdOf) names on this node: the
+  // coordinator's job where this node coordinates it, else this node's part
+  // of it (found among the parts admitted since start, then in the store, so
+  // that it holds across a restart). NOT_FOUND naming the id otherwise.
+  absl::StatusOr<std::string> LocalJobId(const std::string& global_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The part's run, whose end (result or failure) it reports to the
   // coordinator; `local` is this daemon's, reached without the network.
@@ -87,6 +97,13 @@ class PartHost {
   // Parts the coordinator released (it retries with new ones): their end is
   // nobody's news.
   std::set<std::string> released_ ABSL_GUARDED_BY(mu_);
+  // The last kRecentParts parts admitted here, by global id: their local
+  // ids, kept after they end (parts_ forgets them) for LocalJobId and for a
+  // cancel that comes as the part ends. Oldest first.
+  static constexpr size_t kRecentParts = 1024;
+  std::deque<std::pair<std::string, std::string>> recent_parts_ ABSL_GUARDED_BY(mu_);
+  // The local id of the part admitted last under `key`, or "".
+  std::string RecentPartLocked(const std::string& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last kRecentPartGraphs graphs admitted for parts, by the digest of
   // what they were admitted from (PartGraph), oldest first: a part is checked
   // at submission and admitted later, maybe more than once, from the same

@@ -17,6 +17,7 @@
 #include <nccl.h>
 
 #include "absl/status/status.h"
+#include "server/cuda/return_if_failed.h"
 
 namespace overlap::cuda {
 
@@ -33,22 +34,15 @@ void MarkStickyErrorSeen();
 
 }  // namespace overlap::cuda
 
-#define CUDA_RETURN_IF_ERROR(expr)                                                             \
-  do {                                                                                         \
-    const cudaError_t overlap_cuda_err_ = (expr);                                              \
-    if (overlap_cuda_err_ != cudaSuccess) {                                                    \
-      return ::overlap::cuda::CudaErrorToStatus(overlap_cuda_err_, #expr, __FILE__, __LINE__); \
-    }                                                                                          \
-  } while (0)
+#define CUDA_RETURN_IF_ERROR(expr)                                \
+  OVERLAP_RETURN_IF_FAILED(cudaError_t, expr, #expr, cudaSuccess, \
+                           ::overlap::cuda::CudaErrorToStatus)
 
-#define CUBLAS_RETURN_IF_ERROR(expr)                                                              \
-  do {                                                                                            \
-    const cublasStatus_t overlap_cublas_st_ = (expr);                                             \
-    if (overlap_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                            \
-      return ::overlap::cuda::CublasErrorToStatus(overlap_cublas_st_, #expr, __FILE__, __LINE__); \
-    }                                                                                             \
-  } while (0)
+#define CUBLAS_RETURN_IF_ERROR(expr)                                           \
+  OVERLAP_RETURN_IF_FAILED(cublasStatus_t, expr, #expr, CUBLAS_STATUS_SUCCESS, \
+                           ::overlap::cuda::CublasErrorToStatus)
 
+// Not the shared shape: ncclInProgress passes (non-blocking communicators).
 #define NCCL_RETURN_IF_ERROR(expr)                                                             \
   do {                                                                                         \
     const ncclResult_t overlap_nccl_res_ = (expr);                                             \

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
 #include "server/cuda/cuda_engine_impl.h"
+#include "server/cuda/driver_api.h"
 #include "server/cuda/scoped_device.h"
 #include "server/engine/gpu_identity.h"
 #include "server/engine/xid_log.h"
@@ -98,6 +99,9 @@ CudaEngineImpl::CudaEngineImpl(const DaemonConfig& config)
       comms_(std::make_unique<NcclComms>(std::max(config.collective_timeout_s, kMinInitTimeoutS),
                                          config.nccl_nonblocking)) {
   ++LiveEngines();
+  // A driver call that loses the context makes the engine unhealthy, as a
+  // runtime call's sticky error does.
+  SetLostContextHook(&MarkStickyErrorSeen);
 }
 
 absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const DaemonConfig& config,
@@ -114,9 +118,9 @@ absl::StatusOr<std::unique_ptr<CudaEngineImpl>> CudaEngineImpl::Create(const Dae
   }
   for (const auto& state : engine->devices_) {
     if (config.nccl_overlap_ctas >= state->sm_count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("nccl_overlap_ctas ", config.nccl_overlap_ctas, " leaves no SM for GEMMs: ",
-                       "device ", state->index, " has ", state->sm_count));
+      return absl::InvalidArgumentError(absl::StrCat("nccl_overlap_ctas ", config.nccl_overlap_ctas,
+                                                     " leaves no SM for GEMMs: ", "device ",
+                                                     state->index, " has ", state->sm_count));
     }
   }
   engine->EnablePeerAccess();
@@ -291,6 +295,11 @@ engine::DeviceInfo CudaEngineImpl::GetDeviceInfo(int device) const {
 
 engine::DeviceTelemetry CudaEngineImpl::Telemetry(int device) const {
   return nvml_ ? nvml_->Read(device) : engine::DeviceTelemetry{};
+}
+
+absl::StatusOr<double> CudaEngineImpl::EnergyJoules(int device) const {
+  if (nvml_ == nullptr) return absl::UnimplementedError("no NVML: no energy counter");
+  return nvml_->EnergyJoules(device);
 }
 
 absl::StatusOr<int64_t> CudaEngineImpl::ForgetXids(int device) const {

@@ -127,36 +127,17 @@ absl::Status CudaEngineImpl::Elementwise(engine::StreamId stream,
   return absl::OkStatus();
 }
 
-absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
-  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  ASSIGN_OR_RETURN(const engine::GemmOperands checked, engine::CheckGemmArgs(args));
-  RETURN_IF_ERROR(engine::CheckGemmOutput(args, checked));
-  const engine::GemmOperand* operands[3] = {&checked.a, &checked.b, &checked.c};
-  const char* what[3] = {"GEMM A", "GEMM B", "GEMM C"};
+// A GEMM's operands (A, B, C) resolved to device pointers, and its fp8 scales.
+struct GemmPointers {
+  const engine::GemmOperand* operands[3];
   char* ptrs[3] = {};
-  for (int i = 0; i < 3; ++i) {
-    const engine::GemmOperand& op = *operands[i];
-    const size_t elem = DTypeSize(op.dtype);
-    engine::BufferRef range{op.ref.buffer, op.ref.offset * elem,
-                            static_cast<size_t>(op.extent) * elem};
-    const bool may_be_remote = i == 2 && args.c_on_peer;
-    ASSIGN_OR_RETURN(ptrs[i], Resolve(range, may_be_remote ? -1 : slot->device, what[i]));
-  }
   const float* scales[2] = {};
-  const engine::BufferRef* scale_refs[2] = {&args.a_scale, &args.b_scale};
-  for (int i = 0; i < 2; ++i) {
-    if (scale_refs[i]->buffer == engine::kNoBuffer) continue;
-    ASSIGN_OR_RETURN(char* scale, Resolve(*scale_refs[i], slot->device, "GEMM scale"));
-    scales[i] = reinterpret_cast<const float*>(scale);
-  }
-  if (args.c_on_peer) {
-    ASSIGN_OR_RETURN(BufferEntry c_entry, LookupBuffer(args.c.buffer));
-    if (!peer_access_[slot->device][c_entry.device]) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("GEMM C is on device ", c_entry.device, " but device ", slot->device,
-                       " has no peer access to it: use transport nccl or p2p"));
-    }
-  }
+};
+
+namespace {
+
+GemmProblem ProblemOf(const engine::GemmArgs& args, const engine::GemmOperands& checked,
+                      const GemmPointers& at) {
   GemmProblem problem;
   problem.type = ToElemType(args.dtype);
   problem.m = args.m;
@@ -170,11 +151,63 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
   problem.stride_b = checked.b.stride;
   problem.stride_c = checked.c.stride;
   problem.beta = args.beta;
-  problem.a = ptrs[0];
-  problem.b = ptrs[1];
-  problem.c = ptrs[2];
-  problem.a_scale = scales[0];
-  problem.b_scale = scales[1];
+  problem.a = at.ptrs[0];
+  problem.b = at.ptrs[1];
+  problem.c = at.ptrs[2];
+  problem.a_scale = at.scales[0];
+  problem.b_scale = at.scales[1];
+  return problem;
+}
+
+// The bytes each operand spans, for a GEMM chain's hazard checks.
+GemmFootprint FootprintOf(const GemmPointers& at) {
+  GemmFootprint footprint;
+  GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
+  for (int i = 0; i < 3; ++i) {
+    const char* begin = at.ptrs[i];
+    *ranges[i] = {begin, begin + at.operands[i]->extent * DTypeSize(at.operands[i]->dtype)};
+  }
+  return footprint;
+}
+
+}  // namespace
+
+absl::StatusOr<GemmPointers> CudaEngineImpl::ResolveGemm(const StreamSlot& slot,
+                                                         const engine::GemmArgs& args,
+                                                         const engine::GemmOperands& checked) {
+  GemmPointers at{{&checked.a, &checked.b, &checked.c}};
+  const char* what[3] = {"GEMM A", "GEMM B", "GEMM C"};
+  for (int i = 0; i < 3; ++i) {
+    const engine::GemmOperand& op = *at.operands[i];
+    const size_t elem = DTypeSize(op.dtype);
+    engine::BufferRef range{op.ref.buffer, op.ref.offset * elem,
+                            static_cast<size_t>(op.extent) * elem};
+    const bool may_be_remote = i == 2 && args.c_on_peer;
+    ASSIGN_OR_RETURN(at.ptrs[i], Resolve(range, may_be_remote ? -1 : slot.device, what[i]));
+  }
+  const engine::BufferRef* scale_refs[2] = {&args.a_scale, &args.b_scale};
+  for (int i = 0; i < 2; ++i) {
+    if (scale_refs[i]->buffer == engine::kNoBuffer) continue;
+    ASSIGN_OR_RETURN(char* scale, Resolve(*scale_refs[i], slot.device, "GEMM scale"));
+    at.scales[i] = reinterpret_cast<const float*>(scale);
+  }
+  if (args.c_on_peer) {
+    ASSIGN_OR_RETURN(BufferEntry c_entry, LookupBuffer(args.c.buffer));
+    if (!peer_access_[slot.device][c_entry.device]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GEMM C is on device ", c_entry.device, " but device ", slot.device,
+                       " has no peer access to it: use transport nccl or p2p"));
+    }
+  }
+  return at;
+}
+
+absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArgs& args) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
+  ASSIGN_OR_RETURN(const engine::GemmOperands checked, engine::CheckGemmArgs(args));
+  RETURN_IF_ERROR(engine::CheckGemmOutput(args, checked));
+  ASSIGN_OR_RETURN(const GemmPointers at, ResolveGemm(*slot, args, checked));
+  const GemmProblem problem = ProblemOf(args, checked, at);
   DeviceState& state = *devices_[slot->device];
   const int device = slot->device;
   ScopedDevice guard(device);
@@ -187,13 +220,7 @@ absl::Status CudaEngineImpl::Gemm(engine::StreamId stream, const engine::GemmArg
       args.beside_collective && budget > 0 ? std::max(1, state.sm_count - budget) : 0;
   int workspace = 0;
   if (slot->chain != nullptr) {
-    GemmFootprint footprint;
-    const char* bytes[3] = {ptrs[0], ptrs[1], ptrs[2]};
-    GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
-    for (int i = 0; i < 3; ++i) {
-      *ranges[i] = {bytes[i], bytes[i] + operands[i]->extent * DTypeSize(operands[i]->dtype)};
-    }
-    ASSIGN_OR_RETURN(workspace, slot->chain->Before(slot->stream.get(), footprint));
+    ASSIGN_OR_RETURN(workspace, slot->chain->Before(slot->stream.get(), FootprintOf(at)));
   }
   absl::Status status = state.gemm->Run(problem, slot->stream.get(), slot->workspace[workspace],
                                         slot->workspace_bytes, sm_target,

@@ -26,6 +26,7 @@
 #include "server/cuda/cuda_engine.h"
 #include "server/cuda/cuda_resources.h"
 #include "server/cuda/device_pool.h"
+#include "server/cuda/driver_api.h"
 #include "server/cuda/gemm_chain.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
@@ -33,8 +34,11 @@
 #include "server/cuda/nccl_comms.h"
 #include "server/cuda/nvml_telemetry.h"
 #include "server/engine/engine_overrides.h"
+#include "server/engine/gemm_checks.h"
 
 namespace overlap::cuda {
+
+struct GemmPointers;  // cuda_engine_compute.cc
 
 class CudaEngineImpl final : public CudaEngine,
                              public engine::DeviceMonitor,
@@ -84,6 +88,7 @@ class CudaEngineImpl final : public CudaEngine,
   int64_t MemoryInUse(int device) const override;
   engine::DeviceTelemetry Telemetry(int device) const override;
   absl::StatusOr<int64_t> ForgetXids(int device) const override;
+  absl::StatusOr<double> EnergyJoules(int device) const override;
   bool Healthy() const override;
 
   // GraphCapture
@@ -222,6 +227,10 @@ class CudaEngineImpl final : public CudaEngine,
   absl::StatusOr<GraphEntry> LookupGraph(engine::GraphId graph) const;
   // ptr of `ref`, checked to lie inside its buffer, on `device` unless device < 0.
   absl::StatusOr<char*> Resolve(const engine::BufferRef& ref, int device, const char* what) const;
+  // A GEMM's operands and scales as pointers (C may be a peer's with
+  // c_on_peer, where peer access allows it).
+  absl::StatusOr<GemmPointers> ResolveGemm(const StreamSlot& slot, const engine::GemmArgs& args,
+                                           const engine::GemmOperands& checked);
   // Validates, gets the group's communicators and issues `call` for every rank
   // inside one NCCL group.
   absl::Status RunCollective(const engine::CollectiveArgs& args, CollectiveKind kind,
@@ -271,6 +280,11 @@ class CudaEngineImpl final : public CudaEngine,
   // an imported buffer of the stream's device).
   absl::StatusOr<uint64_t> SignalWord(const StreamSlot& slot, const engine::BufferRef& word,
                                       const char* op) const;
+  // Runs a stream memory operation (driver_api.h) on the signal word from
+  // `stream`'s device.
+  using SignalOperation = absl::Status (*)(CUstream, CUdeviceptr, uint64_t);
+  absl::Status OnSignalWord(engine::StreamId stream, const engine::BufferRef& word, const char* op,
+                            SignalOperation operation, uint64_t value);
 
   const DaemonConfig config_;
   // The parts this engine is (it implements each itself).

@@ -5,7 +5,6 @@
 // cuStreamWaitValue64), so that no host thread waits for either process's GPU.
 #include <algorithm>
 #include <cstdint>
-#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,31 +42,26 @@ CUmemAccessDesc ReadWriteOn(int gpu) {
   return desc;
 }
 
-}  // namespace
-
-absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd, size_t offset,
-                                                              size_t bytes) {
-  if (!ValidDevice(device)) {
-    return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: unknown device ", device));
-  }
+absl::Status CheckImportArgs(int fd, size_t offset, size_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("ImportBuffer: 0 bytes to map");
   if (fd < 0) return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: bad fd ", fd));
   if (bytes > SIZE_MAX - offset) {
     return absl::InvalidArgumentError(
         absl::StrCat("ImportBuffer: offset ", offset, " + ", bytes, " bytes overflows 64 bits"));
   }
-  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
-  ScopedDevice guard(device);
-  RETURN_IF_ERROR(guard.status());
-  const int gpu = GpuOf(device);
+  return absl::OkStatus();
+}
 
-  ImportCleanup cleanup{cu};
+// Imports `fd` into cleanup->handle and returns its properties; INVALID_ARGUMENT
+// for an fd that is no CUDA allocation or one on another GPU than `gpu`.
+absl::StatusOr<CUmemAllocationProp> ImportHandle(const DriverApi& cu, int fd, int device, int gpu,
+                                                 ImportCleanup* cleanup) {
   // The driver duplicates what it keeps of the fd: the caller still owns it.
-  const CUresult imported = cu->MemImportFromShareableHandle(
-      &cleanup.handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+  const CUresult imported = cu.MemImportFromShareableHandle(
+      &cleanup->handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (imported != CUDA_SUCCESS) {
-    cleanup.handle = 0;
+    cleanup->handle = 0;
     const absl::Status status =
         CuResultToStatus(imported, "cuMemImportFromShareableHandle", __FILE__, __LINE__);
     return absl::InvalidArgumentError(absl::StrCat(
@@ -75,35 +69,42 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd
         "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR): ", status.message()));
   }
   CUmemAllocationProp prop = {};
-  CU_RETURN_IF_ERROR(cu->MemGetAllocationPropertiesFromHandle(&prop, cleanup.handle));
+  CU_RETURN_IF_ERROR(cu.MemGetAllocationPropertiesFromHandle(&prop, cleanup->handle));
   if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != gpu) {
     return absl::InvalidArgumentError(
         absl::StrCat("ImportBuffer: the allocation of fd ", fd, " lives on GPU ", prop.location.id,
                      " (location type ", static_cast<int>(prop.location.type), "), not on device ",
                      device, "'s GPU ", gpu));
   }
+  return prop;
+}
+
+// Maps the whole imported allocation at a new reservation (cleanup->base) and
+// returns the bytes mapped. cuMemMap maps a whole allocation (a prefix answers
+// NOT_SUPPORTED), and an imported handle does not tell its size: reserve room
+// for the largest one the GPU could hold (`device_total`), and try sizes from
+// the granule above offset + bytes upward.
+absl::StatusOr<size_t> MapWhole(const DriverApi& cu, const CUmemAllocationProp& prop, int fd,
+                                size_t offset, size_t bytes, size_t device_total,
+                                ImportCleanup* cleanup) {
   size_t granularity = 0;
   CU_RETURN_IF_ERROR(
-      cu->MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+      cu.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   if (granularity == 0) granularity = 1;
-  const size_t end = offset + bytes;
+  const size_t end = offset + bytes;  // CheckImportArgs: no overflow
   if (end > SIZE_MAX - (granularity - 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ImportBuffer: offset ", offset, " + ", bytes, " bytes overflows 64 bits"));
   }
-  // cuMemMap maps a whole allocation (a prefix answers NOT_SUPPORTED), and an
-  // imported handle does not tell its size: reserve room for the largest one
-  // the GPU could hold, and try sizes from the granule above the end upward.
   const size_t needed = (end + granularity - 1) / granularity * granularity;
-  const size_t limit =
-      std::max(needed, devices_[device]->pool->device_total_bytes() / granularity * granularity);
-  CU_RETURN_IF_ERROR(cu->MemAddressReserve(&cleanup.base, limit, granularity, 0, 0));
-  cleanup.reserved = limit;
+  const size_t limit = std::max(needed, device_total / granularity * granularity);
+  CU_RETURN_IF_ERROR(cu.MemAddressReserve(&cleanup->base, limit, granularity, 0, 0));
+  cleanup->reserved = limit;
   size_t size = needed;
-  CUresult mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+  CUresult mapped = cu.MemMap(cleanup->base, size, 0, cleanup->handle, 0);
   while (mapped == CUDA_ERROR_NOT_SUPPORTED && size < limit) {
     size += granularity;
-    mapped = cu->MemMap(cleanup.base, size, 0, cleanup.handle, 0);
+    mapped = cu.MemMap(cleanup->base, size, 0, cleanup->handle, 0);
   }
   if (mapped != CUDA_SUCCESS) {
     const absl::Status status = CuResultToStatus(mapped, "cuMemMap", __FILE__, __LINE__);
@@ -114,24 +115,57 @@ absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd
     }
     return status;
   }
-  cleanup.mapped_bytes = size;
-  // This GPU, and the GPUs that reach it over peer access (peer copies, GEMMs
-  // storing into a peer); this GPU alone where the driver refuses those.
-  std::vector<CUmemAccessDesc> access = {ReadWriteOn(gpu)};
-  std::set<int> gpus = {gpu};
-  for (int other = 0; other < DeviceCount(); ++other) {
-    if (peer_access_[other][device] && gpus.insert(GpuOf(other)).second) {
-      access.push_back(ReadWriteOn(GpuOf(other)));
-    }
-  }
-  if (cu->MemSetAccess(cleanup.base, size, access.data(), access.size()) != CUDA_SUCCESS) {
+  cleanup->mapped_bytes = size;
+  return size;
+}
+
+// Read-write access for `gpus` (the first is the buffer's own); the first
+// alone where the driver refuses the peers.
+absl::Status GrantAccess(const DriverApi& cu, const ImportCleanup& cleanup,
+                         const std::vector<int>& gpus, int device) {
+  std::vector<CUmemAccessDesc> access;
+  for (int gpu : gpus) access.push_back(ReadWriteOn(gpu));
+  const size_t size = cleanup.mapped_bytes;
+  if (cu.MemSetAccess(cleanup.base, size, access.data(), access.size()) != CUDA_SUCCESS) {
     if (access.size() > 1) {
       GetLogger("cuda")->warn("ImportBuffer: peers cannot reach an imported buffer of device {}",
                               device);
     }
-    CU_RETURN_IF_ERROR(cu->MemSetAccess(cleanup.base, size, access.data(), 1));
+    CU_RETURN_IF_ERROR(cu.MemSetAccess(cleanup.base, size, access.data(), 1));
   }
-  const ImportedMapping mapping{cleanup.handle, cleanup.base, size, limit};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<engine::BufferId> CudaEngineImpl::ImportBuffer(int device, int fd, size_t offset,
+                                                              size_t bytes) {
+  if (!ValidDevice(device)) {
+    return absl::InvalidArgumentError(absl::StrCat("ImportBuffer: unknown device ", device));
+  }
+  RETURN_IF_ERROR(CheckImportArgs(fd, offset, bytes));
+  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
+  ScopedDevice guard(device);
+  RETURN_IF_ERROR(guard.status());
+  const int gpu = GpuOf(device);
+
+  ImportCleanup cleanup{cu};
+  ASSIGN_OR_RETURN(const CUmemAllocationProp prop, ImportHandle(*cu, fd, device, gpu, &cleanup));
+  ASSIGN_OR_RETURN(const size_t size,
+                   MapWhole(*cu, prop, fd, offset, bytes,
+                            devices_[device]->pool->device_total_bytes(), &cleanup));
+  // This GPU, and the GPUs that reach it over peer access (peer copies, GEMMs
+  // storing into a peer).
+  std::vector<int> gpus = {gpu};
+  for (int other = 0; other < DeviceCount(); ++other) {
+    const int other_gpu = GpuOf(other);
+    if (peer_access_[other][device] &&
+        std::find(gpus.begin(), gpus.end(), other_gpu) == gpus.end()) {
+      gpus.push_back(other_gpu);
+    }
+  }
+  RETURN_IF_ERROR(GrantAccess(*cu, cleanup, gpus, device));
+  const ImportedMapping mapping{cleanup.handle, cleanup.base, size, cleanup.reserved};
   char* ptr = reinterpret_cast<char*>(static_cast<uintptr_t>(cleanup.base)) + offset;
   cleanup.armed = false;
   absl::MutexLock lock(&mu_);
@@ -192,33 +226,27 @@ absl::StatusOr<uint64_t> CudaEngineImpl::SignalWord(const StreamSlot& slot,
   return static_cast<uint64_t>(address);
 }
 
-absl::Status CudaEngineImpl::WaitValue(engine::StreamId stream, engine::BufferRef word,
-                                       uint64_t value, absl::Time deadline) {
+absl::Status CudaEngineImpl::OnSignalWord(engine::StreamId stream, const engine::BufferRef& word,
+                                          const char* op, SignalOperation operation,
+                                          uint64_t value) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  ASSIGN_OR_RETURN(const uint64_t address, SignalWord(*slot, word, "WaitValue"));
-  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
+  ASSIGN_OR_RETURN(const uint64_t address, SignalWord(*slot, word, op));
   ScopedDevice guard(slot->device);
   RETURN_IF_ERROR(guard.status());
-  // `deadline` is not enforced: the GPU's front end holds the stream until
+  return operation(slot->stream.get(), static_cast<CUdeviceptr>(address), value);
+}
+
+absl::Status CudaEngineImpl::WaitValue(engine::StreamId stream, engine::BufferRef word,
+                                       uint64_t value, absl::Time /*deadline*/) {
+  // The deadline is not enforced: the GPU's front end holds the stream until
   // the word is written, and nothing here can fail it after a time. The
   // caller watches the word itself (shared_memory.h).
-  CU_RETURN_IF_ERROR(
-      cu->StreamWaitValue64(slot->stream.get(), address, value, CU_STREAM_WAIT_VALUE_GEQ));
-  return absl::OkStatus();
+  return OnSignalWord(stream, word, "WaitValue", &StreamWaitAtLeast, value);
 }
 
 absl::Status CudaEngineImpl::WriteValue(engine::StreamId stream, engine::BufferRef word,
                                         uint64_t value) {
-  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(stream));
-  ASSIGN_OR_RETURN(const uint64_t address, SignalWord(*slot, word, "WriteValue"));
-  ASSIGN_OR_RETURN(const DriverApi* cu, Driver());
-  ScopedDevice guard(slot->device);
-  RETURN_IF_ERROR(guard.status());
-  // The default flags fence first: the stream's earlier writes are visible
-  // system-wide before the word is.
-  CU_RETURN_IF_ERROR(
-      cu->StreamWriteValue64(slot->stream.get(), address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
-  return absl::OkStatus();
+  return OnSignalWord(stream, word, "WriteValue", &StreamWriteWord, value);
 }
 
 }  // namespace overlap::cuda

@@ -1,6 +1,8 @@
 // The watchdog: Synchronize polls instead of blocking in cudaDeviceSynchronize,
 // so that a collective whose peer never arrives (or an NCCL async error) ends in
 // ncclCommAbort and ABORTED rather than a daemon hung forever.
+#include <pthread.h>
+
 #include <chrono>
 #include <thread>
 
@@ -73,8 +75,16 @@ absl::Status CudaEngineImpl::WaitIdle(const std::vector<int>& devices) {
       return absl::InvalidArgumentError(absl::StrCat("unknown device ", device));
     }
   }
+  const absl::Time asked = absl::Now();
   ASSIGN_OR_RETURN(bool idle, PollStreamsIdle(devices, config_.collective_timeout_s,
                                               /*check_nccl=*/true));
+  const absl::Duration waited = absl::Now() - asked;
+  if (waited > absl::Milliseconds(50)) {
+    char thread[32] = "";
+    pthread_getname_np(pthread_self(), thread, sizeof(thread));
+    GetLogger("cuda")->debug("thread {} waited {} for devices [{}] to go idle", thread,
+                             absl::FormatDuration(waited), absl::StrJoin(devices, ","));
+  }
   if (idle) return absl::OkStatus();
   const std::vector<std::string> aborted = comms_->AbortTouching(devices);
   const std::string where = absl::StrJoin(devices, ",");

@@ -39,29 +39,21 @@ struct GemmLt::Plan {
 
 namespace {
 
-cudaDataType_t LtType(ElemType type) {
-  switch (type) {
-    case ElemType::kF32:
-      return CUDA_R_32F;
-    case ElemType::kF16:
-      return CUDA_R_16F;
-    case ElemType::kBF16:
-      return CUDA_R_16BF;
-    case ElemType::kFP8:
-      return CUDA_R_8F_E4M3;
-  }
-  return CUDA_R_32F;
-}
+// cuBLASLt's type and the size of an element, by ElemType's values (kernels.h):
+// kF32, kF16, kBF16, kFP8 (E4M3).
+struct LtElem {
+  cudaDataType_t type;
+  size_t bytes;
+};
+constexpr LtElem kLtElems[] = {
+    {CUDA_R_32F, 4}, {CUDA_R_16F, 2}, {CUDA_R_16BF, 2}, {CUDA_R_8F_E4M3, 1}};
+static_assert(static_cast<int>(ElemType::kFP8) == 3);
+
+cudaDataType_t LtType(ElemType type) { return kLtElems[static_cast<int>(type)].type; }
+size_t ElemBytes(ElemType type) { return kLtElems[static_cast<int>(type)].bytes; }
 
 // What the GEMM writes: bf16 for fp8 inputs (GemmOutputDType).
 ElemType OutputType(ElemType input) { return input == ElemType::kFP8 ? ElemType::kBF16 : input; }
-
-size_t ElemBytes(ElemType type) {
-  // By ElemType's values (kernels.h): kF32, kF16, kBF16, kFP8.
-  static constexpr size_t kBytes[] = {4, 2, 2, 1};
-  static_assert(static_cast<int>(ElemType::kFP8) == 3);
-  return kBytes[static_cast<int>(type)];
-}
 
 int Alignment(const void* p) {
   const uintptr_t v = reinterpret_cast<uintptr_t>(p);
@@ -180,10 +172,13 @@ absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* worksp
   return Matmul(handle_, plan.get(), p, p.c, stream, workspace, workspace_bytes);
 }
 
-absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
-    const GemmProblem& p, cudaStream_t stream, void* workspace, size_t workspace_bytes,
-    int sm_count_target, const std::function<absl::Status()>& quiesce) {
-  auto plan = std::make_shared<Plan>();
+namespace {
+
+using Candidates = std::vector<cublasLtMatmulHeuristicResult_t>;
+
+// The shape's descriptors: the matmul (transposes, SM target, scales) and
+// the three layouts, column-major (gemm_lt.h).
+absl::Status DescribeShape(GemmLt::Plan* plan, const GemmProblem& p, int sm_count_target) {
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t no_transpose = CUBLAS_OP_N;
   const bool fp8 = p.type == ElemType::kFP8;
@@ -203,8 +198,13 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
   RETURN_IF_ERROR(
       MakeLayout(&plan->a, p.type, fp8 ? p.k : p.n, fp8 ? p.n : p.k, p.ldb, p.batch, p.stride_b));
   RETURN_IF_ERROR(MakeLayout(&plan->b, p.type, p.k, p.m, p.lda, p.batch, p.stride_a));
-  RETURN_IF_ERROR(MakeLayout(&plan->c, OutputType(p.type), p.n, p.m, p.ldc, p.batch, p.stride_c));
+  return MakeLayout(&plan->c, OutputType(p.type), p.n, p.m, p.ldc, p.batch, p.stride_c);
+}
 
+// The heuristic's usable algorithms for the shape, best guess first;
+// INVALID_ARGUMENT when it has none.
+absl::StatusOr<Candidates> AskHeuristic(cublasLtHandle_t handle, const GemmLt::Plan& plan,
+                                        const GemmProblem& p, size_t workspace_bytes) {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
@@ -223,10 +223,10 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  cublasLtMatmulHeuristicResult_t results[GemmLt::kCandidates] = {};
   int found = 0;
   const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan->op, plan->a, plan->b, plan->c, plan->c, pref, kCandidates, results, &found);
+      handle, plan.op, plan.a, plan.b, plan.c, plan.c, pref, GemmLt::kCandidates, results, &found);
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED ||
       (heuristic == CUBLAS_STATUS_SUCCESS && found == 0)) {
     return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(p),
@@ -234,7 +234,7 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
                                                    " bytes of workspace"));
   }
   CUBLAS_RETURN_IF_ERROR(heuristic);
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+  Candidates candidates;
   for (int i = 0; i < found; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i]);
   }
@@ -242,81 +242,128 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLASLt has no usable algorithm for ", Describe(p)));
   }
+  return candidates;
+}
+
+// Where the timed runs write: C itself with beta == 0; with beta != 0 they
+// would accumulate into C, so a scratch copy of C's alignment class, kept in
+// `scratch`. Null when there is no memory for one (logged).
+void* TimingOutput(int device, const GemmProblem& p, DeviceMemory* scratch) {
+  if (p.beta == 0.0f) return p.c;
+  const size_t c_bytes = (static_cast<size_t>(p.batch - 1) * p.stride_c + (p.m - 1) * p.ldc + p.n) *
+                         ElemBytes(OutputType(p.type));
+  // Over-allocated by 256 bytes so the scratch C keeps the alignment class of C.
+  absl::StatusOr<DeviceMemory> allocated = DeviceMemory::Allocate(device, c_bytes + 256);
+  if (!allocated.ok()) {
+    GetLogger("cuda")->warn("device {}: no scratch to time GEMM {} ({}): heuristic choice used",
+                            device, Describe(p), allocated.status().ToString());
+    return nullptr;
+  }
+  *scratch = std::move(*allocated);
+  return static_cast<char*>(scratch->get()) + reinterpret_cast<uintptr_t>(p.c) % 256;
+}
+
+// Times the candidates of one shape on a stream, with the plan's algorithm
+// set to each in turn.
+struct CandidateTimer {
+  cublasLtHandle_t handle;
+  GemmLt::Plan* plan;
+  const GemmProblem& p;
+  void* c;  // TimingOutput
+  cudaStream_t stream;
+  void* workspace;
+  size_t workspace_bytes;
+  CudaEvent start, stop;
+
+  absl::Status Call() const {
+    return Matmul(handle, plan, p, c, stream, workspace, workspace_bytes);
+  }
+
+  // Milliseconds from `start` (recorded by the caller) to now on the stream.
+  absl::StatusOr<float> ElapsedMs() const {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    return ms;
+  }
+
+  // An idle GPU sits at low clocks: runs `algo` until about kWarmupMs have
+  // passed, so that the first candidate timed is not penalised.
+  absl::Status WarmUp(const cublasLtMatmulAlgo_t& algo) {
+    plan->algo = algo;
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
+    RETURN_IF_ERROR(Call());
+    ASSIGN_OR_RETURN(const float once_ms, ElapsedMs());
+    const int warmup_runs =
+        std::min(200, static_cast<int>(GemmLt::kWarmupMs / std::max(once_ms, 0.01f)));
+    for (int i = 0; i < warmup_runs; ++i) RETURN_IF_ERROR(Call());
+    return absl::OkStatus();
+  }
+
+  // The least time of kTimedRuns calls over kTimedRounds rounds, round-robin,
+  // per candidate; infinity for one whose calls fail.
+  absl::StatusOr<std::vector<float>> TimeEach(const Candidates& candidates) {
+    std::vector<float> best(candidates.size(), std::numeric_limits<float>::infinity());
+    for (int round = 0; round < GemmLt::kTimedRounds; ++round) {
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        plan->algo = candidates[i].algo;
+        // One untimed run first (first-launch costs), then kTimedRuns timed ones.
+        if (!Call().ok()) continue;
+        CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
+        bool ok = true;
+        for (int run = 0; run < GemmLt::kTimedRuns && ok; ++run) ok = Call().ok();
+        ASSIGN_OR_RETURN(const float ms, ElapsedMs());
+        if (ok) best[i] = std::min(best[i], ms);
+      }
+    }
+    return best;
+  }
+};
+
+// Sets the plan to the fastest candidate; INVALID_ARGUMENT when all failed.
+absl::Status KeepFastest(GemmLt::Plan* plan, const Candidates& candidates,
+                         const std::vector<float>& best_ms, int device, const GemmProblem& p) {
+  size_t fastest = 0;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (best_ms[i] < best_ms[fastest]) fastest = i;
+  }
+  plan->algo = candidates[fastest].algo;
+  plan->workspace_needed = candidates[fastest].workspaceSize;
+  plan->time_ms = best_ms[fastest] / GemmLt::kTimedRuns;
+  GetLogger("cuda")->debug(
+      "device {}: GEMM {}: {} candidates, heuristic pick {:.3f} ms, best {:.3f} ms", device,
+      Describe(p), candidates.size(), best_ms[0] / GemmLt::kTimedRuns, plan->time_ms);
+  if (!std::isfinite(best_ms[fastest])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("every cuBLASLt candidate failed for ", Describe(p)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
+    const GemmProblem& p, cudaStream_t stream, void* workspace, size_t workspace_bytes,
+    int sm_count_target, const std::function<absl::Status()>& quiesce) {
+  auto plan = std::make_shared<Plan>();
+  RETURN_IF_ERROR(DescribeShape(plan.get(), p, sm_count_target));
+  ASSIGN_OR_RETURN(const Candidates candidates, AskHeuristic(handle_, *plan, p, workspace_bytes));
   plan->algo = candidates[0].algo;
   plan->workspace_needed = candidates[0].workspaceSize;
   if (candidates.size() == 1) return std::shared_ptr<const Plan>(std::move(plan));
 
   RETURN_IF_ERROR(quiesce());
-  // With beta != 0 the timed runs accumulate into C, so they write a scratch copy.
-  void* c = p.c;
   DeviceMemory scratch;
-  if (p.beta != 0.0f) {
-    const size_t c_bytes =
-        (static_cast<size_t>(p.batch - 1) * p.stride_c + (p.m - 1) * p.ldc + p.n) *
-        ElemBytes(OutputType(p.type));
-    // Over-allocated by 256 bytes so the scratch C keeps the alignment class of C.
-    absl::StatusOr<DeviceMemory> allocated = DeviceMemory::Allocate(device_, c_bytes + 256);
-    if (!allocated.ok()) {
-      GetLogger("cuda")->warn("device {}: no scratch to time GEMM {} ({}): heuristic choice used",
-                              device_, Describe(p), allocated.status().ToString());
-      return std::shared_ptr<const Plan>(std::move(plan));
-    }
-    scratch = std::move(*allocated);
-    c = static_cast<char*>(scratch.get()) + reinterpret_cast<uintptr_t>(p.c) % 256;
-  }
+  void* c = TimingOutput(device_, p, &scratch);
+  if (c == nullptr) return std::shared_ptr<const Plan>(std::move(plan));
   ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(device_, /*timing=*/true));
   ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(device_, /*timing=*/true));
-  // An idle GPU sits at low clocks: run the heuristic's first pick until about
-  // kWarmupMs have passed, so that the first candidate timed is not penalised.
-  {
-    plan->algo = candidates[0].algo;
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
-    RETURN_IF_ERROR(Matmul(handle_, plan.get(), p, c, stream, workspace, workspace_bytes));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
-    float once_ms = 0;
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&once_ms, start.get(), stop.get()));
-    const int warmup_runs = std::min(200, static_cast<int>(kWarmupMs / std::max(once_ms, 0.01f)));
-    for (int i = 0; i < warmup_runs; ++i) {
-      RETURN_IF_ERROR(Matmul(handle_, plan.get(), p, c, stream, workspace, workspace_bytes));
-    }
-  }
-  std::vector<float> best_per_candidate(candidates.size(), std::numeric_limits<float>::infinity());
-  for (int round = 0; round < kTimedRounds; ++round) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      plan->algo = candidates[i].algo;
-      // One untimed run first (first-launch costs), then kTimedRuns timed ones.
-      if (!Matmul(handle_, plan.get(), p, c, stream, workspace, workspace_bytes).ok()) continue;
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
-      bool ok = true;
-      for (int run = 0; run < kTimedRuns && ok; ++run) {
-        ok = Matmul(handle_, plan.get(), p, c, stream, workspace, workspace_bytes).ok();
-      }
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
-      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
-      float ms = 0;
-      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-      if (ok) best_per_candidate[i] = std::min(best_per_candidate[i], ms);
-    }
-  }
-  float best_ms = std::numeric_limits<float>::infinity();
-  cublasLtMatmulAlgo_t best_algo = candidates[0].algo;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (best_per_candidate[i] < best_ms) {
-      best_ms = best_per_candidate[i];
-      plan->workspace_needed = candidates[i].workspaceSize;
-      plan->time_ms = best_ms / kTimedRuns;
-      best_algo = candidates[i].algo;
-    }
-  }
-  plan->algo = best_algo;
-  GetLogger("cuda")->debug("device {}: GEMM {}: {} candidates, heuristic pick {:.3f} ms, best {:.3f} ms",
-                           device_, Describe(p), candidates.size(),
-                           best_per_candidate[0] / kTimedRuns, best_ms / kTimedRuns);
-  if (!std::isfinite(best_ms)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("every cuBLASLt candidate failed for ", Describe(p)));
-  }
+  CandidateTimer timer{handle_,          plan.get(),     p, c, stream, workspace, workspace_bytes,
+                       std::move(start), std::move(stop)};
+  RETURN_IF_ERROR(timer.WarmUp(candidates[0].algo));
+  ASSIGN_OR_RETURN(const std::vector<float> best_ms, timer.TimeEach(candidates));
+  RETURN_IF_ERROR(KeepFastest(plan.get(), candidates, best_ms, device_, p));
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 

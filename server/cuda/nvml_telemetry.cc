@@ -48,6 +48,20 @@ struct NvmlTelemetry::Api {
   int (*ecc_errors)(void*, int, int, unsigned long long*) = nullptr;
   // corrected rows, uncorrected rows, pending, failure occurred
   int (*remapped_rows)(void*, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
+  // Energy and NVLink traffic; optional (energy from Volta on).
+  int (*total_energy)(void*, unsigned long long*) = nullptr;  // millijoules
+  struct FieldValue {                                         // nvmlFieldValue_t
+    unsigned int field_id;
+    unsigned int scope_id;  // the link; UINT_MAX = summed over the links
+    long long timestamp_us;
+    long long latency_us;
+    int value_type;
+    int nvml_return;
+    unsigned long long value;  // nvmlValue_t, a union of 8 bytes
+  };
+  static constexpr unsigned int kNvLinkDataTx = 138;  // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB
+  static constexpr unsigned int kNvLinkDataRx = 139;
+  int (*field_values)(void*, int, FieldValue*) = nullptr;
   // Xid events.
   struct EventData {
     void* device;
@@ -107,13 +121,16 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::Open(const std::vector<std::string
   Resolve(library, "nvmlDeviceGetNvLinkErrorCounter", &api->nvlink_errors);
   Resolve(library, "nvmlDeviceGetTotalEccErrors", &api->ecc_errors);
   Resolve(library, "nvmlDeviceGetRemappedRows", &api->remapped_rows);
+  Resolve(library, "nvmlDeviceGetTotalEnergyConsumption", &api->total_energy);
+  Resolve(library, "nvmlDeviceGetFieldValues", &api->field_values);
   Resolve(library, "nvmlEventSetCreate", &api->event_set_create);
   Resolve(library, "nvmlEventSetFree", &api->event_set_free);
   Resolve(library, "nvmlDeviceRegisterEvents", &api->register_events);
   Resolve(library, "nvmlEventSetWait_v2", &api->event_wait);
   Resolve(library, "nvmlErrorString", &api->error_string);
   if (!ok || api->init() != 0) {
-    log->info("NVML unusable ({}): device telemetry off", ok ? "nvmlInit failed" : "missing symbol");
+    log->info("NVML unusable ({}): device telemetry off",
+              ok ? "nvmlInit failed" : "missing symbol");
     dlclose(library);
     return nullptr;
   }
@@ -301,6 +318,11 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
     t.thermal_capped_s = thermal.violation_ns * 1e-9;
   }
   ReadHealth(h, &t);
+  if (absl::StatusOr<double> joules = EnergyJoules(device); joules.ok()) {
+    t.energy_valid = true;
+    t.energy_j = *joules;
+  }
+  ReadNvLinkTraffic(h, &t);
   if (xid_registered_[device]) {
     absl::MutexLock lock(&xid_mu_);
     const engine::XidCounts& c = xids_[device];
@@ -311,6 +333,38 @@ engine::DeviceTelemetry NvmlTelemetry::Read(int device) const {
     t.last_xid_unix_ms = c.last_unix_ms;
   }
   return t;
+}
+
+absl::StatusOr<double> NvmlTelemetry::EnergyJoules(int device) const {
+  if (device < 0 || device >= static_cast<int>(handles_.size()) || handles_[device] == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("GPU ", device, ": NVML does not know it"));
+  }
+  if (api_->total_energy == nullptr) {
+    return absl::UnimplementedError("NVML has no nvmlDeviceGetTotalEnergyConsumption");
+  }
+  unsigned long long millijoules = 0;
+  if (const int rc = api_->total_energy(handles_[device], &millijoules); rc != 0) {
+    // NVML_ERROR_NOT_SUPPORTED before Volta, and on some virtual GPUs.
+    return absl::UnimplementedError(absl::StrCat(
+        "GPU ", device, ": NVML energy counter not supported: ",
+        api_->error_string != nullptr ? api_->error_string(rc) : std::to_string(rc).c_str()));
+  }
+  return static_cast<double>(millijoules) / 1000.0;
+}
+
+void NvmlTelemetry::ReadNvLinkTraffic(void* h, engine::DeviceTelemetry* t) const {
+  if (api_->field_values == nullptr) return;
+  Api::FieldValue values[2] = {};
+  values[0].field_id = Api::kNvLinkDataTx;
+  values[1].field_id = Api::kNvLinkDataRx;
+  values[0].scope_id = values[1].scope_id = 0xFFFFFFFFu;
+  if (api_->field_values(h, 2, values) != 0 || values[0].nvml_return != 0 ||
+      values[1].nvml_return != 0) {
+    return;  // a GPU without NVLink, or a driver that does not count it
+  }
+  t->nvlink_traffic_valid = true;
+  t->nvlink_tx_bytes = static_cast<int64_t>(values[0].value) * 1024;
+  t->nvlink_rx_bytes = static_cast<int64_t>(values[1].value) * 1024;
 }
 
 void NvmlTelemetry::ReadHealth(void* h, engine::DeviceTelemetry* t) const {

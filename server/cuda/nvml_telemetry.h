@@ -32,6 +32,10 @@ class NvmlTelemetry {
 
   // Readings of CUDA device `device`; valid = false when NVML could not answer.
   engine::DeviceTelemetry Read(int device) const;
+  // CUDA device `device`'s energy counter (NVML's total energy consumption,
+  // in joules since the driver loaded); UNIMPLEMENTED where NVML does not
+  // support it (before Volta, some virtual GPUs).
+  absl::StatusOr<double> EnergyJoules(int device) const;
   // NVML's index of CUDA device `device`'s GPU (dcgm-exporter's `gpu`), -1
   // where NVML does not know it.
   int Index(int device) const;
@@ -46,6 +50,9 @@ class NvmlTelemetry {
                 std::vector<std::string> pci_bus_ids, std::unique_ptr<engine::XidLog> xid_log);
   // The health fields of `t` from device handle `h`.
   void ReadHealth(void* h, engine::DeviceTelemetry* t) const;
+  // The NVLink data bytes `h` sent and received (NVML field values, summed
+  // over the links), where NVML counts them.
+  void ReadNvLinkTraffic(void* h, engine::DeviceTelemetry* t) const;
   // Registers every GPU for Xid events and starts the thread that waits for
   // them; where NVML cannot (no event symbols, a VM that refuses), logs why and
   // leaves xid_valid false.
@@ -58,7 +65,7 @@ class NvmlTelemetry {
   std::vector<void*> handles_;  // nvmlDevice_t per CUDA device, null when not found
   const std::vector<std::string> pci_bus_ids_;
   const std::unique_ptr<engine::XidLog> xid_log_;  // null: counts since the daemon started
-  void* event_set_ = nullptr;   // nvmlEventSet_t; null when not watching
+  void* event_set_ = nullptr;                      // nvmlEventSet_t; null when not watching
   std::vector<bool> xid_registered_;
   std::atomic<bool> stop_{false};
   std::thread xid_thread_;

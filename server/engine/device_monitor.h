@@ -24,7 +24,7 @@ struct DeviceTelemetry {
   int mem_clock_mhz = 0;
   int temperature_c = 0;
   double power_w = 0;
-  int utilization_pct = 0;  // percent of the last sample period a kernel ran
+  int utilization_pct = 0;   // percent of the last sample period a kernel ran
   int max_sm_clock_mhz = 0;  // 0 = unknown
   // What holds the clocks back now (NVML's clocks event reasons, ClockLimitNames).
   bool clock_limits_valid = false;
@@ -63,6 +63,15 @@ struct DeviceTelemetry {
   int64_t gpu_xid_errors = 0;  // those that point at the GPU (common/xid.h)
   uint64_t last_xid = 0;
   int64_t last_xid_unix_ms = 0;
+  // Energy the GPU drew since the driver loaded (NVML's total energy
+  // consumption, Volta and later), and the bytes its NVLinks sent and received
+  // since then (NVML field values): read twice, their differences over the
+  // time between give power and NVLink throughput.
+  bool energy_valid = false;
+  double energy_j = 0;
+  bool nvlink_traffic_valid = false;
+  int64_t nvlink_tx_bytes = 0;
+  int64_t nvlink_rx_bytes = 0;
 };
 
 // The names of the reasons set in NVML's clocks event reasons `mask`, most
@@ -85,6 +94,15 @@ class DeviceMonitor {
   // False once a device hit a sticky error (the context is lost): the daemon
   // reports NOT_SERVING and exits so that systemd restarts it.
   virtual bool Healthy() const = 0;
+  // `device`'s energy counter in joules (cumulative, only its differences
+  // mean anything), read without the rest of Telemetry so that the runner can
+  // read it around each timed phase. UNIMPLEMENTED where the backend has none
+  // (NVML absent, a GPU older than Volta); the host backend's is simulated
+  // (HostEngineOptions::simulated_power_w).
+  virtual absl::StatusOr<double> EnergyJoules(int device) const {
+    (void)device;
+    return absl::UnimplementedError("this backend has no energy counter");
+  }
 };
 
 }  // namespace overlap::engine

@@ -107,10 +107,14 @@ absl::Status Admission::CheckText(const std::string& spec_text,
   return absl::OkStatus();
 }
 
-absl::Status Admission::CheckFits(const JobSpec& spec, int tp,
-                                  const std::vector<int>& devices) const {
-  const int64_t needed = options_.bytes_per_device ? options_.bytes_per_device(spec, tp)
-                                                   : runner::JobBytesPerDevice(spec, tp);
+int64_t Admission::BytesPerDevice(const JobSpec& spec, int tp) const {
+  return options_.bytes_per_device ? options_.bytes_per_device(spec, tp)
+                                   : runner::JobBytesPerDevice(spec, tp);
+}
+
+absl::StatusOr<int64_t> Admission::CheckFits(const JobSpec& spec, int tp,
+                                             const std::vector<int>& devices) const {
+  const int64_t needed = BytesPerDevice(spec, tp);
   for (int device : devices) {
     const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
     if (needed > info.memory_bytes) {
@@ -118,7 +122,7 @@ absl::Status Admission::CheckFits(const JobSpec& spec, int tp,
           DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
     }
   }
-  return absl::OkStatus();
+  return needed;
 }
 
 namespace {
@@ -167,7 +171,8 @@ absl::StatusOr<GraphPtr> Admission::AdmitSpan(JobSpec spec, const std::vector<st
   spec.fusions = whole.fusions;
   RETURN_IF_ERROR(CheckCrossNodeSchedules(whole, graph->world,
                                           static_cast<int>(graph->devices.size())));
-  RETURN_IF_ERROR(CheckFits(whole, static_cast<int>(global.size()), graph->devices));
+  ASSIGN_OR_RETURN(graph->bytes_per_device,
+                   CheckFits(whole, static_cast<int>(global.size()), graph->devices));
   const bool library_algorithms = engine_.LibraryAlgorithms();
   if (decided == nullptr) {
     const int per_node = static_cast<int>(graph->devices.size());
@@ -199,10 +204,12 @@ absl::StatusOr<AdmittedJob> Admission::Admit(JobSpec spec, const std::string& sp
   auto graph = std::make_shared<AdmittedGraph>();
   ASSIGN_OR_RETURN(graph->devices, ValidateJobSpec(spec, Limits()));
   ASSIGN_OR_RETURN(spec, Fused(std::move(spec), Limits()));
-  RETURN_IF_ERROR(CheckFits(spec, static_cast<int>(graph->devices.size()), graph->devices));
+  ASSIGN_OR_RETURN(graph->bytes_per_device,
+                   CheckFits(spec, static_cast<int>(graph->devices.size()), graph->devices));
   AdmittedJob admitted;
   admitted.job.name = !spec.name.empty() ? spec.name : Excerpt(raw_source_name, 120);
   admitted.job.priority = spec.priority;
+  admitted.job.priority_class = spec.priority_class;
   admitted.job.devices = graph->devices;
   admitted.job.spec = spec_text;
   // As Revalidate would give it back from the stored job.
@@ -223,6 +230,7 @@ absl::StatusOr<GraphPtr> Admission::Revalidate(const JobRecord& job) const {
   auto graph = std::make_shared<AdmittedGraph>();
   ASSIGN_OR_RETURN(graph->spec, Fused(std::move(spec), Limits()));
   graph->devices = std::move(*devices);
+  graph->bytes_per_device = BytesPerDevice(graph->spec, static_cast<int>(graph->devices.size()));
   return graph;
 }
 

@@ -94,7 +94,11 @@ class Admission {
  private:
   ValidationLimits Limits() const;
   absl::Status CheckText(const std::string& spec_text, const std::string& source_name) const;
-  absl::Status CheckFits(const JobSpec& spec, int tp, const std::vector<int>& devices) const;
+  // The bytes the job needs on each of `devices` (with `tp` ranks), once they
+  // fit every device's pool; RESOURCE_EXHAUSTED otherwise.
+  absl::StatusOr<int64_t> CheckFits(const JobSpec& spec, int tp,
+                                    const std::vector<int>& devices) const;
+  int64_t BytesPerDevice(const JobSpec& spec, int tp) const;
 
   const engine::Engine& engine_;
   const AdmissionOptions options_;

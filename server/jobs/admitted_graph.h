@@ -4,6 +4,7 @@
 // is parsed again only for a job still queued when the daemon restarts.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct AdmittedGraph {
   std::vector<int> devices;
   // A job spanning daemons: nodes x devices, ranks node-major. 0 for a local job.
   int world = 0;
+  // What the job allocates on each of its devices (admission's estimate,
+  // runner::JobBytesPerDevice): the queue weighs it against a device's free
+  // pool while a session holds the device.
+  int64_t bytes_per_device = 0;
   // A job spanning daemons: every op's schedule, as its coordinator decided
   // it (ops/decided_schedules.h). Empty for a local job, whose autos are tuned.
   ops::DecidedSchedules schedules;

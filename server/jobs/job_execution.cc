@@ -1,6 +1,9 @@
 #include "server/jobs/job_execution.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/flight/flight_analysis.h"
+#include "server/flight/flight_engine.h"
 
 namespace overlap::jobs {
 
@@ -14,11 +17,36 @@ absl::StatusOr<runner::JobReport> RunStoredJob(engine::Engine& engine, const Adm
   return runner::RunJob(engine, graph->spec, graph->devices, hooks, tuning_cache);
 }
 
+namespace {
+
+// The failures a flight verdict explains: a communicator aborted (by the
+// library, a peer or the watchdog), a timeout, a lost device.
+bool FlightExplains(absl::StatusCode code) {
+  return code == absl::StatusCode::kAborted || code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+absl::Status WithFlightVerdict(const absl::Status& status, const flight::FlightRecorder& recorder,
+                               const std::string& job_id) {
+  if (status.ok() || !FlightExplains(status.code())) return status;
+  const std::vector<flight::RankRing> rings = recorder.Snapshot(job_id);
+  if (rings.empty()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), "; ", flight::Analyze(rings).OneLine()));
+}
+
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,
-                           runner::TuningCache* tuning_cache) {
-  return [&engine, &admission, tuning_cache](const JobRecord& job, const GraphPtr& graph,
-                                             const runner::RunHooks& hooks) {
-    return RunStoredJob(engine, admission, tuning_cache, job, graph, hooks);
+                           runner::TuningCache* tuning_cache, flight::FlightRecorder* flight) {
+  return [&engine, &admission, tuning_cache, flight](
+             const JobRecord& job, const GraphPtr& graph,
+             const runner::RunHooks& hooks) -> absl::StatusOr<runner::JobReport> {
+    flight::ScopedFlightLabel label(job.id, "");
+    absl::StatusOr<runner::JobReport> report =
+        RunStoredJob(engine, admission, tuning_cache, job, graph, hooks);
+    if (report.ok() || flight == nullptr) return report;
+    return WithFlightVerdict(report.status(), *flight, job.id);
   };
 }
 

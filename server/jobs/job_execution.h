@@ -3,8 +3,11 @@
 // spec is checked again (Admission::Revalidate) first.
 #pragma once
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "server/engine/engine.h"
+#include "server/flight/flight_recorder.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_queue.h"
 #include "server/runner/job_runner.h"
@@ -20,7 +23,18 @@ absl::StatusOr<runner::JobReport> RunStoredJob(engine::Engine& engine, const Adm
                                                const runner::RunHooks& hooks);
 
 // RunStoredJob bound to an engine, admission and cache (all must outlive the runner).
+// With a flight recorder (the one the engine's flight::FlightEngine writes),
+// the job's collectives carry its id, and a job that aborts or times out gets
+// the recorder's verdict ("flight: collective #7 all_gather ... not finished
+// on 1") appended to its error, for `overlapctl get`.
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,
-                           runner::TuningCache* tuning_cache);
+                           runner::TuningCache* tuning_cache,
+                           flight::FlightRecorder* flight = nullptr);
+
+// `status` with the flight verdict on the rings of `job_id` appended, when
+// the code is one a hang or abort gives (ABORTED, DEADLINE_EXCEEDED,
+// UNAVAILABLE) and the recorder holds collectives of that job.
+absl::Status WithFlightVerdict(const absl::Status& status, const flight::FlightRecorder& recorder,
+                               const std::string& job_id);
 
 }  // namespace overlap::jobs

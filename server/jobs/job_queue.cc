@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -216,6 +217,9 @@ absl::StatusOr<JobRecord> JobQueue::Submit(const JobRecord& submitted, GraphPtr 
   JobRecord job;
   job.name = submitted.name;
   job.priority = submitted.priority;
+  // The class is the graph's wherever a graph comes with the job (a part, a
+  // coordinator's job), so that no caller has to copy it.
+  job.priority_class = graph ? graph->spec.priority_class : submitted.priority_class;
   job.devices = submitted.devices;
   job.spec = submitted.spec;
   job.owner = submitted.owner;
@@ -272,7 +276,12 @@ void JobQueue::ScheduleLocked() {
     for (int d : devices) claimed.emplace(d, by);
   };
   for (const auto& [sequence, entry] : running_) claim(entry->job.devices, "runs " + entry->job.id);
-  for (const auto& [holder, devices] : held_) claim(devices, "is held by session " + holder);
+  std::map<int, std::string> session_on;  // held devices, by the session holding them
+  for (const auto& [holder, devices] : held_) {
+    for (int d : devices) {
+      if (claimed.emplace(d, "is held by session " + holder).second) session_on.emplace(d, holder);
+    }
+  }
   auto incoming = submitting_.begin();
   for (auto it = pending_.begin(); it != pending_.end();) {
     // Submissions on their way in that rank above this job claim their devices.
@@ -285,6 +294,11 @@ void JobQueue::ScheduleLocked() {
         std::find_if(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
     if (taken != devices.end()) {
       entry->job.waiting = absl::StrCat("device ", *taken, " ", claimed.at(*taken));
+      if (session_on.count(*taken) > 0) {
+        if (std::optional<std::string> memory = MemoryShortLocked(*entry, session_on)) {
+          entry->job.waiting = *std::move(memory);
+        }
+      }
       claim(devices, absl::StrCat("goes first to ", entry->job.id, ", queued ahead"));
       ++it;
       continue;
@@ -571,6 +585,22 @@ bool JobQueue::Responsive(absl::Duration within) const {
   }
   mu_.Unlock();
   return true;
+}
+
+std::optional<std::string> JobQueue::MemoryShortLocked(
+    const Entry& entry, const std::map<int, std::string>& session_on) const {
+  if (!options_.free_bytes || entry.graph == nullptr) return std::nullopt;
+  const int64_t needed = entry.graph->bytes_per_device;
+  for (int device : entry.job.devices) {
+    const auto held = session_on.find(device);
+    if (held == session_on.end()) continue;
+    const int64_t free = options_.free_bytes(device);
+    if (needed > free) {
+      return absl::StrCat("memory: needs ", FormatBytes(needed), ", free ", FormatBytes(free),
+                          " on device ", device, " while session ", held->second, " holds it");
+    }
+  }
+  return std::nullopt;
 }
 
 int JobQueue::QueuedCount() const {

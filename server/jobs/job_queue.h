@@ -64,6 +64,11 @@ struct JobQueueOptions {
   int executor_threads = 1;
   // Finished jobs beyond this are deleted from the store at start and as jobs end.
   RetentionPolicy retention;
+  // The bytes of `device`'s pool free now (cheap, no I/O: called under the
+  // queue's lock). A job waiting for a device a session holds says whether
+  // its buffers (AdmittedGraph::bytes_per_device) would fit there; null: not
+  // consulted.
+  std::function<int64_t(int device)> free_bytes;
 };
 
 struct JobSnapshot {
@@ -146,6 +151,10 @@ class JobQueue {
 
   // Devices a session holds (server/sessions/): no job starts on them until
   // ReleaseDevices, as if a job ran there. Holding again replaces `holder`'s set.
+  // A job waiting for one says so in JobRecord::waiting: "memory: needs X,
+  // free Y on device D while session S holds it" where its buffers do not
+  // fit the device's free pool (JobQueueOptions::free_bytes), "device D is
+  // held by session S" otherwise.
   void HoldDevices(const std::string& holder, const std::vector<int>& devices);
   void ReleaseDevices(const std::string& holder);
   // The id of a job running on one of `devices`, or "" when none is.
@@ -169,6 +178,13 @@ class JobQueue {
   // Moves the pending jobs that may start to ready_ (they are stored RUNNING
   // by the executor that takes them, before anyone sees them so).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `entry` cannot share a device a session holds (`session_on`: the
+  // holder of each held device): the first such device whose free pool is
+  // short of the job's buffers; nullopt when they fit, or when the queue
+  // cannot tell (no free_bytes, a job recovered without its graph).
+  std::optional<std::string> MemoryShortLocked(const Entry& entry,
+                                               const std::map<int, std::string>& session_on) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `job` (first the ends kept in unstored_); never under mu_.
   absl::Status Store(const JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);
   void RetryUnstored() ABSL_LOCKS_EXCLUDED(mu_);

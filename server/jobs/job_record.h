@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/graph.h"
 #include "server/runner/job_report.h"
 #include "server/runner/run_hooks.h"
 
@@ -23,11 +24,23 @@ bool IsFinal(JobState state);
 // "QUEUED", "RUNNING", ... as the API names them, for logs and errors.
 const char* JobStateName(JobState state);
 
+struct JobRecord;
+
+// The id that names a job spanning daemons on every node of it:
+// "<coordinator's node name>/<its job id there>" ("10.0.0.1:7070/job-000001").
+// `node_name` is this daemon's (the coordinator's own job knows no other). ""
+// for a job of this node alone, whose short id ("job-000001") names it here only.
+std::string GlobalIdOf(const JobRecord& job, const std::string& node_name);
+// Splits a global id at its last '/' (job ids hold none): false for a short id.
+bool SplitGlobalId(const std::string& id, std::string* node, std::string* job_id);
+
 struct JobRecord {
   uint64_t sequence = 0;
   std::string id;  // JobIdForSequence(sequence)
   std::string name;
   int priority = 0;
+  // Graph key priority_class: which lane its collectives belong on beside sessions.
+  PriorityClass priority_class = PriorityClass::kCritical;
   std::vector<int> devices;
   std::string spec;   // the submitted graph text, as given
   std::string owner;  // who submitted it: "uid:1000", "x509:<subject>", "anonymous"
@@ -41,6 +54,9 @@ struct JobRecord {
   std::string coordinator;
   std::string global_job_id;
   int node_index = 0;
+  // A job that spans daemons: its id on every node of it (GlobalIdOf). A part
+  // keeps it from its admission; a coordinator's job is given it when shown.
+  std::string global_id;
   // A part of a job this node coordinates: the coordinator's job counts for it.
   bool counted_as_coordinated = false;
   JobState state = JobState::kQueued;

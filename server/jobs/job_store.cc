@@ -269,6 +269,7 @@ v1::Job SummaryOf(const v1::Job& job) {
   summary.set_name(job.name());
   summary.set_state(job.state());
   summary.set_priority(job.priority());
+  summary.set_priority_class(job.priority_class());
   *summary.mutable_devices() = job.devices();
   summary.set_error(job.error());
   summary.set_submit_time_ms(job.submit_time_ms());

@@ -60,6 +60,11 @@ void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
   device->set_gpu_xid_errors(t.gpu_xid_errors);
   device->set_last_xid(t.last_xid);
   device->set_last_xid_unix_ms(t.last_xid_unix_ms);
+  device->set_energy_valid(t.energy_valid);
+  device->set_energy_j(t.energy_j);
+  device->set_nvlink_traffic_valid(t.nvlink_traffic_valid);
+  device->set_nvlink_tx_bytes(t.nvlink_tx_bytes);
+  device->set_nvlink_rx_bytes(t.nvlink_rx_bytes);
 }
 
 }  // namespace

@@ -233,6 +233,7 @@ absl::Status AllReduceRowsInto(OpContext& ctx, Transport transport, On on,
 }
 
 absl::Status Exchange(OpContext& ctx, Transport transport, const std::vector<RankTransfer>& step) {
+  if (step.empty()) return absl::OkStatus();  // one rank: no send/recv group to launch
   if (transport == Transport::kNccl) {
     std::vector<engine::Transfer> transfers;
     for (const RankTransfer& t : step) {

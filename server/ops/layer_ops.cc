@@ -34,6 +34,22 @@ absl::Status BatchedGemmRows(OpContext& ctx, int r, engine::StreamId stream, Row
 
 namespace {
 
+absl::Status GemmAloneRowsInGroup(OpContext& ctx, int64_t rows);
+
+// Over one rank there is nothing to communicate, whatever the schedule: an op
+// with a GEMM is its GEMM alone (A is whole, the partial is Y), and a
+// collective leaves its input as it is. Its output is that input where the
+// context aliased them (OutputAliasesInput), else one local copy; never an
+// engine collective, which at one rank would still launch a kernel.
+absl::Status OneRankInGroup(OpContext& ctx) {
+  if (!IsCollectiveOnly(ctx.op().type)) return GemmAloneRowsInGroup(ctx, ctx.op().m);
+  if (ctx.OutputAliasesInput(0)) return absl::OkStatus();
+  const LocalShapes& sh = ctx.shapes();
+  const RankState& rs = ctx.rank(0);
+  return ctx.engine().PeerCopy(rs.compute, ctx.Rows(rs.y, 0, sh.y_rows, sh.y_cols), rs.device,
+                               ctx.Rows(rs.a, 0, sh.a_rows, sh.a_cols), rs.device);
+}
+
 absl::Status EnqueueOpInGroup(OpContext& ctx, const Schedule& s) {
   if (s.transport == Transport::kDirect &&
       (s.mode != OverlapMode::kRing || ctx.op().type == OpType::kAgGemm)) {
@@ -41,6 +57,15 @@ absl::Status EnqueueOpInGroup(OpContext& ctx, const Schedule& s) {
         absl::StrCat(OpTypeName(ctx.op().type), " ", s.Name(),
                      ": transport direct is only for the gemm_rs and gemm_ar rings"));
   }
+  if (IsCollectiveOnly(ctx.op().type) && s.mode != OverlapMode::kSerial) {
+    return absl::InvalidArgumentError(absl::StrCat(OpTypeName(ctx.op().type), " ", s.Name(),
+                                                   ": a collective alone only runs serial"));
+  }
+  if (IsGemmOnly(ctx.op().type) && s.mode != OverlapMode::kSerial) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm ", s.Name(), ": a GEMM alone only runs serial"));
+  }
+  if (ctx.tp() == 1) return OneRankInGroup(ctx);
   switch (ctx.op().type) {
     case OpType::kAgGemm:
       return EnqueueAgGemm(ctx, s);
@@ -53,10 +78,6 @@ absl::Status EnqueueOpInGroup(OpContext& ctx, const Schedule& s) {
     case OpType::kAllReduce:
       return EnqueueCollectiveOnly(ctx, s);
     case OpType::kGemm:
-      if (s.mode != OverlapMode::kSerial) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gemm ", s.Name(), ": a GEMM alone only runs serial"));
-      }
       return EnqueueGemmAlone(ctx);
   }
   return absl::InvalidArgumentError("unknown op type");

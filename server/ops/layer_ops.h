@@ -27,7 +27,10 @@ struct RowRange {
 };
 absl::Status EnqueueAllReduceRows(OpContext& ctx, const Schedule& schedule, RowRange range);
 
-// Dispatches on the op type.
+// Dispatches on the op type. Over a group of one rank every schedule is the
+// same: the GEMM alone, or for a collective its input as its output (an alias,
+// else a local copy), never an engine collective; the report says so
+// (common/one_rank.h).
 absl::Status EnqueueOp(OpContext& ctx, const Schedule& schedule);
 // The unchunked per-rank GEMM alone, no communication (GEMM ops only).
 absl::Status EnqueueGemmAlone(OpContext& ctx);

@@ -142,6 +142,13 @@ absl::Status OpContext::InView(const std::vector<int>& ranks,
   return status;
 }
 
+// A collective over one rank leaves its input as it is: its output is that
+// input (an alias, no copy and no collective), where their layouts agree.
+bool OpContext::OutputIsInput(const BufferSizes& sizes, const BufferDTypes& dtypes) const {
+  return IsCollectiveOnly(op_.type) && group_size_ == 1 && sizes.a > 0 && sizes.y > 0 &&
+         sizes.y <= sizes.a && dtypes.y == dtypes.a;
+}
+
 absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSizes& sizes) {
   sizes_ = sizes;
   ranks_.resize(devices.size());
@@ -163,7 +170,11 @@ absl::Status OpContext::Allocate(const std::vector<int>& devices, const BufferSi
     rs.comm = engine_->GetStream(rs.device, engine::StreamRole::kComm);
     RETURN_IF_ERROR(alloc(rs.device, sizes.a, dt.a, &rs.a));
     RETURN_IF_ERROR(alloc(rs.device, sizes.w, dt.w, &rs.w));
-    RETURN_IF_ERROR(alloc(rs.device, sizes.y, dt.y, &rs.y));
+    if (OutputIsInput(sizes, dt)) {
+      rs.y = rs.a;
+    } else {
+      RETURN_IF_ERROR(alloc(rs.device, sizes.y, dt.y, &rs.y));
+    }
     RETURN_IF_ERROR(alloc(rs.device, sizes.full, dt.full, &rs.full));
     RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, dt.full, &rs.pingpong[0]));
     RETURN_IF_ERROR(alloc(rs.device, sizes.pingpong, dt.full, &rs.pingpong[1]));

@@ -172,6 +172,11 @@ class OpContext {
   const LocalShapes& shapes() const { return shapes_; }
   const BufferSizes& sizes() const { return sizes_; }
   RankState& rank(int r) { return ranks_[view_[r]]; }
+  // Whether rank r's output is its input buffer: a collective over one rank,
+  // whose result is its input (Allocate aliases them; a session may too).
+  bool OutputAliasesInput(int r) const {
+    return At(r).y == At(r).a && At(r).a != engine::kNoBuffer;
+  }
   std::vector<int> devices() const;
 
   // A byte range of `rows` rows of `cols` elements starting at row `row` of a
@@ -227,6 +232,7 @@ class OpContext {
             const Mesh& mesh);
   const RankState& At(int r) const { return ranks_[view_[r]]; }
   absl::Status Allocate(const std::vector<int>& devices, const BufferSizes& sizes);
+  bool OutputIsInput(const BufferSizes& sizes, const BufferDTypes& dtypes) const;
 
   engine::Engine* engine_;
   OpSpec op_;

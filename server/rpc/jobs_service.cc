@@ -9,7 +9,9 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
+#include "server/flight/flight_analysis.h"
 #include "server/net/status_util.h"
+#include "server/wire/flight_wire.h"
 #include "server/wire/job_wire.h"
 
 namespace overlap::rpc {
@@ -28,9 +30,10 @@ void DropTimelines(v1::Job* job) {
   result->clear_layer_timeline();
 }
 
-// Job ids are "job-" and a sequence number; anything much longer is not one,
-// and is not worth looking up or quoting whole.
-constexpr size_t kMaxJobIdBytes = 64;
+// Job ids are "job-" and a sequence number, global ones a node name (a peer
+// address) before it; anything much longer is not one, and is not worth
+// looking up or quoting whole.
+constexpr size_t kMaxJobIdBytes = 320;
 
 // Jobs in a ListJobs page: where the request leaves it to the daemon, and at most.
 constexpr int kDefaultPageSize = 500;
@@ -39,8 +42,9 @@ constexpr int kMaxPageSize = 1000;
 absl::Status RequireId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: required");
   if (id.size() > kMaxJobIdBytes || HasControlCharacters(id) || FirstInvalidUtf8(id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("id: ", QuotedExcerpt(id, 40), " is not a job id (job-NNNNNN)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "id: ", QuotedExcerpt(id, 40),
+        " is not a job id (job-NNNNNN, or NODE/job-NNNNNN for a job spanning daemons)"));
   }
   return absl::OkStatus();
 }
@@ -114,6 +118,23 @@ absl::StatusOr<v1::Job> JobsService::Validate(const Caller& caller, const std::s
   return job;
 }
 
+absl::StatusOr<std::string> JobsService::LocalId(const std::string& id) const {
+  RETURN_IF_ERROR(RequireId(id));
+  if (id.find('/') == std::string::npos) return id;
+  if (!options_.local_job_id) {
+    return absl::NotFoundError(absl::StrCat("job ", QuotedExcerpt(id, 100),
+                                            ": this daemon has no peers, so no job spanning "
+                                            "daemons runs here"));
+  }
+  return options_.local_job_id(id);
+}
+
+v1::Job JobsService::Shown(const jobs::JobRecord& job) const {
+  v1::Job shown = wire::ToProto(job);
+  shown.set_global_id(jobs::GlobalIdOf(job, options_.node_name));
+  return shown;
+}
+
 absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::string& id) {
   ASSIGN_OR_RETURN(const jobs::JobRecord job, queue_.Get(id));
   const bool own = !job.owner.empty() && job.owner == caller.owner;
@@ -127,7 +148,7 @@ absl::StatusOr<v1::Job> JobsService::Cancel(const Caller& caller, const std::str
   if (!own) {
     Log()->warn("job {} of {} cancelled by the admin {}", id, owner_name, caller.Describe());
   }
-  return wire::ToProto(cancelled);
+  return Shown(cancelled);
 }
 
 absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::string& spec_text,
@@ -150,7 +171,7 @@ absl::StatusOr<v1::Job> JobsService::Submit(const Caller& caller, const std::str
     return job.status();
   }
   counters_.jobs_submitted.fetch_add(1);
-  return wire::ToProto(*job);
+  return Shown(*job);
 }
 
 grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
@@ -170,10 +191,29 @@ grpc::Status JobsService::SubmitJob(grpc::ServerContext* context,
 grpc::Status JobsService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                  v1::GetJobResponse* response) {
   return Limited(context, "GetJob", [&](const Caller&) {
-    if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
-    absl::StatusOr<jobs::JobRecord> job = queue_.Get(request->id());
+    absl::StatusOr<std::string> id = LocalId(request->id());
+    if (!id.ok()) return net::ToGrpcStatus(id.status());
+    absl::StatusOr<jobs::JobRecord> job = queue_.Get(*id);
     if (!job.ok()) return net::ToGrpcStatus(job.status());
-    *response->mutable_job() = wire::ToProto(*job);
+    *response->mutable_job() = Shown(*job);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status JobsService::GetFlight(grpc::ServerContext* context,
+                                    const v1::GetFlightRequest* request,
+                                    v1::GetFlightResponse* response) {
+  return Limited(context, "GetFlight", [&](const Caller&) {
+    absl::StatusOr<std::string> id = LocalId(request->id());
+    if (!id.ok()) return net::ToGrpcStatus(id.status());
+    absl::StatusOr<jobs::JobRecord> job = queue_.Get(*id);  // NOT_FOUND for an unknown job
+    if (!job.ok()) return net::ToGrpcStatus(job.status());
+    if (options_.flight == nullptr) return grpc::Status::OK;
+    const std::vector<flight::RankRing> rings = options_.flight->Snapshot(*id);
+    for (const flight::RankRing& ring : rings) *response->add_rings() = wire::ToProto(ring);
+    response->set_verdict(flight::Analyze(rings).OneLine());
+    response->set_recorder_bytes(options_.flight->MemoryBytes());
+    response->set_entries_per_ring(options_.flight->entries_per_ring());
     return grpc::Status::OK;
   });
 }
@@ -208,7 +248,7 @@ grpc::Status JobsService::List(const v1::ListJobsRequest* request, v1::ListJobsR
     Log()->error("ListJobs failed: {}", page.status().ToString());
     return net::ToGrpcStatus(page.status());
   }
-  for (const jobs::JobRecord& job : page->jobs) *response->add_jobs() = wire::ToProto(job);
+  for (const jobs::JobRecord& job : page->jobs) *response->add_jobs() = Shown(job);
   if (page->next_before > 0) response->set_next_page_token(absl::StrCat(page->next_before));
   return grpc::Status::OK;
 }
@@ -217,8 +257,9 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
                                     const v1::CancelJobRequest* request,
                                     v1::CancelJobResponse* response) {
   return Limited(context, "CancelJob", [&](const Caller& caller) {
-    if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
-    absl::StatusOr<v1::Job> job = Cancel(caller, request->id());
+    absl::StatusOr<std::string> id = LocalId(request->id());
+    if (!id.ok()) return net::ToGrpcStatus(id.status());
+    absl::StatusOr<v1::Job> job = Cancel(caller, *id);
     if (!job.ok()) return net::ToGrpcStatus(job.status());
     *response->mutable_job() = std::move(*job);
     return grpc::Status::OK;
@@ -227,7 +268,8 @@ grpc::Status JobsService::CancelJob(grpc::ServerContext* context,
 
 grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                    grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (absl::Status s = RequireId(request->id()); !s.ok()) return net::ToGrpcStatus(s);
+  absl::StatusOr<std::string> id = LocalId(request->id());
+  if (!id.ok()) return net::ToGrpcStatus(id.status());
   absl::StatusOr<Caller> caller = callers_.Resolve(context);
   if (!caller.ok()) return net::ToGrpcStatus(caller.status());
   // Each stream holds one of gRPC's server threads while it lasts: past the
@@ -241,13 +283,12 @@ grpc::Status JobsService::WatchJob(grpc::ServerContext* context, const v1::Watch
     if (context->IsCancelled()) return grpc::Status::CANCELLED;
     // A short wait so that a client that went away (or a server shutdown) is
     // noticed even while the job sits unchanged in the queue.
-    absl::StatusOr<jobs::JobSnapshot> snapshot =
-        queue_.WaitForChange(request->id(), seen, kWatchPoll);
+    absl::StatusOr<jobs::JobSnapshot> snapshot = queue_.WaitForChange(*id, seen, kWatchPoll);
     if (!snapshot.ok()) return net::ToGrpcStatus(snapshot.status());
     if (snapshot->version != seen) {
       seen = snapshot->version;
       v1::JobEvent event;
-      *event.mutable_job() = wire::ToProto(snapshot->job);
+      *event.mutable_job() = Shown(snapshot->job);
       const bool final_state = jobs::IsFinal(snapshot->job.state);
       if (!final_state) DropTimelines(event.mutable_job());
       if (!writer->Write(event)) return grpc::Status::CANCELLED;  // the client is gone

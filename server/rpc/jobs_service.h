@@ -15,6 +15,7 @@
 
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.grpc.pb.h"
+#include "server/flight/flight_recorder.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_queue.h"
 #include "server/net/request_limiter.h"
@@ -35,10 +36,20 @@ struct JobsServiceOptions {
   // parse: the job to queue and its graph. Called for a graph with nodes, or
   // a submission naming them. Null on a daemon without peers: such a
   // submission is then FAILED_PRECONDITION.
-  std::function<absl::StatusOr<jobs::AdmittedJob>(
-      JobSpec spec, const std::string& spec_text, const std::string& source_name,
-      const std::vector<std::string>& nodes)>
+  std::function<absl::StatusOr<jobs::AdmittedJob>(JobSpec spec, const std::string& spec_text,
+                                                  const std::string& source_name,
+                                                  const std::vector<std::string>& nodes)>
       admit_spanning;
+  // This daemon's node name (its peer address) where it has peers: a job
+  // spanning daemons is shown with its global id (jobs::GlobalIdOf).
+  std::string node_name;
+  // The id on this daemon of the job a global id ("NODE/job-NNNNNN") names
+  // (cluster::ClusterJobs::LocalJobId), for GetJob, CancelJob and WatchJob.
+  // Null on a daemon without peers: such an id is then NOT_FOUND.
+  std::function<absl::StatusOr<std::string>(const std::string& global_id)> local_job_id;
+  // The daemon's flight recorder, for GetFlight; null: GetFlight answers with
+  // no rings.
+  const flight::FlightRecorder* flight = nullptr;
 };
 
 class JobsService final : public v1::Jobs::Service {
@@ -58,6 +69,8 @@ class JobsService final : public v1::Jobs::Service {
                          v1::CancelJobResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status GetFlight(grpc::ServerContext* context, const v1::GetFlightRequest* request,
+                         v1::GetFlightResponse* response) override;
 
   // The checks and the hand-over of SubmitJob for `caller`, without gRPC.
   absl::StatusOr<v1::Job> Submit(const Caller& caller, const std::string& spec_text,
@@ -67,6 +80,9 @@ class JobsService final : public v1::Jobs::Service {
   absl::StatusOr<v1::Job> Validate(const Caller& caller, const std::string& spec_text,
                                    const std::string& source_name,
                                    const std::vector<std::string>& nodes = {});
+
+  // The stream slots, shared with Node.WatchNode: every stream counts against one cap.
+  WatchSlots& watch_slots() { return watch_slots_; }
 
  private:
   // Everything Submit checks; the admitted job and its graph, not yet queued.
@@ -79,7 +95,13 @@ class JobsService final : public v1::Jobs::Service {
   grpc::Status Limited(grpc::ServerContext* context, absl::string_view method, Serve&& serve);
   grpc::Status List(const v1::ListJobsRequest* request, v1::ListJobsResponse* response);
   // Only the job's owner, or an admin, may cancel it (PERMISSION_DENIED).
+  // `id` is a local one (LocalId).
   absl::StatusOr<v1::Job> Cancel(const Caller& caller, const std::string& id);
+  // The job id a request names, checked: a short id as it is, a global one
+  // resolved to this daemon's job (options_.local_job_id).
+  absl::StatusOr<std::string> LocalId(const std::string& id) const;
+  // A job as the API shows it: with its global id where it spans daemons.
+  v1::Job Shown(const jobs::JobRecord& job) const;
 
   jobs::JobQueue& queue_;
   const jobs::Admission& admission_;

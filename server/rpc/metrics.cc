@@ -12,6 +12,7 @@
 #include "common/graph.h"
 #include "common/logging.h"
 #include "prometheus/text_serializer.h"
+#include "server/rpc/session_metrics.h"
 #include "server/wire/job_wire.h"
 
 namespace overlap::rpc {
@@ -293,6 +294,44 @@ const std::vector<Definition>& Definitions() {
        Reading([](const v1::Device& d) { return static_cast<double>(d.temperature_c()); })},
       {"overlapd_device_power_watts", "power draw (NVML)", MetricType::Gauge,
        Reading([](const v1::Device& d) { return d.power_w(); })},
+      {"overlapd_energy_joules_total",
+       "energy the device drew since the driver loaded (NVML total energy consumption; the host "
+       "backend's simulated counter)",
+       MetricType::Counter,
+       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+         if (d.energy_valid()) Add(f, d.energy_j(), device);
+       })},
+      {"overlapd_job_energy_joules_total",
+       "energy of a running job's timed steps so far, all its devices together (each finished "
+       "op's and layer step's joules per step times its steps); one series per running job",
+       MetricType::Counter,
+       [](const Sources& s, MetricFamily& f) {
+         for (const v1::Job& job : s.recent) {
+           if (job.state() != v1::RUNNING) continue;
+           std::optional<double> joules;
+           for (const v1::OpResult& op : job.result().ops()) {
+             if (op.has_energy()) {
+               joules = joules.value_or(0) + op.energy().step_joules() * op.step().samples();
+             }
+           }
+           const v1::JobResult& r = job.result();
+           if (r.has_layer_energy()) {
+             joules = joules.value_or(0) + r.layer_energy().step_joules() * r.layer_step().samples();
+           }
+           if (!joules) continue;
+           Labels labels = {{"job_id", job.id()}};
+           const std::string global = GlobalJobId(job, s.node.node_name());
+           if (!global.empty()) labels.push_back({"global_job_id", global});
+           Add(f, *joules, std::move(labels));
+         }
+       }},
+      {"overlapd_device_nvlink_bytes_total",
+       "NVLink data bytes sent (direction=tx) and received (rx) since the driver loaded, summed "
+       "over the links (NVML field values)",
+       MetricType::Counter,
+       Pair([](const v1::Device& d) { return d.nvlink_traffic_valid(); }, "direction", "tx",
+            [](const v1::Device& d) { return static_cast<double>(d.nvlink_tx_bytes()); }, "rx",
+            [](const v1::Device& d) { return static_cast<double>(d.nvlink_rx_bytes()); })},
       {"overlapd_device_utilization_ratio",
        "share of the last sample period a kernel ran, 0 to 1 (NVML)", MetricType::Gauge,
        Reading([](const v1::Device& d) { return d.utilization_pct() / 100.0; })},
@@ -447,6 +486,37 @@ const std::vector<Definition>& Definitions() {
          if (l.rank >= l.op->compute_wait_rank_ms_size()) return std::nullopt;
          return Seconds(l.op->compute_wait_rank_ms(l.rank));
        })},
+      {"overlapd_last_op_energy_joules",
+       "energy of one step of the last op finished on the device, all its devices together "
+       "(NVML's counter around its timed iterations)",
+       MetricType::Gauge,
+       OfLastOp([](const LastOp& l) -> std::optional<double> {
+         if (!l.op->has_energy()) return std::nullopt;
+         return l.op->energy().step_joules();
+       })},
+      {"overlapd_last_op_power_watts",
+       "average power of that op's timed iterations, all its devices together", MetricType::Gauge,
+       OfLastOp([](const LastOp& l) -> std::optional<double> {
+         if (!l.op->has_energy()) return std::nullopt;
+         return l.op->energy().step_watts();
+       })},
+      {"overlapd_last_layer_energy_joules",
+       "energy of one layer step of the newest job on the device that measured one, all its "
+       "devices together",
+       MetricType::Gauge,
+       [](const Sources& s, MetricFamily& f) {
+         for (const v1::Device& d : s.node.devices()) {
+           for (const v1::Job& job : s.recent) {
+             const auto& devices = job.devices();
+             if (std::find(devices.begin(), devices.end(), d.index()) == devices.end()) continue;
+             if (!job.result().has_layer_step()) continue;
+             if (job.result().has_layer_energy() && Fresh(FinishedMs(job, s.now_ms), s)) {
+               Add(f, job.result().layer_energy().step_joules(), s.Of(d.index()));
+             }
+             break;
+           }
+         }
+       }},
       {"overlapd_last_layer_step_seconds",
        "the whole graph as one step (median), of the newest job on the device that measured one",
        MetricType::Gauge,
@@ -478,8 +548,9 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
 
 class MetricsExporter::Collector {
  public:
-  Collector(const node::NodeState& node, jobs::JobQueue& queue, MetricsOptions options)
-      : node_(node), queue_(queue), options_(options) {}
+  Collector(const node::NodeState& node, jobs::JobQueue& queue, MetricsOptions options,
+            MetricsSessions sessions)
+      : node_(node), queue_(queue), options_(options), sessions_(sessions) {}
 
   std::vector<MetricFamily> Gather() {
     // A failed GetStats (the job store) leaves its figures out rather than
@@ -489,7 +560,23 @@ class MetricsExporter::Collector {
     if (auto jobs = queue_.List(std::nullopt, kMetricsRecentJobs); jobs.ok()) {
       for (const jobs::JobRecord& job : *jobs) recent.push_back(wire::ToProto(job));
     }
-    return BuildMetrics(node_.Info(), stats, recent, absl::ToUnixMillis(absl::Now()), options_);
+    v1::GetNodeInfoResponse node = node_.Info();
+    if (options_.latest_sample) {
+      if (std::shared_ptr<const v1::NodeSample> sample = options_.latest_sample()) {
+        *node.mutable_devices() = sample->devices();
+      }
+    }
+    std::vector<MetricFamily> families =
+        BuildMetrics(node, stats, recent, absl::ToUnixMillis(absl::Now()), options_);
+    // Each copies its state under its own lock; nothing waits on I/O there.
+    std::vector<sessions::SessionRow> rows;
+    std::vector<sessions::SessionFigures> figures;
+    if (sessions_.registry != nullptr) rows = sessions_.registry->List("");
+    if (sessions_.lanes != nullptr) figures = sessions_.lanes->Figures();
+    for (MetricFamily& family : BuildSessionMetrics(rows, figures)) {
+      families.push_back(std::move(family));
+    }
+    return families;
   }
 
   // /healthz: 200 while the daemon takes work and its devices are usable (what
@@ -509,13 +596,14 @@ class MetricsExporter::Collector {
   const node::NodeState& node_;
   jobs::JobQueue& queue_;
   const MetricsOptions options_;
+  const MetricsSessions sessions_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& address, const node::NodeState& node, jobs::JobQueue& queue,
-    const MetricsOptions& options) {
+    const MetricsOptions& options, MetricsSessions sessions) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
-  exporter->collector_ = std::make_unique<Collector>(node, queue, options);
+  exporter->collector_ = std::make_unique<Collector>(node, queue, options, sessions);
   Collector* collector = exporter->collector_.get();
   HttpEndpoint::Routes routes;
   routes["/metrics"] = [collector] {

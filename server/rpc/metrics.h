@@ -8,6 +8,7 @@
 // agree with overlapctl's.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,8 +17,10 @@
 #include "overlap/v1/overlap.pb.h"
 #include "prometheus/metric_family.h"
 #include "server/jobs/job_queue.h"
-#include "server/rpc/http_endpoint.h"
 #include "server/node/node_state.h"
+#include "server/rpc/http_endpoint.h"
+#include "server/sessions/session_lanes.h"
+#include "server/sessions/session_registry.h"
 
 namespace overlap::rpc {
 
@@ -28,6 +31,17 @@ struct MetricsOptions {
   // How long the last_op and last_layer series stay after their job ended
   // (config metrics_last_op_ttl_s).
   double last_op_ttl_s = 900;
+  // The node sampler's latest sample (RpcServer::LatestNodeSample): where
+  // set, the device families are read from it, the figures `top` streams.
+  // Null: the devices are read at each scrape.
+  std::function<std::shared_ptr<const v1::NodeSample>()> latest_sample;
+};
+
+// Where the session families (session_metrics.h) come from; both null where
+// the daemon runs no sessions (the families are then empty).
+struct MetricsSessions {
+  const sessions::SessionRegistry* registry = nullptr;
+  const sessions::SessionLanes* lanes = nullptr;
 };
 
 // The metric families for one scrape at `now_ms` (unix). `recent` is newest
@@ -46,7 +60,8 @@ class MetricsExporter {
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const std::string& address,
                                                                 const node::NodeState& node,
                                                                 jobs::JobQueue& queue,
-                                                                const MetricsOptions& options);
+                                                                const MetricsOptions& options,
+                                                                MetricsSessions sessions = {});
   ~MetricsExporter();
 
   int port() const;

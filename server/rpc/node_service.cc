@@ -1,6 +1,8 @@
 #include "server/rpc/node_service.h"
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/net/status_util.h"
+#include "server/rpc/node_sample_source.h"
 #include "server/wire/session_wire.h"
 
 namespace overlap::rpc {
@@ -21,7 +24,8 @@ absl::StatusOr<Caller> Admin(const CallerResolver& callers, const grpc::ServerCo
   if (!caller.ok()) return caller.status();
   if (!caller->admin) {
     return absl::PermissionDeniedError(
-        absl::StrCat(what, " changes the node for everyone: only an admin (root, or a member of "
+        absl::StrCat(what,
+                     " changes the node for everyone: only an admin (root, or a member of "
                      "admin_group) may, not ",
                      caller->Describe()));
   }
@@ -32,13 +36,16 @@ absl::StatusOr<Caller> Admin(const CallerResolver& callers, const grpc::ServerCo
 
 NodeService::NodeService(const node::NodeState& state, node::TuningState& tuning,
                          const engine::Engine& engine, const CallerResolver& callers,
-                         sessions::SessionRegistry* sessions, const sessions::SessionLanes* lanes)
+                         sessions::SessionRegistry* sessions, const sessions::SessionLanes* lanes,
+                         NodeSampler* sampler, WatchSlots* watch_slots)
     : state_(state),
       tuning_(tuning),
       engine_(engine),
       callers_(callers),
       sessions_(sessions),
-      lanes_(lanes) {}
+      lanes_(lanes),
+      sampler_(sampler),
+      watch_slots_(watch_slots) {}
 
 grpc::Status NodeService::GetNodeInfo(grpc::ServerContext* context,
                                       const v1::GetNodeInfoRequest* request,
@@ -182,6 +189,62 @@ grpc::Status NodeService::CloseSession(grpc::ServerContext* context,
   if (!closed.ok()) return net::ToGrpcStatus(closed);
   GetLogger("rpc")->info("session {} closed by {}", request->session_id(), caller->Describe());
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::WatchNode(grpc::ServerContext* context,
+                                    const v1::WatchNodeRequest* request,
+                                    grpc::ServerWriter<v1::NodeSample>* writer) {
+  if (sampler_ == nullptr || watch_slots_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this daemon streams no node samples");
+  }
+  absl::StatusOr<Caller> caller = callers_.Resolve(context);
+  if (!caller.ok()) return net::ToGrpcStatus(caller.status());
+  // A stream holds one of gRPC's server threads while it lasts, as WatchJob's do.
+  absl::StatusOr<WatchSlots::Slot> slot =
+      watch_slots_->Take(caller->owner, caller->Describe(), caller->admin || caller->socket_owner);
+  if (!slot.ok()) return net::ToGrpcStatus(slot.status());
+  // A reader that never reads leaves Write blocked once gRPC's window is full:
+  // dropping the stream cancels the call, which ends that Write.
+  std::unique_ptr<NodeSampler::Subscription> subscription = sampler_->Subscribe(
+      absl::Milliseconds(request->interval_ms()), [context] { context->TryCancel(); });
+  const bool all_sessions = caller->admin;
+  // Short waits, so that a caller that went away (or a shutdown) is noticed
+  // between samples.
+  const absl::Duration wait = std::min(subscription->interval(), absl::Milliseconds(500));
+  absl::Status dropped;
+  while (dropped.ok()) {
+    if (context->IsCancelled()) break;
+    absl::StatusOr<NodeSampler::Delivered> next = subscription->Next(wait);
+    if (!next.ok()) {
+      dropped = next.status();
+      break;
+    }
+    if (next->sample == nullptr) continue;
+    v1::NodeSample sample = *next->sample;
+    sample.set_interval_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(subscription->interval())));
+    sample.set_skipped(next->skipped);
+    if (!all_sessions) {
+      auto* shown = sample.mutable_sessions();
+      shown->erase(std::remove_if(shown->begin(), shown->end(),
+                                  [&](const v1::SessionInfo& s) {
+                                    return !SessionVisibleTo(s, caller->owner);
+                                  }),
+                   shown->end());
+    }
+    if (!writer->Write(sample)) {
+      // The client is gone, or the stream was dropped while Write was blocked
+      // (the call was cancelled: the client sees CANCELLED, the log says why).
+      dropped = subscription->Next(absl::ZeroDuration()).status();
+      break;
+    }
+  }
+  if (!dropped.ok()) {
+    GetLogger("rpc")->warn("node stream of {} dropped: {}", caller->Describe(),
+                           std::string(dropped.message()));
+    return net::ToGrpcStatus(dropped);
+  }
+  return grpc::Status::CANCELLED;
 }
 
 }  // namespace overlap::rpc

@@ -10,6 +10,8 @@
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/node_sampler.h"
+#include "server/rpc/watch_slots.h"
 #include "server/sessions/session_lanes.h"
 #include "server/sessions/session_registry.h"
 
@@ -19,9 +21,12 @@ class NodeService final : public v1::Node::Service {
  public:
   // All references must outlive the service.
   // `sessions` and `lanes` are null where the daemon runs no sessions.
+  // WatchNode needs `sampler` and `watch_slots` (the slots WatchJob takes
+  // too); without them it answers UNIMPLEMENTED.
   NodeService(const node::NodeState& state, node::TuningState& tuning, const engine::Engine& engine,
               const CallerResolver& callers, sessions::SessionRegistry* sessions = nullptr,
-              const sessions::SessionLanes* lanes = nullptr);
+              const sessions::SessionLanes* lanes = nullptr, NodeSampler* sampler = nullptr,
+              WatchSlots* watch_slots = nullptr);
 
   grpc::Status GetNodeInfo(grpc::ServerContext* context, const v1::GetNodeInfoRequest* request,
                            v1::GetNodeInfoResponse* response) override;
@@ -35,9 +40,11 @@ class NodeService final : public v1::Node::Service {
                                     v1::ForgetTunedSchedulesResponse* response) override;
   grpc::Status ForgetXids(grpc::ServerContext* context, const v1::ForgetXidsRequest* request,
                           v1::ForgetXidsResponse* response) override;
-  grpc::Status GetCalibration(grpc::ServerContext* context, const v1::GetCalibrationRequest* request,
+  grpc::Status GetCalibration(grpc::ServerContext* context,
+                              const v1::GetCalibrationRequest* request,
                               v1::GetCalibrationResponse* response) override;
-  grpc::Status PutCalibration(grpc::ServerContext* context, const v1::PutCalibrationRequest* request,
+  grpc::Status PutCalibration(grpc::ServerContext* context,
+                              const v1::PutCalibrationRequest* request,
                               v1::PutCalibrationResponse* response) override;
   // The caller's sessions; an admin's with all_users, everyone's.
   grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
@@ -46,6 +53,11 @@ class NodeService final : public v1::Node::Service {
   // FAILED_PRECONDITION where the daemon runs no sessions.
   grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse* response) override;
+  // A sample every interval (floored at the sampler's base interval) until
+  // the caller ends it; RESOURCE_EXHAUSTED when no watch slot is left, or
+  // when the reader fell so far behind that it was dropped.
+  grpc::Status WatchNode(grpc::ServerContext* context, const v1::WatchNodeRequest* request,
+                         grpc::ServerWriter<v1::NodeSample>* writer) override;
 
  private:
   const node::NodeState& state_;
@@ -54,6 +66,8 @@ class NodeService final : public v1::Node::Service {
   const CallerResolver& callers_;
   sessions::SessionRegistry* const sessions_;
   const sessions::SessionLanes* const lanes_;
+  NodeSampler* const sampler_;
+  WatchSlots* const watch_slots_;
 };
 
 }  // namespace overlap::rpc

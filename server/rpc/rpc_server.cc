@@ -4,38 +4,24 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/net/listen_address.h"
+#include "server/net/unix_socket.h"
+#include "server/rpc/node_sample_source.h"
 
 namespace overlap::rpc {
 namespace {
 
 constexpr char kJobsServiceName[] = "overlap.v1.Jobs";
-
-// Group members may talk to the daemon; others may not. The socket was bound
-// under the daemon's umask (0077), so this only ever widens it.
-absl::Status OpenSocketToGroup(const std::string& path, int gid) {
-  if (gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0) {
-    const int error = errno;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "socket_group: cannot give ", path, " to group ", gid, ": ", std::strerror(error),
-        " (overlapd must run as root or be a member of it)"));
-  }
-  if (::chmod(path.c_str(), 0660) != 0) {
-    GetLogger("rpc")->warn("cannot chmod 0660 {}: {}", path, std::strerror(errno));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -55,7 +41,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
     // Bound under the daemon's umask (0077): 0600 until it is opened below.
     ASSIGN_OR_RETURN(server->unix_, UnixListener::Bind(target->socket_path));
     server->socket_path_ = target->socket_path;
-    RETURN_IF_ERROR(OpenSocketToGroup(target->socket_path, options.socket_gid));
+    RETURN_IF_ERROR(net::OpenUnixSocketToGroup(target->socket_path, options.socket_gid));
   } else if (target->insecure_network) {
     log->warn(
         "*** listening on {} {}: anyone who can reach this port can run and cancel jobs "
@@ -77,8 +63,14 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const RpcServerOptio
   server->jobs_service_ =
       std::make_unique<JobsService>(parts.queue, parts.admission, *server->callers_,
                                     options.jobs, counters, *server->limiter_);
+  server->sampler_ = std::make_unique<NodeSampler>(
+      [sample_parts = NodeSampleParts{parts.node, parts.queue, parts.sessions, parts.lanes}] {
+        return TakeNodeSample(sample_parts);
+      },
+      options.node_sampler);
   server->node_service_ = std::make_unique<NodeService>(
-      parts.node, parts.tuning, parts.engine, *server->callers_, parts.sessions, parts.lanes);
+      parts.node, parts.tuning, parts.engine, *server->callers_, parts.sessions, parts.lanes,
+      server->sampler_.get(), &server->jobs_service_->watch_slots());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

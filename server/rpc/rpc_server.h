@@ -16,14 +16,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
-#include "server/jobs/job_queue.h"
 #include "server/jobs/admission.h"
+#include "server/jobs/job_queue.h"
+#include "server/net/request_limiter.h"
 #include "server/node/node_state.h"
 #include "server/node/tuning_state.h"
 #include "server/rpc/caller.h"
 #include "server/rpc/jobs_service.h"
+#include "server/rpc/node_sampler.h"
 #include "server/rpc/node_service.h"
-#include "server/net/request_limiter.h"
 #include "server/rpc/server_tls.h"
 #include "server/rpc/unix_listener.h"
 
@@ -44,6 +45,9 @@ struct RpcServerOptions {
   // Jobs calls in flight at once, in all and per user (request_limiter.h);
   // gRPC's threads are capped at these plus the watchers.
   net::RequestLimits requests;
+  // Node.WatchNode's sampler: its base interval (the streams' floor) and when
+  // it drops a reader that fell behind (node_sampler.h).
+  NodeSamplerOptions node_sampler;
 };
 
 // What the services serve from; every part must outlive the server.
@@ -70,6 +74,12 @@ class RpcServer {
 
   // The bound address ("unix:/run/overlapd/overlapd.sock", "127.0.0.1:41234").
   const std::string& listen_address() const { return listen_address_; }
+  // What Node.WatchNode's sampler has done: streams open, samples taken,
+  // skipped and readers dropped.
+  NodeSamplerCounters node_stream_counters() const { return sampler_->counters(); }
+  // The sampler's latest sample (taken now where it is stale): what the
+  // metrics read, so that they and the streams agree.
+  std::shared_ptr<const v1::NodeSample> LatestNodeSample() { return sampler_->Latest(); }
   // Health of "" and "overlap.v1.Jobs".
   void SetServing(bool serving);
   // Stops accepting calls; calls still running after `grace` are cancelled. Blocks
@@ -82,6 +92,7 @@ class RpcServer {
   std::unique_ptr<UnixListener> unix_;  // on a unix socket
   std::unique_ptr<CallerResolver> callers_;
   std::unique_ptr<net::RequestLimiter> limiter_;
+  std::unique_ptr<NodeSampler> sampler_;  // outlives the services' streams
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<NodeService> node_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -14,8 +14,6 @@
 // Thread safety: PeerOf from any thread; Start and the destructor from one.
 #pragma once
 
-#include <sys/types.h>
-
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/net/unix_socket.h"
 
 namespace grpc {
 class Server;
@@ -32,11 +31,7 @@ class Server;
 
 namespace overlap::rpc {
 
-struct PeerCredentials {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  pid_t pid = 0;
-};
+using PeerCredentials = net::PeerCredentials;
 
 class UnixListener {
  public:

@@ -88,6 +88,10 @@ struct LayerStepReport {
   int dispatch_iterations = 0;  // dynamic: the iterations the figures below come from
   std::vector<LaneFigures> lane_figures;
   std::vector<std::string> scheduler_notes;  // what the bound or chunk size could not keep
+  // The step's energy (energy.h), serial beside it: every op's GEMM alone and
+  // collective alone back to back (an op without both: its own step).
+  EnergyFigures energy;
+  double joules_per_tflop = 0;
 };
 
 // A job spanning daemons: one node's part, as the coordinator merged it.

@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "overlap_git_commit.h"
+#include "server/flight/flight_engine.h"
 #include "server/ops/op_context.h"
 #include "server/runner/layer_step.h"
 #include "server/runner/op_phases.h"
@@ -58,6 +59,7 @@ absl::StatusOr<OpMeasurement> RunOp(engine::Engine& engine, const JobSpec& spec,
                                    const std::vector<int>& devices, const RunHooks& hooks,
                                    const ChoiceSources& sources, int op_index, int op_count,
                                    const OpSpec& op) {
+  const flight::ScopedFlightOp flight_label(op.id);
   ASSIGN_OR_RETURN(std::unique_ptr<OpContext> ctx, CreateOpContext(engine, spec, devices, op));
   OpRun run{engine, spec, hooks, op_index, op_count, *ctx};
   run.Progress("setup", 0, 0);

@@ -208,9 +208,10 @@ absl::Status AgreeAcrossDaemons(engine::Engine& engine, const std::vector<int>& 
     ASSIGN_OR_RETURN(const engine::BufferId buffer, engine.Allocate(device, bytes));
     buffers.push_back(buffer);
     const engine::BufferRef ref{buffer, 0, bytes};
-    if (engine.IsLocalDevice(device)) RETURN_IF_ERROR(engine.CopyFromHost(ref, device, mine.data()));
-    args.ranks.push_back(engine::RankBuffers{
-        device, engine.GetStream(device, engine::StreamRole::kComm), ref, ref});
+    if (engine.IsLocalDevice(device))
+      RETURN_IF_ERROR(engine.CopyFromHost(ref, device, mine.data()));
+    args.ranks.push_back(
+        engine::RankBuffers{device, engine.GetStream(device, engine::StreamRole::kComm), ref, ref});
   }
   RETURN_IF_ERROR(engine.AllReduce(args));
   RETURN_IF_ERROR(engine.Synchronize(devices));
@@ -417,6 +418,24 @@ absl::StatusOr<std::vector<LayerChainCheck>> Verify(OpRun& run, RunningStep& ste
   return checks;
 }
 
+// The step's energy beside its ops run serially one after another (each op's
+// GEMM alone and collective alone, or its own step where it has not both).
+void SetEnergy(const EnergyWindow& step, const std::vector<OpMeasurement>& ops,
+               LayerStepReport& layer) {
+  EnergyWindow serial{/*valid=*/true, /*joules=*/0, /*seconds=*/0, /*steps=*/1};
+  double serial_ms = 0;
+  for (const OpMeasurement& op : ops) {
+    const OpFigures f = FiguresOf(op);
+    const bool has_serial = f.serial_energy.valid;
+    serial = BackToBack(serial, has_serial ? f.serial_energy : f.step_energy);
+    serial_ms += has_serial ? f.serial_ms : f.step.median;
+  }
+  layer.energy = EnergyOf(step, layer.step.median, serial, serial_ms);
+  double flops = 0;
+  for (const OpMeasurement& op : ops) flops += OpFlops(op.op);
+  if (layer.energy.valid) layer.joules_per_tflop = JoulesPerTflop(layer.energy.step_joules, flops);
+}
+
 // The step's report from the plan and what the phases returned.
 LayerStepReport ReportOf(const LayerPlan& plan, const JobSpec& spec, StepMeasurements measured,
                          std::vector<LayerChainCheck> chains, const std::vector<OpMeasurement>& ops,
@@ -453,6 +472,7 @@ LayerStepReport ReportOf(const LayerPlan& plan, const JobSpec& spec, StepMeasure
   layer.timeline = std::move(measured.timeline);
   if (layer.timeline) layer.timeline->enqueued_not_replayed = layer.captured;
   layer.chains = std::move(chains);
+  SetEnergy(measured.step.energy, ops, layer);
   return layer;
 }
 

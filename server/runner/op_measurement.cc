@@ -20,6 +20,13 @@ OpFigures FiguresOf(const OpMeasurement& m) {
   f.gemm_alone = Summarize(gemm_only ? step_t : m.rounds.gemm);
   f.comm_alone = Summarize(comm_t);
   f.exposed_comm_ms = std::max(0.0, f.step.median - f.gemm_alone.median);
+  f.step_energy = m.rounds.step_energy;
+  if (!collective_only && !gemm_only && m.tp > 1) {
+    const EnergyWindow& comm =
+        m.comm.fastest == Transport::kP2p ? m.comm.p2p_energy : m.comm.nccl_energy;
+    f.serial_energy = BackToBack(m.rounds.gemm_energy, comm);
+    f.serial_ms = f.gemm_alone.median + f.comm_alone.median;
+  }
   return f;
 }
 

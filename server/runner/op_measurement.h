@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "common/graph.h"
+#include "common/schedule.h"
 #include "common/stats.h"
 #include "server/ops/reference.h"
-#include "common/schedule.h"
 #include "server/runner/autotune.h"
+#include "server/runner/energy.h"
 #include "server/runner/timeline.h"
 
 namespace overlap::runner {
@@ -30,6 +31,8 @@ struct CommAlone {
   std::vector<double> nccl{0.0};
   std::vector<double> p2p{0.0};
   Transport fastest = Transport::kNccl;
+  EnergyWindow nccl_energy;  // each transport's timed iterations (energy.h)
+  EnergyWindow p2p_energy;
 };
 
 // The GEMM alone, the GEMM beside the collective and the step, in alternating
@@ -38,10 +41,12 @@ struct TimedRounds {
   std::vector<double> gemm;
   std::vector<double> beside;
   std::vector<double> step;
-  std::vector<double> host_enqueue;  // each round's median
-  std::vector<std::vector<double>> gemm_by_rank;  // [rank][iteration]
+  std::vector<double> host_enqueue;                // each round's median
+  std::vector<std::vector<double>> gemm_by_rank;   // [rank][iteration]
   std::vector<std::vector<double>> step_by_group;  // [group][iteration]; empty when replayed
-  bool step_replayed = true;                      // every round's step replayed a graph
+  bool step_replayed = true;                       // every round's step replayed a graph
+  EnergyWindow gemm_energy;  // the rounds' GEMM alone and step, summed (energy.h)
+  EnergyWindow step_energy;
 };
 
 // One traced iteration (traced_iteration.h): where the step's time went.
@@ -62,8 +67,8 @@ struct OpMeasurement {
   ScheduleChoice choice;
   CommAlone comm;
   TimedRounds rounds;
-  std::optional<Timeline> timeline;            // spec.timeline
-  std::optional<ops::Verification> verified;   // spec.verify
+  std::optional<Timeline> timeline;           // spec.timeline
+  std::optional<ops::Verification> verified;  // spec.verify
 };
 
 // The op's headline figures, as its report gives them: a collective alone is
@@ -75,6 +80,11 @@ struct OpFigures {
   std::vector<double> comm_nccl;  // iteration times of the collective alone on each transport
   std::vector<double> comm_p2p;
   double exposed_comm_ms = 0;  // step - GEMM alone (medians, floored at 0)
+  // The step's energy, and beside it the GEMM alone and the collective alone
+  // back to back (an op with both and a group above one rank).
+  EnergyWindow step_energy;
+  EnergyWindow serial_energy;
+  double serial_ms = 0;
 };
 OpFigures FiguresOf(const OpMeasurement& m);
 

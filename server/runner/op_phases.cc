@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/one_rank.h"
 #include "common/planner/planner.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
@@ -221,7 +222,9 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
   const int tp = run.ctx.group_size();
   std::vector<Schedule> candidates =
       CandidateSchedules(op, tp, run.engine.LibraryAlgorithms(), run.spec.mesh);
-  const std::string one_reason = op.mode == OverlapMode::kAuto ? kOnlyOneSchedule : "as requested";
+  const std::string one_reason = tp == 1 && !IsGemmOnly(op.type) ? kOneRankNote
+                                 : op.mode == OverlapMode::kAuto ? kOnlyOneSchedule
+                                                                 : "as requested";
   if (sources.decided != nullptr) {
     const auto decided = sources.decided->find(op.id);
     if (decided == sources.decided->end()) {
@@ -282,6 +285,7 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
   if (SpansDaemons(run.engine, run.ctx.devices())) {
     comm.nccl = nccl.times;
     comm.fastest = Transport::kNccl;
+    comm.nccl_energy = nccl.energy;
     return comm;
   }
   // Replayed like the p2p schedules, so that step and ideal are timed alike.
@@ -292,6 +296,8 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
                        ops::EventKind::kIterEnd, Replays(Transport::kP2p)));
   comm.nccl = nccl.times;
   comm.p2p = p2p.times;
+  comm.nccl_energy = nccl.energy;
+  comm.p2p_energy = p2p.energy;
   comm.fastest =
       Summarize(comm.p2p).median < Summarize(comm.nccl).median ? Transport::kP2p : Transport::kNccl;
   return comm;
@@ -321,6 +327,7 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
       ASSIGN_OR_RETURN(const TimedRun g, run.Timed("gemm_alone" + round, first_warm, count,
                                                    [&] { return ops::EnqueueGemmAlone(ctx); }));
       Append(out.gemm, g.times);
+      out.gemm_energy.Add(g.energy);
       add_ranks(g);
     }
     if (tp > 1 && both) {
@@ -339,6 +346,7 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
                                            [&] { return EnqueueOp(ctx, schedule); },
                                            ops::EventKind::kIterEnd, Replays(schedule.transport)));
     Append(out.step, t.times);
+    out.step_energy.Add(t.energy);
     for (size_t g = 0; g < t.group_times.size(); ++g)
       Append(out.step_by_group[g], t.group_times[g]);
     if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone

@@ -123,6 +123,9 @@ OpReport ReportOf(const OpMeasurement& m) {
     r.algbw_gbps = AlgBwGBps(bytes, comm.median);
     r.busbw_gbps = BusBwGBps(collective, bytes, comm.median, m.tp);
   }
+  r.energy =
+      EnergyOf(figures.step_energy, figures.step.median, figures.serial_energy, figures.serial_ms);
+  if (r.energy.valid) r.joules_per_tflop = JoulesPerTflop(r.energy.step_joules, OpFlops(m.op));
   r.tolerance = ops::OutputTolerance(m.op.type, m.dtype, m.tp);
   if (m.verified) {
     r.verified = true;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/stats.h"
+#include "server/runner/energy.h"
 #include "server/runner/op_measurement.h"
 
 namespace overlap::runner {
@@ -66,6 +67,10 @@ struct OpReport {
   double tflops = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
+  // Energy (energy.h): per step, average power, serial beside it, and the
+  // step's joules per TFLOP of work; energy.valid false without a counter.
+  EnergyFigures energy;
+  double joules_per_tflop = 0;
 
   // The float64 check.
   double tolerance = 0;

@@ -17,10 +17,11 @@
 #include "common/logging.h"
 #include "common/stats.h"
 #include "common/status_macros.h"
+#include "server/ops/layer_ops.h"
+#include "server/runner/energy.h"
 #include "server/runner/graph_replay.h"
 #include "server/runner/job_runner.h"
 #include "server/runner/run_hooks.h"
-#include "server/ops/layer_ops.h"
 
 namespace overlap::runner {
 
@@ -41,6 +42,7 @@ struct TimedRun {
   std::vector<std::vector<double>> group_times;
   double host_enqueue_ms = 0;  // median over the iterations
   bool replayed = false;       // the iterations replayed one captured graph
+  EnergyWindow energy;         // over the timed iterations (energy.h); invalid without a counter
 };
 
 struct OpRun {
@@ -137,7 +139,9 @@ struct OpRun {
     // Each iteration ends with a sync, so only the first needs one here.
     RETURN_IF_ERROR(engine.Synchronize(devices));
     const int64_t gate_timeouts = GateTimeouts(devices);
+    std::optional<EnergyMeter> energy;
     for (int it = 0; it < warmup + count; ++it) {
+      if (it == warmup) energy = EnergyMeter::Start(engine, devices);
       if (hooks.cancelled && hooks.cancelled()) {
         return absl::CancelledError("cancelled by request");
       }
@@ -183,6 +187,7 @@ struct OpRun {
       if (it >= warmup) RETURN_IF_ERROR(AddIterationTimes(graph.has_value(), end, run));
       Progress(phase, it + 1, warmup + count);
     }
+    if (energy) run.energy = energy->Finish(count);
     run.host_enqueue_ms = host_ms.empty() ? 0 : Summarize(host_ms).median;
     run.replayed = graph.has_value();
     if (run.replayed) {

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "server/flight/flight_engine.h"
 #include "server/sessions/lane_arbiter.h"
 #include "server/sessions/lane_devices.h"
 #include "server/sessions/session_run.h"
@@ -290,6 +291,7 @@ void SessionLanes::State::Adopt(Request& request) {
       status = devices.Use(rank.device);
     }
   }
+  GetLogger("sessions")->debug("session {}: devices in use ({})", id, status.ToString());
   std::unique_ptr<SessionRun> session;
   if (status.ok()) {
     absl::StatusOr<std::unique_ptr<SessionRun>> created =
@@ -299,6 +301,7 @@ void SessionLanes::State::Adopt(Request& request) {
   } else {
     SessionRun::Release(engine, request.setup);
   }
+  GetLogger("sessions")->debug("session {}: run made ({})", id, status.ToString());
   size_t watched = 0;
   for (; status.ok() && watched < session->setup().ranks.size(); ++watched) {
     const SessionRank& rank = session->setup().ranks[watched];
@@ -367,6 +370,7 @@ void SessionLanes::State::Dispatch(double now_ms) {
       arbiter.Remove(grant->session);
       continue;
     }
+    const flight::ScopedFlightLabel flight_label(session->id(), absl::StrCat("op ", grant->op));
     const absl::Status issued = session->Issue(*grant);
     arbiter.Issued(*grant, now_ms);
     if (!issued.ok()) FailSession(*session, issued);

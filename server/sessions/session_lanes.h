@@ -48,13 +48,17 @@ namespace overlap::sessions {
 // What the lanes report of one session (for ListSessions, top, metrics).
 struct SessionOpFigures {
   std::string op;
-  int64_t steps = 0;          // commands that ran it, completed
-  double median_ms = 0;       // device time on rank 0 (a deferred op: its chunks' sum), recent
-  double hidden_share = -1;   // -1: not measured for sessions
-  double lane_wait_ms = 0;    // deferred: time its chunks waited for critical work, summed
-  int64_t chunks = 0;         // deferred: chunks issued
-  int64_t chunks_forced = 0;  // of them, sent beside critical work at their bound
-  double max_delay_ms = 0;    // deferred: the longest from runnable to completed
+  int64_t steps = 0;           // commands that ran it, completed
+  double median_ms = 0;        // device time on rank 0 (a deferred op: its chunks' sum), recent
+  double hidden_share = -1;    // -1: not measured for sessions
+  double lane_wait_ms = 0;     // deferred: time its chunks waited for critical work, summed
+  int64_t chunks = 0;          // deferred: chunks issued
+  int64_t chunks_forced = 0;   // of them, sent beside critical work at their bound
+  double max_delay_ms = 0;     // deferred: the longest from runnable to completed
+  double last_ms = 0;          // device time of its last timed step on rank 0 (0: none yet)
+  double device_ms_total = 0;  // device time of every timed step on rank 0, summed
+  int64_t timed_steps = 0;     // the steps in device_ms_total
+  int64_t over_bound = 0;      // deferred: steps completed later than the bound after runnable
 };
 struct SessionFigures {
   std::string id;
@@ -76,6 +80,7 @@ struct LaneInterval {
   double start_ms = 0;
   double end_ms = 0;
   bool forced = false;
+  uint64_t seq = 0;  // the command it ran for: the session's step
 };
 
 // The lanes' thread's name (/proc/self/task/*/comm), for tools and tests.

@@ -160,6 +160,7 @@ absl::Status SessionRegistry::Register(const Ticket& ticket, const std::string& 
   Session& s = *ticket.session;
   const size_t r = static_cast<size_t>(ticket.rank);
   const TensorNeed* need = FindNeed(s.plan, op, kind);
+  GetLogger("sessions")->debug("session {} rank {}: register {} ({} bytes)", s.id, r, op, bytes);
   const std::string what =
       kind == TensorKind::kSignals
           ? std::string("SIGNALS")
@@ -234,6 +235,7 @@ absl::Status SessionRegistry::Start(const Ticket& ticket, absl::Duration join_ti
   const std::shared_ptr<Session>& session = ticket.session;
   Session& s = *session;
   const size_t r = static_cast<size_t>(ticket.rank);
+  GetLogger("sessions")->debug("session {} rank {}: start", s.id, r);
   absl::MutexLock lock(&mu_);
   if (!s.failure.ok()) return s.failure;
   std::vector<std::string> missing;
@@ -335,6 +337,7 @@ absl::Status SessionRegistry::HandOff(const std::shared_ptr<Session>& session,
       rank.reset();
     }
   }
+  GetLogger("sessions")->debug("session {}: handed to the lanes", s.id);
   return lanes_.Add(std::move(setup));
 }
 

@@ -5,10 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <set>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,39 +35,6 @@ std::vector<ops::RowRange> RowPieces(const OpSpec& op, int64_t chunk_bytes, int6
   }
   return pieces;
 }
-
-// The host backend's stream workers sleep while their queues are empty, and
-// each enqueue onto a sleeping one wakes it: a futex wake and, on a host of
-// few cores, a context switch the enqueuing thread pays for. A command's
-// half-dozen enqueues cost ~25 us that way. A hold is host work put first on
-// the command's streams that keeps each worker awake (yielding) until the
-// command is enqueued, so that it wakes once. It orders nothing (it touches
-// no buffer, and past kMaxHoldNs the worker goes on regardless): it only
-// saves the wakes. Engines without host work (CUDA) get no hold.
-class StreamHold {
- public:
-  static constexpr int64_t kMaxHoldNs = 1'000'000;
-
-  StreamHold() : open_(std::make_shared<std::atomic<bool>>(false)) {}
-  ~StreamHold() { open_->store(true, std::memory_order_release); }
-  StreamHold(const StreamHold&) = delete;
-  StreamHold& operator=(const StreamHold&) = delete;
-
-  absl::Status Hold(engine::Engine& engine, engine::StreamId stream) {
-    engine::HostWorkQueue* host_work = engine.HostWork();
-    if (host_work == nullptr) return absl::OkStatus();
-    return host_work->EnqueueHostWork(stream, {}, [open = open_](const std::vector<uint8_t*>&) {
-      const int64_t until = MonotonicNs() + kMaxHoldNs;
-      while (!open->load(std::memory_order_acquire) && MonotonicNs() < until) {
-        std::this_thread::yield();
-      }
-      return absl::OkStatus();
-    });
-  }
-
- private:
-  std::shared_ptr<std::atomic<bool>> open_;
-};
 
 }  // namespace
 
@@ -275,8 +240,6 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
   cmd.ready_ns = MonotonicNs();
   for (const Posted& p : posted) cmd.latest_posted_ns = std::max(cmd.latest_posted_ns, p.posted_ns);
   if (!deferred_) {
-    StreamHold hold;
-    for (engine::StreamId stream : main_) RETURN_IF_ERROR(hold.Hold(engine_, stream));
     RETURN_IF_ERROR(WaitInputs(cmd));
     for (size_t i = 0; i < cmd.ops.size(); ++i) {
       RETURN_IF_ERROR(EnqueuePiece(cmd, cmd.ops[i], 0, false));
@@ -366,6 +329,7 @@ absl::Status SessionRun::EnqueuePiece(Command& cmd, int op_index, int chunk, boo
     LaneSpan span;
     span.interval =
         LaneInterval{id(), op.spec->id, ctx.rank(j).device, deferred_, chunk, 0, 0, forced};
+    span.interval.seq = cmd.seq;
     span.session = key_;
     span.seq = cmd.seq;
     span.op_index = op_index;
@@ -388,8 +352,6 @@ absl::Status SessionRun::Issue(const LaneGrant& grant) {
                                             grant.seq, ", which is not waiting for the lane"));
   }
   Command& cmd = *it;
-  StreamHold hold;
-  for (engine::StreamId stream : main_) RETURN_IF_ERROR(hold.Hold(engine_, stream));
   if (!cmd.waited) RETURN_IF_ERROR(WaitInputs(cmd));
   const int op_index = cmd.ops[grant.op];
   RETURN_IF_ERROR(EnqueuePiece(cmd, op_index, grant.chunk, grant.forced));
@@ -500,7 +462,10 @@ void SessionRun::Complete(Command& cmd) {
     for (int i : cmd.ops) {
       OpCounts& op = c.ops[i];
       ++op.steps;
-      if (deferred_) op.max_delay_ms = std::max(op.max_delay_ms, Ms(now - cmd.ready_ns));
+      if (!deferred_) continue;
+      const double delay_ms = Ms(now - cmd.ready_ns);
+      op.max_delay_ms = std::max(op.max_delay_ms, delay_ms);
+      op.over_bound += delay_ms > setup_.deferred_bound_ms ? 1 : 0;
     }
   });
   completed_ = cmd.seq;
@@ -541,7 +506,7 @@ void SessionRun::Finished(const LaneSpan& span) {
   }
   const double sample = deferred_ ? op.busy_ms : ms;
   op.busy_ms = 0;
-  counts_->Update([&](SessionCounts& c) { AddSample(c.ops[span.op_index].device_ms, sample); });
+  counts_->Update([&](SessionCounts& c) { AddDeviceTime(c.ops[span.op_index], sample); });
 }
 
 void SessionRun::Fail(const absl::Status& status) {

@@ -3,8 +3,6 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "common/unix_frames.h"
 #include "overlap/v1/session.pb.h"
 #include "server/net/listen_address.h"
+#include "server/net/unix_socket.h"
 #include "server/sessions/rank_channel.h"
 #include "server/sessions/session_frames.h"
 
@@ -26,43 +25,6 @@ namespace overlap::sessions {
 namespace {
 
 auto Log() { return GetLogger("sessions"); }
-
-absl::StatusOr<int> BindSocket(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session_socket: socket(): ", std::strerror(errno)));
-  }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("session_socket: the path is too long for a unix socket: ", path));
-  }
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 64) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("session_socket: cannot listen on ", path, ": ", std::strerror(error)));
-  }
-  return fd;
-}
-
-// As the API socket (rpc_server.cc): bound under the daemon's umask, then
-// opened to the socket group.
-absl::Status OpenToGroup(const std::string& path, int gid) {
-  if (gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0) {
-    const int error = errno;
-    return absl::InvalidArgumentError(absl::StrCat("socket_group: cannot give ", path, " to group ",
-                                                   gid, ": ", std::strerror(error)));
-  }
-  if (::chmod(path.c_str(), 0660) != 0) {
-    Log()->warn("cannot chmod 0660 {}: {}", path, std::strerror(errno));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status SendStatus(int socket, const absl::Status& status) {
   v1::SessionFrame frame;
@@ -100,6 +62,20 @@ void WatchUntilClosed(int socket, int stop_fd) {
   }
 }
 
+// A register request: one fd beside it, a tensor the protocol knows.
+absl::Status Register(SessionRegistry& registry, const SessionRegistry::Ticket& ticket,
+                      const v1::RegisterTensorRequest& r, const std::vector<OwnedFd>& fds) {
+  if (fds.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a register request carries one fd beside it (got ", fds.size(), ")"));
+  }
+  if (!ValidTensor(r.tensor())) {
+    return absl::InvalidArgumentError("register: tensor is X, W, Y or SIGNALS");
+  }
+  return registry.Register(ticket, r.op(), static_cast<TensorKind>(r.tensor()), fds[0].get(),
+                           r.offset(), r.bytes());
+}
+
 }  // namespace
 
 struct SessionSocket::Connection {
@@ -130,12 +106,13 @@ absl::StatusOr<std::unique_ptr<SessionSocket>> SessionSocket::Start(
         options.limits.max_per_owner * std::max(1, engine.DeviceCount()) + 4;
   }
   RETURN_IF_ERROR(net::PrepareUnixSocketPath(options.path));
-  ASSIGN_OR_RETURN(const int listen_fd, BindSocket(options.path));
-  if (absl::Status opened = OpenToGroup(options.path, options.socket_gid); !opened.ok()) {
-    ::close(listen_fd);
+  ASSIGN_OR_RETURN(OwnedFd listening, net::ListenOnUnixSocket(options.path, "session_socket"));
+  if (absl::Status opened = net::OpenUnixSocketToGroup(options.path, options.socket_gid);
+      !opened.ok()) {
     ::unlink(options.path.c_str());
     return opened;
   }
+  const int listen_fd = listening.Release();
   const int stop_fd = ::eventfd(0, EFD_CLOEXEC);
   if (stop_fd < 0) {
     ::close(listen_fd);
@@ -191,37 +168,34 @@ void SessionSocket::ReapLocked() {
 
 void SessionSocket::Accept() {
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      Log()->error("session socket: poll: {}", std::strerror(errno));
+    absl::StatusOr<OwnedFd> accepted = net::AcceptUntilStopped(listen_fd_, stop_fd_, SOCK_CLOEXEC);
+    if (!accepted.ok()) {
+      if (!absl::IsCancelled(accepted.status())) {
+        Log()->error("session socket: {}", std::string(accepted.status().message()));
+      }
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    OwnedFd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC));
+    OwnedFd fd = *std::move(accepted);
     if (!fd.valid()) continue;
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      Log()->warn("session socket: no peer credentials ({}): connection refused",
-                  std::strerror(errno));
+    absl::StatusOr<net::PeerCredentials> cred = net::PeerCredentialsOf(fd.get());
+    if (!cred.ok()) {
+      Log()->warn("session socket: {}: connection refused", std::string(cred.status().message()));
       continue;
     }
     absl::MutexLock lock(&mu_);
     ReapLocked();
-    int& count = per_uid_[cred.uid];
+    int& count = per_uid_[cred->uid];
     if (count >= options_.max_connections_per_uid) {
       (void)SendStatus(fd.get(), absl::ResourceExhaustedError(
-                                     absl::StrCat("uid ", cred.uid, " has ", count,
+                                     absl::StrCat("uid ", cred->uid, " has ", count,
                                                   " session connections open, the most allowed")));
       continue;
     }
     ++count;
     auto connection = std::make_unique<Connection>();
     connection->socket = std::move(fd);
-    connection->uid = cred.uid;
-    connection->pid = cred.pid;
+    connection->uid = cred->uid;
+    connection->pid = cred->pid;
     Connection* raw = connection.get();
     connections_.push_back(std::move(connection));
     raw->thread = std::thread([this, raw] {
@@ -235,7 +209,18 @@ void SessionSocket::Accept() {
 }
 
 void SessionSocket::Serve(Connection* connection) {
+  absl::Duration join_timeout;
+  std::optional<SessionRegistry::Ticket> ticket = Join(*connection, &join_timeout);
+  if (!ticket.has_value()) return;
   const int socket = connection->socket.get();
+  if (!RegisterUntilStarted(socket, *ticket, join_timeout)) return;
+  WatchUntilClosed(socket, stop_fd_);
+  registry_->Leave(*ticket, stopping_.load() ? "overlapd is shutting down" : "");
+}
+
+std::optional<SessionRegistry::Ticket> SessionSocket::Join(const Connection& connection,
+                                                           absl::Duration* join_timeout) {
+  const int socket = connection.socket.get();
   std::vector<OwnedFd> fds;
   absl::StatusOr<v1::SessionFrame> first =
       Receive(socket, options_.max_frame_bytes, options_.open_timeout, &fds);
@@ -243,22 +228,21 @@ void SessionSocket::Serve(Connection* connection) {
     if (first.status().code() != absl::StatusCode::kUnavailable) {
       (void)SendStatus(socket, first.status());
     }
-    return;
+    return std::nullopt;
   }
   if (!first->has_open()) {
     (void)SendStatus(socket, absl::InvalidArgumentError(
                                  "the first frame on the session socket must be an open request"));
-    return;
+    return std::nullopt;
   }
   RankPeer peer;
-  peer.owner = absl::StrCat("uid:", connection->uid);
-  std::optional<UnixUser> user = LookupUser(connection->uid);
-  peer.owner_name = user ? user->name : absl::StrCat("uid ", connection->uid);
-  peer.pid = connection->pid;
+  peer.owner = absl::StrCat("uid:", connection.uid);
+  std::optional<UnixUser> user = LookupUser(connection.uid);
+  peer.owner_name = user ? user->name : absl::StrCat("uid ", connection.uid);
+  peer.pid = connection.pid;
   const OpenDefaults defaults{options_.join_timeout, options_.step_timeout,
                               options_.deferred_bound_ms};
-  absl::Duration join_timeout;
-  absl::StatusOr<OpenRequest> request = OpenRequestFrom(first->open(), defaults, &join_timeout);
+  absl::StatusOr<OpenRequest> request = OpenRequestFrom(first->open(), defaults, join_timeout);
   absl::StatusOr<SessionPlan> plan = request.ok()
                                          ? PlanSession(admission_, engine_, request->graph_text)
                                          : absl::StatusOr<SessionPlan>(request.status());
@@ -267,15 +251,15 @@ void SessionSocket::Serve(Connection* connection) {
                 : absl::StatusOr<SessionRegistry::Joined>(plan.status());
   if (!joined.ok()) {
     (void)SendStatus(socket, joined.status());
-    return;
+    return std::nullopt;
   }
   const SessionRegistry::Ticket ticket = joined->ticket;
   absl::StatusOr<std::unique_ptr<SessionRank>> channel =
-      MakeRankChannel(ticket.rank, joined->device, connection->pid);
+      MakeRankChannel(ticket.rank, joined->device, connection.pid);
   if (!channel.ok()) {
     (void)SendStatus(socket, channel.status());
     registry_->Leave(ticket);
-    return;
+    return std::nullopt;
   }
   const std::string reply = OpenReplyFrame(*joined, engine_).SerializeAsString();
   const std::vector<int> reply_fds = {(*channel)->ring_fd.get(), (*channel)->posted_doorbell.get(),
@@ -283,10 +267,15 @@ void SessionSocket::Serve(Connection* connection) {
   if (!SendFrame(socket, reply, reply_fds).ok()) {
     ReleaseRank(engine_, **channel);
     registry_->Leave(ticket);
-    return;
+    return std::nullopt;
   }
   registry_->Attach(ticket, *std::move(channel));
-  // Registrations, then start.
+  return ticket;
+}
+
+bool SessionSocket::RegisterUntilStarted(int socket, const SessionRegistry::Ticket& ticket,
+                                         absl::Duration join_timeout) {
+  std::vector<OwnedFd> fds;
   while (true) {
     absl::StatusOr<v1::SessionFrame> frame =
         Receive(socket, options_.max_frame_bytes, join_timeout, &fds);
@@ -301,22 +290,14 @@ void SessionSocket::Serve(Connection* connection) {
         (void)SendStatus(socket, frame.status());
       }
       registry_->Leave(ticket);
-      return;
+      return false;
     }
     if (frame->has_register_tensor()) {
-      const v1::RegisterTensorRequest& r = frame->register_tensor();
-      absl::Status registered =
-          fds.size() != 1
-              ? absl::InvalidArgumentError(absl::StrCat(
-                    "a register request carries one fd beside it (got ", fds.size(), ")"))
-          : !ValidTensor(r.tensor())
-              ? absl::InvalidArgumentError("register: tensor is X, W, Y or SIGNALS")
-              : registry_->Register(ticket, r.op(), static_cast<TensorKind>(r.tensor()),
-                                    fds[0].get(), r.offset(), r.bytes());
+      const absl::Status registered = Register(*registry_, ticket, frame->register_tensor(), fds);
       fds.clear();
       if (!SendStatus(socket, registered).ok()) {
         registry_->Leave(ticket);
-        return;
+        return false;
       }
       continue;
     }
@@ -325,17 +306,15 @@ void SessionSocket::Serve(Connection* connection) {
       const absl::Status started = registry_->Start(ticket, join_timeout);
       if (!SendStatus(socket, started).ok() || !started.ok()) {
         registry_->Leave(ticket);
-        return;
+        return false;
       }
-      break;
+      return true;
     }
     (void)SendStatus(socket, absl::InvalidArgumentError(
                                  "after opening, a rank sends register and start requests only"));
     registry_->Leave(ticket);
-    return;
+    return false;
   }
-  WatchUntilClosed(socket, stop_fd_);
-  registry_->Leave(ticket, stopping_.load() ? "overlapd is shutting down" : "");
 }
 
 }  // namespace overlap::sessions

@@ -20,6 +20,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -80,6 +81,15 @@ class SessionSocket {
                 const jobs::Admission& admission, int listen_fd, int stop_fd);
   void Accept();
   void Serve(Connection* connection);
+  // The steps of Serve. Each answers the rank itself; false or nullopt once
+  // the rank was told why it cannot go on (and has left its session).
+  // The open request: the rank joins its session, gets its channel and the
+  // session's join timeout.
+  std::optional<SessionRegistry::Ticket> Join(const Connection& connection,
+                                              absl::Duration* join_timeout);
+  // The rank's tensor registrations, up to its start request.
+  bool RegisterUntilStarted(int socket, const SessionRegistry::Ticket& ticket,
+                            absl::Duration join_timeout);
   // Reaps the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -25,6 +25,12 @@ void AddSample(std::deque<double>& samples, double value) {
   while (samples.size() > kRecentSamples) samples.pop_front();
 }
 
+void AddDeviceTime(OpCounts& op, double ms) {
+  AddSample(op.device_ms, ms);
+  op.device_ms_total += ms;
+  ++op.timed_steps;
+}
+
 SessionFigures FiguresOf(const SessionCounts& counts) {
   SessionFigures f;
   f.id = counts.id;
@@ -40,6 +46,10 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
     op.chunks = c.chunks;
     op.chunks_forced = c.chunks_forced;
     op.max_delay_ms = c.max_delay_ms;
+    op.last_ms = c.device_ms.empty() ? 0 : c.device_ms.back();
+    op.device_ms_total = c.device_ms_total;
+    op.timed_steps = c.timed_steps;
+    op.over_bound = c.over_bound;
   }
   const std::vector<double> enqueue(counts.enqueue_us.begin(), counts.enqueue_us.end());
   f.enqueue_p50_us = Percentile(enqueue, 50);

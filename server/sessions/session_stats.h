@@ -26,6 +26,9 @@ struct OpCounts {
   int64_t chunks = 0;
   int64_t chunks_forced = 0;
   double max_delay_ms = 0;
+  double device_ms_total = 0;  // every sample of device_ms, not only the recent ones
+  int64_t timed_steps = 0;
+  int64_t over_bound = 0;  // deferred: steps completed past the session's bound
 };
 
 struct SessionCounts {
@@ -39,6 +42,8 @@ struct SessionCounts {
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.
 void AddSample(std::deque<double>& samples, double value);
+// Adds one step's device time to `op`: its recent samples and its totals.
+void AddDeviceTime(OpCounts& op, double ms);
 
 // The figures of `counts`: medians and percentiles of the recent samples.
 SessionFigures FiguresOf(const SessionCounts& counts);

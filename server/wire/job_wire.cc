@@ -9,7 +9,7 @@
 // clang-format off
 #define JOB_FIELDS(F)                                                                 \
   F(sequence) F(id) F(name) F(priority) F(spec) F(owner) F(owner_name)                \
-  F(owner_admin) F(coordinator) F(global_job_id) F(node_index)                        \
+  F(owner_admin) F(coordinator) F(global_job_id) F(global_id) F(node_index)            \
   F(counted_as_coordinated) F(error) F(submit_time_ms) F(start_time_ms)               \
   F(end_time_ms) F(waiting)
 // clang-format on
@@ -58,6 +58,8 @@ v1::Job ToProto(const jobs::JobRecord& in) {
   *out.mutable_result() = ToProto(in.result);
   out.set_error_code(static_cast<int32_t>(in.error_code));
   out.set_ops_finished(std::max(in.ops_finished, static_cast<int>(in.result.ops.size())));
+  out.set_priority_class(in.priority_class == PriorityClass::kDeferred ? v1::DEFERRED
+                                                                       : v1::CRITICAL);
   return out;
 }
 
@@ -71,6 +73,8 @@ jobs::JobRecord FromProto(const v1::Job& in) {
   if (in.has_progress()) out.progress = FromProto(in.progress());
   out.result = FromProto(in.result());
   out.ops_finished = in.ops_finished();
+  out.priority_class =
+      in.priority_class() == v1::DEFERRED ? PriorityClass::kDeferred : PriorityClass::kCritical;
   return out;
 }
 

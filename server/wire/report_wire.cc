@@ -31,6 +31,9 @@
 #define CHAIN_FIELDS(F) F(op) F(chain) F(max_rel_error) F(tolerance)
 #define FUSION_FIELDS(F) F(gemm) F(collective) F(fused_type) F(fused) F(why_not)
 #define SPAN_FIELDS(F) F(op) F(rank) F(lane) F(kind) F(name) F(start_ms) F(end_ms)
+#define ENERGY_FIELDS(F)                                                              \
+  F(step_joules) F(step_watts) F(serial_valid) F(serial_joules) F(serial_watts)       \
+  F(serial_ms) F(note) F(window_s) F(steps)
 #define NODE_FIELDS(F)                                                                \
   F(node) F(node_index) F(part_id) F(first_rank) F(ranks) F(total_step_ms)            \
   F(layer_step_ms) F(slowest_rank) F(backend) F(gpu)
@@ -77,6 +80,18 @@ void Copy(const v1::LayerDeferral& in, runner::LayerDeferral& out) {
   DISPATCH_FIELDS(WIRE_GET)
 }
 
+// Energy figures travel as a message present exactly where they are valid;
+// joules per TFLOP sits beside them in the report.
+void SetEnergy(const runner::EnergyFigures& in, double joules_per_tflop, v1::Energy& out) {
+  ENERGY_FIELDS(WIRE_SET)
+  out.set_joules_per_tflop(joules_per_tflop);
+}
+void GetEnergy(const v1::Energy& in, runner::EnergyFigures& out, double& joules_per_tflop) {
+  out.valid = true;
+  ENERGY_FIELDS(WIRE_GET)
+  joules_per_tflop = in.joules_per_tflop();
+}
+
 // Each element of `from` appended to `to`, through Copy.
 template <typename Core, typename Message>
 void CopyAll(const std::vector<Core>& from, google::protobuf::RepeatedPtrField<Message>* to) {
@@ -115,6 +130,9 @@ void SetLayer(const runner::LayerStepReport& layer, v1::JobResult& out) {
   out.set_layer_exposed_comm_ms(layer.exposed_comm_ms);
   out.set_layer_activation_ms(layer.activation_ms);
   if (layer.timeline) *out.mutable_layer_timeline() = ToProto(*layer.timeline);
+  if (layer.energy.valid) {
+    SetEnergy(layer.energy, layer.joules_per_tflop, *out.mutable_layer_energy());
+  }
   SetLayerLists(layer, out);
 }
 
@@ -132,6 +150,7 @@ runner::LayerStepReport LayerOf(const v1::JobResult& in) {
   layer.exposed_comm_ms = in.layer_exposed_comm_ms();
   layer.activation_ms = in.layer_activation_ms();
   if (in.has_layer_timeline()) layer.timeline = FromProto(in.layer_timeline());
+  if (in.has_layer_energy()) GetEnergy(in.layer_energy(), layer.energy, layer.joules_per_tflop);
   CopyAll(in.layer_deferrals(), layer.deferrals);
   CopyAll(in.lane_figures(), layer.lane_figures);
   CopyAll(in.layer_chains(), layer.chains);
@@ -217,6 +236,7 @@ v1::OpResult ToProto(const runner::OpReport& in) {
   if (in.timeline) *out.mutable_timeline() = ToProto(*in.timeline);
   AddAll(in.compute_wait_rank_ms, out.mutable_compute_wait_rank_ms());
   AddAll(in.group_step_ms, out.mutable_group_step_ms());
+  if (in.energy.valid) SetEnergy(in.energy, in.joules_per_tflop, *out.mutable_energy());
   return out;
 }
 
@@ -235,6 +255,7 @@ runner::OpReport FromProto(const v1::OpResult& in) {
   if (in.has_timeline()) out.timeline = FromProto(in.timeline());
   out.compute_wait_rank_ms = VectorOf<double>(in.compute_wait_rank_ms());
   out.group_step_ms = VectorOf<double>(in.group_step_ms());
+  if (in.has_energy()) GetEnergy(in.energy(), out.energy, out.joules_per_tflop);
   return out;
 }
 

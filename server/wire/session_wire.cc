@@ -35,6 +35,10 @@ v1::SessionInfo ToSessionInfo(const sessions::SessionRow& row,
       out.set_chunks(op.chunks);
       out.set_chunks_forced(op.chunks_forced);
       out.set_max_delay_ms(op.max_delay_ms);
+      out.set_last_ms(op.last_ms);
+      out.set_device_ms_total(op.device_ms_total);
+      out.set_timed_steps(op.timed_steps);
+      out.set_over_bound(op.over_bound);
     }
   }
   return info;
@@ -50,6 +54,7 @@ v1::LaneInterval ToLaneInterval(const sessions::LaneInterval& interval) {
   out.set_start_ms(interval.start_ms);
   out.set_end_ms(interval.end_ms);
   out.set_forced(interval.forced);
+  out.set_seq(interval.seq);
   return out;
 }
 

@@ -80,6 +80,37 @@ TEST(CheckTest, TablesMarkAndExplainWhatIsSlow) {
 // NVML's capped times before and after the GEMM phase: each GPU's share of it
 // held back by power and by heat, shown beside its GEMM and given as the
 // likely cause of a slow one.
+// A GPU's energy comes from its check job's op (the daemon's report) and is
+// printed as joules per TFLOP beside its power; a GPU without it gets no line.
+TEST(CheckTest, PrintsJoulesPerTflopWhereEnergyWasCounted) {
+  v1::OpResult op;
+  op.mutable_gemm_alone()->set_median_ms(2);
+  op.mutable_energy()->set_joules_per_tflop(1.25);
+  op.mutable_energy()->set_step_watts(640);
+  CheckOptions o;
+  o.gemm_size = 1000;
+  const GpuCheck g = GpuCheckOf(3, op, o);
+  EXPECT_EQ(g.device, 3);
+  EXPECT_DOUBLE_EQ(g.tflops, 2e9 / 2e-3 / 1e12);
+  ASSERT_TRUE(g.energy_valid);
+  EXPECT_DOUBLE_EQ(g.joules_per_tflop, 1.25);
+  EXPECT_DOUBLE_EQ(g.watts, 640);
+  op.clear_energy();
+  EXPECT_FALSE(GpuCheckOf(4, op, o).energy_valid);
+
+  CheckResult r = Result();
+  r.gpus[1].energy_valid = true;
+  r.gpus[1].joules_per_tflop = 1.25;
+  r.gpus[1].watts = 640;
+  const std::string text = FormatCheck(r, CheckOptions{});
+  EXPECT_THAT(text, HasSubstr("energy: GPU 1, 1.25 J/TFLOP at 640 W average\n"));
+  EXPECT_THAT(text, Not(HasSubstr("energy: GPU 0")));
+  const nlohmann::json j = CheckJson(r, CheckOptions{});
+  EXPECT_DOUBLE_EQ(j["gpus"][1]["joules_per_tflop"].get<double>(), 1.25);
+  EXPECT_FALSE(j["gpus"][0].contains("joules_per_tflop"));
+  EXPECT_THAT(FormatCheck(Result(), CheckOptions{}), Not(HasSubstr("J/TFLOP")));
+}
+
 TEST(CheckTest, CappedSharesExplainASlowGpu) {
   v1::GetNodeInfoResponse before, after;
   for (int d = 0; d < 4; ++d) {

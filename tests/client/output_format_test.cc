@@ -46,6 +46,21 @@ TEST(OutputFormatTest, NamesAreAJobsIdOrEveryListedJobsId) {
   EXPECT_TRUE(JobNames(nlohmann::json::parse(R"({"jobs_by_state": {}})")).empty());
 }
 
+TEST(OutputFormatTest, AJobSpanningDaemonsIsNamedByItsGlobalIdOnce) {
+  EXPECT_EQ(JobNames(nlohmann::json::parse(
+                R"({"id": "job-000003", "global_id": "10.0.0.1:7070/job-000003"})")),
+            std::vector<std::string>({"10.0.0.1:7070/job-000003"}));
+  // The coordinator's job, its part on this same node (left out, as in the
+  // table), a part of a job coordinated elsewhere, and a job of one node.
+  const nlohmann::json list = nlohmann::json::parse(R"({"jobs": [
+      {"id": "job-000004", "global_id": "a:7070/job-000004", "coordinator": ""},
+      {"id": "job-000005", "global_id": "a:7070/job-000004", "coordinator": "a:7070"},
+      {"id": "job-000002", "global_id": "b:7070/job-000009", "coordinator": "b:7070"},
+      {"id": "job-000001", "global_id": ""}]})");
+  EXPECT_EQ(JobNames(list),
+            std::vector<std::string>({"a:7070/job-000004", "b:7070/job-000009", "job-000001"}));
+}
+
 TEST(OutputFormatTest, BufferHandsOnEachDocumentWhenWholeAndPassesTheRestOn) {
   std::vector<std::string> ids;
   std::ostringstream rest;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/graph_parser.h"
+#include "common/yaml_util.h"
 
 namespace overlap::client {
 namespace {
@@ -146,6 +147,52 @@ TEST(PinTest, JsonGraphsArePinnedToo) {
   ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << *pinned;
   EXPECT_EQ(spec->ops[0].mode, OverlapMode::kRing);
   EXPECT_EQ(spec->ops[0].chunks, 8);
+}
+
+// yaml-cpp writes a carriage return in a value as the raw byte, which the
+// daemon's parser refuses, and "--- x" as a top-level key plain, where it is a
+// document marker (the pinned_graph fuzzer): such scalars are written quoted
+// and read back as they were.
+TEST(PinTest, ScalarsYamlCppWouldWriteUnreadablyAreQuoted) {
+  v1::Job job = Finished(
+      "name: \"a\\rb\"\n\"--- x\": 1\n\"... y\": [\"\\r\"]\n"
+      "ops:\n  - {id: \"fc1\\r\", type: gemm, \"k\\r\": \"v\\r\\n\"}\n");
+  *job.mutable_result()->add_ops() = Ran("fc1\r", "bulk", 1, "nccl");
+  auto pinned = PinnedGraph(job);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  auto root = yaml_util::LoadDocument(*pinned, "pinned.yaml");
+  ASSERT_TRUE(root.ok()) << root.status() << "\n" << *pinned;
+  EXPECT_EQ((*root)["name"].Scalar(), "a\rb");
+  EXPECT_EQ((*root)["--- x"].Scalar(), "1");
+  EXPECT_EQ((*root)["... y"][0].Scalar(), "\r");
+  const YAML::Node op = (*root)["ops"][0];
+  EXPECT_EQ(op["id"].Scalar(), "fc1\r");
+  EXPECT_EQ(op["k\r"].Scalar(), "v\r\n");
+  EXPECT_EQ(op["mode"].Scalar(), "bulk");
+  EXPECT_EQ(op["transport"].Scalar(), "nccl");
+}
+
+// Pinning adds a mode, chunks and a transport to each op: a graph of many
+// small ops within the parser's 200,000 values passes them once pinned, and
+// is refused rather than pinned into text no daemon reads.
+TEST(PinTest, APinPastTheParsersValueLimitIsRefused) {
+  std::string spec = "ops:\n";
+  for (int i = 0; i < 25000; ++i) spec += "- {id: a}\n";
+  v1::Job job = Finished(spec);
+  *job.mutable_result()->add_ops() = Ran("a", "chunked", 4, "p2p");
+  auto pinned = PinnedGraph(job);
+  EXPECT_EQ(pinned.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(pinned.status().message()),
+              HasSubstr("job-000007: its pinned graph would not be read back: "));
+  EXPECT_THAT(std::string(pinned.status().message()), HasSubstr("more than 200000 values"));
+
+  // A tenth as many ops pins, and reads back.
+  spec = "ops:\n";
+  for (int i = 0; i < 2500; ++i) spec += "- {id: a}\n";
+  job.set_spec(spec);
+  pinned = PinnedGraph(job);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_TRUE(yaml_util::LoadDocument(*pinned, "pinned.yaml").ok());
 }
 
 }  // namespace

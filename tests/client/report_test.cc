@@ -98,19 +98,19 @@ TEST(ReportTest, ExactTable) {
   const std::string report = FormatReport(MakeJob());
   const std::vector<std::string> expected = {
       "job 42  name: llama70b-mlp  backend: cuda  tp: 2  dtype: bf16",
-      "OP     TYPE     SHAPE                MODE     CHUNKS  TRANSPORT  STEP_MS  HOST_MS"
+      "OP     TYPE     SHAPE            MODE     CHUNKS  TRANSPORT  STEP_MS  HOST_MS"
       "  GEMM_ALONE_MS  COMM_ALONE_MS  EXPOSED_MS  HIDDEN_%  TFLOPS  BUSBW_GBPS  VERIFY",
-      std::string(167, '-'),
-      "fc1    ag_gemm  8192 x 8192 x 28672  chunked       4  p2p          5.250    0.210"
+      std::string(163, '-'),
+      "fc1    ag_gemm  8192x8192x28672  chunked       4  p2p          5.250    0.210"
       "          4.750          1.500       0.500      66.7   715.8       231.4  ok 3.1e-03",
-      "fc2    gemm_rs  8192 x 28672 x 8192  serial        1  nccl         6.500    0.260"
+      "fc2    gemm_rs  8192x28672x8192  serial        1  nccl         6.500    0.260"
       "          4.750          1.750       1.750         -   9.877       0.500  FAIL "
       "2.0e-01",
-      "out    gemm_ar  64 x 128 x 256       bulk          -  nccl         0.125    0.005"
+      "out    gemm_ar  64x128x256       bulk          -  nccl         0.125    0.005"
       "          0.100          0.050       0.025      50.0   0.000       0.000  off",
-      std::string(167, '-'),
+      std::string(163, '-'),
       // The total's TFLOP/s: every GEMM's 2mnk over the sum of the steps.
-      "total                                                             11.875"
+      "total                                                         11.875"
       "                                              2.275             648.1",
       "fc1: auto chose chunked/4/p2p: comm 1.500 ms < gemm 4.750 ms",
   };
@@ -141,13 +141,12 @@ TEST(ReportTest, OpsAloneDashWhatDoesNotApply) {
     }
     return std::vector<std::string>{};
   };
-  EXPECT_EQ(row("wgrad"), (std::vector<std::string>{"wgrad", "gemm", "8192", "x", "8192", "x",
-                                                    "28672", "serial", "1", "-", "5.000", "0.200",
-                                                    "5.000", "-", "-", "-", "770.0", "-", "off"}));
-  EXPECT_EQ(row("grads"),
-            (std::vector<std::string>{"grads", "all_reduce", "8192", "x", "-", "x", "8192",
-                                      "serial", "1", "nccl", "0.500", "0.020", "-", "0.500",
-                                      "0.500", "-", "-", "268.4", "off"}));
+  EXPECT_EQ(row("wgrad"), (std::vector<std::string>{"wgrad", "gemm", "8192x8192x28672", "serial",
+                                                    "1", "-", "5.000", "0.200", "5.000", "-", "-",
+                                                    "-", "770.0", "-", "off"}));
+  EXPECT_EQ(row("grads"), (std::vector<std::string>{"grads", "all_reduce", "8192x-x8192", "serial",
+                                                    "1", "nccl", "0.500", "0.020", "-", "0.500",
+                                                    "0.500", "-", "-", "268.4", "off"}));
   for (const std::string& line : lines) {
     EXPECT_EQ(line.rfind("wgrad: auto chose", 0), std::string::npos) << line;
   }
@@ -453,6 +452,56 @@ TEST(ReportTest, JobList) {
   EXPECT_EQ(Lines(FormatJobList(jobs, 1764505765000)), expected);
 }
 
+// A job spanning daemons is one row under its global id, with its nodes: on
+// its coordinator the node's own part folds into the coordinator's job; on
+// another node its part is the row. Nothing is cut where tables are not.
+TEST(ReportTest, JobListShowsAJobSpanningDaemonsOnceUnderItsGlobalId) {
+  const WideTables wide;
+  const std::string global = "node0.example.com:7070/job-000001";
+  google::protobuf::RepeatedPtrField<v1::Job> jobs;
+  v1::Job* part = jobs.Add();  // newest first: the coordinator's own part
+  part->set_id("job-000002");
+  part->set_name("layer (part 0 of " + global + ")");
+  part->set_state(v1::RUNNING);
+  part->add_devices(0);
+  part->add_devices(1);
+  part->add_nodes("node0.example.com:7070");
+  part->add_nodes("node1.example.com:7070");
+  part->set_coordinator("node0.example.com:7070");
+  part->set_global_job_id("job-000001");
+  part->set_global_id(global);
+  v1::Job* coordinator = jobs.Add();
+  coordinator->set_id("job-000001");
+  coordinator->set_name("layer");
+  coordinator->set_state(v1::RUNNING);
+  *coordinator->mutable_nodes() = part->nodes();
+  coordinator->set_global_id(global);
+  v1::Job* local = jobs.Add();
+  local->set_id("job-000000");
+  local->set_state(v1::SUCCEEDED);
+  local->add_devices(0);
+
+  std::vector<std::string> rows = Lines(FormatJobList(jobs, 0));
+  ASSERT_EQ(rows.size(), 4u);  // title, rule, the spanning job, the local one
+  EXPECT_EQ(rows[2].substr(0, rows[2].find(' ')), global);
+  EXPECT_NE(rows[2].find("nodes=node0.example.com:7070,node1.example.com:7070"), std::string::npos);
+  EXPECT_EQ(rows[3].substr(0, rows[3].find(' ')), "job-000000");
+
+  // On the other node its part is the row, with its devices and place.
+  google::protobuf::RepeatedPtrField<v1::Job> on_peer;
+  v1::Job* peer_part = on_peer.Add();
+  *peer_part = *part;
+  peer_part->set_id("job-000007");
+  peer_part->set_node_index(1);
+  peer_part->set_name("a name much longer than forty characters (part 1 of " + global + ")");
+  rows = Lines(FormatJobList(on_peer, 0));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[2].substr(0, rows[2].find(' ')), global);
+  EXPECT_NE(rows[2].find("0,1@node1;nodes=node0.example.com:7070,node1.example.com:7070"),
+            std::string::npos);
+  EXPECT_NE(rows[2].find(WordCell(peer_part->name())), std::string::npos) << rows[2];
+}
+
 TEST(ReportTest, JobDetailOfRunningJobShowsProgress) {
   v1::Job job;
   job.set_id("44");
@@ -521,9 +570,9 @@ TEST(ReportTest, NodeInfo) {
   EXPECT_THAT(text, HasSubstr("healthy:  yes\n"));
   EXPECT_THAT(text, HasSubstr("version:  0.1.0 (abc1234)\n"));
   EXPECT_THAT(text, HasSubstr("devices:  2\n"));
-  EXPECT_THAT(text, HasSubstr("INDEX  NAME     MEMORY      POOL  POOL_USED  PCI\n"));
-  EXPECT_THAT(text, HasSubstr("    0  host0  2.00 GiB  2.00 GiB   1.00 MiB  -\n"));
-  EXPECT_THAT(text, HasSubstr("    1  host1         -  2.00 GiB        0 B  -\n"));
+  EXPECT_THAT(text, HasSubstr("INDEX  NAME    MEMORY     POOL  POOL_USED  PCI\n"));
+  EXPECT_THAT(text, HasSubstr("    0  host0  2.00GiB  2.00GiB    1.00MiB  -\n"));
+  EXPECT_THAT(text, HasSubstr("    1  host1        -  2.00GiB         0B  -\n"));
   EXPECT_THAT(text, Not(HasSubstr("cuda:")));
   EXPECT_THAT(text, Not(HasSubstr("SM_MHZ")));  // no telemetry: no telemetry columns
   EXPECT_THAT(text, Not(HasSubstr("ranks:")));

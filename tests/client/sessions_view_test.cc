@@ -1,5 +1,5 @@
 // `overlapctl sessions`: the table's rows exactly, a failed session's reason,
-// the lanes' table, and -o name's session ids.
+// names as one word, the lanes' table, and -o name's session ids.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -76,6 +76,21 @@ TEST_F(SessionsViewTest, OneRowPerSessionWithEachOpsFigures) {
                 "grads:-           1.000          3.1/20        12.2  0,1            3.00        "
                 "40.0            8/1  2026-12-07T02:00:00Z\n"
                 "sess-000002: UNAVAILABLE: rank 1 (pid 42) closed its connection\n")
+      << text;
+}
+
+TEST_F(SessionsViewTest, ANameOfSeveralWordsIsOneCell) {
+  v1::ListSessionsResponse response;
+  v1::SessionInfo spaced = Session("sess-000003", "critical");
+  spaced.set_name("mlp  block\t3");
+  *response.add_sessions() = spaced;
+  v1::SessionInfo unnamed = Session("sess-000004", "critical");
+  unnamed.set_name("");
+  *response.add_sessions() = unnamed;
+  const std::string text = FormatSessions(response);
+  EXPECT_NE(text.find("sess-000003  mlp_block_3  alice  ready  critical"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("sess-000004  -            alice  ready  critical"), std::string::npos)
       << text;
 }
 

@@ -91,7 +91,7 @@ TEST(TimelineFormatTest, ChartsEveryLaneOverTheStep) {
   EXPECT_NE(out.find("  rank 0 compute |GGGGGGGG.GGGG.GGGG..|\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  rank 1 compute |GGGGGGGG.GGGG...GGGG|\n"), std::string::npos) << out;
   EXPECT_NE(out.find("  rank 1 comm    |....CCCCCCCCCC......|\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("fc2  gemm_rs  8192 x 4096 x 4096  ring/2/p2p: traced step 2.000 ms (timed "
+  EXPECT_NE(out.find("fc2  gemm_rs  8192x4096x4096  ring/2/p2p: traced step 2.000 ms (timed "
                      "median 1.900 ms)\n"),
             std::string::npos)
       << out;

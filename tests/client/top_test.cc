@@ -74,12 +74,11 @@ TEST(TopTest, OneLinePerGpuWithWhatRunsThere) {
   const std::vector<std::string> gpu0 = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_EQ(gpu0,
             (std::vector<std::string>{"2026-12-01T02:58:53Z", "0", "1980", "3201", "41", "306.9",
-                                      "99", "power,therm~", "ok", "12.00", "GiB", "job-000007",
-                                      "fc2", "timed", "7/20", "fc1", "5.250", "66.7", "0.125"}));
+                                      "99", "power,therm~", "ok", "12.00GiB", "job-000007", "fc2",
+                                      "timed_7/20", "fc1", "5.250", "66.7", "0.125"}));
   const std::vector<std::string> gpu1 = absl::StrSplit(lines[2], ' ', absl::SkipEmpty());
-  EXPECT_EQ(gpu1,
-            (std::vector<std::string>{"2026-12-01T02:58:53Z", "1", "-", "-", "-", "-", "-", "-",
-                                      "-", "0", "B", "-", "-", "-", "-", "-", "-", "-"}));
+  EXPECT_EQ(gpu1, (std::vector<std::string>{"2026-12-01T02:58:53Z", "1", "-", "-", "-", "-", "-",
+                                            "-", "-", "0B", "-", "-", "-", "-", "-", "-", "-"}));
 
   // What is wrong with a GPU, in short.
   v1::GetNodeInfoResponse sick = TwoGpus();
@@ -148,6 +147,67 @@ TEST(TopTest, JsonSampleHasTelemetryOnlyWhereValidAndTheLastOp) {
   EXPECT_FALSE(gpu1.contains("sm_clock_mhz"));
   EXPECT_TRUE(gpu1["job"].is_null());
   EXPECT_TRUE(gpu1["last_op"].is_null());
+}
+
+// A session on both GPUs, its steps per second against the previous sample.
+TEST(TopTest, OpenSessionsFollowTheGpusWithTheirRate) {
+  v1::ListSessionsResponse before;
+  v1::SessionInfo* s = before.add_sessions();
+  s->set_session_id("sess-000004");
+  s->set_name("train");
+  s->set_owner("alice (uid:1000)");
+  s->set_state("ready");
+  s->set_priority("deferred");
+  s->add_devices(1);
+  s->add_devices(0);
+  s->set_steps(100);
+  v1::SessionOpStats* fc1 = s->add_ops();
+  fc1->set_op("fc1");
+  fc1->set_last_ms(1.25);
+  v1::SessionOpStats* fc2 = s->add_ops();
+  fc2->set_op("fc2");
+  fc2->set_last_ms(0.5);
+  v1::SessionInfo* closed = before.add_sessions();
+  closed->set_session_id("sess-000001");
+  closed->set_state("closed");
+  const std::vector<TopSession> first = OpenTopSessions(before, {}, 0);
+  ASSERT_EQ(first.size(), 1u);  // closed sessions are not shown
+  EXPECT_LT(first[0].steps_per_s, 0);
+  v1::ListSessionsResponse after = before;
+  after.mutable_sessions(0)->set_steps(150);
+  const std::vector<TopSession> second = OpenTopSessions(after, first, 2.0);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_DOUBLE_EQ(second[0].steps_per_s, 25.0);
+
+  const std::vector<std::string> lines = Lines(FormatTopSample(TwoGpus(), {}, kNowMs, second));
+  ASSERT_EQ(lines.size(), 5u);  // two GPUs, the sessions' header, a line per device
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[2], ' ', absl::SkipEmpty())),
+            (std::vector<std::string>{"TIME", "GPU", "SESSION", "NAME", "OWNER", "LANE", "STEPS",
+                                      "STEPS/S", "STEP_MS"}));
+  EXPECT_EQ(lines[3].size(), lines[2].size());
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[3], ' ', absl::SkipEmpty())),
+            (std::vector<std::string>{"2026-12-01T02:58:53Z", "1", "sess-000004", "train", "alice",
+                                      "deferred", "150", "25.0", "1.750"}));
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[4], ' ', absl::SkipEmpty()))[1], "0");
+  // No rate in a session's first sample.
+  EXPECT_EQ(
+      std::vector<std::string>(absl::StrSplit(
+          Lines(FormatTopSample(TwoGpus(), {}, kNowMs, first))[3], ' ', absl::SkipEmpty()))[7],
+      "-");
+
+  const nlohmann::json j = TopSampleJson(TwoGpus(), {}, kNowMs, second);
+  const nlohmann::json& on1 = j["devices"][1]["sessions"];
+  ASSERT_EQ(on1.size(), 1u);
+  EXPECT_EQ(on1[0]["id"], "sess-000004");
+  EXPECT_EQ(on1[0]["rank"], 0);
+  EXPECT_EQ(on1[0]["lane"], "deferred");
+  EXPECT_EQ(on1[0]["steps"], 150);
+  EXPECT_DOUBLE_EQ(on1[0]["steps_per_s"].get<double>(), 25.0);
+  EXPECT_DOUBLE_EQ(on1[0]["step_ms"].get<double>(), 1.75);
+  EXPECT_EQ(j["devices"][0]["sessions"][0]["rank"], 1);
+  EXPECT_TRUE(
+      TopSampleJson(TwoGpus(), {}, kNowMs, first)["devices"][0]["sessions"][0]["steps_per_s"]
+          .is_null());
 }
 
 }  // namespace

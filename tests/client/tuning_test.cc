@@ -62,19 +62,18 @@ TEST(TuningTableTest, ExactRowsAndTheStaleNote) {
   v1::ListTunedSchedulesResponse response;
   *response.add_schedules() = Entry("ag_gemm", 8192, "ring/2/p2p", 0.2014, true);
   *response.add_schedules() = Entry("gemm_rs", 16384, "bulk/p2p", 1.375, false);
-  EXPECT_EQ(
-      FormatTunedSchedules(response),
-      "OP       SHAPE                DTYPE  TP  ASKED        CHOSEN      STEP_MS  TUNED      "
-      "           USABLE\n" +
-          std::string(103, '-') +
-          "\n"
-          "ag_gemm  8192 x 4096 x 4096   bf16    2  auto/0/auto  ring/2/p2p    0.201  2026-12-01T"
-          "13:21:34Z  yes\n"
-          "gemm_rs  16384 x 4096 x 4096  bf16    2  auto/0/auto  bulk/p2p      1.375  2026-12-01T"
-          "13:21:34Z  stale\n"
-          "1 stale: tuned under another overlapd build, GPU model, driver, library or "
-          "NCCL_*/CUDA_* setting (`--json` shows each one's environment); "
-          "`overlapctl tuning forget --stale` drops them\n");
+  EXPECT_EQ(FormatTunedSchedules(response),
+            "OP       SHAPE            DTYPE  TP  ASKED        CHOSEN      STEP_MS  TUNED      "
+            "           USABLE\n" +
+                std::string(99, '-') +
+                "\n"
+                "ag_gemm  8192x4096x4096   bf16    2  auto/0/auto  ring/2/p2p    0.201  2026-12-01T"
+                "13:21:34Z  yes\n"
+                "gemm_rs  16384x4096x4096  bf16    2  auto/0/auto  bulk/p2p      1.375  2026-12-01T"
+                "13:21:34Z  stale\n"
+                "1 stale: tuned under another overlapd build, GPU model, driver, library or "
+                "NCCL_*/CUDA_* setting (`--json` shows each one's environment); "
+                "`overlapctl tuning forget --stale` drops them\n");
   EXPECT_EQ(FormatTunedSchedules(v1::ListTunedSchedulesResponse()), "no tuned schedules\n");
 }
 

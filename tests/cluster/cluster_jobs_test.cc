@@ -60,9 +60,11 @@ class FakeLink : public peer::PeerLink {
     return on_admit(request);
   }
   std::atomic<int> checks{0};
+  // What CancelPart answers: OK (the part ended there) unless the test says otherwise.
+  std::function<absl::Status()> on_cancel;
   absl::Status CancelPart(const std::string&, const peer::CancelRequest&, absl::Duration) override {
     cancels++;
-    return absl::OkStatus();
+    return on_cancel ? on_cancel() : absl::OkStatus();
   }
   std::atomic<int> cancels{0};
   absl::StatusOr<peer::HoldAnswer> HoldPart(const std::string&, const peer::HoldRequest&,
@@ -245,6 +247,43 @@ TEST_F(ClusterJobsTest, TheCoordinatorSendsEveryOpsScheduleWithThePart) {
   EXPECT_EQ(ar.transport, Transport::kNccl);
   EXPECT_EQ(ar.chunks, 1);
   EXPECT_EQ(ar.algorithm, AllReduceAlgorithm::kDefault);
+}
+
+// A cancelled job ends once every part confirmed its end; a node that did not
+// is named in the job's error, with what it answered.
+TEST_F(ClusterJobsTest, ACancelNamesTheNodeThatDidNotConfirmItsPartEnded) {
+  absl::Notification admitted;
+  link_.on_admit = [&](const peer::PartRequest&) -> absl::StatusOr<std::string> {
+    admitted.Notify();
+    return std::string("job-000042");
+  };
+  link_.on_cancel = [] {
+    return absl::DeadlineExceededError("part job-000042 was still running 8 s after it was told");
+  };
+  Coordinate();
+  ASSERT_TRUE(admitted.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  stop_ = true;
+  const absl::Status outcome = WaitOutcome();
+  EXPECT_EQ(outcome.code(), absl::StatusCode::kCancelled) << outcome;
+  EXPECT_THAT(std::string(outcome.message()),
+              HasSubstr("not confirmed ended: node 127.0.0.1:7002: part job-000042 was still "
+                        "running"));
+  EXPECT_EQ(link_.cancels.load(), 1);
+}
+
+// A global id names the coordinator's own job by its id here; anything else
+// with no '/' in it is no global id.
+TEST_F(ClusterJobsTest, AGlobalIdOfThisNodeNamesItsOwnJob) {
+  EXPECT_EQ(cluster_->LocalJobId(absl::StrCat(kSelf, "/job-000007")).value_or(""), "job-000007");
+  EXPECT_EQ(cluster_->LocalJobId("job-000007").status().code(), absl::StatusCode::kInvalidArgument);
+  jobs::JobRecord part = CoordinatedJob();
+  part.coordinator = kPeer;
+  part.global_job_id = "job-000003";
+  EXPECT_EQ(jobs::GlobalIdOf(part, kSelf), absl::StrCat(kPeer, "/job-000003"));
+  EXPECT_EQ(jobs::GlobalIdOf(CoordinatedJob(), kSelf), absl::StrCat(kSelf, "/job-000007"));
+  jobs::JobRecord local;
+  local.id = "job-000001";
+  EXPECT_EQ(jobs::GlobalIdOf(local, kSelf), "");
 }
 
 // Hold, report and the store, each from a node other than the one it

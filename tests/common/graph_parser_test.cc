@@ -110,6 +110,7 @@ ops:
   EXPECT_FALSE(spec->retune);
   EXPECT_TRUE(spec->timeline);
   EXPECT_EQ(spec->priority, 0);
+  EXPECT_EQ(spec->priority_class, PriorityClass::kCritical);
   EXPECT_EQ(spec->seed, 1234u);
   ASSERT_EQ(spec->ops.size(), 1u);
   EXPECT_EQ(spec->ops[0].type, OpType::kGemmAr);
@@ -244,6 +245,12 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"retune: often\n" OP(""), "retune: must be true or false (got \"often\")"},
         ErrorCase{"timeline: 1\n" OP(""), "timeline: must be true or false (got \"1\")"},
         ErrorCase{"priority: high\n" OP(""), "priority: must be an integer (got \"high\")"},
+        ErrorCase{"priority_class: urgent\n" OP(""),
+                  "priority_class: unknown priority_class \"urgent\" (expected critical, "
+                  "deferred)"},
+        ErrorCase{"priority_class: [deferred]\n" OP(""),
+                  "priority_class: must be a string (got a list)"},
+        ErrorCase{"priority_class: 1\n" OP(""), "priority_class: unknown priority_class \"1\""},
         ErrorCase{"seed: -1\n" OP(""), "seed: must be a non-negative integer (got \"-1\")"},
         ErrorCase{"seed: 18446744073709551616\n" OP(""),
                   "seed: must be a non-negative integer that fits in 64 bits"},
@@ -266,6 +273,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "malformed YAML/JSON at line "}));
 
 #undef OP
+
+// The lane class a job's collectives take beside sessions; `priority` stays
+// the queue's rank.
+TEST(GraphParserTest, PriorityClassIsApartFromPriority) {
+  auto spec = ParseJobSpec(
+      "priority: 3\npriority_class: deferred\n"
+      "ops: [{id: a, type: ag_gemm, m: 8, k: 8, n: 8}]");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->priority, 3);
+  EXPECT_EQ(spec->priority_class, PriorityClass::kDeferred);
+  EXPECT_EQ(PriorityClassName(spec->priority_class), "deferred");
+}
 
 // The schema version (1, the one this overlapd reads) and the autotune budget.
 TEST(GraphParserTest, VersionAndAutotuneBudget) {

@@ -1,8 +1,10 @@
 #include "common/hf_config.h"
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -96,6 +98,24 @@ TEST(HfConfigTest, RefusesWhatIsNotADenseDecoder) {
     EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(model.status().message(), HasSubstr(c.error));
   }
+}
+
+// GPT-2's n_inner: null makes the MLP 4 x the hidden size; a hidden size whose
+// four-fold passes 2^63 was a signed overflow (UBSan, the hf_config fuzzer).
+TEST(HfConfigTest, AnMlpOfFourHiddenSizesThatOverflowsIsRefusedByName) {
+  absl::StatusOr<ModelDims> model = ModelFromHfConfig(
+      R"({"model_type": "gpt2", "n_embd": 6646744073709551615, "n_head": 25, "n_inner": null})",
+      "m.json");
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(model.status().message(), HasSubstr("m.json: hidden_size"));
+  EXPECT_THAT(model.status().message(), HasSubstr("4 x 6646744073709551615 overflows 64 bits"));
+
+  // The largest hidden size whose four-fold fits is read as it is.
+  const int64_t largest = INT64_MAX / 4;
+  model = ModelFromHfConfig(absl::StrCat(R"({"n_embd": )", largest, R"(, "n_head": 1})"), "m.json");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->ffn, 4 * largest);
 }
 
 }  // namespace

@@ -2,9 +2,10 @@
 # deploy/grafana/overlapd-dashboard.json is an importable dashboard: it parses,
 # has the datasource/instance/Hostname/gpu variables, and every overlapd_*
 # metric it names (and every one the alert rules and their tests name) is one
-# the daemon exports, as listed in server/rpc/metrics.cc. With promtool on PATH
-# its queries also parse as PromQL, and the DCGM joins are evaluated on made-up
-# series: they keep overlapd's GPUs (by UUID) and drop the others.
+# the daemon exports, as listed in server/rpc/metrics.cc and session_metrics.cc.
+# With promtool on PATH its queries also parse as PromQL, and the DCGM joins
+# are evaluated on made-up series: they keep overlapd's GPUs (by UUID) and
+# drop the others.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${OVERLAP_SOURCE_DIR:-$here/../..}
@@ -13,7 +14,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # What the daemon exports: each family's name is a string literal there.
-grep -o '"overlapd_[a-z_]*"' "$src/server/rpc/metrics.cc" | tr -d '"' | sort -u > "$work/exported"
+grep -oh '"overlapd_[a-z_]*"' "$src/server/rpc/metrics.cc" "$src/server/rpc/session_metrics.cc" |
+  tr -d '"' | sort -u > "$work/exported"
 [ "$(wc -l < "$work/exported")" -ge 20 ] || { echo "FAIL: too few names in metrics.cc" >&2; exit 1; }
 
 python3 - "$dashboard" "$work" "$src/deploy/prometheus/overlapd-alerts.yml" \

@@ -80,9 +80,9 @@ TEST_F(CliTest, SubmitWaitPrintsReportAndTheJobIsQueryable) {
   struct Expected {
     std::string id, type, shape, mode, chunks, transport;
   };
-  for (const Expected& e : {Expected{"fc1", "ag_gemm", "128 x 128 x 256", "chunked", "2", "nccl"},
-                            Expected{"fc2", "gemm_rs", "128 x 256 x 128", "serial", "1", "p2p"},
-                            Expected{"out", "gemm_ar", "128 x 128 x 128", "bulk", "1", "nccl"}}) {
+  for (const Expected& e : {Expected{"fc1", "ag_gemm", "128x128x256", "chunked", "2", "nccl"},
+                            Expected{"fc2", "gemm_rs", "128x256x128", "serial", "1", "p2p"},
+                            Expected{"out", "gemm_ar", "128x128x128", "bulk", "1", "nccl"}}) {
     SCOPED_TRACE(e.id);
     const std::vector<std::string> row = RowOf(submit.out, e.id);
     ASSERT_EQ(row.size(), 15u) << submit.out;
@@ -422,7 +422,7 @@ TEST_F(CliTest, TuningListsWhatAutoChoseAndForgetsIt) {
   const std::vector<std::string> row = Cells(lines[2]);
   ASSERT_EQ(row.size(), 9u) << lines[2];
   EXPECT_EQ(row[0], "ag_gemm");
-  EXPECT_EQ(row[1], "128 x 128 x 256");
+  EXPECT_EQ(row[1], "128x128x256");
   EXPECT_EQ(row[3], "2");
   EXPECT_EQ(row[4], "auto/0/auto");
   EXPECT_EQ(row[8], "yes");
@@ -884,12 +884,14 @@ TEST_F(DaemonTest, MeshGraphReportsEachGroupAndWhatTheLayerStepDeferred) {
       {"submit", std::string(OVERLAP_SOURCE_DIR) + "/deploy/graphs/mesh-host.yaml", "--wait"});
   ASSERT_EQ(done.exit_code, 0) << Describe(done);
   EXPECT_THAT(done.out, ::testing::HasSubstr("mesh: tp 2 x dp 2; each group's step"));
-  EXPECT_THAT(done.out, ::testing::ContainsRegex("fc2_grads \\(dp\\) [0-9.]+\\*? / [0-9.]+\\*? ms"));
+  EXPECT_THAT(done.out,
+              ::testing::ContainsRegex("fc2_grads \\(dp\\) [0-9.]+\\*? / [0-9.]+\\*? ms"));
   EXPECT_THAT(done.out, ::testing::HasSubstr("fc2_grads chunked 2 x 32KiB"));
   EXPECT_THAT(done.out, ::testing::HasSubstr("bucket(fc1_grads+bias_grads) bucketed"));
   EXPECT_THAT(done.out, ::testing::ContainsRegex("[0-9]+% hidden \\(layer"));
   EXPECT_THAT(done.out, ::testing::Not(::testing::HasSubstr("FAIL")));
-  RunResult json = daemon_->Ctl({"get", Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]), "--json"});
+  RunResult json = daemon_->Ctl(
+      {"get", Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]), "--json"});
   ASSERT_EQ(json.exit_code, 0) << Describe(json);
   const nlohmann::json result = ParseJson(json.out)["result"];
   EXPECT_EQ(result["mesh_tp"], 2);
@@ -923,8 +925,7 @@ TEST_F(DaemonTest, TheOverlapPassFusesAnUnfusedLayerUnlessToldNotTo) {
   auto run = [&](std::vector<std::string> args) {
     RunResult done = daemon_->Ctl(args);
     EXPECT_EQ(done.exit_code, 0) << Describe(done);
-    const std::string id =
-        Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]);
+    const std::string id = Trim(ParseJson(daemon_->Ctl({"list", "--json"}).out)["jobs"][0]["id"]);
     return std::pair(done.out, ParseJson(daemon_->Ctl({"get", id, "--json"}).out)["result"]);
   };
   auto [text, result] = run({"submit", path, "--wait"});
@@ -941,7 +942,8 @@ TEST_F(DaemonTest, TheOverlapPassFusesAnUnfusedLayerUnlessToldNotTo) {
   EXPECT_THAT(types, ::testing::ElementsAre("ag_gemm", "gemm_rs", "ag_gemm", "gemm_rs"));
 
   std::tie(text, result) = run({"submit", path, "--wait", "--no-fuse"});
-  EXPECT_THAT(text, ::testing::HasSubstr("overlap pass: left alone qkv_gather + qkv (fuse: false)"));
+  EXPECT_THAT(text,
+              ::testing::HasSubstr("overlap pass: left alone qkv_gather + qkv (fuse: false)"));
   EXPECT_EQ(result["ops"].size(), 8u);
   for (const nlohmann::json& op : result["ops"]) {
     EXPECT_TRUE(op.value("verified", false)) << op.dump();

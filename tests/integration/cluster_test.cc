@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tests/integration/harness.h"
 
 namespace overlap::testing {
@@ -225,7 +227,7 @@ TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified)
   EXPECT_THAT(report.out, HasSubstr(absl::StrCat("node 1 ", peer(1))));
   EXPECT_THAT(report.out, HasSubstr("across nodes: grads"));
   // The coordinator's job holds no device of its own; its list says where it ran.
-  EXPECT_THAT(daemon(0).Ctl({"list"}).out, HasSubstr("2 nodes"));
+  EXPECT_THAT(daemon(0).Ctl({"list"}).out, HasSubstr(peer(0) + "," + peer(1)));
 }
 
 // A coordinator with a calibration (this node's identity, the link between
@@ -469,6 +471,72 @@ TEST_F(ClusterTest, CancelOnTheCoordinatorCancelsEveryPart) {
   WaitForPart(1, "CANCELLED", std::chrono::seconds(30));
 }
 
+// Issue 59: one id names the job on every node it spans. The global id is
+// "<coordinator's node>/<its id there>"; get, watch and cancel take it on
+// each node (on a part's node it names the part); list shows the job once,
+// whole; cancel --wait returns only once every part has ended, on its node.
+TEST_F(ClusterTest, AJobSpanningDaemonsHasOneIdOnEveryNodeAndCancelWaitEndsEveryPart) {
+  ASSERT_NO_FATAL_FAILURE(StartNodes(2));
+  const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
+  const std::string global = peer(0) + "/" + id;
+  const std::string part = WaitForPart(1, "RUNNING").value("id", "");
+  ASSERT_FALSE(part.empty());
+  PollJob(daemon(0), id, StateIs("RUNNING"));
+
+  // On the coordinator, the global id is its job; on the peer, that node's part.
+  RunResult on_coordinator = daemon(0).Ctl({"get", global, "--json"});
+  ASSERT_EQ(on_coordinator.exit_code, 0) << on_coordinator.err;
+  const nlohmann::json job = ParseJson(on_coordinator.out);
+  EXPECT_EQ(job.value("id", ""), id);
+  EXPECT_EQ(job.value("global_id", ""), global);
+  EXPECT_EQ(job.value("coordinator", ""), "");
+  RunResult on_peer = daemon(1).Ctl({"get", global, "--json"});
+  ASSERT_EQ(on_peer.exit_code, 0) << on_peer.err;
+  const nlohmann::json part_job = ParseJson(on_peer.out);
+  EXPECT_EQ(part_job.value("id", ""), part);
+  EXPECT_EQ(part_job.value("global_id", ""), global);
+  EXPECT_EQ(part_job.value("coordinator", ""), peer(0));
+  EXPECT_EQ(part_job.value("node_index", -1), 1);
+  // The part's own short id still works on its node; get names the coordinator.
+  RunResult by_short = daemon(1).Ctl({"get", part});
+  ASSERT_EQ(by_short.exit_code, 0) << by_short.err;
+  EXPECT_THAT(by_short.out, HasSubstr("global id: " + global));
+  EXPECT_THAT(by_short.out, HasSubstr("on its coordinator " + peer(0)));
+  // A global id of a job with no part here is NOT_FOUND, named.
+  RunResult unknown = daemon(1).Ctl({"get", peer(0) + "/job-999999"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
+
+  // list: the job once on each node, under its global id, with both nodes,
+  // nothing cut (the output is no terminal).
+  for (int i : {0, 1}) {
+    RunResult list = daemon(i).Ctl({"list"});
+    ASSERT_EQ(list.exit_code, 0) << list.err;
+    int rows = 0;
+    for (absl::string_view line : absl::StrSplit(list.out, '\n')) {
+      if (!absl::StrContains(line, global)) continue;
+      ++rows;
+      EXPECT_TRUE(absl::StartsWith(line, global)) << list.out;
+      EXPECT_THAT(std::string(line), HasSubstr(peer(0) + "," + peer(1))) << list.out;
+    }
+    EXPECT_EQ(rows, 1) << "node " << i << ":\n" << list.out;
+    EXPECT_THAT(list.out, ::testing::Not(HasSubstr("..."))) << list.out;
+  }
+
+  // cancel --wait by the global id: when it returns, every part has ended on its node.
+  RunResult cancel = daemon(0).Ctl({"cancel", "--wait", global}, std::chrono::seconds(60));
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err << Logs();
+  EXPECT_THAT(cancel.out, HasSubstr("CANCELLED"));
+  RunResult peer_part = daemon(1).Ctl({"get", global, "--json"});
+  ASSERT_EQ(peer_part.exit_code, 0) << peer_part.err;
+  EXPECT_EQ(ParseJson(peer_part.out).value("state", ""), "CANCELLED") << peer_part.out;
+  for (const nlohmann::json& j : List(0)) EXPECT_TRUE(Final(j)) << j.dump(2);
+  for (const nlohmann::json& j : List(1)) EXPECT_TRUE(Final(j)) << j.dump(2);
+  // watch by the global id on the part's node: the part's end.
+  RunResult watch = daemon(1).Ctl({"watch", global}, std::chrono::seconds(30));
+  EXPECT_THAT(watch.err, HasSubstr("job " + part + " CANCELLED"));
+}
+
 TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNext) {
   ASSERT_NO_FATAL_FAILURE(StartNodes(2));
   const std::string id = Submit(0, WriteGraph("long.yaml", kLongLayer), Nodes({0, 1}));
@@ -530,6 +598,10 @@ TEST_F(ClusterTest, APartQueuedWhenItsDaemonRestartedNeverRunsOnItsOwn) {
   EXPECT_EQ(ended.value("state", ""), "FAILED") << ended.dump(2);
   EXPECT_THAT(ended.value("error", ""), HasSubstr("restarted")) << ended.dump(2);
   EXPECT_EQ(ended.value("coordinator", ""), peer(0));
+  // Its global id still names it there: the store kept what it is made of.
+  RunResult by_global = daemon(1).Ctl({"get", peer(0) + "/" + id, "--json"});
+  ASSERT_EQ(by_global.exit_code, 0) << by_global.err;
+  EXPECT_EQ(ParseJson(by_global.out).value("id", ""), part);
   daemon(0).Ctl({"cancel", id});
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -21,13 +22,15 @@ using ::overlap::testing::TempDir;
 
 class JobQueueTest : public ::testing::Test {
  protected:
-  void Start(int devices = 4, int max_queued = 256) {
+  void Start(int devices = 4, int max_queued = 256,
+             std::function<int64_t(int device)> free_bytes = nullptr) {
     auto store = JobStore::Open(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     JobQueueOptions options;
     options.executor_threads = devices;
     options.max_queued_jobs = max_queued;
+    options.free_bytes = std::move(free_bytes);
     auto queue = JobQueue::Create(
         store_.get(),
         [this](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
@@ -100,6 +103,42 @@ TEST_F(JobQueueTest, HigherPriorityFirstThenSubmissionOrder) {
   ASSERT_TRUE(queue_->WaitIdle(absl::Seconds(10)));
   EXPECT_EQ(RunOrder(runner_.records()),
             (std::vector<std::string>{blocker.id, b.id, d.id, a.id, c.id, e.id}));
+}
+
+// A job on devices a session holds waits; `waiting` says for what: the
+// device's free pool where the job's buffers do not fit beside the session,
+// the session's hold where they do. The job's class comes from its graph and
+// stays with it through the store.
+TEST_F(JobQueueTest, AJobOnASessionsDevicesSaysWhetherItsMemoryFits) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  Start(4, 256, [](int device) { return device == 1 ? kMiB : 1024 * kMiB; });
+  queue_->HoldDevices("sess-000001", {0, 1});
+  auto big_graph = std::make_shared<AdmittedGraph>();
+  big_graph->bytes_per_device = 64 * kMiB;
+  big_graph->spec.priority_class = PriorityClass::kDeferred;
+  auto small_graph = std::make_shared<AdmittedGraph>();
+  small_graph->bytes_per_device = kMiB / 2;
+  JobRecord job;
+  job.name = "sleep:1";
+  job.devices = {0, 1};
+  absl::StatusOr<JobRecord> big = queue_->Submit(job, big_graph);
+  ASSERT_TRUE(big.ok()) << big.status();
+  absl::StatusOr<JobRecord> small = queue_->Submit(job, small_graph);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(big->state, JobState::kQueued);
+  EXPECT_EQ(big->waiting,
+            "memory: needs 64.00 MiB, free 1.00 MiB on device 1 while session sess-000001 holds "
+            "it");
+  EXPECT_EQ(big->priority_class, PriorityClass::kDeferred);
+  EXPECT_EQ(small->waiting, "device 0 is held by session sess-000001");
+  EXPECT_EQ(small->priority_class, PriorityClass::kCritical);
+  queue_->ReleaseDevices("sess-000001");
+  AwaitState(big->id, JobState::kSucceeded);
+  AwaitState(small->id, JobState::kSucceeded);
+  absl::StatusOr<JobRecord> stored = queue_->Get(big->id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->priority_class, PriorityClass::kDeferred);
+  EXPECT_EQ(stored->waiting, "");
 }
 
 TEST_F(JobQueueTest, DisjointDevicesRunConcurrently) {

@@ -357,6 +357,7 @@ TEST(JobStoreTest, ReadsRowsWrittenBeforeTheJobCoreHadItsOwnTypes) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->result.ops.size(), 3u);
   ASSERT_TRUE(job->result.layer.has_value());
+  EXPECT_EQ(job->priority_class, PriorityClass::kCritical);  // a row from before the key
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(wire::ToProto(*job), old_job));
   ASSERT_TRUE((*store)->Put(*job).ok());
   v1::Job stored_again;

@@ -302,6 +302,48 @@ TEST(MetricsTest, RunningPartsCarryTheGlobalJobId) {
                               ",job_id=\"job-9\",global_job_id=\"n2:7000/job-40\"} 1\n"));
 }
 
+// Energy: each device's counter and NVLink bytes where read (absent, not zero,
+// elsewhere), the last op's and layer's joules per step and power, and each
+// running job's joules so far (one series per running job).
+TEST(MetricsTest, EnergyPerDeviceAndPerJob) {
+  v1::GetNodeInfoResponse node = TwoDevices();
+  node.mutable_devices(0)->set_energy_valid(true);
+  node.mutable_devices(0)->set_energy_j(123456.5);
+  node.mutable_devices(0)->set_nvlink_traffic_valid(true);
+  node.mutable_devices(0)->set_nvlink_tx_bytes(4096);
+  node.mutable_devices(0)->set_nvlink_rx_bytes(2048);
+  v1::Job running = JobOn("job-7", {0, 1}, v1::RUNNING, "fc1");
+  v1::OpResult* op = running.mutable_result()->mutable_ops(0);
+  op->mutable_step()->set_samples(20);
+  op->mutable_energy()->set_step_joules(1.5);
+  op->mutable_energy()->set_step_watts(600);
+  v1::JobResult* result = running.mutable_result();
+  result->mutable_layer_step()->set_median_ms(4);
+  result->mutable_layer_step()->set_samples(10);
+  result->mutable_layer_energy()->set_step_joules(2.25);
+  const std::string text = Scrape(node, {}, {running});
+  for (const char* line : {
+           "# TYPE overlapd_energy_joules_total counter\n",
+           "overlapd_energy_joules_total{" G0 "} 123456.5\n",
+           "overlapd_device_nvlink_bytes_total{" G0 ",direction=\"tx\"} 4096\n",
+           "overlapd_device_nvlink_bytes_total{" G0 ",direction=\"rx\"} 2048\n",
+           "overlapd_last_op_energy_joules{" G1 ",op=\"fc1\",schedule=\"ring/2/p2p\"} 1.5\n",
+           "overlapd_last_op_power_watts{" G0 ",op=\"fc1\",schedule=\"ring/2/p2p\"} 600\n",
+           "overlapd_last_layer_energy_joules{" G1 "} 2.25\n",
+           // 20 steps of 1.5 J and 10 layer steps of 2.25 J.
+           "overlapd_job_energy_joules_total{job_id=\"job-7\"} 52.5\n",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line)) << line;
+  }
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_energy_joules_total{" G1)));
+  EXPECT_THAT(text, Not(HasSubstr("overlapd_device_nvlink_bytes_total{" G1)));
+  // A finished job leaves the per-job family; a job without energy never enters it.
+  running.set_state(v1::SUCCEEDED);
+  EXPECT_THAT(Scrape(node, {}, {running}), Not(HasSubstr("overlapd_job_energy_joules_total{")));
+  EXPECT_THAT(Scrape(node, {}, {JobOn("job-8", {0}, v1::RUNNING, "fc1")}),
+              Not(HasSubstr("overlapd_job_energy_joules_total{")));
+}
+
 TEST(MetricsTest, AlertRulesNameOnlyMetricsWeExport) {
   std::ifstream in(std::string(OVERLAP_SOURCE_DIR) + "/deploy/prometheus/overlapd-alerts.yml");
   std::stringstream rules;
@@ -361,8 +403,7 @@ TEST(MetricsExporterTest, ServesTheDaemonsFiguresAndRefusesATakenPort) {
   (*queue)->StartDrain();
   EXPECT_THAT(testing::HttpGet(port, "/healthz"), ::testing::StartsWith("HTTP/1.1 503"));
 
-  auto second =
-      MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **queue, kOptions);
+  auto second = MetricsExporter::Start(absl::StrCat("127.0.0.1:", port), node, **queue, kOptions);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("metrics_listen"));

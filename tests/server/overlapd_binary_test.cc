@@ -385,5 +385,54 @@ TEST_F(OverlapdBinaryTest, InjectedFailuresFailTheJobOrRestartTheDaemon) {
   EXPECT_NE(Log().find("unhealthy"), std::string::npos);
 }
 
+// A job whose collective aborts names it from the flight recorder: the
+// sequence number on its communicator, the op and the ranks it failed on,
+// in the one-line error that `overlapctl get` prints.
+TEST_F(OverlapdBinaryTest, AnAbortedCollectiveIsNamedByTheFlightRecorder) {
+  const std::string config = dir_.path() + "/flight.yaml";
+  std::ofstream(config) << "host_fail_op: all_gather\nhost_fail_after: 3\n";
+  NotifySocket notify(dir_.path() + "/notify.sock");
+  Daemon daemon(Args({"--config", config}), dir_.path() + "/overlapd.log", notify.path());
+  ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
+  auto stub = Stub();
+  v1::Job job;
+  ASSERT_TRUE(Submit(*stub, kSmallJob, &job).ok());
+  job = AwaitState(*stub, job.id(), v1::ABORTED);
+  EXPECT_NE(job.error().find("injected NCCL failure"), std::string::npos) << job.error();
+  // The third all-gather is the tenth collective on channel 0, after the
+  // runner's barriers and the first two all-gathers.
+  EXPECT_NE(job.error().find("; flight: collective #10 all_gather (channel 0 ranks [0,1], "
+                             "critical lane, job " +
+                             job.id() + " op fc1) reached by 0,1, failed on 0,1"),
+            std::string::npos)
+      << job.error();
+
+  // The rings behind it (`overlapctl flight`): both ranks' channel 0, the
+  // failed all-gather last, and the same verdict.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetFlightRequest request;
+  request.set_id(job.id());
+  v1::GetFlightResponse flight;
+  ASSERT_TRUE(stub->GetFlight(&context, request, &flight).ok());
+  EXPECT_EQ(job.error().substr(job.error().find("flight: ")), flight.verdict());
+  EXPECT_EQ(flight.entries_per_ring(), 2000);
+  EXPECT_GT(flight.recorder_bytes(), 0);
+  int channel0 = 0;
+  for (const v1::FlightRing& ring : flight.rings()) {
+    if (ring.comm() != "channel 0 ranks [0,1]") continue;
+    ++channel0;
+    ASSERT_EQ(ring.entries_size(), 10);
+    EXPECT_EQ(ring.entries(9).seq(), 10u);
+    EXPECT_EQ(ring.entries(9).op(), "all_gather");
+    EXPECT_EQ(ring.entries(9).state(), "failed");
+    EXPECT_EQ(ring.entries(9).job_op(), "fc1");
+    EXPECT_EQ(ring.lane(), "critical");
+  }
+  EXPECT_EQ(channel0, 2);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
+}
+
 }  // namespace
 }  // namespace overlap

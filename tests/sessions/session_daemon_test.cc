@@ -1,12 +1,17 @@
 // Sessions through the real overlapd binary: ranks as overlapd-session-rank
 // processes on the default session socket (beside the API socket), their Y
-// checked against float64, the session listed over the Node service, and
-// sessions of two users with one name kept apart.
+// checked against float64, the session listed over the Node service, seen
+// in the metrics, `top` and its trace, and sessions of two users with one
+// name kept apart.
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "overlap/v1/overlap.grpc.pb.h"
+#include "tests/http_get.h"
 #include "tests/integration/harness.h"
 
 namespace overlap {
@@ -196,6 +202,126 @@ TEST_F(SessionJobsTest, SigtermEndsARunningSessionAndTheDaemonExits) {
   testing::RunResult stopped = daemon_->Terminate(std::chrono::seconds(60));
   EXPECT_EQ(stopped.exit_code, 0) << testing::Describe(stopped);
   EXPECT_THAT(stopped.err, HasSubstr("overlapd stopped"));
+}
+
+// The first session's steps as `overlapctl sessions --json` lists them, once
+// they reach `steps` (or -1 after 60 s).
+int64_t WaitForSteps(testing::Daemon& daemon, int64_t steps) {
+  for (int i = 0; i < 600; ++i) {
+    testing::RunResult listed = daemon.Ctl({"sessions", "--json"});
+    if (listed.exit_code == 0) {
+      const nlohmann::json json = testing::ParseJson(listed.out);
+      if (json.contains("sessions") && !json["sessions"].empty()) {
+        const nlohmann::json& first = json["sessions"][0];
+        const nlohmann::json& value = first.value("steps", nlohmann::json(0));
+        const int64_t now =
+            value.is_string() ? std::stoll(value.get<std::string>()) : value.get<int64_t>();
+        if (now >= steps) return now;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return -1;
+}
+
+TEST_F(SessionJobsTest, AnOpenSessionIsInTheMetricsTopAndItsTrace) {
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  StartDaemon({"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  const std::string graph = dir_.File("graph.yaml");
+  std::ofstream(graph) << Graph();
+  std::vector<std::unique_ptr<testing::Child>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = RankArgs(dir_.File("s-session.sock"), "seen", graph, r);
+    args.insert(args.end(), {"--steps", "3", "--linger-s", "120"});
+    ranks.push_back(testing::Child::Spawn(args, dir_.path()));
+  }
+  ASSERT_EQ(WaitForSteps(*daemon_, 3), 3) << daemon_->Log();
+  const std::string labels =
+      absl::StrCat("session=\"sess-000001\",name=\"seen\",owner=\"uid:", getuid(), "\"");
+
+  const std::string metrics = testing::HttpGet(port, "/metrics");
+  EXPECT_THAT(metrics,
+              HasSubstr(absl::StrCat("overlapd_sessions_open{owner=\"uid:", getuid(), "\"} 1\n")));
+  EXPECT_THAT(metrics, HasSubstr("overlapd_session_steps_total{" + labels + "} 3\n"));
+  // Rank 0's device time of each of the three steps, in a summary.
+  EXPECT_THAT(metrics,
+              HasSubstr("overlapd_session_op_seconds_count{" + labels + ",op=\"fc1\"} 3\n"));
+  EXPECT_THAT(metrics, HasSubstr("overlapd_session_op_seconds{" + labels +
+                                 ",op=\"fc1\",quantile=\"0.5\"} "));
+  EXPECT_THAT(metrics, HasSubstr("overlapd_session_lane_wait_seconds_total{" + labels +
+                                 ",op=\"fc1\",lane=\"critical\"} 0\n"));
+  // fc1's X (kM/2 x kK), W (kK x kN/2) and Y (kM x kN/2), fp32, and SIGNALS, on each rank.
+  const int64_t mapped = 2 * (4 * (kM / 2 * kK + kK * kN / 2 + kM * kN / 2) + 16);
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("overlapd_session_mapped_bytes{", labels, "} ",
+                                              mapped, "\n")));
+  // A critical session has no deferred series.
+  EXPECT_THAT(metrics, Not(HasSubstr("overlapd_session_deferred_over_bound_total{")));
+
+  testing::RunResult top = daemon_->Ctl({"top", "--count", "1"});
+  ASSERT_EQ(top.exit_code, 0) << testing::Describe(top);
+  EXPECT_THAT(top.out, HasSubstr("SESSION"));
+  EXPECT_THAT(top.out, HasSubstr("STEPS/S"));
+  EXPECT_THAT(top.out, ::testing::ContainsRegex("sess-000001 +seen +[^ ]+ +critical +3 "));
+  testing::RunResult top_json = daemon_->Ctl({"top", "--count", "1", "--json"});
+  ASSERT_EQ(top_json.exit_code, 0) << testing::Describe(top_json);
+  const nlohmann::json sample = testing::ParseJson(top_json.out);
+  for (int device : {0, 1}) {
+    const nlohmann::json& held = sample["devices"][device]["sessions"];
+    ASSERT_EQ(held.size(), 1u) << sample.dump();
+    EXPECT_EQ(held[0]["id"], "sess-000001");
+    EXPECT_EQ(held[0]["rank"], device);
+    EXPECT_EQ(held[0]["steps"], 3);
+    EXPECT_GT(held[0]["step_ms"].get<double>(), 0);
+  }
+  EXPECT_TRUE(sample["devices"][2]["sessions"].empty());
+
+  testing::RunResult traced = daemon_->Ctl({"sessions", "trace", "sess-000001"});
+  ASSERT_EQ(traced.exit_code, 0) << testing::Describe(traced);
+  const nlohmann::json trace = testing::ParseJson(traced.out);
+  std::vector<uint64_t> steps;
+  std::map<uint64_t, std::set<int>> devices_of_step;
+  std::set<std::string> lanes;
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name") {
+      lanes.insert(event["args"]["name"].get<std::string>());
+    }
+    if (event["ph"] != "X") continue;
+    EXPECT_EQ(event["name"], "fc1");
+    EXPECT_EQ(event["cat"], "critical");
+    EXPECT_GE(event["dur"].get<double>(), 0);
+    steps.push_back(event["args"]["step"].get<uint64_t>());
+    devices_of_step[steps.back()].insert(event["pid"].get<int>());
+  }
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  EXPECT_EQ(steps.size(), 6u);  // three steps on two devices
+  EXPECT_EQ(devices_of_step,
+            (std::map<uint64_t, std::set<int>>{{1, {0, 1}}, {2, {0, 1}}, {3, {0, 1}}}));
+  EXPECT_EQ(lanes, std::set<std::string>{"critical"});
+  testing::RunResult last = daemon_->Ctl({"sessions", "trace", "sess-000001", "--steps", "1"});
+  ASSERT_EQ(last.exit_code, 0) << testing::Describe(last);
+  int last_spans = 0;
+  const nlohmann::json last_trace = testing::ParseJson(last.out);
+  for (const nlohmann::json& event : last_trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    EXPECT_EQ(event["args"]["step"], 3);
+    ++last_spans;
+  }
+  EXPECT_EQ(last_spans, 2) << last.out;
+  EXPECT_NE(daemon_->Ctl({"sessions", "trace", "sess-000009"}).exit_code, 0);
+
+  // Once the session ends its series go.
+  for (auto& rank : ranks) rank->Signal(SIGKILL);
+  for (auto& rank : ranks) rank->Wait(std::chrono::seconds(30));
+  std::string after;
+  for (int i = 0; i < 300; ++i) {
+    after = testing::HttpGet(port, "/metrics");
+    if (after.find("overlapd_session_steps_total{") == std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(after, Not(HasSubstr("overlapd_session_steps_total{")));
+  EXPECT_THAT(after, Not(HasSubstr("overlapd_sessions_open{")));
+  EXPECT_THAT(after, HasSubstr("# TYPE overlapd_session_steps_total counter"));
 }
 
 }  // namespace

@@ -21,7 +21,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -317,6 +319,25 @@ TEST(SessionLanesTest, AgGemmStepsMatchFloat64) {
   EXPECT_EQ(figures[0].ops[0].steps, 3);
   EXPECT_GT(figures[0].enqueue_p99_us, 0);
   EXPECT_GE(figures[0].enqueue_p99_us, figures[0].enqueue_p50_us);
+  // Each step's span on both devices, with its step; rank 0's (device 0) are
+  // the op's device times: summed, counted, the last one kept.
+  ASSERT_TRUE(lanes.IntervalsReach(
+      [](const std::vector<LaneInterval>& intervals) { return intervals.size() == 6; }));
+  std::map<uint64_t, std::set<int>> devices_of_step;
+  double rank0_total = 0, rank0_last = 0;
+  for (const LaneInterval& i : lanes.lanes->RecentIntervals()) {
+    devices_of_step[i.seq].insert(i.device);
+    if (i.device != 0) continue;
+    rank0_total += i.end_ms - i.start_ms;
+    rank0_last = i.end_ms - i.start_ms;
+  }
+  EXPECT_EQ(devices_of_step,
+            (std::map<uint64_t, std::set<int>>{{1, {0, 1}}, {2, {0, 1}}, {3, {0, 1}}}));
+  const SessionOpFigures op = lanes.lanes->Figures()[0].ops[0];
+  EXPECT_EQ(op.timed_steps, 3);
+  EXPECT_DOUBLE_EQ(op.device_ms_total, rank0_total);
+  EXPECT_DOUBLE_EQ(op.last_ms, rank0_last);
+  EXPECT_EQ(op.over_bound, 0);  // a critical session has no bound
 }
 
 TEST(SessionLanesTest, ALayerCommandRunsTheMlpWithItsActivation) {
@@ -569,11 +590,14 @@ TEST(SessionLanesTest, ABoundTooTightForcesChunksAndTheFiguresSaySo) {
   deferred.PostAll(1, 0);
   ASSERT_EQ(deferred.Wait(0, 1), 0) << deferred.Message(0);
   ASSERT_EQ(critical.Wait(0, 1), 0) << critical.Message(0);
-  int64_t counted = -1;
+  int64_t counted = -1, over_bound = -1;
   for (const SessionFigures& f : lanes.lanes->Figures()) {
-    if (f.id == "sess-deferred") counted = f.ops[0].chunks_forced;
+    if (f.id != "sess-deferred") continue;
+    counted = f.ops[0].chunks_forced;
+    over_bound = f.ops[0].over_bound;
   }
   EXPECT_GT(counted, 0);
+  EXPECT_EQ(over_bound, 1);  // its one step took longer than 1 us
   // Each forced chunk on both devices, once the lanes read its events.
   EXPECT_TRUE(lanes.IntervalsReach([&](const std::vector<LaneInterval>& intervals) {
     return std::count_if(intervals.begin(), intervals.end(),

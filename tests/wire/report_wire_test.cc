@@ -38,6 +38,22 @@ runner::Timeline TimelineOf(const std::string& op) {
   return timeline;
 }
 
+// Energy figures with every field set (the note included).
+runner::EnergyFigures EveryEnergyField(double base) {
+  runner::EnergyFigures e;
+  e.valid = true;
+  e.step_joules = base;
+  e.step_watts = 100 * base;
+  e.window_s = 0.5;
+  e.steps = 20;
+  e.serial_valid = true;
+  e.serial_joules = base + 0.25;
+  e.serial_watts = 80 * base;
+  e.serial_ms = 3.5;
+  e.note = "overlap saves 30% of the time but draws 25% more power";
+  return e;
+}
+
 runner::OpReport EveryOpField() {
   runner::OpReport op;
   op.id = "fc1";
@@ -80,6 +96,8 @@ runner::OpReport EveryOpField() {
   op.verified = true;
   op.max_rel_error = 0.001;
   op.spans_nodes = true;
+  op.energy = EveryEnergyField(1.5);
+  op.joules_per_tflop = 0.75;
   return op;
 }
 
@@ -117,6 +135,8 @@ runner::LayerStepReport EveryLayerField() {
   layer.dispatch_iterations = 3;
   layer.lane_figures = {{1, 0.25, 1.5}};
   layer.scheduler_notes = {"the bound was missed by 0.5 ms"};
+  layer.energy = EveryEnergyField(4);
+  layer.joules_per_tflop = 0.625;
   return layer;
 }
 
@@ -154,6 +174,7 @@ jobs::JobRecord EveryJobField() {
   job.id = "job-000002";
   job.name = "block";
   job.priority = 3;
+  job.priority_class = PriorityClass::kDeferred;
   job.devices = {0, 1};
   job.spec = "ops: []\n";
   job.owner = "uid:1000";
@@ -162,6 +183,7 @@ jobs::JobRecord EveryJobField() {
   job.nodes = {"node0:7000", "node1:7000"};
   job.coordinator = "node0:7000";
   job.global_job_id = "job-000001";
+  job.global_id = "node0:7000/job-000001";
   job.node_index = 1;
   job.counted_as_coordinated = true;
   job.waiting = "device 1 is held by session sess-000002";
@@ -201,6 +223,11 @@ TEST(ReportWireTest, EveryFieldOfTheReportReachesTheMessageAndComesBack) {
   EXPECT_EQ(back.layer->without_deferred->median, 3.5);
   EXPECT_EQ(back.nodes[0].slowest_rank, 3);
   EXPECT_EQ(back.library_env.at("NCCL_PROTO"), "Simple");
+  EXPECT_TRUE(back.ops[0].energy.valid);
+  EXPECT_EQ(back.ops[0].energy.steps, 20);
+  EXPECT_EQ(back.ops[0].joules_per_tflop, 0.75);
+  EXPECT_EQ(back.layer->energy.serial_joules, 4.25);
+  EXPECT_EQ(back.layer->joules_per_tflop, 0.625);
 }
 
 TEST(ReportWireTest, EveryFieldOfTheJobReachesTheMessageAndComesBack) {
@@ -223,6 +250,7 @@ TEST(ReportWireTest, AbsentMessagesStayAbsent) {
   const v1::OpResult op = ToProto(gemm);
   EXPECT_FALSE(op.has_comm_alone());
   EXPECT_FALSE(op.has_timeline());
+  EXPECT_FALSE(op.has_energy());  // no energy counter
   EXPECT_TRUE(op.has_step());
   ExpectComesBack(op);
 

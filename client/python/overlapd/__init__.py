@@ -4,10 +4,10 @@ from importlib import metadata as _metadata
 from overlapd.client import EXPORT_FORMATS, Client, default_address, graph_text
 from overlapd.errors import (InputFileError, InvalidArgumentError, JobTimeoutError,
                              OverlapdError, SessionError, SessionTimeoutError)
-from overlapd.model import (FINAL_STATES, CandidateTiming, Device, DeviceStats, Job, JobPage,
-                            JobResult, JobState, LaneInterval, NodeInfo, NodeResult, OpResult,
-                            Progress, SessionInfo, SessionList, SessionOpStats, Stats,
-                            TimingStats, TunedSchedule)
+from overlapd.model import (FINAL_STATES, CandidateTiming, Device, DeviceStats, Energy, Job,
+                            JobPage, JobResult, JobState, LaneInterval, NodeInfo, NodeResult,
+                            NodeSample, OpResult, PriorityClass, Progress, SessionInfo,
+                            SessionList, SessionOpStats, Stats, TimingStats, TunedSchedule)
 from overlapd.session import (RUN_LAYER, CommandTimes, Session, SharedBuffer, TensorKind,
                               TensorNeed, default_session_socket)
 
@@ -21,8 +21,9 @@ except _metadata.PackageNotFoundError:  # imported from a source tree, not insta
 __all__ = [
     "__version__", "Client", "default_address", "graph_text", "EXPORT_FORMATS",
     "OverlapdError", "InvalidArgumentError", "InputFileError", "JobTimeoutError",
-    "JobState", "FINAL_STATES", "Job", "JobPage", "JobResult", "OpResult", "TimingStats",
-    "CandidateTiming", "NodeResult", "Progress", "NodeInfo", "Device", "Stats", "DeviceStats",
+    "JobState", "FINAL_STATES", "PriorityClass", "Job", "JobPage", "JobResult", "OpResult",
+    "TimingStats", "CandidateTiming", "Energy", "NodeResult", "Progress", "NodeInfo",
+    "NodeSample", "Device", "Stats", "DeviceStats",
     "TunedSchedule", "SessionInfo", "SessionOpStats", "SessionList", "LaneInterval",
     "SessionError", "SessionTimeoutError", "Session", "SharedBuffer", "TensorKind", "TensorNeed",
     "CommandTimes", "RUN_LAYER", "default_session_socket",

@@ -20,7 +20,7 @@ from overlapd._gen.overlap.v1 import overlap_pb2 as pb
 from overlapd._gen.overlap.v1 import overlap_pb2_grpc as pb_grpc
 from overlapd.errors import (InputFileError, InvalidArgumentError, JobTimeoutError, OverlapdError,
                              unreachable)
-from overlapd.model import (Job, JobPage, JobState, NodeInfo, SessionList, Stats,
+from overlapd.model import (Job, JobPage, JobState, NodeInfo, NodeSample, SessionList, Stats,
                             TunedSchedule)
 
 SYSTEM_SOCKET = "/run/overlapd/overlapd.sock"
@@ -245,7 +245,10 @@ class Client:
         return Job.from_dict(_wire.to_dict(self._call(self._jobs.SubmitJob, request).job))
 
     def get(self, job_id: str) -> Job:
-        """The job, with its whole result (OverlapdError NOT_FOUND for an unknown id)."""
+        """The job, with its whole result (OverlapdError NOT_FOUND for an unknown id).
+        `job_id` is its id on this daemon, or, for a job spanning daemons, its
+        `global_id` ("<node>/<job id>"), which names it on every node of it (on
+        a part's node, the part)."""
         reply = self._call(self._jobs.GetJob, pb.GetJobRequest(id=job_id))
         return Job.from_dict(_wire.to_dict(reply.job))
 
@@ -274,13 +277,15 @@ class Client:
 
     def cancel(self, job_id: str) -> Job:
         """Asks the daemon to cancel a queued or running job: the job as it
-        answered (a running one ends CANCELLED shortly after; wait() for it)."""
+        answered (a running one ends CANCELLED shortly after; wait() for it).
+        `job_id` as for get(): an id, or a job's global_id on any node of it."""
         reply = self._call(self._jobs.CancelJob, pb.CancelJobRequest(id=job_id))
         return Job.from_dict(_wire.to_dict(reply.job))
 
     def watch(self, job_id: str, timeout_s: Optional[float] = None) -> Iterator[Job]:
         """The job at each state change or progress step, until it ends. Past
-        `timeout_s` it raises JobTimeoutError and leaves the job running."""
+        `timeout_s` it raises JobTimeoutError and leaves the job running.
+        `job_id` as for get(): an id, or a job's global_id."""
         started = time.monotonic()
         try:
             stream = self._jobs.WatchJob(pb.WatchJobRequest(id=job_id), timeout=timeout_s)
@@ -298,7 +303,8 @@ class Client:
 
     def wait(self, job_id: str, timeout_s: Optional[float] = None) -> Job:
         """The job once it has ended, with its result. Past `timeout_s` it
-        raises JobTimeoutError and leaves the job running."""
+        raises JobTimeoutError and leaves the job running. `job_id` as for
+        get(): an id, or a job's global_id."""
         for _ in self.watch(job_id, timeout_s=timeout_s):
             pass
         return self.get(job_id)
@@ -309,6 +315,24 @@ class Client:
         """The node, as `overlapctl node`: backend, devices, versions, peers."""
         reply = self._call(self._node.GetNodeInfo, pb.GetNodeInfoRequest())
         return NodeInfo.from_dict(_wire.to_dict(reply))
+
+    def watch_node(self, interval_s: float = 1.0) -> Iterator[NodeSample]:
+        """The node's live figures, one NodeSample every `interval_s` (the
+        daemon raises it to its floor, 0.1 s), from the daemon's one sampler,
+        as `overlapctl top` shows them; until the caller stops iterating
+        (closing the generator ends the stream). Each stream takes one of the
+        daemon's watch slots (RESOURCE_EXHAUSTED when none is left). A reader
+        that falls behind skips samples (NodeSample.skipped says how many);
+        one that stops reading for long is dropped by the daemon."""
+        interval_ms = max(0, min(int(round(interval_s * 1000)), 2**31))
+        stream = self._node.WatchNode(pb.WatchNodeRequest(interval_ms=interval_ms))
+        try:
+            for sample in stream:
+                yield NodeSample.from_dict(_wire.to_dict(sample))
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        finally:
+            stream.cancel()
 
     def stats(self) -> Stats:
         """The daemon's counters, as `overlapctl stats`."""

@@ -54,6 +54,30 @@ class JobState(str, enum.Enum):
 FINAL_STATES: Tuple[JobState, ...] = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
                                       JobState.ABORTED)
 
+
+class PriorityClass(str, enum.Enum):
+    """Which of a device's lanes a job's collectives belong on beside sessions
+    (graph key priority_class). Compares equal to its name
+    (`PriorityClass.DEFERRED == "DEFERRED"`); `PriorityClass.parse` takes a
+    name in any case, as the graph key does ("deferred")."""
+
+    CRITICAL = "CRITICAL"
+    DEFERRED = "DEFERRED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: Union["PriorityClass", str]) -> "PriorityClass":
+        """PriorityClass.DEFERRED from itself, "DEFERRED" or "deferred";
+        ValueError naming the classes for anything else."""
+        if isinstance(value, PriorityClass):
+            return value
+        if isinstance(value, str) and value.strip().upper() in cls.__members__:
+            return cls[value.strip().upper()]
+        raise ValueError("priority class: one of %s, not %r" % (
+            ", ".join(m.name.lower() for m in cls), value))
+
 M = TypeVar("M", bound="Message")
 
 
@@ -122,6 +146,8 @@ def _convert(hint: Any, value: Any, raw: Mapping[str, Any], name: str) -> Any:
         return _build(hint, value or {})
     if hint is JobState:
         return JobState.parse(value or JobState.UNSPECIFIED)
+    if hint is PriorityClass:  # absent: 0, CRITICAL, as in a job stored before the field
+        return PriorityClass.parse(value or PriorityClass.CRITICAL)
     if hint is float:
         return float(value or 0)  # also "NaN", "Infinity" as protobuf's JSON writes them
     if hint is int:
@@ -170,6 +196,23 @@ class CandidateTiming(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class Energy(Message):
+    """What the GPUs drew over a timed phase (NVML's energy counter, summed
+    over the devices), beside the same work run serially."""
+    proto: ClassVar[str] = "Energy"
+    step_joules: float  # per step
+    step_watts: float  # average power over the window
+    serial_valid: bool
+    serial_joules: float
+    serial_watts: float
+    serial_ms: float  # the serial work's time (medians summed)
+    joules_per_tflop: float
+    note: str  # e.g. overlap saved time but drew more power
+    window_s: float  # the windows' wall time, summed (step_watts = step_joules * steps / window_s)
+    steps: int  # the timed steps in those windows
+
+
+@dataclasses.dataclass(frozen=True)
 class OpResult(Message):
     """One op's measurement: step, GEMM and collective alone, what hid, the check."""
     proto: ClassVar[str] = "OpResult"
@@ -213,6 +256,7 @@ class OpResult(Message):
     group_step_ms: List[float]
     slowest_group: int
     spans_nodes: bool
+    energy: Optional[Energy]  # None without an energy counter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +320,7 @@ class JobResult(Message):
     layer_dispatch_iterations: int
     lane_figures: List[Dict[str, Any]]
     scheduler_notes: List[str]
+    layer_energy: Optional[Energy]  # the layer step's; None without an energy counter
 
     def op(self, op_id: str) -> OpResult:
         """The op of this id; KeyError when the job had none."""
@@ -326,15 +371,18 @@ class Job(Message):
     coordinator: str
     global_job_id: str
     node_index: int
+    # A job spanning daemons: "<coordinator's peer address>/<its id there>",
+    # the id get, cancel and watch take on any node of it; "" for a job of one node.
+    global_id: str
     owner_admin: bool
     counted_as_coordinated: bool
     waiting: str  # a queued job: why it has not started ("" otherwise)
+    priority_class: PriorityClass
 
     @property
     def final(self) -> bool:
         """Whether the job has ended."""
         return self.state.final
-
 
 @dataclasses.dataclass(frozen=True)
 class JobPage(Message):
@@ -394,6 +442,11 @@ class Device(Message):
     model_name: str
     nvml_index: int
     nvml_pci_bus_id: str
+    energy_valid: bool
+    energy_j: float  # drawn since the driver loaded
+    nvlink_traffic_valid: bool
+    nvlink_tx_bytes: int  # data bytes, summed over the links, since the driver loaded
+    nvlink_rx_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,6 +529,10 @@ class SessionOpStats(Message):
     chunks: int  # deferred chunks issued
     chunks_forced: int  # of them, sent beside critical work because the bound was near
     max_delay_ms: float  # deferred: longest from ready to the last chunk issued
+    last_ms: float  # device time of its last step (0: none measured yet)
+    device_ms_total: float  # device time of every measured step, summed
+    timed_steps: int  # the steps in device_ms_total
+    over_bound: int  # deferred: steps completed later than the bound after ready
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,6 +548,7 @@ class LaneInterval(Message):
     start_ms: float
     end_ms: float
     forced: bool
+    seq: int  # the command (the session's step) it ran for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -531,7 +589,24 @@ class SessionList(Message):
     lanes: List[LaneInterval]
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeSample(Message):
+    """One sample of the node's live figures (Client.watch_node): when it was
+    taken, the daemon's sample count, the interval granted, the samples this
+    stream skipped before it (the reader was behind), every device as
+    NodeInfo.devices, the running jobs (their last finished op only) and the
+    open sessions the caller may see."""
+    proto: ClassVar[str] = "NodeSample"
+    time_ms: int
+    sequence: int
+    interval_ms: int
+    skipped: int
+    devices: List[Device]
+    running: List[Job]
+    sessions: List[SessionInfo]
+
+
 RESULT_CLASSES: Tuple[Type[Message], ...] = (
-    TimingStats, CandidateTiming, OpResult, NodeResult, JobResult, Progress, Job, JobPage,
+    TimingStats, CandidateTiming, Energy, OpResult, NodeResult, JobResult, Progress, Job, JobPage,
     Device, NodeInfo, DeviceStats, Stats, TunedSchedule, SessionOpStats, LaneInterval,
-    SessionInfo, SessionList)
+    SessionInfo, SessionList, NodeSample)

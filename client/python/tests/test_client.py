@@ -1,13 +1,17 @@
 """The client against a real daemon on the host backend, read through the
 JSON form (obj["field"]) that earlier versions returned as dicts."""
+import contextlib
 import json
+import os
+import subprocess
+import time
 
 import grpc
 import pytest
 
 import overlapd
 
-from conftest import LONG_YAML, SMALL_GRAPH
+from conftest import LONG_YAML, REPO, SMALL_GRAPH
 
 SMALL = SMALL_GRAPH
 
@@ -20,6 +24,22 @@ def test_node_and_stats_answer_with_overlapctls_field_names(daemon):
     assert "memory_bytes" in node["devices"][0]  # proto field names, as --json
     stats = client.stats()
     assert "jobs_by_state" in stats and "uptime_s" in stats
+
+
+def test_watch_node_streams_samples_at_the_floor(daemon):
+    client, _ = daemon
+    samples = []
+    stream = client.watch_node(interval_s=0.01)  # below the floor: 100 ms
+    for sample in stream:
+        samples.append(sample)
+        if len(samples) == 3:
+            break
+    stream.close()
+    assert [s["interval_ms"] for s in samples] == [100, 100, 100]
+    assert samples[0]["sequence"] < samples[1]["sequence"] < samples[2]["sequence"]
+    assert samples[0]["time_ms"] < samples[1]["time_ms"] < samples[2]["time_ms"]
+    assert [len(s["devices"]) for s in samples] == [2, 2, 2]
+    assert samples[0]["devices"][1]["index"] == 1
 
 
 def test_submit_a_dict_and_wait_for_a_verified_report(daemon):
@@ -147,6 +167,64 @@ def test_a_job_across_two_daemons(two_daemons):
     assert job["state"] == "SUCCEEDED", job.get("error")
     assert [n["node"] for n in job["result"]["node_results"]] == peers
     assert all(op["verified"] for op in job["result"]["ops"])
+
+
+def overlapctl_binary():
+    path = os.environ.get("OVERLAPCTL_BIN", str(REPO / "build" / "client" / "overlapctl"))
+    if not os.access(path, os.X_OK):
+        pytest.fail("no overlapctl at %s: build it first or set OVERLAPCTL_BIN" % path)
+    return path
+
+
+def part_of(client, global_id, timeout_s=60):
+    """The part of the job `global_id` on the client's daemon, once it has one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get(global_id)
+        except overlapd.OverlapdError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
+def test_a_global_id_names_a_job_across_daemons_on_every_node(two_daemons):
+    """get, watch, wait and cancel take a job's global id as they take an id."""
+    (first, second), peers = two_daemons
+    long_mesh = {"name": "py-mesh-long", "mesh": {"tp": 2, "dp": 2}, "iterations": 10000,
+                 "warmup": 1, "verify": False, "layer_step": False,
+                 "ops": [{"id": "grads", "type": "all_reduce", "m": 512, "n": 512,
+                          "group": "dp"}]}
+    job = first.submit(long_mesh, peers=peers)
+    try:
+        assert job.global_id == "%s/%s" % (peers[0], job.id)
+        assert first.get(job.global_id).id == job.id
+        running = None
+        for event in first.watch(job.global_id, timeout_s=120):
+            assert event.id == job.id
+            if event.state == overlapd.JobState.RUNNING:
+                running = event
+                break
+        assert running is not None, "the job ended before it was seen running"
+        # The other node's part, which the same id names there, is admitted
+        # as the coordinator starts: moments after it runs.
+        part = part_of(second, job.global_id)
+        assert part.coordinator == peers[0] and part.global_job_id == job.id
+        assert part.global_id == job.global_id and part.node_index == 1
+        assert part.id.startswith("job-")
+        # `overlapctl list -o name` names it by its global id on both nodes.
+        for client in (first, second):
+            names = subprocess.run([overlapctl_binary(), "--addr", client.address, "list", "-o",
+                                    "name"], check=True, capture_output=True, text=True,
+                                   timeout=60).stdout.split()
+            assert names.count(job.global_id) == 1 and part.id not in names, names
+        assert first.cancel(job.global_id).id == job.id
+    except BaseException:
+        with contextlib.suppress(overlapd.OverlapdError):
+            first.cancel(job.id)  # nothing left running for the tests after
+        raise
+    assert first.wait(job.global_id, timeout_s=120).state == overlapd.JobState.CANCELLED
+    assert second.wait(job.global_id, timeout_s=120).final
 
 
 def test_validate_runs_nothing_and_refuses_as_submit_would(daemon):

@@ -156,6 +156,44 @@ def test_list_takes_a_state_in_any_form(daemon):
         assert client.wait(job.id, timeout_s=60).state == "CANCELLED"
 
 
+def test_priority_classes_are_an_enum_that_takes_any_case():
+    P = overlapd.PriorityClass
+    assert P.parse("deferred") is P.DEFERRED and P.parse("CRITICAL") is P.CRITICAL
+    assert P.parse(P.DEFERRED) is P.DEFERRED and P.DEFERRED == "DEFERRED"
+    assert {p.name for p in P} == {v.name for v in pb.PriorityClass.DESCRIPTOR.values}
+    with pytest.raises(ValueError, match="one of critical, deferred"):
+        P.parse("urgent")
+    # A job stored before the field existed reads as critical, the proto's 0.
+    assert overlapd.Job.from_dict({"id": "job-000001"}).priority_class is P.CRITICAL
+    assert overlapd.Job.from_dict({"priority_class": "DEFERRED"}).priority_class is P.DEFERRED
+
+
+def test_a_jobs_priority_class_and_global_id_are_typed(daemon):
+    client, _ = daemon
+    deferred = client.submit(dict(SMALL, name="py-deferred", priority_class="deferred"),
+                             wait=True, timeout_s=120)
+    assert deferred.state is overlapd.JobState.SUCCEEDED, deferred.error
+    assert deferred.priority_class is overlapd.PriorityClass.DEFERRED
+    assert client.get(deferred.id).priority_class is overlapd.PriorityClass.DEFERRED
+    assert deferred.global_id == ""  # a job of one node
+    assert deferred["priority_class"] == "DEFERRED"
+    plain = client.validate(SMALL)
+    assert plain.priority_class is overlapd.PriorityClass.CRITICAL
+
+
+def test_a_global_id_reaches_the_daemon_as_given(daemon):
+    """get, cancel and watch pass a global id through: this daemon has no
+    peers, so it names the id it was given and says no such job runs here."""
+    client, _ = daemon
+    global_id = "10.0.0.1:7070/job-000001"
+    for call in (client.get, client.cancel, lambda i: list(client.watch(i, timeout_s=30))):
+        with pytest.raises(overlapd.OverlapdError) as refused:
+            call(global_id)
+        assert refused.value.code == grpc.StatusCode.NOT_FOUND
+        assert global_id in refused.value.message
+        assert "no peers" in refused.value.message
+
+
 # --- errors a user meets first ----------------------------------------------
 
 

@@ -23,8 +23,8 @@ namespace {
 
 const std::set<std::string>& InjectableOps() {
   static const auto* ops = new std::set<std::string>{
-      "allocate",   "fill_random", "fill_constant", "gemm",         "accumulate",
-      "all_gather", "reduce_scatter", "all_reduce", "send_recv",    "peer_copy",
+      "allocate",   "fill_random",    "fill_constant", "gemm",      "accumulate",
+      "all_gather", "reduce_scatter", "all_reduce",    "send_recv", "peer_copy",
       "barrier",    "copy_to_host",   "copy_from_host"};
   return *ops;
 }
@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<Engine>> HostEngine::Create(const HostEngineOptio
         absl::StrCat("device_count must be in [1, 64], got ", options.device_count));
   }
   if (options.device_memory_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("device_memory_bytes must be positive, got ",
-                                                   options.device_memory_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_memory_bytes must be positive, got ", options.device_memory_bytes));
   }
   if (options.streams_per_role < 1 || options.streams_per_role > 16) {
     return absl::InvalidArgumentError(
@@ -122,6 +122,10 @@ DeviceInfo HostEngine::GetDeviceInfo(int device) const {
 
 DeviceTelemetry HostEngine::Telemetry(int device) const {
   DeviceTelemetry t;
+  if (absl::StatusOr<double> joules = EnergyJoules(device); joules.ok()) {
+    t.energy_valid = true;
+    t.energy_j = *joules;
+  }
   if (options_.sick_device < 0 || device < 0 || device >= options_.device_count) return t;
   t.pcie_valid = true;
   t.pcie_gen = t.pcie_max_gen = 5;
@@ -135,9 +139,18 @@ DeviceTelemetry HostEngine::Telemetry(int device) const {
   return t;
 }
 
-BackendVersions HostEngine::Versions() const {
-  return BackendVersions{"n/a", "n/a", "n/a", "n/a"};
+absl::StatusOr<double> HostEngine::EnergyJoules(int device) const {
+  if (device < 0 || device >= options_.device_count) {
+    return absl::InvalidArgumentError(absl::StrCat("no device ", device));
+  }
+  if (options_.energy_counter) return options_.energy_counter(device);
+  if (options_.simulated_power_w <= 0) {
+    return absl::UnimplementedError("host backend: no energy counter (simulated_power_w is 0)");
+  }
+  return options_.simulated_power_w * absl::ToDoubleSeconds(absl::Now() - created_);
 }
+
+BackendVersions HostEngine::Versions() const { return BackendVersions{"n/a", "n/a", "n/a", "n/a"}; }
 
 absl::StatusOr<int64_t> HostEngine::ForgetXids(int device) const {
   return absl::FailedPreconditionError("host backend counts no Xid errors (NVML does)");
@@ -164,9 +177,8 @@ StreamId HostEngine::GetStream(int device, StreamRole role, int index) {
 
 absl::Status HostEngine::CheckDevice(int device, absl::string_view what) const {
   if (device < 0 || device >= options_.device_count) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": device ", device,
-                                                   " does not exist (devices 0..",
-                                                   options_.device_count - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": device ", device, " does not exist (devices 0..", options_.device_count - 1, ")"));
   }
   return absl::OkStatus();
 }
@@ -187,14 +199,13 @@ absl::StatusOr<HostEngine::Range> HostEngine::Resolve(const BufferRef& ref, int 
   }
   const Buffer& buffer = it->second;
   if (buffer.device != device) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": buffer ", ref.buffer,
-                                                   " is on device ", buffer.device,
-                                                   ", expected device ", device));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": buffer ", ref.buffer, " is on device ",
+                                                   buffer.device, ", expected device ", device));
   }
   if (ref.offset > buffer.bytes || ref.bytes > buffer.bytes - ref.offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": range [", ref.offset, ", ", ref.offset + ref.bytes, ") is outside buffer ",
-        ref.buffer, " of ", buffer.bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": range [", ref.offset, ", ",
+                                                   ref.offset + ref.bytes, ") is outside buffer ",
+                                                   ref.buffer, " of ", buffer.bytes, " bytes"));
   }
   return Range{ref.buffer, buffer.storage, ref.offset, ref.bytes};
 }
@@ -204,9 +215,9 @@ absl::StatusOr<HostEngine::Range> HostEngine::ResolveTyped(const BufferRef& ref,
                                                            absl::string_view what) const {
   const size_t es = DTypeSize(dtype);
   if (ref.offset % es != 0 || ref.bytes % es != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": offset ", ref.offset, " and size ", ref.bytes, " must be multiples of the ",
-        DTypeName(dtype), " element size ", es));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", ref.offset, " and size ",
+                                                   ref.bytes, " must be multiples of the ",
+                                                   DTypeName(dtype), " element size ", es));
   }
   return Resolve(ref, device, what);
 }
@@ -279,9 +290,9 @@ absl::StatusOr<BufferId> HostEngine::Allocate(int device, size_t bytes) {
   const int64_t capacity = options_.device_memory_bytes;
   const int64_t free_bytes = capacity - memory_in_use_[device];
   if (bytes > static_cast<uint64_t>(free_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", device, " (host-rank-", device, "): cannot allocate ", bytes, " bytes: ",
-        free_bytes, " of ", capacity, " bytes free"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device ", device, " (host-rank-", device, "): cannot allocate ", bytes,
+                     " bytes: ", free_bytes, " of ", capacity, " bytes free"));
   }
   auto storage = std::make_shared<Storage>();
   storage->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
@@ -408,8 +419,7 @@ absl::StatusOr<double> HostEngine::ElapsedMs(EventId start, EventId end) {
           "ElapsedMs: an event has not completed yet (call Synchronize first)");
     }
   }
-  return std::chrono::duration<double, std::milli>(records[1]->time() - records[0]->time())
-      .count();
+  return std::chrono::duration<double, std::milli>(records[1]->time() - records[0]->time()).count();
 }
 
 absl::Status HostEngine::Synchronize(const std::vector<int>& devices) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,12 +38,11 @@ struct HostEngineOptions {
   double preheat_ms = 0;
 
   // Failure injection, for tests of error paths. Call number `fail_after`
-  // (0-based, per engine, counting calls that passed validation) of `fail_op` fails with the code the real
-  // library failure maps to: "all_gather", "reduce_scatter", "all_reduce",
-  // "send_recv", "barrier" -> ABORTED (NCCL); "gemm" -> INTERNAL (cuBLAS);
-  // "fill_random", "fill_constant", "accumulate", "peer_copy", "copy_to_host",
-  // "copy_from_host" -> UNAVAILABLE (CUDA); "allocate" -> RESOURCE_EXHAUSTED.
-  // Empty: no injection.
+  // (0-based, per engine, counting calls that passed validation) of `fail_op` fails with the code
+  // the real library failure maps to: "all_gather", "reduce_scatter", "all_reduce", "send_recv",
+  // "barrier" -> ABORTED (NCCL); "gemm" -> INTERNAL (cuBLAS); "fill_random", "fill_constant",
+  // "accumulate", "peer_copy", "copy_to_host", "copy_from_host" -> UNAVAILABLE (CUDA); "allocate"
+  // -> RESOURCE_EXHAUSTED. Empty: no injection.
   std::string fail_op;
   int fail_after = 0;
   // The failing call returns OK and its streams report the error at the next
@@ -57,6 +57,12 @@ struct HostEngineOptions {
   // ECC errors, so that node, health and check can be driven end to end
   // without a GPU. -1: no readings, as a host has none.
   int sick_device = -1;
+  // An energy counter, as NVML's would be (DeviceMonitor::EnergyJoules), so
+  // that the runner's energy figures can be driven without a GPU: each device
+  // draws `simulated_power_w` from the engine's creation on (0: no counter).
+  // Tests may instead set `energy_counter`, whose answer is each read's.
+  double simulated_power_w = 0;
+  std::function<absl::StatusOr<double>(int device)> energy_counter;
 };
 
 // INVALID_ARGUMENT for bad options (no devices, unknown fail_op, ...).

@@ -17,6 +17,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/engine/engine.h"
 #include "server/engine/engine_overrides.h"
@@ -71,6 +73,7 @@ class HostEngine final : public EngineDefaults,
   int64_t MemoryInUse(int device) const override;
   DeviceTelemetry Telemetry(int device) const override;
   absl::StatusOr<int64_t> ForgetXids(int device) const override;
+  absl::StatusOr<double> EnergyJoules(int device) const override;
   bool Healthy() const override { return healthy_.load(); }
 
   // LaunchGates
@@ -156,6 +159,7 @@ class HostEngine final : public EngineDefaults,
                              std::function<void(int device, uint64_t* word)> task);
 
   const HostEngineOptions options_;
+  const absl::Time created_ = absl::Now();  // the simulated energy counter's zero
   // The parts this engine is (it implements each itself).
   const DeviceMonitor* const monitor_ = this;
   LaunchGates* const gates_ = this;

@@ -39,6 +39,7 @@ StreamWorker::~StreamWorker() {
 void StreamWorker::Enqueue(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(std::move(task));
+  queued_.fetch_add(1, std::memory_order_release);
 }
 
 void StreamWorker::WaitIdle() {
@@ -46,9 +47,17 @@ void StreamWorker::WaitIdle() {
   mu_.Await(absl::Condition(this, &StreamWorker::IdleLocked));
 }
 
+void StreamWorker::SpinForWork() const {
+  const auto until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+}
+
 void StreamWorker::Run() {
   while (true) {
     std::function<void()> task;
+    SpinForWork();
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &StreamWorker::HasWorkOrStopLocked));
@@ -57,6 +66,7 @@ void StreamWorker::Run() {
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
       busy_ = true;
     }
     if (gate_ != nullptr && priority_ == WorkerPriority::kLow) gate_->LowWait(kMaxLowPriorityYield);

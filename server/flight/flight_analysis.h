@@ -1,0 +1,55 @@
+// The verdict on a hung or aborted job from the flight rings of all its ranks
+// (flight_entry.h): the first collective that not every rank finished, which
+// ranks reached it and which did not, what a missing rank did last, and
+// whether ranks disagree on the collective at one seq (a desync).
+//
+// Pure functions of the rings, thread-safe. Rings from other nodes compare by
+// their communicator name and seq, so the ranks must be global.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/flight/flight_entry.h"
+
+namespace overlap::flight {
+
+struct MissingRank {
+  int rank = 0;
+  std::optional<FlightEntry> last;  // its newest entry on that communicator, if any
+};
+
+struct FlightVerdict {
+  enum class Kind {
+    kAllFinished,  // every recorded collective finished on every rank
+    kNotFinished,  // every rank enqueued `seq`, some have not finished it yet
+    kFailed,       // every rank enqueued `seq`, its call failed on some
+    kNotReached,   // some ranks never enqueued `seq`
+    kDesync,       // ranks enqueued different collectives as `seq`
+  };
+  Kind kind = Kind::kAllFinished;
+  std::string comm;
+  Lane lane = Lane::kCritical;
+  uint64_t seq = 0;
+  std::string op;                    // the collective at `seq` (of the first rank that reached it)
+  std::string job;                   // the job it served
+  std::string job_op;                // and the job's op
+  std::vector<int> reached;          // enqueued `seq`
+  std::vector<MissingRank> missing;  // did not enqueue it (kNotReached)
+  std::vector<int> failed;           // its call failed (kNotFinished)
+  std::vector<int> unfinished;       // enqueued, never finished (kNotFinished)
+  std::string desync;                // "rank 0 all_reduce 4096 B, rank 1 all_gather 4096 B"
+
+  // One line for `overlapctl get`, starting "flight: ".
+  std::string OneLine() const;
+};
+
+// The gravest problem over all communicators, in Kind's order from the last
+// (a desync) to the first (not finished: a collective not yet known to be
+// done is also what every healthy rank shows between synchronizations); of
+// equals, the one enqueued first, as a later hang is usually its consequence.
+FlightVerdict Analyze(const std::vector<RankRing>& rings);
+
+}  // namespace overlap::flight

@@ -1,0 +1,47 @@
+// One collective as a rank saw it, the unit of the flight recorder
+// (flight_recorder.h) and of its analysis (flight_analysis.h). Plain values:
+// no engine handles, so that rings from other ranks and nodes compare alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace overlap::flight {
+
+// Which lane a collective ran on: the critical lane (kComm streams) or the
+// deferred lane (channel engine::kDeferredLaneChannel).
+enum class Lane { kCritical, kDeferred };
+
+// How far a rank got with one collective. kEnqueued: issued to its stream;
+// kFinished: its stream passed it (a later Synchronize of the rank returned
+// OK); kFailed: the issuing call returned an error.
+enum class FlightState { kEnqueued, kFinished, kFailed };
+
+const char* LaneName(Lane lane);           // "critical" | "deferred"
+const char* StateName(FlightState state);  // "enqueued" | "finished" | "failed"
+
+struct FlightEntry {
+  // Per communicator and lane, from 1, the same for every rank of the call.
+  uint64_t seq = 0;
+  std::string op;          // "all_gather", "reduce_scatter", "all_reduce", "send_recv", "barrier"
+  std::vector<int> group;  // the communicator's ranks (devices) in rank order
+  int64_t bytes = 0;       // this rank's send bytes
+  std::string dtype;       // "bf16", ...; empty for send_recv and barrier
+  Lane lane = Lane::kCritical;
+  std::string job;     // the job or session it serves; empty when unknown
+  std::string job_op;  // the job's op it serves; empty when unknown
+  FlightState state = FlightState::kEnqueued;
+  int64_t enqueued_ns = 0;  // wall clock, ns since the epoch
+  int64_t finished_ns = 0;  // 0 until finished or failed
+};
+
+// One rank's ring of one communicator and lane, oldest entry first.
+struct RankRing {
+  int rank = 0;
+  std::string comm;  // "channel 0 ranks [0,1]": equal for the ranks of one communicator
+  Lane lane = Lane::kCritical;
+  std::vector<FlightEntry> entries;
+};
+
+}  // namespace overlap::flight

@@ -1,0 +1,138 @@
+#include "server/flight/flight_recorder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace overlap::flight {
+
+const char* LaneName(Lane lane) { return lane == Lane::kDeferred ? "deferred" : "critical"; }
+
+const char* StateName(FlightState state) {
+  switch (state) {
+    case FlightState::kEnqueued:
+      return "enqueued";
+    case FlightState::kFinished:
+      return "finished";
+    case FlightState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+FlightRecorder::FlightRecorder(int entries_per_ring)
+    : entries_per_ring_(std::max(entries_per_ring, 1)) {}
+
+std::string FlightRecorder::CommName(int channel, const std::vector<int>& group) {
+  return absl::StrCat("channel ", channel, " ranks [", absl::StrJoin(group, ","), "]");
+}
+
+void FlightRecorder::Push(Ring& ring, FlightEntry entry) {
+  ++ring.written;
+  if (ring.slots.size() < static_cast<size_t>(entries_per_ring_)) {
+    ring.slots.push_back(std::move(entry));
+    return;
+  }
+  ring.slots[ring.next] = std::move(entry);
+  ring.next = (ring.next + 1) % ring.slots.size();
+}
+
+uint64_t FlightRecorder::Enqueued(const CollectiveCall& call, int64_t now_ns) {
+  const std::string comm = CommName(call.channel, call.group);
+  absl::MutexLock lock(&mu_);
+  const uint64_t seq = ++next_seq_[{comm, call.lane}];
+  for (size_t i = 0; i < call.group.size(); ++i) {
+    FlightEntry entry;
+    entry.seq = seq;
+    entry.op = call.op;
+    entry.group = call.group;
+    entry.bytes = i < call.bytes_by_rank.size() ? call.bytes_by_rank[i] : 0;
+    entry.dtype = call.dtype;
+    entry.lane = call.lane;
+    entry.job = call.job;
+    entry.job_op = call.job_op;
+    entry.enqueued_ns = now_ns;
+    Push(rings_[{comm, call.lane, call.group[i]}], std::move(entry));
+  }
+  return seq;
+}
+
+void FlightRecorder::Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns) {
+  const std::string comm = CommName(call.channel, call.group);
+  absl::MutexLock lock(&mu_);
+  for (int rank : call.group) {
+    auto it = rings_.find({comm, call.lane, rank});
+    if (it == rings_.end()) continue;
+    for (FlightEntry& entry : it->second.slots) {
+      if (entry.seq != seq) continue;
+      entry.state = FlightState::kFailed;
+      entry.finished_ns = now_ns;
+    }
+  }
+}
+
+void FlightRecorder::FinishedThrough(const std::vector<int>& ranks, int64_t now_ns) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, ring] : rings_) {
+    if (std::find(ranks.begin(), ranks.end(), std::get<2>(key)) == ranks.end()) continue;
+    // Newest first, stopping at the first entry already settled: everything
+    // older was settled by an earlier call, so a Synchronize costs only the
+    // entries enqueued since the last one.
+    const size_t n = ring.slots.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t newest = ring.slots.size() < static_cast<size_t>(entries_per_ring_)
+                                ? n - 1 - k
+                                : (ring.next + n - 1 - k) % n;
+      FlightEntry& entry = ring.slots[newest];
+      if (entry.state != FlightState::kEnqueued) break;
+      entry.state = FlightState::kFinished;
+      entry.finished_ns = now_ns;
+    }
+  }
+}
+
+std::vector<FlightEntry> FlightRecorder::Ordered(const Ring& ring) {
+  std::vector<FlightEntry> out;
+  out.reserve(ring.slots.size());
+  for (size_t k = 0; k < ring.slots.size(); ++k) {
+    out.push_back(ring.slots[(ring.next + k) % ring.slots.size()]);
+  }
+  return out;
+}
+
+std::vector<RankRing> FlightRecorder::Snapshot(const std::string& job) const {
+  std::vector<RankRing> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, ring] : rings_) {
+    if (!job.empty() && std::none_of(ring.slots.begin(), ring.slots.end(),
+                                     [&](const FlightEntry& e) { return e.job == job; })) {
+      continue;
+    }
+    RankRing copy;
+    copy.comm = std::get<0>(key);
+    copy.lane = std::get<1>(key);
+    copy.rank = std::get<2>(key);
+    copy.entries = Ordered(ring);
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+int64_t FlightRecorder::MemoryBytes() const {
+  int64_t bytes = 0;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, ring] : rings_) {
+    bytes += static_cast<int64_t>(sizeof(Ring) + std::get<0>(key).capacity() +
+                                  ring.slots.capacity() * sizeof(FlightEntry));
+    for (const FlightEntry& entry : ring.slots) {
+      bytes +=
+          static_cast<int64_t>(entry.op.capacity() + entry.dtype.capacity() + entry.job.capacity() +
+                               entry.job_op.capacity() + entry.group.capacity() * sizeof(int));
+    }
+  }
+  return bytes;
+}
+
+}  // namespace overlap::flight

@@ -1,0 +1,79 @@
+// FlightRecorder: per communicator, lane and rank, a bounded ring of the last
+// collectives issued (flight_entry.h), cheap enough to stay on in production.
+// When a job times out or aborts, the rings say which collective each rank
+// reached last (flight_analysis.h).
+//
+// Bounded: each ring keeps at most `entries_per_ring` entries, dropping the
+// oldest; MemoryBytes() reports what the rings hold.
+// Thread safety: every method may be called from any thread. The lock is held
+// for a few vector writes; nothing under it blocks or does I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/flight/flight_entry.h"
+
+namespace overlap::flight {
+
+inline constexpr int kDefaultEntriesPerRing = 2000;
+
+// What a collective call is, once for all its ranks.
+struct CollectiveCall {
+  std::string op;
+  int channel = 0;
+  std::vector<int> group;              // ranks in order
+  std::vector<int64_t> bytes_by_rank;  // parallel to group
+  std::string dtype;
+  Lane lane = Lane::kCritical;
+  std::string job;
+  std::string job_op;
+};
+
+class FlightRecorder {
+ public:
+  // entries_per_ring < 1 is taken as 1.
+  explicit FlightRecorder(int entries_per_ring = kDefaultEntriesPerRing);
+
+  // Records `call` as enqueued on every rank of its group; returns its seq,
+  // the handle for Failed.
+  uint64_t Enqueued(const CollectiveCall& call, int64_t now_ns);
+  // The call recorded as `seq` on that communicator failed on every rank.
+  void Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns);
+  // Every collective enqueued so far on these ranks has finished (their
+  // streams were synchronized without an error).
+  void FinishedThrough(const std::vector<int>& ranks, int64_t now_ns);
+
+  // Copies of the rings, oldest entry first; with a non-empty `job`, only the
+  // rings that hold an entry of that job.
+  std::vector<RankRing> Snapshot(const std::string& job = "") const;
+  int64_t MemoryBytes() const;
+  int entries_per_ring() const { return entries_per_ring_; }
+
+  // "channel 0 ranks [0,1]": the communicator's name in rings and verdicts.
+  static std::string CommName(int channel, const std::vector<int>& group);
+
+ private:
+  struct Ring {
+    std::vector<FlightEntry> slots;  // grows to entries_per_ring_, then wraps
+    size_t next = 0;                 // the slot the next entry goes to once full
+    uint64_t written = 0;
+  };
+  using RingKey = std::tuple<std::string, Lane, int>;  // comm, lane, rank
+
+  void Push(Ring& ring, FlightEntry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::vector<FlightEntry> Ordered(const Ring& ring);
+
+  const int entries_per_ring_;
+  mutable absl::Mutex mu_;
+  std::map<RingKey, Ring> rings_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, Lane>, uint64_t> next_seq_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace overlap::flight

@@ -1,0 +1,80 @@
+#include "server/flight/flight_engine.h"
+
+#include <gtest/gtest.h>
+
+#include "server/engine/host/host_engine.h"
+#include "server/flight/flight_analysis.h"
+
+namespace overlap::flight {
+namespace {
+
+// Two host devices behind a FlightEngine; the third all-gather fails as NCCL would.
+class FlightEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine::HostEngineOptions options;
+    options.device_count = 2;
+    options.fail_op = "all_gather";
+    options.fail_after = 2;
+    engine_ = std::make_unique<FlightEngine>(std::move(engine::CreateHostEngine(options)).value(),
+                                             recorder_);
+    for (int d = 0; d < 2; ++d) {
+      engine::RankBuffers rank;
+      rank.device = d;
+      rank.stream = engine_->GetStream(d, engine::StreamRole::kComm);
+      rank.send = {engine_->Allocate(d, 64).value(), 0, 64};
+      rank.recv = {engine_->Allocate(d, 128).value(), 0, 128};
+      args_.ranks.push_back(rank);
+    }
+    args_.dtype = DType::kF32;
+    args_.count = 16;
+  }
+
+  FlightRecorder recorder_{8};
+  std::unique_ptr<FlightEngine> engine_;
+  engine::CollectiveArgs args_;
+};
+
+TEST_F(FlightEngineTest, RecordsEveryCollectiveWithItsJobAndState) {
+  {
+    ScopedFlightLabel label("job-3", "layer0.ag");
+    ASSERT_TRUE(engine_->AllGather(args_).ok());
+    ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+    ASSERT_TRUE(engine_->AllGather(args_).ok());
+  }
+  std::vector<RankRing> rings = recorder_.Snapshot("job-3");
+  ASSERT_EQ(rings.size(), 2u);
+  for (const RankRing& ring : rings) {
+    EXPECT_EQ(ring.comm, "channel 0 ranks [0,1]");
+    ASSERT_EQ(ring.entries.size(), 2u);
+    EXPECT_EQ(ring.entries[0].op, "all_gather");
+    EXPECT_EQ(ring.entries[0].bytes, 64);
+    EXPECT_EQ(ring.entries[0].dtype, "fp32");
+    EXPECT_EQ(ring.entries[0].job_op, "layer0.ag");
+    EXPECT_EQ(ring.entries[0].state, FlightState::kFinished);
+    EXPECT_EQ(ring.entries[1].state, FlightState::kEnqueued);
+  }
+  FlightVerdict verdict = Analyze(rings);
+  EXPECT_EQ(verdict.kind, FlightVerdict::Kind::kNotFinished);
+  EXPECT_EQ(verdict.seq, 2u);
+  EXPECT_EQ(verdict.unfinished, (std::vector<int>{0, 1}));
+}
+
+TEST_F(FlightEngineTest, AFailedCollectiveIsTheVerdict) {
+  ScopedFlightLabel label("job-4", "");
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+  const absl::Status failed = engine_->AllGather(args_);
+  ASSERT_EQ(failed.code(), absl::StatusCode::kAborted) << failed;
+  FlightVerdict verdict = Analyze(recorder_.Snapshot("job-4"));
+  ASSERT_EQ(verdict.kind, FlightVerdict::Kind::kFailed);
+  EXPECT_EQ(verdict.seq, 3u);
+  EXPECT_EQ(verdict.failed, (std::vector<int>{0, 1}));
+  EXPECT_EQ(verdict.OneLine(),
+            "flight: collective #3 all_gather (channel 0 ranks [0,1], critical lane, job job-4) "
+            "reached by 0,1, failed on 0,1");
+}
+
+}  // namespace
+}  // namespace overlap::flight
