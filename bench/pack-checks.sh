@@ -6,6 +6,7 @@
 #   bench/sessions/gpu_check.sh      (sessions on one GPU)
 #   bench/sessions/two_gpu.sh        (a tp 2 session over two GPUs)
 #   bench/input_and_report_check.sh  (GPU tests, layer reports, refusals, fuzzing)
+#   bench/one_gpu_check.sh           (issues 57 and 58 on one GPU; FUZZ=0 is enough)
 # Build build/ with CUDA and build-fuzz/ (scripts/run-sanitizers.sh fuzz 0)
 # first. FUZZ=0 packs without the fuzz targets (the sessions' checks do not
 # need them). There, with carry [".devpack"]:
@@ -16,8 +17,14 @@ fuzz=(job_spec graph_sizes peer_message pinned_graph job_row daemon_config hf_co
 [[ "${FUZZ:-1}" == 0 ]] && fuzz=()
 fuzz_bins=()
 for t in "${fuzz[@]}"; do fuzz_bins+=("build-fuzz/${t}_fuzz"); done
+# overlapd's GEMM as a library for gemm_vs_torch.py (bench/one_gpu_check.sh), where built;
+# it loads from .device/lib.
+shim=build/bench/gemm_vs_torch/liboverlapd_gemm_shim.so
+[ -x "$shim" ] || shim=
 ../shared/tools/device-bundle build/server/overlapd build/client/overlapctl \
-  build/client/session/overlapd-session-rank build/tests/*_gpu_test "${fuzz_bins[@]}"
+  build/client/session/overlapd-session-rank build/tests/*_gpu_test build/bench/activation_bandwidth \
+  ${shim:+"$shim"} "${fuzz_bins[@]}"
+[ -z "$shim" ] || mv .device/bin/liboverlapd_gemm_shim.so .device/lib/
 mkdir -p .device/fuzz
 for t in "${fuzz[@]}"; do mv ".device/bin/${t}_fuzz" .device/fuzz/; done
 strip .device/bin/* 2> /dev/null || true

@@ -104,6 +104,7 @@ absl::StatusOr<overlap::client::OutputFormat> SetUpOutput(const std::string& out
       wide || *format == client::OutputFormat::kWide
           ? 0
           : client::ChooseTableWidth(tty, std::getenv("COLUMNS"), tty ? TerminalColumns() : 0));
+  client::SetWideOutput(wide || *format == client::OutputFormat::kWide);
   client::SetQuietProgress(quiet);
   return format;
 }

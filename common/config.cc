@@ -352,8 +352,9 @@ const std::vector<Field>& Fields() {
       IntField("max_ops_per_job", "ops one job may have (more is INVALID_ARGUMENT)",
                &DaemonConfig::max_ops_per_job),
       IntField("flight_recorder_entries",
-               "collectives the flight recorder keeps per communicator, lane and rank",
-               &DaemonConfig::flight_recorder_entries),
+               "collectives the flight recorder keeps per communicator, lane and rank (0 = "
+               "off: nothing is recorded, and a hang's verdict names no rank)",
+               &DaemonConfig::flight_recorder_entries, 0),
       IntField("max_watchers",
                "WatchJob streams open at once, each holding a thread (more is "
                "RESOURCE_EXHAUSTED)",

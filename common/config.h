@@ -176,7 +176,8 @@ struct DaemonConfig {
   // forward and backward (`overlapctl graph --layers`) is ~2,500.
   int max_ops_per_job = 4096;
   // The flight recorder's ring per communicator, lane and rank: the last this
-  // many collectives each (docs/OPERATIONS.md, "A job that hangs or aborts").
+  // many collectives each (docs/OPERATIONS.md, "A job that hangs or aborts");
+  // 0 turns it off (the daemon then wraps no flight::FlightEngine).
   int flight_recorder_entries = 2000;
   // WatchJob streams open at once (`submit --wait`, `watch`); each holds one
   // of the daemon's threads. Past this a watch is RESOURCE_EXHAUSTED.

@@ -7,7 +7,8 @@
 #   scripts/install-deps.sh --test   also what only the tests use: GoogleTest, clang
 #                                    (thread-safety check, fuzzers), Python (the client's
 #                                    tests), openssl (test certificates), systemd
-#                                    (systemd-analyze), promtool (the alert rules)
+#                                    (systemd-analyze), promtool (the alert rules),
+#                                    chromium (the --html charts, loaded headless)
 #
 # Nothing it installs starts or enables a service. promtool comes only in Debian's
 # `prometheus` package, which also ships the Prometheus server and would start it
@@ -26,6 +27,7 @@ build_packages=(
 )
 test_packages=(
   libgtest-dev libgmock-dev clang python3 python3-venv openssl systemd
+  chromium  # tests/charts loads the --html pages headless
   prometheus  # for promtool only: see above
 )
 
@@ -33,7 +35,7 @@ with_tests=0
 case "${1:-}" in
   --test) with_tests=1 ;;
   "") ;;
-  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-deps: unknown argument: $1 (--test adds the test-only packages)" >&2; exit 2 ;;
 esac
 packages=("${build_packages[@]}")

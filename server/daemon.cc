@@ -25,6 +25,7 @@
 #include "overlap_git_commit.h"
 #include "server/cluster/cluster_jobs.h"
 #include "server/cluster/cross_node_transport.h"
+#include "server/engine/device_lanes.h"
 #include "server/engine_select.h"
 #include "server/flight/flight_engine.h"
 #include "server/jobs/admission.h"
@@ -207,6 +208,9 @@ struct Daemon::Parts {
   // Every collective of the engine below, for the verdict on a hung job.
   std::unique_ptr<flight::FlightRecorder> flight;
   std::unique_ptr<engine::Engine> engine;  // a flight::FlightEngine around the backend
+  // The devices' lanes, shared by the session lanes and the deferred-class
+  // jobs beside them; null where the engine cannot run sessions.
+  std::unique_ptr<engine::DeviceLanes> device_lanes;
   std::unique_ptr<jobs::JobStore> store;
   std::unique_ptr<runner::TuningCache> tuning_cache;  // may stay null
   std::unique_ptr<node::TuningState> tuning;
@@ -307,7 +311,13 @@ absl::Status Daemon::StartParts(int* exit_code) {
                         absl::StrCat("cannot start the engine: ", engine.status().message()));
   }
   p.flight = std::make_unique<flight::FlightRecorder>(config.flight_recorder_entries);
-  p.engine = std::make_unique<flight::FlightEngine>(std::move(*engine), *p.flight);
+  // flight_recorder_entries 0 turns the recorder off: no FlightEngine, so no collective
+  // is recorded and the rings stay empty (what its cost is measured against).
+  if (config.flight_recorder_entries > 0) {
+    p.engine = std::make_unique<flight::FlightEngine>(std::move(*engine), *p.flight);
+  } else {
+    p.engine = std::move(*engine);
+  }
   log->info("engine {}: {} device(s)", p.engine->Name(), p.engine->DeviceCount());
   RETURN_IF_ERROR(StartJobs(exit_code));
   RETURN_IF_ERROR(StartServers(exit_code));
@@ -375,8 +385,12 @@ absl::Status Daemon::StartJobs(int* exit_code) {
       return engine->GetDeviceInfo(device).memory_bytes - monitor->MemoryInUse(device);
     };
   }
-  jobs::JobRunner runner =
-      jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get(), p.flight.get());
+  if (p.engine->Shared() != nullptr) {
+    p.device_lanes = std::make_unique<engine::DeviceLanes>(p.engine->DeviceCount());
+    queue_options.deferred_beside_sessions = true;
+  }
+  jobs::JobRunner runner = jobs::MakeEngineRunner(*p.engine, *p.admission, p.tuning_cache.get(),
+                                                  p.flight.get(), p.device_lanes.get());
   if (!config.peer_listen.empty()) {
     p.peer_link = std::make_unique<peer::GrpcPeerLink>(
         peer::PeerChannelOptions{peer::PeerTlsOf(config)},
@@ -397,6 +411,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
     cluster_options.max_jobs = config.cluster_max_jobs;
     cluster_options.max_user_priority = config.max_user_priority;
     cluster_options.started_unix_ms = absl::ToUnixMillis(absl::Now());
+    cluster_options.flight = p.flight.get();
     p.cluster = std::make_unique<cluster::ClusterJobs>(cluster_options, *p.engine,
                                                        *p.admission, *p.peer_link);
     // A coordination holds no device but an executor: room for them beside
@@ -422,6 +437,7 @@ absl::Status Daemon::StartJobs(int* exit_code) {
   p.queue = std::move(*queue);
   if (p.cluster != nullptr) p.cluster->SetJobQueue(p.queue.get());
   p.node = std::make_unique<node::NodeState>(*p.queue, *p.engine, config.state_dir);
+  p.node->set_flight(p.flight.get());
   if (p.cluster != nullptr) {
     const cluster::TransportKind* transport = cluster::TransportFor(*p.engine);
     if (transport != nullptr) {
@@ -501,6 +517,11 @@ absl::Status Daemon::StartServers(int* exit_code) {
     rpc_options.jobs.local_job_id = [cluster = p.cluster.get()](const std::string& global_id) {
       return cluster->LocalJobId(global_id);
     };
+    rpc_options.jobs.gather_flight = [cluster = p.cluster.get()](
+                                         const std::string& global_id,
+                                         const std::vector<std::string>& nodes) {
+      return cluster->GatherFlight(global_id, nodes);
+    };
   }
   rpc_options.jobs.flight = p.flight.get();
   rpc_options.max_spec_bytes = config.max_spec_bytes;
@@ -555,7 +576,7 @@ absl::Status Daemon::StartSessions(int socket_gid, int* exit_code) {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<sessions::SessionLanes>> lanes =
-      sessions::SessionLanes::Start(*p.engine);
+      sessions::SessionLanes::Start(*p.engine, {}, p.device_lanes.get());
   if (!lanes.ok()) {
     *exit_code = kExitFailure;
     return absl::Status(lanes.status().code(),

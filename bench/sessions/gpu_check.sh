@@ -16,11 +16,15 @@ mkdir -p "$OUT"
 # shellcheck source=bench/overlapd_util.sh
 . bench/overlapd_util.sh
 here=bench/sessions
+# STEPS picks the steps to run (default all): STEPS="1 4" runs the shared-memory test and step 4.
+want() { [[ " ${STEPS:-1 2 3 4} " == *" $1 "* ]]; }
 mkdir -p "$OUT/tp2" "$OUT/l8" "$OUT/crit-alone" "$OUT/crit-beside" "$OUT/deferred"
 
+if want 1; then
 echo "== 1. shared memory across processes"
 timeout 120 .device/bin/shared_memory_gpu_test > "$OUT/shared_memory_gpu_test.txt" 2>&1
 echo "shared_memory_gpu_test exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|FAILED \]" "$OUT/shared_memory_gpu_test.txt" | head -20
+fi
 
 rank() {  # rank NAME GRAPH RANK STEPS OUTDIR [flags]
   local name=$1 graph=$2 r=$3 steps=$4 dir=$5
@@ -30,6 +34,7 @@ rank() {  # rank NAME GRAPH RANK STEPS OUTDIR [flags]
     --graph "$graph" --rank "$r" --steps "$steps" --out-dir "$dir" --json "$@"
 }
 
+if want 2; then
 echo "== 2. two ranks on the GPU, tp 2 MLP, against PyTorch"
 start_overlapd "$OUT/overlapd-2ranks.log" --ranks-per-gpu 2 || exit 1
 rank mlp $here/tp2_mlp.yaml 0 3 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank0.json" 2> "$OUT/tp2/rank0.err" &
@@ -41,9 +46,12 @@ python3 $here/reference.py "$OUT/tp2" | tee "$OUT/tp2/reference.json"
 overlapctl --addr "$addr" sessions -o json > "$OUT/tp2/sessions.json" 2>&1
 kill -TERM "$pid"; wait "$pid"
 
+fi
+
 echo "== 3. llama3-8b MLP at tp 1: job against session"
 # Debug level: where a session's start waits (registration, hand-off, device idle) is logged.
 start_overlapd "$OUT/overlapd-1rank.log" --log-level debug || exit 1
+if want 3; then
 overlapctl --addr "$addr" submit $here/llama3-8b-mlp-tp1.yaml --wait --json > "$OUT/job.json" 2> "$OUT/job.err"
 echo "job exit $?"
 python3 - "$OUT/job.json" << 'PY'
@@ -59,6 +67,9 @@ PY
 rank l8 $here/llama3-8b-mlp-tp1.yaml 0 20 "$OUT/l8" > "$OUT/l8/rank0.json" 2> "$OUT/l8/rank0.err"
 echo "session exit $?"; head -c 400 "$OUT/l8/rank0.json"; echo; head -3 "$OUT/l8/rank0.err"
 
+fi
+
+if want 4; then
 echo "== 4. critical session alone, then beside a deferred session"
 rank crit1 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-alone" > "$OUT/crit-alone.json" 2>&1
 echo "alone exit $?"; head -c 200 "$OUT/crit-alone.json"; echo
@@ -67,12 +78,31 @@ d=$!
 sleep 4
 # A critical session that opens while a deferred one streams: on an H100 (2026-12-07) it did not
 # start until the deferred session ended; the log lines say where it waited.
+# --log-phases: when the rank filled, copied, registered and started (CLOCK_MONOTONIC, as the
+# daemon's log of the session's start); the daemon logs at debug where its side of the start went.
 timeout 60 overlapd-session-rank --socket "$work/overlapd-session.sock" --name crit2 \
   --graph $here/llama3-8b-mlp-tp1.yaml --rank 0 --steps 30 --out-dir "$OUT/crit-beside" --json \
-  > "$OUT/crit-beside.json" 2>&1
+  --log-phases > "$OUT/crit-beside.json" 2> "$OUT/crit-beside.err" &
+c=$!
+sleep 12
+# Where each daemon thread is 12 s after the critical session opened: its name, its state, the
+# kernel function it sleeps in and its system call (202 = futex on x86-64).
+if kill -0 "$c" 2> /dev/null; then
+  echo "critical session still running after 12 s; daemon threads:"
+  for t in /proc/"$pid"/task/*; do
+    echo "$(cat "$t/comm") $(awk '{print $3}' "$t/stat") $(cat "$t/wchan" 2> /dev/null) $(cut -d' ' -f1 "$t/syscall" 2> /dev/null)"
+  done | sort | uniq -c | tee "$OUT/threads-beside.txt"
+  command -v gdb > /dev/null && timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" > "$OUT/gdb-beside.txt" 2>&1
+fi
+wait $c
 echo "beside exit $?"; head -c 200 "$OUT/crit-beside.json"; echo
+echo "deferred session still streaming when the critical one started? (its phases, then the daemon's)"
+cat "$OUT/crit-beside.err" | tail -30
+grep -E "adopt|took|releasing|at their bound|waited .* to go idle|started|closed" \
+  "$OUT/overlapd-1rank.log" | tail -20
 grep -E "\[(sessions|cuda)\]" "$OUT/overlapd-1rank.log" | tail -25
 overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside.json" 2>&1
 wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
+fi
 kill -TERM "$pid"; wait "$pid"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

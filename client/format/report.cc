@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "client/format/device_health.h"
 #include "client/format/energy_report.h"
+#include "client/format/job_reason.h"
 #include "client/format/table.h"
 #include "client/format/timeline.h"
 #include "common/graph.h"
@@ -27,10 +28,32 @@ std::string FormatRate(double value) {
 
 namespace {
 
+bool VerifyFailed(const v1::OpResult& op) {
+  return op.verified() && !(op.max_rel_error() <= op.tolerance());
+}
+
+// One word, so that awk splits the row: ok, failed or off. The error itself
+// is the MAX_REL_ERR column's, and a failure gets a line of its own under the
+// table (VerifyNotes).
 std::string FormatVerify(const v1::OpResult& op) {
   if (!op.verified()) return "off";
-  const bool ok = op.max_rel_error() <= op.tolerance();
-  return absl::StrFormat("%s %.1e", ok ? "ok" : "FAIL", op.max_rel_error());
+  return VerifyFailed(op) ? "failed" : "ok";
+}
+
+std::string FormatRelError(const v1::OpResult& op) {
+  return op.verified() ? absl::StrFormat("%.1e", op.max_rel_error()) : "-";
+}
+
+std::string VerifyNotes(const v1::JobResult& result) {
+  std::string out;
+  for (const v1::OpResult& op : result.ops()) {
+    if (!VerifyFailed(op)) continue;
+    absl::StrAppendFormat(&out,
+                          "%s: verify failed: max relative error %.1e against the float64 "
+                          "reference, above the tolerance %.1e\n",
+                          op.id(), op.max_rel_error(), op.tolerance());
+  }
+  return out;
 }
 
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
@@ -182,6 +205,19 @@ std::string FormatChains(const v1::JobResult& result) {
         absl::StrFormat("%s %.1e (tolerance %.1e)", c.chain(), c.max_rel_error(), c.tolerance()));
   }
   return absl::StrCat("chains verified against float64: ", absl::StrJoin(parts, "; "), "\n");
+}
+
+// How each op of the layer step that reads another's output got its input:
+// "layer edges: fc2 alias, fc3 fused swiglu" (alias: the producer's output
+// buffer read where it is, no copy and no launch).
+std::string FormatEdges(const v1::JobResult& result) {
+  std::vector<std::string> parts;
+  for (const v1::OpResult& op : result.ops()) {
+    if (!op.edge().empty()) parts.push_back(absl::StrCat(op.id(), " ", op.edge()));
+  }
+  if (parts.empty()) return "";
+  return absl::StrCat("layer edges (alias: read in place, no copy): ", absl::StrJoin(parts, ", "),
+                      "\n");
 }
 
 // What the overlap pass did: "overlap pass: fused fc1_gather + fc1 into fc1
@@ -395,6 +431,12 @@ std::string SharedGpuNote(int ranks_per_gpu) {
                       "these timings say nothing about a node with a GPU per rank\n");
 }
 
+std::string HostTimingsNote(const std::string& backend) {
+  if (backend != "host") return "";
+  return "host backend: the timings mean nothing: its \"GPUs\" are threads sharing the CPU "
+         "cores, so only the checks (VERIFY) count; run it on GPU nodes for times\n";
+}
+
 std::string FormatReportHeader(const v1::Job& job) {
   const auto& ops = job.result().ops();
   const std::string tp = ops.empty() ? std::string("-") : absl::StrCat(ops[0].tp());
@@ -472,11 +514,11 @@ std::string FormatReport(const v1::Job& job) {
   }
   // Past 120 columns the host's enqueue time goes first, then the rates and
   // the parts of the step the exposed figure already sums up.
-  TextTable table(
-      Columns({Words({"OP", "TYPE", "SHAPE", "MODE"}), Figures({"CHUNKS"}, 2), Words({"TRANSPORT"}),
-               Figures({"STEP_MS"}), Figures({"HOST_MS"}, 6), Figures({"GEMM_ALONE_MS"}, 1),
-               Figures({"COMM_ALONE_MS"}, 3), Figures({"EXPOSED_MS", "HIDDEN_%"}),
-               Figures({"TFLOPS"}, 4), Figures({"BUSBW_GBPS"}, 5), Words({"VERIFY"})}));
+  TextTable table(Columns(
+      {Words({"OP", "TYPE", "SHAPE", "MODE"}), Figures({"CHUNKS"}, 2), Words({"TRANSPORT"}),
+       Figures({"STEP_MS"}), Figures({"HOST_MS"}, 6), Figures({"GEMM_ALONE_MS"}, 1),
+       Figures({"COMM_ALONE_MS"}, 3), Figures({"EXPOSED_MS", "HIDDEN_%"}), Figures({"TFLOPS"}, 4),
+       Figures({"BUSBW_GBPS"}, 5), Figures({"MAX_REL_ERR"}, 7), Words({"VERIFY"})}));
   for (const v1::OpResult& op : result.ops()) {
     const bool gemm = !IsCollectiveAlone(op);
     const bool comm = !IsGemmAlone(op);
@@ -489,7 +531,7 @@ std::string FormatReport(const v1::Job& job) {
                   comm ? FormatMs(op.exposed_comm_ms()) : "-",
                   HasCommToHide(op) ? FormatHidden(op.hidden_fraction()) : "-",
                   gemm ? FormatRate(op.tflops()) : "-", comm ? FormatRate(op.busbw_gbps()) : "-",
-                  FormatVerify(op)});
+                  FormatRelError(op), FormatVerify(op)});
   }
   table.AddSeparator();
   const double total_tflops = GemmTflops(result, result.total_step_ms());
@@ -497,9 +539,10 @@ std::string FormatReport(const v1::Job& job) {
                 FormatMs(result.total_exposed_comm_ms()), "",
                 total_tflops > 0 ? FormatRate(total_tflops) : ""});
   out += table.Render();
-  absl::StrAppend(&out, FormatNodes(result), FormatMeshGroups(result), FormatLayerStep(result),
-                  FormatDeferrals(result), FormatDispatch(result), FormatChains(result),
-                  FormatFusions(result), FormatEnergy(result));
+  absl::StrAppend(&out, VerifyNotes(result), FormatNodes(result), FormatMeshGroups(result),
+                  FormatLayerStep(result), FormatDeferrals(result), FormatDispatch(result),
+                  FormatChains(result), FormatEdges(result), FormatFusions(result),
+                  FormatEnergy(result));
   std::vector<std::string> one_schedule;  // auto had nothing to choose for these
   for (const v1::OpResult& op : result.ops()) {
     if (op.requested_mode() != "auto" || IsGemmAlone(op)) continue;
@@ -577,8 +620,6 @@ std::string FormatJobLine(const v1::Job& job) {
 
 namespace {
 
-// Why a job FAILED, was CANCELLED or ABORTED, cut to fit a list row; `get`
-// prints the whole of it.
 // Who submitted the job, as a list shows it: the user's name where known.
 std::string OwnerOf(const v1::Job& job) {
   return job.owner_name().empty() ? job.owner() : job.owner_name();
@@ -592,14 +633,6 @@ std::string ListName(const std::string& name) {
   size_t cut = kMaxChars - 3;
   while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
   return name.substr(0, cut) + "...";
-}
-
-std::string ListReason(const std::string& error) {
-  constexpr size_t kMaxChars = 60;
-  const std::string line = error.substr(0, error.find('\n'));
-  if (line.empty()) return "-";
-  if (line.size() <= kMaxChars && line.size() == error.size()) return line;
-  return line.substr(0, std::min(line.size(), kMaxChars - 3)) + "...";
 }
 
 // What a list's DEVICES cell says, in one word: a job of this node its devices; a job
@@ -621,6 +654,7 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
                            Figures({"DURATION_S"}), Figures({"STEP_MS"}, 1), Words({"REASON"})}));
   // Jobs this node coordinates, by global id: their parts here are not rows of their own.
   std::set<std::string> coordinated;
+  std::string notes;  // -o wide: each REASON's whole text
   for (const v1::Job& job : jobs) {
     if (job.nodes_size() > 0 && job.coordinator().empty() && !job.global_id().empty()) {
       coordinated.insert(job.global_id());
@@ -637,9 +671,14 @@ std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& job
          absl::StrCat(job.priority()), ListPlace(job), has_result ? absl::StrCat(ops) : "-",
          FormatUtc(job.submit_time_ms()),
          started ? FormatSeconds((ElapsedEndMs(job, now_ms) - job.start_time_ms()) / 1000.0) : "-",
-         has_result ? FormatMs(job.result().total_step_ms()) : "-", ListReason(job.error())});
+         has_result ? FormatMs(job.result().total_step_ms()) : "-", ReasonSlug(job)});
+    if (const std::string text = ReasonText(job); WideOutput() && !text.empty()) {
+      // Not led by the id, so that a script matching rows by their id skips it.
+      absl::StrAppend(&notes, "reason of ", job.global_id().empty() ? job.id() : job.global_id(),
+                      ": ", text, "\n");
+    }
   }
-  return table.Render();
+  return table.Render() + notes;
 }
 
 std::string FormatProgress(const v1::Progress& progress) {
@@ -727,6 +766,12 @@ std::string FormatNodeInfo(const v1::GetNodeInfoResponse& node) {
   field("env", absl::StrJoin(env, " "));
   field("cublas", node.cublas_version());
   field("lanes", node.lanes());
+  if (node.has_flight_recorder()) {
+    const v1::FlightRecorderUsage& flight = node.flight_recorder();
+    field("flight", absl::StrCat(flight.entries(), " collectives in ", flight.rings(), " rings, ",
+                                 flight.bytes(), " B (cap ", flight.entries_per_ring(), " a ring, ",
+                                 flight.cap_bytes(), " B at that)"));
+  }
   if (!node.node_name().empty()) {
     // Jobs across daemons: who this daemon is to its peers, and what carries them.
     field("peer", absl::StrCat(node.node_name(), "; peers: ",

@@ -75,6 +75,9 @@ std::string SlowRankNote(const std::vector<double>& gemm_alone_rank_ms,
 // saying what its figures are worth; "" for one rank per GPU. Slow-GPU notes
 // are left out there: ranks of one GPU run their GEMMs one after the other.
 std::string SharedGpuNote(int ranks_per_gpu);
+// On the host backend, a line saying its timings mean nothing (its "GPUs" are
+// threads sharing the CPU cores: only the checks count); "" on any other.
+std::string HostTimingsNote(const std::string& backend);
 // Shared with `overlapctl check`: the index of the smallest positive time
 // (ms.size() when there is none), and the indices more than kSlowRankFraction
 // above it.
@@ -97,6 +100,8 @@ std::string FormatJobLine(const v1::Job& job);
 // global id, with its nodes: on its coordinator, that node's own part is left
 // out (the coordinator's job stands for it); on another node, its part there
 // is the row. Names are cut to fit only where tables are (TableWidth() > 0).
+// REASON is one word (ReasonSlug, job_reason.h); under -o wide (WideOutput())
+// a line per such job under the table gives its whole text.
 std::string FormatJobList(const google::protobuf::RepeatedPtrField<v1::Job>& jobs, int64_t now_ms);
 
 // `key: value` lines describing one job (times, devices, progress, error),

@@ -23,6 +23,11 @@ std::atomic<size_t>& Width() {
   return width;
 }
 
+std::atomic<bool>& Wide() {
+  static std::atomic<bool> wide{false};
+  return wide;
+}
+
 // Terminal columns of one code point: 0 for combining marks and zero-width
 // characters, 2 for East Asian wide and fullwidth ones and emoji, else 1.
 int CodePointWidth(uint32_t c) {
@@ -55,6 +60,8 @@ void TrimRight(std::string& line) {
 
 void SetTableWidth(size_t columns) { Width().store(columns); }
 size_t TableWidth() { return Width().load(); }
+void SetWideOutput(bool wide) { Wide().store(wide); }
+bool WideOutput() { return Wide().load(); }
 
 size_t ChooseTableWidth(bool stdout_is_terminal, const char* columns_env, size_t terminal_columns) {
   if (!stdout_is_terminal) return 0;

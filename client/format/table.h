@@ -23,6 +23,11 @@ enum class Align { kLeft, kRight };
 inline constexpr size_t kDefaultTableWidth = 120;
 void SetTableWidth(size_t columns);
 size_t TableWidth();
+// Whether -o wide (or --wide) was asked for: tables then add the note lines
+// that hold what their one-word cells shorten (a list's whole reasons).
+// Output that is merely no terminal is uncut but not wide.
+void SetWideOutput(bool wide);
+bool WideOutput();
 
 // The width to fit: 0 (every column) when standard output is no terminal, so
 // that a pipe or a file gets whole rows; on one, `columns_env` ($COLUMNS, may

@@ -176,11 +176,9 @@ std::string CompareHtml(const v1::Job& a, const v1::Job& b, const Comparison& c)
     step_b.values.push_back(op.b ? op.b->step().median_ms() : 0);
     ratio.values.push_back(op.step_ratio);
   }
-  std::string caveats;
-  for (const std::string& line : c.caveats)
-    absl::StrAppend(&caveats, "<li>", HtmlEscape(line), "</li>");
   std::vector<HtmlSection> sections = {
-      {"The two jobs' ops side by side", SvgBarChart("step per op", ops, {step_a, step_b}, "ms")}};
+      {"The two jobs' ops side by side",
+       SvgBarChart({"step per op", ops, {step_a, step_b}, "ms", {}})}};
   std::vector<std::string> shared;
   ChartSeries shared_ratio{"B / A", {}};
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -190,16 +188,26 @@ std::string CompareHtml(const v1::Job& a, const v1::Job& b, const Comparison& c)
   }
   sections.push_back({"B against A", shared.empty()
                                          ? "<p>No op is in both jobs.</p>"
-                                         : SvgBarChart("B's step over A's (below 1: B faster)",
-                                                       shared, {shared_ratio}, "x A")});
-  if (!caveats.empty()) {
-    sections.push_back({"What makes them less comparable", absl::StrCat("<ul>", caveats, "</ul>")});
+                                         : SvgBarChart({"B's step over A's (below 1: B faster)",
+                                                        shared,
+                                                        {shared_ratio},
+                                                        "x A",
+                                                        {{1, "same as A"}}})});
+  // What makes them less comparable, and what either job's timings are worth.
+  std::vector<std::string> caveats = c.caveats;
+  for (const v1::Job* job : {&a, &b}) {
+    for (const std::string& line : CaveatLines(HostTimingsNote(job->result().backend()) +
+                                               SharedGpuNote(job->result().ranks_per_gpu()))) {
+      if (std::find(caveats.begin(), caveats.end(), line) == caveats.end()) {
+        caveats.push_back(line);
+      }
+    }
   }
   return HtmlPage("overlapctl compare",
                   absl::StrFormat("A %s (%s) against B %s (%s); over the ops both have %.3f ms "
                                   "against %.3f ms",
                                   a.id(), a.name(), b.id(), b.name(), c.total_a_ms, c.total_b_ms),
-                  sections);
+                  sections, caveats);
 }
 
 }  // namespace overlap::client

@@ -9,6 +9,8 @@
 #include "client/core/interrupts.h"
 #include "client/core/proto_json.h"
 #include "client/format/flight.h"
+#include "client/format/flight_trace.h"
+#include "client/format/job_reason.h"
 #include "client/format/report.h"
 #include "client/format/timeline.h"
 #include "client/format/timeline_html.h"
@@ -279,11 +281,16 @@ int JobCommands::List(const std::string& state, int limit) {
     out_ << FormatJobList(all.jobs(), NowMs());
     return kExitOk;
   }
-  // The JSON says it too: "damaged": true beside such a job's fields.
+  // The JSON says it too: "damaged": true beside such a job's fields, and the
+  // one-word reason.
   nlohmann::json listed = ProtoToJson(all);
   if (listed.contains("jobs")) {
     for (int i = 0; i < all.jobs_size(); ++i) {
       if (IsDamaged(all.jobs(i))) listed["jobs"][i]["damaged"] = true;
+      // The table's REASON cell, beside the whole text in "waiting" and "error".
+      if (const std::string slug = ReasonSlug(all.jobs(i)); slug != "-") {
+        listed["jobs"][i]["reason"] = slug;
+      }
     }
   }
   out_ << listed.dump(2) << "\n";
@@ -347,8 +354,8 @@ int JobCommands::Pin(const std::string& id, const std::string& out_file) {
 }
 
 int JobCommands::Timeline(const std::string& id, const std::string& op_id, int width,
-                          bool all_spans, const std::string& out_file,
-                          const std::string& html_file) {
+                          bool all_spans, const std::string& out_file, const std::string& html_file,
+                          bool flight) {
   absl::StatusOr<v1::Job> job = client_.GetJob(id);
   if (!job.ok()) return Fail(job.status());
   const std::string charts = FormatTimelines(*job, op_id, width, all_spans);
@@ -364,7 +371,15 @@ int JobCommands::Timeline(const std::string& id, const std::string& op_id, int w
          << "\n";
     return kExitRefused;
   }
-  const nlohmann::json trace = ChromeTrace(*job, op_id);
+  nlohmann::json trace = ChromeTrace(*job, op_id);
+  // The flight rings on their own track: asked for, or small enough to come along.
+  if (!out_file.empty() || json_) {
+    absl::StatusOr<v1::GetFlightResponse> rings = client_.GetFlight(id);
+    if (!rings.ok() && flight) return Fail(rings.status());
+    if (rings.ok() && (flight || FlightEntryCount(*rings) <= kSmallFlightEntries)) {
+      AppendFlightTrace(*rings, op_id, trace);
+    }
+  }
   if (!out_file.empty()) {
     if (int rc = WriteTextFile(out_file, trace.dump() + "\n", err_); rc != kExitOk) return rc;
     err_ << "wrote " << out_file << "\n";

@@ -53,10 +53,11 @@ class JobCommands {
   // or, when `out_file` is set, to that file.
   int Pin(const std::string& id, const std::string& out_file);
   // The traced iterations of a job's ops (timeline.h): charts, or with --json
-  // the Chrome trace; `out_file` set: that trace is also written there.
+  // the Chrome trace; `out_file` set: that trace is also written there, with
+  // the flight rings on their own track (`flight`: however many they are).
   // NOT_FOUND-style refusal (kExitRefused) when no op has a timeline.
   int Timeline(const std::string& id, const std::string& op_id, int width, bool all_spans,
-               const std::string& out_file, const std::string& html_file = "");
+               const std::string& out_file, const std::string& html_file = "", bool flight = false);
   // Two finished jobs op by op (compare.h).
   int Compare(const std::string& a, const std::string& b, const std::string& html_file = "");
 

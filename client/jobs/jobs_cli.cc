@@ -74,6 +74,7 @@ struct TimelineOptions {
   bool spans = false;
   std::string output;
   std::string html;
+  bool flight = false;
 };
 
 struct CompareOptions {
@@ -302,10 +303,14 @@ CliCommand TimelineCommand() {
             "also write a Chrome trace (chrome://tracing, ui.perfetto.dev) to this file");
         app.add_option("--html", options.html,
                        "also draw each rank's streams in a self-contained HTML page");
+        app.add_flag("--flight", options.flight,
+                     "put the flight recorder's rings in the Chrome trace, however many (by "
+                     "default only when they are small), on a \"flight\" track per rank");
       },
       [](const TimelineOptions& options, const CLI::App&, const CliContext& context) {
         return JobCommandsFor(context).Timeline(options.id, options.op, options.width,
-                                                options.spans, options.output, options.html);
+                                                options.spans, options.output, options.html,
+                                                options.flight);
       });
 }
 

@@ -309,8 +309,14 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
           GeoMean(floor_ratios), *std::max_element(floor_ratios.begin(), floor_ratios.end()));
     }
   }
-  if (!rows.empty()) out += SharedGpuNote(rows[0].ranks_per_gpu);
-  if (!rows.empty() && rows[0].tp == 1) {
+  return out + BenchCaveats(rows);
+}
+
+std::string BenchCaveats(const std::vector<BenchRow>& rows) {
+  if (rows.empty()) return "";
+  std::string out = HostTimingsNote(rows[0].host_backend ? "host" : "");
+  out += SharedGpuNote(rows[0].ranks_per_gpu);
+  if (rows[0].tp == 1) {
     out +=
         "one GPU: nothing to communicate, so auto and serial run the same schedule and their "
         "difference is noise; run the sweep on the TP group you train with\n";

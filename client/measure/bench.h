@@ -114,6 +114,10 @@ std::vector<BenchRow> FoldBench(const v1::Job& job, const BenchOptions& options)
 
 // The table and the summary against the targets.
 std::string FormatBench(const std::vector<BenchRow>& rows);
+// What the figures are worth, a line each, printed under the table and on the
+// --html page: on the host backend they mean nothing; ranks sharing a GPU; one
+// GPU, where auto and serial are the same schedule. "" when none applies.
+std::string BenchCaveats(const std::vector<BenchRow>& rows);
 // What makes a run reproducible, shared with commbench: job id, backend,
 // commit, versions of CUDA, NCCL, cuBLAS and driver, GPUs, NCCL_*/CUDA_*
 // environment, telemetry before and after, wall time, launch gate.

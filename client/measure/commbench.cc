@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/core/command_io.h"
+#include "client/format/html_chart.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
 #include "client/measure/bench.h"
@@ -422,6 +423,12 @@ std::string HostFiguresNote(const std::string& backend) {
          "count; run it on GPU nodes for times and bandwidths\n";
 }
 
+std::vector<std::string> CommBenchCaveats(const std::string& backend, int ranks_per_gpu,
+                                          bool across_nodes) {
+  return CaveatLines(SharedGpuNote(ranks_per_gpu) +
+                     (across_nodes ? HostFiguresNote(backend) : HostTimingsNote(backend)));
+}
+
 void AddNodesJson(const v1::Job& job, const std::string& backend, nlohmann::json* j) {
   (*j)["nodes"] = std::vector<std::string>(job.nodes().begin(), job.nodes().end());
   (*j)["mesh"] = {{"tp", job.result().mesh_tp()}, {"dp", job.result().mesh_dp()}};
@@ -554,11 +561,11 @@ int RunNodesCommBench(DaemonClient& client, const v1::GetNodeInfoResponse& node,
       NodesCommBenchJson(job, node, node_after.ok() ? &*node_after : nullptr, rows, o, tp);
   if (int rc = WriteJsonFile(j, json_file, err); rc != kExitOk) return rc;
   if (!o.html_file.empty()) {
-    const std::string page = CommBenchHtml(
-        rows, NodesCommBenchVariants(tp),
-        absl::StrCat("job ", job.id(), ": the all-reduce across ", o.nodes.size(), " nodes of ", tp,
-                     " ", node.backend(), " device(s), ", o.dtype,
-                     node.backend() == "host" ? " (host backend: the figures mean nothing)" : ""));
+    const std::string page =
+        CommBenchHtml(rows, NodesCommBenchVariants(tp),
+                      absl::StrCat("job ", job.id(), ": the all-reduce across ", o.nodes.size(),
+                                   " nodes of ", tp, " ", node.backend(), " device(s), ", o.dtype),
+                      CommBenchCaveats(node.backend(), job.result().ranks_per_gpu(), true));
     if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
   }
   out << (json ? j.dump(1) + "\n" : FormatNodesCommBench(rows, job, tp, o.dtype));
@@ -610,7 +617,8 @@ int RunCommBench(DaemonClient& client, const CommBenchOptions& options,
     const std::string page = CommBenchHtml(
         rows, CommBenchVariants(o),
         absl::StrCat("job ", job.id(), " on ", tp, " ", node->backend(), " device(s) (",
-                     node->devices_size() > 0 ? node->devices(0).name() : "", "), ", o.dtype));
+                     node->devices_size() > 0 ? node->devices(0).name() : "", "), ", o.dtype),
+        CommBenchCaveats(node->backend(), job.result().ranks_per_gpu(), false));
     if (int rc = WriteTextFile(o.html_file, page, err); rc != kExitOk) return rc;
   }
   out << (json ? j.dump(1) + "\n"

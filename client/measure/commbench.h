@@ -140,6 +140,11 @@ nlohmann::json NodesCommBenchJson(const v1::Job& job, const v1::GetNodeInfoRespo
 // JSON record: "figures_meaningful" (false on the host backend) and
 // "figures_note" (the line), plus the job's nodes and the per-node lines.
 std::string HostFiguresNote(const std::string& backend);
+// What a commbench page's figures are worth (its caveats, CaveatLines): on the
+// host backend they mean nothing (HostFiguresNote across nodes, else
+// HostTimingsNote), and ranks sharing a GPU (SharedGpuNote).
+std::vector<std::string> CommBenchCaveats(const std::string& backend, int ranks_per_gpu,
+                                          bool across_nodes);
 // "nodes: 0 127.0.0.1:7071 ranks 0-1 (job-000002), 1 ..."; "" for a job on one daemon.
 std::string FormatNodesLine(const v1::JobResult& result);
 void AddNodesJson(const v1::Job& job, const std::string& backend, nlohmann::json* j);

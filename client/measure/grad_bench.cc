@@ -18,6 +18,7 @@
 #include "client/jobs/progress_printer.h"
 #include "client/measure/commbench.h"
 #include "common/byte_size.h"
+#include "common/enum_names.h"
 #include "common/graph_parser.h"
 #include "common/library_env.h"
 #include "common/status_macros.h"
@@ -77,18 +78,12 @@ std::string GradSpecHeader(const GradBenchOptions& o, const std::string& name, i
 
 }  // namespace
 
-const char* GradFormName(GradForm form) {
-  switch (form) {
-    case GradForm::kBucketed:
-      return "bucketed";
-    case GradForm::kChunked:
-      return "chunked";
-    case GradForm::kDynamic:
-      return "dynamic";
-    case GradForm::kWhole:
-      break;
-  }
-  return "whole";
+std::string GradFormName(GradForm form) {
+  static constexpr EnumName<GradForm> kNames[] = {{GradForm::kWhole, "whole"},
+                                                  {GradForm::kBucketed, "bucketed"},
+                                                  {GradForm::kChunked, "chunked"},
+                                                  {GradForm::kDynamic, "dynamic"}};
+  return NameOf(kNames, form);
 }
 
 std::vector<int64_t> DefaultGradSizes(const std::string& backend) {

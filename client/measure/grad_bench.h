@@ -27,7 +27,7 @@ namespace overlap::client {
 // bucketed and chunked forms sent (their buckets, their pieces), so that each
 // form's all-reduces alone and bus bandwidth are of what it sent.
 enum class GradForm { kWhole, kBucketed, kChunked, kDynamic };
-const char* GradFormName(GradForm form);  // whole | bucketed | chunked | dynamic
+std::string GradFormName(GradForm form);  // whole | bucketed | chunked | dynamic
 
 struct GradBenchOptions {
   std::vector<std::string> nodes;   // peer addresses, this daemon's among them

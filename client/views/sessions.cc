@@ -76,6 +76,24 @@ std::string FormatLanes(const v1::ListSessionsResponse& response) {
   return table.Render();
 }
 
+// The node's lanes per device and user: who has critical work pending, and
+// how the deferred chunks of sessions and of jobs beside them fared.
+std::string FormatDeviceLanes(const v1::ListSessionsResponse& response) {
+  TextTable table(Columns({Figures({"DEVICE"}), Words({"USER"}),
+                           Figures({"CRITICAL_PENDING", "CRITICAL", "DEFERRED_SENT", "YIELDED",
+                                    "TO_OTHER", "OVER_BOUND"})}));
+  for (const v1::DeviceLaneState& device : response.device_lanes()) {
+    for (const v1::LaneUserFigures& user : device.users()) {
+      table.AddRow({absl::StrCat(device.device()), user.user(),
+                    absl::StrCat(user.critical_pending()), absl::StrCat(user.critical_issued()),
+                    absl::StrCat(user.deferred_sent()), absl::StrCat(user.deferred_yielded()),
+                    absl::StrCat(user.deferred_yielded_to_other()),
+                    absl::StrCat(user.deferred_over_bound())});
+    }
+  }
+  return table.Render();
+}
+
 }  // namespace
 
 std::string FormatSessions(const v1::ListSessionsResponse& response) {
@@ -124,6 +142,9 @@ int RunSessions(DaemonClient& client, const SessionsOptions& options, bool json,
   out << FormatSessions(*listed);
   if (options.lanes && listed->lanes_size() == 0 && listed->sessions_size() > 0) {
     out << "\n" << FormatLanes(*listed);
+  }
+  if (options.lanes && listed->device_lanes_size() > 0) {
+    out << "\n" << FormatDeviceLanes(*listed);
   }
   return kExitOk;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/cluster/cross_node_transport.h"
+#include "server/flight/flight_recorder.h"
 #include "server/peer/part_calls.h"
 
 namespace overlap::cluster {
@@ -26,6 +27,10 @@ struct ClusterOptions {
   int max_user_priority = 10;
   // When this daemon started: a job or part submitted before it never runs.
   int64_t started_unix_ms = 0;
+  // The daemon's flight recorder (it must outlive the cluster): each part
+  // records its collectives there under the job's global id
+  // (gather_flight.h). Null: nothing is recorded, no verdict is given.
+  flight::FlightRecorder* flight = nullptr;
 
   bool IsPeer(const std::string& node) const {
     return std::find(peers.begin(), peers.end(), node) != peers.end();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "server/cluster/coordinator.h"
+#include "server/cluster/gather_flight.h"
 #include "server/cluster/part_host.h"
 #include "server/peer/part_calls.h"
 
@@ -29,6 +30,7 @@ class ClusterJobs final : public peer::PeerHandler {
   ClusterJobs(ClusterOptions options, engine::Engine& engine, const jobs::Admission& admission,
               peer::PeerLink& link)
       : options_(std::move(options)),
+        link_(link),
         parts_(options_, engine, admission, link),
         coordinator_(options_, engine, admission, link, parts_) {}
   void SetJobQueue(jobs::JobQueue* queue) { parts_.SetJobQueue(queue); }
@@ -82,9 +84,34 @@ class ClusterJobs final : public peer::PeerHandler {
                                        const peer::StoreCall& call) override {
     return coordinator_.StoreGet(caller, call);
   }
+  // This node's rings of the job, for its coordinator only.
+  absl::StatusOr<peer::PartFlight> GetPartFlight(const peer::PeerCaller& caller,
+                                                 const peer::FlightRequest& request) override {
+    if (caller.node != request.global_id.coordinator) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("node ", caller.node, " may not read the flight rings of a job ",
+                       "coordinated by another node: only a job's coordinator reads them"));
+    }
+    if (options_.flight == nullptr) return absl::UnimplementedError("no flight recorder here");
+    return PartFlightOf(*options_.flight, request.global_id);
+  }
+
+  // Every node's rings of the job `global_id` (jobs::GlobalIdOf) over
+  // `nodes`; this node's alone for a part of a job coordinated elsewhere.
+  flight::GatheredRings GatherFlight(const std::string& global_id,
+                                     const std::vector<std::string>& nodes) {
+    std::string coordinator, job_id;
+    if (!jobs::SplitGlobalId(global_id, &coordinator, &job_id)) return {};
+    const peer::GlobalJobId id{coordinator, job_id};
+    if (coordinator == options_.node_name) return cluster::GatherFlight(options_, link_, id, nodes);
+    flight::GatheredRings own;
+    if (options_.flight != nullptr) own.rings = PartFlightOf(*options_.flight, id).rings;
+    return own;
+  }
 
  private:
   const ClusterOptions options_;  // the units keep references to it
+  peer::PeerLink& link_;
   PartHost parts_;
   Coordinator coordinator_;  // its own node's parts are parts_
 };

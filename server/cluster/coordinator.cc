@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
+#include "server/cluster/gather_flight.h"
 
 namespace overlap::cluster {
 namespace {
@@ -335,11 +336,19 @@ absl::StatusOr<runner::JobReport> Coordinator::Coordinate(const jobs::JobRecord&
     absl::MutexLock lock(&mu_);
     coordinated_.erase(job.id);
   }
+  std::string verdict;  // "; flight: ..." where the rings explain the failure
+  if (!outcome.ok() && FlightExplains(outcome.code()) && options_.flight != nullptr) {
+    const flight::GatheredRings rings =
+        GatherFlight(options_, link_, peer::GlobalJobId{options_.node_name, job.id}, state->nodes);
+    if (!rings.rings.empty() || !rings.unread.empty()) {
+      verdict = absl::StrCat("; ", flight::GatheredVerdictLine(rings.rings, rings.unread));
+    }
+  }
   if (!parts_ended.ok()) {
     return absl::Status(outcome.code(),
-                        absl::StrCat(outcome.message(), "; ", parts_ended.message()));
+                        absl::StrCat(outcome.message(), "; ", parts_ended.message(), verdict));
   }
-  if (!outcome.ok()) return outcome;
+  if (!outcome.ok()) return absl::Status(outcome.code(), absl::StrCat(outcome.message(), verdict));
   return MergeNodeResults(state->graph->spec, state->nodes, part_ids, parts,
                           static_cast<int>(state->graph->devices.size()));
 }

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_join.h"
 #include "common/graph_validator.h"
@@ -10,6 +11,7 @@
 #include "common/text.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/spanning_engine.h"
+#include "server/flight/flight_engine.h"
 #include "server/gloo/rendezvous_store.h"
 #include "server/peer/peer_auth.h"
 #include "server/runner/job_runner.h"
@@ -344,13 +346,21 @@ absl::StatusOr<runner::JobReport> PartHost::RunStartedPart(const jobs::JobRecord
   options.bind_address = options_.bind_address;
   options.timeout = options_.collective_timeout;
   SpanningEngine spanning(engine_, *store, options);
+  // Its collectives are recorded under the job's global id, with the job's
+  // global ranks, this node's only (gather_flight.h); the daemon's own
+  // recorder, below the spanning engine, then records none of them.
+  std::optional<flight::FlightEngine> recorded;
+  if (options_.flight != nullptr) recorded.emplace(spanning, *options_.flight, id.Key());
+  engine::Engine& engine = recorded.has_value() ? static_cast<engine::Engine&>(*recorded)
+                                                : static_cast<engine::Engine&>(spanning);
+  const flight::ScopedFlightLabel flight_label(id.Key(), "");
   // A traced iteration reads every rank's events; each node has only its own.
   JobSpec spec = graph->spec;
   spec.timeline = false;
   std::vector<int> devices(graph->world);
   std::iota(devices.begin(), devices.end(), 0);
   // Every op runs what the coordinator decided: no tuning, no cache.
-  return runner::RunJob(spanning, spec, devices, hooks,
+  return runner::RunJob(engine, spec, devices, hooks,
                         runner::ScheduleSource{&graph->schedules, nullptr, &graph->schedule_notes});
 }
 

@@ -209,8 +209,14 @@ absl::StatusOr<uint64_t> CudaEngineImpl::SignalWord(const StreamSlot& slot,
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": a signal word is 8 bytes, got ", word.bytes));
   }
-  ASSIGN_OR_RETURN(char* ptr, Resolve(word, slot.device, absl::StrCat(op, " word").c_str()));
+  // One look-up, and no string made unless it fails: this runs twice per
+  // session command on the lanes' hot path.
   ASSIGN_OR_RETURN(const BufferEntry entry, LookupBuffer(word.buffer));
+  char* ptr = entry.ptr + word.offset;
+  if (entry.device != slot.device || word.offset > entry.bytes ||
+      word.bytes > entry.bytes - word.offset) {
+    ASSIGN_OR_RETURN(ptr, Resolve(word, slot.device, absl::StrCat(op, " word").c_str()));
+  }
   if (!entry.imported) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": buffer ", word.buffer,

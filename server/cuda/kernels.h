@@ -25,10 +25,31 @@ cudaError_t LaunchAccumulate(void* dst, const void* src, ElemType type, size_t c
 // dst = activation(src) / scale, rounded into dst_type; src holds `rows` rows of
 // `src_cols`, dst rows of src_cols (activation 0: none, 1: GELU, tanh
 // approximation) or src_cols / 2 (2: SwiGLU, SiLU of a row's first half times
-// its second half). fp32 math (engine_types.h, ElementwiseArgs).
+// its second half). fp32 math (engine_types.h, ElementwiseArgs). Runs the path
+// that ElementwisePathFor picks; an activation other than 0-2 is
+// cudaErrorInvalidValue.
 cudaError_t LaunchElementwise(const void* src, ElemType src_type, void* dst, ElemType dst_type,
                               size_t rows, size_t src_cols, int activation, float scale,
                               cudaStream_t stream);
+
+// The two kernels behind LaunchElementwise, which compute the same values bit
+// for bit. kVector: each thread reads and writes whole 16-byte vectors of dst
+// (8 bf16 or f16, 4 f32, 16 fp8) and the matching elements of src, at memory
+// bandwidth. kScalar: one element per thread, any alignment or shape.
+enum class ElementwisePath : int { kScalar = 0, kVector = 1 };
+
+// kVector when dst starts 16-byte aligned, src aligned to its part of a vector
+// (16 bytes, or less when its elements are narrower than dst's), and the output
+// splits into whole vectors: each row's for SwiGLU, the whole tensor's for copy
+// and GELU (their rows are contiguous, so odd column counts do not matter).
+ElementwisePath ElementwisePathFor(const void* src, ElemType src_type, const void* dst,
+                                   ElemType dst_type, size_t rows, size_t src_cols, int activation);
+
+// LaunchElementwise on a chosen path, for tests and benchmarks: kVector where
+// ElementwisePathFor says kScalar is cudaErrorInvalidValue and launches nothing.
+cudaError_t LaunchElementwiseOn(ElementwisePath path, const void* src, ElemType src_type, void* dst,
+                                ElemType dst_type, size_t rows, size_t src_cols, int activation,
+                                float scale, cudaStream_t stream);
 
 // *first = the lowest index of an element of src that is not finite, if lower
 // than what it holds; the caller sets *first (device memory) to ~0 before.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -23,9 +25,10 @@ bool SameCollective(const FlightEntry& a, const FlightEntry& b) {
   return a.op == b.op && a.bytes == b.bytes && a.dtype == b.dtype;
 }
 
-std::string Describe(int rank, const FlightEntry& e) {
-  return absl::StrCat("rank ", rank, " ", e.op, " ", e.bytes, " B",
-                      e.dtype.empty() ? "" : absl::StrCat(" ", e.dtype));
+std::string Describe(const RankRing& ring, const FlightEntry& e) {
+  return absl::StrCat("rank ", ring.rank,
+                      ring.node.empty() ? "" : absl::StrCat(" on node ", ring.node), " ", e.op, " ",
+                      e.bytes, " B", e.dtype.empty() ? "" : absl::StrCat(" ", e.dtype));
 }
 
 // The verdict at one seq of a communicator; kAllFinished when every rank
@@ -35,7 +38,7 @@ FlightVerdict AtSeq(const FlightVerdict& base, const std::vector<const RankRing*
   FlightVerdict at = base;
   at.seq = seq;
   const FlightEntry* first = nullptr;
-  int first_rank = 0;
+  const RankRing* first_ring = nullptr;
   for (const RankRing* ring : rings) {
     const FlightEntry* entry = Find(*ring, seq);
     if (entry == nullptr) {
@@ -47,13 +50,13 @@ FlightVerdict AtSeq(const FlightVerdict& base, const std::vector<const RankRing*
     at.reached.push_back(ring->rank);
     if (first == nullptr) {
       first = entry;
-      first_rank = ring->rank;
+      first_ring = ring;
       at.op = entry->op;
       at.job = entry->job;
       at.job_op = entry->job_op;
       *enqueued_ns = entry->enqueued_ns;
     } else if (at.desync.empty() && !SameCollective(*first, *entry)) {
-      at.desync = absl::StrCat(Describe(first_rank, *first), ", ", Describe(ring->rank, *entry));
+      at.desync = absl::StrCat(Describe(*first_ring, *first), ", ", Describe(*ring, *entry));
     }
     if (entry->state == FlightState::kFailed) at.failed.push_back(ring->rank);
     if (entry->state == FlightState::kEnqueued) at.unfinished.push_back(ring->rank);
@@ -93,7 +96,14 @@ FlightVerdict AnalyzeComm(const CommKey& key, const std::vector<const RankRing*>
     low = std::max(low, ring->entries.front().seq);
     high = std::max(high, ring->entries.back().seq);
   }
-  for (uint64_t seq = low; seq <= high && low > 0; ++seq) {
+  std::set<uint64_t> seqs;
+  for (const RankRing* ring : rings) {
+    for (const FlightEntry& entry : ring->entries) {
+      if (entry.seq >= low && entry.seq <= high) seqs.insert(entry.seq);
+    }
+  }
+  for (uint64_t seq : seqs) {
+    if (low == 0) break;
     int64_t ns = 0;
     FlightVerdict at = AtSeq(base, rings, seq, &ns);
     if (at.kind == FlightVerdict::Kind::kAllFinished) continue;
@@ -105,13 +115,41 @@ FlightVerdict AnalyzeComm(const CommKey& key, const std::vector<const RankRing*>
   return best;
 }
 
-std::string Ranks(const std::vector<int>& ranks) { return absl::StrJoin(ranks, ","); }
+std::string NodeOf(const std::map<int, std::string>& node_of, int rank) {
+  auto it = node_of.find(rank);
+  return it == node_of.end() ? "" : it->second;
+}
+
+// "0,1": one daemon's ranks; "0,1 on node A, 2,3 on node B" once they have nodes.
+std::string Ranks(const std::vector<int>& ranks, const std::map<int, std::string>& node_of) {
+  std::vector<std::string> groups;
+  std::vector<int> run;
+  std::string run_node;
+  auto flush = [&] {
+    if (run.empty()) return;
+    groups.push_back(absl::StrCat(absl::StrJoin(run, ","),
+                                  run_node.empty() ? "" : absl::StrCat(" on node ", run_node)));
+    run.clear();
+  };
+  for (int rank : ranks) {
+    const std::string node = NodeOf(node_of, rank);
+    if (node != run_node) flush();
+    run_node = node;
+    run.push_back(rank);
+  }
+  flush();
+  return absl::StrJoin(groups, ", ");
+}
 
 }  // namespace
 
 FlightVerdict Analyze(const std::vector<RankRing>& rings) {
   std::map<CommKey, std::vector<const RankRing*>> by_comm;
-  for (const RankRing& ring : rings) by_comm[{ring.comm, ring.lane}].push_back(&ring);
+  std::map<int, std::string> node_of;
+  for (const RankRing& ring : rings) {
+    by_comm[{ring.comm, ring.lane}].push_back(&ring);
+    if (!ring.node.empty()) node_of[ring.rank] = ring.node;
+  }
   FlightVerdict best;
   int64_t best_ns = 0;
   for (const auto& [key, members] : by_comm) {
@@ -123,37 +161,59 @@ FlightVerdict Analyze(const std::vector<RankRing>& rings) {
       best_ns = ns;
     }
   }
+  best.node_of = std::move(node_of);
   return best;
+}
+
+std::string GatheredVerdictLine(const std::vector<RankRing>& rings,
+                                const std::vector<UnreadNode>& unread) {
+  const std::string verdict = Analyze(rings).OneLine();
+  if (unread.empty()) return verdict;
+  std::vector<std::string> nodes;
+  for (const UnreadNode& node : unread) {
+    nodes.push_back(absl::StrCat(node.node, " (", node.why, ")"));
+  }
+  constexpr absl::string_view kPrefix = "flight: ";
+  return absl::StrCat(kPrefix, "rings of node ", absl::StrJoin(nodes, ", node "),
+                      " could not be read; ", absl::string_view(verdict).substr(kPrefix.size()));
 }
 
 std::string FlightVerdict::OneLine() const {
   if (kind == Kind::kAllFinished) return "flight: every recorded collective finished on every rank";
-  const std::string what =
-      absl::StrCat("collective #", seq, " ", op, " (", comm, ", ", LaneName(lane), " lane",
-                   job.empty() ? "" : absl::StrCat(", job ", job),
-                   job_op.empty() ? "" : absl::StrCat(" op ", job_op), ")");
+  // A job spanning daemons names its communicators after itself already.
+  const bool job_in_comm = !job.empty() && absl::EndsWith(comm, absl::StrCat(" of ", job));
+  const std::string serves =
+      absl::StrCat(job.empty() || job_in_comm ? "" : absl::StrCat(", job ", job),
+                   job_op.empty() ? "" : absl::StrCat(job_in_comm ? ", op " : " op ", job_op));
+  const std::string what = absl::StrCat("collective #", seq, " ", op, " (", comm, ", ",
+                                        LaneName(lane), " lane", serves, ")");
   switch (kind) {
     case Kind::kDesync:
       return absl::StrCat("flight: desync at ", what, ": ", desync);
     case Kind::kNotReached: {
       std::vector<std::string> parts;
       for (const MissingRank& m : missing) {
+        const std::string node = NodeOf(node_of, m.rank);
+        const std::string rank =
+            node.empty() ? absl::StrCat(m.rank) : absl::StrCat(m.rank, " on node ", node);
         parts.push_back(m.last.has_value()
-                            ? absl::StrCat(m.rank, " (last #", m.last->seq, " ", m.last->op, " ",
+                            ? absl::StrCat(rank, " (last #", m.last->seq, " ", m.last->op, " ",
                                            StateName(m.last->state), ")")
-                            : absl::StrCat(m.rank, " (nothing recorded)"));
+                            : absl::StrCat(rank, " (nothing recorded)"));
       }
       return absl::StrCat("flight: ", what, " not reached by rank(s) ", absl::StrJoin(parts, ", "),
-                          "; reached by ", Ranks(reached));
+                          "; reached by ", Ranks(reached, node_of));
     }
     case Kind::kFailed:
     case Kind::kNotFinished:
     case Kind::kAllFinished:
       break;
   }
-  std::string line = absl::StrCat("flight: ", what, " reached by ", Ranks(reached));
-  if (!failed.empty()) absl::StrAppend(&line, ", failed on ", Ranks(failed));
-  if (!unfinished.empty()) absl::StrAppend(&line, ", not finished on ", Ranks(unfinished));
+  std::string line = absl::StrCat("flight: ", what, " reached by ", Ranks(reached, node_of));
+  if (!failed.empty()) absl::StrAppend(&line, ", failed on ", Ranks(failed, node_of));
+  if (!unfinished.empty()) {
+    absl::StrAppend(&line, ", not finished on ", Ranks(unfinished, node_of));
+  }
   return line;
 }
 

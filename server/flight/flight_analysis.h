@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct FlightVerdict {
   std::vector<int> failed;           // its call failed (kNotFinished)
   std::vector<int> unfinished;       // enqueued, never finished (kNotFinished)
   std::string desync;                // "rank 0 all_reduce 4096 B, rank 1 all_gather 4096 B"
+  // The node of each rank, from rings gathered over nodes (RankRing::node):
+  // ranks are then named with their node. Empty for one daemon's rings.
+  std::map<int, std::string> node_of;
 
   // One line for `overlapctl get`, starting "flight: ".
   std::string OneLine() const;
@@ -50,6 +54,27 @@ struct FlightVerdict {
 // (a desync) to the first (not finished: a collective not yet known to be
 // done is also what every healthy rank shows between synchronizations); of
 // equals, the one enqueued first, as a later hang is usually its consequence.
+// Seqs are judged only where a ring holds them, so that rings read from a
+// peer cost what they hold, whatever seqs they carry.
 FlightVerdict Analyze(const std::vector<RankRing>& rings);
+
+// A node of a job whose rings could not be read, and why.
+struct UnreadNode {
+  std::string node;
+  std::string why;
+};
+// A job's rings gathered from its nodes (server/cluster/gather_flight.h):
+// each ring names its node.
+struct GatheredRings {
+  std::vector<RankRing> rings;
+  std::vector<UnreadNode> unread;
+  bool truncated = false;  // a node cut its rings to their newest entries
+};
+
+// The one line over rings gathered from a job's nodes: the nodes that could
+// not be read first ("flight: rings of node B could not be read (...); ..."),
+// then Analyze's verdict on the rest.
+std::string GatheredVerdictLine(const std::vector<RankRing>& rings,
+                                const std::vector<UnreadNode>& unread);
 
 }  // namespace overlap::flight

@@ -10,6 +10,16 @@ namespace {
 
 thread_local std::string current_job;
 thread_local std::string current_op;
+// FlightEngines on this thread's call stack that record (the outermost does).
+thread_local int recording_depth = 0;
+
+class RecordingScope {
+ public:
+  RecordingScope() { ++recording_depth; }
+  ~RecordingScope() { --recording_depth; }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+};
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -53,10 +63,26 @@ ScopedFlightOp::~ScopedFlightOp() { current_op = std::move(saved_op_); }
 FlightEngine::FlightEngine(std::unique_ptr<engine::Engine> inner, FlightRecorder& recorder)
     : engine::ForwardingEngine(*inner), owned_(std::move(inner)), recorder_(recorder) {}
 
+FlightEngine::FlightEngine(engine::Engine& inner, FlightRecorder& recorder, std::string scope)
+    : engine::ForwardingEngine(inner), recorder_(recorder), scope_(std::move(scope)) {}
+
 template <typename Issue>
 absl::Status FlightEngine::Record(CollectiveCall call, Issue issue) {
+  if (recording_depth > 0) return issue();  // an outer FlightEngine records it
+  const RecordingScope recording;
   call.job = current_job;
   call.job_op = current_op;
+  if (!scope_.empty()) {
+    call.scope = scope_;
+    call.local.reserve(call.group.size());
+    bool any = false;
+    for (int rank : call.group) {
+      call.local.push_back(inner().IsLocalDevice(rank));
+      any = any || call.local.back();
+    }
+    // Another node's collective: nothing of it runs here.
+    if (!any) return issue();
+  }
   // Recorded before the call: a rank's ring must show the collective it is
   // stuck in, even when the call itself never returns.
   const uint64_t seq = recorder_.Enqueued(call, NowNs());
@@ -106,8 +132,10 @@ absl::Status FlightEngine::Barrier(int channel, const std::vector<int>& devices,
 }
 
 absl::Status FlightEngine::Synchronize(const std::vector<int>& devices) {
+  if (recording_depth > 0) return inner().Synchronize(devices);
+  const RecordingScope recording;
   absl::Status status = inner().Synchronize(devices);
-  if (status.ok()) recorder_.FinishedThrough(devices, NowNs());
+  if (status.ok()) recorder_.FinishedThrough(devices, NowNs(), scope_);
   return status;
 }
 

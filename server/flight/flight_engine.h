@@ -8,6 +8,12 @@
 // The job (or session) and op a collective serves come from the calling
 // thread: ScopedFlightLabel sets them for its lifetime.
 //
+// FlightEngines nest: a job spanning daemons runs on a FlightEngine (its
+// scope, its global ranks, its own node's ranks only) around the spanning
+// engine around the daemon's FlightEngine. Only the outermost records a call
+// (a thread-local depth says which), so that a collective is recorded once,
+// with the ranks the job knows.
+//
 // The recorder must outlive the engine. Thread safety: the wrapped engine's;
 // the recorder is thread-safe.
 #pragma once
@@ -50,6 +56,10 @@ class FlightEngine final : public engine::ForwardingEngine {
  public:
   // Owns `inner`.
   FlightEngine(std::unique_ptr<engine::Engine> inner, FlightRecorder& recorder);
+  // Around `inner`, which must outlive it: records in `scope`
+  // (CollectiveCall::scope) only the ranks `inner` says are its own
+  // (Engine::IsLocalDevice).
+  FlightEngine(engine::Engine& inner, FlightRecorder& recorder, std::string scope);
 
   absl::Status AllGather(const engine::CollectiveArgs& args) override;
   absl::Status ReduceScatter(const engine::CollectiveArgs& args) override;
@@ -66,6 +76,7 @@ class FlightEngine final : public engine::ForwardingEngine {
 
   std::unique_ptr<engine::Engine> owned_;
   FlightRecorder& recorder_;
+  const std::string scope_;
 };
 
 }  // namespace overlap::flight

@@ -40,6 +40,9 @@ struct FlightEntry {
 struct RankRing {
   int rank = 0;
   std::string comm;  // "channel 0 ranks [0,1]": equal for the ranks of one communicator
+  // The node it was read from, in rings gathered over the nodes of a job
+  // that spans daemons (server/cluster/gather_flight.h); "" for this daemon's.
+  std::string node;
   Lane lane = Lane::kCritical;
   std::vector<FlightEntry> entries;
 };

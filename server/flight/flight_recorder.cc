@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_size.h"
 
 namespace overlap::flight {
 
@@ -25,8 +26,10 @@ const char* StateName(FlightState state) {
 FlightRecorder::FlightRecorder(int entries_per_ring)
     : entries_per_ring_(std::max(entries_per_ring, 1)) {}
 
-std::string FlightRecorder::CommName(int channel, const std::vector<int>& group) {
-  return absl::StrCat("channel ", channel, " ranks [", absl::StrJoin(group, ","), "]");
+std::string FlightRecorder::CommName(int channel, const std::vector<int>& group,
+                                     const std::string& scope) {
+  return absl::StrCat("channel ", channel, " ranks [", absl::StrJoin(group, ","), "]",
+                      scope.empty() ? "" : absl::StrCat(" of ", scope));
 }
 
 void FlightRecorder::Push(Ring& ring, FlightEntry entry) {
@@ -40,10 +43,11 @@ void FlightRecorder::Push(Ring& ring, FlightEntry entry) {
 }
 
 uint64_t FlightRecorder::Enqueued(const CollectiveCall& call, int64_t now_ns) {
-  const std::string comm = CommName(call.channel, call.group);
+  const std::string comm = CommName(call.channel, call.group, call.scope);
   absl::MutexLock lock(&mu_);
   const uint64_t seq = ++next_seq_[{comm, call.lane}];
   for (size_t i = 0; i < call.group.size(); ++i) {
+    if (i < call.local.size() && !call.local[i]) continue;
     FlightEntry entry;
     entry.seq = seq;
     entry.op = call.op;
@@ -54,13 +58,15 @@ uint64_t FlightRecorder::Enqueued(const CollectiveCall& call, int64_t now_ns) {
     entry.job = call.job;
     entry.job_op = call.job_op;
     entry.enqueued_ns = now_ns;
-    Push(rings_[{comm, call.lane, call.group[i]}], std::move(entry));
+    Ring& ring = rings_[{comm, call.lane, call.group[i]}];
+    ring.scope = call.scope;
+    Push(ring, std::move(entry));
   }
   return seq;
 }
 
 void FlightRecorder::Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns) {
-  const std::string comm = CommName(call.channel, call.group);
+  const std::string comm = CommName(call.channel, call.group, call.scope);
   absl::MutexLock lock(&mu_);
   for (int rank : call.group) {
     auto it = rings_.find({comm, call.lane, rank});
@@ -73,9 +79,11 @@ void FlightRecorder::Failed(const CollectiveCall& call, uint64_t seq, int64_t no
   }
 }
 
-void FlightRecorder::FinishedThrough(const std::vector<int>& ranks, int64_t now_ns) {
+void FlightRecorder::FinishedThrough(const std::vector<int>& ranks, int64_t now_ns,
+                                     const std::string& scope) {
   absl::MutexLock lock(&mu_);
   for (auto& [key, ring] : rings_) {
+    if (ring.scope != scope) continue;
     if (std::find(ranks.begin(), ranks.end(), std::get<2>(key)) == ranks.end()) continue;
     // Newest first, stopping at the first entry already settled: everything
     // older was settled by an earlier call, so a Synchronize costs only the
@@ -121,8 +129,27 @@ std::vector<RankRing> FlightRecorder::Snapshot(const std::string& job) const {
 }
 
 int64_t FlightRecorder::MemoryBytes() const {
-  int64_t bytes = 0;
   absl::MutexLock lock(&mu_);
+  return MemoryBytesLocked();
+}
+
+RecorderUsage FlightRecorder::Usage() const {
+  RecorderUsage usage;
+  usage.entries_per_ring = entries_per_ring_;
+  absl::MutexLock lock(&mu_);
+  usage.bytes = MemoryBytesLocked();
+  usage.rings = static_cast<int64_t>(rings_.size());
+  for (const auto& [key, ring] : rings_) usage.entries += static_cast<int64_t>(ring.slots.size());
+  const int64_t per_entry =
+      usage.entries > 0 ? usage.bytes / usage.entries : static_cast<int64_t>(sizeof(FlightEntry));
+  // Saturating: a huge flight_recorder_entries must not wrap the figure.
+  usage.cap_bytes = std::max(
+      SaturatingMul(SaturatingMul(usage.rings, entries_per_ring_), per_entry), usage.bytes);
+  return usage;
+}
+
+int64_t FlightRecorder::MemoryBytesLocked() const {
+  int64_t bytes = 0;
   for (const auto& [key, ring] : rings_) {
     bytes += static_cast<int64_t>(sizeof(Ring) + std::get<0>(key).capacity() +
                                   ring.slots.capacity() * sizeof(FlightEntry));

@@ -34,6 +34,24 @@ struct CollectiveCall {
   Lane lane = Lane::kCritical;
   std::string job;
   std::string job_op;
+  // A job spanning daemons records its collectives under its own scope (its
+  // global id): its communicators' names and seqs are then the same on every
+  // node, whatever else ran there before. "" for the daemon's own.
+  std::string scope;
+  // Parallel to group: whether this daemon records that rank (a rank of
+  // another node is that node's to record); empty: every rank.
+  std::vector<bool> local;
+};
+
+// What the rings hold, for `overlapctl node` and the metrics.
+struct RecorderUsage {
+  int64_t rings = 0;
+  int64_t entries = 0;
+  int64_t bytes = 0;
+  int entries_per_ring = 0;
+  // The rings at their cap: rings x entries_per_ring at the entries' size
+  // now (the number of rings grows with the communicators used).
+  int64_t cap_bytes = 0;
 };
 
 class FlightRecorder {
@@ -46,29 +64,35 @@ class FlightRecorder {
   uint64_t Enqueued(const CollectiveCall& call, int64_t now_ns);
   // The call recorded as `seq` on that communicator failed on every rank.
   void Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns);
-  // Every collective enqueued so far on these ranks has finished (their
-  // streams were synchronized without an error).
-  void FinishedThrough(const std::vector<int>& ranks, int64_t now_ns);
+  // Every collective enqueued so far on these ranks, in `scope`, has
+  // finished (their streams were synchronized without an error).
+  void FinishedThrough(const std::vector<int>& ranks, int64_t now_ns,
+                       const std::string& scope = "");
 
   // Copies of the rings, oldest entry first; with a non-empty `job`, only the
   // rings that hold an entry of that job.
   std::vector<RankRing> Snapshot(const std::string& job = "") const;
   int64_t MemoryBytes() const;
+  RecorderUsage Usage() const;
   int entries_per_ring() const { return entries_per_ring_; }
 
-  // "channel 0 ranks [0,1]": the communicator's name in rings and verdicts.
-  static std::string CommName(int channel, const std::vector<int>& group);
+  // "channel 0 ranks [0,1]": the communicator's name in rings and verdicts;
+  // in a scope, "channel 0 ranks [0,1] of SCOPE".
+  static std::string CommName(int channel, const std::vector<int>& group,
+                              const std::string& scope = "");
 
  private:
   struct Ring {
     std::vector<FlightEntry> slots;  // grows to entries_per_ring_, then wraps
     size_t next = 0;                 // the slot the next entry goes to once full
     uint64_t written = 0;
+    std::string scope;  // the CollectiveCall's
   };
   using RingKey = std::tuple<std::string, Lane, int>;  // comm, lane, rank
 
   void Push(Ring& ring, FlightEntry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<FlightEntry> Ordered(const Ring& ring);
+  int64_t MemoryBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int entries_per_ring_;
   mutable absl::Mutex mu_;

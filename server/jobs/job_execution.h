@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/engine/device_lanes.h"
 #include "server/engine/engine.h"
 #include "server/flight/flight_recorder.h"
 #include "server/jobs/admission.h"
@@ -27,9 +28,16 @@ absl::StatusOr<runner::JobReport> RunStoredJob(engine::Engine& engine, const Adm
 // the job's collectives carry its id, and a job that aborts or times out gets
 // the recorder's verdict ("flight: collective #7 all_gather ... not finished
 // on 1") appended to its error, for `overlapctl get`.
+//
+// With the node's lanes (`lanes`, shared with the session lanes), a job of
+// priority_class deferred runs on a LaneSharedEngine over its devices and
+// hands the lanes to its layer step (RunHooks::lanes), so that it may run
+// beside sessions (JobQueueOptions::deferred_beside_sessions); a critical job
+// runs on `engine` alone, its devices its own.
 JobRunner MakeEngineRunner(engine::Engine& engine, const Admission& admission,
                            runner::TuningCache* tuning_cache,
-                           flight::FlightRecorder* flight = nullptr);
+                           flight::FlightRecorder* flight = nullptr,
+                           engine::DeviceLanes* lanes = nullptr);
 
 // `status` with the flight verdict on the rings of `job_id` appended, when
 // the code is one a hang or abort gives (ABORTED, DEADLINE_EXCEEDED,

@@ -272,14 +272,21 @@ void JobQueue::ScheduleLocked() {
   if (draining_ || stopping_) return;
   // Each device taken so far, and by what: what a job that wants it waits for.
   std::map<int, std::string> claimed;
-  auto claim = [&claimed](const std::vector<int>& devices, const std::string& by) {
-    for (int d : devices) claimed.emplace(d, by);
+  std::set<int> session_only;  // held by a session, claimed by nothing else yet
+  auto claim = [&claimed, &session_only](const std::vector<int>& devices, const std::string& by) {
+    for (int d : devices) {
+      claimed.emplace(d, by);
+      session_only.erase(d);
+    }
   };
   for (const auto& [sequence, entry] : running_) claim(entry->job.devices, "runs " + entry->job.id);
   std::map<int, std::string> session_on;  // held devices, by the session holding them
   for (const auto& [holder, devices] : held_) {
     for (int d : devices) {
-      if (claimed.emplace(d, "is held by session " + holder).second) session_on.emplace(d, holder);
+      if (claimed.emplace(d, "is held by session " + holder).second) {
+        session_on.emplace(d, holder);
+        session_only.insert(d);
+      }
     }
   }
   auto incoming = submitting_.begin();
@@ -292,7 +299,8 @@ void JobQueue::ScheduleLocked() {
     const std::vector<int>& devices = entry->job.devices;
     const auto taken =
         std::find_if(devices.begin(), devices.end(), [&](int d) { return claimed.count(d) > 0; });
-    if (taken != devices.end()) {
+    if (taken != devices.end() &&
+        !BesideSessionsLocked(*entry, claimed, session_only, session_on)) {
       entry->job.waiting = absl::StrCat("device ", *taken, " ", claimed.at(*taken));
       if (session_on.count(*taken) > 0) {
         if (std::optional<std::string> memory = MemoryShortLocked(*entry, session_on)) {
@@ -304,6 +312,7 @@ void JobQueue::ScheduleLocked() {
       continue;
     }
     claim(devices, "");
+    for (int d : devices) claimed[d] = "runs " + entry->job.id;
     entry->job.waiting.clear();
     it = pending_.erase(it);
     entry->starting = true;
@@ -587,6 +596,22 @@ bool JobQueue::Responsive(absl::Duration within) const {
   return true;
 }
 
+bool JobQueue::BesideSessionsLocked(const Entry& entry, const std::map<int, std::string>& claimed,
+                                    const std::set<int>& session_only,
+                                    const std::map<int, std::string>& session_on) const {
+  // A job spanning daemons (nodes, world) runs on the cluster's engine, not
+  // on the node's lanes: it keeps its devices to itself.
+  if (!options_.deferred_beside_sessions || !options_.free_bytes || entry.graph == nullptr ||
+      entry.job.priority_class != PriorityClass::kDeferred || !entry.job.nodes.empty() ||
+      entry.graph->world > 0) {
+    return false;
+  }
+  for (int d : entry.job.devices) {
+    if (claimed.count(d) > 0 && session_only.count(d) == 0) return false;
+  }
+  return !MemoryShortLocked(entry, session_on).has_value();
+}
+
 std::optional<std::string> JobQueue::MemoryShortLocked(
     const Entry& entry, const std::map<int, std::string>& session_on) const {
   if (!options_.free_bytes || entry.graph == nullptr) return std::nullopt;
@@ -621,6 +646,12 @@ void JobQueue::ReleaseDevices(const std::string& holder) {
 std::string JobQueue::RunningOn(const std::vector<int>& devices) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [sequence, entry] : running_) {
+    // It shares the lanes with sessions: a session starts beside it.
+    if (options_.deferred_beside_sessions &&
+        entry->job.priority_class == PriorityClass::kDeferred && entry->job.nodes.empty() &&
+        (entry->graph == nullptr || entry->graph->world == 0)) {
+      continue;
+    }
     for (int device : entry->job.devices) {
       if (std::find(devices.begin(), devices.end(), device) != devices.end()) return entry->job.id;
     }

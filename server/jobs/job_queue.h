@@ -69,6 +69,11 @@ struct JobQueueOptions {
   // its buffers (AdmittedGraph::bytes_per_device) would fit there; null: not
   // consulted.
   std::function<int64_t(int device)> free_bytes;
+  // A job of priority_class deferred may start on devices a session holds
+  // (and nothing else claims) when its buffers fit their free pools
+  // (free_bytes, required): its runner shares the session lanes' devices
+  // (server/engine/lane_shared_engine.h). A critical job still waits.
+  bool deferred_beside_sessions = false;
 };
 
 struct JobSnapshot {
@@ -157,7 +162,8 @@ class JobQueue {
   // held by session S" otherwise.
   void HoldDevices(const std::string& holder, const std::vector<int>& devices);
   void ReleaseDevices(const std::string& holder);
-  // The id of a job running on one of `devices`, or "" when none is.
+  // The id of a job running on one of `devices`, or "" when none is (a job
+  // that shares the lanes with sessions, deferred_beside_sessions, is not named).
   std::string RunningOn(const std::vector<int>& devices) const;
 
   // Ends watchers (UNAVAILABLE) and joins the executors. Running jobs are waited
@@ -184,6 +190,13 @@ class JobQueue {
   // cannot tell (no free_bytes, a job recovered without its graph).
   std::optional<std::string> MemoryShortLocked(const Entry& entry,
                                                const std::map<int, std::string>& session_on) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `entry` may start beside the sessions holding its devices: a
+  // deferred-class job, every device it cannot have held by a session only
+  // (`session_only`), and its buffers known to fit beside them.
+  bool BesideSessionsLocked(const Entry& entry, const std::map<int, std::string>& claimed,
+                            const std::set<int>& session_only,
+                            const std::map<int, std::string>& session_on) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `job` (first the ends kept in unstored_); never under mu_.
   absl::Status Store(const JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);

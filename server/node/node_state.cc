@@ -69,8 +69,7 @@ void SetHealth(const engine::DeviceTelemetry& t, v1::Device* device) {
 
 }  // namespace
 
-NodeState::NodeState(jobs::JobQueue& queue, const engine::Engine& engine,
-                     std::string state_dir)
+NodeState::NodeState(jobs::JobQueue& queue, const engine::Engine& engine, std::string state_dir)
     : queue_(queue), engine_(engine), state_dir_(std::move(state_dir)) {}
 
 void NodeState::set_cluster(ClusterInfo cluster) {
@@ -88,6 +87,15 @@ v1::GetNodeInfoResponse NodeState::Info() const {
   response.set_backend(engine_.Name());
   response.set_ranks_per_gpu(engine_.RanksPerGpu());
   response.set_lanes(engine_.DescribeLanes());
+  if (flight_ != nullptr) {
+    const flight::RecorderUsage usage = flight_->Usage();
+    v1::FlightRecorderUsage* out = response.mutable_flight_recorder();
+    out->set_rings(usage.rings);
+    out->set_entries(usage.entries);
+    out->set_bytes(usage.bytes);
+    out->set_entries_per_ring(usage.entries_per_ring);
+    out->set_cap_bytes(usage.cap_bytes);
+  }
   // An engine without a monitor reads as idle and healthy: it has nothing to watch.
   const engine::DeviceMonitor* monitor = engine_.Monitor();
   for (int d = 0; d < engine_.DeviceCount(); ++d) {

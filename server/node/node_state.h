@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.pb.h"
 #include "server/engine/engine.h"
+#include "server/flight/flight_recorder.h"
 #include "server/jobs/job_queue.h"
 
 namespace overlap::node {
@@ -48,6 +49,8 @@ class NodeState {
     std::string note;
   };
   void set_cluster(ClusterInfo cluster);
+  // The daemon's flight recorder (it must outlive the state), shown by Info.
+  void set_flight(const flight::FlightRecorder* flight) { flight_ = flight; }
 
   v1::GetNodeInfoResponse Info() const;
   // The job store's errors (it counts jobs by state).
@@ -64,6 +67,7 @@ class NodeState {
   mutable absl::Mutex mu_;
   std::string listen_address_ ABSL_GUARDED_BY(mu_);
   ClusterInfo cluster_ ABSL_GUARDED_BY(mu_);
+  const flight::FlightRecorder* flight_ = nullptr;  // set once, before the services start
 };
 
 }  // namespace overlap::node

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/wire/flight_wire.h"
 #include "server/wire/peer_wire.h"
 
 namespace overlap::peer {
@@ -114,6 +115,15 @@ absl::StatusOr<std::string> GrpcPeerLink::StoreGet(const std::string& node, cons
   ASSIGN_OR_RETURN(v1::StoreGetResponse response, Call(node, &v1::Peers::Stub::StoreGet, "StoreGet",
                                                        wire::ToStoreGet(call), deadline));
   return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<PartFlight> GrpcPeerLink::GetPartFlight(const std::string& node,
+                                                       const FlightRequest& request,
+                                                       absl::Duration deadline) {
+  ASSIGN_OR_RETURN(const v1::GetPartFlightResponse response,
+                   Call(node, &v1::Peers::Stub::GetPartFlight, "GetPartFlight",
+                        wire::ToProto(request), deadline));
+  return wire::FromProto(response);
 }
 
 }  // namespace overlap::peer

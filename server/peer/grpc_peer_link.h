@@ -36,6 +36,8 @@ class GrpcPeerLink final : public PeerLink {
                         absl::Duration deadline) override;
   absl::StatusOr<std::string> StoreGet(const std::string& node, const StoreCall& call,
                                        absl::Duration deadline) override;
+  absl::StatusOr<PartFlight> GetPartFlight(const std::string& node, const FlightRequest& request,
+                                           absl::Duration deadline) override;
 
  private:
   struct Peer {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/flight/flight_entry.h"
 #include "server/ops/decided_schedules.h"
 #include "server/runner/job_report.h"
 
@@ -82,6 +83,18 @@ struct StoreCall {
   absl::Duration timeout = absl::ZeroDuration();  // StoreGet's
 };
 
+// GetPartFlight: the flight rings of a job's collectives on one node.
+struct FlightRequest {
+  GlobalJobId global_id;
+};
+// At most kMaxPartFlightEntries entries in all: past it each ring keeps its
+// newest (a few MiB on the wire at most).
+inline constexpr int kMaxPartFlightEntries = 32768;
+struct PartFlight {
+  std::vector<flight::RankRing> rings;  // this node's ranks
+  bool truncated = false;
+};
+
 // Who called, as the peer listener authenticated them.
 struct PeerCaller {
   std::string node;         // the caller's node name (HOST:PORT), proven
@@ -105,6 +118,14 @@ class PeerHandler {
   virtual absl::Status ReportPart(const PeerCaller& caller, const PartReport& report) = 0;
   virtual absl::Status StoreSet(const PeerCaller& caller, const StoreCall& call) = 0;
   virtual absl::StatusOr<std::string> StoreGet(const PeerCaller& caller, const StoreCall& call) = 0;
+  // From the job's coordinator only. UNIMPLEMENTED by default (a handler
+  // without a flight recorder).
+  virtual absl::StatusOr<PartFlight> GetPartFlight(const PeerCaller& caller,
+                                                   const FlightRequest& request) {
+    (void)caller;
+    (void)request;
+    return absl::UnimplementedError("this node keeps no flight rings");
+  }
 };
 
 }  // namespace overlap::peer

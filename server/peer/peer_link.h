@@ -33,6 +33,16 @@ class PeerLink {
                                 absl::Duration deadline) = 0;
   virtual absl::StatusOr<std::string> StoreGet(const std::string& node, const StoreCall& call,
                                                absl::Duration deadline) = 0;
+  // UNIMPLEMENTED by default (a link that cannot ask: the job's verdict then
+  // says which node's rings could not be read).
+  virtual absl::StatusOr<PartFlight> GetPartFlight(const std::string& node,
+                                                   const FlightRequest& request,
+                                                   absl::Duration deadline) {
+    (void)node;
+    (void)request;
+    (void)deadline;
+    return absl::UnimplementedError("this link cannot read flight rings");
+  }
 };
 
 }  // namespace overlap::peer

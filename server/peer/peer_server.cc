@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "server/net/status_util.h"
 #include "server/peer/peer_auth.h"
+#include "server/wire/flight_wire.h"
 #include "server/wire/peer_wire.h"
 
 namespace overlap::peer {
@@ -83,6 +84,17 @@ class PeerServer::Service final : public v1::Peers::Service {
     return Serve(context, "CancelPart", *request, *response, [&](const PeerCaller& caller) {
       return handler_->CancelPart(caller, wire::FromProto(*request));
     });
+  }
+
+  grpc::Status GetPartFlight(grpc::ServerContext* context, const v1::GetPartFlightRequest* request,
+                             v1::GetPartFlightResponse* response) override {
+    return Serve(context, "GetPartFlight", *request, *response,
+                 [&](const PeerCaller& caller) -> absl::Status {
+                   ASSIGN_OR_RETURN(const PartFlight flight,
+                                    handler_->GetPartFlight(caller, wire::FromProto(*request)));
+                   *response = wire::ToProto(flight);
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::Status HoldPart(grpc::ServerContext* context, const v1::HoldPartRequest* request,
@@ -234,9 +246,9 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(const PeerServerOp
   const std::string node_name = hello.node_name;
   node::DaemonCounters& counters =
       options.counters != nullptr ? *options.counters : server->own_counters_;
-  server->limiter_ = std::make_unique<net::RequestLimiter>(
-      options.requests, "the peer port", counters.requests_refused_busy,
-      counters.requests_abandoned);
+  server->limiter_ = std::make_unique<net::RequestLimiter>(options.requests, "the peer port",
+                                                           counters.requests_refused_busy,
+                                                           counters.requests_abandoned);
   server->gate_ = gate;
   server->service_ = std::make_unique<Service>(handler, std::move(hello), gate, options.node_key,
                                                *server->limiter_);

@@ -209,9 +209,20 @@ grpc::Status JobsService::GetFlight(grpc::ServerContext* context,
     absl::StatusOr<jobs::JobRecord> job = queue_.Get(*id);  // NOT_FOUND for an unknown job
     if (!job.ok()) return net::ToGrpcStatus(job.status());
     if (options_.flight == nullptr) return grpc::Status::OK;
-    const std::vector<flight::RankRing> rings = options_.flight->Snapshot(*id);
-    for (const flight::RankRing& ring : rings) *response->add_rings() = wire::ToProto(ring);
-    response->set_verdict(flight::Analyze(rings).OneLine());
+    // A job spanning daemons records under its global id, on each of its nodes.
+    flight::GatheredRings gathered;
+    if (!job->nodes.empty() && options_.gather_flight) {
+      gathered = options_.gather_flight(jobs::GlobalIdOf(*job, options_.node_name), job->nodes);
+    } else {
+      gathered.rings = options_.flight->Snapshot(*id);
+    }
+    for (const flight::RankRing& ring : gathered.rings)
+      *response->add_rings() = wire::ToProto(ring);
+    for (const flight::UnreadNode& node : gathered.unread) {
+      response->add_unread_nodes(absl::StrCat(node.node, ": ", node.why));
+    }
+    response->set_truncated(gathered.truncated);
+    response->set_verdict(flight::GatheredVerdictLine(gathered.rings, gathered.unread));
     response->set_recorder_bytes(options_.flight->MemoryBytes());
     response->set_entries_per_ring(options_.flight->entries_per_ring());
     return grpc::Status::OK;

@@ -15,6 +15,7 @@
 
 #include "absl/time/time.h"
 #include "overlap/v1/overlap.grpc.pb.h"
+#include "server/flight/flight_analysis.h"
 #include "server/flight/flight_recorder.h"
 #include "server/jobs/admission.h"
 #include "server/jobs/job_queue.h"
@@ -50,6 +51,12 @@ struct JobsServiceOptions {
   // The daemon's flight recorder, for GetFlight; null: GetFlight answers with
   // no rings.
   const flight::FlightRecorder* flight = nullptr;
+  // The rings of a job spanning daemons, by its global id, over its nodes
+  // (cluster::ClusterJobs::GatherFlight): every node's on its coordinator,
+  // this node's on a part's node. Null on a daemon without peers.
+  std::function<flight::GatheredRings(const std::string& global_id,
+                                      const std::vector<std::string>& nodes)>
+      gather_flight;
 };
 
 class JobsService final : public v1::Jobs::Service {

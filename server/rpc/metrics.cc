@@ -12,6 +12,7 @@
 #include "common/graph.h"
 #include "common/logging.h"
 #include "prometheus/text_serializer.h"
+#include "server/rpc/metric_table.h"
 #include "server/rpc/session_metrics.h"
 #include "server/wire/job_wire.h"
 
@@ -21,34 +22,14 @@ namespace {
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-using Labels = std::vector<ClientMetric::Label>;
-
-MetricFamily Family(const std::string& name, const std::string& help, MetricType type) {
-  MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  return f;
-}
-
-void Add(MetricFamily& f, double value, Labels labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(std::move(m));
-}
 
 // dcgm-exporter's labels of a GPU (gpu = NVML's index, UUID, modelName,
 // Hostname, pci_bus_id), so that a query can join overlapd's series to its
 // DCGM_FI_* ones, then overlapd's own index of the device (`cuda_device`: the
 // `devices:` of a graph; with ranks_per_gpu k, devices d..d+k-1 share a GPU and
 // so its dcgm labels). A label is left out where the backend does not know it.
-Labels GpuLabels(const v1::Device& d, const std::string& hostname) {
-  Labels labels;
+MetricLabels GpuLabels(const v1::Device& d, const std::string& hostname) {
+  MetricLabels labels;
   if (d.nvml_index() >= 0) labels.push_back({"gpu", absl::StrCat(d.nvml_index())});
   if (!d.uuid().empty()) labels.push_back({"UUID", d.uuid()});
   if (!d.model_name().empty()) labels.push_back({"modelName", d.model_name()});
@@ -59,7 +40,7 @@ Labels GpuLabels(const v1::Device& d, const std::string& hostname) {
   return labels;
 }
 
-Labels With(Labels labels, std::initializer_list<ClientMetric::Label> more) {
+MetricLabels With(MetricLabels labels, std::initializer_list<ClientMetric::Label> more) {
   labels.insert(labels.end(), more.begin(), more.end());
   return labels;
 }
@@ -71,28 +52,21 @@ struct Sources {
   const v1::GetNodeInfoResponse& node;
   const v1::GetStatsResponse& stats;
   const std::vector<v1::Job>& recent;
-  std::map<int, Labels> gpu;  // by v1::Device.index
+  std::map<int, MetricLabels> gpu;  // by v1::Device.index
   int64_t now_ms = 0;
   double last_op_ttl_s = 0;
 
-  Labels Of(int device) const {
+  MetricLabels Of(int device) const {
     auto it = gpu.find(device);
-    return it != gpu.end() ? it->second : Labels{{"cuda_device", absl::StrCat(device)}};
+    return it != gpu.end() ? it->second : MetricLabels{{"cuda_device", absl::StrCat(device)}};
   }
 };
 
-using Fill = std::function<void(const Sources&, MetricFamily&)>;
-
-// One metric family: its name, help and type, and how its samples are read.
-struct Definition {
-  const char* name;
-  const char* help;
-  MetricType type;
-  Fill fill;
-};
+using Definition = MetricRow<Sources>;
+using Fill = Definition::Fill;
 
 // Samples per device, each with the device's labels.
-Fill EachDevice(std::function<void(const v1::Device&, const Labels&, MetricFamily&)> fill) {
+Fill EachDevice(std::function<void(const v1::Device&, const MetricLabels&, MetricFamily&)> fill) {
   return [fill](const Sources& s, MetricFamily& f) {
     for (const v1::Device& d : s.node.devices()) fill(d, s.Of(d.index()), f);
   };
@@ -100,20 +74,21 @@ Fill EachDevice(std::function<void(const v1::Device&, const Labels&, MetricFamil
 
 // A live reading (NVML), absent rather than zero where the device has none.
 Fill Reading(double (*value)(const v1::Device&), bool (*present)(const v1::Device&) = nullptr) {
-  return EachDevice([value, present](const v1::Device& d, const Labels& device, MetricFamily& f) {
-    if (!d.telemetry_valid() || (present != nullptr && !present(d))) return;
-    Add(f, value(d), device);
-  });
+  return EachDevice(
+      [value, present](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+        if (!d.telemetry_valid() || (present != nullptr && !present(d))) return;
+        AddSample(f, value(d), device);
+      });
 }
 
 // A two-sample health reading (`label` = each of `kinds`), where `valid`.
 Fill Pair(bool (*valid)(const v1::Device&), const char* label, const char* first_kind,
           double (*first)(const v1::Device&), const char* second_kind,
           double (*second)(const v1::Device&)) {
-  return EachDevice([=](const v1::Device& d, const Labels& device, MetricFamily& f) {
+  return EachDevice([=](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
     if (!valid(d)) return;
-    Add(f, first(d), With(device, {{label, first_kind}}));
-    Add(f, second(d), With(device, {{label, second_kind}}));
+    AddSample(f, first(d), With(device, {{label, first_kind}}));
+    AddSample(f, second(d), With(device, {{label, second_kind}}));
   });
 }
 
@@ -164,7 +139,8 @@ Fill OfLastOp(std::function<std::optional<double>(const LastOp&)> value) {
       const LastOp last = LastOpOn(d.index(), s);
       if (last.op == nullptr || !Fresh(last.finished_ms, s)) continue;
       if (std::optional<double> v = value(last)) {
-        Add(f, *v,
+        AddSample(
+            f, *v,
             With(s.Of(d.index()), {{"op", last.op->id()}, {"schedule", last.op->schedule()}}));
       }
     }
@@ -180,7 +156,7 @@ Fill OfLastLayer(double (*value)(const v1::JobResult&)) {
         if (std::find(devices.begin(), devices.end(), d.index()) == devices.end()) continue;
         if (!job.result().has_layer_step()) continue;
         if (Fresh(FinishedMs(job, s.now_ms), s)) {
-          Add(f, value(job.result()) / 1000.0, s.Of(d.index()));
+          AddSample(f, value(job.result()) / 1000.0, s.Of(d.index()));
         }
         break;
       }
@@ -206,7 +182,7 @@ double Seconds(double ms) { return ms / 1000.0; }
 template <typename Value>
 Fill Stat(Value (v1::GetStatsResponse::*value)() const) {
   return [value](const Sources& s, MetricFamily& f) {
-    Add(f, static_cast<double>((s.stats.*value)()));
+    AddSample(f, static_cast<double>((s.stats.*value)()));
   };
 }
 
@@ -216,7 +192,8 @@ Fill JobsByState(bool final) {
     const std::map<std::string, int64_t> by_state(s.stats.jobs_by_state().begin(),
                                                   s.stats.jobs_by_state().end());
     for (const auto& [state, count] : by_state) {
-      if (IsFinalState(state) == final) Add(f, static_cast<double>(count), {{"state", state}});
+      if (IsFinalState(state) == final)
+        AddSample(f, static_cast<double>(count), {{"state", state}});
     }
   };
 }
@@ -226,16 +203,22 @@ const std::vector<Definition>& Definitions() {
       {"overlapd_healthy", "1 while the daemon takes work and its devices are usable",
        MetricType::Gauge,
        [](const Sources& s, MetricFamily& f) {
-         Add(f, s.node.healthy() ? 1 : 0, {{"backend", s.node.backend()}});
+         AddSample(f, s.node.healthy() ? 1 : 0, {{"backend", s.node.backend()}});
        }},
       {"overlapd_uptime_seconds", "since this process started", MetricType::Gauge,
-       [](const Sources& s, MetricFamily& f) { Add(f, s.stats.uptime_s()); }},
+       [](const Sources& s, MetricFamily& f) { AddSample(f, s.stats.uptime_s()); }},
+      {"overlapd_flight_recorder_bytes",
+       "memory the flight recorder's rings hold (cap: flight_recorder_entries a ring)",
+       MetricType::Gauge,
+       [](const Sources& s, MetricFamily& f) {
+         AddSample(f, static_cast<double>(s.node.flight_recorder().bytes()));
+       }},
       {"overlapd_build_info",
        "1, labelled with this overlapd's version and commit, its backend and the CUDA runtime, "
        "NCCL and CUDA driver API it runs with",
        MetricType::Gauge,
        [](const Sources& s, MetricFamily& f) {
-         Add(f, 1,
+         AddSample(f, 1,
              {{"version", s.node.overlapd_version()},
               {"git_commit", s.node.git_commit()},
               {"backend", s.node.backend()},
@@ -272,18 +255,18 @@ const std::vector<Definition>& Definitions() {
        Stat(&v1::GetStatsResponse::requests_abandoned)},
       {"overlapd_device_memory_bytes", "device memory jobs may use: the daemon's pool",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
-         Add(f, static_cast<double>(d.memory_bytes()), device);
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+         AddSample(f, static_cast<double>(d.memory_bytes()), device);
        })},
       {"overlapd_device_memory_used_bytes", "of the pool, what jobs hold now", MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
-         Add(f, static_cast<double>(d.memory_used_bytes()), device);
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+         AddSample(f, static_cast<double>(d.memory_used_bytes()), device);
        })},
       {"overlapd_device_total_memory_bytes", "the device's whole memory, the pool part of it",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
          if (d.total_memory_bytes() > 0) {
-           Add(f, static_cast<double>(d.total_memory_bytes()), device);
+           AddSample(f, static_cast<double>(d.total_memory_bytes()), device);
          }
        })},
       {"overlapd_device_sm_clock_hertz", "SM clock (NVML)", MetricType::Gauge,
@@ -298,8 +281,8 @@ const std::vector<Definition>& Definitions() {
        "energy the device drew since the driver loaded (NVML total energy consumption; the host "
        "backend's simulated counter)",
        MetricType::Counter,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
-         if (d.energy_valid()) Add(f, d.energy_j(), device);
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+         if (d.energy_valid()) AddSample(f, d.energy_j(), device);
        })},
       {"overlapd_job_energy_joules_total",
        "energy of a running job's timed steps so far, all its devices together (each finished "
@@ -319,10 +302,10 @@ const std::vector<Definition>& Definitions() {
              joules = joules.value_or(0) + r.layer_energy().step_joules() * r.layer_step().samples();
            }
            if (!joules) continue;
-           Labels labels = {{"job_id", job.id()}};
+           MetricLabels labels = {{"job_id", job.id()}};
            const std::string global = GlobalJobId(job, s.node.node_name());
            if (!global.empty()) labels.push_back({"global_job_id", global});
-           Add(f, *joules, std::move(labels));
+           AddSample(f, *joules, std::move(labels));
          }
        }},
       {"overlapd_device_nvlink_bytes_total",
@@ -342,14 +325,14 @@ const std::vector<Definition>& Definitions() {
        "1 while this reason holds the clocks back (NVML clocks event reasons: power, thermal, "
        "hw-slowdown, hw-thermal, power-brake)",
        MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
          if (!d.telemetry_valid() || !d.clock_limits_valid()) return;
          // Each limiter that slows a GPU under load, 0 or 1, so alerts can test it.
          for (const char* reason :
               {"power", "thermal", "hw-slowdown", "hw-thermal", "power-brake"}) {
            const bool on = std::find(d.clock_limits().begin(), d.clock_limits().end(), reason) !=
                            d.clock_limits().end();
-           Add(f, on ? 1 : 0, With(device, {{"reason", reason}}));
+           AddSample(f, on ? 1 : 0, With(device, {{"reason", reason}}));
          }
        })},
       {"overlapd_device_power_capped_seconds_total",
@@ -379,8 +362,8 @@ const std::vector<Definition>& Definitions() {
             [](const v1::Device& d) { return static_cast<double>(d.pcie_max_width()); })},
       {"overlapd_device_pcie_replays_total", "PCIe packets resent since the driver loaded (NVML)",
        MetricType::Counter,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
-         if (d.pcie_valid()) Add(f, static_cast<double>(d.pcie_replays()), device);
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+         if (d.pcie_valid()) AddSample(f, static_cast<double>(d.pcie_replays()), device);
        })},
       {"overlapd_device_nvlinks",
        "NVLinks up (state=\"active\") and that the GPU has (state=\"supported\") (NVML)",
@@ -393,11 +376,11 @@ const std::vector<Definition>& Definitions() {
        "NVLink data-link errors summed over the links since the driver loaded: crc (flit and "
        "data), replay, recovery (NVML)",
        MetricType::Counter,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
          if (!d.nvlink_valid()) return;
-         Add(f, static_cast<double>(d.nvlink_crc_errors()), With(device, {{"type", "crc"}}));
-         Add(f, static_cast<double>(d.nvlink_replay_errors()), With(device, {{"type", "replay"}}));
-         Add(f, static_cast<double>(d.nvlink_recovery_errors()),
+         AddSample(f, static_cast<double>(d.nvlink_crc_errors()), With(device, {{"type", "crc"}}));
+         AddSample(f, static_cast<double>(d.nvlink_replay_errors()), With(device, {{"type", "replay"}}));
+         AddSample(f, static_cast<double>(d.nvlink_recovery_errors()),
              With(device, {{"type", "recovery"}}));
        })},
       {"overlapd_device_ecc_errors_total",
@@ -421,14 +404,14 @@ const std::vector<Definition>& Definitions() {
             [](const v1::Device& d) { return static_cast<double>(d.xid_errors()); }, "gpu",
             [](const v1::Device& d) { return static_cast<double>(d.gpu_xid_errors()); })},
       {"overlapd_device_last_xid", "the last Xid seen this boot, 0 for none", MetricType::Gauge,
-       EachDevice([](const v1::Device& d, const Labels& device, MetricFamily& f) {
-         if (d.xid_valid()) Add(f, static_cast<double>(d.last_xid()), device);
+       EachDevice([](const v1::Device& d, const MetricLabels& device, MetricFamily& f) {
+         if (d.xid_valid()) AddSample(f, static_cast<double>(d.last_xid()), device);
        })},
       {"overlapd_device_busy_seconds_total", "wall time the device spent inside jobs",
        MetricType::Counter,
        [](const Sources& s, MetricFamily& f) {
          for (const v1::DeviceStats& d : s.stats.devices()) {
-           Add(f, Seconds(d.busy_ms()), s.Of(d.device()));
+           AddSample(f, Seconds(d.busy_ms()), s.Of(d.device()));
          }
        }},
       {"overlapd_device_running_job",
@@ -438,10 +421,10 @@ const std::vector<Definition>& Definitions() {
        [](const Sources& s, MetricFamily& f) {
          for (const v1::Device& d : s.node.devices()) {
            for (const v1::Job* job : LastOpOn(d.index(), s).running) {
-             Labels labels = With(s.Of(d.index()), {{"job_id", job->id()}});
+             MetricLabels labels = With(s.Of(d.index()), {{"job_id", job->id()}});
              const std::string global = GlobalJobId(*job, s.node.node_name());
              if (!global.empty()) labels.push_back({"global_job_id", global});
-             Add(f, 1, std::move(labels));
+             AddSample(f, 1, std::move(labels));
            }
          }
        }},
@@ -511,7 +494,7 @@ const std::vector<Definition>& Definitions() {
              if (std::find(devices.begin(), devices.end(), d.index()) == devices.end()) continue;
              if (!job.result().has_layer_step()) continue;
              if (job.result().has_layer_energy() && Fresh(FinishedMs(job, s.now_ms), s)) {
-               Add(f, job.result().layer_energy().step_joules(), s.Of(d.index()));
+               AddSample(f, job.result().layer_energy().step_joules(), s.Of(d.index()));
              }
              break;
            }
@@ -537,13 +520,7 @@ std::vector<MetricFamily> BuildMetrics(const v1::GetNodeInfoResponse& node,
                                        const MetricsOptions& options) {
   Sources sources{node, stats, recent, {}, now_ms, options.last_op_ttl_s};
   for (const v1::Device& d : node.devices()) sources.gpu[d.index()] = GpuLabels(d, node.hostname());
-  std::vector<MetricFamily> out;
-  for (const Definition& d : Definitions()) {
-    MetricFamily family = Family(d.name, d.help, d.type);
-    d.fill(sources, family);
-    out.push_back(std::move(family));
-  }
-  return out;
+  return BuildFamilies(Definitions(), sources);
 }
 
 class MetricsExporter::Collector {
@@ -575,6 +552,11 @@ class MetricsExporter::Collector {
     if (sessions_.lanes != nullptr) figures = sessions_.lanes->Figures();
     for (MetricFamily& family : BuildSessionMetrics(rows, figures)) {
       families.push_back(std::move(family));
+    }
+    if (sessions_.lanes != nullptr) {
+      for (MetricFamily& family : BuildDeviceLaneMetrics(sessions_.lanes->DeviceFigures())) {
+        families.push_back(std::move(family));
+      }
     }
     return families;
   }

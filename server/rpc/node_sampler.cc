@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/rpc/node_rates.h"
 
 namespace overlap::rpc {
 
@@ -83,6 +84,12 @@ std::shared_ptr<const v1::NodeSample> NodeSampler::Take() {
   absl::MutexLock take(&take_mu_);
   auto sample = std::make_shared<v1::NodeSample>(source_());
   sample->set_time_ms(absl::ToUnixMillis(absl::Now()));
+  std::shared_ptr<const v1::NodeSample> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    previous = latest_;  // take_mu_ held: no other Take changes it meanwhile
+  }
+  AddDeviceRates(previous.get(), *sample);
   absl::MutexLock lock(&mu_);
   sample->set_sequence(++sequence_);
   ++counters_.taken;

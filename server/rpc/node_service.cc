@@ -164,6 +164,11 @@ grpc::Status NodeService::ListSessions(grpc::ServerContext* context,
         wire::ToSessionInfo(row, it == figures.end() ? nullptr : &it->second);
     listed.insert(row.id);
   }
+  if (lanes_ != nullptr) {
+    for (const engine::DeviceLaneFigures& device : lanes_->DeviceFigures()) {
+      *response->add_device_lanes() = wire::ToDeviceLaneState(device);
+    }
+  }
   if (request->lanes() && lanes_ != nullptr) {
     for (const sessions::LaneInterval& interval : lanes_->RecentIntervals()) {
       if (listed.count(interval.session_id) > 0) {

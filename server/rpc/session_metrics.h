@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "prometheus/metric_family.h"
+#include "server/engine/device_lanes.h"
 #include "server/sessions/session_lanes.h"
 #include "server/sessions/session_row.h"
 
@@ -23,5 +24,11 @@ namespace overlap::rpc {
 std::vector<prometheus::MetricFamily> BuildSessionMetrics(
     const std::vector<sessions::SessionRow>& rows,
     const std::vector<sessions::SessionFigures>& figures);
+
+// The node's lanes per device and user (`cuda_device`, `user`: session | job):
+// critical work pending now and registered, deferred chunks sent, yielded
+// and sent over their bound (engine/device_lanes.h). Empty without them.
+std::vector<prometheus::MetricFamily> BuildDeviceLaneMetrics(
+    const std::vector<engine::DeviceLaneFigures>& devices);
 
 }  // namespace overlap::rpc

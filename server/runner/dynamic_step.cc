@@ -94,8 +94,19 @@ absl::StatusOr<bool> InputReady(OpContext& ctx) {
 // One dispatched iteration's bookkeeping on the host.
 class LiveDispatch {
  public:
-  LiveDispatch(std::vector<Member>& members, double bound_ms, TimelineEngine* tracer)
-      : dispatcher_(LaneWork(members, &lane_), bound_ms), reached_(lane_.size()), tracer_(tracer) {}
+  LiveDispatch(std::vector<Member>& members, double bound_ms, TimelineEngine* tracer,
+               engine::DeviceLanes* lanes)
+      : dispatcher_(LaneWork(members, &lane_), bound_ms),
+        reached_(lane_.size()),
+        yields_seen_(lane_.size()),
+        tracer_(tracer),
+        lanes_(lanes) {}
+  // Critical work the node's lanes still count as this step's is over for them.
+  ~LiveDispatch() {
+    for (int device : registered_) lanes_->CriticalEnd(device, engine::LaneUser::kJob);
+  }
+  LiveDispatch(const LiveDispatch&) = delete;
+  LiveDispatch& operator=(const LiveDispatch&) = delete;
 
   // The main streams reached deferred member `lane_index`'s place: its input
   // is ready once they get there.
@@ -160,11 +171,49 @@ class LiveDispatch {
 
   double NowMs() const { return absl::ToDoubleMilliseconds(absl::Now() - start_); }
 
+  // The node's lanes learn which devices have this step's critical work
+  // pending (`pending`), so that sessions' deferred chunks yield to it.
+  void Publish(const std::set<int>& pending) {
+    if (lanes_ == nullptr) return;
+    for (auto it = registered_.begin(); it != registered_.end();) {
+      if (pending.count(*it) > 0) {
+        ++it;
+        continue;
+      }
+      lanes_->CriticalEnd(*it, engine::LaneUser::kJob);
+      it = registered_.erase(it);
+    }
+    for (int device : pending) {
+      if (registered_.insert(device).second) {
+        lanes_->CriticalBegin(device, engine::LaneUser::kJob);
+      }
+    }
+  }
+  // Chunks that began to wait for critical work since the last call, to the
+  // node's lanes: for a session's where none of the step's own (`pending`)
+  // was pending on the chunk's devices.
+  void CountYields(const std::set<int>& pending) {
+    if (lanes_ == nullptr) return;
+    for (size_t k = 0; k < lane_.size(); ++k) {
+      const int yielded = dispatcher_.records()[k].yielded;
+      if (yielded == yields_seen_[k]) continue;
+      const std::vector<int>& devices = dispatcher_.work()[k].devices;
+      const bool own =
+          std::any_of(devices.begin(), devices.end(), [&](int d) { return pending.count(d) > 0; });
+      lanes_->CountYields(devices, engine::LaneUser::kJob, yielded - yields_seen_[k], !own);
+      yields_seen_[k] = yielded;
+    }
+  }
+
   std::vector<Member*> lane_;  // before dispatcher_: LaneWork() fills it
   DeferredDispatcher dispatcher_;
   std::vector<bool> reached_;
+  std::vector<int> yields_seen_;  // by lane member: its yields already told the node's lanes
   std::deque<std::vector<engine::EventId>> in_flight_;  // each chunk's end events, oldest first
-  TimelineEngine* tracer_;  // null: not traced
+  TimelineEngine* tracer_;                              // null: not traced
+  // The node's lanes, where the job runs beside sessions; null: alone.
+  engine::DeviceLanes* lanes_;
+  std::set<int> registered_;  // devices whose critical work the node's lanes count as ours
   struct CriticalWork {
     int device = 0;
     engine::EventId start = engine::kNoEvent, done = engine::kNoEvent;
@@ -194,7 +243,12 @@ absl::StatusOr<int> LiveDispatch::Poll(engine::Engine& engine) {
     if (reached) pending.insert(c.device);
   }
   critical_ = std::move(left);
-  auto critical_pending = [&](int device) { return pending.count(device) > 0; };
+  Publish(pending);
+  // A session's critical work on the device holds this job's chunks back too.
+  auto critical_pending = [&](int device) {
+    return pending.count(device) > 0 ||
+           (lanes_ != nullptr && lanes_->CriticalPendingOf(device, engine::LaneUser::kSession));
+  };
   int issued = 0;
   for (DispatchDecision d = dispatcher_.Next(now, critical_pending); d.work >= 0;
        d = dispatcher_.Next(now, critical_pending)) {
@@ -204,6 +258,13 @@ absl::StatusOr<int> LiveDispatch::Poll(engine::Engine& engine) {
                                  kMaxChunksInFlight);
     // A chunk whose deadline is near goes now, critical work or not.
     if (in_flight >= ahead && !d.deadline_near) break;
+    // The node's gate has the last word: critical work that a session queued
+    // since the dispatcher looked holds the chunk back too.
+    if (lanes_ != nullptr &&
+        !lanes_->PassDeferred(dispatcher_.work()[d.work].devices, engine::LaneUser::kJob,
+                              d.deadline_near || d.forced)) {
+      break;
+    }
     // A chunk's spans are its collective's, whatever op the main streams are at.
     const std::string label = tracer_ != nullptr ? tracer_->label() : "";
     if (tracer_ != nullptr) tracer_->SetLabel(lane_[d.work]->op.id);
@@ -213,6 +274,7 @@ absl::StatusOr<int> LiveDispatch::Poll(engine::Engine& engine) {
     dispatcher_.Issued(d, now);
     ++issued;
   }
+  CountYields(pending);
   return issued;
 }
 
@@ -267,10 +329,11 @@ std::vector<int> LaneReadyPoints(const std::vector<Member>& members) {
 
 absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Member>& members,
                                                                 OpContext& main, double bound_ms,
-                                                                TimelineEngine* tracer) {
+                                                                TimelineEngine* tracer,
+                                                                engine::DeviceLanes* lanes) {
   const MainStreams streams = MainStreamsOf(main);
   for (Member& m : members) m.sent = 0;
-  LiveDispatch live(members, bound_ms, tracer);
+  LiveDispatch live(members, bound_ms, tracer, lanes);
   engine::Engine& engine = main.engine();
   const std::vector<int> ready_points = LaneReadyPoints(members);
   // Each lane member's ready event once the main streams pass its ready point.
@@ -356,20 +419,19 @@ absl::StatusOr<IterationFigures> ReadIteration(std::vector<Member>& members, OpC
       const engine::EventId s = start.at(device);
       if (!m.on_deferred_lane) {
         Interval i;
-        ASSIGN_OR_RETURN(i.begin, Since(s, ctx, q,
-                                        side_critical ? EventKind::kLayerFork
-                                                      : EventKind::kCriticalStart));
-        ASSIGN_OR_RETURN(i.end, Since(s, ctx, q,
-                                      side_critical ? EventKind::kLayerDone
-                                                    : EventKind::kCriticalDone));
+        ASSIGN_OR_RETURN(
+            i.begin,
+            Since(s, ctx, q, side_critical ? EventKind::kLayerFork : EventKind::kCriticalStart));
+        ASSIGN_OR_RETURN(
+            i.end,
+            Since(s, ctx, q, side_critical ? EventKind::kLayerDone : EventKind::kCriticalDone));
         critical[device].push_back(i);
         continue;
       }
       ASSIGN_OR_RETURN(const double ready, Since(s, ctx, q, EventKind::kLayerFork));
       ASSIGN_OR_RETURN(const double first, Since(s, ctx, q, EventKind::kChunkStart, 0));
       ASSIGN_OR_RETURN(const double done, Since(s, ctx, q, EventKind::kLayerDone));
-      latest = {std::max(latest[0], ready), std::max(latest[1], first),
-                std::max(latest[2], done)};
+      latest = {std::max(latest[0], ready), std::max(latest[1], first), std::max(latest[2], done)};
       for (int c = 0; c < Pieces(m); ++c) {
         Interval i;
         ASSIGN_OR_RETURN(i.begin, Since(s, ctx, q, EventKind::kChunkStart, c));
@@ -395,7 +457,8 @@ absl::StatusOr<IterationFigures> ReadIteration(std::vector<Member>& members, OpC
 
 absl::StatusOr<DispatchFigures> MeasureDispatch(std::vector<Member>& members, OpContext& main,
                                                 double bound_ms, int iterations,
-                                                std::vector<LayerDeferral> deferrals) {
+                                                std::vector<LayerDeferral> deferrals,
+                                                engine::DeviceLanes* lanes) {
   engine::Engine& engine = main.engine();
   const std::vector<int> devices = main.devices();
   std::vector<IterationFigures> figures;
@@ -405,7 +468,8 @@ absl::StatusOr<DispatchFigures> MeasureDispatch(std::vector<Member>& members, Op
     for (int r = 0; r < main.tp(); ++r) {
       RETURN_IF_ERROR(main.Record(r, main.rank(r).compute, EventKind::kIterStart));
     }
-    ASSIGN_OR_RETURN(records.emplace_back(), EnqueueLayerDynamic(members, main, bound_ms));
+    ASSIGN_OR_RETURN(records.emplace_back(),
+                     EnqueueLayerDynamic(members, main, bound_ms, nullptr, lanes));
     RETURN_IF_ERROR(engine.Synchronize(devices));
     ASSIGN_OR_RETURN(figures.emplace_back(), ReadIteration(members, main));
   }

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/graph.h"
+#include "server/engine/device_lanes.h"
 #include "server/runner/deferred_dispatcher.h"
 #include "server/runner/job_report.h"
 #include "server/runner/layer_members.h"
@@ -60,9 +61,17 @@ std::vector<int> LaneReadyPoints(const std::vector<Member>& members);
 
 // One layer iteration, dispatched at run time; returns what the dispatcher did
 // (by deferred-lane member, in the layer order). `tracer` labels spans.
-absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(std::vector<Member>& members,
-                                                                OpContext& main, double bound_ms,
-                                                                TimelineEngine* tracer = nullptr);
+//
+// With `lanes` (the node's, where the job runs beside sessions: a job of
+// priority_class deferred), the step's critical collectives count as critical
+// work on their devices while pending, so that sessions' deferred chunks
+// yield to them; its chunks yield to sessions' critical work as to its own,
+// pass the node's deferred gate before they go (device_lanes.h), and their
+// yields are counted there. Its engine must then be one that shares the
+// devices with the lanes' thread (engine/lane_shared_engine.h).
+absl::StatusOr<std::vector<DispatchRecord>> EnqueueLayerDynamic(
+    std::vector<Member>& members, OpContext& main, double bound_ms,
+    TimelineEngine* tracer = nullptr, engine::DeviceLanes* lanes = nullptr);
 
 // What MeasureDispatch measured: the deferrals it was given, the dispatched
 // ones with their figures, and each device's lane figures.
@@ -77,6 +86,7 @@ struct DispatchFigures {
 // devices' events.
 absl::StatusOr<DispatchFigures> MeasureDispatch(std::vector<Member>& members, OpContext& main,
                                                 double bound_ms, int iterations,
-                                                std::vector<LayerDeferral> deferrals);
+                                                std::vector<LayerDeferral> deferrals,
+                                                engine::DeviceLanes* lanes = nullptr);
 
 }  // namespace overlap::runner

@@ -163,6 +163,9 @@ absl::StatusOr<JobReport> RunJob(engine::Engine& engine, const JobSpec& spec,
   }
   result.layer = std::move(layer->layer);
   result.layer_note = std::move(layer->note);
+  for (OpReport& op : result.ops) {
+    if (auto it = layer->edges.find(op.id); it != layer->edges.end()) op.edge = it->second;
+  }
   return result;
 }
 

@@ -2,35 +2,119 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/ops/chain_reference.h"
 
 namespace overlap::runner {
 
+Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
+             int producer_degree, DType dtype) {
+  if (consumer.op.activation != Activation::kNone) return Edge::kFused;
+  const DType out = ops::BufferDTypesFor(producer.op.type, dtype).y;
+  const DType in = ops::BufferDTypesFor(consumer.op.type, dtype).a;
+  if (out != in || in == DType::kFP8) return Edge::kCopy;
+  const LocalShapes from = LocalShapesFor(producer.op, producer_degree);
+  const LocalShapes to = LocalShapesFor(consumer.op, consumer_degree);
+  if (from.y_rows != to.a_rows || from.y_cols != to.a_cols) return Edge::kCopy;
+  for (int device : consumer.devices) {
+    if (std::find(producer.devices.begin(), producer.devices.end(), device) ==
+        producer.devices.end()) {
+      return Edge::kCopy;
+    }
+  }
+  // Sent in pieces, the producer would write its output while the consumer
+  // reads it (the plan cuts no op that another reads: this stays a guard).
+  if (!producer.pieces.empty()) return Edge::kCopy;
+  return Edge::kAlias;
+}
+
+std::string EdgeName(Edge edge, Activation activation) {
+  switch (edge) {
+    case Edge::kSeeded:
+      return "";
+    case Edge::kAlias:
+      return "alias";
+    case Edge::kFused:
+      return absl::StrCat("fused ", ActivationName(activation));
+    case Edge::kCopy:
+      return "copy";
+  }
+  return "";
+}
+
+namespace {
+
+// A collective over one rank whose output is its input (OpContext::
+// OutputAliasesInput): aliased, both are the producer's output.
+bool OutputIsInput(const Member& m, int degree) {
+  return IsCollectiveOnly(m.op.type) && degree == 1;
+}
+
+// Device -> the producer's rank there.
+std::map<int, int> RanksByDevice(OpContext& from) {
+  std::map<int, int> ranks;
+  for (int q = 0; q < from.tp(); ++q) ranks[from.rank(q).device] = q;
+  return ranks;
+}
+
+}  // namespace
+
+ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes sizes) {
+  if (m.edge != Edge::kAlias) return sizes;
+  sizes.a = 0;
+  if (OutputIsInput(m, degree)) sizes.y = 0;
+  return sizes;
+}
+
+absl::Status AliasInput(Member& m) {
+  if (m.edge != Edge::kAlias || m.input_from == nullptr) return absl::OkStatus();
+  OpContext& ctx = *m.ctx;
+  OpContext& from = *m.input_from->ctx;
+  const std::map<int, int> from_rank = RanksByDevice(from);
+  const bool output_is_input = OutputIsInput(m, ctx.group_size());
+  for (int r = 0; r < ctx.tp(); ++r) {
+    const auto it = from_rank.find(ctx.rank(r).device);
+    if (it == from_rank.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          m.op.id, ": its input ", m.op.input, " has no rank on device ", ctx.rank(r).device));
+    }
+    const engine::BufferId y = from.rank(it->second).y;
+    RETURN_IF_ERROR(
+        ctx.UseTensors(r, y, engine::kNoBuffer, output_is_input ? y : engine::kNoBuffer));
+  }
+  return absl::OkStatus();
+}
+
 // Member m's input made from its producer's output on m's compute streams:
 // each of m's ranks reads what the producer's rank on the same device wrote,
-// through m's activation, cast to m's input dtype (fp8: with the chain's scale).
+// through m's activation, cast to m's input dtype (fp8: with the chain's
+// scale). An alias reads it where it is: the event alone marks it ready, on
+// the stream that is past the producer there (the main stream, or a side
+// stream forked from it after the producer; a deferred producer joined
+// before its consumer), as the pass's end would.
 absl::Status EnqueueWiredInput(Member& m) {
   if (m.input_from == nullptr) return absl::OkStatus();
   OpContext& ctx = *m.ctx;
   OpContext& from = *m.input_from->ctx;
-  std::map<int, int> from_rank;  // device -> the producer's rank there
-  for (int q = 0; q < from.tp(); ++q) from_rank[from.rank(q).device] = q;
+  const std::map<int, int> from_rank = RanksByDevice(from);
   const LocalShapes& out = from.shapes();
   const LocalShapes& in = ctx.shapes();
   for (int r = 0; r < ctx.tp(); ++r) {
     ops::RankState& rank = ctx.rank(r);
-    const ops::RankState& source = from.rank(from_rank.at(rank.device));
-    engine::ElementwiseArgs args;
-    args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);
-    args.src_dtype = from.DTypeOf(source.y);
-    args.dst = ctx.Rows(rank.a, 0, in.a_rows, in.a_cols);
-    args.dst_dtype = ctx.DTypeOf(rank.a);
-    args.rows = out.y_rows;
-    args.src_cols = out.y_cols;
-    args.activation = ctx.op().activation;
-    args.dst_scale = args.dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
-    RETURN_IF_ERROR(ctx.engine().Elementwise(rank.compute, args));
+    if (m.edge != Edge::kAlias) {
+      const ops::RankState& source = from.rank(from_rank.at(rank.device));
+      engine::ElementwiseArgs args;
+      args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);
+      args.src_dtype = from.DTypeOf(source.y);
+      args.dst = ctx.Rows(rank.a, 0, in.a_rows, in.a_cols);
+      args.dst_dtype = ctx.DTypeOf(rank.a);
+      args.rows = out.y_rows;
+      args.src_cols = out.y_cols;
+      args.activation = ctx.op().activation;
+      args.dst_scale = args.dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
+      RETURN_IF_ERROR(ctx.engine().Elementwise(rank.compute, args));
+    }
     RETURN_IF_ERROR(ctx.Record(r, rank.compute, ops::EventKind::kInputReady));
   }
   // A schedule may read a peer's input from its own streams (p2p gathers).
@@ -81,8 +165,7 @@ absl::Status JoinBefore(std::vector<Member>& members, const std::string& id,
     if (!m.deferred || m.join_before != id) continue;
     while (Unsent(m)) RETURN_IF_ERROR(SendDeferred(m, main));
     for (int q = 0; q < m.ctx->tp(); ++q) {
-      RETURN_IF_ERROR(
-          m.ctx->Wait(main.at(m.ctx->rank(q).device), q, ops::EventKind::kLayerDone));
+      RETURN_IF_ERROR(m.ctx->Wait(main.at(m.ctx->rank(q).device), q, ops::EventKind::kLayerDone));
     }
   }
   return absl::OkStatus();

@@ -20,16 +20,63 @@ namespace overlap::runner {
 using ops::OpContext;
 using ops::Schedule;
 
+// How an op's input is made from its producer's output (OpSpec::input), on
+// each device, where the producer's rank on that device wrote it.
+//
+// An alias reads the producer's output buffer itself: no copy and no launch.
+// It needs the bytes the consumer would read to be the bytes the producer
+// wrote, and nothing to write them while the consumer reads:
+//   - no activation, the same dtype, and not an fp8 input (the pass quantizes
+//     an fp8 input with the chain's scale, kChainFp8Dequant: other bytes);
+//   - the producer's local output rows x cols are the consumer's local A as
+//     its schedules read it (an ag_gemm's A is its shard before the gather;
+//     LocalShapesFor), row-major from offset 0, on the same devices;
+//   - no schedule writes its A (the GEMMs read it, the gathers and
+//     reductions send it: ops/collective_ops.cc), so the consumer never
+//     writes through the alias;
+//   - the producer writes its output once per iteration, before the
+//     consumer's input-ready event: an op read by another is never cut into
+//     pieces (layer_plan.cc, Cuttable), and the step synchronizes its devices
+//     after every iteration (OpRun::Timed), so the next iteration's output
+//     never lands while this one's consumer still reads.
+// Else one elementwise pass per rank: fused with the activation, or a copy
+// (the cast). The producer's buffers live as long as the step's members, as
+// the consumer's do: the step frees them together.
+enum class Edge {
+  kSeeded,  // no producer: the op's own seeded inputs
+  kAlias,
+  kFused,
+  kCopy,
+};
+
+// The edge into `consumer` from `producer`, each over groups of its degree,
+// in a graph of `dtype`.
+Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
+             int producer_degree, DType dtype);
+// As the report names it: "alias", "fused swiglu", "copy"; "" for kSeeded.
+std::string EdgeName(Edge edge, Activation activation);
+
 // A planned op (layer_plan.h) as the step runs it.
 struct Member : PlannedOp {
   std::unique_ptr<OpContext> ctx;
   size_t sent = 0;  // the pieces (or whole op) enqueued this iteration
   // The member whose output is this one's input (OpSpec::input); null: seeded inputs.
   const Member* input_from = nullptr;
+  Edge edge = Edge::kSeeded;
 };
 
-// Member m's input made from its producer's output on m's compute streams
-// (a no-op for a member with seeded inputs).
+// The buffers member `m` (over groups of `degree`) allocates of `sizes`: not
+// an aliased input, nor a one-rank collective's output, which is that input.
+ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes sizes);
+
+// Points an aliased member's input (and a one-rank collective's output) at
+// its producer's output, rank by rank on each device; a no-op for other
+// edges. Both contexts exist; `m`'s was created with OwnBufferSizes.
+absl::Status AliasInput(Member& m);
+
+// Member m's input made from its producer's output on m's compute streams,
+// and the input-ready event every local rank of m waits for (a no-op for a
+// member with seeded inputs; no pass for an alias).
 absl::Status EnqueueWiredInput(Member& m);
 
 // Each device's main compute stream: the layer step's main streams, which

@@ -117,7 +117,8 @@ absl::StatusOr<double> TimeActivationPasses(OpRun& run, std::vector<Member>& mem
                                             int iterations) {
   std::vector<Member*> wired;
   for (Member& m : members) {
-    if (!m.deferred && m.input_from != nullptr) wired.push_back(&m);
+    // An alias has no pass to time.
+    if (!m.deferred && m.input_from != nullptr && m.edge != Edge::kAlias) wired.push_back(&m);
   }
   if (wired.empty()) return 0.0;
   ASSIGN_OR_RETURN(const TimedRun passes,
@@ -266,10 +267,11 @@ struct RunningStep {
   // Timed by replaying one captured graph: no schedule uses NCCL, and not
   // dispatched at run time (enqueued live, never captured, never gated).
   bool replays = false;
+  engine::DeviceLanes* lanes = nullptr;  // the node's, beside sessions (RunHooks::lanes)
 
   OpContext& main() { return *members[timed_by].ctx; }
   absl::Status Enqueue(TimelineEngine* tracer = nullptr) {
-    if (dynamic) return EnqueueLayerDynamic(members, main(), bound_ms, tracer).status();
+    if (dynamic) return EnqueueLayerDynamic(members, main(), bound_ms, tracer, lanes).status();
     return EnqueueLayer(members, main(), tracer);
   }
 };
@@ -285,26 +287,49 @@ absl::StatusOr<RunningStep> CreateMembers(engine::Engine& engine, const JobSpec&
                    spec.defer_bound_ms,
                    spec.scheduler != Scheduler::kDynamic};
   const int device_count = static_cast<int>(devices.size());
+  auto degree_of = [&](const OpSpec& op) { return GroupSize(spec.mesh, op.group, device_count); };
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     Member& m = step.members[i];
     static_cast<PlannedOp&>(m) = plan.ops[i];
     step.replays = step.replays && Replays(m.schedule.transport);
-    const int degree = GroupSize(spec.mesh, m.op.group, device_count);
-    ASSIGN_OR_RETURN(m.ctx, OpContext::Create(engine, m.op, spec.dtype, m.devices,
-                                              BuffersFor(m.op, degree, m.schedule),
-                                              ops::RankLayout{degree, spec.mesh}));
+    const int degree = degree_of(m.op);
     for (size_t j = 0; j < plan.ops.size() && !m.op.input.empty(); ++j) {
-      if (plan.ops[j].op.id == m.op.input) m.input_from = &step.members[j];
+      if (plan.ops[j].op.id != m.op.input) continue;
+      m.input_from = &step.members[j];
+      m.edge = EdgeFor(m, degree, plan.ops[j], degree_of(plan.ops[j].op), spec.dtype);
     }
+    ASSIGN_OR_RETURN(
+        m.ctx, OpContext::Create(engine, m.op, spec.dtype, m.devices,
+                                 OwnBufferSizes(m, degree, BuffersFor(m.op, degree, m.schedule)),
+                                 ops::RankLayout{degree, spec.mesh}));
   }
+  for (Member& m : step.members) RETURN_IF_ERROR(AliasInput(m));
   return step;
+}
+
+// How each op's input came from its producer's output, by op id ("alias",
+// "fused swiglu", "copy"); ops with seeded inputs are left out.
+std::map<std::string, std::string> EdgesOf(const std::vector<Member>& members) {
+  std::map<std::string, std::string> edges;
+  for (const Member& m : members) {
+    if (m.edge != Edge::kSeeded) edges[m.op.id] = EdgeName(m.edge, m.op.activation);
+  }
+  return edges;
 }
 
 // Each member's inputs, on the streams the plan put it on.
 absl::Status PrepareMembers(RunningStep& step, const JobSpec& spec) {
+  // An aliased input is its producer's output, and that is the producer's own
+  // seeded input where the producer is a one-rank collective: the aliased
+  // ones are filled first, so that the producers' own seeds land last.
+  for (const bool aliased : {true, false}) {
+    for (Member& m : step.members) {
+      if ((m.edge == Edge::kAlias) != aliased) continue;
+      RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeysOf(m.ctx->op())));
+      RETURN_IF_ERROR(UseChainScale(*m.ctx));
+    }
+  }
   for (Member& m : step.members) {
-    RETURN_IF_ERROR(FillInputs(*m.ctx, spec.seed, ops::InputKeysOf(m.ctx->op())));
-    RETURN_IF_ERROR(UseChainScale(*m.ctx));
     if (m.on_deferred_lane) {
       m.ctx->MoveToDeferredLane();
     } else if (m.deferred) {
@@ -357,7 +382,7 @@ absl::StatusOr<StepMeasurements> Measure(OpRun& run, RunningStep& step, const La
     ASSIGN_OR_RETURN(out.dispatch,
                      MeasureDispatch(step.members, step.main(), spec.defer_bound_ms,
                                      std::clamp(spec.iterations, 1, kDispatchIterations),
-                                     std::move(out.dispatch.deferrals)));
+                                     std::move(out.dispatch.deferrals), step.lanes));
   }
   ASSIGN_OR_RETURN(out.activation_ms,
                    TimeActivationPasses(run, step.members,
@@ -495,6 +520,7 @@ absl::StatusOr<LayerStepOutcome> TimeLayerStep(engine::Engine& engine, const Job
                                                        step.status().message(), ")")};
   }
   RETURN_IF_ERROR(step.status());
+  step->lanes = hooks.lanes;
   RETURN_IF_ERROR(PrepareMembers(*step, spec));
   const int count = static_cast<int>(order.size());
   OpRun run{engine, spec, hooks, count - 1, count, step->main()};
@@ -508,7 +534,7 @@ absl::StatusOr<LayerStepOutcome> TimeLayerStep(engine::Engine& engine, const Job
   }
   return LayerStepOutcome{ReportOf(plan, spec, std::move(measurements), std::move(chains), measured,
                                    static_cast<int>(devices.size())),
-                          ""};
+                          "", EdgesOf(step->members)};
 }
 
 }  // namespace overlap::runner

@@ -11,6 +11,7 @@
 // deferred lane is dispatched at run time (dynamic_step.h): the step runs live.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ std::string ChainName(const JobSpec& spec, int index);
 struct LayerStepOutcome {
   std::optional<LayerStepReport> layer;
   std::string note;
+  // How each op that reads another's output got its input in the step, by op
+  // id: "alias" | "fused <activation>" | "copy" (OpReport::edge).
+  std::map<std::string, std::string> edges;
 };
 
 // Plans the step (layer_plan.h) from what the ops measured alone (`measured`,

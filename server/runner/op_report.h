@@ -79,6 +79,12 @@ struct OpReport {
 
   // Set by the coordinator of a job spanning daemons: the op's groups cross nodes.
   bool spans_nodes = false;
+
+  // In the layer step, how the op's input came from the op it reads
+  // (OpSpec::input): "alias" (it read that op's output buffer: no copy, no
+  // launch), "fused <activation>" (one elementwise pass), "copy" (one pass
+  // that casts, e.g. into an fp8 input); "" for seeded inputs or no step.
+  std::string edge;
 };
 
 // The op's report from what the runner measured of it.

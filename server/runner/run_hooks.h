@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "server/engine/device_lanes.h"
 #include "server/runner/job_report.h"
 
 namespace overlap::runner {
@@ -38,6 +39,11 @@ struct RunHooks {
   // rank (`y`, its bytes as the device holds them), so that a test compares
   // one run's outputs with another's. Null in the daemon: nothing is copied.
   std::function<void(const std::string& op, int rank, std::vector<uint8_t> y)> on_layer_output;
+  // The node's lanes, where the job runs beside sessions on its devices (a
+  // deferred-class job; its engine then shares them: engine/lane_shared_engine.h).
+  // The layer step's scheduler: dynamic shares the lanes' critical work and
+  // deferred gate (dynamic_step.h). Null: the job has its devices to itself.
+  engine::DeviceLanes* lanes = nullptr;
 };
 
 }  // namespace overlap::runner

@@ -22,6 +22,7 @@ void LaneArbiter::Remove(uint64_t session) { sessions_.erase(session); }
 std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) {
   Queued* best = nullptr;
   runner::DispatchDecision best_decision;
+  bool best_full = false;
   double best_deadline = 0;
   for (auto& [session, queue] : sessions_) {
     Queued& q = queue.front();
@@ -29,17 +30,22 @@ std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) 
     int yields = 0;
     for (const runner::DispatchRecord& r : q.dispatcher->records()) yields += r.yielded;
     yielded_ += yields - q.yields_seen;
+    if (view.yielded && yields > q.yields_seen && q.dispatcher->Head() >= 0) {
+      view.yielded(q.command.ops[q.dispatcher->Head()].devices, yields - q.yields_seen);
+    }
     q.yields_seen = yields;
     if (d.wait == runner::DispatchWait::kCritical && q.wait_started_ms < 0) {
       q.wait_started_ms = now_ms;
     }
     if (d.work < 0) continue;
     const std::vector<int>& devices = q.command.ops[d.work].devices;
-    if (!d.deadline_near && std::any_of(devices.begin(), devices.end(), view.lane_full)) continue;
+    const bool full = std::any_of(devices.begin(), devices.end(), view.lane_full);
+    if (!d.deadline_near && full) continue;
     const double deadline = q.dispatcher->HeadDeadlineMs();
     if (best == nullptr || deadline < best_deadline) {
       best = &q;
       best_decision = d;
+      best_full = full;
       best_deadline = deadline;
     }
   }
@@ -53,7 +59,10 @@ std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) 
   grant.chunk = best->dispatcher->records()[op].issued;
   grant.last = op + 1 == static_cast<int>(best->command.ops.size()) && grant.chunk + 1 == chunks;
   grant.forced = best_decision.forced;
+  grant.at_bound = best_decision.forced || best_full;
   grant.waited_ms = best->wait_started_ms >= 0 ? now_ms - best->wait_started_ms : 0;
+  grant.devices = best->command.ops[op].devices;
+  grant.deadline_near = best_decision.deadline_near;
   return grant;
 }
 

@@ -50,11 +50,16 @@ struct DeferredCommand {
 struct LaneGrant {
   uint64_t session = 0;
   uint64_t seq = 0;
-  int op = 0;            // index into DeferredCommand::ops
-  int chunk = 0;         // index among that op's chunks
-  bool last = false;     // the command's last chunk
-  bool forced = false;   // it goes while critical work is pending: its deadline is near
-  double waited_ms = 0;  // how long it waited for critical work
+  int op = 0;           // index into DeferredCommand::ops
+  int chunk = 0;        // index among that op's chunks
+  bool last = false;    // the command's last chunk
+  bool forced = false;  // it goes while critical work is pending: its deadline is near
+  // It goes only because its deadline is near: past critical work (forced)
+  // or onto a lane already full. A chunk that went free has this false.
+  bool at_bound = false;
+  double waited_ms = 0;        // how long it waited for critical work
+  std::vector<int> devices;    // the op's group's devices
+  bool deadline_near = false;  // now plus a chunk's time reaches its deadline
 };
 
 // What the devices hold now, as the caller observed it.
@@ -62,6 +67,8 @@ struct LaneView {
   std::function<bool(int device)> critical_pending;
   // The device's deferred lane already holds as many chunks as it should.
   std::function<bool(int device)> lane_full;
+  // Chunks of an op over `devices` that began to wait for critical work; may be null.
+  std::function<void(const std::vector<int>& devices, int chunks)> yielded;
 };
 
 class LaneArbiter {

@@ -12,7 +12,15 @@ absl::Status LaneDevices::Use(int device) {
   RETURN_IF_ERROR(
       engine_.RecordEvent(origin, engine_.GetStream(device, engine::StreamRole::kCompute)));
   origin_[device] = origin;
-  return engine_.Synchronize({device});
+  // The device's other streams start their sessions' work after the origin
+  // too, in stream order: a host wait here (Synchronize) would wait for
+  // whatever else runs on the device, and the lanes' thread with it.
+  for (const engine::StreamRole role : {engine::StreamRole::kComm, engine::StreamRole::kDeferred}) {
+    for (int index = 0; index < engine_.StreamsPerRole(); ++index) {
+      RETURN_IF_ERROR(engine_.WaitEvent(engine_.GetStream(device, role, index), origin));
+    }
+  }
+  return absl::OkStatus();
 }
 
 LaneDevices::~LaneDevices() {
@@ -37,7 +45,10 @@ void LaneDevices::Give(int device, engine::EventId event) {
 
 void LaneDevices::Track(LaneSpan span) {
   const int device = span.interval.device;
-  if (span.critical_collective) ++critical_pending_[device];
+  if (span.critical_collective) {
+    ++critical_pending_[device];
+    if (node_ != nullptr) node_->CriticalBegin(device, engine::LaneUser::kSession);
+  }
   if (span.interval.deferred) ++deferred_in_flight_[device];
   spans_.push_back(std::move(span));
 }
@@ -53,7 +64,10 @@ std::vector<LaneSpan> LaneDevices::Collect() {
     LaneSpan span = std::move(*it);
     it = spans_.erase(it);
     const int device = span.interval.device;
-    if (span.critical_collective) --critical_pending_[device];
+    if (span.critical_collective) {
+      --critical_pending_[device];
+      if (node_ != nullptr) node_->CriticalEnd(device, engine::LaneUser::kSession);
+    }
     if (span.interval.deferred) --deferred_in_flight_[device];
     auto origin = origin_.find(device);
     if (finished.ok() && origin != origin_.end()) {

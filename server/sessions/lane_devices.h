@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/engine/device_lanes.h"
 #include "server/engine/engine.h"
 #include "server/sessions/session_lanes.h"
 
@@ -37,14 +38,18 @@ struct LaneSpan {
 
 class LaneDevices {
  public:
-  explicit LaneDevices(engine::Engine& engine) : engine_(engine) {}
+  // With `node` (the node's lanes, shared with jobs beside sessions), a
+  // critical collective's span also counts there while pending.
+  explicit LaneDevices(engine::Engine& engine, engine::DeviceLanes* node = nullptr)
+      : engine_(engine), node_(node) {}
   ~LaneDevices();
   LaneDevices(const LaneDevices&) = delete;
   LaneDevices& operator=(const LaneDevices&) = delete;
 
   // Records `device`'s origin on its compute stream the first time a
-  // session uses it (the device is the lanes' from then on), and waits for
-  // it, so that no work of the lanes there starts before it.
+  // session uses it (the device is the lanes' from then on), and makes its
+  // comm and deferred streams wait for it, so that no work of the lanes
+  // there starts before it. No host thread waits.
   absl::Status Use(int device);
 
   // An event of `device` from the pool (created when the pool is empty).
@@ -66,6 +71,7 @@ class LaneDevices {
 
  private:
   engine::Engine& engine_;
+  engine::DeviceLanes* const node_;  // null: the lanes are the devices' only user
   std::map<int, engine::EventId> origin_;
   std::map<int, std::vector<engine::EventId>> free_;
   std::vector<engine::EventId> created_;

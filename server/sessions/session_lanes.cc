@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "server/engine/lane_shared_engine.h"
 #include "server/flight/flight_engine.h"
 #include "server/sessions/lane_arbiter.h"
 #include "server/sessions/lane_devices.h"
@@ -50,14 +52,46 @@ void Clear(int eventfd_fd) {
   }
 }
 
+// A spinning thread's pause: lets a sibling hyperthread run, saves power.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+absl::Duration SpinOf(const engine::Engine& engine, const LanesOptions& options) {
+  if (options.spin.has_value()) return std::max(*options.spin, absl::ZeroDuration());
+  return engine.HostWork() == nullptr ? absl::Milliseconds(5) : absl::ZeroDuration();
+}
+
 }  // namespace
 
 struct SessionLanes::State {
-  State(engine::Engine& engine, LanesOptions options)
-      : engine(engine), options(options), devices(engine) {}
+  State(engine::Engine& base, LanesOptions options, engine::DeviceLanes* node)
+      : node(node),
+        shared(node != nullptr
+                   ? std::make_unique<engine::LaneSharedEngine>(base, *node, AllDevices(base))
+                   : nullptr),
+        engine(shared != nullptr ? *shared : base),
+        options(options),
+        spin_ns(absl::ToInt64Nanoseconds(SpinOf(base, options))),
+        devices(engine, node) {}
 
+  static std::vector<int> AllDevices(const engine::Engine& engine) {
+    std::vector<int> all;
+    for (int d = 0; d < engine.DeviceCount(); ++d) all.push_back(d);
+    return all;
+  }
+
+  engine::DeviceLanes* const node;  // null: no job shares the devices
+  // The engine the lanes call, every call under the devices' enqueue mutexes
+  // where jobs share them.
+  const std::unique_ptr<engine::LaneSharedEngine> shared;
   engine::Engine& engine;
   const LanesOptions options;
+  const int64_t spin_ns;
   OwnedFd epoll;
   OwnedFd wake;  // eventfd: a request is queued
   std::thread thread;
@@ -70,6 +104,8 @@ struct SessionLanes::State {
   std::deque<SessionCounts> ended ABSL_GUARDED_BY(mu);
   std::deque<LaneInterval> intervals ABSL_GUARDED_BY(mu);
   std::function<void(const std::string&)> on_ended ABSL_GUARDED_BY(mu);
+  // Set with a request queued (before Wake): a spinning thread looks here.
+  std::atomic<bool> requested{false};
 
   // The lanes' thread's own.
   LaneDevices devices;
@@ -77,8 +113,13 @@ struct SessionLanes::State {
   std::vector<std::unique_ptr<SessionRun>> sessions;
   uint64_t next_key = 1;
   const int64_t start_ns = MonotonicNs();
+  int64_t spin_until_ns = 0;  // polls the rings without sleeping until then
+  // By device: critical sessions on it (not failed). Their deferred lane
+  // holds only a few chunks at once (LaneDepth) while there is one.
+  std::vector<int> critical_sessions;
 
   void Wake() {
+    requested.store(true, std::memory_order_release);
     const uint64_t one = 1;
     if (write(wake.get(), &one, sizeof(one)) != sizeof(one)) {
       GetLogger("sessions")->warn("lanes: wake: {}", std::strerror(errno));
@@ -89,6 +130,10 @@ struct SessionLanes::State {
   void Run();
   bool Busy() const;
   void Wait(bool busy);
+  // Polls the rings and the requests until `until_ns`: true when one came.
+  bool Spin(int64_t until_ns) const;
+  bool AnyPosted() const;
+  void CountCriticalSessions();
   bool HandleRequests();
   void Adopt(Request& request);
   void Pass();
@@ -99,16 +144,18 @@ struct SessionLanes::State {
   void FailSession(SessionRun& session, const absl::Status& status);
   void EndSession(SessionRun& session, const absl::Status& status);
   void Retire(size_t index);
+  void LogEndFigures(const SessionCounts& counts);
   void Publish(std::vector<LaneSpan> spans);
 };
 
 absl::StatusOr<std::unique_ptr<SessionLanes>> SessionLanes::Start(engine::Engine& engine,
-                                                                  LanesOptions options) {
+                                                                  LanesOptions options,
+                                                                  engine::DeviceLanes* node) {
   if (engine.Shared() == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("sessions need shared memory, which the ",
                                                       engine.Name(), " backend cannot map"));
   }
-  auto state = std::make_unique<State>(engine, options);
+  auto state = std::make_unique<State>(engine, options, node);
   state->epoll = OwnedFd(epoll_create1(EPOLL_CLOEXEC));
   state->wake = OwnedFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!state->epoll.valid() || !state->wake.valid()) {
@@ -217,6 +264,11 @@ std::vector<LaneInterval> SessionLanes::RecentIntervals(size_t max) const {
   return {state_->intervals.end() - static_cast<std::ptrdiff_t>(count), state_->intervals.end()};
 }
 
+std::vector<engine::DeviceLaneFigures> SessionLanes::DeviceFigures() const {
+  if (state_->node == nullptr) return {};
+  return state_->node->Figures();
+}
+
 // The lanes' thread.
 
 void SessionLanes::State::Run() {
@@ -240,9 +292,16 @@ bool SessionLanes::State::Busy() const {
 
 // Sleeps until a doorbell or a request; while work is on the devices, no
 // longer than the poll interval (EventDone is how the thread learns it is done).
+// Within the spin window after a post it does not sleep: it polls the rings
+// (a post is taken within a microsecond) and returns by the poll interval.
 void SessionLanes::State::Wait(bool busy) {
   epoll_event events[64];
   const int64_t interval_ns = absl::ToInt64Nanoseconds(options.poll_interval);
+  const int64_t now = MonotonicNs();
+  if (now < spin_until_ns) {
+    Spin(std::min(spin_until_ns, now + interval_ns));
+    return;  // the doorbells' counts are cleared at the next sleep
+  }
   timespec timeout{interval_ns / 1'000'000'000, interval_ns % 1'000'000'000};
   int n = epoll_pwait2(epoll.get(), events, 64, busy ? &timeout : nullptr, nullptr);
   if (n < 0 && errno == ENOSYS) {
@@ -252,11 +311,37 @@ void SessionLanes::State::Wait(bool busy) {
   for (int i = 0; i < n; ++i) Clear(events[i].data.fd);
 }
 
+bool SessionLanes::State::Spin(int64_t until_ns) const {
+  while (MonotonicNs() < until_ns) {
+    if (requested.load(std::memory_order_acquire) || AnyPosted()) return true;
+    for (int i = 0; i < 8; ++i) CpuRelax();  // about half a microsecond
+  }
+  return false;
+}
+
+bool SessionLanes::State::AnyPosted() const {
+  return std::any_of(sessions.begin(), sessions.end(),
+                     [](const auto& s) { return !s->failed() && s->HasPosted(); });
+}
+
+void SessionLanes::State::CountCriticalSessions() {
+  critical_sessions.assign(static_cast<size_t>(std::max(0, engine.DeviceCount())), 0);
+  for (const std::unique_ptr<SessionRun>& session : sessions) {
+    if (session->failed() || session->deferred()) continue;
+    for (int device : session->Devices()) {
+      if (device >= 0 && device < static_cast<int>(critical_sessions.size())) {
+        ++critical_sessions[static_cast<size_t>(device)];
+      }
+    }
+  }
+}
+
 bool SessionLanes::State::HandleRequests() {
   std::deque<Request> taken;
   bool stop = false;
   {
     absl::MutexLock lock(&mu);
+    requested.store(false, std::memory_order_relaxed);
     taken.swap(requests);
     stop = stopping;
   }
@@ -280,6 +365,7 @@ void SessionLanes::State::Adopt(Request& request) {
     return;
   }
   const std::string id = request.setup.id;
+  const int64_t adopt_start_ns = MonotonicNs();
   std::shared_ptr<SessionCountsBox> box;
   {
     absl::MutexLock lock(&mu);
@@ -315,6 +401,7 @@ void SessionLanes::State::Adopt(Request& request) {
   }
   if (status.ok()) {
     sessions.push_back(std::move(session));
+    CountCriticalSessions();
   } else {
     // Out of the epoll set before the fds close: the client's copies keep
     // their files open, and the set would keep reporting a closed number.
@@ -326,12 +413,21 @@ void SessionLanes::State::Adopt(Request& request) {
     absl::MutexLock lock(&mu);
     counts.erase(id);
   }
+  const double adopt_ms = static_cast<double>(MonotonicNs() - adopt_start_ns) / 1e6;
+  // A start never waits for another session's work: one that took long says
+  // so at info level (a GPU run's log then shows where it waited).
+  if (adopt_ms > 50) {
+    GetLogger("sessions")->info("session {}: the lanes took {:.1f} ms to adopt it", id, adopt_ms);
+  } else {
+    GetLogger("sessions")->debug("session {}: adopted in {:.3f} ms", id, adopt_ms);
+  }
   *request.result = status;
   request.added->Notify();
 }
 
 void SessionLanes::State::Pass() {
   const double now_ms = NowMs();
+  if (spin_ns > 0 && AnyPosted()) spin_until_ns = MonotonicNs() + spin_ns;
   for (const std::unique_ptr<SessionRun>& session : sessions) {
     if (session->failed()) continue;
     const absl::Status taken = session->Take(arbiter, now_ms);
@@ -358,9 +454,25 @@ int SessionLanes::State::LaneDepth(int device) const {
 
 void SessionLanes::State::Dispatch(double now_ms) {
   LaneView view;
-  view.critical_pending = [this](int device) { return devices.CriticalPending(device); };
+  // A job's critical work beside the sessions holds their chunks back too.
+  view.critical_pending = [this](int device) {
+    return devices.CriticalPending(device) ||
+           (node != nullptr && node->CriticalPendingOf(device, engine::LaneUser::kJob));
+  };
+  if (node != nullptr) {
+    view.yielded = [this](const std::vector<int>& on, int chunks) {
+      const bool own =
+          std::any_of(on.begin(), on.end(), [this](int d) { return devices.CriticalPending(d); });
+      node->CountYields(on, engine::LaneUser::kSession, chunks, !own);
+    };
+  }
+  // Without a critical session on the device nothing can arrive that a
+  // queued chunk would hold back: the lane takes every runnable chunk.
   view.lane_full = [this](int device) {
-    return devices.DeferredInFlight(device) >= LaneDepth(device);
+    const bool critical_there = device >= 0 &&
+                                device < static_cast<int>(critical_sessions.size()) &&
+                                critical_sessions[static_cast<size_t>(device)] > 0;
+    return critical_there && devices.DeferredInFlight(device) >= LaneDepth(device);
   };
   for (int i = 0; i < kMaxGrantsPerPass; ++i) {
     const std::optional<LaneGrant> grant = arbiter.Next(now_ms, view);
@@ -369,6 +481,12 @@ void SessionLanes::State::Dispatch(double now_ms) {
     if (session == nullptr || session->failed()) {
       arbiter.Remove(grant->session);
       continue;
+    }
+    // The node's gate has the last word: a job's critical work queued since
+    // the arbiter looked holds the chunk back; the next pass asks again.
+    if (node != nullptr && !node->PassDeferred(grant->devices, engine::LaneUser::kSession,
+                                               grant->forced || grant->deadline_near)) {
+      break;
     }
     const flight::ScopedFlightLabel flight_label(session->id(), absl::StrCat("op ", grant->op));
     const absl::Status issued = session->Issue(*grant);
@@ -393,6 +511,7 @@ void SessionLanes::State::FailSession(SessionRun& session, const absl::Status& s
 void SessionLanes::State::EndSession(SessionRun& session, const absl::Status& status) {
   session.Fail(status);
   arbiter.Remove(session.key());
+  CountCriticalSessions();
 }
 
 void SessionLanes::State::Retire(size_t index) {
@@ -402,8 +521,15 @@ void SessionLanes::State::Retire(size_t index) {
     epoll_ctl(epoll.get(), EPOLL_CTL_DEL, rank.posted_doorbell.get(), nullptr);
   }
   const std::string id = session->id();
-  session.reset();  // waits for its devices, releases what it held
+  const int64_t retire_start_ns = MonotonicNs();
+  session.reset();  // waits for its own work, releases what it held
+  const double retire_ms = static_cast<double>(MonotonicNs() - retire_start_ns) / 1e6;
+  if (retire_ms > 50) {
+    GetLogger("sessions")->info("session {}: releasing it took {:.1f} ms", id, retire_ms);
+  }
+  CountCriticalSessions();
   std::function<void(const std::string&)> callback;
+  SessionCounts final_counts;
   {
     absl::MutexLock lock(&mu);
     auto it = counts.find(id);
@@ -411,10 +537,35 @@ void SessionLanes::State::Retire(size_t index) {
       ended.push_back(it->second->Copy());
       while (ended.size() > kEndedKept) ended.pop_front();
       counts.erase(it);
+      final_counts = ended.back();
     }
     callback = on_ended;
   }
+  LogEndFigures(final_counts);
   if (callback) callback(id);
+}
+
+// A session's host time per command and a deferred session's chunks by how
+// they went, at its end: what a GPU run's log shows without a client to ask.
+void SessionLanes::State::LogEndFigures(const SessionCounts& c) {
+  if (c.id.empty()) return;
+  const SessionFigures f = FiguresOf(c);
+  if (!c.enqueue_us.empty()) {
+    GetLogger("sessions")
+        ->info(
+            "session {}: a rank's call to the enqueue p50 {:.1f} us p99 {:.1f} us, of which to the "
+            "lanes taking the command p50 {:.1f} us p99 {:.1f} us",
+            c.id, f.enqueue_p50_us, f.enqueue_p99_us, f.take_p50_us, f.take_p99_us);
+  }
+  for (const OpCounts& op : c.ops) {
+    if (op.chunks == 0) continue;
+    GetLogger("sessions")
+        ->info(
+            "session {} op {}: {} chunks, {} at their bound ({} forced past critical work), "
+            "{} steps past the bound, the longest {:.3f} ms from runnable to completed",
+            c.id, op.op, op.chunks, op.chunks_at_bound, op.chunks_forced, op.over_bound,
+            op.max_delay_ms);
+  }
 }
 
 void SessionLanes::State::Publish(std::vector<LaneSpan> spans) {

@@ -12,7 +12,14 @@
 //
 // Every engine call for sessions comes from this one thread, so the engine's
 // rule (one thread at a time per device) holds among sessions; devices that
-// sessions use are held against the job queue (session_socket.h asks first).
+// sessions use are held against the job queue (session_socket.h asks first),
+// except for jobs of priority_class deferred, which run beside sessions. With
+// the node's DeviceLanes (engine/device_lanes.h), such a job shares the
+// lanes: the lanes' engine calls take the devices' enqueue mutexes
+// (engine/lane_shared_engine.h) as the job's do, sessions' critical
+// collectives count as critical work there while pending, sessions' deferred
+// chunks also yield to the job's pending critical collectives and pass the
+// node's deferred gate before they go.
 //
 // "Queued" is as the lanes know it: a critical collective holds a device's
 // deferred lane from when the lanes enqueue it until its end event completes
@@ -22,6 +29,12 @@
 // share those streams in the order their commands became runnable. The
 // parts: session_run.h (one session), lane_arbiter.h (which chunk goes),
 // lane_devices.h (clock origins, events, the work on each device).
+//
+// While no critical session shares a device, its deferred lane takes a
+// deferred session's chunks as soon as they are runnable: the lane's depth
+// (LanesOptions::lane_ahead_ms) keeps room for critical work that may
+// arrive, and with no critical session there it would only hold the chunks
+// back until their bound and then send them all at once.
 //
 // A command whose inputs never come: on a backend whose waits fail at their
 // deadline (the host's), the device reports DEADLINE_EXCEEDED and the lanes
@@ -34,12 +47,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/engine/device_lanes.h"
 #include "server/engine/engine.h"
 #include "server/sessions/session.h"
 
@@ -48,12 +63,15 @@ namespace overlap::sessions {
 // What the lanes report of one session (for ListSessions, top, metrics).
 struct SessionOpFigures {
   std::string op;
-  int64_t steps = 0;           // commands that ran it, completed
-  double median_ms = 0;        // device time on rank 0 (a deferred op: its chunks' sum), recent
-  double hidden_share = -1;    // -1: not measured for sessions
-  double lane_wait_ms = 0;     // deferred: time its chunks waited for critical work, summed
-  int64_t chunks = 0;          // deferred: chunks issued
-  int64_t chunks_forced = 0;   // of them, sent beside critical work at their bound
+  int64_t steps = 0;          // commands that ran it, completed
+  double median_ms = 0;       // device time on rank 0 (a deferred op: its chunks' sum), recent
+  double hidden_share = -1;   // -1: not measured for sessions
+  double lane_wait_ms = 0;    // deferred: time its chunks waited for critical work, summed
+  int64_t chunks = 0;         // deferred: chunks issued
+  int64_t chunks_forced = 0;  // of them, sent beside critical work at their bound
+  // Of them, sent only because their bound was near (forced, or onto a full
+  // lane); the rest went as soon as the lane let them.
+  int64_t chunks_at_bound = 0;
   double max_delay_ms = 0;     // deferred: the longest from runnable to completed
   double last_ms = 0;          // device time of its last timed step on rank 0 (0: none yet)
   double device_ms_total = 0;  // device time of every timed step on rank 0, summed
@@ -68,6 +86,10 @@ struct SessionFigures {
   std::vector<SessionOpFigures> ops;
   double enqueue_p50_us = 0;  // client call -> daemon enqueue, host time
   double enqueue_p99_us = 0;
+  // Of it, client call -> the lanes' thread took the command (its wake-up);
+  // the rest is the enqueue itself.
+  double take_p50_us = 0;
+  double take_p99_us = 0;
 };
 // A lane busy with a session's op (a critical op or a deferred chunk), in ms
 // on the device's clock since a session first used the device.
@@ -97,14 +119,25 @@ struct LanesOptions {
   // arrives after it). 0: one at a time.
   double lane_ahead_ms = 0.25;
   int max_chunks_in_flight = 8;
+  // How long after a rank last posted the thread polls the rings (and, at
+  // poll_interval, the devices) without sleeping, so that the next command
+  // is taken within a microsecond rather than after a wake-up from epoll (on
+  // an idle core, or a virtual machine's halted vCPU, 100 us and more). It
+  // keeps one core busy while sessions post. Unset: 5 ms where the engine's
+  // devices are GPUs (HostWork() is null), none on the host backend, whose
+  // stream workers share the cores.
+  std::optional<absl::Duration> spin;
 };
 
 class SessionLanes {
  public:
   // `engine` must outlive the lanes and have SharedMemory (Engine::Shared):
   // FAILED_PRECONDITION otherwise.
+  // `node`, where given, must outlive the lanes (null: sessions are the
+  // devices' only users).
   static absl::StatusOr<std::unique_ptr<SessionLanes>> Start(engine::Engine& engine,
-                                                             LanesOptions options = {});
+                                                             LanesOptions options = {},
+                                                             engine::DeviceLanes* node = nullptr);
   ~SessionLanes();  // ends every session (CANCELLED) and stops the thread
 
   // Runs `session` from now on. Its rings' failed_code stays 0 while it runs.
@@ -134,6 +167,9 @@ class SessionLanes {
   std::vector<SessionFigures> Figures() const;
   // The last `max` lane intervals, oldest first.
   std::vector<LaneInterval> RecentIntervals(size_t max = 4096) const;
+  // The node's lanes per device (sessions' and jobs' critical work, deferred
+  // chunks sent, yielded and over bound); empty without the node's lanes.
+  std::vector<engine::DeviceLaneFigures> DeviceFigures() const;
 
  private:
   struct State;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/graph_validator.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -136,10 +137,26 @@ absl::Status SessionRun::MakeContexts() {
 }
 
 SessionRun::~SessionRun() {
-  const std::vector<int> devices = Devices();
-  const absl::Status synced = engine_.Synchronize(devices);
-  if (!synced.ok()) {
-    GetLogger("sessions")->warn("session {}: its devices at its end: {}", id(), synced.ToString());
+  // A run that enqueued something ended through Fail, whose drain events
+  // follow all of it. Synchronize would wait for every session's work on the
+  // devices, which on CUDA a deferred session can keep busy for as long as it
+  // streams, and the lanes' thread (every other session's start and steps)
+  // with it. The device-wide wait stays only for a run whose own work does
+  // not drain (its streams wait for words nobody writes).
+  if (!running_.empty() || !drain_.empty()) {
+    const absl::Duration limit = setup_.step_timeout + absl::Seconds(1);
+    if (!WaitDrained(limit)) {
+      GetLogger("sessions")
+          ->warn(
+              "session {}: its work did not drain within {}: waiting for its "
+              "devices",
+              id(), absl::FormatDuration(limit));
+      const absl::Status synced = engine_.Synchronize(Devices());
+      if (!synced.ok()) {
+        GetLogger("sessions")
+            ->warn("session {}: its devices at its end: {}", id(), synced.ToString());
+      }
+    }
   }
   for (Command& cmd : running_) GiveBack(cmd);
   for (size_t r = 0; r < drain_.size(); ++r) devices_.Give(setup_.ranks[r].device, drain_[r]);
@@ -359,6 +376,7 @@ absl::Status SessionRun::Issue(const LaneGrant& grant) {
     OpCounts& op = c.ops[op_index];
     ++op.chunks;
     op.chunks_forced += grant.forced ? 1 : 0;
+    op.chunks_at_bound += grant.at_bound ? 1 : 0;
     op.lane_wait_ms += grant.waited_ms;
   });
   return grant.last ? Finish(cmd) : absl::OkStatus();
@@ -380,6 +398,7 @@ absl::Status SessionRun::Finish(Command& cmd) {
   }
   counts_->Update([&](SessionCounts& c) {
     AddSample(c.enqueue_us, static_cast<double>(enqueued_ns - cmd.latest_posted_ns) / 1e3);
+    AddSample(c.take_us, static_cast<double>(cmd.ready_ns - cmd.latest_posted_ns) / 1e3);
   });
   return absl::OkStatus();
 }
@@ -565,6 +584,24 @@ void SessionRun::ReleaseWaits() {
           ->warn("session {}: releasing rank {}'s inputs wait: {}", id(), r, written.ToString());
     }
   }
+}
+
+bool SessionRun::WaitDrained(absl::Duration limit) {
+  if (drain_.empty() && !running_.empty()) Fail(absl::CancelledError("the session ended"));
+  const absl::Time give_up = absl::Now() + limit;
+  while (!Drained()) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  return true;
+}
+
+bool SessionRun::HasPosted() const {
+  for (size_t r = 0; r < setup_.ranks.size(); ++r) {
+    const SessionRing* ring = setup_.ranks[r].ring;
+    if (ring != nullptr && ring->posted.load(std::memory_order_acquire) > read_[r]) return true;
+  }
+  return false;
 }
 
 bool SessionRun::Drained() {

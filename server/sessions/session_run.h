@@ -50,8 +50,10 @@ class SessionRun {
   static absl::StatusOr<std::unique_ptr<SessionRun>> Create(
       engine::Engine& engine, LaneDevices& devices, SessionSetup setup, uint64_t key,
       std::shared_ptr<SessionCountsBox> counts);
-  // Waits for the session's devices, then releases its contexts, the
-  // imported buffers and the ring mappings (the fds close with the setup).
+  // Waits for the session's own work (its drain events, Fail), never for
+  // the devices as a whole: another session's work there is no reason to
+  // wait. Then releases its contexts, the imported buffers and the ring
+  // mappings (the fds close with the setup).
   ~SessionRun();
   SessionRun(const SessionRun&) = delete;
   SessionRun& operator=(const SessionRun&) = delete;
@@ -62,8 +64,12 @@ class SessionRun {
 
   const std::string& id() const { return setup_.id; }
   uint64_t key() const { return key_; }
+  bool deferred() const { return deferred_; }
   const SessionSetup& setup() const { return setup_; }
 
+  // Whether a rank posted a command the lanes have not read: two loads per
+  // rank, no system call (the lanes' thread polls it while it spins).
+  bool HasPosted() const;
   // Reads what the ranks posted and starts each command all of them posted.
   // `now_ms` is the arbiter's clock.
   absl::Status Take(LaneArbiter& arbiter, double now_ms);
@@ -145,6 +151,8 @@ class SessionRun {
   // is gone; a backend whose waits never fail) would hold its lane for every
   // session: the word is written from the device's other lane, past any seq.
   void ReleaseWaits();
+  // Until Drained(), at most `limit`; false when it was not.
+  bool WaitDrained(absl::Duration limit);
   void GiveBack(Command& cmd);
   void RingDoorbell(int rank);
 

@@ -45,6 +45,7 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
     op.lane_wait_ms = c.lane_wait_ms;
     op.chunks = c.chunks;
     op.chunks_forced = c.chunks_forced;
+    op.chunks_at_bound = c.chunks_at_bound;
     op.max_delay_ms = c.max_delay_ms;
     op.last_ms = c.device_ms.empty() ? 0 : c.device_ms.back();
     op.device_ms_total = c.device_ms_total;
@@ -54,6 +55,9 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
   const std::vector<double> enqueue(counts.enqueue_us.begin(), counts.enqueue_us.end());
   f.enqueue_p50_us = Percentile(enqueue, 50);
   f.enqueue_p99_us = Percentile(enqueue, 99);
+  const std::vector<double> take(counts.take_us.begin(), counts.take_us.end());
+  f.take_p50_us = Percentile(take, 50);
+  f.take_p99_us = Percentile(take, 99);
   return f;
 }
 

@@ -25,6 +25,7 @@ struct OpCounts {
   double lane_wait_ms = 0;
   int64_t chunks = 0;
   int64_t chunks_forced = 0;
+  int64_t chunks_at_bound = 0;
   double max_delay_ms = 0;
   double device_ms_total = 0;  // every sample of device_ms, not only the recent ones
   int64_t timed_steps = 0;
@@ -38,6 +39,7 @@ struct SessionCounts {
   int64_t steps = 0;
   std::vector<OpCounts> ops;      // by op index
   std::deque<double> enqueue_us;  // recent: the last rank's post -> enqueued
+  std::deque<double> take_us;     // recent: the last rank's post -> the lanes took the command
 };
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.

@@ -8,7 +8,7 @@
 // clang-format off
 #define OP_SCHEDULE_FIELDS(F)                                                         \
   F(id) F(type) F(mode) F(schedule) F(requested_mode) F(transport) F(chunks)          \
-  F(algorithm) F(m) F(k) F(n) F(tp) F(dtype) F(auto_reason) F(group)
+  F(algorithm) F(m) F(k) F(n) F(tp) F(dtype) F(auto_reason) F(group) F(edge)
 #define OP_FIGURE_FIELDS(F)                                                           \
   F(gemm_slowdown) F(host_enqueue_ms) F(graph_replay) F(slowest_group)                \
   F(exposed_comm_ms) F(hidden_fraction) F(ideal_ms) F(tflops) F(algbw_gbps)           \

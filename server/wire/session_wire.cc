@@ -58,4 +58,20 @@ v1::LaneInterval ToLaneInterval(const sessions::LaneInterval& interval) {
   return out;
 }
 
+v1::DeviceLaneState ToDeviceLaneState(const engine::DeviceLaneFigures& figures) {
+  v1::DeviceLaneState out;
+  out.set_device(figures.device);
+  for (int u = 0; u < engine::kLaneUsers; ++u) {
+    v1::LaneUserFigures& user = *out.add_users();
+    user.set_user(engine::LaneUserName(static_cast<engine::LaneUser>(u)));
+    user.set_critical_pending(figures.critical_pending[u]);
+    user.set_critical_issued(figures.critical_issued[u]);
+    user.set_deferred_sent(figures.deferred_sent[u]);
+    user.set_deferred_yielded(figures.deferred_yielded[u]);
+    user.set_deferred_over_bound(figures.deferred_over_bound[u]);
+    user.set_deferred_yielded_to_other(figures.deferred_yielded_to_other[u]);
+  }
+  return out;
+}
+
 }  // namespace overlap::wire

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "overlap/v1/overlap.pb.h"
+#include "server/engine/device_lanes.h"
 #include "server/sessions/session_lanes.h"
 #include "server/sessions/session_row.h"
 
@@ -13,5 +14,6 @@ namespace overlap::wire {
 v1::SessionInfo ToSessionInfo(const sessions::SessionRow& row,
                               const sessions::SessionFigures* figures);
 v1::LaneInterval ToLaneInterval(const sessions::LaneInterval& interval);
+v1::DeviceLaneState ToDeviceLaneState(const engine::DeviceLaneFigures& figures);
 
 }  // namespace overlap::wire

@@ -240,6 +240,8 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   rows[0].ranks_per_gpu = 1;
   rows[0].host_backend = true;
   EXPECT_EQ(FormatBench(rows).find("slow GPU?"), std::string::npos) << "host ranks share cores";
+  EXPECT_NE(FormatBench(rows).find("host backend: the timings mean nothing"), std::string::npos)
+      << "the --html page carries the same line (BenchCaveats)";
 
   // A step above GEMM alone plus the whole collective hid none of it: the table
   // says 0.0, as the job report does; the JSON keeps the raw fraction.

@@ -73,6 +73,7 @@ BenchRow Row(const std::string& op, double step, double ideal, double serial, do
   r.serial_ms = serial;
   r.comm_ms = 0.1;
   r.hidden = hidden;
+  r.hides = true;
   return r;
 }
 
@@ -140,6 +141,62 @@ TEST(HtmlPagesTest, CompareAndTimelinePages) {
   ExpectSelfContained(timeline);
   EXPECT_THAT(timeline, HasSubstr("rank 0 compute"));
   EXPECT_EQ(TimelineHtml(a, "nope"), "");
+}
+
+}  // namespace
+}  // namespace overlap::client
+
+namespace overlap::client {
+namespace {
+
+using ::testing::Not;
+
+TEST(HtmlPagesTest, IdealAndMeasuredAreLinesAtOneNotBars) {
+  std::vector<BenchRow> rows = {Row("ag_gemm", 0.36, 0.34, 0.50, 0.8)};
+  BenchPrediction p;
+  p.predicted = true;
+  p.step_ms = 0.40;
+  const std::string page = BenchHtml(rows, {p}, "");
+  EXPECT_EQ(Count(page, "class='reference'"), 2) << page;
+  EXPECT_EQ(Count(page, "data-value='1' x1="), 2) << "both lines at 1";
+  EXPECT_EQ(Count(page, "ag_gemm 4096x8192x8192, ideal:"), 0) << "no bar of 1.0 for ideal";
+  EXPECT_EQ(Count(page, "ag_gemm 4096x8192x8192, measured:"), 0);
+  EXPECT_THAT(page, HasSubstr(">ideal</text>"));
+  EXPECT_EQ(Count(page, "ag_gemm 4096x8192x8192, hidden:"), 1);
+  rows[0].hides = false;  // serial: "-" in the table, no bar here
+  EXPECT_EQ(Count(BenchHtml(rows, {}, ""), "ag_gemm 4096x8192x8192, hidden:"), 0);
+  EXPECT_EQ(Count(page, "class='caveat'"), 0) << "GPU figures need no caveat";
+  rows[0].host_backend = true;
+  EXPECT_THAT(BenchHtml(rows, {}, ""),
+              HasSubstr("<p class='caveat'>host backend: the timings mean nothing"));
+}
+
+TEST(HtmlPagesTest, TimelineLegendIsSwatchesAndShortSpansStayVisible) {
+  v1::Job job;
+  job.set_id("job-000001");
+  job.mutable_result()->set_backend("host");
+  v1::OpResult* op = job.mutable_result()->add_ops();
+  op->set_id("fc1");
+  for (const char* kind : {"gemm", "copy"}) {
+    v1::TimelineSpan* s = op->mutable_timeline()->add_spans();
+    s->set_lane(kind == std::string("gemm") ? "compute" : "comm");
+    s->set_kind(kind);
+    s->set_end_ms(kind == std::string("gemm") ? 10.0 : 0.001);
+  }
+  const std::string page = TimelineHtml(job, "");
+  EXPECT_TRUE(WellFormed(page));
+  EXPECT_THAT(page, Not(HasSubstr("gemm blue")));
+  EXPECT_EQ(Count(page, "class='swatch'"), 2) << "GEMM and copy, the kinds it holds";
+  EXPECT_THAT(page, HasSubstr(">copy</text>"));
+  EXPECT_THAT(page, HasSubstr("host backend: the timings mean nothing"));
+  // The copy is 0.001 ms of a 10 ms axis: still kMinSpanPx wide.
+  EXPECT_THAT(page, ::testing::ContainsRegex("class='span' x='[0-9.]+' y='[0-9.]+' width='3.00'"));
+}
+
+TEST(HtmlPagesTest, ChartsScaleWithThePage) {
+  const std::string page = BenchHtml({Row("ag_gemm", 0.36, 0.34, 0.50, 0.8)}, {}, "");
+  EXPECT_EQ(Count(page, "<svg "), Count(page, "width='100%' viewBox='0 0 "));
+  EXPECT_THAT(page, HasSubstr("style='max-width:"));
 }
 
 }  // namespace

@@ -526,5 +526,14 @@ TEST(ConfigTest, LimitsAndSocketGroupAreKeys) {
   EXPECT_FALSE(ParseDaemonConfig("max_watchers: 0\n").ok());
 }
 
+TEST(ConfigTest, FlightRecorderEntriesZeroIsOff) {
+  EXPECT_EQ(DaemonConfig().flight_recorder_entries, 2000);
+  auto config = ParseDaemonConfig("flight_recorder_entries: 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->flight_recorder_entries, 0);
+  EXPECT_EQ(ParseDaemonConfig("flight_recorder_entries: -1\n").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace overlap

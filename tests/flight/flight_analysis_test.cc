@@ -107,5 +107,31 @@ TEST(FlightAnalysisTest, PicksTheCommunicatorWhoseProblemCameFirst) {
   EXPECT_EQ(verdict.seq, 3u);
 }
 
+// Rings gathered over two nodes name each rank with its node.
+TEST(FlightAnalysisTest, NamesTheNodeOfEachRankInGatheredRings) {
+  std::vector<RankRing> rings = {Ring(0, 7, 1), Ring(1, 7, 1), Ring(2, 6, 0), Ring(3, 6, 0)};
+  for (RankRing& ring : rings) ring.node = ring.rank < 2 ? "a:1" : "b:2";
+  EXPECT_EQ(GatheredVerdictLine(rings, {}),
+            "flight: collective #7 all_gather (channel 0, critical lane, job job-7) not reached "
+            "by rank(s) 2 on node b:2 (last #6 reduce_scatter finished), 3 on node b:2 (last #6 "
+            "reduce_scatter finished); reached by 0,1 on node a:1");
+}
+
+TEST(FlightAnalysisTest, SaysWhichNodesRingsCouldNotBeRead) {
+  std::vector<RankRing> rings = {Ring(0, 5, 0), Ring(1, 5, 0)};
+  EXPECT_EQ(GatheredVerdictLine(rings, {UnreadNode{"b:2", "DEADLINE_EXCEEDED: late"}}),
+            "flight: rings of node b:2 (DEADLINE_EXCEEDED: late) could not be read; every "
+            "recorded collective finished on every rank");
+}
+
+// A peer's rings may carry any seq: only the seqs held are judged.
+TEST(FlightAnalysisTest, FarApartSeqsCostOnlyTheEntriesHeld) {
+  RankRing a = Ring(0, 1, 1), b = Ring(1, 1, 1);
+  a.entries.push_back(Entry(uint64_t{1} << 62, "all_gather", FlightState::kFailed));
+  const FlightVerdict verdict = Analyze({a, b});
+  EXPECT_EQ(verdict.kind, FlightVerdict::Kind::kNotReached);
+  EXPECT_EQ(verdict.seq, uint64_t{1} << 62);
+}
+
 }  // namespace
 }  // namespace overlap::flight

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/engine/forwarding_engine.h"
 #include "server/engine/host/host_engine.h"
 #include "server/flight/flight_analysis.h"
 
@@ -74,6 +75,44 @@ TEST_F(FlightEngineTest, AFailedCollectiveIsTheVerdict) {
   EXPECT_EQ(verdict.OneLine(),
             "flight: collective #3 all_gather (channel 0 ranks [0,1], critical lane, job job-4) "
             "reached by 0,1, failed on 0,1");
+}
+
+// Ranks 0 and 1 of a four-rank mesh live here; 2 and 3 on another node.
+class HalfLocalEngine final : public engine::ForwardingEngine {
+ public:
+  explicit HalfLocalEngine(engine::Engine& inner) : engine::ForwardingEngine(inner) {}
+  bool IsLocalDevice(int device) const override { return device < 2; }
+};
+
+// A part's FlightEngine (scoped, its own ranks only) around the daemon's: the
+// collective is recorded once, under the scope, for this node's ranks.
+TEST_F(FlightEngineTest, NestedEnginesRecordOnceInTheOutermostScope) {
+  HalfLocalEngine half(*engine_);
+  FlightEngine part(half, recorder_, "a:1/job-1");
+  ScopedFlightLabel label("a:1/job-1", "grads");
+  // The host engine has no devices 2 and 3: the call fails, recorded so.
+  EXPECT_FALSE(part.Barrier(0, {0, 2, 1, 3}, {}).ok());
+  ASSERT_TRUE(part.Synchronize({0, 1}).ok());
+  const std::vector<RankRing> rings = recorder_.Snapshot("a:1/job-1");
+  ASSERT_EQ(rings.size(), 2u);
+  for (const RankRing& ring : rings) {
+    EXPECT_EQ(ring.comm, "channel 0 ranks [0,2,1,3] of a:1/job-1");
+    EXPECT_LT(ring.rank, 2);
+    ASSERT_EQ(ring.entries.size(), 1u);
+    EXPECT_EQ(ring.entries[0].seq, 1u);
+    EXPECT_EQ(ring.entries[0].state, FlightState::kFailed);
+    EXPECT_EQ(ring.entries[0].job_op, "grads");
+  }
+  // Nothing under the daemon's own names: the inner engine forwarded only.
+  for (const RankRing& ring : recorder_.Snapshot()) {
+    EXPECT_NE(ring.comm.find(" of a:1/job-1"), std::string::npos) << ring.comm;
+  }
+  // A collective of the other node's ranks alone records nothing here.
+  EXPECT_FALSE(part.Barrier(1, {2, 3}, {}).ok());
+  EXPECT_EQ(recorder_.Snapshot("a:1/job-1").size(), 2u);
+  EXPECT_EQ(recorder_.Usage().entries, 2);
+  EXPECT_EQ(recorder_.Usage().rings, 2);
+  EXPECT_GE(recorder_.Usage().cap_bytes, recorder_.Usage().bytes);
 }
 
 }  // namespace

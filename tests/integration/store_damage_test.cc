@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -241,10 +242,15 @@ TEST_F(StoreDamageTest, ADamagedRowIsListedAsDamaged) {
   for (const std::string& line : lines) {
     if (line.rfind(ids[0], 0) == 0 || line.rfind(ids[1], 0) == 0) {
       EXPECT_THAT(line, HasSubstr(" DAMAGED ")) << list.out;
-      EXPECT_THAT(line, HasSubstr("unreadable")) << list.out;
+      EXPECT_THAT(line, HasSubstr(" data-loss")) << list.out;
     } else if (line.rfind(ids[2], 0) == 0) {
       EXPECT_THAT(line, HasSubstr(" SUCCEEDED ")) << list.out;
     }
+  }
+  // --wide: the whole reason on a line of its own under the table.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(std::regex_search(list.out, std::regex("\nreason of " + ids[i] + ": .*unreadable")))
+        << list.out;
   }
   RunResult json = daemon_->Ctl({"list", "--json"});
   ASSERT_EQ(json.exit_code, 0) << Describe(json);

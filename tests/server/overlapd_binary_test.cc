@@ -434,5 +434,29 @@ TEST_F(OverlapdBinaryTest, AnAbortedCollectiveIsNamedByTheFlightRecorder) {
   EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
 }
 
+// flight_recorder_entries 0 turns the recorder off (its cost is measured against
+// that): a job with collectives runs and leaves no ring behind.
+TEST_F(OverlapdBinaryTest, FlightRecorderEntriesZeroRecordsNothing) {
+  const std::string config = dir_.path() + "/flight-off.yaml";
+  std::ofstream(config) << "flight_recorder_entries: 0\n";
+  NotifySocket notify(dir_.path() + "/notify.sock");
+  Daemon daemon(Args({"--config", config}), dir_.path() + "/overlapd.log", notify.path());
+  ASSERT_NE(notify.Receive(std::chrono::seconds(30)).find("READY=1"), std::string::npos) << Log();
+  auto stub = Stub();
+  v1::Job job;
+  ASSERT_TRUE(Submit(*stub, kSmallJob, &job).ok());
+  AwaitState(*stub, job.id(), v1::SUCCEEDED);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetFlightRequest request;
+  request.set_id(job.id());
+  v1::GetFlightResponse flight;
+  ASSERT_TRUE(stub->GetFlight(&context, request, &flight).ok());
+  EXPECT_EQ(flight.rings_size(), 0);
+  EXPECT_EQ(flight.recorder_bytes(), 0);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(std::chrono::seconds(30)), 0) << Log();
+}
+
 }  // namespace
 }  // namespace overlap

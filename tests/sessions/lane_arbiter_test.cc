@@ -104,6 +104,29 @@ TEST(LaneArbiterTest, AFullLaneHoldsChunksThatAreNotDue) {
   EXPECT_TRUE(arbiter.Next(2, devices.View()).has_value());
 }
 
+TEST(LaneArbiterTest, AChunkThatGoesOnlyForItsBoundIsCountedAtBound) {
+  LaneArbiter arbiter;
+  Devices devices;
+  arbiter.Add(Command(1, 1, 3, {0}, 0, 10, 2.0));  // deadline 10, a chunk takes 2
+  std::optional<LaneGrant> grant = arbiter.Next(1, devices.View());
+  ASSERT_TRUE(grant.has_value());
+  EXPECT_FALSE(grant->at_bound);  // a free lane, nothing critical: it goes free
+  arbiter.Issued(*grant, 1);
+  devices.full = {0};
+  EXPECT_FALSE(arbiter.Next(2, devices.View()).has_value());  // not due: held by the full lane
+  grant = arbiter.Next(8, devices.View());                    // 8 + 2 reaches the deadline
+  ASSERT_TRUE(grant.has_value());
+  EXPECT_FALSE(grant->forced);   // no critical work to go past
+  EXPECT_TRUE(grant->at_bound);  // but only its bound sent it onto the full lane
+  arbiter.Issued(*grant, 8);
+  devices.full.clear();
+  devices.critical = {0};
+  grant = arbiter.Next(9, devices.View());
+  ASSERT_TRUE(grant.has_value());
+  EXPECT_TRUE(grant->forced);
+  EXPECT_TRUE(grant->at_bound);
+}
+
 TEST(LaneArbiterTest, ASessionsCommandsGoInOrder) {
   LaneArbiter arbiter;
   Devices devices;

@@ -34,6 +34,7 @@
 #include "absl/time/clock.h"
 #include "common/activation.h"
 #include "common/graph_parser.h"
+#include "server/engine/forwarding_engine.h"
 #include "server/sessions/session_run.h"
 #include "tests/host_engine_util.h"
 #include "tests/slow_engine.h"
@@ -605,6 +606,151 @@ TEST(SessionLanesTest, ABoundTooTightForcesChunksAndTheFiguresSaySo) {
   }));
 }
 
+TEST(SessionLanesTest, WithNoCriticalSessionDeferredChunksGoWithoutWaitingForTheirBound) {
+  Lanes lanes;
+  Session deferred(lanes.engine(), "sess-alone", kGrads, {Serial()});
+  deferred.setup.priority = Priority::kDeferred;
+  // A bound every chunk that waited at all would be past: one held back by
+  // its lane until the bound would be counted at bound.
+  deferred.setup.deferred_bound_ms = 0.001;
+  deferred.setup.chunk_bytes = 64 << 10;
+  for (int r = 0; r < 2; ++r) Fill(deferred.clients[r].x[0], 40 + r);
+  ASSERT_TRUE(lanes.lanes->Add(std::move(deferred.setup)).ok());
+  // Back to back, as a training step posts its gradients' all-reduces.
+  constexpr uint64_t kCommands = 4;
+  for (uint64_t seq = 1; seq <= kCommands; ++seq) deferred.PostAll(seq, 0);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(deferred.Wait(r, kCommands), 0) << deferred.Message(r);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const float* x0 = deferred.clients[0].x[0].floats();
+    const float* x1 = deferred.clients[1].x[0].floats();
+    std::vector<double> want(1024 * 256);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = double{x0[i]} + x1[i];
+    EXPECT_LE(MaxError(deferred.clients[r].y[0].floats(), want), kTolerance) << "rank " << r;
+  }
+  const std::vector<SessionFigures> figures = lanes.lanes->Figures();
+  ASSERT_EQ(figures.size(), 1u);
+  ASSERT_EQ(figures[0].ops.size(), 1u);
+  EXPECT_EQ(figures[0].steps, static_cast<int64_t>(kCommands));
+  EXPECT_EQ(figures[0].ops[0].chunks, static_cast<int64_t>(kCommands) * 16);
+  EXPECT_EQ(figures[0].ops[0].chunks_forced, 0);  // nothing critical anywhere
+  EXPECT_EQ(figures[0].ops[0].chunks_at_bound, 0);
+}
+
+// The host backend where Synchronize behaves as CUDA's does beside a
+// session that keeps a device busy: a device with a streaming session on it
+// never goes idle. Such a wait blocks (at most kHold) and is counted.
+class StreamingDevicesEngine : public engine::ForwardingEngine {
+ public:
+  static constexpr absl::Duration kHold = absl::Seconds(5);
+  explicit StreamingDevicesEngine(engine::Engine& inner) : ForwardingEngine(inner) {}
+
+  void SetStreaming(int device, bool streaming) {
+    absl::MutexLock lock(&mu_);
+    if (streaming) {
+      streaming_.insert(device);
+    } else {
+      streaming_.erase(device);
+    }
+    changed_.SignalAll();
+  }
+  int waits_while_streaming() {
+    absl::MutexLock lock(&mu_);
+    return waits_;
+  }
+  absl::Status Synchronize(const std::vector<int>& devices) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (BusyLocked(devices)) {
+        ++waits_;
+        const absl::Time until = absl::Now() + kHold;
+        while (BusyLocked(devices) && absl::Now() < until) changed_.WaitWithDeadline(&mu_, until);
+      }
+    }
+    return ForwardingEngine::Synchronize(devices);
+  }
+
+ private:
+  bool BusyLocked(const std::vector<int>& devices) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::any_of(devices.begin(), devices.end(),
+                       [&](int d) { return streaming_.count(d) > 0; });
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::set<int> streaming_ ABSL_GUARDED_BY(mu_);
+  int waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+constexpr char kOneGemm[] = R"(name: grad
+dtype: f32
+ops:
+  - {id: grad, type: gemm, m: 64, k: 32, n: 32}
+)";
+
+TEST(SessionLanesTest, ACriticalSessionStartsWhileADeferredSessionStreams) {
+  std::unique_ptr<engine::Engine> host = CheckedHostEngine(2);
+  StreamingDevicesEngine engine(*host);
+  std::unique_ptr<SessionLanes> lanes = std::move(SessionLanes::Start(engine)).value();
+  Session deferred(engine, "sess-stream", kOneGemm, {Serial()}, /*ranks=*/1);
+  deferred.setup.priority = Priority::kDeferred;
+  Session earlier(engine, "sess-earlier", kAgGemm, {Serial()}, /*ranks=*/1);
+  ASSERT_TRUE(lanes->Add(std::move(deferred.setup)).ok());
+  ASSERT_TRUE(lanes->Add(std::move(earlier.setup)).ok());
+  earlier.PostAll(1, 0);
+  ASSERT_EQ(earlier.Wait(0, 1), 0) << earlier.Message(0);
+
+  // The deferred session streams on device 0 until told to stop.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> streamed{0};
+  engine.SetStreaming(0, true);
+  std::thread stream([&] {
+    for (uint64_t seq = 1; !stop.load() && seq < 100'000; ++seq) {
+      deferred.PostAll(seq, 0);
+      if (deferred.Wait(0, seq, absl::Seconds(30)) != 0) return;
+      streamed = seq;
+    }
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (streamed.load() < 3 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_GE(streamed.load(), 3u);
+
+  // A critical session ends and another starts on the same device while the
+  // deferred one streams: neither waits for the device to go idle.
+  ASSERT_TRUE(lanes->End("sess-earlier", absl::StatusCode::kCancelled, "done").ok());
+  Session critical(engine, "sess-critical", kAgGemm, {Serial()}, /*ranks=*/1);
+  Fill(critical.clients[0].x[0], 7);
+  Fill(critical.clients[0].w[0], 8);
+  ASSERT_TRUE(lanes->Add(std::move(critical.setup)).ok());
+  critical.PostAll(1, 0);
+  EXPECT_EQ(critical.Wait(0, 1), 0) << critical.Message(0);
+  const uint64_t streamed_when_critical_ran = streamed.load();
+  // The deferred session still streams after it: it neither ended nor waited.
+  while (streamed.load() < streamed_when_critical_ran + 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_GE(streamed.load(), streamed_when_critical_ran + 3);
+  EXPECT_EQ(deferred.clients[0].ring()->failed_code.load(), 0);
+  const std::vector<double> want = MatMul(
+      {critical.clients[0].x[0].floats(), critical.clients[0].x[0].floats() + 64 * 32},
+      {critical.clients[0].w[0].floats(), critical.clients[0].w[0].floats() + 32 * 48}, 64, 32, 48);
+  EXPECT_LE(MaxError(critical.clients[0].y[0].floats(), want), kTolerance);
+  stop = true;
+  stream.join();
+  engine.SetStreaming(0, false);
+  EXPECT_EQ(engine.waits_while_streaming(), 0);
+  for (const SessionFigures& f : lanes->Figures()) {
+    if (f.id == "sess-critical") {
+      EXPECT_EQ(f.steps, 1);
+    }
+    if (f.id == "sess-stream") {
+      EXPECT_FALSE(f.failed) << f.error;
+    }
+  }
+  lanes.reset();
+}
+
 // utime + stime of the lanes' thread, in clock ticks; -1 when not found.
 int64_t LanesThreadTicks() {
   DIR* tasks = opendir("/proc/self/task");
@@ -641,6 +787,35 @@ TEST(SessionLanesTest, TheThreadSleepsWhileNothingRuns) {
   ASSERT_GE(before, 0);
   absl::SleepFor(absl::Milliseconds(500));
   // A thread polling every 200 us for half a second would take many ticks.
+  EXPECT_LE(LanesThreadTicks() - before, 1);
+}
+
+TEST(SessionLanesTest, ASpinningThreadTakesCommandsAndSleepsOnceTheyStop) {
+  LanesOptions options;
+  options.spin = absl::Milliseconds(20);  // as on a GPU: the rings polled after a post
+  Lanes lanes(options);
+  Session s(lanes.engine(), "sess-spin", kAgGemm, {Serial()});
+  std::vector<ClientRank>& c = s.clients;
+  ASSERT_TRUE(lanes.lanes->Add(std::move(s.setup)).ok());
+  for (uint64_t seq = 1; seq <= 20; ++seq) {
+    for (int r = 0; r < 2; ++r) {
+      Fill(c[r].x[0], seq + r);
+      Fill(c[r].w[0], 50 + r);
+    }
+    s.PostAll(seq, 0);
+    ASSERT_EQ(s.Wait(0, seq), 0) << s.Message(0);
+    ASSERT_EQ(s.Wait(1, seq), 0) << s.Message(1);
+  }
+  const std::vector<double> a = StackRows(c, 0, 32, 32, /*from_x=*/true);
+  for (int r = 0; r < 2; ++r) {
+    const float* w = c[r].w[0].floats();
+    EXPECT_LE(MaxError(c[r].y[0].floats(), MatMul(a, {w, w + 32 * 24}, 64, 32, 24)), kTolerance);
+  }
+  EXPECT_EQ(lanes.lanes->Figures()[0].steps, 20);
+  absl::SleepFor(absl::Milliseconds(100));  // past the spin window
+  const int64_t before = LanesThreadTicks();
+  ASSERT_GE(before, 0);
+  absl::SleepFor(absl::Milliseconds(500));
   EXPECT_LE(LanesThreadTicks() - before, 1);
 }
 

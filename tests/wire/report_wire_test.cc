@@ -96,6 +96,7 @@ runner::OpReport EveryOpField() {
   op.verified = true;
   op.max_rel_error = 0.001;
   op.spans_nodes = true;
+  op.edge = "fused swiglu";
   op.energy = EveryEnergyField(1.5);
   op.joules_per_tflop = 0.75;
   return op;

@@ -257,6 +257,7 @@ class OpResult(Message):
     slowest_group: int
     spans_nodes: bool
     energy: Optional[Energy]  # None without an energy counter
+    edge: str  # how its input arrived in a layer step: alias | fused <activation> | copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,6 +451,17 @@ class Device(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class FlightRecorderUsage(Message):
+    """The flight recorder's rings and the memory they hold, against its cap."""
+    proto: ClassVar[str] = "FlightRecorderUsage"
+    rings: int  # one per communicator, lane and rank seen
+    entries: int
+    bytes: int
+    entries_per_ring: int  # config flight_recorder_entries
+    cap_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class NodeInfo(Message):
     """The node (`overlapctl node`): backend, devices, versions, peers."""
     proto: ClassVar[str] = "GetNodeInfoResponse"
@@ -472,6 +484,7 @@ class NodeInfo(Message):
     cross_daemon_transport: str
     cross_daemon_note: str
     lanes: str
+    flight_recorder: Optional[FlightRecorderUsage]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -582,11 +595,42 @@ class SessionInfo(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class LaneUserFigures(Message):
+    """One user's ("session" or "job") share of a device's lanes."""
+    proto: ClassVar[str] = "LaneUserFigures"
+    user: str
+    critical_pending: int
+    critical_issued: int
+    deferred_sent: int
+    deferred_yielded: int
+    deferred_over_bound: int
+    deferred_yielded_to_other: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLaneState(Message):
+    """A device's lanes, shared by the sessions and jobs on it."""
+    proto: ClassVar[str] = "DeviceLaneState"
+    device: int
+    users: List[LaneUserFigures]
+
+
+@dataclasses.dataclass(frozen=True)
 class SessionList(Message):
     """The sessions the caller may see, and with lanes=True their recent lane intervals."""
     proto: ClassVar[str] = "ListSessionsResponse"
     sessions: List[SessionInfo]
     lanes: List[LaneInterval]
+    device_lanes: List[DeviceLaneState]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRates(Message):
+    """A device's NVLink rates between two samples; None where not read."""
+    proto: ClassVar[str] = "DeviceRates"
+    device: int
+    nvlink_tx_bytes_per_s: Optional[float]
+    nvlink_rx_bytes_per_s: Optional[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -604,9 +648,11 @@ class NodeSample(Message):
     devices: List[Device]
     running: List[Job]
     sessions: List[SessionInfo]
+    device_rates: List[DeviceRates]
 
 
 RESULT_CLASSES: Tuple[Type[Message], ...] = (
     TimingStats, CandidateTiming, Energy, OpResult, NodeResult, JobResult, Progress, Job, JobPage,
     Device, NodeInfo, DeviceStats, Stats, TunedSchedule, SessionOpStats, LaneInterval,
-    SessionInfo, SessionList, NodeSample)
+    SessionInfo, SessionList, NodeSample, FlightRecorderUsage, LaneUserFigures, DeviceLaneState,
+    DeviceRates)

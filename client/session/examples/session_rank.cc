@@ -1,6 +1,7 @@
 // overlapd-session-rank: one rank of a session, as a training process would
 // run it through the C++ client library (client/session/overlapd_session.h),
 // for tests and for trying a node's session socket by hand.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,19 @@ absl::Status WriteNpy(const std::string& path, const TensorNeed& need, const voi
   }
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
+}
+
+// --log-phases: when each step of a rank's setup began (seconds on
+// CLOCK_MONOTONIC, the daemon's clock), on stderr, so that a slow start
+// shows where it went: the fill, the copies to the device, the
+// registrations, the start.
+bool log_phases = false;
+void Phase(const std::string& what) {
+  if (!log_phases) return;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  std::cerr << absl::StrFormat("overlapd-session-rank: %.6f %s\n",
+                               static_cast<double>(now.tv_sec) + now.tv_nsec / 1e9, what);
 }
 
 int Fail(const absl::Status& status) {
@@ -168,42 +182,63 @@ absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps,
   if (absl::Status c = Cuda(cudaSetDevice(*device), "cudaSetDevice"); !c.ok()) return c;
   std::map<std::pair<std::string, int>, CudaSharedBuffer> buffers;
   const CudaSharedBuffer* signals = nullptr;
-  for (const TensorNeed& need : s.needs()) {
-    absl::StatusOr<CudaSharedBuffer> buffer =
-        CudaSharedBuffer::Create(*device, static_cast<size_t>(need.bytes));
-    if (!buffer.ok()) return buffer.status();
-    std::vector<uint8_t> host(static_cast<size_t>(need.bytes), 0);
-    if (IsInput(need)) {
-      if (absl::Status f = Fill(need, seed, s.rank(), host.data()); !f.ok()) return f;
-      if (dump_inputs && !out_dir.empty()) {
-        if (absl::Status w = WriteNpy(NpyPath(out_dir, need, s.rank()), need, host.data());
-            !w.ok()) {
-          return w;
-        }
-      }
-    }
-    if (absl::Status c =
-            Cuda(cudaMemcpy(buffer->data(), host.data(), host.size(), cudaMemcpyHostToDevice),
-                 "cudaMemcpy");
-        !c.ok()) {
-      return c;
-    }
-    if (absl::Status r = s.Register(need.op, need.tensor, buffer->fd(), 0, need.bytes); !r.ok()) {
-      return r;
-    }
-    auto placed =
-        buffers.emplace(std::make_pair(need.op, static_cast<int>(need.tensor)), *std::move(buffer));
-    if (need.tensor == Tensor::kSignals) signals = &placed.first->second;
-  }
-  if (signals == nullptr) return absl::FailedPreconditionError("the daemon asked for no signals");
-  if (absl::Status started = s.Start(); !started.ok()) return started;
-
   cudaStream_t stream = nullptr;
   if (absl::Status c =
           Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
       !c.ok()) {
     return c;
   }
+  // Inputs go to the device from pinned memory on the rank's own stream: one
+  // DMA each. A pageable cudaMemcpy stages them in small pieces, each a turn
+  // of the GPU that other processes' work (the daemon's) time-slices with.
+  size_t staging_bytes = 0;
+  for (const TensorNeed& need : s.needs()) {
+    if (IsInput(need)) staging_bytes = std::max(staging_bytes, static_cast<size_t>(need.bytes));
+  }
+  void* staging = nullptr;
+  if (staging_bytes > 0) {
+    if (absl::Status c = Cuda(cudaMallocHost(&staging, staging_bytes), "cudaMallocHost"); !c.ok()) {
+      return c;
+    }
+  }
+  absl::Status filled = absl::OkStatus();
+  for (const TensorNeed& need : s.needs()) {
+    Phase(absl::StrCat("allocate ", need.op, " ", TensorName(need.tensor), " ", need.bytes));
+    absl::StatusOr<CudaSharedBuffer> buffer =
+        CudaSharedBuffer::Create(*device, static_cast<size_t>(need.bytes));
+    if (!buffer.ok()) {
+      filled = buffer.status();
+      break;
+    }
+    const size_t bytes = static_cast<size_t>(need.bytes);
+    if (IsInput(need)) {
+      Phase("fill");
+      if (filled = Fill(need, seed, s.rank(), staging); !filled.ok()) break;
+      if (dump_inputs && !out_dir.empty()) {
+        if (filled = WriteNpy(NpyPath(out_dir, need, s.rank()), need, staging); !filled.ok()) break;
+      }
+      Phase("copy to the device");
+      filled = Cuda(cudaMemcpyAsync(buffer->data(), staging, bytes, cudaMemcpyHostToDevice, stream),
+                    "cudaMemcpyAsync");
+    } else {
+      filled = Cuda(cudaMemsetAsync(buffer->data(), 0, bytes, stream), "cudaMemsetAsync");
+    }
+    // The staging memory is refilled next: the copy must be done.
+    if (filled.ok()) filled = Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (!filled.ok()) break;
+    Phase("register");
+    if (filled = s.Register(need.op, need.tensor, buffer->fd(), 0, need.bytes); !filled.ok()) break;
+    auto placed =
+        buffers.emplace(std::make_pair(need.op, static_cast<int>(need.tensor)), *std::move(buffer));
+    if (need.tensor == Tensor::kSignals) signals = &placed.first->second;
+  }
+  if (staging != nullptr) cudaFreeHost(staging);
+  if (!filled.ok()) return filled;
+  if (signals == nullptr) return absl::FailedPreconditionError("the daemon asked for no signals");
+  Phase("start");
+  if (absl::Status started = s.Start(); !started.ok()) return started;
+  Phase("started");
+
   cudaEvent_t start = nullptr, end = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&end);
@@ -303,6 +338,8 @@ int main(int argc, char** argv) {
       "--dump-inputs", dump_inputs,
       "write each op's X and W too, as OUT_DIR/<op>.X.rank<RANK>.npy (a reference's inputs)");
   app.add_flag("--json", json, "print a JSON summary with each command's times on stdout");
+  app.add_flag("--log-phases", log_phases,
+               "print when each setup step began (CLOCK_MONOTONIC seconds) on stderr");
   CLI11_PARSE(app, argc, argv);
 
   std::ifstream file(graph_path);
@@ -311,8 +348,10 @@ int main(int argc, char** argv) {
   text << file.rdbuf();
   overlap::session::SessionOptions options;
   options.priority = priority;
+  Phase("open");
   auto session = overlap::session::Session::Open(socket_path, name, text.str(), rank, options);
   if (!session.ok()) return Fail(session.status());
+  Phase("opened");
   overlap::session::Session& s = **session;
 
   std::vector<std::string> timings;

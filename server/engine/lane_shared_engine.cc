@@ -1,0 +1,144 @@
+#include "server/engine/lane_shared_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace overlap::engine {
+
+// The parts the lanes use (SharedMemory, HostWorkQueue), each call under the
+// same mutexes as the engine's own calls.
+class LaneSharedEngine::LockedParts : public SharedMemory, public HostWorkQueue {
+ public:
+  explicit LockedParts(const LaneSharedEngine& engine) : engine_(engine) {}
+
+  SharedMemory* shared() { return engine_.inner().Shared() != nullptr ? this : nullptr; }
+  HostWorkQueue* host_work() { return engine_.inner().HostWork() != nullptr ? this : nullptr; }
+
+  absl::StatusOr<BufferId> ImportBuffer(int device, int fd, size_t offset, size_t bytes) override {
+    const auto lock = engine_.Lock();
+    return engine_.inner().Shared()->ImportBuffer(device, fd, offset, bytes);
+  }
+  absl::Status WaitValue(StreamId stream, BufferRef word, uint64_t value,
+                         absl::Time deadline) override {
+    const auto lock = engine_.Lock();
+    return engine_.inner().Shared()->WaitValue(stream, word, value, deadline);
+  }
+  absl::Status WriteValue(StreamId stream, BufferRef word, uint64_t value) override {
+    const auto lock = engine_.Lock();
+    return engine_.inner().Shared()->WriteValue(stream, word, value);
+  }
+  absl::Status EnqueueHostWork(StreamId stream, const std::vector<HostWorkBuffer>& buffers,
+                               Work work) override {
+    const auto lock = engine_.Lock();
+    return engine_.inner().HostWork()->EnqueueHostWork(stream, buffers, std::move(work));
+  }
+
+ private:
+  const LaneSharedEngine& engine_;
+};
+
+namespace {
+
+std::vector<int> SortedUnique(std::vector<int> devices) {
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  return devices;
+}
+
+}  // namespace
+
+LaneSharedEngine::LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices)
+    : ForwardingEngine(inner),
+      lanes_(lanes),
+      devices_(SortedUnique(std::move(devices))),
+      parts_(std::make_unique<LockedParts>(*this)) {}
+
+LaneSharedEngine::~LaneSharedEngine() = default;
+
+HostWorkQueue* LaneSharedEngine::HostWork() const { return parts_->host_work(); }
+SharedMemory* LaneSharedEngine::Shared() const { return parts_->shared(); }
+
+absl::StatusOr<BufferId> LaneSharedEngine::Allocate(int device, size_t bytes) {
+  const auto lock = Lock();
+  return inner().Allocate(device, bytes);
+}
+void LaneSharedEngine::Free(BufferId buffer) {
+  const auto lock = Lock();
+  inner().Free(buffer);
+}
+absl::StatusOr<EventId> LaneSharedEngine::CreateEvent(int device) {
+  const auto lock = Lock();
+  return inner().CreateEvent(device);
+}
+void LaneSharedEngine::DestroyEvent(EventId event) {
+  const auto lock = Lock();
+  inner().DestroyEvent(event);
+}
+absl::Status LaneSharedEngine::RecordEvent(EventId event, StreamId stream) {
+  const auto lock = Lock();
+  return inner().RecordEvent(event, stream);
+}
+absl::Status LaneSharedEngine::WaitEvent(StreamId stream, EventId event) {
+  const auto lock = Lock();
+  return inner().WaitEvent(stream, event);
+}
+absl::StatusOr<double> LaneSharedEngine::ElapsedMs(EventId start, EventId end) {
+  const auto lock = Lock();
+  return inner().ElapsedMs(start, end);
+}
+absl::StatusOr<bool> LaneSharedEngine::EventDone(EventId event) {
+  const auto lock = Lock();
+  return inner().EventDone(event);
+}
+absl::Status LaneSharedEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype,
+                                          uint64_t seed, float scale) {
+  const auto lock = Lock();
+  return inner().FillRandom(stream, dst, dtype, seed, scale);
+}
+absl::Status LaneSharedEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype,
+                                            float value) {
+  const auto lock = Lock();
+  return inner().FillConstant(stream, dst, dtype, value);
+}
+absl::Status LaneSharedEngine::Gemm(StreamId stream, const GemmArgs& args) {
+  const auto lock = Lock();
+  return inner().Gemm(stream, args);
+}
+absl::Status LaneSharedEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef src,
+                                          DType dtype) {
+  const auto lock = Lock();
+  return inner().Accumulate(stream, dst, src, dtype);
+}
+absl::Status LaneSharedEngine::Elementwise(StreamId stream, const ElementwiseArgs& args) {
+  const auto lock = Lock();
+  return inner().Elementwise(stream, args);
+}
+absl::Status LaneSharedEngine::AllGather(const CollectiveArgs& args) {
+  const auto lock = Lock();
+  return inner().AllGather(args);
+}
+absl::Status LaneSharedEngine::ReduceScatter(const CollectiveArgs& args) {
+  const auto lock = Lock();
+  return inner().ReduceScatter(args);
+}
+absl::Status LaneSharedEngine::AllReduce(const CollectiveArgs& args) {
+  const auto lock = Lock();
+  return inner().AllReduce(args);
+}
+absl::Status LaneSharedEngine::SendRecv(int channel, const std::vector<int>& group,
+                                        const std::vector<Transfer>& transfers, bool beside_gemm) {
+  const auto lock = Lock();
+  return inner().SendRecv(channel, group, transfers, beside_gemm);
+}
+absl::Status LaneSharedEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device,
+                                        BufferRef src, int src_device) {
+  const auto lock = Lock();
+  return inner().PeerCopy(stream, dst, dst_device, src, src_device);
+}
+absl::Status LaneSharedEngine::Barrier(int channel, const std::vector<int>& devices,
+                                       const std::vector<StreamId>& streams) {
+  const auto lock = Lock();
+  return inner().Barrier(channel, devices, streams);
+}
+
+}  // namespace overlap::engine

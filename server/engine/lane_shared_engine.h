@@ -1,0 +1,95 @@
+// LaneSharedEngine: an engine for one user of devices that another thread
+// also drives (the session lanes' thread and a job's executor thread beside
+// it). The engine takes calls touching one device from one thread at a time
+// (engine.h), so every call that enqueues work, creates or destroys a handle
+// or queries an event holds the DeviceLanes enqueue mutexes of this user's
+// devices (device_lanes.h) for its length, and the calls of the two users
+// interleave whole.
+//
+// Why a mutex per device around each call, and not one thread that enqueues
+// for both users: what the backends keep per device is host state their
+// calls update without a lock of their own. On CUDA: a stream slot's GEMM
+// chain and workspace (cuda_engine_impl.h StreamSlot), the device's cuBLASLt
+// state (GemmLt), and the NCCL communicators of the device's lanes, which one
+// thread at a time may use and which must see every rank's collectives in one
+// order; a collective is issued for all its ranks in one call (one
+// ncclGroupStart/End), so holding every device of the caller across the call
+// keeps that order on every rank. On the host backend: each stream's worker
+// queue and the hazard tracker. A mutex held across one call serialises all
+// of it; moving a job's enqueues to the lanes' thread would also put its
+// blocking waits (Synchronize, copies to the host) on the thread that must
+// keep polling every session's doorbells.
+//
+// What holds no mutex: Synchronize, CopyToHost, CopyFromHost and
+// FirstNonFinite, which wait for the device (CUDA polls cudaStreamQuery and
+// the communicators' async errors, which a watchdog thread may do beside
+// enqueues; the host backend waits on its workers), so that one user's wait
+// never stalls the other's enqueues. No I/O runs under the mutexes.
+//
+// Graphs() and Gates() are null: a replayed graph or a launch gate holds a
+// device's streams for one user, and the streams are shared (a session's
+// critical ops and a job's main ops go on the same compute streams).
+//
+// Thread safety: as the wrapped engine's, and calls for this user's devices
+// may come from any thread while the other user calls from its own.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "server/engine/device_lanes.h"
+#include "server/engine/forwarding_engine.h"
+#include "server/engine/host_work.h"
+#include "server/engine/shared_memory.h"
+
+namespace overlap::engine {
+
+class LaneSharedEngine : public ForwardingEngine {
+ public:
+  // `devices`: the ones this user's calls may touch (each call holds all of
+  // their mutexes). `inner` and `lanes` must outlive the engine.
+  LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices);
+  ~LaneSharedEngine() override;
+
+  GraphCapture* Graphs() const override { return nullptr; }
+  LaunchGates* Gates() const override { return nullptr; }
+  HostWorkQueue* HostWork() const override;
+  SharedMemory* Shared() const override;
+
+  absl::StatusOr<BufferId> Allocate(int device, size_t bytes) override;
+  void Free(BufferId buffer) override;
+  absl::StatusOr<EventId> CreateEvent(int device) override;
+  void DestroyEvent(EventId event) override;
+  absl::Status RecordEvent(EventId event, StreamId stream) override;
+  absl::Status WaitEvent(StreamId stream, EventId event) override;
+  absl::StatusOr<double> ElapsedMs(EventId start, EventId end) override;
+  absl::StatusOr<bool> EventDone(EventId event) override;
+  absl::Status FillRandom(StreamId stream, BufferRef dst, DType dtype, uint64_t seed,
+                          float scale) override;
+  absl::Status FillConstant(StreamId stream, BufferRef dst, DType dtype, float value) override;
+  absl::Status Gemm(StreamId stream, const GemmArgs& args) override;
+  absl::Status Accumulate(StreamId stream, BufferRef dst, BufferRef src, DType dtype) override;
+  absl::Status Elementwise(StreamId stream, const ElementwiseArgs& args) override;
+  absl::Status AllGather(const CollectiveArgs& args) override;
+  absl::Status ReduceScatter(const CollectiveArgs& args) override;
+  absl::Status AllReduce(const CollectiveArgs& args) override;
+  absl::Status SendRecv(int channel, const std::vector<int>& group,
+                        const std::vector<Transfer>& transfers, bool beside_gemm) override;
+  absl::Status PeerCopy(StreamId stream, BufferRef dst, int dst_device, BufferRef src,
+                        int src_device) override;
+  absl::Status Barrier(int channel, const std::vector<int>& devices,
+                       const std::vector<StreamId>& streams) override;
+
+  DeviceLanes& lanes() const { return lanes_; }
+  // The mutexes of this user's devices, held for the lock's life.
+  DeviceLanes::EnqueueLock Lock() const { return DeviceLanes::EnqueueLock(lanes_, devices_); }
+
+ private:
+  class LockedParts;
+
+  DeviceLanes& lanes_;
+  const std::vector<int> devices_;  // sorted, unique
+  std::unique_ptr<LockedParts> parts_;
+};
+
+}  // namespace overlap::engine
