@@ -159,7 +159,10 @@ class ElementwiseGpuTest : public ::testing::TestWithParam<Param> {
   void Run(const Case& c, const Buffers& b, const ElementwisePath* path,
            std::vector<uint8_t>* dst_host) {
     const Param& p = GetParam();
-    CHECK_CUDA_OK(cudaMemset(b.dst.get(), kGuard, b.dst_bytes));
+    // On the kernel's own stream: a plain cudaMemset goes on the legacy default
+    // stream, which a non-blocking stream does not wait for, and on an H100 the
+    // guard fill once landed after the kernel's first rows.
+    CHECK_CUDA_OK(cudaMemsetAsync(b.dst.get(), kGuard, b.dst_bytes, stream_));
     const cudaError_t launched =
         path == nullptr
             ? LaunchElementwise(b.in, ElemTypeOf(p.src), b.out, ElemTypeOf(p.dst), c.rows,
