@@ -22,7 +22,8 @@
 # DRY_RUN=1 runs the same steps here on the host backend (binaries from build/, small shapes,
 # the GEMM comparison's self-test when torch is missing): the logic is checked, the timings
 # mean nothing. SKIP="tests,activation,gemm,layers,flight,planner" leaves steps out;
-# GPU_TEST_RANKS="1 2" also runs the GPU tests with two ranks on the GPU.
+# GPU_TEST_RANKS="1 2" also runs the GPU tests with two ranks on the GPU; GPU_TESTS="elementwise
+# layer_step" runs only those (names without _gpu_test).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/out}
@@ -104,6 +105,7 @@ else
     for t in "$tests_dir"/*_gpu_test; do
       [ -x "$t" ] || continue
       name=$(basename "$t")
+      [ -z "${GPU_TESTS:-}" ] || [[ " $GPU_TESTS " == *" ${name%_gpu_test} "* ]] || continue
       [ "$ranks" = 1 ] || name="$name-ranks$ranks"
       if [ "$(elapsed)" -gt "${TESTS_BUDGET_S:-200}" ]; then
         echo "$name: not run (the tests' budget of ${TESTS_BUDGET_S:-200} s is spent)"

@@ -38,6 +38,8 @@ using yaml_util::FieldError;
 
 // NCCL's channel limit (MAXCHANNELS); one CTA per channel.
 constexpr int kMaxNcclCtas = 64;
+// A poll window of a minute already keeps a core busy through any step gap.
+constexpr int kMaxSessionPollMs = 60000;
 
 // One YAML key of DaemonConfig: how to read it and how to print it.
 struct Field {
@@ -399,6 +401,10 @@ const std::vector<Field>& Fields() {
       NumberField("session_deferred_bound_ms",
                   "a deferred session's collective yields to critical work at most this long",
                   &DaemonConfig::session_deferred_bound_ms, /*allow_zero=*/false),
+      IntField("session_poll_ms",
+               "after a rank posts, the session lanes poll the command rings this long (a "
+               "core, yielding) before sleeping until a doorbell (0 = never poll)",
+               &DaemonConfig::session_poll_ms, 0, kMaxSessionPollMs),
   };
   return *fields;
 }

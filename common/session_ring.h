@@ -56,9 +56,14 @@ struct SessionCommand {
   int64_t done_ns;      // when the daemon saw its outputs ready
   int32_t status;       // 0, or the gRPC code it failed with
   int32_t reserved2;
-  uint64_t reserved3[2];
+  // When the daemon's lanes read this command from the ring: with posted_ns
+  // and enqueued_ns, the client's own split of its call's host time (the
+  // lanes' wake-up, then the enqueue). 0 from a daemon that does not stamp it.
+  int64_t taken_ns;
+  uint64_t reserved3;
 };
 static_assert(sizeof(SessionCommand) == 64);
+static_assert(offsetof(SessionCommand, taken_ns) == 48);
 
 struct SessionRing {
   uint32_t magic;

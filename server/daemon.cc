@@ -575,8 +575,10 @@ absl::Status Daemon::StartSessions(int socket_gid, int* exit_code) {
     log->info("sessions off: the {} backend cannot map another process's memory", p.engine->Name());
     return absl::OkStatus();
   }
+  sessions::LanesOptions lanes_options;
+  lanes_options.spin = absl::Milliseconds(config.session_poll_ms);
   absl::StatusOr<std::unique_ptr<sessions::SessionLanes>> lanes =
-      sessions::SessionLanes::Start(*p.engine, {}, p.device_lanes.get());
+      sessions::SessionLanes::Start(*p.engine, lanes_options, p.device_lanes.get());
   if (!lanes.ok()) {
     *exit_code = kExitFailure;
     return absl::Status(lanes.status().code(),

@@ -5,7 +5,8 @@
 #     MLP block through a session; their outputs against PyTorch (reference.py);
 #  3. Llama-3-8B's MLP at tp 1 as a daemon job and through a session: the step
 #     time of each, and the host time from a rank's call to the daemon's enqueue;
-#  4. a critical session's step alone and beside a deferred session's GEMMs.
+#  4. a critical session's step alone and beside a deferred session's GEMMs; 300 steps alone,
+#     posted ahead and paced 6 ms apart, and paced again with the lanes' poll window off.
 # Here: build build/ with CUDA, then FUZZ=0 bash bench/pack-checks.sh; there,
 # with carry [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/sessions/gpu_check.sh
 set -uo pipefail
@@ -72,7 +73,21 @@ fi
 if want 4; then
 echo "== 4. critical session alone, then beside a deferred session"
 rank crit1 $here/llama3-8b-mlp-tp1.yaml 0 30 "$OUT/crit-alone" > "$OUT/crit-alone.json" 2>&1
-echo "alone exit $?"; head -c 200 "$OUT/crit-alone.json"; echo
+echo "alone exit $?"; head -c 400 "$OUT/crit-alone.json"; echo
+# 300 steps, so that p50 and p99 of the call to the enqueue mean something (the first step, which
+# tunes the GEMMs, is not counted; take_*: the call to the lanes taking the command). Posted ahead
+# (up to 32 commands), as a loop that never waits for the GPU; then each step waited for and 6 ms
+# apart, as a loop whose host work takes 6 ms: longer than the lanes' old 5 ms poll window,
+# shorter than session_poll_ms (100). No --out-dir: Y is not needed here. About 10 s each.
+steps300() {  # steps300 NAME OUTFILE [flags]
+  local name=$1 file=$2
+  shift 2
+  timeout 120 overlapd-session-rank --socket "$work/overlapd-session.sock" --name "$name" \
+    --graph $here/llama3-8b-mlp-tp1.yaml --rank 0 --steps 300 --json "$@" > "$file" 2>&1
+  echo "$name exit $?"; head -c 400 "$file"; echo
+}
+steps300 crit300 "$OUT/crit-300.json"
+steps300 crit300paced "$OUT/crit-300-paced.json" --interval-ms 6
 rank def $here/deferred_gemm.yaml 0 4000 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
 d=$!
 sleep 4
@@ -103,6 +118,17 @@ grep -E "adopt|took|releasing|at their bound|waited .* to go idle|started|closed
 grep -E "\[(sessions|cuda)\]" "$OUT/overlapd-1rank.log" | tail -25
 overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside.json" 2>&1
 wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
+sleep 1  # the last session's figures are logged once it has ended
+echo "every session's figures at its end (call to enqueue; commands taken polling / after a wake-up)"
+grep -E "call to the enqueue|no command enqueued|\] session sess-[0-9]+ (closed|failed)" \
+  "$OUT/overlapd-1rank.log"
+if [ "${POLL_OFF:-1}" = 1 ]; then
+  echo "== 4b. the paced 300 steps with the lanes' poll window off (session_poll_ms: 0)"
+  restart_overlapd "$OUT/overlapd-1rank.log" --log-level debug --session-poll-ms 0 || exit 1
+  steps300 crit300paced-nopoll "$OUT/crit-300-paced-nopoll.json" --interval-ms 6
+  sleep 1
+  grep -E "call to the enqueue" "$OUT/overlapd-1rank.log" | tail -1
+fi
 fi
 kill -TERM "$pid"; wait "$pid"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

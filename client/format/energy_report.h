@@ -1,6 +1,7 @@
 // The job report's energy lines: each op's and the layer step's joules per
-// step and average power, beside the same work run serially, and the note
-// where overlap saved time but drew more power (server/runner/energy.h).
+// step and average power, beside the same work run serially (the layer: its
+// ops op by op), and the note where overlap saved time but drew more power
+// (server/runner/energy.h).
 #pragma once
 
 #include <string>

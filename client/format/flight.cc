@@ -22,9 +22,11 @@ std::string FormatFlight(const v1::GetFlightResponse& flight) {
     absl::StrAppendFormat(&out, "  %6s  %-14s %12s %-5s %-9s %s\n", "seq", "collective", "bytes",
                           "dtype", "state", "op");
     for (const v1::FlightEntry& e : ring.entries()) {
-      absl::StrAppendFormat(&out, "  %6d  %-14s %12d %-5s %-9s %s\n", e.seq(), e.op(), e.bytes(),
+      // A failed or aborted collective's error closes its row.
+      absl::StrAppendFormat(&out, "  %6d  %-14s %12d %-5s %-9s %s%s\n", e.seq(), e.op(), e.bytes(),
                             e.dtype().empty() ? "-" : e.dtype(), e.state(),
-                            e.job_op().empty() ? "-" : e.job_op());
+                            e.job_op().empty() ? "-" : e.job_op(),
+                            e.error().empty() ? "" : absl::StrCat("  ", e.error()));
     }
   }
   return out;

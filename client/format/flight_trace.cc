@@ -51,6 +51,7 @@ void AppendFlightTrace(const v1::GetFlightResponse& flight, const std::string& o
             {"state", e.state()},
             {"bytes", e.bytes()},
             {"node", ring.node()}}}};
+      if (!e.error().empty()) event["args"]["error"] = e.error();
       if (e.finished_unix_ns() > 0) {
         event["ph"] = "X";
         event["dur"] =

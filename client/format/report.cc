@@ -17,6 +17,7 @@
 #include "client/format/job_reason.h"
 #include "client/format/table.h"
 #include "client/format/timeline.h"
+#include "client/format/verify_cell.h"
 #include "common/graph.h"
 
 namespace overlap::client {
@@ -28,22 +29,8 @@ std::string FormatRate(double value) {
 
 namespace {
 
-bool VerifyFailed(const v1::OpResult& op) {
-  return op.verified() && !(op.max_rel_error() <= op.tolerance());
-}
-
-// One word, so that awk splits the row: ok, failed or off. The error itself
-// is the MAX_REL_ERR column's, and a failure gets a line of its own under the
-// table (VerifyNotes).
-std::string FormatVerify(const v1::OpResult& op) {
-  if (!op.verified()) return "off";
-  return VerifyFailed(op) ? "failed" : "ok";
-}
-
-std::string FormatRelError(const v1::OpResult& op) {
-  return op.verified() ? absl::StrFormat("%.1e", op.max_rel_error()) : "-";
-}
-
+// A failed check's VERIFY cell says only "failed" (verify_cell.h): the
+// sentence under the table says against what.
 std::string VerifyNotes(const v1::JobResult& result) {
   std::string out;
   for (const v1::OpResult& op : result.ops()) {

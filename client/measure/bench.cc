@@ -88,6 +88,10 @@ std::vector<BenchShape> DefaultBenchShapes() {
   return shapes;
 }
 
+std::string FormatBenchShape(const BenchShape& shape) {
+  return absl::StrFormat("%dx%dx%d", shape.m, shape.k, shape.n);
+}
+
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text) {
   std::vector<BenchShape> out;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
@@ -261,7 +265,7 @@ std::string FormatBench(const std::vector<BenchRow>& rows) {
     }
     t.AddRow(
         {r.shape.op,
-         absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
+         FormatBenchShape(r.shape),
          absl::StrCat(r.tp),
          r.mode,
          FormatMs(r.step_ms),

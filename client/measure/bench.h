@@ -61,6 +61,9 @@ std::vector<BenchShape> DefaultBenchShapes();
 // On the host backend the default sweep runs its shapes divided by this: at GPU
 // size its GEMMs would take hours on CPU cores.
 inline constexpr int64_t kHostBenchShapeDivisor = 32;
+// "4096x8192x8192" (MxKxN, as --shapes takes it): one word, so that awk splits
+// the tables' rows (bench, its predictions, --torch-peers).
+std::string FormatBenchShape(const BenchShape& shape);
 // Parses "ag_gemm:4096x8192x8192,gemm_rs:8192x28672x8192".
 absl::StatusOr<std::vector<BenchShape>> ParseBenchShapes(const std::string& text);
 

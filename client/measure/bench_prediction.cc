@@ -99,8 +99,8 @@ std::string FormatBenchPredictions(const std::vector<BenchRow>& rows,
     const BenchPrediction& p = predictions[i];
     if (p.predicted) errors.push_back(std::fabs(p.error));
     any_unverified = any_unverified || (p.predicted && !p.verified);
-    t.AddRow({r.shape.op, absl::StrFormat("%d x %d x %d", r.shape.m, r.shape.k, r.shape.n),
-              absl::StrCat(r.tp), r.mode, absl::StrFormat("%.3f", r.step_ms),
+    t.AddRow({r.shape.op, FormatBenchShape(r.shape), absl::StrCat(r.tp), r.mode,
+              absl::StrFormat("%.3f", r.step_ms),
               p.predicted ? absl::StrFormat("%.3f", p.step_ms) : "-",
               p.predicted ? absl::StrFormat("%+.1f%%", 100 * p.error) : "-",
               !p.predicted ? "cannot say"

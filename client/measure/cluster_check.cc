@@ -10,6 +10,7 @@
 #include "client/format/device_health.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
+#include "client/format/verify_cell.h"
 #include "client/jobs/progress_printer.h"
 #include "common/status_macros.h"
 
@@ -38,6 +39,11 @@ bool Contains(const std::vector<T>& v, const T& x) {
 
 std::string PairName(const ClusterCheckResult& r, const NodePairCheck& p) {
   return absl::StrCat(r.nodes[p.a].address, " - ", r.nodes[p.b].address);
+}
+
+// The PAIR cell: one word, so that awk splits the row, as --nodes takes them.
+std::string PairCell(const ClusterCheckResult& r, const NodePairCheck& p) {
+  return absl::StrCat(r.nodes[p.a].address, ",", r.nodes[p.b].address);
 }
 
 // Why no job can span `a` and `b` (their answers at the start); "" when one can.
@@ -198,24 +204,25 @@ std::string FormatClusterCheck(const ClusterCheckResult& r, const CheckOptions& 
                           "tp %d x dp 2 (each GPU with its peer on the other node, all at once), "
                           "verified; busbw per GPU, as nccl-tests counts it\n",
                           o.link_mib, r.pair_devices);
-    TextTable links(Columns({Words({"PAIR", "JOB"}), Figures({"MS", "BUSBW_GBPS", "VS_REFERENCE"}),
+    TextTable links(Columns({Words({"PAIR", "JOB"}),
+                             Figures({"MS", "BUSBW_GBPS", "VS_REFERENCE", "MAX_REL_ERR"}),
                              Words({"VERIFY", ""})}));
     for (size_t k = 0; k < r.pairs.size(); ++k) {
       const NodePairCheck& p = r.pairs[k];
-      if (!p.ran()) {
-        links.AddRow({PairName(r, p), p.job.empty() ? "-" : p.job, "-", "-", "-", "-",
-                      p.failed.empty() ? "not checked" : "FAILED"});
+      if (!p.ran()) {  // nothing was verified: no figures, and the line under the table says why
+        links.AddRow({PairCell(r, p), p.job.empty() ? "-" : p.job, "-", "-", "-", "-", "-",
+                      p.failed.empty() ? "NOT_CHECKED" : "FAILED"});
         continue;
       }
       const bool slow = Contains(v.slow_pairs, k) || Contains(v.slow_link_nodes, p.a) ||
                         Contains(v.slow_link_nodes, p.b);
-      links.AddRow({PairName(r, p), p.job, FormatMs(p.ms), FormatRate(p.busbw_gbps),
+      VerifyTally verify;
+      verify.Add(p.verified, p.max_rel_error, p.tolerance);
+      links.AddRow({PairCell(r, p), p.job, FormatMs(p.ms), FormatRate(p.busbw_gbps),
                     v.link_reference_gbps > 0
                         ? SignedPercent(p.busbw_gbps / v.link_reference_gbps - 1)
                         : "-",
-                    absl::StrFormat("%s %.1e", p.max_rel_error <= p.tolerance ? "ok" : "FAIL",
-                                    p.max_rel_error),
-                    slow ? "SLOW" : ""});
+                    FormatRelError(verify), FormatVerify(verify), slow ? "SLOW" : ""});
     }
     out += links.Render();
   }
@@ -307,6 +314,7 @@ nlohmann::json ClusterCheckJson(const ClusterCheckResult& r, const CheckOptions&
     if (p.ran()) {
       pair["ms"] = p.ms;
       pair["busbw_gbps"] = p.busbw_gbps;
+      pair["verified"] = p.verified;
       pair["max_rel_error"] = p.max_rel_error;
       pair["tolerance"] = p.tolerance;
     }
@@ -429,6 +437,7 @@ int RunClusterCheck(std::vector<NodeClient>& nodes, const CheckOptions& options,
           const v1::OpResult& op = job->result().ops(0);
           p.ms = op.comm_alone().median_ms();
           p.busbw_gbps = op.busbw_gbps();
+          p.verified = op.verified();
           p.max_rel_error = op.max_rel_error();
           p.tolerance = op.tolerance();
         }

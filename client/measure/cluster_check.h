@@ -27,6 +27,7 @@ struct NodePairCheck {
   std::string job;
   double ms = 0;  // the all-reduce's median
   double busbw_gbps = 0;
+  bool verified = false;  // whether the daemon checked the all-reduce against float64
   double max_rel_error = 0, tolerance = 0;
   bool ran() const { return not_checked.empty() && failed.empty(); }
 };

@@ -12,6 +12,7 @@
 #include "client/format/html_chart.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
+#include "client/format/verify_cell.h"
 #include "client/measure/bench.h"
 #include "client/measure/bench_html.h"
 #include "common/byte_size.h"
@@ -221,22 +222,6 @@ std::vector<CommBenchRow> FoldCommBench(const v1::Job& job) {
 
 namespace {
 
-// A row's verify cell: the worst error over the variants that checked theirs.
-struct VerifyTally {
-  double worst_error = 0;
-  bool verified = false;
-  bool within = true;
-
-  void Add(const CommBenchResult& c) {
-    worst_error = std::max(worst_error, c.max_rel_error);
-    verified = verified || c.verified;
-    within = within && (!c.verified || c.max_rel_error <= c.tolerance);
-  }
-  std::string Cell() const {
-    return verified ? absl::StrFormat("%s %.1e", within ? "ok" : "FAIL", worst_error) : "off";
-  }
-};
-
 // A variant's three columns, under `label`.
 void AddVariantColumns(const std::string& label, std::vector<TextTable::Column>& columns) {
   const std::string name = absl::AsciiStrToUpper(label);
@@ -246,7 +231,8 @@ void AddVariantColumns(const std::string& label, std::vector<TextTable::Column>&
 }
 
 // Appends each variant's ms, algbw and busbw to `cells` ("-" for one the row
-// lacks) and tallies their verification; returns the variants the row has.
+// lacks) and folds their verification (a row's cells: the worst error over
+// the variants that checked theirs); returns the variants the row has.
 std::vector<std::pair<std::string, const CommBenchResult*>> AddVariantCells(
     const CommBenchRow& r, const std::vector<std::string>& variants,
     std::vector<std::string>& cells, VerifyTally& verify) {
@@ -259,7 +245,7 @@ std::vector<std::pair<std::string, const CommBenchResult*>> AddVariantCells(
     }
     const CommBenchResult& c = it->second;
     cells.insert(cells.end(), {FormatMs(c.ms), FormatRate(c.algbw_gbps), FormatRate(c.busbw_gbps)});
-    verify.Add(c);
+    verify.Add(c.verified, c.max_rel_error, c.tolerance);
     present.emplace_back(v, &c);
   }
   return present;
@@ -274,6 +260,8 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       {"COLLECTIVE"}, {"SIZE", Align::kRight}, {"COUNT", Align::kRight}};
   for (const std::string& t : variants) AddVariantColumns(t, columns);
   columns.push_back({"FASTER"});
+  columns.push_back({"SPEEDUP", Align::kRight});
+  columns.push_back({"MAX_REL_ERR", Align::kRight});
   columns.push_back({"VERIFY"});
   TextTable table(columns);
   // Per collective and transport: the best bus bandwidth and the size it came at.
@@ -292,15 +280,18 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
       if (c->busbw_gbps > b.first) b = {c->busbw_gbps, r.bytes};
     }
     if (r.by_transport.size() < 2) faster = "-";  // nothing to compare with
+    std::string speedup = "-";
     if (r.by_transport.size() > 1 && fastest_ms > 0) {
       double other = 0;
       for (const auto& [t, c] : r.by_transport) {
         if (t != faster && (other == 0 || c.ms < other)) other = c.ms;
       }
-      if (other > 0) absl::StrAppendFormat(&faster, " %.2fx", other / fastest_ms);
+      if (other > 0) speedup = absl::StrFormat("%.2fx", other / fastest_ms);
     }
     cells.push_back(faster);
-    cells.push_back(verify.Cell());
+    cells.push_back(speedup);
+    cells.push_back(FormatRelError(verify));
+    cells.push_back(FormatVerify(verify));
     table.AddRow(cells);
   }
   std::string out = absl::StrFormat(
@@ -472,6 +463,7 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
     AddVariantColumns(v == "world/hierarchical" ? "hier" : v, columns);
   }
   if (hierarchical) columns.push_back({"FLAT/HIER", Align::kRight});
+  columns.push_back({"MAX_REL_ERR", Align::kRight});
   columns.push_back({"VERIFY"});
   TextTable table(columns);
   std::map<std::string, std::pair<double, int64_t>> best;  // per variant: busbw, size
@@ -490,7 +482,8 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
                           ? absl::StrFormat("%.2fx", flat->second.ms / hier->second.ms)
                           : "-");
     }
-    cells.push_back(verify.Cell());
+    cells.push_back(FormatRelError(verify));
+    cells.push_back(FormatVerify(verify));
     table.AddRow(cells);
   }
   std::string out = absl::StrFormat(

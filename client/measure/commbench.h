@@ -104,8 +104,10 @@ struct CommBenchRow {
 };
 std::vector<CommBenchRow> FoldCommBench(const v1::Job& job);
 
-// The table (one column group per variant, the fastest named per row) and,
-// per collective and variant, the best bus bandwidth seen.
+// The table (one column group per variant; per row the fastest variant,
+// FASTER, and the next one's time over its, SPEEDUP; the worst error,
+// MAX_REL_ERR, and VERIFY: verify_cell.h) and, per collective and variant,
+// the best bus bandwidth seen.
 std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
                             const std::vector<std::string>& variants, int tp,
                             const std::string& dtype, int ranks_per_gpu = 1);
@@ -124,7 +126,7 @@ std::string BuildNodesCommBenchSpec(const CommBenchOptions& options, int tp);
 // One row per size, keyed by those variants (from each op's group and algorithm).
 std::vector<CommBenchRow> FoldNodesCommBench(const v1::Job& job);
 // The table (time, algbw, busbw per variant; the flat world all-reduce's time
-// over the hierarchical one's; verify), the best busbw per variant, the bus
+// over the hierarchical one's; MAX_REL_ERR and VERIFY), the best busbw per variant, the bus
 // bandwidth across nodes, a line per node and, on the host backend, that the
 // figures mean nothing (HostFiguresNote).
 std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1::Job& job, int tp,

@@ -222,17 +222,6 @@ std::string BuildGradMessagesSpec(const GradBenchOptions& o,
   return absl::StrCat(GradSpecHeader(o, "gradbench-sent", tp), "layer_step: false\nops:\n", ops);
 }
 
-namespace {
-
-void AddVerification(const v1::OpResult& op, GradBenchRow* row) {
-  if (!op.verified()) return;
-  row->verified = true;
-  row->within = row->within && op.max_rel_error() <= op.tolerance();
-  row->max_rel_error = std::max(row->max_rel_error, op.max_rel_error());
-}
-
-}  // namespace
-
 GradBenchRow FoldGradForm(GradForm form, const v1::Job& job, const v1::Job* messages_job,
                           const GradBenchOptions& o) {
   GradBenchRow row;
@@ -245,7 +234,7 @@ GradBenchRow FoldGradForm(GradForm form, const v1::Job& job, const v1::Job* mess
   row.hidden = r.layer_deferred_hidden_fraction();
   row.layer_note = r.layer_note();
   for (const v1::LayerDeferral& d : r.layer_deferrals()) row.whole_alone_ms += d.alone_ms();
-  for (const v1::OpResult& op : r.ops()) AddVerification(op, &row);
+  for (const v1::OpResult& op : r.ops()) row.verify.Add(op);
   std::map<std::string, const v1::OpResult*> timed;
   if (messages_job != nullptr) {
     for (const v1::OpResult& op : messages_job->result().ops()) timed[op.id()] = &op;
@@ -257,7 +246,7 @@ GradBenchRow FoldGradForm(GradForm form, const v1::Job& job, const v1::Job* mess
       auto it = timed.find(MessageId(m));
       if (it != timed.end()) {
         m.alone_ms = m.pieces * it->second->step().median_ms();
-        AddVerification(*it->second, &row);
+        row.verify.Add(*it->second);
       }
     }
     all_timed = all_timed && m.alone_ms > 0;
@@ -319,7 +308,7 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
       FormatByteSize(total), o.gemms_per_grad, o.gemm.m, o.gemm.k, o.gemm.n);
   TextTable t(Columns({Words({"FORM", "SENT_AS"}),
                        Figures({"STEP_MS", "NO_ARS_MS", "EXPOSED_MS", "ARS_ALONE_MS", "HIDDEN_%",
-                                "ALGBW_GBPS", "BUSBW_GBPS"}),
+                                "ALGBW_GBPS", "BUSBW_GBPS", "MAX_REL_ERR"}),
                        Words({"VERIFY"})}));
   const int64_t es = AllReduceElementBytes(o.dtype);
   std::vector<std::string> notes;
@@ -335,9 +324,8 @@ std::string FormatGradBench(const std::vector<GradBenchRow>& rows, const v1::Job
               r.sent_alone_ms > 0 ? FormatMs(r.sent_alone_ms) : "-",
               stepped ? FormatHidden(r.hidden) : "-",
               r.algbw_gbps > 0 ? FormatRate(r.algbw_gbps) : "-",
-              r.busbw_gbps > 0 ? FormatRate(r.busbw_gbps) : "-",
-              r.verified ? absl::StrFormat("%s %.1e", r.within ? "ok" : "FAIL", r.max_rel_error)
-                         : "off"});
+              r.busbw_gbps > 0 ? FormatRate(r.busbw_gbps) : "-", FormatRelError(r.verify),
+              FormatVerify(r.verify)});
     if (!stepped && !r.layer_note.empty()) {
       notes.push_back(absl::StrCat(GradFormName(r.form), ": no layer step: ", r.layer_note));
     }
@@ -401,9 +389,9 @@ nlohmann::json GradBenchJson(const v1::Job& first, const v1::GetNodeInfoResponse
          {"sent_bytes", r.sent_bytes},
          {"algbw_gbps", r.algbw_gbps},
          {"busbw_gbps", r.busbw_gbps},
-         {"verified", r.verified},
-         {"within_tolerance", r.within},
-         {"max_rel_error", r.max_rel_error},
+         {"verified", r.verify.verified},
+         {"within_tolerance", r.verify.within},
+         {"max_rel_error", r.verify.max_rel_error},
          {"layer_note", r.layer_note},
          {"messages", messages}});
   }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/core/daemon_client.h"
+#include "client/format/verify_cell.h"
 #include "client/measure/bench.h"
 #include "nlohmann/json.hpp"
 #include "overlap/v1/overlap.pb.h"
@@ -80,8 +81,7 @@ struct GradBenchRow {
   double hidden = 0;          // the daemon's layer_deferred_hidden_fraction
   double whole_alone_ms = 0;  // the gradients' whole all-reduces alone: its base
   double sent_alone_ms = 0, sent_bytes = 0, algbw_gbps = 0, busbw_gbps = 0;  // of what it sent
-  bool verified = false, within = true;
-  double max_rel_error = 0;
+  VerifyTally verify;      // every op of the form's job and of what it sent, timed alone
   std::string layer_note;  // why the job has no layer step, when it has none
 };
 // A form's row from its job and the messages job (null: none ran).

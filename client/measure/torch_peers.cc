@@ -129,8 +129,7 @@ std::string FormatTorchPeers(const std::vector<BenchRow>& rows, const TorchPeers
     double best = f.serial_ms;
     if (f.async_tp_ms > 0 && (best <= 0 || f.async_tp_ms < best)) best = f.async_tp_ms;
     t.AddRow(
-        {rows[i].shape.op,
-         absl::StrFormat("%d x %d x %d", rows[i].shape.m, rows[i].shape.k, rows[i].shape.n),
+        {rows[i].shape.op, FormatBenchShape(rows[i].shape),
          absl::StrFormat("%.3f", rows[i].step_ms),
          f.serial_ms > 0 ? absl::StrFormat("%.3f", f.serial_ms) : "-",
          f.async_tp_ms > 0 ? absl::StrFormat("%.3f", f.async_tp_ms) : "-",

@@ -175,6 +175,14 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(const std::string& socket
 Session::~Session() { Close(); }
 
 void Session::Close() {
+  // A started rank says it leaves on purpose: the daemon then ends the
+  // session "closed" rather than failed (a killed process sends nothing).
+  if (started_ && socket_.valid()) {
+    v1::SessionFrame frame;
+    frame.mutable_leave();
+    (void)SendFrame(socket_.get(), frame.SerializeAsString());
+  }
+  started_ = false;
   socket_ = OwnedFd();
   if (ring_ != nullptr) ::munmap(ring_, kSessionRingBytes);
   ring_ = nullptr;
@@ -222,7 +230,9 @@ absl::Status Session::Register(const std::string& op, Tensor tensor, int fd, int
 absl::Status Session::Start() {
   v1::SessionFrame frame;
   frame.mutable_start();
-  return Exchange(frame.SerializeAsString(), {}, options_.reply_timeout);
+  absl::Status started = Exchange(frame.SerializeAsString(), {}, options_.reply_timeout);
+  started_ = started.ok();
+  return started;
 }
 
 absl::Status Session::Failure() const {

@@ -133,7 +133,9 @@ class Session {
   // The session's failure, OK while it runs.
   absl::Status Failure() const;
 
-  // Leaves the session (the daemon ends it for every rank once started).
+  // Leaves the session (the daemon ends it for every rank once started):
+  // "closed" when every command posted has completed, else failed
+  // (UNAVAILABLE). Ending the process without it fails the session.
   void Close();
 
  private:
@@ -148,6 +150,7 @@ class Session {
   SessionRing* ring_ = nullptr;
   uint64_t* signals_ = nullptr;  // two words: inputs_ready, outputs_ready
   uint64_t last_posted_ = 0;
+  bool started_ = false;  // Start succeeded: Close tells the daemon
   SessionOptions options_;
   std::string id_;
   int rank_ = 0;

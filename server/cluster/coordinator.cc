@@ -1,6 +1,7 @@
 #include "server/cluster/coordinator.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <set>
 #include <thread>
@@ -48,6 +49,15 @@ void Progress(const runner::RunHooks& hooks, int done, int count, const std::str
   if (hooks.on_progress) hooks.on_progress(runner::Progress{done, count, node, what, 0, 0});
 }
 
+// Whether a phase machine may move `from` -> `to`: to `reset` from any other
+// phase, otherwise only along one of `moves`. Both machines below share it.
+template <typename Phase>
+bool MayMove(Phase from, Phase to, Phase reset,
+             std::initializer_list<std::pair<Phase, Phase>> moves) {
+  if (to == reset) return from != reset;
+  return std::find(moves.begin(), moves.end(), std::make_pair(from, to)) != moves.end();
+}
+
 }  // namespace
 
 const char* CoordinatorPhaseName(CoordinatorPhase phase) {
@@ -58,21 +68,14 @@ const char* CoordinatorPhaseName(CoordinatorPhase phase) {
 
 bool CoordinatorMayMove(CoordinatorPhase from, CoordinatorPhase to) {
   using P = CoordinatorPhase;
-  if (to == P::kEnded) return from != P::kEnded;  // a failure or a cancel, from anywhere
-  switch (from) {
-    case P::kChecking:
-      return to == P::kReserving;
-    case P::kReserving:
-      return to == P::kHolding || to == P::kReleasing;
-    case P::kReleasing:
-      return to == P::kReserving;
-    case P::kHolding:
-      return to == P::kRunning;
-    case P::kRunning:
-      return to == P::kReporting;
-    default:
-      return false;
-  }
+  // Ended: a failure or a cancel, from anywhere.
+  return MayMove(from, to, P::kEnded,
+                 {{P::kChecking, P::kReserving},
+                  {P::kReserving, P::kHolding},
+                  {P::kReserving, P::kReleasing},
+                  {P::kReleasing, P::kReserving},
+                  {P::kHolding, P::kRunning},
+                  {P::kRunning, P::kReporting}});
 }
 
 const char* SlotPhaseName(SlotPhase phase) {
@@ -82,19 +85,13 @@ const char* SlotPhaseName(SlotPhase phase) {
 
 bool SlotMayMove(SlotPhase from, SlotPhase to) {
   using S = SlotPhase;
-  if (to == S::kIdle) return from != S::kIdle;  // an admission that failed, or a release
-  switch (from) {
-    case S::kIdle:
-      return to == S::kAdmitting;
-    case S::kAdmitting:
-      return to == S::kAdmitted;
-    case S::kAdmitted:
-      return to == S::kHeld || to == S::kReported;
-    case S::kHeld:
-      return to == S::kReported;
-    default:
-      return false;
-  }
+  // Idle: an admission that failed, or a release.
+  return MayMove(from, to, S::kIdle,
+                 {{S::kIdle, S::kAdmitting},
+                  {S::kAdmitting, S::kAdmitted},
+                  {S::kAdmitted, S::kHeld},
+                  {S::kAdmitted, S::kReported},
+                  {S::kHeld, S::kReported}});
 }
 
 // One node's part, as the coordinator knows it.

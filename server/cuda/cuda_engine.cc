@@ -302,6 +302,10 @@ absl::StatusOr<double> CudaEngineImpl::EnergyJoules(int device) const {
   return nvml_->EnergyJoules(device);
 }
 
+absl::Duration CudaEngineImpl::EnergyCounterPeriod(int device) const {
+  return nvml_ == nullptr ? absl::ZeroDuration() : nvml_->EnergyCounterPeriod(device);
+}
+
 absl::StatusOr<int64_t> CudaEngineImpl::ForgetXids(int device) const {
   if (!ValidDevice(device)) {
     return absl::InvalidArgumentError(absl::StrCat("no device ", device));

@@ -89,6 +89,7 @@ class CudaEngineImpl final : public CudaEngine,
   engine::DeviceTelemetry Telemetry(int device) const override;
   absl::StatusOr<int64_t> ForgetXids(int device) const override;
   absl::StatusOr<double> EnergyJoules(int device) const override;
+  absl::Duration EnergyCounterPeriod(int device) const override;
   bool Healthy() const override;
 
   // GraphCapture
@@ -313,8 +314,5 @@ class CudaEngineImpl final : public CudaEngine,
   std::unique_ptr<NcclComms> comms_;
   std::unique_ptr<NvmlTelemetry> nvml_;  // null without NVML
 };
-
-// engine DType -> kernel element type.
-ElemType ToElemType(DType dtype);
 
 }  // namespace overlap::cuda

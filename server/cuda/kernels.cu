@@ -16,6 +16,27 @@ constexpr int kThreads = 256;
 constexpr int kVec = 8;  // elements per vector: 8 bytes of fp8, 16 of 16-bit types, 32 of fp32
 
 template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// fn(TypeTag<T>{}) for the device type of `type`; `unknown` for any other value.
+template <typename Fn, typename R = cudaError_t>
+R WithType(ElemType type, Fn&& fn, R unknown = cudaErrorInvalidValue) {
+  switch (type) {
+    case ElemType::kF32:
+      return fn(TypeTag<float>{});
+    case ElemType::kF16:
+      return fn(TypeTag<__half>{});
+    case ElemType::kBF16:
+      return fn(TypeTag<__nv_bfloat16>{});
+    case ElemType::kFP8:
+      return fn(TypeTag<__nv_fp8_e4m3>{});
+  }
+  return unknown;
+}
+
+template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
 __device__ __forceinline__ float FromFloat<float>(float v) {
@@ -132,43 +153,19 @@ cudaError_t FillRandomTyped(void* dst, size_t count, uint64_t seed, float scale,
 cudaError_t LaunchFillRandom(void* dst, ElemType type, size_t count, uint64_t seed, float scale,
                              cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case ElemType::kF32:
-      return FillRandomTyped<float>(dst, count, seed, scale, stream);
-    case ElemType::kF16:
-      return FillRandomTyped<__half>(dst, count, seed, scale, stream);
-    case ElemType::kBF16:
-      return FillRandomTyped<__nv_bfloat16>(dst, count, seed, scale, stream);
-    case ElemType::kFP8:
-      return FillRandomTyped<__nv_fp8_e4m3>(dst, count, seed, scale, stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithType(type, [&](auto tag) {
+    return FillRandomTyped<typename decltype(tag)::type>(dst, count, seed, scale, stream);
+  });
 }
 
 cudaError_t LaunchFillConstant(void* dst, ElemType type, size_t count, float value,
                                cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case ElemType::kF32:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<float*>(dst), count,
-                                                                 value);
-      break;
-    case ElemType::kF16:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__half*>(dst), count,
-                                                                 value);
-      break;
-    case ElemType::kBF16:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
-                                                                 count, value);
-      break;
-    case ElemType::kFP8:
-      FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<__nv_fp8_e4m3*>(dst),
-                                                                 count, value);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return WithType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FillConstantKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), count, value);
+    return cudaGetLastError();
+  });
 }
 
 namespace {
@@ -343,16 +340,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 size_t ElemBytes(ElemType type) {
-  switch (type) {
-    case ElemType::kF32:
-      return 4;
-    case ElemType::kF16:
-    case ElemType::kBF16:
-      return 2;
-    case ElemType::kFP8:
-      return 1;
-  }
-  return 0;
+  return WithType(
+      type, [](auto tag) { return sizeof(typename decltype(tag)::type); }, size_t{0});
 }
 
 bool AlignedTo(const void* p, size_t bytes) {
@@ -423,27 +412,6 @@ cudaError_t ElementwiseOn(ElementwisePath path, const void* src, void* dst, size
   return cudaErrorInvalidValue;
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// fn(TypeTag<T>{}) for the device type of `type`.
-template <typename Fn>
-cudaError_t WithType(ElemType type, Fn&& fn) {
-  switch (type) {
-    case ElemType::kF32:
-      return fn(TypeTag<float>{});
-    case ElemType::kF16:
-      return fn(TypeTag<__half>{});
-    case ElemType::kBF16:
-      return fn(TypeTag<__nv_bfloat16>{});
-    case ElemType::kFP8:
-      return fn(TypeTag<__nv_fp8_e4m3>{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 ElementwisePath ElementwisePathFor(const void* src, ElemType src_type, const void* dst,
@@ -506,27 +474,13 @@ __global__ void FirstNonFiniteKernel(const T* src, size_t count, unsigned long l
 cudaError_t LaunchFirstNonFinite(const void* src, ElemType type, size_t count,
                                  unsigned long long* first, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  switch (type) {
-    case ElemType::kF32:
-      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<const float*>(src),
-                                                                   count, first);
-      break;
-    case ElemType::kF16:
-      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<const __half*>(src),
-                                                                   count, first);
-      break;
-    case ElemType::kBF16:
-      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(src), count, first);
-      break;
-    case ElemType::kFP8:  // E4M3 has NaN but no infinity
-      FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(
-          static_cast<const __nv_fp8_e4m3*>(src), count, first);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  // fp8 too: E4M3 has NaN but no infinity.
+  return WithType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FirstNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(static_cast<const T*>(src), count,
+                                                                 first);
+    return cudaGetLastError();
+  });
 }
 
 namespace {

@@ -8,9 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace overlap {
+enum class DType;  // common/dtype.h, which nvcc does not read
+}  // namespace overlap
+
 namespace overlap::cuda {
 
 enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kFP8 = 3 };  // kFP8: E4M3
+
+// engine DType -> kernel element type (defined in cuda_engine.cc, host code).
+ElemType ToElemType(DType dtype);
 
 // dst[i] = SeededUniform(seed, i) * scale, rounded to nearest even into the type:
 // bit-identical to the host's StoreFromFloat(SeededUniform(seed, i) * scale).

@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/enum_names.h"
 #include "common/library_env.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -36,16 +37,11 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 // names the all-reduce only, so the communicator's other collectives keep
 // every algorithm (NCCL 2.28 reads it in ncclTopoTuneModel, at init, for
 // groups of two ranks or more).
-const char* NcclAlgoValue(engine::LibraryAlgorithm algorithm) {
-  switch (algorithm) {
-    case engine::LibraryAlgorithm::kRing:
-      return "allreduce:Ring";
-    case engine::LibraryAlgorithm::kTree:
-      return "allreduce:Tree";
-    case engine::LibraryAlgorithm::kLibraryChoice:
-      break;
-  }
-  return "";
+std::string NcclAlgoValue(engine::LibraryAlgorithm algorithm) {
+  using A = engine::LibraryAlgorithm;
+  static constexpr EnumName<A> kValues[] = {
+      {A::kLibraryChoice, ""}, {A::kRing, "allreduce:Ring"}, {A::kTree, "allreduce:Tree"}};
+  return NameOf(kValues, algorithm);
 }
 
 // The NCCL_ALGO entry a pinned communicator initialises under. setenv and
@@ -90,10 +86,10 @@ class AlgorithmEnvWindow {
 }  // namespace
 
 std::string NcclGroup::Name() const {
-  const char* algo = NcclAlgoValue(algorithm_);
+  const std::string algo = NcclAlgoValue(algorithm_);
   return absl::StrCat("channel ", channel_, " on devices [", absl::StrJoin(devices_, ","), "]",
                       max_ctas_ > 0 ? absl::StrCat(" at most ", max_ctas_, " CTAs") : "",
-                      *algo != '\0' ? absl::StrCat(" NCCL_ALGO=", algo) : "");
+                      !algo.empty() ? absl::StrCat(" NCCL_ALGO=", algo) : "");
 }
 
 absl::Status NcclGroup::AsyncError() const {
@@ -241,11 +237,11 @@ absl::StatusOr<std::shared_ptr<NcclGroup>> NcclComms::Create(const std::vector<i
   // A pinned group holds the environment for writing until its init is done,
   // so no other communicator initialises while NCCL_ALGO is set; the others
   // only read it, and may initialise at once.
-  const char* algo = NcclAlgoValue(algorithm);
+  const std::string algo = NcclAlgoValue(algorithm);
   absl::Mutex& env = EnvironmentMutex();
-  if (*algo != '\0') {
+  if (!algo.empty()) {
     absl::WriterMutexLock lock(&env);
-    AlgorithmEnvWindow::Get().Open(algo);
+    AlgorithmEnvWindow::Get().Open(algo.c_str());
     absl::Cleanup close = [] { AlgorithmEnvWindow::Get().Close(); };
     return Init(devices, channel, max_ctas, algorithm);
   }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/xid.h"
@@ -350,6 +351,44 @@ absl::StatusOr<double> NvmlTelemetry::EnergyJoules(int device) const {
         api_->error_string != nullptr ? api_->error_string(rc) : std::to_string(rc).c_str()));
   }
   return static_cast<double>(millijoules) / 1000.0;
+}
+
+absl::Duration NvmlTelemetry::EnergyCounterPeriod(int device) const {
+  {
+    absl::MutexLock lock(&period_mu_);
+    if (energy_periods_.size() > static_cast<size_t>(device) && energy_periods_[device]) {
+      return *energy_periods_[device];
+    }
+  }
+  // The counter's value changes only when the driver folds in a new power
+  // sample: the time between two changes is its period. Polled outside the
+  // lock; two callers probing at once both store the same kind of figure.
+  absl::Duration period = absl::ZeroDuration();
+  absl::StatusOr<double> last = EnergyJoules(device);
+  if (last.ok()) {
+    std::optional<absl::Time> first_change;
+    const absl::Time deadline = absl::Now() + kPeriodProbe;
+    while (absl::Now() < deadline) {
+      absl::SleepFor(absl::Microseconds(500));
+      absl::StatusOr<double> now = EnergyJoules(device);
+      if (!now.ok()) break;
+      if (*now == *last) continue;
+      last = now;
+      if (!first_change) {
+        first_change = absl::Now();
+        continue;
+      }
+      period = absl::Now() - *first_change;
+      break;
+    }
+  }
+  GetLogger("cuda")->info("GPU {}: NVML's energy counter moves every {:.1f} ms{}", device,
+                          absl::ToDoubleMilliseconds(period),
+                          period == absl::ZeroDuration() ? " (it did not move twice in the probe)" : "");
+  absl::MutexLock lock(&period_mu_);
+  if (energy_periods_.size() <= static_cast<size_t>(device)) energy_periods_.resize(device + 1);
+  energy_periods_[device] = period;
+  return period;
 }
 
 void NvmlTelemetry::ReadNvLinkTraffic(void* h, engine::DeviceTelemetry* t) const {

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/engine/xid_log.h"
 
@@ -36,6 +38,10 @@ class NvmlTelemetry {
   // in joules since the driver loaded); UNIMPLEMENTED where NVML does not
   // support it (before Volta, some virtual GPUs).
   absl::StatusOr<double> EnergyJoules(int device) const;
+  // How often that counter moves: measured at the first call per device by
+  // polling it for up to kPeriodProbe (NVML does not say); zero where it did
+  // not move twice in that time.
+  absl::Duration EnergyCounterPeriod(int device) const;
   // NVML's index of CUDA device `device`'s GPU (dcgm-exporter's `gpu`), -1
   // where NVML does not know it.
   int Index(int device) const;
@@ -69,6 +75,10 @@ class NvmlTelemetry {
   std::vector<bool> xid_registered_;
   std::atomic<bool> stop_{false};
   std::thread xid_thread_;
+  static constexpr absl::Duration kPeriodProbe = absl::Milliseconds(600);
+  mutable absl::Mutex period_mu_;
+  // Per CUDA device, once probed.
+  mutable std::vector<std::optional<absl::Duration>> energy_periods_ ABSL_GUARDED_BY(period_mu_);
   mutable absl::Mutex xid_mu_;
   std::vector<engine::XidCounts> xids_ ABSL_GUARDED_BY(xid_mu_);
 };

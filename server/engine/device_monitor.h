@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace overlap::engine {
 
@@ -102,6 +103,13 @@ class DeviceMonitor {
   virtual absl::StatusOr<double> EnergyJoules(int device) const {
     (void)device;
     return absl::UnimplementedError("this backend has no energy counter");
+  }
+  // How often `device`'s energy counter moves (zero where it moves with every
+  // read, as the host backend's does): a window of a few periods or less reads
+  // coarse, whatever ran in it.
+  virtual absl::Duration EnergyCounterPeriod(int device) const {
+    (void)device;
+    return absl::ZeroDuration();
   }
 };
 

@@ -59,86 +59,63 @@ HostWorkQueue* LaneSharedEngine::HostWork() const { return parts_->host_work(); 
 SharedMemory* LaneSharedEngine::Shared() const { return parts_->shared(); }
 
 absl::StatusOr<BufferId> LaneSharedEngine::Allocate(int device, size_t bytes) {
-  const auto lock = Lock();
-  return inner().Allocate(device, bytes);
+  return Locked(&Engine::Allocate, device, bytes);
 }
-void LaneSharedEngine::Free(BufferId buffer) {
-  const auto lock = Lock();
-  inner().Free(buffer);
-}
+void LaneSharedEngine::Free(BufferId buffer) { Locked(&Engine::Free, buffer); }
 absl::StatusOr<EventId> LaneSharedEngine::CreateEvent(int device) {
-  const auto lock = Lock();
-  return inner().CreateEvent(device);
+  return Locked(&Engine::CreateEvent, device);
 }
-void LaneSharedEngine::DestroyEvent(EventId event) {
-  const auto lock = Lock();
-  inner().DestroyEvent(event);
-}
+void LaneSharedEngine::DestroyEvent(EventId event) { Locked(&Engine::DestroyEvent, event); }
 absl::Status LaneSharedEngine::RecordEvent(EventId event, StreamId stream) {
-  const auto lock = Lock();
-  return inner().RecordEvent(event, stream);
+  return Locked(&Engine::RecordEvent, event, stream);
 }
 absl::Status LaneSharedEngine::WaitEvent(StreamId stream, EventId event) {
-  const auto lock = Lock();
-  return inner().WaitEvent(stream, event);
+  return Locked(&Engine::WaitEvent, stream, event);
 }
 absl::StatusOr<double> LaneSharedEngine::ElapsedMs(EventId start, EventId end) {
-  const auto lock = Lock();
-  return inner().ElapsedMs(start, end);
+  return Locked(&Engine::ElapsedMs, start, end);
 }
 absl::StatusOr<bool> LaneSharedEngine::EventDone(EventId event) {
-  const auto lock = Lock();
-  return inner().EventDone(event);
+  return Locked(&Engine::EventDone, event);
 }
 absl::Status LaneSharedEngine::FillRandom(StreamId stream, BufferRef dst, DType dtype,
                                           uint64_t seed, float scale) {
-  const auto lock = Lock();
-  return inner().FillRandom(stream, dst, dtype, seed, scale);
+  return Locked(&Engine::FillRandom, stream, dst, dtype, seed, scale);
 }
 absl::Status LaneSharedEngine::FillConstant(StreamId stream, BufferRef dst, DType dtype,
                                             float value) {
-  const auto lock = Lock();
-  return inner().FillConstant(stream, dst, dtype, value);
+  return Locked(&Engine::FillConstant, stream, dst, dtype, value);
 }
 absl::Status LaneSharedEngine::Gemm(StreamId stream, const GemmArgs& args) {
-  const auto lock = Lock();
-  return inner().Gemm(stream, args);
+  return Locked(&Engine::Gemm, stream, args);
 }
 absl::Status LaneSharedEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef src,
                                           DType dtype) {
-  const auto lock = Lock();
-  return inner().Accumulate(stream, dst, src, dtype);
+  return Locked(&Engine::Accumulate, stream, dst, src, dtype);
 }
 absl::Status LaneSharedEngine::Elementwise(StreamId stream, const ElementwiseArgs& args) {
-  const auto lock = Lock();
-  return inner().Elementwise(stream, args);
+  return Locked(&Engine::Elementwise, stream, args);
 }
 absl::Status LaneSharedEngine::AllGather(const CollectiveArgs& args) {
-  const auto lock = Lock();
-  return inner().AllGather(args);
+  return Locked(&Engine::AllGather, args);
 }
 absl::Status LaneSharedEngine::ReduceScatter(const CollectiveArgs& args) {
-  const auto lock = Lock();
-  return inner().ReduceScatter(args);
+  return Locked(&Engine::ReduceScatter, args);
 }
 absl::Status LaneSharedEngine::AllReduce(const CollectiveArgs& args) {
-  const auto lock = Lock();
-  return inner().AllReduce(args);
+  return Locked(&Engine::AllReduce, args);
 }
 absl::Status LaneSharedEngine::SendRecv(int channel, const std::vector<int>& group,
                                         const std::vector<Transfer>& transfers, bool beside_gemm) {
-  const auto lock = Lock();
-  return inner().SendRecv(channel, group, transfers, beside_gemm);
+  return Locked(&Engine::SendRecv, channel, group, transfers, beside_gemm);
 }
 absl::Status LaneSharedEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device,
                                         BufferRef src, int src_device) {
-  const auto lock = Lock();
-  return inner().PeerCopy(stream, dst, dst_device, src, src_device);
+  return Locked(&Engine::PeerCopy, stream, dst, dst_device, src, src_device);
 }
 absl::Status LaneSharedEngine::Barrier(int channel, const std::vector<int>& devices,
                                        const std::vector<StreamId>& streams) {
-  const auto lock = Lock();
-  return inner().Barrier(channel, devices, streams);
+  return Locked(&Engine::Barrier, channel, devices, streams);
 }
 
 }  // namespace overlap::engine

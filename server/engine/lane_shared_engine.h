@@ -35,6 +35,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "server/engine/device_lanes.h"
@@ -83,6 +84,14 @@ class LaneSharedEngine : public ForwardingEngine {
   DeviceLanes& lanes() const { return lanes_; }
   // The mutexes of this user's devices, held for the lock's life.
   DeviceLanes::EnqueueLock Lock() const { return DeviceLanes::EnqueueLock(lanes_, devices_); }
+
+  // The wrapped engine's `method`, called under Lock(): every override is this
+  // one forwarding, so it is written once.
+  template <typename Method, typename... Args>
+  decltype(auto) Locked(Method method, Args&&... args) const {
+    const auto lock = Lock();
+    return (inner().*method)(std::forward<Args>(args)...);
+  }
 
  private:
   class LockedParts;

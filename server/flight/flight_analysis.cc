@@ -59,15 +59,25 @@ FlightVerdict AtSeq(const FlightVerdict& base, const std::vector<const RankRing*
       at.desync = absl::StrCat(Describe(*first_ring, *first), ", ", Describe(*ring, *entry));
     }
     if (entry->state == FlightState::kFailed) at.failed.push_back(ring->rank);
+    if (entry->state == FlightState::kAborted) at.aborted.push_back(ring->rank);
     if (entry->state == FlightState::kEnqueued) at.unfinished.push_back(ring->rank);
+    if (at.error.empty()) at.error = entry->error;
   }
   if (first == nullptr) return base;
+  for (int rank : first->group) {
+    if (std::none_of(rings.begin(), rings.end(),
+                     [rank](const RankRing* ring) { return ring->rank == rank; })) {
+      at.unseen.push_back(rank);
+    }
+  }
   if (!at.desync.empty()) {
     at.kind = FlightVerdict::Kind::kDesync;
   } else if (!at.missing.empty()) {
     at.kind = FlightVerdict::Kind::kNotReached;
   } else if (!at.failed.empty()) {
     at.kind = FlightVerdict::Kind::kFailed;
+  } else if (!at.aborted.empty()) {
+    at.kind = FlightVerdict::Kind::kAborted;
   } else if (!at.unfinished.empty()) {
     at.kind = FlightVerdict::Kind::kNotFinished;
   }
@@ -141,6 +151,13 @@ std::string Ranks(const std::vector<int>& ranks, const std::map<int, std::string
   return absl::StrJoin(groups, ", ");
 }
 
+// "; nothing read from rank(s) 2,3": ranks of the collective's group whose
+// rings were not among those judged.
+std::string Unseen(const std::vector<int>& unseen) {
+  if (unseen.empty()) return "";
+  return absl::StrCat("; nothing read from rank(s) ", absl::StrJoin(unseen, ","));
+}
+
 }  // namespace
 
 FlightVerdict Analyze(const std::vector<RankRing>& rings) {
@@ -202,19 +219,21 @@ std::string FlightVerdict::OneLine() const {
                             : absl::StrCat(rank, " (nothing recorded)"));
       }
       return absl::StrCat("flight: ", what, " not reached by rank(s) ", absl::StrJoin(parts, ", "),
-                          "; reached by ", Ranks(reached, node_of));
+                          "; reached by ", Ranks(reached, node_of), Unseen(unseen));
     }
     case Kind::kFailed:
+    case Kind::kAborted:
     case Kind::kNotFinished:
     case Kind::kAllFinished:
       break;
   }
   std::string line = absl::StrCat("flight: ", what, " reached by ", Ranks(reached, node_of));
   if (!failed.empty()) absl::StrAppend(&line, ", failed on ", Ranks(failed, node_of));
+  if (!aborted.empty()) absl::StrAppend(&line, ", aborted on ", Ranks(aborted, node_of));
   if (!unfinished.empty()) {
     absl::StrAppend(&line, ", not finished on ", Ranks(unfinished, node_of));
   }
-  return line;
+  return absl::StrCat(line, Unseen(unseen));
 }
 
 }  // namespace overlap::flight

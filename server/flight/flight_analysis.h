@@ -26,9 +26,13 @@ struct FlightVerdict {
   enum class Kind {
     kAllFinished,  // every recorded collective finished on every rank
     kNotFinished,  // every rank enqueued `seq`, some have not finished it yet
-    kFailed,       // every rank enqueued `seq`, its call failed on some
-    kNotReached,   // some ranks never enqueued `seq`
-    kDesync,       // ranks enqueued different collectives as `seq`
+    // every rank enqueued `seq`; on some, the synchronization after it failed
+    // before it was known finished (FlightState::kAborted): it is where they
+    // were cut off, or before
+    kAborted,
+    kFailed,      // every rank enqueued `seq`, its call failed on some
+    kNotReached,  // some ranks never enqueued `seq`
+    kDesync,      // ranks enqueued different collectives as `seq`
   };
   Kind kind = Kind::kAllFinished;
   std::string comm;
@@ -39,9 +43,14 @@ struct FlightVerdict {
   std::string job_op;                // and the job's op
   std::vector<int> reached;          // enqueued `seq`
   std::vector<MissingRank> missing;  // did not enqueue it (kNotReached)
-  std::vector<int> failed;           // its call failed (kNotFinished)
+  std::vector<int> failed;           // its call failed (kFailed)
+  std::vector<int> aborted;          // aborted there (kAborted)
   std::vector<int> unfinished;       // enqueued, never finished (kNotFinished)
-  std::string desync;                // "rank 0 all_reduce 4096 B, rank 1 all_gather 4096 B"
+  // Ranks of its group with no ring of its communicator among those judged:
+  // a node whose rings could not be read, or that recorded nothing there.
+  std::vector<int> unseen;
+  std::string error;   // the error of its first failed or aborted rank
+  std::string desync;  // "rank 0 all_reduce 4096 B, rank 1 all_gather 4096 B"
   // The node of each rank, from rings gathered over nodes (RankRing::node):
   // ranks are then named with their node. Empty for one daemon's rings.
   std::map<int, std::string> node_of;

@@ -87,7 +87,7 @@ absl::Status FlightEngine::Record(CollectiveCall call, Issue issue) {
   // stuck in, even when the call itself never returns.
   const uint64_t seq = recorder_.Enqueued(call, NowNs());
   absl::Status status = issue();
-  if (!status.ok()) recorder_.Failed(call, seq, NowNs());
+  if (!status.ok()) recorder_.Failed(call, seq, NowNs(), status);
   return status;
 }
 
@@ -135,7 +135,11 @@ absl::Status FlightEngine::Synchronize(const std::vector<int>& devices) {
   if (recording_depth > 0) return inner().Synchronize(devices);
   const RecordingScope recording;
   absl::Status status = inner().Synchronize(devices);
-  if (status.ok()) recorder_.FinishedThrough(devices, NowNs(), scope_);
+  if (status.ok()) {
+    recorder_.FinishedThrough(devices, NowNs(), scope_);
+  } else {
+    recorder_.SyncFailed(devices, NowNs(), status, scope_);
+  }
   return status;
 }
 

@@ -2,8 +2,9 @@
 // daemon issues (all-gather, reduce-scatter, all-reduce, send/recv, barrier)
 // into a FlightRecorder: one choke point below the ops, the runner and the
 // session lanes. A collective is recorded as enqueued before its call (so that
-// a call that never returns still shows), failed when the call fails, and
-// finished when a later Synchronize of its ranks returns OK.
+// a call that never returns still shows), failed when the call fails,
+// finished when a later Synchronize of its ranks returns OK, and aborted when
+// that Synchronize returns an error instead (FlightRecorder::SyncFailed).
 //
 // The job (or session) and op a collective serves come from the calling
 // thread: ScopedFlightLabel sets them for its lifetime.

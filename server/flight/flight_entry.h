@@ -3,6 +3,7 @@
 // no engine handles, so that rings from other ranks and nodes compare alike.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,11 +16,19 @@ enum class Lane { kCritical, kDeferred };
 
 // How far a rank got with one collective. kEnqueued: issued to its stream;
 // kFinished: its stream passed it (a later Synchronize of the rank returned
-// OK); kFailed: the issuing call returned an error.
-enum class FlightState { kEnqueued, kFinished, kFailed };
+// OK); kFailed: the issuing call returned an error; kAborted: the first
+// Synchronize of the rank after it returned an error, so it is not known to
+// have completed (a timeout, an aborted communicator, a lost peer). A failed
+// or aborted collective is never finished later: the error that a failed
+// Synchronize consumed does not come back at the next one.
+enum class FlightState { kEnqueued, kFinished, kFailed, kAborted };
 
-const char* LaneName(Lane lane);           // "critical" | "deferred"
-const char* StateName(FlightState state);  // "enqueued" | "finished" | "failed"
+const char* LaneName(Lane lane);  // "critical" | "deferred"
+// "enqueued" | "finished" | "failed" | "aborted"
+const char* StateName(FlightState state);
+
+// An error kept in an entry is cut to this many bytes: rings stay bounded.
+inline constexpr size_t kMaxFlightErrorBytes = 240;
 
 struct FlightEntry {
   // Per communicator and lane, from 1, the same for every rank of the call.
@@ -33,7 +42,10 @@ struct FlightEntry {
   std::string job_op;  // the job's op it serves; empty when unknown
   FlightState state = FlightState::kEnqueued;
   int64_t enqueued_ns = 0;  // wall clock, ns since the epoch
-  int64_t finished_ns = 0;  // 0 until finished or failed
+  int64_t finished_ns = 0;  // 0 until finished, failed or aborted
+  // Failed or aborted: the error (Status::ToString, cut to
+  // kMaxFlightErrorBytes); empty otherwise.
+  std::string error;
 };
 
 // One rank's ring of one communicator and lane, oldest entry first.

@@ -19,6 +19,8 @@ const char* StateName(FlightState state) {
       return "finished";
     case FlightState::kFailed:
       return "failed";
+    case FlightState::kAborted:
+      return "aborted";
   }
   return "unknown";
 }
@@ -65,40 +67,82 @@ uint64_t FlightRecorder::Enqueued(const CollectiveCall& call, int64_t now_ns) {
   return seq;
 }
 
-void FlightRecorder::Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns) {
+namespace {
+
+std::string ErrorText(const absl::Status& error) {
+  std::string text = error.ToString();
+  if (text.size() > kMaxFlightErrorBytes) text.resize(kMaxFlightErrorBytes);
+  return text;
+}
+
+}  // namespace
+
+void FlightRecorder::Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns,
+                            const absl::Status& error) {
   const std::string comm = CommName(call.channel, call.group, call.scope);
+  const std::string text = ErrorText(error);
   absl::MutexLock lock(&mu_);
   for (int rank : call.group) {
     auto it = rings_.find({comm, call.lane, rank});
     if (it == rings_.end()) continue;
-    for (FlightEntry& entry : it->second.slots) {
+    Ring& ring = it->second;
+    for (FlightEntry& entry : ring.slots) {
       if (entry.seq != seq) continue;
       entry.state = FlightState::kFailed;
       entry.finished_ns = now_ns;
+      entry.error = text;
+      ring.unsettled_failure = text;
     }
   }
+}
+
+template <typename Visit>
+void FlightRecorder::ForEachRingOf(const std::vector<int>& ranks, const std::string& scope,
+                                   Visit visit) {
+  for (auto& [key, ring] : rings_) {
+    if (ring.scope != scope) continue;
+    if (std::find(ranks.begin(), ranks.end(), std::get<2>(key)) == ranks.end()) continue;
+    visit(ring);
+  }
+}
+
+void FlightRecorder::Settle(Ring& ring, FlightState state, int64_t now_ns,
+                            const std::string& error) {
+  // Only the entries written since the last settlement that the ring still
+  // holds: a Synchronize costs the collectives enqueued since the one before.
+  // Entry w (from 0) lives in slot w % entries_per_ring_.
+  const uint64_t cap = static_cast<uint64_t>(entries_per_ring_);
+  const uint64_t oldest = ring.written > cap ? ring.written - cap : 0;
+  for (uint64_t w = std::max(ring.settled, oldest); w < ring.written; ++w) {
+    FlightEntry& entry = ring.slots[static_cast<size_t>(w % cap)];
+    if (entry.state != FlightState::kEnqueued) continue;
+    entry.state = state;
+    entry.finished_ns = now_ns;
+    entry.error = error;
+  }
+  ring.settled = ring.written;
+  ring.unsettled_failure.clear();
 }
 
 void FlightRecorder::FinishedThrough(const std::vector<int>& ranks, int64_t now_ns,
                                      const std::string& scope) {
   absl::MutexLock lock(&mu_);
-  for (auto& [key, ring] : rings_) {
-    if (ring.scope != scope) continue;
-    if (std::find(ranks.begin(), ranks.end(), std::get<2>(key)) == ranks.end()) continue;
-    // Newest first, stopping at the first entry already settled: everything
-    // older was settled by an earlier call, so a Synchronize costs only the
-    // entries enqueued since the last one.
-    const size_t n = ring.slots.size();
-    for (size_t k = 0; k < n; ++k) {
-      const size_t newest = ring.slots.size() < static_cast<size_t>(entries_per_ring_)
-                                ? n - 1 - k
-                                : (ring.next + n - 1 - k) % n;
-      FlightEntry& entry = ring.slots[newest];
-      if (entry.state != FlightState::kEnqueued) break;
-      entry.state = FlightState::kFinished;
-      entry.finished_ns = now_ns;
-    }
-  }
+  ForEachRingOf(ranks, scope, [&](Ring& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Settle(ring, FlightState::kFinished, now_ns, "");
+  });
+}
+
+void FlightRecorder::SyncFailed(const std::vector<int>& ranks, int64_t now_ns,
+                                const absl::Status& error, const std::string& scope) {
+  const std::string text = ErrorText(error);
+  absl::MutexLock lock(&mu_);
+  bool repeated = false;  // the error a call failed with, reported once more
+  ForEachRingOf(ranks, scope,
+                [&](const Ring& ring) { repeated = repeated || ring.unsettled_failure == text; });
+  if (repeated) return;
+  ForEachRingOf(ranks, scope, [&](Ring& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Settle(ring, FlightState::kAborted, now_ns, text);
+  });
 }
 
 std::vector<FlightEntry> FlightRecorder::Ordered(const Ring& ring) {
@@ -152,11 +196,12 @@ int64_t FlightRecorder::MemoryBytesLocked() const {
   int64_t bytes = 0;
   for (const auto& [key, ring] : rings_) {
     bytes += static_cast<int64_t>(sizeof(Ring) + std::get<0>(key).capacity() +
+                                  ring.unsettled_failure.capacity() +
                                   ring.slots.capacity() * sizeof(FlightEntry));
     for (const FlightEntry& entry : ring.slots) {
-      bytes +=
-          static_cast<int64_t>(entry.op.capacity() + entry.dtype.capacity() + entry.job.capacity() +
-                               entry.job_op.capacity() + entry.group.capacity() * sizeof(int));
+      bytes += static_cast<int64_t>(entry.op.capacity() + entry.dtype.capacity() +
+                                    entry.job.capacity() + entry.job_op.capacity() +
+                                    entry.error.capacity() + entry.group.capacity() * sizeof(int));
     }
   }
   return bytes;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/flight/flight_entry.h"
 
@@ -62,12 +63,22 @@ class FlightRecorder {
   // Records `call` as enqueued on every rank of its group; returns its seq,
   // the handle for Failed.
   uint64_t Enqueued(const CollectiveCall& call, int64_t now_ns);
-  // The call recorded as `seq` on that communicator failed on every rank.
-  void Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns);
-  // Every collective enqueued so far on these ranks, in `scope`, has
-  // finished (their streams were synchronized without an error).
+  // The call recorded as `seq` on that communicator failed on every rank,
+  // with `error`.
+  void Failed(const CollectiveCall& call, uint64_t seq, int64_t now_ns, const absl::Status& error);
+  // Every collective enqueued so far on these ranks, in `scope`, and not
+  // settled yet has finished (their streams were synchronized without an
+  // error). Failed and aborted ones stay so.
   void FinishedThrough(const std::vector<int>& ranks, int64_t now_ns,
                        const std::string& scope = "");
+  // A Synchronize of these ranks, in `scope`, returned `error`: every
+  // collective enqueued there and not settled yet is aborted with it, so that
+  // the next clean Synchronize (the error consumed) cannot call it finished.
+  // Except where `error` is the one a call issued since the last settlement
+  // failed with (Failed): the engine reports the first error of a stream,
+  // so the others then ran clean, and stay enqueued until the next one.
+  void SyncFailed(const std::vector<int>& ranks, int64_t now_ns, const absl::Status& error,
+                  const std::string& scope = "");
 
   // Copies of the rings, oldest entry first; with a non-empty `job`, only the
   // rings that hold an entry of that job.
@@ -86,11 +97,24 @@ class FlightRecorder {
     std::vector<FlightEntry> slots;  // grows to entries_per_ring_, then wraps
     size_t next = 0;                 // the slot the next entry goes to once full
     uint64_t written = 0;
+    // Entries written before this one were settled by a Synchronize (finished
+    // or aborted); a Synchronize visits only those written since.
+    uint64_t settled = 0;
+    // The error of an unsettled entry whose call failed (Failed), "" if none.
+    std::string unsettled_failure;
     std::string scope;  // the CollectiveCall's
   };
   using RingKey = std::tuple<std::string, Lane, int>;  // comm, lane, rank
 
   void Push(Ring& ring, FlightEntry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls visit(ring) for each ring of these ranks in `scope`; allocates
+  // nothing, since every Synchronize comes here.
+  template <typename Visit>
+  void ForEachRingOf(const std::vector<int>& ranks, const std::string& scope, Visit visit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets every unsettled enqueued entry of `ring` to `state` and settles it.
+  void Settle(Ring& ring, FlightState state, int64_t now_ns, const std::string& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::vector<FlightEntry> Ordered(const Ring& ring);
   int64_t MemoryBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

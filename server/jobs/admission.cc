@@ -107,14 +107,18 @@ absl::Status Admission::CheckText(const std::string& spec_text,
   return absl::OkStatus();
 }
 
-int64_t Admission::BytesPerDevice(const JobSpec& spec, int tp) const {
-  return options_.bytes_per_device ? options_.bytes_per_device(spec, tp)
-                                   : runner::JobBytesPerDevice(spec, tp);
+runner::JobBytes Admission::BytesPerDevice(const JobSpec& spec, int tp) const {
+  if (!options_.bytes_per_device) return runner::JobBytesOf(spec, tp);
+  const int64_t bytes = options_.bytes_per_device(spec, tp);
+  return runner::JobBytes{bytes, bytes};
 }
 
 absl::StatusOr<int64_t> Admission::CheckFits(const JobSpec& spec, int tp,
                                              const std::vector<int>& devices) const {
-  const int64_t needed = BytesPerDevice(spec, tp);
+  // Refused only where it cannot run at all: a layer step that does not fit
+  // is skipped, the ops still run one after another.
+  const runner::JobBytes bytes = BytesPerDevice(spec, tp);
+  const int64_t needed = bytes.required;
   for (int device : devices) {
     const engine::DeviceInfo info = engine_.GetDeviceInfo(device);
     if (needed > info.memory_bytes) {
@@ -122,7 +126,7 @@ absl::StatusOr<int64_t> Admission::CheckFits(const JobSpec& spec, int tp,
           DoesNotFitMessage(needed, info, PoolSetting(engine_.Name())));
     }
   }
-  return needed;
+  return bytes.peak;
 }
 
 namespace {
@@ -230,7 +234,8 @@ absl::StatusOr<GraphPtr> Admission::Revalidate(const JobRecord& job) const {
   auto graph = std::make_shared<AdmittedGraph>();
   ASSIGN_OR_RETURN(graph->spec, Fused(std::move(spec), Limits()));
   graph->devices = std::move(*devices);
-  graph->bytes_per_device = BytesPerDevice(graph->spec, static_cast<int>(graph->devices.size()));
+  graph->bytes_per_device =
+      BytesPerDevice(graph->spec, static_cast<int>(graph->devices.size())).peak;
   return graph;
 }
 

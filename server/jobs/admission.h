@@ -24,6 +24,7 @@
 #include "server/engine/engine.h"
 #include "server/jobs/admitted_graph.h"
 #include "server/jobs/job_record.h"
+#include "server/runner/job_runner.h"
 
 namespace overlap::jobs {
 
@@ -34,7 +35,8 @@ struct AdmissionOptions {
   // What the specs parsed at once may take together (ParseBudget); 0 sizes
   // it from max_spec_bytes (ParseBudget::CapacityFor).
   int64_t parse_budget_bytes = 0;
-  // Bytes per device a job needs; null = runner::JobBytesPerDevice.
+  // Bytes per device a job needs, at least and at most; null =
+  // runner::JobBytesOf.
   std::function<int64_t(const JobSpec& spec, int tp)> bytes_per_device;
   // The node's kept calibration for `ranks` ranks (the planner's), for a
   // coordinator to decide a job spanning daemons with; null or nullopt: the
@@ -94,11 +96,12 @@ class Admission {
  private:
   ValidationLimits Limits() const;
   absl::Status CheckText(const std::string& spec_text, const std::string& source_name) const;
-  // The bytes the job needs on each of `devices` (with `tp` ranks), once they
-  // fit every device's pool; RESOURCE_EXHAUSTED otherwise.
+  // The bytes the job allocates at most on each of `devices` (with `tp`
+  // ranks: runner::JobBytes::peak), once what it needs at least fits every
+  // device's pool; RESOURCE_EXHAUSTED otherwise.
   absl::StatusOr<int64_t> CheckFits(const JobSpec& spec, int tp,
                                     const std::vector<int>& devices) const;
-  int64_t BytesPerDevice(const JobSpec& spec, int tp) const;
+  runner::JobBytes BytesPerDevice(const JobSpec& spec, int tp) const;
 
   const engine::Engine& engine_;
   const AdmissionOptions options_;

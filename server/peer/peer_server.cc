@@ -88,24 +88,16 @@ class PeerServer::Service final : public v1::Peers::Service {
 
   grpc::Status GetPartFlight(grpc::ServerContext* context, const v1::GetPartFlightRequest* request,
                              v1::GetPartFlightResponse* response) override {
-    return Serve(context, "GetPartFlight", *request, *response,
-                 [&](const PeerCaller& caller) -> absl::Status {
-                   ASSIGN_OR_RETURN(const PartFlight flight,
-                                    handler_->GetPartFlight(caller, wire::FromProto(*request)));
-                   *response = wire::ToProto(flight);
-                   return absl::OkStatus();
-                 });
+    return ServeAnswer(context, "GetPartFlight", *request, response, [&](const PeerCaller& caller) {
+      return handler_->GetPartFlight(caller, wire::FromProto(*request));
+    });
   }
 
   grpc::Status HoldPart(grpc::ServerContext* context, const v1::HoldPartRequest* request,
                         v1::HoldPartResponse* response) override {
-    return Serve(context, "HoldPart", *request, *response,
-                 [&](const PeerCaller& caller) -> absl::Status {
-                   ASSIGN_OR_RETURN(const HoldAnswer answer,
-                                    handler_->HoldPart(caller, wire::FromProto(*request)));
-                   *response = wire::ToProto(answer);
-                   return absl::OkStatus();
-                 });
+    return ServeAnswer(context, "HoldPart", *request, response, [&](const PeerCaller& caller) {
+      return handler_->HoldPart(caller, wire::FromProto(*request));
+    });
   }
 
   grpc::Status ReportPart(grpc::ServerContext* context, const v1::ReportPartRequest* request,
@@ -209,6 +201,18 @@ class PeerServer::Service final : public v1::Peers::Service {
     const absl::Status status = fn(admitted->caller);
     limiter_.NoteIfAbandoned(*context, method, node, started);
     return Answer(context, *admitted, method, net::ToGrpcStatus(status), response);
+  }
+
+  // Serve a call whose response is the handler's answer (`fn`'s StatusOr) as its proto.
+  template <typename Response, typename Fn>
+  grpc::Status ServeAnswer(grpc::ServerContext* context, absl::string_view method,
+                           const google::protobuf::Message& request, Response* response, Fn&& fn) {
+    return Serve(context, method, request, *response,
+                 [&](const PeerCaller& caller) -> absl::Status {
+                   ASSIGN_OR_RETURN(const auto answer, fn(caller));
+                   *response = wire::ToProto(answer);
+                   return absl::OkStatus();
+                 });
   }
 
   PeerHandler* const handler_;

@@ -178,6 +178,24 @@ bool IsFinalState(const std::string& state) {
 
 double Seconds(double ms) { return ms / 1000.0; }
 
+// That op's figure at this device's rank, from one of its per-rank lists of
+// milliseconds, in seconds (none when the list stops short of the rank).
+Fill OfLastOpRankMs(const google::protobuf::RepeatedField<double>& (v1::OpResult::*ms)() const) {
+  return OfLastOp([ms](const LastOp& l) -> std::optional<double> {
+    const auto& list = (l.op->*ms)();
+    if (l.rank >= list.size()) return std::nullopt;
+    return Seconds(list.Get(l.rank));
+  });
+}
+
+// A figure of that op's energy (none without an energy counter).
+Fill OfLastOpEnergy(double (v1::Energy::*figure)() const) {
+  return OfLastOp([figure](const LastOp& l) -> std::optional<double> {
+    if (!l.op->has_energy()) return std::nullopt;
+    return (l.op->energy().*figure)();
+  });
+}
+
 // A figure of the stats, unlabelled.
 template <typename Value>
 Fill Stat(Value (v1::GetStatsResponse::*value)() const) {
@@ -457,32 +475,20 @@ const std::vector<Definition>& Definitions() {
        })},
       {"overlapd_last_op_gemm_alone_seconds",
        "that op's GEMM alone on this device's rank (a slow GPU shows here)", MetricType::Gauge,
-       OfLastOp([](const LastOp& l) -> std::optional<double> {
-         if (l.rank >= l.op->gemm_alone_rank_ms_size()) return std::nullopt;
-         return Seconds(l.op->gemm_alone_rank_ms(l.rank));
-       })},
+       OfLastOpRankMs(&v1::OpResult::gemm_alone_rank_ms)},
       {"overlapd_last_op_compute_wait_seconds",
        "in that op's traced iteration, how long this device's compute stream sat idle waiting "
        "(for a transfer, or a peer) before it finished",
        MetricType::Gauge,
-       OfLastOp([](const LastOp& l) -> std::optional<double> {
-         if (l.rank >= l.op->compute_wait_rank_ms_size()) return std::nullopt;
-         return Seconds(l.op->compute_wait_rank_ms(l.rank));
-       })},
+       OfLastOpRankMs(&v1::OpResult::compute_wait_rank_ms)},
       {"overlapd_last_op_energy_joules",
        "energy of one step of the last op finished on the device, all its devices together "
        "(NVML's counter around its timed iterations)",
        MetricType::Gauge,
-       OfLastOp([](const LastOp& l) -> std::optional<double> {
-         if (!l.op->has_energy()) return std::nullopt;
-         return l.op->energy().step_joules();
-       })},
+       OfLastOpEnergy(&v1::Energy::step_joules)},
       {"overlapd_last_op_power_watts",
        "average power of that op's timed iterations, all its devices together", MetricType::Gauge,
-       OfLastOp([](const LastOp& l) -> std::optional<double> {
-         if (!l.op->has_energy()) return std::nullopt;
-         return l.op->energy().step_watts();
-       })},
+       OfLastOpEnergy(&v1::Energy::step_watts)},
       {"overlapd_last_layer_energy_joules",
        "energy of one layer step of the newest job on the device that measured one, all its "
        "devices together",

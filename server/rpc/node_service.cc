@@ -32,6 +32,13 @@ absl::StatusOr<Caller> Admin(const CallerResolver& callers, const grpc::ServerCo
   return caller;
 }
 
+// A calibration is stored per tensor-parallel size; getting and putting one
+// refuse a negative size alike.
+grpc::Status CheckCalibrationTp(int64_t tp) {
+  if (tp >= 0) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "calibration: tp must not be negative");
+}
+
 }  // namespace
 
 NodeService::NodeService(const node::NodeState& state, node::TuningState& tuning,
@@ -96,9 +103,7 @@ grpc::Status NodeService::ForgetTunedSchedules(grpc::ServerContext* context,
 grpc::Status NodeService::GetCalibration(grpc::ServerContext* context,
                                          const v1::GetCalibrationRequest* request,
                                          v1::GetCalibrationResponse* response) {
-  if (request->tp() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "calibration: tp must not be negative");
-  }
+  if (grpc::Status bad = CheckCalibrationTp(request->tp()); !bad.ok()) return bad;
   absl::StatusOr<v1::GetCalibrationResponse> found = tuning_.GetCalibration(request->tp());
   if (!found.ok()) return net::ToGrpcStatus(found.status());
   *response = std::move(*found);
@@ -110,9 +115,7 @@ grpc::Status NodeService::PutCalibration(grpc::ServerContext* context,
                                          v1::PutCalibrationResponse* response) {
   absl::StatusOr<Caller> admin = Admin(callers_, context, "storing a calibration");
   if (!admin.ok()) return net::ToGrpcStatus(admin.status());
-  if (request->tp() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "calibration: tp must not be negative");
-  }
+  if (grpc::Status bad = CheckCalibrationTp(request->tp()); !bad.ok()) return bad;
   absl::StatusOr<std::string> environment =
       tuning_.PutCalibration(request->calibration_json(), request->tp());
   if (!environment.ok()) return net::ToGrpcStatus(environment.status());

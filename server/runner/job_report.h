@@ -88,8 +88,8 @@ struct LayerStepReport {
   int dispatch_iterations = 0;  // dynamic: the iterations the figures below come from
   std::vector<LaneFigures> lane_figures;
   std::vector<std::string> scheduler_notes;  // what the bound or chunk size could not keep
-  // The step's energy (energy.h), serial beside it: every op's GEMM alone and
-  // collective alone back to back (an op without both: its own step).
+  // The step's energy (energy.h), its ops op by op beside it (the serial_
+  // figures): each op's own timed step, one of each (energy.h, OneStepOfEach).
   EnergyFigures energy;
   double joules_per_tflop = 0;
 };

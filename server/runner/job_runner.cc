@@ -16,6 +16,7 @@
 #include "overlap_git_commit.h"
 #include "server/flight/flight_engine.h"
 #include "server/ops/op_context.h"
+#include "server/runner/layer_memory.h"
 #include "server/runner/layer_step.h"
 #include "server/runner/op_phases.h"
 #include "server/runner/op_run.h"
@@ -25,12 +26,7 @@ namespace overlap::runner {
 
 using ops::BufferBytes;
 using ops::BufferDTypesFor;
-using ops::BufferSizes;
-using ops::BuffersFor;
-using ops::CandidateSchedules;
-using ops::MaxSizes;
 using ops::OpContext;
-using ops::Schedule;
 
 namespace {
 
@@ -203,20 +199,35 @@ int PreheatGemms(double ms, double gemm_ms) {
       std::clamp(std::ceil(ms / gemm_ms), 1.0, static_cast<double>(kPreheatMaxGemms)));
 }
 
-int64_t JobBytesPerDevice(const JobSpec& spec, int tp) {
+namespace {
+
+// Bytes of the job's largest op alone, on each device.
+int64_t LargestOpBytes(const JobSpec& spec, int tp) {
   int64_t worst = 0;
   for (const OpSpec& op : spec.ops) {
     const int degree = GroupSize(spec.mesh, op.group, tp);
-    BufferSizes sizes;
-    for (const Schedule& s : CandidateSchedules(op, degree, true, spec.mesh)) {
-      sizes = MaxSizes(sizes, BuffersFor(op, degree, s));
-    }
     // In double: absurd shapes must saturate, not wrap, so that they are refused.
-    const double bytes = BufferBytes(sizes, BufferDTypesFor(op.type, spec.dtype));
+    const double bytes =
+        BufferBytes(OpAloneSizes(op, degree, spec.mesh), BufferDTypesFor(op.type, spec.dtype));
     if (bytes >= 9.0e18) return std::numeric_limits<int64_t>::max();
     worst = std::max(worst, static_cast<int64_t>(bytes));
   }
   return worst;
 }
+
+}  // namespace
+
+JobBytes JobBytesOf(const JobSpec& spec, int tp) {
+  JobBytes bytes;
+  bytes.required = LargestOpBytes(spec, tp);
+  bytes.peak = bytes.required;
+  // As RunJob decides whether to time the layer step.
+  if (spec.layer_step && spec.ops.size() >= 2) {
+    bytes.peak = std::max(bytes.peak, LayerStepBytesPerDevice(spec, tp));
+  }
+  return bytes;
+}
+
+int64_t JobBytesPerDevice(const JobSpec& spec, int tp) { return JobBytesOf(spec, tp).peak; }
 
 }  // namespace overlap::runner

@@ -74,8 +74,18 @@ std::vector<int64_t> HeadStartRows(int64_t m);
 inline constexpr int kPreheatMaxGemms = 2000;
 int PreheatGemms(double ms, double gemm_ms);
 
-// Bytes every device of the group needs for the job's largest op (ops run one
-// after another and free their buffers). Used to refuse a job at submission.
+// What a job allocates on each device of its group of `tp` ranks.
+struct JobBytes {
+  // Its largest op alone (ops run one after another and free their buffers):
+  // a device with less cannot run the job, and admission refuses it.
+  int64_t required = 0;
+  // At most: that, or the layer step's every op at once (layer_memory.h; an
+  // aliased input not counted) where the job runs one, whichever is more.
+  // The runner skips a layer step that does not fit, with a note.
+  int64_t peak = 0;
+};
+JobBytes JobBytesOf(const JobSpec& spec, int tp);
+// Admission's estimate of the job: JobBytesOf(spec, tp).peak.
 int64_t JobBytesPerDevice(const JobSpec& spec, int tp);
 
 }  // namespace overlap::runner

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 #include "common/status_macros.h"
 #include "server/ops/chain_reference.h"
 
@@ -30,25 +31,18 @@ Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& pr
 }
 
 std::string EdgeName(Edge edge, Activation activation) {
-  switch (edge) {
-    case Edge::kSeeded:
-      return "";
-    case Edge::kAlias:
-      return "alias";
-    case Edge::kFused:
-      return absl::StrCat("fused ", ActivationName(activation));
-    case Edge::kCopy:
-      return "copy";
-  }
-  return "";
+  static constexpr EnumName<Edge> kNames[] = {
+      {Edge::kSeeded, ""}, {Edge::kAlias, "alias"}, {Edge::kFused, "fused"}, {Edge::kCopy, "copy"}};
+  const std::string name = NameOf(kNames, edge);
+  return edge == Edge::kFused ? absl::StrCat(name, " ", ActivationName(activation)) : name;
 }
 
 namespace {
 
 // A collective over one rank whose output is its input (OpContext::
 // OutputAliasesInput): aliased, both are the producer's output.
-bool OutputIsInput(const Member& m, int degree) {
-  return IsCollectiveOnly(m.op.type) && degree == 1;
+bool OutputIsInput(const OpSpec& op, int degree) {
+  return IsCollectiveOnly(op.type) && degree == 1;
 }
 
 // Device -> the producer's rank there.
@@ -60,11 +54,15 @@ std::map<int, int> RanksByDevice(OpContext& from) {
 
 }  // namespace
 
-ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes sizes) {
-  if (m.edge != Edge::kAlias) return sizes;
+ops::BufferSizes OwnBufferSizes(Edge edge, const OpSpec& op, int degree, ops::BufferSizes sizes) {
+  if (edge != Edge::kAlias) return sizes;
   sizes.a = 0;
-  if (OutputIsInput(m, degree)) sizes.y = 0;
+  if (OutputIsInput(op, degree)) sizes.y = 0;
   return sizes;
+}
+
+ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes sizes) {
+  return OwnBufferSizes(m.edge, m.op, degree, sizes);
 }
 
 absl::Status AliasInput(Member& m) {
@@ -72,7 +70,7 @@ absl::Status AliasInput(Member& m) {
   OpContext& ctx = *m.ctx;
   OpContext& from = *m.input_from->ctx;
   const std::map<int, int> from_rank = RanksByDevice(from);
-  const bool output_is_input = OutputIsInput(m, ctx.group_size());
+  const bool output_is_input = OutputIsInput(m.op, ctx.group_size());
   for (int r = 0; r < ctx.tp(); ++r) {
     const auto it = from_rank.find(ctx.rank(r).device);
     if (it == from_rank.end()) {

@@ -65,8 +65,12 @@ struct Member : PlannedOp {
   Edge edge = Edge::kSeeded;
 };
 
-// The buffers member `m` (over groups of `degree`) allocates of `sizes`: not
-// an aliased input, nor a one-rank collective's output, which is that input.
+// The buffers `op` (over groups of `degree`, its input made by `edge`)
+// allocates of `sizes`: not an aliased input, nor a one-rank collective's
+// output, which is that input. The step allocates by it and admission
+// estimates by it (layer_memory.h).
+ops::BufferSizes OwnBufferSizes(Edge edge, const OpSpec& op, int degree, ops::BufferSizes sizes);
+// Member `m`'s: OwnBufferSizes of its edge.
 ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes sizes);
 
 // Points an aliased member's input (and a one-rank collective's output) at

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -443,19 +444,22 @@ absl::StatusOr<std::vector<LayerChainCheck>> Verify(OpRun& run, RunningStep& ste
   return checks;
 }
 
-// The step's energy beside its ops run serially one after another (each op's
-// GEMM alone and collective alone, or its own step where it has not both).
+// The step's energy beside its ops op by op: each op's own timed step (the
+// windows of its timed rounds, nothing else: not its GEMM alone nor its
+// collective alone), one step of each, joules and seconds from the same
+// windows; the time beside it is the ops' step medians summed, the report's
+// "op by op" time.
 void SetEnergy(const EnergyWindow& step, const std::vector<OpMeasurement>& ops,
                LayerStepReport& layer) {
-  EnergyWindow serial{/*valid=*/true, /*joules=*/0, /*seconds=*/0, /*steps=*/1};
-  double serial_ms = 0;
+  std::vector<EnergyWindow> op_steps;
+  double op_by_op_ms = 0;
   for (const OpMeasurement& op : ops) {
     const OpFigures f = FiguresOf(op);
-    const bool has_serial = f.serial_energy.valid;
-    serial = BackToBack(serial, has_serial ? f.serial_energy : f.step_energy);
-    serial_ms += has_serial ? f.serial_ms : f.step.median;
+    op_steps.push_back(f.step_energy);
+    op_by_op_ms += f.step.median;
   }
-  layer.energy = EnergyOf(step, layer.step.median, serial, serial_ms);
+  layer.energy =
+      EnergyOf(step, layer.step.median, OneStepOfEach(op_steps), op_by_op_ms, "op by op");
   double flops = 0;
   for (const OpMeasurement& op : ops) flops += OpFlops(op.op);
   if (layer.energy.valid) layer.joules_per_tflop = JoulesPerTflop(layer.energy.step_joules, flops);

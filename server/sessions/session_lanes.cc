@@ -44,6 +44,9 @@ struct Request {
   std::shared_ptr<absl::Notification> added;
   std::string id;  // kEnd
   absl::Status why;
+  // kEnd: a rank closed the session on purpose; `why` (CANCELLED) stands
+  // only when every command posted has completed.
+  bool if_idle = false;
 };
 
 void Clear(int eventfd_fd) {
@@ -51,6 +54,11 @@ void Clear(int eventfd_fd) {
   while (read(eventfd_fd, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
 }
+
+// Looks at the rings between two yields of the core while polling: a yield
+// lets any other runnable thread on the core go first (a stream worker of the
+// host backend, another daemon thread), so polling takes only idle time.
+constexpr int kLooksPerYield = 16;
 
 // A spinning thread's pause: lets a sibling hyperthread run, saves power.
 inline void CpuRelax() {
@@ -103,7 +111,7 @@ struct SessionLanes::State {
   std::map<std::string, std::shared_ptr<SessionCountsBox>> counts ABSL_GUARDED_BY(mu);
   std::deque<SessionCounts> ended ABSL_GUARDED_BY(mu);
   std::deque<LaneInterval> intervals ABSL_GUARDED_BY(mu);
-  std::function<void(const std::string&)> on_ended ABSL_GUARDED_BY(mu);
+  std::function<void(const std::string&, const absl::Status&)> on_ended ABSL_GUARDED_BY(mu);
   // Set with a request queued (before Wake): a spinning thread looks here.
   std::atomic<bool> requested{false};
 
@@ -114,6 +122,7 @@ struct SessionLanes::State {
   uint64_t next_key = 1;
   const int64_t start_ns = MonotonicNs();
   int64_t spin_until_ns = 0;  // polls the rings without sleeping until then
+  bool polled = false;        // the last Wait polled rather than slept in epoll
   // By device: critical sessions on it (not failed). Their deferred lane
   // holds only a few chunks at once (LaneDepth) while there is one.
   std::vector<int> critical_sessions;
@@ -129,9 +138,10 @@ struct SessionLanes::State {
 
   void Run();
   bool Busy() const;
-  void Wait(bool busy);
+  // Sleeps in epoll or polls the rings (false / true).
+  bool Wait(bool busy);
   // Polls the rings and the requests until `until_ns`: true when one came.
-  bool Spin(int64_t until_ns) const;
+  bool Spin(int64_t until_ns);
   bool AnyPosted() const;
   void CountCriticalSessions();
   bool HandleRequests();
@@ -239,7 +249,25 @@ absl::Status SessionLanes::End(const std::string& id, absl::StatusCode code, con
   return absl::OkStatus();
 }
 
-void SessionLanes::OnEnded(std::function<void(const std::string& id)> callback) {
+absl::Status SessionLanes::Close(const std::string& id, const std::string& why) {
+  Request request;
+  request.kind = Request::Kind::kEnd;
+  request.id = id;
+  request.why = absl::CancelledError(why);
+  request.if_idle = true;
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->counts.count(id) == 0) {
+      return absl::NotFoundError(absl::StrCat("no session ", id, " in the lanes"));
+    }
+    state_->requests.push_back(std::move(request));
+  }
+  state_->Wake();
+  return absl::OkStatus();
+}
+
+void SessionLanes::OnEnded(
+    std::function<void(const std::string& id, const absl::Status& ended)> callback) {
   absl::MutexLock lock(&state_->mu);
   state_->on_ended = std::move(callback);
 }
@@ -274,7 +302,7 @@ std::vector<engine::DeviceLaneFigures> SessionLanes::DeviceFigures() const {
 void SessionLanes::State::Run() {
   pthread_setname_np(pthread_self(), kLanesThreadName);
   while (true) {
-    Wait(Busy());
+    polled = Wait(Busy());
     if (!HandleRequests()) break;
     Pass();
   }
@@ -294,13 +322,13 @@ bool SessionLanes::State::Busy() const {
 // longer than the poll interval (EventDone is how the thread learns it is done).
 // Within the spin window after a post it does not sleep: it polls the rings
 // (a post is taken within a microsecond) and returns by the poll interval.
-void SessionLanes::State::Wait(bool busy) {
+bool SessionLanes::State::Wait(bool busy) {
   epoll_event events[64];
   const int64_t interval_ns = absl::ToInt64Nanoseconds(options.poll_interval);
   const int64_t now = MonotonicNs();
   if (now < spin_until_ns) {
     Spin(std::min(spin_until_ns, now + interval_ns));
-    return;  // the doorbells' counts are cleared at the next sleep
+    return true;
   }
   timespec timeout{interval_ns / 1'000'000'000, interval_ns % 1'000'000'000};
   int n = epoll_pwait2(epoll.get(), events, 64, busy ? &timeout : nullptr, nullptr);
@@ -309,12 +337,21 @@ void SessionLanes::State::Wait(bool busy) {
                    busy ? std::max<int>(1, static_cast<int>(interval_ns / 1'000'000)) : -1);
   }
   for (int i = 0; i < n; ++i) Clear(events[i].data.fd);
+  return false;
 }
 
-bool SessionLanes::State::Spin(int64_t until_ns) const {
-  while (MonotonicNs() < until_ns) {
+bool SessionLanes::State::Spin(int64_t until_ns) {
+  for (int looks = 1; MonotonicNs() < until_ns; ++looks) {
     if (requested.load(std::memory_order_acquire) || AnyPosted()) return true;
     for (int i = 0; i < 8; ++i) CpuRelax();  // about half a microsecond
+    if (looks % kLooksPerYield != 0) continue;
+    std::this_thread::yield();
+    // A doorbell rung by a stream (the host backend's WakeWhenDone: a
+    // command done) is seen now, not at the poll interval.
+    epoll_event events[64];
+    const int n = epoll_wait(epoll.get(), events, 64, 0);
+    for (int i = 0; i < n; ++i) Clear(events[i].data.fd);
+    if (n > 0) return true;
   }
   return false;
 }
@@ -351,7 +388,15 @@ bool SessionLanes::State::HandleRequests() {
       continue;
     }
     for (const std::unique_ptr<SessionRun>& session : sessions) {
-      if (session->id() == request.id) EndSession(*session, request.why);
+      if (session->id() != request.id) continue;
+      const uint64_t outstanding = request.if_idle ? session->Outstanding() : 0;
+      if (outstanding == 0) {
+        EndSession(*session, request.why);
+      } else {
+        EndSession(*session,
+                   absl::UnavailableError(absl::StrCat(request.why.message(), " with command ",
+                                                       outstanding, " not completed")));
+      }
     }
   }
   return !stop;
@@ -430,7 +475,7 @@ void SessionLanes::State::Pass() {
   if (spin_ns > 0 && AnyPosted()) spin_until_ns = MonotonicNs() + spin_ns;
   for (const std::unique_ptr<SessionRun>& session : sessions) {
     if (session->failed()) continue;
-    const absl::Status taken = session->Take(arbiter, now_ms);
+    const absl::Status taken = session->Take(arbiter, now_ms, polled);
     if (!taken.ok()) FailSession(*session, taken);
   }
   Publish(devices.Collect());
@@ -521,6 +566,7 @@ void SessionLanes::State::Retire(size_t index) {
     epoll_ctl(epoll.get(), EPOLL_CTL_DEL, rank.posted_doorbell.get(), nullptr);
   }
   const std::string id = session->id();
+  const absl::Status ended_as = session->failure();
   const int64_t retire_start_ns = MonotonicNs();
   session.reset();  // waits for its own work, releases what it held
   const double retire_ms = static_cast<double>(MonotonicNs() - retire_start_ns) / 1e6;
@@ -528,7 +574,7 @@ void SessionLanes::State::Retire(size_t index) {
     GetLogger("sessions")->info("session {}: releasing it took {:.1f} ms", id, retire_ms);
   }
   CountCriticalSessions();
-  std::function<void(const std::string&)> callback;
+  std::function<void(const std::string&, const absl::Status&)> callback;
   SessionCounts final_counts;
   {
     absl::MutexLock lock(&mu);
@@ -542,20 +588,26 @@ void SessionLanes::State::Retire(size_t index) {
     callback = on_ended;
   }
   LogEndFigures(final_counts);
-  if (callback) callback(id);
+  if (callback) callback(id, ended_as);
 }
 
 // A session's host time per command and a deferred session's chunks by how
 // they went, at its end: what a GPU run's log shows without a client to ask.
+// Logged however the session ended (closed, a rank gone, a failure), before
+// the line that says how.
 void SessionLanes::State::LogEndFigures(const SessionCounts& c) {
   if (c.id.empty()) return;
   const SessionFigures f = FiguresOf(c);
-  if (!c.enqueue_us.empty()) {
+  if (c.enqueue_us.empty()) {
+    GetLogger("sessions")->info("session {}: {} steps, no command enqueued", c.id, c.steps);
+  } else {
     GetLogger("sessions")
         ->info(
-            "session {}: a rank's call to the enqueue p50 {:.1f} us p99 {:.1f} us, of which to the "
-            "lanes taking the command p50 {:.1f} us p99 {:.1f} us",
-            c.id, f.enqueue_p50_us, f.enqueue_p99_us, f.take_p50_us, f.take_p99_us);
+            "session {}: {} steps; a rank's call to the enqueue p50 {:.1f} us p99 {:.1f} us, of "
+            "which to the lanes taking the command p50 {:.1f} us p99 {:.1f} us; commands taken "
+            "polling {}, after a wake-up {}",
+            c.id, c.steps, f.enqueue_p50_us, f.enqueue_p99_us, f.take_p50_us, f.take_p99_us,
+            c.taken_polling, c.taken_woken);
   }
   for (const OpCounts& op : c.ops) {
     if (op.chunks == 0) continue;

@@ -90,6 +90,12 @@ struct SessionFigures {
   // the rest is the enqueue itself.
   double take_p50_us = 0;
   double take_p99_us = 0;
+  // Commands the lanes' thread found while it polled the rings (after an
+  // earlier post, within LanesOptions::spin), and those it took after a sleep
+  // in epoll (woken by a doorbell, a request or its poll interval): the first
+  // kind costs no wake-up.
+  int64_t taken_polling = 0;
+  int64_t taken_woken = 0;
 };
 // A lane busy with a session's op (a critical op or a deferred chunk), in ms
 // on the device's clock since a session first used the device.
@@ -123,9 +129,12 @@ struct LanesOptions {
   // poll_interval, the devices) without sleeping, so that the next command
   // is taken within a microsecond rather than after a wake-up from epoll (on
   // an idle core, or a virtual machine's halted vCPU, 100 us and more). It
-  // keeps one core busy while sessions post. Unset: 5 ms where the engine's
-  // devices are GPUs (HostWork() is null), none on the host backend, whose
-  // stream workers share the cores.
+  // keeps one core busy while sessions post, yielding it to any other thread
+  // that wants it. A window longer than a training step keeps the thread
+  // polling through the gaps between steps. The daemon sets it from
+  // session_poll_ms (100 ms by default; 0: never poll). Unset: 5 ms where
+  // the engine's devices are GPUs (HostWork() is null), none on the host
+  // backend.
   std::optional<absl::Duration> spin;
 };
 
@@ -157,10 +166,16 @@ class SessionLanes {
   // step past its timeout) keeps its own code and message.
   absl::Status End(const std::string& id, absl::StatusCode code, const std::string& why,
                    int rank = -1);
+  // A rank leaves on purpose (its client closed the session): the session
+  // ends CANCELLED with `why` when every command its ranks posted has
+  // completed, else as End with UNAVAILABLE, naming the first command not
+  // completed. NOT_FOUND as End.
+  absl::Status Close(const std::string& id, const std::string& why);
   // Called when a session has left the lanes for good (after End, or a
-  // failure the lanes found themselves: a step past its timeout, a desync):
-  // the socket releases its quota and device hold.
-  void OnEnded(std::function<void(const std::string& id)> callback);
+  // failure the lanes found themselves: a step past its timeout, a desync),
+  // with how it ended (the first cause; CANCELLED for a clean Close): the
+  // socket releases its quota and device hold.
+  void OnEnded(std::function<void(const std::string& id, const absl::Status& ended)> callback);
 
   // The sessions in the lanes, then the last few that left them (failed,
   // with why, or ended), oldest first.

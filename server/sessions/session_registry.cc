@@ -66,8 +66,8 @@ std::shared_ptr<SessionRegistry> SessionRegistry::Create(engine::Engine& engine,
                                                          SessionLimits limits) {
   std::shared_ptr<SessionRegistry> registry(new SessionRegistry(engine, lanes, queue, limits));
   std::weak_ptr<SessionRegistry> weak = registry;
-  lanes.OnEnded([weak](const std::string& id) {
-    if (std::shared_ptr<SessionRegistry> alive = weak.lock()) alive->Ended(id);
+  lanes.OnEnded([weak](const std::string& id, const absl::Status& ended) {
+    if (std::shared_ptr<SessionRegistry> alive = weak.lock()) alive->Ended(id, ended);
   });
   return registry;
 }
@@ -341,7 +341,8 @@ absl::Status SessionRegistry::HandOff(const std::shared_ptr<Session>& session,
   return lanes_.Add(std::move(setup));
 }
 
-void SessionRegistry::Leave(const Ticket& ticket, const std::string& given_why) {
+void SessionRegistry::Leave(const Ticket& ticket, const std::string& given_why,
+                            bool closed_on_purpose) {
   if (ticket.session == nullptr) return;
   Session& s = *ticket.session;
   const size_t r = static_cast<size_t>(ticket.rank);
@@ -349,6 +350,17 @@ void SessionRegistry::Leave(const Ticket& ticket, const std::string& given_why) 
   {
     absl::MutexLock lock(&mu_);
     s.sockets[r] = -1;
+    if (s.state == Session::State::kReady && closed_on_purpose) {
+      // How it ends (closed, or failed with a command outstanding) is the
+      // lanes' to say: Ended learns it.
+      const std::string why =
+          absl::StrCat("rank ", ticket.rank, " (pid ", s.pids[r], ") closed the session");
+      const std::string id = s.id;
+      mu_.Unlock();
+      (void)lanes_.Close(id, why);
+      mu_.Lock();
+      return;
+    }
     if (s.state == Session::State::kReady) {
       const std::string why =
           !given_why.empty()
@@ -409,11 +421,13 @@ absl::Status SessionRegistry::Close(const std::string& id, const std::string& ow
   return absl::OkStatus();
 }
 
-void SessionRegistry::Ended(const std::string& id) {
+void SessionRegistry::Ended(const std::string& id, const absl::Status& ended) {
   absl::MutexLock lock(&mu_);
   auto it = open_.find(id);
   if (it == open_.end()) return;
   Session& s = *it->second;
+  // The lanes' first cause stands over what a caller asked for meanwhile.
+  if (!ended.ok()) s.failure = ended;
   s.ShutDownSockets();
   RetireLocked(
       s, s.failure.ok() || s.failure.code() == absl::StatusCode::kCancelled ? "closed" : "failed");

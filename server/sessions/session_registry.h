@@ -108,8 +108,10 @@ class SessionRegistry : public std::enable_shared_from_this<SessionRegistry> {
   // The rank's connection closed (or failed). Before the session started its
   // buffers and ring are released (and the session, with its last rank);
   // after, the lanes end it: UNAVAILABLE "rank R (pid P) closed its connection",
-  // or `why` when given.
-  void Leave(const Ticket& ticket, const std::string& why = "");
+  // or `why` when given. `closed_on_purpose` (its client sent a close
+  // request): CANCELLED "rank R (pid P) closed the session" ("closed") when
+  // every command posted has completed, else UNAVAILABLE naming the command.
+  void Leave(const Ticket& ticket, const std::string& why = "", bool closed_on_purpose = false);
 
   // The session's failure (OK while it has none).
   absl::Status FailureOf(const Ticket& ticket) const;
@@ -130,7 +132,7 @@ class SessionRegistry : public std::enable_shared_from_this<SessionRegistry> {
   SessionRegistry(engine::Engine& engine, SessionLanes& lanes, jobs::JobQueue* queue,
                   SessionLimits limits)
       : engine_(engine), lanes_(lanes), queue_(queue), limits_(limits) {}
-  void Ended(const std::string& id);
+  void Ended(const std::string& id, const absl::Status& ended);
   // Marks a joining session failed and wakes its ranks.
   void FailLocked(Session& session, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the session from the open ones (the name, quota and devices free).

@@ -221,13 +221,14 @@ absl::Status SessionRun::ReadRing(int r) {
                                                      ops_.size(), " ops"));
     }
     posted_[r].push_back(Posted{seq, slot.op, slot.posted_ns});
+    ring.slots[seq % kSessionRingSlots].taken_ns = MonotonicNs();
     read_[r] = seq;
     ring.taken.store(seq, std::memory_order_release);
   }
   return absl::OkStatus();
 }
 
-absl::Status SessionRun::Take(LaneArbiter& arbiter, double now_ms) {
+absl::Status SessionRun::Take(LaneArbiter& arbiter, double now_ms, bool polling) {
   for (size_t r = 0; r < setup_.ranks.size(); ++r) RETURN_IF_ERROR(ReadRing(static_cast<int>(r)));
   auto all_posted = [&] {
     return std::none_of(posted_.begin(), posted_.end(),
@@ -244,6 +245,7 @@ absl::Status SessionRun::Take(LaneArbiter& arbiter, double now_ms) {
       }
     }
     for (std::deque<Posted>& p : posted_) p.pop_front();
+    counts_->Update([&](SessionCounts& c) { ++(polling ? c.taken_polling : c.taken_woken); });
     RETURN_IF_ERROR(Start(std::move(command), arbiter, now_ms));
   }
   return absl::OkStatus();
@@ -531,6 +533,7 @@ void SessionRun::Finished(const LaneSpan& span) {
 void SessionRun::Fail(const absl::Status& status) {
   if (failed_) return;
   failed_ = true;
+  failure_ = status;
   const std::string message(status.message());
   const int32_t code = static_cast<int32_t>(status.code());
   for (size_t r = 0; r < setup_.ranks.size(); ++r) {
@@ -594,6 +597,16 @@ bool SessionRun::WaitDrained(absl::Duration limit) {
     absl::SleepFor(absl::Microseconds(100));
   }
   return true;
+}
+
+uint64_t SessionRun::Outstanding() const {
+  for (size_t r = 0; r < setup_.ranks.size(); ++r) {
+    const SessionRing* ring = setup_.ranks[r].ring;
+    if (ring != nullptr && ring->posted.load(std::memory_order_acquire) > completed_) {
+      return completed_ + 1;
+    }
+  }
+  return running_.empty() ? 0 : running_.front().seq;
 }
 
 bool SessionRun::HasPosted() const {

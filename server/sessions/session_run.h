@@ -71,8 +71,9 @@ class SessionRun {
   // rank, no system call (the lanes' thread polls it while it spins).
   bool HasPosted() const;
   // Reads what the ranks posted and starts each command all of them posted.
-  // `now_ms` is the arbiter's clock.
-  absl::Status Take(LaneArbiter& arbiter, double now_ms);
+  // `now_ms` is the arbiter's clock; `polling`: the lanes' thread found them
+  // while polling the rings, not after a sleep (counted per command).
+  absl::Status Take(LaneArbiter& arbiter, double now_ms, bool polling);
   // Enqueues a chunk of a deferred command that the arbiter granted.
   absl::Status Issue(const LaneGrant& grant);
   // Completes the commands whose outputs are ready. DEADLINE_EXCEEDED when a
@@ -87,6 +88,10 @@ class SessionRun {
   // completed doorbells rung. It then drains. Repeated calls do nothing.
   void Fail(const absl::Status& status);
   bool failed() const { return failed_; }
+  // What Fail ended it with (OK before).
+  const absl::Status& failure() const { return failure_; }
+  // The first command a rank posted that has not completed; 0 for none.
+  uint64_t Outstanding() const;
   // After Fail: whether the devices finished everything it enqueued.
   bool Drained();
   // Whether any command started and did not complete.
@@ -171,6 +176,7 @@ class SessionRun {
   uint64_t completed_ = 0;
   std::deque<Command> running_;  // started, not completed; in seq order
   bool failed_ = false;
+  absl::Status failure_;
   std::vector<engine::EventId> drain_;  // by rank, after Fail
 };
 

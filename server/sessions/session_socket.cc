@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -44,21 +45,29 @@ absl::StatusOr<v1::SessionFrame> Receive(int socket, int64_t max_bytes, absl::Du
   return parsed;
 }
 
-// Until the peer closes (or Stop shuts the socket): the rank is alive.
-void WatchUntilClosed(int socket, int stop_fd) {
-  char sink[256];
+// How a started rank's connection ended.
+enum class RankEnd {
+  kGone,    // closed without a word (exit, kill), unreadable, or the daemon stops
+  kClosed,  // the client sent LeaveSessionRequest: it leaves on purpose
+};
+
+// Until the peer closes (or Stop shuts the socket): the rank is alive. A
+// close request says it leaves on purpose; other frames mean nothing now.
+RankEnd WatchUntilClosed(int socket, int stop_fd, int64_t max_frame_bytes) {
   while (true) {
     pollfd fds[2] = {{socket, POLLIN | POLLRDHUP, 0}, {stop_fd, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      return;
+      return RankEnd::kGone;
     }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents & (POLLHUP | POLLERR)) return;
-    const ssize_t got = ::recv(socket, sink, sizeof(sink), MSG_DONTWAIT);
-    if (got == 0) return;  // EOF
-    if (got < 0 && errno != EAGAIN && errno != EINTR) return;
-    // Anything the client sends now means nothing: read and dropped.
+    if (fds[1].revents != 0) return RankEnd::kGone;
+    // A close request may come just before the hang-up: read what is there first.
+    if ((fds[0].revents & POLLIN) == 0) return RankEnd::kGone;
+    std::vector<OwnedFd> passed;
+    absl::StatusOr<v1::SessionFrame> frame =
+        Receive(socket, max_frame_bytes, absl::Seconds(10), &passed);
+    if (!frame.ok()) return RankEnd::kGone;  // EOF, or not a frame
+    if (frame->has_leave()) return RankEnd::kClosed;
   }
 }
 
@@ -214,8 +223,9 @@ void SessionSocket::Serve(Connection* connection) {
   if (!ticket.has_value()) return;
   const int socket = connection->socket.get();
   if (!RegisterUntilStarted(socket, *ticket, join_timeout)) return;
-  WatchUntilClosed(socket, stop_fd_);
-  registry_->Leave(*ticket, stopping_.load() ? "overlapd is shutting down" : "");
+  const RankEnd end = WatchUntilClosed(socket, stop_fd_, options_.max_frame_bytes);
+  registry_->Leave(*ticket, stopping_.load() ? "overlapd is shutting down" : "",
+                   end == RankEnd::kClosed && !stopping_.load());
 }
 
 std::optional<SessionRegistry::Ticket> SessionSocket::Join(const Connection& connection,

@@ -58,6 +58,8 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
   const std::vector<double> take(counts.take_us.begin(), counts.take_us.end());
   f.take_p50_us = Percentile(take, 50);
   f.take_p99_us = Percentile(take, 99);
+  f.taken_polling = counts.taken_polling;
+  f.taken_woken = counts.taken_woken;
   return f;
 }
 

@@ -40,6 +40,8 @@ struct SessionCounts {
   std::vector<OpCounts> ops;      // by op index
   std::deque<double> enqueue_us;  // recent: the last rank's post -> enqueued
   std::deque<double> take_us;     // recent: the last rank's post -> the lanes took the command
+  int64_t taken_polling = 0;      // commands found while the lanes' thread polled the rings
+  int64_t taken_woken = 0;        // commands taken after it slept in epoll
 };
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.

@@ -11,7 +11,8 @@ flight::Lane LaneFrom(const std::string& name) {
 }
 
 flight::FlightState StateFrom(const std::string& name) {
-  for (flight::FlightState state : {flight::FlightState::kFinished, flight::FlightState::kFailed}) {
+  for (flight::FlightState state : {flight::FlightState::kFinished, flight::FlightState::kFailed,
+                                    flight::FlightState::kAborted}) {
     if (name == flight::StateName(state)) return state;
   }
   return flight::FlightState::kEnqueued;
@@ -37,6 +38,7 @@ v1::FlightRing ToProto(const flight::RankRing& ring) {
     e->set_state(flight::StateName(entry.state));
     e->set_enqueued_unix_ns(entry.enqueued_ns);
     e->set_finished_unix_ns(entry.finished_ns);
+    e->set_error(entry.error);
   }
   return out;
 }
@@ -61,6 +63,8 @@ flight::RankRing FromProto(const v1::FlightRing& ring) {
     entry.state = StateFrom(e.state());
     entry.enqueued_ns = e.enqueued_unix_ns();
     entry.finished_ns = e.finished_unix_ns();
+    // A peer's error is cut as this daemon cuts its own: rings stay bounded.
+    entry.error = e.error().substr(0, flight::kMaxFlightErrorBytes);
     out.entries.push_back(std::move(entry));
   }
   return out;

@@ -33,7 +33,7 @@
 #define SPAN_FIELDS(F) F(op) F(rank) F(lane) F(kind) F(name) F(start_ms) F(end_ms)
 #define ENERGY_FIELDS(F)                                                              \
   F(step_joules) F(step_watts) F(serial_valid) F(serial_joules) F(serial_watts)       \
-  F(serial_ms) F(note) F(window_s) F(steps)
+  F(serial_ms) F(note) F(window_s) F(steps) F(step_error) F(serial_error) F(counter_period_ms)
 #define NODE_FIELDS(F)                                                                \
   F(node) F(node_index) F(part_id) F(first_rank) F(ranks) F(total_step_ms)            \
   F(layer_step_ms) F(slowest_rank) F(backend) F(gpu)

@@ -201,6 +201,8 @@ TEST(BenchFoldTest, MediansOfRepeatsAndDerivedFigures) {
   EXPECT_NEAR(j["rows"][0]["spread_ms"]["serial"].get<double>(), 0.2, 1e-12);
   EXPECT_DOUBLE_EQ(j["rows"][0]["spread_ms"]["gemm_alone"].get<double>(), 0);
   const std::string table = FormatBench(rows);
+  // The shape one word, as --shapes takes it, so that awk splits the row.
+  EXPECT_THAT(table, ::testing::ContainsRegex("\nag_gemm +1000x1000x1000 +2 +"));
   // The last repeat's timeline: rank 1's GEMM 0.75 ms against 1.0 alone, 0.25 ms waited.
   EXPECT_THAT(table, ::testing::ContainsRegex("1\\.091 +-25\\.0 +0\\.250 "));
   EXPECT_NE(table.find("step/floor: geomean 1.091, worst 1.091"), std::string::npos) << table;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "client/measure/check.h"
 #include "common/graph_parser.h"
 #include "gmock/gmock.h"
@@ -18,6 +19,16 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::Pair;
+
+// The fields of the line of `text` whose first field is `first`, split as awk
+// splits them.
+std::vector<std::string> AwkFields(const std::string& text, const std::string& first) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!fields.empty() && fields[0] == first) return fields;
+  }
+  return {};
+}
 
 NodeCheck Node(const std::string& address, std::vector<double> gemm_ms) {
   NodeCheck n{address, address + "-peer", {}, {}};
@@ -34,6 +45,7 @@ NodePairCheck PairOf(size_t a, size_t b, double busbw) {
   p.job = "job-1";
   p.ms = 1;
   p.busbw_gbps = busbw;
+  p.verified = true;
   p.max_rel_error = 1e-3;
   p.tolerance = 1e-2;
   return p;
@@ -171,6 +183,31 @@ TEST(ClusterCheckTest, APairThatCouldNotRunIsSaidAndNotJudged) {
   const nlohmann::json j = ClusterCheckJson(r, CheckOptions{});
   EXPECT_EQ(j["pairs"][0]["not_checked"], "n0 has no peer listener (config peer_listen)");
   EXPECT_FALSE(j["pairs"][0].contains("busbw_gbps"));
+}
+
+// The links table: one word a cell, the error in MAX_REL_ERR and VERIFY ok,
+// failed, off (the daemon checked nothing) or "-" (no job ran).
+TEST(ClusterCheckTest, LinkRowsCarryTheErrorAndAOneWordVerify) {
+  ClusterCheckResult r = Healthy(3);  // pairs n0-n1, n0-n2, n1-n2
+  r.pairs[1].max_rel_error = 0.25;
+  r.pairs[2].not_checked = "n1 has no peer listener (config peer_listen)";
+  const std::string text = FormatClusterCheck(r, CheckOptions{});
+  EXPECT_THAT(AwkFields(text, "PAIR"), ElementsAre("PAIR", "JOB", "MS", "BUSBW_GBPS",
+                                                   "VS_REFERENCE", "MAX_REL_ERR", "VERIFY"));
+  EXPECT_THAT(AwkFields(text, "n0,n1"),
+              ElementsAre("n0,n1", "job-1", "1.000", "100.0", "+0.0%", "1.0e-03", "ok"));
+  EXPECT_THAT(AwkFields(text, "n0,n2"),
+              ElementsAre("n0,n2", "job-1", "1.000", "100.0", "+0.0%", "2.5e-01", "failed"));
+  EXPECT_THAT(AwkFields(text, "n1,n2"),
+              ElementsAre("n1,n2", "job-1", "-", "-", "-", "-", "-", "NOT_CHECKED"));
+  r.pairs[0].verified = false;
+  EXPECT_THAT(AwkFields(FormatClusterCheck(r, CheckOptions{}), "n0,n1"),
+              ElementsAre("n0,n1", "job-1", "1.000", "100.0", "+0.0%", "-", "off"));
+  const nlohmann::json j = ClusterCheckJson(r, CheckOptions{});
+  EXPECT_EQ(j["pairs"][0]["verified"], false);
+  EXPECT_EQ(j["pairs"][1]["verified"], true);
+  EXPECT_DOUBLE_EQ(j["pairs"][1]["max_rel_error"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j["pairs"][1]["tolerance"].get<double>(), 1e-2);
 }
 
 TEST(ClusterCheckTest, MedianGemmOfANode) {

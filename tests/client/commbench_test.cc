@@ -7,15 +7,29 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/graph_parser.h"
 #include "common/graph_validator.h"
 
 namespace overlap::client {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// The fields of the line of `text` whose first field is `first`, split as awk
+// splits them: every cell of these tables is one word.
+std::vector<std::string> AwkFields(const std::string& text, const std::string& first) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!fields.empty() && fields[0] == first) return fields;
+  }
+  return {};
+}
 
 TEST(CommBenchSpecTest, EverySizeOnEveryTransportAsAValidJob) {
   CommBenchOptions o;  // 1 MiB .. 1 GiB, x4: 6 sizes
@@ -176,10 +190,18 @@ TEST(CommBenchFoldTest, RowsPerCollectiveAndSizeWithTheFasterTransport) {
 
   const std::string text = FormatCommBench(rows, {"nccl", "p2p"}, 2, "bf16");
   EXPECT_THAT(text, HasSubstr("commbench: 2 rank(s), bf16"));
-  EXPECT_THAT(text, HasSubstr("p2p 2.00x"));
-  EXPECT_THAT(text, HasSubstr("nccl 1.50x"));
-  EXPECT_THAT(text, HasSubstr("ok 2.0e-03"));
-  EXPECT_THAT(text, HasSubstr("FAIL 5.0e-01"));
+  EXPECT_THAT(AwkFields(text, "COLLECTIVE"),
+              ElementsAre("COLLECTIVE", "SIZE", "COUNT", "NCCL_MS", "NCCL_ALGBW_GBPS",
+                          "NCCL_BUSBW_GBPS", "P2P_MS", "P2P_ALGBW_GBPS", "P2P_BUSBW_GBPS", "FASTER",
+                          "SPEEDUP", "MAX_REL_ERR", "VERIFY"));
+  // The faster transport and by how much, the worst error of the row's
+  // transports and whether every one was within its tolerance.
+  EXPECT_THAT(AwkFields(text, "all_reduce"),
+              ElementsAre("all_reduce", "1MiB", "524288", "0.200", "10.0", "10.0", "0.100", "20.0",
+                          "20.0", "p2p", "2.00x", "2.0e-03", "ok"));
+  EXPECT_THAT(AwkFields(text, "all_gather"),
+              ElementsAre("all_gather", "1MiB", "524288", "0.050", "30.0", "30.0", "0.075", "20.0",
+                          "20.0", "nccl", "1.50x", "5.0e-01", "failed"));
   EXPECT_THAT(text, HasSubstr("best busbw: all_reduce over p2p 20.0 GB/s (at 1MiB)"));
   EXPECT_THAT(text, HasSubstr("best busbw: all_gather over nccl 30.0 GB/s (at 1MiB)"));
   // Only the transports asked for get columns.
@@ -207,7 +229,9 @@ TEST(CommBenchFoldTest, AlgorithmColumnsAndTheBusiestGpu) {
   EXPECT_DOUBLE_EQ(rows[0].by_transport.at("p2p/ps").ms, 0.300);
   const std::string text = FormatCommBench(rows, {"p2p", "p2p/tree", "p2p/ps"}, 8, "bf16");
   EXPECT_THAT(text, HasSubstr("P2P/TREE_MS"));
-  EXPECT_THAT(text, HasSubstr("p2p 1.50x"));
+  EXPECT_THAT(AwkFields(text, "all_reduce"),
+              ElementsAre("all_reduce", "1MiB", "524288", "0.100", "20.0", "20.0", "0.150", "13.0",
+                          "13.0", "0.300", "7.000", "7.000", "p2p", "1.50x", "1.0e-03", "ok"));
   EXPECT_THAT(text, HasSubstr("all_reduce bytes into the busiest GPU, per byte of buffer, at 8 "
                               "ranks: p2p 1.75 (direct), p2p/tree 3.00, p2p/ps 7.00"));
   EXPECT_THAT(FormatCommBench(rows, {"nccl", "p2p"}, 8, "bf16"),
@@ -225,7 +249,34 @@ TEST(CommBenchFoldTest, OneRankSaysItMeasuredALocalCopy) {
   EXPECT_THAT(text, HasSubstr("one rank: nothing crosses a link"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("best busbw")));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("nccl  ")));
-  EXPECT_THAT(text, ::testing::ContainsRegex("950\\.0 +0\\.000 +- +- +- +- +ok"));
+  EXPECT_THAT(AwkFields(text, "all_reduce"),
+              ElementsAre("all_reduce", "1MiB", "524288", "0.004", "950.0", "0.000", "-", "-", "-",
+                          "-", "-", "0.0e+00", "ok"));
+}
+
+// Under --no-verify nothing was checked: VERIFY says off, and there is no error to show.
+TEST(CommBenchFoldTest, UnverifiedRowsSayOffAndShowNoError) {
+  v1::Job job;
+  v1::OpResult nccl = Result("all_reduce", 512, 1024, "nccl", 0.200, 10, 0);
+  nccl.set_verified(false);
+  v1::OpResult p2p = Result("all_reduce", 512, 1024, "p2p", 0.100, 20, 0);
+  p2p.set_verified(false);
+  *job.mutable_result()->add_ops() = nccl;
+  *job.mutable_result()->add_ops() = p2p;
+  const std::string text = FormatCommBench(FoldCommBench(job), {"nccl", "p2p"}, 2, "bf16");
+  const std::vector<std::string> row = AwkFields(text, "all_reduce");
+  ASSERT_EQ(row.size(), 13u) << text;
+  EXPECT_EQ(row[11], "-");
+  EXPECT_EQ(row[12], "off");
+  // One transport checked and within its tolerance: the row is ok with its error.
+  p2p.set_verified(true);
+  p2p.set_max_rel_error(4e-3);
+  *job.mutable_result()->mutable_ops(1) = p2p;
+  const std::vector<std::string> one =
+      AwkFields(FormatCommBench(FoldCommBench(job), {"nccl", "p2p"}, 2, "bf16"), "all_reduce");
+  ASSERT_EQ(one.size(), 13u);
+  EXPECT_EQ(one[11], "4.0e-03");
+  EXPECT_EQ(one[12], "ok");
 }
 
 // commbench --nodes: per size the dp, flat world and hierarchical world
@@ -348,10 +399,17 @@ TEST(CommBenchNodesTest, TableHasEachVariantFlatOverHierarchicalAndTheHostNote) 
   const std::string text = FormatNodesCommBench(rows, job, 2, "bf16");
   EXPECT_THAT(text, HasSubstr("commbench: all_reduce across 2 nodes x 2 device(s) (mesh tp 2 x "
                               "dp 2), bf16; busbw = algbw x 2(N-1)/N, N = 2 (dp) or 4 (world)"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("64KiB +32768 +0\\.100 +0\\.650 +0\\.650 +0\\.300 "
-                                             "+0\\.220 +0\\.330 +0\\.150 +0\\.440 +0\\.660 "
-                                             "+2\\.00x +ok 3\\.0e-03"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("256KiB .* 0\\.80x +FAIL 5\\.0e-01"));
+  EXPECT_THAT(AwkFields(text, "SIZE"),
+              ElementsAre("SIZE", "COUNT", "DP_MS", "DP_ALGBW_GBPS", "DP_BUSBW_GBPS", "WORLD_MS",
+                          "WORLD_ALGBW_GBPS", "WORLD_BUSBW_GBPS", "HIER_MS", "HIER_ALGBW_GBPS",
+                          "HIER_BUSBW_GBPS", "FLAT/HIER", "MAX_REL_ERR", "VERIFY"));
+  EXPECT_THAT(AwkFields(text, "64KiB"),
+              ElementsAre("64KiB", "32768", "0.100", "0.650", "0.650", "0.300", "0.220", "0.330",
+                          "0.150", "0.440", "0.660", "2.00x", "3.0e-03", "ok"));
+  // The flat world all-reduce came back wrong: the row fails with its error.
+  EXPECT_THAT(AwkFields(text, "256KiB"),
+              ElementsAre("256KiB", "131072", "0.200", "1.300", "1.300", "0.400", "0.650", "0.980",
+                          "0.500", "0.520", "0.780", "0.80x", "5.0e-01", "failed"));
   EXPECT_THAT(text, HasSubstr("best busbw: dp 1.300 GB/s (at 256KiB)"));
   EXPECT_THAT(text, HasSubstr("best busbw: world/hierarchical 0.780 GB/s (at 256KiB)"));
   EXPECT_THAT(text, HasSubstr("across nodes: bus bandwidth 12.5 GB/s"));

@@ -42,7 +42,36 @@ TEST(EnergyReportTest, LinesPerOpAndLayerWithSerialAndTheNote) {
             "1101.2 W (0.400 ms)\n"
             "energy fc1: overlap saves 31% of the time but draws 22% more power\n"
             "energy layer: 1.25 J per step at 1298.0 W, 0.5 J/TFLOP\n");
+  // Beside the layer: its ops op by op.
+  result.mutable_layer_energy()->set_serial_valid(true);
+  result.mutable_layer_energy()->set_serial_joules(1.5);
+  result.mutable_layer_energy()->set_serial_watts(1000);
+  result.mutable_layer_energy()->set_serial_ms(1.5);
+  EXPECT_THAT(FormatEnergy(result),
+              HasSubstr("energy layer: 1.25 J per step at 1298.0 W, 0.5 J/TFLOP; op by op 1.5 J "
+                        "per step at 1000.0 W (1.500 ms)\n"));
   EXPECT_EQ(FormatEnergy(v1::JobResult()), "");
+}
+
+// Figures the counter's period bounds by 5% or more say so, and one line says why.
+TEST(EnergyReportTest, CoarseFiguresCarryTheirBound) {
+  v1::JobResult result;
+  *result.mutable_layer_energy() = Energy(11, 702);
+  v1::Energy& e = *result.mutable_layer_energy();
+  e.set_step_error(0.03);
+  e.set_serial_valid(true);
+  e.set_serial_joules(20.2);
+  e.set_serial_watts(927);
+  e.set_serial_ms(13.767);
+  e.set_serial_error(0.85);
+  e.set_counter_period_ms(100);
+  EXPECT_EQ(FormatEnergy(result),
+            "energy layer: 11 J per step at 702.0 W, 0.5 J/TFLOP; op by op 20.2 J per step at "
+            "927.0 W (within 85%) (13.767 ms)\n"
+            "energy layer: NVML's counter moves every 100 ms: windows of a few periods read "
+            "coarse (more iterations narrow them)\n");
+  e.set_serial_error(0.01);
+  EXPECT_THAT(FormatEnergy(result), Not(HasSubstr("coarse")));
 }
 
 TEST(EnergyReportTest, TheReportCarriesThem) {

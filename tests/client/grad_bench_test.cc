@@ -208,17 +208,18 @@ TEST(GradBenchFoldTest, WhatEachFormSentTimedAloneGivesItsBusBandwidth) {
   EXPECT_DOUBLE_EQ(w.sent_bytes, (64 << 10) + (1 << 20));
   EXPECT_DOUBLE_EQ(w.algbw_gbps, ((64 << 10) + (1 << 20)) / 4e6);
   EXPECT_DOUBLE_EQ(w.busbw_gbps, w.algbw_gbps);  // N = 2: 2(N-1)/N = 1
-  EXPECT_TRUE(w.verified && w.within);
+  EXPECT_TRUE(w.verify.verified && w.verify.within);
 
   const GradBenchRow b = FoldGradForm(GradForm::kBucketed, bucketed, &timed, o);
   EXPECT_DOUBLE_EQ(b.sent_alone_ms, 2.0);
   EXPECT_DOUBLE_EQ(b.algbw_gbps, 544 * 1024 * 2 / 2e6);
-  EXPECT_TRUE(b.within);
-  EXPECT_DOUBLE_EQ(b.max_rel_error, 3e-3);
+  EXPECT_TRUE(b.verify.within);
+  EXPECT_DOUBLE_EQ(b.verify.max_rel_error, 3e-3);
 
   const GradBenchRow c = FoldGradForm(GradForm::kChunked, chunked, &timed, o);
   EXPECT_DOUBLE_EQ(c.sent_alone_ms, 1.0 + 4 * 0.5);
-  EXPECT_FALSE(c.within) << "a piece timed alone came back wrong";
+  EXPECT_FALSE(c.verify.within) << "a piece timed alone came back wrong";
+  EXPECT_DOUBLE_EQ(c.verify.max_rel_error, 0.5);
   // Without the messages job the bucket has no time: no bandwidth to claim.
   EXPECT_DOUBLE_EQ(FoldGradForm(GradForm::kBucketed, bucketed, nullptr, o).busbw_gbps, 0);
 
@@ -232,11 +233,16 @@ TEST(GradBenchFoldTest, WhatEachFormSentTimedAloneGivesItsBusBandwidth) {
   EXPECT_THAT(text, HasSubstr("bench: gradient all-reduces across 2 nodes x 2 device(s) (mesh tp "
                               "2 x dp 2), bf16: 2 gradient(s) a rank (64KiB, 1MiB: 1088KiB), "
                               "each after 2 GEMM(s) 128 x 64 x 256"));
+  EXPECT_THAT(text, HasSubstr("HIDDEN_%  ALGBW_GBPS  BUSBW_GBPS  MAX_REL_ERR  VERIFY\n"));
+  // The worst error of the form's job and of what it sent timed alone, in
+  // its own column; VERIFY one word.
+  EXPECT_THAT(text,
+              ::testing::ContainsRegex("whole +2 whole +10\\.000 +7\\.000 +3\\.000 "
+                                       "+4\\.000 +25\\.0 +[0-9.]+ +[0-9.]+ +2\\.0e-03 +ok\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("bucketed 25MiB +1 bucket of 1088KiB +10\\.000 .* "
+                                             "3\\.0e-03 +ok\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex(
-                        "whole +2 whole +10\\.000 +7\\.000 +3\\.000 +4\\.000 +25\\.0 .* ok"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("bucketed 25MiB +1 bucket of 1088KiB +10\\.000"));
-  EXPECT_THAT(text, ::testing::ContainsRegex(
-                        "chunked 256KiB +4 pieces of 256KiB, 1 whole .* FAIL 5\\.0e-01"));
+                        "chunked 256KiB +4 pieces of 256KiB, 1 whole .* 5\\.0e-01 +failed\n"));
   EXPECT_THAT(text, HasSubstr("busbw = algbw x 2(N-1)/N, N = 2"));
   EXPECT_THAT(text, HasSubstr("host backend: the figures mean nothing"));
 
@@ -253,6 +259,8 @@ TEST(GradBenchFoldTest, WhatEachFormSentTimedAloneGivesItsBusBandwidth) {
   EXPECT_EQ(j["forms"][2]["messages"][1]["bytes"], 4 * (256 << 10));
   EXPECT_DOUBLE_EQ(j["forms"][0]["hidden"].get<double>(), 0.25);
   EXPECT_EQ(j["forms"][2]["within_tolerance"], false);
+  EXPECT_EQ(j["forms"][2]["verified"], true);
+  EXPECT_DOUBLE_EQ(j["forms"][2]["max_rel_error"].get<double>(), 0.5);
 }
 
 // A job whose buffers did not fit runs no layer step: the row says why.
@@ -265,6 +273,17 @@ TEST(GradBenchFoldTest, NoLayerStepIsSaid) {
   const std::string text = FormatGradBench({row}, job, o, 2);
   EXPECT_THAT(text, HasSubstr("whole: no layer step: the buffers of all ops do not fit at once"));
   EXPECT_THAT(text, ::testing::ContainsRegex("whole +- +- +- +-"));
+}
+
+// Under --no-verify no op checked its result: VERIFY says off and MAX_REL_ERR
+// has nothing to show.
+TEST(GradBenchFoldTest, AFormThatVerifiedNothingSaysOff) {
+  const GradBenchOptions o = Options();
+  v1::Job job = FormJob("job-000001");
+  job.mutable_result()->mutable_ops(0)->set_verified(false);
+  const GradBenchRow row = FoldGradForm(GradForm::kWhole, job, nullptr, o);
+  EXPECT_FALSE(row.verify.verified);
+  EXPECT_THAT(FormatGradBench({row}, job, o, 2), ::testing::ContainsRegex(" +- +off\n"));
 }
 
 }  // namespace

@@ -535,5 +535,21 @@ TEST(ConfigTest, FlightRecorderEntriesZeroIsOff) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ConfigTest, SessionPollMsIsAWindowInRange) {
+  EXPECT_EQ(DaemonConfig().session_poll_ms, 100);
+  auto config = ParseDaemonConfig("session_poll_ms: 0\n");  // never poll: the doorbell only
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->session_poll_ms, 0);
+  config = ParseDaemonConfig("session_poll_ms: 60000\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->session_poll_ms, 60000);
+  for (const char* bad : {"session_poll_ms: -1\n", "session_poll_ms: 60001\n",
+                          "session_poll_ms: 2.5\n", "session_poll_ms: \"5\"\n"}) {
+    absl::StatusOr<DaemonConfig> refused = ParseDaemonConfig(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("session_poll_ms")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace overlap

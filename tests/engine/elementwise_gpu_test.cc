@@ -25,20 +25,6 @@ namespace {
 
 #define CHECK_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-ElemType ElemTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return ElemType::kF32;
-    case DType::kF16:
-      return ElemType::kF16;
-    case DType::kBF16:
-      return ElemType::kBF16;
-    case DType::kFP8:
-      return ElemType::kFP8;
-  }
-  return ElemType::kF32;
-}
-
 // Worst |got - ref| / max(|ref|, floor) allowed: the dst type's rounding (half
 // an ulp, relative) plus fp32 math well below it. Below the floor (fp16's and
 // fp8's smallest normal) spacing is absolute, so the error is measured against it.
@@ -165,9 +151,9 @@ class ElementwiseGpuTest : public ::testing::TestWithParam<Param> {
     CHECK_CUDA_OK(cudaMemsetAsync(b.dst.get(), kGuard, b.dst_bytes, stream_));
     const cudaError_t launched =
         path == nullptr
-            ? LaunchElementwise(b.in, ElemTypeOf(p.src), b.out, ElemTypeOf(p.dst), c.rows,
+            ? LaunchElementwise(b.in, ToElemType(p.src), b.out, ToElemType(p.dst), c.rows,
                                 c.src_cols, p.activation, p.scale, stream_)
-            : LaunchElementwiseOn(*path, b.in, ElemTypeOf(p.src), b.out, ElemTypeOf(p.dst), c.rows,
+            : LaunchElementwiseOn(*path, b.in, ToElemType(p.src), b.out, ToElemType(p.dst), c.rows,
                                   c.src_cols, p.activation, p.scale, stream_);
     CHECK_CUDA_OK(launched);
     CHECK_CUDA_OK(cudaStreamSynchronize(stream_));
@@ -228,7 +214,7 @@ TEST_P(ElementwiseGpuTest, BothPathsMatchFloat64AndEachOther) {
     Buffers buffers;
     ASSERT_NO_FATAL_FAILURE(Allocate(c, src_host, &buffers));
     const ElementwisePath chosen =
-        ElementwisePathFor(buffers.in, ElemTypeOf(p.src), buffers.out, ElemTypeOf(p.dst), c.rows,
+        ElementwisePathFor(buffers.in, ToElemType(p.src), buffers.out, ToElemType(p.dst), c.rows,
                            c.src_cols, p.activation);
     const ElementwisePath expected =
         c.path == Expect::kVector ? ElementwisePath::kVector : ElementwisePath::kScalar;
@@ -249,8 +235,8 @@ TEST_P(ElementwiseGpuTest, BothPathsMatchFloat64AndEachOther) {
       EXPECT_TRUE(vector == scalar) << "the vector path differs from the scalar one";
     } else {
       // Forcing the vector path where it does not fit is refused, not run.
-      EXPECT_EQ(LaunchElementwiseOn(ElementwisePath::kVector, buffers.in, ElemTypeOf(p.src),
-                                    buffers.out, ElemTypeOf(p.dst), c.rows, c.src_cols,
+      EXPECT_EQ(LaunchElementwiseOn(ElementwisePath::kVector, buffers.in, ToElemType(p.src),
+                                    buffers.out, ToElemType(p.dst), c.rows, c.src_cols,
                                     p.activation, p.scale, stream_),
                 cudaErrorInvalidValue);
     }

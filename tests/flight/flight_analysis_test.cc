@@ -124,6 +124,47 @@ TEST(FlightAnalysisTest, SaysWhichNodesRingsCouldNotBeRead) {
             "recorded collective finished on every rank");
 }
 
+// Node b stopped answering: node a's ranks were cut off in collective #5 of
+// a communicator with b's ranks (their Synchronize failed, so the entries
+// were aborted, not finished). The verdict names #5, where a's ranks were,
+// and the ranks of its group whose rings were not read.
+TEST(FlightAnalysisTest, NamesWhereTheLiveRanksWereCutOffAndWhomItCouldNotRead) {
+  std::vector<RankRing> rings = {Ring(0, 6, 0), Ring(1, 6, 0)};
+  for (RankRing& ring : rings) {
+    ring.node = "a:1";
+    for (FlightEntry& entry : ring.entries) {
+      entry.group = {0, 1, 2, 3};
+      if (entry.seq >= 5) {
+        entry.state = FlightState::kAborted;
+        entry.error = "DEADLINE_EXCEEDED: gloo: timed out";
+      }
+    }
+  }
+  const FlightVerdict verdict = Analyze(rings);
+  ASSERT_EQ(verdict.kind, FlightVerdict::Kind::kAborted);
+  EXPECT_EQ(verdict.seq, 5u);
+  EXPECT_EQ(verdict.aborted, (std::vector<int>{0, 1}));
+  EXPECT_EQ(verdict.unseen, (std::vector<int>{2, 3}));
+  EXPECT_EQ(verdict.error, "DEADLINE_EXCEEDED: gloo: timed out");
+  EXPECT_EQ(GatheredVerdictLine(rings, {UnreadNode{"b:2", "DEADLINE_EXCEEDED: late"}}),
+            "flight: rings of node b:2 (DEADLINE_EXCEEDED: late) could not be read; collective "
+            "#5 all_gather (channel 0, critical lane, job job-7) reached by 0,1 on node a:1, "
+            "aborted on 0,1 on node a:1; nothing read from rank(s) 2,3");
+  // A failed call outranks an aborted collective; an aborted one outranks
+  // one not yet known to be done.
+  RankRing failed = Ring(0, 2, 0, "channel 1"), failed_peer = Ring(1, 2, 0, "channel 1");
+  failed.entries[1].state = failed_peer.entries[1].state = FlightState::kFailed;
+  failed.entries[1].enqueued_ns = failed_peer.entries[1].enqueued_ns = 99000;
+  std::vector<RankRing> with_failed = rings;
+  with_failed.push_back(failed);
+  with_failed.push_back(failed_peer);
+  EXPECT_EQ(Analyze(with_failed).kind, FlightVerdict::Kind::kFailed);
+  std::vector<RankRing> with_open = rings;
+  with_open.push_back(Ring(0, 3, 2, "channel 1"));
+  with_open.push_back(Ring(1, 3, 2, "channel 1"));
+  EXPECT_EQ(Analyze(with_open).comm, "channel 0");
+}
+
 // A peer's rings may carry any seq: only the seqs held are judged.
 TEST(FlightAnalysisTest, FarApartSeqsCostOnlyTheEntriesHeld) {
   RankRing a = Ring(0, 1, 1), b = Ring(1, 1, 1);

@@ -12,11 +12,18 @@ namespace {
 // Two host devices behind a FlightEngine; the third all-gather fails as NCCL would.
 class FlightEngineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Build(/*fail_async=*/false); }
+
+  // The injected failure is returned by the call, or (`fail_async`) reported
+  // by the next Synchronize only, as an asynchronous NCCL error or a timeout is.
+  void Build(bool fail_async) {
+    engine_.reset();
+    args_ = {};
     engine::HostEngineOptions options;
     options.device_count = 2;
     options.fail_op = "all_gather";
     options.fail_after = 2;
+    options.fail_async = fail_async;
     engine_ = std::make_unique<FlightEngine>(std::move(engine::CreateHostEngine(options)).value(),
                                              recorder_);
     for (int d = 0; d < 2; ++d) {
@@ -75,6 +82,69 @@ TEST_F(FlightEngineTest, AFailedCollectiveIsTheVerdict) {
   EXPECT_EQ(verdict.OneLine(),
             "flight: collective #3 all_gather (channel 0 ranks [0,1], critical lane, job job-4) "
             "reached by 0,1, failed on 0,1");
+}
+
+// The job runner's path after a failed op: a Synchronize that reports the
+// failed call's error again, then a clean one. The collectives before the
+// failed one ran clean; the failed one stays failed, with its error.
+TEST_F(FlightEngineTest, TheDrainAfterAFailedCallKeepsItFailed) {
+  ScopedFlightLabel label("job-6", "fc1");
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  const absl::Status failed = engine_->AllGather(args_);
+  ASSERT_EQ(failed.code(), absl::StatusCode::kAborted) << failed;
+  EXPECT_EQ(engine_->Synchronize({0, 1}), failed);
+  ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+  for (const RankRing& ring : recorder_.Snapshot("job-6")) {
+    ASSERT_EQ(ring.entries.size(), 3u);
+    EXPECT_EQ(ring.entries[0].state, FlightState::kFinished);
+    EXPECT_EQ(ring.entries[1].state, FlightState::kFinished);
+    EXPECT_EQ(ring.entries[2].state, FlightState::kFailed);
+    EXPECT_EQ(ring.entries[2].error, failed.ToString());
+  }
+  EXPECT_EQ(Analyze(recorder_.Snapshot("job-6")).OneLine(),
+            "flight: collective #3 all_gather (channel 0 ranks [0,1], critical lane, job job-6 "
+            "op fc1) reached by 0,1, failed on 0,1");
+}
+
+// An asynchronous failure: the call returns OK, the next Synchronize returns
+// the error (and consumes it), the one after is clean. The collectives that
+// Synchronize covered are aborted with its error and time, never finished.
+TEST_F(FlightEngineTest, AFailedSynchronizeThenACleanOneLeavesItsCollectivesAborted) {
+  ASSERT_NO_FATAL_FAILURE(Build(/*fail_async=*/true));
+  ScopedFlightLabel label("job-5", "fc1");
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+  ASSERT_TRUE(engine_->AllGather(args_).ok());  // fails on its streams
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  const absl::Status sync = engine_->Synchronize({0, 1});
+  ASSERT_EQ(sync.code(), absl::StatusCode::kAborted) << sync;
+  ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+  ASSERT_TRUE(engine_->AllGather(args_).ok());
+  ASSERT_TRUE(engine_->Synchronize({0, 1}).ok());
+  const std::vector<RankRing> rings = recorder_.Snapshot("job-5");
+  ASSERT_EQ(rings.size(), 2u);
+  for (const RankRing& ring : rings) {
+    ASSERT_EQ(ring.entries.size(), 5u);
+    EXPECT_EQ(ring.entries[0].state, FlightState::kFinished);
+    EXPECT_EQ(ring.entries[1].state, FlightState::kFinished);
+    for (int i : {2, 3}) {
+      EXPECT_EQ(ring.entries[i].state, FlightState::kAborted) << i;
+      EXPECT_EQ(ring.entries[i].error, sync.ToString()) << i;
+      EXPECT_GE(ring.entries[i].finished_ns, ring.entries[i].enqueued_ns) << i;
+    }
+    EXPECT_EQ(ring.entries[4].state, FlightState::kFinished);
+    EXPECT_EQ(ring.entries[4].error, "");
+  }
+  const FlightVerdict verdict = Analyze(rings);
+  ASSERT_EQ(verdict.kind, FlightVerdict::Kind::kAborted);
+  EXPECT_EQ(verdict.seq, 3u);
+  EXPECT_EQ(verdict.aborted, (std::vector<int>{0, 1}));
+  EXPECT_EQ(verdict.error, sync.ToString());
+  EXPECT_EQ(verdict.OneLine(),
+            "flight: collective #3 all_gather (channel 0 ranks [0,1], critical lane, job job-5 "
+            "op fc1) reached by 0,1, aborted on 0,1");
 }
 
 // Ranks 0 and 1 of a four-rank mesh live here; 2 and 3 on another node.

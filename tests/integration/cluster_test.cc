@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "tests/integration/harness.h"
+#include "tests/integration/cluster_harness.h"
 
 namespace overlap::testing {
 namespace {
@@ -25,19 +25,6 @@ using ::testing::HasSubstr;
 // once, when its connections close, not at the timeout.
 constexpr int kCollectiveTimeoutMs = 20000;
 
-// A tp 2 x dp 2 layer over two nodes of two devices: each replica's tp group
-// on one node, the gradient all-reduce (dp) across the nodes.
-constexpr char kMeshLayer[] = R"(name: mesh-layer
-mesh: {tp: 2, dp: 2}
-iterations: 3
-warmup: 1
-dtype: bf16
-ops:
-  - {id: fc1, type: ag_gemm, m: 128, k: 64, n: 64}
-  - {id: fc2, type: gemm_rs, m: 128, k: 64, n: 64, after: [fc1]}
-  - {id: grads, type: all_reduce, m: 64, n: 64, group: dp, after: [fc2]}
-)";
-
 constexpr char kWorldAllReduce[] = R"(name: world
 mesh: {tp: 2, dp: 2}
 iterations: 3
@@ -47,82 +34,9 @@ ops:
   - {id: hier, type: all_reduce, m: 64, n: 32, group: world, algorithm: hierarchical}
 )";
 
-// Long enough to be caught running: many iterations of a GEMM op.
-constexpr char kLongLayer[] = R"(name: long
-mesh: {tp: 2, dp: 2}
-iterations: 5000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: grads, type: all_reduce, m: 256, n: 256, group: dp}
-)";
-
-bool Final(const nlohmann::json& job) {
-  const std::string state = job.value("state", "");
-  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED" || state == "ABORTED";
-}
-
-// One daemon of a cluster: its peer port chosen up front, so that every
-// daemon's peers: can name the others before any starts.
-struct Node {
-  std::unique_ptr<TempDir> dir = std::make_unique<TempDir>();
-  std::string peer;  // 127.0.0.1:PORT
-  std::unique_ptr<Daemon> daemon;
-};
-
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ClusterFixture {
  protected:
-  // `devices` host devices each; every node lists every other as a peer,
-  // except those in `not_peers` (by index) which nobody lists.
-  void StartNodes(int count, int devices = 2, std::vector<int> unlisted = {},
-                  int hold_timeout_ms = 3000) {
-    key_ = WriteClusterKey(key_dir_.File("cluster.key"));
-    for (int port : FreeLoopbackPorts(count)) {
-      Node node;
-      node.peer = absl::StrCat("127.0.0.1:", port);
-      nodes_.push_back(std::move(node));
-    }
-    std::vector<std::string> names;
-    for (const Node& node : nodes_) names.push_back(node.peer);
-    node_keys_ = MakeTestNodeKeys(key_dir_.path(), names);
-    ASSERT_EQ(node_keys_.error, "");
-    for (int i = 0; i < count; ++i) {
-      std::vector<std::string> peers;
-      for (int j = 0; j < count; ++j) {
-        const bool listed =
-            std::find(unlisted.begin(), unlisted.end(), j) == unlisted.end();
-        if (j != i && listed) peers.push_back(absl::StrCat("\"", nodes_[j].peer, "\""));
-      }
-      const std::string config = nodes_[i].dir->File("overlapd.yaml");
-      WriteFileOrDie(
-          config,
-          absl::StrCat("peer_listen: \"", nodes_[i].peer, "\"\n", "peer_key_file: \"", key_, "\"\n",
-                       node_keys_.ConfigFor(i), "peers: [", absl::StrJoin(peers, ", "), "]\n",
-                       "cluster_hold_timeout_ms: ", hold_timeout_ms, "\n",
-                       "cluster_collective_timeout_ms: ", kCollectiveTimeoutMs, "\n"));
-      nodes_[i].daemon = std::make_unique<Daemon>(
-          nodes_[i].dir->path(),
-          std::vector<std::string>{"--config", config, "--host-devices",
-                                   absl::StrCat(devices)});
-      ASSERT_TRUE(nodes_[i].daemon->Start()) << nodes_[i].daemon->Log();
-    }
-  }
-
-  Daemon& daemon(int i) { return *nodes_[i].daemon; }
-  const std::string& peer(int i) { return nodes_[i].peer; }
-
-  std::string Nodes(std::vector<int> which) {
-    std::vector<std::string> out;
-    for (int i : which) out.push_back(nodes_[i].peer);
-    return absl::StrJoin(out, ",");
-  }
-
-  std::string WriteGraph(const std::string& name, const std::string& text) {
-    const std::string path = nodes_[0].dir->File(name);
-    WriteFileOrDie(path, text);
-    return path;
-  }
+  ClusterTest() : ClusterFixture(kCollectiveTimeoutMs) {}
 
   // Keeps node `node` busy with a local job of `iterations` all-reduces,
   // running when this returns, so that a part sent there queues behind it.
@@ -139,45 +53,6 @@ class ClusterTest : public ::testing::Test {
     return Trim(busy.out);
   }
 
-  // Submits on node `coordinator` over `nodes`; the job id.
-  std::string Submit(int coordinator, const std::string& graph, const std::string& nodes) {
-    RunResult submit = daemon(coordinator).Ctl({"submit", graph, "--peers", nodes});
-    EXPECT_EQ(submit.exit_code, 0) << submit.err;
-    return Trim(submit.out);
-  }
-
-  // The jobs of node `i` (summaries).
-  nlohmann::json List(int i) {
-    RunResult list = daemon(i).Ctl({"list", "--json"});
-    EXPECT_EQ(list.exit_code, 0) << list.err;
-    return ParseJson(list.out)["jobs"];
-  }
-
-  // Waits until node `i` has a part (a job with a coordinator) in `state`.
-  nlohmann::json WaitForPart(int i, const std::string& state,
-                             std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-    const auto deadline = Clock::now() + timeout;
-    nlohmann::json seen;
-    while (Clock::now() < deadline) {
-      seen = List(i);
-      for (const nlohmann::json& job : seen) {
-        if (!job.value("coordinator", "").empty() && job.value("state", "") == state) return job;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "no part " << state << " on node " << i << ": " << seen.dump(2);
-    return {};
-  }
-
-  // Every daemon's log, for a failure's message.
-  std::string Logs() {
-    std::string out;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      absl::StrAppend(&out, "\n--- node ", i, " log:\n", nodes_[i].daemon->Log());
-    }
-    return out;
-  }
-
   // Whether every job of node `i` reaches a final state within `timeout`.
   bool AllEnd(int i, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
@@ -189,11 +64,6 @@ class ClusterTest : public ::testing::Test {
     }
     return false;
   }
-
-  std::vector<Node> nodes_;
-  TempDir key_dir_;
-  std::string key_;  // the cluster key every node shares
-  TestNodeKeys node_keys_;  // each node's own key, and the file listing them all
 };
 
 TEST_F(ClusterTest, TwoDaemonsRunATpByDpLayerWithItsGradientsAcrossThemVerified) {
@@ -241,11 +111,15 @@ TEST_F(ClusterTest, TheCoordinatorsPlannerDecidesAJobSpanningDaemons) {
   nlohmann::json calibration = {
       {"version", 1},
       {"identity",
-       {{"device", node["devices"][0]["name"]}, {"backend", node["backend"]},
-        {"driver", node["cuda_driver_version"]}, {"cuda", node["cuda_runtime_version"]},
-        {"nccl", node["nccl_version"]}, {"dtype", "bf16"}}},
-      {"gemm", {{{"m", 128}, {"n", 32}, {"k", 64}, {"ms", 0.1}},
-                {{"m", 128}, {"n", 64}, {"k", 32}, {"ms", 0.1}}}},
+       {{"device", node["devices"][0]["name"]},
+        {"backend", node["backend"]},
+        {"driver", node["cuda_driver_version"]},
+        {"cuda", node["cuda_runtime_version"]},
+        {"nccl", node["nccl_version"]},
+        {"dtype", "bf16"}}},
+      {"gemm",
+       {{{"m", 128}, {"n", 32}, {"k", 64}, {"ms", 0.1}},
+        {{"m", 128}, {"n", 64}, {"k", 32}, {"ms", 0.1}}}},
       {"transfers", nlohmann::json::array()},
       {"gemm_slowdown", {{"nccl", 1.2}}},
       {"inter_node", {{"gbps", 10.0}, {"latency_ms", 0.05}, {"nodes", 2}}}};
@@ -273,7 +147,8 @@ TEST_F(ClusterTest, TheCoordinatorsPlannerDecidesAJobSpanningDaemons) {
   // The peer's part ran the same, and says why.
   const nlohmann::json part = WaitForPart(1, "SUCCEEDED");
   const std::string part_id = part.value("id", "");
-  const nlohmann::json part_job = nlohmann::json::parse(daemon(1).Ctl({"get", part_id, "--json"}).out);
+  const nlohmann::json part_job =
+      nlohmann::json::parse(daemon(1).Ctl({"get", part_id, "--json"}).out);
   EXPECT_EQ(part_job["result"]["ops"][0].value("schedule", ""), "bulk/nccl");
   EXPECT_THAT(part_job["result"]["ops"][0].value("auto_reason", ""),
               HasSubstr("coordinator's planner"));
@@ -293,10 +168,11 @@ TEST_F(ClusterTest, AJobsGraphIsParsedOnceOnEachDaemonItTouches) {
   const int64_t coordinator_before = parsed(0);
   const int64_t peer_before = parsed(1);
   const std::string local = Trim(
-      daemon(0).Ctl({"submit", WriteGraph("local.yaml", absl::StrCat("name: local\niterations: 2\n"
-                                                                    "warmup: 1\nops:\n"
-                                                                    "  - {id: ar, type: all_reduce, "
-                                                                    "m: 64, n: 64}\n"))})
+      daemon(0)
+          .Ctl({"submit", WriteGraph("local.yaml", absl::StrCat("name: local\niterations: 2\n"
+                                                                "warmup: 1\nops:\n"
+                                                                "  - {id: ar, type: all_reduce, "
+                                                                "m: 64, n: 64}\n"))})
           .out);
   ASSERT_EQ(PollJob(daemon(0), local, Final).value("state", ""), "SUCCEEDED") << Logs();
   EXPECT_EQ(parsed(0) - coordinator_before, 1);
@@ -546,8 +422,8 @@ TEST_F(ClusterTest, APeerKilledMidJobFailsTheJobNamingItAndTheSurvivorRunsTheNex
   const nlohmann::json job = PollJob(daemon(0), id, Final, std::chrono::seconds(60));
   EXPECT_THAT(job.value("state", ""), ::testing::AnyOf("FAILED", "ABORTED")) << job.dump(2);
   EXPECT_THAT(job.value("error", ""), HasSubstr(peer(1))) << job.dump(2);
-  EXPECT_LT(Clock::now() - killed, std::chrono::milliseconds(kCollectiveTimeoutMs) +
-                                       std::chrono::seconds(15));
+  EXPECT_LT(Clock::now() - killed,
+            std::chrono::milliseconds(kCollectiveTimeoutMs) + std::chrono::seconds(15));
   // The survivor's own part ends too, and it runs the next job.
   EXPECT_TRUE(AllEnd(0, std::chrono::seconds(30))) << List(0).dump(2);
   RunResult next = daemon(0).Ctl({"submit", WriteGraph("local.yaml", R"(name: local
@@ -555,7 +431,8 @@ iterations: 2
 warmup: 1
 ops:
   - {id: ar, type: all_reduce, m: 64, n: 64}
-)"), "--wait"});
+)"),
+                                  "--wait"});
   EXPECT_EQ(next.exit_code, 0) << next.err << next.out;
 }
 
@@ -640,13 +517,12 @@ TEST_F(ClusterTest, ASecondUserCannotActOnThePeerPort) {
   const std::vector<std::pair<std::string, std::string>> attacks = {
       {"cancel root's part", as_nobody(1, with({"CancelPart"}, job))},
       {"queue a part as root, top priority, an escape in its name",
-       as_nobody(1, {"AdmitPart", "--as", peer(0), "--coordinator", peer(0), "--job",
-                     "job-999999", "--nodes", Nodes({0, 1}), "--node-index", "1",
-                     "--spec-file", spec, "--owner", "uid:0", "--priority", "2147483647",
-                     "--name", "evil\x1b[2J"})},
-      {"fill the job's store", as_nobody(0, with({"StoreSet", "--value-bytes", "62914560"},
-                                                 {"--as", peer(1), "--coordinator", peer(0),
-                                                  "--job", id}))},
+       as_nobody(1, {"AdmitPart", "--as", peer(0), "--coordinator", peer(0), "--job", "job-999999",
+                     "--nodes", Nodes({0, 1}), "--node-index", "1", "--spec-file", spec, "--owner",
+                     "uid:0", "--priority", "2147483647", "--name", "evil\x1b[2J"})},
+      {"fill the job's store",
+       as_nobody(0, with({"StoreSet", "--value-bytes", "62914560"},
+                         {"--as", peer(1), "--coordinator", peer(0), "--job", id}))},
       {"report the part failed", as_nobody(0, {"ReportPart", "--as", peer(1), "--coordinator",
                                                peer(0), "--job", id, "--node-index", "1"})},
       {"guess a key", as_nobody(1, with({"CancelPart", "--key", "0123456789abcdef-guess"}, job))},
@@ -659,11 +535,12 @@ TEST_F(ClusterTest, ASecondUserCannotActOnThePeerPort) {
               ::testing::StartsWith("KEY peer_key_file: "));
 
   // A daemon with the key, speaking as a node that does not coordinate the job.
-  RunResult stranger = Child::Spawn(std::vector<std::string>{PEER_CALL_BIN, peer(1), "CancelPart", "--key-file", key_,
-                                     "--as", "127.0.0.1:9", "--coordinator", peer(0), "--job",
-                                     global},
-                                    nodes_[0].dir->path())
-                           ->Wait(std::chrono::seconds(60));
+  RunResult stranger =
+      Child::Spawn(
+          std::vector<std::string>{PEER_CALL_BIN, peer(1), "CancelPart", "--key-file", key_, "--as",
+                                   "127.0.0.1:9", "--coordinator", peer(0), "--job", global},
+          nodes_[0].dir->path())
+          ->Wait(std::chrono::seconds(60));
   EXPECT_THAT(Trim(stranger.out),
               ::testing::StartsWith("UNAUTHENTICATED node 127.0.0.1:9 has no key in this "
                                     "daemon's peer_known_nodes_file"));
@@ -770,7 +647,8 @@ TEST_F(ClusterTest, AJobRightAfterAPeerRestartsIsAdmitted) {
       daemon(0).Ctl({"submit", WriteGraph("layer.yaml", kMeshLayer), "--peers", Nodes({0, 1})});
   EXPECT_EQ(submit.exit_code, 0) << submit.err << Logs();
   if (submit.exit_code == 0) {
-    const nlohmann::json job = PollJob(daemon(0), Trim(submit.out), Final, std::chrono::seconds(60));
+    const nlohmann::json job =
+        PollJob(daemon(0), Trim(submit.out), Final, std::chrono::seconds(60));
     EXPECT_EQ(job.value("state", ""), "SUCCEEDED") << job.dump(2) << Logs();
   }
 }

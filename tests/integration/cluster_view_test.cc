@@ -17,6 +17,7 @@
 namespace overlap::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -153,6 +154,7 @@ TEST_F(ClusterViewTest, CheckRunsEachNodesGemmAndAVerifiedAllReduceBetweenThem) 
   const nlohmann::json& pair = j["pairs"][0];
   EXPECT_EQ(pair["a"], address(0));
   EXPECT_GT(pair["busbw_gbps"].get<double>(), 0) << pair.dump(1);
+  EXPECT_TRUE(pair.value("verified", false)) << pair.dump(1);
   EXPECT_LE(pair["max_rel_error"].get<double>(), pair["tolerance"].get<double>());
   EXPECT_EQ(j["pair_devices"], 2);
   EXPECT_EQ(j["slow_nodes"], nlohmann::json::array());
@@ -170,6 +172,9 @@ TEST_F(ClusterViewTest, CheckRunsEachNodesGemmAndAVerifiedAllReduceBetweenThem) 
   EXPECT_EQ(text.out.rfind("host backend: these timings", 0), 0u) << text.out;
   EXPECT_THAT(text.out, HasSubstr(absl::StrCat("not checked: ", address(0), " - ", address(2), ": ",
                                                address(2), " has no peer listener")));
+  // Its row: the pair as one word, nothing verified, and why not in one word.
+  EXPECT_THAT(text.out, HasSubstr(absl::StrCat(address(0), ",", address(2), "  -  ")));
+  EXPECT_THAT(text.out, ContainsRegex(" +- +- +NOT_CHECKED\n"));
   EXPECT_THAT(text.out, Not(HasSubstr("SLOW")));
 }
 

@@ -11,13 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
-#include "common/graph_parser.h"
-#include "common/graph_validator.h"
 #include "server/engine/device_lanes.h"
 #include "server/engine/lane_shared_engine.h"
 #include "server/runner/job_runner.h"
 #include "tests/host_engine_util.h"
 #include "tests/job_result_util.h"
+#include "tests/job_spec_util.h"
 #include "tests/slow_engine.h"
 
 namespace overlap::runner {
@@ -51,11 +50,7 @@ ops:
 )";
 
 JobSpec Backward(const std::string& bound_ms) {
-  absl::StatusOr<JobSpec> spec =
-      ParseJobSpec(absl::StrReplaceAll(kBackward, {{"BOUND", bound_ms}}));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  EXPECT_TRUE(spec.ok() && ValidateJobSpec(*spec, ValidationLimits{.device_count = 4}).ok());
-  return spec.ok() ? *spec : JobSpec{};
+  return ValidJobSpec(absl::StrReplaceAll(kBackward, {{"BOUND", bound_ms}}));
 }
 
 v1::JobResult RunBeside(engine::Engine& engine, DeviceLanes& lanes, const JobSpec& spec) {
@@ -67,21 +62,13 @@ v1::JobResult RunBeside(engine::Engine& engine, DeviceLanes& lanes, const JobSpe
   return result.ok() ? *result : v1::JobResult{};
 }
 
-void ExpectEverythingVerified(const v1::JobResult& result) {
-  for (const v1::OpResult& op : result.ops()) EXPECT_TRUE(op.verified()) << op.id();
-  EXPECT_EQ(result.layer_chains_size(), 2);
-  for (const v1::LayerChainCheck& c : result.layer_chains()) {
-    EXPECT_LE(c.max_rel_error(), c.tolerance()) << c.chain();
-  }
-}
-
 TEST(SharedLanesTest, AJobsChunksYieldToASessionsCriticalWorkAndGoOnlyAtTheirBound) {
   auto engine = CheckedHostEngine(4);
   DeviceLanes lanes(4);
   // A session's critical collective queued on every device for the whole run.
   for (int d = 0; d < 4; ++d) lanes.CriticalBegin(d, LaneUser::kSession);
   const v1::JobResult result = RunBeside(*engine, lanes, Backward("5"));
-  ExpectEverythingVerified(result);
+  ExpectEverythingVerified(result, /*chains=*/2);
   for (const engine::DeviceLaneFigures& f : lanes.Figures()) {
     SCOPED_TRACE(f.device);
     EXPECT_GT(f.deferred_yielded[kJob], 0);
@@ -106,7 +93,7 @@ TEST(SharedLanesTest, AJobsSlowCriticalWorkCountsOnItsDeviceAndNothingGoesOverIt
   SlowEngine engine(*host, 1, absl::ZeroDuration(), absl::Milliseconds(15));
   DeviceLanes lanes(4);
   const v1::JobResult result = RunBeside(engine, lanes, Backward("60000"));
-  ExpectEverythingVerified(result);
+  ExpectEverythingVerified(result, /*chains=*/2);
   const std::vector<engine::DeviceLaneFigures> figures = lanes.Figures();
   EXPECT_GT(figures[1].critical_issued[kJob], 0);
   EXPECT_GT(figures[1].deferred_yielded[kJob], 0);

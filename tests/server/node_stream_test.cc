@@ -9,68 +9,21 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "server/engine/host/host_engine.h"
 #include "server/rpc/rpc_server.h"
-#include "server/runner/tuning_cache.h"
-#include "tests/server/test_util.h"
+#include "tests/server/in_process_server.h"
 
 namespace overlap::rpc {
 namespace {
 
-using ::overlap::testing::FakeRunner;
-using ::overlap::testing::TempDir;
+using ::overlap::testing::InProcessServerTest;
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-
-class NodeStreamTest : public ::testing::Test {
+class NodeStreamTest : public InProcessServerTest {
  protected:
-  // Starts the server with `options` (its listen address is set here).
+  // Starts the server with `options`; each job needs 1 MiB a device.
   void Start(RpcServerOptions options) {
-    engine::HostEngineOptions engine_options;
-    engine_options.device_count = 2;
-    engine_options.device_memory_bytes = 2 * kGiB;
-    auto engine = engine::CreateHostEngine(engine_options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    auto store = jobs::JobStore::Open(dir_.path() + "/state");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    jobs::JobQueueOptions queue_options;
-    queue_options.executor_threads = 2;
-    auto queue = jobs::JobQueue::Create(
-        store_.get(),
-        [this](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
-          return runner_.Run(j, h);
-        },
-        queue_options);
-    ASSERT_TRUE(queue.ok()) << queue.status();
-    queue_ = std::move(*queue);
-    auto cache = runner::TuningCache::Open(dir_.path() + "/tuning.db");
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    tuning_cache_ = std::move(*cache);
     jobs::AdmissionOptions admission;
     admission.bytes_per_device = [](const JobSpec&, int) -> int64_t { return 1 << 20; };
-    admission_ = std::make_unique<jobs::Admission>(*engine_, admission);
-    node_state_ = std::make_unique<node::NodeState>(*queue_, *engine_, dir_.path() + "/state");
-    tuning_ = node::CacheTuningState(tuning_cache_.get(), *engine_);
-    options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
-    auto server = RpcServer::Start(
-        options, RpcServerParts{*queue_, *admission_, *node_state_, *tuning_, *engine_});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(server_->listen_address(), grpc::InsecureChannelCredentials());
-    jobs_ = v1::Jobs::NewStub(channel_);
-    node_ = v1::Node::NewStub(channel_);
-  }
-
-  void TearDown() override {
-    if (queue_ != nullptr) {
-      queue_->StartDrain();
-      queue_->CancelRunning("test over");
-      queue_->WaitIdle(absl::Seconds(10));
-      queue_->Shutdown();
-    }
-    if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
+    StartServer(std::move(options), std::move(admission));
   }
 
   // An open stream; its context is cancelled when it goes.
@@ -91,20 +44,6 @@ class NodeStreamTest : public ::testing::Test {
     stream->reader = (stub ? stub : node_.get())->WatchNode(stream->context.get(), request);
     return stream;
   }
-
-  TempDir dir_;
-  FakeRunner runner_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<jobs::JobStore> store_;
-  std::unique_ptr<jobs::JobQueue> queue_;
-  std::unique_ptr<runner::TuningCache> tuning_cache_;
-  std::unique_ptr<jobs::Admission> admission_;
-  std::unique_ptr<node::NodeState> node_state_;
-  std::unique_ptr<node::TuningState> tuning_;
-  std::unique_ptr<RpcServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Jobs::Stub> jobs_;
-  std::unique_ptr<v1::Node::Stub> node_;
 };
 
 TEST_F(NodeStreamTest, SamplesComeWithIncreasingTimesAndEveryDevice) {

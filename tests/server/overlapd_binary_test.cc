@@ -426,6 +426,10 @@ TEST_F(OverlapdBinaryTest, AnAbortedCollectiveIsNamedByTheFlightRecorder) {
     EXPECT_EQ(ring.entries(9).seq(), 10u);
     EXPECT_EQ(ring.entries(9).op(), "all_gather");
     EXPECT_EQ(ring.entries(9).state(), "failed");
+    // With the library's error, kept although the runner's drain after the
+    // failed op consumed it again.
+    EXPECT_NE(ring.entries(9).error().find("ABORTED: injected NCCL failure"), std::string::npos)
+        << ring.entries(9).error();
     EXPECT_EQ(ring.entries(9).job_op(), "fc1");
     EXPECT_EQ(ring.lane(), "critical");
   }

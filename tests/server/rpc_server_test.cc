@@ -19,16 +19,16 @@
 #include "gtest/gtest.h"
 #include "overlap_git_commit.h"
 #include "server/engine/host/host_engine.h"
-#include "server/rpc/jobs_service.h"
 #include "server/net/listen_address.h"
+#include "server/rpc/jobs_service.h"
 #include "tests/forwarding_engine.h"
-#include "tests/server/test_util.h"
+#include "tests/server/in_process_server.h"
 #include "tests/tuning_key_util.h"
 
 namespace overlap::rpc {
 namespace {
 
-using ::overlap::testing::FakeRunner;
+using ::overlap::testing::InProcessServerTest;
 using ::overlap::testing::TempDir;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -70,63 +70,18 @@ int HealthStatus(grpc::Channel* channel, const std::string& service) {
   return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : -100;
 }
 
-class RpcServerTest : public ::testing::Test {
+class RpcServerTest : public InProcessServerTest {
  protected:
   void SetUp() override {
-    engine::HostEngineOptions engine_options;
-    engine_options.device_count = 2;
-    engine_options.device_memory_bytes = 2 * kGiB;
-    auto engine = engine::CreateHostEngine(engine_options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    auto store = jobs::JobStore::Open(dir_.path() + "/state");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    jobs::JobQueueOptions queue_options;
-    queue_options.executor_threads = 2;
-    auto queue = jobs::JobQueue::Create(
-        store_.get(),
-        [this](const jobs::JobRecord& j, const jobs::GraphPtr&, const runner::RunHooks& h) {
-          return runner_.Run(j, h);
-        },
-        queue_options);
-    ASSERT_TRUE(queue.ok()) << queue.status();
-    queue_ = std::move(*queue);
-
-    auto cache = runner::TuningCache::Open(dir_.path() + "/tuning.db");
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    tuning_cache_ = std::move(*cache);
-
     jobs::AdmissionOptions admission;
     admission.max_spec_bytes = 4096;
     // Jobs named "huge" ask for 3 GiB per device; the devices have 2.
     admission.bytes_per_device = [](const JobSpec& spec, int tp) -> int64_t {
       return spec.name == "huge" ? 3 * kGiB : 1 << 20;
     };
-    admission_ = std::make_unique<jobs::Admission>(*engine_, admission);
-    node_state_ =
-        std::make_unique<node::NodeState>(*queue_, *engine_, dir_.path() + "/state");
-    tuning_ = node::CacheTuningState(tuning_cache_.get(), *engine_);
     RpcServerOptions options;
-    options.listen = "unix:" + dir_.path() + "/run/overlapd.sock";
     options.max_spec_bytes = 4096;
-    auto server = RpcServer::Start(
-        options, RpcServerParts{*queue_, *admission_, *node_state_, *tuning_, *engine_});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(server_->listen_address(), grpc::InsecureChannelCredentials());
-    jobs_ = v1::Jobs::NewStub(channel_);
-    node_ = v1::Node::NewStub(channel_);
-  }
-
-  void TearDown() override {
-    if (queue_ != nullptr) {
-      queue_->StartDrain();
-      queue_->CancelRunning("test over");
-      queue_->WaitIdle(absl::Seconds(10));
-      queue_->Shutdown();
-    }
-    if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
+    ASSERT_NO_FATAL_FAILURE(StartServer(options, std::move(admission)));
   }
 
   grpc::Status Submit(const std::string& spec, v1::Job* job = nullptr) {
@@ -192,20 +147,6 @@ class RpcServerTest : public ::testing::Test {
     }
     FAIL() << id << " never started";
   }
-
-  TempDir dir_;
-  FakeRunner runner_;
-  std::unique_ptr<runner::TuningCache> tuning_cache_;
-  std::unique_ptr<jobs::Admission> admission_;
-  std::unique_ptr<node::NodeState> node_state_;
-  std::unique_ptr<node::TuningState> tuning_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<jobs::JobStore> store_;
-  std::unique_ptr<jobs::JobQueue> queue_;
-  std::unique_ptr<RpcServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Jobs::Stub> jobs_;
-  std::unique_ptr<v1::Node::Stub> node_;
 };
 
 TEST_F(RpcServerTest, SocketIsGroupOnly) {
@@ -456,7 +397,8 @@ TEST_F(RpcServerTest, TunedSchedulesAreListedAndForgotten) {
   };
   const runner::TunedChoice ring{ops::Schedule{OverlapMode::kRing, 2, Transport::kP2p}, 0.22};
   ASSERT_TRUE(
-      tuning_cache_->Store(key("gemm_rs", runner::TuningEnvironment(*engine_, 0)), ring, 7000).ok());
+      tuning_cache_->Store(key("gemm_rs", runner::TuningEnvironment(*engine_, 0)), ring, 7000)
+          .ok());
   ASSERT_TRUE(tuning_cache_->Store(key("ag_gemm", "backend=host overlapd=0.0.1"), ring, 8000).ok());
 
   auto list = [&](bool stale_only, v1::ListTunedSchedulesResponse* response) {
@@ -626,7 +568,8 @@ TEST(ListenAddressTest, LoopbackOnlyUnlessAllowed) {
   }
   for (const char* bad :
        {"unix:", "localhost", "127.0.0.1:99999", "::1:5000", ":5000", "http://localhost:80"}) {
-    EXPECT_EQ(net::ResolveListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(net::ResolveListenAddress(bad, true).status().code(),
+              absl::StatusCode::kInvalidArgument)
         << bad;
   }
 }

@@ -240,6 +240,7 @@ struct Lanes {
   std::unique_ptr<SessionLanes> lanes;
   absl::Mutex mu;
   std::vector<std::string> ended ABSL_GUARDED_BY(mu);
+  std::map<std::string, absl::Status> ended_as ABSL_GUARDED_BY(mu);
   explicit Lanes(LanesOptions options = {}, absl::Duration slow_collective = absl::ZeroDuration()) {
     if (slow_collective > absl::ZeroDuration()) {
       slow = std::make_unique<SlowEngine>(*host, 1, absl::ZeroDuration(), slow_collective);
@@ -247,9 +248,10 @@ struct Lanes {
     absl::StatusOr<std::unique_ptr<SessionLanes>> started = SessionLanes::Start(engine(), options);
     EXPECT_TRUE(started.ok()) << started.status();
     lanes = std::move(*started);
-    lanes->OnEnded([this](const std::string& id) {
+    lanes->OnEnded([this](const std::string& id, const absl::Status& status) {
       absl::MutexLock lock(&mu);
       ended.push_back(id);
+      ended_as[id] = status;
     });
   }
   bool Ended(const std::string& id) {
@@ -262,6 +264,11 @@ struct Lanes {
       absl::SleepFor(absl::Milliseconds(5));
     }
     return false;
+  }
+  // How session `id` ended, once Ended(id).
+  absl::Status EndedAs(const std::string& id) {
+    absl::MutexLock lock(&mu);
+    return ended_as[id];
   }
   engine::Engine& engine() { return slow != nullptr ? *slow : *host; }
   // Whether the recent intervals satisfy `done` within a minute: the lanes
@@ -309,6 +316,9 @@ TEST(SessionLanesTest, AgGemmStepsMatchFloat64) {
     EXPECT_EQ(slot.status, 0);
     EXPECT_GE(slot.enqueued_ns, slot.posted_ns);
     EXPECT_GE(slot.done_ns, slot.enqueued_ns);
+    // The rank's own split: its call, the lanes reading it, the enqueue.
+    EXPECT_GE(slot.taken_ns, slot.posted_ns);
+    EXPECT_LE(slot.taken_ns, slot.enqueued_ns);
   }
   const std::vector<SessionFigures> figures = lanes.lanes->Figures();
   ASSERT_EQ(figures.size(), 1u);
@@ -458,7 +468,7 @@ TEST(SessionLanesTest, EndReleasesAStreamWaitingForInputsThatWillNotCome) {
   absl::StatusOr<std::unique_ptr<SessionLanes>> lanes = SessionLanes::Start(*engine);
   ASSERT_TRUE(lanes.ok()) << lanes.status();
   absl::Notification ended;
-  (*lanes)->OnEnded([&](const std::string&) { ended.Notify(); });
+  (*lanes)->OnEnded([&](const std::string&, const absl::Status&) { ended.Notify(); });
   Session s(*engine, "sess-gone", kAgGemm, {Serial()});
   s.setup.step_timeout = absl::Hours(1);
   ASSERT_TRUE((*lanes)->Add(std::move(s.setup)).ok());
@@ -817,6 +827,80 @@ TEST(SessionLanesTest, ASpinningThreadTakesCommandsAndSleepsOnceTheyStop) {
   ASSERT_GE(before, 0);
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_LE(LanesThreadTicks() - before, 1);
+}
+
+// Steps the session's op 0 `steps` times, one at a time (posted on every
+// rank, waited for), as a training loop does.
+void StepOneAtATime(Session& s, uint64_t first, uint64_t steps) {
+  for (uint64_t seq = first; seq < first + steps; ++seq) {
+    s.PostAll(seq, 0);
+    for (int r = 0; r < static_cast<int>(s.clients.size()); ++r) {
+      ASSERT_EQ(s.Wait(r, seq), 0) << s.Message(r);
+    }
+  }
+}
+
+TEST(SessionLanesTest, WithoutAPollWindowEveryCommandIsTakenAfterAWakeUp) {
+  LanesOptions options;
+  options.spin = absl::ZeroDuration();
+  Lanes lanes(options);
+  Session s(lanes.engine(), "sess-doorbell", kAgGemm, {Serial()});
+  ASSERT_TRUE(lanes.lanes->Add(std::move(s.setup)).ok());
+  StepOneAtATime(s, 1, 6);
+  const SessionFigures f = lanes.lanes->Figures()[0];
+  EXPECT_EQ(f.steps, 6);
+  EXPECT_EQ(f.taken_woken, 6);
+  EXPECT_EQ(f.taken_polling, 0);
+}
+
+TEST(SessionLanesTest, WithinThePollWindowCommandsAreTakenPolling) {
+  LanesOptions options;
+  // Longer than the test: after the first post the thread never sleeps again
+  // until the lanes stop (their request ends the poll at once).
+  options.spin = absl::Minutes(10);
+  Lanes lanes(options);
+  Session s(lanes.engine(), "sess-polled", kAgGemm, {Serial()});
+  ASSERT_TRUE(lanes.lanes->Add(std::move(s.setup)).ok());
+  StepOneAtATime(s, 1, 6);
+  const SessionFigures f = lanes.lanes->Figures()[0];
+  EXPECT_EQ(f.steps, 6);
+  EXPECT_EQ(f.taken_polling + f.taken_woken, 6);
+  // The first command wakes the thread; a post that lands while a pass is
+  // already under way may cost one more wake-up before polling starts.
+  EXPECT_LE(f.taken_woken, 2);
+  EXPECT_GE(f.taken_polling, 4);
+}
+
+TEST(SessionLanesTest, CloseWithEveryCommandCompletedEndsTheSessionCancelled) {
+  Lanes lanes;
+  Session s(lanes.engine(), "sess-closed", kAgGemm, {Serial()});
+  ASSERT_TRUE(lanes.lanes->Add(std::move(s.setup)).ok());
+  StepOneAtATime(s, 1, 2);
+  ASSERT_TRUE(lanes.lanes->Close("sess-closed", "rank 0 (pid 7) closed the session").ok());
+  ASSERT_TRUE(lanes.Ended("sess-closed"));
+  const absl::Status ended = lanes.EndedAs("sess-closed");
+  EXPECT_EQ(ended.code(), absl::StatusCode::kCancelled) << ended;
+  EXPECT_EQ(ended.message(), "rank 0 (pid 7) closed the session");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(s.clients[r].ring()->failed_code.load(),
+              static_cast<int32_t>(absl::StatusCode::kCancelled));
+    EXPECT_EQ(s.clients[r].ring()->slots[2].status, 0);  // its last command stays done
+  }
+  EXPECT_EQ(lanes.lanes->Close("sess-closed", "again").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SessionLanesTest, CloseWithACommandOutstandingFailsTheSessionNamingIt) {
+  Lanes lanes;
+  Session s(lanes.engine(), "sess-midstep", kAgGemm, {Serial()});
+  ASSERT_TRUE(lanes.lanes->Add(std::move(s.setup)).ok());
+  StepOneAtATime(s, 1, 1);
+  s.Post(0, 2, 0);  // rank 1 never posts command 2
+  ASSERT_TRUE(lanes.lanes->Close("sess-midstep", "rank 1 (pid 8) closed the session").ok());
+  ASSERT_TRUE(lanes.Ended("sess-midstep"));
+  const absl::Status ended = lanes.EndedAs("sess-midstep");
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
+  EXPECT_EQ(ended.message(), "rank 1 (pid 8) closed the session with command 2 not completed");
+  EXPECT_EQ(s.Wait(0, 2), static_cast<int32_t>(absl::StatusCode::kUnavailable));
 }
 
 }  // namespace

@@ -146,6 +146,47 @@ class SessionSocketTest : public ::testing::Test {
     return Session::Open(path(), name, graph, rank, options);
   }
 
+  // Both ranks of an AgGemmGraph session `name`, registered and started.
+  struct TwoRanks {
+    std::unique_ptr<Session> s[2];
+    RankBuffers buffers[2];
+  };
+  absl::Status StartTwoRanks(const std::string& name, TwoRanks& t) {
+    for (int r = 0; r < 2; ++r) {
+      absl::StatusOr<std::unique_ptr<Session>> s = Open(name, r);
+      if (!s.ok()) return s.status();
+      t.s[r] = *std::move(s);
+      absl::StatusOr<RankBuffers> buffers = AllocateAndRegister(*t.s[r]);
+      if (!buffers.ok()) return buffers.status();
+      t.buffers[r] = *std::move(buffers);
+    }
+    absl::Status started1;
+    std::thread starter([&] { started1 = t.s[1]->Start(); });
+    const absl::Status started0 = t.s[0]->Start();
+    starter.join();
+    return started0.ok() ? started1 : started0;
+  }
+  // The session's failure as rank `s` sees it on its ring, within 30 s.
+  static absl::Status FailureSeenBy(const Session& s) {
+    absl::Status failure;
+    for (int i = 0; i < 3000 && failure.ok(); ++i) {
+      failure = s.Failure();
+      if (failure.ok()) absl::SleepFor(absl::Milliseconds(10));
+    }
+    return failure;
+  }
+  // "closed" or "failed" once session `id` ended (within 30 s), else its state.
+  std::string EndedState(const std::string& id) {
+    std::string state;
+    for (int i = 0; i < 3000 && state != "closed" && state != "failed"; ++i) {
+      for (const SessionRow& row : socket_->registry().List("")) {
+        if (row.id == id) state = row.state;
+      }
+      if (state != "closed" && state != "failed") absl::SleepFor(absl::Milliseconds(10));
+    }
+    return state;
+  }
+
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<jobs::Admission> admission_;
   std::unique_ptr<SessionLanes> lanes_;
@@ -313,6 +354,36 @@ TEST_F(SessionSocketTest, AKilledRankFailsTheOthersWaitNamingIt) {
   }
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
   EXPECT_THAT(failed.message(), HasSubstr(absl::StrCat("rank 1 (pid ", child, ")")));
+}
+
+TEST_F(SessionSocketTest, ARankThatClosesAfterItsLastStepEndsTheSessionClosed) {
+  TwoRanks t;
+  ASSERT_TRUE(StartTwoRanks("done", t).ok());
+  const std::string id = t.s[0]->id();
+  for (int step = 0; step < 2; ++step) {
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(t.s[r]->Post("fc1").ok());
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(t.s[r]->Wait(step + 1, absl::Seconds(30)).ok());
+  }
+  t.s[0]->Close();  // its training is done: it says so
+  const absl::Status failure = FailureSeenBy(*t.s[1]);
+  EXPECT_EQ(failure.code(), absl::StatusCode::kCancelled) << failure;
+  EXPECT_THAT(failure.message(), HasSubstr(absl::StrCat("rank 0 (pid ", ::getpid(), ")")));
+  EXPECT_TRUE(t.s[1]->Wait(2, absl::Seconds(1)).ok());  // its last step stays done
+  const std::string state = EndedState(id);
+  EXPECT_EQ(state, "closed");
+}
+
+TEST_F(SessionSocketTest, ARankThatClosesMidStepFailsTheSession) {
+  TwoRanks t;
+  ASSERT_TRUE(StartTwoRanks("midstep", t).ok());
+  const std::string id = t.s[0]->id();
+  ASSERT_TRUE(t.s[0]->Post("fc1").ok());  // rank 1 never posts it: the step cannot complete
+  t.s[0]->Close();
+  const absl::Status failure = FailureSeenBy(*t.s[1]);
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << failure;
+  EXPECT_THAT(failure.message(), HasSubstr("with command 1 not completed"));
+  const std::string state = EndedState(id);
+  EXPECT_EQ(state, "failed");
 }
 
 TEST_F(SessionSocketTest, ListsSessionsAndClosesThem) {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace overlap::wire {
 namespace {
 
@@ -11,8 +15,9 @@ flight::RankRing Ring() {
   ring.comm = "channel 2 ranks [1,3] of a:1/job-000004";
   ring.lane = flight::Lane::kDeferred;
   ring.node = "b:2";
-  for (flight::FlightState state : {flight::FlightState::kFinished, flight::FlightState::kFailed,
-                                    flight::FlightState::kEnqueued}) {
+  for (flight::FlightState state :
+       {flight::FlightState::kFinished, flight::FlightState::kFailed, flight::FlightState::kAborted,
+        flight::FlightState::kEnqueued}) {
     flight::FlightEntry entry;
     entry.seq = ring.entries.size() + 7;
     entry.op = "all_reduce";
@@ -25,6 +30,9 @@ flight::RankRing Ring() {
     entry.state = state;
     entry.enqueued_ns = 1'000 + entry.seq;
     entry.finished_ns = state == flight::FlightState::kEnqueued ? 0 : 2'000 + entry.seq;
+    if (state == flight::FlightState::kFailed || state == flight::FlightState::kAborted) {
+      entry.error = absl::StrCat("DEADLINE_EXCEEDED: gloo: timed out at #", entry.seq);
+    }
     ring.entries.push_back(entry);
   }
   return ring;
@@ -49,6 +57,7 @@ void ExpectSame(const flight::RankRing& a, const flight::RankRing& b) {
     EXPECT_EQ(x.state, y.state);
     EXPECT_EQ(x.enqueued_ns, y.enqueued_ns);
     EXPECT_EQ(x.finished_ns, y.finished_ns);
+    EXPECT_EQ(x.error, y.error);
   }
 }
 
@@ -72,6 +81,15 @@ TEST(FlightWireTest, UnknownNamesReadAsCriticalAndEnqueued) {
   const flight::RankRing back = FromProto(ring);
   EXPECT_EQ(back.lane, flight::Lane::kCritical);
   EXPECT_EQ(back.entries[0].state, flight::FlightState::kEnqueued);
+}
+
+// A peer's error is cut as this daemon's own are.
+TEST(FlightWireTest, APeersLongErrorIsCut) {
+  v1::FlightRing ring = ToProto(Ring());
+  ASSERT_EQ(ring.entries(2).state(), "aborted");
+  ring.mutable_entries(2)->set_error(std::string(10000, 'e'));
+  EXPECT_EQ(FromProto(ring).entries[2].error.size(), flight::kMaxFlightErrorBytes);
+  EXPECT_EQ(FromProto(ring).entries[2].state, flight::FlightState::kAborted);
 }
 
 }  // namespace

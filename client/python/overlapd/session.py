@@ -616,8 +616,17 @@ class Session:
     def close(self) -> None:
         """Ends this rank's part: closes the connection (the daemon ends the
         session and unmaps everything it mapped), unmaps the ring and closes
-        the doorbells. Buffers the caller registered stay the caller's."""
+        the doorbells. Buffers the caller registered stay the caller's.
+        A started rank first says it leaves on purpose, so that the daemon
+        ends the session "closed" when every command it posted completed
+        (a killed process sends nothing, and its session fails)."""
         if self._sock is not None:
+            if self._started:
+                try:
+                    _send_frame(self._sock, spb.SessionFrame(leave=spb.LeaveSessionRequest()))
+                except OSError:
+                    pass  # the daemon is gone: nothing to tell it
+            self._started = False
             self._sock.close()
             self._sock = None
         if self._signals is not None:

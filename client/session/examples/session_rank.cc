@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,6 +44,10 @@ constexpr char kDescription[] =
     "The fill: element i of tensor T (X or W) of op OP on rank R is\n"
     "  SeededValue(TensorSeed(--seed, OP, T, R), i)\n"
     "(common/dtype.h, client/session/overlapd_session.h), stored in the graph's dtype.\n"
+    "--json prints the host time from each call to the daemon's enqueue and, of it, to the\n"
+    "daemon's lanes taking the command (p50, p99 over the steps after the first), from the\n"
+    "ring's stamps. The rank closes the session when done (the daemon then ends it closed,\n"
+    "not failed).\n"
     "Exit status: 0 when every step completed; 1 with the daemon's code and message on\n"
     "stderr otherwise.";
 
@@ -103,6 +108,42 @@ absl::Status Fill(const TensorNeed& need, uint64_t seed, int rank, void* out) {
   return absl::OkStatus();
 }
 
+// The host time of each timed command (the steps after the first, whose GEMMs
+// are tuned then), from the ring's stamps: the call to the daemon's enqueue
+// and, of it, the call to the lanes taking the command (their wake-up).
+struct CallTimes {
+  std::vector<double> enqueue_us;
+  std::vector<double> take_us;  // empty from a daemon that does not stamp taken_ns
+
+  void Add(const overlap::SessionCommand& command) {
+    if (command.enqueued_ns <= 0) return;
+    enqueue_us.push_back(static_cast<double>(command.enqueued_ns - command.posted_ns) / 1e3);
+    if (command.taken_ns > 0) {
+      take_us.push_back(static_cast<double>(command.taken_ns - command.posted_ns) / 1e3);
+    }
+  }
+  // Nearest rank, 0 for none.
+  static double Percentile(std::vector<double> us, double p) {
+    if (us.empty()) return 0;
+    std::sort(us.begin(), us.end());
+    const double rank = std::ceil(p / 100.0 * static_cast<double>(us.size()));
+    return us[std::min(us.size(), static_cast<size_t>(std::max(1.0, rank))) - 1];
+  }
+  std::string Json() const {
+    return absl::StrFormat(
+        "\"timed_commands\": %d, \"enqueue_p50_us\": %.2f, \"enqueue_p99_us\": %.2f, "
+        "\"take_p50_us\": %.2f, \"take_p99_us\": %.2f",
+        enqueue_us.size(), Percentile(enqueue_us, 50), Percentile(enqueue_us, 99),
+        Percentile(take_us, 50), Percentile(take_us, 99));
+  }
+};
+
+// --interval-ms: the rest of a training step (data, optimizer) between two
+// steps, during which the rank posts nothing.
+void BetweenSteps(double interval_ms) {
+  if (interval_ms > 0) ::usleep(static_cast<useconds_t>(interval_ms * 1e3));
+}
+
 bool IsInput(const TensorNeed& need) {
   return need.tensor == Tensor::kX || need.tensor == Tensor::kW;
 }
@@ -115,9 +156,9 @@ std::string NpyPath(const std::string& dir, const TensorNeed& need, int rank) {
 
 // One rank on the host backend: tensors in memfds, each op posted and
 // waited for in turn, each command's times kept for --json.
-absl::Status RunOnHost(overlap::session::Session& s, uint64_t seed, int steps,
+absl::Status RunOnHost(overlap::session::Session& s, uint64_t seed, int steps, double interval_ms,
                        const std::string& out_dir, bool dump_inputs,
-                       std::vector<std::string>* timings) {
+                       std::vector<std::string>* timings, CallTimes* times) {
   std::map<std::pair<std::string, int>, SharedBuffer> buffers;
   for (const TensorNeed& need : s.needs()) {
     absl::StatusOr<SharedBuffer> buffer = SharedBuffer::Create(
@@ -142,15 +183,18 @@ absl::Status RunOnHost(overlap::session::Session& s, uint64_t seed, int steps,
   if (absl::Status started = s.Start(); !started.ok()) return started;
 
   for (int step = 0; step < steps; ++step) {
+    if (step > 0) BetweenSteps(interval_ms);
     for (size_t op = 0; op < s.ops().size(); ++op) {
       absl::StatusOr<uint64_t> seq = s.Post(static_cast<int>(op));
       if (!seq.ok()) return seq.status();
       if (absl::Status done = s.Wait(*seq, absl::Seconds(120)); !done.ok()) return done;
       const overlap::SessionCommand command = s.Command(*seq);
-      timings->push_back(absl::StrFormat(
-          "{\"seq\": %d, \"op\": \"%s\", \"posted_ns\": %d, \"enqueued_ns\": %d, "
-          "\"done_ns\": %d}",
-          *seq, s.ops()[op], command.posted_ns, command.enqueued_ns, command.done_ns));
+      if (step > 0) times->Add(command);
+      timings->push_back(
+          absl::StrFormat("{\"seq\": %d, \"op\": \"%s\", \"posted_ns\": %d, \"taken_ns\": %d, "
+                          "\"enqueued_ns\": %d, \"done_ns\": %d}",
+                          *seq, s.ops()[op], command.posted_ns, command.taken_ns,
+                          command.enqueued_ns, command.done_ns));
     }
   }
   if (out_dir.empty()) return absl::OkStatus();
@@ -174,8 +218,9 @@ absl::Status Cuda(cudaError_t error, const char* what) {
 // step's ops posted back to back with the stream-ordered signals between
 // them (the host never waits for the GPU inside the loop), the device time
 // of the steps measured with events on the rank's stream.
-absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps,
-                       const std::string& out_dir, bool dump_inputs, std::string* summary) {
+absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps, double interval_ms,
+                       const std::string& out_dir, bool dump_inputs, std::string* summary,
+                       CallTimes* times) {
   using overlap::session::CudaSharedBuffer;
   absl::StatusOr<int> device = overlap::session::CudaDeviceForBusId(s.device_pci_bus_id());
   if (!device.ok()) return device.status();
@@ -242,13 +287,23 @@ absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps,
   cudaEvent_t start = nullptr, end = nullptr;
   cudaEventCreate(&start);
   cudaEventCreate(&end);
-  std::vector<double> enqueue_us;
   uint64_t last = 0;
   constexpr uint64_t kInFlight = overlap::kSessionRingSlots / 2;
+  // Commands after the first step, read from the ring once completed (before
+  // a later command reuses their slot).
+  const uint64_t first_timed = s.ops().size() + 1;
+  uint64_t recorded = first_timed - 1;
+  auto record_until = [&](uint64_t done) {
+    for (; recorded < done; ++recorded) times->Add(s.Command(recorded + 1));
+  };
   // The first step warms up (the daemon builds each op's context on its first
-  // command); the rest are timed.
+  // command); the rest are timed. With --interval-ms each step is waited for
+  // and followed by a pause, as a training step's host work paces the posts;
+  // without, the steps are posted ahead (up to kInFlight commands), so a
+  // command's call-to-enqueue includes the enqueues queued before it.
   for (int step = 0; step <= steps; ++step) {
     if (step == 1) cudaEventRecord(start, stream);
+    if (step > 1) BetweenSteps(interval_ms);
     for (size_t op = 0; op < s.ops().size(); ++op) {
       absl::StatusOr<uint64_t> seq = s.Post(static_cast<int>(op));
       if (!seq.ok()) return seq.status();
@@ -264,32 +319,26 @@ absl::Status RunOnCuda(overlap::session::Session& s, uint64_t seed, int steps,
         if (absl::Status done = s.Wait(last - kInFlight, absl::Seconds(300)); !done.ok()) {
           return done;
         }
+        record_until(last - kInFlight);
       }
     }
-    if (step == 0) {
+    if (step == 0 || interval_ms > 0) {
       if (absl::Status done = s.Wait(last, absl::Seconds(300)); !done.ok()) return done;
+      if (step > 0) record_until(last);
     }
   }
   cudaEventRecord(end, stream);
   if (absl::Status done = s.Wait(last, absl::Seconds(300)); !done.ok()) return done;
+  record_until(last);
   if (absl::Status c = Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !c.ok()) {
     return c;
   }
   float ms = 0;
   cudaEventElapsedTime(&ms, start, end);
-  for (uint64_t seq = last > 64 ? last - 63 : 1; seq <= last; ++seq) {
-    const overlap::SessionCommand command = s.Command(seq);
-    if (command.enqueued_ns > 0) {
-      enqueue_us.push_back(static_cast<double>(command.enqueued_ns - command.posted_ns) / 1e3);
-    }
-  }
-  std::sort(enqueue_us.begin(), enqueue_us.end());
-  auto at = [&](double q) {
-    return enqueue_us.empty() ? 0.0 : enqueue_us[static_cast<size_t>(q * (enqueue_us.size() - 1))];
-  };
-  *summary = absl::StrFormat(
-      "\"device_ms_per_step\": %.4f, \"enqueue_p50_us\": %.2f, \"enqueue_p99_us\": %.2f",
-      steps > 0 ? ms / steps : 0.0, at(0.5), at(0.99));
+  // With --interval-ms the steps' pauses are inside the events' span: the
+  // device time is only meaningful without it.
+  *summary = absl::StrFormat("\"device_ms_per_step\": %.4f",
+                             steps > 0 && interval_ms <= 0 ? ms / steps : 0.0);
   if (!out_dir.empty()) {
     for (const TensorNeed& need : s.needs()) {
       if (need.tensor != Tensor::kY) continue;
@@ -323,6 +372,7 @@ int main(int argc, char** argv) {
   bool json = false;
   bool dump_inputs = false;
   double linger_s = 0;
+  double interval_ms = 0;
   app.add_option("--socket", socket_path, "the daemon's session socket (PATH or unix:PATH)")
       ->required();
   app.add_option("--name", name, "the session's name (shared by its ranks)")->required();
@@ -332,6 +382,10 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", out_dir, "write each op's Y here (\"\" = nowhere)");
   app.add_option("--priority", priority, "critical (default) or deferred");
   app.add_option("--seed", seed, "the fill's base seed")->capture_default_str();
+  app.add_option("--interval-ms", interval_ms,
+                 "pause this long between steps, as a training step's other work does (each "
+                 "step is waited for first; on CUDA the device time is then not reported)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--linger-s", linger_s,
                  "keep the session open this long after the last step (tests: a rank to kill)");
   app.add_flag(
@@ -356,9 +410,11 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> timings;
   std::string cuda_summary;
+  CallTimes times;
   if (s.backend() == "cuda") {
 #ifdef OVERLAPD_SESSION_CUDA
-    if (absl::Status ran = RunOnCuda(s, seed, steps, out_dir, dump_inputs, &cuda_summary);
+    if (absl::Status ran =
+            RunOnCuda(s, seed, steps, interval_ms, out_dir, dump_inputs, &cuda_summary, &times);
         !ran.ok()) {
       return Fail(ran);
     }
@@ -366,16 +422,18 @@ int main(int argc, char** argv) {
     return Fail(absl::FailedPreconditionError(
         "the daemon runs on CUDA and this overlapd-session-rank was built without it"));
 #endif
-  } else if (absl::Status ran = RunOnHost(s, seed, steps, out_dir, dump_inputs, &timings);
+  } else if (absl::Status ran =
+                 RunOnHost(s, seed, steps, interval_ms, out_dir, dump_inputs, &timings, &times);
              !ran.ok()) {
     return Fail(ran);
   }
   if (json) {
     std::cout << absl::StrFormat(
                      "{\"session_id\": \"%s\", \"rank\": %d, \"device\": %d, \"world\": %d, "
-                     "\"backend\": \"%s\", \"steps\": %d, %s%s\"commands\": [",
-                     s.id(), rank, s.device(), s.world(), s.backend(), steps, cuda_summary,
-                     cuda_summary.empty() ? "" : ", ")
+                     "\"backend\": \"%s\", \"steps\": %d, \"interval_ms\": %g, %s%s%s, "
+                     "\"commands\": [",
+                     s.id(), rank, s.device(), s.world(), s.backend(), steps, interval_ms,
+                     cuda_summary, cuda_summary.empty() ? "" : ", ", times.Json())
               << absl::StrJoin(timings, ", ") << "]}\n";
   }
   if (linger_s > 0) {

@@ -63,6 +63,9 @@ struct HostEngineOptions {
   // Tests may instead set `energy_counter`, whose answer is each read's.
   double simulated_power_w = 0;
   std::function<absl::StatusOr<double>(int device)> energy_counter;
+  // How often that counter moves, as DeviceMonitor::EnergyCounterPeriod gives
+  // it (tests of the figures' bounds; zero: with every read).
+  absl::Duration energy_counter_period = absl::ZeroDuration();
 };
 
 // INVALID_ARGUMENT for bad options (no devices, unknown fail_op, ...).

@@ -74,6 +74,7 @@ class HostEngine final : public EngineDefaults,
   DeviceTelemetry Telemetry(int device) const override;
   absl::StatusOr<int64_t> ForgetXids(int device) const override;
   absl::StatusOr<double> EnergyJoules(int device) const override;
+  absl::Duration EnergyCounterPeriod(int) const override { return options_.energy_counter_period; }
   bool Healthy() const override { return healthy_.load(); }
 
   // LaunchGates
