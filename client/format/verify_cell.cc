@@ -1,6 +1,7 @@
 #include "client/format/verify_cell.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 
@@ -45,6 +46,12 @@ std::string FormatRelError(const v1::OpResult& op) {
   VerifyTally tally;
   tally.Add(op);
   return FormatRelError(tally);
+}
+
+std::vector<std::string> WithVerifyCells(std::vector<std::string> cells, const VerifyTally& tally) {
+  cells.push_back(FormatRelError(tally));
+  cells.push_back(FormatVerify(tally));
+  return cells;
 }
 
 }  // namespace overlap::client

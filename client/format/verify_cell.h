@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "overlap/v1/overlap.pb.h"
 
@@ -34,5 +35,8 @@ std::string FormatVerify(const v1::OpResult& op);
 // "2.0e-03", or "-" where nothing was verified.
 std::string FormatRelError(const VerifyTally& tally);
 std::string FormatRelError(const v1::OpResult& op);
+// `cells` with MAX_REL_ERR's and VERIFY's appended: a row whose last two
+// columns are those.
+std::vector<std::string> WithVerifyCells(std::vector<std::string> cells, const VerifyTally& tally);
 
 }  // namespace overlap::client

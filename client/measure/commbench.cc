@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/core/command_io.h"
+#include "client/core/proto_json.h"
 #include "client/format/html_chart.h"
 #include "client/format/report.h"
 #include "client/format/table.h"
@@ -290,9 +291,7 @@ std::string FormatCommBench(const std::vector<CommBenchRow>& rows,
     }
     cells.push_back(faster);
     cells.push_back(speedup);
-    cells.push_back(FormatRelError(verify));
-    cells.push_back(FormatVerify(verify));
-    table.AddRow(cells);
+    table.AddRow(WithVerifyCells(std::move(cells), verify));
   }
   std::string out = absl::StrFormat(
       "commbench: %d rank(s), %s; busbw = algbw x 2(N-1)/N "
@@ -429,15 +428,7 @@ void AddNodesJson(const v1::Job& job, const std::string& backend, nlohmann::json
   (*j)["slowest_node"] = job.result().slowest_node();
   nlohmann::json nodes = nlohmann::json::array();
   for (const v1::NodeResult& n : job.result().node_results()) {
-    nodes.push_back({{"node", n.node()},
-                     {"node_index", n.node_index()},
-                     {"part_id", n.part_id()},
-                     {"first_rank", n.first_rank()},
-                     {"ranks", n.ranks()},
-                     {"backend", n.backend()},
-                     {"gpu", n.gpu()},
-                     {"total_step_ms", n.total_step_ms()},
-                     {"layer_step_ms", n.layer_step_ms()}});
+    nodes.push_back(ProtoToJson(n));
   }
   (*j)["node_results"] = nodes;
 }
@@ -482,9 +473,7 @@ std::string FormatNodesCommBench(const std::vector<CommBenchRow>& rows, const v1
                           ? absl::StrFormat("%.2fx", flat->second.ms / hier->second.ms)
                           : "-");
     }
-    cells.push_back(FormatRelError(verify));
-    cells.push_back(FormatVerify(verify));
-    table.AddRow(cells);
+    table.AddRow(WithVerifyCells(std::move(cells), verify));
   }
   std::string out = absl::StrFormat(
       "commbench: all_reduce across %d nodes x %d device(s) (mesh tp %d x dp %d), %s; "

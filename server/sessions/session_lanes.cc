@@ -135,6 +135,18 @@ struct SessionLanes::State {
     }
   }
   double NowMs() const { return static_cast<double>(MonotonicNs() - start_ns) / 1e6; }
+  // Queues an end request for a session the lanes know, and wakes the thread.
+  absl::Status PostEnd(Request request) {
+    {
+      absl::MutexLock lock(&mu);
+      if (counts.count(request.id) == 0) {
+        return absl::NotFoundError(absl::StrCat("no session ", request.id, " in the lanes"));
+      }
+      requests.push_back(std::move(request));
+    }
+    Wake();
+    return absl::OkStatus();
+  }
 
   void Run();
   bool Busy() const;
@@ -238,15 +250,7 @@ absl::Status SessionLanes::End(const std::string& id, absl::StatusCode code, con
   const std::string named = absl::StrCat("rank ", rank);
   const bool name = rank >= 0 && !absl::StartsWith(why, named);
   request.why = absl::Status(code, name ? absl::StrCat(named, ": ", why) : why);
-  {
-    absl::MutexLock lock(&state_->mu);
-    if (state_->counts.count(id) == 0) {
-      return absl::NotFoundError(absl::StrCat("no session ", id, " in the lanes"));
-    }
-    state_->requests.push_back(std::move(request));
-  }
-  state_->Wake();
-  return absl::OkStatus();
+  return state_->PostEnd(std::move(request));
 }
 
 absl::Status SessionLanes::Close(const std::string& id, const std::string& why) {
@@ -255,15 +259,7 @@ absl::Status SessionLanes::Close(const std::string& id, const std::string& why) 
   request.id = id;
   request.why = absl::CancelledError(why);
   request.if_idle = true;
-  {
-    absl::MutexLock lock(&state_->mu);
-    if (state_->counts.count(id) == 0) {
-      return absl::NotFoundError(absl::StrCat("no session ", id, " in the lanes"));
-    }
-    state_->requests.push_back(std::move(request));
-  }
-  state_->Wake();
-  return absl::OkStatus();
+  return state_->PostEnd(std::move(request));
 }
 
 void SessionLanes::OnEnded(

@@ -1,6 +1,15 @@
 #include "server/wire/session_wire.h"
 
 #include "absl/time/time.h"
+#include "server/wire/same_name_fields.h"
+
+// clang-format off
+#define SESSION_OP_FIELDS(F)                                                          \
+  F(op) F(steps) F(median_ms) F(hidden_share) F(lane_wait_ms) F(chunks) F(chunks_forced) \
+  F(max_delay_ms) F(last_ms) F(device_ms_total) F(timed_steps) F(over_bound)
+#define LANE_INTERVAL_FIELDS(F)                                                       \
+  F(session_id) F(op) F(device) F(chunk) F(start_ms) F(end_ms) F(forced) F(seq)
+// clang-format on
 
 namespace overlap::wire {
 
@@ -25,36 +34,19 @@ v1::SessionInfo ToSessionInfo(const sessions::SessionRow& row,
     info.set_enqueue_p99_us(figures->enqueue_p99_us);
     if (figures->failed && row.state == "ready") info.set_state("failed");
     if (info.error().empty()) info.set_error(figures->error);
-    for (const sessions::SessionOpFigures& op : figures->ops) {
+    for (const sessions::SessionOpFigures& in : figures->ops) {
       v1::SessionOpStats& out = *info.add_ops();
-      out.set_op(op.op);
-      out.set_steps(op.steps);
-      out.set_median_ms(op.median_ms);
-      out.set_hidden_share(op.hidden_share);
-      out.set_lane_wait_ms(op.lane_wait_ms);
-      out.set_chunks(op.chunks);
-      out.set_chunks_forced(op.chunks_forced);
-      out.set_max_delay_ms(op.max_delay_ms);
-      out.set_last_ms(op.last_ms);
-      out.set_device_ms_total(op.device_ms_total);
-      out.set_timed_steps(op.timed_steps);
-      out.set_over_bound(op.over_bound);
+      SESSION_OP_FIELDS(WIRE_SET)
     }
   }
   return info;
 }
 
 v1::LaneInterval ToLaneInterval(const sessions::LaneInterval& interval) {
+  const sessions::LaneInterval& in = interval;
   v1::LaneInterval out;
-  out.set_session_id(interval.session_id);
-  out.set_op(interval.op);
-  out.set_device(interval.device);
+  LANE_INTERVAL_FIELDS(WIRE_SET)
   out.set_lane(interval.deferred ? "deferred" : "critical");
-  out.set_chunk(interval.chunk);
-  out.set_start_ms(interval.start_ms);
-  out.set_end_ms(interval.end_ms);
-  out.set_forced(interval.forced);
-  out.set_seq(interval.seq);
   return out;
 }
 

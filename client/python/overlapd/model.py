@@ -210,6 +210,11 @@ class Energy(Message):
     note: str  # e.g. overlap saved time but drew more power
     window_s: float  # the windows' wall time, summed (step_watts = step_joules * steps / window_s)
     steps: int  # the timed steps in those windows
+    # NVML's counter moves every counter_period_ms, which bounds each figure:
+    # step_error and serial_error as fractions of it (0.1 = within 10%).
+    step_error: float
+    serial_error: float
+    counter_period_ms: float
 
 
 @dataclasses.dataclass(frozen=True)
