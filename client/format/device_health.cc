@@ -113,14 +113,19 @@ namespace {
 
 std::string PcieCell(const v1::Device& d) {
   if (!d.pcie_valid()) return "-";
-  return absl::StrFormat("Gen%d x%d (max Gen%d x%d)", d.pcie_gen(), d.pcie_width(),
-                         d.pcie_max_gen(), d.pcie_max_width());
+  // One word, so that awk splits the row: the link now, then its best.
+  return absl::StrFormat("Gen%dx%d/Gen%dx%d", d.pcie_gen(), d.pcie_width(), d.pcie_max_gen(),
+                         d.pcie_max_width());
 }
 
 std::string XidCell(const v1::Device& d) {
   if (!d.xid_valid()) return "-";
   if (d.xid_errors() == 0) return "0/0";
-  return absl::StrCat(d.gpu_xid_errors(), "/", d.xid_errors(), ", last ", d.last_xid());
+  return absl::StrCat(d.gpu_xid_errors(), "/", d.xid_errors());
+}
+
+std::string LastXidCell(const v1::Device& d) {
+  return d.xid_valid() && d.xid_errors() > 0 ? absl::StrCat(d.last_xid()) : "-";
 }
 
 std::string RemapCell(const v1::Device& d) {
@@ -134,9 +139,9 @@ std::string RemapCell(const v1::Device& d) {
 std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
   if (!HasHealth(node)) return "";
   TextTable table(Columns(
-      {Figures({"INDEX"}), Words({"PCIE"}),
+      {Figures({"INDEX"}), Words({"PCIE_NOW/MAX"}),
        Figures({"PCIE_REPLAYS", "NVLINKS", "NVLINK_CRC/REPLAY/RECOVERY", "ECC_CORR/UNCORR"}),
-       Words({"ROW_REMAP", "XID_GPU/ALL"})}));
+       Words({"ROW_REMAP"}), Figures({"XID_GPU/ALL", "LAST_XID"})}));
   std::string problems;
   const int most = MostNvlinksActive(node);
   for (const v1::Device& d : node.devices()) {
@@ -148,7 +153,7 @@ std::string FormatDeviceHealth(const v1::GetNodeInfoResponse& node) {
                                          d.nvlink_recovery_errors())
                           : "-",
          d.ecc_valid() ? absl::StrCat(d.ecc_corrected(), "/", d.ecc_uncorrected()) : "-",
-         RemapCell(d), XidCell(d)});
+         RemapCell(d), XidCell(d), LastXidCell(d)});
     for (const std::string& p : HealthProblems(d, most)) {
       absl::StrAppend(&problems, "GPU ", d.index(), ": ", p, "\n");
     }

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "overlap/v1/peer.grpc.pb.h"
+#include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
 namespace overlap::testing {
@@ -32,16 +33,6 @@ iterations: 3
 warmup: 1
 ops:
   - {id: grads, type: all_reduce, m: 64, n: 64, group: dp}
-)";
-
-constexpr char kLongLayer[] = R"(name: long
-mesh: {tp: 2, dp: 2}
-iterations: 5000
-warmup: 1
-verify: false
-layer_step: false
-ops:
-  - {id: grads, type: all_reduce, m: 256, n: 256, group: dp}
 )";
 
 // Two daemons that list each other, and a third node's identity (its key
