@@ -6,7 +6,8 @@
 #     (bench/gemm_vs_torch/gemm_vs_torch.py over liboverlapd_gemm_shim.so);
 #  4. the llama3-8b and llama3-70b layers at tp 1, forward and backward, as daemon jobs: the
 #     layer step, the op-by-op sum, the limit (GEMMs alone + the activations' bytes at the
-#     measured bandwidth) and joules per step from the report;
+#     measured bandwidth; each GEMM alone also timed back to back for SUSTAIN_MS, default 1000,
+#     0 = not) and joules per step from the report;
 #  5. `overlapctl calibrate --devices 0`, then bench's and plan's predictions at tp 1;
 #  6. the flight recorder's cost: the llama3-8b layer step with flight_recorder_entries 0 and
 #     2000, daemons alternating (FLIGHT_PAIRS pairs), the medians' difference in %, at tp 1
@@ -43,6 +44,7 @@ if [ "$dry" = 1 ]; then
   graph_8b=(--model llama3-8b --hidden 256 --ffn 512 --heads 4 --kv-heads 2 --seq 128)
   graph_70b=(--model llama3-70b --hidden 512 --ffn 1024 --heads 8 --kv-heads 2 --seq 128)
   iterations=3
+  sustain_ms=20
   calibrate_shapes=(--shapes "ag_gemm:256x256x256,gemm_rs:256x256x256")
   bench_shapes="ag_gemm:256x512x512,gemm_rs:512x256x256"
   gemm_args=(--sets llama --dtypes bf16 --shapes 512x512x512 --rounds 3 --warm-ms 10)
@@ -58,6 +60,7 @@ else
   graph_8b=(--model llama3-8b)
   graph_70b=(--model llama3-70b)
   iterations=20
+  sustain_ms=1000
   calibrate_shapes=()
   bench_shapes="ag_gemm:8192x4096x14336,gemm_rs:8192x14336x4096"
   gemm_args=(--budget-s "${GEMM_BUDGET_S:-150}")
@@ -309,6 +312,10 @@ else
       summary "$name" "overlapctl graph failed" "-" "MISSED"
       continue
     }
+    # Each GEMM alone also timed back to back (gemm_alone_sustain_ms): the limit at the clocks a
+    # step that runs for seconds is held to.
+    sustain=${SUSTAIN_MS:-$sustain_ms}
+    [ "$sustain" != 0 ] && echo "gemm_alone_sustain_ms: $sustain" >> "$OUT/layers/$name.yaml"
     t0=$(date +%s)
     layer_job "$name" "$OUT/layers/$name.yaml"
     echo "$name: exit $? in $(($(date +%s) - t0)) s"

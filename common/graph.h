@@ -166,6 +166,9 @@ inline constexpr int kDynamicChunkKib = 256;
 // The graph schema this overlapd reads (graph key `version`; absent = this).
 inline constexpr int kGraphVersion = 1;
 
+// The most gemm_alone_sustain_ms a job may ask for.
+inline constexpr double kMaxGemmAloneSustainMs = 60000;
+
 struct JobSpec {
   std::string name;
   std::vector<int> devices;  // empty = every device of the backend
@@ -187,6 +190,14 @@ struct JobSpec {
   // power headroom: a 2 ms rest made a 5.6 ms GEMM 10% faster on an H200, which
   // favoured schedules with a slow enqueue (docs/PERFORMANCE.md).
   bool heat_head_start = true;
+  // Each op's GEMM alone timed back to back for about this long (ms) instead
+  // of in short rounds between the op's timed iterations; 0 = the rounds.
+  // Rounds of a few iterations let the power controller run a GEMM above the
+  // clock it keeps under sustained load (an H100 at its 700 W cap), so a step
+  // that runs at the cap cannot reach the sum of its GEMMs as the rounds time
+  // them; sustained, they run as they do in a training loop. Costs this long
+  // per op with a GEMM.
+  double gemm_alone_sustain_ms = 0;
   // After every op ran alone, time the whole graph as one step (ops/layer_step.h).
   // Sweeps of unrelated ops (bench, commbench) turn it off.
   bool layer_step = true;

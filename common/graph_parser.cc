@@ -29,7 +29,8 @@ const char* const kTopLevelFields[] = {
     "name",     "devices",   "dtype",   "iterations",        "warmup",         "verify",
     "priority", "seed",      "ops",     "head_start",        "layer_step",     "bucket_mib",
     "retune",   "timeline",  "mesh",    "chunk_kib",         "defer_bound_ms", "nodes",
-    "fuse",     "scheduler", "version", "autotune_budget_s", "priority_class"};
+    "fuse",     "scheduler", "version", "autotune_budget_s", "priority_class",
+    "gemm_alone_sustain_ms"};
 const char* const kOpFields[] = {"id",    "type",   "m",          "k",         "n",
                                  "mode",  "chunks", "transport",  "algorithm", "group",
                                  "after", "input",  "activation", "parallel"};
@@ -292,6 +293,9 @@ absl::StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
         return FieldError(key, absl::StrCat("must be heat or idle (got \"", name, "\")"));
       }
       spec.heat_head_start = name == "heat";
+    } else if (key == "gemm_alone_sustain_ms") {
+      ASSIGN_OR_RETURN(spec.gemm_alone_sustain_ms,
+                       WithPath(yaml_util::ReadDouble(value, /*allow_zero=*/true), key));
     } else if (key == "layer_step") {
       ASSIGN_OR_RETURN(spec.layer_step, WithPath(yaml_util::ReadBool(value), key));
     } else if (key == "bucket_mib") {

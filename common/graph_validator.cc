@@ -531,6 +531,12 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   RETURN_IF_ERROR(CheckWiring(spec, device_count));
   RETURN_IF_ERROR(TopologicalOrder(spec).status());
   RETURN_IF_ERROR(CheckScheduler(spec));
+  // A minute per op already keeps a layer's job for many minutes.
+  if (spec.gemm_alone_sustain_ms > kMaxGemmAloneSustainMs) {
+    return Error("gemm_alone_sustain_ms",
+                 absl::StrCat("must be at most ", kMaxGemmAloneSustainMs, " (got ",
+                              spec.gemm_alone_sustain_ms, ")"));
+  }
   return group;
 }
 

@@ -5,7 +5,8 @@
 #     MLP block through a session; their outputs against PyTorch (reference.py);
 #  3. Llama-3-8B's MLP at tp 1 as a daemon job and through a session: the step
 #     time of each, and the host time from a rank's call to the daemon's enqueue;
-#  4. a critical session's step alone and beside a deferred session's GEMMs; 300 steps alone,
+#  4. a critical session's step alone and beside a deferred session's GEMMs (its bound 20 ms, then
+#     100 ms); 300 steps alone,
 #     posted ahead and paced 6 ms apart, and paced again with the lanes' poll window off.
 # Here: build build/ with CUDA, then FUZZ=0 bash bench/pack-checks.sh; there,
 # with carry [".devpack"]: tar -xJf .devpack/sessions.tar.xz && bash bench/sessions/gpu_check.sh
@@ -19,7 +20,7 @@ mkdir -p "$OUT"
 here=bench/sessions
 # STEPS picks the steps to run (default all): STEPS="1 4" runs the shared-memory test and step 4.
 want() { [[ " ${STEPS:-1 2 3 4} " == *" $1 "* ]]; }
-mkdir -p "$OUT/tp2" "$OUT/l8" "$OUT/crit-alone" "$OUT/crit-beside" "$OUT/deferred"
+mkdir -p "$OUT/tp2" "$OUT/l8" "$OUT/crit-alone"
 
 if want 1; then
 echo "== 1. shared memory across processes"
@@ -88,39 +89,43 @@ steps300() {  # steps300 NAME OUTFILE [flags]
 }
 steps300 crit300 "$OUT/crit-300.json"
 steps300 crit300paced "$OUT/crit-300-paced.json" --interval-ms 6
-rank def $here/deferred_gemm.yaml 0 4000 "$OUT/deferred" --priority deferred > "$OUT/deferred.json" 2>&1 &
-d=$!
-sleep 4
-# A critical session that opens while a deferred one streams: on an H100 (2026-12-07) it did not
-# start until the deferred session ended; the log lines say where it waited.
-# --log-phases: when the rank filled, copied, registered and started (CLOCK_MONOTONIC, as the
-# daemon's log of the session's start); the daemon logs at debug where its side of the start went.
-timeout 60 overlapd-session-rank --socket "$work/overlapd-session.sock" --name crit2 \
-  --graph $here/llama3-8b-mlp-tp1.yaml --rank 0 --steps 30 --out-dir "$OUT/crit-beside" --json \
-  --log-phases > "$OUT/crit-beside.json" 2> "$OUT/crit-beside.err" &
-c=$!
-sleep 12
-# Where each daemon thread is 12 s after the critical session opened: its name, its state, the
-# kernel function it sleeps in and its system call (202 = futex on x86-64).
-if kill -0 "$c" 2> /dev/null; then
-  echo "critical session still running after 12 s; daemon threads:"
-  for t in /proc/"$pid"/task/*; do
-    echo "$(cat "$t/comm") $(awk '{print $3}' "$t/stat") $(cat "$t/wchan" 2> /dev/null) $(cut -d' ' -f1 "$t/syscall" 2> /dev/null)"
-  done | sort | uniq -c | tee "$OUT/threads-beside.txt"
-  command -v gdb > /dev/null && timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" > "$OUT/gdb-beside.txt" 2>&1
-fi
-wait $c
-echo "beside exit $?"; head -c 200 "$OUT/crit-beside.json"; echo
-echo "deferred session still streaming when the critical one started? (its phases, then the daemon's)"
-cat "$OUT/crit-beside.err" | tail -30
-grep -E "adopt|took|releasing|at their bound|waited .* to go idle|started|closed" \
-  "$OUT/overlapd-1rank.log" | tail -20
-grep -E "\[(sessions|cuda)\]" "$OUT/overlapd-1rank.log" | tail -25
-overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside.json" 2>&1
-wait $d; echo "deferred exit $?"; head -c 200 "$OUT/deferred.json"; echo
+# beside BOUND_MS LABEL: a deferred session of GEMMs streams (its bound BOUND_MS: each command goes
+# within that long of heading its session's queue); 4 s later a critical session posts 100 steps
+# ahead. The critical step's device time against crit-alone's is the slowdown; the deferred
+# session's log line says how many of its chunks went at their bound.
+beside() {
+  local bound=$1 label=$2
+  mkdir -p "$OUT/crit-beside-$label" "$OUT/deferred-$label"
+  rank "def-$label" $here/deferred_gemm.yaml 0 4000 "$OUT/deferred-$label" --priority deferred \
+    --deferred-bound-ms "$bound" > "$OUT/deferred-$label.json" 2>&1 &
+  local d=$!
+  sleep 4
+  # --log-phases: when the rank filled, copied, registered and started (CLOCK_MONOTONIC, as the
+  # daemon's log of the session's start).
+  timeout 60 overlapd-session-rank --socket "$work/overlapd-session.sock" --name "crit-$label" \
+    --graph $here/llama3-8b-mlp-tp1.yaml --rank 0 --steps 100 --json --log-phases \
+    > "$OUT/crit-beside-$label.json" 2> "$OUT/crit-beside-$label.err" &
+  local c=$! waited=0
+  while kill -0 "$c" 2> /dev/null && [ $waited -lt 120 ]; do sleep 0.1; waited=$((waited + 1)); done
+  # Where each daemon thread is 12 s after the critical session opened: its name, its state, the
+  # kernel function it sleeps in and its system call (202 = futex on x86-64).
+  if kill -0 "$c" 2> /dev/null; then
+    echo "critical session still running after 12 s; daemon threads:"
+    for t in /proc/"$pid"/task/*; do
+      echo "$(cat "$t/comm") $(awk '{print $3}' "$t/stat") $(cat "$t/wchan" 2> /dev/null) $(cut -d' ' -f1 "$t/syscall" 2> /dev/null)"
+    done | sort | uniq -c | tee "$OUT/threads-beside-$label.txt"
+  fi
+  wait $c
+  echo "beside ($label, deferred bound $bound ms) exit $?"; head -c 300 "$OUT/crit-beside-$label.json"; echo
+  tail -5 "$OUT/crit-beside-$label.err"
+  overlapctl --addr "$addr" sessions --lanes -o json > "$OUT/sessions-beside-$label.json" 2>&1
+  wait $d; echo "deferred ($label) exit $?"; head -c 300 "$OUT/deferred-$label.json"; echo
+}
+beside 20 bound20
+beside 100 bound100
 sleep 1  # the last session's figures are logged once it has ended
 echo "every session's figures at its end (call to enqueue; commands taken polling / after a wake-up)"
-grep -E "call to the enqueue|no command enqueued|\] session sess-[0-9]+ (closed|failed)" \
+grep -E "call to the enqueue|no command enqueued|at their bound|\] session sess-[0-9]+ (closed|failed)" \
   "$OUT/overlapd-1rank.log"
 if [ "${POLL_OFF:-1}" = 1 ]; then
   echo "== 4b. the paced 300 steps with the lanes' poll window off (session_poll_ms: 0)"

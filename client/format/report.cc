@@ -74,6 +74,21 @@ bool HasCommToHide(const v1::OpResult& op) {
          op.mode() != "serial";
 }
 
+// What the step could take at best with nothing else in it: its GEMMs alone
+// and its activation passes alone, back to back. "" without a GEMM.
+std::string FormatLayerLimit(const v1::JobResult& result, double layer_ms) {
+  double gemms_ms = 0;
+  for (const v1::OpResult& op : result.ops()) {
+    if (!IsCollectiveAlone(op)) gemms_ms += op.gemm_alone().median_ms();
+  }
+  if (gemms_ms <= 0) return "";
+  const double limit_ms = gemms_ms + result.layer_activation_ms();
+  return absl::StrFormat(
+      "layer limit: %s ms (its GEMMs alone %s + activation passes %s); the step %+.1f%%\n",
+      FormatMs(limit_ms), FormatMs(gemms_ms), FormatMs(result.layer_activation_ms()),
+      100 * (layer_ms / limit_ms - 1));
+}
+
 std::string FormatLayerStep(const v1::JobResult& result) {
   if (!result.layer_note().empty()) return absl::StrCat("layer: ", result.layer_note(), "\n");
   const double layer = result.layer_step().median_ms();
@@ -107,6 +122,7 @@ std::string FormatLayerStep(const v1::JobResult& result) {
                           FormatMs(result.layer_activation_ms()));
   }
   out += "\n";
+  out += FormatLayerLimit(result, layer);
   std::vector<std::string> ops_order;
   for (const v1::OpResult& op : result.ops()) ops_order.push_back(op.id());
   const std::vector<std::string> layer_order(result.layer_order().begin(),

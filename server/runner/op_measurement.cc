@@ -17,7 +17,8 @@ OpFigures FiguresOf(const OpMeasurement& m) {
     (m.choice.schedule.transport == Transport::kP2p ? f.comm_p2p : f.comm_nccl) = step_t;
   }
   f.step = Summarize(step_t);
-  f.gemm_alone = Summarize(gemm_only ? step_t : m.rounds.gemm);
+  // A GEMM op's steps are its GEMM alone, unless it was also timed sustained.
+  f.gemm_alone = Summarize(gemm_only && m.rounds.gemm.empty() ? step_t : m.rounds.gemm);
   f.comm_alone = Summarize(comm_t);
   f.exposed_comm_ms = std::max(0.0, f.step.median - f.gemm_alone.median);
   f.step_energy = m.rounds.step_energy;

@@ -303,6 +303,14 @@ absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run) {
   return comm;
 }
 
+int SustainedIterations(double sustain_ms, double gemm_ms, int at_least) {
+  constexpr int kMostIterations = 100000;
+  if (!(gemm_ms > 0)) return at_least;
+  const double wanted = std::ceil(sustain_ms / gemm_ms);
+  return static_cast<int>(std::clamp(wanted, static_cast<double>(std::max(2, at_least)),
+                                     static_cast<double>(kMostIterations)));
+}
+
 absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Transport beside) {
   const JobSpec& spec = run.spec;
   OpContext& ctx = run.ctx;
@@ -352,6 +360,17 @@ absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const Schedule& schedule, Tra
     if (gemm_only) add_ranks(t);  // a GEMM alone: its steps are its GEMM alone
     out.host_enqueue.push_back(t.host_enqueue_ms);
     out.step_replayed = out.step_replayed && t.replayed;
+  }
+  if (spec.gemm_alone_sustain_ms > 0 && !IsCollectiveOnly(type)) {
+    const double rounds_ms = Summarize(gemm_only ? out.step : out.gemm).median;
+    ASSIGN_OR_RETURN(const TimedRun s,
+                     run.Timed("gemm_alone sustained", 0,
+                               SustainedIterations(spec.gemm_alone_sustain_ms, rounds_ms, iters),
+                               [&] { return ops::EnqueueGemmAlone(ctx); }));
+    // Its second half: by then the clocks settled where the load keeps them.
+    out.gemm.assign(s.times.begin() + static_cast<std::ptrdiff_t>(s.times.size() / 2),
+                    s.times.end());
+    out.gemm_energy = s.energy;
   }
   return out;
 }

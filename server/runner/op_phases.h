@@ -58,10 +58,17 @@ absl::StatusOr<ScheduleChoice> ChooseSchedule(OpRun& run, const ChoiceSources& s
 // collective and more than one rank; the faster is comm alone.
 absl::StatusOr<CommAlone> TimeCommAlone(OpRun& run);
 
+// How many back-to-back iterations of a GEMM of `gemm_ms` fill `sustain_ms`
+// (JobSpec::gemm_alone_sustain_ms): at least `at_least` and 2, at most 100,000.
+int SustainedIterations(double sustain_ms, double gemm_ms, int at_least);
+
 // The GEMM alone, the GEMM beside the collective (over `beside`) and the step
 // of `schedule`, alternating in rounds: sustained GEMMs lower the SM clock
 // within seconds, so measuring one long after the other would put them at
-// different clocks and skew step / ideal and the slowdown either way.
+// different clocks and skew step / ideal and the slowdown either way. With
+// JobSpec::gemm_alone_sustain_ms the GEMM alone is then timed once more,
+// back to back for that long, and that run's second half is the figure: the
+// clock a layer step that runs for seconds is held to.
 absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const ops::Schedule& schedule,
                                        Transport beside);
 

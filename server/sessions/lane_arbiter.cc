@@ -5,16 +5,31 @@
 
 namespace overlap::sessions {
 
-void LaneArbiter::Add(DeferredCommand command) {
-  Queued q;
-  q.dispatcher = std::make_unique<runner::DeferredDispatcher>(command.ops, command.bound_ms);
+namespace {
+
+// A command's dispatcher, its ops runnable from `runnable_ms`: from then on
+// its bound runs.
+std::unique_ptr<runner::DeferredDispatcher> DispatcherOf(const DeferredCommand& command,
+                                                         double runnable_ms) {
+  auto dispatcher = std::make_unique<runner::DeferredDispatcher>(command.ops, command.bound_ms);
   for (size_t i = 0; i < command.ops.size(); ++i) {
-    q.dispatcher->Ready(static_cast<int>(i), command.ready_ms);
+    dispatcher->Ready(static_cast<int>(i), runnable_ms);
   }
-  if (q.dispatcher->AllIssued()) return;  // no ops: nothing to send
+  return dispatcher;
+}
+
+}  // namespace
+
+void LaneArbiter::Add(DeferredCommand command) {
+  if (command.ops.empty()) return;  // nothing to send
+  Queued q;
+  std::deque<Queued>& queue = sessions_[command.session];
+  // Behind its session's earlier commands it is not runnable yet: its bound
+  // starts once it heads the queue (Issued), so that a client posting ahead
+  // does not spend its own commands' bounds on waiting for each other.
+  if (queue.empty()) q.dispatcher = DispatcherOf(command, command.ready_ms);
   q.command = std::move(command);
-  const uint64_t session = q.command.session;
-  sessions_[session].push_back(std::move(q));
+  queue.push_back(std::move(q));
 }
 
 void LaneArbiter::Remove(uint64_t session) { sessions_.erase(session); }
@@ -41,11 +56,16 @@ std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) 
     const std::vector<int>& devices = q.command.ops[d.work].devices;
     const bool full = std::any_of(devices.begin(), devices.end(), view.lane_full);
     if (!d.deadline_near && full) continue;
+    const bool kept_short =
+        full && (!view.beside_critical ||
+                 std::any_of(devices.begin(), devices.end(), [&](int device) {
+                   return view.lane_full(device) && view.beside_critical(device);
+                 }));
     const double deadline = q.dispatcher->HeadDeadlineMs();
     if (best == nullptr || deadline < best_deadline) {
       best = &q;
       best_decision = d;
-      best_full = full;
+      best_full = kept_short;
       best_deadline = deadline;
     }
   }
@@ -78,7 +98,12 @@ void LaneArbiter::Issued(const LaneGrant& grant, double now_ms) {
   q.wait_started_ms = -1;
   if (!q.dispatcher->AllIssued()) return;
   it->second.pop_front();
-  if (it->second.empty()) sessions_.erase(it);
+  if (it->second.empty()) {
+    sessions_.erase(it);
+    return;
+  }
+  Queued& next = it->second.front();
+  next.dispatcher = DispatcherOf(next.command, std::max(next.command.ready_ms, now_ms));
 }
 
 double LaneArbiter::NextDeadlineMs() const {

@@ -10,8 +10,12 @@
 // so the rules of scheduler: dynamic hold for every session alike:
 //  - Yield to critical work: a chunk waits while a device of its group has a
 //    critical collective pending (one yield counted per chunk, and the time it
-//    waited summed), unless its deadline (ready + the session's bound) is
-//    near: then it goes and is counted forced. Nothing starves.
+//    waited summed), unless its deadline (runnable + the session's bound) is
+//    near: then it goes and is counted forced. Nothing starves. A command is
+//    runnable once every rank posted it and it heads its session's queue:
+//    time behind the session's own earlier commands is no delay the lanes
+//    caused, and a client that posts ahead would otherwise find every
+//    command past its bound on arrival.
 //  - One order per session: a session's chunks go in its commands' order,
 //    every chunk of one op before the next, so that the deferred lane's
 //    communicator sees one sequence on every rank.
@@ -42,7 +46,7 @@ struct DeferredCommand {
   uint64_t session = 0;  // the lanes' key: sessions added earlier have smaller keys
   uint64_t seq = 0;      // the command's sequence number, for the caller
   std::vector<runner::DeferredWork> ops;
-  double ready_ms = 0;  // every rank had posted it
+  double ready_ms = 0;  // every rank had posted it (runnable once it heads its session's queue)
   double bound_ms = 0;  // the session's deferred_bound_ms
 };
 
@@ -67,6 +71,11 @@ struct LaneView {
   std::function<bool(int device)> critical_pending;
   // The device's deferred lane already holds as many chunks as it should.
   std::function<bool(int device)> lane_full;
+  // Whether a critical session shares the device, so that a full lane there
+  // is kept short for it; may be null (always). A chunk that goes only
+  // because its deadline is near onto a lane full for throughput alone is
+  // not counted at its bound: it would have gone anyway.
+  std::function<bool(int device)> beside_critical;
   // Chunks of an op over `devices` that began to wait for critical work; may be null.
   std::function<void(const std::vector<int>& devices, int chunks)> yielded;
 };
@@ -93,6 +102,7 @@ class LaneArbiter {
  private:
   struct Queued {
     DeferredCommand command;
+    // Made when the command heads its session's queue (runnable from then).
     std::unique_ptr<runner::DeferredDispatcher> dispatcher;
     double wait_started_ms = -1;  // the head chunk first yielded; -1: it has not
     int yields_seen = 0;          // the dispatcher's yields already counted

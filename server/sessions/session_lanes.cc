@@ -160,7 +160,10 @@ struct SessionLanes::State {
   void Adopt(Request& request);
   void Pass();
   void Dispatch(double now_ms);
+  // How many chunks a device's deferred lane holds: beside a critical
+  // session (LaneDepth), and without one (LaneDepthAlone).
   int LaneDepth(int device) const;
+  int LaneDepthAlone(int device) const;
   SessionRun* Find(uint64_t key);
   // A failure the lanes found (logged), or an end asked for (End, stopping).
   void FailSession(SessionRun& session, const absl::Status& status);
@@ -493,6 +496,15 @@ int SessionLanes::State::LaneDepth(int device) const {
                     std::max(1, options.max_chunks_in_flight));
 }
 
+int SessionLanes::State::LaneDepthAlone(int device) const {
+  const int most = std::max(2, options.max_chunks_in_flight);
+  const double chunk_ms = devices.ChunkMs(device);
+  if (chunk_ms <= 0) return most;
+  // Two poll intervals of chunks, and one more that runs meanwhile.
+  const double ahead_ms = 2 * absl::ToDoubleMilliseconds(options.poll_interval);
+  return std::clamp(static_cast<int>(ahead_ms / chunk_ms) + 1, 2, most);
+}
+
 void SessionLanes::State::Dispatch(double now_ms) {
   LaneView view;
   // A job's critical work beside the sessions holds their chunks back too.
@@ -507,14 +519,20 @@ void SessionLanes::State::Dispatch(double now_ms) {
       node->CountYields(on, engine::LaneUser::kSession, chunks, !own);
     };
   }
-  // Without a critical session on the device nothing can arrive that a
-  // queued chunk would hold back: the lane takes every runnable chunk.
-  view.lane_full = [this](int device) {
-    const bool critical_there = device >= 0 &&
-                                device < static_cast<int>(critical_sessions.size()) &&
-                                critical_sessions[static_cast<size_t>(device)] > 0;
-    return critical_there && devices.DeferredInFlight(device) >= LaneDepth(device);
+  // Without a critical session on the device the lane holds enough to stay
+  // busy between the thread's looks, and no more: a critical session that
+  // opens then finds a few chunks ahead of it, not every one a deferred
+  // session posted ahead (on an H100, 32 GEMMs of 1.5 ms each held a new
+  // critical session's first steps back).
+  auto critical_there = [this](int device) {
+    return device >= 0 && device < static_cast<int>(critical_sessions.size()) &&
+           critical_sessions[static_cast<size_t>(device)] > 0;
   };
+  view.lane_full = [this, critical_there](int device) {
+    const int depth = critical_there(device) ? LaneDepth(device) : LaneDepthAlone(device);
+    return devices.DeferredInFlight(device) >= depth;
+  };
+  view.beside_critical = critical_there;
   for (int i = 0; i < kMaxGrantsPerPass; ++i) {
     const std::optional<LaneGrant> grant = arbiter.Next(now_ms, view);
     if (!grant.has_value()) break;
@@ -601,9 +619,11 @@ void SessionLanes::State::LogEndFigures(const SessionCounts& c) {
         ->info(
             "session {}: {} steps; a rank's call to the enqueue p50 {:.1f} us p99 {:.1f} us, of "
             "which to the lanes taking the command p50 {:.1f} us p99 {:.1f} us; commands taken "
-            "polling {}, after a wake-up {}",
+            "polling {}, after a wake-up {}; the lanes' part p50: the inputs wait {:.1f} us, "
+            "wired inputs {:.1f} us, the ops' launches {:.1f} us",
             c.id, c.steps, f.enqueue_p50_us, f.enqueue_p99_us, f.take_p50_us, f.take_p99_us,
-            c.taken_polling, c.taken_woken);
+            c.taken_polling, c.taken_woken, PercentileOf(c.inputs_wait_us, 50),
+            PercentileOf(c.wired_us, 50), PercentileOf(c.launch_us, 50));
   }
   for (const OpCounts& op : c.ops) {
     if (op.chunks == 0) continue;

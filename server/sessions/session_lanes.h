@@ -122,7 +122,11 @@ struct LanesOptions {
   // How many chunks a device's deferred lane holds at once: this many ms of
   // their recent time on the device, at least 1 and at most
   // max_chunks_in_flight (a queued chunk cannot yield to critical work that
-  // arrives after it). 0: one at a time.
+  // arrives after it). 0: one at a time. On a device without a critical
+  // session, two poll intervals of chunks plus one, at least 2 and at most
+  // max_chunks_in_flight: enough to keep the device busy between the
+  // thread's looks, few enough that a critical session opening finds little
+  // ahead of it.
   double lane_ahead_ms = 0.25;
   int max_chunks_in_flight = 8;
   // How long after a rank last posted the thread polls the rings (and, at

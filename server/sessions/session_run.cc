@@ -265,6 +265,9 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
     }
     return Finish(cmd);
   }
+  const bool heads_queue = std::all_of(running_.begin(), running_.end() - 1,
+                                      [](const Command& c) { return c.enqueued; });
+  if (heads_queue) cmd.runnable_ns = cmd.ready_ns;
   DeferredCommand deferred{key_, cmd.seq, {}, now_ms, setup_.deferred_bound_ms};
   for (int i : cmd.ops) {
     const OpRun& op = ops_[i];
@@ -279,6 +282,7 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
 }
 
 absl::Status SessionRun::WaitInputs(Command& cmd) {
+  const int64_t start_ns = MonotonicNs();
   // From when the streams start to wait: a deferred command's first chunk
   // may go up to its bound after it became runnable.
   cmd.deadline_ns = MonotonicNs() + absl::ToInt64Nanoseconds(setup_.step_timeout);
@@ -291,6 +295,7 @@ absl::Status SessionRun::WaitInputs(Command& cmd) {
     RETURN_IF_ERROR(engine_.RecordEvent(cmd.seen.back(), main_[r]));
   }
   cmd.waited = true;
+  cmd.inputs_wait_ns += MonotonicNs() - start_ns;
   return absl::OkStatus();
 }
 
@@ -329,7 +334,10 @@ absl::Status SessionRun::WiredInput(OpRun& op) {
 absl::Status SessionRun::EnqueuePiece(Command& cmd, int op_index, int chunk, bool forced) {
   OpRun& op = ops_[op_index];
   ops::OpContext& ctx = *op.ctx;
+  const int64_t start_ns = MonotonicNs();
   if (chunk == 0 && op.producer >= 0) RETURN_IF_ERROR(WiredInput(op));
+  const int64_t wired_ns = MonotonicNs();
+  cmd.wired_ns += wired_ns - start_ns;
   std::vector<engine::EventId> starts;
   for (int j = 0; j < ctx.tp(); ++j) {
     ASSIGN_OR_RETURN(starts.emplace_back(), devices_.Take(ctx.rank(j).device));
@@ -343,6 +351,7 @@ absl::Status SessionRun::EnqueuePiece(Command& cmd, int op_index, int chunk, boo
   // What the client waited for is on the device now; the events and the
   // outputs-ready write after it are the daemon's bookkeeping.
   cmd.op_enqueued_ns = MonotonicNs();
+  cmd.launch_ns += cmd.op_enqueued_ns - wired_ns;
   const int chunks = std::max<int>(1, static_cast<int>(op.pieces.size()));
   for (int j = 0; j < ctx.tp(); ++j) {
     LaneSpan span;
@@ -381,7 +390,15 @@ absl::Status SessionRun::Issue(const LaneGrant& grant) {
     op.chunks_at_bound += grant.at_bound ? 1 : 0;
     op.lane_wait_ms += grant.waited_ms;
   });
-  return grant.last ? Finish(cmd) : absl::OkStatus();
+  if (!grant.last) return absl::OkStatus();
+  RETURN_IF_ERROR(Finish(cmd));
+  // The next command heads the session's queue now.
+  for (Command& next : running_) {
+    if (next.enqueued || next.runnable_ns > 0) continue;
+    next.runnable_ns = MonotonicNs();
+    break;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SessionRun::Finish(Command& cmd) {
@@ -401,6 +418,9 @@ absl::Status SessionRun::Finish(Command& cmd) {
   counts_->Update([&](SessionCounts& c) {
     AddSample(c.enqueue_us, static_cast<double>(enqueued_ns - cmd.latest_posted_ns) / 1e3);
     AddSample(c.take_us, static_cast<double>(cmd.ready_ns - cmd.latest_posted_ns) / 1e3);
+    AddSample(c.inputs_wait_us, static_cast<double>(cmd.inputs_wait_ns) / 1e3);
+    AddSample(c.wired_us, static_cast<double>(cmd.wired_ns) / 1e3);
+    AddSample(c.launch_us, static_cast<double>(cmd.launch_ns) / 1e3);
   });
   return absl::OkStatus();
 }
@@ -484,7 +504,7 @@ void SessionRun::Complete(Command& cmd) {
       OpCounts& op = c.ops[i];
       ++op.steps;
       if (!deferred_) continue;
-      const double delay_ms = Ms(now - cmd.ready_ns);
+      const double delay_ms = Ms(now - (cmd.runnable_ns > 0 ? cmd.runnable_ns : cmd.ready_ns));
       op.max_delay_ms = std::max(op.max_delay_ms, delay_ms);
       op.over_bound += delay_ms > setup_.deferred_bound_ms ? 1 : 0;
     }

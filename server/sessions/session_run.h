@@ -118,8 +118,15 @@ class SessionRun {
     int op = 0;            // as posted: an op index or kSessionRunLayer
     std::vector<int> ops;  // what it runs, in order
     int64_t ready_ns = 0;  // every rank had posted it
+    // A deferred command's bound runs from here: it was ready and headed its
+    // session's queue (the arbiter's rule, lane_arbiter.h); 0 until then.
+    int64_t runnable_ns = 0;
     int64_t latest_posted_ns = 0;
     int64_t op_enqueued_ns = 0;         // its last piece's own enqueue returned
+    // The lanes' time in each part of its enqueue (SessionCounts::inputs_wait_us...).
+    int64_t inputs_wait_ns = 0;
+    int64_t wired_ns = 0;
+    int64_t launch_ns = 0;
     int64_t deadline_ns = 0;            // the inputs must be ready by then
     absl::Time wait_deadline;           // the same, for the engine
     bool waited = false;                // the streams wait for the inputs

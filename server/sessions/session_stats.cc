@@ -20,6 +20,10 @@ double Percentile(std::vector<double> samples, double p) {
 
 }  // namespace
 
+double PercentileOf(const std::deque<double>& samples, double p) {
+  return Percentile({samples.begin(), samples.end()}, p);
+}
+
 void AddSample(std::deque<double>& samples, double value) {
   samples.push_back(value);
   while (samples.size() > kRecentSamples) samples.pop_front();

@@ -40,12 +40,21 @@ struct SessionCounts {
   std::vector<OpCounts> ops;      // by op index
   std::deque<double> enqueue_us;  // recent: the last rank's post -> enqueued
   std::deque<double> take_us;     // recent: the last rank's post -> the lanes took the command
+  // Recent, the lanes' part of the enqueue split by what it launched (us):
+  // the streams' wait for the inputs-ready words (and the event after it), the
+  // wired inputs (activation passes), and the ops' own launches (GEMMs,
+  // collectives, the events around each).
+  std::deque<double> inputs_wait_us;
+  std::deque<double> wired_us;
+  std::deque<double> launch_us;
   int64_t taken_polling = 0;      // commands found while the lanes' thread polled the rings
   int64_t taken_woken = 0;        // commands taken after it slept in epoll
 };
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.
 void AddSample(std::deque<double>& samples, double value);
+// The p-th percentile (0..100) of `samples`, nearest rank; 0 for none.
+double PercentileOf(const std::deque<double>& samples, double p);
 // Adds one step's device time to `op`: its recent samples and its totals.
 void AddDeviceTime(OpCounts& op, double ms);
 

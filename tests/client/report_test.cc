@@ -237,6 +237,27 @@ TEST(ReportTest, IdleHeadStartIsSaid) {
                                   "enqueued each iteration, and a rested GPU runs faster"));
 }
 
+TEST(ReportTest, LayerLimitIsItsGemmsAloneAndActivationPasses) {
+  v1::Job job = MakeJob();
+  v1::JobResult& result = *job.mutable_result();
+  result.mutable_layer_step()->set_median_ms(4.2);
+  double gemms = 0;
+  for (int i = 0; i < result.ops_size(); ++i) {
+    result.mutable_ops(i)->mutable_gemm_alone()->set_median_ms(1.0 + i);
+    gemms += 1.0 + i;
+  }
+  result.set_layer_activation_ms(0.2);
+  const double limit = gemms + 0.2;
+  EXPECT_THAT(FormatLayerStep(result),
+              HasSubstr(absl::StrFormat("layer limit: %.3f ms (its GEMMs alone %.3f + activation "
+                                        "passes 0.200); the step %+.1f%%\n",
+                                        limit, gemms, 100 * (4.2 / limit - 1))));
+  for (int i = 0; i < result.ops_size(); ++i) {
+    result.mutable_ops(i)->mutable_gemm_alone()->set_median_ms(0);
+  }
+  EXPECT_THAT(FormatLayerStep(result), Not(HasSubstr("layer limit")));
+}
+
 TEST(ReportTest, LayerStepLineComparesTheStepWithTheOpsOneByOne) {
   v1::Job job = MakeJob();
   EXPECT_EQ(FormatLayerStep(job.result()), "") << "not measured";

@@ -126,6 +126,7 @@ name: x
 dtype: fp16
 verify: false
 head_start: idle
+gemm_alone_sustain_ms: 1500
 layer_step: false
 bucket_mib: 0
 retune: true
@@ -141,6 +142,7 @@ ops: [{id: a, type: ag_gemm, m: 9223372036854775807, k: 1, n: 1, mode: serial,
   EXPECT_EQ(spec->dtype, DType::kF16);
   EXPECT_FALSE(spec->verify);
   EXPECT_FALSE(spec->heat_head_start);
+  EXPECT_EQ(spec->gemm_alone_sustain_ms, 1500);
   EXPECT_FALSE(spec->layer_step);
   EXPECT_EQ(spec->bucket_mib, 0);
   EXPECT_TRUE(spec->retune);

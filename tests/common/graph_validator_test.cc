@@ -693,6 +693,18 @@ TEST(GraphParserTest, InputImpliesAfterAndActivationNeedsAnInput) {
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("unknown activation \"relu\""));
 }
 
+TEST(GraphValidatorTest, SustainedGemmAloneHasACeiling) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: x\ngemm_alone_sustain_ms: 60000\nops:\n  - {id: a, type: gemm, m: 8, k: 8, n: 8}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec, TwoDevices()).ok());
+  spec->gemm_alone_sustain_ms = 60000.5;
+  ExpectInvalid(*spec, "gemm_alone_sustain_ms: must be at most 60000 (got 60000.5)");
+  EXPECT_FALSE(ParseJobSpec("gemm_alone_sustain_ms: -1\nops: [{id: a, type: gemm, m: 8, k: 8, "
+                            "n: 8}]\n")
+                   .ok());
+}
+
 TEST(GraphValidatorTest, DynamicSchedulerNeedsABoundAndSomethingToDefer) {
   const std::string graph =
       "name: x\nscheduler: dynamic\nops:\n"

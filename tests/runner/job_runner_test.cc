@@ -22,6 +22,7 @@
 #include "server/ops/reference.h"
 #include "server/runner/layer_members.h"
 #include "server/runner/layer_step.h"
+#include "server/runner/op_phases.h"
 #include "server/runner/tuning_cache.h"
 #include "tests/auto_reason_util.h"
 #include "tests/host_engine_util.h"
@@ -64,6 +65,33 @@ JobSpec SmallJob() {
 }
 
 std::unique_ptr<engine::Engine> Engine() { return CheckedHostEngine(); }
+
+TEST(JobRunnerTest, SustainedGemmAloneRunsBackToBackAndKeepsItsSecondHalf) {
+  EXPECT_EQ(SustainedIterations(1000, 1.5, 20), 667);
+  EXPECT_EQ(SustainedIterations(1000, 400, 20), 20) << "never fewer than the rounds' iterations";
+  EXPECT_EQ(SustainedIterations(1000, 400, 0), 3);
+  EXPECT_EQ(SustainedIterations(1000, 0, 7), 7) << "no GEMM time to divide by";
+  EXPECT_EQ(SustainedIterations(60000, 1e-6, 1), 100000);
+
+  auto engine = Engine();
+  JobSpec spec = SmallJob();
+  spec.gemm_alone_sustain_ms = 2;
+  std::map<std::string, int> sustained;  // op -> iterations counted by its progress
+  RunHooks hooks;
+  hooks.on_progress = [&](const Progress& p) {
+    if (p.phase == "gemm_alone sustained") sustained[p.op_id] = p.iterations;
+  };
+  auto result = RunJobResult(*engine, spec, {0, 1}, hooks, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(sustained.size(), 3u) << "every op has a GEMM";
+  for (const v1::OpResult& op : result->ops()) {
+    const int iterations = sustained[op.id()];
+    EXPECT_GE(iterations, spec.iterations);
+    EXPECT_EQ(op.gemm_alone().samples(), iterations - iterations / 2) << op.id();
+    EXPECT_GT(op.gemm_alone().median_ms(), 0);
+    EXPECT_TRUE(op.verified());
+  }
+}
 
 TEST(JobRunnerTest, ReportsEveryOpInDependencyOrder) {
   auto engine = Engine();

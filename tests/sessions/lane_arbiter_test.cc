@@ -196,6 +196,28 @@ TEST(LaneArbiterTest, SteadyCriticalWorkCannotStarveAChunkPastItsBound) {
   EXPECT_LE(first, 10);
 }
 
+// A client that posts ahead: commands 2 and 3 were ready at 0, behind command
+// 1. Each one's bound runs from when it heads the queue, so under steady
+// critical work one goes per bound, not all at once on the first deadline.
+TEST(LaneArbiterTest, ACommandsBoundRunsFromWhenItHeadsItsSessionsQueue) {
+  LaneArbiter arbiter;
+  Devices devices;
+  devices.critical = {0};  // never ends
+  for (uint64_t seq = 1; seq <= 3; ++seq) arbiter.Add(Command(1, seq, 1, {0}, 0, 10, 0.5));
+  std::vector<double> issued_at;
+  for (double t = 0; t < 100 && !arbiter.Empty(); t += 0.25) {
+    while (const std::optional<LaneGrant> grant = arbiter.Next(t, devices.View())) {
+      EXPECT_TRUE(grant->forced);
+      issued_at.push_back(t);
+      arbiter.Issued(*grant, t);
+    }
+  }
+  ASSERT_EQ(issued_at.size(), 3u);
+  EXPECT_DOUBLE_EQ(issued_at[0], 9.5);  // ready 0, deadline 10, a chunk of 0.5
+  EXPECT_DOUBLE_EQ(issued_at[1], 19.0);  // headed the queue at 9.5
+  EXPECT_DOUBLE_EQ(issued_at[2], 28.5);
+}
+
 TEST(LaneArbiterTest, ARemovedSessionsChunksNeverGo) {
   LaneArbiter arbiter;
   Devices devices;

@@ -373,6 +373,7 @@ int main(int argc, char** argv) {
   bool dump_inputs = false;
   double linger_s = 0;
   double interval_ms = 0;
+  double deferred_bound_ms = 0;
   app.add_option("--socket", socket_path, "the daemon's session socket (PATH or unix:PATH)")
       ->required();
   app.add_option("--name", name, "the session's name (shared by its ranks)")->required();
@@ -381,6 +382,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "times each op is posted")->capture_default_str();
   app.add_option("--out-dir", out_dir, "write each op's Y here (\"\" = nowhere)");
   app.add_option("--priority", priority, "critical (default) or deferred");
+  app.add_option("--deferred-bound-ms", deferred_bound_ms,
+                 "a deferred session's bound: each command goes within this long of heading "
+                 "the session's queue (0 = the daemon's, 20 ms)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "the fill's base seed")->capture_default_str();
   app.add_option("--interval-ms", interval_ms,
                  "pause this long between steps, as a training step's other work does (each "
@@ -402,6 +407,7 @@ int main(int argc, char** argv) {
   text << file.rdbuf();
   overlap::session::SessionOptions options;
   options.priority = priority;
+  options.deferred_bound_ms = deferred_bound_ms;
   Phase("open");
   auto session = overlap::session::Session::Open(socket_path, name, text.str(), rank, options);
   if (!session.ok()) return Fail(session.status());
