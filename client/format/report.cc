@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -215,12 +216,15 @@ std::string FormatChains(const v1::JobResult& result) {
 // buffer read where it is, no copy and no launch).
 std::string FormatEdges(const v1::JobResult& result) {
   std::vector<std::string> parts;
+  bool epilogue = false;
   for (const v1::OpResult& op : result.ops()) {
     if (!op.edge().empty()) parts.push_back(absl::StrCat(op.id(), " ", op.edge()));
+    epilogue = epilogue || absl::StartsWith(op.edge(), "epilogue");
   }
   if (parts.empty()) return "";
-  return absl::StrCat("layer edges (alias: read in place, no copy): ", absl::StrJoin(parts, ", "),
-                      "\n");
+  return absl::StrCat("layer edges (alias: read in place, no copy",
+                      epilogue ? "; epilogue: written by the producer's GEMM, no pass" : "",
+                      "): ", absl::StrJoin(parts, ", "), "\n");
 }
 
 // What the overlap pass did: "overlap pass: fused fc1_gather + fc1 into fc1

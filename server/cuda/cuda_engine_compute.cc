@@ -129,9 +129,10 @@ absl::Status CudaEngineImpl::Elementwise(engine::StreamId stream,
 
 // A GEMM's operands (A, B, C) resolved to device pointers, and its fp8 scales.
 struct GemmPointers {
-  const engine::GemmOperand* operands[3];
-  char* ptrs[3] = {};
+  const engine::GemmOperand* operands[4];  // A, B, C, and an epilogue's D
+  char* ptrs[4] = {};
   const float* scales[2] = {};
+  int count = 3;  // 4 with an epilogue's D
 };
 
 namespace {
@@ -156,14 +157,19 @@ GemmProblem ProblemOf(const engine::GemmArgs& args, const engine::GemmOperands& 
   problem.c = at.ptrs[2];
   problem.a_scale = at.scales[0];
   problem.b_scale = at.scales[1];
+  if (checked.has_d()) {
+    problem.gelu = args.epilogue == Activation::kGelu;
+    problem.d = at.ptrs[3];
+    problem.ldd = args.d.ld;
+  }
   return problem;
 }
 
 // The bytes each operand spans, for a GEMM chain's hazard checks.
 GemmFootprint FootprintOf(const GemmPointers& at) {
   GemmFootprint footprint;
-  GemmFootprint::Range* ranges[3] = {&footprint.a, &footprint.b, &footprint.c};
-  for (int i = 0; i < 3; ++i) {
+  GemmFootprint::Range* ranges[4] = {&footprint.a, &footprint.b, &footprint.c, &footprint.d};
+  for (int i = 0; i < at.count; ++i) {
     const char* begin = at.ptrs[i];
     *ranges[i] = {begin, begin + at.operands[i]->extent * DTypeSize(at.operands[i]->dtype)};
   }
@@ -175,9 +181,10 @@ GemmFootprint FootprintOf(const GemmPointers& at) {
 absl::StatusOr<GemmPointers> CudaEngineImpl::ResolveGemm(const StreamSlot& slot,
                                                          const engine::GemmArgs& args,
                                                          const engine::GemmOperands& checked) {
-  GemmPointers at{{&checked.a, &checked.b, &checked.c}};
-  const char* what[3] = {"GEMM A", "GEMM B", "GEMM C"};
-  for (int i = 0; i < 3; ++i) {
+  GemmPointers at{{&checked.a, &checked.b, &checked.c, &checked.d}};
+  at.count = checked.has_d() ? 4 : 3;
+  const char* what[4] = {"GEMM A", "GEMM B", "GEMM C", "GEMM D"};
+  for (int i = 0; i < at.count; ++i) {
     const engine::GemmOperand& op = *at.operands[i];
     const size_t elem = DTypeSize(op.dtype);
     engine::BufferRef range{op.ref.buffer, op.ref.offset * elem,

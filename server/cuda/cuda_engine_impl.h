@@ -62,6 +62,7 @@ class CudaEngineImpl final : public CudaEngine,
   double PreheatMs() const override { return config_.preheat_ms; }
   int RanksPerGpu() const override { return config_.ranks_per_gpu; }
   bool LibraryAlgorithms() const override { return true; }
+  bool GemmEpilogues() const override { return true; }
   engine::BackendVersions Versions() const override;
 
   // Its parts: graph replay with config graph_replay, gates where the launch

@@ -9,11 +9,14 @@ namespace overlap::cuda {
 
 bool GemmFootprint::ConflictsWith(const GemmFootprint& other) const {
   auto touches = [](const GemmFootprint& g, const Range& written) {
-    return g.a.Overlaps(written) || g.b.Overlaps(written) || g.c.Overlaps(written);
+    return g.a.Overlaps(written) || g.b.Overlaps(written) || g.c.Overlaps(written) ||
+           g.d.Overlaps(written);
   };
-  // c is always in a GEMM's footprint: a write into the other's inputs or
-  // output is a hazard, and so is an output both write (the order would decide).
-  return touches(*this, other.c) || touches(other, c);
+  // c (and d) are always in a GEMM's footprint: a write into the other's
+  // inputs or outputs is a hazard, and so is an output both write (the order
+  // would decide).
+  return touches(*this, other.c) || touches(other, c) || touches(*this, other.d) ||
+         touches(other, d);
 }
 
 namespace {

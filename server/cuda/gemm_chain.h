@@ -35,6 +35,7 @@ struct GemmFootprint {
     bool Overlaps(const Range& other) const { return begin < other.end && other.begin < end; }
   };
   Range a, b, c;  // c counts as written whatever beta is
+  Range d;        // an epilogue's output (written); empty without one
 
   // True when running both at once could change either's result.
   bool ConflictsWith(const GemmFootprint& other) const;

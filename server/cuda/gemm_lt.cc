@@ -19,17 +19,20 @@ namespace overlap::cuda {
 struct GemmLt::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // of A' = B, B' = A, C
+  cublasLtMatrixLayout_t d = nullptr;  // the epilogue's output; null: D is C
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_needed = 0;
   float time_ms = 0;  // per call when timed, 0 otherwise
-  // Held while a scaled call sets its scale pointers on `op` and enqueues:
-  // the descriptor is shared by every call of the shape.
+  // Held while a scaled call sets its scale pointers (or an epilogue's call
+  // its aux pointer) on `op` and enqueues: the descriptor is shared by every
+  // call of the shape.
   mutable absl::Mutex scale_mu;
 
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
     if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
     if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
@@ -77,7 +80,8 @@ absl::Status MakeLayout(cublasLtMatrixLayout_t* layout, ElemType type, int64_t r
 
 std::string Describe(const GemmProblem& p) {
   return absl::StrCat("m=", p.m, " n=", p.n, " k=", p.k, " lda=", p.lda, " ldb=", p.ldb,
-                      " ldc=", p.ldc, " batch=", p.batch, " beta=", p.beta);
+                      " ldc=", p.ldc, " batch=", p.batch, " beta=", p.beta,
+                      p.gelu ? absl::StrCat(" epilogue gelu ldd=", p.ldd) : "");
 }
 
 }  // namespace
@@ -116,22 +120,40 @@ absl::Status SetScales(cublasLtMatmulDesc_t op, const GemmProblem& p) {
   return absl::OkStatus();
 }
 
+// The epilogue's aux output (A x B before gelu) is C.
+absl::Status SetAux(cublasLtMatmulDesc_t op, const GemmProblem& p) {
+  void* aux = p.c;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  return absl::OkStatus();
+}
+
+// Enqueues the GEMM writing `c` (C, or with an epilogue its aux output).
 absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const GemmProblem& p,
                     void* c, cudaStream_t stream, void* workspace, size_t workspace_bytes) {
   const float alpha = 1.0f;
   const float beta = p.beta;
+  // With an epilogue cuBLASLt's D (and its unread C, beta 0) is our D.
+  void* out = p.gelu ? p.d : c;
+  const cublasLtMatrixLayout_t out_layout = p.gelu ? plan->d : plan->c;
   auto matmul = [&] {
-    return cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b, &beta, c, plan->c,
-                          c, plan->c, &plan->algo, workspace, workspace_bytes, stream);
+    return cublasLtMatmul(handle, plan->op, &alpha, p.b, plan->a, p.a, plan->b, &beta, out,
+                          out_layout, out, out_layout, &plan->algo, workspace, workspace_bytes,
+                          stream);
   };
-  if (!p.scaled()) {
+  if (!p.scaled() && !p.gelu) {
     CUBLAS_RETURN_IF_ERROR(matmul());
     return absl::OkStatus();
   }
   // cuBLASLt reads the pointers from the descriptor when the call enqueues the
   // kernel, so each call sets its own.
   absl::MutexLock lock(&plan->scale_mu);
-  RETURN_IF_ERROR(SetScales(plan->op, p));
+  if (p.scaled()) RETURN_IF_ERROR(SetScales(plan->op, p));
+  if (p.gelu) {
+    GemmProblem at = p;
+    at.c = c;
+    RETURN_IF_ERROR(SetAux(plan->op, at));
+  }
   CUBLAS_RETURN_IF_ERROR(matmul());
   return absl::OkStatus();
 }
@@ -141,7 +163,10 @@ absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const Gem
 absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* workspace,
                          size_t workspace_bytes, int sm_count_target,
                          const std::function<absl::Status()>& quiesce) {
-  const int align_code = Alignment(p.a) | (Alignment(p.b) << 9) | (Alignment(p.c) << 18);
+  // Each pointer's alignment (a power of two up to 256) as its log2, 4 bits.
+  const auto log2 = [](const void* ptr) { return __builtin_ctz(Alignment(ptr)); };
+  const int align_code = log2(p.a) | (log2(p.b) << 4) | (log2(p.c) << 8) |
+                         (p.gelu ? (1 + log2(p.d)) << 12 : 0);
   const Key key{static_cast<int>(p.type),
                 p.m,
                 p.n,
@@ -157,7 +182,8 @@ absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* worksp
                 sm_count_target,
                 align_code,
                 workspace_bytes,
-                p.scaled()};
+                p.scaled(),
+                p.gelu ? p.ldd : -1};
   std::shared_ptr<const Plan> plan;
   {
     absl::MutexLock lock(&mu_);
@@ -194,6 +220,16 @@ absl::Status DescribeShape(GemmLt::Plan* plan, const GemmProblem& p, int sm_coun
   }
   // The heuristic sees the descriptor as the calls will (Matmul sets them again).
   if (p.scaled()) RETURN_IF_ERROR(SetScales(plan->op, p));
+  if (p.gelu) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_GELU_AUX;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                          &epilogue, sizeof(epilogue)));
+    const int64_t aux_ld = p.ldc;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    RETURN_IF_ERROR(SetAux(plan->op, p));
+    RETURN_IF_ERROR(MakeLayout(&plan->d, OutputType(p.type), p.n, p.m, p.ldd, 1, 0));
+  }
   // A' is n x k, or stored k x n and read transposed for fp8.
   RETURN_IF_ERROR(
       MakeLayout(&plan->a, p.type, fp8 ? p.k : p.n, fp8 ? p.n : p.k, p.ldb, p.batch, p.stride_b));
@@ -213,7 +249,9 @@ absl::StatusOr<Candidates> AskHeuristic(cublasLtHandle_t handle, const GemmLt::P
   const uint64_t max_workspace = workspace_bytes;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace)));
-  const uint32_t align_a = Alignment(p.b), align_b = Alignment(p.a), align_c = Alignment(p.c);
+  // With an epilogue cuBLASLt's C and D are our D (Matmul).
+  const uint32_t align_a = Alignment(p.b), align_b = Alignment(p.a),
+                 align_c = Alignment(p.gelu ? p.d : p.c);
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
@@ -225,8 +263,9 @@ absl::StatusOr<Candidates> AskHeuristic(cublasLtHandle_t handle, const GemmLt::P
 
   cublasLtMatmulHeuristicResult_t results[GemmLt::kCandidates] = {};
   int found = 0;
+  const cublasLtMatrixLayout_t out = p.gelu ? plan.d : plan.c;
   const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
-      handle, plan.op, plan.a, plan.b, plan.c, plan.c, pref, GemmLt::kCandidates, results, &found);
+      handle, plan.op, plan.a, plan.b, out, out, pref, GemmLt::kCandidates, results, &found);
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED ||
       (heuristic == CUBLAS_STATUS_SUCCESS && found == 0)) {
     return absl::InvalidArgumentError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(p),

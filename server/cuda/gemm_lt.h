@@ -10,7 +10,7 @@
 // B scale, B's as its A scale); without them cuBLASLt scales by 1.
 //
 // Algorithm choice: the first call for a shape key (dtype, m, n, k, lds, batch,
-// strides, beta, SM target, pointer alignment, workspace) asks the heuristic for
+// strides, beta, SM target, pointer alignment, workspace, epilogue) asks the heuristic for
 // up to kCandidates algorithms and, when there is more than one, quiesces the
 // device through the caller's callback and times each on the calling stream,
 // keeping the fastest. The winner (with its descriptors) is cached; later calls
@@ -50,6 +50,12 @@ struct GemmProblem {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool scaled() const { return a_scale != nullptr || b_scale != nullptr; }
+  // With gelu: cuBLASLt's GELU_AUX epilogue writes gelu(A x B) to `d` (ld
+  // ldd, C's type) and A x B itself to `c` as its aux output (beta 0, one
+  // batch, not fp8).
+  bool gelu = false;
+  void* d = nullptr;
+  int64_t ldd = 0;
 };
 
 class GemmLt {
@@ -77,7 +83,7 @@ class GemmLt {
 
  private:
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
-                         int64_t, int64_t, float, int, int, size_t, bool>;
+                         int64_t, int64_t, float, int, int, size_t, bool, int64_t>;
 
   GemmLt(int device, cublasLtHandle_t handle) : device_(device), handle_(handle) {}
   absl::StatusOr<std::shared_ptr<const Plan>> Tune(const GemmProblem& problem, cudaStream_t stream,

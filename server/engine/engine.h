@@ -80,6 +80,10 @@ class Engine {
   // Whether library collectives take CollectiveArgs::algorithm (NCCL does; the
   // host backend's collectives have one way to move their bytes).
   virtual bool LibraryAlgorithms() const = 0;
+  // Whether Gemm applies GemmArgs::epilogue (gelu) in the GEMM itself:
+  // cuBLASLt's GELU_AUX epilogue on CUDA, the host's kernels on the host
+  // backend. Where not, a caller runs Elementwise after the GEMM.
+  virtual bool GemmEpilogues() const = 0;
   // False for a device that another process holds: a rank of a job that spans
   // daemons (server/cluster/spanning_engine.h). Nothing enqueued there runs
   // here, and its buffers and events have no contents or times to read.
@@ -174,6 +178,7 @@ class EngineDefaults : public Engine {
   double PreheatMs() const override { return 0; }
   int RanksPerGpu() const override { return 1; }
   bool LibraryAlgorithms() const override { return false; }
+  bool GemmEpilogues() const override { return false; }
   bool IsLocalDevice(int device) const override { return true; }
   std::string DescribeLanes() const override {
     return "critical and deferred lanes: streams of equal priority, no communicator limits";

@@ -75,6 +75,14 @@ struct GemmArgs {
   // scale_inv is, so that a scale computed on the GPU needs no host sync:
   // C = a_scale * b_scale * (A x B) + beta * C. No buffer means 1.
   BufferRef a_scale, b_scale;
+  // An activation applied in the GEMM's epilogue (Engine::GemmEpilogues):
+  // C still receives A x B (the scales applied), and D receives activation(C)
+  // in C's dtype and shape, at `d` (its own ld): the producer's output and
+  // the next GEMM's input from one kernel, with no elementwise pass reading
+  // C back. gelu only (the tanh approximation, as Elementwise's), with beta
+  // 0, one batch, no fp8 inputs and C on the GEMM's device. kNone: no D.
+  Activation epilogue = Activation::kNone;
+  MatrixRef d;
 };
 
 // What every backend checks of a GEMM's scales before resolving them:

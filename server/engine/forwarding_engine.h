@@ -28,6 +28,7 @@ class ForwardingEngine : public Engine {
   double PreheatMs() const override { return inner_.PreheatMs(); }
   int RanksPerGpu() const override { return inner_.RanksPerGpu(); }
   bool LibraryAlgorithms() const override { return inner_.LibraryAlgorithms(); }
+  bool GemmEpilogues() const override { return inner_.GemmEpilogues(); }
   bool IsLocalDevice(int device) const override { return inner_.IsLocalDevice(device); }
   std::string DescribeLanes() const override { return inner_.DescribeLanes(); }
 

@@ -71,6 +71,18 @@ absl::StatusOr<GemmOperands> CheckGemmArgs(const GemmArgs& g) {
        g.dtype},
       {"c", g.c, g.m, g.n, batched ? g.stride_c : 0, GemmOutputDType(g.dtype)}};
   for (GemmOperand* op : {&ops.a, &ops.b, &ops.c}) RETURN_IF_ERROR(Measure(g.batch, *op));
+  if (g.epilogue == Activation::kNone) return ops;
+  if (g.epilogue != Activation::kGelu) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM epilogue ", ActivationName(g.epilogue),
+                                                   ": only gelu runs in a GEMM's epilogue"));
+  }
+  if (g.beta != 0.0f || batched || g.dtype == DType::kFP8 || g.c_on_peer) {
+    return absl::InvalidArgumentError(
+        "GEMM epilogue gelu: only with beta 0, one batch, no fp8 inputs and C on the GEMM's "
+        "device");
+  }
+  ops.d = {"d", g.d, g.m, g.n, 0, GemmOutputDType(g.dtype)};
+  RETURN_IF_ERROR(Measure(1, ops.d));
   return ops;
 }
 
@@ -83,6 +95,13 @@ absl::Status CheckGemmOutput(const GemmArgs& g, const GemmOperands& ops) {
   if ((g.c.buffer == g.a.buffer && AnyOverlap(c, ops.a.Regions(g.batch))) ||
       (g.c.buffer == g.b.buffer && AnyOverlap(c, ops.b.Regions(g.batch)))) {
     return absl::InvalidArgumentError("GEMM c: output overlaps an input");
+  }
+  if (!ops.has_d()) return absl::OkStatus();
+  const std::vector<Region> d = ops.d.Regions(1);
+  if ((g.d.buffer == g.a.buffer && AnyOverlap(d, ops.a.Regions(1))) ||
+      (g.d.buffer == g.b.buffer && AnyOverlap(d, ops.b.Regions(1))) ||
+      (g.d.buffer == g.c.buffer && AnyOverlap(d, c))) {
+    return absl::InvalidArgumentError("GEMM d: the epilogue's output overlaps an operand");
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,8 @@ struct GemmOperand {
 
 struct GemmOperands {
   GemmOperand a, b, c;
+  GemmOperand d;  // the epilogue's output (GemmArgs::epilogue); extent 0 without one
+  bool has_d() const { return d.extent > 0; }
 };
 
 // The operands' shapes and extents. INVALID_ARGUMENT naming the operand and
@@ -39,7 +41,8 @@ struct GemmOperands {
 absl::StatusOr<GemmOperands> CheckGemmArgs(const GemmArgs& args);
 
 // C's batches do not overlap each other, and C does not overlap A or B where
-// it shares their buffer ("GEMM c: output overlaps an input"). After
+// it shares their buffer ("GEMM c: output overlaps an input"); nor does an
+// epilogue's D overlap A, B or C. After
 // CheckGemmArgs, and after the backend found the operands inside their buffers.
 absl::Status CheckGemmOutput(const GemmArgs& args, const GemmOperands& operands);
 

@@ -96,7 +96,18 @@ absl::Status GemmAloneRowsInGroup(OpContext& ctx, int64_t rows) {
     const bool ag = ctx.op().type == OpType::kAgGemm;
     const engine::BufferId a = ag && split ? rs.full : rs.a;
     const engine::BufferId c = ctx.op().type == OpType::kGemmRs && split ? rs.full : rs.y;
-    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
+    if (c != rs.y || rs.epilogue_out == engine::kNoBuffer || rows == 0) {
+      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
+      continue;
+    }
+    // Y, and the next op's input from the GEMM's epilogue (OpContext::SetEpilogue).
+    engine::GemmArgs g = ctx.WeightsGemm(r);
+    g.m = rows;
+    g.a = ctx.Matrix(a, 0, g.k);
+    g.c = ctx.Matrix(c, 0, g.n);
+    g.epilogue = ctx.epilogue();
+    g.d = ctx.Matrix(rs.epilogue_out, 0, g.n);
+    RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
   }
   return absl::OkStatus();
 }

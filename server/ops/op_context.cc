@@ -273,6 +273,11 @@ BufferRef OpContext::ScaleOf(int r, int tensor) const {
   return Rows(At(r).scales, tensor * kScaleStride, 1, 1);
 }
 
+void OpContext::SetEpilogue(int r, engine::BufferId out, Activation activation) {
+  rank(r).epilogue_out = out;
+  epilogue_ = activation;
+}
+
 engine::GemmArgs OpContext::WeightsGemm(int r) const {
   engine::GemmArgs g;
   g.dtype = dtype_;

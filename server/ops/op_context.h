@@ -104,6 +104,10 @@ struct RankState {
   engine::BufferId spare = engine::kNoBuffer;
   // Where BufferDTypes::scales: A's and W's, OpContext::ScaleOf.
   engine::BufferId scales = engine::kNoBuffer;
+  // Where the op's GEMM alone (the whole op at one rank, or a gemm op) also
+  // writes epilogue(Y) in its epilogue: the next op's input (the layer step's
+  // epilogue edge, OpContext::SetEpilogue). Not owned.
+  engine::BufferId epilogue_out = engine::kNoBuffer;
 };
 
 // How an op's ranks form groups (common/graph.h, OpGroup): `group_size`
@@ -227,6 +231,13 @@ class OpContext {
   void MoveToDeferredLane();
   int channel() const { return channel_; }
 
+  // From now on rank r's GEMM, where it writes Y whole (one rank, or a gemm
+  // op: EnqueueGemmAlone), also writes `activation`(Y) into `out` in its
+  // epilogue (GemmArgs::epilogue); `out` has Y's rows, columns and dtype.
+  // The engine must have GemmEpilogues.
+  void SetEpilogue(int r, engine::BufferId out, Activation activation);
+  Activation epilogue() const { return epilogue_; }
+
  private:
   OpContext(engine::Engine& engine, const OpSpec& op, DType dtype, int group_size,
             const Mesh& mesh);
@@ -248,6 +259,7 @@ class OpContext {
   // What Allocate made, the destructor frees: never a caller's (UseTensors).
   std::vector<engine::BufferId> owned_;
   bool gemms_beside_collective_ = false;
+  Activation epilogue_ = Activation::kNone;
   int channel_ = 0;
   // By (rank, kind, index, step) packed into one integer (EventKey).
   std::unordered_map<uint64_t, engine::EventId> events_;

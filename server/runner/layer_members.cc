@@ -31,10 +31,32 @@ Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& pr
 }
 
 std::string EdgeName(Edge edge, Activation activation) {
-  static constexpr EnumName<Edge> kNames[] = {
-      {Edge::kSeeded, ""}, {Edge::kAlias, "alias"}, {Edge::kFused, "fused"}, {Edge::kCopy, "copy"}};
+  static constexpr EnumName<Edge> kNames[] = {{Edge::kSeeded, ""},
+                                              {Edge::kAlias, "alias"},
+                                              {Edge::kFused, "fused"},
+                                              {Edge::kCopy, "copy"},
+                                              {Edge::kEpilogue, "epilogue"}};
   const std::string name = NameOf(kNames, edge);
-  return edge == Edge::kFused ? absl::StrCat(name, " ", ActivationName(activation)) : name;
+  return edge == Edge::kFused || edge == Edge::kEpilogue
+             ? absl::StrCat(name, " ", ActivationName(activation))
+             : name;
+}
+
+bool EpilogueFits(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
+                  int producer_degree, DType dtype) {
+  // cuBLASLt's GELU_AUX on 16-bit types, rows of whole 16-byte units (its
+  // aux output's ld), as Hopper's kernels take it.
+  if (consumer.op.activation != Activation::kGelu ||
+      (dtype != DType::kBF16 && dtype != DType::kF16) ||
+      LocalShapesFor(producer.op, producer_degree).y_cols % 8 != 0) {
+    return false;
+  }
+  const bool gemm_writes_output =
+      !IsCollectiveOnly(producer.op.type) && (producer_degree == 1 || IsGemmOnly(producer.op.type));
+  if (!gemm_writes_output) return false;
+  PlannedOp plain = consumer;
+  plain.op.activation = Activation::kNone;
+  return EdgeFor(plain, consumer_degree, producer, producer_degree, dtype) == Edge::kAlias;
 }
 
 namespace {
@@ -65,6 +87,22 @@ ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes si
   return OwnBufferSizes(m.edge, m.op, degree, sizes);
 }
 
+absl::Status WireEpilogue(Member& m) {
+  if (m.edge != Edge::kEpilogue || m.input_from == nullptr) return absl::OkStatus();
+  OpContext& ctx = *m.ctx;
+  OpContext& from = *m.input_from->ctx;
+  const std::map<int, int> from_rank = RanksByDevice(from);
+  for (int r = 0; r < ctx.tp(); ++r) {
+    const auto it = from_rank.find(ctx.rank(r).device);
+    if (it == from_rank.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          m.op.id, ": its input ", m.op.input, " has no rank on device ", ctx.rank(r).device));
+    }
+    from.SetEpilogue(it->second, ctx.rank(r).a, m.op.activation);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AliasInput(Member& m) {
   if (m.edge != Edge::kAlias || m.input_from == nullptr) return absl::OkStatus();
   OpContext& ctx = *m.ctx;
@@ -87,7 +125,8 @@ absl::Status AliasInput(Member& m) {
 // Member m's input made from its producer's output on m's compute streams:
 // each of m's ranks reads what the producer's rank on the same device wrote,
 // through m's activation, cast to m's input dtype (fp8: with the chain's
-// scale). An alias reads it where it is: the event alone marks it ready, on
+// scale). An alias reads it where it is, and the producer's GEMM epilogue
+// wrote an epilogue edge's: the event alone marks it ready, on
 // the stream that is past the producer there (the main stream, or a side
 // stream forked from it after the producer; a deferred producer joined
 // before its consumer), as the pass's end would.
@@ -100,7 +139,7 @@ absl::Status EnqueueWiredInput(Member& m) {
   const LocalShapes& in = ctx.shapes();
   for (int r = 0; r < ctx.tp(); ++r) {
     ops::RankState& rank = ctx.rank(r);
-    if (m.edge != Edge::kAlias) {
+    if (m.edge != Edge::kAlias && m.edge != Edge::kEpilogue) {
       const ops::RankState& source = from.rank(from_rank.at(rank.device));
       engine::ElementwiseArgs args;
       args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);

@@ -42,26 +42,42 @@ using ops::Schedule;
 // Else one elementwise pass per rank: fused with the activation, or a copy
 // (the cast). The producer's buffers live as long as the step's members, as
 // the consumer's do: the step frees them together.
+//
+// An epilogue edge is a fused one whose pass the producer's GEMM does in its
+// epilogue (cuBLASLt's GELU_AUX): the GEMM writes its output and the
+// consumer's input, and no pass reads the output back (EpilogueFits).
 enum class Edge {
   kSeeded,  // no producer: the op's own seeded inputs
   kAlias,
   kFused,
   kCopy,
+  kEpilogue,
 };
 
 // The edge into `consumer` from `producer`, each over groups of its degree,
 // in a graph of `dtype`.
 Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
              int producer_degree, DType dtype);
-// As the report names it: "alias", "fused swiglu", "copy"; "" for kSeeded.
+// As the report names it: "alias", "fused swiglu", "copy", "epilogue gelu";
+// "" for kSeeded.
 std::string EdgeName(Edge edge, Activation activation);
+
+// Whether a fused edge may be the producer's GEMM epilogue instead, on an
+// engine with GemmEpilogues: a gelu (cuBLASLt's one activation epilogue
+// without a bias) in bf16 or fp16 with rows of whole 16-byte units, the bytes the consumer reads being the bytes the producer
+// writes but for the activation (what an alias needs: the same dtype, not
+// fp8, the same local rows and columns, on the same devices, the producer
+// whole), and the producer's output written by its GEMM alone, whole, on each
+// rank (one rank, or a gemm op): not gathered, reduced or scattered after.
+bool EpilogueFits(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
+                  int producer_degree, DType dtype);
 
 // A planned op (layer_plan.h) as the step runs it.
 struct Member : PlannedOp {
   std::unique_ptr<OpContext> ctx;
   size_t sent = 0;  // the pieces (or whole op) enqueued this iteration
   // The member whose output is this one's input (OpSpec::input); null: seeded inputs.
-  const Member* input_from = nullptr;
+  Member* input_from = nullptr;
   Edge edge = Edge::kSeeded;
 };
 
@@ -78,9 +94,13 @@ ops::BufferSizes OwnBufferSizes(const Member& m, int degree, ops::BufferSizes si
 // edges. Both contexts exist; `m`'s was created with OwnBufferSizes.
 absl::Status AliasInput(Member& m);
 
+// Points an epilogue member's producer's GEMM at m's input, rank by rank on
+// each device (OpContext::SetEpilogue); a no-op for other edges.
+absl::Status WireEpilogue(Member& m);
+
 // Member m's input made from its producer's output on m's compute streams,
 // and the input-ready event every local rank of m waits for (a no-op for a
-// member with seeded inputs; no pass for an alias).
+// member with seeded inputs; no pass for an alias or an epilogue).
 absl::Status EnqueueWiredInput(Member& m);
 
 // Each device's main compute stream: the layer step's main streams, which

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,8 +119,11 @@ absl::StatusOr<double> TimeActivationPasses(OpRun& run, std::vector<Member>& mem
                                             int iterations) {
   std::vector<Member*> wired;
   for (Member& m : members) {
-    // An alias has no pass to time.
-    if (!m.deferred && m.input_from != nullptr && m.edge != Edge::kAlias) wired.push_back(&m);
+    // An alias, or an epilogue edge (the producer's GEMM), has no pass to time.
+    if (!m.deferred && m.input_from != nullptr && m.edge != Edge::kAlias &&
+        m.edge != Edge::kEpilogue) {
+      wired.push_back(&m);
+    }
   }
   if (wired.empty()) return 0.0;
   ASSIGN_OR_RETURN(const TimedRun passes,
@@ -303,6 +307,20 @@ absl::StatusOr<RunningStep> CreateMembers(engine::Engine& engine, const JobSpec&
         m.ctx, OpContext::Create(engine, m.op, spec.dtype, m.devices,
                                  OwnBufferSizes(m, degree, BuffersFor(m.op, degree, m.schedule)),
                                  ops::RankLayout{degree, spec.mesh}));
+  }
+  // A gelu edge runs in its producer's GEMM epilogue where the engine has
+  // them and the bytes line up; one consumer a producer (its GEMM has one D).
+  std::set<const Member*> with_epilogue;
+  for (size_t i = 0; i < plan.ops.size() && engine.GemmEpilogues(); ++i) {
+    Member& m = step.members[i];
+    if (m.edge != Edge::kFused || with_epilogue.count(m.input_from) > 0) continue;
+    if (!EpilogueFits(m, degree_of(m.op), *m.input_from, degree_of(m.input_from->op),
+                      spec.dtype)) {
+      continue;
+    }
+    m.edge = Edge::kEpilogue;
+    with_epilogue.insert(m.input_from);
+    RETURN_IF_ERROR(WireEpilogue(m));
   }
   for (Member& m : step.members) RETURN_IF_ERROR(AliasInput(m));
   return step;

@@ -237,6 +237,19 @@ TEST(ReportTest, IdleHeadStartIsSaid) {
                                   "enqueued each iteration, and a rested GPU runs faster"));
 }
 
+TEST(ReportTest, LayerEdgesSayWhatAnEpilogueIs) {
+  v1::Job job = MakeJob();
+  job.mutable_result()->mutable_ops(1)->set_edge("fused swiglu");
+  job.mutable_result()->mutable_ops(2)->set_edge("alias");
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains(
+                  "layer edges (alias: read in place, no copy): fc2 fused swiglu, out alias"));
+  job.mutable_result()->mutable_ops(1)->set_edge("epilogue gelu");
+  EXPECT_THAT(Lines(FormatReport(job)),
+              ::testing::Contains("layer edges (alias: read in place, no copy; epilogue: written "
+                                  "by the producer's GEMM, no pass): fc2 epilogue gelu, out alias"));
+}
+
 TEST(ReportTest, LayerLimitIsItsGemmsAloneAndActivationPasses) {
   v1::Job job = MakeJob();
   v1::JobResult& result = *job.mutable_result();

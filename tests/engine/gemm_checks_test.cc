@@ -74,5 +74,49 @@ TEST(GemmChecksTest, RefusesWhatNoBackendCanRun) {
   EXPECT_TRUE(CheckGemmOutput(g, *beside).ok()) << "beside A in its buffer is fine";
 }
 
+TEST(GemmChecksTest, AnEpilogueWritesDBesideC) {
+  auto refused = [](const GemmArgs& g) {
+    absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
+    absl::Status status = ops.ok() ? CheckGemmOutput(g, *ops) : ops.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  GemmArgs g = Fp32(4, 8, 16);
+  g.epilogue = Activation::kGelu;
+  g.d = {4, 0, 12};
+  absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_TRUE(ops->has_d());
+  EXPECT_EQ(ops->d.extent, 3 * 12 + 8);
+  EXPECT_EQ(ops->d.dtype, DType::kF32);
+  EXPECT_TRUE(CheckGemmOutput(g, *ops).ok());
+  EXPECT_FALSE(CheckGemmArgs(Fp32(4, 8, 16))->has_d());
+
+  GemmArgs bad = g;
+  bad.epilogue = Activation::kSwiglu;
+  EXPECT_THAT(refused(bad), HasSubstr("only gelu runs in a GEMM's epilogue"));
+  bad = g;
+  bad.beta = 1;
+  EXPECT_THAT(refused(bad), HasSubstr("only with beta 0"));
+  bad = g;
+  bad.batch = 2;
+  bad.stride_a = 64, bad.stride_b = 128, bad.stride_c = 32;
+  EXPECT_THAT(refused(bad), HasSubstr("one batch"));
+  bad = g;
+  bad.dtype = DType::kFP8;
+  bad.b.ld = 16;
+  EXPECT_THAT(refused(bad), HasSubstr("no fp8 inputs"));
+  bad = g;
+  bad.d.ld = 7;
+  EXPECT_THAT(refused(bad), HasSubstr("GEMM d: ld 7 is less than its 8 columns"));
+  bad = g;
+  bad.d = {3, 8, 8};  // C's buffer, from C's second row
+  EXPECT_THAT(refused(bad), HasSubstr("the epilogue's output overlaps an operand"));
+  bad.d = {3, 32, 8};  // past C
+  ops = CheckGemmArgs(bad);
+  ASSERT_TRUE(ops.ok());
+  EXPECT_TRUE(CheckGemmOutput(bad, *ops).ok());
+}
+
 }  // namespace
 }  // namespace overlap::engine

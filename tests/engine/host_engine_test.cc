@@ -268,6 +268,53 @@ TEST(HostEngineTest, GemmWithBetaZeroIgnoresNanInC) {
   }
 }
 
+// A gelu epilogue: C is A x B as without one, and D, at its own offset and ld,
+// gelu (the tanh approximation) of C as stored; the rest of D's buffer stays.
+TEST(HostEngineTest, GemmGeluEpilogueWritesDBesideC) {
+  auto engine = MakeHostEngine(1);
+  const StreamId s = engine->GetStream(0, StreamRole::kCompute);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    GemmArgs g;
+    g.dtype = dtype;
+    g.m = 7, g.n = 5, g.k = 3;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-2, 2);
+    auto random = [&](size_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = dist(rng);
+      return Decode(Encode(v, dtype), dtype);
+    };
+    const std::vector<float> a = random(7 * 3), b = random(3 * 5), c(7 * 6, 0.0f);
+    const std::vector<float> d(2 + 7 * 9, 42.0f);
+    g.a = {Upload(*engine, 0, a, dtype), 0, 3};
+    g.b = {Upload(*engine, 0, b, dtype), 0, 5};
+    g.c = {Upload(*engine, 0, c, dtype), 0, 6};
+    g.d = {Upload(*engine, 0, d, dtype), 2, 9};
+    g.epilogue = Activation::kGelu;
+    ASSERT_TRUE(engine->Gemm(s, g).ok());
+    ASSERT_TRUE(engine->Synchronize({0}).ok());
+    const std::vector<float> got_c =
+        Download(*engine, 0, Whole(g.c.buffer, c.size() * DTypeSize(dtype)), dtype);
+    const std::vector<float> got_d =
+        Download(*engine, 0, Whole(g.d.buffer, d.size() * DTypeSize(dtype)), dtype);
+    const std::vector<double> want = ReferenceGemm(g, a, b, c);
+    const double rel = dtype == DType::kF32 ? 1e-6 : dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        const double x = got_c[i * 6 + j];
+        EXPECT_NEAR(x, want[i * 6 + j], rel * std::abs(want[i * 6 + j]) + 1e-5) << i << "," << j;
+        const double gelu =
+            0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        EXPECT_NEAR(got_d[2 + i * 9 + j], gelu, rel * std::abs(gelu) + 1e-5) << i << "," << j;
+      }
+      for (int64_t j = g.n; j < 9 && i < g.m - 1; ++j) EXPECT_EQ(got_d[2 + i * 9 + j], 42.0f);
+    }
+    EXPECT_EQ(got_d[0], 42.0f);
+    EXPECT_EQ(got_d[1], 42.0f);
+  }
+}
+
 // fp8 reads B stored transposed ([n, k]) and writes bf16, the layout and the
 // output cuBLASLt's fp8 GEMMs have on Hopper.
 TEST(HostEngineTest, Fp8GemmReadsWeightsTransposedAndWritesBf16) {

@@ -86,6 +86,41 @@ TEST_F(ChainGpuTest, MlpBlockVerifiesEndToEndOnEveryRank) {
   }
 }
 
+// A GPT-style MLP at one rank: fc1's GEMM writes gelu(fc1) into fc2's input
+// in cuBLASLt's GELU_AUX epilogue (its own output beside it), so the step has
+// no elementwise kernel; the chain verifies against float64 in bf16 and fp16.
+TEST_F(ChainGpuTest, GeluRunsInTheGemmEpilogueAtOneRank) {
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(
+        "name: gelu-chain\niterations: 5\nwarmup: 2\nops:\n"
+        "  - {id: fc1, type: ag_gemm, m: 2048, k: 1024, n: 4096, mode: serial, transport: nccl}\n"
+        "  - {id: fc2, type: gemm_rs, m: 2048, k: 4096, n: 1024, mode: serial, transport: nccl, "
+        "input: fc1, activation: gelu}\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->dtype = dtype;
+    auto result = RunJobResult(*engine_, *spec, {0}, {}, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->ops_size(), 2);
+    EXPECT_EQ(result->ops(1).edge(), "epilogue gelu");
+    ASSERT_EQ(result->layer_chains_size(), 1);
+    const v1::LayerChainCheck& chain = result->layer_chains(0);
+    EXPECT_EQ(chain.chain(), "fc1 -gelu-> fc2");
+    EXPECT_GT(chain.max_rel_error(), 0);
+    EXPECT_LE(chain.max_rel_error(), chain.tolerance());
+    int elementwise = 0;
+    for (const v1::TimelineSpan& span : result->layer_timeline().spans()) {
+      elementwise += span.kind() == "elementwise" ? 1 : 0;
+    }
+    EXPECT_EQ(elementwise, 0);
+    EXPECT_EQ(result->layer_activation_ms(), 0);
+    std::printf("gelu epilogue %s: max error %.2e (tolerance %.2e); layer step %.3f ms, op by op "
+                "%.3f ms\n",
+                DTypeName(dtype).c_str(), chain.max_rel_error(), chain.tolerance(),
+                result->layer_step().median_ms(), result->total_step_ms());
+  }
+}
+
 TEST_F(ChainGpuTest, Llama70bMlpVerifiesEndToEndAtOneRank) {
   // From the repo root (where bench/gpu_check.sh runs the bundle), else the source tree.
   const std::string graph = "deploy/graphs/llama70b-mlp.yaml";

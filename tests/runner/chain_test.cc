@@ -88,6 +88,30 @@ TEST(ChainTest, ExposedCommunicationLeavesTheActivationPassOut) {
   }
 }
 
+// At one rank fc1's GEMM writes its whole output: the gelu runs in its
+// epilogue (the host backend's, as cuBLASLt's GELU_AUX on CUDA), so no pass
+// reads fc1's output back; the chain still verifies against float64, with the
+// hazard checker on. Over two ranks the pass stays.
+TEST(ChainTest, GeluAtOneRankRunsInTheProducersEpilogue) {
+  auto engine = CheckedHostEngine(2);
+  for (const std::string dtype : {"bf16", "fp16", "fp32"}) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(MlpBlock(dtype, "gelu"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    for (const std::vector<int>& devices : {std::vector<int>{0}, std::vector<int>{0, 1}}) {
+      SCOPED_TRACE(absl::StrCat(dtype, " over ", devices.size()));
+      auto result = RunJobResult(*engine, *spec, devices, {}, nullptr);
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_EQ(result->ops_size(), 2);
+      const bool epilogue = devices.size() == 1 && dtype != "fp32";
+      EXPECT_EQ(result->ops(1).edge(), epilogue ? "epilogue gelu" : "fused gelu");
+      if (epilogue) EXPECT_EQ(result->layer_activation_ms(), 0) << "no pass to time";
+      ASSERT_EQ(result->layer_chains_size(), 1);
+      EXPECT_LE(result->layer_chains(0).max_rel_error(), result->layer_chains(0).tolerance());
+      EXPECT_GT(result->layer_chains(0).max_rel_error(), 0);
+    }
+  }
+}
+
 // The reference tells a chain that ran from one that did not: fc2 run on its
 // own seeded inputs fails the chain's check, and passes once fc1's output,
 // through SwiGLU, is its input.

@@ -221,5 +221,47 @@ TEST(EdgeForTest, AliasOnlyWhereTheBytesAgree) {
   EXPECT_EQ(EdgeName(Edge::kSeeded, Activation::kNone), "");
 }
 
+TEST(EdgeForTest, AGeluEdgeRunsInTheProducersEpilogueWhereItsGemmWritesTheBytes) {
+  PlannedOp fc1 = Planned("fc1", OpType::kAgGemm, 64, 128, {0});
+  PlannedOp fc2 = Planned("fc2", OpType::kGemmRs, 128, 64, {0});
+  fc2.op.activation = Activation::kGelu;
+  EXPECT_TRUE(EpilogueFits(fc2, 1, fc1, 1, DType::kBF16));
+  EXPECT_TRUE(EpilogueFits(fc2, 1, fc1, 1, DType::kF16));
+  EXPECT_EQ(EdgeName(Edge::kEpilogue, Activation::kGelu), "epilogue gelu");
+  // cuBLASLt's GELU_AUX: 16-bit types only; fp8 quantizes in its pass.
+  EXPECT_FALSE(EpilogueFits(fc2, 1, fc1, 1, DType::kF32));
+  EXPECT_FALSE(EpilogueFits(fc2, 1, fc1, 1, DType::kFP8));
+  // No epilogue for SwiGLU (it halves the row), nor with no activation (an alias).
+  PlannedOp gated = fc2;
+  gated.op.activation = Activation::kSwiglu;
+  EXPECT_FALSE(EpilogueFits(gated, 1, fc1, 1, DType::kBF16));
+  PlannedOp plain = fc2;
+  plain.op.activation = Activation::kNone;
+  EXPECT_FALSE(EpilogueFits(plain, 1, fc1, 1, DType::kBF16));
+  // Over two ranks an ag_gemm's output is gathered rows its GEMMs write piece
+  // by piece, a gemm_rs's is reduced after its GEMM: the pass stays.
+  const PlannedOp fc1_tp2 = Planned("fc1", OpType::kAgGemm, 64, 128);
+  const PlannedOp fc2_tp2 = [&] {
+    PlannedOp p = Planned("fc2", OpType::kGemmRs, 128, 64);
+    p.op.activation = Activation::kGelu;
+    return p;
+  }();
+  EXPECT_FALSE(EpilogueFits(fc2_tp2, 2, fc1_tp2, 2, DType::kBF16));
+  // A gemm op writes its whole output with its GEMM on every rank: a column-
+  // parallel one's share is a row-parallel one's input.
+  const PlannedOp gemm_tp2 = Planned("fc1", OpType::kGemm, 64, 128);
+  PlannedOp next_tp2 = Planned("fc2", OpType::kGemm, 128, 64);
+  next_tp2.op.row_parallel = true;
+  next_tp2.op.activation = Activation::kGelu;
+  EXPECT_TRUE(EpilogueFits(next_tp2, 2, gemm_tp2, 2, DType::kBF16));
+  // A collective alone has no GEMM; rows not of whole 16-byte units.
+  const PlannedOp gather = Planned("fc1", OpType::kAllGather, 64, 128, {0});
+  EXPECT_FALSE(EpilogueFits(fc2, 1, gather, 1, DType::kBF16));
+  PlannedOp narrow = Planned("fc1", OpType::kAgGemm, 64, 12, {0});
+  PlannedOp narrow_next = Planned("fc2", OpType::kGemmRs, 12, 64, {0});
+  narrow_next.op.activation = Activation::kGelu;
+  EXPECT_FALSE(EpilogueFits(narrow_next, 1, narrow, 1, DType::kBF16));
+}
+
 }  // namespace
 }  // namespace overlap::runner

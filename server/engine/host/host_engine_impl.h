@@ -76,6 +76,7 @@ class HostEngine final : public EngineDefaults,
   absl::StatusOr<double> EnergyJoules(int device) const override;
   absl::Duration EnergyCounterPeriod(int) const override { return options_.energy_counter_period; }
   bool Healthy() const override { return healthy_.load(); }
+  bool GemmEpilogues() const override { return true; }
 
   // LaunchGates
   absl::StatusOr<int64_t> HoldStreams(const std::vector<StreamId>& streams,

@@ -44,9 +44,9 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Gemm"));
   ASSIGN_OR_RETURN(const GemmOperands operands, CheckGemmArgs(g));
   absl::MutexLock lock(&mu_);
-  std::shared_ptr<Storage> storage[3];
-  const GemmOperand* ops[3] = {&operands.a, &operands.b, &operands.c};
-  for (int i = 0; i < 3; ++i) {
+  std::shared_ptr<Storage> storage[4];
+  const GemmOperand* ops[4] = {&operands.a, &operands.b, &operands.c, &operands.d};
+  for (int i = 0; i < (operands.has_d() ? 4 : 3); ++i) {
     const GemmOperand& op = *ops[i];
     auto it = buffers_.find(op.ref.buffer);
     if (it == buffers_.end()) {
@@ -93,8 +93,12 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
     if (g.beta != 0.0f) accesses.push_back({g.c.buffer, r, false, stream});
     accesses.push_back({g.c.buffer, r, true, stream});
   }
+  if (operands.has_d()) {
+    for (const Region& r : operands.d.Regions(1)) accesses.push_back({g.d.buffer, r, true, stream});
+  }
   RETURN_IF_ERROR(CheckHazards({stream}, accesses, "gemm"));
-  s->worker->Enqueue([g, scales, a = storage[0], b = storage[1], c = storage[2]] {
+  s->worker->Enqueue([g, scales, a = storage[0], b = storage[1], c = storage[2],
+                      d = storage[3]] {
     // The scales are read when the GEMM runs, as a GPU reads them.
     float alpha = 1.0f;
     for (const Range& scale : scales) {
@@ -103,6 +107,7 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
       alpha *= value;
     }
     GemmKernel(g, alpha, a->data.get(), b->data.get(), c->data.get());
+    if (d != nullptr) GemmEpilogueKernel(g, c->data.get(), d->data.get());
   });
   return absl::OkStatus();
 }

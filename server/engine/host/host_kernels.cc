@@ -167,6 +167,19 @@ void ElementwiseKernel(const ElementwiseArgs& args, const uint8_t* src, uint8_t*
   }
 }
 
+void GemmEpilogueKernel(const GemmArgs& g, const uint8_t* c, uint8_t* d) {
+  const DType dtype = GemmOutputDType(g.dtype);
+  const size_t es = DTypeSize(dtype);
+  ElementwiseArgs row;
+  row.src_dtype = row.dst_dtype = dtype;
+  row.rows = 1;
+  row.src_cols = g.n;
+  row.activation = g.epilogue;
+  for (int64_t i = 0; i < g.m; ++i) {
+    ElementwiseKernel(row, c + (g.c.offset + i * g.c.ld) * es, d + (g.d.offset + i * g.d.ld) * es);
+  }
+}
+
 void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
                uint8_t* out) {
   const size_t es = DTypeSize(dtype);

@@ -27,6 +27,10 @@ void FillConstantKernel(uint8_t* dst, DType dtype, size_t count, float value);
 void AccumulateKernel(uint8_t* dst, const uint8_t* src, DType dtype, size_t count);
 // `src` and `dst` point at the ranges args.src and args.dst name.
 void ElementwiseKernel(const ElementwiseArgs& args, const uint8_t* src, uint8_t* dst);
+// A GEMM's epilogue (GemmArgs::epilogue): D = activation(C), row by row over
+// each one's ld, from C as the GEMM stored it. `c` and `d` are the buffers'
+// starts.
+void GemmEpilogueKernel(const GemmArgs& args, const uint8_t* c, uint8_t* d);
 
 // out = sum over inputs, elementwise in fp32, in input order.
 void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
