@@ -19,6 +19,14 @@ GemmArgs Fp32(int64_t m, int64_t n, int64_t k) {
   return g;
 }
 
+// What CheckGemmArgs, then CheckGemmOutput, say of `g`, which must be INVALID_ARGUMENT.
+std::string Refused(const GemmArgs& g) {
+  absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
+  absl::Status status = ops.ok() ? CheckGemmOutput(g, *ops) : ops.status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(status.message());
+}
+
 TEST(GemmChecksTest, ExtentsFollowShapeLdAndBatch) {
   GemmArgs g = Fp32(4, 8, 16);
   g.c.ld = 10;
@@ -43,31 +51,25 @@ TEST(GemmChecksTest, ExtentsFollowShapeLdAndBatch) {
 }
 
 TEST(GemmChecksTest, RefusesWhatNoBackendCanRun) {
-  auto refused = [](const GemmArgs& g) {
-    absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
-    absl::Status status = ops.ok() ? CheckGemmOutput(g, *ops) : ops.status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    return std::string(status.message());
-  };
-  EXPECT_THAT(refused(Fp32(0, 8, 8)), HasSubstr("must be positive"));
+  EXPECT_THAT(Refused(Fp32(0, 8, 8)), HasSubstr("must be positive"));
   GemmArgs g = Fp32(4, 8, 8);
   g.batch = 0;
-  EXPECT_THAT(refused(g), HasSubstr("batch must be >= 1"));
+  EXPECT_THAT(Refused(g), HasSubstr("batch must be >= 1"));
   g = Fp32(4, 8, 8);
   g.a.ld = 7;
-  EXPECT_THAT(refused(g), HasSubstr("GEMM a: ld 7 is less than its 8 columns"));
+  EXPECT_THAT(Refused(g), HasSubstr("GEMM a: ld 7 is less than its 8 columns"));
   g = Fp32(4, 8, 8);
   g.batch = 2;
   g.stride_b = -1;
-  EXPECT_THAT(refused(g), HasSubstr("GEMM b: negative batch stride"));
+  EXPECT_THAT(Refused(g), HasSubstr("GEMM b: negative batch stride"));
   g = Fp32(4, 8, 8);
   g.batch = 2;
   g.stride_a = g.stride_b = 64;
   g.stride_c = 8;  // the second batch of C starts inside the first
-  EXPECT_THAT(refused(g), HasSubstr("makes the batches of c overlap"));
+  EXPECT_THAT(Refused(g), HasSubstr("makes the batches of c overlap"));
   g = Fp32(4, 8, 8);
   g.c = {1, 16, 8};  // A's buffer, rows 2 and 3 of A
-  EXPECT_THAT(refused(g), HasSubstr("output overlaps an input"));
+  EXPECT_THAT(Refused(g), HasSubstr("output overlaps an input"));
   g.c = {1, 32, 8};  // past A
   absl::StatusOr<GemmOperands> beside = CheckGemmArgs(g);
   ASSERT_TRUE(beside.ok());
@@ -75,12 +77,6 @@ TEST(GemmChecksTest, RefusesWhatNoBackendCanRun) {
 }
 
 TEST(GemmChecksTest, AnEpilogueWritesDBesideC) {
-  auto refused = [](const GemmArgs& g) {
-    absl::StatusOr<GemmOperands> ops = CheckGemmArgs(g);
-    absl::Status status = ops.ok() ? CheckGemmOutput(g, *ops) : ops.status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    return std::string(status.message());
-  };
   GemmArgs g = Fp32(4, 8, 16);
   g.epilogue = Activation::kGelu;
   g.d = {4, 0, 12};
@@ -94,24 +90,24 @@ TEST(GemmChecksTest, AnEpilogueWritesDBesideC) {
 
   GemmArgs bad = g;
   bad.epilogue = Activation::kSwiglu;
-  EXPECT_THAT(refused(bad), HasSubstr("only gelu runs in a GEMM's epilogue"));
+  EXPECT_THAT(Refused(bad), HasSubstr("only gelu runs in a GEMM's epilogue"));
   bad = g;
   bad.beta = 1;
-  EXPECT_THAT(refused(bad), HasSubstr("only with beta 0"));
+  EXPECT_THAT(Refused(bad), HasSubstr("only with beta 0"));
   bad = g;
   bad.batch = 2;
   bad.stride_a = 64, bad.stride_b = 128, bad.stride_c = 32;
-  EXPECT_THAT(refused(bad), HasSubstr("one batch"));
+  EXPECT_THAT(Refused(bad), HasSubstr("one batch"));
   bad = g;
   bad.dtype = DType::kFP8;
   bad.b.ld = 16;
-  EXPECT_THAT(refused(bad), HasSubstr("no fp8 inputs"));
+  EXPECT_THAT(Refused(bad), HasSubstr("no fp8 inputs"));
   bad = g;
   bad.d.ld = 7;
-  EXPECT_THAT(refused(bad), HasSubstr("GEMM d: ld 7 is less than its 8 columns"));
+  EXPECT_THAT(Refused(bad), HasSubstr("GEMM d: ld 7 is less than its 8 columns"));
   bad = g;
   bad.d = {3, 8, 8};  // C's buffer, from C's second row
-  EXPECT_THAT(refused(bad), HasSubstr("the epilogue's output overlaps an operand"));
+  EXPECT_THAT(Refused(bad), HasSubstr("the epilogue's output overlaps an operand"));
   bad.d = {3, 32, 8};  // past C
   ops = CheckGemmArgs(bad);
   ASSERT_TRUE(ops.ok());
