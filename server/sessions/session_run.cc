@@ -322,10 +322,11 @@ absl::Status SessionRun::WiredInput(OpRun& op) {
     args.activation = op.spec->activation;
     args.dst_scale = dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
     RETURN_IF_ERROR(engine_.Elementwise(ctx.rank(j).compute, args));
-    RETURN_IF_ERROR(ctx.Record(j, ctx.rank(j).compute, ops::EventKind::kInputReady));
+    if (ctx.tp() > 1) RETURN_IF_ERROR(ctx.Record(j, ctx.rank(j).compute, ops::EventKind::kInputReady));
   }
-  // A schedule may read a peer's input from its own streams (p2p gathers).
-  for (int j = 0; j < ctx.tp(); ++j) {
+  // A schedule may read a peer's input from its own streams (p2p gathers); a
+  // rank alone reads it on the stream that made it.
+  for (int j = 0; j < ctx.tp() && ctx.tp() > 1; ++j) {
     RETURN_IF_ERROR(ctx.WaitAll(ctx.rank(j).compute, ops::EventKind::kInputReady));
   }
   return absl::OkStatus();
