@@ -55,8 +55,8 @@ enum class Transport { kAuto, kNccl, kP2p, kDirect, kNone };
 //          S/tp each instead of S, the links between nodes' share;
 enum class AllReduceAlgorithm { kDefault, kRing, kTree, kParameterServer, kAuto, kHierarchical };
 
-std::string OpTypeName(OpType type);            // "ag_gemm" ... "all_reduce"
-std::string OverlapModeName(OverlapMode mode);  // "serial" ...
+std::string OpTypeName(OpType type);             // "ag_gemm" ... "all_reduce"
+std::string OverlapModeName(OverlapMode mode);   // "serial" ...
 std::string TransportName(Transport transport);  // "auto" | "nccl" | "p2p" | "direct" | "none"
 // "default" | "ring" | "tree" | "ps" | "auto" | "hierarchical"
 std::string AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
@@ -149,7 +149,7 @@ struct FusionNote {
   std::string collective;  // the collective's id
   std::string fused_type;  // ag_gemm | gemm_rs | gemm_ar
   bool fused = false;
-  std::string why_not;     // when not fused
+  std::string why_not;  // when not fused
 };
 
 // A tensor-parallel x data-parallel layout of a job's devices (OpGroup).
@@ -250,9 +250,9 @@ int GroupSize(const Mesh& mesh, OpGroup group, int device_count);
 
 // The op shapes one rank sees for a tensor-parallel degree `tp`.
 struct LocalShapes {
-  int64_t a_rows, a_cols;  // this rank's A
-  int64_t w_rows, w_cols;  // this rank's W
-  int64_t y_rows, y_cols;  // this rank's Y
+  int64_t a_rows, a_cols;          // this rank's A
+  int64_t w_rows, w_cols;          // this rank's W
+  int64_t y_rows, y_cols;          // this rank's Y
   int64_t gemm_m, gemm_n, gemm_k;  // the unchunked per-rank GEMM (0 for a collective alone)
 };
 LocalShapes LocalShapesFor(const OpSpec& op, int tp);

@@ -25,12 +25,30 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-const char* const kTopLevelFields[] = {
-    "name",     "devices",   "dtype",   "iterations",        "warmup",         "verify",
-    "priority", "seed",      "ops",     "head_start",        "layer_step",     "bucket_mib",
-    "retune",   "timeline",  "mesh",    "chunk_kib",         "defer_bound_ms", "nodes",
-    "fuse",     "scheduler", "version", "autotune_budget_s", "priority_class",
-    "gemm_alone_sustain_ms"};
+const char* const kTopLevelFields[] = {"name",
+                                       "devices",
+                                       "dtype",
+                                       "iterations",
+                                       "warmup",
+                                       "verify",
+                                       "priority",
+                                       "seed",
+                                       "ops",
+                                       "head_start",
+                                       "layer_step",
+                                       "bucket_mib",
+                                       "retune",
+                                       "timeline",
+                                       "mesh",
+                                       "chunk_kib",
+                                       "defer_bound_ms",
+                                       "nodes",
+                                       "fuse",
+                                       "scheduler",
+                                       "version",
+                                       "autotune_budget_s",
+                                       "priority_class",
+                                       "gemm_alone_sustain_ms"};
 const char* const kOpFields[] = {"id",    "type",   "m",          "k",         "n",
                                  "mode",  "chunks", "transport",  "algorithm", "group",
                                  "after", "input",  "activation", "parallel"};

@@ -138,8 +138,8 @@ absl::Status CheckCollectiveOnly(const OpSpec& op, const std::string& path, int 
                  absl::StrCat(type, " is a collective alone, with no GEMM: leave k out"));
   }
   if (op.m % tp != 0) {
-    return Error(absl::StrCat(path, ".m"),
-                 absl::StrCat(op.m, " is not divisible by ", over, " = ", tp, " (required by ", type, ")"));
+    return Error(absl::StrCat(path, ".m"), absl::StrCat(op.m, " is not divisible by ", over, " = ",
+                                                        tp, " (required by ", type, ")"));
   }
   if (op.mode != OverlapMode::kSerial && op.mode != OverlapMode::kAuto) {
     return Error(absl::StrCat(path, ".mode"),
@@ -334,14 +334,15 @@ absl::Status CheckWiring(const JobSpec& spec, int device_count) {
     std::string after_activation;
     if (op.activation == Activation::kSwiglu) {
       if (from_local.y_cols % 2 != 0) {
-        return Error(absl::StrCat("ops[", i, "].activation"),
-                     absl::StrCat("swiglu halves each rank's columns of ", Quoted(from.id),
-                                  "'s output (gate, then up), but a rank holds ",
-                                  from_local.y_cols));
+        return Error(
+            absl::StrCat("ops[", i, "].activation"),
+            absl::StrCat("swiglu halves each rank's columns of ", Quoted(from.id),
+                         "'s output (gate, then up), but a rank holds ", from_local.y_cols));
       }
       out.cols /= 2;
       from_local.y_cols /= 2;
-      after_activation = absl::StrCat(" (after swiglu ", DescribeLayout(out, from_size, over(from.group)), ")");
+      after_activation =
+          absl::StrCat(" (after swiglu ", DescribeLayout(out, from_size, over(from.group)), ")");
     }
     const TensorLayout in = InputLayout(op);
     const LocalShapes to_local = LocalShapesFor(op, to_size);
@@ -350,8 +351,7 @@ absl::Status CheckWiring(const JobSpec& spec, int device_count) {
     bool agree = false;
     std::string read;
     if (same_groups) {
-      agree = out.rows == in.rows && out.cols == in.cols &&
-              (out.split == in.split || to_size == 1);
+      agree = out.rows == in.rows && out.cols == in.cols && (out.split == in.split || to_size == 1);
       read = DescribeLayout(in, to_size, over(op.group));
     } else {
       agree = in.split == Split::kPartial && from_local.y_rows == to_local.a_rows &&
@@ -366,10 +366,10 @@ absl::Status CheckWiring(const JobSpec& spec, int device_count) {
       }
     }
     if (!agree) {
-      return Error(path, absl::StrCat(Quoted(op.id), " reads ", Quoted(from.id), "'s output, but ",
-                                      Quoted(from.id), " writes ", written, after_activation,
-                                      " and ", Quoted(op.id), " (", OpTypeName(op.type),
-                                      ") reads ", read));
+      return Error(path,
+                   absl::StrCat(Quoted(op.id), " reads ", Quoted(from.id), "'s output, but ",
+                                Quoted(from.id), " writes ", written, after_activation, " and ",
+                                Quoted(op.id), " (", OpTypeName(op.type), ") reads ", read));
     }
   }
   return absl::OkStatus();
@@ -407,7 +407,8 @@ absl::Status CycleError(const JobSpec& spec, const std::map<std::string, int>& i
     ids.push_back(Excerpt(spec.ops[cycle[i]].id, 40));
   }
   std::string more;
-  if (cycle.size() > kNamed) more = absl::StrCat(" -> ... (", cycle.size() - 1, " ops in the cycle)");
+  if (cycle.size() > kNamed)
+    more = absl::StrCat(" -> ... (", cycle.size() - 1, " ops in the cycle)");
   return Error("ops", absl::StrCat("dependency cycle ", absl::StrJoin(ids, " -> "), more));
 }
 
@@ -478,7 +479,8 @@ absl::Status CheckScheduler(const JobSpec& spec) {
                               spec.defer_bound_ms, ")"));
   }
   if (!spec.layer_step) {
-    return Error("scheduler", "dynamic schedules the layer step, which layer_step: false turns off");
+    return Error("scheduler",
+                 "dynamic schedules the layer step, which layer_step: false turns off");
   }
   std::set<std::string> waited_on;
   bool any_gemm = false;
@@ -507,7 +509,8 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   RETURN_IF_ERROR(CheckPrintable("name", spec.name, kMaxNameBytes));
   if (spec.ops.empty()) return Error("ops", "at least one op is required");
   if (static_cast<int64_t>(spec.ops.size()) > limits.max_ops) {
-    return Error("ops", absl::StrCat(spec.ops.size(), " ops is more than this daemon takes in one "
+    return Error("ops", absl::StrCat(spec.ops.size(),
+                                     " ops is more than this daemon takes in one "
                                      "job (max_ops_per_job = ",
                                      limits.max_ops, "): split the graph into several jobs"));
   }
@@ -533,9 +536,8 @@ absl::StatusOr<std::vector<int>> ValidateJobSpec(const JobSpec& spec,
   RETURN_IF_ERROR(CheckScheduler(spec));
   // A minute per op already keeps a layer's job for many minutes.
   if (spec.gemm_alone_sustain_ms > kMaxGemmAloneSustainMs) {
-    return Error("gemm_alone_sustain_ms",
-                 absl::StrCat("must be at most ", kMaxGemmAloneSustainMs, " (got ",
-                              spec.gemm_alone_sustain_ms, ")"));
+    return Error("gemm_alone_sustain_ms", absl::StrCat("must be at most ", kMaxGemmAloneSustainMs,
+                                                       " (got ", spec.gemm_alone_sustain_ms, ")"));
   }
   return group;
 }

@@ -165,8 +165,8 @@ absl::Status GemmLt::Run(const GemmProblem& p, cudaStream_t stream, void* worksp
                          const std::function<absl::Status()>& quiesce) {
   // Each pointer's alignment (a power of two up to 256) as its log2, 4 bits.
   const auto log2 = [](const void* ptr) { return __builtin_ctz(Alignment(ptr)); };
-  const int align_code = log2(p.a) | (log2(p.b) << 4) | (log2(p.c) << 8) |
-                         (p.gelu ? (1 + log2(p.d)) << 12 : 0);
+  const int align_code =
+      log2(p.a) | (log2(p.b) << 4) | (log2(p.c) << 8) | (p.gelu ? (1 + log2(p.d)) << 12 : 0);
   const Key key{static_cast<int>(p.type),
                 p.m,
                 p.n,

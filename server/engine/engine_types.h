@@ -14,7 +14,6 @@
 
 namespace overlap::engine {
 
-
 using BufferId = int64_t;
 using StreamId = int32_t;
 using EventId = int64_t;
@@ -105,9 +104,7 @@ struct ElementwiseArgs {
   int64_t src_cols = 0;
   Activation activation = Activation::kNone;
   float dst_scale = 1.0f;  // an fp8 dst's per-tensor scale (kChainFp8Dequant)
-  int64_t DstCols() const {
-    return activation == Activation::kSwiglu ? src_cols / 2 : src_cols;
-  }
+  int64_t DstCols() const { return activation == Activation::kSwiglu ? src_cols / 2 : src_cols; }
 };
 // INVALID_ARGUMENT unless src and dst span exactly rows x cols of their dtypes,
 // swiglu's columns are even and the scale is finite and positive.

@@ -42,7 +42,8 @@ std::vector<Region> GemmOperand::Regions(int batch) const {
   const uint64_t es = DTypeSize(dtype);
   const uint64_t ld_bytes = ref.ld * es;
   const uint64_t row_bytes = cols * es;
-  if (batch == 1 || stride == 0) return {Region::Strided(ref.offset * es, row_bytes, ld_bytes, rows)};
+  if (batch == 1 || stride == 0)
+    return {Region::Strided(ref.offset * es, row_bytes, ld_bytes, rows)};
   if (stride == rows * ref.ld) {  // the batches continue the same row pattern
     return {Region::Strided(ref.offset * es, row_bytes, ld_bytes, rows * batch)};
   }
@@ -65,11 +66,10 @@ absl::StatusOr<GemmOperands> CheckGemmArgs(const GemmArgs& g) {
   // fp8 reads B stored [n, k] and writes bf16 (common/dtype.h).
   const bool b_transposed = WeightsStoredTransposed(g.dtype);
   const bool batched = g.batch > 1;
-  GemmOperands ops{
-      {"a", g.a, g.m, g.k, batched ? g.stride_a : 0, g.dtype},
-      {"b", g.b, b_transposed ? g.n : g.k, b_transposed ? g.k : g.n, batched ? g.stride_b : 0,
-       g.dtype},
-      {"c", g.c, g.m, g.n, batched ? g.stride_c : 0, GemmOutputDType(g.dtype)}};
+  GemmOperands ops{{"a", g.a, g.m, g.k, batched ? g.stride_a : 0, g.dtype},
+                   {"b", g.b, b_transposed ? g.n : g.k, b_transposed ? g.k : g.n,
+                    batched ? g.stride_b : 0, g.dtype},
+                   {"c", g.c, g.m, g.n, batched ? g.stride_c : 0, GemmOutputDType(g.dtype)}};
   for (GemmOperand* op : {&ops.a, &ops.b, &ops.c}) RETURN_IF_ERROR(Measure(g.batch, *op));
   if (g.epilogue == Activation::kNone) return ops;
   if (g.epilogue != Activation::kGelu) {

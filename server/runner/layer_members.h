@@ -64,11 +64,11 @@ std::string EdgeName(Edge edge, Activation activation);
 
 // Whether a fused edge may be the producer's GEMM epilogue instead, on an
 // engine with GemmEpilogues: a gelu (cuBLASLt's one activation epilogue
-// without a bias) in bf16 or fp16 with rows of whole 16-byte units, the bytes the consumer reads being the bytes the producer
-// writes but for the activation (what an alias needs: the same dtype, not
-// fp8, the same local rows and columns, on the same devices, the producer
-// whole), and the producer's output written by its GEMM alone, whole, on each
-// rank (one rank, or a gemm op): not gathered, reduced or scattered after.
+// without a bias) in bf16 or fp16 with rows of whole 16-byte units, the bytes the consumer reads
+// being the bytes the producer writes but for the activation (what an alias needs: the same dtype,
+// not fp8, the same local rows and columns, on the same devices, the producer whole), and the
+// producer's output written by its GEMM alone, whole, on each rank (one rank, or a gemm op): not
+// gathered, reduced or scattered after.
 bool EpilogueFits(const PlannedOp& consumer, int consumer_degree, const PlannedOp& producer,
                   int producer_degree, DType dtype);
 

@@ -314,8 +314,7 @@ absl::StatusOr<RunningStep> CreateMembers(engine::Engine& engine, const JobSpec&
   for (size_t i = 0; i < plan.ops.size() && engine.GemmEpilogues(); ++i) {
     Member& m = step.members[i];
     if (m.edge != Edge::kFused || with_epilogue.count(m.input_from) > 0) continue;
-    if (!EpilogueFits(m, degree_of(m.op), *m.input_from, degree_of(m.input_from->op),
-                      spec.dtype)) {
+    if (!EpilogueFits(m, degree_of(m.op), *m.input_from, degree_of(m.input_from->op), spec.dtype)) {
       continue;
     }
     m.edge = Edge::kEpilogue;

@@ -69,8 +69,7 @@ int SustainedIterations(double sustain_ms, double gemm_ms, int at_least);
 // JobSpec::gemm_alone_sustain_ms the GEMM alone is then timed once more,
 // back to back for that long, and that run's second half is the figure: the
 // clock a layer step that runs for seconds is held to.
-absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const ops::Schedule& schedule,
-                                       Transport beside);
+absl::StatusOr<TimedRounds> TimeRounds(OpRun& run, const ops::Schedule& schedule, Transport beside);
 
 // One more iteration of `schedule`, traced span by span, where spec.timeline.
 absl::StatusOr<std::optional<Timeline>> TraceOp(OpRun& run, const ops::Schedule& schedule);

@@ -266,7 +266,7 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
     return Finish(cmd);
   }
   const bool heads_queue = std::all_of(running_.begin(), running_.end() - 1,
-                                      [](const Command& c) { return c.enqueued; });
+                                       [](const Command& c) { return c.enqueued; });
   if (heads_queue) cmd.runnable_ns = cmd.ready_ns;
   DeferredCommand deferred{key_, cmd.seq, {}, now_ms, setup_.deferred_bound_ms};
   for (int i : cmd.ops) {
@@ -322,7 +322,8 @@ absl::Status SessionRun::WiredInput(OpRun& op) {
     args.activation = op.spec->activation;
     args.dst_scale = dst_dtype == DType::kFP8 ? kChainFp8Dequant : 1.0f;
     RETURN_IF_ERROR(engine_.Elementwise(ctx.rank(j).compute, args));
-    if (ctx.tp() > 1) RETURN_IF_ERROR(ctx.Record(j, ctx.rank(j).compute, ops::EventKind::kInputReady));
+    if (ctx.tp() > 1)
+      RETURN_IF_ERROR(ctx.Record(j, ctx.rank(j).compute, ops::EventKind::kInputReady));
   }
   // A schedule may read a peer's input from its own streams (p2p gathers); a
   // rank alone reads it on the stream that made it.

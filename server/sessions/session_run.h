@@ -122,7 +122,7 @@ class SessionRun {
     // session's queue (the arbiter's rule, lane_arbiter.h); 0 until then.
     int64_t runnable_ns = 0;
     int64_t latest_posted_ns = 0;
-    int64_t op_enqueued_ns = 0;         // its last piece's own enqueue returned
+    int64_t op_enqueued_ns = 0;  // its last piece's own enqueue returned
     // The lanes' time in each part of its enqueue (SessionCounts::inputs_wait_us...).
     int64_t inputs_wait_ns = 0;
     int64_t wired_ns = 0;

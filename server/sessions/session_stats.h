@@ -47,8 +47,8 @@ struct SessionCounts {
   std::deque<double> inputs_wait_us;
   std::deque<double> wired_us;
   std::deque<double> launch_us;
-  int64_t taken_polling = 0;      // commands found while the lanes' thread polled the rings
-  int64_t taken_woken = 0;        // commands taken after it slept in epoll
+  int64_t taken_polling = 0;  // commands found while the lanes' thread polled the rings
+  int64_t taken_woken = 0;    // commands taken after it slept in epoll
 };
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.

@@ -245,9 +245,10 @@ TEST(ReportTest, LayerEdgesSayWhatAnEpilogueIs) {
               ::testing::Contains(
                   "layer edges (alias: read in place, no copy): fc2 fused swiglu, out alias"));
   job.mutable_result()->mutable_ops(1)->set_edge("epilogue gelu");
-  EXPECT_THAT(Lines(FormatReport(job)),
-              ::testing::Contains("layer edges (alias: read in place, no copy; epilogue: written "
-                                  "by the producer's GEMM, no pass): fc2 epilogue gelu, out alias"));
+  EXPECT_THAT(
+      Lines(FormatReport(job)),
+      ::testing::Contains("layer edges (alias: read in place, no copy; epilogue: written "
+                          "by the producer's GEMM, no pass): fc2 epilogue gelu, out alias"));
 }
 
 TEST(ReportTest, LayerLimitIsItsGemmsAloneAndActivationPasses) {

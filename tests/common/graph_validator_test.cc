@@ -127,7 +127,9 @@ TEST(GraphValidatorTest, OpIdErrors) {
 
   // What yaml-cpp makes of "fc\0_d": not UTF-8, refused (it would not survive the API's strings).
   spec = TwoOpSpec();
-  spec.ops[0].id = "fc\xa0" "d";
+  spec.ops[0].id =
+      "fc\xa0"
+      "d";
   ExpectInvalid(spec, "ops[0].id: must be UTF-8 text: \"fc\\xa0d\"");
 }
 
@@ -651,8 +653,9 @@ TEST(GraphValidatorTest, SwigluNeedsAnEvenShareOfColumns) {
   spec.ops[1] = MakeOp("fc2", OpType::kGemm, 8192, 3, 8192);
   spec.ops[1].input = "fc1";
   spec.ops[1].activation = Activation::kSwiglu;
-  ExpectInvalid(spec, "ops[1].activation: swiglu halves each rank's columns of \"fc1\"'s output "
-                      "(gate, then up), but a rank holds 3");
+  ExpectInvalid(spec,
+                "ops[1].activation: swiglu halves each rank's columns of \"fc1\"'s output "
+                "(gate, then up), but a rank holds 3");
 }
 
 // A dp all_reduce of a tp op's weight gradient sums each device's shard.
@@ -682,7 +685,8 @@ TEST(GraphParserTest, InputImpliesAfterAndActivationNeedsAnInput) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_THAT(spec->ops[1].after, ElementsAre("a"));
   EXPECT_EQ(spec->ops[1].activation, Activation::kGelu);
-  spec = ParseJobSpec("name: x\nops:\n  - {id: b, type: gemm, m: 8, k: 8, n: 8, activation: gelu}\n");
+  spec =
+      ParseJobSpec("name: x\nops:\n  - {id: b, type: gemm, m: 8, k: 8, n: 8, activation: gelu}\n");
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(std::string(spec.status().message()),
               HasSubstr("ops[0].activation: applies to another op's output: name that op with "

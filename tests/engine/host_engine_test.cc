@@ -13,10 +13,10 @@
 namespace overlap::engine {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Decode;
 using testing::Download;
 using testing::Encode;
+using ::testing::HasSubstr;
 using testing::MakeHostEngine;
 using testing::Upload;
 using testing::Whole;
@@ -240,15 +240,18 @@ TEST_P(HostGemmTest, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HostGemmTest,
-    ::testing::Values(
-        GemmCase{"f32", DType::kF32, 7, 5, 3, 3, 5, 5, 1, 0, 0, 0, 0},
-        GemmCase{"f32_ld_beta1", DType::kF32, 6, 4, 9, 11, 6, 7, 1, 0, 0, 0, 1},
-        GemmCase{"f32_batched", DType::kF32, 4, 3, 5, 5, 3, 3, 3, 4 * 5 + 2, 5 * 3 + 1, 4 * 3 + 3, 0},
-        GemmCase{"f32_batched_shared_b_beta1", DType::kF32, 4, 3, 5, 6, 3, 4, 2, 4 * 6, 0, 4 * 4, 1},
-        GemmCase{"bf16", DType::kBF16, 16, 24, 32, 32, 24, 24, 1, 0, 0, 0, 0},
-        GemmCase{"bf16_batched_beta1", DType::kBF16, 8, 8, 16, 20, 8, 10, 2, 8 * 20, 16 * 8, 8 * 10, 1},
-        GemmCase{"fp16", DType::kF16, 16, 8, 64, 64, 8, 9, 1, 0, 0, 0, 0},
-        GemmCase{"fp16_batched_beta1", DType::kF16, 5, 7, 9, 9, 7, 7, 3, 45, 63, 35, 1}),
+    ::testing::Values(GemmCase{"f32", DType::kF32, 7, 5, 3, 3, 5, 5, 1, 0, 0, 0, 0},
+                      GemmCase{"f32_ld_beta1", DType::kF32, 6, 4, 9, 11, 6, 7, 1, 0, 0, 0, 1},
+                      GemmCase{"f32_batched", DType::kF32, 4, 3, 5, 5, 3, 3, 3, 4 * 5 + 2,
+                               5 * 3 + 1, 4 * 3 + 3, 0},
+                      GemmCase{"f32_batched_shared_b_beta1", DType::kF32, 4, 3, 5, 6, 3, 4, 2,
+                               4 * 6, 0, 4 * 4, 1},
+                      GemmCase{"bf16", DType::kBF16, 16, 24, 32, 32, 24, 24, 1, 0, 0, 0, 0},
+                      GemmCase{"bf16_batched_beta1", DType::kBF16, 8, 8, 16, 20, 8, 10, 2, 8 * 20,
+                               16 * 8, 8 * 10, 1},
+                      GemmCase{"fp16", DType::kF16, 16, 8, 64, 64, 8, 9, 1, 0, 0, 0, 0},
+                      GemmCase{"fp16_batched_beta1", DType::kF16, 5, 7, 9, 9, 7, 7, 3, 45, 63, 35,
+                               1}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return std::string(info.param.name); });
 
 TEST(HostEngineTest, GemmWithBetaZeroIgnoresNanInC) {
@@ -502,8 +505,7 @@ TEST(HostEngineTest, ElapsedMsBetweenCompletedRecords) {
   EXPECT_TRUE(*engine->EventDone(*end));
   EXPECT_TRUE(*engine->EventDone(*never));  // never recorded: done, as cudaEventQuery says
   EXPECT_EQ(engine->EventDone(424242).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->ElapsedMs(*start, *other).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->ElapsedMs(*start, *other).status().code(), absl::StatusCode::kInvalidArgument);
   auto unrecorded = engine->ElapsedMs(*start, *never);
   EXPECT_EQ(unrecorded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unrecorded.status().message(), HasSubstr("never recorded"));
@@ -659,8 +661,8 @@ TEST(HostEngineTest, CallsForDisjointDevicesFromTwoThreads) {
         const BufferId send = Upload(*engine, d, std::vector<float>(64, float(d + round)));
         const BufferId recv = *engine->Allocate(d, 64 * 4);
         recvs.push_back(recv);
-        args.ranks.push_back({d, engine->GetStream(d, StreamRole::kComm), Whole(send, 256),
-                              Whole(recv, 256)});
+        args.ranks.push_back(
+            {d, engine->GetStream(d, StreamRole::kComm), Whole(send, 256), Whole(recv, 256)});
       }
       ASSERT_TRUE(engine->AllReduce(args).ok());
       ASSERT_TRUE(engine->Synchronize({d0, d1}).ok());
@@ -745,11 +747,12 @@ TEST(HostEngineTest, DestructionRunsQueuedWorkAndJoins) {
     args.count = 1 << 12;
     for (int d = 0; d < 2; ++d) {
       const BufferId b = *engine->Allocate(d, 2 << 12);
-      ASSERT_TRUE(engine->FillRandom(engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12),
-                                     DType::kBF16, d, 1)
+      ASSERT_TRUE(engine
+                      ->FillRandom(engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12),
+                                   DType::kBF16, d, 1)
                       .ok());
-      args.ranks.push_back({d, engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12),
-                            Whole(b, 2 << 12)});
+      args.ranks.push_back(
+          {d, engine->GetStream(d, StreamRole::kComm), Whole(b, 2 << 12), Whole(b, 2 << 12)});
     }
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->AllReduce(args).ok());
     // No Synchronize: the destructor must neither hang nor leave threads behind.
@@ -768,9 +771,9 @@ TEST(HostEngineFailureTest, StickyFailureMakesEngineUnhealthy) {
   EXPECT_EQ(engine->Allocate(0, 16).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_FALSE(engine->Monitor()->Healthy());
   const BufferRef ref{1, 0, 16};
-  EXPECT_EQ(engine->FillConstant(engine->GetStream(0, StreamRole::kCompute), ref, DType::kF32, 1)
-                .code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      engine->FillConstant(engine->GetStream(0, StreamRole::kCompute), ref, DType::kF32, 1).code(),
+      absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

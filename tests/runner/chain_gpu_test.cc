@@ -68,12 +68,14 @@ class ChainGpuTest : public ::testing::Test {
 };
 
 JobSpec MlpBlock(int tp, DType dtype) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(absl::StrCat(
-      "name: mlp-chain\niterations: 5\nwarmup: 2\nops:\n"
-      "  - {id: fc1, type: ag_gemm, m: ", 1024 * tp, ", k: 1024, n: ", 4096 * tp,
-      ", mode: serial, transport: nccl}\n"
-      "  - {id: fc2, type: gemm_rs, m: ", 1024 * tp, ", k: ", 2048 * tp,
-      ", n: 1024, mode: serial, transport: nccl, input: fc1, activation: swiglu}\n"));
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      absl::StrCat("name: mlp-chain\niterations: 5\nwarmup: 2\nops:\n"
+                   "  - {id: fc1, type: ag_gemm, m: ",
+                   1024 * tp, ", k: 1024, n: ", 4096 * tp,
+                   ", mode: serial, transport: nccl}\n"
+                   "  - {id: fc2, type: gemm_rs, m: ",
+                   1024 * tp, ", k: ", 2048 * tp,
+                   ", n: 1024, mode: serial, transport: nccl, input: fc1, activation: swiglu}\n"));
   spec->dtype = dtype;
   return *spec;
 }
@@ -114,10 +116,11 @@ TEST_F(ChainGpuTest, GeluRunsInTheGemmEpilogueAtOneRank) {
     }
     EXPECT_EQ(elementwise, 0);
     EXPECT_EQ(result->layer_activation_ms(), 0);
-    std::printf("gelu epilogue %s: max error %.2e (tolerance %.2e); layer step %.3f ms, op by op "
-                "%.3f ms\n",
-                DTypeName(dtype).c_str(), chain.max_rel_error(), chain.tolerance(),
-                result->layer_step().median_ms(), result->total_step_ms());
+    std::printf(
+        "gelu epilogue %s: max error %.2e (tolerance %.2e); layer step %.3f ms, op by op "
+        "%.3f ms\n",
+        DTypeName(dtype).c_str(), chain.max_rel_error(), chain.tolerance(),
+        result->layer_step().median_ms(), result->total_step_ms());
   }
 }
 

@@ -48,8 +48,8 @@ TEST_P(ChainDTypeTest, MlpBlockVerifiesEndToEnd) {
     ASSERT_EQ(result->layer_chains_size(), 1) << activation;
     const v1::LayerChainCheck& check = result->layer_chains(0);
     EXPECT_EQ(check.op(), "fc2");
-    EXPECT_EQ(check.chain(), activation == "none" ? "fc1 -> fc2"
-                                                  : absl::StrCat("fc1 -", activation, "-> fc2"));
+    EXPECT_EQ(check.chain(),
+              activation == "none" ? "fc1 -> fc2" : absl::StrCat("fc1 -", activation, "-> fc2"));
     EXPECT_GT(check.max_rel_error(), 0) << activation;
     EXPECT_LE(check.max_rel_error(), check.tolerance()) << activation;
     // Two ops' tolerances at least.
@@ -170,14 +170,15 @@ TEST(ChainTest, FusedOpsComputeWhatTheirUnfusedPairsDo) {
   auto engine = CheckedHostEngine(2);
   for (const std::string dtype : {"bf16", "fp8"}) {
     SCOPED_TRACE(dtype);
-    absl::StatusOr<JobSpec> unfused = ParseJobSpec(absl::StrCat(
-        "name: u\ndtype: ", dtype, "\nops:\n"
-        "  - {id: x, type: all_gather, m: 128, n: 64}\n"
-        "  - {id: fc1, type: gemm, m: 128, k: 64, n: 128, input: x}\n"
-        "  - {id: fc2, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
-        "  - {id: fc2_rs, type: reduce_scatter, m: 128, n: 64, input: fc2}\n"
-        "  - {id: out, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
-        "  - {id: out_ar, type: all_reduce, m: 128, n: 64, input: out}\n"));
+    absl::StatusOr<JobSpec> unfused = ParseJobSpec(
+        absl::StrCat("name: u\ndtype: ", dtype,
+                     "\nops:\n"
+                     "  - {id: x, type: all_gather, m: 128, n: 64}\n"
+                     "  - {id: fc1, type: gemm, m: 128, k: 64, n: 128, input: x}\n"
+                     "  - {id: fc2, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
+                     "  - {id: fc2_rs, type: reduce_scatter, m: 128, n: 64, input: fc2}\n"
+                     "  - {id: out, type: gemm, parallel: row, m: 128, k: 128, n: 64}\n"
+                     "  - {id: out_ar, type: all_reduce, m: 128, n: 64, input: out}\n"));
     ASSERT_TRUE(unfused.ok()) << unfused.status();
     const JobSpec fused = FuseCollectives(*unfused);
     ASSERT_EQ(fused.ops.size(), 3u);

@@ -322,7 +322,7 @@ TEST(JobRunnerTest, LayerStepDefersTheCollectiveNothingWaitsOn) {
   EXPECT_EQ(result->layer_deferred(0), "grads");
   EXPECT_TRUE(result->layer_note().empty());
   EXPECT_EQ(layer_phases, (std::vector<std::string>{"setup", "step", "step without deferred",
-                                                     "timeline", "verify"}));
+                                                    "timeline", "verify"}));
   // What was deferred, how, and how much of it hid behind fc2 and out.
   ASSERT_EQ(result->layer_deferrals_size(), 1);
   const v1::LayerDeferral& deferral = result->layer_deferrals(0);

@@ -213,7 +213,7 @@ TEST(LaneArbiterTest, ACommandsBoundRunsFromWhenItHeadsItsSessionsQueue) {
     }
   }
   ASSERT_EQ(issued_at.size(), 3u);
-  EXPECT_DOUBLE_EQ(issued_at[0], 9.5);  // ready 0, deadline 10, a chunk of 0.5
+  EXPECT_DOUBLE_EQ(issued_at[0], 9.5);   // ready 0, deadline 10, a chunk of 0.5
   EXPECT_DOUBLE_EQ(issued_at[1], 19.0);  // headed the queue at 9.5
   EXPECT_DOUBLE_EQ(issued_at[2], 28.5);
 }

@@ -55,9 +55,9 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
     }
     const bool may_be_remote = i == 2 && g.c_on_peer;
     if (it->second.device != s->device && !may_be_remote) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm ", op.name, ": buffer ", op.ref.buffer, " is on device ", it->second.device,
-          " but stream ", s->name, " is on device ", s->device));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm ", op.name, ": buffer ", op.ref.buffer, " is on device ",
+                       it->second.device, " but stream ", s->name, " is on device ", s->device));
     }
     const int64_t end = op.ref.offset + op.extent;
     const int64_t elements = static_cast<int64_t>(it->second.bytes / DTypeSize(op.dtype));
@@ -66,8 +66,8 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
           absl::StrCat("Gemm ", op.name, ": the ", op.rows, "x", op.cols,
                        " matrix at element offset ", op.ref.offset, " with ld ", op.ref.ld,
                        g.batch > 1 ? absl::StrCat(", batch ", g.batch, " stride ", op.stride) : "",
-                       " reaches element ", end, " but buffer ", op.ref.buffer, " holds ",
-                       elements, " ", DTypeName(op.dtype), " elements"));
+                       " reaches element ", end, " but buffer ", op.ref.buffer, " holds ", elements,
+                       " ", DTypeName(op.dtype), " elements"));
     }
     storage[i] = it->second.storage;
   }
@@ -97,8 +97,7 @@ absl::Status HostEngine::Gemm(StreamId stream, const GemmArgs& g) {
     for (const Region& r : operands.d.Regions(1)) accesses.push_back({g.d.buffer, r, true, stream});
   }
   RETURN_IF_ERROR(CheckHazards({stream}, accesses, "gemm"));
-  s->worker->Enqueue([g, scales, a = storage[0], b = storage[1], c = storage[2],
-                      d = storage[3]] {
+  s->worker->Enqueue([g, scales, a = storage[0], b = storage[1], c = storage[2], d = storage[3]] {
     // The scales are read when the GEMM runs, as a GPU reads them.
     float alpha = 1.0f;
     for (const Range& scale : scales) {
@@ -118,8 +117,8 @@ absl::Status HostEngine::Accumulate(StreamId stream, BufferRef dst, BufferRef sr
   }
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Accumulate"));
   if (dst.bytes != src.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("Accumulate: dst has ", dst.bytes,
-                                                   " bytes but src has ", src.bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Accumulate: dst has ", dst.bytes, " bytes but src has ", src.bytes));
   }
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range to, ResolveTyped(dst, s->device, dtype, "Accumulate dst"));
@@ -146,7 +145,8 @@ absl::Status HostEngine::Elementwise(StreamId stream, const ElementwiseArgs& arg
   ASSIGN_OR_RETURN(const Stream* s, FindStream(stream, "Elementwise"));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Range to, ResolveTyped(args.dst, s->device, args.dst_dtype, "Elementwise dst"));
-  ASSIGN_OR_RETURN(Range from, ResolveTyped(args.src, s->device, args.src_dtype, "Elementwise src"));
+  ASSIGN_OR_RETURN(Range from,
+                   ResolveTyped(args.src, s->device, args.src_dtype, "Elementwise src"));
   const Region dst_region = Region::Contiguous(args.dst.offset, args.dst.bytes);
   const Region src_region = Region::Contiguous(args.src.offset, args.src.bytes);
   if (args.dst.buffer == args.src.buffer && dst_region.Overlaps(src_region)) {
@@ -167,9 +167,9 @@ absl::Status HostEngine::PeerCopy(StreamId stream, BufferRef dst, int dst_device
   RETURN_IF_ERROR(CheckDevice(dst_device, "PeerCopy dst"));
   RETURN_IF_ERROR(CheckDevice(src_device, "PeerCopy src"));
   if (s->device != dst_device && s->device != src_device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PeerCopy: stream ", s->name, " belongs to neither device ", src_device,
-                     " nor device ", dst_device));
+    return absl::InvalidArgumentError(absl::StrCat("PeerCopy: stream ", s->name,
+                                                   " belongs to neither device ", src_device,
+                                                   " nor device ", dst_device));
   }
   if (dst.bytes != src.bytes) {
     return absl::InvalidArgumentError(
@@ -209,13 +209,13 @@ absl::Status HostEngine::EnqueueHostWork(StreamId stream,
   absl::Status result;
   if (!PassFailurePoint("host_work", {stream}, &result)) return result;
   RETURN_IF_ERROR(CheckHazards({stream}, accesses, "host_work"));
-  s->worker->Enqueue([this, device = s->device, ranges = std::move(ranges),
-                      work = std::move(work)] {
-    std::vector<uint8_t*> data;
-    for (const Range& range : ranges) data.push_back(range.data());
-    const absl::Status status = work(data);
-    if (!status.ok()) RecordError(device, status);
-  });
+  s->worker->Enqueue(
+      [this, device = s->device, ranges = std::move(ranges), work = std::move(work)] {
+        std::vector<uint8_t*> data;
+        for (const Range& range : ranges) data.push_back(range.data());
+        const absl::Status status = work(data);
+        if (!status.ok()) RecordError(device, status);
+      });
   return absl::OkStatus();
 }
 

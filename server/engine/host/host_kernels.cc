@@ -180,8 +180,7 @@ void GemmEpilogueKernel(const GemmArgs& g, const uint8_t* c, uint8_t* d) {
   }
 }
 
-void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
-               uint8_t* out) {
+void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count, uint8_t* out) {
   const size_t es = DTypeSize(dtype);
   std::vector<float> acc(std::min(count, kBlock)), add(acc.size());
   for (size_t begin = 0; begin < count; begin += kBlock) {

@@ -33,7 +33,6 @@ void ElementwiseKernel(const ElementwiseArgs& args, const uint8_t* src, uint8_t*
 void GemmEpilogueKernel(const GemmArgs& args, const uint8_t* c, uint8_t* d);
 
 // out = sum over inputs, elementwise in fp32, in input order.
-void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count,
-               uint8_t* out);
+void SumKernel(const std::vector<const uint8_t*>& inputs, DType dtype, size_t count, uint8_t* out);
 
 }  // namespace overlap::engine::host
