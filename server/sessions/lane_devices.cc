@@ -1,10 +1,26 @@
 #include "server/sessions/lane_devices.h"
 
+#include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "common/status_macros.h"
 
 namespace overlap::sessions {
+namespace {
+
+// The quiet window after a critical span's end (LaneDevices::CriticalPending).
+constexpr double kMinQuietMs = 0.2;
+constexpr double kMaxQuietMs = 5;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 
 absl::Status LaneDevices::Use(int device) {
   if (origin_.count(device) > 0) return absl::OkStatus();
@@ -67,6 +83,8 @@ std::vector<LaneSpan> LaneDevices::Collect() {
     if (span.critical_collective) {
       --critical_pending_[device];
       if (node_ != nullptr) node_->CriticalEnd(device, engine::LaneUser::kSession);
+      const double quiet_ms = std::clamp(ChunkMs(device), kMinQuietMs, kMaxQuietMs);
+      critical_quiet_from_ns_[device] = SteadyNs() + static_cast<int64_t>(quiet_ms * 1e6);
     }
     if (span.interval.deferred) --deferred_in_flight_[device];
     auto origin = origin_.find(device);
@@ -89,7 +107,9 @@ std::vector<LaneSpan> LaneDevices::Collect() {
 
 bool LaneDevices::CriticalPending(int device) const {
   auto it = critical_pending_.find(device);
-  return it != critical_pending_.end() && it->second > 0;
+  if (it != critical_pending_.end() && it->second > 0) return true;
+  auto quiet = critical_quiet_from_ns_.find(device);
+  return quiet != critical_quiet_from_ns_.end() && SteadyNs() < quiet->second;
 }
 
 int LaneDevices::DeferredInFlight(int device) const {
