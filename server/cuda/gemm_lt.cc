@@ -120,9 +120,8 @@ absl::Status SetScales(cublasLtMatmulDesc_t op, const GemmProblem& p) {
   return absl::OkStatus();
 }
 
-// The epilogue's aux output (A x B before gelu) is C.
-absl::Status SetAux(cublasLtMatmulDesc_t op, const GemmProblem& p) {
-  void* aux = p.c;
+// The epilogue's aux output, A x B before gelu: C, or a timing run's output.
+absl::Status SetAux(cublasLtMatmulDesc_t op, void* aux) {
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   return absl::OkStatus();
@@ -149,11 +148,7 @@ absl::Status Matmul(cublasLtHandle_t handle, const GemmLt::Plan* plan, const Gem
   // kernel, so each call sets its own.
   absl::MutexLock lock(&plan->scale_mu);
   if (p.scaled()) RETURN_IF_ERROR(SetScales(plan->op, p));
-  if (p.gelu) {
-    GemmProblem at = p;
-    at.c = c;
-    RETURN_IF_ERROR(SetAux(plan->op, at));
-  }
+  if (p.gelu) RETURN_IF_ERROR(SetAux(plan->op, c));
   CUBLAS_RETURN_IF_ERROR(matmul());
   return absl::OkStatus();
 }
@@ -227,7 +222,7 @@ absl::Status DescribeShape(GemmLt::Plan* plan, const GemmProblem& p, int sm_coun
     const int64_t aux_ld = p.ldc;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    RETURN_IF_ERROR(SetAux(plan->op, p));
+    RETURN_IF_ERROR(SetAux(plan->op, p.c));
     RETURN_IF_ERROR(MakeLayout(&plan->d, OutputType(p.type), p.n, p.m, p.ldd, 1, 0));
   }
   // A' is n x k, or stored k x n and read transposed for fp8.

@@ -16,6 +16,13 @@ absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::Bu
   g.c = ctx.Matrix(c, c_row, g.n);
   g.beta = beta;
   g.c_on_peer = c_on_peer;
+  // Rows of Y where the next op's input comes from this GEMM's epilogue
+  // (OpContext::SetEpilogue): the same rows of it.
+  const engine::BufferId epilogue_out = ctx.rank(r).epilogue_out;
+  if (c == ctx.rank(r).y && epilogue_out != engine::kNoBuffer) {
+    g.epilogue = ctx.epilogue();
+    g.d = ctx.Matrix(epilogue_out, c_row, g.n);
+  }
   return ctx.engine().Gemm(stream, g);
 }
 
@@ -96,18 +103,7 @@ absl::Status GemmAloneRowsInGroup(OpContext& ctx, int64_t rows) {
     const bool ag = ctx.op().type == OpType::kAgGemm;
     const engine::BufferId a = ag && split ? rs.full : rs.a;
     const engine::BufferId c = ctx.op().type == OpType::kGemmRs && split ? rs.full : rs.y;
-    if (c != rs.y || rs.epilogue_out == engine::kNoBuffer || rows == 0) {
-      RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
-      continue;
-    }
-    // Y, and the next op's input from the GEMM's epilogue (OpContext::SetEpilogue).
-    engine::GemmArgs g = ctx.WeightsGemm(r);
-    g.m = rows;
-    g.a = ctx.Matrix(a, 0, g.k);
-    g.c = ctx.Matrix(c, 0, g.n);
-    g.epilogue = ctx.epilogue();
-    g.d = ctx.Matrix(rs.epilogue_out, 0, g.n);
-    RETURN_IF_ERROR(ctx.engine().Gemm(rs.compute, g));
+    RETURN_IF_ERROR(GemmRows(ctx, r, rs.compute, a, 0, c, 0, rows));
   }
   return absl::OkStatus();
 }

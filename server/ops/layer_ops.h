@@ -60,6 +60,9 @@ absl::Status RingReduceScatter(OpContext& ctx, Transport transport, int chunks,
 
 // Row-major GEMM helper: C[rows of c at c_row] = A[rows at a_row] x W. With
 // c_on_peer, c may belong to another rank (engine.h, GemmArgs::c_on_peer).
+// Where c is rank r's Y and the rank has an epilogue output
+// (OpContext::SetEpilogue), the same rows of it receive the epilogue's
+// activation of them.
 absl::Status GemmRows(OpContext& ctx, int r, engine::StreamId stream, engine::BufferId a,
                       int64_t a_row, engine::BufferId c, int64_t c_row, int64_t rows,
                       float beta = 0.0f, bool c_on_peer = false);

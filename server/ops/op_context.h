@@ -231,10 +231,12 @@ class OpContext {
   void MoveToDeferredLane();
   int channel() const { return channel_; }
 
-  // From now on rank r's GEMM, where it writes Y whole (one rank, or a gemm
-  // op: EnqueueGemmAlone), also writes `activation`(Y) into `out` in its
-  // epilogue (GemmArgs::epilogue); `out` has Y's rows, columns and dtype.
-  // The engine must have GemmEpilogues.
+  // From now on rank r's GEMMs into Y (GemmRows) also write `activation` of
+  // the rows they write into the same rows of `out` in their epilogue
+  // (GemmArgs::epilogue); `out` has Y's rows, columns and dtype. The caller
+  // sets it only where Y is written by such GEMMs alone, with beta 0 (one
+  // rank, or a gemm op: layer_members.h, EpilogueFits); the engine must have
+  // GemmEpilogues.
   void SetEpilogue(int r, engine::BufferId out, Activation activation);
   Activation epilogue() const { return epilogue_; }
 

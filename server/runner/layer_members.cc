@@ -139,7 +139,7 @@ absl::Status EnqueueWiredInput(Member& m) {
   const LocalShapes& in = ctx.shapes();
   for (int r = 0; r < ctx.tp(); ++r) {
     ops::RankState& rank = ctx.rank(r);
-    if (m.edge != Edge::kAlias && m.edge != Edge::kEpilogue) {
+    if (EdgeRunsAPass(m.edge)) {
       const ops::RankState& source = from.rank(from_rank.at(rank.device));
       engine::ElementwiseArgs args;
       args.src = from.Rows(source.y, 0, out.y_rows, out.y_cols);

@@ -61,6 +61,9 @@ Edge EdgeFor(const PlannedOp& consumer, int consumer_degree, const PlannedOp& pr
 // As the report names it: "alias", "fused swiglu", "copy", "epilogue gelu";
 // "" for kSeeded.
 std::string EdgeName(Edge edge, Activation activation);
+// Whether the edge is made by an elementwise pass of the consumer's
+// (EnqueueWiredInput): fused or copy; an alias or an epilogue has none.
+inline bool EdgeRunsAPass(Edge edge) { return edge == Edge::kFused || edge == Edge::kCopy; }
 
 // Whether a fused edge may be the producer's GEMM epilogue instead, on an
 // engine with GemmEpilogues: a gelu (cuBLASLt's one activation epilogue

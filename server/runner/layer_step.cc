@@ -119,11 +119,7 @@ absl::StatusOr<double> TimeActivationPasses(OpRun& run, std::vector<Member>& mem
                                             int iterations) {
   std::vector<Member*> wired;
   for (Member& m : members) {
-    // An alias, or an epilogue edge (the producer's GEMM), has no pass to time.
-    if (!m.deferred && m.input_from != nullptr && m.edge != Edge::kAlias &&
-        m.edge != Edge::kEpilogue) {
-      wired.push_back(&m);
-    }
+    if (!m.deferred && m.input_from != nullptr && EdgeRunsAPass(m.edge)) wired.push_back(&m);
   }
   if (wired.empty()) return 0.0;
   ASSIGN_OR_RETURN(const TimedRun passes,
@@ -536,9 +532,11 @@ absl::StatusOr<LayerStepOutcome> TimeLayerStep(engine::Engine& engine, const Job
                    PlanLayerStep(spec, devices, figures, engine.StreamsPerRole() >= 2));
   absl::StatusOr<RunningStep> step = CreateMembers(engine, spec, devices, plan);
   if (absl::IsResourceExhausted(step.status())) {
-    return LayerStepOutcome{std::nullopt, absl::StrCat("no layer step: the buffers of every op do "
-                                                       "not fit in device memory at once (",
-                                                       step.status().message(), ")")};
+    return LayerStepOutcome{std::nullopt,
+                            absl::StrCat("no layer step: the buffers of every op do "
+                                         "not fit in device memory at once (",
+                                         step.status().message(), ")"),
+                            {}};
   }
   RETURN_IF_ERROR(step.status());
   step->lanes = hooks.lanes;

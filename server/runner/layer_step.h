@@ -44,7 +44,7 @@ struct LayerStepOutcome {
   std::optional<LayerStepReport> layer;
   std::string note;
   // How each op that reads another's output got its input in the step, by op
-  // id: "alias" | "fused <activation>" | "copy" (OpReport::edge).
+  // id: "alias" | "fused <activation>" | "epilogue gelu" | "copy" (OpReport::edge).
   std::map<std::string, std::string> edges;
 };
 

@@ -56,11 +56,9 @@ std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) 
     const std::vector<int>& devices = q.command.ops[d.work].devices;
     const bool full = std::any_of(devices.begin(), devices.end(), view.lane_full);
     if (!d.deadline_near && full) continue;
-    const bool kept_short =
-        full &&
-        (!view.beside_critical || std::any_of(devices.begin(), devices.end(), [&](int device) {
-          return view.lane_full(device) && view.beside_critical(device);
-        }));
+    const bool kept_short = std::any_of(devices.begin(), devices.end(), [&](int device) {
+      return view.lane_full(device) && (!view.beside_critical || view.beside_critical(device));
+    });
     const double deadline = q.dispatcher->HeadDeadlineMs();
     if (best == nullptr || deadline < best_deadline) {
       best = &q;

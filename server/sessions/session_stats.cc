@@ -7,21 +7,14 @@
 #include "common/stats.h"
 
 namespace overlap::sessions {
-namespace {
 
-// The p-th percentile (0..100) of `samples`, nearest rank; 0 for none.
-double Percentile(std::vector<double> samples, double p) {
-  if (samples.empty()) return 0;
+double PercentileOf(const std::deque<double>& recent, double p) {
+  if (recent.empty()) return 0;
+  std::vector<double> samples(recent.begin(), recent.end());
   std::sort(samples.begin(), samples.end());
   const double rank = std::ceil(p / 100.0 * static_cast<double>(samples.size()));
   const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
   return samples[std::min(index, samples.size() - 1)];
-}
-
-}  // namespace
-
-double PercentileOf(const std::deque<double>& samples, double p) {
-  return Percentile({samples.begin(), samples.end()}, p);
 }
 
 void AddSample(std::deque<double>& samples, double value) {
@@ -56,12 +49,10 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
     op.timed_steps = c.timed_steps;
     op.over_bound = c.over_bound;
   }
-  const std::vector<double> enqueue(counts.enqueue_us.begin(), counts.enqueue_us.end());
-  f.enqueue_p50_us = Percentile(enqueue, 50);
-  f.enqueue_p99_us = Percentile(enqueue, 99);
-  const std::vector<double> take(counts.take_us.begin(), counts.take_us.end());
-  f.take_p50_us = Percentile(take, 50);
-  f.take_p99_us = Percentile(take, 99);
+  f.enqueue_p50_us = PercentileOf(counts.enqueue_us, 50);
+  f.enqueue_p99_us = PercentileOf(counts.enqueue_us, 99);
+  f.take_p50_us = PercentileOf(counts.take_us, 50);
+  f.take_p99_us = PercentileOf(counts.take_us, 99);
   f.taken_polling = counts.taken_polling;
   f.taken_woken = counts.taken_woken;
   return f;
