@@ -7,6 +7,7 @@
 #   bench/sessions/two_gpu.sh        (a tp 2 session over two GPUs)
 #   bench/input_and_report_check.sh  (GPU tests, layer reports, refusals, fuzzing)
 #   bench/one_gpu_check.sh           (issues 57 and 58 on one GPU; FUZZ=0 is enough)
+#   gemm_algos, enqueue_cost (probes) (cuBLASLt candidates cold and hot; host cost per enqueue)
 # Build build/ with CUDA and build-fuzz/ (scripts/run-sanitizers.sh fuzz 0)
 # first. FUZZ=0 packs without the fuzz targets (the sessions' checks do not
 # need them). There, with carry [".devpack"]:
@@ -22,7 +23,7 @@ for t in "${fuzz[@]}"; do fuzz_bins+=("build-fuzz/${t}_fuzz"); done
 shim=build/bench/gemm_vs_torch/liboverlapd_gemm_shim.so
 [ -x "$shim" ] || shim=
 ../shared/tools/device-bundle build/server/overlapd build/client/overlapctl \
-  build/client/session/overlapd-session-rank build/tests/*_gpu_test build/bench/activation_bandwidth \
+  build/client/session/overlapd-session-rank build/tests/*_gpu_test build/bench/activation_bandwidth build/bench/probes/gemm_algos build/bench/probes/enqueue_cost \
   ${shim:+"$shim"} "${fuzz_bins[@]}"
 [ -z "$shim" ] || mv .device/bin/liboverlapd_gemm_shim.so .device/lib/
 mkdir -p .device/fuzz

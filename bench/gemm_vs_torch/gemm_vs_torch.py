@@ -368,10 +368,12 @@ def find_shim(explicit):
 
 
 class Shim:
-    def __init__(self, path, device):
+    def __init__(self, path, device, challenger_margin=None):
         lib = ctypes.CDLL(path)
         lib.ovd_gemm_create.restype = ctypes.c_void_p
         lib.ovd_gemm_create.argtypes = [ctypes.c_int, ctypes.c_int64]
+        lib.ovd_gemm_create_with_margin.restype = ctypes.c_void_p
+        lib.ovd_gemm_create_with_margin.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_double]
         lib.ovd_gemm_run.restype = ctypes.c_int
         lib.ovd_gemm_run.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 3 + [ctypes.c_int] + \
             [ctypes.c_void_p] * 6
@@ -382,7 +384,10 @@ class Shim:
             getattr(lib, name).argtypes = [ctypes.c_void_p]
         lib.ovd_gemm_cublaslt_version.restype = ctypes.c_int64
         self.lib, self.path = lib, path
-        self.handle = lib.ovd_gemm_create(device, -1)
+        if challenger_margin is None:  # the daemon's rule
+            self.handle = lib.ovd_gemm_create(device, -1)
+        else:
+            self.handle = lib.ovd_gemm_create_with_margin(device, -1, challenger_margin)
         if not self.handle:
             raise SystemExit("ovd_gemm_create: %s" % lib.ovd_gemm_last_error().decode())
         self._run = lib.ovd_gemm_run
@@ -411,7 +416,7 @@ def run_gpu(args):
         bus = "%08x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
     nvml = Nvml(bus)
     torch.cuda.init()
-    shim = Shim(find_shim(args.lib), 0)
+    shim = Shim(find_shim(args.lib), 0, args.challenger_margin)
     stream = torch.cuda.Stream(device)
     stream_ptr = ctypes.c_void_p(stream.cuda_stream)
 
@@ -442,6 +447,8 @@ def run_gpu(args):
             "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""),
             "power_limit_w": nvml.power_limit_w(), "rounds": args.rounds,
             "block_ms": args.block_ms, "shim": shim.path,
+            "ours_challenger_margin": ("daemon default" if args.challenger_margin is None
+                                       else args.challenger_margin),
             "method": "per shape: warm-up, then rounds of one timed block of N back-to-back "
                       "calls per side between CUDA events, sides interleaved, order alternating; "
                       "NVML sampled while each block runs"}
@@ -583,6 +590,10 @@ def main(argv):
                         "(repeatable; default: the built-in llama3-8b/70b forward shapes)")
     p.add_argument("--shapes", help="more GEMMs, MxKxN,...")
     p.add_argument("--dtypes", default="bf16,fp8")
+    p.add_argument("--challenger-margin", type=float,
+                   help="ours: keep a cuBLASLt candidate over the heuristic's first pick only "
+                        "when faster by more than this share (default: the daemon's; 0: the "
+                        "fastest as timed; 1e9: always the first pick)")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--block-ms", type=float, default=20.0, help="GPU time per timed block")
     p.add_argument("--min-calls", type=int, default=5)

@@ -3,8 +3,10 @@
 //
 // The GEMM runs exactly as the daemon runs one outside a collective: the same
 // cuBLASLt algorithm choice (the heuristic's candidates timed once per shape on
-// a quiesced device, the fastest kept), no SM target, and a workspace of the
-// daemon's default gemm_workspace_bytes, allocated once per handle.
+// a quiesced device, a challenger kept over the heuristic's first pick only
+// when faster by more than GemmLt::kChallengerMargin), no SM target, and a
+// workspace of the daemon's default gemm_workspace_bytes, allocated once per
+// handle.
 //
 // Layouts, row-major like torch tensors, C[m, n] = A[m, k] @ B[k, n]:
 //   OVD_GEMM_BF16: A [m, k], B [k, n], C [m, n], all bf16 and contiguous.
@@ -31,6 +33,9 @@ enum { OVD_GEMM_BF16 = 0, OVD_GEMM_FP8 = 1 };
 
 // workspace_bytes < 0: the daemon's default. Null on failure (ovd_gemm_last_error).
 void* ovd_gemm_create(int device, int64_t workspace_bytes);
+// The same with another challenger margin (a share >= 0; 0 keeps the fastest
+// candidate as timed, 1e9 the heuristic's first pick), to compare the rules.
+void* ovd_gemm_create_with_margin(int device, int64_t workspace_bytes, double challenger_margin);
 int ovd_gemm_run(void* handle, int64_t m, int64_t n, int64_t k, int dtype, const void* a,
                  const void* b, void* c, const float* a_scale, const float* b_scale, void* stream);
 void ovd_gemm_destroy(void* handle);

@@ -67,6 +67,10 @@ GemmProblem ProblemOf(int64_t m, int64_t n, int64_t k, int dtype, const void* a,
 extern "C" {
 
 void* ovd_gemm_create(int device, int64_t workspace_bytes) {
+  return ovd_gemm_create_with_margin(device, workspace_bytes, GemmLt::kChallengerMargin);
+}
+
+void* ovd_gemm_create_with_margin(int device, int64_t workspace_bytes, double challenger_margin) {
   ScopedDevice guard(device);
   if (!guard.status().ok()) {
     Fail(guard.status());
@@ -74,7 +78,7 @@ void* ovd_gemm_create(int device, int64_t workspace_bytes) {
   }
   auto handle = std::make_unique<Handle>();
   handle->device = device;
-  absl::StatusOr<std::unique_ptr<GemmLt>> gemm = GemmLt::Create(device);
+  absl::StatusOr<std::unique_ptr<GemmLt>> gemm = GemmLt::Create(device, challenger_margin);
   if (!gemm.ok()) {
     Fail(gemm.status());
     return nullptr;

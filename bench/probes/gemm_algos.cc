@@ -21,6 +21,7 @@
 #include "bench/probes/gemm_util.h"
 #include "bench/probes/probe_util.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "server/cuda/gemm_lt.h"
 #include "server/cuda/kernels.h"
 #include "server/engine/engine.h"
@@ -169,7 +170,8 @@ int main(int argc, char** argv) {
     std::printf("%-4s %10.3f %10.3f %8.0f  (cublasGemmEx)\n", "blas", cold, hot, flops / hot / 1e9);
     cublasDestroy(handle);
   }
-  // Our tuner's pick (GemmLt tunes on first use), hot.
+  // Our tuner's pick (GemmLt tunes on first use), hot; its debug line names the candidate kept.
+  overlap::GetLogger("cuda")->set_level(spdlog::level::debug);
   auto ours = overlap::cuda::GemmLt::Create(0);
   if (!ours.ok()) return 1;
   overlap::cuda::GemmProblem p = overlap::bench::Problem(g);

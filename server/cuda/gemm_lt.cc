@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "server/cuda/cuda_check.h"
 #include "server/cuda/cuda_resources.h"
+#include "server/cuda/gemm_pick.h"
 
 namespace overlap::cuda {
 
@@ -86,10 +87,14 @@ std::string Describe(const GemmProblem& p) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GemmLt>> GemmLt::Create(int device) {
+absl::StatusOr<std::unique_ptr<GemmLt>> GemmLt::Create(int device, double challenger_margin) {
+  if (!(challenger_margin >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM challenger margin must be >= 0, got ", challenger_margin));
+  }
   cublasLtHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
-  return std::unique_ptr<GemmLt>(new GemmLt(device, handle));
+  return std::unique_ptr<GemmLt>(new GemmLt(device, handle, challenger_margin));
 }
 
 GemmLt::~GemmLt() {
@@ -355,23 +360,21 @@ struct CandidateTimer {
   }
 };
 
-// Sets the plan to the fastest candidate; INVALID_ARGUMENT when all failed.
-absl::Status KeepFastest(GemmLt::Plan* plan, const Candidates& candidates,
-                         const std::vector<float>& best_ms, int device, const GemmProblem& p) {
-  size_t fastest = 0;
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    if (best_ms[i] < best_ms[fastest]) fastest = i;
-  }
-  plan->algo = candidates[fastest].algo;
-  plan->workspace_needed = candidates[fastest].workspaceSize;
-  plan->time_ms = best_ms[fastest] / GemmLt::kTimedRuns;
-  GetLogger("cuda")->debug(
-      "device {}: GEMM {}: {} candidates, heuristic pick {:.3f} ms, best {:.3f} ms", device,
-      Describe(p), candidates.size(), best_ms[0] / GemmLt::kTimedRuns, plan->time_ms);
-  if (!std::isfinite(best_ms[fastest])) {
+// Sets the plan to the kept candidate; INVALID_ARGUMENT when all failed.
+absl::Status KeepPick(GemmLt::Plan* plan, const Candidates& candidates,
+                      const std::vector<float>& best_ms, double margin, int device,
+                      const GemmProblem& p) {
+  const int pick = PickCandidate(best_ms, margin);
+  if (pick < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("every cuBLASLt candidate failed for ", Describe(p)));
   }
+  plan->algo = candidates[pick].algo;
+  plan->workspace_needed = candidates[pick].workspaceSize;
+  plan->time_ms = best_ms[pick] / GemmLt::kTimedRuns;
+  GetLogger("cuda")->debug(
+      "device {}: GEMM {}: {} candidates, heuristic pick {:.3f} ms, kept #{} at {:.3f} ms", device,
+      Describe(p), candidates.size(), best_ms[0] / GemmLt::kTimedRuns, pick, plan->time_ms);
   return absl::OkStatus();
 }
 
@@ -397,7 +400,7 @@ absl::StatusOr<std::shared_ptr<const GemmLt::Plan>> GemmLt::Tune(
                        std::move(start), std::move(stop)};
   RETURN_IF_ERROR(timer.WarmUp(candidates[0].algo));
   ASSIGN_OR_RETURN(const std::vector<float> best_ms, timer.TimeEach(candidates));
-  RETURN_IF_ERROR(KeepFastest(plan.get(), candidates, best_ms, device_, p));
+  RETURN_IF_ERROR(KeepPick(plan.get(), candidates, best_ms, challenger_margin_, device_, p));
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 

@@ -12,8 +12,12 @@
 // Algorithm choice: the first call for a shape key (dtype, m, n, k, lds, batch,
 // strides, beta, SM target, pointer alignment, workspace, epilogue) asks the heuristic for
 // up to kCandidates algorithms and, when there is more than one, quiesces the
-// device through the caller's callback and times each on the calling stream,
-// keeping the fastest. The winner (with its descriptors) is cached; later calls
+// device through the caller's callback and times each on the calling stream.
+// The heuristic's first pick (what cuBLASLt's own users, PyTorch among them,
+// run) is kept unless another candidate is faster by more than the challenger
+// margin: the timing is short and starts on a GPU below its power cap, where a
+// lead of a percent or two is noise and can turn into a loss under sustained
+// load. The winner (with its descriptors) is cached; later calls
 // are pure enqueues. With beta != 0, timing writes into a scratch C so the real
 // C is untouched; without scratch memory the heuristic's first choice is used.
 //
@@ -64,8 +68,13 @@ class GemmLt {
   static constexpr int kTimedRuns = 3;
   static constexpr int kTimedRounds = 2;  // round-robin over the candidates, min kept
   static constexpr float kWarmupMs = 30;  // clocks ramp up before anything is timed
+  // A challenger must beat the heuristic's first pick by more than this share.
+  static constexpr double kChallengerMargin = 0.02;
 
-  static absl::StatusOr<std::unique_ptr<GemmLt>> Create(int device);
+  // challenger_margin: as kChallengerMargin; 0 keeps the fastest candidate as
+  // timed, a huge value keeps the heuristic's first pick.
+  static absl::StatusOr<std::unique_ptr<GemmLt>> Create(
+      int device, double challenger_margin = kChallengerMargin);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
@@ -85,7 +94,8 @@ class GemmLt {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
                          int64_t, int64_t, float, int, int, size_t, bool, int64_t>;
 
-  GemmLt(int device, cublasLtHandle_t handle) : device_(device), handle_(handle) {}
+  GemmLt(int device, cublasLtHandle_t handle, double challenger_margin)
+      : device_(device), handle_(handle), challenger_margin_(challenger_margin) {}
   absl::StatusOr<std::shared_ptr<const Plan>> Tune(const GemmProblem& problem, cudaStream_t stream,
                                                    void* workspace, size_t workspace_bytes,
                                                    int sm_count_target,
@@ -93,6 +103,7 @@ class GemmLt {
 
   const int device_;
   cublasLtHandle_t handle_;
+  const double challenger_margin_;
   mutable absl::Mutex mu_;
   std::map<Key, std::shared_ptr<const Plan>> plans_ ABSL_GUARDED_BY(mu_);
 };
