@@ -86,10 +86,11 @@ int main(int argc, char** argv) {
   cudaEvent_t ev;
   CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
 
-  std::printf("host time per call, us (%d calls; GEMM bf16 %ldx%ldx%ld)\n", calls, long(m),
-              long(n), long(k));
+  std::printf("host time per call, us (%d calls; GEMM bf16 %ldx%ldx%ld)\n", calls, long(m), long(n),
+              long(k));
   std::printf("%-34s %8s %8s %8s\n", "call", "p50", "p90", "p99");
-  Time("cudaEventRecord", calls, [&] { return cudaEventRecord(ev, s) == cudaSuccess; }, raw_drain);
+  Time(
+      "cudaEventRecord", calls, [&] { return cudaEventRecord(ev, s) == cudaSuccess; }, raw_drain);
 
   // cublasLtMatmul with the heuristic's first algorithm, descriptors made once.
   cublasLtHandle_t lt;
@@ -114,24 +115,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   const float alpha = 1, beta = 0;
-  Time("cublasLtMatmul (heuristic algo)", calls, [&] {
-    return cublasLtMatmul(lt, op, &alpha, g.b, la, g.a, lb, &beta, g.c, lc, g.c, lc, &result.algo,
-                          ws, ws_bytes, s) == CUBLAS_STATUS_SUCCESS;
-  }, raw_drain);
+  Time(
+      "cublasLtMatmul (heuristic algo)", calls,
+      [&] {
+        return cublasLtMatmul(lt, op, &alpha, g.b, la, g.a, lb, &beta, g.c, lc, g.c, lc,
+                              &result.algo, ws, ws_bytes, s) == CUBLAS_STATUS_SUCCESS;
+      },
+      raw_drain);
 
   auto ours = overlap::cuda::GemmLt::Create(0);
   if (!ours.ok()) return 1;
   const overlap::cuda::GemmProblem p = overlap::bench::Problem(g);
   overlap::bench::RunOrDie(**ours, p, s, ws, ws_bytes);  // tunes the shape
-  Time("GemmLt::Run (tuned shape)", calls, [&] {
-    return (*ours)->Run(p, s, ws, ws_bytes, 0, [] { return absl::OkStatus(); }).ok();
-  }, raw_drain);
+  Time(
+      "GemmLt::Run (tuned shape)", calls,
+      [&] { return (*ours)->Run(p, s, ws, ws_bytes, 0, [] { return absl::OkStatus(); }).ok(); },
+      raw_drain);
 
   // The engine's own calls, as a session's command makes them.
   auto event = eng.CreateEvent(0);
   if (!event.ok()) return 1;
-  Time("engine RecordEvent", calls, [&] { return eng.RecordEvent(*event, stream).ok(); },
-       engine_drain);
+  Time(
+      "engine RecordEvent", calls, [&] { return eng.RecordEvent(*event, stream).ok(); },
+      engine_drain);
   auto alloc = [&](size_t bytes) {
     auto buffer = eng.Allocate(0, bytes);
     if (!buffer.ok()) std::exit(1);
@@ -142,13 +148,15 @@ int main(int argc, char** argv) {
   args.a = {alloc(m * k * 2), 0, k};
   args.b = {alloc(k * n * 2), 0, n};
   args.c = {alloc(m * n * 2), 0, n};
-  (void)eng.FillRandom(stream, {args.a.buffer, 0, size_t(m * k * 2)},
-                       overlap::DType::kBF16, 1, 1.0f);
-  (void)eng.FillRandom(stream, {args.b.buffer, 0, size_t(k * n * 2)},
-                       overlap::DType::kBF16, 2, 0.01f);
-  Time("engine Gemm", calls, [&] { return eng.Gemm(stream, args).ok(); }, engine_drain);
-  Time("engine RecordEvent + Gemm", calls,
-       [&] { return eng.RecordEvent(*event, stream).ok() && eng.Gemm(stream, args).ok(); },
-       engine_drain);
+  (void)eng.FillRandom(stream, {args.a.buffer, 0, size_t(m * k * 2)}, overlap::DType::kBF16, 1,
+                       1.0f);
+  (void)eng.FillRandom(stream, {args.b.buffer, 0, size_t(k * n * 2)}, overlap::DType::kBF16, 2,
+                       0.01f);
+  Time(
+      "engine Gemm", calls, [&] { return eng.Gemm(stream, args).ok(); }, engine_drain);
+  Time(
+      "engine RecordEvent + Gemm", calls,
+      [&] { return eng.RecordEvent(*event, stream).ok() && eng.Gemm(stream, args).ok(); },
+      engine_drain);
   return 0;
 }
