@@ -5,20 +5,13 @@
 
 namespace overlap::sessions {
 
-namespace {
-
-// A command's dispatcher, its ops runnable from `runnable_ms`: from then on
-// its bound runs.
-std::unique_ptr<runner::DeferredDispatcher> DispatcherOf(const DeferredCommand& command,
-                                                         double runnable_ms) {
-  auto dispatcher = std::make_unique<runner::DeferredDispatcher>(command.ops, command.bound_ms);
-  for (size_t i = 0; i < command.ops.size(); ++i) {
-    dispatcher->Ready(static_cast<int>(i), runnable_ms);
+void LaneArbiter::MakeRunnable(Queued& q, double runnable_ms) {
+  q.dispatcher = std::make_unique<runner::DeferredDispatcher>(q.command.ops, q.command.bound_ms);
+  for (size_t i = 0; i < q.command.ops.size(); ++i) {
+    q.dispatcher->Ready(static_cast<int>(i), runnable_ms);
   }
-  return dispatcher;
+  q.runnable_ms = runnable_ms;
 }
-
-}  // namespace
 
 void LaneArbiter::Add(DeferredCommand command) {
   if (command.ops.empty()) return;  // nothing to send
@@ -27,8 +20,8 @@ void LaneArbiter::Add(DeferredCommand command) {
   // Behind its session's earlier commands it is not runnable yet: its bound
   // starts once it heads the queue (Issued), so that a client posting ahead
   // does not spend its own commands' bounds on waiting for each other.
-  if (queue.empty()) q.dispatcher = DispatcherOf(command, command.ready_ms);
   q.command = std::move(command);
+  if (queue.empty()) MakeRunnable(q, q.command.ready_ms);
   queue.push_back(std::move(q));
 }
 
@@ -81,6 +74,7 @@ std::optional<LaneGrant> LaneArbiter::Next(double now_ms, const LaneView& view) 
   grant.waited_ms = best->wait_started_ms >= 0 ? now_ms - best->wait_started_ms : 0;
   grant.devices = best->command.ops[op].devices;
   grant.deadline_near = best_decision.deadline_near;
+  grant.runnable_age_ms = now_ms - best->runnable_ms;
   return grant;
 }
 
@@ -101,7 +95,7 @@ void LaneArbiter::Issued(const LaneGrant& grant, double now_ms) {
     return;
   }
   Queued& next = it->second.front();
-  next.dispatcher = DispatcherOf(next.command, std::max(next.command.ready_ms, now_ms));
+  MakeRunnable(next, std::max(next.command.ready_ms, now_ms));
 }
 
 double LaneArbiter::NextDeadlineMs() const {

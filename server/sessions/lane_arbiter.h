@@ -64,6 +64,9 @@ struct LaneGrant {
   double waited_ms = 0;        // how long it waited for critical work
   std::vector<int> devices;    // the op's group's devices
   bool deadline_near = false;  // now plus a chunk's time reaches its deadline
+  // How long ago its command became runnable (headed its session's queue):
+  // its bound runs from then.
+  double runnable_age_ms = 0;
 };
 
 // What the devices hold now, as the caller observed it.
@@ -104,9 +107,14 @@ class LaneArbiter {
     DeferredCommand command;
     // Made when the command heads its session's queue (runnable from then).
     std::unique_ptr<runner::DeferredDispatcher> dispatcher;
+    double runnable_ms = -1;
     double wait_started_ms = -1;  // the head chunk first yielded; -1: it has not
     int yields_seen = 0;          // the dispatcher's yields already counted
   };
+  // Gives `q` its command's dispatcher, the ops runnable from `runnable_ms`:
+  // from then on its bound runs.
+  static void MakeRunnable(Queued& q, double runnable_ms);
+
   // A session's commands, oldest first; none is empty.
   std::map<uint64_t, std::deque<Queued>> sessions_;
   int64_t yielded_ = 0;

@@ -265,9 +265,6 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
     }
     return Finish(cmd);
   }
-  const bool heads_queue = std::all_of(running_.begin(), running_.end() - 1,
-                                       [](const Command& c) { return c.enqueued; });
-  if (heads_queue) cmd.runnable_ns = cmd.ready_ns;
   DeferredCommand deferred{key_, cmd.seq, {}, now_ms, setup_.deferred_bound_ms};
   for (int i : cmd.ops) {
     const OpRun& op = ops_[i];
@@ -382,6 +379,10 @@ absl::Status SessionRun::Issue(const LaneGrant& grant) {
                                             grant.seq, ", which is not waiting for the lane"));
   }
   Command& cmd = *it;
+  // The arbiter decides when a command became runnable (LaneArbiter::Add).
+  if (cmd.runnable_ns == 0) {
+    cmd.runnable_ns = MonotonicNs() - static_cast<int64_t>(grant.runnable_age_ms * 1e6);
+  }
   if (!cmd.waited) RETURN_IF_ERROR(WaitInputs(cmd));
   const int op_index = cmd.ops[grant.op];
   RETURN_IF_ERROR(EnqueuePiece(cmd, op_index, grant.chunk, grant.forced));
@@ -393,14 +394,7 @@ absl::Status SessionRun::Issue(const LaneGrant& grant) {
     op.lane_wait_ms += grant.waited_ms;
   });
   if (!grant.last) return absl::OkStatus();
-  RETURN_IF_ERROR(Finish(cmd));
-  // The next command heads the session's queue now.
-  for (Command& next : running_) {
-    if (next.enqueued || next.runnable_ns > 0) continue;
-    next.runnable_ns = MonotonicNs();
-    break;
-  }
-  return absl::OkStatus();
+  return Finish(cmd);
 }
 
 absl::Status SessionRun::Finish(Command& cmd) {

@@ -119,7 +119,8 @@ class SessionRun {
     std::vector<int> ops;  // what it runs, in order
     int64_t ready_ns = 0;  // every rank had posted it
     // A deferred command's bound runs from here: it was ready and headed its
-    // session's queue (the arbiter's rule, lane_arbiter.h); 0 until then.
+    // session's queue, as the arbiter says with its first chunk's grant
+    // (LaneGrant::runnable_age_ms); 0 until then.
     int64_t runnable_ns = 0;
     int64_t latest_posted_ns = 0;
     int64_t op_enqueued_ns = 0;  // its last piece's own enqueue returned

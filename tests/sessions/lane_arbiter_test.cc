@@ -208,6 +208,8 @@ TEST(LaneArbiterTest, ACommandsBoundRunsFromWhenItHeadsItsSessionsQueue) {
   for (double t = 0; t < 100 && !arbiter.Empty(); t += 0.25) {
     while (const std::optional<LaneGrant> grant = arbiter.Next(t, devices.View())) {
       EXPECT_TRUE(grant->forced);
+      // Runnable from when it headed the queue: its whole bound but the chunk ago.
+      EXPECT_DOUBLE_EQ(grant->runnable_age_ms, 9.5);
       issued_at.push_back(t);
       arbiter.Issued(*grant, t);
     }

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,16 +98,23 @@ TEST(SessionDaemonTest, TwoRankProcessesMatchFloat64AndAreListed) {
     }
     EXPECT_LT(worst, 1e-5) << "rank " << r;
   }
-  // The session ended with its ranks; the Node service still lists it.
+  // The session ends with its ranks (the daemon sees their sockets close,
+  // after they exit); the Node service still lists it.
   auto channel = grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials());
   auto node = v1::Node::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::ListSessionsRequest request;
   v1::ListSessionsResponse response;
-  ASSERT_TRUE(node->ListSessions(&context, request, &response).ok());
-  ASSERT_EQ(response.sessions_size(), 1);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    response.Clear();
+    ASSERT_TRUE(node->ListSessions(&context, v1::ListSessionsRequest(), &response).ok());
+    ASSERT_EQ(response.sessions_size(), 1);
+    if (response.sessions(0).state() == "closed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < give_up);
   const v1::SessionInfo& info = response.sessions(0);
+  EXPECT_EQ(info.state(), "closed");
   EXPECT_EQ(info.name(), "two");
   EXPECT_EQ(info.world(), 2);
   EXPECT_EQ(info.devices_size(), 2);
