@@ -594,7 +594,7 @@ def main(argv):
                    help="ours: keep a cuBLASLt candidate over the heuristic's first pick only "
                         "when faster by more than this share (default: the daemon's; 0: the "
                         "fastest as timed; 1e9: always the first pick)")
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--block-ms", type=float, default=20.0, help="GPU time per timed block")
     p.add_argument("--min-calls", type=int, default=5)
     p.add_argument("--max-calls", type=int, default=200)

@@ -124,14 +124,14 @@ else
 fi
 wait "$a0"; r0=$?
 wait "$a1"; r1=$?
+bob_alive=0
+kill -0 "$bob_pid" 2> /dev/null && bob_alive=1
 [ "$r0" = 0 ] && [ "$r1" = 0 ] && verdict OK "alice's two ranks exit 0" ||
   verdict FAIL "alice's ranks exit $r0 / $r1: $(head -c 300 "$OUT/alice0.err" "$OUT/alice1.err")"
 python3 bench/sessions/reference.py "$work/alice" > "$OUT/reference.json" 2>&1
 ref=$?
 [ "$ref" = 0 ] && verdict OK "alice's outputs against the reference: $(head -c 300 "$OUT/reference.json")" ||
   verdict FAIL "alice's outputs against the reference (exit $ref): $(head -c 300 "$OUT/reference.json")"
-bob_alive=0
-kill -0 "$bob_pid" 2> /dev/null && bob_alive=1
 [ "$bob_alive" = 1 ] && verdict OK "bob's deferred session was still streaming when alice's ended" ||
   verdict FAIL "bob's deferred session ended before alice's (raise BOB_STEPS)"
 wait "$bob_pid"; rb=$?
