@@ -6,7 +6,8 @@
 # GEMM on an H100) runs its GEMMs for WARM_S seconds first in every round, so that the critical
 # session always starts on a GPU that has been at its power cap, as it does beside the stream.
 # Rounds, one daemon: alone, beside (bound 20 ms), alone, beside (bound 100 ms), alone. Each
-# critical run posts STEPS (100) steps of Llama-3-8B's MLP at tp 1 ahead and reports its device
+# critical run posts STEPS (300, about 1.3 s on an H100: the chunks already queued when it opens
+# weigh three times as much over 100) steps of Llama-3-8B's MLP at tp 1 ahead and reports its device
 # time per step; the slowdown of each beside run is against the mean of the alone runs either
 # side. The deferred session's log line says how many of its chunks went at their bound.
 #
@@ -36,7 +37,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then  # the same ops, small enough for a few host co
   deferred_graph=$OUT/deferred.yaml
   critical_graph=$OUT/critical.yaml
 fi
-steps=${STEPS:-100}
+steps=${STEPS:-300}
 warm_s=${WARM_S:-3}
 
 session() {  # session NAME GRAPH STEPS [flags]: one rank's JSON summary on stdout
