@@ -1,6 +1,7 @@
 #include "common/stats.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace overlap {
 
@@ -14,6 +15,14 @@ Summary Summarize(std::vector<double> samples) {
   s.max = samples.back();
   s.median = n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
   return s;
+}
+
+double Percentile(std::vector<double> samples, double p) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(samples.size()));
+  const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
+  return samples[std::min(index, samples.size() - 1)];
 }
 
 double AlgBwGBps(double bytes, double ms) {

@@ -17,6 +17,9 @@ struct Summary {
 // for no samples.
 Summary Summarize(std::vector<double> samples);
 
+// The p-th percentile (0..100) of `samples`, nearest rank; 0 for none.
+double Percentile(std::vector<double> samples, double p);
+
 enum class Collective { kAllGather, kReduceScatter, kAllReduce };
 
 // Algorithm bandwidth in GB/s (1e9 bytes/s): bytes / time. 0 when ms <= 0.

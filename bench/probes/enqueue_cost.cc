@@ -9,7 +9,6 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,16 +18,12 @@
 #include "bench/probes/gemm_util.h"
 #include "bench/probes/probe_util.h"
 #include "common/config.h"
+#include "common/stats.h"
 #include "server/cuda/cuda_engine.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q / 100.0 * static_cast<double>(v.size() - 1))];
-}
 
 // Times `call` `n` times after 10 untimed ones; prints p50/p90/p99 in microseconds.
 void Time(const char* what, int n, const std::function<bool()>& call,
@@ -48,8 +43,8 @@ void Time(const char* what, int n, const std::function<bool()>& call,
     if (!ok) std::exit(1);
   }
   drain();
-  std::printf("%-34s %8.2f %8.2f %8.2f\n", what, Percentile(us, 50), Percentile(us, 90),
-              Percentile(us, 99));
+  std::printf("%-34s %8.2f %8.2f %8.2f\n", what, overlap::Percentile(us, 50),
+              overlap::Percentile(us, 90), overlap::Percentile(us, 99));
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "server/sessions/session_stats.h"
 
-#include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "common/stats.h"
@@ -9,12 +7,7 @@
 namespace overlap::sessions {
 
 double PercentileOf(const std::deque<double>& recent, double p) {
-  if (recent.empty()) return 0;
-  std::vector<double> samples(recent.begin(), recent.end());
-  std::sort(samples.begin(), samples.end());
-  const double rank = std::ceil(p / 100.0 * static_cast<double>(samples.size()));
-  const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
-  return samples[std::min(index, samples.size() - 1)];
+  return Percentile({recent.begin(), recent.end()}, p);
 }
 
 void AddSample(std::deque<double>& samples, double value) {

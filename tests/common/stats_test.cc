@@ -1,5 +1,7 @@
 #include "common/stats.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace overlap {
@@ -31,6 +33,16 @@ TEST(StatsTest, SummarizeSingleAndEmpty) {
   const Summary none = Summarize({});
   EXPECT_EQ(none.samples, 0);
   EXPECT_DOUBLE_EQ(none.median, 0);
+}
+
+TEST(StatsTest, PercentileIsTheNearestRank) {
+  const std::vector<double> ten = {10, 1, 9, 2, 8, 3, 7, 4, 6, 5};
+  EXPECT_DOUBLE_EQ(Percentile(ten, 50), 5);   // rank ceil(5) = 5
+  EXPECT_DOUBLE_EQ(Percentile(ten, 55), 6);   // rank ceil(5.5) = 6
+  EXPECT_DOUBLE_EQ(Percentile(ten, 99), 10);  // rank ceil(9.9) = 10
+  EXPECT_DOUBLE_EQ(Percentile(ten, 0), 1);    // rank at least 1
+  EXPECT_DOUBLE_EQ(Percentile(ten, 100), 10);
+  EXPECT_DOUBLE_EQ(Percentile({}, 50), 0);
 }
 
 TEST(StatsTest, AlgBw) {
