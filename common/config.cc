@@ -405,6 +405,10 @@ const std::vector<Field>& Fields() {
                "after a rank posts, the session lanes poll the command rings this long (a "
                "core, yielding) before sleeping until a doorbell (0 = never poll)",
                &DaemonConfig::session_poll_ms, 0, kMaxSessionPollMs),
+      BoolField("session_graphs",
+                "cuda backend: replay each session op as a CUDA graph from its second command "
+                "(needs graph_replay; ops whose ranks share one GPU)",
+                &DaemonConfig::session_graphs),
   };
   return *fields;
 }

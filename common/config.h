@@ -209,6 +209,10 @@ struct DaemonConfig {
   // command posted within it is taken in about a microsecond instead of after
   // a wake-up (100 us and more on an idle or virtual CPU). 0 = never poll.
   int session_poll_ms = 100;
+  // A session's op is replayed as one CUDA graph per command from its second
+  // command on (where graph_replay is on and the op's ranks share one GPU):
+  // the lanes' host time per command drops to one graph launch.
+  bool session_graphs = true;
 };
 
 // Defaults merged with the YAML text; unknown keys are INVALID_ARGUMENT naming the key.

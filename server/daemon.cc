@@ -577,6 +577,7 @@ absl::Status Daemon::StartSessions(int socket_gid, int* exit_code) {
   }
   sessions::LanesOptions lanes_options;
   lanes_options.spin = absl::Milliseconds(config.session_poll_ms);
+  lanes_options.graphs = config.session_graphs;
   absl::StatusOr<std::unique_ptr<sessions::SessionLanes>> lanes =
       sessions::SessionLanes::Start(*p.engine, lanes_options, p.device_lanes.get());
   if (!lanes.ok()) {

@@ -2,7 +2,8 @@
 // GEMM on a stream (issue 56: call to enqueue), layer by layer, so that the
 // engine's own cost can be told from cuBLASLt's and the CUDA runtime's:
 //   cudaEventRecord, the engine's RecordEvent, cublasLtMatmul with the heuristic's
-//   first algorithm, our GemmLt::Run on a tuned shape, and the engine's Gemm.
+//   first algorithm, our GemmLt::Run on a tuned shape, the engine's Gemm, and
+//   the launch of that Gemm captured as a graph.
 // Each call is timed alone with the steady clock, N times after a warm-up, while
 // the GPU is still busy with the earlier calls (so no call waits for it).
 // Usage: enqueue_cost [M N K] [N]   (bf16; default 2048 4096 4096, 300 calls)
@@ -153,5 +154,14 @@ int main(int argc, char** argv) {
       "engine RecordEvent + Gemm", calls,
       [&] { return eng.RecordEvent(*event, stream).ok() && eng.Gemm(stream, args).ok(); },
       engine_drain);
+  // The same GEMM captured once and replayed, as a session op is (session_graphs).
+  overlap::engine::GraphCapture* graphs = eng.Graphs();
+  if (graphs == nullptr || !graphs->BeginCapture(stream).ok()) return 1;
+  const bool recorded = eng.Gemm(stream, args).ok();
+  auto graph = graphs->EndCapture(stream);
+  if (!recorded || !graph.ok()) return 1;
+  Time(
+      "engine LaunchGraph (one GEMM)", calls,
+      [&] { return graphs->LaunchGraph(*graph, stream).ok(); }, engine_drain);
   return 0;
 }

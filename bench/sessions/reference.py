@@ -1,9 +1,10 @@
-"""Checks a tp 2 MLP session's outputs against PyTorch (bench/sessions/gpu_check.sh, two_gpu.sh).
+"""Checks an MLP session's outputs (tp 1 or 2) against PyTorch (bench/sessions/gpu_check.sh,
+two_gpu.sh, graphs_check.sh).
 
     python3 reference.py OUT_DIR
 
 OUT_DIR holds what two `overlapd-session-rank --dump-inputs --out-dir OUT_DIR`
-ranks wrote: fc1.X.rank{0,1}.npy, fc1.W.rank{r}.npy, fc2.W.rank{r}.npy and the
+ranks (or one, for tp 1) wrote: fc1.X.rank{0,1}.npy, fc1.W.rank{r}.npy, fc2.W.rank{r}.npy and the
 outputs fc1.rank{r}.npy, fc2.rank{r}.npy (float32 of the graph's bf16). The
 reference is PyTorch's, in one process on the GPU: torch.cat over the ranks'
 X is the all-gather, then matmul, SiLU(gate) x up, matmul, and the sum of
@@ -16,6 +17,7 @@ same reference runs in plain Python in float64 from the .npy files; it is
 meant for the dry run's small graph."""
 import array
 import ast
+import glob
 import json
 import math
 import struct
@@ -26,6 +28,11 @@ try:
     import torch
 except ImportError:
     torch = None
+
+
+def ranks(out):
+    """The tp of the session whose ranks wrote OUT_DIR: one fc1.X file per rank."""
+    return len(glob.glob(f"{out}/fc1.X.rank*.npy"))
 
 
 def load(out, name):
@@ -39,7 +46,7 @@ def bf16(t):
 def main(out):
     if torch is None:
         return main_plain(out)
-    tp = 2
+    tp = ranks(out)
     x = torch.cat([load(out, f"fc1.X.rank{r}") for r in range(tp)], dim=0)
     report = {"ops": {}}
     partials = []
@@ -114,7 +121,7 @@ def compare_plain(got, want):
 
 
 def main_plain(out):
-    tp = 2
+    tp = ranks(out)
     x = [row for r in range(tp) for row in load_plain(out, f"fc1.X.rank{r}")]
     report = {"ops": {}, "reference": "python-float64"}
     partial_sum = None

@@ -33,6 +33,31 @@ absl::Status CudaEngineImpl::BeginCapture(engine::StreamId origin) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<engine::StreamId>> CudaEngineImpl::JoinedStreams(
+    engine::StreamId origin) {
+  ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(origin));
+  auto capture_of = [](const StreamSlot& s) -> absl::StatusOr<unsigned long long> {
+    ScopedDevice guard(s.device);
+    RETURN_IF_ERROR(guard.status());
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    CUDA_RETURN_IF_ERROR(cudaStreamGetCaptureInfo(s.stream.get(), &status, &id));
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  };
+  ASSIGN_OR_RETURN(const unsigned long long capture, capture_of(*slot));
+  if (capture == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("JoinedStreams: stream ", origin, " is not capturing"));
+  }
+  std::vector<engine::StreamId> joined;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (static_cast<engine::StreamId>(i) == origin) continue;
+    ASSIGN_OR_RETURN(const unsigned long long id, capture_of(streams_[i]));
+    if (id == capture) joined.push_back(static_cast<engine::StreamId>(i));
+  }
+  return joined;
+}
+
 absl::StatusOr<engine::GraphId> CudaEngineImpl::EndCapture(engine::StreamId origin) {
   ASSIGN_OR_RETURN(const StreamSlot* slot, LookupStream(origin));
   ScopedDevice guard(slot->device);

@@ -95,6 +95,7 @@ class CudaEngineImpl final : public CudaEngine,
 
   // GraphCapture
   absl::Status BeginCapture(engine::StreamId origin) override;
+  absl::StatusOr<std::vector<engine::StreamId>> JoinedStreams(engine::StreamId origin) override;
   absl::StatusOr<engine::GraphId> EndCapture(engine::StreamId origin) override;
   absl::Status LaunchGraph(engine::GraphId graph, engine::StreamId stream) override;
   void DestroyGraph(engine::GraphId graph) override;

@@ -4,6 +4,8 @@
 // engine) answers null to Engine::Graphs(), and callers enqueue directly.
 #pragma once
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/engine/engine_types.h"
@@ -20,6 +22,11 @@ class GraphCapture {
   // back into `origin` before EndCapture. A call that fails inside the capture
   // spoils it: EndCapture must still be called, and then fails.
   virtual absl::Status BeginCapture(StreamId origin) = 0;
+  // Before EndCapture: the streams other than `origin` (of any device) that
+  // the capture has recorded work from so far, in stream order. A replay runs
+  // their part as graph nodes, not in those streams' order: a caller that
+  // shares them with other work orders it around the launch.
+  virtual absl::StatusOr<std::vector<StreamId>> JoinedStreams(StreamId origin) = 0;
   virtual absl::StatusOr<GraphId> EndCapture(StreamId origin) = 0;
   // Runs the recorded work once, after what is queued on `stream` (of origin's
   // device), and later work on `stream` waits for all of it.

@@ -1,6 +1,7 @@
 #include "server/engine/lane_shared_engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace overlap::engine {
@@ -39,6 +40,66 @@ class LaneSharedEngine::LockedParts : public SharedMemory, public HostWorkQueue 
 
 namespace {
 
+// The engine whose capture this thread is recording: its calls skip the
+// mutexes that BeginCapture took for the whole capture.
+thread_local const LaneSharedEngine* t_capturing = nullptr;
+const std::vector<int> kNoDevices;
+
+}  // namespace
+
+// The inner engine's GraphCapture, the devices' mutexes held across a whole
+// capture (see the header).
+class LaneSharedEngine::LockedGraphs : public GraphCapture {
+ public:
+  explicit LockedGraphs(const LaneSharedEngine& engine) : engine_(engine) {}
+
+  GraphCapture* graphs() { return engine_.inner().Graphs() != nullptr ? this : nullptr; }
+
+  absl::Status BeginCapture(StreamId origin) override {
+    if (t_capturing != nullptr) {
+      return absl::FailedPreconditionError("BeginCapture: this thread is already capturing");
+    }
+    held_.emplace(engine_.lanes_, engine_.devices_);
+    const absl::Status begun = inner().BeginCapture(origin);
+    if (!begun.ok()) {
+      held_.reset();
+      return begun;
+    }
+    t_capturing = &engine_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<StreamId>> JoinedStreams(StreamId origin) override {
+    const auto lock = engine_.Lock();
+    return inner().JoinedStreams(origin);
+  }
+  absl::StatusOr<GraphId> EndCapture(StreamId origin) override {
+    absl::StatusOr<GraphId> graph = inner().EndCapture(origin);
+    if (t_capturing == &engine_) {
+      t_capturing = nullptr;
+      held_.reset();
+    }
+    return graph;
+  }
+  absl::Status LaunchGraph(GraphId graph, StreamId stream) override {
+    const auto lock = engine_.Lock();
+    return inner().LaunchGraph(graph, stream);
+  }
+  void DestroyGraph(GraphId graph) override {
+    const auto lock = engine_.Lock();
+    inner().DestroyGraph(graph);
+  }
+
+ private:
+  GraphCapture& inner() const { return *engine_.inner().Graphs(); }
+
+  const LaneSharedEngine& engine_;
+  // The devices' mutexes while a capture records (one capture at a time: the
+  // lanes make every call from one thread).
+  std::optional<DeviceLanes::EnqueueLock> held_;
+};
+
+namespace {
+
 std::vector<int> SortedUnique(std::vector<int> devices) {
   std::sort(devices.begin(), devices.end());
   devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
@@ -47,13 +108,23 @@ std::vector<int> SortedUnique(std::vector<int> devices) {
 
 }  // namespace
 
-LaneSharedEngine::LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices)
+LaneSharedEngine::LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices,
+                                   bool graphs)
     : ForwardingEngine(inner),
       lanes_(lanes),
       devices_(SortedUnique(std::move(devices))),
-      parts_(std::make_unique<LockedParts>(*this)) {}
+      parts_(std::make_unique<LockedParts>(*this)),
+      graphs_(graphs ? std::make_unique<LockedGraphs>(*this) : nullptr) {}
 
 LaneSharedEngine::~LaneSharedEngine() = default;
+
+DeviceLanes::EnqueueLock LaneSharedEngine::Lock() const {
+  return DeviceLanes::EnqueueLock(lanes_, t_capturing == this ? kNoDevices : devices_);
+}
+
+GraphCapture* LaneSharedEngine::Graphs() const {
+  return graphs_ != nullptr ? graphs_->graphs() : nullptr;
+}
 
 HostWorkQueue* LaneSharedEngine::HostWork() const { return parts_->host_work(); }
 SharedMemory* LaneSharedEngine::Shared() const { return parts_->shared(); }

@@ -26,9 +26,15 @@
 // enqueues; the host backend waits on its workers), so that one user's wait
 // never stalls the other's enqueues. No I/O runs under the mutexes.
 //
-// Graphs() and Gates() are null: a replayed graph or a launch gate holds a
-// device's streams for one user, and the streams are shared (a session's
-// critical ops and a job's main ops go on the same compute streams).
+// Gates() is null: a launch gate holds a device's streams for one user, and
+// the streams are shared (a session's critical ops and a job's main ops go on
+// the same compute streams). Graphs() is null too unless the engine is made
+// with `graphs` (the session lanes): a job's replay orders other ranks' work
+// around a launch only within the job (runner/graph_replay.h), while the
+// lanes order every stream a graph recorded from around each of its launches
+// (sessions/piece_graphs.h). A capture holds the devices' mutexes from
+// BeginCapture to EndCapture, so that no other user's call lands on a stream
+// while it records; the capturing thread's own calls in between take none.
 //
 // Thread safety: as the wrapped engine's, and calls for this user's devices
 // may come from any thread while the other user calls from its own.
@@ -48,11 +54,13 @@ namespace overlap::engine {
 class LaneSharedEngine : public ForwardingEngine {
  public:
   // `devices`: the ones this user's calls may touch (each call holds all of
-  // their mutexes). `inner` and `lanes` must outlive the engine.
-  LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices);
+  // their mutexes). `inner` and `lanes` must outlive the engine. `graphs`:
+  // Graphs() forwards to the inner engine's (when it has one).
+  LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vector<int> devices,
+                   bool graphs = false);
   ~LaneSharedEngine() override;
 
-  GraphCapture* Graphs() const override { return nullptr; }
+  GraphCapture* Graphs() const override;
   LaunchGates* Gates() const override { return nullptr; }
   HostWorkQueue* HostWork() const override;
   SharedMemory* Shared() const override;
@@ -82,8 +90,9 @@ class LaneSharedEngine : public ForwardingEngine {
                        const std::vector<StreamId>& streams) override;
 
   DeviceLanes& lanes() const { return lanes_; }
-  // The mutexes of this user's devices, held for the lock's life.
-  DeviceLanes::EnqueueLock Lock() const { return DeviceLanes::EnqueueLock(lanes_, devices_); }
+  // The mutexes of this user's devices, held for the lock's life; none on the
+  // thread that is capturing a graph through this engine, which holds them.
+  DeviceLanes::EnqueueLock Lock() const;
 
   // The wrapped engine's `method`, called under Lock(): every override is this
   // one forwarding, so it is written once.
@@ -95,10 +104,12 @@ class LaneSharedEngine : public ForwardingEngine {
 
  private:
   class LockedParts;
+  class LockedGraphs;
 
   DeviceLanes& lanes_;
   const std::vector<int> devices_;  // sorted, unique
   std::unique_ptr<LockedParts> parts_;
+  std::unique_ptr<LockedGraphs> graphs_;  // null without `graphs`
 };
 
 }  // namespace overlap::engine

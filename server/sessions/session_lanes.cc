@@ -80,7 +80,8 @@ struct SessionLanes::State {
   State(engine::Engine& base, LanesOptions options, engine::DeviceLanes* node)
       : node(node),
         shared(node != nullptr
-                   ? std::make_unique<engine::LaneSharedEngine>(base, *node, AllDevices(base))
+                   ? std::make_unique<engine::LaneSharedEngine>(base, *node, AllDevices(base),
+                                                                /*graphs=*/options.graphs)
                    : nullptr),
         engine(shared != nullptr ? *shared : base),
         options(options),
@@ -425,7 +426,8 @@ void SessionLanes::State::Adopt(Request& request) {
   std::unique_ptr<SessionRun> session;
   if (status.ok()) {
     absl::StatusOr<std::unique_ptr<SessionRun>> created =
-        SessionRun::Create(engine, devices, std::move(request.setup), next_key++, box);
+        SessionRun::Create(engine, devices, std::move(request.setup), next_key++, box,
+                           options.graphs);
     status = created.status();
     if (created.ok()) session = *std::move(created);
   } else {
@@ -619,11 +621,15 @@ void SessionLanes::State::LogEndFigures(const SessionCounts& c) {
         ->info(
             "session {}: {} steps; a rank's call to the enqueue p50 {:.1f} us p99 {:.1f} us, of "
             "which to the lanes taking the command p50 {:.1f} us p99 {:.1f} us; commands taken "
-            "polling {}, after a wake-up {}; the lanes' part p50: the inputs wait {:.1f} us, "
-            "wired inputs {:.1f} us, the ops' launches {:.1f} us",
+            "polling {}, after a wake-up {}; the lanes' part p50: queued behind earlier commands "
+            "{:.1f} us, the inputs wait {:.1f} us, "
+            "wired inputs {:.1f} us, the ops' launches {:.1f} us; op pieces replayed as graphs "
+            "{}, enqueued directly {}",
             c.id, c.steps, f.enqueue_p50_us, f.enqueue_p99_us, f.take_p50_us, f.take_p99_us,
-            c.taken_polling, c.taken_woken, PercentileOf(c.inputs_wait_us, 50),
-            PercentileOf(c.wired_us, 50), PercentileOf(c.launch_us, 50));
+            c.taken_polling, c.taken_woken, PercentileOf(c.queued_us, 50),
+            PercentileOf(c.inputs_wait_us, 50),
+            PercentileOf(c.wired_us, 50), PercentileOf(c.launch_us, 50), c.pieces_replayed,
+            c.pieces_direct);
   }
   for (const OpCounts& op : c.ops) {
     if (op.chunks == 0) continue;

@@ -96,6 +96,10 @@ struct SessionFigures {
   // kind costs no wake-up.
   int64_t taken_polling = 0;
   int64_t taken_woken = 0;
+  // Op pieces (a whole op, or a deferred chunk) enqueued as one replayed CUDA
+  // graph each, and directly (LanesOptions::graphs).
+  int64_t pieces_replayed = 0;
+  int64_t pieces_direct = 0;
 };
 // A lane busy with a session's op (a critical op or a deferred chunk), in ms
 // on the device's clock since a session first used the device.
@@ -140,6 +144,11 @@ struct LanesOptions {
   // the engine's devices are GPUs (HostWork() is null), none on the host
   // backend.
   std::optional<absl::Duration> spin;
+  // Replay each op of a session as a CUDA graph from its second run on, where
+  // the engine captures graphs and the op's ranks sit on one device
+  // (piece_graphs.h): one launch per op instead of a call per GEMM, kernel
+  // and copy. The daemon sets it from session_graphs.
+  bool graphs = true;
 };
 
 class SessionLanes {

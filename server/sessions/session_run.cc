@@ -57,12 +57,12 @@ SessionRun::SessionRun(engine::Engine& engine, LaneDevices& devices, SessionSetu
 
 absl::StatusOr<std::unique_ptr<SessionRun>> SessionRun::Create(
     engine::Engine& engine, LaneDevices& devices, SessionSetup setup, uint64_t key,
-    std::shared_ptr<SessionCountsBox> counts) {
+    std::shared_ptr<SessionCountsBox> counts, bool graphs) {
   // Made first, so that whatever the setup holds is released on any error.
   std::unique_ptr<SessionRun> run(
       new SessionRun(engine, devices, std::move(setup), key, std::move(counts)));
   RETURN_IF_ERROR(run->Check());
-  RETURN_IF_ERROR(run->MakeContexts());
+  RETURN_IF_ERROR(run->MakeContexts(graphs));
   return run;
 }
 
@@ -87,7 +87,7 @@ absl::Status SessionRun::Check() const {
   return absl::OkStatus();
 }
 
-absl::Status SessionRun::MakeContexts() {
+absl::Status SessionRun::MakeContexts(bool graphs) {
   const JobSpec& graph = setup_.graph;
   const int n = static_cast<int>(setup_.ranks.size());
   ASSIGN_OR_RETURN(layer_order_, TopologicalOrder(graph));
@@ -124,6 +124,12 @@ absl::Status SessionRun::MakeContexts() {
         op.schedule.algorithm != AllReduceAlgorithm::kHierarchical) {
       const DType es = ops::BufferDTypesFor(OpType::kAllReduce, graph.dtype).a;
       op.pieces = RowPieces(spec, setup_.chunk_bytes, static_cast<int64_t>(DTypeSize(es)));
+    }
+    if (graphs && PieceGraphs::Eligible(engine_, *op.ctx)) {
+      op.graphs = std::make_unique<PieceGraphs>(
+          engine_, *engine_.Graphs(), op.ctx->rank(0).compute, op.ctx->rank(0).device,
+          std::max<int>(1, static_cast<int>(op.pieces.size())),
+          absl::StrCat("session ", id(), " op ", spec.id));
     }
   }
   const engine::StreamRole lane =
@@ -280,6 +286,7 @@ absl::Status SessionRun::Start(std::vector<Posted> posted, LaneArbiter& arbiter,
 
 absl::Status SessionRun::WaitInputs(Command& cmd) {
   const int64_t start_ns = MonotonicNs();
+  cmd.queued_ns = start_ns - cmd.ready_ns;
   // From when the streams start to wait: a deferred command's first chunk
   // may go up to its bound after it became runnable.
   cmd.deadline_ns = MonotonicNs() + absl::ToInt64Nanoseconds(setup_.step_timeout);
@@ -334,23 +341,36 @@ absl::Status SessionRun::EnqueuePiece(Command& cmd, int op_index, int chunk, boo
   OpRun& op = ops_[op_index];
   ops::OpContext& ctx = *op.ctx;
   const int64_t start_ns = MonotonicNs();
-  if (chunk == 0 && op.producer >= 0) RETURN_IF_ERROR(WiredInput(op));
-  const int64_t wired_ns = MonotonicNs();
-  cmd.wired_ns += wired_ns - start_ns;
+  // The span starts before the wired input: an op's time includes the pass
+  // that makes its input, which a replay runs inside the op's graph.
   std::vector<engine::EventId> starts;
   for (int j = 0; j < ctx.tp(); ++j) {
     ASSIGN_OR_RETURN(starts.emplace_back(), devices_.Take(ctx.rank(j).device));
     RETURN_IF_ERROR(engine_.RecordEvent(starts.back(), ctx.rank(j).compute));
   }
-  if (op.pieces.empty()) {
-    RETURN_IF_ERROR(ops::EnqueueOp(ctx, op.schedule));
+  int64_t wired_ns = 0;  // the wired input's enqueue, where it ran directly
+  auto enqueue = [&]() -> absl::Status {
+    if (chunk == 0 && op.producer >= 0) {
+      const int64_t wired_start = MonotonicNs();
+      RETURN_IF_ERROR(WiredInput(op));
+      wired_ns = MonotonicNs() - wired_start;
+    }
+    if (op.pieces.empty()) return ops::EnqueueOp(ctx, op.schedule);
+    return ops::EnqueueAllReduceRows(ctx, op.schedule, op.pieces[chunk]);
+  };
+  if (op.graphs != nullptr) {
+    const int64_t launches = op.graphs->launches();
+    RETURN_IF_ERROR(op.graphs->Run(chunk, enqueue));
+    ++(op.graphs->launches() > launches ? cmd.pieces_replayed : cmd.pieces_direct);
   } else {
-    RETURN_IF_ERROR(ops::EnqueueAllReduceRows(ctx, op.schedule, op.pieces[chunk]));
+    RETURN_IF_ERROR(enqueue());
+    ++cmd.pieces_direct;
   }
   // What the client waited for is on the device now; the events and the
   // outputs-ready write after it are the daemon's bookkeeping.
   cmd.op_enqueued_ns = MonotonicNs();
-  cmd.launch_ns += cmd.op_enqueued_ns - wired_ns;
+  cmd.wired_ns += wired_ns;
+  cmd.launch_ns += cmd.op_enqueued_ns - start_ns - wired_ns;
   const int chunks = std::max<int>(1, static_cast<int>(op.pieces.size()));
   for (int j = 0; j < ctx.tp(); ++j) {
     LaneSpan span;
@@ -414,9 +434,12 @@ absl::Status SessionRun::Finish(Command& cmd) {
   counts_->Update([&](SessionCounts& c) {
     AddSample(c.enqueue_us, static_cast<double>(enqueued_ns - cmd.latest_posted_ns) / 1e3);
     AddSample(c.take_us, static_cast<double>(cmd.ready_ns - cmd.latest_posted_ns) / 1e3);
+    AddSample(c.queued_us, static_cast<double>(cmd.queued_ns) / 1e3);
     AddSample(c.inputs_wait_us, static_cast<double>(cmd.inputs_wait_ns) / 1e3);
     AddSample(c.wired_us, static_cast<double>(cmd.wired_ns) / 1e3);
     AddSample(c.launch_us, static_cast<double>(cmd.launch_ns) / 1e3);
+    c.pieces_replayed += cmd.pieces_replayed;
+    c.pieces_direct += cmd.pieces_direct;
   });
   return absl::OkStatus();
 }

@@ -33,6 +33,7 @@
 #include "server/ops/op_context.h"
 #include "server/sessions/lane_arbiter.h"
 #include "server/sessions/lane_devices.h"
+#include "server/sessions/piece_graphs.h"
 #include "server/sessions/session.h"
 #include "server/sessions/session_stats.h"
 
@@ -46,10 +47,11 @@ class SessionRun {
   // Checks `setup` against its graph and makes each op's context over the
   // session's tensors. INVALID_ARGUMENT for a setup that does not match its
   // graph; the context's errors (RESOURCE_EXHAUSTED). On an error, what the
-  // setup held is released. `engine` has SharedMemory.
+  // setup held is released. `engine` has SharedMemory. `graphs`: replay the
+  // ops that can be as graphs (piece_graphs.h, LanesOptions::graphs).
   static absl::StatusOr<std::unique_ptr<SessionRun>> Create(
       engine::Engine& engine, LaneDevices& devices, SessionSetup setup, uint64_t key,
-      std::shared_ptr<SessionCountsBox> counts);
+      std::shared_ptr<SessionCountsBox> counts, bool graphs = true);
   // Waits for the session's own work (its drain events, Fail), never for
   // the devices as a whole: another session's work there is no reason to
   // wait. Then releases its contexts, the imported buffers and the ring
@@ -111,6 +113,9 @@ class SessionRun {
     std::vector<ops::RowRange> pieces;  // a deferred all_reduce's chunks; empty: whole
     double chunk_ms = 0;                // a recent chunk's time on rank 0
     double busy_ms = 0;                 // this command's chunks so far, rank 0
+    // Its pieces' graphs; null where they enqueue directly. After ctx: the
+    // graphs go first.
+    std::unique_ptr<PieceGraphs> graphs;
   };
   // One command every rank posted.
   struct Command {
@@ -124,10 +129,13 @@ class SessionRun {
     int64_t runnable_ns = 0;
     int64_t latest_posted_ns = 0;
     int64_t op_enqueued_ns = 0;  // its last piece's own enqueue returned
-    // The lanes' time in each part of its enqueue (SessionCounts::inputs_wait_us...).
+    // The lanes' time in each part of its enqueue (SessionCounts::queued_us...).
+    int64_t queued_ns = 0;
     int64_t inputs_wait_ns = 0;
     int64_t wired_ns = 0;
     int64_t launch_ns = 0;
+    int pieces_replayed = 0;
+    int pieces_direct = 0;
     int64_t deadline_ns = 0;            // the inputs must be ready by then
     absl::Time wait_deadline;           // the same, for the engine
     bool waited = false;                // the streams wait for the inputs
@@ -144,7 +152,7 @@ class SessionRun {
   SessionRun(engine::Engine& engine, LaneDevices& devices, SessionSetup setup, uint64_t key,
              std::shared_ptr<SessionCountsBox> counts);
   absl::Status Check() const;
-  absl::Status MakeContexts();
+  absl::Status MakeContexts(bool graphs);
   absl::Status ReadRing(int r);
   absl::Status Start(std::vector<Posted> posted, LaneArbiter& arbiter, double now_ms);
   absl::Status WaitInputs(Command& cmd);

@@ -48,6 +48,8 @@ SessionFigures FiguresOf(const SessionCounts& counts) {
   f.take_p99_us = PercentileOf(counts.take_us, 99);
   f.taken_polling = counts.taken_polling;
   f.taken_woken = counts.taken_woken;
+  f.pieces_replayed = counts.pieces_replayed;
+  f.pieces_direct = counts.pieces_direct;
   return f;
 }
 

@@ -40,15 +40,22 @@ struct SessionCounts {
   std::vector<OpCounts> ops;      // by op index
   std::deque<double> enqueue_us;  // recent: the last rank's post -> enqueued
   std::deque<double> take_us;     // recent: the last rank's post -> the lanes took the command
-  // Recent, the lanes' part of the enqueue split by what it launched (us):
-  // the streams' wait for the inputs-ready words (and the event after it), the
-  // wired inputs (activation passes), and the ops' own launches (GEMMs,
-  // collectives, the events around each).
+  // Recent, the lanes' part of the enqueue split (us): from taking the
+  // command to starting it (behind the commands taken before it; a deferred
+  // command: also its wait for the lane), the streams' wait for the
+  // inputs-ready words (and the event after it), the wired inputs (activation
+  // passes enqueued directly), and the ops' own launches (GEMMs, collectives,
+  // the events around each, or one graph launch).
+  std::deque<double> queued_us;
   std::deque<double> inputs_wait_us;
   std::deque<double> wired_us;
   std::deque<double> launch_us;
   int64_t taken_polling = 0;  // commands found while the lanes' thread polled the rings
   int64_t taken_woken = 0;    // commands taken after it slept in epoll
+  // Op pieces enqueued as one replayed graph each (piece_graphs.h), and
+  // directly (a first run, a capture that failed, graphs off or not eligible).
+  int64_t pieces_replayed = 0;
+  int64_t pieces_direct = 0;
 };
 
 // Appends `value` to `samples`, keeping the most recent kRecentSamples.

@@ -1084,6 +1084,58 @@ TEST_F(CudaEngineTest, GraphReplaysACrossDeviceChain) {
   eng().DestroyEvent(*pulled);
 }
 
+// One GPU: a capture that forks from the compute stream to the comm stream
+// (a copy there) and joins back names the comm stream, and only it, as joined;
+// its replays run the GEMM then the copy, each launch.
+TEST_F(CudaEngineTest, CaptureNamesTheStreamsItJoined) {
+  const int64_t m = 1024, n = 1024, k = 1024;
+  const size_t bytes = static_cast<size_t>(m * n * 2);
+  const BufferId a = Alloc(0, m * k * 2);
+  const BufferId b = Alloc(0, k * n * 2);
+  const BufferId c = Alloc(0, bytes);
+  const BufferId copy = Alloc(0, bytes);
+  const engine::StreamId compute = eng().GetStream(0, StreamRole::kCompute, 0);
+  const engine::StreamId comm = eng().GetStream(0, StreamRole::kComm, 0);
+  ASSERT_TRUE(eng().FillRandom(compute, {a, 0, m * k * 2}, DType::kBF16, 5, 1.0f).ok());
+  ASSERT_TRUE(eng().FillRandom(compute, {b, 0, k * n * 2}, DType::kBF16, 6, 1.0f).ok());
+  const engine::GemmArgs args = DenseGemm(DType::kBF16, a, b, c, m, n, k);
+  ASSERT_TRUE(eng().Gemm(compute, args).ok());  // chooses the algorithm before the capture
+  ASSERT_TRUE(eng().Synchronize({0}).ok());
+  const std::vector<uint8_t> want = Download(c, bytes, 0);
+
+  absl::StatusOr<engine::EventId> fork = eng().CreateEvent(0);
+  absl::StatusOr<engine::EventId> join = eng().CreateEvent(0);
+  ASSERT_TRUE(fork.ok() && join.ok());
+  EXPECT_EQ(eng().Graphs()->JoinedStreams(compute).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(eng().Graphs()->BeginCapture(compute).ok());
+  absl::StatusOr<std::vector<engine::StreamId>> alone = eng().Graphs()->JoinedStreams(compute);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(alone->empty());
+  ASSERT_TRUE(eng().Gemm(compute, args).ok());
+  ASSERT_TRUE(eng().RecordEvent(*fork, compute).ok());
+  ASSERT_TRUE(eng().WaitEvent(comm, *fork).ok());
+  ASSERT_TRUE(eng().PeerCopy(comm, {copy, 0, bytes}, 0, {c, 0, bytes}, 0).ok());
+  ASSERT_TRUE(eng().RecordEvent(*join, comm).ok());
+  ASSERT_TRUE(eng().WaitEvent(compute, *join).ok());
+  absl::StatusOr<std::vector<engine::StreamId>> joined = eng().Graphs()->JoinedStreams(compute);
+  absl::StatusOr<engine::GraphId> graph = eng().Graphs()->EndCapture(compute);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(*joined, std::vector<engine::StreamId>{comm});
+  for (int launch = 0; launch < 3; ++launch) {
+    ASSERT_TRUE(eng().FillConstant(compute, {c, 0, bytes}, DType::kBF16, NAN).ok());
+    ASSERT_TRUE(eng().FillConstant(compute, {copy, 0, bytes}, DType::kBF16, NAN).ok());
+    ASSERT_TRUE(eng().Graphs()->LaunchGraph(*graph, compute).ok());
+    ASSERT_TRUE(eng().Synchronize({0}).ok());
+    EXPECT_TRUE(Download(c, bytes, 0) == want) << "launch " << launch;
+    EXPECT_TRUE(Download(copy, bytes, 0) == want) << "launch " << launch;
+  }
+  eng().Graphs()->DestroyGraph(*graph);
+  eng().DestroyEvent(*fork);
+  eng().DestroyEvent(*join);
+}
+
 // A capture left with a stream that never joined back fails at EndCapture with
 // the runtime's message, and the engine carries on.
 TEST_F(CudaEngineTest, UnjoinedCaptureFailsAndTheEngineCarriesOn) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "client/session/overlapd_session.h"
 #include "common/dtype.h"
+#include "common/stats.h"
 #ifdef OVERLAPD_SESSION_CUDA
 #include <cuda_runtime_api.h>
 
@@ -111,30 +112,35 @@ absl::Status Fill(const TensorNeed& need, uint64_t seed, int rank, void* out) {
 // The host time of each timed command (the steps after the first, whose GEMMs
 // are tuned then), from the ring's stamps: the call to the daemon's enqueue
 // and, of it, the call to the lanes taking the command (their wake-up).
+// By op (the step's first command, its second...): a step's later commands
+// are posted right after its first, so their call-to-enqueue includes the
+// enqueue of the ones before them.
 struct CallTimes {
   std::vector<double> enqueue_us;
   std::vector<double> take_us;  // empty from a daemon that does not stamp taken_ns
+  std::map<int, std::vector<double>> enqueue_us_by_op;
 
   void Add(const overlap::SessionCommand& command) {
     if (command.enqueued_ns <= 0) return;
-    enqueue_us.push_back(static_cast<double>(command.enqueued_ns - command.posted_ns) / 1e3);
+    const double us = static_cast<double>(command.enqueued_ns - command.posted_ns) / 1e3;
+    enqueue_us.push_back(us);
+    enqueue_us_by_op[command.op].push_back(us);
     if (command.taken_ns > 0) {
       take_us.push_back(static_cast<double>(command.taken_ns - command.posted_ns) / 1e3);
     }
   }
-  // Nearest rank, 0 for none.
-  static double Percentile(std::vector<double> us, double p) {
-    if (us.empty()) return 0;
-    std::sort(us.begin(), us.end());
-    const double rank = std::ceil(p / 100.0 * static_cast<double>(us.size()));
-    return us[std::min(us.size(), static_cast<size_t>(std::max(1.0, rank))) - 1];
-  }
   std::string Json() const {
+    using overlap::Percentile;
+    std::vector<std::string> by_op;
+    for (const auto& [op, us] : enqueue_us_by_op) {
+      by_op.push_back(absl::StrFormat("\"%d\": {\"p50\": %.2f, \"p99\": %.2f}", op,
+                                      Percentile(us, 50), Percentile(us, 99)));
+    }
     return absl::StrFormat(
         "\"timed_commands\": %d, \"enqueue_p50_us\": %.2f, \"enqueue_p99_us\": %.2f, "
-        "\"take_p50_us\": %.2f, \"take_p99_us\": %.2f",
+        "\"take_p50_us\": %.2f, \"take_p99_us\": %.2f, \"enqueue_us_by_op\": {%s}",
         enqueue_us.size(), Percentile(enqueue_us, 50), Percentile(enqueue_us, 99),
-        Percentile(take_us, 50), Percentile(take_us, 99));
+        Percentile(take_us, 50), Percentile(take_us, 99), absl::StrJoin(by_op, ", "));
   }
 };
 
