@@ -28,23 +28,14 @@ timeout 120 .device/bin/shared_memory_gpu_test > "$OUT/shared_memory_gpu_test.tx
 echo "shared_memory_gpu_test exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|FAILED \]" "$OUT/shared_memory_gpu_test.txt" | head -20
 fi
 
-rank() {  # rank NAME GRAPH RANK STEPS OUTDIR [flags]
-  local name=$1 graph=$2 r=$3 steps=$4 dir=$5
-  shift 5
-  mkdir -p "$dir"
-  timeout 300 overlapd-session-rank --socket "$work/overlapd-session.sock" --name "$name" \
-    --graph "$graph" --rank "$r" --steps "$steps" --out-dir "$dir" --json "$@"
-}
+# shellcheck source=bench/sessions/session_util.sh
+. bench/sessions/session_util.sh
+rank() { session_rank "$@"; }
 
 if want 2; then
 echo "== 2. two ranks on the GPU, tp 2 MLP, against PyTorch"
 start_overlapd "$OUT/overlapd-2ranks.log" --ranks-per-gpu 2 || exit 1
-rank mlp $here/tp2_mlp.yaml 0 3 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank0.json" 2> "$OUT/tp2/rank0.err" &
-r0=$!
-rank mlp $here/tp2_mlp.yaml 1 3 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank1.json" 2> "$OUT/tp2/rank1.err"
-echo "rank 1 exit $?"; wait $r0; echo "rank 0 exit $?"
-cat "$OUT/tp2/rank0.err" "$OUT/tp2/rank1.err" | head -5
-python3 $here/reference.py "$OUT/tp2" | tee "$OUT/tp2/reference.json"
+tp2_against_torch "$OUT/tp2" 3
 overlapctl --addr "$addr" sessions -o json > "$OUT/tp2/sessions.json" 2>&1
 kill -TERM "$pid"; wait "$pid"
 

@@ -26,18 +26,13 @@ if want 1; then
     "$OUT/cuda_engine_gpu_test.txt" | head -20
 fi
 
-rank() {  # rank NAME GRAPH RANK STEPS OUTDIR [flags]
-  local name=$1 graph=$2 r=$3 steps=$4 dir=$5
-  shift 5
-  mkdir -p "$dir"
-  timeout 300 overlapd-session-rank --socket "$work/overlapd-session.sock" --name "$name" \
-    --graph "$graph" --rank "$r" --steps "$steps" --out-dir "$dir" --json "$@"
-}
+# shellcheck source=bench/sessions/session_util.sh
+. bench/sessions/session_util.sh
 
 if want 2; then
   echo "== 2a. tp 1 MLP, graphs on, against PyTorch"
   start_overlapd "$OUT/overlapd-tp1.log" --log-level debug || exit 1
-  rank tp1 $here/tp1_mlp.yaml 0 4 "$OUT/tp1" --dump-inputs > "$OUT/tp1/rank0.json" 2> "$OUT/tp1/rank0.err"
+  session_rank tp1 $here/tp1_mlp.yaml 0 4 "$OUT/tp1" --dump-inputs > "$OUT/tp1/rank0.json" 2> "$OUT/tp1/rank0.err"
   echo "rank exit $?"; head -3 "$OUT/tp1/rank0.err"
   python3 $here/reference.py "$OUT/tp1" | tee "$OUT/tp1/reference.json"
   kill -TERM "$pid"; wait "$pid"
@@ -45,12 +40,8 @@ if want 2; then
 
   echo "== 2b. tp 2 MLP, two rank processes on the GPU, graphs on, against PyTorch"
   start_overlapd "$OUT/overlapd-tp2.log" --ranks-per-gpu 2 || exit 1
-  rank mlp $here/tp2_mlp.yaml 0 4 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank0.json" 2> "$OUT/tp2/rank0.err" &
-  r0=$!
-  rank mlp $here/tp2_mlp.yaml 1 4 "$OUT/tp2" --dump-inputs > "$OUT/tp2/rank1.json" 2> "$OUT/tp2/rank1.err"
-  echo "rank 1 exit $?"; wait $r0; echo "rank 0 exit $?"
-  cat "$OUT/tp2/rank0.err" "$OUT/tp2/rank1.err" | head -5
-  python3 $here/reference.py "$OUT/tp2" | tee "$OUT/tp2/reference.json"
+  mkdir -p "$OUT/tp2"
+  tp2_against_torch "$OUT/tp2" 4
   kill -TERM "$pid"; wait "$pid"
   grep -E "replayed as graphs|not replayed" "$OUT/overlapd-tp2.log"
 fi
@@ -72,7 +63,7 @@ if want 3; then
     echo "alone-$1 exit $?"; head -c 300 "$OUT/alone-$1.json"; echo
   }
   start_overlapd "$OUT/overlapd-l8.log" || exit 1
-  overlapctl --addr "$addr" submit $here/llama3-8b-mlp-tp1.yaml --wait --json > "$OUT/job.json" 2>&1
+  overlapctl --addr "$addr" submit $here/llama3-8b-mlp-tp1.yaml --wait --json > "$OUT/job.json" 2> "$OUT/job.err"
   echo "job exit $?"
   round on1
   restart_overlapd "$OUT/overlapd-l8.log" --no-session-graphs || exit 1
@@ -86,11 +77,14 @@ if want 3; then
   python3 - "$OUT" << 'PY'
 import json, sys
 out = sys.argv[1]
-job = json.load(open(f"{out}/job.json"))
-r = job.get("result", job)
-for key, value in r.items():
-    if key.startswith("layer") and key != "layer_timeline":
-        print("job", key, json.dumps(value)[:300])
+try:
+    job = json.load(open(f"{out}/job.json"))
+    r = job.get("result", job)
+    for key, value in r.items():
+        if key.startswith("layer") and key != "layer_timeline":
+            print("job", key, json.dumps(value)[:300])
+except Exception as e:  # noqa: BLE001
+    print("job.json unreadable:", e)
 print(f"{'run':10} {'enqueue p50':>12} {'p99':>9} {'by op (p50)':>22} {'take p50':>9} {'device ms/step':>15}")
 for label in ("on1", "off", "on2"):
     for kind in ("ahead", "paced", "alone"):
