@@ -535,6 +535,16 @@ TEST(ConfigTest, FlightRecorderEntriesZeroIsOff) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ConfigTest, SessionGraphsAreOnByDefaultAndCanBeTurnedOff) {
+  EXPECT_TRUE(DaemonConfig().session_graphs);
+  auto config = ParseDaemonConfig("session_graphs: false\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->session_graphs);
+  absl::StatusOr<DaemonConfig> refused = ParseDaemonConfig("session_graphs: 2\n");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("session_graphs"));
+}
+
 TEST(ConfigTest, SessionPollMsIsAWindowInRange) {
   EXPECT_EQ(DaemonConfig().session_poll_ms, 100);
   auto config = ParseDaemonConfig("session_poll_ms: 0\n");  // never poll: the doorbell only

@@ -330,6 +330,9 @@ TEST(SessionLanesTest, AgGemmStepsMatchFloat64) {
   EXPECT_EQ(figures[0].ops[0].steps, 3);
   EXPECT_GT(figures[0].enqueue_p99_us, 0);
   EXPECT_GE(figures[0].enqueue_p99_us, figures[0].enqueue_p50_us);
+  // The host backend captures no graphs: every step's op went directly.
+  EXPECT_EQ(figures[0].pieces_replayed, 0);
+  EXPECT_EQ(figures[0].pieces_direct, 3);
   // Each step's span on both devices, with its step; rank 0's (device 0) are
   // the op's device times: summed, counted, the last one kept.
   ASSERT_TRUE(lanes.IntervalsReach(
