@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/probes/gemm_util.h"
+#include "client/session/cuda_shared_buffer.h"
 #include "bench/probes/probe_util.h"
 #include "common/config.h"
 #include "common/stats.h"
@@ -163,5 +164,29 @@ int main(int argc, char** argv) {
   Time(
       "engine LaunchGraph (one GEMM)", calls,
       [&] { return graphs->LaunchGraph(*graph, stream).ok(); }, engine_drain);
+
+  // A session command's signal words: memory a client exported (cuMemCreate,
+  // a POSIX fd), imported by the engine; the wait is already satisfied.
+  auto exported = overlap::session::CudaSharedBuffer::Create(0, 2 << 20);
+  if (!exported.ok()) {
+    std::fprintf(stderr, "export: %s\n", exported.status().ToString().c_str());
+    return 1;
+  }
+  overlap::engine::SharedMemory* shared = eng.Shared();
+  auto words = shared->ImportBuffer(0, exported->fd(), 0, 2 << 20);
+  if (!words.ok()) {
+    std::fprintf(stderr, "import: %s\n", words.status().ToString().c_str());
+    return 1;
+  }
+  const overlap::engine::BufferRef word{*words, 0, sizeof(uint64_t)};
+  (void)eng.FillConstant(stream, {*words, 0, 64}, overlap::DType::kF32, 0.0f);
+  const absl::Time far = absl::Now() + absl::Hours(1);
+  Time(
+      "engine WaitValue (word >= 0)", calls,
+      [&] { return shared->WaitValue(stream, word, 0, far).ok(); }, engine_drain);
+  Time(
+      "engine WriteValue", calls, [&] { return shared->WriteValue(stream, word, 0).ok(); },
+      engine_drain);
+  eng.Free(*words);
   return 0;
 }

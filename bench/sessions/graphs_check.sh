@@ -16,6 +16,8 @@ mkdir -p "$OUT"
 # shellcheck source=bench/overlapd_util.sh
 . bench/overlapd_util.sh
 here=bench/sessions
+# The ranks' tensors (.npy, hundreds of MB) stay out of $OUT; their JSON is copied there.
+scratch=$(mktemp -d /tmp/graphs-check.XXXXXX)
 want() { [[ " ${STEPS:-1 2 3} " == *" $1 "* ]]; }
 
 if want 1; then
@@ -32,16 +34,19 @@ fi
 if want 2; then
   echo "== 2a. tp 1 MLP, graphs on, against PyTorch"
   start_overlapd "$OUT/overlapd-tp1.log" --log-level debug || exit 1
-  session_rank tp1 $here/tp1_mlp.yaml 0 4 "$OUT/tp1" --dump-inputs > "$OUT/tp1/rank0.json" 2> "$OUT/tp1/rank0.err"
-  echo "rank exit $?"; head -3 "$OUT/tp1/rank0.err"
-  python3 $here/reference.py "$OUT/tp1" | tee "$OUT/tp1/reference.json"
+  mkdir -p "$scratch/tp1" "$OUT/tp1" "$OUT/tp2"
+  session_rank tp1 $here/tp1_mlp.yaml 0 4 "$scratch/tp1" --dump-inputs > "$scratch/tp1/rank0.json" 2> "$scratch/tp1/rank0.err"
+  echo "rank exit $?"; head -3 "$scratch/tp1/rank0.err"
+  python3 $here/reference.py "$scratch/tp1" | tee "$scratch/tp1/reference.json"
+  cp "$scratch"/tp1/*.json "$OUT/tp1/"
   kill -TERM "$pid"; wait "$pid"
   grep -E "replayed as graphs|not replayed" "$OUT/overlapd-tp1.log"
 
   echo "== 2b. tp 2 MLP, two rank processes on the GPU, graphs on, against PyTorch"
   start_overlapd "$OUT/overlapd-tp2.log" --ranks-per-gpu 2 || exit 1
-  mkdir -p "$OUT/tp2"
-  tp2_against_torch "$OUT/tp2" 4
+  mkdir -p "$scratch/tp2"
+  tp2_against_torch "$scratch/tp2" 4
+  cp "$scratch"/tp2/*.json "$OUT/tp2/"
   kill -TERM "$pid"; wait "$pid"
   grep -E "replayed as graphs|not replayed" "$OUT/overlapd-tp2.log"
 fi
@@ -98,4 +103,5 @@ for label in ("on1", "off", "on2"):
               f"{by_op:>22} {j['take_p50_us']:9.2f} {j['device_ms_per_step']:15.4f}")
 PY
 fi
+rm -rf "$scratch"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
