@@ -407,7 +407,7 @@ const std::vector<Field>& Fields() {
                &DaemonConfig::session_poll_ms, 0, kMaxSessionPollMs),
       BoolField("session_graphs",
                 "cuda backend: replay each session op as a CUDA graph from its second command "
-                "(needs graph_replay; ops whose ranks share one GPU)",
+                "(needs graph_replay; ops of one rank, e.g. tp 1)",
                 &DaemonConfig::session_graphs),
   };
   return *fields;

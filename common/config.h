@@ -210,7 +210,7 @@ struct DaemonConfig {
   // a wake-up (100 us and more on an idle or virtual CPU). 0 = never poll.
   int session_poll_ms = 100;
   // A session's op is replayed as one CUDA graph per command from its second
-  // command on (where graph_replay is on and the op's ranks share one GPU):
+  // command on (where graph_replay is on and the op runs on one engine device: one rank):
   // the lanes' host time per command drops to one graph launch.
   bool session_graphs = true;
 };

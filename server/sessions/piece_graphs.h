@@ -18,9 +18,10 @@
 //
 // A capture that fails (a call the capture refuses, an unjoined stream) is
 // logged once and the piece enqueues directly for the session's life. Only
-// ops whose ranks all sit on one device are replayed (Eligible): a capture
-// across devices would put collectives of shared NCCL communicators in a
-// graph, which has not run on two GPUs.
+// ops whose ranks all sit on one engine device are replayed (Eligible; with
+// ranks_per_gpu each rank is a device of its own): a capture across devices
+// would put collectives of shared NCCL communicators in a graph, which has
+// not run on two GPUs.
 //
 // Thread safety: none; the lanes' thread owns it.
 #pragma once
