@@ -43,7 +43,11 @@ namespace {
 // The engine whose capture this thread is recording: its calls skip the
 // mutexes that BeginCapture took for the whole capture.
 thread_local const LaneSharedEngine* t_capturing = nullptr;
-const std::vector<int> kNoDevices;
+
+const std::vector<int>& NoDevices() {
+  static const auto* none = new std::vector<int>();
+  return *none;
+}
 
 }  // namespace
 
@@ -119,7 +123,7 @@ LaneSharedEngine::LaneSharedEngine(Engine& inner, DeviceLanes& lanes, std::vecto
 LaneSharedEngine::~LaneSharedEngine() = default;
 
 DeviceLanes::EnqueueLock LaneSharedEngine::Lock() const {
-  return DeviceLanes::EnqueueLock(lanes_, t_capturing == this ? kNoDevices : devices_);
+  return DeviceLanes::EnqueueLock(lanes_, t_capturing == this ? NoDevices() : devices_);
 }
 
 GraphCapture* LaneSharedEngine::Graphs() const {
