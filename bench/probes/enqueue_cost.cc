@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bench/probes/gemm_util.h"
-#include "client/session/cuda_shared_buffer.h"
 #include "bench/probes/probe_util.h"
+#include "client/session/cuda_shared_buffer.h"
 #include "common/config.h"
 #include "common/stats.h"
 #include "server/cuda/cuda_engine.h"

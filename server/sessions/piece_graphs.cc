@@ -33,7 +33,7 @@ bool PieceGraphs::Eligible(const engine::Engine& engine, const ops::OpContext& c
   return std::set<int>(devices.begin(), devices.end()).size() == 1;
 }
 
-absl::Status PieceGraphs::Run(int index, const std::function<absl::Status()>& enqueue) {
+absl::StatusOr<bool> PieceGraphs::Run(int index, const std::function<absl::Status()>& enqueue) {
   if (index < 0 || static_cast<size_t>(index) >= pieces_.size()) {
     return absl::InternalError(absl::StrCat(name_, ": piece ", index, " of ", pieces_.size()));
   }
@@ -41,7 +41,8 @@ absl::Status PieceGraphs::Run(int index, const std::function<absl::Status()>& en
   // The first run chooses the GEMMs' algorithms, which a capture refuses.
   if (piece.direct || piece.runs++ == 0) {
     ++direct_;
-    return enqueue();
+    RETURN_IF_ERROR(enqueue());
+    return false;
   }
   if (piece.graph < 0) {
     const absl::Status captured = Capture(piece, enqueue);
@@ -50,10 +51,12 @@ absl::Status PieceGraphs::Run(int index, const std::function<absl::Status()>& en
       GetLogger("sessions")->warn("{} (piece {}): not replayed as a graph, enqueued directly: {}",
                                   name_, index, captured.ToString());
       ++direct_;
-      return enqueue();
+      RETURN_IF_ERROR(enqueue());
+      return false;
     }
   }
-  return Launch(piece);
+  RETURN_IF_ERROR(Launch(piece));
+  return true;
 }
 
 absl::Status PieceGraphs::Capture(Piece& piece, const std::function<absl::Status()>& enqueue) {

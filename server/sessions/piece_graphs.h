@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/engine/engine.h"
 #include "server/ops/op_context.h"
 
@@ -52,10 +53,11 @@ class PieceGraphs {
   static bool Eligible(const engine::Engine& engine, const ops::OpContext& ctx);
 
   // Enqueues piece `piece` (< pieces) on the op's streams: `enqueue` itself
-  // (first run, or the piece went direct), or a replay of it. `enqueue` must
-  // start and end on the op's first rank's compute stream (as the layer ops
-  // do on every rank's) and enqueue the same work at every call.
-  absl::Status Run(int piece, const std::function<absl::Status()>& enqueue);
+  // (first run, or the piece went direct), or a replay of it; true for a
+  // replay. `enqueue` must start and end on the op's first rank's compute
+  // stream (as the layer ops do on every rank's) and enqueue the same work at
+  // every call.
+  absl::StatusOr<bool> Run(int piece, const std::function<absl::Status()>& enqueue);
 
   int64_t launches() const { return launches_; }  // replays enqueued
   int64_t direct() const { return direct_; }      // direct enqueues

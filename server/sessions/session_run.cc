@@ -358,14 +358,13 @@ absl::Status SessionRun::EnqueuePiece(Command& cmd, int op_index, int chunk, boo
     if (op.pieces.empty()) return ops::EnqueueOp(ctx, op.schedule);
     return ops::EnqueueAllReduceRows(ctx, op.schedule, op.pieces[chunk]);
   };
+  bool replayed = false;
   if (op.graphs != nullptr) {
-    const int64_t launches = op.graphs->launches();
-    RETURN_IF_ERROR(op.graphs->Run(chunk, enqueue));
-    ++(op.graphs->launches() > launches ? cmd.pieces_replayed : cmd.pieces_direct);
+    ASSIGN_OR_RETURN(replayed, op.graphs->Run(chunk, enqueue));
   } else {
     RETURN_IF_ERROR(enqueue());
-    ++cmd.pieces_direct;
   }
+  ++(replayed ? cmd.pieces_replayed : cmd.pieces_direct);
   // What the client waited for is on the device now; the events and the
   // outputs-ready write after it are the daemon's bookkeeping.
   cmd.op_enqueued_ns = MonotonicNs();

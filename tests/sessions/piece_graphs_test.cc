@@ -86,12 +86,18 @@ TEST(PieceGraphsTest, FirstRunDirectSecondCapturedThenOnlyLaunched) {
       ++enqueued;
       return absl::OkStatus();
     };
-    ASSERT_TRUE(pieces.Run(0, enqueue).ok());
+    absl::StatusOr<bool> replayed = pieces.Run(0, enqueue);
+    ASSERT_TRUE(replayed.ok());
+    EXPECT_FALSE(*replayed);
     EXPECT_EQ(enqueued, 1);
     EXPECT_TRUE(graphs.log.empty()) << "the first run chooses the GEMMs: direct";
-    ASSERT_TRUE(pieces.Run(0, enqueue).ok());
+    replayed = pieces.Run(0, enqueue);
+    ASSERT_TRUE(replayed.ok());
+    EXPECT_TRUE(*replayed);
     EXPECT_EQ(enqueued, 2) << "recorded once, inside the capture";
-    ASSERT_TRUE(pieces.Run(0, enqueue).ok());
+    replayed = pieces.Run(0, enqueue);
+    ASSERT_TRUE(replayed.ok());
+    EXPECT_TRUE(*replayed);
     EXPECT_EQ(enqueued, 2) << "replayed, not enqueued again";
     EXPECT_EQ(pieces.launches(), 2);
     EXPECT_EQ(pieces.direct(), 1);
@@ -130,7 +136,7 @@ TEST(PieceGraphsTest, StreamsTheCaptureJoinedAreOrderedAroundEachLaunch) {
       absl::StrCat("record on ", compute),
       absl::StrCat("wait on ", comm)};
   EXPECT_EQ(graphs.log, want);
-  EXPECT_EQ(pieces.Run(2, enqueue).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(pieces.Run(2, enqueue).status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(PieceGraphsTest, AFailedCaptureLeavesThePieceDirectForGood) {
